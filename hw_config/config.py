@@ -1,0 +1,319 @@
+"""The hardware configuration: VTA's JSON keys plus the platform/timing parameters, validated once.
+
+Every number any other layer needs (widths, element sizes, SRAM depths, instruction field positions,
+bitstream and model strings, bus and timing parameters) is derived here and nowhere else.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import math
+import re
+from dataclasses import asdict, dataclass, fields, replace
+from functools import cached_property
+from pathlib import Path
+from typing import Any
+
+from hw_config.layout import MEM_TYPES, Format, instruction_formats
+
+PRESET_DIR = Path(__file__).with_name("presets")
+DEFAULT_PRESET = "pynq"
+
+TARGETS = ("sim", "tsim", "pynq", "ultra96", "zcu104", "de10nano", "intelfocl")
+# Which preset supplies platform/timing parameters for a config that carries only VTA's keys.
+PLATFORM_PRESET_OF_TARGET = {"sim": "sim", "tsim": "sim", "intelfocl": "sim", "pynq": "pynq",
+                             "ultra96": "ultra96", "zcu104": "zcu104", "de10nano": "de10nano"}
+
+VTA_KEYS = ("TARGET", "HW_VER", "LOG_INP_WIDTH", "LOG_WGT_WIDTH", "LOG_ACC_WIDTH", "LOG_BATCH", "LOG_BLOCK",
+            "LOG_UOP_BUFF_SIZE", "LOG_INP_BUFF_SIZE", "LOG_WGT_BUFF_SIZE", "LOG_ACC_BUFF_SIZE")
+PLATFORM_KEYS = ("CLOCK_MHZ", "LOG_BUS_WIDTH", "DRAM_LATENCY", "DMA_BURST_BEATS", "DMA_BURST_GAP", "GEMM_II",
+                 "ALU_II", "COMPUTE_LATENCY", "INSN_QUEUE_DEPTH", "TOKEN_QUEUE_DEPTH")
+
+# key -> (allowed range, what it means). Ranges beyond what the simulator supports are refused here.
+INT_RANGES: dict[str, tuple[int, int, str]] = {
+    "LOG_INP_WIDTH": (3, 3, "log2 of input bits; the simulator supports int8 inputs only"),
+    "LOG_WGT_WIDTH": (3, 3, "log2 of weight bits; the simulator supports int8 weights only"),
+    "LOG_ACC_WIDTH": (5, 5, "log2 of accumulator bits; the simulator supports int32 accumulators only"),
+    "LOG_BATCH": (0, 4, "log2 of the GEMM core's BATCH"),
+    "LOG_BLOCK": (1, 6, "log2 of the GEMM core's BLOCK_IN = BLOCK_OUT"),
+    "LOG_UOP_BUFF_SIZE": (2, 24, "log2 of micro-op SRAM bytes"),
+    "LOG_INP_BUFF_SIZE": (4, 26, "log2 of input SRAM bytes"),
+    "LOG_WGT_BUFF_SIZE": (4, 28, "log2 of weight SRAM bytes"),
+    "LOG_ACC_BUFF_SIZE": (4, 28, "log2 of accumulator SRAM bytes"),
+    "LOG_BUS_WIDTH": (5, 10, "log2 of the AXI data bus width in bits (6 = 64-bit)"),
+    "DRAM_LATENCY": (0, 100_000, "cycles from a DMA request to its first beat"),
+    "DMA_BURST_BEATS": (1, 4096, "bus beats per AXI burst"),
+    "DMA_BURST_GAP": (0, 10_000, "idle cycles between bursts (each new 2D row starts a burst)"),
+    "GEMM_II": (1, 64, "cycles per GEMM micro-op iteration"),
+    "ALU_II": (1, 64, "cycles per ALU micro-op iteration"),
+    "COMPUTE_LATENCY": (0, 10_000, "pipeline fill cycles per GEMM/ALU instruction"),
+    "INSN_QUEUE_DEPTH": (1, 65_536, "instructions each module's command queue holds"),
+    "TOKEN_QUEUE_DEPTH": (1, 255, "tokens a dependency queue holds"),
+}
+
+
+class ConfigError(ValueError):
+    """A configuration was refused; ``key`` names the offending key."""
+
+    def __init__(self, key: str, message: str):
+        super().__init__(message)
+        self.key = key
+
+
+def _fail(key: str, value: Any, allowed: str) -> ConfigError:
+    return ConfigError(key, f"hardware config: {key}={value!r} is not allowed: {allowed}")
+
+
+@dataclass(frozen=True)
+class HwConfig:
+    """An immutable, validated accelerator configuration (build with ``load_config``)."""
+
+    TARGET: str
+    HW_VER: str
+    LOG_INP_WIDTH: int
+    LOG_WGT_WIDTH: int
+    LOG_ACC_WIDTH: int
+    LOG_BATCH: int
+    LOG_BLOCK: int
+    LOG_UOP_BUFF_SIZE: int
+    LOG_INP_BUFF_SIZE: int
+    LOG_WGT_BUFF_SIZE: int
+    LOG_ACC_BUFF_SIZE: int
+    CLOCK_MHZ: float
+    LOG_BUS_WIDTH: int
+    DRAM_LATENCY: int
+    DMA_BURST_BEATS: int
+    DMA_BURST_GAP: int
+    GEMM_II: int
+    ALU_II: int
+    COMPUTE_LATENCY: int
+    INSN_QUEUE_DEPTH: int
+    TOKEN_QUEUE_DEPTH: int
+    DESCRIPTION: str = ""
+
+    def __post_init__(self) -> None:
+        _validate(self)
+
+    # ---- widths and shapes (names as in VTA's Environment) ----
+    LOG_BLOCK_IN = property(lambda self: self.LOG_BLOCK)
+    LOG_BLOCK_OUT = property(lambda self: self.LOG_BLOCK)
+    LOG_OUT_WIDTH = property(lambda self: self.LOG_INP_WIDTH)
+    LOG_OUT_BUFF_SIZE = property(lambda self: self.LOG_ACC_BUFF_SIZE + self.LOG_OUT_WIDTH - self.LOG_ACC_WIDTH)
+    INP_WIDTH = property(lambda self: 1 << self.LOG_INP_WIDTH)
+    WGT_WIDTH = property(lambda self: 1 << self.LOG_WGT_WIDTH)
+    ACC_WIDTH = property(lambda self: 1 << self.LOG_ACC_WIDTH)
+    OUT_WIDTH = property(lambda self: 1 << self.LOG_OUT_WIDTH)
+    BATCH = property(lambda self: 1 << self.LOG_BATCH)
+    BLOCK_IN = property(lambda self: 1 << self.LOG_BLOCK)
+    BLOCK_OUT = property(lambda self: 1 << self.LOG_BLOCK)
+    UOP_BUFF_SIZE = property(lambda self: 1 << self.LOG_UOP_BUFF_SIZE)
+    INP_BUFF_SIZE = property(lambda self: 1 << self.LOG_INP_BUFF_SIZE)
+    WGT_BUFF_SIZE = property(lambda self: 1 << self.LOG_WGT_BUFF_SIZE)
+    ACC_BUFF_SIZE = property(lambda self: 1 << self.LOG_ACC_BUFF_SIZE)
+    OUT_BUFF_SIZE = property(lambda self: 1 << self.LOG_OUT_BUFF_SIZE)
+    INP_ELEM_BITS = property(lambda self: self.BATCH * self.BLOCK_IN * self.INP_WIDTH)
+    WGT_ELEM_BITS = property(lambda self: self.BLOCK_OUT * self.BLOCK_IN * self.WGT_WIDTH)
+    ACC_ELEM_BITS = property(lambda self: self.BATCH * self.BLOCK_OUT * self.ACC_WIDTH)
+    OUT_ELEM_BITS = property(lambda self: self.BATCH * self.BLOCK_OUT * self.OUT_WIDTH)
+    UOP_ELEM_BITS = property(lambda self: 32)
+    INP_ELEM_BYTES = property(lambda self: self.INP_ELEM_BITS // 8)
+    WGT_ELEM_BYTES = property(lambda self: self.WGT_ELEM_BITS // 8)
+    ACC_ELEM_BYTES = property(lambda self: self.ACC_ELEM_BITS // 8)
+    OUT_ELEM_BYTES = property(lambda self: self.OUT_ELEM_BITS // 8)
+    UOP_ELEM_BYTES = property(lambda self: 4)
+    LOG_UOP_BUFF_DEPTH = property(lambda self: self.LOG_UOP_BUFF_SIZE - 2)
+    LOG_INP_BUFF_DEPTH = property(
+        lambda self: self.LOG_INP_BUFF_SIZE - self.LOG_BATCH - self.LOG_BLOCK - self.LOG_INP_WIDTH + 3)
+    LOG_WGT_BUFF_DEPTH = property(
+        lambda self: self.LOG_WGT_BUFF_SIZE - 2 * self.LOG_BLOCK - self.LOG_WGT_WIDTH + 3)
+    LOG_ACC_BUFF_DEPTH = property(
+        lambda self: self.LOG_ACC_BUFF_SIZE - self.LOG_BATCH - self.LOG_BLOCK - self.LOG_ACC_WIDTH + 3)
+    UOP_BUFF_DEPTH = property(lambda self: 1 << self.LOG_UOP_BUFF_DEPTH)
+    INP_BUFF_DEPTH = property(lambda self: 1 << self.LOG_INP_BUFF_DEPTH)
+    WGT_BUFF_DEPTH = property(lambda self: 1 << self.LOG_WGT_BUFF_DEPTH)
+    ACC_BUFF_DEPTH = property(lambda self: 1 << self.LOG_ACC_BUFF_DEPTH)
+    OUT_BUFF_DEPTH = property(lambda self: 1 << self.LOG_ACC_BUFF_DEPTH)
+    inp_dtype = property(lambda self: f"int{self.INP_WIDTH}")
+    wgt_dtype = property(lambda self: f"int{self.WGT_WIDTH}")
+    acc_dtype = property(lambda self: f"int{self.ACC_WIDTH}")
+    out_dtype = property(lambda self: f"int{self.OUT_WIDTH}")
+
+    # ---- bus and timing ----
+    BUS_WIDTH = property(lambda self: 1 << self.LOG_BUS_WIDTH)
+    BUS_BYTES = property(lambda self: self.BUS_WIDTH // 8)
+    INP_MAT_AXI_RATIO = property(lambda self: max(1, self.INP_ELEM_BITS // self.BUS_WIDTH))
+    WGT_MAT_AXI_RATIO = property(lambda self: max(1, self.WGT_ELEM_BITS // self.BUS_WIDTH))
+    ACC_MAT_AXI_RATIO = property(lambda self: max(1, self.ACC_ELEM_BITS // self.BUS_WIDTH))
+    OUT_MAT_AXI_RATIO = property(lambda self: max(1, self.OUT_ELEM_BITS // self.BUS_WIDTH))
+    MACS_PER_CYCLE = property(lambda self: self.BATCH * self.BLOCK_IN * self.BLOCK_OUT)
+
+    @property
+    def peak_gops(self) -> float:
+        """Peak int8 throughput: two ops per MAC, one GEMM iteration every GEMM_II cycles."""
+        return 2 * self.MACS_PER_CYCLE * self.CLOCK_MHZ / self.GEMM_II / 1000.0
+
+    # ---- names ----
+    @property
+    def bitstream(self) -> str:
+        return (f"{self.BATCH}x{self.BLOCK_IN}_i{self.INP_WIDTH}w{self.WGT_WIDTH}a{self.ACC_WIDTH}"
+                f"_{self.LOG_UOP_BUFF_SIZE}_{self.LOG_INP_BUFF_SIZE}_{self.LOG_WGT_BUFF_SIZE}_{self.LOG_ACC_BUFF_SIZE}")
+
+    @property
+    def model(self) -> str:
+        return f"{self.TARGET}_{self.bitstream}"
+
+    BITSTREAM = property(lambda self: self.bitstream)
+    MODEL = property(lambda self: self.model)
+
+    # ---- ISA layout ----
+    @cached_property
+    def insn_formats(self) -> dict[str, Format]:
+        return instruction_formats(self.LOG_UOP_BUFF_DEPTH, self.LOG_INP_BUFF_DEPTH, self.LOG_WGT_BUFF_DEPTH,
+                                   self.LOG_ACC_BUFF_DEPTH, self.LOG_ACC_WIDTH)
+
+    def elem_bytes(self, mem_type: int | str) -> int:
+        """Bytes of one DRAM element of a memory type (the unit of an instruction's dram_base)."""
+        name = mem_type if isinstance(mem_type, str) else {v: k for k, v in MEM_TYPES.items()}.get(mem_type)
+        table = {"UOP": self.UOP_ELEM_BYTES, "WGT": self.WGT_ELEM_BYTES, "INP": self.INP_ELEM_BYTES,
+                 "ACC": self.ACC_ELEM_BYTES, "OUT": self.OUT_ELEM_BYTES,
+                 "ACC_8BIT": self.BATCH * self.BLOCK_OUT * self.INP_WIDTH // 8}
+        if name not in table:
+            raise ValueError(f"unknown memory type {mem_type!r}; allowed: {sorted(MEM_TYPES)}")
+        return table[name]
+
+    # ---- serialisation ----
+    def to_dict(self) -> dict[str, Any]:
+        return asdict(self)
+
+    def to_json(self, indent: int | None = 2) -> str:
+        return json.dumps(self.to_dict(), indent=indent)
+
+    def vta_dict(self) -> dict[str, Any]:
+        """Only VTA's own keys, as in VTA's vta_config.json."""
+        return {k: getattr(self, k) for k in VTA_KEYS}
+
+    @property
+    def fingerprint(self) -> str:
+        """Stable hash of everything that changes programs or timing (the description excluded)."""
+        d = self.to_dict()
+        d.pop("DESCRIPTION")
+        return hashlib.sha256(json.dumps(d, sort_keys=True).encode()).hexdigest()[:16]
+
+    def derived(self) -> dict[str, Any]:
+        """Derived values, for display (``vta config show``)."""
+        names = ["BATCH", "BLOCK_IN", "BLOCK_OUT", "INP_WIDTH", "WGT_WIDTH", "ACC_WIDTH", "OUT_WIDTH",
+                 "UOP_BUFF_SIZE", "INP_BUFF_SIZE", "WGT_BUFF_SIZE", "ACC_BUFF_SIZE", "OUT_BUFF_SIZE",
+                 "INP_ELEM_BYTES", "WGT_ELEM_BYTES", "ACC_ELEM_BYTES", "OUT_ELEM_BYTES",
+                 "UOP_BUFF_DEPTH", "INP_BUFF_DEPTH", "WGT_BUFF_DEPTH", "ACC_BUFF_DEPTH",
+                 "BUS_WIDTH", "INP_MAT_AXI_RATIO", "WGT_MAT_AXI_RATIO", "ACC_MAT_AXI_RATIO", "OUT_MAT_AXI_RATIO",
+                 "MACS_PER_CYCLE", "peak_gops", "bitstream", "model", "fingerprint"]
+        return {n: getattr(self, n) for n in names}
+
+    def replace(self, **overrides: Any) -> HwConfig:
+        _check_keys(overrides)
+        return replace(self, **overrides)
+
+
+FIELD_NAMES = tuple(f.name for f in fields(HwConfig))
+
+
+def _check_keys(d: dict[str, Any]) -> None:
+    for k in d:
+        if k not in FIELD_NAMES:
+            raise ConfigError(k, f"hardware config: unknown key {k!r}; allowed keys: {', '.join(FIELD_NAMES)}")
+
+
+def _validate(c: HwConfig) -> None:
+    if not isinstance(c.TARGET, str) or c.TARGET not in TARGETS:
+        raise _fail("TARGET", c.TARGET, f"one of {', '.join(TARGETS)}")
+    if not isinstance(c.HW_VER, str) or not re.fullmatch(r"\d+\.\d+\.\d+", c.HW_VER):
+        raise _fail("HW_VER", c.HW_VER, "a version string such as '0.0.2'")
+    if not isinstance(c.DESCRIPTION, str):
+        raise _fail("DESCRIPTION", c.DESCRIPTION, "a string")
+    if isinstance(c.CLOCK_MHZ, bool) or not isinstance(c.CLOCK_MHZ, (int, float)) or not (
+            math.isfinite(c.CLOCK_MHZ) and 1 <= c.CLOCK_MHZ <= 5000):
+        raise _fail("CLOCK_MHZ", c.CLOCK_MHZ, "a number of MHz in [1, 5000]")
+    for key, (lo, hi, meaning) in INT_RANGES.items():
+        v = getattr(c, key)
+        if isinstance(v, bool) or not isinstance(v, int):
+            raise _fail(key, v, f"an integer in [{lo}, {hi}] ({meaning})")
+        if not lo <= v <= hi:
+            allowed = f"{lo}" if lo == hi else f"an integer in [{lo}, {hi}]"
+            raise _fail(key, v, f"{allowed} ({meaning})")
+    # Every SRAM must hold at least one tile, and its depth must fit the 16-bit sram_base field.
+    buffers = [("LOG_UOP_BUFF_SIZE", c.LOG_UOP_BUFF_DEPTH, "micro-op", 4),
+               ("LOG_INP_BUFF_SIZE", c.LOG_INP_BUFF_DEPTH, "input", c.INP_ELEM_BYTES),
+               ("LOG_WGT_BUFF_SIZE", c.LOG_WGT_BUFF_DEPTH, "weight", c.WGT_ELEM_BYTES),
+               ("LOG_ACC_BUFF_SIZE", c.LOG_ACC_BUFF_DEPTH, "accumulator", c.ACC_ELEM_BYTES)]
+    for key, log_depth, what, elem in buffers:
+        need = int(math.log2(elem))
+        if log_depth < 0:
+            raise _fail(key, getattr(c, key),
+                        f"the {what} buffer must hold at least one {elem}-byte tile: {key} >= {need}")
+        if log_depth > 16:
+            raise _fail(key, getattr(c, key),
+                        f"the {what} buffer would have 2^{log_depth} entries but instructions address SRAM with "
+                        f"16 bits: {key} <= {need + 16}")
+    for name, fmt in c.insn_formats.items():
+        if fmt.used_bits > fmt.total_bits:
+            what = "32-bit micro-op" if name == "uop" else f"128-bit {name.upper()} instruction"
+            keys = "LOG_UOP_BUFF_SIZE, LOG_INP_BUFF_SIZE, LOG_WGT_BUFF_SIZE, LOG_ACC_BUFF_SIZE"
+            raise ConfigError(
+                "LOG_ACC_BUFF_SIZE" if name == "uop" else "LOG_UOP_BUFF_SIZE",
+                f"hardware config: the SRAM depths ({keys} = {c.LOG_UOP_BUFF_SIZE}, {c.LOG_INP_BUFF_SIZE}, "
+                f"{c.LOG_WGT_BUFF_SIZE}, {c.LOG_ACC_BUFF_SIZE} with BATCH={c.BATCH}, BLOCK={c.BLOCK_IN}) make the "
+                f"{what} need {fmt.used_bits} bits, more than the {fmt.total_bits} VTA's hardware has: "
+                f"use smaller buffers or a larger block")
+
+
+def presets() -> list[str]:
+    """Names of the built-in presets."""
+    return sorted(p.stem for p in PRESET_DIR.glob("*.json"))
+
+
+def _read_json(path: Path) -> dict[str, Any]:
+    try:
+        data = json.loads(path.read_text())
+    except json.JSONDecodeError as e:
+        raise ConfigError("", f"hardware config {path}: not valid JSON ({e})") from None
+    if not isinstance(data, dict):
+        raise ConfigError("", f"hardware config {path}: expected a JSON object, got {type(data).__name__}")
+    return data
+
+
+def config_from_dict(data: dict[str, Any], **overrides: Any) -> HwConfig:
+    """Build a config from a dict. Missing platform/timing keys default from the TARGET's preset."""
+    data = {**data, **overrides}
+    _check_keys(data)
+    missing = [k for k in VTA_KEYS if k not in data]
+    if missing:
+        raise ConfigError(missing[0], f"hardware config: missing key(s) {', '.join(missing)}")
+    target = data["TARGET"]
+    if target not in PLATFORM_PRESET_OF_TARGET:
+        raise _fail("TARGET", target, f"one of {', '.join(TARGETS)}")
+    if any(k not in data for k in PLATFORM_KEYS):
+        platform = _read_json(PRESET_DIR / f"{PLATFORM_PRESET_OF_TARGET[target]}.json")
+        data = {**{k: platform[k] for k in PLATFORM_KEYS}, **data}
+    return HwConfig(**data)
+
+
+def load_config(name_or_path: str | Path | dict | HwConfig | None = None, **overrides: Any) -> HwConfig:
+    """Load a preset by name, a JSON file by path, or a dict; apply ``KEY=value`` overrides.
+
+    ``load_config()`` is the default preset (``pynq``); ``load_config("pynq", LOG_BLOCK=5)`` overrides keys.
+    """
+    if name_or_path is None:
+        name_or_path = DEFAULT_PRESET
+    if isinstance(name_or_path, HwConfig):
+        return name_or_path.replace(**overrides) if overrides else name_or_path
+    if isinstance(name_or_path, dict):
+        return config_from_dict(name_or_path, **overrides)
+    text = str(name_or_path)
+    preset = PRESET_DIR / f"{text}.json"
+    if "/" not in text and not text.endswith(".json") and preset.is_file():
+        return config_from_dict(_read_json(preset), **overrides)
+    path = Path(text)
+    if path.is_file():
+        return config_from_dict(_read_json(path), **overrides)
+    raise ConfigError("", f"hardware config {text!r}: neither a preset ({', '.join(presets())}) nor a JSON file")

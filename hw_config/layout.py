@@ -1,0 +1,172 @@
+"""Bit layouts of VTA's 128-bit instructions and 32-bit micro-ops, as a function of the config.
+
+VTA declares its instructions as C structs of ``uint64_t`` bit-fields (``hw_spec.h``). With GCC's
+packing rule a field that would straddle a 64-bit storage unit starts at the next unit, so field
+positions move when buffer depths change. This module reproduces that rule explicitly; it is the
+single table that encode, decode, disassembly, the C simulator and ``docs/isa.md`` are built from.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+INSN_BITS = 128
+UOP_BITS = 32
+
+# Opcode, memory-type and ALU-opcode numbering shared with VTA (hw_spec.h).
+OPCODES = {"LOAD": 0, "STORE": 1, "GEMM": 2, "FINISH": 3, "ALU": 4}
+MEM_TYPES = {"UOP": 0, "WGT": 1, "INP": 2, "ACC": 3, "OUT": 4, "ACC_8BIT": 5}
+ALU_OPCODES = {"MIN": 0, "MAX": 1, "ADD": 2, "SHR": 3, "MUL": 4}
+
+# Fixed widths from hw_spec_const.h.
+OPCODE_BITS = 3
+MEMOP_ID_BITS = 3
+MEMOP_SRAM_ADDR_BITS = 16
+MEMOP_DRAM_ADDR_BITS = 32
+MEMOP_SIZE_BITS = 16
+MEMOP_STRIDE_BITS = 16
+MEMOP_PAD_BITS = 4
+LOOP_ITER_BITS = 14
+ALU_OPCODE_BITS = 3
+ALUOP_IMM_BITS = 16
+
+
+@dataclass(frozen=True)
+class Field:
+    name: str
+    offset: int  # bit position from the least significant bit of the whole word
+    width: int
+    signed: bool = False
+
+    @property
+    def mask(self) -> int:
+        return (1 << self.width) - 1
+
+    @property
+    def max_value(self) -> int:
+        return (1 << (self.width - 1)) - 1 if self.signed else self.mask
+
+    @property
+    def min_value(self) -> int:
+        return -(1 << (self.width - 1)) if self.signed else 0
+
+
+@dataclass(frozen=True)
+class Format:
+    """One instruction (or micro-op) format: its fields in declaration order."""
+
+    name: str
+    fields: tuple[Field, ...]
+    used_bits: int  # position after the last field, padding included
+    total_bits: int  # size of the container (128 for instructions, 32 for micro-ops)
+
+    def field(self, name: str) -> Field:
+        for f in self.fields:
+            if f.name == name:
+                return f
+        raise KeyError(f"format {self.name} has no field {name!r}")
+
+    @property
+    def names(self) -> tuple[str, ...]:
+        return tuple(f.name for f in self.fields)
+
+    def encode(self, values: dict[str, int]) -> int:
+        """Pack field values into an integer; every field must be given and in range."""
+        word = 0
+        unknown = set(values) - set(self.names)
+        if unknown:
+            raise ValueError(f"{self.name}: unknown field(s) {sorted(unknown)}; fields are {list(self.names)}")
+        for f in self.fields:
+            if f.name not in values:
+                raise ValueError(f"{self.name}: missing field {f.name!r}")
+            v = int(values[f.name])
+            if not f.min_value <= v <= f.max_value:
+                raise ValueError(f"{self.name}.{f.name}={v} is out of range: allowed "
+                                 f"[{f.min_value}, {f.max_value}] ({f.width} bits{', signed' if f.signed else ''})")
+            word |= (v & f.mask) << f.offset
+        return word
+
+    def decode(self, word: int) -> dict[str, int]:
+        """Unpack an integer into field values (signed fields sign-extended)."""
+        out = {}
+        for f in self.fields:
+            v = (word >> f.offset) & f.mask
+            if f.signed and v >> (f.width - 1):
+                v -= 1 << f.width
+            out[f.name] = v
+        return out
+
+
+def pack_bitfields(name: str, spec: list[tuple[str, int, bool]], unit_bits: int, total_bits: int) -> Format:
+    """Place fields like C bit-fields in ``unit_bits``-wide storage units (GCC, little-endian)."""
+    fields = []
+    pos = 0
+    for fname, width, signed in spec:
+        if width <= 0 or width > unit_bits:
+            raise ValueError(f"{name}.{fname}: width {width} does not fit a {unit_bits}-bit unit")
+        unit_end = (pos // unit_bits + 1) * unit_bits
+        if pos + width > unit_end:
+            pos = unit_end
+        fields.append(Field(fname, pos, width, signed))
+        pos += width
+    return Format(name, tuple(fields), pos, total_bits)
+
+
+HEADER = [
+    ("opcode", OPCODE_BITS, False),
+    ("pop_prev_dep", 1, False),
+    ("pop_next_dep", 1, False),
+    ("push_prev_dep", 1, False),
+    ("push_next_dep", 1, False),
+]
+
+
+def instruction_formats(log_uop_depth: int, log_inp_depth: int, log_wgt_depth: int,
+                        log_acc_depth: int, log_acc_width: int) -> dict[str, Format]:
+    """The five formats for a configuration, keyed 'mem', 'gemm', 'alu', 'finish', 'uop'."""
+    mem = HEADER + [
+        ("memory_type", MEMOP_ID_BITS, False),
+        ("sram_base", MEMOP_SRAM_ADDR_BITS, False),
+        ("dram_base", MEMOP_DRAM_ADDR_BITS, False),
+        ("y_size", MEMOP_SIZE_BITS, False),
+        ("x_size", MEMOP_SIZE_BITS, False),
+        ("x_stride", MEMOP_STRIDE_BITS, False),
+        ("y_pad_0", MEMOP_PAD_BITS, False),
+        ("y_pad_1", MEMOP_PAD_BITS, False),
+        ("x_pad_0", MEMOP_PAD_BITS, False),
+        ("x_pad_1", MEMOP_PAD_BITS, False),
+    ]
+    loop_head = HEADER + [
+        ("reset_reg", 1, False),
+        ("uop_bgn", log_uop_depth, False),
+        ("uop_end", log_uop_depth + 1, False),
+        ("iter_out", LOOP_ITER_BITS, False),
+        ("iter_in", LOOP_ITER_BITS, False),
+        ("dst_factor_out", log_acc_depth, False),
+        ("dst_factor_in", log_acc_depth, False),
+    ]
+    gemm = loop_head + [
+        ("src_factor_out", log_inp_depth, False),
+        ("src_factor_in", log_inp_depth, False),
+        ("wgt_factor_out", log_wgt_depth, False),
+        ("wgt_factor_in", log_wgt_depth, False),
+    ]
+    alu = loop_head + [
+        ("src_factor_out", log_acc_depth, False),
+        ("src_factor_in", log_acc_depth, False),
+        ("alu_opcode", ALU_OPCODE_BITS, False),
+        ("use_imm", 1, False),
+        ("imm", ALUOP_IMM_BITS, True),
+    ]
+    uop = [
+        ("dst_idx", log_acc_depth, False),
+        ("src_idx", max(log_acc_depth, log_inp_depth), False),
+        ("wgt_idx", log_wgt_depth, False),
+    ]
+    return {
+        "mem": pack_bitfields("mem", mem, 64, INSN_BITS),
+        "gemm": pack_bitfields("gemm", gemm, 64, INSN_BITS),
+        "alu": pack_bitfields("alu", alu, 64, INSN_BITS),
+        "finish": pack_bitfields("finish", HEADER, 64, INSN_BITS),
+        "uop": pack_bitfields("uop", uop, 32, UOP_BITS),
+    }
