@@ -51,6 +51,9 @@ class AddressSpace:
         self.reserve(cand, need)
         return cand
 
+    def size_of(self, base: int) -> int:
+        return self._sizes[base]
+
     def release(self, base: int) -> int:
         """Unmap the region starting at ``base``; returns its size."""
         if base not in self._sizes:

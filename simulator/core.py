@@ -1,0 +1,190 @@
+"""Python face of the C simulator: builds its parameters from the config, raises typed errors."""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING
+
+import numpy as np
+
+from hw_config import HwConfig, load_config
+from simulator.dram import AddressSpace
+from simulator.errors import ERROR_CLASSES, MemoryAccessError, SimulatorError
+from simulator.stats import MODULES, STALL_CAUSES, RunStats
+
+if TYPE_CHECKING:
+    from simulator.image import ProgramImage, ReplayResult
+
+try:
+    from simulator._vta_sim import ffi, lib
+except ImportError as exc:  # pragma: no cover - only without a build
+    raise ImportError(
+        "the C simulator is not built: run `pip install -e .` in the repository (it compiles "
+        "simulator/csrc through cffi; needs a C compiler)") from exc
+
+ERR_LEN = 1024
+DEFAULT_MAX_CYCLES = 1 << 30
+SRAM_IDS = {"uop": 0, "wgt": 1, "inp": 2, "acc": 3}
+
+
+def _as_insn_bytes(insns: bytes | bytearray | np.ndarray) -> np.ndarray:
+    arr = np.frombuffer(insns, dtype=np.uint8) if isinstance(insns, (bytes, bytearray, memoryview)) \
+        else np.asarray(insns)
+    if arr.dtype != np.uint8:
+        raise SimulatorError(f"instructions must be uint8 bytes (N x 16), got dtype {arr.dtype}")
+    if arr.size % 16:
+        raise SimulatorError(f"instructions must be a whole number of 16-byte instructions, got {arr.size} bytes")
+    return np.ascontiguousarray(arr.reshape(-1))
+
+
+def _as_bytes(data: bytes | bytearray | np.ndarray) -> np.ndarray:
+    if isinstance(data, (bytes, bytearray, memoryview)):
+        return np.frombuffer(data, dtype=np.uint8)
+    return np.ascontiguousarray(data).reshape(-1).view(np.uint8)
+
+
+def _params(cfg: HwConfig):
+    p = ffi.new("vta_params_t *")
+    p.batch, p.block_in, p.block_out = cfg.BATCH, cfg.BLOCK_IN, cfg.BLOCK_OUT
+    p.uop_depth, p.inp_depth = cfg.UOP_BUFF_DEPTH, cfg.INP_BUFF_DEPTH
+    p.wgt_depth, p.acc_depth = cfg.WGT_BUFF_DEPTH, cfg.ACC_BUFF_DEPTH
+    p.bus_bytes, p.dram_latency = cfg.BUS_BYTES, cfg.DRAM_LATENCY
+    p.burst_beats, p.burst_gap = cfg.DMA_BURST_BEATS, cfg.DMA_BURST_GAP
+    p.gemm_ii, p.alu_ii, p.compute_latency = cfg.GEMM_II, cfg.ALU_II, cfg.COMPUTE_LATENCY
+    p.insn_queue_depth, p.token_queue_depth = cfg.INSN_QUEUE_DEPTH, cfg.TOKEN_QUEUE_DEPTH
+    for name in ("mem", "gemm", "alu", "uop"):
+        target = getattr(p, name)
+        for i, f in enumerate(cfg.insn_formats[name].fields):
+            target[i].offset, target[i].width = f.offset, f.width
+    return p
+
+
+class Simulator:
+    """A simulated accelerator for one config: DRAM by physical address, SRAMs, run and replay.
+
+    Each instance owns its state (no globals), so several configurations coexist in one process.
+    """
+
+    def __init__(self, cfg: HwConfig | str | None = None):
+        self.cfg = cfg if isinstance(cfg, HwConfig) else load_config(cfg)
+        self._err = ffi.new("char[]", ERR_LEN)
+        self._space = AddressSpace()
+        handle = lib.vta_sim_create(_params(self.cfg), self._err, ERR_LEN)
+        if handle == ffi.NULL:
+            raise SimulatorError(ffi.string(self._err).decode())
+        self._sim = ffi.gc(handle, lib.vta_sim_destroy)
+
+    def _check(self, rc: int, index: int | None = None) -> None:
+        if rc:
+            raise ERROR_CLASSES.get(rc, SimulatorError)(ffi.string(self._err).decode(), index)
+
+    # ---- DRAM ----
+    def alloc(self, nbytes: int) -> int:
+        """Map a zeroed, page-aligned region; returns its physical byte address."""
+        addr = self._space.place(nbytes)
+        try:
+            self._check(lib.vta_sim_map(self._sim, addr, self._space.size_of(addr), self._err, ERR_LEN))
+        except SimulatorError:
+            self._space.release(addr)
+            raise
+        return addr
+
+    def map(self, addr: int, data: int | bytes | np.ndarray) -> None:
+        """Map a region at an exact physical address: zeroed if ``data`` is a size, else holding ``data``."""
+        payload = None if isinstance(data, (int, np.integer)) else _as_bytes(data)
+        size = int(data) if payload is None else payload.size
+        self._space.reserve(int(addr), size)
+        rc = lib.vta_sim_map(self._sim, addr, size, self._err, ERR_LEN)
+        if rc:
+            self._space.release(int(addr))
+            self._check(rc)
+        if payload is not None:
+            self.write(addr, payload)
+
+    def free(self, addr: int) -> None:
+        self._space.release(addr)
+        self._check(lib.vta_sim_unmap(self._sim, addr, self._err, ERR_LEN))
+
+    def regions(self) -> list[tuple[int, int]]:
+        return self._space.regions()
+
+    def write(self, addr: int, data: bytes | np.ndarray) -> None:
+        buf = _as_bytes(data)
+        if addr < 0:
+            raise MemoryAccessError(f"DRAM write at negative address {addr}")
+        self._check(lib.vta_sim_write(self._sim, addr, ffi.from_buffer(buf), buf.size, self._err, ERR_LEN))
+
+    def read(self, addr: int, nbytes: int) -> np.ndarray:
+        if addr < 0 or nbytes < 0:
+            raise MemoryAccessError(f"DRAM read of {nbytes} bytes at {addr}: need non-negative values")
+        out = np.empty(nbytes, dtype=np.uint8)
+        self._check(lib.vta_sim_read(self._sim, addr, ffi.from_buffer(out), nbytes, self._err, ERR_LEN))
+        return out
+
+    # ---- SRAM (for tests and debugging) ----
+    def _sram_shape(self, mem: str) -> tuple[np.dtype, tuple[int, ...]]:
+        c = self.cfg
+        shapes = {"uop": (np.uint32, ()), "inp": (np.int8, (c.BATCH, c.BLOCK_IN)),
+                  "wgt": (np.int8, (c.BLOCK_OUT, c.BLOCK_IN)), "acc": (np.int32, (c.BATCH, c.BLOCK_OUT))}
+        if mem not in shapes:
+            raise SimulatorError(f"unknown SRAM {mem!r}; allowed: {', '.join(shapes)}")
+        return shapes[mem]
+
+    def read_sram(self, mem: str, index: int, count: int) -> np.ndarray:
+        dtype, shape = self._sram_shape(mem)
+        out = np.zeros((count, *shape), dtype=dtype)
+        self._check(lib.vta_sim_sram(self._sim, SRAM_IDS[mem], index, count, ffi.from_buffer(out), 0,
+                                     self._err, ERR_LEN))
+        return out
+
+    def write_sram(self, mem: str, index: int, data: np.ndarray) -> None:
+        dtype, shape = self._sram_shape(mem)
+        arr = np.ascontiguousarray(np.asarray(data, dtype=dtype).reshape(-1, *shape))
+        self._check(lib.vta_sim_sram(self._sim, SRAM_IDS[mem], index, arr.shape[0], ffi.from_buffer(arr), 1,
+                                     self._err, ERR_LEN))
+
+    def reset(self) -> None:
+        """Zero every SRAM (they otherwise persist across runs, as on the hardware)."""
+        lib.vta_sim_reset(self._sim)
+
+    # ---- execution ----
+    def run(self, insns: bytes | np.ndarray, *, compute: bool = True, trace: bool = False,
+            max_cycles: int = DEFAULT_MAX_CYCLES) -> RunStats:
+        """Run an instruction stream (N x 16 bytes, ending with FINISH); returns counters and timing.
+
+        ``compute=False`` skips data work (timing and counters only). ``max_cycles`` bounds the
+        simulated time so that no program can hang the host.
+        """
+        raw = _as_insn_bytes(insns)
+        count = raw.size // 16
+        if count >= 1 << 32:
+            raise SimulatorError(f"{count} instructions: at most 2^32 - 1 per run")
+        if not 0 < max_cycles < 1 << 64:
+            raise SimulatorError(f"max_cycles={max_cycles}: need a positive 64-bit integer")
+        st = ffi.new("vta_stats_t *")
+        events = ffi.new("vta_trace_event_t[]", count) if trace and count else ffi.NULL
+        rc = lib.vta_sim_run(self._sim, ffi.from_buffer(raw), count, int(compute), max_cycles, st, events,
+                             self._err, ERR_LEN)
+        if rc:
+            self._check(rc, None if st.error_index < 0 else int(st.error_index))
+        stats = RunStats(
+            inp_load_nbytes=st.inp_load_nbytes, wgt_load_nbytes=st.wgt_load_nbytes,
+            acc_load_nbytes=st.acc_load_nbytes, uop_load_nbytes=st.uop_load_nbytes,
+            out_store_nbytes=st.out_store_nbytes, gemm_counter=st.gemm_counter, alu_counter=st.alu_counter,
+            cycles=st.cycles, finish_cycle=st.finish_cycle,
+            insns={m: st.insns[i] for i, m in enumerate(MODULES)},
+            busy={m: st.busy[i] for i, m in enumerate(MODULES)},
+            stalls={m: {c: st.stalls[i][k] for k, c in enumerate(STALL_CAUSES)} for i, m in enumerate(MODULES)},
+            clock_mhz=self.cfg.CLOCK_MHZ)
+        if trace:
+            stats.trace = [(MODULES[events[i].module], events[i].start, events[i].end) for i in range(count)]
+        return stats
+
+    def replay(self, image: ProgramImage | str, **run_options) -> ReplayResult:
+        """Run a program image in this simulator (whose config must match the image's).
+
+        Only the image's segments and instruction area are mapped during the run, so any access
+        outside them is an error; they are unmapped afterwards, even on failure.
+        """
+        from simulator.replay import replay_into
+
+        return replay_into(self, image, **run_options)

@@ -1,0 +1,902 @@
+/* Behavioural simulator with a timing model; specification in docs/simulator.md. */
+#include "vta_sim.h"
+
+#include <stdarg.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+enum { OP_LOAD = 0, OP_STORE = 1, OP_GEMM = 2, OP_FINISH = 3, OP_ALU = 4 };
+enum { MEM_UOP = 0, MEM_WGT = 1, MEM_INP = 2, MEM_ACC = 3, MEM_OUT = 4, MEM_ACC_8BIT = 5 };
+enum { ALU_MIN = 0, ALU_MAX = 1, ALU_ADD = 2, ALU_SHR = 3, ALU_MUL = 4 };
+enum { MOD_LOAD = 0, MOD_COMPUTE = 1, MOD_STORE = 2, NUM_MODULES = 3 };
+enum { Q_L2G = 0, Q_G2L = 1, Q_S2G = 2, Q_G2S = 3, NUM_QUEUES = 4, CAUSE_DISPATCH = 8 };
+#define NO_QUEUE 0xff
+
+static const char *const OP_NAMES[] = {"LOAD", "STORE", "GEMM", "FINISH", "ALU"};
+static const char *const MEM_NAMES[] = {"UOP", "WGT", "INP", "ACC", "OUT", "ACC_8BIT"};
+static const char *const MODULE_NAMES[] = {"load", "compute", "store"};
+static const char *const QUEUE_NAMES[] = {"l2g", "g2l", "s2g", "g2s"};
+
+typedef struct region {
+  uint64_t base, size;
+  uint8_t *data;
+} region_t;
+
+struct vta_sim {
+  vta_params_t p;
+  uint32_t inp_elem, wgt_elem, acc_elem, out_elem; /* element bytes */
+  uint32_t *uop;
+  int8_t *inp, *wgt;
+  int32_t *acc;
+  region_t *regions;
+  size_t nregions, cap_regions;
+};
+
+/* One decoded instruction plus what the scheduler derives from it. */
+typedef struct insn {
+  uint8_t opcode, module, mem_type, reset, alu_op, use_imm;
+  uint8_t pop_q[2], push_q[2]; /* queues popped/pushed, NO_QUEUE when unused */
+  uint32_t sram_base, y_size, x_size, x_stride, y_pad0, y_pad1, x_pad0, x_pad1;
+  uint64_t dram_base;
+  uint32_t uop_bgn, uop_end, iter_out, iter_in;
+  uint32_t dst_out, dst_in, src_out, src_in, wgt_out, wgt_in;
+  int32_t imm;
+  uint8_t *dram; /* host pointer of the first DRAM byte touched */
+} insn_t;
+
+static int fail(char *err, size_t errlen, int code, const char *fmt, ...) {
+  if (err && errlen) {
+    va_list ap;
+    va_start(ap, fmt);
+    vsnprintf(err, errlen, fmt, ap);
+    va_end(ap);
+  }
+  return code;
+}
+
+static uint64_t ceil_div(uint64_t a, uint64_t b) { return (a + b - 1) / b; }
+
+/* ------------------------------------------------------------------ creation and memory */
+
+static int check_fields(const vta_field_t *f, int n, uint32_t total) {
+  for (int i = 0; i < n; i++) {
+    if (f[i].width == 0 || f[i].width > 32 || f[i].offset + f[i].width > total) return 0;
+    if (total == 128 && f[i].offset / 64 != (f[i].offset + f[i].width - 1) / 64) return 0;
+  }
+  return 1;
+}
+
+vta_sim_t *vta_sim_create(const vta_params_t *params, char *err, size_t errlen) {
+  const uint16_t probe = 1;
+  if (*(const uint8_t *)&probe != 1) {
+    fail(err, errlen, VTA_ERR_ARG, "the simulator needs a little-endian host");
+    return NULL;
+  }
+  const vta_params_t *p = params;
+  if (!p || p->batch == 0 || p->block_in == 0 || p->block_out == 0 || p->batch > 64 || p->block_in > 256 ||
+      p->block_out > 256 || p->uop_depth == 0 || p->inp_depth == 0 || p->wgt_depth == 0 || p->acc_depth == 0 ||
+      p->uop_depth > 65536 || p->inp_depth > 65536 || p->wgt_depth > 65536 || p->acc_depth > 65536 ||
+      p->bus_bytes == 0 || p->burst_beats == 0 || p->gemm_ii == 0 || p->alu_ii == 0 ||
+      p->insn_queue_depth == 0 || p->token_queue_depth == 0) {
+    fail(err, errlen, VTA_ERR_ARG, "invalid simulator parameters (zero or oversized shape, depth or timing value)");
+    return NULL;
+  }
+  if (!check_fields(p->mem, VTA_MEM_NFIELDS, 128) || !check_fields(p->gemm, VTA_GEMM_NFIELDS, 128) ||
+      !check_fields(p->alu, VTA_ALU_NFIELDS, 128) || !check_fields(p->uop, VTA_UOP_NFIELDS, 32)) {
+    fail(err, errlen, VTA_ERR_ARG, "invalid instruction field layout");
+    return NULL;
+  }
+  vta_sim_t *s = calloc(1, sizeof *s);
+  if (!s) {
+    fail(err, errlen, VTA_ERR_ARG, "out of host memory");
+    return NULL;
+  }
+  s->p = *p;
+  s->inp_elem = p->batch * p->block_in;
+  s->wgt_elem = p->block_out * p->block_in;
+  s->acc_elem = p->batch * p->block_out * 4;
+  s->out_elem = p->batch * p->block_out;
+  s->uop = calloc(p->uop_depth, sizeof(uint32_t));
+  s->inp = calloc(p->inp_depth, s->inp_elem);
+  s->wgt = calloc(p->wgt_depth, s->wgt_elem);
+  s->acc = calloc(p->acc_depth, s->acc_elem);
+  if (!s->uop || !s->inp || !s->wgt || !s->acc) {
+    vta_sim_destroy(s);
+    fail(err, errlen, VTA_ERR_ARG, "out of host memory for the SRAMs");
+    return NULL;
+  }
+  return s;
+}
+
+void vta_sim_destroy(vta_sim_t *s) {
+  if (!s) return;
+  for (size_t i = 0; i < s->nregions; i++) free(s->regions[i].data);
+  free(s->regions);
+  free(s->uop);
+  free(s->inp);
+  free(s->wgt);
+  free(s->acc);
+  free(s);
+}
+
+void vta_sim_reset(vta_sim_t *s) {
+  memset(s->uop, 0, (size_t)s->p.uop_depth * sizeof(uint32_t));
+  memset(s->inp, 0, (size_t)s->p.inp_depth * s->inp_elem);
+  memset(s->wgt, 0, (size_t)s->p.wgt_depth * s->wgt_elem);
+  memset(s->acc, 0, (size_t)s->p.acc_depth * s->acc_elem);
+}
+
+/* Index of the last region whose base <= addr, or -1. */
+static long find_region(const vta_sim_t *s, uint64_t addr) {
+  long lo = 0, hi = (long)s->nregions - 1, best = -1;
+  while (lo <= hi) {
+    long mid = (lo + hi) / 2;
+    if (s->regions[mid].base <= addr) {
+      best = mid;
+      lo = mid + 1;
+    } else {
+      hi = mid - 1;
+    }
+  }
+  return best;
+}
+
+/* Host pointer for [addr, addr+n) if it lies inside one region, else NULL. */
+static uint8_t *resolve(const vta_sim_t *s, uint64_t addr, uint64_t n) {
+  long i = find_region(s, addr);
+  if (i < 0) return NULL;
+  const region_t *r = &s->regions[i];
+  uint64_t off = addr - r->base;
+  if (off > r->size || n > r->size - off) return NULL;
+  return r->data + off;
+}
+
+int vta_sim_map(vta_sim_t *s, uint64_t addr, uint64_t size, char *err, size_t errlen) {
+  if (size == 0 || size > ((uint64_t)1 << 40) || addr > ((uint64_t)1 << 48) - size)
+    return fail(err, errlen, VTA_ERR_MEM, "cannot map %llu bytes at 0x%llx", (unsigned long long)size,
+                (unsigned long long)addr);
+  long i = find_region(s, addr);
+  if (i >= 0 && s->regions[i].base + s->regions[i].size > addr)
+    return fail(err, errlen, VTA_ERR_MEM, "cannot map at 0x%llx: overlaps a mapped region", (unsigned long long)addr);
+  if ((size_t)(i + 1) < s->nregions && s->regions[i + 1].base < addr + size)
+    return fail(err, errlen, VTA_ERR_MEM, "cannot map at 0x%llx: overlaps a mapped region", (unsigned long long)addr);
+  if (s->nregions == s->cap_regions) {
+    size_t cap = s->cap_regions ? 2 * s->cap_regions : 16;
+    region_t *r = realloc(s->regions, cap * sizeof *r);
+    if (!r) return fail(err, errlen, VTA_ERR_ARG, "out of host memory");
+    s->regions = r;
+    s->cap_regions = cap;
+  }
+  uint8_t *data = calloc(1, (size_t)size);
+  if (!data) return fail(err, errlen, VTA_ERR_ARG, "out of host memory for %llu bytes", (unsigned long long)size);
+  size_t at = (size_t)(i + 1);
+  memmove(&s->regions[at + 1], &s->regions[at], (s->nregions - at) * sizeof(region_t));
+  s->regions[at] = (region_t){addr, size, data};
+  s->nregions++;
+  return VTA_OK;
+}
+
+int vta_sim_unmap(vta_sim_t *s, uint64_t addr, char *err, size_t errlen) {
+  long i = find_region(s, addr);
+  if (i < 0 || s->regions[i].base != addr)
+    return fail(err, errlen, VTA_ERR_MEM, "cannot unmap 0x%llx: no region starts there", (unsigned long long)addr);
+  free(s->regions[i].data);
+  memmove(&s->regions[i], &s->regions[i + 1], (s->nregions - (size_t)i - 1) * sizeof(region_t));
+  s->nregions--;
+  return VTA_OK;
+}
+
+int vta_sim_write(vta_sim_t *s, uint64_t addr, const uint8_t *src, uint64_t n, char *err, size_t errlen) {
+  uint8_t *d = resolve(s, addr, n);
+  if (!d)
+    return fail(err, errlen, VTA_ERR_MEM, "DRAM write [0x%llx, 0x%llx) is not inside one mapped region",
+                (unsigned long long)addr, (unsigned long long)(addr + n));
+  if (n) memcpy(d, src, (size_t)n);
+  return VTA_OK;
+}
+
+int vta_sim_read(vta_sim_t *s, uint64_t addr, uint8_t *dst, uint64_t n, char *err, size_t errlen) {
+  const uint8_t *d = resolve(s, addr, n);
+  if (!d)
+    return fail(err, errlen, VTA_ERR_MEM, "DRAM read [0x%llx, 0x%llx) is not inside one mapped region",
+                (unsigned long long)addr, (unsigned long long)(addr + n));
+  if (n) memcpy(dst, d, (size_t)n);
+  return VTA_OK;
+}
+
+static uint8_t *sram_of(vta_sim_t *s, uint32_t mem, uint32_t *depth, uint32_t *elem) {
+  switch (mem) {
+    case MEM_UOP: *depth = s->p.uop_depth; *elem = 4; return (uint8_t *)s->uop;
+    case MEM_WGT: *depth = s->p.wgt_depth; *elem = s->wgt_elem; return (uint8_t *)s->wgt;
+    case MEM_INP: *depth = s->p.inp_depth; *elem = s->inp_elem; return (uint8_t *)s->inp;
+    case MEM_ACC: *depth = s->p.acc_depth; *elem = s->acc_elem; return (uint8_t *)s->acc;
+    default: return NULL;
+  }
+}
+
+int vta_sim_sram(vta_sim_t *s, uint32_t mem, uint32_t index, uint32_t count, uint8_t *buf, int write,
+                 char *err, size_t errlen) {
+  uint32_t depth = 0, elem = 0;
+  uint8_t *base = sram_of(s, mem, &depth, &elem);
+  if (!base) return fail(err, errlen, VTA_ERR_ARG, "unknown SRAM %u (allowed: 0 uop, 1 wgt, 2 inp, 3 acc)", mem);
+  if ((uint64_t)index + count > depth)
+    return fail(err, errlen, VTA_ERR_ARG, "SRAM range [%u, %llu) exceeds the %s buffer depth %u", index,
+                (unsigned long long)index + count, MEM_NAMES[mem], depth);
+  uint8_t *p = base + (size_t)index * elem;
+  if (write) memcpy(p, buf, (size_t)count * elem);
+  else memcpy(buf, p, (size_t)count * elem);
+  return VTA_OK;
+}
+
+/* ------------------------------------------------------------------ decoding and static checks */
+
+static uint32_t bits(const uint64_t w[2], vta_field_t f) {
+  uint64_t word = w[f.offset / 64];
+  uint64_t v = word >> (f.offset % 64);
+  return (uint32_t)(f.width == 64 ? v : v & ((UINT64_C(1) << f.width) - 1));
+}
+
+static uint32_t dram_elem_bytes(const vta_sim_t *s, uint32_t mem) {
+  switch (mem) {
+    case MEM_UOP: return 4;
+    case MEM_WGT: return s->wgt_elem;
+    case MEM_INP: return s->inp_elem;
+    case MEM_ACC: return s->acc_elem;
+    case MEM_OUT: return s->out_elem;
+    default: return s->out_elem; /* ACC_8BIT: BATCH*BLOCK_OUT int8 */
+  }
+}
+
+static void describe(const insn_t *in, char *buf, size_t n) {
+  if (in->opcode == OP_LOAD || in->opcode == OP_STORE)
+    snprintf(buf, n, "%s %s", OP_NAMES[in->opcode], in->mem_type <= MEM_ACC_8BIT ? MEM_NAMES[in->mem_type] : "?");
+  else if (in->opcode <= OP_ALU)
+    snprintf(buf, n, "%s", OP_NAMES[in->opcode]);
+  else
+    snprintf(buf, n, "opcode %u", in->opcode);
+}
+
+#define INSN_FAIL(code, ...)                                                                             \
+  do {                                                                                                   \
+    char what_[32], msg_[400];                                                                           \
+    describe(in, what_, sizeof what_);                                                                   \
+    snprintf(msg_, sizeof msg_, __VA_ARGS__);                                                            \
+    stats->error_index = (int64_t)idx;                                                                   \
+    return fail(err, errlen, code, "instruction %u (%s): %s", idx, what_, msg_);                         \
+  } while (0)
+
+/* Sets the token queues an instruction pops/pushes; refuses flags that mean nothing on its module. */
+static int route_flags(insn_t *in, uint32_t pop_prev, uint32_t pop_next, uint32_t push_prev, uint32_t push_next,
+                       uint32_t idx, vta_stats_t *stats, char *err, size_t errlen) {
+  in->pop_q[0] = in->pop_q[1] = in->push_q[0] = in->push_q[1] = NO_QUEUE;
+  if (in->module == MOD_LOAD) {
+    if (pop_prev || push_prev)
+      INSN_FAIL(VTA_ERR_INSN, "%s is set but the load module has no previous stage (allowed: pop_next, push_next)",
+                pop_prev ? "pop_prev_dep" : "push_prev_dep");
+    if (pop_next) in->pop_q[0] = Q_G2L;
+    if (push_next) in->push_q[0] = Q_L2G;
+  } else if (in->module == MOD_COMPUTE) {
+    if (pop_prev) in->pop_q[0] = Q_L2G;
+    if (pop_next) in->pop_q[1] = Q_S2G;
+    if (push_prev) in->push_q[0] = Q_G2L;
+    if (push_next) in->push_q[1] = Q_G2S;
+  } else {
+    if (pop_next || push_next)
+      INSN_FAIL(VTA_ERR_INSN, "%s is set but the store module has no next stage (allowed: pop_prev, push_prev)",
+                pop_next ? "pop_next_dep" : "push_next_dep");
+    if (pop_prev) in->pop_q[0] = Q_G2S;
+    if (push_prev) in->push_q[0] = Q_S2G;
+  }
+  return VTA_OK;
+}
+
+static int decode_mem(vta_sim_t *s, const uint64_t w[2], insn_t *in, uint32_t idx, vta_stats_t *stats, char *err,
+                      size_t errlen) {
+  const vta_field_t *f = s->p.mem;
+  in->mem_type = (uint8_t)bits(w, f[VTA_MEM_MEMORY_TYPE]);
+  in->sram_base = bits(w, f[VTA_MEM_SRAM_BASE]);
+  in->dram_base = bits(w, f[VTA_MEM_DRAM_BASE]);
+  in->y_size = bits(w, f[VTA_MEM_Y_SIZE]);
+  in->x_size = bits(w, f[VTA_MEM_X_SIZE]);
+  in->x_stride = bits(w, f[VTA_MEM_X_STRIDE]);
+  in->y_pad0 = bits(w, f[VTA_MEM_Y_PAD_0]);
+  in->y_pad1 = bits(w, f[VTA_MEM_Y_PAD_1]);
+  in->x_pad0 = bits(w, f[VTA_MEM_X_PAD_0]);
+  in->x_pad1 = bits(w, f[VTA_MEM_X_PAD_1]);
+  uint32_t depth;
+  const char *buffer;
+  if (in->opcode == OP_STORE) {
+    if (in->mem_type != MEM_OUT)
+      INSN_FAIL(VTA_ERR_INSN, "memory_type %u is not allowed on STORE (allowed: 4 = OUT)", in->mem_type);
+    in->module = MOD_STORE;
+    depth = s->p.acc_depth;
+    buffer = "output";
+  } else {
+    switch (in->mem_type) {
+      case MEM_INP: in->module = MOD_LOAD; depth = s->p.inp_depth; buffer = "input"; break;
+      case MEM_WGT: in->module = MOD_LOAD; depth = s->p.wgt_depth; buffer = "weight"; break;
+      case MEM_UOP: in->module = MOD_COMPUTE; depth = s->p.uop_depth; buffer = "micro-op"; break;
+      case MEM_ACC:
+      case MEM_ACC_8BIT: in->module = MOD_COMPUTE; depth = s->p.acc_depth; buffer = "accumulator"; break;
+      default:
+        INSN_FAIL(VTA_ERR_INSN, "memory_type %u is not allowed on LOAD (allowed: 0 UOP, 1 WGT, 2 INP, 3 ACC, "
+                  "5 ACC_8BIT)", in->mem_type);
+    }
+  }
+  int rc = route_flags(in, bits(w, f[VTA_MEM_POP_PREV]), bits(w, f[VTA_MEM_POP_NEXT]), bits(w, f[VTA_MEM_PUSH_PREV]),
+                       bits(w, f[VTA_MEM_PUSH_NEXT]), idx, stats, err, errlen);
+  if (rc) return rc;
+  if (in->x_size == 0) return VTA_OK; /* NOP carrying dependency flags */
+  if (in->y_size == 0) INSN_FAIL(VTA_ERR_INSN, "y_size is 0 with x_size %u (allowed: y_size >= 1)", in->x_size);
+  if (in->opcode == OP_STORE && (in->y_pad0 | in->y_pad1 | in->x_pad0 | in->x_pad1))
+    INSN_FAIL(VTA_ERR_INSN, "padding on a store (pads %u,%u,%u,%u; stores must have all pads 0)", in->y_pad0,
+              in->y_pad1, in->x_pad0, in->x_pad1);
+  uint64_t xt = (uint64_t)in->x_pad0 + in->x_size + in->x_pad1;
+  uint64_t yt = (uint64_t)in->y_pad0 + in->y_size + in->y_pad1;
+  uint64_t end = in->sram_base + xt * yt;
+  if (end > depth)
+    INSN_FAIL(VTA_ERR_INSN, "SRAM range [%u, %llu) exceeds the %s buffer depth %u", in->sram_base,
+              (unsigned long long)end, buffer, depth);
+  uint64_t e = dram_elem_bytes(s, in->mem_type);
+  uint64_t lo = in->dram_base * e;
+  uint64_t n = ((uint64_t)(in->y_size - 1) * in->x_stride + in->x_size) * e;
+  in->dram = resolve(s, lo, n);
+  if (!in->dram)
+    INSN_FAIL(VTA_ERR_MEM, "DRAM range [0x%llx, 0x%llx) (dram_base %llu x %llu-byte elements) is not inside one "
+              "mapped region", (unsigned long long)lo, (unsigned long long)(lo + n),
+              (unsigned long long)in->dram_base, (unsigned long long)e);
+  return VTA_OK;
+}
+
+static int decode_loop(vta_sim_t *s, const uint64_t w[2], insn_t *in, uint32_t idx, vta_stats_t *stats, char *err,
+                       size_t errlen) {
+  const vta_field_t *f = in->opcode == OP_GEMM ? s->p.gemm : s->p.alu;
+  in->module = MOD_COMPUTE;
+  in->reset = (uint8_t)bits(w, f[VTA_LOOP_RESET]);
+  in->uop_bgn = bits(w, f[VTA_LOOP_UOP_BGN]);
+  in->uop_end = bits(w, f[VTA_LOOP_UOP_END]);
+  in->iter_out = bits(w, f[VTA_LOOP_ITER_OUT]);
+  in->iter_in = bits(w, f[VTA_LOOP_ITER_IN]);
+  in->dst_out = bits(w, f[VTA_LOOP_DST_OUT]);
+  in->dst_in = bits(w, f[VTA_LOOP_DST_IN]);
+  in->src_out = bits(w, f[VTA_LOOP_SRC_OUT]);
+  in->src_in = bits(w, f[VTA_LOOP_SRC_IN]);
+  if (in->opcode == OP_GEMM) {
+    in->wgt_out = bits(w, f[VTA_GEMM_WGT_OUT]);
+    in->wgt_in = bits(w, f[VTA_GEMM_WGT_IN]);
+  } else {
+    vta_field_t fi = f[VTA_ALU_IMM];
+    uint32_t raw = bits(w, fi);
+    in->alu_op = (uint8_t)bits(w, f[VTA_ALU_OPCODE]);
+    in->use_imm = (uint8_t)bits(w, f[VTA_ALU_USE_IMM]);
+    in->imm = (raw >> (fi.width - 1)) ? (int32_t)((int64_t)raw - ((int64_t)1 << fi.width)) : (int32_t)raw;
+    if (in->alu_op > ALU_MUL)
+      INSN_FAIL(VTA_ERR_INSN, "alu_opcode %u is unknown (allowed: 0 MIN, 1 MAX, 2 ADD, 3 SHR, 4 MUL)", in->alu_op);
+  }
+  if (in->uop_bgn > in->uop_end || in->uop_end > s->p.uop_depth)
+    INSN_FAIL(VTA_ERR_INSN, "micro-op range [%u, %u) is not within the micro-op buffer [0, %u)", in->uop_bgn,
+              in->uop_end, s->p.uop_depth);
+  return route_flags(in, bits(w, f[VTA_LOOP_POP_PREV]), bits(w, f[VTA_LOOP_POP_NEXT]), bits(w, f[VTA_LOOP_PUSH_PREV]),
+                     bits(w, f[VTA_LOOP_PUSH_NEXT]), idx, stats, err, errlen);
+}
+
+static int decode_all(vta_sim_t *s, const uint8_t *raw, uint32_t count, insn_t *out, vta_stats_t *stats, char *err,
+                      size_t errlen) {
+  for (uint32_t idx = 0; idx < count; idx++) {
+    uint64_t w[2];
+    memcpy(w, raw + (size_t)idx * 16, 16);
+    insn_t *in = &out[idx];
+    memset(in, 0, sizeof *in);
+    in->opcode = (uint8_t)bits(w, s->p.mem[VTA_MEM_OPCODE]);
+    int rc;
+    switch (in->opcode) {
+      case OP_LOAD:
+      case OP_STORE: rc = decode_mem(s, w, in, idx, stats, err, errlen); break;
+      case OP_GEMM:
+      case OP_ALU: rc = decode_loop(s, w, in, idx, stats, err, errlen); break;
+      case OP_FINISH:
+        in->module = MOD_COMPUTE;
+        rc = route_flags(in, bits(w, s->p.mem[VTA_MEM_POP_PREV]), bits(w, s->p.mem[VTA_MEM_POP_NEXT]),
+                         bits(w, s->p.mem[VTA_MEM_PUSH_PREV]), bits(w, s->p.mem[VTA_MEM_PUSH_NEXT]), idx, stats, err,
+                         errlen);
+        break;
+      default: INSN_FAIL(VTA_ERR_INSN, "unknown opcode %u (allowed: 0 LOAD, 1 STORE, 2 GEMM, 3 FINISH, 4 ALU)", in->opcode);
+    }
+    if (rc) return rc;
+  }
+  if (out[count - 1].opcode != OP_FINISH) {
+    stats->error_index = (int64_t)count - 1;
+    return fail(err, errlen, VTA_ERR_INSN, "instruction %u: the stream does not end with FINISH (VTA's runtime "
+                "always ends a stream with FINISH; the last instruction is %s)", count - 1,
+                out[count - 1].opcode <= OP_ALU ? OP_NAMES[out[count - 1].opcode] : "invalid");
+  }
+  return VTA_OK;
+}
+
+/* ------------------------------------------------------------------ execution */
+
+static uint64_t iterations(const insn_t *in) {
+  return (uint64_t)in->iter_out * in->iter_in * (in->uop_end - in->uop_bgn);
+}
+
+static uint64_t duration(const vta_sim_t *s, const insn_t *in) {
+  const vta_params_t *p = &s->p;
+  if (in->opcode == OP_FINISH) return 1;
+  if (in->opcode == OP_GEMM || in->opcode == OP_ALU) {
+    uint64_t d = p->compute_latency + iterations(in) * (in->opcode == OP_GEMM ? p->gemm_ii : p->alu_ii);
+    return d ? d : 1;
+  }
+  if (in->x_size == 0) return 1;
+  uint64_t e = dram_elem_bytes(s, in->mem_type);
+  int one_row = in->y_size == 1 || in->x_stride == in->x_size;
+  uint64_t rows = one_row ? 1 : in->y_size;
+  uint64_t row_bytes = (uint64_t)in->x_size * e * (one_row ? in->y_size : 1);
+  uint64_t beats = ceil_div(row_bytes, p->bus_bytes);
+  uint64_t bursts = ceil_div(beats, p->burst_beats);
+  uint64_t d = p->dram_latency + rows * (beats + bursts * p->burst_gap);
+  if (in->opcode == OP_LOAD) {
+    uint64_t xt = (uint64_t)in->x_pad0 + in->x_size + in->x_pad1;
+    uint64_t yt = (uint64_t)in->y_pad0 + in->y_size + in->y_pad1;
+    d += xt * yt - (uint64_t)in->x_size * in->y_size;
+  }
+  return d;
+}
+
+static void exec_load(vta_sim_t *s, const insn_t *in) {
+  uint32_t xt = in->x_pad0 + in->x_size + in->x_pad1;
+  uint32_t yt = in->y_pad0 + in->y_size + in->y_pad1;
+  uint32_t depth = 0, elem = 0;
+  uint32_t mem = in->mem_type == MEM_ACC_8BIT ? MEM_ACC : in->mem_type;
+  uint8_t *sram = sram_of(s, mem, &depth, &elem);
+  uint32_t src_elem = dram_elem_bytes(s, in->mem_type);
+  for (uint32_t y = 0; y < yt; y++) {
+    uint8_t *row = sram + ((size_t)in->sram_base + (size_t)y * xt) * elem;
+    if (y < in->y_pad0 || y >= in->y_pad0 + in->y_size) {
+      memset(row, 0, (size_t)xt * elem);
+      continue;
+    }
+    const uint8_t *src = in->dram + (size_t)(y - in->y_pad0) * in->x_stride * src_elem;
+    memset(row, 0, (size_t)in->x_pad0 * elem);
+    uint8_t *dst = row + (size_t)in->x_pad0 * elem;
+    if (in->mem_type == MEM_ACC_8BIT) {
+      int32_t *d32 = (int32_t *)(void *)dst;
+      const int8_t *s8 = (const int8_t *)src;
+      for (size_t k = 0; k < (size_t)in->x_size * src_elem; k++) d32[k] = s8[k];
+    } else {
+      memcpy(dst, src, (size_t)in->x_size * elem);
+    }
+    memset(dst + (size_t)in->x_size * elem, 0, (size_t)in->x_pad1 * elem);
+  }
+  (void)depth;
+}
+
+static void count_load(const vta_sim_t *s, const insn_t *in, vta_stats_t *st) {
+  uint64_t n = (uint64_t)in->x_size * in->y_size;
+  switch (in->mem_type) {
+    case MEM_UOP: st->uop_load_nbytes += n * 4; break;
+    case MEM_INP: st->inp_load_nbytes += n * s->inp_elem; break;
+    case MEM_WGT: st->wgt_load_nbytes += n * s->wgt_elem; break;
+    default: st->acc_load_nbytes += n * s->acc_elem; break; /* ACC_8BIT counted as ACC, as VTA does */
+  }
+}
+
+static void exec_store(vta_sim_t *s, const insn_t *in) {
+  const uint32_t lanes = s->p.batch * s->p.block_out;
+  for (uint32_t y = 0; y < in->y_size; y++) {
+    for (uint32_t x = 0; x < in->x_size; x++) {
+      const int32_t *src = s->acc + ((size_t)in->sram_base + (size_t)y * in->x_size + x) * lanes;
+      uint8_t *dst = in->dram + ((size_t)y * in->x_stride + x) * lanes;
+      for (uint32_t l = 0; l < lanes; l++) dst[l] = (uint8_t)((uint32_t)src[l] & 0xffu);
+    }
+  }
+}
+
+/* Largest index any iteration reaches for micro-op field `which`; checks happen before any write. */
+static int check_indices(vta_sim_t *s, const insn_t *in, uint32_t idx, vta_stats_t *stats, char *err, size_t errlen) {
+  if (iterations(in) == 0) return VTA_OK;
+  const vta_field_t *uf = s->p.uop;
+  uint64_t io = in->iter_out - 1, ii = in->iter_in - 1;
+  int check_src = in->opcode == OP_GEMM ? !in->reset : !in->use_imm;
+  int check_wgt = in->opcode == OP_GEMM && !in->reset;
+  uint32_t src_depth = in->opcode == OP_GEMM ? s->p.inp_depth : s->p.acc_depth;
+  const char *src_buf = in->opcode == OP_GEMM ? "input" : "accumulator";
+  for (uint32_t k = in->uop_bgn; k < in->uop_end; k++) {
+    uint64_t w[2] = {s->uop[k], 0};
+    uint64_t d = bits(w, uf[VTA_UOP_DST]) + io * in->dst_out + ii * in->dst_in;
+    uint64_t sr = bits(w, uf[VTA_UOP_SRC]) + io * in->src_out + ii * in->src_in;
+    uint64_t wg = bits(w, uf[VTA_UOP_WGT]) + io * in->wgt_out + ii * in->wgt_in;
+    if (d >= s->p.acc_depth)
+      INSN_FAIL(VTA_ERR_INSN, "micro-op %u reaches accumulator index %llu, beyond the depth %u", k,
+                (unsigned long long)d, s->p.acc_depth);
+    if (check_src && sr >= src_depth)
+      INSN_FAIL(VTA_ERR_INSN, "micro-op %u reaches %s index %llu, beyond the depth %u", k, src_buf,
+                (unsigned long long)sr, src_depth);
+    if (check_wgt && wg >= s->p.wgt_depth)
+      INSN_FAIL(VTA_ERR_INSN, "micro-op %u reaches weight index %llu, beyond the depth %u", k,
+                (unsigned long long)wg, s->p.wgt_depth);
+  }
+  return VTA_OK;
+}
+
+/* acc[b][o] += sum_c inp[b][c] * wgt[o][c]; the fixed-size copies let the compiler unroll and vectorise. */
+#define DEFINE_GEMM_BLOCK(NAME, BI)                                                                          \
+  static void NAME(int32_t *restrict acc, const int8_t *restrict inp, const int8_t *restrict wgt, uint32_t batch, \
+                   uint32_t bo, uint32_t bi_runtime) {                                                       \
+    const uint32_t bi = (BI) ? (BI) : bi_runtime;                                                            \
+    for (uint32_t b = 0; b < batch; b++) {                                                                   \
+      const int8_t *x = inp + (size_t)b * bi;                                                                \
+      int32_t *a = acc + (size_t)b * bo;                                                                     \
+      for (uint32_t o = 0; o < bo; o++) {                                                                    \
+        const int8_t *wr = wgt + (size_t)o * bi;                                                             \
+        int32_t sum = 0;                                                                                     \
+        for (uint32_t c = 0; c < bi; c++) sum += (int32_t)x[c] * (int32_t)wr[c];                             \
+        a[o] = (int32_t)((uint32_t)a[o] + (uint32_t)sum);                                                    \
+      }                                                                                                      \
+    }                                                                                                        \
+  }
+DEFINE_GEMM_BLOCK(gemm_block_any, 0)
+DEFINE_GEMM_BLOCK(gemm_block_8, 8)
+DEFINE_GEMM_BLOCK(gemm_block_16, 16)
+DEFINE_GEMM_BLOCK(gemm_block_32, 32)
+DEFINE_GEMM_BLOCK(gemm_block_64, 64)
+
+typedef void (*gemm_block_fn)(int32_t *restrict, const int8_t *restrict, const int8_t *restrict, uint32_t, uint32_t,
+                              uint32_t);
+
+static gemm_block_fn pick_gemm_block(uint32_t block_in) {
+  switch (block_in) {
+    case 8: return gemm_block_8;
+    case 16: return gemm_block_16;
+    case 32: return gemm_block_32;
+    case 64: return gemm_block_64;
+    default: return gemm_block_any;
+  }
+}
+
+static void exec_gemm(vta_sim_t *s, const insn_t *in) {
+  const vta_field_t *uf = s->p.uop;
+  const uint32_t lanes = s->p.batch * s->p.block_out;
+  gemm_block_fn block = pick_gemm_block(s->p.block_in);
+  for (uint32_t i = 0; i < in->iter_out; i++) {
+    for (uint32_t j = 0; j < in->iter_in; j++) {
+      for (uint32_t k = in->uop_bgn; k < in->uop_end; k++) {
+        uint64_t w[2] = {s->uop[k], 0};
+        size_t d = bits(w, uf[VTA_UOP_DST]) + (size_t)i * in->dst_out + (size_t)j * in->dst_in;
+        int32_t *acc = s->acc + d * lanes;
+        if (in->reset) {
+          memset(acc, 0, (size_t)lanes * 4);
+          continue;
+        }
+        size_t src = bits(w, uf[VTA_UOP_SRC]) + (size_t)i * in->src_out + (size_t)j * in->src_in;
+        size_t wgt = bits(w, uf[VTA_UOP_WGT]) + (size_t)i * in->wgt_out + (size_t)j * in->wgt_in;
+        block(acc, s->inp + src * s->inp_elem, s->wgt + wgt * s->wgt_elem, s->p.batch, s->p.block_out,
+              s->p.block_in);
+      }
+    }
+  }
+}
+
+static int32_t alu_apply(uint32_t op, int32_t a, int32_t b) {
+  switch (op) {
+    case ALU_MIN: return a < b ? a : b;
+    case ALU_MAX: return a > b ? a : b;
+    case ALU_ADD: return (int32_t)((uint32_t)a + (uint32_t)b);
+    case ALU_MUL: return (int32_t)((uint32_t)a * (uint32_t)b);
+    default: { /* SHR: negative amount shifts left */
+      if (b >= 0) {
+        int sh = b > 31 ? 31 : b;
+        return a >= 0 ? a >> sh : ~(~a >> sh);
+      }
+      int sh = b < -31 ? 31 : -b;
+      return (int32_t)((uint32_t)a << sh);
+    }
+  }
+}
+
+static void exec_alu(vta_sim_t *s, const insn_t *in) {
+  const vta_field_t *uf = s->p.uop;
+  const uint32_t lanes = s->p.batch * s->p.block_out;
+  for (uint32_t i = 0; i < in->iter_out; i++) {
+    for (uint32_t j = 0; j < in->iter_in; j++) {
+      for (uint32_t k = in->uop_bgn; k < in->uop_end; k++) {
+        uint64_t w[2] = {s->uop[k], 0};
+        size_t d = bits(w, uf[VTA_UOP_DST]) + (size_t)i * in->dst_out + (size_t)j * in->dst_in;
+        int32_t *dst = s->acc + d * lanes;
+        if (in->use_imm) {
+          for (uint32_t l = 0; l < lanes; l++) dst[l] = alu_apply(in->alu_op, dst[l], in->imm);
+          continue;
+        }
+        size_t sr = bits(w, uf[VTA_UOP_SRC]) + (size_t)i * in->src_out + (size_t)j * in->src_in;
+        const int32_t *src = s->acc + sr * lanes;
+        for (uint32_t l = 0; l < lanes; l++) dst[l] = alu_apply(in->alu_op, dst[l], src[l]);
+      }
+    }
+  }
+}
+
+static int execute(vta_sim_t *s, const insn_t *in, uint32_t idx, int compute, vta_stats_t *st, char *err,
+                   size_t errlen) {
+  switch (in->opcode) {
+    case OP_LOAD:
+      if (in->x_size == 0) return VTA_OK;
+      count_load(s, in, st);
+      if (compute || in->mem_type == MEM_UOP) exec_load(s, in);
+      return VTA_OK;
+    case OP_STORE:
+      if (in->x_size == 0) return VTA_OK;
+      st->out_store_nbytes += (uint64_t)in->x_size * in->y_size * s->out_elem;
+      if (compute) exec_store(s, in);
+      return VTA_OK;
+    case OP_GEMM:
+    case OP_ALU: {
+      int rc = check_indices(s, in, idx, st, err, errlen);
+      if (rc) return rc;
+      if (in->opcode == OP_GEMM) {
+        if (!in->reset) st->gemm_counter += iterations(in);
+        if (compute) exec_gemm(s, in);
+      } else {
+        st->alu_counter += iterations(in);
+        if (compute) exec_alu(s, in);
+      }
+      return VTA_OK;
+    }
+    default: return VTA_OK; /* FINISH */
+  }
+}
+
+/* ------------------------------------------------------------------ scheduler (timing model) */
+
+typedef struct queue_log {
+  uint64_t *push_end;  /* end time of the n-th push */
+  uint64_t *pop_start; /* start time of the n-th pop */
+  uint32_t pushes, pops;
+} queue_log_t;
+
+typedef struct sched {
+  uint32_t *order[NUM_MODULES]; /* instruction indices per module, in program order */
+  uint32_t count[NUM_MODULES], next[NUM_MODULES];
+  uint32_t *pos;                /* position of each instruction in its module's order */
+  uint64_t *start, *dispatch;
+  uint8_t *started;
+  queue_log_t q[NUM_QUEUES];
+  uint64_t free_at[NUM_MODULES];
+  uint32_t fetched;             /* instructions dispatched so far */
+  uint64_t fetch_time;
+} sched_t;
+
+static void sched_free(sched_t *S) {
+  for (int m = 0; m < NUM_MODULES; m++) free(S->order[m]);
+  for (int q = 0; q < NUM_QUEUES; q++) {
+    free(S->q[q].push_end);
+    free(S->q[q].pop_start);
+  }
+  free(S->pos);
+  free(S->start);
+  free(S->dispatch);
+  free(S->started);
+}
+
+static int sched_init(sched_t *S, const insn_t *in, uint32_t n) {
+  memset(S, 0, sizeof *S);
+  uint32_t pushes[NUM_QUEUES] = {0}, pops[NUM_QUEUES] = {0};
+  for (uint32_t i = 0; i < n; i++) {
+    S->count[in[i].module]++;
+    for (int k = 0; k < 2; k++) {
+      if (in[i].pop_q[k] != NO_QUEUE) pops[in[i].pop_q[k]]++;
+      if (in[i].push_q[k] != NO_QUEUE) pushes[in[i].push_q[k]]++;
+    }
+  }
+  int ok = 1;
+  for (int m = 0; m < NUM_MODULES; m++) ok &= (S->order[m] = malloc(sizeof(uint32_t) * (S->count[m] + 1))) != NULL;
+  for (int q = 0; q < NUM_QUEUES; q++) {
+    ok &= (S->q[q].push_end = malloc(sizeof(uint64_t) * (pushes[q] + 1))) != NULL;
+    ok &= (S->q[q].pop_start = malloc(sizeof(uint64_t) * (pops[q] + 1))) != NULL;
+  }
+  ok &= (S->pos = malloc(sizeof(uint32_t) * n)) != NULL;
+  ok &= (S->start = malloc(sizeof(uint64_t) * n)) != NULL;
+  ok &= (S->dispatch = malloc(sizeof(uint64_t) * n)) != NULL;
+  ok &= (S->started = calloc(n, 1)) != NULL;
+  if (!ok) return 0;
+  uint32_t fill[NUM_MODULES] = {0};
+  for (uint32_t i = 0; i < n; i++) {
+    uint32_t m = in[i].module;
+    S->pos[i] = fill[m];
+    S->order[m][fill[m]++] = i;
+  }
+  return 1;
+}
+
+/* Dispatch every instruction whose module queue has room (docs/simulator.md, "Fetch"). */
+static void advance_fetch(sched_t *S, const insn_t *in, uint32_t n, uint64_t fetch_cost, uint32_t qdepth) {
+  while (S->fetched < n) {
+    uint32_t i = S->fetched;
+    uint32_t m = in[i].module, k = S->pos[i];
+    uint64_t room = 0;
+    if (k >= qdepth) {
+      uint32_t blocker = S->order[m][k - qdepth];
+      if (!S->started[blocker]) return;
+      room = S->start[blocker];
+    }
+    S->fetch_time = (S->fetch_time > room ? S->fetch_time : room) + fetch_cost;
+    S->dispatch[i] = S->fetch_time;
+    S->fetched++;
+  }
+}
+
+/* Earliest start of instruction i and the binding stall cause; 0 if some constraint is not yet known. */
+static int ready_time(const sched_t *S, const insn_t *in, uint32_t i, uint32_t tdepth, uint64_t *when, int *cause) {
+  if (i >= S->fetched) return 0;
+  uint64_t t = S->free_at[in->module];
+  int c = -1;
+  uint64_t best = 0;
+  int best_cause = CAUSE_DISPATCH;
+  /* candidates in tie-break priority order: pops, pushes, dispatch */
+  uint64_t cand[5];
+  int causes[5], nc = 0;
+  for (int k = 0; k < 2; k++) {
+    uint8_t q = in->pop_q[k];
+    if (q == NO_QUEUE) continue;
+    const queue_log_t *L = &S->q[q];
+    if (L->pops >= L->pushes) return 0;
+    cand[nc] = L->push_end[L->pops];
+    causes[nc++] = q;
+  }
+  for (int k = 0; k < 2; k++) {
+    uint8_t q = in->push_q[k];
+    if (q == NO_QUEUE) continue;
+    const queue_log_t *L = &S->q[q];
+    if (L->pushes >= tdepth) {
+      uint32_t need = L->pushes - tdepth; /* this pop must have happened */
+      if (L->pops <= need) return 0;
+      cand[nc] = L->pop_start[need];
+      causes[nc++] = NUM_QUEUES + q;
+    }
+  }
+  cand[nc] = S->dispatch[i];
+  causes[nc++] = CAUSE_DISPATCH;
+  for (int k = 0; k < nc; k++) {
+    if (cand[k] > best) {
+      best = cand[k];
+      best_cause = causes[k];
+    }
+  }
+  /* sort out ties by priority: the first candidate (in priority order) equal to the maximum */
+  for (int k = 0; k < nc; k++) {
+    if (cand[k] == best) {
+      best_cause = causes[k];
+      break;
+    }
+  }
+  if (best > t) {
+    t = best;
+    c = best_cause;
+  }
+  *when = t;
+  *cause = c;
+  return 1;
+}
+
+static int report_deadlock(const sched_t *S, const insn_t *in, uint32_t tdepth, uint32_t qdepth,
+                           vta_stats_t *stats, char *err, size_t errlen) {
+  char msg[1024];
+  size_t len = 0;
+  int64_t first = -1;
+  for (int m = 0; m < NUM_MODULES; m++) {
+    if (S->next[m] >= S->count[m]) continue;
+    uint32_t i = S->order[m][S->next[m]];
+    if (first < 0 || (int64_t)i < first) first = i;
+    char what[32], why[200];
+    describe(&in[i], what, sizeof what);
+    if (i >= S->fetched) {
+      uint32_t j = S->fetched;
+      snprintf(why, sizeof why, "is never dispatched: fetch is blocked at instruction %u because the %s queue is "
+               "full (%u instructions waiting)", j, MODULE_NAMES[in[j].module], qdepth);
+    } else {
+      snprintf(why, sizeof why, "is blocked");
+      for (int k = 0; k < 2; k++) {
+        uint8_t q = in[i].pop_q[k];
+        if (q != NO_QUEUE && S->q[q].pops >= S->q[q].pushes) {
+          snprintf(why, sizeof why, "waits for a token on %s that is never pushed", QUEUE_NAMES[q]);
+          break;
+        }
+        q = in[i].push_q[k];
+        if (q != NO_QUEUE && S->q[q].pushes >= tdepth && S->q[q].pops <= S->q[q].pushes - tdepth) {
+          snprintf(why, sizeof why, "waits for room on %s, full with %u tokens that are never popped",
+                   QUEUE_NAMES[q], tdepth);
+          break;
+        }
+      }
+    }
+    int w = snprintf(msg + len, sizeof msg - len, "%s%s at instruction %u (%s) %s", len ? "; " : "",
+                     MODULE_NAMES[m], i, what, why);
+    if (w > 0) len += (size_t)w < sizeof msg - len ? (size_t)w : sizeof msg - len - 1;
+  }
+  stats->error_index = first;
+  return fail(err, errlen, VTA_ERR_DEADLOCK, "deadlock: %s", msg);
+}
+
+int vta_sim_run(vta_sim_t *s, const uint8_t *insns, uint32_t count, int compute, uint64_t max_cycles,
+                vta_stats_t *stats, vta_trace_event_t *trace, char *err, size_t errlen) {
+  if (!stats) return fail(err, errlen, VTA_ERR_ARG, "no stats buffer");
+  memset(stats, 0, sizeof *stats);
+  stats->error_index = -1;
+  if (!insns || count == 0)
+    return fail(err, errlen, VTA_ERR_INSN, "empty instruction stream (a stream ends with FINISH)");
+  insn_t *in = malloc(sizeof(insn_t) * count);
+  if (!in) return fail(err, errlen, VTA_ERR_ARG, "out of host memory for %u instructions", count);
+  int rc = decode_all(s, insns, count, in, stats, err, errlen);
+  sched_t S;
+  if (rc == VTA_OK && !sched_init(&S, in, count)) {
+    sched_free(&S);
+    free(in);
+    return fail(err, errlen, VTA_ERR_ARG, "out of host memory for the scheduler");
+  }
+  if (rc != VTA_OK) {
+    free(in);
+    return rc;
+  }
+  const uint64_t fetch_cost = ceil_div(16, s->p.bus_bytes);
+  const uint32_t tdepth = s->p.token_queue_depth, qdepth = s->p.insn_queue_depth;
+  S.fetch_time = s->p.dram_latency;
+  uint32_t done = 0;
+  while (done < count) {
+    advance_fetch(&S, in, count, fetch_cost, qdepth);
+    int pick = -1, pick_cause = -1;
+    uint64_t pick_t = 0;
+    for (int m = 0; m < NUM_MODULES; m++) {
+      if (S.next[m] >= S.count[m]) continue;
+      uint32_t i = S.order[m][S.next[m]];
+      uint64_t t;
+      int cause;
+      if (!ready_time(&S, &in[i], i, tdepth, &t, &cause)) continue;
+      if (pick < 0 || t < pick_t) {
+        pick = m;
+        pick_t = t;
+        pick_cause = cause;
+      }
+    }
+    if (pick < 0) {
+      rc = report_deadlock(&S, in, tdepth, qdepth, stats, err, errlen);
+      break;
+    }
+    uint32_t idx = S.order[pick][S.next[pick]];
+    const insn_t *cur = &in[idx];
+    uint64_t end = pick_t + duration(s, cur);
+    if (end > max_cycles) {
+      char what[32];
+      describe(cur, what, sizeof what);
+      stats->error_index = idx;
+      rc = fail(err, errlen, VTA_ERR_BUDGET, "instruction %u (%s): would end at cycle %llu, past the budget of "
+                "max_cycles=%llu (raise max_cycles for longer programs)", idx, what, (unsigned long long)end,
+                (unsigned long long)max_cycles);
+      break;
+    }
+    rc = execute(s, cur, idx, compute, stats, err, errlen);
+    if (rc) break;
+    if (pick_cause >= 0) stats->stalls[pick][pick_cause] += pick_t - S.free_at[pick];
+    for (int k = 0; k < 2; k++) {
+      if (cur->pop_q[k] != NO_QUEUE) {
+        queue_log_t *L = &S.q[cur->pop_q[k]];
+        L->pop_start[L->pops++] = pick_t;
+      }
+      if (cur->push_q[k] != NO_QUEUE) {
+        queue_log_t *L = &S.q[cur->push_q[k]];
+        L->push_end[L->pushes++] = end;
+      }
+    }
+    S.start[idx] = pick_t;
+    S.started[idx] = 1;
+    S.free_at[pick] = end;
+    S.next[pick]++;
+    stats->busy[pick] += end - pick_t;
+    stats->insns[pick]++;
+    if (end > stats->cycles) stats->cycles = end;
+    if (cur->opcode == OP_FINISH) stats->finish_cycle = end;
+    if (trace) trace[idx] = (vta_trace_event_t){pick_t, end, (uint32_t)pick};
+    done++;
+  }
+  sched_free(&S);
+  free(in);
+  return rc;
+}

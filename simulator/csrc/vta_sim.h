@@ -1,0 +1,92 @@
+/* Behavioural simulator of a VTA-compatible accelerator, with a timing model.
+ *
+ * Plain C99 over integers and pointers. Every parameter of the hardware arrives at run time in
+ * vta_params_t (built in Python from hw_config), so one compiled library serves every configuration.
+ * No function ends the process: failures return a nonzero code and a message in the caller's buffer.
+ * The semantics and the timing model are specified in docs/simulator.md.
+ *
+ * This header is also fed to cffi's cdef (preprocessor lines stripped), so it holds only plain
+ * declarations with literal array sizes.
+ */
+#ifndef VTA_SIM_H
+#define VTA_SIM_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+enum vta_status {
+  VTA_OK = 0,
+  VTA_ERR_INSN = 1,     /* invalid instruction */
+  VTA_ERR_MEM = 2,      /* DRAM access outside mapped regions, bad map/read/write */
+  VTA_ERR_DEADLOCK = 3, /* no module can make progress */
+  VTA_ERR_BUDGET = 4,   /* the program would run past max_cycles */
+  VTA_ERR_ARG = 5       /* bad argument or out of host memory */
+};
+
+/* Field order of each format: the same order as hw_config/layout.py (checked by a test). */
+enum vta_mem_field {
+  VTA_MEM_OPCODE, VTA_MEM_POP_PREV, VTA_MEM_POP_NEXT, VTA_MEM_PUSH_PREV, VTA_MEM_PUSH_NEXT,
+  VTA_MEM_MEMORY_TYPE, VTA_MEM_SRAM_BASE, VTA_MEM_DRAM_BASE, VTA_MEM_Y_SIZE, VTA_MEM_X_SIZE,
+  VTA_MEM_X_STRIDE, VTA_MEM_Y_PAD_0, VTA_MEM_Y_PAD_1, VTA_MEM_X_PAD_0, VTA_MEM_X_PAD_1, VTA_MEM_NFIELDS
+};
+enum vta_loop_field {
+  VTA_LOOP_OPCODE, VTA_LOOP_POP_PREV, VTA_LOOP_POP_NEXT, VTA_LOOP_PUSH_PREV, VTA_LOOP_PUSH_NEXT,
+  VTA_LOOP_RESET, VTA_LOOP_UOP_BGN, VTA_LOOP_UOP_END, VTA_LOOP_ITER_OUT, VTA_LOOP_ITER_IN,
+  VTA_LOOP_DST_OUT, VTA_LOOP_DST_IN, VTA_LOOP_SRC_OUT, VTA_LOOP_SRC_IN, VTA_LOOP_NCOMMON
+};
+/* GEMM and ALU share the first VTA_LOOP_NCOMMON fields, then differ. */
+enum vta_gemm_field { VTA_GEMM_WGT_OUT = 14, VTA_GEMM_WGT_IN = 15, VTA_GEMM_NFIELDS = 16 };
+enum vta_alu_field { VTA_ALU_OPCODE = 14, VTA_ALU_USE_IMM = 15, VTA_ALU_IMM = 16, VTA_ALU_NFIELDS = 17 };
+enum vta_uop_field { VTA_UOP_DST, VTA_UOP_SRC, VTA_UOP_WGT, VTA_UOP_NFIELDS };
+
+typedef struct vta_field {
+  uint32_t offset; /* bit position in the 128-bit instruction (or 32-bit micro-op) */
+  uint32_t width;
+} vta_field_t;
+
+typedef struct vta_params {
+  uint32_t batch, block_in, block_out;
+  uint32_t uop_depth, inp_depth, wgt_depth, acc_depth;
+  uint32_t bus_bytes, dram_latency, burst_beats, burst_gap;
+  uint32_t gemm_ii, alu_ii, compute_latency, insn_queue_depth, token_queue_depth;
+  vta_field_t mem[15];
+  vta_field_t gemm[16];
+  vta_field_t alu[17];
+  vta_field_t uop[3];
+} vta_params_t;
+
+typedef struct vta_stats {
+  uint64_t inp_load_nbytes, wgt_load_nbytes, acc_load_nbytes, uop_load_nbytes, out_store_nbytes;
+  uint64_t gemm_counter, alu_counter;
+  uint64_t cycles, finish_cycle;
+  uint64_t insns[3];      /* load, compute, store */
+  uint64_t busy[3];
+  uint64_t stalls[3][9];  /* pop l2g,g2l,s2g,g2s; push l2g,g2l,s2g,g2s; dispatch */
+  int64_t error_index;    /* instruction at fault, or -1 */
+} vta_stats_t;
+
+typedef struct vta_trace_event {
+  uint64_t start, end;
+  uint32_t module;
+} vta_trace_event_t;
+
+typedef struct vta_sim vta_sim_t;
+
+vta_sim_t *vta_sim_create(const vta_params_t *params, char *err, size_t errlen);
+void vta_sim_destroy(vta_sim_t *sim);
+void vta_sim_reset(vta_sim_t *sim);
+
+int vta_sim_map(vta_sim_t *sim, uint64_t addr, uint64_t size, char *err, size_t errlen);
+int vta_sim_unmap(vta_sim_t *sim, uint64_t addr, char *err, size_t errlen);
+int vta_sim_write(vta_sim_t *sim, uint64_t addr, const uint8_t *src, uint64_t n, char *err, size_t errlen);
+int vta_sim_read(vta_sim_t *sim, uint64_t addr, uint8_t *dst, uint64_t n, char *err, size_t errlen);
+
+/* mem: 0 uop, 1 wgt, 2 inp, 3 acc (VTA's memory ids); count elements from index; raw element bytes. */
+int vta_sim_sram(vta_sim_t *sim, uint32_t mem, uint32_t index, uint32_t count, uint8_t *buf, int write,
+                 char *err, size_t errlen);
+
+/* Runs `count` 16-byte instructions. compute=0 skips data work (timing only); trace may be NULL. */
+int vta_sim_run(vta_sim_t *sim, const uint8_t *insns, uint32_t count, int compute, uint64_t max_cycles,
+                vta_stats_t *stats, vta_trace_event_t *trace, char *err, size_t errlen);
+
+#endif
