@@ -1,7 +1,8 @@
 """cffi (API mode) build of the C simulator; run by setup.py through ``cffi_modules``.
 
-Compiler flags: -O3 so the GEMM inner loops vectorise. ``VTA_SIM_NATIVE=1`` adds -march=native
-(faster on the build machine, not portable to older CPUs), off by default.
+Compiler flags: -O3 and -march=native so the GEMM inner loops use the host's SIMD (every install
+compiles on the machine that runs it). Set ``VTA_SIM_PORTABLE=1`` to build without -march=native,
+e.g. for a wheel meant for other machines.
 """
 
 import os
@@ -18,7 +19,7 @@ ffibuilder = FFI()
 ffibuilder.cdef(re.sub(r"(?m)^#.*$", "", HEADER))
 
 extra = ["-O3", "-std=c99", "-Wall", "-Wextra", "-fno-strict-aliasing"]
-if os.environ.get("VTA_SIM_NATIVE") == "1":
+if os.environ.get("VTA_SIM_PORTABLE") != "1":
     extra.append("-march=native")
 
 ffibuilder.set_source(

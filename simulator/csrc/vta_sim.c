@@ -29,6 +29,7 @@ struct vta_sim {
   uint32_t *uop;
   int8_t *inp, *wgt;
   int32_t *acc;
+  uint32_t *wgt_t; /* each weight tile transposed to [BLOCK_IN][BLOCK_OUT] and widened: feeds the fast GEMM */
   region_t *regions;
   size_t nregions, cap_regions;
 };
@@ -101,7 +102,8 @@ vta_sim_t *vta_sim_create(const vta_params_t *params, char *err, size_t errlen) 
   s->inp = calloc(p->inp_depth, s->inp_elem);
   s->wgt = calloc(p->wgt_depth, s->wgt_elem);
   s->acc = calloc(p->acc_depth, s->acc_elem);
-  if (!s->uop || !s->inp || !s->wgt || !s->acc) {
+  s->wgt_t = calloc((size_t)p->wgt_depth * s->wgt_elem, sizeof(uint32_t));
+  if (!s->uop || !s->inp || !s->wgt || !s->acc || !s->wgt_t) {
     vta_sim_destroy(s);
     fail(err, errlen, VTA_ERR_ARG, "out of host memory for the SRAMs");
     return NULL;
@@ -117,6 +119,7 @@ void vta_sim_destroy(vta_sim_t *s) {
   free(s->inp);
   free(s->wgt);
   free(s->acc);
+  free(s->wgt_t);
   free(s);
 }
 
@@ -125,6 +128,18 @@ void vta_sim_reset(vta_sim_t *s) {
   memset(s->inp, 0, (size_t)s->p.inp_depth * s->inp_elem);
   memset(s->wgt, 0, (size_t)s->p.wgt_depth * s->wgt_elem);
   memset(s->acc, 0, (size_t)s->p.acc_depth * s->acc_elem);
+  memset(s->wgt_t, 0, (size_t)s->p.wgt_depth * s->wgt_elem * sizeof(uint32_t));
+}
+
+/* Refresh the transposed copy of weight tiles [first, first+count). */
+static void update_wgt_t(vta_sim_t *s, size_t first, size_t count) {
+  const uint32_t bo = s->p.block_out, bi = s->p.block_in;
+  for (size_t t = first; t < first + count; t++) {
+    const int8_t *w = s->wgt + t * s->wgt_elem;
+    uint32_t *wt = s->wgt_t + t * s->wgt_elem;
+    for (uint32_t o = 0; o < bo; o++)
+      for (uint32_t c = 0; c < bi; c++) wt[(size_t)c * bo + o] = (uint32_t)(int32_t)w[(size_t)o * bi + c];
+  }
 }
 
 /* Index of the last region whose base <= addr, or -1. */
@@ -224,8 +239,12 @@ int vta_sim_sram(vta_sim_t *s, uint32_t mem, uint32_t index, uint32_t count, uin
     return fail(err, errlen, VTA_ERR_ARG, "SRAM range [%u, %llu) exceeds the %s buffer depth %u", index,
                 (unsigned long long)index + count, MEM_NAMES[mem], depth);
   uint8_t *p = base + (size_t)index * elem;
-  if (write) memcpy(p, buf, (size_t)count * elem);
-  else memcpy(buf, p, (size_t)count * elem);
+  if (write) {
+    memcpy(p, buf, (size_t)count * elem);
+    if (mem == MEM_WGT) update_wgt_t(s, index, count);
+  } else {
+    memcpy(buf, p, (size_t)count * elem);
+  }
   return VTA_OK;
 }
 
@@ -468,6 +487,7 @@ static void exec_load(vta_sim_t *s, const insn_t *in) {
     }
     memset(dst + (size_t)in->x_size * elem, 0, (size_t)in->x_pad1 * elem);
   }
+  if (mem == MEM_WGT) update_wgt_t(s, in->sram_base, (size_t)xt * yt);
   (void)depth;
 }
 
@@ -519,45 +539,66 @@ static int check_indices(vta_sim_t *s, const insn_t *in, uint32_t idx, vta_stats
   return VTA_OK;
 }
 
-/* acc[b][o] += sum_c inp[b][c] * wgt[o][c]; the fixed-size copies let the compiler unroll and vectorise. */
-#define DEFINE_GEMM_BLOCK(NAME, BI)                                                                          \
-  static void NAME(int32_t *restrict acc, const int8_t *restrict inp, const int8_t *restrict wgt, uint32_t batch, \
-                   uint32_t bo, uint32_t bi_runtime) {                                                       \
-    const uint32_t bi = (BI) ? (BI) : bi_runtime;                                                            \
-    for (uint32_t b = 0; b < batch; b++) {                                                                   \
-      const int8_t *x = inp + (size_t)b * bi;                                                                \
-      int32_t *a = acc + (size_t)b * bo;                                                                     \
-      for (uint32_t o = 0; o < bo; o++) {                                                                    \
-        const int8_t *wr = wgt + (size_t)o * bi;                                                             \
-        int32_t sum = 0;                                                                                     \
-        for (uint32_t c = 0; c < bi; c++) sum += (int32_t)x[c] * (int32_t)wr[c];                             \
-        a[o] = (int32_t)((uint32_t)a[o] + (uint32_t)sum);                                                    \
-      }                                                                                                      \
-    }                                                                                                        \
+/* acc[b][o] += sum_c inp[b][c] * wgt[o][c], over the transposed tile wt[c][o].
+ * Lanes are unsigned so that wrap-around is defined; the low 32 bits equal the signed result. */
+static void gemm_block_scalar(int32_t *acc, const int8_t *inp, const uint32_t *wt, uint32_t batch, uint32_t bo,
+                              uint32_t bi) {
+  for (uint32_t b = 0; b < batch; b++) {
+    for (uint32_t o = 0; o < bo; o++) {
+      uint32_t sum = 0;
+      for (uint32_t c = 0; c < bi; c++) sum += (uint32_t)(int32_t)inp[(size_t)b * bi + c] * wt[(size_t)c * bo + o];
+      acc[(size_t)b * bo + o] = (int32_t)((uint32_t)acc[(size_t)b * bo + o] + sum);
+    }
   }
-DEFINE_GEMM_BLOCK(gemm_block_any, 0)
-DEFINE_GEMM_BLOCK(gemm_block_8, 8)
-DEFINE_GEMM_BLOCK(gemm_block_16, 16)
-DEFINE_GEMM_BLOCK(gemm_block_32, 32)
-DEFINE_GEMM_BLOCK(gemm_block_64, 64)
+}
 
-typedef void (*gemm_block_fn)(int32_t *restrict, const int8_t *restrict, const int8_t *restrict, uint32_t, uint32_t,
-                              uint32_t);
+#if defined(__GNUC__) || defined(__clang__)
+/* Sixteen output lanes at a time with the compiler's portable vector extension (SIMD on any target). */
+typedef uint32_t u32x16 __attribute__((vector_size(64)));
 
-static gemm_block_fn pick_gemm_block(uint32_t block_in) {
-  switch (block_in) {
-    case 8: return gemm_block_8;
-    case 16: return gemm_block_16;
-    case 32: return gemm_block_32;
-    case 64: return gemm_block_64;
-    default: return gemm_block_any;
+static void gemm_block_vec16(int32_t *acc, const int8_t *inp, const uint32_t *wt, uint32_t batch, uint32_t bo,
+                             uint32_t bi) {
+  for (uint32_t b = 0; b < batch; b++) {
+    const int8_t *x = inp + (size_t)b * bi;
+    for (uint32_t o = 0; o < bo; o += 16) {
+      u32x16 even = {0}, odd = {0}; /* two chains keep the multiplier busy */
+      uint32_t c = 0;
+      for (; c + 1 < bi; c += 2) {
+        u32x16 w0, w1;
+        memcpy(&w0, wt + (size_t)c * bo + o, sizeof w0);
+        memcpy(&w1, wt + (size_t)(c + 1) * bo + o, sizeof w1);
+        even += w0 * (uint32_t)(int32_t)x[c];
+        odd += w1 * (uint32_t)(int32_t)x[c + 1];
+      }
+      if (c < bi) {
+        u32x16 w0;
+        memcpy(&w0, wt + (size_t)c * bo + o, sizeof w0);
+        even += w0 * (uint32_t)(int32_t)x[c];
+      }
+      u32x16 a;
+      memcpy(&a, acc + (size_t)b * bo + o, sizeof a);
+      a += even + odd;
+      memcpy(acc + (size_t)b * bo + o, &a, sizeof a);
+    }
   }
+}
+#define HAVE_VEC16 1
+#endif
+
+typedef void (*gemm_block_fn)(int32_t *, const int8_t *, const uint32_t *, uint32_t, uint32_t, uint32_t);
+
+static gemm_block_fn pick_gemm_block(uint32_t block_out) {
+#ifdef HAVE_VEC16
+  if (block_out % 16 == 0) return gemm_block_vec16;
+#endif
+  (void)block_out;
+  return gemm_block_scalar;
 }
 
 static void exec_gemm(vta_sim_t *s, const insn_t *in) {
   const vta_field_t *uf = s->p.uop;
   const uint32_t lanes = s->p.batch * s->p.block_out;
-  gemm_block_fn block = pick_gemm_block(s->p.block_in);
+  gemm_block_fn block = pick_gemm_block(s->p.block_out);
   for (uint32_t i = 0; i < in->iter_out; i++) {
     for (uint32_t j = 0; j < in->iter_in; j++) {
       for (uint32_t k = in->uop_bgn; k < in->uop_end; k++) {
@@ -570,7 +611,7 @@ static void exec_gemm(vta_sim_t *s, const insn_t *in) {
         }
         size_t src = bits(w, uf[VTA_UOP_SRC]) + (size_t)i * in->src_out + (size_t)j * in->src_in;
         size_t wgt = bits(w, uf[VTA_UOP_WGT]) + (size_t)i * in->wgt_out + (size_t)j * in->wgt_in;
-        block(acc, s->inp + src * s->inp_elem, s->wgt + wgt * s->wgt_elem, s->p.batch, s->p.block_out,
+        block(acc, s->inp + src * s->inp_elem, s->wgt_t + wgt * s->wgt_elem, s->p.batch, s->p.block_out,
               s->p.block_in);
       }
     }
