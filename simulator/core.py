@@ -9,6 +9,7 @@ import numpy as np
 from hw_config import HwConfig, load_config
 from simulator.dram import AddressSpace
 from simulator.errors import ERROR_CLASSES, MemoryAccessError, SimulatorError
+from simulator.params import param_values
 from simulator.stats import MODULES, STALL_CAUSES, RunStats
 
 if TYPE_CHECKING:
@@ -43,18 +44,11 @@ def _as_bytes(data: bytes | bytearray | np.ndarray) -> np.ndarray:
 
 
 def _params(cfg: HwConfig):
+    values = np.array(param_values(cfg), dtype=np.uint32)
     p = ffi.new("vta_params_t *")
-    p.batch, p.block_in, p.block_out = cfg.BATCH, cfg.BLOCK_IN, cfg.BLOCK_OUT
-    p.uop_depth, p.inp_depth = cfg.UOP_BUFF_DEPTH, cfg.INP_BUFF_DEPTH
-    p.wgt_depth, p.acc_depth = cfg.WGT_BUFF_DEPTH, cfg.ACC_BUFF_DEPTH
-    p.bus_bytes, p.dram_latency = cfg.BUS_BYTES, cfg.DRAM_LATENCY
-    p.burst_beats, p.burst_gap = cfg.DMA_BURST_BEATS, cfg.DMA_BURST_GAP
-    p.gemm_ii, p.alu_ii, p.compute_latency = cfg.GEMM_II, cfg.ALU_II, cfg.COMPUTE_LATENCY
-    p.insn_queue_depth, p.token_queue_depth = cfg.INSN_QUEUE_DEPTH, cfg.TOKEN_QUEUE_DEPTH
-    for name in ("mem", "gemm", "alu", "uop"):
-        target = getattr(p, name)
-        for i, f in enumerate(cfg.insn_formats[name].fields):
-            target[i].offset, target[i].width = f.offset, f.width
+    if ffi.sizeof("vta_params_t") != values.nbytes:
+        raise SimulatorError("simulator/params.py and vta_sim.h disagree on vta_params_t; rebuild with pip install -e .")
+    ffi.memmove(p, ffi.from_buffer(values), values.nbytes)
     return p
 
 
