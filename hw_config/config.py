@@ -260,11 +260,27 @@ def _validate(c: HwConfig) -> None:
             what = "32-bit micro-op" if name == "uop" else f"128-bit {name.upper()} instruction"
             keys = "LOG_UOP_BUFF_SIZE, LOG_INP_BUFF_SIZE, LOG_WGT_BUFF_SIZE, LOG_ACC_BUFF_SIZE"
             raise ConfigError(
-                "LOG_ACC_BUFF_SIZE" if name == "uop" else "LOG_UOP_BUFF_SIZE",
+                _overflow_key(c, name, fmt),
                 f"hardware config: the SRAM depths ({keys} = {c.LOG_UOP_BUFF_SIZE}, {c.LOG_INP_BUFF_SIZE}, "
                 f"{c.LOG_WGT_BUFF_SIZE}, {c.LOG_ACC_BUFF_SIZE} with BATCH={c.BATCH}, BLOCK={c.BLOCK_IN}) make the "
                 f"{what} need {fmt.used_bits} bits, more than the {fmt.total_bits} VTA's hardware has: "
                 f"use smaller buffers or a larger block")
+
+
+# VTA's default depths fill the GEMM words and the micro-op exactly, so an overflow is blamed on the buffer
+# grown most beyond them (for a single override, the overridden key).
+_VTA_LOG_DEPTHS = {"LOG_UOP_BUFF_SIZE": 13, "LOG_ACC_BUFF_SIZE": 11, "LOG_INP_BUFF_SIZE": 11, "LOG_WGT_BUFF_SIZE": 10}
+
+
+def _overflow_key(c: HwConfig, name: str, fmt: Format) -> str:
+    """The buffer-size key most responsible for format ``name`` not fitting its container."""
+    if name in ("gemm", "alu") and fmt.field("iter_in").offset >= 64:
+        return "LOG_UOP_BUFF_SIZE"  # the micro-op range fields no longer fit the first 64-bit word
+    depth = {"LOG_UOP_BUFF_SIZE": c.LOG_UOP_BUFF_DEPTH, "LOG_ACC_BUFF_SIZE": c.LOG_ACC_BUFF_DEPTH,
+             "LOG_INP_BUFF_SIZE": c.LOG_INP_BUFF_DEPTH, "LOG_WGT_BUFF_SIZE": c.LOG_WGT_BUFF_DEPTH}
+    suspects = ["LOG_ACC_BUFF_SIZE"] if name == "alu" else ["LOG_ACC_BUFF_SIZE", "LOG_INP_BUFF_SIZE",
+                                                            "LOG_WGT_BUFF_SIZE"]
+    return max(suspects, key=lambda k: depth[k] - _VTA_LOG_DEPTHS[k])
 
 
 def presets() -> list[str]:
@@ -275,7 +291,7 @@ def presets() -> list[str]:
 def _read_json(path: Path) -> dict[str, Any]:
     try:
         data = json.loads(path.read_text())
-    except json.JSONDecodeError as e:
+    except (json.JSONDecodeError, UnicodeDecodeError) as e:
         raise ConfigError("", f"hardware config {path}: not valid JSON ({e})") from None
     if not isinstance(data, dict):
         raise ConfigError("", f"hardware config {path}: expected a JSON object, got {type(data).__name__}")
@@ -290,7 +306,7 @@ def config_from_dict(data: dict[str, Any], **overrides: Any) -> HwConfig:
     if missing:
         raise ConfigError(missing[0], f"hardware config: missing key(s) {', '.join(missing)}")
     target = data["TARGET"]
-    if target not in PLATFORM_PRESET_OF_TARGET:
+    if not isinstance(target, str) or target not in PLATFORM_PRESET_OF_TARGET:
         raise _fail("TARGET", target, f"one of {', '.join(TARGETS)}")
     if any(k not in data for k in PLATFORM_KEYS):
         platform = _read_json(PRESET_DIR / f"{PLATFORM_PRESET_OF_TARGET[target]}.json")

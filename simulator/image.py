@@ -13,17 +13,16 @@ import itertools
 import json
 import os
 import re
-import secrets
 import zipfile
 import zlib
 from dataclasses import dataclass, field
-from pathlib import Path
 from typing import IO, Any
 
 import numpy as np
 
 from hw_config import ConfigError, HwConfig, config_from_dict
 from simulator.dram import MAX_ADDRESS
+from simulator.files import write_atomic
 
 INSN_BYTES = 16
 _SEG_KEY = re.compile(r"seg_(0|[1-9][0-9]*)")
@@ -45,7 +44,8 @@ def _segments_from(segments: Any, where: str) -> list[tuple[int, np.ndarray]]:
         try:
             addr, data = seg
         except (TypeError, ValueError):
-            raise ImageError(f"{where}: segment {i} must be an (address, uint8 array) pair", f"seg_{i}") from None
+            raise ImageError(f"{where}: segment {i} must be an (address, uint8 array) pair",
+                             f"seg_{i}") from None
         if isinstance(data, (bytes, bytearray, memoryview)):
             data = np.frombuffer(bytes(data), dtype=np.uint8).copy()
         if isinstance(addr, (bool, np.bool_)) or not isinstance(addr, (int, np.integer)):
@@ -67,15 +67,23 @@ def _check_disjoint(ranges: list[tuple[int, int, str]], where: str) -> None:
     ranges = sorted(ranges)
     for (a0, n0, k0), (a1, n1, k1) in itertools.pairwise(ranges):
         if a0 + n0 > a1:
-            raise ImageError(f"{where}: {k0} [0x{a0:x}, 0x{a0 + n0:x}) overlaps {k1} [0x{a1:x}, 0x{a1 + n1:x})",
-                             "seg_addr")
+            raise ImageError(f"{where}: {k0} [0x{a0:x}, 0x{a0 + n0:x}) overlaps "
+                             f"{k1} [0x{a1:x}, 0x{a1 + n1:x})", "seg_addr")
 
 
-def _check_stream_clear(insn_addr: int, nbytes: int, segments: list[tuple[int, np.ndarray]], where: str) -> None:
+def _check_stream_clear(insn_addr: int, nbytes: int, segments: list[tuple[int, np.ndarray]],
+                        where: str) -> None:
     """A placed stream (insn_addr != 0) must not overlap a segment: replay maps both."""
     if insn_addr and nbytes:
         _check_disjoint([(a, d.size, f"seg_{i}") for i, (a, d) in enumerate(segments)]
                         + [(insn_addr, nbytes, "the instruction stream (insn_addr)")], where)
+
+
+def _check_insns(insns: Any, where: str) -> None:
+    if not isinstance(insns, np.ndarray) or insns.dtype != np.uint8 or insns.ndim != 2 \
+            or insns.shape[1] != INSN_BYTES:
+        raise ImageError(f"{where}: insns must be a uint8 array of shape (N, 16), got {_describe(insns)}",
+                         "insns")
 
 
 def _describe(x: Any) -> str:
@@ -102,10 +110,10 @@ class ProgramImage:
     def validate(self, where: str = "program image") -> None:
         """Raise ImageError unless the image follows the format (called on creation and before saving)."""
         if not isinstance(self.config, HwConfig):
-            raise ImageError(f"{where}: config must be a HwConfig, got {type(self.config).__name__}", "config")
+            raise ImageError(f"{where}: config must be a HwConfig, got {type(self.config).__name__}",
+                             "config")
+        _check_insns(self.insns, where)
         ins = self.insns
-        if not isinstance(ins, np.ndarray) or ins.dtype != np.uint8 or ins.ndim != 2 or ins.shape[1] != INSN_BYTES:
-            raise ImageError(f"{where}: insns must be a uint8 array of shape (N, 16), got {_describe(ins)}", "insns")
         addr = self.insn_addr
         if isinstance(addr, (bool, np.bool_)) or not isinstance(addr, (int, np.integer)) or not (
                 0 <= int(addr) and int(addr) + ins.size <= MAX_ADDRESS):
@@ -118,7 +126,7 @@ class ProgramImage:
 
 @dataclass
 class ReplayResult:
-    """What a run left behind: the DRAM segments it stored to (final bytes) and its stats as a JSON-able dict."""
+    """What a run left behind: the DRAM segments it stored to (final bytes) and its stats (JSON-able)."""
 
     segments: list[tuple[int, np.ndarray]] = field(default_factory=list)
     stats: dict[str, Any] = field(default_factory=dict)
@@ -132,7 +140,7 @@ class ReplayResult:
             raise ImageError(f"{where}: stats must be a dict, got {type(self.stats).__name__}", "stats")
 
 
-# ---------------------------------------------------------------------------------------------------------------
+# ------------------------------------------------------------------------------------------------------------
 # reading
 
 def _name(path_or_file: PathOrFile) -> str:
@@ -151,7 +159,8 @@ def _read_npz(path_or_file: PathOrFile, where: str) -> dict[str, np.ndarray]:
     if start is not None:
         path_or_file.seek(start)
     if magic != b"PK\x03\x04":
-        raise ImageError(f"{where}: not an .npz file (a zip archive of .npy arrays, as written by numpy.savez)")
+        raise ImageError(f"{where}: not an .npz file (a zip archive of .npy arrays, "
+                         "as written by numpy.savez)")
     arrays = {}
     try:
         with np.load(path_or_file, allow_pickle=False) as z:
@@ -175,15 +184,17 @@ def _scalar_str(arrays: dict[str, np.ndarray], key: str, where: str) -> str:
     return str(a[()])
 
 
-def _require(arrays: dict[str, np.ndarray], fixed: tuple[str, ...], where: str) -> list[tuple[int, np.ndarray]]:
+def _require(arrays: dict[str, np.ndarray], fixed: tuple[str, ...],
+             where: str) -> list[tuple[int, np.ndarray]]:
     """Check the key set (fixed keys, seg_addr, seg_0..seg_{K-1}, nothing else); return the segments."""
     for key in (*fixed, "seg_addr"):
         if key not in arrays:
-            raise ImageError(f"{where}: missing key {key!r} (expected {', '.join(fixed)}, seg_addr, seg_<i>)", key)
+            raise ImageError(f"{where}: missing key {key!r} (expected {', '.join(fixed)}, "
+                             "seg_addr, seg_<i>)", key)
     extra = sorted(k for k in arrays if k not in fixed and k != "seg_addr" and not _SEG_KEY.fullmatch(k))
     if extra:
-        raise ImageError(f"{where}: unknown key(s) {', '.join(map(repr, extra))}; allowed: {', '.join(fixed)}, "
-                         f"seg_addr, seg_<i>", extra[0])
+        raise ImageError(f"{where}: unknown key(s) {', '.join(map(repr, extra))}; "
+                         f"allowed: {', '.join(fixed)}, seg_addr, seg_<i>", extra[0])
     seg_addr = arrays["seg_addr"]
     if seg_addr.dtype != np.uint64 or seg_addr.ndim != 1:
         raise ImageError(f"{where}: seg_addr must be a uint64 array of shape (K,), got {_describe(seg_addr)}",
@@ -194,14 +205,17 @@ def _require(arrays: dict[str, np.ndarray], fixed: tuple[str, ...], where: str) 
         missing = sorted(set(range(count)) - set(present))
         surplus = sorted(set(present) - set(range(count)))
         detail = f"missing seg_{missing[0]}" if missing else f"unexpected seg_{surplus[0]}"
-        raise ImageError(f"{where}: seg_addr lists {count} segment(s) but the file has {len(present)} seg_<i> "
-                         f"array(s) ({detail}); expected seg_0 .. seg_{count - 1}",
+        raise ImageError(f"{where}: seg_addr lists {count} segment(s) but the file has "
+                         f"{len(present)} seg_<i> array(s) ({detail}); expected seg_0 .. seg_{count - 1}",
                          f"seg_{missing[0]}" if missing else f"seg_{surplus[0]}")
     return _segments_from([(int(seg_addr[i]), arrays[f"seg_{i}"]) for i in range(count)], where)
 
 
 def load_image(path_or_file: PathOrFile) -> ProgramImage:
-    """Read and check a program image (``.npz``). Configs with only VTA's keys get their TARGET's platform values."""
+    """Read and check a program image (``.npz``).
+
+    A config with only VTA's keys (like the golden images') gets its TARGET's platform/timing values.
+    """
     where = f"program image {_name(path_or_file)}"
     arrays = _read_npz(path_or_file, where)
     segments = _require(arrays, ("config", "insns", "insn_addr"), where)
@@ -217,11 +231,11 @@ def load_image(path_or_file: PathOrFile) -> ProgramImage:
     except ConfigError as e:
         raise ImageError(f"{where}: config: {e}", "config") from e
     insns = arrays["insns"]
-    if insns.dtype != np.uint8 or insns.ndim != 2 or insns.shape[1] != INSN_BYTES:
-        raise ImageError(f"{where}: insns must be a uint8 array of shape (N, 16), got {_describe(insns)}", "insns")
+    _check_insns(insns, where)
     insn_addr = arrays["insn_addr"]
     if insn_addr.dtype != np.uint64 or insn_addr.ndim != 0:
-        raise ImageError(f"{where}: insn_addr must be a 0-d uint64 array, got {_describe(insn_addr)}", "insn_addr")
+        raise ImageError(f"{where}: insn_addr must be a 0-d uint64 array, got {_describe(insn_addr)}",
+                         "insn_addr")
     _check_stream_clear(int(insn_addr), insns.size, segments, where)
     return ProgramImage(cfg, insns, int(insn_addr), segments)
 
@@ -240,7 +254,7 @@ def load_result(path_or_file: PathOrFile) -> ReplayResult:
     return ReplayResult(segments, stats)
 
 
-# ---------------------------------------------------------------------------------------------------------------
+# ------------------------------------------------------------------------------------------------------------
 # writing
 
 def _segment_arrays(segments: list[tuple[int, np.ndarray]]) -> dict[str, np.ndarray]:
@@ -250,19 +264,8 @@ def _segment_arrays(segments: list[tuple[int, np.ndarray]]) -> dict[str, np.ndar
 
 
 def _write_atomic(path: str | os.PathLike, arrays: dict[str, np.ndarray], compress: bool) -> None:
-    """Write an .npz at exactly ``path`` (no '.npz' appended) via a temp file and os.replace."""
-    target = Path(path)
-    tmp = target.with_name(f".{target.name}.{secrets.token_hex(4)}.tmp")
-    fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o666)
-    try:
-        with os.fdopen(fd, "wb") as f:
-            (np.savez_compressed if compress else np.savez)(f, **arrays)
-            f.flush()
-            os.fsync(f.fileno())
-        os.replace(tmp, target)
-    except BaseException:
-        tmp.unlink(missing_ok=True)
-        raise
+    """Write an .npz at exactly ``path`` (no '.npz' appended), atomically."""
+    write_atomic(path, lambda f: (np.savez_compressed if compress else np.savez)(f, **arrays))
 
 
 def save_image(path: str | os.PathLike, image: ProgramImage, compress: bool = True) -> None:

@@ -7,6 +7,7 @@ from typing import TYPE_CHECKING
 
 from simulator.errors import SimulatorError
 from simulator.image import ProgramImage, ReplayResult, load_image
+from simulator.stats import RunStats
 
 if TYPE_CHECKING:
     from simulator.core import Simulator
@@ -19,7 +20,8 @@ def _same_hardware(a, b) -> bool:
     return da == db
 
 
-def replay_into(sim: Simulator, image: ProgramImage | str | Path, **run_options) -> ReplayResult:
+def replay_with_stats(sim: Simulator, image: ProgramImage | str | Path,
+                      **run_options) -> tuple[ReplayResult, RunStats]:
     """Run ``image`` in ``sim``; its segments (and instruction area) are mapped only for the run."""
     if not isinstance(image, ProgramImage):
         image = load_image(image)
@@ -40,7 +42,12 @@ def replay_into(sim: Simulator, image: ProgramImage | str | Path, **run_options)
     finally:
         for addr in mapped:
             sim.free(addr)
-    return ReplayResult(segments=segments, stats=stats.to_dict())
+    return ReplayResult(segments=segments, stats=stats.to_dict()), stats
+
+
+def replay_into(sim: Simulator, image: ProgramImage | str | Path, **run_options) -> ReplayResult:
+    """Run ``image`` in ``sim`` and return the final segments with the stats."""
+    return replay_with_stats(sim, image, **run_options)[0]
 
 
 def replay(image: ProgramImage | str | Path, **run_options) -> ReplayResult:

@@ -47,3 +47,16 @@ class RunStats:
         d.pop("trace")
         d["seconds"] = self.seconds
         return d
+
+
+def format_stats(stats: RunStats, cfg) -> str:
+    """Human-readable summary: cycles and time, VTA's counters, and a per-module table."""
+    lines = [(f"  cycles {stats.cycles:,} = {stats.seconds * 1e6:.1f} us at {cfg.CLOCK_MHZ:g} MHz "
+             f"(FINISH at cycle {stats.finish_cycle:,})"),
+             "  counters: " + ", ".join(f"{k}={v:,}" for k, v in stats.vta_counters().items()),
+             "  module    insns    busy cycles   busy %   stall cycles by cause"]
+    for mod in MODULES:
+        stalls = ", ".join(f"{c}={v:,}" for c, v in stats.stalls[mod].items() if v) or "-"
+        busy_pct = 100.0 * stats.busy[mod] / stats.cycles if stats.cycles else 0.0
+        lines.append(f"  {mod:<8} {stats.insns[mod]:>6} {stats.busy[mod]:>14,} {busy_pct:>7.1f}%   {stalls}")
+    return "\n".join(lines)

@@ -3,8 +3,6 @@
 from __future__ import annotations
 
 import json
-import os
-import tempfile
 from pathlib import Path
 from typing import Any
 
@@ -12,6 +10,7 @@ import numpy as np
 
 from hw_config import HwConfig
 from hw_config.layout import MEM_TYPES, OPCODES
+from simulator.files import write_atomic
 from simulator.stats import MODULES, RunStats
 
 _OP_NAMES = {v: k for k, v in OPCODES.items()}
@@ -45,13 +44,5 @@ def chrome_trace(stats: RunStats, insns: np.ndarray, cfg: HwConfig) -> dict[str,
 
 
 def write_json_atomic(path: str | Path, payload: Any) -> None:
-    """Write JSON through a temporary file and a rename, so no half-written file is ever left."""
-    path = Path(path)
-    fd, tmp = tempfile.mkstemp(dir=path.parent or ".", prefix=f".{path.name}.", suffix=".tmp")
-    try:
-        with os.fdopen(fd, "w") as f:
-            json.dump(payload, f)
-        os.replace(tmp, path)
-    except BaseException:
-        Path(tmp).unlink(missing_ok=True)
-        raise
+    """Write JSON atomically (no half-written file is ever left)."""
+    write_atomic(path, lambda f: f.write(json.dumps(payload).encode()))

@@ -13,7 +13,7 @@ import numpy as np
 
 from hw_config import ALU_OPCODES, MEM_TYPES, HwConfig
 from simulator.core import Simulator
-from simulator.stats import RunStats
+from simulator.stats import RunStats, format_stats
 from vta.isa import AluInsn, FinishInsn, GemmInsn, MemInsn, Uop, assemble, uops_to_bytes
 
 
@@ -55,7 +55,7 @@ def build_program(cfg: HwConfig, mt: int, kt: int, nt: int, shift: int,
     """The instruction stream and its micro-ops (uop 0: reset, 1..kt: GEMM over K tiles, kt+1: ALU)."""
     uops = [Uop()] + [Uop(dst_idx=0, src_idx=t, wgt_idx=t) for t in range(kt)] + [Uop()]
     alu = kt + 1
-    loops = dict(iter_out=mt, iter_in=nt, dst_factor_out=nt, dst_factor_in=1)
+    loops = {"iter_out": mt, "iter_in": nt, "dst_factor_out": nt, "dst_factor_in": 1}
 
     def load(mem: str, count: int, base: int, **flags: int) -> MemInsn:
         return MemInsn(memory_type=MEM_TYPES[mem], dram_base=base // cfg.elem_bytes(mem), y_size=1, x_size=count,
@@ -106,20 +106,12 @@ def run_demo(cfg: HwConfig, m: int = 64, k: int = 256, n: int = 256, shift: int 
 
 def format_report(r: DemoResult) -> str:
     m, k, n = r.shape
-    st = r.stats
-    ops = 2 * m * k * n
-    lines = [
-        f"VTA simulator demo on {r.cfg.model} ({r.cfg.CLOCK_MHZ:g} MHz, {r.cfg.BATCH}x{r.cfg.BLOCK_IN}x"
-        f"{r.cfg.BLOCK_OUT} GEMM core)",
+    gops = 2 * m * k * n / r.stats.seconds / 1e9 if r.stats.seconds else 0.0
+    return "\n".join([
+        (f"VTA simulator demo on {r.cfg.model} ({r.cfg.CLOCK_MHZ:g} MHz, {r.cfg.BATCH}x{r.cfg.BLOCK_IN}x"
+        f"{r.cfg.BLOCK_OUT} GEMM core)"),
         f"  out = clip((A @ W.T) >> 8, 0, 127), A {m}x{k} int8, W {n}x{k} int8: {len(r.insns)} instructions",
         f"  bit-exact against numpy: {'yes' if r.correct else 'NO'}",
-        f"  cycles {st.cycles:,} = {st.seconds * 1e6:.1f} us at {r.cfg.CLOCK_MHZ:g} MHz -> "
-        f"{ops / st.seconds / 1e9:.2f} GOPS (peak {r.cfg.peak_gops:.1f})" if st.seconds else "  cycles 0",
-        "  counters: " + ", ".join(f"{key}={v:,}" for key, v in st.vta_counters().items()),
-        "  module    insns    busy cycles   busy %   stalls",
-    ]
-    for mod in ("load", "compute", "store"):
-        stalls = ", ".join(f"{c}={v:,}" for c, v in st.stalls[mod].items() if v) or "-"
-        busy_pct = 100.0 * st.busy[mod] / st.cycles if st.cycles else 0.0
-        lines.append(f"  {mod:<8} {st.insns[mod]:>6} {st.busy[mod]:>14,} {busy_pct:>7.1f}%   {stalls}")
-    return "\n".join(lines)
+        f"  throughput {gops:.2f} GOPS (peak {r.cfg.peak_gops:.1f})",
+        format_stats(r.stats, r.cfg),
+    ])

@@ -1,0 +1,174 @@
+"""Hardware configs: presets, VTA's derived values, overrides and every refusal (pure tests)."""
+
+import json
+
+import pytest
+
+from hw_config import PLATFORM_KEYS, VTA_KEYS, ConfigError, HwConfig, config_from_dict, load_config, presets
+
+
+def test_every_preset_loads():
+    names = presets()
+    assert {"pynq", "sim", "ultra96", "zcu104", "de10nano"} <= set(names)
+    for name in names:
+        cfg = load_config(name)
+        assert isinstance(cfg, HwConfig)
+        assert cfg.model == f"{cfg.TARGET}_{cfg.bitstream}"
+        assert all(f.used_bits <= f.total_bits for f in cfg.insn_formats.values())
+
+
+def test_default_is_pynq():
+    assert load_config() == load_config("pynq")
+
+
+def test_pynq_derived_values_match_vta():
+    """The numbers of vta-notes 1.2 (VTA's Environment and hw_spec_const.h for the default config)."""
+    c = load_config("pynq")
+    assert (c.INP_WIDTH, c.WGT_WIDTH, c.ACC_WIDTH, c.OUT_WIDTH) == (8, 8, 32, 8)
+    assert (c.BATCH, c.BLOCK_IN, c.BLOCK_OUT) == (1, 16, 16)
+    assert (c.UOP_BUFF_SIZE, c.INP_BUFF_SIZE, c.WGT_BUFF_SIZE, c.ACC_BUFF_SIZE, c.OUT_BUFF_SIZE) == (
+        32768, 32768, 262144, 131072, 32768)
+    assert c.LOG_OUT_BUFF_SIZE == 15
+    assert (c.INP_ELEM_BITS, c.WGT_ELEM_BITS, c.ACC_ELEM_BITS, c.OUT_ELEM_BITS) == (128, 2048, 512, 128)
+    assert (c.INP_ELEM_BYTES, c.WGT_ELEM_BYTES, c.ACC_ELEM_BYTES, c.OUT_ELEM_BYTES) == (16, 256, 64, 16)
+    depths = (c.UOP_BUFF_DEPTH, c.INP_BUFF_DEPTH, c.WGT_BUFF_DEPTH, c.ACC_BUFF_DEPTH)
+    assert depths == (8192, 2048, 1024, 2048)
+    assert (c.LOG_UOP_BUFF_DEPTH, c.LOG_INP_BUFF_DEPTH, c.LOG_WGT_BUFF_DEPTH, c.LOG_ACC_BUFF_DEPTH) == (
+        13, 11, 10, 11)
+    assert (c.inp_dtype, c.wgt_dtype, c.acc_dtype, c.out_dtype) == ("int8", "int8", "int32", "int8")
+    assert c.bitstream == c.BITSTREAM == "1x16_i8w8a32_15_15_18_17"
+    assert c.model == c.MODEL == "pynq_1x16_i8w8a32_15_15_18_17"
+    assert c.BUS_WIDTH == 64
+    ratios = (c.INP_MAT_AXI_RATIO, c.WGT_MAT_AXI_RATIO, c.ACC_MAT_AXI_RATIO, c.OUT_MAT_AXI_RATIO)
+    assert ratios == (2, 32, 8, 2)
+    assert c.elem_bytes("UOP") == 4 and c.elem_bytes("ACC_8BIT") == 16 and c.elem_bytes(3) == 64
+    assert c.derived()["bitstream"] == "1x16_i8w8a32_15_15_18_17"
+
+
+def test_load_by_path_and_overrides(tmp_path):
+    path = tmp_path / "mine.json"
+    path.write_text(load_config("pynq").to_json())
+    assert load_config(str(path)) == load_config("pynq")
+    assert load_config(path) == load_config("pynq")
+    big = load_config(path, LOG_BLOCK=5)
+    assert big.BLOCK_IN == 32 and big.bitstream == "1x32_i8w8a32_15_15_18_17"
+    assert load_config("pynq", LOG_BATCH=1).BATCH == 2
+    assert load_config(load_config("pynq"), LOG_BATCH=1) == load_config("pynq").replace(LOG_BATCH=1)
+    cfg = load_config("pynq")
+    assert config_from_dict(json.loads(cfg.to_json())) == cfg
+
+
+def test_vta_keys_only_get_platform_defaults_of_target():
+    vta_only = load_config("ultra96").vta_dict()
+    assert set(vta_only) == set(VTA_KEYS)
+    cfg = load_config(vta_only)
+    ultra96 = load_config("ultra96")
+    for key in PLATFORM_KEYS:
+        assert getattr(cfg, key) == getattr(ultra96, key)
+    assert cfg.LOG_BUS_WIDTH == 7 and cfg.CLOCK_MHZ == 333
+    # tsim has no preset of its own: it borrows sim's platform.
+    tsim = load_config({**vta_only, "TARGET": "tsim"})
+    assert tsim.LOG_BUS_WIDTH == load_config("sim").LOG_BUS_WIDTH
+
+
+def _refused(*args, **overrides) -> ConfigError:
+    with pytest.raises(ConfigError) as info:
+        load_config(*args, **overrides)
+    return info.value
+
+
+@pytest.mark.parametrize("key, value, allowed", [
+    ("LOG_BLOCK", "4", "integer"),
+    ("LOG_BLOCK", 4.0, "integer"),
+    ("LOG_BLOCK", True, "integer"),
+    ("LOG_BATCH", 9, "[0, 4]"),
+    ("LOG_BLOCK", 0, "[1, 6]"),
+    ("DMA_BURST_BEATS", 0, "[1, 4096]"),
+    ("LOG_INP_WIDTH", 4, "int8"),
+    ("LOG_WGT_WIDTH", 2, "int8"),
+    ("LOG_ACC_WIDTH", 4, "int32"),
+    ("TARGET", "vck190", "pynq"),
+    ("TARGET", 3, "pynq"),
+    ("HW_VER", "2", "0.0.2"),
+    ("HW_VER", 2, "0.0.2"),
+    ("CLOCK_MHZ", 0, "[1, 5000]"),
+    ("CLOCK_MHZ", "fast", "[1, 5000]"),
+    ("DESCRIPTION", 5, "string"),
+])
+def test_refused_values_name_key_value_and_allowed(key, value, allowed):
+    err = _refused("pynq", **{key: value})
+    assert err.key == key
+    assert key in str(err) and repr(value) in str(err) and allowed in str(err)
+
+
+def test_unknown_key():
+    err = _refused("pynq", LOG_BLOK=4)
+    assert err.key == "LOG_BLOK"
+    assert "LOG_BLOK" in str(err) and "LOG_BLOCK" in str(err)  # names the key and lists the allowed ones
+
+
+def test_missing_vta_key():
+    data = load_config("pynq").vta_dict()
+    del data["LOG_BATCH"]
+    with pytest.raises(ConfigError) as info:
+        config_from_dict(data)
+    assert info.value.key == "LOG_BATCH" and "LOG_BATCH" in str(info.value)
+
+
+def test_bad_target_in_dict_of_any_type():
+    data = load_config("pynq").vta_dict()
+    for bad in ("fpga", ["pynq"], None):
+        with pytest.raises(ConfigError) as info:
+            config_from_dict({**data, "TARGET": bad})
+        assert info.value.key == "TARGET" and repr(bad) in str(info.value)
+
+
+def test_buffer_smaller_than_one_tile():
+    err = _refused("pynq", LOG_WGT_BUFF_SIZE=7)  # one 16x16 int8 weight tile is 256 bytes = 2^8
+    assert err.key == "LOG_WGT_BUFF_SIZE"
+    assert "7" in str(err) and "LOG_WGT_BUFF_SIZE >= 8" in str(err)
+
+
+def test_depth_over_16_bits():
+    err = _refused("pynq", LOG_INP_BUFF_SIZE=21)  # 2^17 input entries
+    assert err.key == "LOG_INP_BUFF_SIZE"
+    assert "21" in str(err) and "16 bits" in str(err) and "LOG_INP_BUFF_SIZE <= 20" in str(err)
+
+
+@pytest.mark.parametrize("key, value", [
+    ("LOG_UOP_BUFF_SIZE", 16),  # uop_bgn/uop_end push iter_in out of the first word
+    ("LOG_ACC_BUFF_SIZE", 18),  # ALU factors no longer fit the second word
+    ("LOG_INP_BUFF_SIZE", 16),  # GEMM factors no longer fit the second word
+    ("LOG_WGT_BUFF_SIZE", 19),
+])
+def test_fields_not_fitting_the_instruction(key, value):
+    err = _refused("pynq", **{key: value})
+    assert err.key == key
+    assert "128-bit" in str(err) and str(value) in str(err)
+
+
+def test_uop_over_32_bits():
+    # Keeps GEMM and ALU within 128 bits, but dst(11) + src(11) + wgt(11) needs 33 bits.
+    err = _refused("pynq", LOG_INP_BUFF_SIZE=14, LOG_WGT_BUFF_SIZE=19)
+    assert err.key == "LOG_WGT_BUFF_SIZE"
+    assert "32-bit micro-op" in str(err) and "19" in str(err)
+
+
+def test_bad_json_file(tmp_path):
+    for content in ("{not json", "[1, 2]", "\udcff"):
+        path = tmp_path / "bad.json"
+        path.write_bytes(content.encode("utf-8", "surrogateescape"))
+        err = _refused(str(path))
+        assert str(path) in str(err)
+    assert "JSON" in str(_refused(str(tmp_path / "bad.json")))
+
+
+def test_unknown_preset_or_path():
+    err = _refused("pynq2")
+    assert "pynq2" in str(err) and "pynq" in str(err)
+
+
+def test_config_is_immutable():
+    cfg = load_config("pynq")
+    with pytest.raises(AttributeError):
+        cfg.LOG_BLOCK = 5  # type: ignore[misc]

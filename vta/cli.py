@@ -1,0 +1,238 @@
+"""The ``vta`` command line.
+
+Every subcommand is one function decorated with ``@command(group, name, help, args=[...])``; the parser is
+assembled from that registry, so adding ``vta sim replay`` or ``vta demo`` is one function. Expected
+failures (bad config, bad image, missing file) print ``vta: error: ...`` and exit with status 2.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import sys
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from typing import Any
+
+from hw_config import ConfigError, HwConfig, load_config, presets
+from simulator.core import DEFAULT_MAX_CYCLES, Simulator
+from simulator.errors import SimulatorError
+from simulator.image import ImageError, load_image, save_result
+from simulator.replay import replay_with_stats
+from simulator.stats import format_stats
+from simulator.trace import chrome_trace, write_json_atomic
+from vta.demo import format_report, run_demo
+from vta.isa import disassemble
+
+Handler = Callable[[argparse.Namespace], int | None]
+EXPECTED_ERRORS = (ConfigError, ImageError, SimulatorError, OSError, ValueError)
+
+GROUP_HELP = {
+    "config": "list and inspect hardware configurations",
+    "sim": "run, replay and disassemble programs on the simulator",
+}
+
+
+def arg(*flags: str, **options: Any) -> tuple[tuple[str, ...], dict[str, Any]]:
+    """One ``add_argument`` call, written down for ``@command(..., args=[...])``."""
+    return flags, options
+
+
+@dataclass
+class Command:
+    group: str | None  # None: a top-level command such as ``vta demo``
+    name: str
+    help: str
+    handler: Handler
+    args: list[tuple[tuple[str, ...], dict[str, Any]]] = field(default_factory=list)
+    description: str | None = None
+
+
+COMMANDS: list[Command] = []
+
+
+def command(group: str | None, name: str, help: str, args: list | None = None,
+            description: str | None = None) -> Callable[[Handler], Handler]:
+    """Register ``fn(args) -> exit status`` as ``vta [group] name``."""
+    def register(fn: Handler) -> Handler:
+        COMMANDS.append(Command(group, name, help, fn, list(args or []), description or fn.__doc__))
+        return fn
+    return register
+
+
+def build_parser() -> argparse.ArgumentParser:
+    """The full parser, assembled from ``COMMANDS`` (groups appear in order of first use)."""
+    parser = argparse.ArgumentParser(prog="vta", description="VTA-compatible accelerator stack: hardware "
+                                     "configs, program images and the simulator.")
+    top = parser.add_subparsers(dest="command", metavar="COMMAND", required=True)
+    groups: dict[str, argparse._SubParsersAction] = {}
+    for cmd in COMMANDS:
+        if cmd.group is None:
+            sub = top
+        else:
+            if cmd.group not in groups:
+                gp = top.add_parser(cmd.group, help=GROUP_HELP.get(cmd.group, ""),
+                                    description=GROUP_HELP.get(cmd.group))
+                groups[cmd.group] = gp.add_subparsers(dest="subcommand", metavar="SUBCOMMAND", required=True)
+            sub = groups[cmd.group]
+        p = sub.add_parser(cmd.name, help=cmd.help, description=cmd.description)
+        for flags, options in cmd.args:
+            p.add_argument(*flags, **options)
+        p.set_defaults(handler=cmd.handler)
+    return parser
+
+
+def main(argv: list[str] | None = None) -> int:
+    """Entry point of the ``vta`` console script; returns the exit status."""
+    parser = build_parser()
+    try:
+        args = parser.parse_args(argv)
+    except SystemExit as e:  # --help (0) and usage errors (2)
+        return e.code if isinstance(e.code, int) else 2
+    try:
+        return args.handler(args) or 0
+    except BrokenPipeError:  # output piped into `head`: stop quietly
+        os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())  # keeps the final flush quiet
+        return 1
+    except EXPECTED_ERRORS as e:
+        print(f"vta: error: {e}", file=sys.stderr)
+        return 2
+
+
+# ------------------------------------------------------------------------------------------------------------
+# helpers
+
+def _key_value(text: str) -> tuple[str, Any]:
+    """``KEY=VALUE`` with VALUE read as JSON when it parses (5, 2.5, true) and as a string otherwise."""
+    key, sep, value = text.partition("=")
+    if not sep or not key:
+        raise argparse.ArgumentTypeError(f"expected KEY=VALUE, got {text!r}")
+    try:
+        return key, json.loads(value)
+    except json.JSONDecodeError:
+        return key, value
+
+
+def _load(name: str | None, sets: list[tuple[str, Any]] | None) -> HwConfig:
+    return load_config(name, **dict(sets or []))
+
+
+def _table(rows: dict[str, Any]) -> str:
+    width = max(map(len, rows), default=0)
+    return "\n".join(f"  {k:<{width}}  {v}" for k, v in rows.items())
+
+
+# ------------------------------------------------------------------------------------------------------------
+# vta config
+
+@command("config", "list", "list the built-in presets")
+def config_list(args: argparse.Namespace) -> int:
+    """List the built-in hardware presets with their bitstream and description."""
+    rows = {}
+    for name in presets():
+        cfg = load_config(name)
+        rows[name] = f"{cfg.model:<36}{cfg.DESCRIPTION}"
+    print(_table(rows))
+    return 0
+
+
+@command("config", "show", "show a config and its derived values", args=[
+    arg("name", nargs="?", default=None, metavar="NAME|PATH",
+        help="a preset name or a JSON config file (default: pynq)"),
+    arg("--set", dest="sets", action="append", type=_key_value, metavar="KEY=VALUE",
+        help="override a key (repeatable); VALUE is read as JSON, else as a string"),
+    arg("--json", action="store_true", help='print {"config": ..., "derived": ...} as JSON'),
+])
+def config_show(args: argparse.Namespace) -> int:
+    """Show a hardware configuration (its keys, then every value derived from them)."""
+    cfg = _load(args.name, args.sets)
+    if args.json:
+        print(json.dumps({"config": cfg.to_dict(), "derived": cfg.derived()}, indent=2))
+        return 0
+    print(f"{cfg.model}" + (f"  ({cfg.DESCRIPTION})" if cfg.DESCRIPTION else ""))
+    print("config:")
+    print(_table(cfg.to_dict()))
+    print("derived:")
+    print(_table(cfg.derived()))
+    return 0
+
+
+# ------------------------------------------------------------------------------------------------------------
+# vta sim
+
+@command("sim", "disasm", "disassemble a program image", args=[
+    arg("image", metavar="IMAGE", help="a program image (.npz)"),
+])
+def sim_disasm(args: argparse.Namespace) -> int:
+    """Print the instruction stream of a program image, one instruction per line."""
+    image = load_image(args.image)
+    nbytes = sum(d.size for _, d in image.segments)
+    where = f"at 0x{image.insn_addr:x}" if image.insn_addr else "unplaced"
+    print(f"# {args.image}: {len(image.insns)} instructions {where}, {len(image.segments)} segment(s) "
+          f"({nbytes} bytes), config {image.config.model}")
+    print(disassemble(image.insns, image.config))
+    return 0
+
+
+@command("sim", "replay", "run a program image on the simulator", args=[
+    arg("image", metavar="IMAGE", help="a program image (.npz)"),
+    arg("--out", metavar="RESULT", help="write the final segments and stats to this .npz"),
+    arg("--trace", metavar="JSON", help="write a Chrome/Perfetto trace of the run"),
+    arg("--timing-only", action="store_true", help="skip data work: counters and cycles only"),
+    arg("--max-cycles", type=int, default=None, metavar="N",
+        help=f"stop with an error past N simulated cycles (default {DEFAULT_MAX_CYCLES:,})"),
+    arg("--json", action="store_true", help="print the stats as JSON"),
+])
+def sim_replay(args: argparse.Namespace) -> int:
+    """Replay a program image: map its segments, run its stream, report counters and cycles.
+
+    Only the image's segments and instruction area are mapped, so any access outside them is an error.
+    """
+    image = load_image(args.image)
+    sim = Simulator(image.config)
+    options = {"compute": not args.timing_only, "trace": bool(args.trace)}
+    if args.max_cycles is not None:
+        options["max_cycles"] = args.max_cycles
+    result, stats = replay_with_stats(sim, image, **options)
+    if args.out:
+        save_result(args.out, result)
+    if args.trace:
+        write_json_atomic(args.trace, chrome_trace(stats, image.insns, image.config))
+    if args.json:
+        print(json.dumps(result.stats, indent=2))
+    else:
+        print(f"# {args.image}: {len(image.insns)} instructions on {image.config.model}")
+        print(format_stats(stats, image.config))
+    for path, what in ((args.out, "result"), (args.trace, "trace")):
+        if path:
+            print(f"wrote {what} to {path}", file=sys.stderr)
+    return 0
+
+
+# ------------------------------------------------------------------------------------------------------------
+# vta demo
+
+@command(None, "demo", "run the built-in GEMM + ReLU demo on the simulator", args=[
+    arg("--config", default=None, metavar="NAME|PATH", help="hardware preset or JSON file (default: pynq)"),
+    arg("--set", dest="sets", action="append", type=_key_value, metavar="KEY=VALUE",
+        help="override a config key (repeatable)"),
+    arg("-m", type=int, default=64, help="rows of A (default 64)"),
+    arg("-k", type=int, default=256, help="columns of A = columns of W (default 256)"),
+    arg("-n", type=int, default=256, help="rows of W (default 256)"),
+    arg("--seed", type=int, default=0, help="random seed of the matrices"),
+    arg("--trace", metavar="JSON", help="write a Chrome/Perfetto trace of the run"),
+])
+def demo(args: argparse.Namespace) -> int:
+    """Compute clip((A @ W.T) >> 8, 0, 127) for random int8 A, W on the simulated accelerator.
+
+    Checks the result bit-exactly against numpy and prints VTA's counters, cycles and per-module figures.
+    Exit status 1 if the result differs from numpy.
+    """
+    cfg = _load(args.config, args.sets)
+    result = run_demo(cfg, args.m, args.k, args.n, seed=args.seed, trace=bool(args.trace))
+    print(format_report(result))
+    if args.trace:
+        write_json_atomic(args.trace, chrome_trace(result.stats, result.insns, cfg))
+        print(f"wrote trace to {args.trace}", file=sys.stderr)
+    return 0 if result.correct else 1
