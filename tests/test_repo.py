@@ -1,0 +1,83 @@
+"""Repository invariants: the README's commands are what CI runs, imports point down, C agrees with Python."""
+
+from __future__ import annotations
+
+import ast
+import re
+import shutil
+import subprocess
+from pathlib import Path
+
+import pytest
+from simulator._vta_sim import ffi, lib
+
+from hw_config import load_config, presets
+from simulator.params import param_values
+
+ROOT = Path(__file__).resolve().parents[1]
+LAYERS = ["hw_config", "simulator", "vta", "graph_pack", "tuning"]  # lowest first
+
+
+def _readme_commands() -> list[str]:
+    block = re.search(r"## The two commands.*?```bash\n(.*?)```", (ROOT / "README.md").read_text(), re.DOTALL)
+    assert block, "README.md must have a '## The two commands' section with a bash block"
+    return [line for line in block.group(1).splitlines() if line and not line.startswith("#")]
+
+
+def test_readme_states_two_commands_and_ci_runs_exactly_them():
+    commands = _readme_commands()
+    assert len(commands) == 2
+    ci = [line.strip() for line in (ROOT / ".ci" / "run").read_text().splitlines()]
+    for command in commands:
+        assert command in ci, f".ci/run does not run the README command {command!r}"
+
+
+def _imports(path: Path) -> set[str]:
+    tree = ast.parse(path.read_text())
+    names = set()
+    for node in ast.walk(tree):
+        if isinstance(node, ast.Import):
+            names.update(a.name.split(".")[0] for a in node.names)
+        elif isinstance(node, ast.ImportFrom) and node.module and node.level == 0:
+            names.add(node.module.split(".")[0])
+    return names
+
+
+@pytest.mark.parametrize("layer", LAYERS)
+def test_imports_only_point_down(layer):
+    higher = set(LAYERS[LAYERS.index(layer) + 1:])
+    for path in (ROOT / layer).rglob("*.py"):
+        upward = _imports(path) & higher
+        assert not upward, f"{path.relative_to(ROOT)} imports higher layer(s) {sorted(upward)}"
+
+
+def test_c_field_enums_follow_the_layout_table():
+    cfg = load_config()
+    prefixes = {"mem": "VTA_MEM_", "gemm": "VTA_LOOP_", "alu": "VTA_LOOP_", "uop": "VTA_UOP_"}
+    c_names = {"pop_prev_dep": "POP_PREV", "pop_next_dep": "POP_NEXT", "push_prev_dep": "PUSH_PREV",
+               "push_next_dep": "PUSH_NEXT", "reset_reg": "RESET", "dst_factor_out": "DST_OUT",
+               "dst_factor_in": "DST_IN", "src_factor_out": "SRC_OUT", "src_factor_in": "SRC_IN",
+               "dst_idx": "DST", "src_idx": "SRC", "wgt_idx": "WGT"}
+    tails = {("gemm", "wgt_factor_out"): "VTA_GEMM_WGT_OUT", ("gemm", "wgt_factor_in"): "VTA_GEMM_WGT_IN",
+             ("alu", "alu_opcode"): "VTA_ALU_OPCODE", ("alu", "use_imm"): "VTA_ALU_USE_IMM",
+             ("alu", "imm"): "VTA_ALU_IMM"}
+    for fmt, prefix in prefixes.items():
+        fields = cfg.insn_formats[fmt].fields
+        assert getattr(lib, {"mem": "VTA_MEM_NFIELDS", "gemm": "VTA_GEMM_NFIELDS", "alu": "VTA_ALU_NFIELDS",
+                             "uop": "VTA_UOP_NFIELDS"}[fmt]) == len(fields)
+        for i, f in enumerate(fields):
+            name = tails.get((fmt, f.name)) or prefix + c_names.get(f.name, f.name.upper())
+            assert getattr(lib, name) == i, f"{fmt}.{f.name}: C enum {name} is not {i}"
+
+
+@pytest.mark.parametrize("preset", presets())
+def test_c_parameter_block_matches_python(preset):
+    assert ffi.sizeof("vta_params_t") == 4 * len(param_values(load_config(preset)))
+
+
+def test_ruff_clean():
+    ruff = shutil.which("ruff")
+    if ruff is None:
+        pytest.skip("ruff is not installed (it comes with the test extras: pip install -e '.[test]')")
+    done = subprocess.run([ruff, "check", str(ROOT)], check=False, capture_output=True, text=True)
+    assert done.returncode == 0, done.stdout + done.stderr
