@@ -3,7 +3,7 @@
 An image holds everything a simulator or a board needs to run a program without its compiler: the
 hardware config, the instruction stream, where it sits in DRAM and the DRAM segments it reads. A result
 holds the segments a run stored to plus its counters. The format (keys, dtypes) is specified in
-``docs/simulator.md``; anything else is refused with an ``ImageError`` naming the key, so a corrupt or
+``docs/image-format.md``; anything else is refused with an ``ImageError`` naming the key, so a corrupt or
 foreign file never reaches the simulator. Files are written atomically.
 """
 
