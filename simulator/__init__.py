@@ -1,4 +1,8 @@
-"""The behavioural simulator of the accelerator (C, through cffi) and its program images."""
+"""The behavioural simulator of the accelerator (C, through cffi) and its program images.
+
+``Simulator`` is loaded on first use, so the pure-Python parts (images, errors,
+the reference executor) work even before the C library is built.
+"""
 
 from simulator.errors import (
     CycleBudgetExceeded,
@@ -10,4 +14,12 @@ from simulator.errors import (
 from simulator.stats import RunStats
 
 __all__ = ["CycleBudgetExceeded", "DeadlockError", "InvalidInstruction", "MemoryAccessError", "RunStats",
-           "SimulatorError"]
+           "Simulator", "SimulatorError"]
+
+
+def __getattr__(name: str):
+    if name == "Simulator":
+        from simulator.core import Simulator
+
+        return Simulator
+    raise AttributeError(f"module 'simulator' has no attribute {name!r}")
