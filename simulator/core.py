@@ -115,6 +115,11 @@ class Simulator:
         return out
 
     # ---- SRAM (for tests and debugging) ----
+    def _sram_range(self, mem: str, index: int, count: int) -> None:
+        for name, v in (("index", index), ("count", count)):
+            if not isinstance(v, (int, np.integer)) or v < 0 or v >= 1 << 32:
+                raise SimulatorError(f"SRAM {mem}: {name}={v!r} must be an integer in [0, 2^32)")
+
     def _sram_shape(self, mem: str) -> tuple[np.dtype, tuple[int, ...]]:
         c = self.cfg
         shapes = {"uop": (np.uint32, ()), "inp": (np.int8, (c.BATCH, c.BLOCK_IN)),
@@ -125,6 +130,7 @@ class Simulator:
 
     def read_sram(self, mem: str, index: int, count: int) -> np.ndarray:
         dtype, shape = self._sram_shape(mem)
+        self._sram_range(mem, index, count)
         out = np.zeros((count, *shape), dtype=dtype)
         self._check(lib.vta_sim_sram(self._sim, SRAM_IDS[mem], index, count, ffi.from_buffer(out), 0,
                                      self._err, ERR_LEN))
@@ -133,6 +139,7 @@ class Simulator:
     def write_sram(self, mem: str, index: int, data: np.ndarray) -> None:
         dtype, shape = self._sram_shape(mem)
         arr = np.ascontiguousarray(np.asarray(data, dtype=dtype).reshape(-1, *shape))
+        self._sram_range(mem, index, arr.shape[0])
         self._check(lib.vta_sim_sram(self._sim, SRAM_IDS[mem], index, arr.shape[0], ffi.from_buffer(arr), 1,
                                      self._err, ERR_LEN))
 

@@ -8,8 +8,9 @@ over speed; numpy only vectorises the lanes of one tile.
 from __future__ import annotations
 
 import operator
+from collections.abc import Callable
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Any, Callable
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
@@ -176,7 +177,10 @@ class _Pipeline:
         return self.program[seq[self.head[module]]] if self.head[module] < len(seq) else None
 
     def constraints(self, insn: _Insn) -> tuple[list[tuple[str, int]], list[str]]:
-        """(cause, time) of each constraint in stall tie-break order, and what the unknown ones wait for."""
+        """(cause, time) of each constraint in stall tie-break order, and what the unknown ones wait for.
+
+        The wait texts are only reported at a deadlock, when "not yet" has become "never".
+        """
         known: list[tuple[str, int]] = []
         waits: list[str] = []
         for q in QUEUES:
@@ -278,16 +282,16 @@ class ReferenceSimulator:
         """Map a region at an exact address: zeroed if ``data`` is a size, else holding ``data``'s bytes."""
         addr = operator.index(addr)
         if isinstance(data, (int, np.integer)):
-            content = np.zeros(int(data), dtype=np.uint8) if data > 0 else np.zeros(0, dtype=np.uint8)
-            size = int(data)
+            self._space.reserve(addr, int(data))
+            self._dram[addr] = np.zeros(int(data), dtype=np.uint8)
         else:
             content = _as_byte_array(data, f"map at 0x{addr:x}").copy()
-            size = content.size
-        self._space.reserve(addr, size)
-        self._dram[addr] = content
+            self._space.reserve(addr, content.size)
+            self._dram[addr] = content
 
     def free(self, addr: int) -> None:
-        self._space.release(operator.index(addr))
+        addr = operator.index(addr)
+        self._space.release(addr)
         del self._dram[addr]
 
     def regions(self) -> list[tuple[int, int]]:
@@ -496,7 +500,8 @@ class ReferenceSimulator:
         f = insn.fields
         c = self.cfg
         if insn.opcode == ALU:
-            insn.label = f"ALU {ALU_NAMES.get(f['alu_opcode'], f'alu_opcode {f['alu_opcode']}')}"
+            alu_opcode = f["alu_opcode"]
+            insn.label = f"ALU {ALU_NAMES.get(alu_opcode, f'alu_opcode {alu_opcode}')}"
         self._route(insn, "compute")
         if f["uop_bgn"] > f["uop_end"]:
             raise InvalidInstruction(f"{insn.where}: uop_bgn={f['uop_bgn']} > uop_end={f['uop_end']} is not "

@@ -62,7 +62,7 @@ static uint64_t ceil_div(uint64_t a, uint64_t b) { return (a + b - 1) / b; }
 
 static int check_fields(const vta_field_t *f, int n, uint32_t total) {
   for (int i = 0; i < n; i++) {
-    if (f[i].width == 0 || f[i].width > 32 || f[i].offset + f[i].width > total) return 0;
+    if (f[i].width == 0 || f[i].width > 32 || (uint64_t)f[i].offset + f[i].width > total) return 0;
     if (total == 128 && f[i].offset / 64 != (f[i].offset + f[i].width - 1) / 64) return 0;
   }
   return 1;
@@ -238,6 +238,7 @@ int vta_sim_sram(vta_sim_t *s, uint32_t mem, uint32_t index, uint32_t count, uin
   if ((uint64_t)index + count > depth)
     return fail(err, errlen, VTA_ERR_ARG, "SRAM range [%u, %llu) exceeds the %s buffer depth %u", index,
                 (unsigned long long)index + count, MEM_NAMES[mem], depth);
+  if (count == 0) return VTA_OK; /* buf may be NULL, as for vta_sim_read/vta_sim_write with n == 0 */
   uint8_t *p = base + (size_t)index * elem;
   if (write) {
     memcpy(p, buf, (size_t)count * elem);
@@ -394,8 +395,8 @@ static int decode_loop(vta_sim_t *s, const uint64_t w[2], insn_t *in, uint32_t i
       INSN_FAIL(VTA_ERR_INSN, "alu_opcode %u is unknown (allowed: 0 MIN, 1 MAX, 2 ADD, 3 SHR, 4 MUL)", in->alu_op);
   }
   if (in->uop_bgn > in->uop_end || in->uop_end > s->p.uop_depth)
-    INSN_FAIL(VTA_ERR_INSN, "micro-op range [%u, %u) is not within the micro-op buffer [0, %u)", in->uop_bgn,
-              in->uop_end, s->p.uop_depth);
+    INSN_FAIL(VTA_ERR_INSN, "micro-op range uop_bgn=%u, uop_end=%u is not allowed (need uop_bgn <= uop_end <= %u, "
+              "the micro-op buffer depth)", in->uop_bgn, in->uop_end, s->p.uop_depth);
   return route_flags(in, bits(w, f[VTA_LOOP_POP_PREV]), bits(w, f[VTA_LOOP_POP_NEXT]), bits(w, f[VTA_LOOP_PUSH_PREV]),
                      bits(w, f[VTA_LOOP_PUSH_NEXT]), idx, stats, err, errlen);
 }
