@@ -449,7 +449,9 @@ class ReferenceSimulator:
         mem_type = f["memory_type"]
         insn.label = f"{insn.label} {MEM_NAMES.get(mem_type, f'memory_type {mem_type}')}"
         allowed = {t: MEM_NAMES[t] for t in (LOAD_MEM_TYPES if insn.opcode == LOAD else (OUT,))}
-        if mem_type not in allowed:
+        # A STORE is routed by its opcode alone, so a STORE NOP may carry any memory type (VTA's runtime
+        # emits store NOPs with memory_type UOP); a LOAD NOP still needs one, to know its module.
+        if mem_type not in allowed and not (insn.opcode == STORE and insn.is_nop):
             raise InvalidInstruction(f"{insn.where}: memory_type={mem_type} is not allowed on "
                                      f"{OPCODE_NAMES[insn.opcode]}: allowed {_list(allowed)}", insn.index)
         module = "store" if insn.opcode == STORE else "load" if mem_type in (INP, WGT) else "compute"

@@ -327,7 +327,8 @@ static int decode_mem(vta_sim_t *s, const uint64_t w[2], insn_t *in, uint32_t id
   uint32_t depth;
   const char *buffer;
   if (in->opcode == OP_STORE) {
-    if (in->mem_type != MEM_OUT)
+    /* Routed by opcode alone, so a NOP may carry any memory type (VTA's runtime emits store NOPs as UOP). */
+    if (in->mem_type != MEM_OUT && in->x_size != 0)
       INSN_FAIL(VTA_ERR_INSN, "memory_type %u is not allowed on STORE (allowed: 4 = OUT)", in->mem_type);
     in->module = MOD_STORE;
     depth = s->p.acc_depth;
