@@ -105,6 +105,17 @@ def run_one(sim: Simulator, insn: Insn, compute: bool = True) -> RunStats:
     return stats
 
 
+def run_or_fault(sim, cfg, insn, t):
+    """Run one instruction; with an injected fault, check the error names instruction 0 and return None."""
+    if not t.fault:
+        return run_one(sim, insn, t.compute)
+    error = MemoryAccessError if t.fault == "dram" else InvalidInstruction
+    with pytest.raises(error, match=r"instruction 0\b") as info:
+        sim.run(assemble([insn, FinishInsn()], cfg), compute=t.compute)
+    assert info.value.index == 0
+    return None
+
+
 def only(**nonzero: int) -> dict[str, int]:
     return {k: nonzero.get(k, 0) for k in VTA_COUNTERS}
 
@@ -222,14 +233,10 @@ def test_load(preset: str, mem: str, data: st.DataObject):
     region = dram[:-1] if t.fault == "dram" else dram
     sim.map(REGION, region)
     try:
-        if t.fault:
-            error = MemoryAccessError if t.fault == "dram" else InvalidInstruction
-            with pytest.raises(error, match=r"instruction 0\b") as info:
-                sim.run(assemble([insn, FinishInsn()], cfg), compute=t.compute)
-            assert info.value.index == 0
+        stats = run_or_fault(sim, cfg, insn, t)
+        if stats is None:
             expect = before
         else:
-            stats = run_one(sim, insn, t.compute)
             counted = cfg.ACC_ELEM_BYTES if mem == "ACC_8BIT" else e
             key = {"ACC_8BIT": "acc"}.get(mem, mem.lower())
             assert stats.vta_counters() == only(**{f"{key}_load_nbytes": t.x * t.y * counted})
@@ -294,14 +301,10 @@ def test_store(preset: str, data: st.DataObject):
     region = dram[:-1] if t.fault == "dram" else dram
     sim.map(REGION, region)
     try:
-        if t.fault:
-            error = MemoryAccessError if t.fault == "dram" else InvalidInstruction
-            with pytest.raises(error, match=r"instruction 0\b") as info:
-                sim.run(assemble([insn, FinishInsn()], cfg), compute=t.compute)
-            assert info.value.index == 0
+        stats = run_or_fault(sim, cfg, insn, t)
+        if stats is None:
             expect = region
         else:
-            stats = run_one(sim, insn, t.compute)
             assert stats.vta_counters() == only(out_store_nbytes=t.x * t.y * cfg.OUT_ELEM_BYTES)
             expect = model_store(cfg, t, acc, dram) if t.compute else dram
         assert sim.read(REGION, region.size).tobytes() == expect.tobytes()

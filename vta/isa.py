@@ -90,8 +90,8 @@ class MemInsn(_Insn):
 
 
 @dataclass(frozen=True, kw_only=True)
-class GemmInsn(_Insn):
-    """GEMM over micro-ops ``[uop_bgn, uop_end)`` in two affine loops; ``reset_reg`` zeroes ACC instead."""
+class _LoopInsn(_Insn):
+    """The fields GEMM and ALU share: a micro-op range run inside two affine loops."""
 
     reset_reg: int = 0
     uop_bgn: int = 0
@@ -102,6 +102,12 @@ class GemmInsn(_Insn):
     dst_factor_in: int = 0
     src_factor_out: int = 0
     src_factor_in: int = 0
+
+
+@dataclass(frozen=True, kw_only=True)
+class GemmInsn(_LoopInsn):
+    """GEMM over micro-ops ``[uop_bgn, uop_end)`` in two affine loops; ``reset_reg`` zeroes ACC instead."""
+
     wgt_factor_out: int = 0
     wgt_factor_in: int = 0
 
@@ -110,18 +116,9 @@ class GemmInsn(_Insn):
 
 
 @dataclass(frozen=True, kw_only=True)
-class AluInsn(_Insn):
+class AluInsn(_LoopInsn):
     """Lane-wise ``acc[dst] = op(acc[dst], imm if use_imm else acc[src])`` over the same loops as GEMM."""
 
-    reset_reg: int = 0
-    uop_bgn: int = 0
-    uop_end: int = 0
-    iter_out: int = 0
-    iter_in: int = 0
-    dst_factor_out: int = 0
-    dst_factor_in: int = 0
-    src_factor_out: int = 0
-    src_factor_in: int = 0
     alu_opcode: int = 0
     use_imm: int = 0
     imm: int = 0
