@@ -79,11 +79,23 @@ vta_sim_t *vta_sim_create(const vta_params_t *params, char *err, size_t errlen) 
       p->block_out > 256 || p->uop_depth == 0 || p->inp_depth == 0 || p->wgt_depth == 0 || p->acc_depth == 0 ||
       p->uop_depth > 65536 || p->inp_depth > 65536 || p->wgt_depth > 65536 || p->acc_depth > 65536 ||
       p->bus_bytes == 0 || p->burst_beats == 0 || p->gemm_ii == 0 || p->alu_ii == 0 ||
-      p->insn_queue_depth == 0 || p->token_queue_depth == 0) {
+      p->insn_queue_depth == 0 || p->token_queue_depth == 0 ||
+      /* hw_config's ranges: they keep every duration below 2^60, so cycle arithmetic cannot wrap */
+      p->gemm_ii > 64 || p->alu_ii > 64 || p->compute_latency > 10000 || p->dram_latency > 100000 ||
+      p->burst_gap > 10000 || p->burst_beats > 4096 || p->bus_bytes > 128) {
     fail(err, errlen, VTA_ERR_ARG, "invalid simulator parameters (zero or oversized shape, depth or timing value)");
     return NULL;
   }
-  if (!check_fields(p->mem, VTA_MEM_NFIELDS, 128) || !check_fields(p->gemm, VTA_GEMM_NFIELDS, 128) ||
+  /* Loop and size fields are bounded too (VTA has 14-bit loops and 16-bit sizes): a GEMM then has at most
+   * 2^16 * 2^16 * 2^17 iterations, and a DMA at most 2^16 rows of 2^16 elements. */
+  int narrow = p->gemm[VTA_LOOP_ITER_OUT].width <= 16 && p->gemm[VTA_LOOP_ITER_IN].width <= 16 &&
+               p->alu[VTA_LOOP_ITER_OUT].width <= 16 && p->alu[VTA_LOOP_ITER_IN].width <= 16 &&
+               p->gemm[VTA_LOOP_UOP_END].width <= 17 && p->alu[VTA_LOOP_UOP_END].width <= 17 &&
+               p->mem[VTA_MEM_X_SIZE].width <= 16 && p->mem[VTA_MEM_Y_SIZE].width <= 16 &&
+               p->mem[VTA_MEM_X_STRIDE].width <= 16 && p->mem[VTA_MEM_Y_PAD_0].width <= 4 &&
+               p->mem[VTA_MEM_Y_PAD_1].width <= 4 && p->mem[VTA_MEM_X_PAD_0].width <= 4 &&
+               p->mem[VTA_MEM_X_PAD_1].width <= 4;
+  if (!narrow || !check_fields(p->mem, VTA_MEM_NFIELDS, 128) || !check_fields(p->gemm, VTA_GEMM_NFIELDS, 128) ||
       !check_fields(p->alu, VTA_ALU_NFIELDS, 128) || !check_fields(p->uop, VTA_UOP_NFIELDS, 32)) {
     fail(err, errlen, VTA_ERR_ARG, "invalid instruction field layout");
     return NULL;

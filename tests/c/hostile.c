@@ -1,0 +1,1140 @@
+/* Hostile driver for the C simulator: random and malformed programs plus API misuse.
+ *
+ *   hostile PARAMS_FILE ITERATIONS SEED
+ *
+ * PARAMS_FILE holds the 118 uint32 of vta_params_t (`python -m simulator.params PRESET`). Built together
+ * with simulator/csrc/vta_sim.c, normally under AddressSanitizer and UBSan (tests/test_c_sanitizers.py).
+ * Every call must return VTA_OK or an error code with a non-empty NUL-terminated message, outcomes that can
+ * be predicted (DRAM mapping, SRAM ranges, argument checks) must match the prediction, and after any error
+ * the simulator must still run a known-good program correctly. Exits nonzero on any violated expectation.
+ */
+#include <stdint.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "vta_sim.h"
+
+#define NPARAMS 118
+#define ERRLEN 512
+#define MAX_INSNS 40
+#define MAX_REGIONS 12 /* per simulator: the known-good region plus the random pool */
+#define POOL_MAX 8
+#define NCTX 4         /* the preset itself plus three shrunk variants */
+#define PAGE 4096u
+#define GOOD_BASE 0x100000u
+#define GOOD_SIZE 0x4000u
+#define TOP48 ((uint64_t)1 << 48)
+
+typedef char params_are_118_uint32[(sizeof(vta_params_t) == NPARAMS * sizeof(uint32_t)) ? 1 : -1];
+
+enum { OP_LOAD = 0, OP_STORE = 1, OP_GEMM = 2, OP_FINISH = 3, OP_ALU = 4 };
+enum { MEM_UOP = 0, MEM_WGT = 1, MEM_INP = 2, MEM_ACC = 3, MEM_OUT = 4, MEM_ACC_8BIT = 5 };
+
+/* ------------------------------------------------------------------ checks */
+
+static unsigned long long g_pass, g_fail;
+static unsigned long g_iter; /* current iteration, for failure messages */
+static const char *g_phase = "setup";
+
+#define EXPECT(cond, ...)                                                                             \
+  do {                                                                                                \
+    if (cond) {                                                                                       \
+      g_pass++;                                                                                       \
+    } else {                                                                                          \
+      g_fail++;                                                                                       \
+      if (g_fail <= 50) {                                                                             \
+        fprintf(stderr, "FAIL %s:%d [%s, iteration %lu]: ", __FILE__, __LINE__, g_phase, g_iter);     \
+        fprintf(stderr, __VA_ARGS__);                                                                 \
+        fputc('\n', stderr);                                                                          \
+      }                                                                                               \
+    }                                                                                                 \
+  } while (0)
+
+static const char *const RC_NAMES[] = {"ok", "insn", "mem", "deadlock", "budget", "arg"};
+static unsigned long long prog_rc[7], api_rc[7]; /* index 6: out-of-range codes */
+static unsigned long long clean_rc[7], executed, gemm_ops, alu_ops; /* how deep the programs get */
+
+static const char *rc_name(int rc) { return rc >= 0 && rc <= 5 ? RC_NAMES[rc] : "invalid"; }
+
+/* ------------------------------------------------------------------ PRNG (xorshift64*) */
+
+static uint64_t g_rng;
+
+static uint64_t next64(void) {
+  g_rng ^= g_rng >> 12;
+  g_rng ^= g_rng << 25;
+  g_rng ^= g_rng >> 27;
+  return g_rng * UINT64_C(0x2545F4914F6CDD1D);
+}
+
+/* Uniform in [0, n); n == 0 gives 0. */
+static uint64_t rnd(uint64_t n) { return n ? next64() % n : 0; }
+static int chance(unsigned pct) { return rnd(100) < pct; }
+
+static uint64_t mask_of(uint32_t width) { return width >= 64 ? ~UINT64_C(0) : (UINT64_C(1) << width) - 1; }
+
+/* A value for a field of `width` bits, biased toward small numbers and the extremes. */
+static uint64_t biased(uint32_t width) {
+  uint64_t m = mask_of(width);
+  switch (rnd(10)) {
+    case 0: case 1: case 2: case 3: return rnd(4) & m;
+    case 4: case 5: return rnd(17) & m;
+    case 6: return m;
+    case 7: return (m - rnd(3)) & m;
+    default: return next64() & m;
+  }
+}
+
+/* ------------------------------------------------------------------ instruction encoding */
+
+static void put(uint64_t w[2], vta_field_t f, uint64_t v) {
+  uint64_t m = mask_of(f.width);
+  uint32_t word = f.offset / 64, sh = f.offset % 64;
+  w[word] = (w[word] & ~(m << sh)) | ((v & m) << sh);
+}
+
+static void emit(uint8_t *dst, const uint64_t w[2]) { memcpy(dst, w, 16); } /* the simulator is little-endian */
+
+/* ------------------------------------------------------------------ one simulator with a mirror of its map */
+
+typedef struct region {
+  uint64_t base, size;
+} region_t;
+
+typedef struct ctx {
+  const char *name;
+  vta_params_t p;
+  vta_sim_t *sim;
+  region_t reg[MAX_REGIONS]; /* reg[0] is the known-good region, never unmapped */
+  int nreg;
+  uint32_t inp_elem, wgt_elem, acc_elem, out_elem;
+} ctx_t;
+
+static char g_err[ERRLEN];
+
+static void clear_err(void) { memset(g_err, 0x5a, sizeof g_err); }
+
+/* The message after an error: NUL-terminated inside the buffer and non-empty. */
+static void check_message(int rc, const char *what) {
+  EXPECT(rc >= 0 && rc <= 5, "%s returned unknown status %d", what, rc);
+  if (rc != VTA_OK) {
+    EXPECT(memchr(g_err, 0, sizeof g_err) != NULL, "%s (%s): message is not NUL-terminated", what, rc_name(rc));
+    EXPECT(g_err[0] != 0 && g_err[0] != 0x5a, "%s (%s): empty or unwritten message", what, rc_name(rc));
+  }
+}
+
+static int g_pending; /* an error happened since the last known-good check */
+
+static void count_api(int rc) {
+  api_rc[rc >= 0 && rc <= 5 ? rc : 6]++;
+  if (rc != VTA_OK) g_pending = 1;
+}
+
+static uint32_t dram_elem(const ctx_t *c, uint32_t mem) {
+  switch (mem) {
+    case MEM_UOP: return 4;
+    case MEM_WGT: return c->wgt_elem;
+    case MEM_INP: return c->inp_elem;
+    case MEM_ACC: return c->acc_elem;
+    default: return c->out_elem;
+  }
+}
+
+static uint32_t sram_depth(const ctx_t *c, uint32_t mem) {
+  switch (mem) {
+    case MEM_UOP: return c->p.uop_depth;
+    case MEM_WGT: return c->p.wgt_depth;
+    case MEM_INP: return c->p.inp_depth;
+    default: return c->p.acc_depth;
+  }
+}
+
+static uint32_t sram_elem(const ctx_t *c, uint32_t mem) { return mem == MEM_ACC_8BIT || mem == MEM_OUT ? c->acc_elem : dram_elem(c, mem); }
+
+/* Mirror predictions: is [addr, addr+n) inside one mapped region (the simulator's rule, n == 0 included)? */
+static int mirror_inside(const ctx_t *c, uint64_t addr, uint64_t n) {
+  for (int i = 0; i < c->nreg; i++) {
+    const region_t *r = &c->reg[i];
+    if (addr >= r->base && addr - r->base <= r->size && n <= r->size - (addr - r->base)) return 1;
+  }
+  return 0;
+}
+
+static int mirror_overlaps(const ctx_t *c, uint64_t addr, uint64_t size) {
+  for (int i = 0; i < c->nreg; i++) {
+    const region_t *r = &c->reg[i];
+    if (addr < r->base + r->size && r->base < addr + size) return 1;
+  }
+  return 0;
+}
+
+static int mirror_find_base(const ctx_t *c, uint64_t addr) {
+  for (int i = 0; i < c->nreg; i++)
+    if (c->reg[i].base == addr) return i;
+  return -1;
+}
+
+/* Valid request for map (what the simulator accepts) with the mirror's overlap rule. */
+static int predict_map(const ctx_t *c, uint64_t addr, uint64_t size) {
+  if (size == 0 || size > ((uint64_t)1 << 40) || addr > TOP48 - size) return VTA_ERR_MEM;
+  return mirror_overlaps(c, addr, size) ? VTA_ERR_MEM : VTA_OK;
+}
+
+static int do_map(ctx_t *c, uint64_t addr, uint64_t size) {
+  int expect = predict_map(c, addr, size);
+  clear_err();
+  int rc = vta_sim_map(c->sim, addr, size, g_err, sizeof g_err);
+  count_api(rc);
+  check_message(rc, "vta_sim_map");
+  EXPECT(rc == expect, "%s: map(0x%llx, %llu) returned %s, expected %s (%s)", c->name, (unsigned long long)addr,
+         (unsigned long long)size, rc_name(rc), rc_name(expect), rc ? g_err : "");
+  if (rc == VTA_OK && c->nreg < MAX_REGIONS) c->reg[c->nreg++] = (region_t){addr, size};
+  return rc;
+}
+
+static int do_unmap(ctx_t *c, uint64_t addr) {
+  int i = mirror_find_base(c, addr);
+  int expect = i >= 0 ? VTA_OK : VTA_ERR_MEM;
+  clear_err();
+  int rc = vta_sim_unmap(c->sim, addr, g_err, sizeof g_err);
+  count_api(rc);
+  check_message(rc, "vta_sim_unmap");
+  EXPECT(rc == expect, "%s: unmap(0x%llx) returned %s, expected %s", c->name, (unsigned long long)addr,
+         rc_name(rc), rc_name(expect));
+  if (rc == VTA_OK && i >= 0) c->reg[i] = c->reg[--c->nreg];
+  return rc;
+}
+
+static int do_write(ctx_t *c, uint64_t addr, const uint8_t *src, uint64_t n) {
+  int expect = mirror_inside(c, addr, n) ? VTA_OK : VTA_ERR_MEM;
+  clear_err();
+  int rc = vta_sim_write(c->sim, addr, src, n, g_err, sizeof g_err);
+  count_api(rc);
+  check_message(rc, "vta_sim_write");
+  EXPECT(rc == expect, "%s: write(0x%llx, %llu) returned %s, expected %s", c->name, (unsigned long long)addr,
+         (unsigned long long)n, rc_name(rc), rc_name(expect));
+  return rc;
+}
+
+static int do_read(ctx_t *c, uint64_t addr, uint8_t *dst, uint64_t n) {
+  int expect = mirror_inside(c, addr, n) ? VTA_OK : VTA_ERR_MEM;
+  clear_err();
+  int rc = vta_sim_read(c->sim, addr, dst, n, g_err, sizeof g_err);
+  count_api(rc);
+  check_message(rc, "vta_sim_read");
+  EXPECT(rc == expect, "%s: read(0x%llx, %llu) returned %s, expected %s", c->name, (unsigned long long)addr,
+         (unsigned long long)n, rc_name(rc), rc_name(expect));
+  return rc;
+}
+
+static int do_sram(ctx_t *c, uint32_t mem, uint32_t index, uint32_t count, uint8_t *buf, int write) {
+  int expect = mem > MEM_ACC || (uint64_t)index + count > sram_depth(c, mem) ? VTA_ERR_ARG : VTA_OK;
+  clear_err();
+  int rc = vta_sim_sram(c->sim, mem, index, count, buf, write, g_err, sizeof g_err);
+  count_api(rc);
+  check_message(rc, "vta_sim_sram");
+  EXPECT(rc == expect, "%s: sram(mem %u, index %u, count %u, write %d) returned %s, expected %s", c->name, mem,
+         index, count, write, rc_name(rc), rc_name(expect));
+  return rc;
+}
+
+/* Random bytes, small bytes, or small encoded micro-ops (so LOAD UOP from DRAM often passes the checks). */
+static void fill_random(const ctx_t *c, uint8_t *buf, size_t n) {
+  switch (rnd(3)) {
+    case 0:
+      for (size_t i = 0; i < n; i++) buf[i] = (uint8_t)next64();
+      break;
+    case 1:
+      for (size_t i = 0; i < n; i++) buf[i] = (uint8_t)rnd(4);
+      break;
+    default:
+      for (size_t i = 0; i + 4 <= n; i += 4) {
+        uint64_t w[2] = {0, 0};
+        for (int f = 0; f < VTA_UOP_NFIELDS; f++) put(w, c->p.uop[f], rnd(8));
+        uint32_t u = (uint32_t)w[0];
+        memcpy(buf + i, &u, 4);
+      }
+      for (size_t i = n & ~(size_t)3; i < n; i++) buf[i] = (uint8_t)next64();
+  }
+}
+
+/* ------------------------------------------------------------------ the known-good program */
+
+static void encode_mem(const ctx_t *c, uint64_t w[2], uint32_t opcode, uint32_t mem, uint32_t sram_base,
+                       uint64_t dram_base, uint32_t y, uint32_t x, uint32_t stride, int pop_prev, int push_next) {
+  const vta_field_t *f = c->p.mem;
+  w[0] = w[1] = 0;
+  put(w, f[VTA_MEM_OPCODE], opcode);
+  put(w, f[VTA_MEM_POP_PREV], (uint64_t)pop_prev);
+  put(w, f[VTA_MEM_PUSH_NEXT], (uint64_t)push_next);
+  put(w, f[VTA_MEM_MEMORY_TYPE], mem);
+  put(w, f[VTA_MEM_SRAM_BASE], sram_base);
+  put(w, f[VTA_MEM_DRAM_BASE], dram_base);
+  put(w, f[VTA_MEM_Y_SIZE], y);
+  put(w, f[VTA_MEM_X_SIZE], x);
+  put(w, f[VTA_MEM_X_STRIDE], stride);
+}
+
+static uint64_t round_up(uint64_t v, uint64_t m) { return (v + m - 1) / m * m; }
+
+/* LOAD ACC (2 elements) -> STORE OUT -> FINISH through the known-good region; checks the stored bytes by hand. */
+static void known_good(ctx_t *c, const char *after) {
+  const char *saved = g_phase;
+  g_phase = "known-good";
+  const uint32_t ea = c->acc_elem, eo = c->out_elem;
+  const uint64_t in_addr = round_up(GOOD_BASE, ea), out_addr = round_up(GOOD_BASE + GOOD_SIZE / 2, eo);
+  uint8_t in[2 * 4096], out[4 * 1024], expect[4 * 1024];
+  /* two elements of random int32 lanes; the output window has one canary element on each side */
+  for (uint32_t i = 0; i < 2 * ea; i++) in[i] = (uint8_t)next64();
+  memset(out, 0xcc, 4 * eo);
+  memcpy(expect, out, 4 * eo);
+  for (uint32_t l = 0; l < 2 * eo; l++) expect[eo + l] = in[4 * l]; /* low byte of each little-endian lane */
+  uint32_t sb = (uint32_t)rnd(c->p.acc_depth - 1);
+  if (do_write(c, in_addr, in, 2 * ea) || do_write(c, out_addr - eo, out, 4 * eo)) {
+    g_phase = saved;
+    return;
+  }
+  uint8_t prog[3 * 16];
+  uint64_t w[2];
+  int split = (int)rnd(2); /* 1 row of 2 elements, or 2 rows of 1 */
+  encode_mem(c, w, OP_LOAD, MEM_ACC, sb, in_addr / ea, split ? 2 : 1, split ? 1 : 2, split ? 1 : 2, 0, 1);
+  emit(prog, w);
+  encode_mem(c, w, OP_STORE, MEM_OUT, sb, out_addr / eo, split ? 2 : 1, split ? 1 : 2, split ? 1 : 2, 1, 0);
+  emit(prog + 16, w);
+  w[0] = w[1] = 0;
+  put(w, c->p.mem[VTA_MEM_OPCODE], OP_FINISH);
+  emit(prog + 32, w);
+  vta_stats_t st;
+  clear_err();
+  int rc = vta_sim_run(c->sim, prog, 3, 1, 1000000, &st, NULL, g_err, sizeof g_err);
+  count_api(rc);
+  EXPECT(rc == VTA_OK, "%s: known-good program after %s failed: %s: %s", c->name, after, rc_name(rc), g_err);
+  if (rc == VTA_OK) {
+    EXPECT(st.insns[0] == 0 && st.insns[1] == 2 && st.insns[2] == 1 && st.error_index == -1,
+           "%s: known-good program: wrong instruction counts", c->name);
+    EXPECT(st.acc_load_nbytes == 2ull * ea && st.out_store_nbytes == 2ull * eo,
+           "%s: known-good program: wrong byte counters", c->name);
+    EXPECT(st.finish_cycle > 0 && st.finish_cycle <= st.cycles, "%s: known-good program: bad cycle counts", c->name);
+  }
+  uint8_t got[4 * 1024];
+  if (do_read(c, out_addr - eo, got, 4 * eo) == VTA_OK)
+    EXPECT(memcmp(got, expect, 4 * eo) == 0, "%s: known-good program after %s stored wrong bytes", c->name, after);
+  g_phase = saved;
+  g_pending = 0;
+}
+
+static unsigned long long g_known_good;
+
+/* After any error: the simulator must still run the known-good program correctly. */
+static void settle(ctx_t *c, const char *after) {
+  if (!g_pending) return;
+  g_known_good++;
+  known_good(c, after);
+}
+
+/* ------------------------------------------------------------------ random DRAM pool */
+
+static void pool_map_random(ctx_t *c) {
+  if (c->nreg >= 1 + POOL_MAX) {
+    int victim = 1 + (int)rnd((uint64_t)c->nreg - 1);
+    do_unmap(c, c->reg[victim].base);
+  }
+  uint64_t size, addr;
+  switch (rnd(10)) {
+    case 0: case 1: size = 1 + rnd(64); break;                 /* tiny */
+    case 2: size = 65536 + rnd(3) * PAGE; break;               /* larger */
+    default: size = PAGE * (1 + rnd(4)) - (chance(30) ? rnd(PAGE) : 0);
+  }
+  switch (rnd(20)) {
+    case 0: addr = (TOP48 - size) & ~(uint64_t)(PAGE - 1); break;  /* top of the 48-bit space */
+    case 1: addr = TOP48 - size; break;                              /* flush with the top */
+    case 2: addr = (1 + rnd(4096)) * PAGE + 1 + rnd(63); break;      /* unaligned */
+    default: addr = (1 + rnd(4096)) * PAGE;                          /* low pages, reachable by instructions */
+  }
+  if (do_map(c, addr, size) == VTA_OK) {
+    uint8_t *buf = malloc((size_t)size);
+    if (!buf) {
+      fprintf(stderr, "hostile: out of memory\n");
+      exit(2);
+    }
+    fill_random(c, buf, (size_t)size);
+    do_write(c, addr, buf, size);
+    free(buf);
+  }
+}
+
+/* A DRAM element index for `mem`, usually inside some mapped region. With `extent` > 0 the index leaves room
+ * for `extent` whole elements when some region has it (clean programs), else it may sit near or past the end. */
+static uint64_t pick_dram_base(const ctx_t *c, uint32_t mem, uint32_t width, uint64_t extent) {
+  uint32_t e = dram_elem(c, mem);
+  if (c->nreg && (extent || chance(85))) {
+    for (int tries = 0; tries < (extent ? 4 : 1); tries++) {
+      const region_t *r = &c->reg[tries == 3 ? 0 : rnd((uint64_t)c->nreg)];
+      uint64_t first = round_up(r->base, e);
+      if (first >= r->base + r->size) continue;
+      uint64_t n = (r->base + r->size - first) / e; /* whole elements */
+      if (extent && first / e + n - 1 > mask_of(width)) continue; /* not addressable by the field */
+      if (extent) {
+        if (n < extent) continue;
+        return first / e + (chance(70) ? rnd(n - extent + 1) : n - extent);
+      }
+      uint64_t k = n ? (chance(70) ? rnd(n) : n - 1 - rnd(n < 3 ? n : 3)) : 0;
+      if (chance(10)) k = n; /* just past the end */
+      return first / e + k;
+    }
+  }
+  return biased(width);
+}
+
+/* ------------------------------------------------------------------ random programs */
+
+static int g_clean; /* the program being built aims to pass validation (hostile values are rare) */
+
+static uint32_t small_or(uint32_t limit, uint32_t width) {
+  if (!g_clean && chance(5)) return (uint32_t)biased(width);
+  return (uint32_t)rnd(limit);
+}
+
+static void random_flags(uint64_t w[2], const vta_field_t *f, int mode, int module) {
+  /* mode 0: none; 1: any flag; 2: only flags valid on the module */
+  uint32_t pp = 0, pn = 0, up = 0, un = 0;
+  if (mode == 1) {
+    pp = chance(15); pn = chance(15); up = chance(15); un = chance(15);
+  } else if (mode == 2) {
+    if (module != 0) { pp = chance(30); up = chance(30); } /* compute and store have a previous stage */
+    if (module != 2) { pn = chance(30); un = chance(30); } /* load and compute have a next stage */
+  }
+  put(w, f[VTA_MEM_POP_PREV], pp);
+  put(w, f[VTA_MEM_POP_NEXT], pn);
+  put(w, f[VTA_MEM_PUSH_PREV], up);
+  put(w, f[VTA_MEM_PUSH_NEXT], un);
+}
+
+static void gen_mem(const ctx_t *c, uint64_t w[2], uint32_t opcode, int flag_mode) {
+  const vta_field_t *f = c->p.mem;
+  for (int k = 0; k < VTA_MEM_NFIELDS; k++) put(w, f[k], biased(f[k].width)); /* any field, then the real ones */
+  static const uint32_t load_types[] = {MEM_UOP, MEM_WGT, MEM_INP, MEM_ACC, MEM_ACC_8BIT};
+  int sane = g_clean || chance(92);
+  uint32_t mem = opcode == OP_STORE ? (sane ? MEM_OUT : (uint32_t)rnd(8)) : (sane ? load_types[rnd(5)] : (uint32_t)rnd(8));
+  put(w, f[VTA_MEM_OPCODE], opcode);
+  put(w, f[VTA_MEM_MEMORY_TYPE], mem);
+  uint32_t depth = sram_depth(c, mem);
+  uint32_t x = chance(g_clean ? 3 : 8) ? 0 : 1 + (uint32_t)rnd(4), y = !g_clean && chance(3) ? 0 : 1 + (uint32_t)rnd(3);
+  uint32_t stride = chance(80) ? x + (uint32_t)rnd(3) : (uint32_t)rnd((uint64_t)x + 1);
+  uint32_t pads[4] = {0, 0, 0, 0};
+  if (opcode == OP_LOAD ? chance(35) : !g_clean && chance(5))
+    for (int k = 0; k < 4; k++) pads[k] = !g_clean && chance(3) ? (uint32_t)biased(4) : (uint32_t)rnd(3);
+  uint64_t need = (uint64_t)(pads[0] + y + pads[1]) * (pads[2] + x + pads[3]);
+  uint32_t sram = chance(75) ? (uint32_t)rnd(depth < 16 ? depth : 16) : (uint32_t)rnd((uint64_t)depth + 4);
+  if (chance(15) && need <= (uint64_t)depth + 1) sram = (uint32_t)(depth + 1 - need - rnd(depth + 1 - need < 3 ? depth + 2 - need : 3));
+  uint64_t extent = 0;
+  if (g_clean) { /* make the ranges fit: SRAM first, then DRAM */
+    if (need > depth) {
+      x = y = stride = 1;
+      pads[0] = pads[1] = pads[2] = pads[3] = 0;
+      need = 1;
+    }
+    sram = chance(75) ? (uint32_t)rnd(depth - need + 1 < 16 ? depth - need + 1 : 16) : (uint32_t)rnd(depth - need + 1);
+    if (chance(10)) sram = (uint32_t)(depth - need); /* flush with the end of the buffer */
+    if (((uint64_t)(y - 1) * stride + x) * dram_elem(c, mem) > GOOD_SIZE / 2) { y = 1; stride = x; }
+    extent = x ? (uint64_t)(y - 1) * stride + x : 0;
+  } else {
+    if (chance(4)) x = (uint32_t)biased(f[VTA_MEM_X_SIZE].width);
+    if (chance(3)) y = (uint32_t)biased(f[VTA_MEM_Y_SIZE].width);
+    if (chance(3)) stride = (uint32_t)biased(f[VTA_MEM_X_STRIDE].width);
+    if (chance(3)) sram = (uint32_t)biased(f[VTA_MEM_SRAM_BASE].width);
+  }
+  put(w, f[VTA_MEM_SRAM_BASE], sram);
+  put(w, f[VTA_MEM_DRAM_BASE], pick_dram_base(c, mem, f[VTA_MEM_DRAM_BASE].width, extent));
+  put(w, f[VTA_MEM_Y_SIZE], y);
+  put(w, f[VTA_MEM_X_SIZE], x);
+  put(w, f[VTA_MEM_X_STRIDE], stride);
+  put(w, f[VTA_MEM_Y_PAD_0], pads[0]);
+  put(w, f[VTA_MEM_Y_PAD_1], pads[1]);
+  put(w, f[VTA_MEM_X_PAD_0], pads[2]);
+  put(w, f[VTA_MEM_X_PAD_1], pads[3]);
+  int module = opcode == OP_STORE ? 2 : (mem == MEM_INP || mem == MEM_WGT) ? 0 : 1;
+  random_flags(w, f, flag_mode, module);
+}
+
+static void gen_loop(const ctx_t *c, uint64_t w[2], uint32_t opcode, int flag_mode) {
+  const vta_field_t *f = opcode == OP_GEMM ? c->p.gemm : c->p.alu;
+  int n = opcode == OP_GEMM ? VTA_GEMM_NFIELDS : VTA_ALU_NFIELDS;
+  for (int k = 0; k < n; k++) put(w, f[k], biased(f[k].width));
+  put(w, f[VTA_LOOP_OPCODE], opcode);
+  put(w, f[VTA_LOOP_RESET], chance(25));
+  uint32_t bgn = small_or(8, f[VTA_LOOP_UOP_BGN].width);
+  uint32_t end = g_clean || chance(90) ? bgn + (uint32_t)rnd(5) : small_or(12, f[VTA_LOOP_UOP_END].width);
+  if (chance(8)) { /* the end of the micro-op buffer, or one past it */
+    end = c->p.uop_depth + (g_clean ? 0 : (uint32_t)rnd(2));
+    bgn = end - (uint32_t)rnd(end < 4 ? (uint64_t)end + 1 : 4);
+  }
+  if (g_clean && end > c->p.uop_depth) {
+    end = c->p.uop_depth;
+    bgn = (uint32_t)rnd((uint64_t)end + 1);
+  }
+  put(w, f[VTA_LOOP_UOP_BGN], bgn);
+  put(w, f[VTA_LOOP_UOP_END], end);
+  uint32_t io = chance(90) ? (uint32_t)rnd(4) : (uint32_t)rnd(64), ii = chance(90) ? (uint32_t)rnd(4) : (uint32_t)rnd(64);
+  if (chance(2)) io = (uint32_t)mask_of(f[VTA_LOOP_ITER_OUT].width); /* runs into the cycle budget */
+  if (chance(2)) ii = (uint32_t)mask_of(f[VTA_LOOP_ITER_IN].width);
+  put(w, f[VTA_LOOP_ITER_OUT], io);
+  put(w, f[VTA_LOOP_ITER_IN], ii);
+  for (int k = VTA_LOOP_DST_OUT; k <= VTA_LOOP_SRC_IN; k++) put(w, f[k], small_or(3, f[k].width));
+  if (opcode == OP_GEMM) {
+    put(w, f[VTA_GEMM_WGT_OUT], small_or(3, f[VTA_GEMM_WGT_OUT].width));
+    put(w, f[VTA_GEMM_WGT_IN], small_or(3, f[VTA_GEMM_WGT_IN].width));
+  } else {
+    put(w, f[VTA_ALU_OPCODE], g_clean || chance(95) ? rnd(5) : rnd(8));
+    put(w, f[VTA_ALU_USE_IMM], chance(50));
+    put(w, f[VTA_ALU_IMM], chance(70) ? rnd(40) - 8 : next64()); /* masked: negative values sign-wrap */
+  }
+  random_flags(w, f, flag_mode, 1);
+}
+
+/* Builds 1..MAX_INSNS instructions; returns the count. *must_fail: the stream cannot pass validation. */
+static uint32_t gen_program(const ctx_t *c, uint8_t *prog, int *must_fail) {
+  uint32_t n = 1 + (uint32_t)rnd(MAX_INSNS);
+  g_clean = chance(50);
+  int flag_mode = g_clean ? (chance(60) ? 0 : 2) : (int)rnd(3);
+  *must_fail = 0;
+  for (uint32_t i = 0; i < n; i++) {
+    uint64_t w[2] = {0, 0};
+    uint32_t op;
+    if (i == n - 1 && (g_clean || chance(92))) {
+      op = OP_FINISH;
+    } else {
+      uint64_t r = rnd(g_clean ? 95 : 100);
+      op = r < 30 ? OP_LOAD : r < 45 ? OP_STORE : r < 65 ? OP_GEMM : r < 85 ? OP_ALU : r < 95 ? OP_FINISH : 99;
+    }
+    switch (op) {
+      case OP_LOAD:
+      case OP_STORE: gen_mem(c, w, op, flag_mode); break;
+      case OP_GEMM:
+      case OP_ALU: gen_loop(c, w, op, flag_mode); break;
+      case OP_FINISH:
+        if (chance(20)) w[0] = next64(), w[1] = next64(); /* FINISH ignores the other bits */
+        put(w, c->p.mem[VTA_MEM_OPCODE], OP_FINISH);
+        random_flags(w, c->p.mem, flag_mode, 1);
+        break;
+      default:
+        w[0] = next64(); /* 16 bytes of garbage, or a random opcode on otherwise sane bits */
+        w[1] = next64();
+        if (chance(50)) put(w, c->p.mem[VTA_MEM_OPCODE], 5 + rnd(3));
+    }
+    uint32_t opc = (uint32_t)((w[c->p.mem[VTA_MEM_OPCODE].offset / 64] >> (c->p.mem[VTA_MEM_OPCODE].offset % 64)) &
+                              mask_of(c->p.mem[VTA_MEM_OPCODE].width));
+    if (opc > OP_ALU || (i == n - 1 && opc != OP_FINISH)) *must_fail = 1;
+    emit(prog + 16 * i, w);
+  }
+  return n;
+}
+
+/* ------------------------------------------------------------------ targeted probes with exact outcomes */
+
+/* Runs `n` instructions and checks the exact status and error_index. */
+static void run_expect(ctx_t *c, const uint8_t *prog, uint32_t n, uint64_t max_cycles, int expect, int64_t index,
+                       const char *what) {
+  vta_stats_t st;
+  clear_err();
+  int rc = vta_sim_run(c->sim, prog, n, (int)rnd(2), max_cycles, &st, NULL, g_err, sizeof g_err);
+  count_api(rc);
+  check_message(rc, "vta_sim_run");
+  EXPECT(rc == expect, "%s: probe '%s' returned %s, expected %s (%s)", c->name, what, rc_name(rc), rc_name(expect),
+         rc ? g_err : "");
+  if (rc == expect)
+    EXPECT(st.error_index == (rc == VTA_OK ? -1 : index), "%s: probe '%s': error_index %lld, expected %lld", c->name,
+           what, (long long)st.error_index, (long long)(rc == VTA_OK ? -1 : index));
+}
+
+static void finish_insn(const ctx_t *c, uint8_t *dst) {
+  uint64_t w[2] = {0, 0};
+  put(w, c->p.mem[VTA_MEM_OPCODE], OP_FINISH);
+  emit(dst, w);
+}
+
+/* First element of the known-good region for element size e, and how many whole elements it holds. */
+static void good_elems(uint32_t e, uint64_t *first, uint64_t *n) {
+  uint64_t a = round_up(GOOD_BASE, e);
+  *first = a / e;
+  *n = (GOOD_BASE + GOOD_SIZE - a) / e;
+}
+
+static void probe(ctx_t *c) {
+  g_phase = "probe";
+  static const uint32_t load_types[] = {MEM_UOP, MEM_WGT, MEM_INP, MEM_ACC, MEM_ACC_8BIT};
+  const vta_field_t *mf = c->p.mem;
+  uint8_t prog[3 * 16];
+  uint64_t w[2] = {0, 0};
+  int bad = (int)rnd(2);
+  uint32_t store = (uint32_t)rnd(2), mem = store ? MEM_OUT : load_types[rnd(5)];
+  uint32_t e = dram_elem(c, mem), depth = sram_depth(c, mem);
+  uint64_t first, nelem;
+  good_elems(e, &first, &nelem);
+  /* a valid 1x1 transfer through the known-good region, which each probe then bends */
+  encode_mem(c, w, store ? OP_STORE : OP_LOAD, mem, 0, first, 1, 1, 1, 0, 0);
+  finish_insn(c, prog + 16);
+  switch (rnd(12)) {
+    case 0: /* y_size 0 with x_size > 0 */
+      put(w, mf[VTA_MEM_Y_SIZE], 0);
+      put(w, mf[VTA_MEM_X_SIZE], 1 + rnd(4));
+      emit(prog, w);
+      run_expect(c, prog, 2, 200000, VTA_ERR_INSN, 0, "y_size 0");
+      break;
+    case 1: /* padding on a store */
+      encode_mem(c, w, OP_STORE, MEM_OUT, 0, first, 1, 1, 1, 0, 0);
+      put(w, mf[VTA_MEM_Y_PAD_0 + rnd(4)], 1 + rnd(15));
+      emit(prog, w);
+      run_expect(c, prog, 2, 200000, VTA_ERR_INSN, 0, "store padding");
+      break;
+    case 2: { /* memory types a LOAD or STORE refuses */
+      static const uint32_t bad_load[] = {MEM_OUT, 6, 7}, bad_store[] = {0, 1, 2, 3, 5, 6, 7};
+      put(w, mf[VTA_MEM_MEMORY_TYPE], store ? bad_store[rnd(7)] : bad_load[rnd(3)]);
+      emit(prog, w);
+      run_expect(c, prog, 2, 200000, VTA_ERR_INSN, 0, "memory type");
+      break;
+    }
+    case 3: { /* SRAM range flush with the end of the buffer, or one element past it */
+      uint32_t x = 1 + (uint32_t)rnd(3), y = 1 + (uint32_t)rnd(2), pads[4] = {0, 0, 0, 0};
+      if (!store)
+        for (int k = 0; k < 4; k++) pads[k] = (uint32_t)rnd(2);
+      uint64_t need = (uint64_t)(pads[0] + y + pads[1]) * (pads[2] + x + pads[3]);
+      if (need + (uint64_t)bad > depth || (uint64_t)(y - 1) * x + x > nelem) break;
+      if (depth - need + (uint64_t)bad > mask_of(mf[VTA_MEM_SRAM_BASE].width)) break;
+      encode_mem(c, w, store ? OP_STORE : OP_LOAD, mem, (uint32_t)(depth - need + (uint64_t)bad), first, y, x, x, 0, 0);
+      put(w, mf[VTA_MEM_Y_PAD_0], pads[0]);
+      put(w, mf[VTA_MEM_Y_PAD_1], pads[1]);
+      put(w, mf[VTA_MEM_X_PAD_0], pads[2]);
+      put(w, mf[VTA_MEM_X_PAD_1], pads[3]);
+      emit(prog, w);
+      run_expect(c, prog, 2, 200000, bad ? VTA_ERR_INSN : VTA_OK, 0, "SRAM range edge");
+      break;
+    }
+    case 4: { /* DRAM range flush with the end of the region, or one element past it */
+      uint32_t x = 1 + (uint32_t)rnd(3), y = 1 + (uint32_t)rnd(2), stride = x + (uint32_t)rnd(2);
+      uint64_t extent = (uint64_t)(y - 1) * stride + x;
+      if (extent > nelem || (uint64_t)y * x > depth) break;
+      uint64_t base = first + nelem - extent + (uint64_t)bad;
+      encode_mem(c, w, store ? OP_STORE : OP_LOAD, mem, 0, base, y, x, stride, 0, 0);
+      emit(prog, w);
+      /* one element past is refused, unless a region mapped right after holds the whole range */
+      int inside = mirror_inside(c, base * e, extent * e);
+      EXPECT(inside == !bad || (bad && extent == 1), "%s: mirror disagrees with the DRAM edge probe", c->name);
+      run_expect(c, prog, 2, 200000, inside ? VTA_OK : VTA_ERR_MEM, 0, "DRAM range edge");
+      break;
+    }
+    case 5: { /* micro-op range: [bgn, depth) is fine, depth + 1 or bgn > end is not */
+      uint32_t op = chance(50) ? OP_GEMM : OP_ALU;
+      const vta_field_t *f = op == OP_GEMM ? c->p.gemm : c->p.alu;
+      w[0] = w[1] = 0;
+      put(w, f[VTA_LOOP_OPCODE], op);
+      uint32_t end = c->p.uop_depth + (uint32_t)bad, bgn = end - (uint32_t)rnd(end < 3 ? (uint64_t)end + 1 : 3);
+      if (bad && chance(50)) { end = (uint32_t)rnd(c->p.uop_depth); bgn = end + 1 + (uint32_t)rnd(2); }
+      if (bgn > mask_of(f[VTA_LOOP_UOP_BGN].width) || end > mask_of(f[VTA_LOOP_UOP_END].width)) break; /* no room */
+      put(w, f[VTA_LOOP_UOP_BGN], bgn);
+      put(w, f[VTA_LOOP_UOP_END], end);
+      put(w, f[VTA_LOOP_ITER_OUT], 0); /* a no-op when valid: no index checks */
+      put(w, f[VTA_LOOP_ITER_IN], 1);
+      emit(prog, w);
+      run_expect(c, prog, 2, 200000, bad ? VTA_ERR_INSN : VTA_OK, 0, "micro-op range");
+      break;
+    }
+    case 6: /* unknown ALU opcode */
+      w[0] = w[1] = 0;
+      put(w, c->p.alu[VTA_LOOP_OPCODE], OP_ALU);
+      put(w, c->p.alu[VTA_ALU_OPCODE], 5 + rnd(3));
+      emit(prog, w);
+      run_expect(c, prog, 2, 200000, VTA_ERR_INSN, 0, "ALU opcode");
+      break;
+    case 7: /* dependency flags a module does not have (checked on NOPs too) */
+      if (store) {
+        encode_mem(c, w, OP_STORE, MEM_OUT, 0, first, 1, chance(50), 1, 0, 0);
+        put(w, mf[chance(50) ? VTA_MEM_POP_NEXT : VTA_MEM_PUSH_NEXT], 1);
+      } else {
+        encode_mem(c, w, OP_LOAD, chance(50) ? MEM_INP : MEM_WGT, 0, 0, 1, 0, 1, 0, 0);
+        put(w, mf[chance(50) ? VTA_MEM_POP_PREV : VTA_MEM_PUSH_PREV], 1);
+      }
+      emit(prog, w);
+      run_expect(c, prog, 2, 200000, VTA_ERR_INSN, 0, "module flags");
+      break;
+    case 8: /* a stream that does not end with FINISH */
+      encode_mem(c, w, OP_LOAD, MEM_INP, 0, 0, 1, 0, 1, 0, 0); /* a NOP */
+      emit(prog, w);
+      if (chance(50)) {
+        run_expect(c, prog, 1, 200000, VTA_ERR_INSN, 0, "no FINISH (1)");
+      } else {
+        finish_insn(c, prog);
+        emit(prog + 16, w);
+        run_expect(c, prog, 2, 200000, VTA_ERR_INSN, 1, "no FINISH (2)");
+      }
+      break;
+    case 9: /* unknown opcode in the middle */
+      w[0] = next64(), w[1] = next64();
+      put(w, mf[VTA_MEM_OPCODE], 5 + rnd(3));
+      finish_insn(c, prog);
+      emit(prog + 16, w);
+      finish_insn(c, prog + 32);
+      run_expect(c, prog, 3, 200000, VTA_ERR_INSN, 1, "unknown opcode");
+      break;
+    case 10: { /* a micro-op reaching exactly the last element of a buffer, or one past it */
+      uint32_t op = chance(50) ? OP_GEMM : OP_ALU, which = (uint32_t)rnd(op == OP_GEMM ? 3 : 2);
+      static const uint32_t gemm_mem[] = {MEM_ACC, MEM_INP, MEM_WGT}, alu_mem[] = {MEM_ACC, MEM_ACC};
+      uint32_t d = sram_depth(c, op == OP_GEMM ? gemm_mem[which] : alu_mem[which]);
+      uint32_t iters = d >= 2 ? 2 : 1, value = d - iters + (uint32_t)bad; /* value + (iters-1) reaches d-1+bad */
+      if (value > mask_of(c->p.uop[which].width)) break;
+      uint32_t k = (uint32_t)rnd(c->p.uop_depth < 8 ? c->p.uop_depth : 8);
+      uint64_t u[2] = {0, 0};
+      put(u, c->p.uop[which], value);
+      uint32_t u32 = (uint32_t)u[0];
+      if (do_sram(c, MEM_UOP, k, 1, (uint8_t *)&u32, 1) != VTA_OK) break;
+      const vta_field_t *f = op == OP_GEMM ? c->p.gemm : c->p.alu;
+      static const int factor[] = {VTA_LOOP_DST_OUT, VTA_LOOP_SRC_OUT, VTA_GEMM_WGT_OUT};
+      w[0] = w[1] = 0;
+      put(w, f[VTA_LOOP_OPCODE], op);
+      put(w, f[VTA_LOOP_UOP_BGN], k);
+      put(w, f[VTA_LOOP_UOP_END], k + 1);
+      put(w, f[VTA_LOOP_ITER_OUT], iters);
+      put(w, f[VTA_LOOP_ITER_IN], 1);
+      put(w, f[factor[which]], 1);
+      if (op == OP_ALU) put(w, f[VTA_ALU_OPCODE], rnd(5));
+      emit(prog, w);
+      run_expect(c, prog, 2, 200000, bad ? VTA_ERR_INSN : VTA_OK, 0, "micro-op index edge");
+      break;
+    }
+    default: { /* a lone FINISH ends at DRAM_LATENCY + ceil(16 / BUS_BYTES) + 1: the budget is inclusive */
+      uint64_t end = c->p.dram_latency + (16 + c->p.bus_bytes - 1) / c->p.bus_bytes + 1;
+      finish_insn(c, prog);
+      run_expect(c, prog, 1, end - (uint64_t)bad, bad ? VTA_ERR_BUDGET : VTA_OK, 0, "cycle budget edge");
+      break;
+    }
+  }
+}
+
+static void random_sram_state(ctx_t *c) {
+  uint8_t buf[16 * 4];
+  if (chance(50)) { /* micro-ops, mostly small indices */
+    uint32_t idx = chance(80) ? (uint32_t)rnd(8) : (uint32_t)rnd((uint64_t)c->p.uop_depth + 4);
+    uint32_t n = 1 + (uint32_t)rnd(16);
+    for (uint32_t k = 0; k < n; k++) {
+      uint64_t w[2] = {0, 0};
+      if (chance(85)) {
+        static const int mems[VTA_UOP_NFIELDS] = {MEM_ACC, MEM_INP, MEM_WGT};
+        for (int f = 0; f < VTA_UOP_NFIELDS; f++) {
+          uint32_t d = sram_depth(c, (uint32_t)mems[f]);
+          put(w, c->p.uop[f], rnd(chance(80) ? (d < 8 ? d : 8) : 64));
+        }
+      } else {
+        w[0] = next64();
+      }
+      uint32_t u = (uint32_t)w[0];
+      memcpy(buf + 4 * k, &u, 4);
+    }
+    do_sram(c, MEM_UOP, idx, n, buf, 1);
+  }
+  if (chance(10)) { /* a few random data elements */
+    uint32_t mem = 1 + (uint32_t)rnd(3), e = sram_elem(c, mem);
+    uint32_t n = 1 + (uint32_t)rnd(2);
+    uint8_t *data = malloc((size_t)n * e);
+    if (!data) exit(2);
+    for (size_t k = 0; k < (size_t)n * e; k++) data[k] = (uint8_t)next64();
+    do_sram(c, mem, (uint32_t)rnd(sram_depth(c, mem) < 8 ? sram_depth(c, mem) : 8), n, data, 1);
+    free(data);
+  }
+}
+
+static void run_random_program(ctx_t *c) {
+  g_phase = "program";
+  static uint8_t prog[MAX_INSNS * 16];
+  int must_fail;
+  uint32_t n = gen_program(c, prog, &must_fail);
+  int compute = (int)rnd(2);
+  uint64_t max_cycles = chance(85) ? 200000 : 1 + rnd(2000);
+  vta_trace_event_t trace[MAX_INSNS];
+  int use_trace = chance(30);
+  if (use_trace) memset(trace, 0xee, sizeof trace);
+  vta_stats_t st;
+  clear_err();
+  int rc = vta_sim_run(c->sim, prog, n, compute, max_cycles, &st, use_trace ? trace : NULL, g_err, sizeof g_err);
+  prog_rc[rc >= 0 && rc <= 5 ? rc : 6]++;
+  if (g_clean) clean_rc[rc >= 0 && rc <= 5 ? rc : 6]++;
+  if (rc == VTA_OK || rc == VTA_ERR_DEADLOCK || rc == VTA_ERR_BUDGET || rc == VTA_ERR_INSN) {
+    executed += st.insns[0] + st.insns[1] + st.insns[2];
+    gemm_ops += st.gemm_counter;
+    alu_ops += st.alu_counter;
+  }
+  if (rc != VTA_OK) g_pending = 1;
+  check_message(rc, "vta_sim_run");
+  EXPECT(rc != VTA_ERR_ARG, "%s: run of a %u-instruction program returned arg: %s", c->name, n, g_err);
+  if (must_fail)
+    EXPECT(rc == VTA_ERR_INSN || rc == VTA_ERR_MEM, "%s: invalid stream returned %s", c->name, rc_name(rc));
+  if (rc == VTA_OK) {
+    EXPECT(st.error_index == -1, "%s: error_index %lld after success", c->name, (long long)st.error_index);
+    EXPECT(st.insns[0] + st.insns[1] + st.insns[2] == n, "%s: executed %llu of %u instructions", c->name,
+           (unsigned long long)(st.insns[0] + st.insns[1] + st.insns[2]), n);
+    EXPECT(st.cycles <= max_cycles && st.finish_cycle > 0 && st.finish_cycle <= st.cycles,
+           "%s: cycles %llu, finish %llu, budget %llu", c->name, (unsigned long long)st.cycles,
+           (unsigned long long)st.finish_cycle, (unsigned long long)max_cycles);
+    for (int m = 0; m < 3; m++)
+      EXPECT(st.busy[m] <= st.cycles, "%s: module %d busy %llu > cycles", c->name, m, (unsigned long long)st.busy[m]);
+    if (use_trace)
+      for (uint32_t i = 0; i < n; i++)
+        EXPECT(trace[i].start < trace[i].end && trace[i].end <= st.cycles && trace[i].module < 3,
+               "%s: bad trace event %u", c->name, i);
+  } else if (rc >= VTA_ERR_INSN && rc <= VTA_ERR_BUDGET) {
+    EXPECT(st.error_index >= 0 && st.error_index < (int64_t)n, "%s: %s with error_index %lld of %u", c->name,
+           rc_name(rc), (long long)st.error_index, n);
+  }
+}
+
+/* ------------------------------------------------------------------ API misuse */
+
+static void misuse(ctx_t *c) {
+  g_phase = "misuse";
+  uint8_t buf[4 * 4096 + 64];
+  int rc = VTA_OK;
+  const region_t *r = &c->reg[rnd((uint64_t)c->nreg)]; /* nreg >= 1: the known-good region */
+  switch (rnd(16)) {
+    case 0: /* map overlapping a mapped region */
+      rc = do_map(c, r->base + rnd(r->size), 1 + rnd(2 * PAGE));
+      break;
+    case 1: /* map of size 0 */
+      rc = do_map(c, (1 + rnd(1 << 20)) * PAGE, 0);
+      break;
+    case 2: { /* map beyond 2^48, too large, or at the end of the 64-bit space */
+      uint64_t size = 1 + rnd(3 * PAGE);
+      switch (rnd(5)) {
+        case 0: rc = do_map(c, TOP48 - size + 1 + rnd(PAGE), size); break;
+        case 1: rc = do_map(c, UINT64_MAX - rnd(PAGE), size); break;
+        case 2: rc = do_map(c, PAGE * (1 + rnd(16)), TOP48 + rnd(PAGE)); break;
+        case 3: rc = do_map(c, PAGE, UINT64_MAX - rnd(2)); break;
+        default: rc = do_map(c, 0, ((uint64_t)1 << 40) + 1 + rnd(PAGE)); break;
+      }
+      break;
+    }
+    case 3: { /* unmap an address where no region starts */
+      uint64_t addr;
+      switch (rnd(4)) {
+        case 0: addr = r->base + 1 + rnd(r->size); break;
+        case 1: addr = r->base - 1; break;
+        case 2: addr = UINT64_MAX - rnd(8); break;
+        default: addr = next64();
+      }
+      if (mirror_find_base(c, addr) < 0) rc = do_unmap(c, addr);
+      break;
+    }
+    case 4: { /* read or write straddling a region's end (or its start) */
+      uint64_t k = rnd((r->size < 8 ? r->size : 8) + 1);
+      uint64_t addr = chance(75) ? r->base + r->size - k : r->base - 1 - rnd(4), n = k + 1 + rnd(8);
+      rc = chance(50) ? do_read(c, addr, buf, n) : do_write(c, addr, buf, n);
+      break;
+    }
+    case 5: { /* addresses near UINT64_MAX, where addr + n wraps */
+      uint64_t addr = UINT64_MAX - rnd(16), n = rnd(64);
+      rc = chance(50) ? do_read(c, addr, buf, n) : do_write(c, addr, buf, n);
+      break;
+    }
+    case 6: { /* huge lengths from a valid start */
+      uint64_t n = chance(50) ? UINT64_MAX - rnd(3) : r->size + 1 + rnd(PAGE);
+      rc = chance(50) ? do_read(c, r->base, buf, n) : do_write(c, r->base, buf, n);
+      break;
+    }
+    case 7: { /* valid write + read back, zero-length accesses at the region's edges */
+      uint64_t n = rnd((r->size < 256 ? r->size : 256) + 1), off = rnd(r->size - n + 1);
+      uint8_t data[256], back[256];
+      for (uint64_t i = 0; i < n; i++) data[i] = (uint8_t)next64();
+      if (do_write(c, r->base + off, data, n) == VTA_OK && do_read(c, r->base + off, back, n) == VTA_OK)
+        EXPECT(memcmp(data, back, (size_t)n) == 0, "%s: DRAM read-back differs", c->name);
+      rc = do_read(c, r->base + r->size, buf, 0);
+      rc |= do_write(c, r->base, NULL, 0);
+      break;
+    }
+    case 8: { /* SRAM ranges at and past the end */
+      uint32_t mem = (uint32_t)rnd(4), depth = sram_depth(c, mem), idx, count;
+      switch (rnd(4)) {
+        case 0: idx = depth - (uint32_t)rnd(depth < 3 ? depth + 1 : 3); count = (uint32_t)rnd(4); break;
+        case 1: idx = UINT32_MAX - (uint32_t)rnd(2); count = 1 + (uint32_t)rnd(2); break;
+        case 2: idx = (uint32_t)rnd(2); count = UINT32_MAX - (uint32_t)rnd(2); break;
+        default: idx = depth + (uint32_t)rnd(3); count = 0; break;
+      }
+      if ((uint64_t)count * sram_elem(c, mem) > sizeof buf && (uint64_t)idx + count <= depth) break;
+      rc = do_sram(c, mem, idx, count, count == 0 && chance(50) ? NULL : buf, (int)rnd(2));
+      break;
+    }
+    case 9: { /* unknown SRAM ids */
+      static const uint32_t ids[] = {4, 5, 6, 7, 8, 100, 0x7fffffffu, UINT32_MAX};
+      rc = do_sram(c, ids[rnd(8)], 0, 1, buf, (int)rnd(2));
+      break;
+    }
+    case 10: { /* run with no instructions, NULL instructions, or no stats */
+      vta_stats_t st;
+      uint8_t finish[16];
+      uint64_t w[2] = {0, 0};
+      put(w, c->p.mem[VTA_MEM_OPCODE], OP_FINISH);
+      emit(finish, w);
+      clear_err();
+      switch (rnd(3)) {
+        case 0:
+          rc = vta_sim_run(c->sim, finish, 0, 1, 1000, &st, NULL, g_err, sizeof g_err);
+          EXPECT(rc == VTA_ERR_INSN, "%s: run with count 0 returned %s", c->name, rc_name(rc));
+          break;
+        case 1:
+          rc = vta_sim_run(c->sim, NULL, 1 + (uint32_t)rnd(100), 1, 1000, &st, NULL, g_err, sizeof g_err);
+          EXPECT(rc == VTA_ERR_INSN, "%s: run with NULL instructions returned %s", c->name, rc_name(rc));
+          break;
+        default:
+          rc = vta_sim_run(c->sim, finish, 1, 1, 1000, NULL, NULL, g_err, sizeof g_err);
+          EXPECT(rc == VTA_ERR_ARG, "%s: run with NULL stats returned %s", c->name, rc_name(rc));
+      }
+      count_api(rc);
+      check_message(rc, "vta_sim_run");
+      break;
+    }
+    case 11: { /* small or absent message buffers */
+      size_t len = (size_t)rnd(3) * 4; /* 0 (with NULL), 4, 8 */
+      char small[16];
+      memset(small, 0x5a, sizeof small);
+      rc = vta_sim_unmap(c->sim, UINT64_MAX, len ? small : NULL, len);
+      count_api(rc);
+      EXPECT(rc == VTA_ERR_MEM, "%s: unmap(UINT64_MAX) returned %s", c->name, rc_name(rc));
+      if (len) {
+        EXPECT(small[len - 1] == 0 && strlen(small) == len - 1 && (unsigned char)small[len] == 0x5a,
+               "%s: message not truncated to a %zu-byte buffer", c->name, len);
+      }
+      break;
+    }
+    case 12: { /* a FINISH-only program, and a run with a trace of an empty-ish program */
+      uint8_t finish[16];
+      uint64_t w[2] = {0, 0};
+      put(w, c->p.mem[VTA_MEM_OPCODE], OP_FINISH);
+      emit(finish, w);
+      vta_stats_t st;
+      vta_trace_event_t ev;
+      clear_err();
+      rc = vta_sim_run(c->sim, finish, 1, (int)rnd(2), chance(50) ? 0 : 1000, &st, &ev, g_err, sizeof g_err);
+      count_api(rc);
+      check_message(rc, "vta_sim_run");
+      EXPECT(rc == VTA_OK || rc == VTA_ERR_BUDGET, "%s: FINISH-only program returned %s", c->name, rc_name(rc));
+      break;
+    }
+    case 13: /* map adjacent to an existing region (valid unless something is there) */
+      rc = do_map(c, r->base + r->size, 1 + rnd(PAGE));
+      if (rc == VTA_OK) do_unmap(c, r->base + r->size);
+      rc = VTA_OK;
+      break;
+    case 14: /* unmap and remap a pool region */
+      if (c->nreg > 1 && r != &c->reg[0]) {
+        region_t old = *r;
+        do_unmap(c, old.base);
+        rc = do_map(c, old.base, old.size);
+      }
+      break;
+    default: { /* reset: every SRAM reads back as zeros */
+      if (!chance(10)) break;
+      vta_sim_reset(c->sim);
+      uint32_t mem = (uint32_t)rnd(4), e = sram_elem(c, mem);
+      if (do_sram(c, mem, (uint32_t)rnd(sram_depth(c, mem)), 1, buf, 0) == VTA_OK) {
+        int zero = 1;
+        for (uint32_t i = 0; i < e; i++) zero &= buf[i] == 0;
+        EXPECT(zero, "%s: SRAM %u not zero after reset", c->name, mem);
+      }
+      break;
+    }
+  }
+  (void)rc;
+}
+
+/* ------------------------------------------------------------------ creation */
+
+/* Parameters the simulator must refuse: create returns NULL with a message. */
+static void bad_params(const vta_params_t *good) {
+  g_phase = "bad-params";
+  clear_err();
+  EXPECT(vta_sim_create(NULL, g_err, sizeof g_err) == NULL && g_err[0] && g_err[0] != 0x5a,
+         "create(NULL) did not fail with a message");
+  vta_sim_destroy(NULL);
+  for (int k = 0; k < 40; k++) {
+    vta_params_t p = *good;
+    switch (k) {
+      case 0: p.batch = 0; break;
+      case 1: p.block_in = 0; break;
+      case 2: p.block_out = 257; break;
+      case 3: p.uop_depth = 0; break;
+      case 4: p.acc_depth = 65537; break;
+      case 5: p.bus_bytes = 0; break;
+      case 6: p.burst_beats = 0; break;
+      case 7: p.gemm_ii = 0; break;
+      case 8: p.alu_ii = 0; break;
+      case 9: p.insn_queue_depth = 0; break;
+      case 10: p.token_queue_depth = 0; break;
+      case 11: p.mem[VTA_MEM_OPCODE].width = 0; break;
+      case 12: p.gemm[VTA_LOOP_ITER_IN].width = 33; break;
+      case 13: p.alu[VTA_ALU_IMM].offset = 120; break;                 /* 120 + 16 > 128 */
+      case 14: p.mem[VTA_MEM_DRAM_BASE].offset = 48; break;            /* straddles bit 64 */
+      case 15: p.uop[VTA_UOP_WGT].offset = 28; break;                  /* past 32 bits */
+      case 16: p.mem[VTA_MEM_X_SIZE].offset = 0xffffffe0u; p.mem[VTA_MEM_X_SIZE].width = 32; break; /* wraps */
+      case 17: p.mem[VTA_MEM_OPCODE].offset = UINT32_MAX; p.mem[VTA_MEM_OPCODE].width = 1; break;   /* wraps */
+      case 18: p.gemm[VTA_GEMM_WGT_IN].offset = 0xfffffff0u; p.gemm[VTA_GEMM_WGT_IN].width = 16; break;
+      case 19: p.alu[VTA_ALU_IMM].offset = 0xffffffc0u; p.alu[VTA_ALU_IMM].width = 32; break;
+      case 20: p.uop[VTA_UOP_DST].offset = 0xfffffff0u; p.uop[VTA_UOP_DST].width = 16; break;
+      case 21: p.uop[VTA_UOP_SRC].offset = UINT32_MAX; p.uop[VTA_UOP_SRC].width = 1; break;
+      case 22: p.uop[VTA_UOP_WGT].width = 0; break;
+      case 23: p.mem[VTA_MEM_Y_PAD_1].offset = 0x80000000u; break;
+      case 24: p.batch = 65; break;
+      case 25: p.wgt_depth = 0; break;
+      case 26: p.inp_depth = UINT32_MAX; break;
+      case 27: p.alu[VTA_ALU_IMM].width = UINT32_MAX; break;
+      case 28: p.block_in = 300; break;
+      case 29: p.inp_depth = 0; break;
+      case 30: p.acc_depth = 0; break;
+      case 31: p.uop_depth = 65537; break;
+      case 32: p.wgt_depth = 1u << 31; break;
+      /* bounds that keep cycle arithmetic from wrapping */
+      case 33: p.gemm_ii = 1u << 25; break;
+      case 34: p.dram_latency = UINT32_MAX; break;
+      case 35: p.gemm[VTA_LOOP_ITER_OUT].width = 20; break;
+      case 36: p.alu[VTA_LOOP_UOP_END].width = 24; break;
+      case 37: p.mem[VTA_MEM_X_SIZE].width = 24; break;
+      case 38: p.mem[VTA_MEM_X_PAD_0].width = 8; break;
+      default: p.block_out = 0; break;
+    }
+    clear_err();
+    vta_sim_t *s = vta_sim_create(&p, g_err, sizeof g_err);
+    EXPECT(s == NULL, "bad parameter set %d was accepted", k);
+    if (s) {
+      vta_sim_destroy(s);
+    } else {
+      EXPECT(memchr(g_err, 0, sizeof g_err) && g_err[0] && g_err[0] != 0x5a, "bad parameter set %d: no message", k);
+    }
+  }
+}
+
+static uint32_t pick(const uint32_t *v, size_t n) { return v[rnd(n)]; }
+
+static void ctx_init(ctx_t *c, const char *name, const vta_params_t *p) {
+  memset(c, 0, sizeof *c);
+  c->name = name;
+  c->p = *p;
+  c->inp_elem = p->batch * p->block_in;
+  c->wgt_elem = p->block_out * p->block_in;
+  c->acc_elem = p->batch * p->block_out * 4;
+  c->out_elem = p->batch * p->block_out;
+  clear_err();
+  c->sim = vta_sim_create(p, g_err, sizeof g_err);
+  if (!c->sim) {
+    fprintf(stderr, "hostile: %s: vta_sim_create failed: %s\n", name, g_err);
+    exit(2);
+  }
+  if (c->acc_elem > 4096 || c->out_elem > 1024) {
+    fprintf(stderr, "hostile: %s: elements too large for the known-good buffers\n", name);
+    exit(2);
+  }
+  if (do_map(c, GOOD_BASE, GOOD_SIZE) != VTA_OK) exit(2);
+  known_good(c, "creation");
+}
+
+/* A smaller machine with the same field layout: tiny depths and queues, odd shapes and timings. */
+static void shrink(vta_params_t *p) {
+  static const uint32_t batches[] = {1, 2, 4}, blocks[] = {1, 3, 8, 16, 32}, bus[] = {1, 3, 8, 16, 64};
+  p->batch = pick(batches, 3);
+  p->block_in = chance(30) ? 1 + (uint32_t)rnd(32) : pick(blocks, 5);
+  p->block_out = chance(30) ? 1 + (uint32_t)rnd(32) : pick(blocks, 5);
+  p->uop_depth = 1 + (uint32_t)rnd(64);
+  p->inp_depth = 1 + (uint32_t)rnd(64);
+  p->wgt_depth = 1 + (uint32_t)rnd(64);
+  p->acc_depth = 2 + (uint32_t)rnd(64);
+  p->bus_bytes = pick(bus, 5);
+  p->dram_latency = (uint32_t)rnd(40);
+  p->burst_beats = 1 + (uint32_t)rnd(16);
+  p->burst_gap = (uint32_t)rnd(4);
+  p->gemm_ii = 1 + (uint32_t)rnd(3);
+  p->alu_ii = 1 + (uint32_t)rnd(3);
+  p->compute_latency = (uint32_t)rnd(6);
+  p->insn_queue_depth = 1 + (uint32_t)rnd(4);
+  p->token_queue_depth = 1 + (uint32_t)rnd(3);
+}
+
+static int read_params(const char *path, vta_params_t *p) {
+  FILE *f = fopen(path, "r");
+  if (!f) {
+    perror(path);
+    return 0;
+  }
+  uint32_t v[NPARAMS];
+  unsigned long long x;
+  int n = 0;
+  while (fscanf(f, "%llu", &x) == 1) {
+    if (n == NPARAMS || x > UINT32_MAX) {
+      fclose(f);
+      fprintf(stderr, "hostile: %s: more than %d numbers, or a value above 2^32-1\n", path, NPARAMS);
+      return 0;
+    }
+    v[n++] = (uint32_t)x;
+  }
+  int junk = !feof(f);
+  fclose(f);
+  if (n != NPARAMS || junk) {
+    fprintf(stderr, "hostile: %s: expected %d unsigned integers, read %d%s\n", path, NPARAMS, n,
+            junk ? " before something else" : "");
+    return 0;
+  }
+  memcpy(p, v, sizeof *p);
+  return 1;
+}
+
+int main(int argc, char **argv) {
+  if (argc != 4) {
+    fprintf(stderr, "usage: %s PARAMS_FILE ITERATIONS SEED\n", argv[0]);
+    return 2;
+  }
+  vta_params_t base;
+  if (!read_params(argv[1], &base)) return 2;
+  unsigned long iterations = strtoul(argv[2], NULL, 10);
+  uint64_t seed = strtoull(argv[3], NULL, 10);
+  g_rng = (seed ^ UINT64_C(0x9E3779B97F4A7C15)) * UINT64_C(0xBF58476D1CE4E5B9) | 1; /* never zero */
+  for (int i = 0; i < 8; i++) next64();
+
+  bad_params(&base);
+  static ctx_t ctx[NCTX];
+  static const char *const names[NCTX] = {"preset", "variant1", "variant2", "variant3"};
+  g_phase = "create";
+  ctx_init(&ctx[0], names[0], &base);
+  for (int i = 1; i < NCTX; i++) {
+    vta_params_t p = base;
+    shrink(&p);
+    if (i == 1) { /* the vectorised GEMM path (BLOCK_OUT a multiple of 16) with an odd BLOCK_IN */
+      p.block_out = chance(50) ? 16 : 32;
+      p.block_in = 1 + 2 * (uint32_t)rnd(16);
+    }
+    ctx_init(&ctx[i], names[i], &p);
+  }
+
+  for (g_iter = 0; g_iter < iterations; g_iter++) {
+    ctx_t *c = &ctx[chance(70) ? 0 : 1 + rnd(NCTX - 1)];
+    g_phase = "pool";
+    if (c->nreg < 3 || chance(25)) pool_map_random(c);
+    settle(c, "a pool error");
+    g_phase = "sram";
+    random_sram_state(c);
+    settle(c, "an SRAM error");
+    run_random_program(c);
+    settle(c, "a failing program");
+    if (chance(60)) misuse(c);
+    settle(c, "an API error");
+    if (chance(40)) probe(c);
+    settle(c, "a probe");
+    if (g_iter % 256 == 255) known_good(c, "a batch of iterations");
+  }
+  for (int i = 0; i < NCTX; i++) vta_sim_destroy(ctx[i].sim);
+
+  printf("hostile: %lu programs: ok=%llu, insn=%llu, mem=%llu, deadlock=%llu, budget=%llu, arg=%llu, other=%llu\n",
+         iterations, prog_rc[0], prog_rc[1], prog_rc[2], prog_rc[3], prog_rc[4], prog_rc[5], prog_rc[6]);
+  printf("hostile: api calls: ok=%llu, insn=%llu, mem=%llu, deadlock=%llu, budget=%llu, arg=%llu, other=%llu\n",
+         api_rc[0], api_rc[1], api_rc[2], api_rc[3], api_rc[4], api_rc[5], api_rc[6]);
+  printf("hostile: clean-biased programs: ok=%llu, insn=%llu, mem=%llu, deadlock=%llu, budget=%llu; "
+         "instructions executed=%llu, gemm uops=%llu, alu uops=%llu\n", clean_rc[0], clean_rc[1], clean_rc[2],
+         clean_rc[3], clean_rc[4], executed, gemm_ops, alu_ops);
+  printf("hostile: known-good checks after an error: %llu\n", g_known_good);
+  printf("%llu passed, %llu failed\n", g_pass, g_fail);
+  return g_fail ? 1 : 0;
+}
