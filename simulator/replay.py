@@ -13,19 +13,12 @@ if TYPE_CHECKING:
     from simulator.core import Simulator
 
 
-def _same_hardware(a, b) -> bool:
-    da, db = a.to_dict(), b.to_dict()
-    da.pop("DESCRIPTION")
-    db.pop("DESCRIPTION")
-    return da == db
-
-
 def replay_with_stats(sim: Simulator, image: ProgramImage | str | Path,
                       **run_options) -> tuple[ReplayResult, RunStats]:
     """Run ``image`` in ``sim``; its segments (and instruction area) are mapped only for the run."""
     if not isinstance(image, ProgramImage):
         image = load_image(image)
-    if not _same_hardware(sim.cfg, image.config):
+    if sim.cfg.fingerprint != image.config.fingerprint:
         raise SimulatorError(f"image is for {image.config.model} (fingerprint {image.config.fingerprint}) but this "
                              f"simulator is {sim.cfg.model} (fingerprint {sim.cfg.fingerprint}); use "
                              f"simulator.replay(image) to get a simulator of the image's config")

@@ -13,7 +13,13 @@ import numpy as np
 import pytest
 
 from simulator.core import Simulator
-from simulator.errors import CycleBudgetExceeded, DeadlockError, InvalidInstruction, MemoryAccessError
+from simulator.errors import (
+    CycleBudgetExceeded,
+    DeadlockError,
+    InvalidInstruction,
+    MemoryAccessError,
+    SimulatorError,
+)
 from simulator.image import ProgramImage, load_image, load_result
 from simulator.replay import replay, replay_with_stats
 from simulator.stats import VTA_COUNTERS
@@ -195,3 +201,15 @@ def test_a_simulator_replays_a_good_image_after_failures():
         result = sim.replay(image)
         assert_matches("gemm_1", result.segments, result.stats)
         assert sim.regions() == []
+
+
+def test_replay_refuses_a_simulator_of_another_config():
+    image = load_image(image_path("gemm_0"))
+    other = Simulator(image.config.replace(LOG_BATCH=1, LOG_INP_BUFF_SIZE=16, LOG_ACC_BUFF_SIZE=18))
+    with pytest.raises(SimulatorError, match="fingerprint"):
+        other.replay(image)
+    assert other.regions() == []
+    # A different description is not a different machine.
+    same = Simulator(image.config.replace(DESCRIPTION="renamed"))
+    result = same.replay(image)
+    assert_matches("gemm_0", result.segments, result.stats)
