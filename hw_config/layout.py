@@ -10,6 +10,8 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
+import numpy as np
+
 INSN_BITS = 128
 UOP_BITS = 32
 
@@ -85,6 +87,25 @@ class Format:
                                  f"[{f.min_value}, {f.max_value}] ({f.width} bits{', signed' if f.signed else ''})")
             word |= (v & f.mask) << f.offset
         return word
+
+    def encode_rows(self, columns: dict[str, np.ndarray], nbytes: int = 16) -> np.ndarray:
+        """Vectorised ``encode``: one integer array per field (missing fields are 0) -> uint8 (N, nbytes)."""
+        unknown = set(columns) - set(self.names)
+        if unknown:
+            raise ValueError(f"{self.name}: unknown field(s) {sorted(unknown)}; fields are {list(self.names)}")
+        n = len(next(iter(columns.values()))) if columns else 0
+        words = np.zeros((n, max(1, nbytes // 8)), dtype=np.uint64)
+        for f in self.fields:
+            if f.name not in columns:
+                continue
+            v = np.asarray(columns[f.name], dtype=np.int64)
+            bad = (v < f.min_value) | (v > f.max_value)
+            if bad.any():
+                i = int(np.argmax(bad))
+                raise ValueError(f"row {i}: {self.name}.{f.name}={int(v[i])} is out of range: allowed "
+                                 f"[{f.min_value}, {f.max_value}] ({f.width} bits{', signed' if f.signed else ''})")
+            words[:, f.offset // 64] |= (v.astype(np.uint64) & np.uint64(f.mask)) << np.uint64(f.offset % 64)
+        return words.view(np.uint8)[:, :nbytes].copy()
 
     def decode(self, word: int) -> dict[str, int]:
         """Unpack an integer into field values (signed fields sign-extended)."""

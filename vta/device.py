@@ -1,0 +1,61 @@
+"""A device is a small fixed surface: buffers in DRAM, copies in and out, run a stream, read stats.
+
+The simulator is the first backend; remote and Pynq devices will offer the same operations, so code
+above never asks which one it holds.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import numpy as np
+
+from hw_config import HwConfig
+from simulator.core import Simulator
+from simulator.stats import RunStats
+
+
+@dataclass(frozen=True)
+class Buffer:
+    """A DRAM allocation: its physical byte address and size."""
+
+    addr: int
+    nbytes: int
+
+    def elem_offset(self, elem_bytes: int) -> int:
+        """The buffer's start in elements of ``elem_bytes`` (the unit of an instruction's dram_base)."""
+        if self.addr % elem_bytes:
+            raise ValueError(f"buffer at 0x{self.addr:x} is not aligned to {elem_bytes}-byte elements")
+        return self.addr // elem_bytes
+
+
+class SimDevice:
+    """The simulator as a device."""
+
+    def __init__(self, cfg: HwConfig, simulator: Simulator | None = None):
+        self.cfg = cfg
+        self.sim = simulator or Simulator(cfg)
+        self.last_stats: RunStats | None = None
+
+    def alloc(self, nbytes: int) -> Buffer:
+        return Buffer(self.sim.alloc(max(1, int(nbytes))), int(nbytes))
+
+    def free(self, buf: Buffer) -> None:
+        self.sim.free(buf.addr)
+
+    def copy_in(self, buf: Buffer, data: np.ndarray | bytes, offset: int = 0) -> None:
+        raw = np.frombuffer(data, np.uint8) if isinstance(data, (bytes, bytearray)) else \
+            np.ascontiguousarray(data).reshape(-1).view(np.uint8)
+        if offset < 0 or offset + raw.size > buf.nbytes:
+            raise ValueError(f"copy of {raw.size} bytes at offset {offset} overruns a {buf.nbytes}-byte buffer")
+        self.sim.write(buf.addr + offset, raw)
+
+    def copy_out(self, buf: Buffer, nbytes: int | None = None, offset: int = 0) -> np.ndarray:
+        n = buf.nbytes - offset if nbytes is None else nbytes
+        if offset < 0 or offset + n > buf.nbytes:
+            raise ValueError(f"read of {n} bytes at offset {offset} overruns a {buf.nbytes}-byte buffer")
+        return self.sim.read(buf.addr + offset, n)
+
+    def run(self, insns: np.ndarray, *, compute: bool = True, trace: bool = False) -> RunStats:
+        self.last_stats = self.sim.run(insns, compute=compute, trace=trace)
+        return self.last_stats

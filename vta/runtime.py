@@ -1,0 +1,269 @@
+"""The runtime: builds instruction streams and micro-op kernels the way VTA's runtime does.
+
+- 2D DMA loads/stores with zero padding (``load_2d``, ``store_2d``);
+- micro-op kernels with up to two affine loops (``UopKernel``), cached in the micro-op SRAM with ring
+  eviction and loaded only when not resident;
+- dependency tokens with VTA's rules: a pop is *pending* until the next instruction of its stage absorbs it
+  (a second pending pop of the same kind is first committed as a NOP); a push rides on the last
+  instruction when it belongs to the pushing stage and the flag is free, else on a NOP;
+- ``flush`` ends the stream like VTA's Synchronize (FINISH after the load->compute and store->compute
+  tokens) and runs it. Every flushed stream is token-balanced: tokens still outstanding (e.g. a double
+  buffer's credits) are drained before FINISH and restored at the start of the next stream, because
+  hardware token queues persist across runs while the simulator's start empty.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+import numpy as np
+
+from hw_config import ALU_OPCODES, MEM_TYPES, OPCODES, HwConfig
+from simulator.stats import RunStats
+from vta.device import Buffer, SimDevice
+
+LOAD, COMPUTE, STORE = 1, 2, 3  # stages, numbered as in VTA's runtime
+STAGE_NAMES = {LOAD: "load", COMPUTE: "compute", STORE: "store"}
+# (from, to) -> token queue name
+QUEUES = {(LOAD, COMPUTE): "l2g", (COMPUTE, LOAD): "g2l", (COMPUTE, STORE): "g2s", (STORE, COMPUTE): "s2g"}
+UOP_DRAM_WORDS = 1 << 18  # micro-ops a stream may load from DRAM before it is flushed
+
+
+class ScheduleError(ValueError):
+    """A program the hardware cannot run as asked (micro-op hazard, loop limits, capacity)."""
+
+
+@dataclass
+class UopKernel:
+    """Micro-ops (dst, src, wgt) run inside up to two affine loops ``(extent, dst_f, src_f, wgt_f)``.
+
+    ``loops`` is outermost first; with one loop a GEMM uses it as iter_out and an ALU as iter_in, as in
+    VTA's runtime.
+    """
+
+    mode: str  # "gemm" or "alu"
+    uops: np.ndarray  # int64 (n, 3)
+    loops: tuple[tuple[int, int, int, int], ...] = ()
+    reset: bool = False
+    alu_op: str = "ADD"
+    use_imm: bool = False
+    imm: int = 0
+    key: tuple = field(init=False)
+
+    def __post_init__(self) -> None:
+        self.uops = np.asarray(self.uops, dtype=np.int64).reshape(-1, 3)
+        if self.mode not in ("gemm", "alu"):
+            raise ScheduleError(f"kernel mode {self.mode!r}: allowed 'gemm' or 'alu'")
+        if len(self.loops) > 2:
+            raise ScheduleError(f"a micro-op kernel has at most 2 loops, got {len(self.loops)}")
+        if len(self.uops) == 0:
+            raise ScheduleError("a micro-op kernel needs at least one micro-op")
+        dst = self.uops[:, 0]
+        # VTA's VerifyDep: the accumulator pipeline has no forwarding between back-to-back micro-ops.
+        clash = np.nonzero(dst[1:] == dst[:-1])[0]
+        clash2 = np.nonzero(dst[2:] == dst[:-2])[0]
+        if len(clash) or len(clash2):
+            i = int(clash[0]) + 1 if len(clash) else int(clash2[0]) + 2
+            raise ScheduleError(f"micro-op {i} writes accumulator row {int(dst[i])}, which one of the two "
+                                f"micro-ops before it also writes (VTA's GEMM/ALU pipeline hazard)")
+        self.key = (self.mode, self.reset, self.alu_op, self.use_imm, self.imm, self.loops, self.uops.tobytes())
+
+    @property
+    def iterations(self) -> int:
+        n = len(self.uops)
+        for extent, *_ in self.loops:
+            n *= extent
+        return n
+
+
+@dataclass
+class _Insn:
+    fmt: str
+    stage: int
+    fields: dict[str, int]
+
+
+class CommandQueue:
+    """Accumulates one instruction stream for a device and runs it on ``flush``."""
+
+    def __init__(self, device: SimDevice, max_insns: int = 1 << 20):
+        self.device = device
+        self.cfg: HwConfig = device.cfg
+        self.max_insns = max_insns
+        self.stats: list[RunStats] = []
+        self._uop_dram = device.alloc(4 * UOP_DRAM_WORDS)
+        self._reset_stream()
+
+    def _reset_stream(self) -> None:
+        self.insns: list[_Insn] = []
+        self._pending: dict[int, set[str]] = {LOAD: set(), COMPUTE: set(), STORE: set()}
+        self._tokens = dict.fromkeys(QUEUES.values(), 0)  # pushed minus popped, per queue
+        self._uop_words: list[np.ndarray] = []
+        self._uop_dram_used = 0
+        self._uop_dram_of: dict[tuple, int] = {}  # kernel key -> word offset in the uop DRAM buffer
+        self._resident: dict[tuple, tuple[int, int]] = {}  # kernel key -> [begin, end) in uop SRAM
+        self._uop_ptr = 0
+
+    # ---- instructions and dependencies ----
+    def _append(self, fmt: str, stage: int, fields: dict[str, int]) -> _Insn:
+        for flag in self._pending[stage]:
+            fields[flag] = 1
+        self._pending[stage] = set()
+        insn = _Insn(fmt, stage, fields)
+        self.insns.append(insn)
+        return insn
+
+    def _nop(self, stage: int, **flags: int) -> _Insn:
+        if stage == STORE:  # memory type as VTA's PushNoop gives it
+            fields = {"opcode": OPCODES["STORE"], "memory_type": MEM_TYPES["UOP"]}
+        else:
+            fields = {"opcode": OPCODES["LOAD"], "memory_type": MEM_TYPES["INP" if stage == LOAD else "UOP"]}
+        return self._append("mem", stage, {**fields, **flags})
+
+    def _commit_pending(self, stage: int) -> None:
+        if self._pending[stage]:
+            self._nop(stage)
+
+    def dep_pop(self, frm: int, to: int) -> None:
+        """Stage ``to`` waits for a token from ``frm`` before its next instruction."""
+        queue = QUEUES[(frm, to)]
+        flag = "pop_prev_dep" if frm < to else "pop_next_dep"
+        if flag in self._pending[to]:
+            self._commit_pending(to)
+        self._pending[to].add(flag)
+        self._tokens[queue] -= 1
+
+    def dep_push(self, frm: int, to: int) -> None:
+        """Stage ``frm`` signals ``to`` once its last instruction so far is done."""
+        self._commit_pending(frm)
+        flag = "push_next_dep" if frm < to else "push_prev_dep"
+        last = self.insns[-1] if self.insns else None
+        if last is not None and last.stage == frm and not last.fields.get(flag):
+            last.fields[flag] = 1
+        else:
+            self._nop(frm, **{flag: 1})
+        self._tokens[QUEUES[(frm, to)]] += 1
+
+    # ---- DMA ----
+    def load_2d(self, buf: Buffer, elem_offset: int, x_size: int, y_size: int, x_stride: int, sram: int, mem: str,
+                pad: tuple[int, int, int, int] = (0, 0, 0, 0)) -> None:
+        """DMA a 2D tile of DRAM elements into SRAM; ``pad`` = (y_before, y_after, x_before, x_after) zeros."""
+        stage = LOAD if mem in ("INP", "WGT") else COMPUTE
+        self._append("mem", stage, {
+            "opcode": OPCODES["LOAD"], "memory_type": MEM_TYPES[mem], "sram_base": sram,
+            "dram_base": buf.elem_offset(self.cfg.elem_bytes(mem)) + elem_offset, "y_size": y_size,
+            "x_size": x_size, "x_stride": x_stride, "y_pad_0": pad[0], "y_pad_1": pad[1], "x_pad_0": pad[2],
+            "x_pad_1": pad[3]})
+
+    def store_2d(self, sram: int, buf: Buffer, elem_offset: int, x_size: int, y_size: int, x_stride: int) -> None:
+        """DMA accumulator rows (low 8 bits of each lane) out to DRAM."""
+        self._append("mem", STORE, {
+            "opcode": OPCODES["STORE"], "memory_type": MEM_TYPES["OUT"], "sram_base": sram,
+            "dram_base": buf.elem_offset(self.cfg.OUT_ELEM_BYTES) + elem_offset, "y_size": y_size,
+            "x_size": x_size, "x_stride": x_stride})
+
+    # ---- micro-op kernels ----
+    def _make_resident(self, kernel: UopKernel) -> tuple[int, int]:
+        if kernel.key in self._resident:
+            return self._resident[kernel.key]
+        n = len(kernel.uops)
+        depth = self.cfg.UOP_BUFF_DEPTH
+        if n > depth:
+            raise ScheduleError(f"micro-op kernel of {n} micro-ops exceeds the micro-op buffer ({depth})")
+        if self._uop_ptr + n > depth:
+            self._uop_ptr = 0  # ring: wrap and evict whatever the new range overlaps
+        begin, end = self._uop_ptr, self._uop_ptr + n
+        self._resident = {k: r for k, r in self._resident.items() if r[1] <= begin or r[0] >= end}
+        self._uop_ptr = end
+        offset = self._uop_dram_of.get(kernel.key)
+        if offset is None:
+            if self._uop_dram_used + n > UOP_DRAM_WORDS:
+                raise ScheduleError("micro-op DRAM buffer full: flush the queue more often")
+            offset = self._uop_dram_used
+            self._uop_words.append(self._encode_uops(kernel.uops))
+            self._uop_dram_of[kernel.key] = offset
+            self._uop_dram_used += n
+        self.load_2d(self._uop_dram, offset, n, 1, n, begin, "UOP")
+        self._resident[kernel.key] = (begin, end)
+        return begin, end
+
+    def _encode_uops(self, uops: np.ndarray) -> np.ndarray:
+        fmt = self.cfg.insn_formats["uop"]
+        return fmt.encode_rows({"dst_idx": uops[:, 0], "src_idx": uops[:, 1], "wgt_idx": uops[:, 2]},
+                               nbytes=4).view("<u4").reshape(-1)
+
+    def push_kernel(self, kernel: UopKernel) -> None:
+        """Emit the GEMM or ALU instruction running ``kernel`` (loading its micro-ops first if needed)."""
+        begin, end = self._make_resident(kernel)
+        loops = list(kernel.loops)
+        if len(loops) == 1 and kernel.mode == "alu":
+            loops = [(1, 0, 0, 0), loops[0]]
+        loops += [(1, 0, 0, 0)] * (2 - len(loops))
+        (n_out, d_out, s_out, w_out), (n_in, d_in, s_in, w_in) = loops
+        fields = {"reset_reg": int(kernel.reset), "uop_bgn": begin, "uop_end": end, "iter_out": n_out,
+                  "iter_in": n_in, "dst_factor_out": d_out, "dst_factor_in": d_in, "src_factor_out": s_out,
+                  "src_factor_in": s_in}
+        if kernel.mode == "gemm":
+            self._append("gemm", COMPUTE, {"opcode": OPCODES["GEMM"], **fields, "wgt_factor_out": w_out,
+                                           "wgt_factor_in": w_in})
+        else:
+            self._append("alu", COMPUTE, {"opcode": OPCODES["ALU"], **fields, "alu_opcode": ALU_OPCODES[kernel.alu_op],
+                                          "use_imm": int(kernel.use_imm), "imm": kernel.imm})
+
+    # ---- streams ----
+    def assemble(self) -> np.ndarray:
+        """The stream so far as uint8 (N, 16), encoded one format at a time."""
+        out = np.zeros((len(self.insns), 16), dtype=np.uint8)
+        for fmt in ("mem", "gemm", "alu", "finish"):
+            rows = [i for i, insn in enumerate(self.insns) if insn.fmt == fmt]
+            if not rows:
+                continue
+            names = self.cfg.insn_formats[fmt].names
+            columns = {n: np.array([self.insns[i].fields.get(n, 0) for i in rows], dtype=np.int64) for n in names}
+            try:
+                out[rows] = self.cfg.insn_formats[fmt].encode_rows(columns)
+            except ValueError as e:
+                raise ScheduleError(f"instruction field out of range: {e}") from None
+        return out
+
+    def checkpoint(self) -> None:
+        """Flush when the stream is near ``max_insns`` (called by templates at tile boundaries)."""
+        if len(self.insns) + 16 >= self.max_insns:
+            self.flush(restore=True)
+
+    def flush(self, *, restore: bool = False, compute: bool = True, trace: bool = False) -> RunStats | None:
+        """End the stream like VTA's Synchronize, run it, and start a new one.
+
+        Outstanding tokens are drained first (and, with ``restore``, pushed again in the new stream).
+        """
+        if not self.insns:
+            return None
+        outstanding = dict(self._tokens)
+        for (frm, to), queue in QUEUES.items():
+            for _ in range(outstanding[queue]):
+                self.dep_pop(frm, to)
+            self._commit_pending(to)
+        self.dep_push(STORE, COMPUTE)
+        self.dep_push(LOAD, COMPUTE)
+        self.dep_pop(STORE, COMPUTE)
+        self.dep_pop(LOAD, COMPUTE)
+        self._commit_pending(COMPUTE)
+        self._append("finish", COMPUTE, {"opcode": OPCODES["FINISH"]})
+        unbalanced = {q: n for q, n in self._tokens.items() if n}
+        if unbalanced:  # a template bug: pops without pushes
+            raise ScheduleError(f"unbalanced dependency tokens at flush: {unbalanced}")
+        insns = self.assemble()
+        if self._uop_words:
+            self.device.copy_in(self._uop_dram, np.concatenate(self._uop_words))
+        stats = self.device.run(insns, compute=compute, trace=trace)
+        self.stats.append(stats)
+        self.last_insns = insns
+        self._reset_stream()
+        if restore:
+            for (frm, to), queue in QUEUES.items():
+                for _ in range(outstanding[queue]):
+                    self.dep_push(frm, to)
+        return stats
+
+    def close(self) -> None:
+        self.device.free(self._uop_dram)
