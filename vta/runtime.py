@@ -83,14 +83,63 @@ class _Insn:
     fields: dict[str, int]
 
 
+@dataclass
+class Stream:
+    """One flushed stream: its instructions and the micro-op words it loads from the uop DRAM buffer."""
+
+    insns: np.ndarray
+    uop_words: np.ndarray
+
+
+def combine_stats(runs: list[RunStats]) -> RunStats:
+    """Stats of streams run one after another: counters, cycles, busy and stall figures add up."""
+    total = RunStats(clock_mhz=runs[0].clock_mhz if runs else 0.0)
+    for st in runs:
+        for name in ("inp_load_nbytes", "wgt_load_nbytes", "acc_load_nbytes", "uop_load_nbytes",
+                     "out_store_nbytes", "gemm_counter", "alu_counter"):
+            setattr(total, name, getattr(total, name) + getattr(st, name))
+        total.finish_cycle = total.cycles + st.finish_cycle
+        total.cycles += st.cycles
+        for m in st.busy:
+            total.busy[m] += st.busy[m]
+            total.insns[m] += st.insns[m]
+            for cause, v in st.stalls[m].items():
+                total.stalls[m][cause] += v
+    return total
+
+
+@dataclass
+class Program:
+    """Recorded streams with their device buffers' addresses baked in; run as often as wanted."""
+
+    device: SimDevice
+    streams: list[Stream]
+    uop_buffer: Buffer
+
+    @property
+    def num_insns(self) -> int:
+        return sum(len(s.insns) for s in self.streams)
+
+    def run(self, *, compute: bool = True) -> RunStats:
+        runs = []
+        for stream in self.streams:
+            if stream.uop_words.size:
+                self.device.copy_in(self.uop_buffer, stream.uop_words)
+            runs.append(self.device.run(stream.insns, compute=compute))
+        return combine_stats(runs)
+
+
 class CommandQueue:
     """Accumulates one instruction stream for a device and runs it on ``flush``."""
 
-    def __init__(self, device: SimDevice, max_insns: int = 1 << 20):
+    def __init__(self, device: SimDevice, max_insns: int = 1 << 20, record: bool = False):
+        """``record=True`` keeps flushed streams in ``self.streams`` (see ``program()``) instead of running them."""
         self.device = device
         self.cfg: HwConfig = device.cfg
         self.max_insns = max_insns
+        self.record = record
         self.stats: list[RunStats] = []
+        self.streams: list[Stream] = []
         self._uop_dram = device.alloc(4 * UOP_DRAM_WORDS)
         self._reset_stream()
 
@@ -252,18 +301,30 @@ class CommandQueue:
         unbalanced = {q: n for q, n in self._tokens.items() if n}
         if unbalanced:  # a template bug: pops without pushes
             raise ScheduleError(f"unbalanced dependency tokens at flush: {unbalanced}")
-        insns = self.assemble()
-        if self._uop_words:
-            self.device.copy_in(self._uop_dram, np.concatenate(self._uop_words))
-        stats = self.device.run(insns, compute=compute, trace=trace)
-        self.stats.append(stats)
-        self.last_insns = insns
+        stream = Stream(self.assemble(), np.concatenate(self._uop_words) if self._uop_words
+                        else np.zeros(0, dtype=np.uint32))
         self._reset_stream()
+        stats = None
+        if self.record:
+            self.streams.append(stream)
+        else:
+            if stream.uop_words.size:
+                self.device.copy_in(self._uop_dram, stream.uop_words)
+            stats = self.device.run(stream.insns, compute=compute, trace=trace)
+            self.stats.append(stats)
+            self.last_insns = stream.insns
         if restore:
             for (frm, to), queue in QUEUES.items():
                 for _ in range(outstanding[queue]):
                     self.dep_push(frm, to)
         return stats
+
+    def program(self) -> Program:
+        """Flush what remains and hand over the recorded streams (``record=True`` queues only)."""
+        if not self.record:
+            raise ScheduleError("program() needs a queue created with record=True")
+        self.flush()
+        return Program(self.device, self.streams, self._uop_dram)
 
     def close(self) -> None:
         self.device.free(self._uop_dram)

@@ -1,0 +1,311 @@
+"""``compile_op``: one operator, compiled once for a workload and a config, run on numpy arrays.
+
+Inputs and outputs use the natural layouts (NCHW activations, OIHW weights, IOHW for
+conv2d_transpose, (N, K) x (M, K) for dense); packing to VTA's tiled layouts (NCHW{b}n{c}c,
+OIHW{c}o{c}i), zero padding of batch and channels to whole blocks, and cropping happen inside.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Any
+
+import numpy as np
+
+from hw_config import HwConfig
+from simulator.stats import RunStats
+from vta.device import SimDevice
+from vta.environment import Environment, get_env
+from vta.runtime import CommandQueue, Program, ScheduleError
+from vta.space import Config, ConfigSpace, KnobError
+from vta.templates import conv
+
+CONV_OPS = ("conv2d", "group_conv2d", "conv2d_transpose", "dense")
+
+
+def _blocks(n: int, block: int) -> int:
+    return -(-n // block)
+
+
+def _pad_to(a: np.ndarray, shape: tuple[int, ...]) -> np.ndarray:
+    if a.shape == shape:
+        return a
+    out = np.zeros(shape, dtype=a.dtype)
+    out[tuple(slice(0, s) for s in a.shape)] = a
+    return out
+
+
+def _check(name: str, a: np.ndarray, shape: tuple[int, ...], dtypes: tuple[str, ...]) -> np.ndarray:
+    a = np.asarray(a)
+    if a.shape != shape:
+        raise ValueError(f"{name}: expected shape {shape}, got {a.shape}")
+    if a.dtype.name not in dtypes:
+        raise ValueError(f"{name}: expected dtype {' or '.join(dtypes)}, got {a.dtype}")
+    return a
+
+
+def reference_epilogue(acc: np.ndarray, ops: tuple, bias: np.ndarray | None,
+                       residual: np.ndarray | None) -> np.ndarray:
+    """numpy model of the fused epilogue on an int32 NCHW accumulator, then the int8 store."""
+    x = acc.astype(np.int64)
+
+    def wrap(v: np.ndarray) -> np.ndarray:  # int32 arithmetic wraps, as the hardware's does
+        return ((v + (1 << 31)) % (1 << 32)) - (1 << 31)
+
+    for op in ops:
+        name, *args = op
+        if name == "bias":
+            x = wrap(x + bias.astype(np.int64)[None, :, None, None])
+        elif name == "residual":
+            x = wrap(x + residual.astype(np.int64))
+        elif name == "shr":
+            x = x >> min(args[0], 31)
+        elif name == "shl":
+            x = wrap(x << min(args[0], 31))
+        elif name == "clip":
+            x = np.maximum(np.minimum(x, args[1]), args[0])
+        elif name == "relu":
+            x = np.maximum(x, 0)
+        elif name == "min":
+            x = np.minimum(x, args[0])
+        elif name == "max":
+            x = np.maximum(x, args[0])
+        elif name == "add":
+            x = wrap(x + args[0])
+        elif name == "mul":
+            x = wrap(x * args[0])
+    return (x & 0xFF).astype(np.uint8).view(np.int8)  # STORE keeps the low 8 bits
+
+
+@dataclass
+class CompiledOp:
+    """A compiled operator. ``run(**arrays)`` returns the output; ``space``/``config``/``stats`` describe it."""
+
+    name: str
+    cfg: HwConfig
+    space: ConfigSpace
+    config: Config
+    program: Program
+    stats: RunStats | None = None
+    info: dict[str, Any] = field(default_factory=dict)
+
+    @property
+    def cycles(self) -> int:
+        return self.stats.cycles if self.stats else 0
+
+    @property
+    def num_insns(self) -> int:
+        return self.program.num_insns
+
+
+class ConvOp(CompiledOp):
+    """conv2d / group_conv2d / conv2d_transpose / dense with a fused epilogue."""
+
+    def __init__(self, name: str, cfg: HwConfig, device: SimDevice, geometry: conv.ConvGeometry,
+                 shapes: dict[str, tuple[int, ...]], epilogue: conv.Epilogue, config: Config | None):
+        dense = name == "dense"
+        space = conv.conv_space(geometry, dense=dense)
+        if config is None:
+            config = conv.default_config(cfg, geometry, epilogue, space)
+        else:
+            config = {k: list(v) if isinstance(v, tuple) else v for k, v in space.normalize(config).items()}
+        tiling = conv.tiling_of(config)
+        reason = conv.check_config(cfg, geometry, tiling, epilogue)
+        if reason:
+            raise ScheduleError(f"{name} config refused: {reason}")
+        for op in epilogue.ops:  # reject bad epilogue ops before emitting anything
+            if op[0] not in ("bias", "residual"):
+                conv.alu_immediates(op)
+        self.device, self.geometry, self.tiling, self.epilogue, self.shapes = device, geometry, tiling, epilogue, shapes
+        g, b, bi, bo = geometry, cfg.BATCH, cfg.BLOCK_IN, cfg.BLOCK_OUT
+        alloc = device.alloc
+        self.buffers = conv.ConvBuffers(
+            data=alloc(g.nb * g.cib_total * g.height * g.width * b * bi),
+            kernel=alloc(g.cob * g.cib * g.kh * g.kw * bo * bi),
+            out=alloc(g.nb * g.cob * g.out_h * g.out_w * b * bo),
+            bias=alloc(g.cob * b * bo * 4) if epilogue.bias else None,
+            residual=alloc(g.nb * g.cob * g.out_h * g.out_w * b * bo * 4) if epilogue.residual else None)
+        queue = CommandQueue(device, record=True)
+        conv.emit_conv(queue, geometry, tiling, epilogue, self.buffers)
+        super().__init__(name, cfg, space, config, queue.program())
+
+    # ---- packing ----
+    def _pack_data(self, x: np.ndarray) -> np.ndarray:
+        g, c = self.geometry, self.cfg
+        x = _pad_to(x, (g.nb * c.BATCH, g.cib_total * c.BLOCK_IN, g.height, g.width))
+        return x.reshape(g.nb, c.BATCH, g.cib_total, c.BLOCK_IN, g.height, g.width).transpose(0, 2, 4, 5, 1, 3)
+
+    def _pack_kernel(self, w: np.ndarray) -> np.ndarray:
+        g, c = self.geometry, self.cfg
+        w = _pad_to(w, (g.cob * c.BLOCK_OUT, g.cib * c.BLOCK_IN, g.kh, g.kw))
+        return w.reshape(g.cob, c.BLOCK_OUT, g.cib, c.BLOCK_IN, g.kh, g.kw).transpose(0, 2, 4, 5, 1, 3)
+
+    def _pack_out_shaped(self, y: np.ndarray, dtype) -> np.ndarray:
+        g, c = self.geometry, self.cfg
+        y = _pad_to(y.astype(dtype), (g.nb * c.BATCH, g.cob * c.BLOCK_OUT, g.out_h, g.out_w))
+        return y.reshape(g.nb, c.BATCH, g.cob, c.BLOCK_OUT, g.out_h, g.out_w).transpose(0, 2, 4, 5, 1, 3)
+
+    def _unpack_out(self, raw: np.ndarray) -> np.ndarray:
+        g, c = self.geometry, self.cfg
+        y = raw.view(np.int8).reshape(g.nb, g.cob, g.out_h, g.out_w, c.BATCH, c.BLOCK_OUT)
+        y = y.transpose(0, 4, 1, 5, 2, 3).reshape(g.nb * c.BATCH, g.cob * c.BLOCK_OUT, g.out_h, g.out_w)
+        n, co = self.shapes["out"][:2]
+        return np.ascontiguousarray(y[:n, :co])
+
+    def _conv_weight(self, kernel: np.ndarray) -> np.ndarray:
+        """The OIHW weight of the equivalent direct convolution."""
+        if self.name == "conv2d_transpose":  # IOHW, flipped: out = conv(dilated input, flip(W)^T)
+            return np.ascontiguousarray(kernel.transpose(1, 0, 2, 3)[:, :, ::-1, ::-1])
+        return kernel
+
+    # ---- running ----
+    def _inputs(self, data, kernel, bias, residual):
+        s = self.shapes
+        data = _check("data", data, s["data"], ("int8",))
+        kernel = _check("kernel", kernel, s["kernel"], ("int8",))
+        if self.epilogue.bias:
+            if bias is None:
+                raise ValueError("this op's epilogue has ('bias',): pass bias=")
+            bias = _check("bias", bias, (s["out"][1],), ("int32",))
+        if self.epilogue.residual:
+            if residual is None:
+                raise ValueError("this op's epilogue has ('residual',): pass residual=")
+            residual = _check("residual", residual, s["out"], ("int8", "int32"))
+        return data, kernel, bias, residual
+
+    def _nchw(self, a: np.ndarray) -> np.ndarray:
+        return a.reshape(*a.shape, 1, 1) if self.name == "dense" else a
+
+    def run(self, data: np.ndarray, kernel: np.ndarray, bias: np.ndarray | None = None,
+            residual: np.ndarray | None = None, *, compute: bool = True) -> np.ndarray:
+        data, kernel, bias, residual = self._inputs(data, kernel, bias, residual)
+        dev, bufs, c, g = self.device, self.buffers, self.cfg, self.geometry
+        dev.copy_in(bufs.data, np.ascontiguousarray(self._pack_data(self._nchw(data))))
+        dev.copy_in(bufs.kernel, np.ascontiguousarray(self._pack_kernel(self._conv_weight(self._nchw(kernel)))))
+        if bufs.bias is not None:
+            b = _pad_to(bias, (g.cob * c.BLOCK_OUT,)).reshape(g.cob, 1, c.BLOCK_OUT)
+            dev.copy_in(bufs.bias, np.ascontiguousarray(np.broadcast_to(b, (g.cob, c.BATCH, c.BLOCK_OUT))))
+        if bufs.residual is not None:
+            dev.copy_in(bufs.residual, np.ascontiguousarray(self._pack_out_shaped(self._nchw(residual), np.int32)))
+        self.stats = self.program.run(compute=compute)
+        out = self._unpack_out(dev.copy_out(bufs.out))
+        return out.reshape(out.shape[:2]) if self.name == "dense" else out
+
+    def reference(self, data: np.ndarray, kernel: np.ndarray, bias: np.ndarray | None = None,
+                  residual: np.ndarray | None = None) -> np.ndarray:
+        """numpy result of the same computation, independent of the template."""
+        data, kernel, bias, residual = self._inputs(data, kernel, bias, residual)
+        g = self.geometry
+        x, w = self._nchw(data).astype(np.int64), self._nchw(kernel).astype(np.int64)
+        if self.name == "conv2d_transpose":
+            acc = reference_conv2d_transpose(x, w, (g.sh, g.sw), (g.ph, g.pw))
+        else:
+            acc = reference_conv2d(x, w, (g.sh, g.sw), (g.ph, g.pw), g.groups)
+        res = None if residual is None else self._nchw(residual)
+        out = reference_epilogue(acc, self.epilogue.ops, bias, res)
+        return out.reshape(out.shape[:2]) if self.name == "dense" else out
+
+
+def reference_conv2d(x: np.ndarray, w: np.ndarray, strides, padding, groups: int = 1) -> np.ndarray:
+    """Direct NCHW x OIHW convolution in int64 (sum over windows), grouped by input/output channel slices."""
+    n, ci, h, wd = x.shape
+    co, cig, kh, kw = w.shape
+    sh, sw = strides
+    ph, pw = padding
+    xp = np.zeros((n, ci, h + 2 * ph, wd + 2 * pw), dtype=np.int64)
+    xp[:, :, ph:ph + h, pw:pw + wd] = x
+    oh, ow = (h + 2 * ph - kh) // sh + 1, (wd + 2 * pw - kw) // sw + 1
+    out = np.zeros((n, co, oh, ow), dtype=np.int64)
+    cog = co // groups
+    for grp in range(groups):
+        xs = xp[:, grp * cig:(grp + 1) * cig]
+        ws = w[grp * cog:(grp + 1) * cog]
+        for i in range(kh):
+            for j in range(kw):
+                patch = xs[:, :, i:i + sh * oh:sh, j:j + sw * ow:sw]  # (n, cig, oh, ow)
+                out[:, grp * cog:(grp + 1) * cog] += np.einsum("nchw,oc->nohw", patch, ws[:, :, i, j])
+    return out
+
+
+def reference_conv2d_transpose(x: np.ndarray, w: np.ndarray, strides, padding) -> np.ndarray:
+    """NCHW x IOHW transposed convolution by scattering each input pixel (int64)."""
+    n, _, h, wd = x.shape
+    _, co, kh, kw = w.shape
+    sh, sw = strides
+    ph, pw = padding
+    full = np.zeros((n, co, (h - 1) * sh + kh, (wd - 1) * sw + kw), dtype=np.int64)
+    for i in range(kh):
+        for j in range(kw):
+            full[:, :, i:i + sh * h:sh, j:j + sw * wd:sw] += np.einsum("nchw,co->nohw", x, w[:, :, i, j])
+    return full[:, :, ph:full.shape[2] - ph, pw:full.shape[3] - pw]
+
+
+def _pair(v) -> tuple[int, int]:
+    return (int(v), int(v)) if np.isscalar(v) else (int(v[0]), int(v[1]))
+
+
+def compile_op(name: str, env: Environment | HwConfig | str | None = None, *, config: Config | None = None,
+               epilogue=(), device: SimDevice | None = None, **workload) -> CompiledOp:
+    """Compile one operator for a workload; ``config`` is a dict of knob values, a ``space`` entry, or None.
+
+    conv2d / group_conv2d: ``data_shape=(N, CI, H, W)``, ``kernel_shape=(CO, CI // groups, KH, KW)``,
+    ``strides``, ``padding``, ``groups``. conv2d_transpose: ``kernel_shape=(CI, CO, KH, KW)`` (IOHW),
+    ``strides``, ``padding``. dense: ``data_shape=(N, K)``, ``kernel_shape=(M, K)``.
+    ``epilogue`` lists, in order: ("bias",), ("residual",), ("shr", n), ("shl", n), ("clip", lo, hi),
+    ("relu",), ("min", v), ("max", v), ("add", v), ("mul", v); the result is cast to int8.
+    """
+    env = get_env() if env is None else env
+    cfg = env.cfg if isinstance(env, Environment) else env if isinstance(env, HwConfig) else Environment(env).cfg
+    if name not in CONV_OPS:
+        raise ValueError(f"unknown operator {name!r}; allowed: {', '.join(CONV_OPS)}")
+    known = {"data_shape", "kernel_shape", "strides", "padding", "groups"}
+    unknown = set(workload) - known
+    if unknown:
+        raise ValueError(f"{name}: unknown workload argument(s) {sorted(unknown)}; allowed: {sorted(known)}")
+    try:
+        data_shape = tuple(int(v) for v in workload["data_shape"])
+        kernel_shape = tuple(int(v) for v in workload["kernel_shape"])
+    except KeyError as e:
+        raise ValueError(f"{name}: missing workload argument {e.args[0]!r}") from None
+    ops = tuple(tuple(op) for op in epilogue)
+    if name == "dense":
+        if len(data_shape) != 2 or len(kernel_shape) != 2 or data_shape[1] != kernel_shape[1]:
+            raise ValueError(f"dense: data_shape (N, K) and kernel_shape (M, K) must agree on K, got "
+                             f"{data_shape} and {kernel_shape}")
+        data4, kernel4 = (*data_shape, 1, 1), (*kernel_shape, 1, 1)
+        strides, padding, groups = (1, 1), (0, 0), 1
+    else:
+        data4, kernel4 = data_shape, kernel_shape
+        strides, padding = _pair(workload.get("strides", 1)), _pair(workload.get("padding", 0))
+        groups = int(workload.get("groups", 1))
+    if len(data4) != 4 or len(kernel4) != 4 or min(*data4, *kernel4) <= 0:
+        raise ValueError(f"{name}: data_shape and kernel_shape need 4 positive dims, got {data_shape}, {kernel_shape}")
+    n, ci, h, w = data4
+    transpose = name == "conv2d_transpose"
+    if transpose:
+        ci_k, co, kh, kw = kernel4
+        if groups != 1:
+            raise ValueError("conv2d_transpose: groups must be 1")
+    else:
+        co, ci_k, kh, kw = kernel4
+    if ci_k * (1 if transpose else groups) != ci:
+        raise ValueError(f"{name}: kernel_shape {kernel_shape} does not match {ci} input channels with groups={groups}")
+    if groups < 1 or ci % groups or co % groups:
+        raise ValueError(f"{name}: groups={groups} must divide both {ci} input and {co} output channels")
+    if groups > 1 and ((ci // groups) % cfg.BLOCK_IN or (co // groups) % cfg.BLOCK_OUT):
+        raise ValueError(f"{name}: with groups={groups} each group's channels ({ci // groups} in, {co // groups} out) "
+                         f"must be multiples of BLOCK={cfg.BLOCK_IN} (VTA groups whole channel blocks)")
+    if min(strides) < 1 or min(padding) < 0:
+        raise ValueError(f"{name}: strides must be >= 1 and padding >= 0, got {strides}, {padding}")
+    geometry = conv.ConvGeometry(
+        nb=_blocks(n, cfg.BATCH), cib=_blocks(ci // groups, cfg.BLOCK_IN), cob=_blocks(co, cfg.BLOCK_OUT),
+        groups=groups, height=h, width=w, kh=kh, kw=kw, sh=strides[0], sw=strides[1], ph=padding[0],
+        pw=padding[1], transpose=transpose)
+    if geometry.out_h <= 0 or geometry.out_w <= 0:
+        raise ValueError(f"{name}: the output would be empty ({geometry.out_h} x {geometry.out_w})")
+    out_shape = (n, co) if name == "dense" else (n, co, geometry.out_h, geometry.out_w)
+    shapes = {"data": data_shape, "kernel": kernel_shape, "out": out_shape}
+    try:
+        return ConvOp(name, cfg, device or SimDevice(cfg), geometry, shapes, conv.Epilogue(ops), config)
+    except KnobError as e:
+        raise ScheduleError(f"{name} config refused: {e}") from None

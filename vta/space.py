@@ -1,0 +1,102 @@
+"""Knob spaces of operator templates, with AutoTVM's conventions.
+
+A split knob over an extent takes ``[outer, inner]`` with ``outer * inner == extent`` (every exact
+factorisation, as AutoTVM's ``define_split(num_outputs=2)``); a choice knob takes one of its values.
+A space enumerates the product of its knobs in a fixed order, so an index names a config.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterator, Sequence
+from dataclasses import dataclass
+from math import prod
+from typing import Any
+
+import numpy as np
+
+Config = dict[str, Any]
+
+
+class KnobError(ValueError):
+    """A config that is not a point of the space: unknown knob, missing knob or value not allowed."""
+
+
+def divisors(n: int) -> list[int]:
+    return [d for d in range(1, n + 1) if n % d == 0]
+
+
+@dataclass(frozen=True)
+class Knob:
+    name: str
+    options: tuple  # allowed values; split options are (outer, inner) tuples
+
+    @staticmethod
+    def split(name: str, extent: int) -> Knob:
+        return Knob(name, tuple((extent // f, f) for f in divisors(extent)))
+
+    @staticmethod
+    def choice(name: str, values: Sequence) -> Knob:
+        return Knob(name, tuple(values))
+
+    @property
+    def is_split(self) -> bool:
+        return bool(self.options) and isinstance(self.options[0], tuple)
+
+    def normalize(self, value: Any) -> Any:
+        v = tuple(int(x) for x in value) if self.is_split and isinstance(value, (list, tuple)) else value
+        if v not in self.options:
+            shown = [list(o) for o in self.options] if self.is_split else list(self.options)
+            raise KnobError(f"knob {self.name}={value!r} is not allowed; allowed: {shown}")
+        return v
+
+
+class ConfigSpace:
+    """The product of a template's knobs; ``space[i]`` is a config dict with splits as [outer, inner]."""
+
+    def __init__(self, knobs: Sequence[Knob]):
+        self.knobs = tuple(knobs)
+        self._by_name = {k.name: k for k in self.knobs}
+
+    def __len__(self) -> int:
+        return prod(len(k.options) for k in self.knobs)
+
+    def __getitem__(self, index: int) -> Config:
+        if not -len(self) <= index < len(self):
+            raise IndexError(f"config index {index} outside a space of {len(self)}")
+        index %= len(self)
+        config = {}
+        for knob in reversed(self.knobs):  # the last knob varies fastest
+            index, r = divmod(index, len(knob.options))
+            value = knob.options[r]
+            config[knob.name] = list(value) if knob.is_split else value
+        return {k.name: config[k.name] for k in self.knobs}
+
+    def __iter__(self) -> Iterator[Config]:
+        return (self[i] for i in range(len(self)))
+
+    def index_of(self, config: Config) -> int:
+        norm = self.normalize(config)
+        index = 0
+        for knob in self.knobs:
+            index = index * len(knob.options) + knob.options.index(norm[knob.name])
+        return index
+
+    def normalize(self, config: Config) -> dict[str, Any]:
+        """Check a config against the space; splits become tuples. Raises KnobError naming the knob."""
+        if not isinstance(config, dict):
+            raise KnobError(f"a config is a dict of knob values, got {type(config).__name__}")
+        unknown = set(config) - set(self._by_name)
+        if unknown:
+            raise KnobError(f"unknown knob(s) {sorted(unknown)}; this template's knobs: {list(self._by_name)}")
+        missing = [k for k in self._by_name if k not in config]
+        if missing:
+            raise KnobError(f"missing knob(s) {missing}")
+        return {name: knob.normalize(config[name]) for name, knob in self._by_name.items()}
+
+    def sample(self, rng: np.random.Generator, n: int) -> list[Config]:
+        """``n`` distinct configs drawn uniformly (all of them if the space is smaller)."""
+        picks = rng.choice(len(self), size=min(n, len(self)), replace=False)
+        return [self[int(i)] for i in picks]
+
+    def __repr__(self) -> str:
+        return "ConfigSpace(" + ", ".join(f"{k.name}: {len(k.options)}" for k in self.knobs) + f"; {len(self)})"

@@ -1,0 +1,1 @@
+"""Operator templates: each turns a workload plus knob values into an instruction stream."""
