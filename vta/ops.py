@@ -18,9 +18,10 @@ from vta.device import SimDevice
 from vta.environment import Environment, get_env
 from vta.runtime import CommandQueue, Program, ScheduleError
 from vta.space import Config, ConfigSpace, KnobError
-from vta.templates import conv
+from vta.templates import alu, conv
 
 CONV_OPS = ("conv2d", "group_conv2d", "conv2d_transpose", "dense")
+ALU_OPS = (*alu.BINARY, *alu.UNARY)
 
 
 def _blocks(n: int, block: int) -> int:
@@ -206,6 +207,83 @@ class ConvOp(CompiledOp):
         return out.reshape(out.shape[:2]) if self.name == "dense" else out
 
 
+class AluOp(CompiledOp):
+    """Element-wise add / multiply / minimum / maximum / right_shift (tensor or immediate rhs), relu, clip."""
+
+    def __init__(self, name: str, cfg: HwConfig, device: SimDevice, geometry: alu.AluGeometry,
+                 shape: tuple[int, ...], epilogue: tuple, config: Config | None):
+        space = alu.alu_space(geometry)
+        ops = alu.alu_ops(geometry, epilogue)  # validates immediates before anything is emitted
+        if config is None:
+            config = alu.default_alu_config(cfg, geometry, space)
+        else:
+            config = {k: list(v) for k, v in space.normalize(config).items()}
+        tiling = alu.alu_tiling(config)
+        reason = alu.check_alu(cfg, geometry, tiling)
+        if reason:
+            raise ScheduleError(f"{name} config refused: {reason}")
+        self.device, self.geometry, self.shape, self.epilogue = device, geometry, shape, epilogue
+        g = geometry
+        packed = g.nb * g.cob * g.height * g.width * cfg.BATCH * cfg.BLOCK_OUT
+        self.buffers = _AluBuffers(lhs=device.alloc(4 * packed), out=device.alloc(packed),
+                                   rhs=device.alloc(4 * packed) if g.tensor_rhs else None)
+        queue = CommandQueue(device, record=True)
+        alu.emit_alu(queue, geometry, tiling, ops, self.buffers)
+        super().__init__(name, cfg, space, config, queue.program())
+
+    def _pack(self, a: np.ndarray) -> np.ndarray:
+        g, c = self.geometry, self.cfg
+        a = _pad_to(a.astype(np.int32), (g.nb * c.BATCH, g.cob * c.BLOCK_OUT, g.height, g.width))
+        return np.ascontiguousarray(
+            a.reshape(g.nb, c.BATCH, g.cob, c.BLOCK_OUT, g.height, g.width).transpose(0, 2, 4, 5, 1, 3))
+
+    def _inputs(self, lhs, rhs):
+        lhs = _check("lhs", lhs, self.shape, ("int8", "int32"))
+        if self.geometry.tensor_rhs:
+            if rhs is None:
+                raise ValueError(f"{self.name} with a tensor operand: pass rhs=")
+            rhs = _check("rhs", rhs, self.shape, ("int8", "int32"))
+        return lhs, rhs
+
+    def run(self, lhs: np.ndarray, rhs: np.ndarray | None = None, *, compute: bool = True) -> np.ndarray:
+        lhs, rhs = self._inputs(lhs, rhs)
+        self.device.copy_in(self.buffers.lhs, self._pack(lhs))
+        if rhs is not None:
+            self.device.copy_in(self.buffers.rhs, self._pack(rhs))
+        self.stats = self.program.run(compute=compute)
+        g, c = self.geometry, self.cfg
+        y = self.device.copy_out(self.buffers.out).view(np.int8)
+        y = y.reshape(g.nb, g.cob, g.height, g.width, c.BATCH, c.BLOCK_OUT).transpose(0, 4, 1, 5, 2, 3)
+        y = y.reshape(g.nb * c.BATCH, g.cob * c.BLOCK_OUT, g.height, g.width)
+        return np.ascontiguousarray(y[:self.shape[0], :self.shape[1]])
+
+    def reference(self, lhs: np.ndarray, rhs: np.ndarray | None = None) -> np.ndarray:
+        lhs, rhs = self._inputs(lhs, rhs)
+        g = self.geometry
+        x = lhs.astype(np.int64)
+        if g.op in alu.BINARY:
+            ops = {"add": ("add",), "multiply": ("mul",), "minimum": ("min",), "maximum": ("max",),
+                   "right_shift": ("shr",)}[g.op]
+            if g.rhs_imm is not None:
+                first = (*ops, g.rhs_imm)
+                return reference_epilogue(x, (first, *self.epilogue), None, None)
+            y = rhs.astype(np.int64)
+            x = {"add": lambda: x + y, "multiply": lambda: x * y, "minimum": lambda: np.minimum(x, y),
+                 "maximum": lambda: np.maximum(x, y),
+                 "right_shift": lambda: np.where(y >= 0, x >> np.minimum(y, 31), x << np.minimum(-y, 31))}[g.op]()
+            x = ((x + (1 << 31)) % (1 << 32)) - (1 << 31)
+            return reference_epilogue(x, self.epilogue, None, None)
+        first = ("relu",) if g.op == "relu" else ("clip", *g.args)
+        return reference_epilogue(x, (first, *self.epilogue), None, None)
+
+
+@dataclass
+class _AluBuffers:
+    lhs: object
+    out: object
+    rhs: object | None = None
+
+
 def reference_conv2d(x: np.ndarray, w: np.ndarray, strides, padding, groups: int = 1) -> np.ndarray:
     """Direct NCHW x OIHW convolution in int64 (sum over windows), grouped by input/output channel slices."""
     n, ci, h, wd = x.shape
@@ -256,8 +334,10 @@ def compile_op(name: str, env: Environment | HwConfig | str | None = None, *, co
     """
     env = get_env() if env is None else env
     cfg = env.cfg if isinstance(env, Environment) else env if isinstance(env, HwConfig) else Environment(env).cfg
+    if name in ALU_OPS:
+        return _compile_alu(name, cfg, config, epilogue, device, workload)
     if name not in CONV_OPS:
-        raise ValueError(f"unknown operator {name!r}; allowed: {', '.join(CONV_OPS)}")
+        raise ValueError(f"unknown operator {name!r}; allowed: {', '.join(CONV_OPS + ALU_OPS)}")
     known = {"data_shape", "kernel_shape", "strides", "padding", "groups"}
     unknown = set(workload) - known
     if unknown:
@@ -307,5 +387,32 @@ def compile_op(name: str, env: Environment | HwConfig | str | None = None, *, co
     shapes = {"data": data_shape, "kernel": kernel_shape, "out": out_shape}
     try:
         return ConvOp(name, cfg, device or SimDevice(cfg), geometry, shapes, conv.Epilogue(ops), config)
+    except KnobError as e:
+        raise ScheduleError(f"{name} config refused: {e}") from None
+
+
+def _compile_alu(name: str, cfg: HwConfig, config, epilogue, device, workload) -> AluOp:
+    known = {"data_shape", "imm", "bounds"}
+    unknown = set(workload) - known
+    if unknown:
+        raise ValueError(f"{name}: unknown workload argument(s) {sorted(unknown)}; allowed: {sorted(known)}")
+    if "data_shape" not in workload:
+        raise ValueError(f"{name}: missing workload argument 'data_shape' (N, C, H, W)")
+    shape = tuple(int(v) for v in workload["data_shape"])
+    if len(shape) != 4 or min(shape) <= 0:
+        raise ValueError(f"{name}: data_shape needs 4 positive dims (N, C, H, W), got {shape}")
+    imm = workload.get("imm")
+    if name == "clip":
+        if "bounds" not in workload:
+            raise ValueError("clip: pass bounds=(lo, hi)")
+        args = tuple(int(v) for v in workload["bounds"])
+    else:
+        args = ()
+    n, c, h, w = shape
+    geometry = alu.AluGeometry(nb=_blocks(n, cfg.BATCH), cob=_blocks(c, cfg.BLOCK_OUT), height=h, width=w,
+                               op=name, rhs_imm=None if imm is None else int(imm), args=args)
+    try:
+        return AluOp(name, cfg, device or SimDevice(cfg), geometry, shape, tuple(tuple(op) for op in epilogue),
+                     config)
     except KnobError as e:
         raise ScheduleError(f"{name} config refused: {e}") from None
