@@ -24,18 +24,20 @@ def test_demo_is_bit_exact_and_counts_what_it_moves(preset):
     np.testing.assert_array_equal(r.out, want)
     np.testing.assert_array_equal(reference(a, w, 8), want)
     st = r.stats
-    assert st.inp_load_nbytes == a.nbytes and st.wgt_load_nbytes == w.nbytes
+    # inputs are fetched once per output-channel tile, weights once per batch tile
+    assert st.inp_load_nbytes == a.nbytes * r.config["tile_co"][0]
+    assert st.wgt_load_nbytes == w.nbytes * r.config["tile_b"][0]
     assert st.out_store_nbytes == want.nbytes
     assert st.gemm_counter == 8 * 4 * 2  # row tiles x K tiles x column tiles
     assert st.alu_counter == 3 * 8 * 2    # SHR, MAX, MIN over every output tile
 
 
-def test_demo_refuses_shapes_that_do_not_fit():
+def test_demo_refuses_bad_arguments():
     cfg = load_config("pynq")
-    with pytest.raises(ValueError, match="multiples of"):
-        run_demo(cfg, m=4, k=17, n=16)
-    with pytest.raises(ValueError, match="input SRAM holds 2048"):
-        run_demo(cfg, m=4096, k=16, n=16)
+    with pytest.raises(ValueError, match="immediate"):
+        run_demo(cfg, m=4, k=16, n=16, shift=1 << 20)
+    with pytest.raises(ValueError, match="positive"):
+        run_demo(cfg, m=0, k=16, n=16)
 
 
 def test_chrome_trace_has_one_event_per_instruction_on_its_module_track():
@@ -49,7 +51,8 @@ def test_chrome_trace_has_one_event_per_instruction_on_its_module_track():
     for e, (module, start, end) in zip(events, r.stats.trace, strict=True):
         assert e["tid"] == ["load", "compute", "store"].index(module)
         assert e["ts"] == pytest.approx(start / cfg.CLOCK_MHZ) and e["dur"] == pytest.approx((end - start) / 100)
-    assert events[-1]["name"] == "FINISH" and events[0]["name"] == "LOAD UOP"
+    assert events[-1]["name"] == "FINISH" and {"GEMM", "ALU", "LOAD INP", "LOAD WGT", "STORE OUT"} <= {
+        e["name"] for e in events}
     assert max(e["args"]["end_cycle"] for e in events) == r.stats.cycles
 
 
@@ -65,9 +68,10 @@ def test_vta_demo_command_prints_report_and_writes_trace(tmp_path, capsys):
     assert main(["demo", "--config", "batch4", "-m", "16", "-k", "32", "-n", "32", "--trace", str(path)]) == 0
     out = capsys.readouterr().out
     assert "bit-exact against numpy: yes" in out and "gemm_counter=" in out and "compute" in out
-    assert len([e for e in json.loads(path.read_text())["traceEvents"] if e["ph"] == "X"]) == 11
+    events = [e for e in json.loads(path.read_text())["traceEvents"] if e["ph"] == "X"]
+    assert events and events[-1]["name"] == "FINISH"
 
 
 def test_vta_demo_bad_shape_is_a_clean_error(capsys):
-    assert main(["demo", "-m", "3", "-k", "15"]) == 2
+    assert main(["demo", "-m", "0"]) == 2
     assert "vta: error:" in capsys.readouterr().err

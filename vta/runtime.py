@@ -120,13 +120,18 @@ class Program:
     def num_insns(self) -> int:
         return sum(len(s.insns) for s in self.streams)
 
-    def run(self, *, compute: bool = True) -> RunStats:
+    def run(self, *, compute: bool = True, trace: bool = False) -> RunStats:
+        """Run every stream in order; with ``trace`` (single-stream programs) keep the per-instruction trace."""
+        if trace and len(self.streams) != 1:
+            raise ScheduleError(f"trace needs a single-stream program, this one has {len(self.streams)}")
         runs = []
         for stream in self.streams:
             if stream.uop_words.size:
                 self.device.copy_in(self.uop_buffer, stream.uop_words)
-            runs.append(self.device.run(stream.insns, compute=compute))
-        return combine_stats(runs)
+            runs.append(self.device.run(stream.insns, compute=compute, trace=trace))
+        total = combine_stats(runs)
+        total.trace = runs[0].trace if trace else None
+        return total
 
 
 class CommandQueue:

@@ -359,12 +359,27 @@ def _load_chunk(q, g: ConvGeometry, t: Tiling, bufs: ConvBuffers, tile, chunk: i
     c0, nc, pl, pr = _window(g, t, ow0, False)
     if nr <= 0 or nc <= 0:
         raise ScheduleError(f"output tile at row {oh0}, column {ow0} reads only padding")
+    first_block = group * g.cib + chunk * t.ci1
+
+    def offset(b: int, cblock: int) -> int:
+        return (((bo * t.b1 + b) * g.cib_total + cblock) * g.height + r0) * g.width + c0
+
+    if g.height == g.width == rows == cols == 1:  # dense: one load, a row of channel blocks per batch block
+        q.load_2d(bufs.data, offset(0, first_block), t.ci1, t.b1, g.cib_total, inp, "INP")
+        return _load_weights(q, g, t, bufs, co0, chunk, wgt)
+    whole_rows = nc == cols == g.width and nr == rows
     for b in range(t.b1):
+        if whole_rows:  # each channel block's window is one contiguous run: one load per batch block
+            q.load_2d(bufs.data, offset(b, first_block), nr * nc, t.ci1, g.height * g.width,
+                      inp + b * t.ci1 * rows * cols, "INP")
+            continue
         for ci in range(t.ci1):
-            cblock = group * g.cib + chunk * t.ci1 + ci
-            offset = (((bo * t.b1 + b) * g.cib_total + cblock) * g.height + r0) * g.width + c0
-            q.load_2d(bufs.data, offset, nc, nr, g.width, inp + (b * t.ci1 + ci) * rows * cols, "INP",
-                      pad=(pt, pb, pl, pr))
+            q.load_2d(bufs.data, offset(b, first_block + ci), nc, nr, g.width, inp + (b * t.ci1 + ci) * rows * cols,
+                      "INP", pad=(pt, pb, pl, pr))
+    _load_weights(q, g, t, bufs, co0, chunk, wgt)
+
+
+def _load_weights(q, g: ConvGeometry, t: Tiling, bufs: ConvBuffers, co0: int, chunk: int, wgt: int) -> None:
     # weights of the tile's channel blocks for this chunk: one 2D load, a row per output channel block
     per_k = g.kh * g.kw
     q.load_2d(bufs.kernel, (co0 * g.cib + chunk * t.ci1) * per_k, t.ci1 * per_k, t.co1, g.cib * per_k, wgt, "WGT")
@@ -372,26 +387,38 @@ def _load_chunk(q, g: ConvGeometry, t: Tiling, bufs: ConvBuffers, tile, chunk: i
 
 def _load_epilogue_operands(q, g: ConvGeometry, t: Tiling, ep: Epilogue, bufs: ConvBuffers, tile, bias: int,
                             res: int) -> None:
-    bo, oh0, co0, ow0 = tile
+    co0 = tile[2]
     if ep.bias:
         q.load_2d(bufs.bias, co0, t.co1, 1, t.co1, bias, "ACC")
     if ep.residual:
-        for b in range(t.b1):
-            for co in range(t.co1):
-                offset = (((bo * t.b1 + b) * g.cob + co0 + co) * g.out_h + oh0) * g.out_w + ow0
-                q.load_2d(bufs.residual, offset, t.w1, t.h1, g.out_w, res + ((b * t.co1 + co) * t.h1) * t.w1, "ACC")
+        for sram, offset, x, y, stride in _output_runs(g, t, tile):
+            q.load_2d(bufs.residual, offset, x, y, stride, res + sram, "ACC")
+
+
+def _output_runs(g: ConvGeometry, t: Tiling, tile) -> list[tuple[int, int, int, int, int]]:
+    """The output tile as few 2D transfers as its shape allows: (sram offset, dram offset, x, y, x_stride)."""
+    bo, oh0, co0, ow0 = tile
+    hw, out_hw = t.h1 * t.w1, g.out_h * g.out_w
+
+    def dram(b: int, co: int) -> int:
+        return (((bo * t.b1 + b) * g.cob + co0 + co) * g.out_h + oh0) * g.out_w + ow0
+
+    if hw == out_hw:  # whole images: a row per batch block holds all its channel blocks
+        return [(0, dram(0, 0), t.co1 * hw, t.b1, g.cob * out_hw)]
+    runs = []
+    for b in range(t.b1):
+        for co in range(t.co1):
+            sram = (b * t.co1 + co) * hw
+            if t.w1 == g.out_w:  # whole rows: one contiguous run
+                runs.append((sram, dram(b, co), hw, 1, hw))
+            else:
+                runs.append((sram, dram(b, co), t.w1, t.h1, g.out_w))
+    return runs
 
 
 def _store_tile(q, g: ConvGeometry, t: Tiling, bufs: ConvBuffers, tile, acc: int) -> None:
-    bo, oh0, co0, ow0 = tile
-    for b in range(t.b1):
-        for co in range(t.co1):
-            offset = (((bo * t.b1 + b) * g.cob + co0 + co) * g.out_h + oh0) * g.out_w + ow0
-            sram = acc + ((b * t.co1 + co) * t.h1) * t.w1
-            if t.w1 == g.out_w:  # whole rows: one contiguous run
-                q.store_2d(sram, bufs.out, offset, t.h1 * t.w1, 1, t.h1 * t.w1)
-            else:
-                q.store_2d(sram, bufs.out, offset, t.w1, t.h1, g.out_w)
+    for sram, offset, x, y, stride in _output_runs(g, t, tile):
+        q.store_2d(acc + sram, bufs.out, offset, x, y, stride)
 
 
 def default_config(cfg: HwConfig, g: ConvGeometry, ep: Epilogue, space: ConfigSpace) -> Config:
