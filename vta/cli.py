@@ -15,10 +15,12 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
 
+import numpy as np
+
 from hw_config import ConfigError, HwConfig, load_config, presets
 from simulator.core import DEFAULT_MAX_CYCLES, Simulator
 from simulator.errors import SimulatorError
-from simulator.image import ImageError, load_image, save_result
+from simulator.image import ImageError, load_image, save_image, save_result
 from simulator.replay import replay_with_stats
 from simulator.stats import format_stats
 from simulator.trace import chrome_trace, write_json_atomic
@@ -236,3 +238,81 @@ def demo(args: argparse.Namespace) -> int:
         write_json_atomic(args.trace, chrome_trace(result.stats, result.insns, cfg))
         print(f"wrote trace to {args.trace}", file=sys.stderr)
     return 0 if result.correct else 1
+
+
+# ------------------------------------------------------------------------------------------------------------
+# vta compile
+
+def _shape(text: str) -> tuple[int, ...]:
+    try:
+        return tuple(int(v) for v in text.replace("x", ",").split(",") if v)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"expected integers separated by commas, got {text!r}") from None
+
+
+def _epilogue(text: str) -> list[tuple]:
+    """'bias; shr 8; clip 0 127' -> [('bias',), ('shr', 8), ('clip', 0, 127)]."""
+    ops = []
+    for part in text.split(";"):
+        words = part.split()
+        if words:
+            try:
+                ops.append((words[0], *(int(w) for w in words[1:])))
+            except ValueError:
+                raise argparse.ArgumentTypeError(f"epilogue op {part.strip()!r}: arguments must be integers") from None
+    return ops
+
+
+@command(None, "compile", "compile one operator into a program image", args=[
+    arg("op", metavar="OP", help="conv2d, group_conv2d, conv2d_transpose, dense, add, multiply, minimum, "
+                                 "maximum, right_shift, relu or clip"),
+    arg("--data-shape", type=_shape, required=True, metavar="N,C,H,W", help="input shape (dense: N,K)"),
+    arg("--kernel-shape", type=_shape, metavar="O,I,KH,KW", help="weight shape (OIHW; IOHW for conv2d_transpose; "
+                                                                "dense: M,K)"),
+    arg("--strides", type=_shape, default=(1, 1), metavar="SH,SW"),
+    arg("--padding", type=_shape, default=(0, 0), metavar="PH,PW"),
+    arg("--groups", type=int, default=1),
+    arg("--imm", type=int, default=None, help="ALU ops: an immediate operand instead of a tensor"),
+    arg("--bounds", type=_shape, default=None, metavar="LO,HI", help="clip bounds"),
+    arg("--epilogue", type=_epilogue, default=[], metavar="OPS",
+        help="fused ops in order, e.g. 'bias; shr 8; clip 0 127' (also residual, relu, shl, min, max, add, mul)"),
+    arg("--schedule", metavar="JSON", help="knob values as JSON, e.g. '{\"tile_h\": [14, 4], ...}' (default: "
+                                           "the template's heuristic)"),
+    arg("--config", default=None, metavar="NAME|PATH", help="hardware preset or JSON file (default: pynq)"),
+    arg("--set", dest="sets", action="append", type=_key_value, metavar="KEY=VALUE", help="override a config key"),
+    arg("--seed", type=int, default=0, help="seed of the random inputs staged in the image"),
+    arg("--out", metavar="IMAGE", help="write the program image (.npz) here"),
+])
+def compile_cmd(args: argparse.Namespace) -> int:
+    """Compile one operator for a workload and schedule, check it against numpy, and write a program image.
+
+    The image holds the instruction stream, the micro-ops and DRAM staged with random inputs, so
+    `vta sim replay IMAGE` (or a board) runs it without this compiler.
+    """
+    from vta.ops import ALU_OPS, compile_op, random_inputs
+
+    cfg = _load(args.config, args.sets)
+    workload: dict[str, Any] = {"data_shape": args.data_shape}
+    if args.op in ALU_OPS:
+        if args.imm is not None:
+            workload["imm"] = args.imm
+        if args.bounds is not None:
+            workload["bounds"] = args.bounds
+    else:
+        if args.kernel_shape is None:
+            raise ValueError(f"{args.op} needs --kernel-shape")
+        workload.update(kernel_shape=args.kernel_shape)
+        if args.op != "dense":
+            workload.update(strides=args.strides, padding=args.padding, groups=args.groups)
+    schedule = json.loads(args.schedule) if args.schedule else None
+    op = compile_op(args.op, cfg, config=schedule, epilogue=args.epilogue, **workload)
+    inputs = random_inputs(op, args.seed)
+    out = op.run(**inputs)
+    exact = np.array_equal(out, op.reference(**inputs))
+    print(f"{args.op} on {cfg.model}: {op.num_insns} instructions in {len(op.program.streams)} stream(s), "
+          f"{op.cycles:,} cycles ({op.stats.seconds * 1e6:.1f} us), bit-exact against numpy: {'yes' if exact else 'NO'}")
+    print(f"  schedule {json.dumps(op.config)} (space of {len(op.space)})")
+    if args.out:
+        save_image(args.out, op.image(**inputs))
+        print(f"wrote {args.out}", file=sys.stderr)
+    return 0 if exact else 1

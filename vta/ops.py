@@ -13,6 +13,7 @@ from typing import Any
 import numpy as np
 
 from hw_config import HwConfig
+from simulator.image import ProgramImage
 from simulator.stats import RunStats
 from vta.device import SimDevice
 from vta.environment import Environment, get_env
@@ -98,6 +99,20 @@ class CompiledOp:
     def num_insns(self) -> int:
         return self.program.num_insns
 
+    def _buffers(self) -> list:
+        return [b for b in vars(self.buffers).values() if b is not None]
+
+    def image(self, **inputs: np.ndarray) -> ProgramImage:
+        """A program image of this op with ``inputs`` staged in DRAM (single-stream programs only)."""
+        if len(self.program.streams) != 1:
+            raise ScheduleError(f"this program has {len(self.program.streams)} streams; an image holds one")
+        self.stage(**inputs)
+        stream = self.program.streams[0]
+        segments = [(b.addr, self.device.copy_out(b)) for b in self._buffers()]
+        if stream.uop_words.size:
+            segments.append((self.program.uop_buffer.addr, stream.uop_words.view(np.uint8).copy()))
+        return ProgramImage(config=self.cfg, insns=stream.insns, insn_addr=0, segments=segments)
+
 
 class ConvOp(CompiledOp):
     """conv2d / group_conv2d / conv2d_transpose / dense with a fused epilogue."""
@@ -179,6 +194,14 @@ class ConvOp(CompiledOp):
 
     def run(self, data: np.ndarray, kernel: np.ndarray, bias: np.ndarray | None = None,
             residual: np.ndarray | None = None, *, compute: bool = True) -> np.ndarray:
+        self.stage(data, kernel, bias, residual)
+        self.stats = self.program.run(compute=compute)
+        out = self._unpack_out(self.device.copy_out(self.buffers.out))
+        return out.reshape(out.shape[:2]) if self.name == "dense" else out
+
+    def stage(self, data: np.ndarray, kernel: np.ndarray, bias: np.ndarray | None = None,
+              residual: np.ndarray | None = None) -> None:
+        """Pack the inputs into the device buffers (what ``run`` does before running)."""
         data, kernel, bias, residual = self._inputs(data, kernel, bias, residual)
         dev, bufs, c, g = self.device, self.buffers, self.cfg, self.geometry
         dev.copy_in(bufs.data, np.ascontiguousarray(self._pack_data(self._nchw(data))))
@@ -188,9 +211,6 @@ class ConvOp(CompiledOp):
             dev.copy_in(bufs.bias, np.ascontiguousarray(np.broadcast_to(b, (g.cob, c.BATCH, c.BLOCK_OUT))))
         if bufs.residual is not None:
             dev.copy_in(bufs.residual, np.ascontiguousarray(self._pack_out_shaped(self._nchw(residual), np.int32)))
-        self.stats = self.program.run(compute=compute)
-        out = self._unpack_out(dev.copy_out(bufs.out))
-        return out.reshape(out.shape[:2]) if self.name == "dense" else out
 
     def reference(self, data: np.ndarray, kernel: np.ndarray, bias: np.ndarray | None = None,
                   residual: np.ndarray | None = None) -> np.ndarray:
@@ -245,11 +265,15 @@ class AluOp(CompiledOp):
             rhs = _check("rhs", rhs, self.shape, ("int8", "int32"))
         return lhs, rhs
 
-    def run(self, lhs: np.ndarray, rhs: np.ndarray | None = None, *, compute: bool = True) -> np.ndarray:
+    def stage(self, lhs: np.ndarray, rhs: np.ndarray | None = None) -> None:
+        """Pack the operands into the device buffers (what ``run`` does before running)."""
         lhs, rhs = self._inputs(lhs, rhs)
         self.device.copy_in(self.buffers.lhs, self._pack(lhs))
         if rhs is not None:
             self.device.copy_in(self.buffers.rhs, self._pack(rhs))
+
+    def run(self, lhs: np.ndarray, rhs: np.ndarray | None = None, *, compute: bool = True) -> np.ndarray:
+        self.stage(lhs, rhs)
         self.stats = self.program.run(compute=compute)
         g, c = self.geometry, self.cfg
         y = self.device.copy_out(self.buffers.out).view(np.int8)
@@ -416,3 +440,21 @@ def _compile_alu(name: str, cfg: HwConfig, config, epilogue, device, workload) -
                      config)
     except KnobError as e:
         raise ScheduleError(f"{name} config refused: {e}") from None
+
+
+def random_inputs(op: CompiledOp, seed: int = 0) -> dict[str, np.ndarray]:
+    """Inputs for ``op`` in VTA's test ranges: int8 data/weights in [-128, 128), int32 bias in +-2^14."""
+    rng = np.random.default_rng(seed)
+    if isinstance(op, AluOp):
+        out = {"lhs": rng.integers(-512, 512, op.shape).astype(np.int32)}
+        if op.geometry.tensor_rhs:
+            out["rhs"] = rng.integers(-512, 512, op.shape).astype(np.int32)
+        return out
+    s = op.shapes
+    out = {"data": rng.integers(-128, 128, s["data"], dtype=np.int8),
+           "kernel": rng.integers(-128, 128, s["kernel"], dtype=np.int8)}
+    if op.epilogue.bias:
+        out["bias"] = rng.integers(-(1 << 14), 1 << 14, s["out"][1]).astype(np.int32)
+    if op.epilogue.residual:
+        out["residual"] = rng.integers(-(1 << 14), 1 << 14, s["out"]).astype(np.int32)
+    return out
