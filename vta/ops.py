@@ -118,7 +118,8 @@ class ConvOp(CompiledOp):
     """conv2d / group_conv2d / conv2d_transpose / dense with a fused epilogue."""
 
     def __init__(self, name: str, cfg: HwConfig, device: SimDevice, geometry: conv.ConvGeometry,
-                 shapes: dict[str, tuple[int, ...]], epilogue: conv.Epilogue, config: Config | None):
+                 shapes: dict[str, tuple[int, ...]], epilogue: conv.Epilogue, config: Config | None,
+                 max_insns: int = 1 << 20):
         dense = name == "dense"
         space = conv.conv_space(geometry, dense=dense)
         if config is None:
@@ -141,7 +142,7 @@ class ConvOp(CompiledOp):
             out=alloc(g.nb * g.cob * g.out_h * g.out_w * b * bo),
             bias=alloc(g.cob * b * bo * 4) if epilogue.bias else None,
             residual=alloc(g.nb * g.cob * g.out_h * g.out_w * b * bo * 4) if epilogue.residual else None)
-        queue = CommandQueue(device, record=True)
+        queue = CommandQueue(device, max_insns=max_insns, record=True)
         conv.emit_conv(queue, geometry, tiling, epilogue, self.buffers)
         super().__init__(name, cfg, space, config, queue.program())
 
@@ -231,7 +232,7 @@ class AluOp(CompiledOp):
     """Element-wise add / multiply / minimum / maximum / right_shift (tensor or immediate rhs), relu, clip."""
 
     def __init__(self, name: str, cfg: HwConfig, device: SimDevice, geometry: alu.AluGeometry,
-                 shape: tuple[int, ...], epilogue: tuple, config: Config | None):
+                 shape: tuple[int, ...], epilogue: tuple, config: Config | None, max_insns: int = 1 << 20):
         space = alu.alu_space(geometry)
         ops = alu.alu_ops(geometry, epilogue)  # validates immediates before anything is emitted
         if config is None:
@@ -247,7 +248,7 @@ class AluOp(CompiledOp):
         packed = g.nb * g.cob * g.height * g.width * cfg.BATCH * cfg.BLOCK_OUT
         self.buffers = _AluBuffers(lhs=device.alloc(4 * packed), out=device.alloc(packed),
                                    rhs=device.alloc(4 * packed) if g.tensor_rhs else None)
-        queue = CommandQueue(device, record=True)
+        queue = CommandQueue(device, max_insns=max_insns, record=True)
         alu.emit_alu(queue, geometry, tiling, ops, self.buffers)
         super().__init__(name, cfg, space, config, queue.program())
 
@@ -347,7 +348,7 @@ def _pair(v) -> tuple[int, int]:
 
 
 def compile_op(name: str, env: Environment | HwConfig | str | None = None, *, config: Config | None = None,
-               epilogue=(), device: SimDevice | None = None, **workload) -> CompiledOp:
+               epilogue=(), device: SimDevice | None = None, max_insns: int = 1 << 20, **workload) -> CompiledOp:
     """Compile one operator for a workload; ``config`` is a dict of knob values, a ``space`` entry, or None.
 
     conv2d / group_conv2d: ``data_shape=(N, CI, H, W)``, ``kernel_shape=(CO, CI // groups, KH, KW)``,
@@ -355,11 +356,12 @@ def compile_op(name: str, env: Environment | HwConfig | str | None = None, *, co
     ``strides``, ``padding``. dense: ``data_shape=(N, K)``, ``kernel_shape=(M, K)``.
     ``epilogue`` lists, in order: ("bias",), ("residual",), ("shr", n), ("shl", n), ("clip", lo, hi),
     ("relu",), ("min", v), ("max", v), ("add", v), ("mul", v); the result is cast to int8.
+    ``max_insns`` bounds one stream; longer programs are split into several token-balanced streams.
     """
     env = get_env() if env is None else env
     cfg = env.cfg if isinstance(env, Environment) else env if isinstance(env, HwConfig) else Environment(env).cfg
     if name in ALU_OPS:
-        return _compile_alu(name, cfg, config, epilogue, device, workload)
+        return _compile_alu(name, cfg, config, epilogue, device, max_insns, workload)
     if name not in CONV_OPS:
         raise ValueError(f"unknown operator {name!r}; allowed: {', '.join(CONV_OPS + ALU_OPS)}")
     known = {"data_shape", "kernel_shape", "strides", "padding", "groups"}
@@ -410,12 +412,12 @@ def compile_op(name: str, env: Environment | HwConfig | str | None = None, *, co
     out_shape = (n, co) if name == "dense" else (n, co, geometry.out_h, geometry.out_w)
     shapes = {"data": data_shape, "kernel": kernel_shape, "out": out_shape}
     try:
-        return ConvOp(name, cfg, device or SimDevice(cfg), geometry, shapes, conv.Epilogue(ops), config)
+        return ConvOp(name, cfg, device or SimDevice(cfg), geometry, shapes, conv.Epilogue(ops), config, max_insns)
     except KnobError as e:
         raise ScheduleError(f"{name} config refused: {e}") from None
 
 
-def _compile_alu(name: str, cfg: HwConfig, config, epilogue, device, workload) -> AluOp:
+def _compile_alu(name: str, cfg: HwConfig, config, epilogue, device, max_insns: int, workload) -> AluOp:
     known = {"data_shape", "imm", "bounds"}
     unknown = set(workload) - known
     if unknown:
@@ -437,7 +439,7 @@ def _compile_alu(name: str, cfg: HwConfig, config, epilogue, device, workload) -
                                op=name, rhs_imm=None if imm is None else int(imm), args=args)
     try:
         return AluOp(name, cfg, device or SimDevice(cfg), geometry, shape, tuple(tuple(op) for op in epilogue),
-                     config)
+                     config, max_insns)
     except KnobError as e:
         raise ScheduleError(f"{name} config refused: {e}") from None
 
