@@ -288,6 +288,8 @@ def alu_immediates(op: tuple) -> list[tuple[str, int]]:
         out = table[name](*args)
     except TypeError:
         raise ScheduleError(f"epilogue op {op!r} has the wrong number of arguments") from None
+    if name in ("shr", "shl") and not (isinstance(args[0], (int, np.integer)) and 0 <= args[0] <= 31):
+        raise ScheduleError(f"epilogue op {op!r}: the shift count must be an integer in [0, 31]")
     for alu_op, imm in out:
         if not isinstance(imm, (int, np.integer)) or not IMM_MIN <= imm <= IMM_MAX:
             raise ScheduleError(f"epilogue op {op!r}: immediate {imm!r} must be an integer in "
@@ -334,10 +336,11 @@ def emit_conv(q: CommandQueue, g: ConvGeometry, t: Tiling, ep: Epilogue, bufs: C
                     for chunk in range(g.cib // t.ci1):
                         for k, tile in enumerate(tiles):
                             q.dep_pop(COMPUTE, LOAD)
-                            _load_chunk(q, g, t, bufs, tile, chunk, inp_base[k], wgt_base[k], rows, cols)
+                            has_input = _load_chunk(q, g, t, bufs, tile, chunk, inp_base[k], wgt_base[k], rows, cols)
                             q.dep_push(LOAD, COMPUTE)
                             q.dep_pop(LOAD, COMPUTE)
-                            q.push_kernel(gemm_kernel(k, (tile[1], tile[3])))
+                            if has_input:  # a window of padding only adds nothing to the reset accumulators
+                                q.push_kernel(gemm_kernel(k, (tile[1], tile[3])))
                             q.dep_push(COMPUTE, LOAD)
                     for k, tile in enumerate(tiles):
                         _load_epilogue_operands(q, g, t, ep, bufs, tile, bias_base[k], res_base[k])
@@ -352,13 +355,14 @@ def emit_conv(q: CommandQueue, g: ConvGeometry, t: Tiling, ep: Epilogue, bufs: C
 
 
 def _load_chunk(q, g: ConvGeometry, t: Tiling, bufs: ConvBuffers, tile, chunk: int, inp: int, wgt: int,
-                rows: int, cols: int) -> None:
+                rows: int, cols: int) -> bool:
+    """Load one chunk's input window and weights; False when the window holds only padding (nothing loaded)."""
     bo, oh0, co0, ow0 = tile
     group = co0 // g.cob_per_group
     r0, nr, pt, pb = _window(g, t, oh0, True)
     c0, nc, pl, pr = _window(g, t, ow0, False)
     if nr <= 0 or nc <= 0:
-        raise ScheduleError(f"output tile at row {oh0}, column {ow0} reads only padding")
+        return False
     first_block = group * g.cib + chunk * t.ci1
 
     def offset(b: int, cblock: int) -> int:
@@ -366,7 +370,8 @@ def _load_chunk(q, g: ConvGeometry, t: Tiling, bufs: ConvBuffers, tile, chunk: i
 
     if g.height == g.width == rows == cols == 1:  # dense: one load, a row of channel blocks per batch block
         q.load_2d(bufs.data, offset(0, first_block), t.ci1, t.b1, g.cib_total, inp, "INP")
-        return _load_weights(q, g, t, bufs, co0, chunk, wgt)
+        _load_weights(q, g, t, bufs, co0, chunk, wgt)
+        return True
     whole_rows = nc == cols == g.width and nr == rows
     for b in range(t.b1):
         if whole_rows:  # each channel block's window is one contiguous run: one load per batch block
@@ -377,6 +382,7 @@ def _load_chunk(q, g: ConvGeometry, t: Tiling, bufs: ConvBuffers, tile, chunk: i
             q.load_2d(bufs.data, offset(b, first_block + ci), nc, nr, g.width, inp + (b * t.ci1 + ci) * rows * cols,
                       "INP", pad=(pt, pb, pl, pr))
     _load_weights(q, g, t, bufs, co0, chunk, wgt)
+    return True
 
 
 def _load_weights(q, g: ConvGeometry, t: Tiling, bufs: ConvBuffers, co0: int, chunk: int, wgt: int) -> None:
