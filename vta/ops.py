@@ -184,10 +184,14 @@ class ConvOp(CompiledOp):
             if bias is None:
                 raise ValueError("this op's epilogue has ('bias',): pass bias=")
             bias = _check("bias", bias, (s["out"][1],), ("int32",))
+        elif bias is not None:
+            raise ValueError("bias= given but this op's epilogue has no ('bias',): it would be ignored")
         if self.epilogue.residual:
             if residual is None:
                 raise ValueError("this op's epilogue has ('residual',): pass residual=")
             residual = _check("residual", residual, s["out"], ("int8", "int32"))
+        elif residual is not None:
+            raise ValueError("residual= given but this op's epilogue has no ('residual',): it would be ignored")
         return data, kernel, bias, residual
 
     def _nchw(self, a: np.ndarray) -> np.ndarray:
@@ -264,6 +268,8 @@ class AluOp(CompiledOp):
             if rhs is None:
                 raise ValueError(f"{self.name} with a tensor operand: pass rhs=")
             rhs = _check("rhs", rhs, self.shape, ("int8", "int32"))
+        elif rhs is not None:
+            raise ValueError(f"rhs= given but this {self.name} has no tensor operand: it would be ignored")
         return lhs, rhs
 
     def stage(self, lhs: np.ndarray, rhs: np.ndarray | None = None) -> None:
@@ -343,8 +349,37 @@ def reference_conv2d_transpose(x: np.ndarray, w: np.ndarray, strides, padding) -
     return full[:, :, ph:full.shape[2] - ph, pw:full.shape[3] - pw]
 
 
-def _pair(v) -> tuple[int, int]:
-    return (int(v), int(v)) if np.isscalar(v) else (int(v[0]), int(v[1]))
+def _int(name: str, v) -> int:
+    """An exact integer (bools and fractions refused, so nothing is silently reinterpreted)."""
+    if isinstance(v, (bool, np.bool_)) or not isinstance(v, (int, np.integer, float, np.floating)) or v != int(v):
+        raise ValueError(f"{name}: expected an integer, got {v!r}")
+    return int(v)
+
+
+def _ints(name: str, v, length: int | None = None) -> tuple[int, ...]:
+    if not isinstance(v, (list, tuple, np.ndarray)):
+        raise ValueError(f"{name}: expected a sequence of integers, got {v!r}")  # noqa: TRY004 - bad input is a ValueError here
+    out = tuple(_int(name, x) for x in v)
+    if length is not None and len(out) != length:
+        raise ValueError(f"{name}: expected {length} values, got {len(out)}: {v!r}")
+    return out
+
+
+def _pair(name: str, v) -> tuple[int, int]:
+    """One integer for both dimensions, or exactly two."""
+    if isinstance(v, (list, tuple, np.ndarray)):
+        return _ints(name, v, 2)  # type: ignore[return-value]
+    n = _int(name, v)
+    return n, n
+
+
+def _epilogue_ops(epilogue) -> tuple[tuple, ...]:
+    ops = []
+    for op in epilogue:
+        if not isinstance(op, (list, tuple)) or not op or not isinstance(op[0], str):
+            raise ValueError(f"epilogue op {op!r}: expected a tuple starting with the op's name, e.g. ('shr', 8)")
+        ops.append(tuple(op))
+    return tuple(ops)
 
 
 def compile_op(name: str, env: Environment | HwConfig | str | None = None, *, config: Config | None = None,
@@ -368,13 +403,16 @@ def compile_op(name: str, env: Environment | HwConfig | str | None = None, *, co
     unknown = set(workload) - known
     if unknown:
         raise ValueError(f"{name}: unknown workload argument(s) {sorted(unknown)}; allowed: {sorted(known)}")
-    try:
-        data_shape = tuple(int(v) for v in workload["data_shape"])
-        kernel_shape = tuple(int(v) for v in workload["kernel_shape"])
-    except KeyError as e:
-        raise ValueError(f"{name}: missing workload argument {e.args[0]!r}") from None
-    ops = tuple(tuple(op) for op in epilogue)
+    for key in ("data_shape", "kernel_shape"):
+        if key not in workload:
+            raise ValueError(f"{name}: missing workload argument {key!r}")
+    data_shape = _ints("data_shape", workload["data_shape"])
+    kernel_shape = _ints("kernel_shape", workload["kernel_shape"])
+    ops = _epilogue_ops(epilogue)
     if name == "dense":
+        extra = {"strides", "padding", "groups"} & set(workload)
+        if extra:
+            raise ValueError(f"dense: {sorted(extra)} do not apply to dense")
         if len(data_shape) != 2 or len(kernel_shape) != 2 or data_shape[1] != kernel_shape[1]:
             raise ValueError(f"dense: data_shape (N, K) and kernel_shape (M, K) must agree on K, got "
                              f"{data_shape} and {kernel_shape}")
@@ -382,8 +420,8 @@ def compile_op(name: str, env: Environment | HwConfig | str | None = None, *, co
         strides, padding, groups = (1, 1), (0, 0), 1
     else:
         data4, kernel4 = data_shape, kernel_shape
-        strides, padding = _pair(workload.get("strides", 1)), _pair(workload.get("padding", 0))
-        groups = int(workload.get("groups", 1))
+        strides, padding = _pair("strides", workload.get("strides", 1)), _pair("padding", workload.get("padding", 0))
+        groups = _int("groups", workload.get("groups", 1))
     if len(data4) != 4 or len(kernel4) != 4 or min(*data4, *kernel4) <= 0:
         raise ValueError(f"{name}: data_shape and kernel_shape need 4 positive dims, got {data_shape}, {kernel_shape}")
     n, ci, h, w = data4
@@ -424,22 +462,26 @@ def _compile_alu(name: str, cfg: HwConfig, config, epilogue, device, max_insns: 
         raise ValueError(f"{name}: unknown workload argument(s) {sorted(unknown)}; allowed: {sorted(known)}")
     if "data_shape" not in workload:
         raise ValueError(f"{name}: missing workload argument 'data_shape' (N, C, H, W)")
-    shape = tuple(int(v) for v in workload["data_shape"])
+    shape = _ints("data_shape", workload["data_shape"])
     if len(shape) != 4 or min(shape) <= 0:
         raise ValueError(f"{name}: data_shape needs 4 positive dims (N, C, H, W), got {shape}")
-    imm = workload.get("imm")
+    imm = None if workload.get("imm") is None else _int("imm", workload["imm"])
+    if imm is not None and name not in alu.BINARY:
+        raise ValueError(f"{name}: imm= applies only to {', '.join(alu.BINARY)}")
     if name == "clip":
         if "bounds" not in workload:
             raise ValueError("clip: pass bounds=(lo, hi)")
-        args = tuple(int(v) for v in workload["bounds"])
+        args = _ints("bounds", workload["bounds"], 2)
+    elif "bounds" in workload:
+        raise ValueError(f"{name}: bounds= applies only to clip")
     else:
         args = ()
     n, c, h, w = shape
     geometry = alu.AluGeometry(nb=_blocks(n, cfg.BATCH), cob=_blocks(c, cfg.BLOCK_OUT), height=h, width=w,
-                               op=name, rhs_imm=None if imm is None else int(imm), args=args)
+                               op=name, rhs_imm=imm, args=args)
     try:
-        return AluOp(name, cfg, device or SimDevice(cfg), geometry, shape, tuple(tuple(op) for op in epilogue),
-                     config, max_insns)
+        return AluOp(name, cfg, device or SimDevice(cfg), geometry, shape, _epilogue_ops(epilogue), config,
+                     max_insns)
     except KnobError as e:
         raise ScheduleError(f"{name} config refused: {e}") from None
 

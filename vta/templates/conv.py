@@ -203,6 +203,11 @@ def sram_needs(g: ConvGeometry, t: Tiling, ep: Epilogue) -> dict[str, int]:
 
 def check_config(cfg: HwConfig, g: ConvGeometry, t: Tiling, ep: Epilogue) -> str | None:
     """Why this tiling cannot run on this hardware, or None when it can (checked before emitting)."""
+    return _check_arithmetic(cfg, g, t, ep) or (_check_transposed_tiles(g, t) if g.transpose else None)
+
+
+def _check_arithmetic(cfg: HwConfig, g: ConvGeometry, t: Tiling, ep: Epilogue) -> str | None:
+    """The checks that need only arithmetic on the tiling (cheap)."""
     n_co_tiles, n_h_tiles = g.cob // t.co1, g.out_h // t.h1
     if n_co_tiles % t.tc:
         return f"oc_nthread={t.tc} needs an even number of channel tiles, tile_co gives {n_co_tiles}"
@@ -231,7 +236,11 @@ def check_config(cfg: HwConfig, g: ConvGeometry, t: Tiling, ep: Epilogue) -> str
         if repeats and t.positions < 3:
             return (f"a tile of {t.positions} output position(s) would make back-to-back GEMM micro-ops write "
                     f"the same accumulator row (VTA's pipeline hazard): use a tile with at least 3 positions")
-        return None
+    return None
+
+
+def _check_transposed_tiles(g: ConvGeometry, t: Tiling) -> str | None:
+    """A transposed convolution's micro-ops depend on each tile's offset: build them and look (slower)."""
     for oh0 in range(0, g.out_h, t.h1):
         for ow0 in range(0, g.out_w, t.w1):
             uops, _ = _gemm_uops(g, t, 0, 0, 0, (oh0, ow0))
@@ -429,14 +438,12 @@ def _store_tile(q, g: ConvGeometry, t: Tiling, bufs: ConvBuffers, tile, acc: int
 
 def default_config(cfg: HwConfig, g: ConvGeometry, ep: Epilogue, space: ConfigSpace) -> Config:
     """A heuristic config that fits: double buffered if possible, then the largest tiles (fewest DMAs)."""
-    best, best_key = None, None
-    for config in space:
+    def preference(config: Config) -> tuple:
         t = tiling_of(config)
-        if check_config(cfg, g, t, ep) is not None:
-            continue
-        key = (t.threads == 2, t.positions * t.ci1 * g.kh * g.kw, t.ci1, t.w1, -t.b1)
-        if best_key is None or key > best_key:
-            best, best_key = config, key
-    if best is None:
-        raise ScheduleError("no config of this template fits the hardware for this workload")
-    return best
+        return (t.threads == 2, t.positions * t.ci1 * g.kh * g.kw, t.ci1, t.w1, -t.b1)
+
+    cheap_ok = [c for c in space if _check_arithmetic(cfg, g, tiling_of(c), ep) is None]
+    for config in sorted(cheap_ok, key=preference, reverse=True):  # the slow checks only until one passes
+        if check_config(cfg, g, tiling_of(config), ep) is None:
+            return config
+    raise ScheduleError("no config of this template fits the hardware for this workload")
