@@ -46,14 +46,30 @@ def _check(name: str, a: np.ndarray, shape: tuple[int, ...], dtypes: tuple[str, 
     return a
 
 
+def wrap_int32(v: np.ndarray) -> np.ndarray:
+    """int64 values wrapped to int32, as the hardware's 32-bit arithmetic wraps."""
+    return ((v + (1 << 31)) % (1 << 32)) - (1 << 31)
+
+
+def pack_activations(a: np.ndarray, blocks_n: int, blocks_c: int, batch: int, block: int) -> np.ndarray:
+    """NCHW -> NCHW{batch}n{block}c, zero-padding N and C to whole blocks."""
+    _, _, h, w = a.shape
+    a = _pad_to(a, (blocks_n * batch, blocks_c * block, h, w))
+    return np.ascontiguousarray(a.reshape(blocks_n, batch, blocks_c, block, h, w).transpose(0, 2, 4, 5, 1, 3))
+
+
+def unpack_activations(raw: np.ndarray, blocks_n: int, blocks_c: int, h: int, w: int, batch: int, block: int,
+                       n: int, c: int) -> np.ndarray:
+    """NCHW{batch}n{block}c int8 bytes -> NCHW cropped to (n, c)."""
+    y = raw.view(np.int8).reshape(blocks_n, blocks_c, h, w, batch, block).transpose(0, 4, 1, 5, 2, 3)
+    return np.ascontiguousarray(y.reshape(blocks_n * batch, blocks_c * block, h, w)[:n, :c])
+
+
 def reference_epilogue(acc: np.ndarray, ops: tuple, bias: np.ndarray | None,
                        residual: np.ndarray | None) -> np.ndarray:
     """numpy model of the fused epilogue on an int32 NCHW accumulator, then the int8 store."""
     x = acc.astype(np.int64)
-
-    def wrap(v: np.ndarray) -> np.ndarray:  # int32 arithmetic wraps, as the hardware's does
-        return ((v + (1 << 31)) % (1 << 32)) - (1 << 31)
-
+    wrap = wrap_int32
     for op in ops:
         name, *args = op
         if name == "bias":
@@ -149,25 +165,17 @@ class ConvOp(CompiledOp):
     # ---- packing ----
     def _pack_data(self, x: np.ndarray) -> np.ndarray:
         g, c = self.geometry, self.cfg
-        x = _pad_to(x, (g.nb * c.BATCH, g.cib_total * c.BLOCK_IN, g.height, g.width))
-        return x.reshape(g.nb, c.BATCH, g.cib_total, c.BLOCK_IN, g.height, g.width).transpose(0, 2, 4, 5, 1, 3)
+        return pack_activations(x, g.nb, g.cib_total, c.BATCH, c.BLOCK_IN)
 
     def _pack_kernel(self, w: np.ndarray) -> np.ndarray:
         g, c = self.geometry, self.cfg
         w = _pad_to(w, (g.cob * c.BLOCK_OUT, g.cib * c.BLOCK_IN, g.kh, g.kw))
         return w.reshape(g.cob, c.BLOCK_OUT, g.cib, c.BLOCK_IN, g.kh, g.kw).transpose(0, 2, 4, 5, 1, 3)
 
-    def _pack_out_shaped(self, y: np.ndarray, dtype) -> np.ndarray:
-        g, c = self.geometry, self.cfg
-        y = _pad_to(y.astype(dtype), (g.nb * c.BATCH, g.cob * c.BLOCK_OUT, g.out_h, g.out_w))
-        return y.reshape(g.nb, c.BATCH, g.cob, c.BLOCK_OUT, g.out_h, g.out_w).transpose(0, 2, 4, 5, 1, 3)
-
     def _unpack_out(self, raw: np.ndarray) -> np.ndarray:
         g, c = self.geometry, self.cfg
-        y = raw.view(np.int8).reshape(g.nb, g.cob, g.out_h, g.out_w, c.BATCH, c.BLOCK_OUT)
-        y = y.transpose(0, 4, 1, 5, 2, 3).reshape(g.nb * c.BATCH, g.cob * c.BLOCK_OUT, g.out_h, g.out_w)
         n, co = self.shapes["out"][:2]
-        return np.ascontiguousarray(y[:n, :co])
+        return unpack_activations(raw, g.nb, g.cob, g.out_h, g.out_w, c.BATCH, c.BLOCK_OUT, n, co)
 
     def _conv_weight(self, kernel: np.ndarray) -> np.ndarray:
         """The OIHW weight of the equivalent direct convolution."""
@@ -209,13 +217,14 @@ class ConvOp(CompiledOp):
         """Pack the inputs into the device buffers (what ``run`` does before running)."""
         data, kernel, bias, residual = self._inputs(data, kernel, bias, residual)
         dev, bufs, c, g = self.device, self.buffers, self.cfg, self.geometry
-        dev.copy_in(bufs.data, np.ascontiguousarray(self._pack_data(self._nchw(data))))
+        dev.copy_in(bufs.data, self._pack_data(self._nchw(data)))
         dev.copy_in(bufs.kernel, np.ascontiguousarray(self._pack_kernel(self._conv_weight(self._nchw(kernel)))))
         if bufs.bias is not None:
             b = _pad_to(bias, (g.cob * c.BLOCK_OUT,)).reshape(g.cob, 1, c.BLOCK_OUT)
             dev.copy_in(bufs.bias, np.ascontiguousarray(np.broadcast_to(b, (g.cob, c.BATCH, c.BLOCK_OUT))))
         if bufs.residual is not None:
-            dev.copy_in(bufs.residual, np.ascontiguousarray(self._pack_out_shaped(self._nchw(residual), np.int32)))
+            dev.copy_in(bufs.residual, pack_activations(self._nchw(residual).astype(np.int32), g.nb, g.cob, c.BATCH,
+                                                        c.BLOCK_OUT))
 
     def reference(self, data: np.ndarray, kernel: np.ndarray, bias: np.ndarray | None = None,
                   residual: np.ndarray | None = None) -> np.ndarray:
@@ -258,9 +267,7 @@ class AluOp(CompiledOp):
 
     def _pack(self, a: np.ndarray) -> np.ndarray:
         g, c = self.geometry, self.cfg
-        a = _pad_to(a.astype(np.int32), (g.nb * c.BATCH, g.cob * c.BLOCK_OUT, g.height, g.width))
-        return np.ascontiguousarray(
-            a.reshape(g.nb, c.BATCH, g.cob, c.BLOCK_OUT, g.height, g.width).transpose(0, 2, 4, 5, 1, 3))
+        return pack_activations(a.astype(np.int32), g.nb, g.cob, c.BATCH, c.BLOCK_OUT)
 
     def _inputs(self, lhs, rhs):
         lhs = _check("lhs", lhs, self.shape, ("int8", "int32"))
@@ -283,10 +290,8 @@ class AluOp(CompiledOp):
         self.stage(lhs, rhs)
         self.stats = self.program.run(compute=compute)
         g, c = self.geometry, self.cfg
-        y = self.device.copy_out(self.buffers.out).view(np.int8)
-        y = y.reshape(g.nb, g.cob, g.height, g.width, c.BATCH, c.BLOCK_OUT).transpose(0, 4, 1, 5, 2, 3)
-        y = y.reshape(g.nb * c.BATCH, g.cob * c.BLOCK_OUT, g.height, g.width)
-        return np.ascontiguousarray(y[:self.shape[0], :self.shape[1]])
+        return unpack_activations(self.device.copy_out(self.buffers.out), g.nb, g.cob, g.height, g.width, c.BATCH,
+                                  c.BLOCK_OUT, self.shape[0], self.shape[1])
 
     def reference(self, lhs: np.ndarray, rhs: np.ndarray | None = None) -> np.ndarray:
         lhs, rhs = self._inputs(lhs, rhs)
@@ -302,8 +307,7 @@ class AluOp(CompiledOp):
             x = {"add": lambda: x + y, "multiply": lambda: x * y, "minimum": lambda: np.minimum(x, y),
                  "maximum": lambda: np.maximum(x, y),
                  "right_shift": lambda: np.where(y >= 0, x >> np.minimum(y, 31), x << np.minimum(-y, 31))}[g.op]()
-            x = ((x + (1 << 31)) % (1 << 32)) - (1 << 31)
-            return reference_epilogue(x, self.epilogue, None, None)
+            return reference_epilogue(wrap_int32(x), self.epilogue, None, None)
         first = ("relu",) if g.op == "relu" else ("clip", *g.args)
         return reference_epilogue(x, (first, *self.epilogue), None, None)
 

@@ -19,7 +19,7 @@ from dataclasses import dataclass, field
 import numpy as np
 
 from hw_config import ALU_OPCODES, MEM_TYPES, OPCODES, HwConfig
-from simulator.stats import RunStats
+from simulator.stats import VTA_COUNTERS, RunStats
 from vta.device import Buffer, SimDevice
 
 LOAD, COMPUTE, STORE = 1, 2, 3  # stages, numbered as in VTA's runtime
@@ -90,13 +90,18 @@ class Stream:
     insns: np.ndarray
     uop_words: np.ndarray
 
+    def run(self, device: SimDevice, uop_buffer: Buffer, *, compute: bool = True, trace: bool = False) -> RunStats:
+        """Put the stream's micro-ops where its LOAD UOPs expect them, then run it."""
+        if self.uop_words.size:
+            device.copy_in(uop_buffer, self.uop_words)
+        return device.run(self.insns, compute=compute, trace=trace)
+
 
 def combine_stats(runs: list[RunStats]) -> RunStats:
     """Stats of streams run one after another: counters, cycles, busy and stall figures add up."""
     total = RunStats(clock_mhz=runs[0].clock_mhz if runs else 0.0)
     for st in runs:
-        for name in ("inp_load_nbytes", "wgt_load_nbytes", "acc_load_nbytes", "uop_load_nbytes",
-                     "out_store_nbytes", "gemm_counter", "alu_counter"):
+        for name in VTA_COUNTERS:
             setattr(total, name, getattr(total, name) + getattr(st, name))
         total.finish_cycle = total.cycles + st.finish_cycle
         total.cycles += st.cycles
@@ -124,11 +129,7 @@ class Program:
         """Run every stream in order; with ``trace`` (single-stream programs) keep the per-instruction trace."""
         if trace and len(self.streams) != 1:
             raise ScheduleError(f"trace needs a single-stream program, this one has {len(self.streams)}")
-        runs = []
-        for stream in self.streams:
-            if stream.uop_words.size:
-                self.device.copy_in(self.uop_buffer, stream.uop_words)
-            runs.append(self.device.run(stream.insns, compute=compute, trace=trace))
+        runs = [stream.run(self.device, self.uop_buffer, compute=compute, trace=trace) for stream in self.streams]
         total = combine_stats(runs)
         total.trace = runs[0].trace if trace else None
         return total
@@ -313,9 +314,7 @@ class CommandQueue:
         if self.record:
             self.streams.append(stream)
         else:
-            if stream.uop_words.size:
-                self.device.copy_in(self._uop_dram, stream.uop_words)
-            stats = self.device.run(stream.insns, compute=compute, trace=trace)
+            stats = stream.run(self.device, self._uop_dram, compute=compute, trace=trace)
             self.stats.append(stats)
             self.last_insns = stream.insns
         if restore:

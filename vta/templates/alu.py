@@ -102,9 +102,10 @@ def emit_alu(q: CommandQueue, g: AluGeometry, t: AluTiling, ops: list[tuple[str,
                     acc = half * need
                     if tile >= HALVES:
                         q.dep_pop(STORE, COMPUTE)  # the half's previous tile has been stored
-                    for co in range(t.co1):
-                        offset = ((n * g.cob + c0 + co) * g.height + h0) * g.width + w0
-                        sram = co * t.h1 * t.w1
+                    # one 2D transfer per channel block: (sram offset in the half, dram element offset)
+                    runs = [(co * t.h1 * t.w1, ((n * g.cob + c0 + co) * g.height + h0) * g.width + w0)
+                            for co in range(t.co1)]
+                    for sram, offset in runs:
                         q.load_2d(bufs.lhs, offset, t.w1, t.h1, g.width, acc + sram, "ACC")
                         if g.tensor_rhs:
                             q.load_2d(bufs.rhs, offset, t.w1, t.h1, g.width, acc + t.positions + sram, "ACC")
@@ -112,9 +113,8 @@ def emit_alu(q: CommandQueue, g: AluGeometry, t: AluTiling, ops: list[tuple[str,
                         q.push_kernel(kernel)
                     q.dep_push(COMPUTE, STORE)
                     q.dep_pop(COMPUTE, STORE)
-                    for co in range(t.co1):
-                        offset = ((n * g.cob + c0 + co) * g.height + h0) * g.width + w0
-                        q.store_2d(acc + co * t.h1 * t.w1, bufs.out, offset, t.w1, t.h1, g.width)
+                    for sram, offset in runs:
+                        q.store_2d(acc + sram, bufs.out, offset, t.w1, t.h1, g.width)
                     q.dep_push(STORE, COMPUTE)
                     tile += 1
                     q.checkpoint()
