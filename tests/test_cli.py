@@ -5,11 +5,10 @@ from pathlib import Path
 
 import numpy as np
 import pytest
+from golden_files import golden_path
 
 from hw_config import load_config, presets
 from vta.cli import main
-
-GOLDEN = Path(__file__).resolve().parents[2] / "shared" / "golden"
 
 
 def run(capsys, *argv: str) -> tuple[int, str, str]:
@@ -63,9 +62,7 @@ def test_config_show_set_and_json(capsys, tmp_path):
 
 
 def test_sim_disasm_golden(capsys):
-    path = GOLDEN / "gemm_1.npz"
-    if not path.exists():
-        pytest.skip(f"golden files not found at {GOLDEN}")
+    path = golden_path("gemm_1.npz")
     status, out, err = run(capsys, "sim", "disasm", str(path))
     assert status == 0 and err == ""
     lines = out.splitlines()

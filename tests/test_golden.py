@@ -11,6 +11,7 @@ from pathlib import Path
 
 import numpy as np
 import pytest
+from golden_files import GOLDEN_DIR, requires_golden
 
 from simulator.core import Simulator
 from simulator.errors import (
@@ -26,13 +27,12 @@ from simulator.stats import VTA_COUNTERS
 from vta.cli import main
 from vta.isa import MemInsn, decode_program
 
-GOLDEN = Path(__file__).resolve().parents[2] / "shared" / "golden"
+GOLDEN = GOLDEN_DIR
 NAMES = ["alu_0", "alu_1", "alu_2", "alu_3", "alu_4", "alu_5", "gemm_0", "gemm_1", "padded_load_0",
          "padded_load_1", "padded_load_2", "padded_load_3", "padded_load_4", "relu_0", "save_load_out_0",
          "shift_and_scale_0"]
 
-pytestmark = pytest.mark.skipif(not GOLDEN.is_dir(), reason=f"golden programs not found at {GOLDEN} "
-                                "(they live next to the repository, in shared/golden)")
+pytestmark = requires_golden
 
 Segments = list[tuple[int, np.ndarray]]
 

@@ -8,6 +8,7 @@ from pathlib import Path
 
 import numpy as np
 import pytest
+from golden_files import GOLDEN_DIR, golden_path
 
 from hw_config import load_config
 from simulator import image as image_mod
@@ -21,16 +22,12 @@ from simulator.image import (
     save_result,
 )
 
-GOLDEN = Path(__file__).resolve().parents[2] / "shared" / "golden"
-GOLDEN_NAMES = sorted(p.name[:-4] for p in GOLDEN.glob("*.npz") if not p.name.endswith(".expect.npz"))
+GOLDEN_NAMES = sorted(p.name[:-4] for p in GOLDEN_DIR.glob("*.npz") if not p.name.endswith(".expect.npz"))
 PYNQ = load_config("pynq")
 
 
 def _golden(name: str) -> Path:
-    path = GOLDEN / name
-    if not path.exists():
-        pytest.skip(f"golden files not found at {GOLDEN}")
-    return path
+    return golden_path(name)
 
 
 def _image() -> ProgramImage:

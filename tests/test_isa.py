@@ -6,6 +6,7 @@ from pathlib import Path
 
 import numpy as np
 import pytest
+from golden_files import GOLDEN_DIR, golden_path
 
 from hw_config import MEM_TYPES, OPCODES, load_config, presets
 from vta import isa
@@ -28,7 +29,7 @@ from vta.isa import (
 )
 
 ROOT = Path(__file__).resolve().parents[1]
-GOLDEN = ROOT.parent / "shared" / "golden"
+GOLDEN = GOLDEN_DIR
 GOLDEN_NAMES = sorted(p.name[:-4] for p in GOLDEN.glob("*.npz") if not p.name.endswith(".expect.npz"))
 PYNQ = load_config("pynq")
 
@@ -51,10 +52,7 @@ CLASSES = {"mem": MemInsn, "gemm": GemmInsn, "alu": AluInsn, "finish": FinishIns
 
 
 def golden(name: str):
-    path = GOLDEN / f"{name}.npz"
-    if not path.exists():
-        pytest.skip(f"golden programs not found at {GOLDEN}")
-    return np.load(path, allow_pickle=False)
+    return np.load(golden_path(f"{name}.npz"), allow_pickle=False)
 
 
 @pytest.mark.parametrize("fmt", sorted(VTA_LAYOUT))
