@@ -1,0 +1,325 @@
+"""numpy reference kernels: the meaning of every op on host (unpacked) tensors.
+
+Integer ops are exact with 32-bit wrap-around, as the accelerator computes. Float reductions fix their
+summation order (conv2d: over input channel, kernel row, kernel column; dense: over K; pooling: row-major
+over the window) and never fuse multiply-add, so a compiled kernel that keeps the same order (graph_pack.jit)
+gives bit-identical results and a quantized graph rounds the same way on every backend.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Callable
+
+import numpy as np
+
+from graph_pack.opdefs import packed_factors
+
+Kernel = Callable[..., np.ndarray]
+KERNELS: dict[str, Kernel] = {}
+
+
+def kernel(name: str):
+    def deco(fn: Kernel) -> Kernel:
+        KERNELS[name] = fn
+        return fn
+    return deco
+
+
+def wrap_int32(v: np.ndarray) -> np.ndarray:
+    return (((v.astype(np.int64) + (1 << 31)) % (1 << 32)) - (1 << 31)).astype(np.int32)
+
+
+def _is_int(a: np.ndarray) -> bool:
+    return np.issubdtype(a.dtype, np.integer)
+
+
+def _padded(x: np.ndarray, padding, value=0) -> np.ndarray:
+    pt, pl, pb, pr = padding
+    if not any(padding):
+        return x
+    return np.pad(x, ((0, 0), (0, 0), (pt, pb), (pl, pr)), constant_values=value)
+
+
+# ---- convolutions -------------------------------------------------------------------------------------------
+
+def _windows(xp: np.ndarray, kh: int, kw: int, oh: int, ow: int, strides, dilation) -> np.ndarray:
+    """(N, C, KH, KW, OH, OW) view of every kernel tap's input positions."""
+    (sh, sw), (dh, dw) = strides, dilation
+    n, c = xp.shape[:2]
+    s = xp.strides
+    return np.lib.stride_tricks.as_strided(
+        xp, (n, c, kh, kw, oh, ow), (s[0], s[1], s[2] * dh, s[3] * dw, s[2] * sh, s[3] * sw), writeable=False)
+
+
+def conv2d_nchw(x: np.ndarray, w: np.ndarray, strides=(1, 1), padding=(0, 0, 0, 0), dilation=(1, 1),
+                groups: int = 1, out_dtype: str | None = None) -> np.ndarray:
+    """NCHW x OIHW convolution. Integers: exact, wrapped to int32 when out_dtype is int32."""
+    n, c, h, wd = x.shape
+    o, cg, kh, kw = w.shape
+    (sh, sw), (dh, dw) = strides, dilation
+    pt, pl, pb, pr = padding
+    oh = (h + pt + pb - dh * (kh - 1) - 1) // sh + 1
+    ow = (wd + pl + pr - dw * (kw - 1) - 1) // sw + 1
+    xp = _padded(x, padding)
+    og = o // groups
+    out_dtype = np.dtype(out_dtype or x.dtype)
+    if _is_int(x):
+        # int8 x int8 products summed over any realistic window stay below 2^53: float64 BLAS is exact
+        exact = x.dtype.itemsize == 1 and w.dtype.itemsize == 1
+        calc = np.float64 if exact else np.int64
+        out = np.empty((n, o, oh, ow), np.int64)
+        for g in range(groups):
+            cols = _windows(xp[:, g * cg:(g + 1) * cg], kh, kw, oh, ow, strides, dilation).astype(calc)
+            wg = w[g * og:(g + 1) * og].astype(calc)
+            out[:, g * og:(g + 1) * og] = np.einsum("nckluv,ockl->nouv", cols, wg, optimize=True).astype(np.int64)
+        return wrap_int32(out) if out_dtype == np.int32 else out.astype(out_dtype)
+    acc = np.zeros((n, o, oh, ow), np.float32)
+    xp = xp.astype(np.float32)
+    w = w.astype(np.float32)
+    for g in range(groups):
+        win = _windows(xp[:, g * cg:(g + 1) * cg], kh, kw, oh, ow, strides, dilation)
+        a = acc[:, g * og:(g + 1) * og]
+        for ci in range(cg):
+            for i in range(kh):
+                for j in range(kw):
+                    a += win[:, ci, i, j][:, None] * w[g * og:(g + 1) * og, ci, i, j][None, :, None, None]
+    return acc.astype(out_dtype)
+
+
+def conv2d_transpose_nchw(x: np.ndarray, w: np.ndarray, strides=(1, 1), padding=(0, 0, 0, 0),
+                          output_padding=(0, 0), out_dtype: str | None = None) -> np.ndarray:
+    """NCHW x IOHW transposed convolution = direct convolution of the stride-dilated input with the
+    flipped, transposed kernel (so it shares conv2d_nchw's summation order)."""
+    n, c, h, wd = x.shape
+    _, o, kh, kw = w.shape
+    sh, sw = strides
+    pt, pl, pb, pr = padding
+    oph, opw = output_padding
+    dil = np.zeros((n, c, (h - 1) * sh + 1, (wd - 1) * sw + 1), x.dtype)
+    dil[:, :, ::sh, ::sw] = x
+    wf = np.ascontiguousarray(w.transpose(1, 0, 2, 3)[:, :, ::-1, ::-1])
+    pad = (kh - 1 - pt, kw - 1 - pl, kh - 1 - pb + oph, kw - 1 - pr + opw)
+    if min(pad) < 0:  # padding larger than the kernel: crop afterwards
+        full = conv2d_nchw(dil, wf, padding=tuple(max(p, 0) for p in pad), out_dtype=out_dtype)
+        ct, cl, cb, cr = (max(-p, 0) for p in pad)
+        return full[:, :, ct:full.shape[2] - cb, cl:full.shape[3] - cr]
+    return conv2d_nchw(dil, wf, padding=pad, out_dtype=out_dtype)
+
+
+@kernel("nn.conv2d")
+def _conv2d(a, x, w):
+    _require_unpacked(a)
+    return conv2d_nchw(x, w, a["strides"], a["padding"], a["dilation"], a["groups"], a["out_dtype"])
+
+
+@kernel("nn.conv2d_transpose")
+def _conv2d_transpose(a, x, w):
+    _require_unpacked(a)
+    return conv2d_transpose_nchw(x, w, a["strides"], a["padding"], a["output_padding"], a["out_dtype"])
+
+
+def dense(x: np.ndarray, w: np.ndarray, out_dtype: str | None = None) -> np.ndarray:
+    out_dtype = np.dtype(out_dtype or x.dtype)
+    if _is_int(x):
+        exact = x.dtype.itemsize == 1 and w.dtype.itemsize == 1
+        calc = np.float64 if exact else np.int64
+        out = (x.astype(calc) @ w.astype(calc).T).astype(np.int64)
+        return wrap_int32(out) if out_dtype == np.int32 else out.astype(out_dtype)
+    acc = np.zeros((x.shape[0], w.shape[0]), np.float32)
+    x, w = x.astype(np.float32), w.astype(np.float32)
+    for k in range(x.shape[1]):
+        acc += x[:, k:k + 1] * w[None, :, k]
+    return acc.astype(out_dtype)
+
+
+@kernel("nn.dense")
+def _dense(a, x, w):
+    _require_unpacked(a)
+    return dense(x, w, a["out_dtype"])
+
+
+def _require_unpacked(a: dict) -> None:
+    for key in ("data_layout", "kernel_layout"):
+        if packed_factors(a.get(key, "")):
+            raise ValueError(f"the numpy reference runs unpacked layouts only, got {key}={a[key]!r}")
+
+
+# ---- element-wise -------------------------------------------------------------------------------------------
+
+def _shift_count(s: np.ndarray) -> np.ndarray:
+    if np.any(s < 0):
+        raise ValueError("shift counts must be >= 0")
+    return np.minimum(s, 31)
+
+
+def _binary(fn):
+    def run(a, x, y):
+        out = fn(x.astype(np.int64), y.astype(np.int64)) if _is_int(x) else fn(x, y)
+        return wrap_int32(out) if x.dtype == np.int32 else out.astype(x.dtype)
+    return run
+
+
+KERNELS["add"] = _binary(np.add)
+KERNELS["subtract"] = _binary(np.subtract)
+KERNELS["multiply"] = _binary(np.multiply)
+KERNELS["maximum"] = _binary(np.maximum)
+KERNELS["minimum"] = _binary(np.minimum)
+KERNELS["right_shift"] = _binary(lambda x, s: x >> _shift_count(s))
+KERNELS["left_shift"] = _binary(lambda x, s: x << _shift_count(s))
+
+
+@kernel("divide")
+def _divide(a, x, y):
+    if _is_int(x):
+        raise ValueError("divide is defined for floats only")
+    return (x / y).astype(x.dtype)
+
+
+@kernel("nn.relu")
+def _relu(a, x):
+    return np.maximum(x, np.zeros((), x.dtype))
+
+
+@kernel("clip")
+def _clip(a, x):
+    lo, hi = a["a_min"], a["a_max"]
+    if _is_int(x):
+        info = np.iinfo(x.dtype)
+        lo, hi = max(math.ceil(lo), info.min), min(math.floor(hi), info.max)
+        return np.clip(x, lo, hi).astype(x.dtype)
+    return np.clip(x, np.float32(lo), np.float32(hi)).astype(x.dtype)
+
+
+@kernel("cast")
+def _cast(a, x):
+    return x.astype(a["dtype"])  # integers wrap (keep the low bits); floats truncate toward zero
+
+
+KERNELS["tanh"] = lambda a, x: np.tanh(x).astype(x.dtype)
+KERNELS["sigmoid"] = lambda a, x: (np.float32(1) / (np.float32(1) + np.exp(-x))).astype(x.dtype)
+KERNELS["nn.dropout"] = lambda a, x: x
+
+
+@kernel("nn.bias_add")
+def _bias_add(a, x, b):
+    shape = [1] * x.ndim
+    shape[a["axis"] % x.ndim] = b.shape[0]
+    return KERNELS["add"](a, x, b.reshape(shape))
+
+
+@kernel("nn.batch_norm")
+def _batch_norm(a, x, gamma, beta, mean, var):
+    shape = [1] * x.ndim
+    shape[a["axis"]] = x.shape[a["axis"]]
+    scale = (gamma / np.sqrt(var + np.float32(a["epsilon"]))).astype(np.float32)
+    return ((x - mean.reshape(shape)) * scale.reshape(shape) + beta.reshape(shape)).astype(x.dtype)
+
+
+@kernel("qnn.quantize")
+def _quantize(a, x):
+    info = np.iinfo(a["out_dtype"])
+    q = np.floor(x.astype(np.float32) / np.float32(a["scale"]) + np.float32(0.5))
+    return np.clip(q, -info.max, info.max).astype(a["out_dtype"])
+
+
+KERNELS["qnn.dequantize"] = lambda a, x: x.astype(np.float32) * np.float32(a["scale"])
+
+
+# ---- pooling and shape ops ----------------------------------------------------------------------------------
+
+def _pool_windows(a, x, fill):
+    n, c, h, w = x.shape
+    (kh, kw), (sh, sw), (pt, pl, pb, pr) = a["pool_size"], a["strides"], a["padding"]
+    from graph_pack.opdefs import pool_out
+    oh, ow = pool_out(h, kh, sh, pt, pb, a["ceil_mode"]), pool_out(w, kw, sw, pl, pr, a["ceil_mode"])
+    # ceil mode may read past the bottom/right padding: extend with the fill value
+    eb, er = max(0, (oh - 1) * sh + kh - h - pt - pb), max(0, (ow - 1) * sw + kw - w - pl - pr)
+    xp = np.pad(x, ((0, 0), (0, 0), (pt, pb + eb), (pl, pr + er)), constant_values=fill)
+    return _windows(xp, kh, kw, oh, ow, (sh, sw), (1, 1)), (oh, ow)
+
+
+@kernel("nn.max_pool2d")
+def _max_pool(a, x):
+    fill = np.iinfo(x.dtype).min if _is_int(x) else -np.inf
+    win, _ = _pool_windows(a, x, fill)
+    return win.max(axis=(2, 3)).astype(x.dtype)
+
+
+@kernel("nn.avg_pool2d")
+def _avg_pool(a, x):
+    if _is_int(x):
+        raise ValueError("avg_pool2d is defined for floats only (dequantize first)")
+    win, (oh, ow) = _pool_windows(a, x.astype(np.float32), 0)
+    kh, kw = a["pool_size"]
+    acc = np.zeros((*x.shape[:2], oh, ow), np.float32)
+    for i in range(kh):
+        for j in range(kw):
+            acc += win[:, :, i, j]
+    if a["count_include_pad"]:
+        count = np.full((oh, ow), kh * kw, np.float32)
+    else:
+        ones = np.ones((1, 1, *x.shape[2:]), np.float32)
+        cwin, _ = _pool_windows(a, ones, 0)
+        count = cwin.sum(axis=(2, 3))[0, 0]
+    return (acc / count).astype(x.dtype)
+
+
+@kernel("nn.global_avg_pool2d")
+def _global_avg_pool(a, x):
+    if _is_int(x):
+        raise ValueError("global_avg_pool2d is defined for floats only (dequantize first)")
+    n, c, h, w = x.shape
+    acc = np.zeros((n, c), np.float32)
+    flat = x.astype(np.float32).reshape(n, c, h * w)
+    for k in range(h * w):
+        acc += flat[:, :, k]
+    return (acc / np.float32(h * w)).reshape(n, c, 1, 1).astype(x.dtype)
+
+
+KERNELS["nn.batch_flatten"] = lambda a, x: x.reshape(x.shape[0], -1)
+KERNELS["transpose"] = lambda a, x: np.ascontiguousarray(x.transpose(a["axes"]))
+
+
+@kernel("reshape")
+def _reshape(a, x):
+    from graph_pack.opdefs import reshape_target
+    return x.reshape(reshape_target(x.shape, a["newshape"]))
+
+
+@kernel("nn.softmax")
+def _softmax(a, x):
+    e = np.exp(x - x.max(axis=a["axis"], keepdims=True))
+    return (e / e.sum(axis=a["axis"], keepdims=True)).astype(x.dtype)
+
+
+KERNELS["concatenate"] = lambda a, *xs: np.concatenate(xs, axis=a["axis"])
+KERNELS["nn.pad"] = lambda a, x: np.pad(x, a["pad_width"], constant_values=np.asarray(a["pad_value"]).astype(x.dtype))
+KERNELS["nn.upsampling"] = lambda a, x: x.repeat(a["scale_h"], axis=2).repeat(a["scale_w"], axis=3)
+
+
+def pack(x: np.ndarray, b: int, c: int) -> np.ndarray:
+    """NCHW (or NC) -> NCHW{b}n{c}c (NC{b}n{c}c), zero-padding N and C to whole blocks."""
+    n, ch, *rest = x.shape
+    nb, cb = -(-n // b), -(-ch // c)
+    if (nb * b, cb * c) != (n, ch):
+        x = np.pad(x, [(0, nb * b - n), (0, cb * c - ch)] + [(0, 0)] * len(rest))
+    k = len(rest)
+    y = x.reshape(nb, b, cb, c, *rest)
+    return np.ascontiguousarray(y.transpose(0, 2, *range(4, 4 + k), 1, 3))
+
+
+def unpack(x: np.ndarray, batch: int, channels: int) -> np.ndarray:
+    """NCHW{b}n{c}c -> NCHW cropped to ``batch`` x ``channels``."""
+    nb, cb, *rest, b, c = x.shape
+    k = len(rest)
+    y = x.transpose(0, 2 + k, 1, 3 + k, *range(2, 2 + k)).reshape(nb * b, cb * c, *rest)
+    return np.ascontiguousarray(y[:batch, :channels])
+
+
+@kernel("layout_transform")
+def _layout_transform(a, x):
+    f = packed_factors(a["dst_layout"])
+    if f:
+        return pack(x, *f)
+    return unpack(x, a["batch"], a["channels"])

@@ -1,0 +1,345 @@
+"""The operator table: each op's attributes (with defaults), arity, attribute normalisation and shape rule.
+
+Attribute conventions (Relay's): ``padding`` is (top, left, bottom, right); ``strides``/``dilation`` are
+(h, w); layouts are strings. Packed layouts ``NCHW{b}n{c}c`` (activations, 6-D: N/b, C/c, H, W, b, c),
+``OIHW{c}o{c}i`` (weights) and ``NC{b}n{c}c`` (dense data) appear after ``graph_pack``.
+"""
+
+from __future__ import annotations
+
+import math
+import re
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass
+
+import numpy as np
+
+Shape = tuple[int, ...]
+
+
+@dataclass(frozen=True)
+class OpSpec:
+    defaults: dict
+    infer: Callable[[dict, list[Shape], list[str]], tuple[Shape, str]]
+    arity: tuple[int, ...] | None = (1,)
+    normalize: Callable[[dict, list], dict] = lambda attrs, types: attrs
+
+
+OPS: dict[str, OpSpec] = {}
+
+
+def _register(name: str, defaults: dict, infer, arity: tuple[int, ...] | None = (1,), normalize=None) -> None:
+    OPS[name] = OpSpec(defaults, infer, arity, normalize or (lambda a, t: a))
+
+
+def pair(v, what: str) -> tuple[int, int]:
+    if isinstance(v, (int, np.integer)):
+        return int(v), int(v)
+    v = tuple(int(x) for x in v)
+    if len(v) != 2:
+        raise ValueError(f"{what} needs 1 or 2 values, got {v}")
+    return v  # type: ignore[return-value]
+
+
+def quad(v, what: str) -> tuple[int, int, int, int]:
+    """Padding as (top, left, bottom, right) from 1, 2 (h, w) or 4 values."""
+    if isinstance(v, (int, np.integer)):
+        return (int(v),) * 4  # type: ignore[return-value]
+    v = tuple(int(x) for x in v)
+    if len(v) == 2:
+        return v[0], v[1], v[0], v[1]
+    if len(v) != 4:
+        raise ValueError(f"{what} needs 1, 2 or 4 values, got {v}")
+    return v  # type: ignore[return-value]
+
+
+_PACKED = re.compile(r"^(NCHW|NC|OIHW)(\d+)([no])(\d+)([ci])$")
+
+
+def packed_factors(layout: str) -> tuple[int, int] | None:
+    """(outer factor, inner factor) of a packed layout such as NCHW1n16c or OIHW16o16i; None if unpacked."""
+    m = _PACKED.match(layout)
+    return (int(m.group(2)), int(m.group(4))) if m else None
+
+
+def _dtype(attrs: dict, key: str, default: str) -> str:
+    return np.dtype(attrs.get(key) or default).name
+
+
+# ---- convolutions -------------------------------------------------------------------------------------------
+
+def _norm_conv(attrs: dict, types) -> dict:
+    attrs["strides"] = pair(attrs["strides"], "strides")
+    attrs["padding"] = quad(attrs["padding"], "padding")
+    attrs["dilation"] = pair(attrs["dilation"], "dilation")
+    attrs["groups"] = int(attrs["groups"])
+    if "output_padding" in attrs:
+        attrs["output_padding"] = pair(attrs["output_padding"], "output_padding")
+    attrs["out_dtype"] = _dtype(attrs, "out_dtype", types[0].dtype)
+    if min(attrs["strides"]) < 1 or min(attrs["dilation"]) < 1 or min(attrs["padding"]) < 0 or attrs["groups"] < 1:
+        raise ValueError(f"strides/dilation must be >= 1, padding >= 0, groups >= 1; got {attrs}")
+    return attrs
+
+
+def _unpack_act(shape: Shape, layout: str) -> Shape:
+    f = packed_factors(layout)
+    if f is None:
+        if len(shape) != 4:
+            raise ValueError(f"data must be 4-D {layout}, got {shape}")
+        return shape
+    if len(shape) != 6 or shape[4:] != f:
+        raise ValueError(f"data must be 6-D {layout}, got {shape}")
+    return shape[0] * shape[4], shape[1] * shape[5], shape[2], shape[3]
+
+
+def _pack_act(shape: Shape, layout: str) -> Shape:
+    f = packed_factors(layout)
+    if f is None:
+        return shape
+    n, c, h, w = shape
+    return n // f[0], c // f[1], h, w, f[0], f[1]
+
+
+def _unpack_wgt(shape: Shape, layout: str) -> Shape:
+    f = packed_factors(layout)
+    if f is None:
+        if len(shape) != 4:
+            raise ValueError(f"weight must be 4-D {layout}, got {shape}")
+        return shape
+    if len(shape) != 6 or shape[4:] != f:
+        raise ValueError(f"weight must be 6-D {layout}, got {shape}")
+    return shape[0] * shape[4], shape[1] * shape[5], shape[2], shape[3]
+
+
+def conv_out(size: int, k: int, s: int, p0: int, p1: int, d: int = 1) -> int:
+    return (size + p0 + p1 - d * (k - 1) - 1) // s + 1
+
+
+def _infer_conv2d(a, shapes, dtypes):
+    n, c, h, w = _unpack_act(shapes[0], a["data_layout"])
+    o, i, kh, kw = _unpack_wgt(shapes[1], a["kernel_layout"])
+    g = a["groups"]
+    if c % g or o % g or i * g != c:
+        raise ValueError(f"weight {shapes[1]} does not fit {c} input channels with groups={g}")
+    (sh, sw), (pt, pl, pb, pr), (dh, dw) = a["strides"], a["padding"], a["dilation"]
+    oh, ow = conv_out(h, kh, sh, pt, pb, dh), conv_out(w, kw, sw, pl, pr, dw)
+    if oh <= 0 or ow <= 0:
+        raise ValueError(f"the output would be empty ({oh} x {ow})")
+    return _pack_act((n, o, oh, ow), a["data_layout"]), a["out_dtype"]
+
+
+def _infer_conv2d_transpose(a, shapes, dtypes):
+    n, c, h, w = _unpack_act(shapes[0], a["data_layout"])
+    if packed_factors(a["kernel_layout"]):  # packed as the equivalent direct convolution (OIHW)
+        o, i, kh, kw = _unpack_wgt(shapes[1], a["kernel_layout"])
+    else:
+        i, o, kh, kw = shapes[1]
+    if i != c or a["groups"] != 1:
+        raise ValueError(f"weight {shapes[1]} (IOHW) does not fit {c} input channels (groups must be 1)")
+    (sh, sw), (pt, pl, pb, pr), (oph, opw) = a["strides"], a["padding"], a["output_padding"]
+    oh, ow = (h - 1) * sh - pt - pb + kh + oph, (w - 1) * sw - pl - pr + kw + opw
+    if oh <= 0 or ow <= 0:
+        raise ValueError(f"the output would be empty ({oh} x {ow})")
+    return _pack_act((n, o, oh, ow), a["data_layout"]), a["out_dtype"]
+
+
+_CONV = {"strides": (1, 1), "padding": (0, 0, 0, 0), "dilation": (1, 1), "groups": 1, "out_dtype": "",
+         "data_layout": "NCHW", "kernel_layout": "OIHW"}
+_register("nn.conv2d", _CONV, _infer_conv2d, (2,), _norm_conv)
+_register("nn.conv2d_transpose", {**_CONV, "kernel_layout": "IOHW", "output_padding": (0, 0)},
+          _infer_conv2d_transpose, (2,), _norm_conv)
+
+
+def _infer_dense(a, shapes, dtypes):
+    f = packed_factors(a["data_layout"])
+    if f is None:
+        (n, k), (m, k2) = shapes[0], shapes[1]
+        if k != k2 or len(shapes[0]) != 2 or len(shapes[1]) != 2:
+            raise ValueError(f"data (N, K) {shapes[0]} and weight (M, K) {shapes[1]} must agree on K")
+        return (n, m), a["out_dtype"]
+    nb, kb, b, c = shapes[0]
+    mb = shapes[1][0]
+    return (nb, mb, b, c), a["out_dtype"]
+
+
+_register("nn.dense", {"out_dtype": "", "data_layout": "NC", "kernel_layout": "OI"}, _infer_dense, (2,),
+          lambda a, t: {**a, "out_dtype": _dtype(a, "out_dtype", t[0].dtype)})
+
+
+# ---- element-wise -------------------------------------------------------------------------------------------
+
+def _same(a, shapes, dtypes):
+    return shapes[0], dtypes[0]
+
+
+def _broadcast(a, shapes, dtypes):
+    if dtypes[0] != dtypes[1]:
+        raise ValueError(f"operand dtypes differ ({dtypes[0]} vs {dtypes[1]}); insert a cast")
+    return tuple(np.broadcast_shapes(shapes[0], shapes[1])), dtypes[0]
+
+
+def _int_broadcast(a, shapes, dtypes):
+    if not np.issubdtype(np.dtype(dtypes[0]), np.integer):
+        raise ValueError(f"shifts need integer operands, got {dtypes[0]}")
+    return _broadcast(a, shapes, dtypes)
+
+
+for _name in ("add", "subtract", "multiply", "divide", "maximum", "minimum"):
+    _register(_name, {}, _broadcast, (2,))
+for _name in ("right_shift", "left_shift"):
+    _register(_name, {}, _int_broadcast, (2,))
+for _name in ("nn.relu", "tanh", "sigmoid", "nn.dropout"):
+    _register(_name, {}, _same)
+_register("clip", {"a_min": None, "a_max": None}, _same,
+          normalize=lambda a, t: {"a_min": float(a["a_min"]), "a_max": float(a["a_max"])})
+_register("cast", {"dtype": None}, lambda a, s, d: (s[0], a["dtype"]),
+          normalize=lambda a, t: {"dtype": np.dtype(a["dtype"]).name})
+
+
+def _infer_bias_add(a, shapes, dtypes):
+    axis = a["axis"] % len(shapes[0])
+    if len(shapes[1]) != 1 or shapes[1][0] != shapes[0][axis]:
+        raise ValueError(f"bias {shapes[1]} must be 1-D with {shapes[0][axis]} entries (axis {a['axis']})")
+    return _same(a, shapes, dtypes)
+
+
+_register("nn.bias_add", {"axis": 1}, _infer_bias_add, (2,))
+
+
+def _infer_batch_norm(a, shapes, dtypes):
+    c = shapes[0][a["axis"]]
+    for s in shapes[1:]:
+        if s != (c,):
+            raise ValueError(f"gamma/beta/mean/var must have shape ({c},), got {s}")
+    return _same(a, shapes, dtypes)
+
+
+_register("nn.batch_norm", {"epsilon": 1e-5, "axis": 1}, _infer_batch_norm, (5,))
+
+
+def _quantize_norm(a, t):
+    scale = float(a["scale"])
+    if not scale > 0:
+        raise ValueError(f"scale must be positive, got {scale}")
+    return {**a, "scale": scale}
+
+
+_register("qnn.quantize", {"scale": None, "out_dtype": "int8"}, lambda a, s, d: (s[0], a["out_dtype"]),
+          normalize=_quantize_norm)
+_register("qnn.dequantize", {"scale": None}, lambda a, s, d: (s[0], "float32"), normalize=_quantize_norm)
+
+
+# ---- pooling and shape ops ----------------------------------------------------------------------------------
+
+def pool_out(size: int, k: int, s: int, p0: int, p1: int, ceil_mode: bool) -> int:
+    if not ceil_mode:
+        return (size + p0 + p1 - k) // s + 1
+    out = math.ceil((size + p0 + p1 - k) / s) + 1
+    if (out - 1) * s >= size + p0:  # the last window must start inside the input or its left padding
+        out -= 1
+    return out
+
+
+def _norm_pool(a, t):
+    a = {**a, "pool_size": pair(a["pool_size"], "pool_size"), "padding": quad(a["padding"], "padding"),
+         "ceil_mode": bool(a["ceil_mode"])}
+    a["strides"] = pair(a["strides"] if a["strides"] is not None else a["pool_size"], "strides")
+    return a
+
+
+def _infer_pool(a, shapes, dtypes):
+    n, c, h, w = shapes[0]
+    (kh, kw), (sh, sw), (pt, pl, pb, pr) = a["pool_size"], a["strides"], a["padding"]
+    oh, ow = pool_out(h, kh, sh, pt, pb, a["ceil_mode"]), pool_out(w, kw, sw, pl, pr, a["ceil_mode"])
+    if oh <= 0 or ow <= 0:
+        raise ValueError(f"the output would be empty ({oh} x {ow})")
+    return (n, c, oh, ow), dtypes[0]
+
+
+_POOL = {"pool_size": (2, 2), "strides": None, "padding": (0, 0, 0, 0), "ceil_mode": False}
+_register("nn.max_pool2d", _POOL, _infer_pool, normalize=_norm_pool)
+_register("nn.avg_pool2d", {**_POOL, "count_include_pad": False}, _infer_pool, normalize=_norm_pool)
+_register("nn.global_avg_pool2d", {}, lambda a, s, d: ((*s[0][:2], 1, 1), d[0]))
+_register("nn.batch_flatten", {}, lambda a, s, d: ((s[0][0], math.prod(s[0][1:])), d[0]))
+
+
+def reshape_target(shape: Shape, newshape: Sequence[int]) -> Shape:
+    """ONNX/Relay reshape: 0 copies the input's dimension, one -1 takes what is left."""
+    out = [shape[i] if v == 0 else int(v) for i, v in enumerate(newshape)]
+    if out.count(-1) > 1:
+        raise ValueError(f"newshape {tuple(newshape)} has more than one -1")
+    total, known = math.prod(shape), math.prod(v for v in out if v != -1)
+    if -1 in out:
+        if known == 0 or total % known:
+            raise ValueError(f"cannot reshape {shape} to {tuple(newshape)}")
+        out[out.index(-1)] = total // known
+    if math.prod(out) != total:
+        raise ValueError(f"cannot reshape {shape} ({total} elements) to {tuple(out)}")
+    return tuple(out)
+
+
+_register("reshape", {"newshape": None}, lambda a, s, d: (reshape_target(s[0], a["newshape"]), d[0]),
+          normalize=lambda a, t: {"newshape": tuple(int(v) for v in a["newshape"])})
+_register("transpose", {"axes": None}, lambda a, s, d: (tuple(s[0][i] for i in a["axes"]), d[0]),
+          normalize=lambda a, t: {"axes": tuple(int(v) for v in a["axes"])})
+_register("nn.softmax", {"axis": -1}, _same)
+
+
+def _infer_concat(a, shapes, dtypes):
+    axis = a["axis"] % len(shapes[0])
+    for s, d in zip(shapes[1:], dtypes[1:], strict=True):
+        if len(s) != len(shapes[0]) or any(x != y for i, (x, y) in enumerate(zip(s, shapes[0])) if i != axis):
+            raise ValueError(f"shapes {shapes} differ outside axis {a['axis']}")
+        if d != dtypes[0]:
+            raise ValueError(f"dtypes differ: {dtypes}")
+    out = list(shapes[0])
+    out[axis] = sum(s[axis] for s in shapes)
+    return tuple(out), dtypes[0]
+
+
+_register("concatenate", {"axis": 1}, _infer_concat, None)
+
+
+def _infer_pad(a, shapes, dtypes):
+    if len(a["pad_width"]) != len(shapes[0]):
+        raise ValueError(f"pad_width needs one (before, after) pair per dimension of {shapes[0]}")
+    return tuple(s + p0 + p1 for s, (p0, p1) in zip(shapes[0], a["pad_width"], strict=True)), dtypes[0]
+
+
+_register("nn.pad", {"pad_width": None, "pad_value": 0.0}, _infer_pad,
+          normalize=lambda a, t: {"pad_width": tuple((int(p[0]), int(p[1])) for p in a["pad_width"]),
+                                  "pad_value": float(a["pad_value"])})
+
+
+def _infer_upsampling(a, shapes, dtypes):
+    n, c, h, w = shapes[0]
+    return (n, c, h * a["scale_h"], w * a["scale_w"]), dtypes[0]
+
+
+def _norm_upsampling(a, t):
+    if a["method"] != "nearest_neighbor":
+        raise ValueError(f"method {a['method']!r} is not supported; allowed: 'nearest_neighbor'")
+    sh, sw = int(a["scale_h"]), int(a["scale_w"])
+    if sh != a["scale_h"] or sw != a["scale_w"] or min(sh, sw) < 1:
+        raise ValueError(f"scales must be positive integers, got {a['scale_h']}, {a['scale_w']}")
+    return {**a, "scale_h": sh, "scale_w": sw}
+
+
+_register("nn.upsampling", {"scale_h": 2, "scale_w": 2, "method": "nearest_neighbor"}, _infer_upsampling,
+          normalize=_norm_upsampling)
+
+
+# ---- layout transforms (made by graph_pack) -----------------------------------------------------------------
+
+def _infer_layout(a, shapes, dtypes):
+    src, dst = a["src_layout"], a["dst_layout"]
+    if src in ("NCHW", "NC") and packed_factors(dst):
+        b, c = packed_factors(dst)
+        n, ch, *rest = shapes[0]
+        return (-(-n // b), -(-ch // c), *rest, b, c), dtypes[0]
+    if dst in ("NCHW", "NC") and packed_factors(src):
+        return (a["batch"], a["channels"], *shapes[0][2:-2]), dtypes[0]
+    raise ValueError(f"layout_transform supports NCHW/NC <-> packed, got {src} -> {dst}")
+
+
+_register("layout_transform", {"src_layout": None, "dst_layout": None, "batch": 0, "channels": 0}, _infer_layout)
