@@ -52,6 +52,7 @@ class Node:
 class Graph:
     nodes: dict[str, Node] = field(default_factory=dict)   # insertion order is a topological order
     outputs: list[str] = field(default_factory=list)
+    meta: dict[str, Any] = field(default_factory=dict)     # what passes record (e.g. graph_pack's plan)
 
     @property
     def inputs(self) -> list[str]:
@@ -85,7 +86,7 @@ class Graph:
 
     def copy(self) -> Graph:
         return Graph({k: replace(n, inputs=list(n.inputs), attrs=dict(n.attrs)) for k, n in self.nodes.items()},
-                     list(self.outputs))
+                     list(self.outputs), dict(self.meta))
 
     def __str__(self) -> str:
         lines = []
@@ -141,7 +142,7 @@ class GraphBuilder:
             raise GraphError(f"input {name!r}: every dimension must be positive, got {shape}")
         return self._add(Node(name, "input", [], {}, TensorType(shape, np.dtype(dtype).name)))
 
-    def const(self, name: str | None, value: np.ndarray | float | int, dtype: str | None = None) -> str:
+    def const(self, name: str | None, value: np.ndarray | float, dtype: str | None = None) -> str:
         value = np.asarray(value, dtype=dtype)
         if value.dtype == np.float64 and dtype is None:
             value = value.astype(np.float32)

@@ -55,7 +55,7 @@ def _windows(xp: np.ndarray, kh: int, kw: int, oh: int, ow: int, strides, dilati
 def conv2d_nchw(x: np.ndarray, w: np.ndarray, strides=(1, 1), padding=(0, 0, 0, 0), dilation=(1, 1),
                 groups: int = 1, out_dtype: str | None = None) -> np.ndarray:
     """NCHW x OIHW convolution. Integers: exact, wrapped to int32 when out_dtype is int32."""
-    n, c, h, wd = x.shape
+    n, _c, h, wd = x.shape
     o, cg, kh, kw = w.shape
     (sh, sw), (dh, dw) = strides, dilation
     pt, pl, pb, pr = padding
@@ -92,7 +92,7 @@ def conv2d_transpose_nchw(x: np.ndarray, w: np.ndarray, strides=(1, 1), padding=
     """NCHW x IOHW transposed convolution = direct convolution of the stride-dilated input with the
     flipped, transposed kernel (so it shares conv2d_nchw's summation order)."""
     n, c, h, wd = x.shape
-    _, o, kh, kw = w.shape
+    _, _o, kh, kw = w.shape
     sh, sw = strides
     pt, pl, pb, pr = padding
     oph, opw = output_padding
@@ -229,7 +229,7 @@ KERNELS["qnn.dequantize"] = lambda a, x: x.astype(np.float32) * np.float32(a["sc
 # ---- pooling and shape ops ----------------------------------------------------------------------------------
 
 def _pool_windows(a, x, fill):
-    n, c, h, w = x.shape
+    _n, _c, h, w = x.shape
     (kh, kw), (sh, sw), (pt, pl, pb, pr) = a["pool_size"], a["strides"], a["padding"]
     from graph_pack.opdefs import pool_out
     oh, ow = pool_out(h, kh, sh, pt, pb, a["ceil_mode"]), pool_out(w, kw, sw, pl, pr, a["ceil_mode"])
@@ -317,9 +317,30 @@ def unpack(x: np.ndarray, batch: int, channels: int) -> np.ndarray:
     return np.ascontiguousarray(y[:batch, :channels])
 
 
+def pack_weight(w: np.ndarray, bo: int, bi: int) -> np.ndarray:
+    """OIHW (or OI) -> OIHW{bo}o{bi}i, zero-padding O and I to whole blocks."""
+    o, i, *rest = w.shape
+    ob, ib = -(-o // bo), -(-i // bi)
+    if (ob * bo, ib * bi) != (o, i):
+        w = np.pad(w, [(0, ob * bo - o), (0, ib * bi - i)] + [(0, 0)] * len(rest))
+    k = len(rest)
+    y = w.reshape(ob, bo, ib, bi, *rest)
+    return np.ascontiguousarray(y.transpose(0, 2, *range(4, 4 + k), 1, 3))
+
+
+def transposed_to_direct(w: np.ndarray) -> np.ndarray:
+    """IOHW conv2d_transpose kernel -> the OIHW kernel of the equivalent direct convolution (flipped)."""
+    return np.ascontiguousarray(w.transpose(1, 0, 2, 3)[:, :, ::-1, ::-1])
+
+
 @kernel("layout_transform")
 def _layout_transform(a, x):
     f = packed_factors(a["dst_layout"])
-    if f:
+    src = a["src_layout"]
+    if f and src in ("NCHW", "NC"):
         return pack(x, *f)
+    if f and src in ("OIHW", "OI"):
+        return pack_weight(x, *f)
+    if f and src == "IOHW":
+        return pack_weight(transposed_to_direct(x), *f)
     return unpack(x, a["batch"], a["channels"])

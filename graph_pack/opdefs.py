@@ -53,7 +53,7 @@ def quad(v, what: str) -> tuple[int, int, int, int]:
     return v  # type: ignore[return-value]
 
 
-_PACKED = re.compile(r"^(NCHW|NC|OIHW)(\d+)([no])(\d+)([ci])$")
+_PACKED = re.compile(r"^(NCHW|NC|OIHW|OI)(\d+)([no])(\d+)([ci])$")
 
 
 def packed_factors(layout: str) -> tuple[int, int] | None:
@@ -157,7 +157,7 @@ def _infer_dense(a, shapes, dtypes):
         if k != k2 or len(shapes[0]) != 2 or len(shapes[1]) != 2:
             raise ValueError(f"data (N, K) {shapes[0]} and weight (M, K) {shapes[1]} must agree on K")
         return (n, m), a["out_dtype"]
-    nb, kb, b, c = shapes[0]
+    nb, _kb, b, c = shapes[0]
     mb = shapes[1][0]
     return (nb, mb, b, c), a["out_dtype"]
 
@@ -333,13 +333,18 @@ _register("nn.upsampling", {"scale_h": 2, "scale_w": 2, "method": "nearest_neigh
 
 def _infer_layout(a, shapes, dtypes):
     src, dst = a["src_layout"], a["dst_layout"]
-    if src in ("NCHW", "NC") and packed_factors(dst):
-        b, c = packed_factors(dst)
+    f = packed_factors(dst)
+    if src in ("NCHW", "NC") and f:
+        b, c = f
         n, ch, *rest = shapes[0]
         return (-(-n // b), -(-ch // c), *rest, b, c), dtypes[0]
+    if src in ("OIHW", "IOHW", "OI") and f:  # weights; IOHW (conv2d_transpose) becomes its direct-conv OIHW
+        bo, bi = f
+        o, i, *rest = shapes[0] if src != "IOHW" else (shapes[0][1], shapes[0][0], *shapes[0][2:])
+        return (-(-o // bo), -(-i // bi), *rest, bo, bi), dtypes[0]
     if dst in ("NCHW", "NC") and packed_factors(src):
         return (a["batch"], a["channels"], *shapes[0][2:-2]), dtypes[0]
-    raise ValueError(f"layout_transform supports NCHW/NC <-> packed, got {src} -> {dst}")
+    raise ValueError(f"layout_transform supports NCHW/NC <-> packed and OIHW/IOHW/OI -> packed, got {src} -> {dst}")
 
 
 _register("layout_transform", {"src_layout": None, "dst_layout": None, "batch": 0, "channels": 0}, _infer_layout)

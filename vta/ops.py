@@ -135,7 +135,7 @@ class ConvOp(CompiledOp):
 
     def __init__(self, name: str, cfg: HwConfig, device: SimDevice, geometry: conv.ConvGeometry,
                  shapes: dict[str, tuple[int, ...]], epilogue: conv.Epilogue, config: Config | None,
-                 max_insns: int = 1 << 20):
+                 max_insns: int = 1 << 20, buffers: conv.ConvBuffers | None = None):
         dense = name == "dense"
         space = conv.conv_space(geometry, dense=dense)
         if config is None:
@@ -151,13 +151,12 @@ class ConvOp(CompiledOp):
                 conv.alu_immediates(op)
         self.device, self.geometry, self.tiling, self.epilogue, self.shapes = device, geometry, tiling, epilogue, shapes
         g, b, bi, bo = geometry, cfg.BATCH, cfg.BLOCK_IN, cfg.BLOCK_OUT
-        alloc = device.alloc
-        self.buffers = conv.ConvBuffers(
-            data=alloc(g.nb * g.cib_total * g.height * g.width * b * bi),
-            kernel=alloc(g.cob * g.cib * g.kh * g.kw * bo * bi),
-            out=alloc(g.nb * g.cob * g.out_h * g.out_w * b * bo),
-            bias=alloc(g.cob * b * bo * 4) if epilogue.bias else None,
-            residual=alloc(g.nb * g.cob * g.out_h * g.out_w * b * bo * 4) if epilogue.residual else None)
+        need = {"data": g.nb * g.cib_total * g.height * g.width * b * bi,
+                "kernel": g.cob * g.cib * g.kh * g.kw * bo * bi,
+                "out": g.nb * g.cob * g.out_h * g.out_w * b * bo,
+                "bias": g.cob * b * bo * 4 if epilogue.bias else 0,
+                "residual": g.nb * g.cob * g.out_h * g.out_w * b * bo * 4 if epilogue.residual else 0}
+        self.buffers = _bind_buffers(conv.ConvBuffers, device, need, buffers)
         queue = CommandQueue(device, max_insns=max_insns, record=True)
         conv.emit_conv(queue, geometry, tiling, epilogue, self.buffers)
         super().__init__(name, cfg, space, config, queue.program())
@@ -245,7 +244,8 @@ class AluOp(CompiledOp):
     """Element-wise add / multiply / minimum / maximum / right_shift (tensor or immediate rhs), relu, clip."""
 
     def __init__(self, name: str, cfg: HwConfig, device: SimDevice, geometry: alu.AluGeometry,
-                 shape: tuple[int, ...], epilogue: tuple, config: Config | None, max_insns: int = 1 << 20):
+                 shape: tuple[int, ...], epilogue: tuple, config: Config | None, max_insns: int = 1 << 20,
+                 buffers: AluBuffers | None = None):
         space = alu.alu_space(geometry)
         ops = alu.alu_ops(geometry, epilogue)  # validates immediates before anything is emitted
         if config is None:
@@ -259,8 +259,8 @@ class AluOp(CompiledOp):
         self.device, self.geometry, self.shape, self.epilogue = device, geometry, shape, epilogue
         g = geometry
         packed = g.nb * g.cob * g.height * g.width * cfg.BATCH * cfg.BLOCK_OUT
-        self.buffers = _AluBuffers(lhs=device.alloc(4 * packed), out=device.alloc(packed),
-                                   rhs=device.alloc(4 * packed) if g.tensor_rhs else None)
+        need = {"lhs": 4 * packed, "out": packed, "rhs": 4 * packed if g.tensor_rhs else 0}
+        self.buffers = _bind_buffers(AluBuffers, device, need, buffers)
         queue = CommandQueue(device, max_insns=max_insns, record=True)
         alu.emit_alu(queue, geometry, tiling, ops, self.buffers)
         super().__init__(name, cfg, space, config, queue.program())
@@ -313,10 +313,23 @@ class AluOp(CompiledOp):
 
 
 @dataclass
-class _AluBuffers:
+class AluBuffers:
     lhs: object
     out: object
     rhs: object | None = None
+
+
+
+
+def _bind_buffers(kind, device: SimDevice, need: dict[str, int], given):
+    """``given`` buffers checked against what the template reads and writes, or fresh ones."""
+    if given is None:
+        return kind(**{k: device.alloc(n) if n else None for k, n in need.items()})
+    for k, n in need.items():
+        buf = getattr(given, k)
+        if n and (buf is None or buf.nbytes < n):
+            raise ValueError(f"buffer {k!r} must hold {n} bytes, got {None if buf is None else buf.nbytes}")
+    return given
 
 
 def reference_conv2d(x: np.ndarray, w: np.ndarray, strides, padding, groups: int = 1) -> np.ndarray:
@@ -387,7 +400,8 @@ def _epilogue_ops(epilogue) -> tuple[tuple, ...]:
 
 
 def compile_op(name: str, env: Environment | HwConfig | str | None = None, *, config: Config | None = None,
-               epilogue=(), device: SimDevice | None = None, max_insns: int = 1 << 20, **workload) -> CompiledOp:
+               epilogue=(), device: SimDevice | None = None, max_insns: int = 1 << 20, buffers=None,
+               **workload) -> CompiledOp:
     """Compile one operator for a workload; ``config`` is a dict of knob values, a ``space`` entry, or None.
 
     conv2d / group_conv2d: ``data_shape=(N, CI, H, W)``, ``kernel_shape=(CO, CI // groups, KH, KW)``,
@@ -396,11 +410,13 @@ def compile_op(name: str, env: Environment | HwConfig | str | None = None, *, co
     ``epilogue`` lists, in order: ("bias",), ("residual",), ("shr", n), ("shl", n), ("clip", lo, hi),
     ("relu",), ("min", v), ("max", v), ("add", v), ("mul", v); the result is cast to int8.
     ``max_insns`` bounds one stream; longer programs are split into several token-balanced streams.
+    ``device`` and ``buffers`` (``conv.ConvBuffers`` / ``AluBuffers``) let a graph executor chain operators
+    through shared DRAM buffers in the packed layouts; by default the op allocates its own.
     """
     env = get_env() if env is None else env
     cfg = env.cfg if isinstance(env, Environment) else env if isinstance(env, HwConfig) else Environment(env).cfg
     if name in ALU_OPS:
-        return _compile_alu(name, cfg, config, epilogue, device, max_insns, workload)
+        return _compile_alu(name, cfg, config, epilogue, device, max_insns, workload, buffers)
     if name not in CONV_OPS:
         raise ValueError(f"unknown operator {name!r}; allowed: {', '.join(CONV_OPS + ALU_OPS)}")
     known = {"data_shape", "kernel_shape", "strides", "padding", "groups"}
@@ -454,12 +470,14 @@ def compile_op(name: str, env: Environment | HwConfig | str | None = None, *, co
     out_shape = (n, co) if name == "dense" else (n, co, geometry.out_h, geometry.out_w)
     shapes = {"data": data_shape, "kernel": kernel_shape, "out": out_shape}
     try:
-        return ConvOp(name, cfg, device or SimDevice(cfg), geometry, shapes, conv.Epilogue(ops), config, max_insns)
+        return ConvOp(name, cfg, device or SimDevice(cfg), geometry, shapes, conv.Epilogue(ops), config, max_insns,
+                      buffers)
     except KnobError as e:
         raise ScheduleError(f"{name} config refused: {e}") from None
 
 
-def _compile_alu(name: str, cfg: HwConfig, config, epilogue, device, max_insns: int, workload) -> AluOp:
+def _compile_alu(name: str, cfg: HwConfig, config, epilogue, device, max_insns: int, workload,
+                 buffers=None) -> AluOp:
     known = {"data_shape", "imm", "bounds"}
     unknown = set(workload) - known
     if unknown:
@@ -485,7 +503,7 @@ def _compile_alu(name: str, cfg: HwConfig, config, epilogue, device, max_insns: 
                                op=name, rhs_imm=imm, args=args)
     try:
         return AluOp(name, cfg, device or SimDevice(cfg), geometry, shape, _epilogue_ops(epilogue), config,
-                     max_insns)
+                     max_insns, buffers)
     except KnobError as e:
         raise ScheduleError(f"{name} config refused: {e}") from None
 

@@ -1,0 +1,510 @@
+"""``build``: a packed graph becomes a ``GraphModule`` - accelerator programs plus host kernels, in order.
+
+Build steps (each timed in ``module.build_times``): fold constants (weight packing), plan buffers, compile
+each accelerator group with its operator template (a tuned schedule when ``schedules`` has one for the
+workload, the template's default otherwise), pick host kernels (llvmlite JIT where it covers the op, the
+numpy reference otherwise) and stage the constant operands in device DRAM once. Accelerator groups chain
+through shared DRAM buffers in the packed layout, so a convolution reads its predecessor's output where
+it was stored; host steps copy device values out only when they need them.
+"""
+
+from __future__ import annotations
+
+import json
+import time
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass, field
+from typing import Any
+
+import numpy as np
+
+from graph_pack.graph import Graph, GraphError
+from graph_pack.kernels import KERNELS, pack, unpack
+from graph_pack.opdefs import packed_factors
+from graph_pack.pack import Group
+from graph_pack.reference import check_inputs
+from hw_config import HwConfig
+from simulator.stats import RunStats
+from vta.device import Buffer, SimDevice
+from vta.ops import AluBuffers, CompiledOp, compile_op
+from vta.runtime import ScheduleError
+from vta.templates.conv import IMM_MAX, IMM_MIN, ConvBuffers
+
+Schedules = Mapping[str, dict] | Callable[[dict], dict | None] | None
+CPU_BACKENDS = ("auto", "jit", "numpy")
+
+
+@dataclass
+class DeviceTensor:
+    """A value living in device DRAM in the packed layout."""
+
+    buffer: Buffer
+    shape: tuple[int, ...]
+    dtype: str
+
+
+# ---- workloads: how tuning records name an accelerator group -------------------------------------------------
+
+def workload_key(workload: dict) -> str:
+    """Canonical text of a workload (the key of ``schedules`` and of tuning records)."""
+    return json.dumps(workload, sort_keys=True, separators=(",", ":"))
+
+
+def group_workload(graph: Graph, group: Group, cfg: HwConfig) -> dict:
+    """The template call of an accelerator group: op, shapes in natural (padded) units, epilogue kind."""
+    head = graph[group.head]
+    if group.kind == "alu":
+        op, *rhs = group.epilogue[0]
+        tensor_rhs = op not in ("relu", "clip") and bool(rhs) and not _is_scalar(graph, rhs[0])
+        return {"op": op, "data_shape": _natural(head.shape), "tensor_rhs": tensor_rhs}
+    data, weight = (graph[i] for i in head.inputs)
+    ep = [e[0] for e in group.epilogue]
+    wl = {"data_shape": _natural(data.shape), "bias": "bias" in ep, "residual": "residual" in ep}
+    o, i, *k = _natural(weight.shape)
+    if head.op == "nn.dense":
+        return {"op": "dense", **wl, "kernel_shape": (o, i)}
+    a = head.attrs
+    if head.op == "nn.conv2d_transpose":
+        return {"op": "conv2d_transpose", **wl, "kernel_shape": (i, o, *k), "strides": a["strides"],
+                "padding": a["padding"][:2]}
+    name = "group_conv2d" if a["groups"] > 1 else "conv2d"
+    return {"op": name, **wl, "kernel_shape": (o, i, *k), "strides": a["strides"], "padding": a["padding"][:2],
+            "groups": a["groups"]}
+
+
+def _natural(packed_shape: tuple[int, ...]) -> tuple[int, ...]:
+    """(N/b, C/c, ..., b, c) -> (N, C, ...) with the padding included."""
+    nb, cb, *rest, b, c = packed_shape
+    return (nb * b, cb * c, *rest)
+
+
+def _is_scalar(graph: Graph, name: str) -> bool:
+    n = graph[name]
+    return n.op == "const" and int(np.prod(n.shape)) == 1
+
+
+# ---- steps ----------------------------------------------------------------------------------------------------
+
+@dataclass
+class StepRecord:
+    name: str
+    op: str
+    where: str                  # "accelerator" or "cpu"
+    fused: int = 0
+    stats: RunStats | None = None
+    host_seconds: float = 0.0
+    macs: int = 0
+
+
+@dataclass
+class HostStep:
+    name: str
+    op: str
+    fn: Callable[..., np.ndarray]
+    attrs: dict
+    inputs: list[str]
+    backend: str = "numpy"
+
+    def run(self, m: GraphModule, compute: bool) -> None:
+        m.values[self.name] = self.fn(self.attrs, *(m.host_value(i) for i in self.inputs))
+
+
+@dataclass
+class AccelStep:
+    group: Group
+    op: CompiledOp
+    staged: list[tuple[str, Buffer, str]]        # (value, buffer, dtype) copied in before each run
+    output: str
+    out_shape: tuple[int, ...]
+    workload: dict = field(default_factory=dict)
+    macs: int = 0
+
+    @property
+    def name(self) -> str:
+        return self.group.head
+
+    def run(self, m: GraphModule, compute: bool) -> RunStats:
+        for value, buf, dtype in self.staged:
+            v = m.values[value]
+            if isinstance(v, DeviceTensor):
+                if v.buffer == buf:
+                    continue
+                v = m.host_value(value)
+            m.device.copy_in(buf, np.ascontiguousarray(v, dtype=dtype))
+        stats = self.op.program.run(compute=compute)
+        m.values[self.output] = DeviceTensor(self.op.buffers.out, self.out_shape, "int8")
+        return stats
+
+
+# ---- the module -------------------------------------------------------------------------------------------------
+
+class GraphModule:
+    """A built network: ``set_input``, ``run``, ``get_output``, ``benchmark``, ``profile``."""
+
+    def __init__(self, graph: Graph, cfg: HwConfig, device: SimDevice, steps: list, consts: dict[str, np.ndarray],
+                 build_times: dict[str, float]):
+        self.graph, self.cfg, self.device, self.steps = graph, cfg, device, steps
+        self.consts = consts
+        self.build_times = build_times
+        self.inputs: dict[str, np.ndarray] = {}
+        self.values: dict[str, Any] = {}
+        self.outputs: list[np.ndarray] = []
+        self.records: list[StepRecord] = []
+        self.stats: RunStats | None = None
+        self.host_seconds = 0.0
+
+    # ---- inputs and outputs ----
+    def set_input(self, name: str | None = None, value: np.ndarray | None = None, **inputs: np.ndarray) -> None:
+        if name is not None:
+            inputs[name] = value
+        for k, v in inputs.items():
+            if k not in self.graph.inputs:
+                raise GraphError(f"unknown input {k!r}; the graph's inputs: {self.graph.inputs}")
+            self.inputs[k] = v
+
+    def get_num_outputs(self) -> int:
+        return len(self.graph.outputs)
+
+    def get_output(self, index: int = 0) -> np.ndarray:
+        if not self.outputs:
+            raise GraphError("no outputs yet: call run() first")
+        if not 0 <= index < len(self.outputs):
+            raise GraphError(f"output index {index} out of range: the graph has {len(self.outputs)} output(s)")
+        return self.outputs[index]
+
+    def host_value(self, name: str) -> np.ndarray:
+        v = self.values[name]
+        if isinstance(v, DeviceTensor):
+            raw = self.device.copy_out(v.buffer, int(np.prod(v.shape)) * np.dtype(v.dtype).itemsize)
+            v = raw.view(v.dtype).reshape(v.shape)
+            self.values[name] = v
+        return v
+
+    # ---- running ----
+    def run(self, compute: bool = True, **inputs: np.ndarray) -> None:
+        """Run once. ``compute=False`` simulates timing only (accelerator outputs are then meaningless)."""
+        self.set_input(**inputs)
+        values = check_inputs(self.graph, self.inputs)
+        self.values = {**self.consts, **values}
+        records, runs = [], []
+        host_total = 0.0
+        for step in self.steps:
+            if isinstance(step, AccelStep):
+                stats = step.run(self, compute)
+                runs.append(stats)
+                records.append(StepRecord(step.name, step.workload["op"], "accelerator",
+                                          len(step.group.members) - 1, stats, macs=step.macs))
+            else:
+                t0 = time.perf_counter()
+                step.run(self, compute)
+                dt = time.perf_counter() - t0
+                host_total += dt
+                records.append(StepRecord(step.name, step.op, "cpu", host_seconds=dt))
+        self.outputs = [np.array(self.host_value(o)) for o in self.graph.outputs]
+        self.records = records
+        self.host_seconds = host_total
+        self.stats = _sum_stats(runs, self.cfg)
+
+    @property
+    def cycles(self) -> int:
+        return self.stats.cycles if self.stats else 0
+
+    def benchmark(self, number: int = 1, repeat: int = 3, **inputs: np.ndarray) -> dict[str, float]:
+        """Wall time of ``run`` (mean/std over ``repeat`` groups of ``number`` runs) and the simulated latency."""
+        times = []
+        for _ in range(repeat):
+            t0 = time.perf_counter()
+            for _ in range(number):
+                self.run(**inputs)
+            times.append((time.perf_counter() - t0) / number)
+        t = np.array(times)
+        return {"mean_ms": float(t.mean() * 1e3), "std_ms": float(t.std() * 1e3), "cycles": self.cycles,
+                "accelerator_ms": self.stats.seconds * 1e3 if self.stats else 0.0,
+                "host_ms": self.host_seconds * 1e3}
+
+    def profile(self) -> list[dict[str, Any]]:
+        """Per step of the last run: accelerator layers with simulated cycles, GOPS and DRAM bytes; CPU
+        layers with host time."""
+        if not self.records:
+            raise GraphError("no run to profile yet: call run() first")
+        rows = []
+        for r in self.records:
+            row: dict[str, Any] = {"name": r.name, "op": r.op, "where": r.where, "fused": r.fused}
+            if r.stats is not None:
+                secs = r.stats.seconds
+                row.update(cycles=r.stats.cycles, time_ms=secs * 1e3,
+                           gops=2 * r.macs / secs / 1e9 if secs and r.macs else 0.0,
+                           dram_bytes=sum(getattr(r.stats, k) for k in DRAM_COUNTERS))
+            else:
+                row.update(host_ms=r.host_seconds * 1e3)
+            rows.append(row)
+        return rows
+
+    def format_profile(self, min_host_ms: float = 0.0) -> str:
+        lines = [(f"{'layer':34} {'op':18} {'where':11} {'fused':>5} {'cycles':>11} {'time ms':>9} {'GOPS':>7} "
+                 f"{'DRAM KB':>9}")]
+        for row in self.profile():
+            if row["where"] == "accelerator":
+                lines.append(f"{row['name'][:34]:34} {row['op'][:18]:18} {'VTA':11} {row['fused']:5d} "
+                             f"{row['cycles']:11,d} {row['time_ms']:9.3f} {row['gops']:7.1f} "
+                             f"{row['dram_bytes'] / 1024:9.1f}")
+            elif row["host_ms"] >= min_host_ms:
+                lines.append(f"{row['name'][:34]:34} {row['op'][:18]:18} {'CPU':11} {'':5} {'':11} "
+                             f"{row['host_ms']:9.3f}")
+        s = self.stats
+        if s is not None:
+            lines.append(f"total: {s.cycles:,} cycles = {s.seconds * 1e3:.3f} ms on the accelerator at "
+                         f"{self.cfg.CLOCK_MHZ:g} MHz; host {self.host_seconds * 1e3:.2f} ms")
+        return "\n".join(lines)
+
+
+DRAM_COUNTERS = ("inp_load_nbytes", "wgt_load_nbytes", "acc_load_nbytes", "uop_load_nbytes", "out_store_nbytes")
+
+
+def _sum_stats(runs: list[RunStats], cfg: HwConfig) -> RunStats:
+    total = RunStats(clock_mhz=cfg.CLOCK_MHZ)
+    for r in runs:
+        for k in (*DRAM_COUNTERS, "gemm_counter", "alu_counter", "cycles"):
+            setattr(total, k, getattr(total, k) + getattr(r, k))
+    return total
+
+
+# ---- building -----------------------------------------------------------------------------------------------------
+
+def _fold_constants(graph: Graph, params: dict[str, np.ndarray]) -> dict[str, np.ndarray]:
+    """Values of every node computable from constants alone (weight packing, per-channel reshapes)."""
+    consts: dict[str, np.ndarray] = {}
+    for node in graph:
+        if node.op == "const":
+            if node.name not in params:
+                raise GraphError(f"params has no value for constant {node.name!r} {node.type}")
+            value = np.asarray(params[node.name])
+            if value.shape != node.shape or value.dtype.name != node.dtype:
+                raise GraphError(f"param {node.name!r}: expected {node.type}, got {value.shape} {value.dtype}")
+            consts[node.name] = value
+        elif node.inputs and node.op not in ("input",) and all(i in consts for i in node.inputs):
+            consts[node.name] = KERNELS[node.op](node.attrs, *(consts[i] for i in node.inputs))
+    return consts
+
+
+def _host_kernel(node, graph: Graph, cpu: str):
+    if cpu != "numpy":
+        try:
+            from graph_pack import jit
+        except ImportError:
+            jit = None
+        if jit is not None and jit.available():
+            fn = jit.get_kernel(node.op, node.attrs, [graph[i].shape for i in node.inputs],
+                                [graph[i].dtype for i in node.inputs])
+            if fn is not None:
+                return fn, "jit"
+        elif cpu == "jit":
+            raise ImportError("cpu='jit' needs llvmlite: pip install 'vta-stack[jit]'")
+    if packed_factors(node.attrs.get("data_layout", "")):
+        return _packed_head_on_host, "numpy"
+    fn = KERNELS.get(node.op)
+    if fn is None:
+        raise GraphError(f"{node.name}: no CPU kernel for op {node.op!r}")
+    return fn, "numpy"
+
+
+def _packed_head_on_host(attrs: dict, x: np.ndarray, w: np.ndarray) -> np.ndarray:
+    """A packed conv / dense computed on the host (unpack, reference kernel, pack) - the fallback when the
+    template refuses a group."""
+    b, c = x.shape[-2], x.shape[-1]
+    nat_x = unpack(x, x.shape[0] * b, x.shape[1] * c)
+    ob, ib, *k, bo, bi = w.shape
+    nat_w = w.transpose(0, len(k) + 2, 1, len(k) + 3, *range(2, 2 + len(k))).reshape(ob * bo, ib * bi, *k)
+    plain = {k2: v for k2, v in attrs.items() if k2 not in ("data_layout", "kernel_layout")}
+    if nat_w.ndim == 2:
+        y = KERNELS["nn.dense"]({"out_dtype": plain["out_dtype"]}, nat_x, nat_w)
+    elif "output_padding" in plain:  # packed transposed weights are already the direct-conv kernel
+        pt, pl, pb, pr = plain["padding"]
+        kh, kw = nat_w.shape[2:]
+        sh, sw = plain["strides"]
+        n, ch, h, wd = nat_x.shape
+        dil = np.zeros((n, ch, (h - 1) * sh + 1, (wd - 1) * sw + 1), nat_x.dtype)
+        dil[:, :, ::sh, ::sw] = nat_x
+        conv = {"strides": (1, 1), "padding": (kh - 1 - pt, kw - 1 - pl, kh - 1 - pb, kw - 1 - pr),
+                "dilation": (1, 1), "groups": 1, "out_dtype": plain["out_dtype"]}
+        y = KERNELS["nn.conv2d"](conv, dil, nat_w)
+    else:
+        y = KERNELS["nn.conv2d"](plain, nat_x, nat_w)
+    return pack(y, b, c)
+
+
+def _imm(consts: dict, name: str) -> int:
+    return int(np.asarray(consts[name]).reshape(-1)[0])
+
+
+def _epilogue(group: Group, consts: dict) -> list[tuple]:
+    """The template's epilogue ops for a group's chain (immediates read from the folded constants)."""
+    ops: list[tuple] = []
+    for entry in group.epilogue[1:] if group.kind == "alu" else group.epilogue:
+        kind = entry[0]
+        if kind in ("bias", "residual", "relu"):
+            ops.append((kind,))
+        elif kind == "clip":
+            ops.append(entry)
+        elif kind in ("shr", "shl"):
+            ops.append((kind, min(_imm(consts, entry[1]), 31)))
+        elif kind == "add":  # an int32 constant: split into 16-bit immediates (int32 addition wraps alike)
+            v = _imm(consts, entry[1])
+            while not IMM_MIN <= v <= IMM_MAX:
+                part = IMM_MAX if v > 0 else IMM_MIN
+                ops.append(("add", part))
+                v -= part
+            if v or not ops:
+                ops.append(("add", v))
+        else:
+            ops.append((kind, _imm(consts, entry[1])))
+    return ops
+
+
+class _Builder:
+    def __init__(self, graph: Graph, cfg: HwConfig, consts: dict, schedules: Schedules, cpu: str,
+                 max_insns: int):
+        self.g, self.cfg, self.consts = graph, cfg, consts
+        self.schedules, self.cpu, self.max_insns = schedules, cpu, max_insns
+        self.device = SimDevice(cfg)
+        self.producer_buffer: dict[str, Buffer] = {}   # accelerator outputs by value name
+        self.steps: list = []
+        self.notes: dict[str, str] = {}
+
+    def schedule_for(self, workload: dict) -> dict | None:
+        if self.schedules is None:
+            return None
+        if callable(self.schedules):
+            return self.schedules(workload)
+        return self.schedules.get(workload_key(workload))
+
+    def alloc(self, shape: tuple[int, ...], itemsize: int) -> Buffer:
+        return self.device.alloc(int(np.prod(shape)) * itemsize)
+
+    def input_buffer(self, value: str, itemsize: int) -> Buffer:
+        """The producer's buffer when an accelerator group made ``value`` (int8), else a staging buffer."""
+        if itemsize == 1 and value in self.producer_buffer:
+            return self.producer_buffer[value]
+        return self.alloc(self.g[value].shape, itemsize)
+
+    def stage_const(self, buf: Buffer, value: np.ndarray) -> None:
+        self.device.copy_in(buf, np.ascontiguousarray(value))
+
+    def conv_step(self, group: Group) -> AccelStep:
+        g, cfg = self.g, self.cfg
+        head = g[group.head]
+        data, weight = head.inputs
+        wl = group_workload(g, group, cfg)
+        out = g[group.output]
+        ep = _epilogue(group, self.consts)
+        bias_entry = next((e for e in group.epilogue if e[0] == "bias"), None)
+        res_entry = next((e for e in group.epilogue if e[0] == "residual"), None)
+        bufs = ConvBuffers(data=self.input_buffer(data, 1), kernel=self.alloc(g[weight].shape, 1),
+                           out=self.alloc(out.shape, 1),
+                           bias=self.alloc((g[weight].shape[0], cfg.BATCH, cfg.BLOCK_OUT), 4) if bias_entry else None,
+                           residual=self.alloc(out.shape, 4) if res_entry else None)
+        kwargs = {k: wl[k] for k in ("data_shape", "kernel_shape", "strides", "padding", "groups") if k in wl}
+        op = compile_op(wl["op"], cfg, config=self.schedule_for(wl), epilogue=ep, device=self.device, buffers=bufs,
+                        max_insns=self.max_insns, **kwargs)
+        self.stage_const(bufs.kernel, self.consts[weight])
+        if bias_entry:
+            bias = self.consts[self.member_input(group, bias_entry[1])].astype(np.int32)
+            cb = bias.shape[1]
+            self.stage_const(bufs.bias, np.broadcast_to(bias.reshape(cb, 1, -1), (cb, cfg.BATCH, bias.shape[-1])))
+        staged = [] if bufs.data == self.producer_buffer.get(data) else [(data, bufs.data, "int8")]
+        if res_entry:
+            staged.append((self.member_input(group, res_entry[1]), bufs.residual, "int32"))
+        self.producer_buffer[group.output] = bufs.out
+        return AccelStep(group, op, staged, group.output, out.shape, wl, op.geometry.macs(cfg))
+
+    def member_input(self, group: Group, original: str) -> str:
+        """The packed graph's node that a group member reads in place of ``original`` (the quantized graph's
+        name: graph_pack may have inserted a layout transform, or a reshape + transform for a constant)."""
+        for m in group.members:
+            for i in self.g[m].inputs:
+                if i == original or _source(self.g, i) == original:
+                    return i
+        raise GraphError(f"group {group.head!r}: no member reads {original!r}")
+
+    def alu_step(self, group: Group) -> AccelStep:
+        g, cfg = self.g, self.cfg
+        head = g[group.head]
+        wl = group_workload(g, group, cfg)
+        op_name, *rhs = group.epilogue[0]
+        out = g[group.output]
+        lhs = head.inputs[0]
+        workload: dict[str, Any] = {"data_shape": wl["data_shape"]}
+        rhs_value = None
+        if op_name == "clip":
+            workload["bounds"] = tuple(rhs)
+            rhs = []
+        elif rhs and _is_scalar(g, rhs[0]):
+            workload["imm"] = _imm(self.consts, rhs[0])
+            rhs = []
+        elif rhs:
+            rhs_value = self.member_input(group, rhs[0])
+        bufs = AluBuffers(lhs=self.alloc(head.shape, 4), out=self.alloc(out.shape, 1),
+                          rhs=self.alloc(head.shape, 4) if rhs_value else None)
+        op = compile_op(op_name, cfg, config=self.schedule_for(wl), epilogue=_epilogue(group, self.consts),
+                        device=self.device, buffers=bufs, max_insns=self.max_insns, **workload)
+        staged = [(lhs, bufs.lhs, "int32")]
+        if rhs_value is not None:
+            if rhs_value in self.consts:  # a per-channel constant, broadcast once
+                self.stage_const(bufs.rhs, np.broadcast_to(self.consts[rhs_value].astype(np.int32), head.shape))
+            else:
+                staged.append((rhs_value, bufs.rhs, "int32"))
+        self.producer_buffer[group.output] = bufs.out
+        return AccelStep(group, op, staged, group.output, out.shape, wl, int(np.prod(head.shape)))
+
+    def host_step(self, node) -> HostStep:
+        fn, backend = _host_kernel(node, self.g, self.cpu)
+        return HostStep(node.name, node.op, fn, node.attrs, list(node.inputs), backend)
+
+    def run(self, groups: dict[str, Group]) -> list:
+        member_of = {m: grp for grp in groups.values() for m in grp.members}
+        for node in self.g:
+            if node.op in ("input", "const") or node.name in self.consts:
+                continue
+            grp = member_of.get(node.name)
+            if grp is None:
+                self.steps.append(self.host_step(node))
+            elif node.name == grp.output:  # every operand of the chain is ready here
+                try:
+                    step = self.conv_step(grp) if grp.kind == "conv" else self.alu_step(grp)
+                except ScheduleError as e:
+                    raise ScheduleError(f"accelerator group {grp.head!r} ({' -> '.join(self.g[m].op for m in grp.members)}): "
+                                        f"{e}") from None
+                self.steps.append(step)
+        return self.steps
+
+
+def _source(graph: Graph, name: str) -> str:
+    """The value a chain of layout transforms / reshapes starts from."""
+    while graph[name].op in ("layout_transform", "reshape"):
+        name = graph[name].inputs[0]
+    return name
+
+
+def build(graph: Graph, env, params: dict[str, np.ndarray], schedules: Schedules = None, *,
+          cpu: str = "auto", max_insns: int = 1 << 20) -> GraphModule:
+    """Compile a (packed) graph for ``env``'s accelerator; ``params`` are the quantized graph's params.
+
+    ``schedules`` maps ``workload_key(workload)`` to a knob config (``tuning.load_best`` gives one) or is a
+    function of the workload dict; groups without one use the template's default. ``cpu`` picks host
+    kernels: "auto" (llvmlite JIT where available, numpy otherwise), "jit" or "numpy"."""
+    if cpu not in CPU_BACKENDS:
+        raise ValueError(f"cpu={cpu!r}; allowed: {', '.join(CPU_BACKENDS)}")
+    cfg = env if isinstance(env, HwConfig) else env.cfg
+    packed_for = graph.meta.get("config")
+    if packed_for is not None and packed_for != cfg.fingerprint:
+        raise GraphError("this graph was packed for another hardware config; run graph_pack with this env")
+    times: dict[str, float] = {}
+    t0 = time.perf_counter()
+    consts = _fold_constants(graph, params)
+    times["fold constants"] = time.perf_counter() - t0
+    t0 = time.perf_counter()
+    builder = _Builder(graph, cfg, consts, schedules, cpu, max_insns)
+    steps = builder.run(graph.meta.get("groups", {}))
+    times["compile"] = time.perf_counter() - t0
+    runtime_consts = {k: v for k, v in consts.items() if any(k in getattr(s, "inputs", ()) for s in steps)}
+    return GraphModule(graph, cfg, builder.device, steps, runtime_consts, times)

@@ -1,0 +1,377 @@
+"""``graph_pack``: offload the region between a start and a stop op to the accelerator, as VTA's graph_pack.
+
+The region is every operator after the start node up to the one before the stop node (start and stop run
+on the CPU). Inside it, each int8 convolution / dense whose int32 result flows through element-wise integer
+ops into an int8 cast becomes one accelerator group: the head runs on the GEMM core and the chain
+(bias, shifts, clip, relu, a residual add ...) is fused as ALU epilogue ops; an element-wise chain with no
+convolution (add / multiply ... -> int8) becomes an ALU-only group. Group members switch to VTA's packed
+layouts (activations NCHW{b}n{c}c, weights OIHW{c}o{c}i, per-channel constants NCHW1n{c}c); channels are
+zero-padded to whole blocks, at the region entry too, so any channel count offloads. ``layout_transform``
+nodes are inserted wherever a packed value meets an unpacked consumer. Everything else runs on the CPU;
+``graph.meta["groups"]`` holds the plan and ``graph.meta["notes"]`` says why each node runs where it runs.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from dataclasses import dataclass, field
+
+import numpy as np
+
+from graph_pack.graph import Graph, GraphBuilder, GraphError, Node, find_nodes
+from hw_config import HwConfig
+
+Selector = str | Callable[[Node], bool]
+HEADS = ("nn.conv2d", "nn.conv2d_transpose", "nn.dense")
+ALU_HEADS = {"add": "add", "multiply": "multiply", "maximum": "maximum", "minimum": "minimum",
+             "right_shift": "right_shift"}
+IMM_OPS = {"add": "add", "multiply": "mul", "maximum": "max", "minimum": "min", "right_shift": "shr",
+           "left_shift": "shl"}
+ELEMENTWISE_INT = ("add", "subtract", "multiply", "maximum", "minimum", "right_shift", "left_shift", "nn.relu",
+                   "clip", "cast", "nn.bias_add")
+PAD_MAX = 15
+IMM_MIN, IMM_MAX = -(1 << 15), (1 << 15) - 1   # the ALU's 16-bit immediate
+
+
+@dataclass
+class Group:
+    """An accelerator group: a head (conv / dense / ALU op) and the element-wise chain fused after it."""
+
+    head: str
+    kind: str                                   # "conv" or "alu"
+    members: list[str] = field(default_factory=list)   # head first, the int8 cast last
+    epilogue: list[tuple] = field(default_factory=list)
+    # epilogue entries: ("bias", const) ("residual", node) ("add"|"mul"|"max"|"min"|"shr"|"shl", const)
+    # ("clip", lo, hi) ("relu",); for ALU groups the first entry is the head: ("op", rhs node or const)
+
+    @property
+    def output(self) -> str:
+        return self.members[-1]
+
+
+def _cfg(env) -> HwConfig:
+    return env if isinstance(env, HwConfig) else env.cfg
+
+
+# ---- region selection ---------------------------------------------------------------------------------------
+
+def _select(graph: Graph, selector: Selector, idx: int | None, what: str, after: int = -1) -> int:
+    """Position (in graph.ops()) of the node chosen by ``selector`` (and ``idx``, VTA's operator index)."""
+    ops = graph.ops()
+    position = {n.name: i for i, n in enumerate(ops)}
+    matches = [position[n.name] for n in find_nodes(graph, selector) if position[n.name] > after]
+    label = selector if isinstance(selector, str) else getattr(selector, "__name__", "predicate")
+    if idx is not None:
+        if idx not in matches:
+            found = ", ".join(f"{ops[i].name}@{i}" for i in matches) or "none"
+            raise GraphError(f"{what}={label!r} with {what}_idx={idx}: operator {idx} is "
+                             f"{ops[idx].op if 0 <= idx < len(ops) else 'out of range'}; matches: {found}")
+        return idx
+    if not matches:
+        kinds = sorted({n.op for n in ops})
+        raise GraphError(f"no operator matches {what}={label!r}" + (" after the start" if after >= 0 else "")
+                         + f"; give an op name ({', '.join(kinds)}), a node name, or a predicate")
+    return matches[0]
+
+
+def select_region(graph: Graph, start_name: Selector, stop_name: Selector, start_name_idx: int | None = None,
+                  stop_name_idx: int | None = None) -> list[str]:
+    """Names of the operators strictly between the start and the stop node."""
+    ops = graph.ops()
+    start = _select(graph, start_name, start_name_idx, "start_name")
+    stop = _select(graph, stop_name, stop_name_idx, "stop_name", after=start)
+    if stop <= start:
+        raise GraphError(f"stop node {ops[stop].name!r} comes before the start node {ops[start].name!r}")
+    return [n.name for n in ops[start + 1:stop]]
+
+
+# ---- what the templates accept ------------------------------------------------------------------------------
+
+def head_refusal(graph: Graph, node: Node, cfg: HwConfig) -> str | None:
+    """Why the templates cannot compute ``node`` (a conv / dense), or None."""
+    data, weight = (graph[i] for i in node.inputs)
+    if weight.op != "const":
+        return "its weight is not a constant"
+    if (data.dtype, weight.dtype, node.dtype) != ("int8", "int8", "int32"):
+        return f"needs int8 x int8 -> int32, got {data.dtype} x {weight.dtype} -> {node.dtype} (quantize first)"
+    if node.op == "nn.dense":
+        return None
+    a = node.attrs
+    pt, pl, pb, pr = a["padding"]
+    if a["dilation"] != (1, 1):
+        return f"dilation {a['dilation']} (the template supports 1)"
+    if (pt, pl) != (pb, pr):
+        return f"asymmetric padding {a['padding']} (the template pads symmetrically)"
+    if max(pt, pl) > PAD_MAX and node.op == "nn.conv2d":
+        return f"padding {max(pt, pl)} > {PAD_MAX} (a DMA load inserts at most {PAD_MAX} zeros)"
+    if node.op == "nn.conv2d_transpose":
+        if a["output_padding"] != (0, 0):
+            return f"output_padding {a['output_padding']} (the template supports (0, 0))"
+        return None
+    g = a["groups"]
+    if g > 1:
+        cin, cout = data.shape[1] // g, node.shape[1] // g
+        if cin % cfg.BLOCK_IN or cout % cfg.BLOCK_OUT:
+            return (f"groups={g} gives {cin} input / {cout} output channels per group; VTA groups whole "
+                    f"{cfg.BLOCK_IN}-channel blocks")
+    return None
+
+
+def _scalar(graph: Graph, name: str) -> bool:
+    n = graph[name]
+    return n.op == "const" and int(np.prod(n.shape)) == 1
+
+
+def _per_channel(graph: Graph, name: str, like: Node) -> bool:
+    """A constant holding one value per channel of ``like`` (shape (C,), (C, 1, 1) or (1, C, 1, 1))."""
+    n = graph[name]
+    if n.op != "const" or len(like.shape) < 2:
+        return False
+    c = like.shape[1]
+    rank = len(like.shape)
+    shapes = {(c,) + (1,) * (rank - 2), (1, c) + (1,) * (rank - 2)}
+    return n.shape in shapes
+
+
+def _same_tensor(graph: Graph, name: str, like: Node) -> bool:
+    n = graph[name]
+    return n.op != "const" and n.shape == like.shape and n.dtype == "int32"
+
+
+def _chain_step(graph: Graph, cur: str, user: Node, group: Group) -> tuple | None:
+    """The epilogue entry for ``user`` continuing the chain from ``cur`` (None: the chain cannot absorb it)."""
+    op, ins = user.op, user.inputs
+    if op in ("nn.relu",):
+        return ("relu",)
+    if op == "clip":
+        lo, hi = int(np.ceil(user.attrs["a_min"])), int(np.floor(user.attrs["a_max"]))
+        return ("clip", lo, hi) if IMM_MIN <= lo <= hi <= IMM_MAX else None
+    can_bias = group.kind == "conv" and not any(e[0] == "bias" for e in group.epilogue)
+    if op == "nn.bias_add" and ins[0] == cur:
+        return ("bias", ins[1]) if can_bias else None
+    if len(ins) != 2 or op not in IMM_OPS:
+        return None
+    commutative = op in ("add", "multiply", "maximum", "minimum")
+    if ins[0] == cur:
+        other = ins[1]
+    elif commutative and ins[1] == cur:
+        other = ins[0]
+    else:
+        return None
+    if _scalar(graph, other):
+        return (IMM_OPS[op], other)
+    if op == "add" and _per_channel(graph, other, user) and can_bias:
+        return ("bias", other)
+    if op == "add" and group.kind == "conv" and _same_tensor(graph, other, user) \
+            and not any(e[0] == "residual" for e in group.epilogue):
+        return ("residual", other)
+    return None
+
+
+def _grow(graph: Graph, users: dict, group: Group, region: set[str]) -> str | None:
+    """Extend ``group`` along single-consumer element-wise ops until a cast to int8; None when complete,
+    else why the chain cannot end in an int8 store."""
+    cur = group.head
+    while True:
+        readers = users[cur]
+        if len(readers) != 1 or readers[0] == "<output>":
+            return (f"its int32 result {cur!r} is read by {len(readers)} consumer(s) "
+                    f"({', '.join(readers)}); VTA stores int8 results only")
+        user = graph[readers[0]]
+        if user.name not in region:
+            return f"its int32 result {cur!r} leaves the region; VTA stores int8 results only"
+        if user.op == "cast" and user.dtype == "int8":
+            group.members.append(user.name)
+            return None
+        entry = _chain_step(graph, cur, user, group)
+        if entry is None:
+            return f"{user.op} {user.name!r} after it cannot be fused (no ALU form) and VTA stores int8 only"
+        group.members.append(user.name)
+        group.epilogue.append(entry)
+        cur = user.name
+
+
+def _alu_head(graph: Graph, node: Node) -> tuple | None:
+    """The head entry if ``node`` can start an ALU-only group (int32 operands of one shape)."""
+    if node.dtype != "int32" or len(node.shape) != 4:
+        return None
+    if node.op in ("nn.relu", "clip"):
+        return ("relu",) if node.op == "nn.relu" else ("clip", int(np.ceil(node.attrs["a_min"])),
+                                                        int(np.floor(node.attrs["a_max"])))
+    if node.op not in ALU_HEADS or len(node.inputs) != 2:
+        return None
+    lhs, rhs = node.inputs
+    if graph[lhs].op == "const" or graph[lhs].shape != node.shape:
+        return None
+    if _scalar(graph, rhs) or _per_channel(graph, rhs, node) or _same_tensor(graph, rhs, node):
+        return (ALU_HEADS[node.op], rhs)
+    return None
+
+
+def plan_groups(graph: Graph, region: list[str], cfg: HwConfig) -> tuple[dict[str, Group], dict[str, str]]:
+    """Accelerator groups in ``region`` and, for the nodes left to the CPU, why."""
+    users = graph.consumers()
+    inside = set(region)
+    groups: dict[str, Group] = {}
+    notes: dict[str, str] = {}
+    taken: set[str] = set()
+    for name in region:
+        node = graph[name]
+        if name in taken:
+            continue
+        if node.op in HEADS:
+            reason = head_refusal(graph, node, cfg)
+            group = Group(name, "conv", [name])
+            reason = reason or _grow(graph, users, group, inside)
+            if reason:
+                notes[name] = f"CPU: {reason}"
+                continue
+        else:
+            entry = _alu_head(graph, node)
+            if entry is None:
+                continue
+            group = Group(name, "alu", [name], [entry])
+            if _grow(graph, users, group, inside):
+                continue
+        groups[name] = group
+        taken.update(group.members)
+    for name in region:
+        node = graph[name]
+        if name not in taken and name not in notes:
+            notes[name] = f"CPU: {_cpu_reason(node)}"
+    return groups, notes
+
+
+def _cpu_reason(node: Node) -> str:
+    if node.dtype.startswith("float") or node.op in ("qnn.quantize", "qnn.dequantize"):
+        return "float computation (the accelerator computes integers)"
+    if node.op == "cast":
+        return "host cast feeding an accelerator operand"
+    if node.op in ELEMENTWISE_INT:
+        return "element-wise op outside any int8-producing chain"
+    return f"no accelerator template for {node.op}"
+
+
+# ---- the rewrite ------------------------------------------------------------------------------------------
+
+class _Packer:
+    def __init__(self, graph: Graph, cfg: HwConfig, groups: dict[str, Group]):
+        self.g, self.cfg = graph, cfg
+        self.b = GraphBuilder(Graph(), {})
+        self.packed: dict[str, bool] = {}
+        self.memo: dict[tuple, str] = {}
+        self.members = {m: grp for grp in groups.values() for m in grp.members}
+        self.act = f"NCHW{cfg.BATCH}n{cfg.BLOCK_IN}c"
+        self.act2d = f"NC{cfg.BATCH}n{cfg.BLOCK_IN}c"
+        self.wgt = f"OIHW{cfg.BLOCK_OUT}o{cfg.BLOCK_IN}i"
+        self.wgt2d = f"OI{cfg.BLOCK_OUT}o{cfg.BLOCK_IN}i"
+
+    def emit(self, op: str, inputs: list[str], name: str, **attrs) -> str:
+        base, i = name, 0
+        while name in self.b.graph.nodes:
+            i += 1
+            name = f"{base}.{i}"
+        return self.b.op(op, inputs, name=name, **attrs)
+
+    def copy_leaf(self, node: Node) -> None:
+        self.b.graph.nodes[node.name] = Node(node.name, node.op, [], {}, node.type)
+        self.packed[node.name] = False
+
+    def packed_value(self, name: str) -> str:
+        if self.packed[name]:
+            return name
+        key = ("pack", name)
+        if key not in self.memo:
+            rank = len(self.g[name].shape)
+            layout = self.act if rank == 4 else self.act2d
+            self.memo[key] = self.emit("layout_transform", [name], f"{name}.pack", src_layout="NCHW" if rank == 4
+                                       else "NC", dst_layout=layout)
+        return self.memo[key]
+
+    def unpacked_value(self, name: str) -> str:
+        if not self.packed[name]:
+            return name
+        key = ("unpack", name)
+        if key not in self.memo:
+            orig = self.g[name]
+            rank = len(orig.shape)
+            self.memo[key] = self.emit("layout_transform", [name], f"{name}.unpack",
+                                       src_layout=self.act if rank == 4 else self.act2d,
+                                       dst_layout="NCHW" if rank == 4 else "NC", batch=orig.shape[0],
+                                       channels=orig.shape[1])
+        return self.memo[key]
+
+    def packed_const(self, name: str, like: Node) -> str:
+        """A scalar stays; a per-channel constant becomes (1, C/c, 1, 1, 1, c) (or (1, C/c, 1, c) for dense)."""
+        if _scalar(self.g, name):
+            return name
+        key = ("const", name, len(like.shape))
+        if key not in self.memo:
+            c = like.shape[1]
+            rank = len(like.shape)
+            flat = self.emit("reshape", [name], f"{name}.nchw", newshape=(1, c) + (1,) * (rank - 2))
+            block = self.cfg.BLOCK_OUT
+            layout = f"NCHW1n{block}c" if rank == 4 else f"NC1n{block}c"
+            self.memo[key] = self.emit("layout_transform", [flat], f"{name}.packed",
+                                       src_layout="NCHW" if rank == 4 else "NC", dst_layout=layout)
+        return self.memo[key]
+
+    def run(self) -> Graph:
+        for node in self.g:
+            if node.op in ("input", "const"):
+                self.copy_leaf(node)
+            elif node.name in self.members:
+                self.emit_packed(node)
+            elif node.op == "cast" and self.packed[node.inputs[0]]:  # element-wise: the host casts packed data
+                self.emit("cast", node.inputs, node.name, **node.attrs)
+                self.packed[node.name] = True
+            else:
+                ins = [self.unpacked_value(i) for i in node.inputs]
+                self.emit(node.op, ins, node.name, **node.attrs)
+                self.packed[node.name] = False
+        outputs = [self.unpacked_value(o) for o in self.g.outputs]
+        graph, _ = self.b.finish(outputs)
+        return graph
+
+    def emit_packed(self, node: Node) -> None:
+        g = self.g
+        if node.op in HEADS:
+            data, weight = node.inputs
+            dense = node.op == "nn.dense"
+            src = {"nn.conv2d": "OIHW", "nn.conv2d_transpose": "IOHW", "nn.dense": "OI"}[node.op]
+            wl = self.wgt2d if dense else self.wgt
+            w = self.emit("layout_transform", [weight], f"{weight}.packed", src_layout=src, dst_layout=wl)
+            attrs = {**node.attrs, "data_layout": self.act2d if dense else self.act, "kernel_layout": wl}
+            self.emit(node.op, [self.packed_value(data), w], node.name, **attrs)
+        elif node.op == "nn.bias_add":
+            self.emit("add", [self.packed_value(node.inputs[0]), self.packed_const(node.inputs[1], node)], node.name)
+        else:
+            ins = []
+            for i in node.inputs:
+                if g[i].op == "const":
+                    ins.append(self.packed_const(i, node))
+                else:
+                    ins.append(self.packed_value(i))
+            self.emit(node.op, ins, node.name, **node.attrs)
+        self.packed[node.name] = True
+
+
+def graph_pack(graph: Graph, env, start_name: Selector = "nn.max_pool2d",
+               stop_name: Selector = "nn.global_avg_pool2d", start_name_idx: int | None = None,
+               stop_name_idx: int | None = None) -> Graph:
+    """Offload the region after ``start_name`` up to before ``stop_name`` (op name, node name or predicate;
+    ``*_idx`` pin VTA's operator index among ``graph.ops()``). Returns the packed graph; its constants keep
+    their names, so ``build`` takes the same params as the quantized graph."""
+    cfg = _cfg(env)
+    if cfg.BLOCK_IN != cfg.BLOCK_OUT:
+        raise GraphError(f"graph_pack needs BLOCK_IN == BLOCK_OUT (one channel block for activations and "
+                         f"weights), this config has {cfg.BLOCK_IN} and {cfg.BLOCK_OUT}")
+    region = select_region(graph, start_name, stop_name, start_name_idx, stop_name_idx)
+    groups, notes = plan_groups(graph, region, cfg)
+    packed = _Packer(graph, cfg, groups).run()
+    inside = set(region)
+    for node in graph.ops():
+        if node.name not in inside:
+            notes[node.name] = "CPU: outside the offload region"
+    packed.meta = {"groups": groups, "notes": notes, "region": region, "config": cfg.fingerprint}
+    return packed

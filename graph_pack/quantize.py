@@ -1,0 +1,307 @@
+"""``quantize``: a float graph becomes an integer graph with power-of-two scales (VTA's realize scheme).
+
+Every quantized tensor is an integer array ``q`` standing for ``q * 2**exp``. Weights are int8 with a
+per-layer exponent from their largest magnitude; activations that are stored are int8 with an exponent
+from ``global_scale`` (VTA's default mode: int8 covers about +-global_scale) or from calibration on sample
+batches (per-tensor max or percentile). A convolution accumulates in int32 at ``exp_in + exp_w``; its bias
+is added in int32 at that exponent, and requantization to the next int8 activation is ``add 2**(k-1)``
+(round half up) then ``right_shift k`` then ``clip(-127, 127)`` then ``cast int8`` - the chain VTA fuses into
+the convolution. Residual adds bring their operands to the coarser exponent first, so the chain reads
+conv -> bias -> round/shift -> add(residual) -> relu -> clip -> cast and fuses whole into one accelerator op.
+
+Ops the accelerator cannot compute in integers (softmax, average pools, skipped layers, dense by default)
+stay float; ``qnn.quantize`` / ``qnn.dequantize`` mark the crossings.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Iterable, Sequence
+from dataclasses import dataclass
+
+import numpy as np
+
+from graph_pack.graph import Graph, GraphBuilder, GraphError
+from graph_pack.reference import evaluate
+
+MODES = ("global_scale", "max", "percentile")
+INT8_MAX = 127
+CONVS = ("nn.conv2d", "nn.conv2d_transpose")
+SHAPE_OPS = ("nn.max_pool2d", "nn.upsampling", "reshape", "nn.batch_flatten", "transpose")
+
+
+@dataclass(frozen=True)
+class QValue:
+    kind: str          # "f" float, "i8" stored int8, "i32" int32 accumulator chain
+    node: str          # node in the quantized graph holding the value
+    exp: int = 0       # value = node * 2**exp (integers)
+
+
+def power2_exponent(max_abs: float, levels: int = INT8_MAX) -> int:
+    """The smallest e with max_abs / 2**e <= levels (so rounding never exceeds the int8 range)."""
+    if not np.isfinite(max_abs) or max_abs <= 0:
+        return 0
+    e = math.ceil(math.log2(max_abs / levels))
+    while max_abs / 2.0 ** e > levels:
+        e += 1
+    return e
+
+
+def _int_const(value: np.ndarray, exp: int, dtype: str) -> np.ndarray:
+    info = np.iinfo(dtype)
+    q = np.floor(np.asarray(value, np.float64) / 2.0 ** exp + 0.5)
+    return np.clip(q, -info.max, info.max).astype(dtype)
+
+
+class _Quantizer:
+    def __init__(self, graph: Graph, params: dict, act_exp: dict[str, int], default_exp: int,
+                 skip_conv_layers: set[int], skip_dense_layer: bool):
+        self.g, self.params = graph, params
+        self.act_exp, self.default_exp = act_exp, default_exp
+        self.skip_conv, self.skip_dense = skip_conv_layers, skip_dense_layer
+        self.users = graph.consumers()
+        self.b = GraphBuilder(Graph(), {})
+        self.val: dict[str, QValue] = {}
+        self.memo: dict[tuple, QValue] = {}
+        self.conv_index = 0
+
+    # ---- helpers that emit integer nodes ----
+    def const(self, name: str, value) -> str:
+        base, i = name, 0
+        while name in self.b.graph.nodes:
+            i += 1
+            name = f"{base}.{i}"
+        return self.b.const(name, value)
+
+    def op(self, op: str, inputs: list[str], name: str, **attrs) -> str:
+        base, i = name, 0
+        while name in self.b.graph.nodes:
+            i += 1
+            name = f"{base}.{i}"
+        return self.b.op(op, inputs, name=name, **attrs)
+
+    def exp_of(self, fname: str) -> int:
+        return self.act_exp.get(fname, self.default_exp)
+
+    def rescale(self, node: str, e_from: int, e_to: int, where: str) -> str:
+        """int32 ``node`` at 2**e_from -> 2**e_to: round-half-up right shift, or an exact left shift."""
+        k = e_to - e_from
+        if k > 0:
+            r = self.op("add", [node, self.const(f"{where}.round", np.int32(1 << (k - 1)))], f"{where}.round_add")
+            return self.op("right_shift", [r, self.const(f"{where}.shift", np.int32(k))], f"{where}.shr")
+        if k < 0:
+            return self.op("left_shift", [node, self.const(f"{where}.shift", np.int32(-k))], f"{where}.shl")
+        return node
+
+    def to_i8(self, fname: str, exp: int | None = None) -> QValue:
+        v = self.val[fname]
+        exp = self.exp_of(fname) if exp is None else exp
+        key = ("i8", fname, exp)
+        if key in self.memo:
+            return self.memo[key]
+        if v.kind == "i8" and v.exp == exp:
+            out = v
+        elif v.kind == "f":
+            out = QValue("i8", self.op("qnn.quantize", [v.node], f"{fname}.quantize", scale=2.0 ** exp), exp)
+        else:
+            x = self.to_i32(fname)
+            x = self.rescale(x.node, x.exp, exp, f"{fname}.requant")
+            x = self.op("clip", [x], f"{fname}.clip", a_min=-INT8_MAX, a_max=INT8_MAX)
+            out = QValue("i8", self.op("cast", [x], f"{fname}.cast", dtype="int8"), exp)
+        self.memo[key] = out
+        return out
+
+    def to_i32(self, fname: str) -> QValue:
+        """The value as int32. An accumulator chain read by several ops is stored as int8 first, because
+        the accelerator writes int8 only."""
+        v = self.val[fname]
+        if v.kind == "i32" and len(self.users[fname]) > 1:
+            v = self.to_i8(fname)
+        if v.kind == "f":
+            v = self.to_i8(fname)
+        return v if v.kind == "i32" else self.cast32(v)
+
+    def cast32(self, v: QValue) -> QValue:
+        key = ("i32", v.node)
+        if key not in self.memo:
+            self.memo[key] = QValue("i32", self.op("cast", [v.node], f"{v.node}.i32", dtype="int32"), v.exp)
+        return self.memo[key]
+
+    def to_f(self, fname: str) -> QValue:
+        v = self.val[fname]
+        if v.kind == "f":
+            return v
+        key = ("f", fname)
+        if key not in self.memo:
+            q = self.to_i8(fname)
+            self.memo[key] = QValue("f", self.op("qnn.dequantize", [q.node], f"{fname}.dequantize",
+                                                 scale=2.0 ** q.exp))
+        return self.memo[key]
+
+    def is_const(self, name: str) -> bool:
+        return self.g[name].op == "const"
+
+    # ---- translation ----
+    def run(self) -> tuple[Graph, dict]:
+        for node in self.g:
+            if node.op == "input":
+                self.val[node.name] = QValue("f", self.b.input(node.name, node.shape, node.dtype))
+            elif node.op == "const":
+                self.val[node.name] = QValue("f", node.name)  # emitted on use, float or quantized
+            else:
+                self.val[node.name] = self.translate(node)
+        outputs = [self.to_f(o).node for o in self.g.outputs]
+        return self.b.finish(outputs)
+
+    def float_op(self, node) -> QValue:
+        inputs = []
+        for i in node.inputs:
+            if self.is_const(i):
+                inputs.append(self.float_const(i))
+            else:
+                inputs.append(self.to_f(i).node)
+        return QValue("f", self.op(node.op, inputs, node.name, **node.attrs))
+
+    def float_const(self, name: str) -> str:
+        if name not in self.b.graph.nodes:
+            self.b.const(name, self.params[name])
+        return name
+
+    def translate(self, node) -> QValue:
+        op, ins = node.op, node.inputs
+        if node.dtype != "float32" or any(self.g[i].dtype != "float32" for i in ins):
+            raise GraphError(f"{node.name}: quantize expects a float32 graph, found {node.op} on "
+                             f"{[self.g[i].dtype for i in ins]}")
+        data = [i for i in ins if not self.is_const(i)]
+        all_float = all(self.val[i].kind == "f" for i in data)
+        if op in CONVS or op == "nn.dense":
+            return self.weighted(node)
+        if op == "nn.bias_add" and self.val[ins[0]].kind != "f" and self.is_const(ins[1]):
+            x = self.to_i32(ins[0])
+            bias = self.const(f"{node.name}.bias_q", _int_const(self.params[ins[1]], x.exp, "int32"))
+            return QValue("i32", self.op("nn.bias_add", [x.node, bias], node.name, **node.attrs), x.exp)
+        if all_float:
+            return self.float_op(node)
+        if op == "nn.relu":
+            v = self.val[ins[0]]
+            x = self.to_i32(ins[0]) if v.kind == "i32" else self.to_i8(ins[0])
+            return QValue(x.kind, self.op("nn.relu", [x.node], node.name), x.exp)
+        if op == "clip":
+            v = self.val[ins[0]]
+            x = self.to_i32(ins[0]) if v.kind == "i32" else self.to_i8(ins[0])
+            lo, hi = (math.floor(node.attrs[k] / 2.0 ** x.exp + 0.5) for k in ("a_min", "a_max"))
+            return QValue(x.kind, self.op("clip", [x.node], node.name, a_min=lo, a_max=hi), x.exp)
+        if op in ("add", "multiply") and len(data) == 2:
+            return self.binary(node)
+        if op in ("add", "multiply") and len(data) == 1:
+            return self.with_const(node, data[0], next(i for i in ins if self.is_const(i)))
+        if op in SHAPE_OPS or (op == "nn.pad" and node.attrs["pad_value"] == 0):
+            x = self.to_i8(ins[0])
+            return QValue("i8", self.op(op, [x.node], node.name, **node.attrs), x.exp)
+        if op == "concatenate":
+            exp = max(self.to_i8(i).exp for i in ins)
+            parts = [self.to_i8(i, exp).node for i in ins]
+            return QValue("i8", self.op(op, parts, node.name, **node.attrs), exp)
+        return self.float_op(node)
+
+    def weighted(self, node) -> QValue:
+        x_name, w_name = node.inputs
+        if node.op in CONVS:
+            index = self.conv_index
+            self.conv_index += 1
+            skip = index in self.skip_conv
+        else:
+            skip = self.skip_dense
+        if skip or not self.is_const(w_name):
+            return self.float_op(node)
+        w = self.params[w_name]
+        ew = power2_exponent(float(np.abs(w).max()))
+        wq = self.const(f"{w_name}.q", _int_const(w, ew, "int8"))
+        x = self.to_i8(x_name)
+        y = self.op(node.op, [x.node, wq], node.name, **{**node.attrs, "out_dtype": "int32"})
+        return QValue("i32", y, x.exp + ew)
+
+    def binary(self, node) -> QValue:
+        a, b = node.inputs
+        if node.op == "multiply":
+            xa, xb = self.to_i32(a), self.to_i32(b)
+            return QValue("i32", self.op("multiply", [xa.node, xb.node], node.name), xa.exp + xb.exp)
+        # the accelerator can keep one int32 chain going; the other operand is read from memory (int8)
+        va, vb = self.val[a], self.val[b]
+        chain, other = (a, b) if va.kind == "i32" and (vb.kind != "i32" or self._later(a, b)) else (b, a)
+        if self.val[chain].kind != "i32" or len(self.users[chain]) > 1:
+            chain_v = self.to_i32(chain)
+        else:
+            chain_v = self.val[chain]
+        other_v = self.to_i8(other)
+        exp = max(chain_v.exp, other_v.exp)
+        x = self.rescale(chain_v.node, chain_v.exp, exp, f"{node.name}.lhs")
+        y = self.rescale(self.cast32(other_v).node, other_v.exp, exp, f"{node.name}.rhs")
+        ordered = [x, y] if chain == a else [y, x]
+        return QValue("i32", self.op("add", ordered, node.name), exp)
+
+    def _later(self, a: str, b: str) -> bool:
+        order = list(self.g.nodes)
+        return order.index(a) > order.index(b)
+
+    def with_const(self, node, data: str, const: str) -> QValue:
+        x = self.to_i32(data)
+        c = self.params[const]
+        if node.op == "add":
+            cq = self.const(f"{const}.q", _int_const(c, x.exp, "int32"))
+            return QValue("i32", self.op("add", [x.node, cq], node.name), x.exp)
+        ec = power2_exponent(float(np.abs(c).max()))
+        cq = self.const(f"{const}.q", _int_const(c, ec, "int8").astype(np.int32))
+        return QValue("i32", self.op("multiply", [x.node, cq], node.name), x.exp + ec)
+
+
+def calibrate(graph: Graph, params: dict, dataset: Iterable[dict[str, np.ndarray]], mode: str,
+              percentile: float = 99.99) -> dict[str, int]:
+    """Per-node int8 exponents from running the float graph on sample batches (max or percentile of |x|)."""
+    stats: dict[str, float] = {}
+
+    def observe(name: str, value: np.ndarray) -> None:
+        if value.dtype.kind != "f":
+            return
+        a = np.abs(value)
+        m = float(a.max()) if mode == "max" else float(np.percentile(a, percentile))
+        stats[name] = max(stats.get(name, 0.0), m)
+
+    batches = 0
+    for inputs in dataset:
+        evaluate(graph, params, inputs, observe=observe)
+        batches += 1
+    if batches == 0:
+        raise ValueError(f"calibrate_mode={mode!r} needs at least one sample batch in dataset=")
+    return {name: power2_exponent(m) for name, m in stats.items() if m > 0}
+
+
+def quantize(graph: Graph, params: dict[str, np.ndarray], *, global_scale: float = 8.0,
+             skip_conv_layers: Sequence[int] = (0,), skip_dense_layer: bool = True,
+             calibrate_mode: str = "global_scale", dataset: Iterable[dict[str, np.ndarray]] | None = None,
+             percentile: float = 99.99) -> tuple[Graph, dict[str, np.ndarray]]:
+    """Quantize a float graph to int8/int32 with power-of-two scales (see the module docstring).
+
+    ``calibrate_mode``: "global_scale" (VTA's default: every activation's int8 range is +-``global_scale``,
+    rounded up to a power of two), "max" or "percentile" (per-tensor ranges from running ``dataset``, an
+    iterable of input dicts). ``skip_conv_layers`` lists conv indices (in graph order) kept in float on the
+    CPU; ``skip_dense_layer`` keeps dense layers in float (VTA's default).
+    """
+    if calibrate_mode not in MODES:
+        raise ValueError(f"calibrate_mode={calibrate_mode!r}; allowed: {', '.join(MODES)}")
+    if not global_scale > 0:
+        raise ValueError(f"global_scale must be positive, got {global_scale}")
+    default_exp = power2_exponent(float(global_scale), INT8_MAX + 1)
+    act_exp: dict[str, int] = {}
+    if calibrate_mode != "global_scale":
+        if dataset is None:
+            raise ValueError(f"calibrate_mode={calibrate_mode!r} needs dataset=[{{input name: array}}, ...]")
+        if not 0 < percentile <= 100:
+            raise ValueError(f"percentile must be in (0, 100], got {percentile}")
+        act_exp = calibrate(graph, params, dataset, calibrate_mode, percentile)
+    n_convs = sum(1 for n in graph.ops() if n.op in CONVS)
+    bad = [i for i in skip_conv_layers if not 0 <= int(i) < max(n_convs, 1)]
+    if bad:
+        raise ValueError(f"skip_conv_layers {bad} out of range: the graph has {n_convs} convolution(s)")
+    q = _Quantizer(graph, params, act_exp, default_exp, {int(i) for i in skip_conv_layers}, skip_dense_layer)
+    return q.run()
