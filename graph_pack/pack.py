@@ -375,3 +375,36 @@ def graph_pack(graph: Graph, env, start_name: Selector = "nn.max_pool2d",
             notes[node.name] = "CPU: outside the offload region"
     packed.meta = {"groups": groups, "notes": notes, "region": region, "config": cfg.fingerprint}
     return packed
+
+
+def offload_report(packed: Graph) -> list[dict[str, str]]:
+    """Every operator of a packed graph: where it runs ("accelerator", "fused", "CPU") and why."""
+    groups: dict[str, Group] = packed.meta.get("groups", {})
+    notes: dict[str, str] = packed.meta.get("notes", {})
+    fused = {m: g.head for g in groups.values() for m in g.members[1:]}
+    rows = []
+    for node in packed.ops():
+        if node.name in groups:
+            g = groups[node.name]
+            where, why = "accelerator", (f"{'GEMM' if g.kind == 'conv' else 'ALU'} template, "
+                                         f"{len(g.members) - 1} op(s) fused")
+        elif node.name in fused:
+            where, why = "fused", f"into {fused[node.name]}"
+        elif node.op == "layout_transform":
+            where, why = "CPU", "layout change at the offload boundary"
+        else:
+            note = notes.get(node.name, "CPU: constant folding" if node.op == "reshape" else "CPU")
+            where, _, why = note.partition(": ")
+        rows.append({"name": node.name, "op": node.op, "where": where, "why": why})
+    return rows
+
+
+def format_offload_report(packed: Graph) -> str:
+    rows = offload_report(packed)
+    width = max((len(r["name"]) for r in rows), default=4)
+    lines = [f"{'node':{width}}  {'op':20} {'where':12} why"]
+    lines += [f"{r['name']:{width}}  {r['op']:20} {r['where']:12} {r['why']}" for r in rows]
+    counts = {w: sum(r["where"] == w for r in rows) for w in ("accelerator", "fused", "CPU")}
+    lines.append(f"{counts['accelerator']} accelerator group(s), {counts['fused']} fused op(s), "
+                 f"{counts['CPU']} CPU op(s)")
+    return "\n".join(lines)

@@ -104,7 +104,7 @@ class _Quantizer:
         elif v.kind == "f":
             out = QValue("i8", self.op("qnn.quantize", [v.node], f"{fname}.quantize", scale=2.0 ** exp), exp)
         else:
-            x = self.to_i32(fname)
+            x = v if v.kind == "i32" else self.cast32(v)
             x = self.rescale(x.node, x.exp, exp, f"{fname}.requant")
             x = self.op("clip", [x], f"{fname}.clip", a_min=-INT8_MAX, a_max=INT8_MAX)
             out = QValue("i8", self.op("cast", [x], f"{fname}.cast", dtype="int8"), exp)

@@ -28,7 +28,7 @@ from vta.demo import format_report, run_demo
 from vta.isa import disassemble
 
 Handler = Callable[[argparse.Namespace], int | None]
-EXPECTED_ERRORS = (ConfigError, ImageError, SimulatorError, OSError, ValueError)
+EXPECTED_ERRORS = (ConfigError, ImageError, SimulatorError, OSError, ValueError, ImportError)
 
 GROUP_HELP = {
     "config": "list and inspect hardware configurations",
@@ -85,8 +85,29 @@ def build_parser() -> argparse.ArgumentParser:
     return parser
 
 
+PLUGIN_GROUP = "vta.commands"
+
+
+def load_plugins() -> None:
+    """Import the command modules higher layers declare under the ``vta.commands`` entry-point group
+    (graph_pack's ``vta run``, tuning's ``vta tune``): the CLI lives here, its commands where their code is."""
+    from importlib.metadata import entry_points
+    for ep in entry_points(group=PLUGIN_GROUP):
+        if ep.name in _loaded_plugins:
+            continue
+        _loaded_plugins.add(ep.name)
+        try:
+            ep.load()
+        except ImportError as e:  # an optional extra missing: the other commands still work
+            print(f"vta: warning: command module {ep.value} not loaded: {e}", file=sys.stderr)
+
+
+_loaded_plugins: set[str] = set()
+
+
 def main(argv: list[str] | None = None) -> int:
     """Entry point of the ``vta`` console script; returns the exit status."""
+    load_plugins()
     parser = build_parser()
     try:
         args = parser.parse_args(argv)

@@ -1,0 +1,137 @@
+"""``vta run MODEL``: import (zoo name or ONNX file), quantize, pack, build and run one inference on the
+simulated accelerator; print the top-5, the timing and the per-layer table."""
+
+from __future__ import annotations
+
+import argparse
+import sys
+import time
+from pathlib import Path
+
+import numpy as np
+
+from graph_pack import zoo
+from graph_pack.build import CPU_BACKENDS, build
+from graph_pack.graph import Graph, GraphError
+from graph_pack.pack import format_offload_report, graph_pack
+from graph_pack.quantize import MODES, quantize
+from graph_pack.reference import run_reference
+from vta.cli import _key_value, _load, arg, command
+from vta.environment import Environment
+
+
+def load_model(model: str, batch: int, image_size: int | None, seed: int) -> tuple[Graph, dict, tuple[str, str]]:
+    """(graph, params, default (start, stop)) for a zoo name or an ONNX file."""
+    path = Path(model)
+    if path.suffix == ".onnx" or path.exists():
+        from graph_pack.frontend_onnx import from_onnx
+        if not path.exists():
+            raise FileNotFoundError(f"no such ONNX file: {model}")
+        import onnx
+        proto = onnx.load(str(path))
+        initialised = {i.name for i in proto.graph.initializer}
+        shapes = {}
+        for inp in proto.graph.input:
+            if inp.name in initialised:
+                continue
+            dims = [d.dim_value if d.dim_value > 0 else batch for d in inp.type.tensor_type.shape.dim]
+            shapes[inp.name] = tuple(dims)
+        graph, params = from_onnx(proto, shape=shapes)
+        return graph, params, ("nn.max_pool2d", "nn.global_avg_pool2d")
+    if model not in zoo.list_models() and model.lower() not in {m.lower() for m in zoo.list_models()}:
+        try:
+            zoo.pack_points(model)
+        except (ValueError, KeyError):
+            raise ValueError(f"{model!r} is neither an ONNX file nor a zoo model; zoo models: "
+                             f"{', '.join(zoo.list_models())}") from None
+    shape = None if image_size is None else (3, image_size, image_size)
+    graph, params = zoo.get_model(model, batch_size=batch, image_shape=shape, seed=seed)
+    return graph, params, zoo.pack_points(model)
+
+
+def _top5(y: np.ndarray) -> str:
+    if y.ndim != 2:
+        return f"output shape {y.shape}, mean {y.mean():.4f}, std {y.std():.4f}"
+    lines = []
+    for n, row in enumerate(y[:4]):
+        order = np.argsort(-row, kind="stable")[:5]
+        lines.append(f"  image {n}: " + ", ".join(f"{int(i)} ({row[i]:.4f})" for i in order))
+    return "top-5 classes (score):\n" + "\n".join(lines)
+
+
+@command(None, "run", "run a network (zoo name or ONNX file) on the simulated accelerator", args=[
+    arg("model", help=f"a zoo model ({', '.join(zoo.list_models())}) or an .onnx file"),
+    arg("--config", default=None, metavar="NAME|PATH", help="hardware preset or JSON file (default: pynq)"),
+    arg("--set", dest="sets", action="append", type=_key_value, metavar="KEY=VALUE",
+        help="override a config key (repeatable)"),
+    arg("--batch", type=int, default=None, help="batch size (default: the config's BATCH)"),
+    arg("--image-size", type=int, default=None, help="input height = width for zoo classifiers (default 224)"),
+    arg("--start", default=None, help="first op of the offload region's boundary (op name or node name)"),
+    arg("--stop", default=None, help="op that ends the offload region (op name or node name)"),
+    arg("--global-scale", type=float, default=8.0, help="activation range for global_scale quantization"),
+    arg("--calibrate", choices=MODES, default="global_scale", help="quantization mode (default global_scale)"),
+    arg("--skip-conv", type=int, action="append", default=None, metavar="INDEX",
+        help="conv layer kept in float on the CPU (repeatable; default: 0)"),
+    arg("--cpu", choices=CPU_BACKENDS, default="auto", help="host kernels (default auto: JIT if llvmlite)"),
+    arg("--seed", type=int, default=0, help="seed of the random weights and input"),
+    arg("--input", metavar="NPY", help="input array (.npy) instead of a random one"),
+    arg("--check", action="store_true", help="also run the numpy reference and compare bit-exactly"),
+    arg("--report", action="store_true", help="print where every node runs and why"),
+    arg("--no-layers", dest="layers", action="store_false", help="omit the per-layer table"),
+])
+def run_cmd(args: argparse.Namespace) -> int:
+    """Quantize a network, offload its middle region to the accelerator and run one inference.
+
+    Prints the top-5 classes, compile and run times, simulated cycles and latency at the config's clock,
+    and the per-layer table (simulated cycles, GOPS and DRAM traffic for accelerator layers; host time
+    for CPU layers). Exit status 1 when --check finds a difference from the numpy reference.
+    """
+    cfg = _load(args.config, args.sets)
+    env = Environment(cfg)
+    batch = args.batch or cfg.BATCH
+    t0 = time.perf_counter()
+    graph, params, (start, stop) = load_model(args.model, batch, args.image_size, args.seed)
+    times = {"import": time.perf_counter() - t0}
+    rng = np.random.default_rng(args.seed)
+    data = graph.inputs[0]
+    if args.input:
+        x = np.load(args.input)
+    else:
+        x = rng.standard_normal(graph[data].shape).astype(np.float32)
+    t0 = time.perf_counter()
+    dataset = [{data: x}] if args.calibrate != "global_scale" else None
+    qgraph, qparams = quantize(graph, params, global_scale=args.global_scale, calibrate_mode=args.calibrate,
+                               dataset=dataset, skip_conv_layers=args.skip_conv if args.skip_conv else [0])
+    times["quantize"] = time.perf_counter() - t0
+    t0 = time.perf_counter()
+    packed = graph_pack(qgraph, env, start_name=args.start or start, stop_name=args.stop or stop)
+    times["graph_pack"] = time.perf_counter() - t0
+    t0 = time.perf_counter()
+    mod = build(packed, env, qparams, cpu=args.cpu)
+    times["build"] = time.perf_counter() - t0
+    t0 = time.perf_counter()
+    mod.run(**{data: x})
+    run_s = time.perf_counter() - t0
+    y = mod.get_output(0)
+    print(f"{args.model} on {cfg.model} ({cfg.CLOCK_MHZ:g} MHz), batch {batch}, input {graph[data].shape}")
+    if args.report:
+        print(format_offload_report(packed))
+    print(_top5(y))
+    compile_s = times["quantize"] + times["graph_pack"] + times["build"]
+    print(f"compile {compile_s:.2f} s (" + ", ".join(f"{k} {v:.2f} s" for k, v in times.items()) + ")")
+    s = mod.stats
+    print(f"inference: {run_s * 1e3:.1f} ms wall (host {mod.host_seconds * 1e3:.1f} ms); accelerator "
+          f"{s.cycles:,} cycles = {s.seconds * 1e3:.2f} ms at {cfg.CLOCK_MHZ:g} MHz")
+    if args.layers:
+        print(mod.format_profile())
+    if args.check:
+        ref = run_reference(qgraph, qparams, {data: x})
+        same = np.array_equal(ref, y)
+        print("check: output " + ("matches the numpy reference bit-exactly" if same else
+                                  f"DIFFERS from the numpy reference (max |diff| {np.abs(ref - y).max()})"))
+        if not same:
+            return 1
+    return 0
+
+
+__all__ = ["GraphError", "load_model", "run_cmd", "sys"]
