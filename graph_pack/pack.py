@@ -382,8 +382,14 @@ def offload_report(packed: Graph) -> list[dict[str, str]]:
     groups: dict[str, Group] = packed.meta.get("groups", {})
     notes: dict[str, str] = packed.meta.get("notes", {})
     fused = {m: g.head for g in groups.values() for m in g.members[1:]}
+    constant = {n.name for n in packed if n.op == "const"}
     rows = []
     for node in packed.ops():
+        if all(i in constant for i in node.inputs):
+            constant.add(node.name)
+            rows.append({"name": node.name, "op": node.op, "where": "build",
+                         "why": "computed from constants once, at build (weight / per-channel packing)"})
+            continue
         if node.name in groups:
             g = groups[node.name]
             where, why = "accelerator", (f"{'GEMM' if g.kind == 'conv' else 'ALU'} template, "
@@ -393,7 +399,7 @@ def offload_report(packed: Graph) -> list[dict[str, str]]:
         elif node.op == "layout_transform":
             where, why = "CPU", "layout change at the offload boundary"
         else:
-            note = notes.get(node.name, "CPU: constant folding" if node.op == "reshape" else "CPU")
+            note = notes.get(node.name, "CPU")
             where, _, why = note.partition(": ")
         rows.append({"name": node.name, "op": node.op, "where": where, "why": why})
     return rows
@@ -404,7 +410,7 @@ def format_offload_report(packed: Graph) -> str:
     width = max((len(r["name"]) for r in rows), default=4)
     lines = [f"{'node':{width}}  {'op':20} {'where':12} why"]
     lines += [f"{r['name']:{width}}  {r['op']:20} {r['where']:12} {r['why']}" for r in rows]
-    counts = {w: sum(r["where"] == w for r in rows) for w in ("accelerator", "fused", "CPU")}
+    counts = {w: sum(r["where"] == w for r in rows) for w in ("accelerator", "fused", "CPU", "build")}
     lines.append(f"{counts['accelerator']} accelerator group(s), {counts['fused']} fused op(s), "
-                 f"{counts['CPU']} CPU op(s)")
+                 f"{counts['CPU']} CPU op(s), {counts['build']} constant(s) prepared at build")
     return "\n".join(lines)
