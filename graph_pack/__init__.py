@@ -24,7 +24,8 @@ _LAZY = {
     "zoo": ("graph_pack.zoo", None),
 }
 
-__all__ = ["Graph", "GraphBuilder", "GraphError", "Node", "TensorType", "run_reference", *_LAZY]
+__all__ = ["Graph", "GraphBuilder", "GraphError", "Node", "TensorType", "build", "from_mxnet", "from_onnx",
+           "graph_pack", "quantize", "run_reference", "zoo"]
 
 
 def __getattr__(name: str):
