@@ -1,0 +1,140 @@
+"""Measuring configs: a runner compiles a task's template for each config, runs it and reports the cycles.
+
+``LocalRunner`` uses the simulator in this process or in worker processes. Every measured config's output
+is checked against the template's numpy reference (VTA's tuning scripts had to switch that off); in
+``timing_only`` mode the simulator skips the data and only the timing model runs (same cycles, tested).
+``DaskRunner`` sends the same work to a Dask cluster. Any runner is an object with
+``measure(task, configs) -> list[MeasureResult]``, so a board runner plugs in the same way.
+"""
+
+from __future__ import annotations
+
+import multiprocessing
+import time
+import traceback
+from collections.abc import Sequence
+from dataclasses import asdict, dataclass
+from typing import Any, Protocol, Self
+
+import numpy as np
+
+from tuning.task import Task
+from vta.ops import random_inputs
+
+
+@dataclass
+class MeasureResult:
+    config: dict
+    cycles: int = 0
+    latency_s: float = 0.0        # simulated time at the config's clock
+    error: str | None = None      # why the config failed (refused, wrong output, crashed)
+    checked: bool = False         # output compared with the numpy reference
+    wall_s: float = 0.0           # host seconds spent measuring
+
+    @property
+    def ok(self) -> bool:
+        return self.error is None
+
+    def to_dict(self) -> dict[str, Any]:
+        return asdict(self)
+
+
+class Runner(Protocol):
+    def measure(self, task: Task, configs: Sequence[dict]) -> list[MeasureResult]: ...
+
+
+def measure_one(task: Task, config: dict, check: bool = True, timing_only: bool = False,
+                seed: int = 0) -> MeasureResult:
+    """Compile ``config``, run it once on the simulator and (unless timing only) check the output."""
+    t0 = time.perf_counter()
+    reason = task.check(config)
+    if reason:
+        return MeasureResult(config, error=f"invalid config: {reason}", wall_s=time.perf_counter() - t0)
+    try:
+        op = task.compile(config)
+        inputs, expected = _inputs_and_reference(task, op, seed)
+        out = op.run(**inputs, compute=not timing_only)
+        checked = check and not timing_only
+        if checked and not np.array_equal(out, expected()):
+            return MeasureResult(config, op.cycles, op.stats.seconds, "wrong output: differs from the numpy "
+                                 "reference", True, time.perf_counter() - t0)
+        return MeasureResult(config, op.cycles, op.stats.seconds, None, checked, time.perf_counter() - t0)
+    except Exception as e:  # noqa: BLE001 - a crashing config is a measurement result, never a crash of the tuner
+        detail = "".join(traceback.format_exception_only(type(e), e)).strip()
+        return MeasureResult(config, error=f"failed: {detail}", wall_s=time.perf_counter() - t0)
+
+
+_REFERENCE_CACHE: dict[tuple, tuple] = {}
+
+
+def _inputs_and_reference(task: Task, op, seed: int):
+    """The task's random inputs and a lazy numpy reference, both the same for every config: cached per
+    process (the reference costs more than a simulated run)."""
+    key = (task.key, task.cfg.fingerprint, seed)
+    if key not in _REFERENCE_CACHE:
+        if len(_REFERENCE_CACHE) > 64:
+            _REFERENCE_CACHE.clear()
+        inputs = random_inputs(op, seed=seed)
+        _REFERENCE_CACHE[key] = (inputs, [])
+    inputs, ref = _REFERENCE_CACHE[key]
+
+    def expected() -> np.ndarray:
+        if not ref:
+            ref.append(op.reference(**inputs))
+        return ref[0]
+    return inputs, expected
+
+
+def _measure_star(args: tuple) -> MeasureResult:
+    return measure_one(*args)
+
+
+class LocalRunner:
+    """Measure on the simulator, in ``n_parallel`` worker processes (1: in this process)."""
+
+    def __init__(self, n_parallel: int = 1, check: bool = True, timing_only: bool = False, seed: int = 0):
+        if n_parallel < 1:
+            raise ValueError(f"n_parallel must be >= 1, got {n_parallel}")
+        self.n_parallel, self.check, self.timing_only, self.seed = n_parallel, check, timing_only, seed
+        self._pool = None
+
+    def measure(self, task: Task, configs: Sequence[dict]) -> list[MeasureResult]:
+        jobs = [(task, c, self.check, self.timing_only, self.seed) for c in configs]
+        if self.n_parallel == 1 or len(jobs) <= 1:
+            return [_measure_star(j) for j in jobs]
+        if self._pool is None:
+            self._pool = multiprocessing.get_context("fork").Pool(self.n_parallel)
+        return self._pool.map(_measure_star, jobs, chunksize=max(1, len(jobs) // (4 * self.n_parallel)))
+
+    def close(self) -> None:
+        if self._pool is not None:
+            self._pool.close()
+            self._pool.join()
+            self._pool = None
+
+    def __enter__(self) -> Self:
+        return self
+
+    def __exit__(self, *exc) -> None:
+        self.close()
+
+
+class DaskRunner:
+    """Measure on a Dask cluster (``pip install dask distributed``); ``client`` is a distributed.Client."""
+
+    def __init__(self, client, check: bool = True, timing_only: bool = False, seed: int = 0):
+        self.client, self.check, self.timing_only, self.seed = client, check, timing_only, seed
+
+    def measure(self, task: Task, configs: Sequence[dict]) -> list[MeasureResult]:
+        futures = self.client.map(_measure_star, [(task, c, self.check, self.timing_only, self.seed)
+                                                  for c in configs], pure=False)
+        return self.client.gather(futures)
+
+
+def dask_client(address: str | None = None, **kwargs):
+    """A ``distributed.Client`` (a local cluster when ``address`` is None): the one import point of dask."""
+    try:
+        from distributed import Client
+    except ImportError:
+        raise ImportError("DaskRunner needs dask: pip install 'dask[distributed]'") from None
+    return Client(address, **kwargs) if address else Client(processes=True, **kwargs)

@@ -1,0 +1,172 @@
+"""Tuning records: an append-only JSON-lines log, one measured config per line.
+
+Each line holds the workload key, the op, the config, the result (cycles, simulated latency, error,
+whether the output was checked), the hardware config's fingerprint, the template version and the time.
+Lines are appended and fsync'ed per batch, so a killed run loses at most the batch in flight; a truncated
+last line is skipped with a warning. Records made for another hardware config or template version are
+never applied silently: ``load_best`` skips them and says how many it skipped.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import time
+import warnings
+from collections.abc import Iterable
+from dataclasses import asdict, dataclass
+from pathlib import Path
+from typing import Any
+
+from hw_config import HwConfig
+from tuning.measure import MeasureResult
+from tuning.task import TEMPLATE_VERSION, Task
+
+FORMAT_VERSION = 1
+FIELDS = ("workload", "op", "config", "result", "hw", "template", "time")
+
+
+class RecordWarning(UserWarning):
+    """A log line was skipped (unreadable, or from another hardware config / template version)."""
+
+
+@dataclass
+class Record:
+    workload: str                 # workload_key of the task
+    op: str
+    config: dict[str, Any]
+    result: dict[str, Any]        # MeasureResult fields except the config
+    hw: str                       # HwConfig.fingerprint
+    template: str = TEMPLATE_VERSION
+    time: float = 0.0
+    version: int = FORMAT_VERSION
+
+    @property
+    def ok(self) -> bool:
+        return self.result.get("error") is None and self.result.get("cycles", 0) > 0
+
+    @property
+    def cycles(self) -> int:
+        return int(self.result.get("cycles", 0))
+
+    def to_json(self) -> str:
+        return json.dumps(asdict(self), sort_keys=True, separators=(",", ":"))
+
+
+def make_record(task: Task, result: MeasureResult) -> Record:
+    res = result.to_dict()
+    res.pop("config")
+    return Record(task.key, task.op, _plain(result.config), res, task.cfg.fingerprint, TEMPLATE_VERSION, time.time())
+
+
+def _plain(config: dict) -> dict:
+    return {k: list(v) if isinstance(v, tuple) else v for k, v in config.items()}
+
+
+def parse_line(line: str) -> Record:
+    """One log line as a Record; ValueError naming what is wrong."""
+    try:
+        obj = json.loads(line)
+    except json.JSONDecodeError as e:
+        raise ValueError(f"not JSON ({e.msg})") from None
+    if not isinstance(obj, dict):
+        raise ValueError("not a JSON object")  # noqa: TRY004 - a bad line is a ValueError for the reader
+    missing = [f for f in FIELDS if f not in obj]
+    if missing:
+        raise ValueError(f"missing field(s) {missing}")
+    if not isinstance(obj["config"], dict) or not isinstance(obj["result"], dict):
+        raise ValueError("config and result must be JSON objects")  # noqa: TRY004 - a bad line is a ValueError
+    return Record(**{k: obj[k] for k in (*FIELDS, "version") if k in obj})
+
+
+class RecordLog:
+    """An append-only JSON-lines file of records."""
+
+    def __init__(self, path: str | os.PathLike):
+        self.path = Path(path)
+
+    def append(self, records: Iterable[Record]) -> None:
+        lines = "".join(r.to_json() + "\n" for r in records)
+        if not lines:
+            return
+        self.path.parent.mkdir(parents=True, exist_ok=True)
+        with open(self.path, "a", encoding="utf-8") as f:
+            if f.tell() > 0 and not _ends_with_newline(self.path):
+                f.write("\n")  # a killed writer left half a line: start ours on a fresh one
+            f.write(lines)
+            f.flush()
+            os.fsync(f.fileno())
+
+    def read(self) -> list[Record]:
+        return load_records(self.path)
+
+
+def _ends_with_newline(path: Path) -> bool:
+    with open(path, "rb") as f:
+        f.seek(-1, os.SEEK_END)
+        return f.read(1) == b"\n"
+
+
+def load_records(path: str | os.PathLike, *, task: Task | None = None, cfg: HwConfig | None = None,
+                 template: str | None = TEMPLATE_VERSION) -> list[Record]:
+    """The readable records of a log (unreadable lines skipped with a RecordWarning naming the line).
+    ``task`` keeps that task's workload; ``cfg`` / ``template`` keep matching records and warn how many
+    others were skipped. A missing file is an empty log."""
+    path = Path(path)
+    if not path.exists():
+        return []
+    records, bad, foreign = [], [], 0
+    with open(path, encoding="utf-8", errors="replace") as f:
+        for number, line in enumerate(f, 1):
+            if not line.strip():
+                continue
+            try:
+                rec = parse_line(line)
+            except ValueError as e:
+                bad.append(f"line {number}: {e}")
+                continue
+            if task is not None and rec.workload != task.key:
+                continue
+            hw = cfg.fingerprint if cfg is not None else (task.cfg.fingerprint if task is not None else None)
+            if (hw is not None and rec.hw != hw) or (template is not None and rec.template != template):
+                foreign += 1
+                continue
+            records.append(rec)
+    if bad:
+        warnings.warn(f"{path}: skipped {len(bad)} unreadable line(s): {'; '.join(bad[:3])}"
+                      + (" ..." if len(bad) > 3 else ""), RecordWarning, stacklevel=2)
+    if foreign:
+        warnings.warn(f"{path}: skipped {foreign} record(s) made for another hardware config or template "
+                      f"version (they are never applied to this one)", RecordWarning, stacklevel=2)
+    return records
+
+
+def best_records(records: Iterable[Record]) -> dict[str, Record]:
+    """The fastest successful record per workload."""
+    best: dict[str, Record] = {}
+    for r in records:
+        if r.ok and (r.workload not in best or r.cycles < best[r.workload].cycles):
+            best[r.workload] = r
+    return best
+
+
+def load_best(path: str | os.PathLike, env) -> dict[str, dict]:
+    """``{workload_key: config}`` of the fastest valid record per workload for ``env``'s hardware config:
+    the ``schedules`` argument of ``graph_pack.build``."""
+    cfg = env if isinstance(env, HwConfig) else env.cfg
+    return {k: r.config for k, r in best_records(load_records(path, cfg=cfg)).items()}
+
+
+def pick_best(in_path: str | os.PathLike, out_path: str | os.PathLike) -> int:
+    """Write the best record of every (hardware config, workload) of ``in_path`` to ``out_path``
+    (replacing it atomically); returns how many were written."""
+    by_hw: dict[tuple[str, str], Record] = {}
+    for r in load_records(in_path, template=None):
+        k = (r.hw, r.workload)
+        if r.ok and (k not in by_hw or r.cycles < by_hw[k].cycles):
+            by_hw[k] = r
+    out = Path(out_path)
+    tmp = out.with_name(out.name + ".tmp")
+    tmp.write_text("".join(r.to_json() + "\n" for r in by_hw.values()), encoding="utf-8")
+    os.replace(tmp, out)
+    return len(by_hw)

@@ -1,0 +1,169 @@
+"""Tuning tasks: one accelerator workload (a template call) with its knob space and its weight in a network.
+
+A task is what AutoTVM's ``autotvm.task`` was for VTA: the operator, its shapes and the epilogue kind
+that changes what fits in SRAM (a bias vector, a residual tile). Measuring compiles the template for a
+config with an epilogue like the network's (bias / residual, then shift, clip, int8 store), so a schedule
+tuned here is valid and equally fast inside ``build``.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from functools import cached_property
+from typing import Any
+
+from graph_pack.build import group_workload, workload_key
+from graph_pack.graph import Graph
+from hw_config import HwConfig
+from vta.ops import AluOp, CompiledOp, ConvOp, compile_op
+from vta.runtime import ScheduleError
+from vta.space import ConfigSpace, KnobError
+from vta.templates import alu, conv
+
+TEMPLATE_VERSION = "1"   # bump when a template's emitted program changes for the same config
+CONV_WORKLOAD_ARGS = ("data_shape", "kernel_shape", "strides", "padding", "groups")
+
+
+def _cfg(env) -> HwConfig:
+    return env if isinstance(env, HwConfig) else env.cfg
+
+
+@dataclass
+class Task:
+    """One workload to tune on one hardware config; ``weight`` = how often the network runs it."""
+
+    workload: dict[str, Any]
+    cfg: HwConfig
+    weight: int = 1
+    names: list[str] = field(default_factory=list)   # the network's groups that run this workload
+
+    @property
+    def key(self) -> str:
+        return workload_key(self.workload)
+
+    @property
+    def op(self) -> str:
+        return self.workload["op"]
+
+    @property
+    def name(self) -> str:
+        w = self.workload
+        shape = "x".join(map(str, w["data_shape"]))
+        if "kernel_shape" in w:
+            kernel = "x".join(map(str, w["kernel_shape"]))
+            extra = "".join(f"_{k[0]}{'x'.join(map(str, w[k])) if isinstance(w[k], (list, tuple)) else w[k]}"
+                            for k in ("strides", "padding") if k in w)
+            return f"{self.op}_{shape}_{kernel}{extra}"
+        return f"{self.op}_{shape}{'_tensor' if w.get('tensor_rhs') else ''}"
+
+    # ---- compiling ----
+    def epilogue(self) -> list[tuple]:
+        w = self.workload
+        if "kernel_shape" not in w:
+            return [("shr", 2), ("clip", -127, 127)]
+        ops: list[tuple] = [("bias",)] if w.get("bias") else []
+        if w.get("residual"):
+            ops.append(("residual",))
+        return [*ops, ("shr", 8), ("clip", -127, 127)]
+
+    def compile_args(self) -> dict[str, Any]:
+        w = self.workload
+        if "kernel_shape" in w:
+            return {k: tuple(w[k]) if isinstance(w[k], list) else w[k] for k in CONV_WORKLOAD_ARGS if k in w}
+        args: dict[str, Any] = {"data_shape": tuple(w["data_shape"])}
+        if self.op == "clip":
+            args["bounds"] = (-127, 127)
+        elif self.op in alu.BINARY and not w.get("tensor_rhs"):
+            args["imm"] = 3
+        return args
+
+    def compile(self, config: dict | None = None, **kwargs) -> CompiledOp:
+        """The template compiled for ``config`` (None: its default)."""
+        return compile_op(self.op, self.cfg, config=config, epilogue=self.epilogue(), **self.compile_args(),
+                          **kwargs)
+
+    @cached_property
+    def default_op(self) -> CompiledOp:
+        return self.compile(None)
+
+    @property
+    def space(self) -> ConfigSpace:
+        return self.default_op.space
+
+    @property
+    def default_config(self) -> dict:
+        return self.default_op.config
+
+    def check(self, config: dict) -> str | None:
+        """Why ``config`` cannot run (checked without emitting anything), or None."""
+        op = self.default_op
+        try:
+            normal = self.space.normalize(config)
+        except KnobError as e:
+            return str(e)
+        if isinstance(op, ConvOp):
+            return conv.check_config(self.cfg, op.geometry, conv.tiling_of(normal), op.epilogue)
+        if isinstance(op, AluOp):
+            return alu.check_alu(self.cfg, op.geometry, alu.alu_tiling(normal))
+        raise ScheduleError(f"no validity check for {type(op).__name__}")
+
+    @property
+    def flop(self) -> int:
+        """Useful operations of one run (2 x multiply-accumulates; one per element for ALU ops)."""
+        op = self.default_op
+        if isinstance(op, ConvOp):
+            return 2 * op.geometry.macs(self.cfg)
+        g = op.geometry
+        return g.nb * g.cob * g.height * g.width * self.cfg.BATCH * self.cfg.BLOCK_OUT
+
+    def __repr__(self) -> str:
+        return f"Task({self.name}, weight={self.weight}, {len(self.space)} configs)"
+
+    def __getstate__(self) -> dict:
+        state = dict(self.__dict__)
+        state.pop("default_op", None)  # holds a simulator; workers compile their own
+        return state
+
+
+def extract_tasks(packed: Graph, env, ops: tuple[str, ...] | None = None) -> list[Task]:
+    """The accelerator workloads of a packed graph, deduplicated, each weighted by its occurrences (in
+    order of first use). ``ops`` filters by template name (e.g. ("conv2d", "group_conv2d"))."""
+    cfg = _cfg(env)
+    if packed.meta.get("config") not in (None, cfg.fingerprint):
+        raise ValueError("this graph was packed for another hardware config; pack it with this env")
+    tasks: dict[str, Task] = {}
+    for group in packed.meta.get("groups", {}).values():
+        workload = group_workload(packed, group, cfg)
+        if ops is not None and workload["op"] not in ops:
+            continue
+        key = workload_key(workload)
+        if key not in tasks:
+            tasks[key] = Task(workload, cfg)
+        else:
+            tasks[key].weight += 1
+        tasks[key].names.append(group.head)
+    return list(tasks.values())
+
+
+def conv_task(env, data_shape, kernel_shape, strides=1, padding=0, groups: int = 1, *, op: str | None = None,
+              bias: bool = True, residual: bool = False) -> Task:
+    """A task for one convolution / dense written by hand (as VTA's tune_conv2d.py scripts do)."""
+    pair = (lambda v: (v, v) if isinstance(v, int) else tuple(v))
+    name = op or ("group_conv2d" if groups > 1 else "conv2d")
+    workload: dict[str, Any] = {"op": name, "data_shape": tuple(data_shape), "kernel_shape": tuple(kernel_shape),
+                                "bias": bias, "residual": residual}
+    if name != "dense":
+        workload.update(strides=pair(strides), padding=pair(padding))
+    if name in ("conv2d", "group_conv2d"):
+        workload["groups"] = groups
+    return Task(_canonical(workload), _cfg(env))
+
+
+def alu_task(env, op: str, data_shape, tensor_rhs: bool = True) -> Task:
+    """A task for one element-wise ALU op on an int32 tensor of ``data_shape`` (N, C, H, W)."""
+    return Task(_canonical({"op": op, "data_shape": tuple(data_shape), "tensor_rhs": tensor_rhs}), _cfg(env))
+
+
+def _canonical(workload: dict) -> dict:
+    """Tuples as build's group_workload writes them, so keys agree."""
+    return {k: tuple(v) if isinstance(v, list) else v for k, v in workload.items()}
