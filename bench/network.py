@@ -1,0 +1,87 @@
+"""ResNet-18 end to end on the simulated accelerator: compile time, inference wall time, simulated cycles.
+
+Measured in one run: quantize + graph_pack + build (compile), one inference with data and cycles (median of
+``--repeat``), the simulated cycles and latency at the preset's clock, and the float numpy reference of the
+same network (``run_reference`` on the float graph) as the in-run reference. TVM-VTA's documented figures
+for the same flow on 2 cores are quoted for comparison (about 36 s to compile; about 0.26 s per inference
+in its functional simulator, which computes no cycles).
+
+    python bench/network.py [--config pynq] [--model resnet-18] [--repeat 5] [--cpu auto]
+"""
+
+from __future__ import annotations
+
+import argparse
+import platform
+import statistics
+import time
+
+import numpy as np
+
+from graph_pack import zoo
+from graph_pack.build import build
+from graph_pack.pack import graph_pack
+from graph_pack.quantize import quantize
+from graph_pack.reference import run_reference
+from hw_config import load_config
+
+TVM_VTA_COMPILE_S = 36.0
+TVM_VTA_INFERENCE_S = 0.26
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--config", default="pynq", help="preset name or JSON path (default: pynq)")
+    ap.add_argument("--model", default="resnet-18", help="zoo model (default resnet-18)")
+    ap.add_argument("--repeat", type=int, default=5, help="inferences to time (median reported)")
+    ap.add_argument("--cpu", default="auto", choices=("auto", "jit", "numpy"), help="host kernels")
+    args = ap.parse_args()
+    cfg = load_config(args.config)
+    graph, params = zoo.get_model(args.model, batch_size=cfg.BATCH)
+    start, stop = zoo.pack_points(args.model)
+    x = np.random.default_rng(0).standard_normal(graph["data"].shape).astype(np.float32)
+
+    t0 = time.perf_counter()
+    qgraph, qparams = quantize(graph, params, global_scale=8.0, skip_conv_layers=[0])
+    t1 = time.perf_counter()
+    packed = graph_pack(qgraph, cfg, start_name=start, stop_name=stop)
+    t2 = time.perf_counter()
+    mod = build(packed, cfg, qparams, cpu=args.cpu)
+    t3 = time.perf_counter()
+    compile_s = t3 - t0
+
+    mod.run(data=x)  # warm-up (first-touch of buffers)
+    walls = []
+    for _ in range(args.repeat):
+        t = time.perf_counter()
+        mod.run(data=x)
+        walls.append(time.perf_counter() - t)
+    wall = statistics.median(walls)
+    exact = np.array_equal(mod.get_output(0), run_reference(qgraph, qparams, {"data": x}))
+    t = time.perf_counter()
+    run_reference(graph, params, {"data": x})
+    float_ref = time.perf_counter() - t
+    backends = sorted({getattr(s, "backend", "") for s in mod.steps} - {""})
+
+    s = mod.stats
+    print(f"# {args.model} on {cfg.model}, batch {cfg.BATCH}, {platform.machine()}, {time.strftime('%Y-%m-%d')}")
+    print(f"host kernels: {', '.join(backends)}; output bit-exact vs the numpy run of the quantized graph: "
+          f"{'yes' if exact else 'NO'}")
+    print("| measure | ours | reference | target |")
+    print("|---|---|---|---|")
+    print(f"| compile: quantize + graph_pack + build | {compile_s:.2f} s (quantize {t1 - t0:.2f}, pack "
+          f"{t2 - t1:.2f}, build {t3 - t2:.2f}) | TVM-VTA ~{TVM_VTA_COMPILE_S:.0f} s "
+          f"({TVM_VTA_COMPILE_S / compile_s:.0f}x slower) | < 3 s |")
+    print(f"| one inference, data and cycles (median of {args.repeat}) | {wall * 1e3:.0f} ms (host ops "
+          f"{mod.host_seconds * 1e3:.0f} ms) | TVM-VTA fsim ~{TVM_VTA_INFERENCE_S * 1e3:.0f} ms, no cycles | "
+          f"< 250 ms |")
+    print(f"| float numpy reference of the same network | {float_ref * 1e3:.0f} ms | ratio "
+          f"{float_ref / wall:.1f}x our simulated inference | |")
+    print(f"| simulated accelerator cycles | {s.cycles:,} = {s.seconds * 1e3:.1f} ms at {cfg.CLOCK_MHZ:g} MHz | "
+          f"tsim ~31 M cycles (VTA notes) | |")
+    groups = sum(1 for st in mod.steps if hasattr(st, "group"))
+    print(f"| accelerator groups / host steps | {groups} / {len(mod.steps) - groups} | | |")
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,877 @@
+"""CPU kernels JIT-compiled through llvmlite, bit-identical to the numpy references in graph_pack.kernels.
+
+The references fix every float reduction's order (conv2d: input channel, kernel row, kernel column; dense:
+over K; pooling: row-major over the window) and round each product before adding it. The kernels here
+generate LLVM IR specialised to one shape, keep that order for every output element and gain their speed
+by putting *different output elements* in the vector lanes (output columns for conv2d and pooling), never
+by reassociating a sum; no fast-math flag and no ``contract`` is ever set, so no fused multiply-add appears.
+Integer sums (int8 x int8 -> int32) wrap modulo 2^32 like the reference, so their order is free.
+
+    fn = jit.get_kernel("nn.conv2d", attrs, [x.shape, w.shape], ["float32", "float32"])
+    y = fn(attrs, x, w) if fn is not None else kernels.KERNELS["nn.conv2d"](attrs, x, w)
+
+This is the only module that imports llvmlite, and only on first use (``pip install 'vta-stack[jit]'``).
+Known differences, both outside "same bits for the same numbers": a NaN result may carry another NaN
+payload, and max_pool2d of a window whose largest values are +0.0 and -0.0 may pick the other zero.
+"""
+
+from __future__ import annotations
+
+import ctypes
+import math
+import struct
+import threading
+import time
+from collections.abc import Callable, Iterator, Sequence
+from contextlib import ExitStack, contextmanager
+from dataclasses import dataclass
+
+import numpy as np
+
+from graph_pack.opdefs import OPS, packed_factors, pair, pool_out, quad
+
+Kernel = Callable[..., np.ndarray]
+COVERED = ("nn.conv2d", "nn.dense", "nn.max_pool2d", "nn.avg_pool2d", "nn.global_avg_pool2d")
+_INSTALL_HINT = "graph_pack.jit needs llvmlite: pip install 'vta-stack[jit]'"
+
+
+def available() -> bool:
+    """True when llvmlite can be imported (get_kernel then compiles instead of raising ImportError)."""
+    try:
+        import llvmlite.binding  # noqa: F401
+    except ImportError:
+        return False
+    return True
+
+
+# ---- one target machine and one MCJIT engine per process ----------------------------------------------------
+
+@dataclass
+class _Jit:
+    llvm: object
+    tm: object
+    pto: object
+    engine: object
+    avx512: bool
+
+
+_STATE: _Jit | None = None
+_LOCK = threading.RLock()
+_CACHE: dict[tuple, Kernel] = {}
+_COUNTER = [0]
+
+
+def _jit() -> _Jit:
+    """The process-wide host target machine and execution engine, created on first use."""
+    global _STATE
+    with _LOCK:
+        if _STATE is None:
+            try:
+                import llvmlite.binding as llvm
+            except ImportError as e:
+                raise ImportError(_INSTALL_HINT) from e
+            llvm.initialize_native_target()
+            llvm.initialize_native_asmprinter()
+            features = llvm.get_host_cpu_features().flatten()
+            target = llvm.Target.from_triple(llvm.get_process_triple())
+            tm = target.create_target_machine(cpu=llvm.get_host_cpu_name(), features=features, opt=3, jit=True)
+            engine = llvm.create_mcjit_compiler(llvm.parse_assembly(""), tm)
+            pto = llvm.create_pipeline_tuning_options(speed_level=3)
+            pto.loop_unrolling = False  # the IR is unrolled where it pays; LLVM's unrolling doubled compile time
+            _STATE = _Jit(llvm, tm, pto, engine, "+avx512f" in features.split(","))
+        return _STATE
+
+
+def _compile(ir: str, name: str, nargs: int) -> Callable[..., None]:
+    """Optimise (O3, no fast-math) and JIT one module; the C function taking ``nargs`` pointers."""
+    st = _jit()
+    llvm = st.llvm
+    with _LOCK:
+        mod = llvm.parse_assembly(ir)
+        mod.triple = st.tm.triple
+        mod.data_layout = str(st.tm.target_data)
+        mod.verify()
+        pb = llvm.create_pass_builder(st.tm, st.pto)
+        pb.getModulePassManager().run(mod, pb)
+        st.engine.add_module(mod)
+        st.engine.finalize_object()
+        addr = st.engine.get_function_address(name)
+    if not addr:
+        raise RuntimeError(f"graph_pack.jit: no address for compiled function {name}")
+    return ctypes.CFUNCTYPE(None, *[ctypes.c_void_p] * nargs)(addr)
+
+
+def _fresh_name(op: str) -> str:
+    _COUNTER[0] += 1
+    return f"vta_{op.replace('nn.', '')}_{_COUNTER[0]}"
+
+
+# ---- IR text builder ----------------------------------------------------------------------------------------
+
+class _Fn:
+    """One LLVM function as text: SSA names, counted loops (phi-based), entry-block allocas (mem2reg'd)."""
+
+    def __init__(self, name: str, args: Sequence[str]):
+        self.head = f"define void @{name}({', '.join(args)}) nounwind {{"
+        self.allocas: list[str] = []
+        self.body: list[str] = ["L0:"]
+        self.cur = "L0"
+        self.n = 0
+        self.decls: set[str] = set()
+
+    def new(self, prefix: str = "t") -> str:
+        self.n += 1
+        return f"%{prefix}{self.n}"
+
+    def label(self, prefix: str) -> str:
+        self.n += 1
+        return f"{prefix}{self.n}"
+
+    def emit(self, line: str) -> None:
+        self.body.append("  " + line)
+
+    def let(self, rhs: str, prefix: str = "t") -> str:
+        name = self.new(prefix)
+        self.emit(f"{name} = {rhs}")
+        return name
+
+    def start(self, label: str) -> None:
+        self.body.append(f"{label}:")
+        self.cur = label
+
+    def alloca(self, ty: str) -> str:
+        name = self.new("a")
+        self.allocas.append(f"  {name} = alloca {ty}, align 64")
+        return name
+
+    def lin(self, const: int, *terms: tuple[int, str]) -> str:
+        """i64 value const + sum(coef * value)."""
+        acc = None
+        for coef, v in terms:
+            if coef == 0 or v == "0":
+                continue
+            t = v if coef == 1 else self.let(f"mul nuw nsw i64 {v}, {coef}")
+            acc = t if acc is None else self.let(f"add nuw nsw i64 {acc}, {t}")
+        if acc is None:
+            return str(const)
+        return self.let(f"add nuw nsw i64 {acc}, {const}") if const else acc
+
+    def gep(self, elt: str, base: str, off: str, inbounds: bool = True) -> str:
+        kw = "getelementptr inbounds" if inbounds else "getelementptr"
+        return self.let(f"{kw} {elt}, ptr {base}, i64 {off}", "p")
+
+    def splat(self, ty: str, lanes: int, value: str) -> str:
+        v = self.let(f"insertelement <{lanes} x {ty}> poison, {ty} {value}, i64 0")
+        return self.let(f"shufflevector <{lanes} x {ty}> {v}, <{lanes} x {ty}> poison, <{lanes} x i32> zeroinitializer")
+
+    @contextmanager
+    def loop(self, count: int) -> Iterator[str]:
+        """for i in range(count) (count >= 1); yields the i64 induction variable."""
+        if count == 1:
+            yield "0"
+            return
+        head, latch, done = self.label("loop"), self.label("latch"), self.label("done")
+        i, nxt, pre = self.new("i"), self.new("inext"), self.cur
+        self.emit(f"br label %{head}")
+        self.start(head)
+        self.emit(f"{i} = phi i64 [ 0, %{pre} ], [ {nxt}, %{latch} ]")
+        yield i
+        self.emit(f"br label %{latch}")
+        self.start(latch)
+        self.emit(f"{nxt} = add nuw nsw i64 {i}, 1")
+        c = self.let(f"icmp ult i64 {nxt}, {count}")
+        self.emit(f"br i1 {c}, label %{head}, label %{done}")
+        self.start(done)
+
+    def masked_store(self, ty: str, lanes: int, value: str, ptr: str, mask: str | None) -> None:
+        vt = f"<{lanes} x {ty}>"
+        if mask is None:
+            self.emit(f"store {vt} {value}, ptr {ptr}, align 1")
+            return
+        name = f"@llvm.masked.store.v{lanes}{'f32' if ty == 'float' else ty}.p0"
+        self.decls.add(f"declare void {name}({vt}, ptr, i32 immarg, <{lanes} x i1>)")
+        self.emit(f"call void {name}({vt} {value}, ptr {ptr}, i32 1, <{lanes} x i1> {mask})")
+
+    def text(self) -> str:
+        return "\n".join([*sorted(self.decls), self.head, "entry:", *self.allocas, "  br label %L0",
+                          *self.body, "  ret void", "}", ""])
+
+
+def _fconst(v: float) -> str:
+    """A float32 value as an exact LLVM IR constant (hex of the double it widens to)."""
+    bits = struct.unpack("<Q", struct.pack("<d", float(np.float32(v))))[0]
+    return f"0x{bits:016X}"
+
+
+def _lane_mask(f: _Fn, lanes: int, col0: str, limit: int, valid: str | None) -> str:
+    """<lanes x i1>: col0 + lane < limit, and-ed with the scalar i1 ``valid`` (None: all true)."""
+    c = f.let(f"trunc i64 {col0} to i32")
+    s = f.splat("i32", lanes, c)
+    seq = ", ".join(f"i32 {k}" for k in range(lanes))
+    idx = f.let(f"add <{lanes} x i32> {s}, <{seq}>")
+    lim = ", ".join(f"i32 {limit}" for _ in range(lanes))
+    m = f.let(f"icmp slt <{lanes} x i32> {idx}, <{lim}>")
+    if valid is not None:
+        m = f.let(f"select i1 {valid}, <{lanes} x i1> {m}, <{lanes} x i1> zeroinitializer")
+    return m
+
+
+def _valid(f: _Fn, conds: list[tuple[str, int]]) -> str | None:
+    """i1 and of (value < limit) over conds; None when there are none."""
+    out = None
+    for v, lim in conds:
+        c = f.let(f"icmp ult i64 {v}, {lim}")
+        out = c if out is None else f.let(f"and i1 {out}, {c}")
+    return out
+
+
+# ---- input staging: padding and stride phases ---------------------------------------------------------------
+
+class _Scratch:
+    """The staged-input buffer of one kernel, kept per thread. Its padding is written once (here); every call
+    the kernel copies only the interior, since a fresh multi-MB buffer per call would cost more in page
+    faults than the kernel itself."""
+
+    def __init__(self, shape: tuple, dtype: str, fill):
+        self.shape, self.dtype, self.fill = shape, np.dtype(dtype), fill
+        self.local = threading.local()
+
+    def get(self) -> np.ndarray:
+        buf = getattr(self.local, "buf", None)
+        if buf is None:
+            buf = self.local.buf = np.full(self.shape, self.fill, self.dtype)
+        return buf
+
+
+def _emit_stage(f: _Fn, ety: str, nc: int, h: int, w: int, pt: int, pl: int, sw: int, hn: int, wc: int) -> None:
+    """Copy %xin (NC x h x w) into the staged buffer %x (NC x hn x sw x wc):
+    [c, r, p, col] = xin[c, r - pt, col*sw + p - pl]. Splitting columns into stride phases makes every
+    output-column vector one contiguous load for any horizontal stride/dilation; the padding and the columns
+    read past the last output are real memory (filled once by _Scratch). The main column loop reads whole
+    groups of sw neighbours, which LLVM vectorises as interleaved accesses."""
+    r0, r1 = min(pt, hn), min(pt + h, hn)
+    if r1 <= r0:
+        return
+    ranges = [(max(0, -((p - pl) // sw)), min(wc, (w - 1 - p + pl) // sw + 1)) for p in range(sw)]
+    lo, hi = max(a for a, _ in ranges), min(b for _, b in ranges)
+    if hi <= lo:
+        lo = hi = ranges[0][0]
+    with f.loop(nc) as c, f.loop(r1 - r0) as r:
+        src = f.gep(ety, "%xin", f.lin(0, (h * w, c), (w, r)))  # r0 == pt here
+        dst = f.gep(ety, "%x", f.lin(r0 * sw * wc, (hn * sw * wc, c), (sw * wc, r)))
+
+        def copy(phases: range, a: int, b: int) -> None:
+            if b <= a:
+                return
+            with f.loop(b - a) as q:
+                for p in phases:
+                    v = f.let(f"load {ety}, ptr {f.gep(ety, src, f.lin(a * sw + p - pl, (sw, q)))}, align 1")
+                    f.emit(f"store {ety} {v}, ptr {f.gep(ety, dst, f.lin(p * wc + a, (1, q)))}, align 1")
+
+        copy(range(sw), lo, hi)
+        for p, (a, b) in enumerate(ranges):
+            copy(range(p, p + 1), a, min(b, lo))
+            copy(range(p, p + 1), max(a, hi), b)
+
+
+def _ptr(a: np.ndarray) -> int:
+    return a.__array_interface__["data"][0]
+
+
+def _check(what: str, arrays: Sequence[np.ndarray], shapes: Sequence[tuple], dtypes: Sequence[str]) -> None:
+    for k, (a, s, d) in enumerate(zip(arrays, shapes, dtypes, strict=True)):
+        if a.shape != s or a.dtype != np.dtype(d):
+            raise ValueError(f"graph_pack.jit: the {what} kernel was compiled for input {k} of {s} {d}, "
+                             f"got {a.shape} {a.dtype}; ask get_kernel for this shape")
+
+
+# ---- blocking plans -----------------------------------------------------------------------------------------
+
+@dataclass(frozen=True)
+class _Tile:
+    """An output tile: ob output channels x r rows x v vectors of vw columns (ob*r*v accumulators)."""
+    ob: int
+    r: int
+    v: int
+    vw: int
+
+
+def _widths(vwmax: int) -> tuple[int, ...]:
+    return tuple(w for w in (4, 8, 16, 32, 64) if w <= vwmax)
+
+
+def _plan(og: int, oh: int, ow: int, taps: int, regs: int, vwmax: int, max_acc: int) -> _Tile:
+    """The tile with the fewest modelled cycles: per kernel tap, one vector mul+add per accumulator, one load
+    per input vector and per weight, at least an add latency; plus per-tile set-up and stores."""
+    best, best_cost = _Tile(1, 1, 1, 4), math.inf
+    for vw in _widths(vwmax):
+        nv = -(-ow // vw)
+        for v in range(1, min(nv, 8) + 1):
+            ncb = -(-nv // v)
+            for r in range(1, min(oh, 8) + 1):
+                nrb = -(-oh // r)
+                for ob in range(1, min(og, 16) + 1):
+                    nacc, loads = ob * r * v, r * v + ob
+                    if nacc > max_acc or nacc + r * v + 2 > regs:
+                        continue
+                    per_tap = max(nacc, loads / 2, 4) + 0.25 * loads
+                    cost = -(-og // ob) * nrb * ncb * (taps * per_tap + 2 * nacc + 10)
+                    if cost < best_cost - 1e-9:
+                        best, best_cost = _Tile(ob, r, v, vw), cost
+    return best
+
+
+# ---- nn.conv2d ----------------------------------------------------------------------------------------------
+
+@dataclass(frozen=True)
+class _Conv:
+    n: int
+    c: int
+    h: int
+    w: int
+    o: int
+    cg: int
+    kh: int
+    kw: int
+    oh: int
+    ow: int
+    strides: tuple[int, int]
+    padding: tuple[int, int, int, int]
+    dilation: tuple[int, int]
+    groups: int
+    integer: bool
+
+
+def _conv_ir(name: str, p: _Conv, t: _Tile) -> tuple[str, dict]:
+    """conv2d(xin, w) -> out, staging xin into %x first. Each tile keeps ob*r*v vector accumulators in
+    registers; for every input channel, kernel row and kernel column (the reference's order) it adds the
+    rounded products of r*v input vectors (consecutive output columns) with ob broadcast weights."""
+    f = _Fn(name, ["ptr noalias readonly %xin", "ptr noalias %x", "ptr noalias readonly %w", "ptr noalias %out"])
+    (sh, sw), (dh, dw) = p.strides, p.dilation
+    og = p.o // p.groups
+    ogp = -(-og // t.ob) * t.ob
+    nv = -(-p.ow // t.vw)
+    nrb, ncb = -(-p.oh // t.r), -(-nv // t.v)
+    hn = (nrb * t.r - 1) * sh + (p.kh - 1) * dh + 1
+    wc = ncb * t.v * t.vw + ((p.kw - 1) * dw) // sw
+    xs_row = sw * wc
+    xs_c = hn * xs_row
+    xs_n = p.c * xs_c
+    taps = p.kh * p.kw
+    w_o, w_g = p.cg * taps, ogp * p.cg * taps
+    out_c = p.oh * p.ow
+    out_n = p.o * out_c
+    at, xt = ("i32", "i8") if p.integer else ("float", "float")
+    lanes = t.vw
+    vt, xvt = f"<{lanes} x {at}>", f"<{lanes} x {xt}>"
+    nacc = t.ob * t.r * t.v
+    accs = [f.alloca(vt) for _ in range(nacc)]
+    acc_at = {(o, r, v): accs[(o * t.r + r) * t.v + v] for o in range(t.ob) for r in range(t.r) for v in range(t.v)}
+    _emit_stage(f, xt, p.n * p.c, p.h, p.w, p.padding[0], p.padding[1], sw, hn, wc)
+
+    def tap_row(xbase: str, wbase: str, i: str) -> None:
+        """acc += x * w over kernel row ``i`` (a loop variable), kernel columns j unrolled."""
+        cur = {k: f.let(f"load {vt}, ptr {a}, align 64") for k, a in acc_at.items()}
+        xb, wb = f.gep(xt, xbase, f.lin(0, (dh * xs_row, i))), f.gep(xt, wbase, f.lin(0, (p.kw, i)))
+        for j in range(p.kw):
+            phase, coff = (j * dw) % sw, (j * dw) // sw
+            xv = {}
+            for r in range(t.r):
+                for v in range(t.v):
+                    q = f.gep(xt, xb, str(r * sh * xs_row + phase * wc + v * lanes + coff))
+                    val = f.let(f"load {xvt}, ptr {q}, align 1")
+                    xv[r, v] = f.let(f"sext {xvt} {val} to {vt}") if p.integer else val
+            for o in range(t.ob):
+                q = f.gep(xt, wb, str(o * w_o + j))
+                s = f.let(f"load {xt}, ptr {q}, align 1")
+                if p.integer:
+                    s = f.let(f"sext i8 {s} to i32")
+                ws = f.splat(at, lanes, s)
+                for r in range(t.r):
+                    for v in range(t.v):
+                        if p.integer:  # exact products, wrapping sum: order is free
+                            prod = f.let(f"mul nsw {vt} {xv[r, v]}, {ws}")
+                            cur[o, r, v] = f.let(f"add {vt} {cur[o, r, v]}, {prod}")
+                        else:  # rounded product, then the add: the reference's order per element
+                            prod = f.let(f"fmul {vt} {xv[r, v]}, {ws}")
+                            cur[o, r, v] = f.let(f"fadd {vt} {cur[o, r, v]}, {prod}")
+        for k, a in acc_at.items():
+            f.emit(f"store {vt} {cur[k]}, ptr {a}, align 64")
+
+    with ExitStack() as loops:
+        n = loops.enter_context(f.loop(p.n))
+        g = loops.enter_context(f.loop(p.groups))
+        ob = loops.enter_context(f.loop(ogp // t.ob))
+        rb = loops.enter_context(f.loop(nrb))
+        cb = loops.enter_context(f.loop(ncb))
+        for a in accs:
+            f.emit(f"store {vt} zeroinitializer, ptr {a}, align 64")
+        with f.loop(p.cg) as ci:
+            xoff = f.lin(0, (xs_n, n), (p.cg * xs_c, g), (xs_c, ci), (t.r * sh * xs_row, rb), (t.v * lanes, cb))
+            woff = f.lin(0, (w_g, g), (t.ob * w_o, ob), (taps, ci))
+            xbase, wbase = f.gep(xt, "%x", xoff), f.gep(xt, "%w", woff)
+            with f.loop(p.kh) as i:  # a loop over kernel rows keeps the code (and compile time) small
+                tap_row(xbase, wbase, i)
+        # stores: column lanes past ow, rows past oh and padded channels past og are masked off
+        row0 = f.lin(0, (t.r, rb))
+        col0 = f.lin(0, (t.v * lanes, cb))
+        ch0 = f.lin(0, (t.ob, ob))
+        obase = f.lin(0, (out_n, n), (og * out_c, g), (t.ob * out_c, ob), (t.r * p.ow, rb), (t.v * lanes, cb))
+        need_col = ncb * t.v * lanes != p.ow
+        for o in range(t.ob):
+            for r in range(t.r):
+                conds = []
+                if ogp != og:
+                    conds.append((f.lin(o, (1, ch0)), og))
+                if nrb * t.r != p.oh:
+                    conds.append((f.lin(r, (1, row0)), p.oh))
+                valid = _valid(f, conds)
+                for v in range(t.v):
+                    if need_col:
+                        mask = _lane_mask(f, lanes, f.lin(v * lanes, (1, col0)), p.ow, valid)
+                    elif valid is not None:
+                        mask = f.let(f"select i1 {valid}, <{lanes} x i1> <{', '.join(['i1 true'] * lanes)}>, "
+                                     f"<{lanes} x i1> zeroinitializer")
+                    else:
+                        mask = None
+                    val = f.let(f"load {vt}, ptr {acc_at[o, r, v]}, align 64")
+                    q = f.gep(at, "%out", f.lin(o * out_c + r * p.ow + v * lanes, (1, obase)), inbounds=False)
+                    f.masked_store(at, lanes, val, q, mask)
+    return f.text(), {"hn": hn, "wc": wc, "ogp": ogp, "og": og}
+
+
+# ---- pooling ------------------------------------------------------------------------------------------------
+
+_ELT = {"float32": "float", "int8": "i8", "uint8": "i8", "int32": "i32"}
+
+
+@dataclass(frozen=True)
+class _Pool:
+    nc: int
+    h: int
+    w: int
+    pt: int
+    pl: int
+    oh: int
+    ow: int
+    kh: int
+    kw: int
+    strides: tuple[int, int]
+    dtype: str
+    kind: str  # "max" or "avg"
+    count_const: float | None  # avg: the divisor when it is the same everywhere
+
+
+def _combine_max(f: _Fn, vt: str, lanes: int, dtype: str, m: str, x: str) -> str:
+    if dtype == "float32":  # NaN-propagating like numpy's max: take x when x > m or x is NaN
+        gt = f.let(f"fcmp ogt {vt} {x}, {m}")
+        nan = f.let(f"fcmp uno {vt} {x}, {x}")
+        take = f.let(f"or <{lanes} x i1> {gt}, {nan}")
+        return f.let(f"select <{lanes} x i1> {take}, {vt} {x}, {vt} {m}")
+    ity = _ELT[dtype]
+    op = "umax" if dtype.startswith("u") else "smax"
+    name = f"@llvm.{op}.v{lanes}{ity}"
+    f.decls.add(f"declare {vt} {name}({vt}, {vt})")
+    return f.let(f"call {vt} {name}({vt} {m}, {vt} {x})")
+
+
+def _pool_ir(name: str, p: _Pool, t: _Tile) -> tuple[str, dict]:
+    """max/avg pool of xin -> out over r*v output-column vectors per tile, window taken row-major."""
+    f = _Fn(name, ["ptr noalias readonly %xin", "ptr noalias %x", "ptr noalias readonly %cnt", "ptr noalias %out"])
+    sh, sw = p.strides
+    nv = -(-p.ow // t.vw)
+    nrb, ncb = -(-p.oh // t.r), -(-nv // t.v)
+    hn = (nrb * t.r - 1) * sh + p.kh
+    wc = ncb * t.v * t.vw + (p.kw - 1) // sw
+    xs_row = sw * wc
+    xs_c = hn * xs_row
+    cw = ncb * t.v * t.vw  # count buffer row length
+    ety = _ELT[p.dtype]
+    lanes = t.vw
+    vt = f"<{lanes} x {ety}>"
+    if p.kind == "max":
+        if p.dtype == "float32":
+            init = _fconst(-np.inf)
+        else:
+            init = str(int(np.iinfo(p.dtype).min)) if not p.dtype.startswith("u") else "0"
+        init_v = f"<{', '.join([f'{ety} {init}'] * lanes)}>"
+    else:
+        init_v = "zeroinitializer"
+    keys = [(r, v) for r in range(t.r) for v in range(t.v)]
+    accs = {k: f.alloca(vt) for k in keys}
+    _emit_stage(f, ety, p.nc, p.h, p.w, p.pt, p.pl, sw, hn, wc)
+
+    def row(xbase: str, i: str) -> None:
+        """Fold kernel row ``i`` (a loop variable) into the accumulators, kernel columns j unrolled."""
+        cur = {k: f.let(f"load {vt}, ptr {a}, align 64") for k, a in accs.items()}
+        xb = f.gep(ety, xbase, f.lin(0, (xs_row, i)))
+        for j in range(p.kw):
+            phase, coff = j % sw, j // sw
+            for r, v in keys:
+                q = f.gep(ety, xb, str(r * sh * xs_row + phase * wc + v * lanes + coff))
+                x = f.let(f"load {vt}, ptr {q}, align 1")
+                if p.kind == "max":
+                    cur[r, v] = _combine_max(f, vt, lanes, p.dtype, cur[r, v], x)
+                else:  # the reference's row-major window sum
+                    cur[r, v] = f.let(f"fadd {vt} {cur[r, v]}, {x}")
+        for k, a in accs.items():
+            f.emit(f"store {vt} {cur[k]}, ptr {a}, align 64")
+
+    with ExitStack() as loops:
+        nc = loops.enter_context(f.loop(p.nc))
+        rb = loops.enter_context(f.loop(nrb))
+        cb = loops.enter_context(f.loop(ncb))
+        for a in accs.values():
+            f.emit(f"store {vt} {init_v}, ptr {a}, align 64")
+        xbase = f.gep(ety, "%x", f.lin(0, (xs_c, nc), (t.r * sh * xs_row, rb), (t.v * lanes, cb)))
+        with f.loop(p.kh) as i:
+            row(xbase, i)
+        obase = f.lin(0, (p.oh * p.ow, nc), (t.r * p.ow, rb), (t.v * lanes, cb))
+        cbase = f.lin(0, (t.r * cw, rb), (t.v * lanes, cb))
+        row0, col0 = f.lin(0, (t.r, rb)), f.lin(0, (t.v * lanes, cb))
+        need_col = ncb * t.v * lanes != p.ow
+        for r in range(t.r):
+            valid = _valid(f, [(f.lin(r, (1, row0)), p.oh)] if nrb * t.r != p.oh else [])
+            for v in range(t.v):
+                val = f.let(f"load {vt}, ptr {accs[r, v]}, align 64")
+                if p.kind == "avg":
+                    if p.count_const is not None:
+                        cnt = f"<{', '.join([f'float {_fconst(p.count_const)}'] * lanes)}>"
+                    else:
+                        q = f.gep("float", "%cnt", f.lin(r * cw + v * lanes, (1, cbase)))
+                        cnt = f.let(f"load {vt}, ptr {q}, align 4")
+                    val = f.let(f"fdiv {vt} {val}, {cnt}")
+                if need_col:
+                    mask = _lane_mask(f, lanes, f.lin(v * lanes, (1, col0)), p.ow, valid)
+                elif valid is not None:
+                    mask = f.let(f"select i1 {valid}, <{lanes} x i1> <{', '.join(['i1 true'] * lanes)}>, "
+                                 f"<{lanes} x i1> zeroinitializer")
+                else:
+                    mask = None
+                q = f.gep(ety, "%out", f.lin(r * p.ow + v * lanes, (1, obase)), inbounds=False)
+                f.masked_store(ety, lanes, val, q, mask)
+    return f.text(), {"hn": hn, "wc": wc, "cw": cw, "rows": nrb * t.r}
+
+
+def _pool_counts(h: int, w: int, oh: int, ow: int, pool, strides, padding, rows: int, cw: int) -> np.ndarray:
+    """count_include_pad=False divisors: real input elements under each window (the reference's sum of a
+    zero-padded ones image), laid out (rows, cw) as the kernel reads them; unused entries are 1."""
+    (kh, kw), (sh, sw), (pt, pl, _, _) = pool, strides, padding
+
+    def inside(n_out: int, k: int, s: int, p0: int, size: int) -> np.ndarray:
+        start = np.arange(n_out) * s - p0
+        return (np.minimum(start + k, size) - np.maximum(start, 0)).clip(min=0)
+
+    cnt = np.ones((rows, cw), np.float32)
+    cnt[:oh, :ow] = np.outer(inside(oh, kh, sh, pt, h), inside(ow, kw, sw, pl, w)).astype(np.float32)
+    return cnt
+
+
+# ---- nn.dense and nn.global_avg_pool2d: row sums, one output per lane ---------------------------------------
+
+def _transpose(f: _Fn, vt: str, lanes: int, rows: list[str]) -> list[str]:
+    """lanes x lanes register transpose: log2(lanes) rounds of zipping row i with row i + lanes/2."""
+    half = lanes // 2
+    lo = ", ".join(f"i32 {v}" for q in range(half) for v in (q, q + lanes))
+    hi = ", ".join(f"i32 {v}" for q in range(half, lanes) for v in (q, q + lanes))
+    for _ in range(lanes.bit_length() - 1):
+        out = []
+        for i in range(half):
+            a, b = rows[i], rows[i + half]
+            out.append(f.let(f"shufflevector {vt} {a}, {vt} {b}, <{lanes} x i32> <{lo}>"))
+            out.append(f.let(f"shufflevector {vt} {a}, {vt} {b}, <{lanes} x i32> <{hi}>"))
+        rows = out
+    return rows
+
+
+def _rows_ir(name: str, n: int, k: int, m: int, lanes: int, mean: bool) -> str:
+    """out[i, r] = sum over kk of x[i, kk] * w[r, kk] (mean: sum of w[r, kk], divided by k), accumulated in
+    ascending kk from 0.0 like the reference. Lanes hold ``lanes`` consecutive rows r: each block of
+    lanes x lanes weights is loaded row-wise and transposed in registers, so every load is contiguous."""
+    args = ["ptr noalias readonly %w", "ptr noalias %out"]
+    f = _Fn(name, args if mean else ["ptr noalias readonly %x", *args])
+    vt = f"<{lanes} x float>"
+    acc = f.alloca(vt)
+    kc = k // lanes
+
+    def block(i: str, m0: str, valid: int) -> None:
+        f.emit(f"store {vt} zeroinitializer, ptr {acc}, align 64")
+        wbase = f.gep("float", "%w", f.lin(0, (k, m0)))
+        xrow = None if mean else f.gep("float", "%x", f.lin(0, (k, i)))
+        row_off = [min(lane, valid - 1) * k for lane in range(lanes)]  # rows past m repeat the last one
+
+        def add_columns(koff: str, cols: list[str]) -> None:
+            cur = f.let(f"load {vt}, ptr {acc}, align 64")
+            for kk, col in enumerate(cols):
+                if mean:
+                    cur = f.let(f"fadd {vt} {cur}, {col}")
+                    continue
+                xk = f.let(f"load float, ptr {f.gep('float', xrow, f.lin(kk, (1, koff)))}, align 4")
+                prod = f.let(f"fmul {vt} {f.splat('float', lanes, xk)}, {col}")
+                cur = f.let(f"fadd {vt} {cur}, {prod}")
+            f.emit(f"store {vt} {cur}, ptr {acc}, align 64")
+
+        if kc:
+            with f.loop(kc) as c:
+                koff = f.lin(0, (lanes, c))
+                base = f.gep("float", wbase, koff)
+                rows = [f.let(f"load {vt}, ptr {f.gep('float', base, str(off))}, align 4") for off in row_off]
+                add_columns(koff, _transpose(f, vt, lanes, rows))
+        cols = []
+        for kk in range(kc * lanes, k):  # the last k % lanes columns, gathered element by element
+            col = "poison"
+            for lane, off in enumerate(row_off):
+                e = f.let(f"load float, ptr {f.gep('float', wbase, str(off + kk))}, align 4")
+                col = f.let(f"insertelement {vt} {col}, float {e}, i64 {lane}")
+            cols.append(col)
+        if cols:
+            add_columns(str(kc * lanes), cols)
+        val = f.let(f"load {vt}, ptr {acc}, align 64")
+        if mean:
+            val = f.let(f"fdiv {vt} {val}, <{', '.join([f'float {_fconst(k)}'] * lanes)}>")
+        q = f.gep("float", "%out", f.lin(0, (m, i), (1, m0)))
+        mask = None if valid == lanes else f"<{', '.join(['i1 true'] * valid + ['i1 false'] * (lanes - valid))}>"
+        f.masked_store("float", lanes, val, q, mask)
+
+    with f.loop(n) as i:
+        if m < lanes:
+            block(i, "0", m)
+        else:  # the last block is moved back to end at row m: it recomputes (the same) rows, one code copy
+            with f.loop(-(-m // lanes)) as mb:
+                start = f.lin(0, (lanes, mb))
+                inside = f.let(f"icmp ult i64 {start}, {m - lanes}")
+                block(i, f.let(f"select i1 {inside}, i64 {start}, i64 {m - lanes}"), lanes)
+    return f.text()
+
+
+def _int_dense_ir(name: str, n: int, k: int, m: int) -> str:
+    """int8 x int8 -> int32 dense; the wrapping sum's order is free, so LLVM vectorises along K."""
+    f = _Fn(name, ["ptr noalias readonly %x", "ptr noalias readonly %w", "ptr noalias %out"])
+    acc = f.alloca("i32")
+    with f.loop(n) as i, f.loop(m) as j:
+        f.emit(f"store i32 0, ptr {acc}, align 4")
+        xrow = f.gep("i8", "%x", f.lin(0, (k, i)))
+        wrow = f.gep("i8", "%w", f.lin(0, (k, j)))
+        with f.loop(k) as kk:
+            xq, wq = f.gep("i8", xrow, kk), f.gep("i8", wrow, kk)
+            xv = f.let(f"sext i8 {f.let(f'load i8, ptr {xq}, align 1')} to i32")
+            wv = f.let(f"sext i8 {f.let(f'load i8, ptr {wq}, align 1')} to i32")
+            prod = f.let(f"mul nsw i32 {xv}, {wv}")
+            s = f.let(f"load i32, ptr {acc}, align 4")
+            f.emit(f"store i32 {f.let(f'add i32 {s}, {prod}')}, ptr {acc}, align 4")
+        q = f.gep("i32", "%out", f.lin(0, (m, i), (1, j)))
+        f.emit(f"store i32 {f.let(f'load i32, ptr {acc}, align 4')}, ptr {q}, align 4")
+    return f.text()
+
+
+# ---- get_kernel ---------------------------------------------------------------------------------------------
+
+def _vwmax(itemsize: int) -> int:
+    return (64 if _jit().avx512 else 32) // itemsize
+
+
+def _finish(fn: Kernel, t0: float, **info) -> Kernel:
+    fn.compile_seconds = time.perf_counter() - t0  # type: ignore[attr-defined]
+    fn.info = info  # type: ignore[attr-defined]
+    return fn
+
+
+def _conv_spec(a: dict, shapes: list[tuple], dtypes: list[str]):
+    if a.get("data_layout", "NCHW") != "NCHW" or a.get("kernel_layout", "OIHW") != "OIHW":
+        return None
+    if len(shapes) != 2 or len(dtypes) != 2 or len(shapes[0]) != 4 or len(shapes[1]) != 4:
+        return None
+    out_dtype = np.dtype(a.get("out_dtype") or dtypes[0]).name
+    if (dtypes[0], dtypes[1], out_dtype) == ("float32", "float32", "float32"):
+        integer = False
+    elif (dtypes[0], dtypes[1], out_dtype) == ("int8", "int8", "int32"):
+        integer = True
+    else:
+        return None
+    (n, c, h, w), (o, cg, kh, kw) = shapes
+    strides, padding = pair(a["strides"], "strides"), quad(a["padding"], "padding")
+    dilation, groups = pair(a["dilation"], "dilation"), int(a["groups"])
+    if min(strides) < 1 or min(dilation) < 1 or min(padding) < 0 or groups < 1:
+        raise ValueError(f"graph_pack.jit: strides/dilation must be >= 1, padding >= 0, groups >= 1; got {a}")
+    if c % groups or o % groups or cg * groups != c:
+        raise ValueError(f"graph_pack.jit: weight {shapes[1]} does not fit {c} input channels, groups={groups}")
+    (sh, sw), (dh, dw), (pt, pl, pb, pr) = strides, dilation, padding
+    oh = (h + pt + pb - dh * (kh - 1) - 1) // sh + 1
+    ow = (w + pl + pr - dw * (kw - 1) - 1) // sw + 1
+    if oh <= 0 or ow <= 0:
+        raise ValueError(f"graph_pack.jit: the conv2d output would be empty ({oh} x {ow})")
+    if 0 in (n, c, o, kh, kw):
+        return None
+    p = _Conv(n, c, h, w, o, cg, kh, kw, oh, ow, strides, padding, dilation, groups, integer)
+    return p, lambda: _build_conv(p, shapes, dtypes, out_dtype)
+
+
+def _build_conv(p: _Conv, shapes: list[tuple], dtypes: list[str], out_dtype: str) -> Kernel:
+    t0 = time.perf_counter()
+    st = _jit()
+    og = p.o // p.groups
+    tile = _plan(og, p.oh, p.ow, p.cg * p.kh * p.kw, 32 if st.avx512 else 16, _vwmax(4), 16)
+    name = _fresh_name("nn.conv2d")
+    ir, lay = _conv_ir(name, p, tile)
+    cfn = _compile(ir, name, 4)
+    ogp = lay["ogp"]
+    wshape = (p.groups, og, p.cg, p.kh, p.kw)
+    scratch = _Scratch((p.n, p.c, lay["hn"], p.strides[1], lay["wc"]), dtypes[0], 0)
+
+    def conv2d(attrs: dict, x: np.ndarray, w: np.ndarray) -> np.ndarray:
+        _check("nn.conv2d", (x, w), shapes, dtypes)
+        if ogp != og:
+            wq = np.zeros((p.groups, ogp, p.cg, p.kh, p.kw), w.dtype)
+            wq[:, :og] = w.reshape(wshape)
+        else:
+            wq = np.ascontiguousarray(w)
+        out = np.empty((p.n, p.o, p.oh, p.ow), out_dtype)
+        x = np.ascontiguousarray(x)
+        cfn(_ptr(x), _ptr(scratch.get()), _ptr(wq), _ptr(out))
+        return out
+
+    return _finish(conv2d, t0, tile=tile, ir_lines=ir.count("\n"))
+
+
+def _pool_spec(op: str, a: dict, shapes: list[tuple], dtypes: list[str]):
+    if len(shapes) != 1 or len(shapes[0]) != 4:
+        return None
+    dtype = dtypes[0]
+    if dtype not in (("float32", "int8", "uint8", "int32") if op == "nn.max_pool2d" else ("float32",)):
+        return None
+    pool = pair(a["pool_size"], "pool_size")
+    strides = pair(a["strides"] if a.get("strides") is not None else pool, "strides")
+    padding, ceil_mode = quad(a["padding"], "padding"), bool(a["ceil_mode"])
+    if min(pool) < 1 or min(strides) < 1 or min(padding) < 0:
+        raise ValueError(f"graph_pack.jit: pool_size/strides must be >= 1 and padding >= 0; got {a}")
+    n, c, h, w = shapes[0]
+    (kh, kw), (sh, sw), (pt, pl, pb, pr) = pool, strides, padding
+    oh, ow = pool_out(h, kh, sh, pt, pb, ceil_mode), pool_out(w, kw, sw, pl, pr, ceil_mode)
+    if oh <= 0 or ow <= 0:
+        raise ValueError(f"graph_pack.jit: the {op} output would be empty ({oh} x {ow})")
+    if 0 in (n, c, h, w):
+        return None
+    include_pad = bool(a.get("count_include_pad", False))
+    kind = "max" if op == "nn.max_pool2d" else "avg"
+    const = float(kh * kw) if kind == "avg" and include_pad else None
+    p = _Pool(n * c, h, w, padding[0], padding[1], oh, ow, kh, kw, strides, dtype, kind, const)
+    key = (p, padding, ceil_mode, include_pad)
+    return key, lambda: _build_pool(op, p, shapes, dtypes, pool, padding)
+
+
+def _build_pool(op: str, p: _Pool, shapes: list[tuple], dtypes: list[str], pool, padding) -> Kernel:
+    t0 = time.perf_counter()
+    st = _jit()
+    itemsize = np.dtype(p.dtype).itemsize
+    tile = _plan(1, p.oh, p.ow, p.kh * p.kw, 32 if st.avx512 else 16, _vwmax(itemsize), 8)
+    name = _fresh_name(op)
+    ir, lay = _pool_ir(name, p, tile)
+    cfn = _compile(ir, name, 4)
+    n, c, h, w = shapes[0]
+    if p.kind == "max":
+        fill = -np.inf if p.dtype == "float32" else np.iinfo(p.dtype).min
+    else:
+        fill = 0
+    scratch = _Scratch((n, c, lay["hn"], p.strides[1], lay["wc"]), dtypes[0], fill)
+    counts = (np.ones(1, np.float32) if p.count_const is not None or p.kind == "max" else
+              _pool_counts(h, w, p.oh, p.ow, pool, p.strides, padding, lay["rows"], lay["cw"]))
+
+    def pool2d(attrs: dict, x: np.ndarray) -> np.ndarray:
+        _check(op, (x,), shapes, dtypes)
+        x = np.ascontiguousarray(x)
+        out = np.empty((n, c, p.oh, p.ow), x.dtype)
+        cfn(_ptr(x), _ptr(scratch.get()), _ptr(counts), _ptr(out))
+        return out
+
+    return _finish(pool2d, t0, tile=tile, ir_lines=ir.count("\n"))
+
+
+def _gap_spec(a: dict, shapes: list[tuple], dtypes: list[str]):
+    if len(shapes) != 1 or len(shapes[0]) != 4 or dtypes[0] != "float32" or 0 in shapes[0]:
+        return None
+    n, c, h, w = shapes[0]
+
+    def build() -> Kernel:
+        t0 = time.perf_counter()
+        name = _fresh_name("nn.global_avg_pool2d")
+        ir = _rows_ir(name, 1, h * w, n * c, _vwmax(4), mean=True)
+        cfn = _compile(ir, name, 2)
+
+        def global_avg_pool2d(attrs: dict, x: np.ndarray) -> np.ndarray:
+            _check("nn.global_avg_pool2d", (x,), shapes, dtypes)
+            x = np.ascontiguousarray(x)
+            out = np.empty((n, c, 1, 1), np.float32)
+            cfn(_ptr(x), _ptr(out))
+            return out
+
+        return _finish(global_avg_pool2d, t0, ir_lines=ir.count("\n"))
+
+    return (), build
+
+
+def _dense_spec(a: dict, shapes: list[tuple], dtypes: list[str]):
+    if a.get("data_layout", "NC") != "NC" or a.get("kernel_layout", "OI") != "OI":
+        return None
+    if len(shapes) != 2 or len(shapes[0]) != 2 or len(shapes[1]) != 2:
+        return None
+    out_dtype = np.dtype(a.get("out_dtype") or dtypes[0]).name
+    combo = (dtypes[0], dtypes[1], out_dtype)
+    if combo not in (("float32", "float32", "float32"), ("int8", "int8", "int32")):
+        return None
+    (n, k), (m, k2) = shapes
+    if k != k2:
+        raise ValueError(f"graph_pack.jit: data (N, K) {shapes[0]} and weight (M, K) {shapes[1]} must agree on K")
+    if 0 in (n, k, m):
+        return None
+    integer = combo[0] == "int8"
+
+    def build() -> Kernel:
+        t0 = time.perf_counter()
+        name = _fresh_name("nn.dense")
+        ir = _int_dense_ir(name, n, k, m) if integer else _rows_ir(name, n, k, m, _vwmax(4), mean=False)
+        cfn = _compile(ir, name, 3)
+
+        def dense(attrs: dict, x: np.ndarray, w: np.ndarray) -> np.ndarray:
+            _check("nn.dense", (x, w), shapes, dtypes)
+            x, w = np.ascontiguousarray(x), np.ascontiguousarray(w)
+            out = np.empty((n, m), out_dtype)
+            cfn(_ptr(x), _ptr(w), _ptr(out))
+            return out
+
+        return _finish(dense, t0, ir_lines=ir.count("\n"))
+
+    return (integer,), build
+
+
+def get_kernel(op: str, attrs: dict, in_shapes: Sequence[tuple], in_dtypes: Sequence[str]) -> Kernel | None:
+    """A compiled kernel for ``op`` on exactly these input shapes and dtypes, called like the reference
+    (``fn(attrs, *arrays)``) and bit-identical to it; None when the op/dtype/layout is not covered, so the
+    caller runs graph_pack.kernels instead. Compiled once per (op, attrs, shapes, dtypes) and cached.
+
+    Raises ImportError when a covered kernel is asked for and llvmlite is missing."""
+    if op not in COVERED:
+        return None
+    shapes = [tuple(int(d) for d in s) for s in in_shapes]
+    dtypes = [np.dtype(d).name for d in in_dtypes]
+    a = {**OPS[op].defaults, **attrs}
+    for key in ("data_layout", "kernel_layout"):
+        if key in a and packed_factors(str(a[key])):
+            return None
+    if op == "nn.conv2d":
+        spec = _conv_spec(a, shapes, dtypes)
+    elif op == "nn.dense":
+        spec = _dense_spec(a, shapes, dtypes)
+    elif op == "nn.global_avg_pool2d":
+        spec = _gap_spec(a, shapes, dtypes)
+    else:
+        spec = _pool_spec(op, a, shapes, dtypes)
+    if spec is None:
+        return None
+    params, build = spec
+    key = (op, tuple(shapes), tuple(dtypes), params)
+    with _LOCK:
+        fn = _CACHE.get(key)
+        if fn is None:
+            _jit()  # ImportError with the install hint before any work
+            fn = _CACHE[key] = build()
+        return fn

@@ -1,0 +1,233 @@
+"""graph_pack.jit: every compiled kernel is bit-identical to its numpy reference in graph_pack.kernels."""
+
+from __future__ import annotations
+
+import sys
+
+import numpy as np
+import pytest
+
+from graph_pack import jit
+from graph_pack.kernels import KERNELS
+from graph_pack.opdefs import OPS
+
+needs_llvmlite = pytest.mark.skipif(not jit.available(),
+                                    reason="llvmlite is not installed (pip install 'vta-stack[jit]')")
+
+
+def _attrs(op: str, arrays, **kw) -> dict:
+    return OPS[op].normalize({**OPS[op].defaults, **kw}, list(arrays))
+
+
+def _floats(rng, shape, lo: int = -20, hi: int = 20) -> np.ndarray:
+    """Normals scaled by 2^[lo, hi): a large dynamic range, so every rounding step is visible."""
+    return (rng.standard_normal(shape) * np.exp2(rng.integers(lo, hi, shape))).astype(np.float32)
+
+
+def _data(rng, shape, dtype: str) -> np.ndarray:
+    if dtype == "float32":
+        return _floats(rng, shape)
+    info = np.iinfo(dtype)
+    return rng.integers(info.min, info.max, shape, dtype=dtype, endpoint=True)
+
+
+def _assert_bits(got: np.ndarray, want: np.ndarray) -> None:
+    assert got.dtype == want.dtype and got.shape == want.shape
+    if got.dtype == np.float32:
+        np.testing.assert_array_equal(got.view(np.uint32), want.view(np.uint32))
+    else:
+        np.testing.assert_array_equal(got, want)
+
+
+def _check(op: str, arrays, **kw) -> None:
+    attrs = _attrs(op, arrays, **kw)
+    fn = jit.get_kernel(op, attrs, [a.shape for a in arrays], [a.dtype.name for a in arrays])
+    assert fn is not None, f"{op} {kw} should be covered"
+    _assert_bits(fn(attrs, *arrays), KERNELS[op](attrs, *arrays))
+
+
+CONVS = {  # x shape, w shape, attrs
+    "stem 7x7 s2": ((1, 3, 23, 21), (8, 3, 7, 7), {"strides": 2, "padding": 3}),
+    "3x3 s1": ((1, 16, 12, 12), (16, 16, 3, 3), {"padding": 1}),
+    "asymmetric padding, strides (2, 1)": ((2, 5, 11, 13), (7, 5, 3, 2), {"padding": (0, 2, 1, 3), "strides": (2, 1)}),
+    "dilation 2": ((1, 4, 15, 14), (6, 4, 3, 3), {"dilation": 2, "padding": 2}),
+    "dilation (1, 2), stride 2": ((1, 3, 9, 17), (5, 3, 3, 3), {"dilation": (1, 2), "strides": 2, "padding": (1, 1, 0, 2)}),
+    "groups 2": ((1, 6, 9, 10), (4, 3, 3, 3), {"groups": 2, "padding": 1}),
+    "depthwise s2": ((2, 8, 13, 11), (8, 1, 3, 3), {"groups": 8, "strides": 2, "padding": (1, 0, 1, 2)}),
+    "depthwise multiplier 2": ((1, 4, 10, 9), (8, 1, 5, 5), {"groups": 4, "padding": 2}),
+    "1x1 s2": ((1, 16, 9, 9), (20, 16, 1, 1), {"strides": 2}),
+    "odd sizes": ((1, 3, 7, 5), (5, 3, 3, 5), {"padding": (2, 1, 0, 3)}),
+    "wide rows": ((1, 2, 3, 70), (3, 2, 1, 3), {"padding": (0, 1, 0, 1)}),
+    "channel tail": ((1, 3, 6, 6), (17, 3, 3, 3), {"padding": 1}),
+    "stride 3, kernel 4": ((1, 2, 16, 19), (3, 2, 4, 4), {"strides": 3, "padding": (1, 2, 3, 0)}),
+    "1x1 input, kernel larger": ((1, 2, 1, 1), (3, 2, 3, 3), {"padding": (1, 2, 1, 0)}),
+}
+
+
+@needs_llvmlite
+@pytest.mark.parametrize("dtype", ["float32", "int8"])
+@pytest.mark.parametrize("case", list(CONVS))
+def test_conv2d_bit_identical(case, dtype):
+    xs, ws, kw = CONVS[case]
+    rng = np.random.default_rng(sum(map(ord, case)))
+    x, w = _data(rng, xs, dtype), _data(rng, ws, dtype)
+    _check("nn.conv2d", [x, w], **kw, out_dtype="int32" if dtype == "int8" else "float32")
+
+
+@needs_llvmlite
+def test_conv2d_resnet_stem_bit_identical():
+    rng = np.random.default_rng(7)
+    _check("nn.conv2d", [_floats(rng, (1, 3, 64, 64)), _floats(rng, (64, 3, 7, 7))], strides=2, padding=3)
+
+
+@needs_llvmlite
+def test_conv2d_padding_participates_and_subnormals():
+    """0 * inf in the padding is NaN in the reference, so the kernel must add padded taps too; tiny values
+    make subnormal products (no flush-to-zero on either side)."""
+    rng = np.random.default_rng(3)
+    x = _floats(rng, (1, 2, 6, 6), -80, -60)
+    w = _floats(rng, (3, 2, 3, 3), -80, -60)
+    attrs = _attrs("nn.conv2d", [x, w], padding=1)
+    fn = jit.get_kernel("nn.conv2d", attrs, [x.shape, w.shape], ["float32", "float32"])
+    _assert_bits(fn(attrs, x, w), KERNELS["nn.conv2d"](attrs, x, w))
+    w[1, 0, 0, 0] = np.inf
+    with np.errstate(invalid="ignore"):
+        want = KERNELS["nn.conv2d"](attrs, x, w)
+    got = fn(attrs, x, w)
+    assert np.isnan(want[0, 1, 0, :]).all() and not np.isnan(want[0, 0]).any()
+    np.testing.assert_array_equal(got, want)  # NaN where the reference has NaN (payload bits aside)
+
+
+@needs_llvmlite
+def test_signed_zeros_follow_the_reference():
+    """Sums start at +0.0 as in the reference: all products -0.0 give +0.0, which folding 0 + p to p would lose."""
+    x = np.zeros((1, 2, 4, 4), np.float32)
+    w = -np.ones((2, 2, 3, 3), np.float32)
+    _check("nn.conv2d", [x, w], padding=1)
+    _check("nn.dense", [np.zeros((1, 5), np.float32), -np.ones((3, 5), np.float32)])
+    _check("nn.avg_pool2d", [-np.zeros((1, 1, 4, 4), np.float32)], pool_size=2)
+
+
+@needs_llvmlite
+def test_non_contiguous_inputs():
+    rng = np.random.default_rng(5)
+    x = _floats(rng, (1, 3, 10, 12))[:, :, ::-1, ::2]
+    w = _floats(rng, (4, 3, 3, 3)).transpose(0, 1, 3, 2)
+    _check("nn.conv2d", [x, w], padding=1, strides=(1, 2))
+    _check("nn.max_pool2d", [x], pool_size=2)
+    _check("nn.global_avg_pool2d", [x])
+    _check("nn.dense", [_floats(rng, (6, 3)).T, _floats(rng, (4, 6))])
+
+
+@needs_llvmlite
+def test_plans_for_a_host_without_avx512(monkeypatch):
+    """16 registers and at most 8 float lanes: other tiles, the same bits (LLVM lowers them on any x86)."""
+    jit._jit()
+    monkeypatch.setattr(jit._STATE, "avx512", False)
+    monkeypatch.setattr(jit, "_CACHE", {})
+    rng = np.random.default_rng(11)
+    _check("nn.conv2d", [_floats(rng, (1, 5, 19, 21)), _floats(rng, (12, 5, 3, 3))], padding=1, strides=(1, 2))
+    _check("nn.max_pool2d", [_data(rng, (1, 3, 19, 21), "int8")], pool_size=3, strides=2)
+    _check("nn.dense", [_floats(rng, (2, 19)), _floats(rng, (13, 19))])
+
+
+DENSES = [(1, 64, 100), (2, 37, 21), (3, 5, 1), (4, 300, 33)]
+
+
+@needs_llvmlite
+@pytest.mark.parametrize("dtype", ["float32", "int8"])
+@pytest.mark.parametrize("n,k,m", DENSES)
+def test_dense_bit_identical(n, k, m, dtype):
+    rng = np.random.default_rng(n * 1000 + k + m)
+    x, w = _data(rng, (n, k), dtype), _data(rng, (m, k), dtype)
+    _check("nn.dense", [x, w], out_dtype="int32" if dtype == "int8" else "float32")
+
+
+POOLS = {  # x shape, attrs
+    "3x3 s2 p1": ((1, 4, 16, 16), {"pool_size": 3, "strides": 2, "padding": 1}),
+    "2x2 default strides": ((2, 3, 9, 8), {"pool_size": 2}),
+    "asymmetric, ceil": ((2, 3, 13, 11), {"pool_size": (3, 2), "strides": (2, 3), "padding": (1, 0, 2, 1),
+                                          "ceil_mode": True}),
+    "ceil, odd": ((1, 2, 7, 7), {"pool_size": 3, "strides": 2, "ceil_mode": True}),
+    "stride 1 wide": ((1, 2, 5, 40), {"pool_size": (2, 3), "strides": 1, "padding": (0, 1, 1, 0)}),
+    "tiny input, ceil": ((1, 2, 2, 1), {"pool_size": 3, "strides": 2, "padding": 1, "ceil_mode": True}),
+    "large window": ((1, 2, 20, 30), {"pool_size": 9, "strides": 1, "padding": 2}),
+}
+
+
+@needs_llvmlite
+@pytest.mark.parametrize("dtype", ["float32", "int8", "uint8", "int32"])
+@pytest.mark.parametrize("case", list(POOLS))
+def test_max_pool2d_bit_identical(case, dtype):
+    shape, kw = POOLS[case]
+    x = _data(np.random.default_rng(len(case)), shape, dtype)
+    _check("nn.max_pool2d", [x], **kw)
+
+
+@needs_llvmlite
+@pytest.mark.parametrize("count_include_pad", [True, False])
+@pytest.mark.parametrize("case", list(POOLS))
+def test_avg_pool2d_bit_identical(case, count_include_pad):
+    shape, kw = POOLS[case]
+    x = _floats(np.random.default_rng(len(case) + 1), shape)
+    _check("nn.avg_pool2d", [x], **kw, count_include_pad=count_include_pad)
+
+
+@needs_llvmlite
+@pytest.mark.parametrize("shape", [(1, 16, 7, 7), (2, 5, 3, 4), (1, 9, 1, 1)])
+def test_global_avg_pool2d_bit_identical(shape):
+    _check("nn.global_avg_pool2d", [_floats(np.random.default_rng(shape[1]), shape)])
+
+
+@needs_llvmlite
+def test_cache_returns_the_same_function():
+    rng = np.random.default_rng(0)
+    x, w = _floats(rng, (1, 4, 8, 8)), _floats(rng, (4, 4, 3, 3))
+    attrs = _attrs("nn.conv2d", [x, w], padding=1)
+    fn = jit.get_kernel("nn.conv2d", attrs, [x.shape, w.shape], ["float32", "float32"])
+    assert jit.get_kernel("nn.conv2d", dict(attrs), [x.shape, w.shape], ["float32", "float32"]) is fn
+    assert fn.compile_seconds > 0
+    other = jit.get_kernel("nn.conv2d", {**attrs, "strides": (2, 2)}, [x.shape, w.shape], ["float32", "float32"])
+    assert other is not fn
+
+
+@needs_llvmlite
+def test_wrong_input_is_refused():
+    x, w = np.zeros((1, 4, 8, 8), np.float32), np.zeros((4, 4, 3, 3), np.float32)
+    attrs = _attrs("nn.conv2d", [x, w])
+    fn = jit.get_kernel("nn.conv2d", attrs, [x.shape, w.shape], ["float32", "float32"])
+    with pytest.raises(ValueError, match="compiled for"):
+        fn(attrs, np.zeros((1, 4, 9, 8), np.float32), w)
+    with pytest.raises(ValueError, match="compiled for"):
+        fn(attrs, x.astype(np.float64), w)
+
+
+@pytest.mark.parametrize("op,shapes,dtypes,kw", [
+    ("nn.conv2d", [(1, 4, 8, 8), (4, 4, 3, 3)], ["float64", "float64"], {}),
+    ("nn.conv2d", [(1, 4, 8, 8), (4, 4, 3, 3)], ["int8", "int8"], {"out_dtype": "int8"}),
+    ("nn.conv2d", [(1, 4, 8, 8), (4, 4, 3, 3)], ["uint8", "int8"], {"out_dtype": "int32"}),
+    ("nn.conv2d", [(1, 4, 8, 8), (4, 4, 3, 3)], ["int16", "int16"], {"out_dtype": "int32"}),
+    ("nn.conv2d", [(1, 1, 8, 8, 1, 16), (1, 1, 3, 3, 16, 16)], ["int8", "int8"],
+     {"out_dtype": "int32", "data_layout": "NCHW1n16c", "kernel_layout": "OIHW16o16i"}),
+    ("nn.dense", [(1, 8), (4, 8)], ["int8", "int8"], {"out_dtype": "int8"}),
+    ("nn.dense", [(1, 8), (4, 8)], ["float16", "float16"], {}),
+    ("nn.avg_pool2d", [(1, 4, 8, 8)], ["int8"], {}),
+    ("nn.max_pool2d", [(1, 4, 8, 8)], ["float64"], {}),
+    ("nn.global_avg_pool2d", [(1, 4, 8, 8)], ["int32"], {}),
+    ("nn.relu", [(1, 4, 8, 8)], ["float32"], {}),
+    ("nn.conv2d_transpose", [(1, 4, 8, 8), (4, 4, 3, 3)], ["float32", "float32"], {}),
+])
+def test_uncovered_returns_none(op, shapes, dtypes, kw):
+    """The caller falls back to the numpy kernel; deciding this needs no llvmlite."""
+    assert jit.get_kernel(op, {**OPS[op].defaults, **kw}, shapes, dtypes) is None
+
+
+def test_missing_llvmlite_names_the_extra(monkeypatch):
+    monkeypatch.setattr(jit, "_STATE", None)
+    monkeypatch.setattr(jit, "_CACHE", {})
+    monkeypatch.setitem(sys.modules, "llvmlite", None)
+    monkeypatch.setitem(sys.modules, "llvmlite.binding", None)
+    assert not jit.available()
+    attrs = {**OPS["nn.dense"].defaults, "out_dtype": "float32"}
+    with pytest.raises(ImportError, match=r"pip install 'vta-stack\[jit\]'"):
+        jit.get_kernel("nn.dense", attrs, [(1, 8), (4, 8)], ["float32", "float32"])

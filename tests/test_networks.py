@@ -1,0 +1,129 @@
+"""Whole networks through quantize -> graph_pack -> build -> run on the simulator, bit-exact against the
+numpy run of the same quantized graph (the issue's acceptance list)."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+from graph_pack import zoo
+from graph_pack.build import build
+from graph_pack.graph import GraphBuilder
+from graph_pack.pack import graph_pack, offload_report
+from graph_pack.quantize import quantize
+from graph_pack.reference import run_reference
+from hw_config import load_config
+from vta.cli import main as vta_main
+
+
+def _flow(graph, params, cfg, start, stop, **quant):
+    qgraph, qparams = quantize(graph, params, **quant)
+    packed = graph_pack(qgraph, cfg, start_name=start, stop_name=stop)
+    mod = build(packed, cfg, qparams)
+    x = np.random.default_rng(0).standard_normal(graph[graph.inputs[0]].shape).astype(np.float32)
+    mod.run(**{graph.inputs[0]: x})
+    ref = run_reference(qgraph, qparams, {graph.inputs[0]: x})
+    return mod, packed, ref, x
+
+
+def _where(packed) -> dict[str, list[dict]]:
+    out: dict[str, list[dict]] = {}
+    for row in offload_report(packed):
+        out.setdefault(row["where"], []).append(row)
+    return out
+
+
+@pytest.mark.slow
+def test_resnet18_224_is_bit_exact_and_close_to_float():
+    cfg = load_config("pynq")
+    graph, params = zoo.get_model("resnet-18", batch_size=1)
+    mod, packed, ref, x = _flow(graph, params, cfg, "nn.max_pool2d", "nn.global_avg_pool2d",
+                                global_scale=8.0, skip_conv_layers=[0])
+    np.testing.assert_array_equal(mod.get_output(0), ref)
+    groups = _where(packed)["accelerator"]
+    assert len(groups) == 19  # 16 block convs + 3 downsample convs; the stem conv stays on the CPU
+    assert {r["op"] for r in groups} == {"nn.conv2d"}
+    # quantization keeps the network's answer: the float and the accelerator logits agree closely
+    float_out = run_reference(graph, params, {"data": x})
+    assert np.corrcoef(float_out.ravel(), ref.ravel())[0, 1] > 0.9
+    assert mod.cycles > 0 and mod.stats.gemm_counter > 0
+
+
+def test_mobilenet_grouped_convs_offload():
+    cfg = load_config("pynq")
+    graph, params = zoo.get_model("mobilenet", batch_size=1, image_shape=(3, 64, 64))
+    mod, packed, ref, _ = _flow(graph, params, cfg, *zoo.pack_points("mobilenet"))
+    np.testing.assert_array_equal(mod.get_output(0), ref)
+    heads = [packed[r["name"]] for r in _where(packed)["accelerator"]]
+    assert sum(1 for n in heads if n.attrs.get("groups", 1) > 1) == 13  # every grouped 3x3 conv
+    assert any(s.workload["op"] == "group_conv2d" for s in mod.steps if hasattr(s, "workload"))
+
+
+def test_dcgan_transposed_convs_offload():
+    cfg = load_config("pynq")
+    graph, params = zoo.get_model("dcgan", batch_size=1)
+    mod, packed, ref, _ = _flow(graph, params, cfg, *zoo.pack_points("dcgan"), skip_conv_layers=[])
+    np.testing.assert_array_equal(mod.get_output(0), ref)
+    heads = [r["op"] for r in _where(packed)["accelerator"]]
+    assert heads.count("nn.conv2d_transpose") == 3
+    assert mod.get_output(0).shape == (1, 3, 64, 64)
+
+
+@pytest.mark.parametrize("preset", ["batch4", "block32"])
+def test_resnet18_small_on_other_presets(preset):
+    cfg = load_config(preset)
+    graph, params = zoo.get_model("resnet-18", batch_size=cfg.BATCH, image_shape=(3, 64, 64))
+    mod, _, ref, _ = _flow(graph, params, cfg, "nn.max_pool2d", "nn.global_avg_pool2d")
+    np.testing.assert_array_equal(mod.get_output(0), ref)
+
+
+def test_odd_channel_counts_offload_thanks_to_entry_padding():
+    """3 input channels and 20 / 24 channel layers: VTA's graph_pack refuses them, ours pads to blocks."""
+    rng = np.random.default_rng(3)
+    b = GraphBuilder()
+    x = b.input("data", (1, 3, 12, 12))
+    y = x
+    for i, (ci, co) in enumerate([(3, 20), (20, 24), (24, 5)]):
+        w = b.const(f"w{i}", (rng.standard_normal((co, ci, 3, 3)) * np.sqrt(2 / (ci * 9))).astype(np.float32))
+        y = b.op("nn.conv2d", [y, w], name=f"conv{i}", padding=1)
+        y = b.op("nn.bias_add", [y, b.const(f"b{i}", rng.standard_normal(co).astype(np.float32) * 0.1)])
+        y = b.op("nn.relu", [y], name=f"relu{i}")
+    y = b.op("nn.global_avg_pool2d", [y], name="gap")
+    graph, params = b.finish([y])
+    cfg = load_config("pynq")
+    mod, packed, ref, _ = _flow(graph, params, cfg, "qnn.quantize", "nn.global_avg_pool2d", skip_conv_layers=[])
+    np.testing.assert_array_equal(mod.get_output(0), ref)
+    assert [r["name"] for r in _where(packed)["accelerator"]] == ["conv0", "conv1", "conv2"]
+    assert mod.get_output(0).shape == (1, 5, 1, 1)
+
+
+def test_vta_run_cli_checks_and_prints(capsys):
+    status = vta_main(["run", "resnet-18", "--image-size", "64", "--check", "--cpu", "numpy", "--report"])
+    out = capsys.readouterr().out
+    assert status == 0
+    assert "top-5" in out and "matches the numpy reference bit-exactly" in out
+    assert "accelerator group(s)" in out and "cycles" in out and "layer1.0.conv1" in out
+
+
+def test_vta_run_cli_rejects_unknown_model(capsys):
+    assert vta_main(["run", "no-such-net"]) == 2
+    err = capsys.readouterr().err
+    assert "resnet-18" in err  # the message lists what is available
+
+
+def test_gluon_resnet18_v1_flow_of_the_tutorials():
+    """VTA's deploy/tune tutorials: Gluon resnet18_v1 -> quantize -> graph_pack(max_pool2d .. global_avg_pool2d)."""
+    pytest.importorskip("graph_pack.frontend_mxnet")
+    from graph_pack.frontend_mxnet import from_mxnet, import_mxnet
+    try:
+        mx = import_mxnet()
+    except ImportError as e:
+        pytest.skip(f"the MXNet extra is not installed (pip install 'vta-stack[mxnet]'): {e}")
+    mx.random.seed(0)
+    block = mx.gluon.model_zoo.vision.get_model("resnet18_v1", pretrained=False)
+    block.initialize(mx.init.Xavier(magnitude=2.0))
+    graph, params = from_mxnet(block, shape={"data": (1, 3, 64, 64)})
+    cfg = load_config("pynq")
+    mod, packed, ref, _ = _flow(graph, params, cfg, "nn.max_pool2d", "nn.global_avg_pool2d")
+    np.testing.assert_array_equal(mod.get_output(0), ref)
+    assert len(_where(packed)["accelerator"]) == 19
