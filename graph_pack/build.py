@@ -150,6 +150,7 @@ class GraphModule:
         self.values: dict[str, Any] = {}
         self.outputs: list[np.ndarray] = []
         self.records: list[StepRecord] = []
+        self.notes: dict[str, str] = {}   # accelerator groups build had to run on the host, and why
         self.stats: RunStats | None = None
         self.host_seconds = 0.0
 
@@ -337,6 +338,18 @@ def _imm(consts: dict, name: str) -> int:
     return int(np.asarray(consts[name]).reshape(-1)[0])
 
 
+def _split_add(v: int) -> list[tuple]:
+    """Adding the int32 constant ``v`` as ("add", imm) ops with 16-bit immediates (int32 addition wraps alike)."""
+    ops: list[tuple] = []
+    while not IMM_MIN <= v <= IMM_MAX:
+        part = IMM_MAX if v > 0 else IMM_MIN
+        ops.append(("add", part))
+        v -= part
+    if v or not ops:
+        ops.append(("add", v))
+    return ops
+
+
 def _epilogue(group: Group, consts: dict) -> list[tuple]:
     """The template's epilogue ops for a group's chain (immediates read from the folded constants)."""
     ops: list[tuple] = []
@@ -348,14 +361,10 @@ def _epilogue(group: Group, consts: dict) -> list[tuple]:
             ops.append(entry)
         elif kind in ("shr", "shl"):
             ops.append((kind, min(_imm(consts, entry[1]), 31)))
-        elif kind == "add":  # an int32 constant: split into 16-bit immediates (int32 addition wraps alike)
-            v = _imm(consts, entry[1])
-            while not IMM_MIN <= v <= IMM_MAX:
-                part = IMM_MAX if v > 0 else IMM_MIN
-                ops.append(("add", part))
-                v -= part
-            if v or not ops:
-                ops.append(("add", v))
+        elif kind == "add":
+            parts = _split_add(_imm(consts, entry[1]))
+            if parts != [("add", 0)] or not ops:
+                ops.extend(parts)
         else:
             ops.append((kind, _imm(consts, entry[1])))
     return ops
@@ -443,9 +452,13 @@ class _Builder:
             rhs = []
         elif rhs:
             rhs_value = self.member_input(group, rhs[0])
+        epilogue = _epilogue(group, self.consts)
+        if op_name == "add" and "imm" in workload:  # beyond 16 bits: the rest of the constant as epilogue adds
+            first, *rest = _split_add(workload["imm"])
+            workload["imm"], epilogue = first[1], rest + epilogue
         bufs = AluBuffers(lhs=self.alloc(head.shape, 4), out=self.alloc(out.shape, 1),
                           rhs=self.alloc(head.shape, 4) if rhs_value else None)
-        op = compile_op(op_name, cfg, config=self.schedule_for(wl), epilogue=_epilogue(group, self.consts),
+        op = compile_op(op_name, cfg, config=self.schedule_for(wl), epilogue=epilogue,
                         device=self.device, buffers=bufs, max_insns=self.max_insns, **workload)
         staged = [(lhs, bufs.lhs, "int32")]
         if rhs_value is not None:
@@ -472,8 +485,14 @@ class _Builder:
                 try:
                     step = self.conv_step(grp) if grp.kind == "conv" else self.alu_step(grp)
                 except ScheduleError as e:
-                    raise ScheduleError(f"accelerator group {grp.head!r} ({' -> '.join(self.g[m].op for m in grp.members)}): "
-                                        f"{e}") from None
+                    if self.schedule_for(group_workload(self.g, grp, self.cfg)) is not None:  # a given config
+                        raise ScheduleError(f"accelerator group {grp.head!r} "
+                                            f"({' -> '.join(self.g[m].op for m in grp.members)}): {e}") from None
+                    # the template has no config for this workload (e.g. too few output positions for VTA's
+                    # pipeline): the group's ops run on the host, bit-exact in the packed layout
+                    self.notes[grp.head] = f"CPU: the template refused it: {e}"
+                    self.steps.extend(self.host_step(self.g[m]) for m in grp.members)
+                    continue
                 self.steps.append(step)
         return self.steps
 
@@ -507,4 +526,6 @@ def build(graph: Graph, env, params: dict[str, np.ndarray], schedules: Schedules
     steps = builder.run(graph.meta.get("groups", {}))
     times["compile"] = time.perf_counter() - t0
     runtime_consts = {k: v for k, v in consts.items() if any(k in getattr(s, "inputs", ()) for s in steps)}
-    return GraphModule(graph, cfg, builder.device, steps, runtime_consts, times)
+    module = GraphModule(graph, cfg, builder.device, steps, runtime_consts, times)
+    module.notes.update(builder.notes)
+    return module

@@ -185,8 +185,9 @@ def _relu(a, x):
 def _clip(a, x):
     lo, hi = a["a_min"], a["a_max"]
     if _is_int(x):
-        info = np.iinfo(x.dtype)
-        lo, hi = max(math.ceil(lo), info.min), min(math.floor(hi), info.max)
+        info = np.iinfo(x.dtype)  # an infinite bound (ONNX Clip's default) leaves that side open
+        lo = info.min if lo <= info.min else min(math.ceil(lo), info.max)
+        hi = info.max if hi >= info.max else max(math.floor(hi), info.min)
         return np.clip(x, lo, hi).astype(x.dtype)
     return np.clip(x, np.float32(lo), np.float32(hi)).astype(x.dtype)
 

@@ -136,6 +136,8 @@ def _infer_conv2d_transpose(a, shapes, dtypes):
         i, o, kh, kw = shapes[1]
     if i != c or a["groups"] != 1:
         raise ValueError(f"weight {shapes[1]} (IOHW) does not fit {c} input channels (groups must be 1)")
+    if a["dilation"] != (1, 1):
+        raise ValueError(f"dilation {a['dilation']} is not supported; allowed: (1, 1)")
     (sh, sw), (pt, pl, pb, pr), (oph, opw) = a["strides"], a["padding"], a["output_padding"]
     oh, ow = (h - 1) * sh - pt - pb + kh + oph, (w - 1) * sw - pl - pr + kw + opw
     if oh <= 0 or ow <= 0:
@@ -153,8 +155,10 @@ _register("nn.conv2d_transpose", {**_CONV, "kernel_layout": "IOHW", "output_padd
 def _infer_dense(a, shapes, dtypes):
     f = packed_factors(a["data_layout"])
     if f is None:
+        if len(shapes[0]) != 2 or len(shapes[1]) != 2:
+            raise ValueError(f"data {shapes[0]} and weight {shapes[1]} must be 2-D (N, K) and (M, K)")
         (n, k), (m, k2) = shapes[0], shapes[1]
-        if k != k2 or len(shapes[0]) != 2 or len(shapes[1]) != 2:
+        if k != k2:
             raise ValueError(f"data (N, K) {shapes[0]} and weight (M, K) {shapes[1]} must agree on K")
         return (n, m), a["out_dtype"]
     nb, _kb, b, c = shapes[0]
@@ -190,14 +194,33 @@ for _name in ("right_shift", "left_shift"):
     _register(_name, {}, _int_broadcast, (2,))
 for _name in ("nn.relu", "tanh", "sigmoid", "nn.dropout"):
     _register(_name, {}, _same)
-_register("clip", {"a_min": None, "a_max": None}, _same,
-          normalize=lambda a, t: {"a_min": float(a["a_min"]), "a_max": float(a["a_max"])})
-_register("cast", {"dtype": None}, lambda a, s, d: (s[0], a["dtype"]),
-          normalize=lambda a, t: {"dtype": np.dtype(a["dtype"]).name})
+
+
+def _norm_clip(a, t):
+    if a["a_min"] is None or a["a_max"] is None:
+        raise ValueError(f"clip needs a_min and a_max, got a_min={a['a_min']}, a_max={a['a_max']}")
+    return {"a_min": float(a["a_min"]), "a_max": float(a["a_max"])}
+
+
+def _norm_cast(a, t):
+    if a["dtype"] is None:
+        raise ValueError("cast needs dtype=")
+    return {"dtype": np.dtype(a["dtype"]).name}
+
+
+_register("clip", {"a_min": None, "a_max": None}, _same, normalize=_norm_clip)
+_register("cast", {"dtype": None}, lambda a, s, d: (s[0], a["dtype"]), normalize=_norm_cast)
+
+
+def _axis(axis: int, rank: int) -> int:
+    """``axis`` in [0, rank) (negative counts from the end); out of range is an error, not a wrap."""
+    if not -rank <= axis < rank:
+        raise ValueError(f"axis {axis} is out of range for a {rank}-D tensor")
+    return axis % rank
 
 
 def _infer_bias_add(a, shapes, dtypes):
-    axis = a["axis"] % len(shapes[0])
+    axis = _axis(a["axis"], len(shapes[0]))
     if len(shapes[1]) != 1 or shapes[1][0] != shapes[0][axis]:
         raise ValueError(f"bias {shapes[1]} must be 1-D with {shapes[0][axis]} entries (axis {a['axis']})")
     return _same(a, shapes, dtypes)
@@ -207,7 +230,7 @@ _register("nn.bias_add", {"axis": 1}, _infer_bias_add, (2,))
 
 
 def _infer_batch_norm(a, shapes, dtypes):
-    c = shapes[0][a["axis"]]
+    c = shapes[0][_axis(a["axis"], len(shapes[0]))]
     for s in shapes[1:]:
         if s != (c,):
             raise ValueError(f"gamma/beta/mean/var must have shape ({c},), got {s}")
@@ -244,10 +267,19 @@ def _norm_pool(a, t):
     a = {**a, "pool_size": pair(a["pool_size"], "pool_size"), "padding": quad(a["padding"], "padding"),
          "ceil_mode": bool(a["ceil_mode"])}
     a["strides"] = pair(a["strides"] if a["strides"] is not None else a["pool_size"], "strides")
+    if min(a["pool_size"]) < 1 or min(a["strides"]) < 1 or min(a["padding"]) < 0:
+        raise ValueError(f"pool_size and strides must be >= 1, padding >= 0; got pool_size={a['pool_size']}, "
+                         f"strides={a['strides']}, padding={a['padding']}")
     return a
 
 
+def _need_4d(shape: Shape) -> None:
+    if len(shape) != 4:
+        raise ValueError(f"data must be 4-D NCHW, got {shape}")
+
+
 def _infer_pool(a, shapes, dtypes):
+    _need_4d(shapes[0])
     n, c, h, w = shapes[0]
     (kh, kw), (sh, sw), (pt, pl, pb, pr) = a["pool_size"], a["strides"], a["padding"]
     oh, ow = pool_out(h, kh, sh, pt, pb, a["ceil_mode"]), pool_out(w, kw, sw, pl, pr, a["ceil_mode"])
@@ -259,7 +291,14 @@ def _infer_pool(a, shapes, dtypes):
 _POOL = {"pool_size": (2, 2), "strides": None, "padding": (0, 0, 0, 0), "ceil_mode": False}
 _register("nn.max_pool2d", _POOL, _infer_pool, normalize=_norm_pool)
 _register("nn.avg_pool2d", {**_POOL, "count_include_pad": False}, _infer_pool, normalize=_norm_pool)
-_register("nn.global_avg_pool2d", {}, lambda a, s, d: ((*s[0][:2], 1, 1), d[0]))
+
+
+def _infer_global_pool(a, shapes, dtypes):
+    _need_4d(shapes[0])
+    return (*shapes[0][:2], 1, 1), dtypes[0]
+
+
+_register("nn.global_avg_pool2d", {}, _infer_global_pool)
 _register("nn.batch_flatten", {}, lambda a, s, d: ((s[0][0], math.prod(s[0][1:])), d[0]))
 
 
@@ -280,13 +319,28 @@ def reshape_target(shape: Shape, newshape: Sequence[int]) -> Shape:
 
 _register("reshape", {"newshape": None}, lambda a, s, d: (reshape_target(s[0], a["newshape"]), d[0]),
           normalize=lambda a, t: {"newshape": tuple(int(v) for v in a["newshape"])})
-_register("transpose", {"axes": None}, lambda a, s, d: (tuple(s[0][i] for i in a["axes"]), d[0]),
+
+
+def _infer_transpose(a, shapes, dtypes):
+    if sorted(a["axes"]) != list(range(len(shapes[0]))):
+        raise ValueError(f"axes {a['axes']} must be a permutation of the {len(shapes[0])} axes of {shapes[0]}")
+    return tuple(shapes[0][i] for i in a["axes"]), dtypes[0]
+
+
+_register("transpose", {"axes": None}, _infer_transpose,
           normalize=lambda a, t: {"axes": tuple(int(v) for v in a["axes"])})
-_register("nn.softmax", {"axis": -1}, _same)
+
+
+def _infer_softmax(a, shapes, dtypes):
+    _axis(a["axis"], len(shapes[0]))
+    return _same(a, shapes, dtypes)
+
+
+_register("nn.softmax", {"axis": -1}, _infer_softmax)
 
 
 def _infer_concat(a, shapes, dtypes):
-    axis = a["axis"] % len(shapes[0])
+    axis = _axis(a["axis"], len(shapes[0]))
     for s, d in zip(shapes[1:], dtypes[1:], strict=True):
         if len(s) != len(shapes[0]) or any(x != y for i, (x, y) in enumerate(zip(s, shapes[0])) if i != axis):
             raise ValueError(f"shapes {shapes} differ outside axis {a['axis']}")
@@ -303,6 +357,8 @@ _register("concatenate", {"axis": 1}, _infer_concat, None)
 def _infer_pad(a, shapes, dtypes):
     if len(a["pad_width"]) != len(shapes[0]):
         raise ValueError(f"pad_width needs one (before, after) pair per dimension of {shapes[0]}")
+    if min(p for pair_ in a["pad_width"] for p in pair_) < 0:
+        raise ValueError(f"pad_width entries must be >= 0, got {a['pad_width']}")
     return tuple(s + p0 + p1 for s, (p0, p1) in zip(shapes[0], a["pad_width"], strict=True)), dtypes[0]
 
 
@@ -312,6 +368,7 @@ _register("nn.pad", {"pad_width": None, "pad_value": 0.0}, _infer_pad,
 
 
 def _infer_upsampling(a, shapes, dtypes):
+    _need_4d(shapes[0])
     n, c, h, w = shapes[0]
     return (n, c, h * a["scale_h"], w * a["scale_w"]), dtypes[0]
 
@@ -343,6 +400,13 @@ def _infer_layout(a, shapes, dtypes):
         o, i, *rest = shapes[0] if src != "IOHW" else (shapes[0][1], shapes[0][0], *shapes[0][2:])
         return (-(-o // bo), -(-i // bi), *rest, bo, bi), dtypes[0]
     if dst in ("NCHW", "NC") and packed_factors(src):
+        b, c = packed_factors(src)
+        rank = 6 if dst == "NCHW" else 4
+        if len(shapes[0]) != rank or shapes[0][-2:] != (b, c):
+            raise ValueError(f"{src} data must be {rank}-D ending in ({b}, {c}), got {shapes[0]}")
+        if not 0 < a["batch"] <= shapes[0][0] * b or not 0 < a["channels"] <= shapes[0][1] * c:
+            raise ValueError(f"batch={a['batch']} and channels={a['channels']} must be positive and fit the "
+                             f"packed {shapes[0]}")
         return (a["batch"], a["channels"], *shapes[0][2:-2]), dtypes[0]
     raise ValueError(f"layout_transform supports NCHW/NC <-> packed and OIHW/IOHW/OI -> packed, got {src} -> {dst}")
 

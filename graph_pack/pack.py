@@ -138,14 +138,20 @@ def _same_tensor(graph: Graph, name: str, like: Node) -> bool:
     return n.op != "const" and n.shape == like.shape and n.dtype == "int32"
 
 
+def _clip_entry(node: Node) -> tuple | None:
+    """("clip", lo, hi) with integer bounds, or None when they do not fit the ALU's 16-bit immediates (an
+    infinite bound included)."""
+    lo, hi = np.ceil(node.attrs["a_min"]), np.floor(node.attrs["a_max"])
+    return ("clip", int(lo), int(hi)) if IMM_MIN <= lo <= hi <= IMM_MAX else None
+
+
 def _chain_step(graph: Graph, cur: str, user: Node, group: Group) -> tuple | None:
     """The epilogue entry for ``user`` continuing the chain from ``cur`` (None: the chain cannot absorb it)."""
     op, ins = user.op, user.inputs
     if op in ("nn.relu",):
         return ("relu",)
     if op == "clip":
-        lo, hi = int(np.ceil(user.attrs["a_min"])), int(np.floor(user.attrs["a_max"]))
-        return ("clip", lo, hi) if IMM_MIN <= lo <= hi <= IMM_MAX else None
+        return _clip_entry(user)
     can_bias = group.kind == "conv" and not any(e[0] == "bias" for e in group.epilogue)
     if op == "nn.bias_add" and ins[0] == cur:
         return ("bias", ins[1]) if can_bias else None
@@ -195,9 +201,10 @@ def _alu_head(graph: Graph, node: Node) -> tuple | None:
     """The head entry if ``node`` can start an ALU-only group (int32 operands of one shape)."""
     if node.dtype != "int32" or len(node.shape) != 4:
         return None
-    if node.op in ("nn.relu", "clip"):
-        return ("relu",) if node.op == "nn.relu" else ("clip", int(np.ceil(node.attrs["a_min"])),
-                                                        int(np.floor(node.attrs["a_max"])))
+    if node.op == "nn.relu":
+        return ("relu",)
+    if node.op == "clip":
+        return _clip_entry(node)
     if node.op not in ALU_HEADS or len(node.inputs) != 2:
         return None
     lhs, rhs = node.inputs
@@ -301,9 +308,10 @@ class _Packer:
                                        channels=orig.shape[1])
         return self.memo[key]
 
-    def packed_const(self, name: str, like: Node) -> str:
-        """A scalar stays; a per-channel constant becomes (1, C/c, 1, 1, 1, c) (or (1, C/c, 1, c) for dense)."""
-        if _scalar(self.g, name):
+    def packed_const(self, name: str, like: Node, per_channel: bool = False) -> str:
+        """A scalar stays (unless ``per_channel``: a bias of one channel is still a bias); a per-channel
+        constant becomes (1, C/c, 1, 1, 1, c) (or (1, C/c, 1, c) for dense)."""
+        if _scalar(self.g, name) and not per_channel:
             return name
         key = ("const", name, len(like.shape))
         if key not in self.memo:
@@ -344,7 +352,8 @@ class _Packer:
             attrs = {**node.attrs, "data_layout": self.act2d if dense else self.act, "kernel_layout": wl}
             self.emit(node.op, [self.packed_value(data), w], node.name, **attrs)
         elif node.op == "nn.bias_add":
-            self.emit("add", [self.packed_value(node.inputs[0]), self.packed_const(node.inputs[1], node)], node.name)
+            self.emit("add", [self.packed_value(node.inputs[0]), self.packed_const(node.inputs[1], node, True)],
+                      node.name)
         else:
             ins = []
             for i in node.inputs:

@@ -47,6 +47,16 @@ def _rebuild(graph: Graph, params: Params, fn) -> tuple[Graph, Params, bool]:
     return g, p, changed
 
 
+def _new_const(b: GraphBuilder, graph: Graph, name: str, value: np.ndarray) -> str:
+    """A constant named ``name`` (with a numeric suffix if the old or the new graph already has that name:
+    a pass may run again over its own output, and one constant may feed several rewritten nodes)."""
+    base, i = name, 0
+    while name in b.graph.nodes or name in graph.nodes:
+        i += 1
+        name = f"{base}.{i}"
+    return b.const(name, value)
+
+
 def _const(graph: Graph, params: Params, name: str) -> np.ndarray | None:
     node = graph.nodes.get(name)
     return params.get(name) if node is not None and node.op == "const" else None
@@ -94,8 +104,10 @@ class FoldBatchNorm:
             shape = [1] * w.ndim
             shape[1 if node.op == "nn.conv2d_transpose" else 0] = -1  # the output-channel axis
             old_bias = params[bias.inputs[1]].astype(np.float64) if bias is not None else 0.0
-            w_name = b.const(f"{node.name}.weight_bn", (w * scale.reshape(shape)).astype(np.float32))
-            b_name = b.const(f"{node.name}.bias_bn", ((old_bias - mean) * scale + beta).astype(np.float32))
+            w_name = _new_const(b, graph, f"{node.name}.weight_bn",
+                                (w * scale.reshape(shape)).astype(np.float32))
+            b_name = _new_const(b, graph, f"{node.name}.bias_bn",
+                                ((old_bias - mean) * scale + beta).astype(np.float32))
             y = b.op(node.op, [rename[node.inputs[0]], w_name], name=node.name, **node.attrs)
             return b.op("nn.bias_add", [y, b_name], name=bn.name, axis=1)
 
@@ -113,9 +125,10 @@ class LowerBatchNorm:
             gamma, beta, mean, var = (params[i].astype(np.float64) for i in node.inputs[1:])
             scale = gamma / np.sqrt(var + node.attrs["epsilon"])
             rank = len(node.shape)
-            shape = (-1,) + (1,) * (rank - 1 - node.attrs["axis"])
-            s = b.const(f"{node.name}.scale", scale.astype(np.float32).reshape(shape))
-            t = b.const(f"{node.name}.shift", (beta - mean * scale).astype(np.float32).reshape(shape))
+            shape = (-1,) + (1,) * (rank - 1 - node.attrs["axis"] % rank)   # axis may count from the end
+            s = _new_const(b, graph, f"{node.name}.scale", scale.astype(np.float32).reshape(shape))
+            t = _new_const(b, graph, f"{node.name}.shift",
+                           (beta - mean * scale).astype(np.float32).reshape(shape))
             y = b.op("multiply", [rename[node.inputs[0]], s], name=f"{node.name}_mul")
             return b.op("add", [y, t], name=f"{node.name}_add")
         return _rebuild(graph, params, fn)
@@ -151,7 +164,7 @@ class BiasAddFromAdd:
             want = (channels,) + (1,) * (len(node.shape) - 2)
             if const.shape not in (want, (1, *want)) or node.shape != src.shape:
                 return None
-            bias = b.const(f"{c}.bias", const.reshape(channels))
+            bias = _new_const(b, graph, f"{c}.bias", const.reshape(channels))
             return b.op("nn.bias_add", [rename[x], bias], name=node.name, axis=1)
         return _rebuild(graph, params, fn)
 

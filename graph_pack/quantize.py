@@ -189,7 +189,8 @@ class _Quantizer:
         if op == "clip":
             v = self.val[ins[0]]
             x = self.to_i32(ins[0]) if v.kind == "i32" else self.to_i8(ins[0])
-            lo, hi = (math.floor(node.attrs[k] / 2.0 ** x.exp + 0.5) for k in ("a_min", "a_max"))
+            lo, hi = (b if math.isinf(b) else math.floor(b / 2.0 ** x.exp + 0.5)   # an open side stays open
+                      for b in (node.attrs["a_min"], node.attrs["a_max"]))
             return QValue(x.kind, self.op("clip", [x.node], node.name, a_min=lo, a_max=hi), x.exp)
         if op in ("add", "multiply") and len(data) == 2:
             return self.binary(node)

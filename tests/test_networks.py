@@ -120,7 +120,7 @@ def test_gluon_resnet18_v1_flow_of_the_tutorials():
     except ImportError as e:
         pytest.skip(f"the MXNet extra is not installed (pip install 'vta-stack[mxnet]'): {e}")
     mx.random.seed(0)
-    block = mx.gluon.model_zoo.vision.get_model("resnet18_v1", pretrained=False)
+    block = mx.gluon.model_zoo.vision.get_model("resnet18_v1", pretrained=False, prefix="flow_")
     block.initialize(mx.init.Xavier(magnitude=2.0))
     graph, params = from_mxnet(block, shape={"data": (1, 3, 64, 64)})
     cfg = load_config("pynq")
