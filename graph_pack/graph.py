@@ -217,7 +217,7 @@ def prune(graph: Graph, params: dict[str, np.ndarray]) -> tuple[Graph, dict[str,
         if name not in live:
             live.add(name)
             stack.extend(graph.nodes[name].inputs)
-    out = Graph({k: n for k, n in graph.nodes.items() if k in live}, list(graph.outputs))
+    out = Graph({k: n for k, n in graph.nodes.items() if k in live}, list(graph.outputs), dict(graph.meta))
     return out, {k: v for k, v in params.items() if k in live}
 
 
