@@ -1,0 +1,195 @@
+"""Tuning: how fast configs are measured; how quickly the XGBoost tuner finds the optimum vs random search.
+
+1. Measurement throughput on ResNet-18's C2 (the same seeded sample of valid configs in every mode):
+   full measurement (simulated data, output checked against numpy) vs timing only, 1 and 2 workers.
+2. Search quality on layers whose valid spaces are swept exhaustively (timing only): per layer, the
+   trials XGB (default), XGB without its analytical prior (AutoTVM's scheme: random first batch),
+   random search and the GA need to get within 5% of the optimum and to the optimum itself (mean of
+   5 seeds, batches of 8, the default config not measured), the best at 15% of the valid space, and
+   XGB's own overhead (model fits and scoring) per trial.
+
+    python bench/tuning.py [--config pynq] [--layers C9,C10,C11] [--speed-configs 16] [--cache sweeps.json]
+
+Exhaustive sweeps of C2 / C4 take minutes; ``--cache`` keeps them in a JSON file between runs.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import platform
+import sys
+import time
+from pathlib import Path
+
+# this script shares its name with the package it measures: keep its own directory off the import path
+_HERE = os.path.dirname(os.path.abspath(__file__))
+sys.path[:] = [p for p in sys.path if os.path.abspath(p or os.curdir) != _HERE]
+
+import numpy as np
+
+from hw_config import load_config
+from tuning.measure import LocalRunner, MeasureResult
+from tuning.task import Task, conv_task
+from tuning.tuners import make_tuner
+
+RESNET18 = {  # name: (H, W, CI, CO, K, pad, stride), as bench/templates.py
+    "C2": (56, 56, 64, 64, 3, 1, 1), "C3": (56, 56, 64, 128, 3, 1, 2), "C4": (56, 56, 64, 128, 1, 0, 2),
+    "C5": (28, 28, 128, 128, 3, 1, 1), "C6": (28, 28, 128, 256, 3, 1, 2), "C7": (28, 28, 128, 256, 1, 0, 2),
+    "C8": (14, 14, 256, 256, 3, 1, 1), "C9": (14, 14, 256, 512, 3, 1, 2), "C10": (14, 14, 256, 512, 1, 0, 2),
+    "C11": (7, 7, 512, 512, 3, 1, 1),
+}
+SEEDS = range(5)
+BATCH = 8
+
+
+def layer_task(cfg, name: str) -> Task:
+    h, w, ci, co, k, pad, stride = RESNET18[name]
+    return conv_task(cfg, (cfg.BATCH, ci, h, w), (co, ci, k, k), stride, pad)
+
+
+def valid_indices(task: Task) -> list[int]:
+    return [i for i in range(len(task.space)) if task.check(task.space[i]) is None]
+
+
+class TableRunner:
+    """The exhaustive sweep's cycles, looked up (same answers as the simulator, instantly)."""
+
+    def __init__(self, table: dict[int, int]):
+        self.table = table
+
+    def measure(self, task: Task, configs):
+        out = []
+        for c in configs:
+            cycles = self.table.get(task.space.index_of(c))
+            out.append(MeasureResult(c, cycles) if cycles else MeasureResult(c, error="invalid config"))
+        return out
+
+
+# ------------------------------------------------------------------------------------------------------------
+
+def measurement_speed(cfg, n_configs: int) -> None:
+    task = layer_task(cfg, "C2")
+    idx = valid_indices(task)
+    rng = np.random.default_rng(0)
+    sample = [task.space[int(i)] for i in rng.choice(idx, size=min(n_configs, len(idx)), replace=False)]
+    print(f"\n## measurement throughput, {task.name}: {len(sample)} random valid configs of {len(idx)}\n")
+    print("| mode | workers | trials/s | s/trial |")
+    print("|---|---|---|---|")
+    rate = {}
+    modes = (("full (checked)", {"check": True}), ("timing only", {"timing_only": True, "check": False}))
+    for mode, kwargs in modes:
+        for workers in (1, 2):
+            with LocalRunner(n_parallel=workers, **kwargs) as runner:
+                runner.measure(task, sample[:workers])  # warm-up: workers started, inputs made
+                t0 = time.perf_counter()
+                results = runner.measure(task, sample)
+                dt = time.perf_counter() - t0
+            assert all(r.ok for r in results), [r.error for r in results if not r.ok][:2]
+            rate[mode, workers] = len(sample) / dt
+            print(f"| {mode} | {workers} | {rate[mode, workers]:.2f} | {dt / len(sample):.3f} |")
+    print(f"\ntiming only vs full: {rate['timing only', 1] / rate['full (checked)', 1]:.2f}x (1 worker), "
+          f"{rate['timing only', 2] / rate['full (checked)', 2]:.2f}x (2 workers); 2 workers vs 1: "
+          f"{rate['full (checked)', 2] / rate['full (checked)', 1]:.2f}x full, "
+          f"{rate['timing only', 2] / rate['timing only', 1]:.2f}x timing only")
+
+
+def sweep(task: Task, cache: Path | None) -> tuple[dict[int, int], float]:
+    """Cycles of every valid config (timing only, 2 workers), from ``cache`` when it has them."""
+    key = f"{task.cfg.fingerprint}|{task.key}"
+    stored = json.loads(cache.read_text()) if cache and cache.exists() else {}
+    if key in stored:
+        return {int(i): c for i, c in stored[key]["table"].items()}, stored[key]["seconds"]
+    idx = valid_indices(task)
+    t0 = time.perf_counter()
+    with LocalRunner(n_parallel=2, timing_only=True, check=False) as runner:
+        results = runner.measure(task, [task.space[i] for i in idx])
+    seconds = time.perf_counter() - t0
+    table = {i: r.cycles for i, r in zip(idx, results) if r.ok}
+    if cache:
+        stored[key] = {"table": table, "seconds": seconds}
+        cache.write_text(json.dumps(stored))
+    return table, seconds
+
+
+VARIANTS = {"xgb": ("xgb", {}), "xgb_noprior": ("xgb", {"prior": False}), "random": ("random", {}),
+            "ga": ("ga", {})}
+
+
+def search_curve(variant: str, task: Task, table: dict[int, int], seed: int) -> tuple[list[int], float]:
+    """Best cycles after every trial until the optimum is found; and the tuner's own seconds per trial."""
+    name, kwargs = VARIANTS[variant]
+    tuner = make_tuner(name, task, seed=seed, **kwargs)
+    runner, curve, own = TableRunner(table), [], 0.0
+    while tuner.has_next():
+        t0 = time.perf_counter()
+        configs = tuner.next_batch(BATCH)
+        own += time.perf_counter() - t0
+        results = runner.measure(task, configs)
+        t0 = time.perf_counter()
+        tuner.update(configs, results)
+        own += time.perf_counter() - t0
+        for r in results:
+            curve.append(min(curve[-1], r.cycles) if curve else r.cycles)
+        if curve[-1] == min(table.values()):
+            break
+    return curve, own / max(len(curve), 1)
+
+
+def search_quality(cfg, layers: list[str], cache: Path | None) -> None:
+    print(f"\n## search quality: trials to reach the exhaustive optimum (mean of {len(SEEDS)} seeds, "
+          f"batches of {BATCH}, default config not measured)\n")
+    print("XGB: the default tuner (trees correcting the analytical prior, which ranks the first batch); "
+          "XGB no prior: AutoTVM's scheme (random first batch, then trees on the features alone). "
+          "Ratios: random / XGB.\n")
+    print("| layer | valid | sweep s | default/opt | XGB to 5% | XGB no prior to 5% | random to 5% | ratio "
+          "| XGB to opt | XGB no prior to opt | random to opt | ratio | GA to opt | XGB best@15% "
+          "| random best@15% | XGB ms/trial |")
+    print("|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|")
+    for name in layers:
+        task = layer_task(cfg, name)
+        table, seconds = sweep(task, cache)
+        opt = min(table.values())
+        budget = max(1, int(0.15 * len(table)))
+        default = table[task.space.index_of(task.default_config)]
+        fig = {}
+        for variant in VARIANTS:
+            to5, to_opt, at_budget, own = [], [], [], []
+            for seed in SEEDS:
+                curve, overhead = search_curve(variant, task, table, seed)
+                to5.append(next(n + 1 for n, b in enumerate(curve) if b <= 1.05 * opt))
+                to_opt.append(curve.index(opt) + 1)
+                at_budget.append(curve[min(budget, len(curve)) - 1] / opt)
+                own.append(overhead)
+            fig[variant] = (np.mean(to5), np.mean(to_opt), np.mean(at_budget), np.mean(own))
+        x, p, r, ga = fig["xgb"], fig["xgb_noprior"], fig["random"], fig["ga"]
+        print(f"| {name} | {len(table)} | {seconds:.1f} | {default / opt:.3f} | {x[0]:.1f} | {p[0]:.1f} | "
+              f"{r[0]:.1f} | {r[0] / x[0]:.1f}x | {x[1]:.1f} | {p[1]:.1f} | {r[1]:.1f} | "
+              f"{r[1] / x[1]:.1f}x | "
+              f"{ga[1]:.1f} | {x[2]:.3f} | "
+              f"{r[2]:.3f} | {x[3] * 1e3:.1f} |")
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--config", default="pynq", help="preset name or JSON path (default: pynq)")
+    ap.add_argument("--layers", default="C9,C10,C11",
+                    help=f"ResNet-18 layers for the quality figures, comma-separated ({', '.join(RESNET18)})")
+    ap.add_argument("--speed-configs", type=int, default=16, help="configs per measurement mode (default 16)")
+    ap.add_argument("--cache", type=Path, help="JSON file keeping exhaustive sweeps between runs")
+    ap.add_argument("--skip-speed", action="store_true", help="only the search-quality table")
+    args = ap.parse_args()
+    layers = [s.strip() for s in args.layers.split(",") if s.strip()]
+    unknown = [n for n in layers if n not in RESNET18]
+    if unknown:
+        ap.error(f"unknown layer(s) {unknown}; allowed: {', '.join(RESNET18)}")
+    cfg = load_config(args.config)
+    print(f"# tuning on {cfg.model}, {platform.machine()}, {time.strftime('%Y-%m-%d')}")
+    if not args.skip_speed:
+        measurement_speed(cfg, args.speed_configs)
+    search_quality(cfg, layers, args.cache)
+
+
+if __name__ == "__main__":
+    main()

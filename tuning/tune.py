@@ -1,0 +1,199 @@
+"""Tuning several tasks: sequentially (AutoTVM's ``tune_tasks``) or with a task scheduler that spends each
+next batch where it is expected to cut the network's latency most (weights x latency, as Ansor does).
+
+Progress is printed as AutoTVM does, ``[Task  1/10]  Current/Best:  x/ y GFLOPS | Progress: (n/N) | t s``,
+followed by a summary table (per task: default vs best latency, trials) and the end-to-end latency
+estimate before and after.
+"""
+
+from __future__ import annotations
+
+import os
+import sys
+import time
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+from typing import TextIO
+
+from tuning.measure import LocalRunner, MeasureResult
+from tuning.records import load_records
+from tuning.task import Task
+from tuning.tuners import Tuner, make_tuner
+
+STRATEGIES = ("sequential", "gradient")
+
+
+@dataclass
+class TaskState:
+    """A task under tuning: its tuner, the trials spent, and the best latency after each batch."""
+
+    task: Task
+    tuner: Tuner
+    default_s: float = 0.0
+    history: list[tuple[int, float]] = field(default_factory=list)   # (trials, best latency s)
+
+    @property
+    def best_s(self) -> float:
+        return self.tuner.best_cycles / (self.task.cfg.CLOCK_MHZ * 1e6) if self.tuner.best_cycles else float("inf")
+
+    @property
+    def trials(self) -> int:
+        return self.tuner.trials
+
+
+def resume(tuner: Tuner, log: str | os.PathLike | None) -> int:
+    """Feed the task's finished trials in ``log`` to ``tuner``; returns how many."""
+    return tuner.feed_records(load_records(log, task=tuner.task)) if log is not None else 0
+
+
+def run_batch(tuner: Tuner, runner, n: int, log: str | os.PathLike | None) -> tuple[list[dict], list[MeasureResult]]:
+    """Measure the tuner's next ``n`` configs, update it, append the records (fsync'ed)."""
+    configs = tuner.next_batch(n)
+    return (configs, tuner.measure(runner, configs, log)) if configs else ([], [])
+
+
+class Progress:
+    """AutoTVM-style progress lines (rewritten in place on a terminal)."""
+
+    def __init__(self, n_tasks: int, out: TextIO | None = None):
+        self.n_tasks, self.out = n_tasks, out if out is not None else sys.stdout
+        self.tty = hasattr(self.out, "isatty") and self.out.isatty()
+        self.t0 = time.perf_counter()
+
+    def update(self, index: int, state: TaskState, results: list[MeasureResult], budget: int, final: bool = False):
+        ok = [r for r in results if r.ok]
+        cur = max((state.task.flop / r.latency_s / 1e9 for r in ok if r.latency_s), default=0.0)
+        best = state.task.flop / state.best_s / 1e9 if state.best_s != float("inf") else 0.0
+        line = (f"[Task {index + 1:2d}/{self.n_tasks:2d}]  Current/Best: {cur:7.2f}/{best:7.2f} GFLOPS | "
+                f"Progress: ({state.trials}/{budget}) | {time.perf_counter() - self.t0:.2f} s")
+        if self.tty and not final:
+            self.out.write("\r" + line)
+        else:
+            self.out.write(("\r" if self.tty else "") + line + "\n")
+        self.out.flush()
+
+
+@dataclass
+class TuneSummary:
+    states: list[TaskState]
+
+    @property
+    def latency_before_s(self) -> float:
+        return sum(s.task.weight * s.default_s for s in self.states)
+
+    @property
+    def latency_after_s(self) -> float:
+        return sum(s.task.weight * min(s.default_s, s.best_s) for s in self.states)
+
+    def best_configs(self) -> dict[str, dict]:
+        """``{workload_key: config}`` for build's ``schedules`` (a task keeps its default when tuning found
+        nothing faster)."""
+        return {s.task.key: s.tuner.best_config for s in self.states
+                if s.tuner.best_config is not None and s.best_s < s.default_s}
+
+    def table(self) -> str:
+        lines = [f"{'#':>3} {'task':54} {'weight':>6} {'default ms':>11} {'best ms':>9} {'speedup':>8} {'trials':>7}"]
+        for i, s in enumerate(self.states, 1):
+            best = min(s.default_s, s.best_s)
+            lines.append(f"{i:3d} {s.task.name[:54]:54} {s.task.weight:6d} {s.default_s * 1e3:11.3f} "
+                         f"{best * 1e3:9.3f} {s.default_s / best if best else 0:7.2f}x {s.trials:7d}")
+        before, after = self.latency_before_s, self.latency_after_s
+        lines.append(f"end-to-end (tuned layers, weighted): {before * 1e3:.3f} ms -> {after * 1e3:.3f} ms "
+                     f"({before / after if after else 0:.2f}x)")
+        return "\n".join(lines)
+
+
+def tune_tasks(tasks: Sequence[Task], *, tuner: str = "xgb", n_trial: int = 200, total_trials: int | None = None,
+               runner=None, log: str | os.PathLike | None = None, early_stopping: int | None = None,
+               strategy: str = "sequential", batch_size: int = 16, seed: int = 0, transfer: bool = True,
+               out: TextIO | None = None) -> TuneSummary:
+    """Tune ``tasks``; ``n_trial`` per task (sequential) or ``total_trials`` shared by the scheduler
+    (gradient; default n_trial x tasks). Resumes from ``log``; prints progress and the summary to ``out``."""
+    if strategy not in STRATEGIES:
+        raise ValueError(f"strategy={strategy!r}; allowed: {', '.join(STRATEGIES)}")
+    if n_trial < 1 or batch_size < 1:
+        raise ValueError(f"n_trial and batch_size must be >= 1, got {n_trial}, {batch_size}")
+    runner = runner or LocalRunner()
+    out = out if out is not None else sys.stdout
+    states = []
+    for i, task in enumerate(tasks):
+        t = make_tuner(tuner, task, seed=seed + i)
+        if transfer and log is not None and hasattr(t, "load_history"):
+            others = [r for r in load_records(log, cfg=task.cfg) if r.workload != task.key]
+            if others:
+                t.load_history(others)
+        resume(t, log)
+        default_cycles = t.measure_default(runner, log)
+        if default_cycles is None:
+            raise RuntimeError(f"{task.name}: the template's default config failed to run")
+        states.append(TaskState(task, t, default_cycles / (task.cfg.CLOCK_MHZ * 1e6)))
+    progress = Progress(len(states), out)
+    if strategy == "sequential":
+        for i, s in enumerate(states):
+            _tune_one(i, s, runner, n_trial, batch_size, early_stopping, log, progress)
+    else:
+        _schedule(states, runner, total_trials or n_trial * len(states), batch_size, log, progress)
+    summary = TuneSummary(states)
+    out.write(summary.table() + "\n")
+    return summary
+
+
+def _tune_one(index: int, s: TaskState, runner, n_trial: int, batch_size: int, early_stopping: int | None,
+              log, progress: Progress) -> None:
+    last_gain = s.trials
+    best = s.best_s
+    results: list[MeasureResult] = []
+    while s.trials < n_trial and s.tuner.has_next():
+        _, results = run_batch(s.tuner, runner, min(batch_size, n_trial - s.trials), log)
+        if not results:
+            break
+        s.history.append((s.trials, s.best_s))
+        progress.update(index, s, results, n_trial)
+        if s.best_s < best:
+            best, last_gain = s.best_s, s.trials
+        if early_stopping is not None and s.trials - last_gain >= early_stopping:
+            break
+    progress.update(index, s, results, n_trial, final=True)
+
+
+def _schedule(states: list[TaskState], runner, total: int, batch_size: int, log, progress: Progress) -> None:
+    """Ansor-style allocation: after one warm-up batch each, the next batch goes to the task with the
+    largest expected drop of weight x latency per trial (recent improvement, or a share of its latency
+    when it has not improved lately, so no task starves)."""
+    spent = sum(s.trials for s in states)
+    live = [i for i, s in enumerate(states) if s.tuner.has_next()]
+    for i in list(live):
+        if spent >= total:
+            break
+        before = states[i].trials
+        _, results = run_batch(states[i].tuner, runner, batch_size, log)
+        states[i].history.append((states[i].trials, states[i].best_s))
+        spent += states[i].trials - before
+        progress.update(i, states[i], results, total)
+    while spent < total:
+        live = [i for i, s in enumerate(states) if s.tuner.has_next()]
+        if not live:
+            break
+        i = max(live, key=lambda j: (_expected_gain(states[j]), -j))
+        s = states[i]
+        before = s.trials
+        _, results = run_batch(s.tuner, runner, min(batch_size, total - spent), log)
+        if s.trials == before:
+            break
+        spent += s.trials - before
+        s.history.append((s.trials, s.best_s))
+        progress.update(i, s, results, total)
+    for i, s in enumerate(states):
+        progress.update(i, s, [], total, final=True)
+
+
+def _expected_gain(s: TaskState, window: int = 3, alpha: float = 0.05) -> float:
+    best = min(s.best_s, s.default_s)
+    if len(s.history) >= 2:
+        old_trials, old_best = s.history[max(0, len(s.history) - 1 - window)]
+        new_trials, new_best = s.history[-1]
+        backward = max(0.0, min(old_best, s.default_s) - min(new_best, s.default_s)) / max(1, new_trials - old_trials)
+    else:
+        backward = 0.0
+    forward = alpha * best / max(1, s.trials)
+    return s.task.weight * max(backward, forward)

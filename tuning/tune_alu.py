@@ -1,0 +1,43 @@
+"""Tune the element-wise ALU templates (add / multiply on int32 tensors) on the simulator, the workloads
+of VTA's tune_alu_vta (ResNet feature-map shapes).
+
+    python -m tuning.tune_alu [--config pynq] [--tuner xgb] [--n-trial 50] [--log alu.tune.jsonl]
+"""
+
+from __future__ import annotations
+
+import argparse
+
+from hw_config import load_config
+from tuning.measure import LocalRunner
+from tuning.task import alu_task
+from tuning.tune import tune_tasks
+from tuning.tuners import TUNERS
+
+SHAPES = [(64, 56, 56), (128, 28, 28), (256, 14, 14), (512, 7, 7)]   # (C, H, W) of ResNet's stages
+
+
+def alu_tasks(cfg, ops=("add", "multiply")) -> list:
+    return [alu_task(cfg, op, (cfg.BATCH, c, h, w), tensor_rhs=True) for op in ops for c, h, w in SHAPES]
+
+
+def main(argv: list[str] | None = None) -> int:
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--config", default="pynq", help="preset name or JSON path (default: pynq)")
+    ap.add_argument("--tuner", choices=TUNERS, default="xgb")
+    ap.add_argument("--n-trial", type=int, default=50, help="trials per task (default 50)")
+    ap.add_argument("--ops", default="add,multiply", help="comma-separated ALU ops (default add,multiply)")
+    ap.add_argument("--log", default="alu.tune.jsonl", help="JSON-lines record log (resumes)")
+    ap.add_argument("--timing-only", action="store_true", help="cycles only, no output check")
+    ap.add_argument("--parallel", type=int, default=1, help="measurement worker processes")
+    ap.add_argument("--seed", type=int, default=0)
+    args = ap.parse_args(argv)
+    cfg = load_config(args.config)
+    with LocalRunner(n_parallel=args.parallel, timing_only=args.timing_only) as runner:
+        tune_tasks(alu_tasks(cfg, tuple(args.ops.split(","))), tuner=args.tuner, n_trial=args.n_trial,
+                   runner=runner, log=args.log, seed=args.seed)
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())

@@ -1,0 +1,51 @@
+"""Tune ResNet-18's conv2d workloads (VTA's C2..C11) on the simulator, as VTA's tune_conv2d.py did on boards.
+
+    python -m tuning.tune_conv2d [--config pynq] [--tuner xgb] [--n-trial 100] [--log conv2d.tune.jsonl]
+"""
+
+from __future__ import annotations
+
+import argparse
+
+from hw_config import load_config
+from tuning.measure import LocalRunner
+from tuning.task import conv_task
+from tuning.tune import STRATEGIES, tune_tasks
+from tuning.tuners import TUNERS
+
+RESNET18 = {  # name: (H, W, CI, CO, K, pad, stride), VTA's test workloads
+    "C2": (56, 56, 64, 64, 3, 1, 1), "C3": (56, 56, 64, 128, 3, 1, 2), "C4": (56, 56, 64, 128, 1, 0, 2),
+    "C5": (28, 28, 128, 128, 3, 1, 1), "C6": (28, 28, 128, 256, 3, 1, 2), "C7": (28, 28, 128, 256, 1, 0, 2),
+    "C8": (14, 14, 256, 256, 3, 1, 1), "C9": (14, 14, 256, 512, 3, 1, 2), "C10": (14, 14, 256, 512, 1, 0, 2),
+    "C11": (7, 7, 512, 512, 3, 1, 1),
+}
+
+
+def resnet18_tasks(cfg, layers=None) -> list:
+    return [conv_task(cfg, (cfg.BATCH, ci, h, w), (co, ci, k, k), stride, pad)
+            for name, (h, w, ci, co, k, pad, stride) in RESNET18.items() if layers is None or name in layers]
+
+
+def main(argv: list[str] | None = None) -> int:
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--config", default="pynq", help="preset name or JSON path (default: pynq)")
+    ap.add_argument("--tuner", choices=TUNERS, default="xgb")
+    ap.add_argument("--n-trial", type=int, default=100, help="trials per layer (default 100)")
+    ap.add_argument("--strategy", choices=STRATEGIES, default="sequential")
+    ap.add_argument("--layers", default=None, help="comma-separated subset, e.g. C2,C5 (default: all)")
+    ap.add_argument("--log", default="conv2d.tune.jsonl", help="JSON-lines record log (resumes)")
+    ap.add_argument("--timing-only", action="store_true", help="cycles only, no output check")
+    ap.add_argument("--parallel", type=int, default=1, help="measurement worker processes")
+    ap.add_argument("--early-stopping", type=int, default=None)
+    ap.add_argument("--seed", type=int, default=0)
+    args = ap.parse_args(argv)
+    cfg = load_config(args.config)
+    tasks = resnet18_tasks(cfg, args.layers.split(",") if args.layers else None)
+    with LocalRunner(n_parallel=args.parallel, timing_only=args.timing_only) as runner:
+        tune_tasks(tasks, tuner=args.tuner, n_trial=args.n_trial, runner=runner, log=args.log,
+                   strategy=args.strategy, early_stopping=args.early_stopping, seed=args.seed)
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())
