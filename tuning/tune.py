@@ -60,17 +60,24 @@ class Progress:
         self.tty = hasattr(self.out, "isatty") and self.out.isatty()
         self.t0 = time.perf_counter()
 
-    def update(self, index: int, state: TaskState, results: list[MeasureResult], budget: int, final: bool = False):
+    def update(self, index: int, state: TaskState, results: list[MeasureResult], done: int, budget: int) -> None:
+        """One line after a batch: this batch's best and the task's best throughput, trials done / budget
+        (the task's own under sequential tuning, all tasks' under the scheduler)."""
         ok = [r for r in results if r.ok]
         cur = max((state.task.flop / r.latency_s / 1e9 for r in ok if r.latency_s), default=0.0)
         best = state.task.flop / state.best_s / 1e9 if state.best_s != float("inf") else 0.0
         line = (f"[Task {index + 1:2d}/{self.n_tasks:2d}]  Current/Best: {cur:7.2f}/{best:7.2f} GFLOPS | "
-                f"Progress: ({state.trials}/{budget}) | {time.perf_counter() - self.t0:.2f} s")
-        if self.tty and not final:
-            self.out.write("\r" + line)
-        else:
-            self.out.write(("\r" if self.tty else "") + line + "\n")
+                f"Progress: ({done}/{budget}) | {time.perf_counter() - self.t0:.2f} s")
+        self.out.write(("\r" + line) if self.tty else line + "\n")
         self.out.flush()
+        self._open = self.tty
+
+    def end_line(self) -> None:
+        """Finish a line rewritten in place (terminals only)."""
+        if getattr(self, "_open", False):
+            self.out.write("\n")
+            self.out.flush()
+            self._open = False
 
 
 @dataclass
@@ -142,18 +149,17 @@ def _tune_one(index: int, s: TaskState, runner, n_trial: int, batch_size: int, e
               log, progress: Progress) -> None:
     last_gain = s.trials
     best = s.best_s
-    results: list[MeasureResult] = []
     while s.trials < n_trial and s.tuner.has_next():
         _, results = run_batch(s.tuner, runner, min(batch_size, n_trial - s.trials), log)
         if not results:
             break
         s.history.append((s.trials, s.best_s))
-        progress.update(index, s, results, n_trial)
+        progress.update(index, s, results, s.trials, n_trial)
         if s.best_s < best:
             best, last_gain = s.best_s, s.trials
         if early_stopping is not None and s.trials - last_gain >= early_stopping:
             break
-    progress.update(index, s, results, n_trial, final=True)
+    progress.end_line()
 
 
 def _schedule(states: list[TaskState], runner, total: int, batch_size: int, log, progress: Progress) -> None:
@@ -169,7 +175,7 @@ def _schedule(states: list[TaskState], runner, total: int, batch_size: int, log,
         _, results = run_batch(states[i].tuner, runner, batch_size, log)
         states[i].history.append((states[i].trials, states[i].best_s))
         spent += states[i].trials - before
-        progress.update(i, states[i], results, total)
+        progress.update(i, states[i], results, spent, total)
     while spent < total:
         live = [i for i, s in enumerate(states) if s.tuner.has_next()]
         if not live:
@@ -182,9 +188,8 @@ def _schedule(states: list[TaskState], runner, total: int, batch_size: int, log,
             break
         spent += s.trials - before
         s.history.append((s.trials, s.best_s))
-        progress.update(i, s, results, total)
-    for i, s in enumerate(states):
-        progress.update(i, s, [], total, final=True)
+        progress.update(i, s, results, spent, total)
+    progress.end_line()
 
 
 def _expected_gain(s: TaskState, window: int = 3, alpha: float = 0.05) -> float:
