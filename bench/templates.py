@@ -18,14 +18,9 @@ import time
 import numpy as np
 
 from hw_config import load_config
+from tuning.tune_conv2d import RESNET18
 from vta.ops import compile_op, random_inputs
 
-RESNET18 = {  # name: (H, W, CI, CO, K, pad, stride), vta-notes section 6
-    "C2": (56, 56, 64, 64, 3, 1, 1), "C3": (56, 56, 64, 128, 3, 1, 2), "C4": (56, 56, 64, 128, 1, 0, 2),
-    "C5": (28, 28, 128, 128, 3, 1, 1), "C6": (28, 28, 128, 256, 3, 1, 2), "C7": (28, 28, 128, 256, 1, 0, 2),
-    "C8": (14, 14, 256, 256, 3, 1, 1), "C9": (14, 14, 256, 512, 3, 1, 2), "C10": (14, 14, 256, 512, 1, 0, 2),
-    "C11": (7, 7, 512, 512, 3, 1, 1),
-}
 EPILOGUE = [("bias",), ("shr", 8), ("clip", 0, 127)]
 
 

@@ -130,6 +130,14 @@ class GraphBuilder:
             if name not in self.graph.nodes:
                 return name
 
+    def unique(self, name: str, taken=()) -> str:
+        """``name``, or ``name.1``, ``name.2`` ... the first not yet in the graph (nor in ``taken``)."""
+        base, i = name, 0
+        while name in self.graph.nodes or name in taken:
+            i += 1
+            name = f"{base}.{i}"
+        return name
+
     def _add(self, node: Node) -> str:
         if node.name in self.graph.nodes:
             raise GraphError(f"duplicate node name {node.name!r}")

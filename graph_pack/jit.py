@@ -203,6 +203,17 @@ def _fconst(v: float) -> str:
     return f"0x{bits:016X}"
 
 
+def _store_mask(f, lanes: int, need_col: bool, col, ow: int, valid):
+    """The lanes a vector store may write: columns inside the row (when the tile can overhang it) and the
+    whole vector only when the tile's channel/row conditions hold; None when every lane is always valid."""
+    if need_col:
+        return _lane_mask(f, lanes, col, ow, valid)
+    if valid is not None:
+        return f.let(f"select i1 {valid}, <{lanes} x i1> <{', '.join(['i1 true'] * lanes)}>, "
+                     f"<{lanes} x i1> zeroinitializer")
+    return None
+
+
 def _lane_mask(f: _Fn, lanes: int, col0: str, limit: int, valid: str | None) -> str:
     """<lanes x i1>: col0 + lane < limit, and-ed with the scalar i1 ``valid`` (None: all true)."""
     c = f.let(f"trunc i64 {col0} to i32")
@@ -427,13 +438,7 @@ def _conv_ir(name: str, p: _Conv, t: _Tile) -> tuple[str, dict]:
                     conds.append((f.lin(r, (1, row0)), p.oh))
                 valid = _valid(f, conds)
                 for v in range(t.v):
-                    if need_col:
-                        mask = _lane_mask(f, lanes, f.lin(v * lanes, (1, col0)), p.ow, valid)
-                    elif valid is not None:
-                        mask = f.let(f"select i1 {valid}, <{lanes} x i1> <{', '.join(['i1 true'] * lanes)}>, "
-                                     f"<{lanes} x i1> zeroinitializer")
-                    else:
-                        mask = None
+                    mask = _store_mask(f, lanes, need_col, f.lin(v * lanes, (1, col0)), p.ow, valid)
                     val = f.let(f"load {vt}, ptr {acc_at[o, r, v]}, align 64")
                     q = f.gep(at, "%out", f.lin(o * out_c + r * p.ow + v * lanes, (1, obase)), inbounds=False)
                     f.masked_store(at, lanes, val, q, mask)
@@ -541,13 +546,7 @@ def _pool_ir(name: str, p: _Pool, t: _Tile) -> tuple[str, dict]:
                         q = f.gep("float", "%cnt", f.lin(r * cw + v * lanes, (1, cbase)))
                         cnt = f.let(f"load {vt}, ptr {q}, align 4")
                     val = f.let(f"fdiv {vt} {val}, {cnt}")
-                if need_col:
-                    mask = _lane_mask(f, lanes, f.lin(v * lanes, (1, col0)), p.ow, valid)
-                elif valid is not None:
-                    mask = f.let(f"select i1 {valid}, <{lanes} x i1> <{', '.join(['i1 true'] * lanes)}>, "
-                                 f"<{lanes} x i1> zeroinitializer")
-                else:
-                    mask = None
+                mask = _store_mask(f, lanes, need_col, f.lin(v * lanes, (1, col0)), p.ow, valid)
                 q = f.gep(ety, "%out", f.lin(r * p.ow + v * lanes, (1, obase)), inbounds=False)
                 f.masked_store(ety, lanes, val, q, mask)
     return f.text(), {"hn": hn, "wc": wc, "cw": cw, "rows": nrb * t.r}

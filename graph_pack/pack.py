@@ -274,11 +274,7 @@ class _Packer:
         self.wgt2d = f"OI{cfg.BLOCK_OUT}o{cfg.BLOCK_IN}i"
 
     def emit(self, op: str, inputs: list[str], name: str, **attrs) -> str:
-        base, i = name, 0
-        while name in self.b.graph.nodes:
-            i += 1
-            name = f"{base}.{i}"
-        return self.b.op(op, inputs, name=name, **attrs)
+        return self.b.op(op, inputs, name=self.b.unique(name), **attrs)
 
     def copy_leaf(self, node: Node) -> None:
         self.b.graph.nodes[node.name] = Node(node.name, node.op, [], {}, node.type)

@@ -50,11 +50,7 @@ def _rebuild(graph: Graph, params: Params, fn) -> tuple[Graph, Params, bool]:
 def _new_const(b: GraphBuilder, graph: Graph, name: str, value: np.ndarray) -> str:
     """A constant named ``name`` (with a numeric suffix if the old or the new graph already has that name:
     a pass may run again over its own output, and one constant may feed several rewritten nodes)."""
-    base, i = name, 0
-    while name in b.graph.nodes or name in graph.nodes:
-        i += 1
-        name = f"{base}.{i}"
-    return b.const(name, value)
+    return b.const(b.unique(name, taken=graph.nodes), value)
 
 
 def _const(graph: Graph, params: Params, name: str) -> np.ndarray | None:

@@ -67,18 +67,10 @@ class _Quantizer:
 
     # ---- helpers that emit integer nodes ----
     def const(self, name: str, value) -> str:
-        base, i = name, 0
-        while name in self.b.graph.nodes:
-            i += 1
-            name = f"{base}.{i}"
-        return self.b.const(name, value)
+        return self.b.const(self.b.unique(name), value)
 
     def op(self, op: str, inputs: list[str], name: str, **attrs) -> str:
-        base, i = name, 0
-        while name in self.b.graph.nodes:
-            i += 1
-            name = f"{base}.{i}"
-        return self.b.op(op, inputs, name=name, **attrs)
+        return self.b.op(op, inputs, name=self.b.unique(name), **attrs)
 
     def exp_of(self, fname: str) -> int:
         return self.act_exp.get(fname, self.default_exp)
