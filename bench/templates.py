@@ -18,8 +18,8 @@ import time
 import numpy as np
 
 from hw_config import load_config
-from tuning.tune_conv2d import RESNET18
 from vta.ops import compile_op, random_inputs
+from vta.workloads import RESNET18
 
 EPILOGUE = [("bias",), ("shr", 8), ("clip", 0, 127)]
 

@@ -32,8 +32,8 @@ import numpy as np
 from hw_config import load_config
 from tuning.measure import LocalRunner, MeasureResult
 from tuning.task import Task, conv_task
-from tuning.tune_conv2d import RESNET18
 from tuning.tuners import make_tuner
+from vta.workloads import RESNET18
 
 SEEDS = range(5)
 BATCH = 8

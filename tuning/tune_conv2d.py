@@ -12,13 +12,7 @@ from tuning.measure import LocalRunner
 from tuning.task import conv_task
 from tuning.tune import STRATEGIES, tune_tasks
 from tuning.tuners import TUNERS
-
-RESNET18 = {  # name: (H, W, CI, CO, K, pad, stride), VTA's test workloads
-    "C2": (56, 56, 64, 64, 3, 1, 1), "C3": (56, 56, 64, 128, 3, 1, 2), "C4": (56, 56, 64, 128, 1, 0, 2),
-    "C5": (28, 28, 128, 128, 3, 1, 1), "C6": (28, 28, 128, 256, 3, 1, 2), "C7": (28, 28, 128, 256, 1, 0, 2),
-    "C8": (14, 14, 256, 256, 3, 1, 1), "C9": (14, 14, 256, 512, 3, 1, 2), "C10": (14, 14, 256, 512, 1, 0, 2),
-    "C11": (7, 7, 512, 512, 3, 1, 1),
-}
+from vta.workloads import RESNET18
 
 
 def resnet18_tasks(cfg, layers=None) -> list:
