@@ -106,3 +106,23 @@ def test_tuned_schedules_are_used_by_build(tmp_path):
                           timing_only=True, log=tmp_path / "l.jsonl", out=io.StringIO())
     assert result.tuned.cycles <= result.untuned.cycles
     np.testing.assert_array_equal(result.tuned.get_output(0), result.untuned.get_output(0))
+
+
+def test_timing_only_measures_the_same_cycles_as_full_runs():
+    task = _small_tasks(load_config("pynq"))[0]
+    configs = [c for c in task.space.sample(np.random.default_rng(1), 40) if task.check(c) is None][:6]
+    full = LocalRunner(check=True).measure(task, configs)
+    timing = LocalRunner(timing_only=True, check=False).measure(task, configs)
+    assert all(r.ok and r.checked for r in full)
+    assert [r.cycles for r in full] == [r.cycles for r in timing] and not any(r.checked for r in timing)
+
+
+def test_dask_runner_measures_like_the_local_runner():
+    pytest.importorskip("distributed", reason="the Dask executor is optional: pip install 'vta-stack[dask]'")
+    from tuning.measure import DaskRunner, dask_client
+    task = _small_tasks(load_config("pynq"))[1]
+    configs = [task.default_config, *[c for c in task.space if task.check(c) is None][:3]]
+    with dask_client(processes=False, n_workers=1, threads_per_worker=1, dashboard_address=None) as client:
+        remote = DaskRunner(client, timing_only=True, check=False).measure(task, configs)
+    local = LocalRunner(timing_only=True, check=False).measure(task, configs)
+    assert [r.cycles for r in remote] == [r.cycles for r in local] and all(r.ok for r in remote)

@@ -137,4 +137,6 @@ def dask_client(address: str | None = None, **kwargs):
         from distributed import Client
     except ImportError:
         raise ImportError("DaskRunner needs dask: pip install 'dask[distributed]'") from None
-    return Client(address, **kwargs) if address else Client(processes=True, **kwargs)
+    if address:
+        return Client(address, **kwargs)
+    return Client(**{"processes": True, **kwargs})
