@@ -4,7 +4,6 @@ simulated accelerator; print the top-5, the timing and the per-layer table."""
 from __future__ import annotations
 
 import argparse
-import sys
 import time
 from pathlib import Path
 
@@ -12,7 +11,7 @@ import numpy as np
 
 from graph_pack import zoo
 from graph_pack.build import CPU_BACKENDS, build
-from graph_pack.graph import Graph, GraphError
+from graph_pack.graph import Graph
 from graph_pack.pack import format_offload_report, graph_pack
 from graph_pack.quantize import MODES, quantize
 from graph_pack.reference import run_reference
@@ -133,5 +132,3 @@ def run_cmd(args: argparse.Namespace) -> int:
             return 1
     return 0
 
-
-__all__ = ["GraphError", "load_model", "run_cmd", "sys"]

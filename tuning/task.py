@@ -3,7 +3,7 @@
 A task is what AutoTVM's ``autotvm.task`` was for VTA: the operator, its shapes and the epilogue kind
 that changes what fits in SRAM (a bias vector, a residual tile). Measuring compiles the template for a
 config with an epilogue like the network's (bias / residual, then shift, clip, int8 store), so a schedule
-tuned here is valid and equally fast inside ``build``.
+tuned here is valid inside ``build`` and ranks the same (the network's chain may add a few ALU ops).
 """
 
 from __future__ import annotations
