@@ -45,7 +45,7 @@ def main() -> None:
         sim = time.perf_counter() - t
         exact = np.array_equal(out, op.reference(**inputs))
         st = op.stats
-        moved = st.inp_load_nbytes + st.wgt_load_nbytes + st.acc_load_nbytes + st.uop_load_nbytes + st.out_store_nbytes
+        moved = st.dram_bytes
         oh = (h + 2 * pad - k) // stride + 1
         ops = 2 * cfg.BATCH * oh * oh * k * k * ci * co
         print(f"| {name} | {gen * 1e3:.0f} | {op.num_insns} | {moved / 1024:.0f} | {st.cycles:,} | "

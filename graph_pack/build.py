@@ -19,15 +19,15 @@ from typing import Any
 import numpy as np
 
 from graph_pack.graph import Graph, GraphError
-from graph_pack.kernels import KERNELS, pack, unpack
+from graph_pack.kernels import KERNELS, conv2d_transpose_direct
 from graph_pack.opdefs import packed_factors
-from graph_pack.pack import Group
+from graph_pack.pack import Group, is_scalar_const
 from graph_pack.reference import check_inputs
 from hw_config import HwConfig
 from simulator.stats import RunStats
 from vta.device import Buffer, SimDevice
-from vta.ops import AluBuffers, CompiledOp, compile_op
-from vta.runtime import ScheduleError
+from vta.ops import AluBuffers, CompiledOp, compile_op, pack_bias, pack_blocks, unpack_blocks
+from vta.runtime import ScheduleError, combine_stats
 from vta.templates.conv import IMM_MAX, IMM_MIN, ConvBuffers
 
 Schedules = Mapping[str, dict] | Callable[[dict], dict | None] | None
@@ -55,7 +55,7 @@ def group_workload(graph: Graph, group: Group, cfg: HwConfig) -> dict:
     head = graph[group.head]
     if group.kind == "alu":
         op, *rhs = group.epilogue[0]
-        tensor_rhs = op not in ("relu", "clip") and bool(rhs) and not _is_scalar(graph, rhs[0])
+        tensor_rhs = op not in ("relu", "clip") and bool(rhs) and not is_scalar_const(graph, rhs[0])
         return {"op": op, "data_shape": _natural(head.shape), "tensor_rhs": tensor_rhs}
     data, weight = (graph[i] for i in head.inputs)
     ep = [e[0] for e in group.epilogue]
@@ -76,11 +76,6 @@ def _natural(packed_shape: tuple[int, ...]) -> tuple[int, ...]:
     """(N/b, C/c, ..., b, c) -> (N, C, ...) with the padding included."""
     nb, cb, *rest, b, c = packed_shape
     return (nb * b, cb * c, *rest)
-
-
-def _is_scalar(graph: Graph, name: str) -> bool:
-    n = graph[name]
-    return n.op == "const" and int(np.prod(n.shape)) == 1
 
 
 # ---- steps ----------------------------------------------------------------------------------------------------
@@ -204,7 +199,8 @@ class GraphModule:
         self.outputs = [np.array(self.host_value(o)) for o in self.graph.outputs]
         self.records = records
         self.host_seconds = host_total
-        self.stats = _sum_stats(runs, self.cfg)
+        self.stats = combine_stats(runs)
+        self.stats.clock_mhz = self.cfg.CLOCK_MHZ
 
     @property
     def cycles(self) -> int:
@@ -235,7 +231,7 @@ class GraphModule:
                 secs = r.stats.seconds
                 row.update(cycles=r.stats.cycles, time_ms=secs * 1e3,
                            gops=2 * r.macs / secs / 1e9 if secs and r.macs else 0.0,
-                           dram_bytes=sum(getattr(r.stats, k) for k in DRAM_COUNTERS))
+                           dram_bytes=r.stats.dram_bytes)
             else:
                 row.update(host_ms=r.host_seconds * 1e3)
             rows.append(row)
@@ -257,17 +253,6 @@ class GraphModule:
             lines.append(f"total: {s.cycles:,} cycles = {s.seconds * 1e3:.3f} ms on the accelerator at "
                          f"{self.cfg.CLOCK_MHZ:g} MHz; host {self.host_seconds * 1e3:.2f} ms")
         return "\n".join(lines)
-
-
-DRAM_COUNTERS = ("inp_load_nbytes", "wgt_load_nbytes", "acc_load_nbytes", "uop_load_nbytes", "out_store_nbytes")
-
-
-def _sum_stats(runs: list[RunStats], cfg: HwConfig) -> RunStats:
-    total = RunStats(clock_mhz=cfg.CLOCK_MHZ)
-    for r in runs:
-        for k in (*DRAM_COUNTERS, "gemm_counter", "alu_counter", "cycles"):
-            setattr(total, k, getattr(total, k) + getattr(r, k))
-    return total
 
 
 # ---- building -----------------------------------------------------------------------------------------------------
@@ -313,25 +298,17 @@ def _packed_head_on_host(attrs: dict, x: np.ndarray, w: np.ndarray) -> np.ndarra
     """A packed conv / dense computed on the host (unpack, reference kernel, pack) - the fallback when the
     template refuses a group."""
     b, c = x.shape[-2], x.shape[-1]
-    nat_x = unpack(x, x.shape[0] * b, x.shape[1] * c)
-    ob, ib, *k, bo, bi = w.shape
-    nat_w = w.transpose(0, len(k) + 2, 1, len(k) + 3, *range(2, 2 + len(k))).reshape(ob * bo, ib * bi, *k)
-    plain = {k2: v for k2, v in attrs.items() if k2 not in ("data_layout", "kernel_layout")}
+    nat_x = unpack_blocks(x, x.shape[0] * b, x.shape[1] * c)
+    nat_w = unpack_blocks(w, w.shape[0] * w.shape[-2], w.shape[1] * w.shape[-1])
+    plain = {k: v for k, v in attrs.items() if k not in ("data_layout", "kernel_layout")}
     if nat_w.ndim == 2:
         y = KERNELS["nn.dense"]({"out_dtype": plain["out_dtype"]}, nat_x, nat_w)
     elif "output_padding" in plain:  # packed transposed weights are already the direct-conv kernel
-        pt, pl, pb, pr = plain["padding"]
-        kh, kw = nat_w.shape[2:]
-        sh, sw = plain["strides"]
-        n, ch, h, wd = nat_x.shape
-        dil = np.zeros((n, ch, (h - 1) * sh + 1, (wd - 1) * sw + 1), nat_x.dtype)
-        dil[:, :, ::sh, ::sw] = nat_x
-        conv = {"strides": (1, 1), "padding": (kh - 1 - pt, kw - 1 - pl, kh - 1 - pb, kw - 1 - pr),
-                "dilation": (1, 1), "groups": 1, "out_dtype": plain["out_dtype"]}
-        y = KERNELS["nn.conv2d"](conv, dil, nat_w)
+        y = conv2d_transpose_direct(nat_x, nat_w, plain["strides"], plain["padding"], plain["output_padding"],
+                                    plain["out_dtype"])
     else:
         y = KERNELS["nn.conv2d"](plain, nat_x, nat_w)
-    return pack(y, b, c)
+    return pack_blocks(y, b, c)
 
 
 def _imm(consts: dict, name: str) -> int:
@@ -417,9 +394,8 @@ class _Builder:
                         max_insns=self.max_insns, **kwargs)
         self.stage_const(bufs.kernel, self.consts[weight])
         if bias_entry:
-            bias = self.consts[self.member_input(group, bias_entry[1])].astype(np.int32)
-            cb = bias.shape[1]
-            self.stage_const(bufs.bias, np.broadcast_to(bias.reshape(cb, 1, -1), (cb, cfg.BATCH, bias.shape[-1])))
+            bias = self.consts[self.member_input(group, bias_entry[1])].astype(np.int32)  # (1, Cb, .., 1, c)
+            self.stage_const(bufs.bias, pack_bias(bias, bias.shape[1], cfg.BATCH, cfg.BLOCK_OUT))
         staged = [] if bufs.data == self.producer_buffer.get(data) else [(data, bufs.data, "int8")]
         if res_entry:
             staged.append((self.member_input(group, res_entry[1]), bufs.residual, "int32"))
@@ -447,7 +423,7 @@ class _Builder:
         if op_name == "clip":
             workload["bounds"] = tuple(rhs)
             rhs = []
-        elif rhs and _is_scalar(g, rhs[0]):
+        elif rhs and is_scalar_const(g, rhs[0]):
             workload["imm"] = _imm(self.consts, rhs[0])
             rhs = []
         elif rhs:

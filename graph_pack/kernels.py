@@ -14,6 +14,7 @@ from collections.abc import Callable
 import numpy as np
 
 from graph_pack.opdefs import packed_factors
+from vta.ops import pack_blocks, transposed_to_direct, unpack_blocks
 
 Kernel = Callable[..., np.ndarray]
 KERNELS: dict[str, Kernel] = {}
@@ -91,20 +92,26 @@ def conv2d_transpose_nchw(x: np.ndarray, w: np.ndarray, strides=(1, 1), padding=
                           output_padding=(0, 0), out_dtype: str | None = None) -> np.ndarray:
     """NCHW x IOHW transposed convolution = direct convolution of the stride-dilated input with the
     flipped, transposed kernel (so it shares conv2d_nchw's summation order)."""
+    return conv2d_transpose_direct(x, transposed_to_direct(w), strides, padding, output_padding, out_dtype)
+
+
+def conv2d_transpose_direct(x: np.ndarray, w_direct: np.ndarray, strides=(1, 1), padding=(0, 0, 0, 0),
+                            output_padding=(0, 0), out_dtype: str | None = None) -> np.ndarray:
+    """A transposed convolution given the OIHW kernel of its equivalent direct convolution (the layout
+    graph_pack stores packed transposed weights in)."""
     n, c, h, wd = x.shape
-    _, _o, kh, kw = w.shape
+    kh, kw = w_direct.shape[2:]
     sh, sw = strides
     pt, pl, pb, pr = padding
     oph, opw = output_padding
     dil = np.zeros((n, c, (h - 1) * sh + 1, (wd - 1) * sw + 1), x.dtype)
     dil[:, :, ::sh, ::sw] = x
-    wf = np.ascontiguousarray(w.transpose(1, 0, 2, 3)[:, :, ::-1, ::-1])
     pad = (kh - 1 - pt, kw - 1 - pl, kh - 1 - pb + oph, kw - 1 - pr + opw)
     if min(pad) < 0:  # padding larger than the kernel: crop afterwards
-        full = conv2d_nchw(dil, wf, padding=tuple(max(p, 0) for p in pad), out_dtype=out_dtype)
+        full = conv2d_nchw(dil, w_direct, padding=tuple(max(p, 0) for p in pad), out_dtype=out_dtype)
         ct, cl, cb, cr = (max(-p, 0) for p in pad)
         return full[:, :, ct:full.shape[2] - cb, cl:full.shape[3] - cr]
-    return conv2d_nchw(dil, wf, padding=pad, out_dtype=out_dtype)
+    return conv2d_nchw(dil, w_direct, padding=pad, out_dtype=out_dtype)
 
 
 @kernel("nn.conv2d")
@@ -299,49 +306,12 @@ KERNELS["nn.pad"] = lambda a, x: np.pad(x, a["pad_width"], constant_values=np.as
 KERNELS["nn.upsampling"] = lambda a, x: x.repeat(a["scale_h"], axis=2).repeat(a["scale_w"], axis=3)
 
 
-def pack(x: np.ndarray, b: int, c: int) -> np.ndarray:
-    """NCHW (or NC) -> NCHW{b}n{c}c (NC{b}n{c}c), zero-padding N and C to whole blocks."""
-    n, ch, *rest = x.shape
-    nb, cb = -(-n // b), -(-ch // c)
-    if (nb * b, cb * c) != (n, ch):
-        x = np.pad(x, [(0, nb * b - n), (0, cb * c - ch)] + [(0, 0)] * len(rest))
-    k = len(rest)
-    y = x.reshape(nb, b, cb, c, *rest)
-    return np.ascontiguousarray(y.transpose(0, 2, *range(4, 4 + k), 1, 3))
-
-
-def unpack(x: np.ndarray, batch: int, channels: int) -> np.ndarray:
-    """NCHW{b}n{c}c -> NCHW cropped to ``batch`` x ``channels``."""
-    nb, cb, *rest, b, c = x.shape
-    k = len(rest)
-    y = x.transpose(0, 2 + k, 1, 3 + k, *range(2, 2 + k)).reshape(nb * b, cb * c, *rest)
-    return np.ascontiguousarray(y[:batch, :channels])
-
-
-def pack_weight(w: np.ndarray, bo: int, bi: int) -> np.ndarray:
-    """OIHW (or OI) -> OIHW{bo}o{bi}i, zero-padding O and I to whole blocks."""
-    o, i, *rest = w.shape
-    ob, ib = -(-o // bo), -(-i // bi)
-    if (ob * bo, ib * bi) != (o, i):
-        w = np.pad(w, [(0, ob * bo - o), (0, ib * bi - i)] + [(0, 0)] * len(rest))
-    k = len(rest)
-    y = w.reshape(ob, bo, ib, bi, *rest)
-    return np.ascontiguousarray(y.transpose(0, 2, *range(4, 4 + k), 1, 3))
-
-
-def transposed_to_direct(w: np.ndarray) -> np.ndarray:
-    """IOHW conv2d_transpose kernel -> the OIHW kernel of the equivalent direct convolution (flipped)."""
-    return np.ascontiguousarray(w.transpose(1, 0, 2, 3)[:, :, ::-1, ::-1])
-
-
 @kernel("layout_transform")
 def _layout_transform(a, x):
     f = packed_factors(a["dst_layout"])
     src = a["src_layout"]
-    if f and src in ("NCHW", "NC"):
-        return pack(x, *f)
-    if f and src in ("OIHW", "OI"):
-        return pack_weight(x, *f)
+    if f and src in ("NCHW", "NC", "OIHW", "OI"):
+        return pack_blocks(x, *f)
     if f and src == "IOHW":
-        return pack_weight(transposed_to_direct(x), *f)
-    return unpack(x, a["batch"], a["channels"])
+        return pack_blocks(transposed_to_direct(x), *f)
+    return unpack_blocks(x, a["batch"], a["channels"])

@@ -117,7 +117,8 @@ def head_refusal(graph: Graph, node: Node, cfg: HwConfig) -> str | None:
     return None
 
 
-def _scalar(graph: Graph, name: str) -> bool:
+def is_scalar_const(graph: Graph, name: str) -> bool:
+    """A constant holding one value (an ALU immediate)."""
     n = graph[name]
     return n.op == "const" and int(np.prod(n.shape)) == 1
 
@@ -164,7 +165,7 @@ def _chain_step(graph: Graph, cur: str, user: Node, group: Group) -> tuple | Non
         other = ins[0]
     else:
         return None
-    if _scalar(graph, other):
+    if is_scalar_const(graph, other):
         return (IMM_OPS[op], other)
     if op == "add" and _per_channel(graph, other, user) and can_bias:
         return ("bias", other)
@@ -210,7 +211,7 @@ def _alu_head(graph: Graph, node: Node) -> tuple | None:
     lhs, rhs = node.inputs
     if graph[lhs].op == "const" or graph[lhs].shape != node.shape:
         return None
-    if _scalar(graph, rhs) or _per_channel(graph, rhs, node) or _same_tensor(graph, rhs, node):
+    if is_scalar_const(graph, rhs) or _per_channel(graph, rhs, node) or _same_tensor(graph, rhs, node):
         return (ALU_HEADS[node.op], rhs)
     return None
 
@@ -307,7 +308,7 @@ class _Packer:
     def packed_const(self, name: str, like: Node, per_channel: bool = False) -> str:
         """A scalar stays (unless ``per_channel``: a bias of one channel is still a bias); a per-channel
         constant becomes (1, C/c, 1, 1, 1, c) (or (1, C/c, 1, c) for dense)."""
-        if _scalar(self.g, name) and not per_channel:
+        if is_scalar_const(self.g, name) and not per_channel:
             return name
         key = ("const", name, len(like.shape))
         if key not in self.memo:

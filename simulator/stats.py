@@ -38,6 +38,11 @@ class RunStats:
         return {k: getattr(self, k) for k in VTA_COUNTERS}
 
     @property
+    def dram_bytes(self) -> int:
+        """Bytes moved between DRAM and the SRAMs (all loads and stores)."""
+        return sum(getattr(self, k) for k in VTA_COUNTERS if k.endswith("_nbytes"))
+
+    @property
     def seconds(self) -> float:
         """Simulated accelerator time at the config's clock."""
         return self.cycles / (self.clock_mhz * 1e6) if self.clock_mhz else 0.0

@@ -16,9 +16,9 @@ from hypothesis import strategies as st
 
 from graph_pack import GraphBuilder, GraphError, run_reference
 from graph_pack.graph import Graph, find_nodes, prune, retype, topo_check
-from graph_pack.kernels import pack, pack_weight, transposed_to_direct, unpack
 from graph_pack.opdefs import OPS, pool_out
 from graph_pack.passes import BiasAddFromAdd, FoldBatchNorm, LowerBatchNorm, RemoveIdentities, simplify
+from vta.ops import pack_blocks, transposed_to_direct, unpack_blocks
 
 SETTINGS = {"deadline": None, "derandomize": True, "suppress_health_check": [HealthCheck.too_slow]}
 INT32_MIN, INT32_MAX = -(1 << 31), (1 << 31) - 1
@@ -683,13 +683,13 @@ def test_pack_unpack_with_padding_places_every_element():
     want = np.zeros((1, 2, 2, 3, 4, 16), np.int8)   # batch 3 and channels 20..31 stay zero padding
     for n, c, h, w in np.ndindex(*x.shape):
         want[n // 4, c // 16, h, w, n % 4, c % 16] = x[n, c, h, w]
-    np.testing.assert_array_equal(pack(x, 4, 16), want)
-    p = pack(x, 4, 16)
-    np.testing.assert_array_equal(unpack(p, 3, 20), x)
+    np.testing.assert_array_equal(pack_blocks(x, 4, 16), want)
+    p = pack_blocks(x, 4, 16)
+    np.testing.assert_array_equal(unpack_blocks(p, 3, 20), x)
     x2 = r.integers(-128, 128, (5, 20)).astype(np.int8)
-    p2 = pack(x2, 2, 16)
+    p2 = pack_blocks(x2, 2, 16)
     assert p2.shape == (3, 2, 2, 16)
-    np.testing.assert_array_equal(unpack(p2, 5, 20), x2)
+    np.testing.assert_array_equal(unpack_blocks(p2, 5, 20), x2)
 
 
 def test_pack_weight_and_transposed_weights():
@@ -698,13 +698,13 @@ def test_pack_weight_and_transposed_weights():
     want = np.zeros((2, 1, 3, 2, 16, 16), np.int8)
     for o, i, kh, kw in np.ndindex(*w.shape):
         want[o // 16, i // 16, kh, kw, o % 16, i % 16] = w[o, i, kh, kw]
-    np.testing.assert_array_equal(pack_weight(w, 16, 16), want)
+    np.testing.assert_array_equal(pack_blocks(w, 16, 16), want)
     wt = r.integers(-128, 128, (3, 20, 3, 3)).astype(np.int8)   # IOHW
     direct = transposed_to_direct(wt)
     for o, i, kh, kw in np.ndindex(*direct.shape):
         assert direct[o, i, kh, kw] == wt[i, o, 2 - kh, 2 - kw]
     y = run_op("layout_transform", [wt], src_layout="IOHW", dst_layout="OIHW16o16i")
-    np.testing.assert_array_equal(y, pack_weight(direct, 16, 16))
+    np.testing.assert_array_equal(y, pack_blocks(direct, 16, 16))
 
 
 def test_layout_transform_round_trip_through_the_ir():
@@ -725,10 +725,10 @@ def test_layout_transform_round_trip_through_the_ir():
        block=st.sampled_from([8, 16, 32]), seed=st.integers(0, 100))
 def test_pack_unpack_round_trip_property(n, c, h, b, block, seed):
     x = rng(seed).integers(-128, 128, (n, c, h, 2)).astype(np.int8)
-    p = pack(x, b, block)
+    p = pack_blocks(x, b, block)
     assert p.shape == (-(-n // b), -(-c // block), h, 2, b, block)
     assert int(np.abs(p.astype(np.int64)).sum()) == int(np.abs(x.astype(np.int64)).sum())   # padding is zero
-    np.testing.assert_array_equal(unpack(p, n, c), x)
+    np.testing.assert_array_equal(unpack_blocks(p, n, c), x)
 
 
 # ---- passes -----------------------------------------------------------------------------------------------------

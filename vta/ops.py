@@ -51,18 +51,35 @@ def wrap_int32(v: np.ndarray) -> np.ndarray:
     return ((v + (1 << 31)) % (1 << 32)) - (1 << 31)
 
 
-def pack_activations(a: np.ndarray, blocks_n: int, blocks_c: int, batch: int, block: int) -> np.ndarray:
-    """NCHW -> NCHW{batch}n{block}c, zero-padding N and C to whole blocks."""
-    _, _, h, w = a.shape
-    a = _pad_to(a, (blocks_n * batch, blocks_c * block, h, w))
-    return np.ascontiguousarray(a.reshape(blocks_n, batch, blocks_c, block, h, w).transpose(0, 2, 4, 5, 1, 3))
+def pack_blocks(a: np.ndarray, outer: int, inner: int) -> np.ndarray:
+    """(D0, D1, ...) -> (D0/outer, D1/inner, ..., outer, inner), zero-padding D0 and D1 to whole blocks:
+    VTA's NCHW{b}n{c}c activations (outer = BATCH, inner = BLOCK) and OIHW{o}o{i}i weights."""
+    d0, d1, *rest = a.shape
+    b0, b1 = _blocks(d0, outer), _blocks(d1, inner)
+    a = _pad_to(a, (b0 * outer, b1 * inner, *rest))
+    k = len(rest)
+    return np.ascontiguousarray(a.reshape(b0, outer, b1, inner, *rest).transpose(0, 2, *range(4, 4 + k), 1, 3))
 
 
-def unpack_activations(raw: np.ndarray, blocks_n: int, blocks_c: int, h: int, w: int, batch: int, block: int,
-                       n: int, c: int) -> np.ndarray:
-    """NCHW{batch}n{block}c int8 bytes -> NCHW cropped to (n, c)."""
-    y = raw.view(np.int8).reshape(blocks_n, blocks_c, h, w, batch, block).transpose(0, 4, 1, 5, 2, 3)
-    return np.ascontiguousarray(y.reshape(blocks_n * batch, blocks_c * block, h, w)[:n, :c])
+def unpack_blocks(x: np.ndarray, d0: int, d1: int) -> np.ndarray:
+    """The inverse of ``pack_blocks``, cropped to ``d0`` x ``d1``."""
+    b0, b1, *rest, outer, inner = x.shape
+    k = len(rest)
+    y = x.transpose(0, 2 + k, 1, 3 + k, *range(2, 2 + k)).reshape(b0 * outer, b1 * inner, *rest)
+    return np.ascontiguousarray(y[:d0, :d1])
+
+
+def pack_bias(bias: np.ndarray, blocks: int, batch: int, block: int) -> np.ndarray:
+    """A per-channel vector as the conv template loads it into the accumulator: (blocks, batch, block),
+    zero-padded to whole channel blocks and repeated for every batch row."""
+    b = _pad_to(np.asarray(bias).reshape(-1), (blocks * block,)).reshape(blocks, 1, block)
+    return np.ascontiguousarray(np.broadcast_to(b, (blocks, batch, block)))
+
+
+def transposed_to_direct(w: np.ndarray) -> np.ndarray:
+    """IOHW conv2d_transpose kernel -> the OIHW kernel of the equivalent direct convolution (flipped):
+    out = conv(stride-dilated input, flip(W)^T)."""
+    return np.ascontiguousarray(w.transpose(1, 0, 2, 3)[:, :, ::-1, ::-1])
 
 
 def reference_epilogue(acc: np.ndarray, ops: tuple, bias: np.ndarray | None,
@@ -162,25 +179,15 @@ class ConvOp(CompiledOp):
         super().__init__(name, cfg, space, config, queue.program())
 
     # ---- packing ----
-    def _pack_data(self, x: np.ndarray) -> np.ndarray:
-        g, c = self.geometry, self.cfg
-        return pack_activations(x, g.nb, g.cib_total, c.BATCH, c.BLOCK_IN)
-
-    def _pack_kernel(self, w: np.ndarray) -> np.ndarray:
-        g, c = self.geometry, self.cfg
-        w = _pad_to(w, (g.cob * c.BLOCK_OUT, g.cib * c.BLOCK_IN, g.kh, g.kw))
-        return w.reshape(g.cob, c.BLOCK_OUT, g.cib, c.BLOCK_IN, g.kh, g.kw).transpose(0, 2, 4, 5, 1, 3)
-
     def _unpack_out(self, raw: np.ndarray) -> np.ndarray:
         g, c = self.geometry, self.cfg
         n, co = self.shapes["out"][:2]
-        return unpack_activations(raw, g.nb, g.cob, g.out_h, g.out_w, c.BATCH, c.BLOCK_OUT, n, co)
+        packed = raw.view(np.int8).reshape(g.nb, g.cob, g.out_h, g.out_w, c.BATCH, c.BLOCK_OUT)
+        return unpack_blocks(packed, n, co)
 
     def _conv_weight(self, kernel: np.ndarray) -> np.ndarray:
         """The OIHW weight of the equivalent direct convolution."""
-        if self.name == "conv2d_transpose":  # IOHW, flipped: out = conv(dilated input, flip(W)^T)
-            return np.ascontiguousarray(kernel.transpose(1, 0, 2, 3)[:, :, ::-1, ::-1])
-        return kernel
+        return transposed_to_direct(kernel) if self.name == "conv2d_transpose" else kernel
 
     # ---- running ----
     def _inputs(self, data, kernel, bias, residual):
@@ -216,14 +223,12 @@ class ConvOp(CompiledOp):
         """Pack the inputs into the device buffers (what ``run`` does before running)."""
         data, kernel, bias, residual = self._inputs(data, kernel, bias, residual)
         dev, bufs, c, g = self.device, self.buffers, self.cfg, self.geometry
-        dev.copy_in(bufs.data, self._pack_data(self._nchw(data)))
-        dev.copy_in(bufs.kernel, np.ascontiguousarray(self._pack_kernel(self._conv_weight(self._nchw(kernel)))))
+        dev.copy_in(bufs.data, pack_blocks(self._nchw(data), c.BATCH, c.BLOCK_IN))
+        dev.copy_in(bufs.kernel, pack_blocks(self._conv_weight(self._nchw(kernel)), c.BLOCK_OUT, c.BLOCK_IN))
         if bufs.bias is not None:
-            b = _pad_to(bias, (g.cob * c.BLOCK_OUT,)).reshape(g.cob, 1, c.BLOCK_OUT)
-            dev.copy_in(bufs.bias, np.ascontiguousarray(np.broadcast_to(b, (g.cob, c.BATCH, c.BLOCK_OUT))))
+            dev.copy_in(bufs.bias, pack_bias(bias, g.cob, c.BATCH, c.BLOCK_OUT))
         if bufs.residual is not None:
-            dev.copy_in(bufs.residual, pack_activations(self._nchw(residual).astype(np.int32), g.nb, g.cob, c.BATCH,
-                                                        c.BLOCK_OUT))
+            dev.copy_in(bufs.residual, pack_blocks(self._nchw(residual).astype(np.int32), c.BATCH, c.BLOCK_OUT))
 
     def reference(self, data: np.ndarray, kernel: np.ndarray, bias: np.ndarray | None = None,
                   residual: np.ndarray | None = None) -> np.ndarray:
@@ -266,8 +271,7 @@ class AluOp(CompiledOp):
         super().__init__(name, cfg, space, config, queue.program())
 
     def _pack(self, a: np.ndarray) -> np.ndarray:
-        g, c = self.geometry, self.cfg
-        return pack_activations(a.astype(np.int32), g.nb, g.cob, c.BATCH, c.BLOCK_OUT)
+        return pack_blocks(a.astype(np.int32), self.cfg.BATCH, self.cfg.BLOCK_OUT)
 
     def _inputs(self, lhs, rhs):
         lhs = _check("lhs", lhs, self.shape, ("int8", "int32"))
@@ -290,8 +294,9 @@ class AluOp(CompiledOp):
         self.stage(lhs, rhs)
         self.stats = self.program.run(compute=compute)
         g, c = self.geometry, self.cfg
-        return unpack_activations(self.device.copy_out(self.buffers.out), g.nb, g.cob, g.height, g.width, c.BATCH,
-                                  c.BLOCK_OUT, self.shape[0], self.shape[1])
+        packed = self.device.copy_out(self.buffers.out).view(np.int8).reshape(
+            g.nb, g.cob, g.height, g.width, c.BATCH, c.BLOCK_OUT)
+        return unpack_blocks(packed, self.shape[0], self.shape[1])
 
     def reference(self, lhs: np.ndarray, rhs: np.ndarray | None = None) -> np.ndarray:
         lhs, rhs = self._inputs(lhs, rhs)
