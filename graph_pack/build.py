@@ -26,6 +26,7 @@ from graph_pack.reference import check_inputs
 from hw_config import HwConfig
 from simulator.stats import RunStats
 from vta.device import Buffer, SimDevice
+from vta.environment import config_of
 from vta.ops import AluBuffers, CompiledOp, compile_op, pack_bias, pack_blocks, unpack_blocks
 from vta.runtime import ScheduleError, combine_stats
 from vta.templates.conv import IMM_MAX, IMM_MIN, ConvBuffers
@@ -489,7 +490,7 @@ def build(graph: Graph, env, params: dict[str, np.ndarray], schedules: Schedules
     kernels: "auto" (llvmlite JIT where available, numpy otherwise), "jit" or "numpy"."""
     if cpu not in CPU_BACKENDS:
         raise ValueError(f"cpu={cpu!r}; allowed: {', '.join(CPU_BACKENDS)}")
-    cfg = env if isinstance(env, HwConfig) else env.cfg
+    cfg = config_of(env)
     packed_for = graph.meta.get("config")
     if packed_for is not None and packed_for != cfg.fingerprint:
         raise GraphError("this graph was packed for another hardware config; run graph_pack with this env")

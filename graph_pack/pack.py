@@ -20,6 +20,7 @@ import numpy as np
 
 from graph_pack.graph import Graph, GraphBuilder, GraphError, Node, find_nodes
 from hw_config import HwConfig
+from vta.environment import config_of
 
 Selector = str | Callable[[Node], bool]
 HEADS = ("nn.conv2d", "nn.conv2d_transpose", "nn.dense")
@@ -47,10 +48,6 @@ class Group:
     @property
     def output(self) -> str:
         return self.members[-1]
-
-
-def _cfg(env) -> HwConfig:
-    return env if isinstance(env, HwConfig) else env.cfg
 
 
 # ---- region selection ---------------------------------------------------------------------------------------
@@ -368,7 +365,7 @@ def graph_pack(graph: Graph, env, start_name: Selector = "nn.max_pool2d",
     """Offload the region after ``start_name`` up to before ``stop_name`` (op name, node name or predicate;
     ``*_idx`` pin VTA's operator index among ``graph.ops()``). Returns the packed graph; its constants keep
     their names, so ``build`` takes the same params as the quantized graph."""
-    cfg = _cfg(env)
+    cfg = config_of(env)
     if cfg.BLOCK_IN != cfg.BLOCK_OUT:
         raise GraphError(f"graph_pack needs BLOCK_IN == BLOCK_OUT (one channel block for activations and "
                          f"weights), this config has {cfg.BLOCK_IN} and {cfg.BLOCK_OUT}")

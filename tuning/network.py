@@ -14,11 +14,11 @@ from graph_pack.build import GraphModule, build
 from graph_pack.cli import load_model
 from graph_pack.pack import graph_pack
 from graph_pack.quantize import quantize
-from hw_config import HwConfig
 from tuning.measure import LocalRunner
 from tuning.records import load_best
 from tuning.task import Task, extract_tasks
 from tuning.tune import TuneSummary, tune_tasks
+from vta.environment import config_of
 
 
 @dataclass
@@ -40,7 +40,7 @@ def tune_network(model: str, env, *, tuner: str = "xgb", n_trial: int = 100, tot
                  out: TextIO | None = None) -> NetworkTuning:
     """Extract -> tune -> build with the best -> compare with the untuned build (same output, fewer cycles)."""
     out = out if out is not None else sys.stdout
-    cfg: HwConfig = env if isinstance(env, HwConfig) else env.cfg
+    cfg = config_of(env)
     graph, params, (start, stop) = load_model(model, batch or cfg.BATCH, image_size, seed)
     qgraph, qparams = quantize(graph, params)
     packed = graph_pack(qgraph, cfg, start_name=start, stop_name=stop)

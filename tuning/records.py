@@ -21,6 +21,7 @@ from typing import Any
 from hw_config import HwConfig
 from tuning.measure import MeasureResult
 from tuning.task import TEMPLATE_VERSION, Task
+from vta.environment import config_of
 
 FORMAT_VERSION = 1
 FIELDS = ("workload", "op", "config", "result", "hw", "template", "time")
@@ -153,7 +154,7 @@ def best_records(records: Iterable[Record]) -> dict[str, Record]:
 def load_best(path: str | os.PathLike, env) -> dict[str, dict]:
     """``{workload_key: config}`` of the fastest valid record per workload for ``env``'s hardware config:
     the ``schedules`` argument of ``graph_pack.build``."""
-    cfg = env if isinstance(env, HwConfig) else env.cfg
+    cfg = config_of(env)
     return {k: r.config for k, r in best_records(load_records(path, cfg=cfg)).items()}
 
 

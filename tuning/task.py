@@ -15,6 +15,7 @@ from typing import Any
 from graph_pack.build import group_workload, workload_key
 from graph_pack.graph import Graph
 from hw_config import HwConfig
+from vta.environment import config_of
 from vta.ops import AluOp, CompiledOp, ConvOp, compile_op
 from vta.runtime import ScheduleError
 from vta.space import ConfigSpace, KnobError
@@ -22,10 +23,6 @@ from vta.templates import alu, conv
 
 TEMPLATE_VERSION = "1"   # bump when a template's emitted program changes for the same config
 CONV_WORKLOAD_ARGS = ("data_shape", "kernel_shape", "strides", "padding", "groups")
-
-
-def _cfg(env) -> HwConfig:
-    return env if isinstance(env, HwConfig) else env.cfg
 
 
 @dataclass
@@ -128,7 +125,7 @@ class Task:
 def extract_tasks(packed: Graph, env, ops: tuple[str, ...] | None = None) -> list[Task]:
     """The accelerator workloads of a packed graph, deduplicated, each weighted by its occurrences (in
     order of first use). ``ops`` filters by template name (e.g. ("conv2d", "group_conv2d"))."""
-    cfg = _cfg(env)
+    cfg = config_of(env)
     if packed.meta.get("config") not in (None, cfg.fingerprint):
         raise ValueError("this graph was packed for another hardware config; pack it with this env")
     tasks: dict[str, Task] = {}
@@ -156,12 +153,12 @@ def conv_task(env, data_shape, kernel_shape, strides=1, padding=0, groups: int =
         workload.update(strides=pair(strides), padding=pair(padding))
     if name in ("conv2d", "group_conv2d"):
         workload["groups"] = groups
-    return Task(_canonical(workload), _cfg(env))
+    return Task(_canonical(workload), config_of(env))
 
 
 def alu_task(env, op: str, data_shape, tensor_rhs: bool = True) -> Task:
     """A task for one element-wise ALU op on an int32 tensor of ``data_shape`` (N, C, H, W)."""
-    return Task(_canonical({"op": op, "data_shape": tuple(data_shape), "tensor_rhs": tensor_rhs}), _cfg(env))
+    return Task(_canonical({"op": op, "data_shape": tuple(data_shape), "tensor_rhs": tensor_rhs}), config_of(env))
 
 
 def _canonical(workload: dict) -> dict:

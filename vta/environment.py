@@ -8,6 +8,7 @@ variable (not a process global), so threads and async tasks each see their own.
 from __future__ import annotations
 
 import contextvars
+import os
 from typing import Self
 
 from hw_config import HwConfig, load_config
@@ -48,3 +49,15 @@ def get_env() -> Environment:
     if _default is None:
         _default = Environment()
     return _default
+
+
+def config_of(env: Environment | HwConfig | str | None) -> HwConfig:
+    """The hardware config behind an ``env`` argument: an Environment, an HwConfig, a preset name or
+    JSON path, or None for the current environment (what every public function taking ``env`` accepts)."""
+    if env is None:
+        return get_env().cfg
+    if isinstance(env, HwConfig):
+        return env
+    if isinstance(env, (str, os.PathLike)):
+        return load_config(env)
+    return env.cfg  # an Environment (or anything carrying one, as the old ``env.cfg`` callers accepted)

@@ -16,7 +16,7 @@ from hw_config import HwConfig
 from simulator.image import ProgramImage
 from simulator.stats import RunStats
 from vta.device import SimDevice
-from vta.environment import Environment, get_env
+from vta.environment import Environment, config_of
 from vta.runtime import CommandQueue, Program, ScheduleError
 from vta.space import Config, ConfigSpace, KnobError
 from vta.templates import alu, conv
@@ -418,8 +418,7 @@ def compile_op(name: str, env: Environment | HwConfig | str | None = None, *, co
     ``device`` and ``buffers`` (``conv.ConvBuffers`` / ``AluBuffers``) let a graph executor chain operators
     through shared DRAM buffers in the packed layouts; by default the op allocates its own.
     """
-    env = get_env() if env is None else env
-    cfg = env.cfg if isinstance(env, Environment) else env if isinstance(env, HwConfig) else Environment(env).cfg
+    cfg = config_of(env)
     if name in ALU_OPS:
         return _compile_alu(name, cfg, config, epilogue, device, max_insns, workload, buffers)
     if name not in CONV_OPS:
