@@ -26,26 +26,16 @@ def load_model(model: str, batch: int, image_size: int | None, seed: int) -> tup
         from graph_pack.frontend_onnx import from_onnx
         if not path.exists():
             raise FileNotFoundError(f"no such ONNX file: {model}")
-        import onnx
-        proto = onnx.load(str(path))
-        initialised = {i.name for i in proto.graph.initializer}
-        shapes = {}
-        for inp in proto.graph.input:
-            if inp.name in initialised:
-                continue
-            dims = [d.dim_value if d.dim_value > 0 else batch for d in inp.type.tensor_type.shape.dim]
-            shapes[inp.name] = tuple(dims)
-        graph, params = from_onnx(proto, shape=shapes)
+        graph, params = from_onnx(path, batch=batch)
         return graph, params, ("nn.max_pool2d", "nn.global_avg_pool2d")
-    if model not in zoo.list_models() and model.lower() not in {m.lower() for m in zoo.list_models()}:
-        try:
-            zoo.pack_points(model)
-        except (ValueError, KeyError):
-            raise ValueError(f"{model!r} is neither an ONNX file nor a zoo model; zoo models: "
-                             f"{', '.join(zoo.list_models())}") from None
+    try:
+        start_stop = zoo.pack_points(model)
+    except (ValueError, KeyError):
+        raise ValueError(f"{model!r} is neither an ONNX file nor a zoo model; zoo models: "
+                         f"{', '.join(zoo.list_models())}") from None
     shape = None if image_size is None else (3, image_size, image_size)
     graph, params = zoo.get_model(model, batch_size=batch, image_shape=shape, seed=seed)
-    return graph, params, zoo.pack_points(model)
+    return graph, params, start_stop
 
 
 def _top5(y: np.ndarray) -> str:

@@ -42,11 +42,12 @@ def _onnx():
 
 
 def from_onnx(model: onnx.ModelProto | str | os.PathLike[str],
-              shape: dict[str, tuple[int, ...]] | None = None) -> tuple[Graph, Params]:
+              shape: dict[str, tuple[int, ...]] | None = None, batch: int | None = None) -> tuple[Graph, Params]:
     """Convert an ONNX model (a ``ModelProto`` or a path to a .onnx file) to ``(graph, params)``.
 
     ``shape`` maps input names to shapes; it is required for inputs with dynamic dimensions (such as a
-    symbolic batch) and overrides the declared shape otherwise. The result has been through
+    symbolic batch) and overrides the declared shape otherwise; ``batch``, when given, fills the dynamic
+    dimensions of inputs ``shape`` does not name. The result has been through
     ``passes.simplify`` (batch norms folded, identities removed), like every frontend's.
     """
     onnx = _onnx()
@@ -55,7 +56,7 @@ def from_onnx(model: onnx.ModelProto | str | os.PathLike[str],
     if not isinstance(model, onnx.ModelProto):
         raise GraphError(f"from_onnx expects an onnx.ModelProto or a path, got {type(model).__name__}")
     _check_supported(model.graph)
-    conv = _Converter(onnx, model, dict(shape or {}))
+    conv = _Converter(onnx, model, dict(shape or {}), batch=batch)
     graph, params = conv.run()
     return passes.simplify(graph, params)
 
@@ -75,10 +76,12 @@ def _label(node) -> str:
 class _Converter:
     """State of one conversion: ONNX tensor name -> IR node name, or -> constant value not yet in the graph."""
 
-    def __init__(self, onnx, model, shape: dict[str, tuple[int, ...]], whole_model: bool = True):
+    def __init__(self, onnx, model, shape: dict[str, tuple[int, ...]], whole_model: bool = True,
+                 batch: int | None = None):
         self.onnx = onnx
         self.model = model
         self.shape = shape
+        self.batch = batch
         self.opset = next((o.version for o in model.opset_import if o.domain in ("", "ai.onnx")), 1)
         self.b = GraphBuilder()
         self.values: dict[str, str] = {}          # ONNX tensor -> IR node
@@ -200,6 +203,9 @@ class _Converter:
             raise GraphError(f"input {vi.name!r} has no declared shape; pass shape={{{vi.name!r}: (...)}}")
         shape = []
         for k, d in enumerate(declared):
+            if (not d.HasField("dim_value") or d.dim_value <= 0) and self.batch is not None:
+                shape.append(self.batch)
+                continue
             if not d.HasField("dim_value") or d.dim_value <= 0:
                 what = f"symbolic {d.dim_param!r}" if d.HasField("dim_param") else "unknown"
                 raise GraphError(f"input {vi.name!r}: dimension {k} is dynamic ({what}); pass "

@@ -69,3 +69,10 @@ def test_held_out_accuracy(held_out) -> None:
     _, y_test, _, got, _ = held_out
     assert len(y_test) == 360
     assert (got.argmax(1) == y_test).mean() >= 0.97
+
+
+def test_batch_fills_the_dynamic_dimension() -> None:
+    graph, _ = from_onnx(MODEL, batch=3)
+    assert graph[graph.inputs[0]].shape == (3, 1, 8, 8)
+    graph, _ = from_onnx(MODEL, shape={"input": (5, 1, 8, 8)}, batch=3)  # an explicit shape wins
+    assert graph[graph.inputs[0]].shape == (5, 1, 8, 8)
