@@ -116,6 +116,7 @@ def load_records(path: str | os.PathLike, *, task: Task | None = None, cfg: HwCo
     path = Path(path)
     if not path.exists():
         return []
+    hw = cfg.fingerprint if cfg is not None else (task.cfg.fingerprint if task is not None else None)
     records, bad, foreign = [], [], 0
     with open(path, encoding="utf-8", errors="replace") as f:
         for number, line in enumerate(f, 1):
@@ -128,7 +129,6 @@ def load_records(path: str | os.PathLike, *, task: Task | None = None, cfg: HwCo
                 continue
             if task is not None and rec.workload != task.key:
                 continue
-            hw = cfg.fingerprint if cfg is not None else (task.cfg.fingerprint if task is not None else None)
             if (hw is not None and rec.hw != hw) or (template is not None and rec.template != template):
                 foreign += 1
                 continue

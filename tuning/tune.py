@@ -29,12 +29,19 @@ class TaskState:
 
     task: Task
     tuner: Tuner
-    default_s: float = 0.0
+    default_cycles: int = 0
     history: list[tuple[int, float]] = field(default_factory=list)   # (trials, best latency s)
+
+    def _seconds(self, cycles: int | None) -> float:
+        return cycles / (self.task.cfg.CLOCK_MHZ * 1e6) if cycles else float("inf")
+
+    @property
+    def default_s(self) -> float:
+        return self._seconds(self.default_cycles)
 
     @property
     def best_s(self) -> float:
-        return self.tuner.best_cycles / (self.task.cfg.CLOCK_MHZ * 1e6) if self.tuner.best_cycles else float("inf")
+        return self._seconds(self.tuner.best_cycles)
 
     @property
     def trials(self) -> int:
@@ -133,7 +140,7 @@ def tune_tasks(tasks: Sequence[Task], *, tuner: str = "xgb", n_trial: int = 200,
         default_cycles = t.measure_default(runner, log)
         if default_cycles is None:
             raise RuntimeError(f"{task.name}: the template's default config failed to run")
-        states.append(TaskState(task, t, default_cycles / (task.cfg.CLOCK_MHZ * 1e6)))
+        states.append(TaskState(task, t, default_cycles))
     progress = Progress(len(states), out)
     if strategy == "sequential":
         for i, s in enumerate(states):
@@ -167,28 +174,29 @@ def _schedule(states: list[TaskState], runner, total: int, batch_size: int, log,
     largest expected drop of weight x latency per trial (recent improvement, or a share of its latency
     when it has not improved lately, so no task starves)."""
     spent = sum(s.trials for s in states)
-    live = [i for i, s in enumerate(states) if s.tuner.has_next()]
-    for i in list(live):
+
+    def step(i: int, n: int) -> int:
+        """One batch of ``n`` for task ``i``; returns the trials it spent."""
+        s = states[i]
+        before = s.trials
+        _, results = run_batch(s.tuner, runner, n, log)
+        if s.trials > before:
+            s.history.append((s.trials, s.best_s))
+            progress.update(i, s, results, spent + s.trials - before, total)
+        return s.trials - before
+
+    for i in [i for i, s in enumerate(states) if s.tuner.has_next()]:  # warm-up: one batch each
         if spent >= total:
             break
-        before = states[i].trials
-        _, results = run_batch(states[i].tuner, runner, batch_size, log)
-        states[i].history.append((states[i].trials, states[i].best_s))
-        spent += states[i].trials - before
-        progress.update(i, states[i], results, spent, total)
+        spent += step(i, batch_size)
     while spent < total:
         live = [i for i, s in enumerate(states) if s.tuner.has_next()]
         if not live:
             break
-        i = max(live, key=lambda j: (_expected_gain(states[j]), -j))
-        s = states[i]
-        before = s.trials
-        _, results = run_batch(s.tuner, runner, min(batch_size, total - spent), log)
-        if s.trials == before:
+        used = step(max(live, key=lambda j: (_expected_gain(states[j]), -j)), min(batch_size, total - spent))
+        if not used:
             break
-        spent += s.trials - before
-        s.history.append((s.trials, s.best_s))
-        progress.update(i, s, results, spent, total)
+        spent += used
     progress.end_line()
 
 
