@@ -18,6 +18,7 @@ from typing import Any
 
 import numpy as np
 
+from graph_pack import jit
 from graph_pack.graph import Graph, GraphError
 from graph_pack.kernels import KERNELS, conv2d_transpose_direct
 from graph_pack.opdefs import packed_factors
@@ -276,11 +277,7 @@ def _fold_constants(graph: Graph, params: dict[str, np.ndarray]) -> dict[str, np
 
 def _host_kernel(node, graph: Graph, cpu: str):
     if cpu != "numpy":
-        try:
-            from graph_pack import jit
-        except ImportError:
-            jit = None
-        if jit is not None and jit.available():
+        if jit.available():
             fn = jit.get_kernel(node.op, node.attrs, [graph[i].shape for i in node.inputs],
                                 [graph[i].dtype for i in node.inputs])
             if fn is not None:
@@ -374,9 +371,6 @@ class _Builder:
             return self.producer_buffer[value]
         return self.alloc(self.g[value].shape, itemsize)
 
-    def stage_const(self, buf: Buffer, value: np.ndarray) -> None:
-        self.device.copy_in(buf, np.ascontiguousarray(value))
-
     def conv_step(self, group: Group) -> AccelStep:
         g, cfg = self.g, self.cfg
         head = g[group.head]
@@ -393,10 +387,10 @@ class _Builder:
         kwargs = {k: wl[k] for k in ("data_shape", "kernel_shape", "strides", "padding", "groups") if k in wl}
         op = compile_op(wl["op"], cfg, config=self.schedule_for(wl), epilogue=ep, device=self.device, buffers=bufs,
                         max_insns=self.max_insns, **kwargs)
-        self.stage_const(bufs.kernel, self.consts[weight])
+        self.device.copy_in(bufs.kernel, self.consts[weight])
         if bias_entry:
             bias = self.consts[self.member_input(group, bias_entry[1])].astype(np.int32)  # (1, Cb, .., 1, c)
-            self.stage_const(bufs.bias, pack_bias(bias, bias.shape[1], cfg.BATCH, cfg.BLOCK_OUT))
+            self.device.copy_in(bufs.bias, pack_bias(bias, bias.shape[1], cfg.BATCH, cfg.BLOCK_OUT))
         staged = [] if bufs.data == self.producer_buffer.get(data) else [(data, bufs.data, "int8")]
         if res_entry:
             staged.append((self.member_input(group, res_entry[1]), bufs.residual, "int32"))
@@ -440,7 +434,7 @@ class _Builder:
         staged = [(lhs, bufs.lhs, "int32")]
         if rhs_value is not None:
             if rhs_value in self.consts:  # a per-channel constant, broadcast once
-                self.stage_const(bufs.rhs, np.broadcast_to(self.consts[rhs_value].astype(np.int32), head.shape))
+                self.device.copy_in(bufs.rhs, np.broadcast_to(self.consts[rhs_value].astype(np.int32), head.shape))
             else:
                 staged.append((rhs_value, bufs.rhs, "int32"))
         self.producer_buffer[group.output] = bufs.out
