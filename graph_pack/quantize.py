@@ -60,6 +60,7 @@ class _Quantizer:
         self.act_exp, self.default_exp = act_exp, default_exp
         self.skip_conv, self.skip_dense = skip_conv_layers, skip_dense_layer
         self.users = graph.consumers()
+        self.position = {name: i for i, name in enumerate(graph.nodes)}
         self.b = GraphBuilder(Graph(), {})
         self.val: dict[str, QValue] = {}
         self.memo: dict[tuple, QValue] = {}
@@ -222,10 +223,7 @@ class _Quantizer:
         # the accelerator can keep one int32 chain going; the other operand is read from memory (int8)
         va, vb = self.val[a], self.val[b]
         chain, other = (a, b) if va.kind == "i32" and (vb.kind != "i32" or self._later(a, b)) else (b, a)
-        if self.val[chain].kind != "i32" or len(self.users[chain]) > 1:
-            chain_v = self.to_i32(chain)
-        else:
-            chain_v = self.val[chain]
+        chain_v = self.to_i32(chain)  # the chain itself when only this add reads it
         other_v = self.to_i8(other)
         exp = max(chain_v.exp, other_v.exp)
         x = self.rescale(chain_v.node, chain_v.exp, exp, f"{node.name}.lhs")
@@ -234,8 +232,7 @@ class _Quantizer:
         return QValue("i32", self.op("add", ordered, node.name), exp)
 
     def _later(self, a: str, b: str) -> bool:
-        order = list(self.g.nodes)
-        return order.index(a) > order.index(b)
+        return self.position[a] > self.position[b]
 
     def with_const(self, node, data: str, const: str) -> QValue:
         x = self.to_i32(data)
