@@ -161,23 +161,22 @@ def _conv_features(info: _TaskInfo, kv, one) -> dict[str, np.ndarray]:
     (b1, nbt), (h1, nht), (w1, nwt) = (_get(kv, k, one) for k in ("tile_b", "tile_h", "tile_w"))
     (ci1, nci), (co1, nco) = kv["tile_ci"], kv["tile_co"]
     tc, th = kv["oc_nthread"][0], _get(kv, "h_nthread", one)[0]
-    threads = tc * th
-    positions = b1 * co1 * h1 * w1
+    # the template's own formulas, evaluated on arrays of tilings (one lane per config)
+    t = conv_t.Tiling(b1=b1, h1=h1, w1=w1, ci1=ci1, co1=co1, tc=tc, th=th)
+    positions, threads = t.positions, t.threads
     tiles = nbt * nht * nwt * nco
     chunks = tiles * nci
+    rows, cols = conv_t.rows_in(g, t, True), conv_t.rows_in(g, t, False)
     if g.transpose:
-        rows, cols = (h1 + g.kh - 2) // g.sh + 1, (w1 + g.kw - 2) // g.sw + 1
         uops = g.kw * g.kh * positions / (g.sh * g.sw)  # the zero-skipping keeps about 1 / (sh * sw) of them
         iters = ci1 * uops
     else:
-        rows, cols = (h1 - 1) * g.sh + g.kh, (w1 - 1) * g.sw + g.kw
         uops = g.kw * positions
         iters = ci1 * g.kh * uops
     real_rows, real_cols = np.minimum(rows, g.height), np.minimum(cols, g.width)
     ep: conv_t.Epilogue = info.epilogue
-    inp = b1 * ci1 * rows * cols
-    wgt = co1 * ci1 * g.kh * g.kw
-    acc = positions + (co1 if ep.bias else 0) + (positions if ep.residual else 0)
+    need = conv_t.sram_needs(g, t, ep)
+    inp, wgt, acc = need["inp"], need["wgt"], need["acc"]
 
     # loads of one chunk, as _load_chunk emits them
     dense = g.height == g.width == 1 and g.kh == g.kw == 1

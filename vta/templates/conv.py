@@ -112,7 +112,7 @@ def tiling_of(config: dict) -> Tiling:
 # ------------------------------------------------------------------------------------------------------------
 # windows and micro-ops
 
-def _rows_in(g: ConvGeometry, t: Tiling, along_h: bool) -> int:
+def rows_in(g: ConvGeometry, t: Tiling, along_h: bool) -> int:
     """Input rows (or columns) one output tile reads, as laid out in SRAM."""
     out_tile, stride, k = (t.h1, g.sh, g.kh) if along_h else (t.w1, g.sw, g.kw)
     if g.transpose:  # compact input rows that the dilated window touches, at most
@@ -124,7 +124,7 @@ def _window(g: ConvGeometry, t: Tiling, o0: int, along_h: bool) -> tuple[int, in
     """(first input row in DRAM, rows to load, zero rows before, zero rows after) for output rows from o0."""
     size, stride, k, pad, extent = (g.height, g.sh, g.kh, g.ph, t.h1) if along_h else \
         (g.width, g.sw, g.kw, g.pw, t.w1)
-    span = _rows_in(g, t, along_h)
+    span = rows_in(g, t, along_h)
     if g.transpose:
         lead = k - 1 - pad  # zero rows in front of the dilated input
         first = max(0, -(-(o0 - lead) // stride))
@@ -138,7 +138,7 @@ def _window(g: ConvGeometry, t: Tiling, o0: int, along_h: bool) -> tuple[int, in
 
 def _gemm_uops(g: ConvGeometry, t: Tiling, inp_base: int, wgt_base: int, acc_base: int, o0: tuple[int, int]):
     """Micro-ops of one thread's GEMM for the output tile at rows/cols ``o0``, and its two loops."""
-    rows, cols = _rows_in(g, t, True), _rows_in(g, t, False)
+    rows, cols = rows_in(g, t, True), rows_in(g, t, False)
     kw, b, co, h, w = np.meshgrid(np.arange(g.kw), np.arange(t.b1), np.arange(t.co1), np.arange(t.h1),
                                   np.arange(t.w1), indexing="ij")
     kw, b, co, h, w = (a.reshape(-1) for a in (kw, b, co, h, w))
@@ -196,7 +196,7 @@ class Epilogue:
 
 def sram_needs(g: ConvGeometry, t: Tiling, ep: Epilogue) -> dict[str, int]:
     """Elements each buffer needs for one thread."""
-    return {"inp": t.b1 * t.ci1 * _rows_in(g, t, True) * _rows_in(g, t, False),
+    return {"inp": t.b1 * t.ci1 * rows_in(g, t, True) * rows_in(g, t, False),
             "wgt": t.co1 * t.ci1 * g.kh * g.kw,
             "acc": t.positions + (t.co1 if ep.bias else 0) + (t.positions if ep.residual else 0)}
 
@@ -226,7 +226,7 @@ def _check_arithmetic(cfg: HwConfig, g: ConvGeometry, t: Tiling, ep: Epilogue) -
         return f"micro-op buffer: the GEMM needs {n_uops} micro-ops > {cfg.UOP_BUFF_DEPTH}"
     if max(t.b1 * t.co1 * t.h1, t.w1, t.ci1) > LOOP_MAX:
         return f"loop limit: a loop extent exceeds {LOOP_MAX} (14-bit iteration fields)"
-    rows, cols = _rows_in(g, t, True), _rows_in(g, t, False)
+    rows, cols = rows_in(g, t, True), rows_in(g, t, False)
     if t.ci1 * rows * cols >= 1 << cfg.LOG_INP_BUFF_DEPTH or g.kh * g.kw * t.ci1 >= 1 << cfg.LOG_WGT_BUFF_DEPTH:
         return "field width: a GEMM loop factor does not fit its instruction field"
     if not g.transpose and max(g.ph, g.pw) > PAD_MAX:
@@ -309,7 +309,7 @@ def alu_immediates(op: tuple) -> list[tuple[str, int]]:
 def emit_conv(q: CommandQueue, g: ConvGeometry, t: Tiling, ep: Epilogue, bufs: ConvBuffers) -> None:
     """Emit the whole convolution into ``q`` (the config must have passed ``check_config``)."""
     need = sram_needs(g, t, ep)
-    rows, cols = _rows_in(g, t, True), _rows_in(g, t, False)
+    rows, cols = rows_in(g, t, True), rows_in(g, t, False)
     oh, ow = g.out_h, g.out_w
     threads = [(th, tc) for th in range(t.th) for tc in range(t.tc)]
     inp_base = [k * need["inp"] for k in range(t.threads)]
