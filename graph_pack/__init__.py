@@ -6,31 +6,23 @@
     packed = graph_pack.graph_pack(qgraph, env, start_name="nn.max_pool2d", stop_name="nn.global_avg_pool2d")
     mod = graph_pack.build(packed, env, qparams)
     mod.set_input("data", x); mod.run(); y = mod.get_output(0)
+
+The public names are bound eagerly, after their submodules are imported: two of them (``quantize``,
+``build``) share their submodule's name, and Python binds a package attribute to the submodule whenever
+that submodule is first imported, so a lazy binding would turn ``graph_pack.build`` into a module the moment
+any code imported ``graph_pack.build`` as a module. The frontends import onnx / mxnet only when called.
 """
 
 from __future__ import annotations
 
-import importlib
-
+from graph_pack import zoo
+from graph_pack.build import build
+from graph_pack.frontend_mxnet import from_mxnet
+from graph_pack.frontend_onnx import from_onnx
 from graph_pack.graph import Graph, GraphBuilder, GraphError, Node, TensorType
+from graph_pack.pack import graph_pack
+from graph_pack.quantize import quantize
 from graph_pack.reference import run_reference
-
-_LAZY = {
-    "from_onnx": ("graph_pack.frontend_onnx", "from_onnx"),
-    "from_mxnet": ("graph_pack.frontend_mxnet", "from_mxnet"),
-    "quantize": ("graph_pack.quantize", "quantize"),
-    "graph_pack": ("graph_pack.pack", "graph_pack"),
-    "build": ("graph_pack.build", "build"),
-    "zoo": ("graph_pack.zoo", None),
-}
 
 __all__ = ["Graph", "GraphBuilder", "GraphError", "Node", "TensorType", "build", "from_mxnet", "from_onnx",
            "graph_pack", "quantize", "run_reference", "zoo"]
-
-
-def __getattr__(name: str):
-    if name not in _LAZY:
-        raise AttributeError(f"module 'graph_pack' has no attribute {name!r}")
-    module, attr = _LAZY[name]
-    mod = importlib.import_module(module)
-    return mod if attr is None else getattr(mod, attr)

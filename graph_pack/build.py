@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import json
 import time
+import warnings
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from typing import Any
@@ -34,6 +35,15 @@ from vta.templates.conv import IMM_MAX, IMM_MIN, ConvBuffers
 
 Schedules = Mapping[str, dict] | Callable[[dict], dict | None] | None
 CPU_BACKENDS = ("auto", "jit", "numpy")
+FALLBACKS = ("warn", "error", "allow")   # what build does with a group its template refuses
+
+
+class HostFallbackWarning(UserWarning):
+    """An accelerator group of the packed graph runs on the host: its template has no config for it."""
+
+
+class HostFallbackError(GraphError):
+    """``build(..., fallback="error")`` met a group its template refuses."""
 
 
 @dataclass
@@ -147,7 +157,7 @@ class GraphModule:
         self.values: dict[str, Any] = {}
         self.outputs: list[np.ndarray] = []
         self.records: list[StepRecord] = []
-        self.notes: dict[str, str] = {}   # accelerator groups build had to run on the host, and why
+        self.fallbacks: dict[str, str] = {}   # accelerator groups build had to run on the host, and why
         self.stats: RunStats | None = None
         self.host_seconds = 0.0
 
@@ -347,13 +357,13 @@ def _epilogue(group: Group, consts: dict) -> list[tuple]:
 
 class _Builder:
     def __init__(self, graph: Graph, cfg: HwConfig, consts: dict, schedules: Schedules, cpu: str,
-                 max_insns: int):
+                 max_insns: int, fallback: str):
         self.g, self.cfg, self.consts = graph, cfg, consts
-        self.schedules, self.cpu, self.max_insns = schedules, cpu, max_insns
+        self.schedules, self.cpu, self.max_insns, self.fallback = schedules, cpu, max_insns, fallback
         self.device = SimDevice(cfg)
         self.producer_buffer: dict[str, Buffer] = {}   # accelerator outputs by value name
         self.steps: list = []
-        self.notes: dict[str, str] = {}
+        self.fallbacks: dict[str, str] = {}
 
     def schedule_for(self, workload: dict) -> dict | None:
         if self.schedules is None:
@@ -444,6 +454,17 @@ class _Builder:
         fn, backend = _host_kernel(node, self.g, self.cpu)
         return HostStep(node.name, node.op, fn, node.attrs, list(node.inputs), backend)
 
+    def fall_back(self, grp: Group, what: str, reason: str) -> None:
+        """The template has no config for this workload (e.g. too few output positions for VTA's pipeline):
+        the group's ops run on the host, bit-exact in the packed layout - visibly, or not at all."""
+        if self.fallback == "error":
+            raise HostFallbackError(f"{what}: the template refused every config: {reason} "
+                                    "(build(..., fallback='warn') runs such groups on the host)")
+        if self.fallback == "warn":
+            warnings.warn(f"{what} runs on the host: {reason}", HostFallbackWarning, stacklevel=4)
+        self.fallbacks[grp.head] = f"CPU: the template refused it: {reason}"
+        self.steps.extend(self.host_step(self.g[m]) for m in grp.members)
+
     def run(self, groups: dict[str, Group]) -> list:
         member_of = {m: grp for grp in groups.values() for m in grp.members}
         for node in self.g:
@@ -456,13 +477,10 @@ class _Builder:
                 try:
                     step = self.conv_step(grp) if grp.kind == "conv" else self.alu_step(grp)
                 except ScheduleError as e:
+                    what = f"accelerator group {grp.head!r} ({' -> '.join(self.g[m].op for m in grp.members)})"
                     if self.schedule_for(group_workload(self.g, grp, self.cfg)) is not None:  # a given config
-                        raise ScheduleError(f"accelerator group {grp.head!r} "
-                                            f"({' -> '.join(self.g[m].op for m in grp.members)}): {e}") from None
-                    # the template has no config for this workload (e.g. too few output positions for VTA's
-                    # pipeline): the group's ops run on the host, bit-exact in the packed layout
-                    self.notes[grp.head] = f"CPU: the template refused it: {e}"
-                    self.steps.extend(self.host_step(self.g[m]) for m in grp.members)
+                        raise ScheduleError(f"{what}: {e}") from None
+                    self.fall_back(grp, what, str(e))
                     continue
                 self.steps.append(step)
         return self.steps
@@ -476,14 +494,19 @@ def _source(graph: Graph, name: str) -> str:
 
 
 def build(graph: Graph, env, params: dict[str, np.ndarray], schedules: Schedules = None, *,
-          cpu: str = "auto", max_insns: int = 1 << 20) -> GraphModule:
+          cpu: str = "auto", max_insns: int = 1 << 20, fallback: str = "warn") -> GraphModule:
     """Compile a (packed) graph for ``env``'s accelerator; ``params`` are the quantized graph's params.
 
     ``schedules`` maps ``workload_key(workload)`` to a knob config (``tuning.load_best`` gives one) or is a
     function of the workload dict; groups without one use the template's default. ``cpu`` picks host
-    kernels: "auto" (llvmlite JIT where available, numpy otherwise), "jit" or "numpy"."""
+    kernels: "auto" (llvmlite JIT where available, numpy otherwise), "jit" or "numpy". ``fallback`` says what
+    happens to a group whose template refuses every config: "warn" (run it on the host and issue a
+    ``HostFallbackWarning``), "allow" (the same, silently) or "error" (raise ``HostFallbackError``); either
+    way ``module.fallbacks`` names each such group and the reason."""
     if cpu not in CPU_BACKENDS:
         raise ValueError(f"cpu={cpu!r}; allowed: {', '.join(CPU_BACKENDS)}")
+    if fallback not in FALLBACKS:
+        raise ValueError(f"fallback={fallback!r}; allowed: {', '.join(FALLBACKS)}")
     cfg = config_of(env)
     packed_for = graph.meta.get("config")
     if packed_for is not None and packed_for != cfg.fingerprint:
@@ -493,10 +516,10 @@ def build(graph: Graph, env, params: dict[str, np.ndarray], schedules: Schedules
     consts = _fold_constants(graph, params)
     times["fold constants"] = time.perf_counter() - t0
     t0 = time.perf_counter()
-    builder = _Builder(graph, cfg, consts, schedules, cpu, max_insns)
+    builder = _Builder(graph, cfg, consts, schedules, cpu, max_insns, fallback)
     steps = builder.run(graph.meta.get("groups", {}))
     times["compile"] = time.perf_counter() - t0
     runtime_consts = {k: v for k, v in consts.items() if any(k in getattr(s, "inputs", ()) for s in steps)}
     module = GraphModule(graph, cfg, builder.device, steps, runtime_consts, times)
-    module.notes.update(builder.notes)
+    module.fallbacks.update(builder.fallbacks)
     return module

@@ -48,6 +48,28 @@ def _top5(y: np.ndarray) -> str:
     return "top-5 classes (score):\n" + "\n".join(lines)
 
 
+def _skip_conv(text: str) -> int | None:
+    """--skip-conv's value: a conv layer index, or 'none' (no conv stays on the CPU)."""
+    if text.strip().lower() == "none":
+        return None
+    try:
+        index = int(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"{text!r} is not a conv layer index (0, 1, ...) or 'none'") from None
+    if index < 0:
+        raise argparse.ArgumentTypeError(f"{index} is negative: give a conv layer index (0, 1, ...) or 'none'")
+    return index
+
+
+def skip_conv_layers(values: list[int | None] | None) -> list[int]:
+    """The layers --skip-conv keeps on the CPU: [0] when not given, none for 'none'."""
+    if values is None:
+        return [0]
+    if None in values and len(values) > 1:
+        raise ValueError("--skip-conv none cannot be combined with layer indices")
+    return [v for v in values if v is not None]
+
+
 @command(None, "run", "run a network (zoo name or ONNX file) on the simulated accelerator", args=[
     arg("model", help=f"a zoo model ({', '.join(zoo.list_models())}) or an .onnx file"),
     arg("--config", default=None, metavar="NAME|PATH", help="hardware preset or JSON file (default: pynq)"),
@@ -59,8 +81,10 @@ def _top5(y: np.ndarray) -> str:
     arg("--stop", default=None, help="op that ends the offload region (op name or node name)"),
     arg("--global-scale", type=float, default=8.0, help="activation range for global_scale quantization"),
     arg("--calibrate", choices=MODES, default="global_scale", help="quantization mode (default global_scale)"),
-    arg("--skip-conv", type=int, action="append", default=None, metavar="INDEX",
-        help="conv layer kept in float on the CPU (repeatable; default: 0)"),
+    arg("--skip-conv", type=_skip_conv, action="append", default=None, metavar="INDEX|none",
+        help="conv layer kept in float on the CPU (repeatable; default: 0, the stem; 'none' offloads every conv)"),
+    arg("--fallback", choices=("warn", "error"), default="warn",
+        help="a group the templates refuse: run it on the host and say so (warn, default) or stop (error)"),
     arg("--cpu", choices=CPU_BACKENDS, default="auto", help="host kernels (default auto: JIT if llvmlite)"),
     arg("--seed", type=int, default=0, help="seed of the random weights and input"),
     arg("--input", metavar="NPY", help="input array (.npy) instead of a random one"),
@@ -90,13 +114,13 @@ def run_cmd(args: argparse.Namespace) -> int:
     t0 = time.perf_counter()
     dataset = [{data: x}] if args.calibrate != "global_scale" else None
     qgraph, qparams = quantize(graph, params, global_scale=args.global_scale, calibrate_mode=args.calibrate,
-                               dataset=dataset, skip_conv_layers=args.skip_conv if args.skip_conv else [0])
+                               dataset=dataset, skip_conv_layers=skip_conv_layers(args.skip_conv))
     times["quantize"] = time.perf_counter() - t0
     t0 = time.perf_counter()
     packed = graph_pack(qgraph, env, start_name=args.start or start, stop_name=args.stop or stop)
     times["graph_pack"] = time.perf_counter() - t0
     t0 = time.perf_counter()
-    mod = build(packed, env, qparams, cpu=args.cpu)
+    mod = build(packed, env, qparams, cpu=args.cpu, fallback="error" if args.fallback == "error" else "allow")
     times["build"] = time.perf_counter() - t0
     t0 = time.perf_counter()
     mod.run(**{data: x})
@@ -105,6 +129,8 @@ def run_cmd(args: argparse.Namespace) -> int:
     print(f"{args.model} on {cfg.model} ({cfg.CLOCK_MHZ:g} MHz), batch {batch}, input {graph[data].shape}")
     if args.report:
         print(format_offload_report(packed))
+    for head, reason in mod.fallbacks.items():
+        print(f"host fallback: accelerator group {head!r} runs on the CPU ({reason.removeprefix('CPU: ')})")
     print(_top5(y))
     compile_s = times["quantize"] + times["graph_pack"] + times["build"]
     print(f"compile {compile_s:.2f} s (" + ", ".join(f"{k} {v:.2f} s" for k, v in times.items()) + ")")

@@ -40,7 +40,7 @@ def test_digits_accuracy_survives_the_accelerator(preset, mode):
     # the whole conv stack offloads: the 1-channel input is padded to a channel block at the region entry
     packed = graph_pack(qgraph, cfg, start_name="qnn.quantize", stop_name="nn.batch_flatten")
     assert sum(r["where"] == "accelerator" for r in offload_report(packed)) == 3
-    mod = build(packed, cfg, qparams)
+    mod = build(packed, cfg, qparams, fallback="error")
     mod.run(input=x_test)
     accel = mod.get_output(0)
     np.testing.assert_array_equal(accel, run_reference(qgraph, qparams, {"input": x_test}))
@@ -49,4 +49,4 @@ def test_digits_accuracy_survives_the_accelerator(preset, mode):
     float_acc, accel_acc = np.mean(floats.argmax(1) == y_test), np.mean(accel.argmax(1) == y_test)
     assert agreement >= 0.98, agreement
     assert float_acc - accel_acc <= 0.01, (float_acc, accel_acc)
-    assert mod.cycles > 0
+    assert mod.cycles > 0 and sum(r["where"] == "accelerator" for r in mod.profile()) == 3

@@ -10,12 +10,21 @@ from __future__ import annotations
 
 import math
 import types
+import warnings
 
 import numpy as np
 import pytest
 
 from graph_pack import GraphBuilder, GraphError, run_reference
-from graph_pack.build import AccelStep, HostStep, build, group_workload, workload_key
+from graph_pack.build import (
+    AccelStep,
+    HostFallbackError,
+    HostFallbackWarning,
+    HostStep,
+    build,
+    group_workload,
+    workload_key,
+)
 from graph_pack.pack import format_offload_report, graph_pack, offload_report
 from graph_pack.quantize import quantize
 from hw_config import load_config
@@ -84,7 +93,7 @@ def pipeline(g, p, inputs, cfg=SIM, start="start", stop="stop", qkw=None, **buil
     """quantize (all convs offloadable unless qkw says otherwise) -> graph_pack -> build -> bit-exact run."""
     qg, qp = quantize(g, p, **{"skip_conv_layers": [], **(qkw or {})})
     packed = graph_pack(qg, cfg, start_name=start, stop_name=stop)
-    mod = build(packed, cfg, qp, **{"cpu": "numpy", **build_kw})
+    mod = build(packed, cfg, qp, **{"cpu": "numpy", "fallback": "error", **build_kw})
     check_exact(mod, qg, qp, inputs)
     return qg, qp, packed, mod
 
@@ -759,7 +768,7 @@ def test_one_channel_bias():
         g, p = n.finish(n.conv(y, 16, k=1, name="c1"))
         _, _, packed, mod = pipeline(g, p, n.inputs())
         assert packed.meta["groups"]["c0"].epilogue[0][0] == "bias"
-        assert len(accel_steps(mod)) == 2 and not mod.notes
+        assert len(accel_steps(mod)) == 2 and not mod.fallbacks
 
 
 def test_a_group_the_template_refuses_runs_on_the_host():
@@ -768,13 +777,19 @@ def test_a_group_the_template_refuses_runs_on_the_host():
     n = Net((1, 12, 6, 3), seed=34)
     y = n.conv(n.x, 16, k=5, name="tiny", strides=3, padding=2, bias=True, relu=True)
     g, p = n.finish(n.conv(y, 16, k=1, name="after"))
-    _, qp, packed, mod = pipeline(g, p, n.inputs())
+    with pytest.warns(HostFallbackWarning, match="accelerator group 'tiny' .* runs on the host"):
+        _, qp, packed, mod = pipeline(g, p, n.inputs(), fallback="warn")
     assert "tiny" in packed.meta["groups"] and report(packed)["tiny"][0] == "accelerator"
-    assert set(mod.notes) == {"tiny"} and "no config of this template fits" in mod.notes["tiny"]
+    assert set(mod.fallbacks) == {"tiny"} and "no config of this template fits" in mod.fallbacks["tiny"]
+    with pytest.raises(HostFallbackError, match="'tiny'.*no config of this template fits"):
+        build(packed, SIM, qp, cpu="numpy", fallback="error")
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        assert set(build(packed, SIM, qp, cpu="numpy", fallback="allow").fallbacks) == {"tiny"}
     rows = {r["name"]: r for r in mod.profile()}
     assert rows["tiny"]["where"] == "cpu" and rows["after"]["where"] == "accelerator"
     key = workload_key(group_workload(packed, packed.meta["groups"]["tiny"], SIM))
-    config = next(iter(accel_steps(build(packed, SIM, qp, cpu="numpy"))[0].op.space))   # "after"'s space
+    config = next(iter(accel_steps(build(packed, SIM, qp, cpu="numpy", fallback="allow"))[0].op.space))  # "after"
     with pytest.raises(ScheduleError, match="accelerator group 'tiny'"):   # a config given for it must work
         build(packed, SIM, qp, schedules={key: config}, cpu="numpy")
 
@@ -792,9 +807,10 @@ def test_an_immediate_beyond_16_bits_in_a_chain():
     t = b.op("cast", [t], name="out8", dtype="int8")
     g, p = b.finish([b.op("cast", [t], name="stop", dtype="float32")])
     packed = graph_pack(g, SIM, start_name="start", stop_name="stop")
-    mod = build(packed, SIM, p, cpu="numpy")
+    with pytest.warns(HostFallbackWarning, match="16-bit ALU immediate"):
+        mod = build(packed, SIM, p, cpu="numpy")
     out = check_exact(mod, g, p, {"x": r.integers(-128, 128, (1, 16, 4, 4)).astype(np.int8)})[0]
-    assert "conv" in mod.notes and "16-bit ALU immediate" in mod.notes["conv"]
+    assert "conv" in mod.fallbacks and "16-bit ALU immediate" in mod.fallbacks["conv"]
     assert np.abs(out).max() > 10 and np.abs(out).max() <= 127
 
 

@@ -19,11 +19,17 @@ from vta.cli import main as vta_main
 def _flow(graph, params, cfg, start, stop, **quant):
     qgraph, qparams = quantize(graph, params, **quant)
     packed = graph_pack(qgraph, cfg, start_name=start, stop_name=stop)
-    mod = build(packed, cfg, qparams)
+    mod = build(packed, cfg, qparams, fallback="error")   # a refused group must fail the test, not hide on the CPU
     x = np.random.default_rng(0).standard_normal(graph[graph.inputs[0]].shape).astype(np.float32)
     mod.run(**{graph.inputs[0]: x})
     ref = run_reference(qgraph, qparams, {graph.inputs[0]: x})
     return mod, packed, ref, x
+
+
+def _accelerator_steps(mod) -> int:
+    """Groups that really ran on the accelerator in the last run (not merely planned for it)."""
+    assert mod.fallbacks == {}
+    return sum(1 for r in mod.profile() if r["where"] == "accelerator")
 
 
 def _where(packed) -> dict[str, list[dict]]:
@@ -42,6 +48,7 @@ def test_resnet18_224_is_bit_exact_and_close_to_float():
     np.testing.assert_array_equal(mod.get_output(0), ref)
     groups = _where(packed)["accelerator"]
     assert len(groups) == 19  # 16 block convs + 3 downsample convs; the stem conv stays on the CPU
+    assert _accelerator_steps(mod) == 19
     assert {r["op"] for r in groups} == {"nn.conv2d"}
     # quantization keeps the network's answer: the float and the accelerator logits agree closely
     float_out = run_reference(graph, params, {"data": x})
@@ -57,6 +64,7 @@ def test_mobilenet_grouped_convs_offload():
     heads = [packed[r["name"]] for r in _where(packed)["accelerator"]]
     assert sum(1 for n in heads if n.attrs.get("groups", 1) > 1) == 13  # every grouped 3x3 conv
     assert any(s.workload["op"] == "group_conv2d" for s in mod.steps if hasattr(s, "workload"))
+    assert _accelerator_steps(mod) == 26   # 13 grouped + 13 pointwise convs
 
 
 def test_dcgan_transposed_convs_offload():
@@ -65,7 +73,7 @@ def test_dcgan_transposed_convs_offload():
     mod, packed, ref, _ = _flow(graph, params, cfg, *zoo.pack_points("dcgan"), skip_conv_layers=[])
     np.testing.assert_array_equal(mod.get_output(0), ref)
     heads = [r["op"] for r in _where(packed)["accelerator"]]
-    assert heads.count("nn.conv2d_transpose") == 3
+    assert heads.count("nn.conv2d_transpose") == 3 and _accelerator_steps(mod) == 3
     assert mod.get_output(0).shape == (1, 3, 64, 64)
 
 
@@ -75,6 +83,7 @@ def test_resnet18_small_on_other_presets(preset):
     graph, params = zoo.get_model("resnet-18", batch_size=cfg.BATCH, image_shape=(3, 64, 64))
     mod, _, ref, _ = _flow(graph, params, cfg, "nn.max_pool2d", "nn.global_avg_pool2d")
     np.testing.assert_array_equal(mod.get_output(0), ref)
+    assert _accelerator_steps(mod) == 19
 
 
 def test_odd_channel_counts_offload_thanks_to_entry_padding():
@@ -94,6 +103,7 @@ def test_odd_channel_counts_offload_thanks_to_entry_padding():
     mod, packed, ref, _ = _flow(graph, params, cfg, "qnn.quantize", "nn.global_avg_pool2d", skip_conv_layers=[])
     np.testing.assert_array_equal(mod.get_output(0), ref)
     assert [r["name"] for r in _where(packed)["accelerator"]] == ["conv0", "conv1", "conv2"]
+    assert _accelerator_steps(mod) == 3
     assert mod.get_output(0).shape == (1, 5, 1, 1)
 
 
@@ -126,4 +136,49 @@ def test_gluon_resnet18_v1_flow_of_the_tutorials():
     cfg = load_config("pynq")
     mod, packed, ref, _ = _flow(graph, params, cfg, "nn.max_pool2d", "nn.global_avg_pool2d")
     np.testing.assert_array_equal(mod.get_output(0), ref)
-    assert len(_where(packed)["accelerator"]) == 19
+    assert len(_where(packed)["accelerator"]) == 19 and _accelerator_steps(mod) == 19
+
+
+def _tiny_onnx(path):
+    """A conv whose 6x3 input, 5x5 kernel and stride 3 leave 2 output positions: fewer than VTA's GEMM
+    pipeline needs, so the template refuses it although graph_pack plans it for the accelerator."""
+    onnx = pytest.importorskip("onnx")
+    from onnx import TensorProto, helper, numpy_helper
+    rng = np.random.default_rng(0)
+    w0 = numpy_helper.from_array((rng.standard_normal((16, 12, 5, 5)) * 0.1).astype(np.float32), "w0")
+    w1 = numpy_helper.from_array((rng.standard_normal((16, 16, 1, 1)) * 0.2).astype(np.float32), "w1")
+    nodes = [helper.make_node("Conv", ["x", "w0"], ["c0"], kernel_shape=[5, 5], strides=[3, 3], pads=[2] * 4),
+             helper.make_node("Relu", ["c0"], ["r0"]),
+             helper.make_node("Conv", ["r0", "w1"], ["c1"], kernel_shape=[1, 1]),
+             helper.make_node("GlobalAveragePool", ["c1"], ["y"])]
+    graph = helper.make_graph(nodes, "tiny", [helper.make_tensor_value_info("x", TensorProto.FLOAT, [1, 12, 6, 3])],
+                              [helper.make_tensor_value_info("y", TensorProto.FLOAT, [1, 16, 1, 1])], [w0, w1])
+    onnx.save(helper.make_model(graph, opset_imports=[helper.make_opsetid("", 13)]), path)
+
+
+def test_vta_run_names_each_host_fallback_and_can_refuse_them(tmp_path, capsys):
+    _tiny_onnx(tmp_path / "tiny.onnx")
+    args = ["run", str(tmp_path / "tiny.onnx"), "--start", "qnn.quantize", "--stop", "nn.global_avg_pool2d",
+            "--skip-conv", "none", "--check"]
+    assert vta_main(args) == 0
+    out = capsys.readouterr().out
+    fallbacks = [line for line in out.splitlines() if line.startswith("host fallback:")]
+    assert len(fallbacks) == 1 and "'c0'" in fallbacks[0] and "no config of this template fits" in fallbacks[0]
+    assert "bit-exactly" in out
+    assert vta_main([*args, "--fallback", "error"]) == 2
+    err = capsys.readouterr().err
+    assert "accelerator group 'c0'" in err and "refused every config" in err
+
+
+@pytest.mark.parametrize("value, message", [("-1", "negative"), ("x", "not a conv layer index")])
+def test_vta_run_skip_conv_refuses_bad_values(value, message, capsys):
+    assert vta_main(["run", "resnet-18", "--skip-conv", value]) == 2
+    assert message in capsys.readouterr().err
+
+
+def test_vta_run_skip_conv_none_offloads_every_conv(capsys):
+    base = ["run", "resnet-18", "--image-size", "32", "--start", "qnn.quantize", "--no-layers", "--report"]
+    assert vta_main([*base, "--skip-conv", "none"]) == 0
+    assert "20 accelerator group(s)" in capsys.readouterr().out   # the stem conv too
+    assert vta_main(base) == 0
+    assert "19 accelerator group(s)" in capsys.readouterr().out   # by default the stem stays in float

@@ -1,0 +1,57 @@
+"""Every public name of every package keeps its meaning for the life of the process, whatever was imported
+before or after it (a notebook runs the README twice; a CLI imports submodules first)."""
+
+from __future__ import annotations
+
+import subprocess
+import sys
+
+import pytest
+
+PACKAGES = ["hw_config", "simulator", "vta", "graph_pack", "tuning"]
+MODULE_NAMES = {"graph_pack": {"zoo"}}   # public names that are modules on purpose
+
+_CHECK = r"""
+import importlib, pkgutil, sys, types
+pkg_name, order, modules_ok = sys.argv[1], sys.argv[2], set(sys.argv[3:])
+pkg = importlib.import_module(pkg_name)
+
+def names():
+    out = {}
+    for name in pkg.__all__:
+        value = getattr(pkg, name)
+        is_module = isinstance(value, types.ModuleType)
+        assert is_module == (name in modules_ok), f"{pkg_name}.{name} is {value!r}"
+        out[name] = value
+    return out
+
+def import_all_submodules():
+    for info in pkgutil.walk_packages(pkg.__path__, pkg_name + "."):
+        if info.name.endswith("__main__"):
+            continue
+        importlib.import_module(info.name)
+
+if order == "names-first":
+    first = names(); import_all_submodules()
+else:
+    import_all_submodules(); first = names()
+second = names()
+assert all(first[k] is second[k] for k in first), [k for k in first if first[k] is not second[k]]
+print("ok", len(first))
+"""
+
+
+@pytest.mark.parametrize("order", ["names-first", "submodules-first"])
+@pytest.mark.parametrize("package", PACKAGES)
+def test_public_names_survive_submodule_imports(package, order):
+    proc = subprocess.run([sys.executable, "-c", _CHECK, package, order, *MODULE_NAMES.get(package, ())],
+                          check=False, capture_output=True, text=True, timeout=120)
+    assert proc.returncode == 0, proc.stderr[-2000:]
+    assert proc.stdout.startswith("ok")
+
+
+def test_tuning_exports_its_documented_faces():
+    import tuning
+    for name in ("extract_tasks", "tune_tasks", "load_best", "RandomTuner", "GridSearchTuner", "GATuner",
+                 "XGBTuner", "LocalRunner", "DaskRunner"):
+        assert callable(getattr(tuning, name)), name
