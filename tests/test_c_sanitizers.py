@@ -14,6 +14,7 @@ import subprocess
 from pathlib import Path
 
 import pytest
+from extras import needs
 
 from hw_config import load_config
 from simulator.params import param_values
@@ -23,7 +24,7 @@ CSRC = ROOT / "simulator" / "csrc"
 DRIVER = ROOT / "tests" / "c" / "hostile.c"
 
 CC = shutil.which("gcc") or shutil.which("cc")
-pytestmark = pytest.mark.skipif(CC is None, reason="no C compiler (gcc or cc) on PATH")
+pytestmark = needs("cc")
 
 PRESETS = ("pynq", "batch4", "block32")
 # About 2-3 s per preset on an idle core with the sanitizers (~25 s for the whole file with 2 busy cores); deeper:

@@ -9,9 +9,7 @@ from pathlib import Path
 
 import numpy as np
 import pytest
-
-pytest.importorskip("onnx")
-pytest.importorskip("sklearn")
+from extras import needs
 
 from graph_pack.build import build
 from graph_pack.frontend_onnx import from_onnx
@@ -20,6 +18,7 @@ from graph_pack.quantize import quantize
 from graph_pack.reference import run_reference
 from hw_config import load_config
 
+pytestmark = needs("onnx", "sklearn")
 DATA = Path(__file__).resolve().parent / "data"
 
 

@@ -12,15 +12,15 @@ from pathlib import Path
 
 import numpy as np
 import pytest
-
-onnx = pytest.importorskip("onnx")
-ort = pytest.importorskip("onnxruntime")
-pytest.importorskip("sklearn")
+from extras import need
 
 from graph_pack import run_reference
 from graph_pack.frontend_onnx import from_onnx
 from graph_pack.graph import GraphError
 
+onnx = need("onnx")
+ort = need("onnxruntime")
+need("sklearn")
 DATA = Path(__file__).resolve().parent / "data"
 MODEL = DATA / "digits_cnn.onnx"
 

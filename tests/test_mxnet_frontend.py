@@ -11,6 +11,7 @@ import sys
 
 import numpy as np
 import pytest
+from extras import needs
 
 from graph_pack import run_reference
 from graph_pack.frontend_mxnet import from_mxnet, import_mxnet, supported_ops
@@ -18,12 +19,10 @@ from graph_pack.graph import GraphError, find_nodes
 
 try:
     mx = import_mxnet()
-    SKIP_REASON = ""
-except ImportError as e:   # the message says how to install the extra (pip install 'vta-stack[mxnet]')
+except ImportError:   # tests marked needs_mxnet then skip (fail under CI) with the install hint
     mx = None
-    SKIP_REASON = str(e)
 
-needs_mxnet = pytest.mark.skipif(mx is None, reason=SKIP_REASON)
+needs_mxnet = needs("mxnet")
 pytestmark = pytest.mark.filterwarnings("ignore:Please import `csr_matrix`:DeprecationWarning")  # mxnet on scipy
 
 

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import numpy as np
 import pytest
+from extras import need
 
 from graph_pack import zoo
 from graph_pack.build import build
@@ -123,12 +124,8 @@ def test_vta_run_cli_rejects_unknown_model(capsys):
 
 def test_gluon_resnet18_v1_flow_of_the_tutorials():
     """VTA's deploy/tune tutorials: Gluon resnet18_v1 -> quantize -> graph_pack(max_pool2d .. global_avg_pool2d)."""
-    pytest.importorskip("graph_pack.frontend_mxnet")
-    from graph_pack.frontend_mxnet import from_mxnet, import_mxnet
-    try:
-        mx = import_mxnet()
-    except ImportError as e:
-        pytest.skip(f"the MXNet extra is not installed (pip install 'vta-stack[mxnet]'): {e}")
+    from graph_pack.frontend_mxnet import from_mxnet
+    mx = need("mxnet")
     mx.random.seed(0)
     block = mx.gluon.model_zoo.vision.get_model("resnet18_v1", pretrained=False, prefix="flow_")
     block.initialize(mx.init.Xavier(magnitude=2.0))
@@ -142,7 +139,7 @@ def test_gluon_resnet18_v1_flow_of_the_tutorials():
 def _tiny_onnx(path):
     """A conv whose 6x3 input, 5x5 kernel and stride 3 leave 2 output positions: fewer than VTA's GEMM
     pipeline needs, so the template refuses it although graph_pack plans it for the accelerator."""
-    onnx = pytest.importorskip("onnx")
+    onnx = need("onnx")
     from onnx import TensorProto, helper, numpy_helper
     rng = np.random.default_rng(0)
     w0 = numpy_helper.from_array((rng.standard_normal((16, 12, 5, 5)) * 0.1).astype(np.float32), "w0")

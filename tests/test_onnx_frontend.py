@@ -10,14 +10,15 @@ import sys
 
 import numpy as np
 import pytest
-
-onnx = pytest.importorskip("onnx")
-ort = pytest.importorskip("onnxruntime")
-from onnx import TensorProto, helper, numpy_helper
+from extras import need
 
 from graph_pack import run_reference
 from graph_pack.frontend_onnx import SUPPORTED_OPS, from_onnx
 from graph_pack.graph import GraphError, find_nodes
+
+onnx = need("onnx")
+ort = need("onnxruntime")
+TensorProto, helper, numpy_helper = onnx.TensorProto, onnx.helper, onnx.numpy_helper
 
 RTOL, ATOL = 1e-4, 1e-5
 

@@ -4,11 +4,11 @@ from __future__ import annotations
 
 import ast
 import re
-import shutil
 import subprocess
 from pathlib import Path
 
 import pytest
+from extras import need
 from simulator._vta_sim import ffi, lib
 
 from hw_config import load_config, presets
@@ -76,8 +76,6 @@ def test_c_parameter_block_matches_python(preset):
 
 
 def test_ruff_clean():
-    ruff = shutil.which("ruff")
-    if ruff is None:
-        pytest.skip("ruff is not installed (it comes with the test extras: pip install -e '.[test]')")
+    ruff = need("ruff")
     done = subprocess.run([ruff, "check", str(ROOT)], check=False, capture_output=True, text=True)
     assert done.returncode == 0, done.stdout + done.stderr

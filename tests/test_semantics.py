@@ -163,7 +163,7 @@ def test_timing_only_mode_counts_and_times_like_a_full_run(name):
 
 @requires_golden
 def test_replay_of_a_golden_image():
-    load_image = pytest.importorskip("simulator.image").load_image
+    from simulator.image import load_image
     image = load_image(GOLDEN / "gemm_0.npz")
     expect = np.load(GOLDEN / "gemm_0.expect.npz")
     sim = Sim(image.config)

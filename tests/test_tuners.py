@@ -4,11 +4,11 @@ bad log lines, early stopping, transfer learning, and the cost model's features.
 from __future__ import annotations
 
 import json
-import time
 import warnings
 
 import numpy as np
 import pytest
+from extras import needs
 
 from hw_config import load_config
 from tuning import features as feats
@@ -18,9 +18,14 @@ from tuning.records import RecordLog, RecordWarning, load_records, make_record
 from tuning.task import alu_task, conv_task
 from tuning.tuners import TUNERS, GATuner, TuneResult, XGBTuner, make_tuner
 
-pytest.importorskip("xgboost")
-
 CFG = load_config("pynq")
+XGB = needs("xgboost")
+
+
+def tuner_params(names) -> list:
+    """Tuner names as parameters; the XGBoost ones need the tuning extra, the others nothing."""
+    return [pytest.param(n, marks=XGB) if n.startswith("xgb") else n for n in names]
+
 # ResNet-18's C9, C10 and C11 (VTA paper numbering): exhaustive timing-only sweeps take ~25 s on 2 cores
 LAYERS = {"C9": ((1, 256, 14, 14), (512, 256, 3, 3), 2, 1),
           "C10": ((1, 256, 14, 14), (512, 256, 1, 1), 2, 0),
@@ -100,6 +105,7 @@ def search(name: str, task, table, seed: int, budget: int, batch_size: int = 8, 
 # ------------------------------------------------------------------------------------------------------------
 # 1. quality against the exhaustive optimum
 
+@XGB
 def test_xgb_reaches_optimum_and_beats_random(exhaustive):
     lines, xgb_means, random_means = [], [], []
     for name, (task, table) in exhaustive.items():
@@ -121,6 +127,7 @@ def test_xgb_reaches_optimum_and_beats_random(exhaustive):
     assert np.mean(xgb_means) < np.mean(random_means), lines
 
 
+@XGB
 @pytest.mark.parametrize(("name", "kwargs"), [("xgb_rank", {}), ("xgb", {"prior": False}),
                                              ("xgb", {"n_warmup": 8})])
 def test_xgb_variants_within_5_percent(name, kwargs, exhaustive):
@@ -133,6 +140,7 @@ def test_xgb_variants_within_5_percent(name, kwargs, exhaustive):
         assert (np.mean(bests) if kwargs.get("prior") is False else max(bests)) <= 1.05, (task.name, bests)
 
 
+@XGB
 def test_warmup_interleaves_prior_and_random(exhaustive):
     task, table = exhaustive["C9"]
     tuner = XGBTuner(task, seed=0, n_warmup=8, epsilon=0.0)
@@ -162,7 +170,7 @@ def drive(tuner, table, batch_size: int = 8, limit: int | None = None) -> list[i
     return proposed
 
 
-@pytest.mark.parametrize("name", TUNERS)
+@pytest.mark.parametrize("name", tuner_params(TUNERS))
 def test_rules_and_determinism(name, exhaustive):
     task, table = exhaustive["C9"]
     a = drive(make_tuner(name, task, seed=3), table, limit=40)
@@ -175,7 +183,7 @@ def test_rules_and_determinism(name, exhaustive):
             drive(make_tuner(name, task, seed=4, **kwargs), table, limit=40), "the seed changes nothing"
 
 
-@pytest.mark.parametrize("name", ["random", "gridsearch", "ga", "xgb"])
+@pytest.mark.parametrize("name", tuner_params(["random", "gridsearch", "ga", "xgb"]))
 def test_exhausts_small_space_exactly(name, exhaustive):
     task, table = exhaustive["C9"]
     tuner = make_tuner(name, task, seed=1)
@@ -189,7 +197,7 @@ def test_exhausts_small_space_exactly(name, exhaustive):
         assert proposed == sorted(proposed)
 
 
-@pytest.mark.parametrize("name", ["random", "gridsearch", "ga", "xgb"])
+@pytest.mark.parametrize("name", tuner_params(["random", "gridsearch", "ga", "xgb"]))
 def test_large_space_path(name, tiny, monkeypatch):
     """Spaces too large to enumerate: rejection sampling / lazy validity, same rules."""
     monkeypatch.setattr(tuners_mod, "ENUMERATE_LIMIT", 10)
@@ -211,6 +219,7 @@ def test_ga_keeps_the_best(exhaustive):
         assert tuner.best_cycles == min(table[i] for i in tuner.visited if i in table)
 
 
+@XGB
 def test_make_tuner_errors(tiny):
     with pytest.raises(ValueError, match="allowed: random, gridsearch, ga, xgb, xgb_rank"):
         make_tuner("annealing", tiny)
@@ -223,10 +232,11 @@ def test_make_tuner_errors(tiny):
 # ------------------------------------------------------------------------------------------------------------
 # 3. logs: resume after a kill, bad lines
 
-def test_resume_after_kill(tiny, tmp_path):
+@pytest.mark.parametrize("name", tuner_params(["ga", "xgb"]))
+def test_resume_after_kill(name, tiny, tmp_path):
     log = tmp_path / "tune.jsonl"
     first = Counting(LocalRunner(timing_only=True, check=False))
-    res = make_tuner("xgb", tiny, seed=0).tune(20, first, batch_size=8, log=log)
+    res = make_tuner(name, tiny, seed=0).tune(20, first, batch_size=8, log=log)
     assert res.trials == 20 and len(first.indices) == 20 and res.default_cycles > 0
     text = log.read_text()
     log.write_text(text[:len(text) - 40])  # the kill: half of the last line written
@@ -235,7 +245,7 @@ def test_resume_after_kill(tiny, tmp_path):
 
     again = Counting(LocalRunner(timing_only=True, check=False))
     with pytest.warns(RecordWarning, match="unreadable"):
-        res2 = make_tuner("xgb", tiny, seed=0).tune(32, again, batch_size=8, log=log)
+        res2 = make_tuner(name, tiny, seed=0).tune(32, again, batch_size=8, log=log)
     assert res2.trials == 32
     assert not survived & set(again.indices), "a config of the log was measured again"
     assert len(again.indices) == 32 - 19
@@ -245,7 +255,8 @@ def test_resume_after_kill(tiny, tmp_path):
     assert res2.best_cycles == min(r.cycles for r in records if r.ok)
 
 
-def test_bad_log_lines_are_skipped(tiny, tmp_path):
+@pytest.mark.parametrize("name", tuner_params(["random", "xgb"]))
+def test_bad_log_lines_are_skipped(name, tiny, tmp_path):
     log = tmp_path / "bad.jsonl"
     runner = Counting(LocalRunner(timing_only=True, check=False))
     make_tuner("random", tiny, seed=0).tune(6, runner, log=log)
@@ -261,7 +272,7 @@ def test_bad_log_lines_are_skipped(tiny, tmp_path):
         f.write(good.to_json().replace('"cycles":100', '"cycles":"many"') + "\n")
     with warnings.catch_warnings(record=True) as caught:
         warnings.simplefilter("always")
-        tuner = make_tuner("xgb", tiny, seed=0)
+        tuner = make_tuner(name, tiny, seed=0)
         res = tuner.tune(10, runner, log=log)
     messages = " | ".join(str(w.message) for w in caught if issubclass(w.category, RecordWarning))
     assert "unreadable" in messages and "not in this task's space" in messages, messages
@@ -280,6 +291,7 @@ def test_early_stopping(exhaustive):
     assert 12 <= res.trials - tuner.best_trial < 12 + 4
 
 
+@XGB
 def test_transfer_learning_changes_first_proposals(exhaustive):
     task, table = exhaustive["C9"]
     opt = min(table.values())
@@ -315,7 +327,7 @@ def test_load_history_counts_own_records(tiny):
 
 
 def test_full_check_runner(tiny, tmp_path):
-    tuner = make_tuner("xgb", tiny, seed=0)
+    tuner = make_tuner("ga", tiny, seed=0)
     res = tuner.tune(6, LocalRunner(check=True), batch_size=3, log=tmp_path / "c.jsonl")
     assert isinstance(res, TuneResult) and res.trials == 6 and res.speedup >= 1.0
     records = RecordLog(tmp_path / "c.jsonl").read()
@@ -337,9 +349,8 @@ def test_features(tiny):
     # scoring many candidates is cheap (the XGB tuner scores whole spaces)
     big = conv_task(CFG, (4, 512, 56, 56), (512, 512, 3, 3), 1, 1)
     info = feats.task_info(big)
-    t0 = time.perf_counter()
-    x = feats.features_of_indices(big, np.arange(10_000), info)
-    assert time.perf_counter() - t0 < 0.5 and x.shape == (10_000, len(names))
+    x = feats.features_of_indices(big, np.arange(10_000), info)   # its speed is in bench/tuning.py
+    assert x.shape == (10_000, len(names)) and np.isfinite(x).all()
     # the structure means something: more tiles -> more estimated DMA transfers
     col = {n: i for i, n in enumerate(names)}
     assert np.corrcoef(x[:, col["log_tiles"]], x[:, col["log_dma_transfers"]])[0, 1] > 0.5

@@ -185,10 +185,12 @@ def _schedule(states: list[TaskState], runner, total: int, batch_size: int, log,
             progress.update(i, s, results, spent + s.trials - before, total)
         return s.trials - before
 
-    for i in [i for i, s in enumerate(states) if s.tuner.has_next()]:  # warm-up: one batch each
+    live = [i for i, s in enumerate(states) if s.tuner.has_next()]
+    warm_up = max(1, min(batch_size, (total - spent) // max(1, len(live))))  # every task gets one, budget allowing
+    for i in live:
         if spent >= total:
             break
-        spent += step(i, batch_size)
+        spent += step(i, min(warm_up, total - spent))
     while spent < total:
         live = [i for i, s in enumerate(states) if s.tuner.has_next()]
         if not live:

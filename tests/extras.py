@@ -1,0 +1,118 @@
+"""What the tests need beyond the core install, said in one place.
+
+A test module or test declares a need with ``needs("onnx", "onnxruntime")`` (a mark) or gets the module with
+``need("onnx")``. Where the need is missing, the test is skipped with the install hint, except when the ``CI``
+environment variable is set: there a missing extra fails the run, so CI can never go green with a frontend
+untested. ``CI=1 python3 -m pytest`` on a developer machine checks the same.
+"""
+
+from __future__ import annotations
+
+import importlib
+import os
+import shutil
+from collections.abc import Callable
+from pathlib import Path
+from types import ModuleType
+
+import pytest
+
+IN_CI = bool(os.environ.get("CI"))
+TEST_EXTRAS = "pip install -e '.[test]'"
+
+
+def _mxnet() -> ModuleType:
+    from graph_pack.frontend_mxnet import import_mxnet  # the one import point (numpy<2 shim)
+    return import_mxnet()
+
+
+def _llvmlite() -> ModuleType:
+    from graph_pack import jit
+    if not jit.available():
+        raise ImportError("llvmlite is not installed (pip install 'vta-stack[jit]')")
+    return importlib.import_module("llvmlite")
+
+
+def _program(name: str) -> Callable[[], str]:
+    def find() -> str:
+        path = shutil.which(name)
+        if path is None:
+            raise ImportError(f"{name} is not on PATH")
+        return path
+    return find
+
+
+def _c_compiler() -> str:
+    path = shutil.which("gcc") or shutil.which("cc")
+    if path is None:
+        raise ImportError("no C compiler (gcc or cc) on PATH")
+    return path
+
+
+def _golden() -> Path:
+    from golden_files import GOLDEN_DIR, SKIP_REASON
+    if not GOLDEN_DIR.is_dir():
+        raise ImportError(SKIP_REASON)
+    return GOLDEN_DIR
+
+
+# need -> (how to get it, which extra provides it)
+NEEDS: dict[str, tuple[Callable[[], object], str]] = {
+    "onnx": (lambda: importlib.import_module("onnx"), "vta-stack[onnx]"),
+    "onnxruntime": (lambda: importlib.import_module("onnxruntime"), "vta-stack[onnx]"),
+    "mxnet": (_mxnet, "vta-stack[mxnet]"),
+    "llvmlite": (_llvmlite, "vta-stack[jit]"),
+    "xgboost": (lambda: importlib.import_module("xgboost"), "vta-stack[tuning]"),
+    "distributed": (lambda: importlib.import_module("distributed"), "vta-stack[dask]"),
+    "sklearn": (lambda: importlib.import_module("sklearn"), "the test extras"),
+    "hypothesis": (lambda: importlib.import_module("hypothesis"), "the test extras"),
+    "ruff": (_program("ruff"), "the test extras"),
+    "cc": (_c_compiler, "a C compiler (gcc), needed by the install itself"),
+    "golden": (_golden, "shared/golden beside the checkout"),
+}
+_found: dict[str, object] = {}
+_missing: dict[str, str] = {}
+
+
+def _probe(name: str) -> str | None:
+    """None when ``name`` is available, else why not."""
+    if name not in NEEDS:
+        raise KeyError(f"unknown test need {name!r}; known: {', '.join(NEEDS)}")
+    if name not in _found and name not in _missing:
+        get, extra = NEEDS[name]
+        try:
+            _found[name] = get()
+        except ImportError as e:
+            _missing[name] = f"{name} is missing ({e}); it comes with {extra}: {TEST_EXTRAS}"
+    return _missing.get(name)
+
+
+def _absent(reason: str) -> None:
+    if IN_CI:
+        pytest.fail(f"CI is set and a test need is missing: {reason}", pytrace=False)
+    pytest.skip(reason)
+
+
+def need(name: str):
+    """The module (or path) for ``name``; skips the caller when it is missing (fails under CI)."""
+    reason = _probe(name)
+    if reason:
+        _absent(reason)
+    return _found[name]
+
+
+def needs(*names: str) -> pytest.MarkDecorator:
+    """A mark for a test (or ``pytestmark``) needing ``names``; checked when the test runs."""
+    for name in names:
+        if name not in NEEDS:
+            raise KeyError(f"unknown test need {name!r}; known: {', '.join(NEEDS)}")
+    return pytest.mark.needs(*names)
+
+
+def check_marked(item: pytest.Item) -> None:
+    """conftest's setup hook: skip (or, under CI, fail) a test whose ``needs`` mark names a missing one."""
+    for mark in item.iter_markers("needs"):
+        for name in mark.args:
+            reason = _probe(name)
+            if reason:
+                _absent(reason)
