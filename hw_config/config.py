@@ -241,16 +241,17 @@ def _validate(c: HwConfig) -> None:
         if not lo <= v <= hi:
             allowed = f"{lo}" if lo == hi else f"an integer in [{lo}, {hi}]"
             raise _fail(key, v, f"{allowed} ({meaning})")
-    # Every SRAM must hold at least one tile, and its depth must fit the 16-bit sram_base field.
+    # Every SRAM must hold at least two tiles (a depth of one leaves its index fields 0 bits wide, which neither
+    # VTA's hw_spec.h bit-fields nor our layout can express), and its depth must fit the 16-bit sram_base field.
     buffers = [("LOG_UOP_BUFF_SIZE", c.LOG_UOP_BUFF_DEPTH, "micro-op", 4),
                ("LOG_INP_BUFF_SIZE", c.LOG_INP_BUFF_DEPTH, "input", c.INP_ELEM_BYTES),
                ("LOG_WGT_BUFF_SIZE", c.LOG_WGT_BUFF_DEPTH, "weight", c.WGT_ELEM_BYTES),
                ("LOG_ACC_BUFF_SIZE", c.LOG_ACC_BUFF_DEPTH, "accumulator", c.ACC_ELEM_BYTES)]
     for key, log_depth, what, elem in buffers:
         need = int(math.log2(elem))
-        if log_depth < 0:
+        if log_depth < 1:
             raise _fail(key, getattr(c, key),
-                        f"the {what} buffer must hold at least one {elem}-byte tile: {key} >= {need}")
+                        f"the {what} buffer must hold at least two {elem}-byte tiles: {key} >= {need + 1}")
         if log_depth > 16:
             raise _fail(key, getattr(c, key),
                         f"the {what} buffer would have 2^{log_depth} entries but instructions address SRAM with "
@@ -288,11 +289,21 @@ def presets() -> list[str]:
     return sorted(p.stem for p in PRESET_DIR.glob("*.json"))
 
 
+MAX_CONFIG_BYTES = 1 << 20   # a config is a few hundred bytes; anything this large is not one
+
+
 def _read_json(path: Path) -> dict[str, Any]:
+    size = path.stat().st_size
+    if size > MAX_CONFIG_BYTES:
+        raise ConfigError("", f"hardware config {path}: {size:,} bytes; a config file is at most "
+                              f"{MAX_CONFIG_BYTES:,} bytes")
     try:
         data = json.loads(path.read_text())
-    except (json.JSONDecodeError, UnicodeDecodeError) as e:
+    except (ValueError, UnicodeDecodeError) as e:   # JSONDecodeError, and ints past Python's digit limit
         raise ConfigError("", f"hardware config {path}: not valid JSON ({e})") from None
+    except RecursionError:
+        raise ConfigError("", f"hardware config {path}: nested too deeply to be a config (a flat JSON "
+                              "object of keys and values)") from None
     if not isinstance(data, dict):
         raise ConfigError("", f"hardware config {path}: expected a JSON object, got {type(data).__name__}")
     return data

@@ -123,10 +123,36 @@ def test_bad_target_in_dict_of_any_type():
         assert info.value.key == "TARGET" and repr(bad) in str(info.value)
 
 
-def test_buffer_smaller_than_one_tile():
-    err = _refused("pynq", LOG_WGT_BUFF_SIZE=7)  # one 16x16 int8 weight tile is 256 bytes = 2^8
-    assert err.key == "LOG_WGT_BUFF_SIZE"
-    assert "7" in str(err) and "LOG_WGT_BUFF_SIZE >= 8" in str(err)
+@pytest.mark.parametrize(("key", "tile_log"), [("LOG_WGT_BUFF_SIZE", 8), ("LOG_ACC_BUFF_SIZE", 6),
+                                             ("LOG_INP_BUFF_SIZE", 4), ("LOG_UOP_BUFF_SIZE", 2)])
+def test_buffer_of_one_tile_is_refused_and_of_two_works(key, tile_log):
+    """pynq's tiles: weight 16x16 int8 = 2^8 bytes, accumulator 16 int32 = 2^6, input 16 int8 = 2^4, uop 2^2.
+    A one-tile buffer would give its SRAM index fields 0 bits; two tiles is the smallest that encodes."""
+    for log in (tile_log, tile_log - 1) if key == "LOG_WGT_BUFF_SIZE" else (tile_log,):
+        err = _refused("pynq", **{key: log})
+        assert err.key == key and f"{key}={log}" in str(err) and f"{key} >= {tile_log + 1}" in str(err)
+    smallest = {"LOG_WGT_BUFF_SIZE": 9, "LOG_ACC_BUFF_SIZE": 7, "LOG_INP_BUFF_SIZE": 5, "LOG_UOP_BUFF_SIZE": 3}
+    cfg = load_config("pynq", **smallest)
+    assert (cfg.WGT_BUFF_DEPTH, cfg.ACC_BUFF_DEPTH, cfg.INP_BUFF_DEPTH, cfg.UOP_BUFF_DEPTH) == (2, 2, 2, 2)
+    assert all(f.width > 0 for fmt in cfg.insn_formats.values() for f in fmt.fields)
+
+
+def test_smallest_buffers_run_a_gemm_bit_exactly():
+    from vta.cli import main
+    sets = ["--set", "LOG_WGT_BUFF_SIZE=9", "--set", "LOG_ACC_BUFF_SIZE=7", "--set", "LOG_INP_BUFF_SIZE=5",
+            "--set", "LOG_UOP_BUFF_SIZE=3"]
+    assert main(["demo", *sets]) == 0   # the demo checks its output against numpy and fails otherwise
+
+
+@pytest.mark.parametrize(("text", "message"), [("[" * 100_000 + "]" * 100_000, "nested too deeply"),
+                                               ('{"LOG_BLOCK": ' + "9" * 5000 + "}", "not valid JSON"),
+                                               ("{" + " " * (2 << 20) + "}", "a config file is at most")])
+def test_hostile_config_files_name_the_file(tmp_path, text, message):
+    path = tmp_path / "hostile.json"
+    path.write_text(text)
+    with pytest.raises(ConfigError, match=message) as info:
+        load_config(str(path))
+    assert str(path) in str(info.value)
 
 
 def test_depth_over_16_bits():
