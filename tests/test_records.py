@@ -91,3 +91,101 @@ def test_pick_best_keeps_one_per_config_and_workload(tmp_path, task):
     assert pick_best(src, dst) == 2
     kept = sorted(r.cycles for r in load_records(dst, template=None))
     assert kept == [5, 10]
+
+
+def _poisoned_lines(good: str) -> dict[str, str]:
+    """A valid record line turned into each hostile variant a log could hold (edited, copied, attacked)."""
+    rec = json.loads(good)
+
+    def variant(**changes) -> str:
+        obj = json.loads(good)
+        for path, value in changes.items():
+            where = obj
+            *parents, leaf = path.split("__")
+            for p in parents:
+                where = where[p]
+            where[leaf] = value
+        return json.dumps(obj)
+
+    return {
+        "cycles string": variant(result__cycles="many"),
+        "cycles null": variant(result__cycles=None),
+        "cycles list": variant(result__cycles=[1, 2]),
+        "cycles negative": variant(result__cycles=-5),
+        "cycles bool": variant(result__cycles=True),
+        "cycles Infinity": good.replace(f'"cycles":{rec["result"]["cycles"]}', '"cycles":Infinity'),
+        "latency NaN": good.replace(f'"latency_s":{rec["result"]["latency_s"]}', '"latency_s":NaN'),
+        "workload list": variant(workload=[1, 2, 3]),
+        "knob a string": variant(config__tile_h="wide"),
+        "error a number": variant(result__error=7),
+        "time a string": variant(time="now"),
+        "future version": variant(version=99),
+        "deep nesting": good[:-1] + ',"extra":' + "[" * 100_000 + "]" * 100_000 + "}",
+        "very long line": good[:-1] + ',"pad":"' + "x" * 200_000 + '"}',
+    }
+
+
+def test_poisoned_lines_are_skipped_with_their_line_numbers(tmp_path, task):
+    log = RecordLog(tmp_path / "p.jsonl")
+    log.append([make_record(task, _result(task, 900, i=0))])
+    good = log.path.read_text().splitlines()[0]
+    poisoned = _poisoned_lines(good)
+    with open(log.path, "a") as f:
+        f.write("\n".join(poisoned.values()) + "\n")
+    log.append([make_record(task, _result(task, 800, i=1))])
+    with pytest.warns(RecordWarning) as caught:
+        records = load_records(log.path)
+    assert [r.cycles for r in records] == [900, 800]   # the good lines before and after, nothing else
+    text = " ".join(str(w.message) for w in caught)
+    assert f"skipped {len(poisoned)} unreadable line(s)" in text and "line 2:" in text
+    for name, line in poisoned.items():
+        with pytest.raises(ValueError):
+            parse_line(line)
+        assert name   # each variant refused on its own, too
+
+
+def test_tuning_resumes_past_a_poisoned_log(tmp_path, task):
+    """`vta tune`'s path: a poisoned log warns and tuning goes on (it used to die on one bad line)."""
+    from tuning.measure import LocalRunner
+    from tuning.tuners import make_tuner
+    log = RecordLog(tmp_path / "r.jsonl")
+    log.append([make_record(task, _result(task, 900, i=0))])
+    with open(log.path, "a") as f:
+        f.write("\n".join(_poisoned_lines(log.path.read_text().splitlines()[0]).values()) + "\n")
+    with pytest.warns(RecordWarning, match="unreadable"):
+        res = make_tuner("random", task, seed=0).tune(4, LocalRunner(timing_only=True, check=False), log=log.path)
+    assert res.trials == 4 and res.best_cycles is not None
+
+
+def test_load_best_never_returns_a_config_the_template_refuses(tmp_path):
+    """A record copied from elsewhere with this config's fingerprint, whose config this workload's template
+    refuses, would make build fail after all the tuning: load_best skips it and takes the next fastest."""
+    from tuning.task import conv_task
+    cfg = load_config("pynq")
+    conv = conv_task(cfg, (1, 32, 8, 8), (32, 32, 3, 3), 1, 1)
+    valid = [c for c in conv.space if conv.check(c) is None][:2]
+    refused = next(c for c in conv.space if conv.check(c) is not None)
+    log = RecordLog(tmp_path / "b.jsonl")
+    log.append([make_record(conv, MeasureResult(valid[0], 5000)), make_record(conv, MeasureResult(valid[1], 4000)),
+                make_record(conv, MeasureResult(refused, 10))])
+    with pytest.warns(RecordWarning, match="whose config the template refuses"):
+        best = load_best(log.path, cfg)
+    assert best == {conv.key: json.loads(json.dumps(valid[1]))}
+    foreign = make_record(conv, MeasureResult(valid[0], 1))
+    foreign.workload = json.dumps({"op": "no_such_op", "data_shape": [1]})
+    log.append([foreign])
+    with pytest.warns(RecordWarning, match="not a workload of any template"):
+        assert set(load_best(log.path, cfg)) == {conv.key}
+
+
+def test_pick_best_never_writes_through_a_planted_file(tmp_path, task):
+    log = RecordLog(tmp_path / "in.jsonl")
+    log.append([make_record(task, _result(task, 900, i=0))])
+    victim = tmp_path / "victim.txt"
+    victim.write_text("precious")
+    out = tmp_path / "best.jsonl"
+    (tmp_path / "best.jsonl.tmp").symlink_to(victim)   # the old fixed temporary name, planted
+    assert pick_best(log.path, out) == 1
+    assert victim.read_text() == "precious" and not out.is_symlink()
+    assert [r.cycles for r in load_records(out)] == [900]
+    assert {p.name for p in tmp_path.iterdir()} == {"in.jsonl", "victim.txt", "best.jsonl", "best.jsonl.tmp"}

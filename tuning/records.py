@@ -10,6 +10,7 @@ never applied silently: ``load_best`` skips them and says how many it skipped.
 from __future__ import annotations
 
 import json
+import math
 import os
 import time
 import warnings
@@ -19,12 +20,15 @@ from pathlib import Path
 from typing import Any
 
 from hw_config import HwConfig
+from simulator.files import write_atomic
 from tuning.measure import MeasureResult
-from tuning.task import TEMPLATE_VERSION, Task
+from tuning.task import TEMPLATE_VERSION, Task, _canonical
 from vta.environment import config_of
+from vta.runtime import ScheduleError
 
 FORMAT_VERSION = 1
 FIELDS = ("workload", "op", "config", "result", "hw", "template", "time")
+MAX_LINE_BYTES = 64 << 10   # a record is a few hundred bytes; longer lines are skipped unread
 
 
 class RecordWarning(UserWarning):
@@ -64,20 +68,78 @@ def _plain(config: dict) -> dict:
     return {k: list(v) if isinstance(v, tuple) else v for k, v in config.items()}
 
 
+def _no_constant(name: str):
+    raise ValueError(f"{name} is not a JSON number")
+
+
+def _is_int(v: Any) -> bool:
+    return isinstance(v, int) and not isinstance(v, bool)
+
+
+def _is_number(v: Any) -> bool:
+    return (_is_int(v) or isinstance(v, float)) and math.isfinite(v)
+
+
+def _check_schema(obj: dict) -> None:
+    """Every field of a record has the type and range a writer gives it (a log may be edited or poisoned)."""
+    for name in ("workload", "op", "hw", "template"):
+        if not isinstance(obj[name], str):
+            raise ValueError(f"{name} must be a string, got {type(obj[name]).__name__}")  # noqa: TRY004 - a bad line
+    if not _is_number(obj["time"]):
+        raise ValueError("time must be a finite number")
+    if "version" in obj and obj["version"] != FORMAT_VERSION:
+        raise ValueError(f"format version {obj['version']!r}; this reader knows version {FORMAT_VERSION}")
+    config, result = obj["config"], obj["result"]
+    if not isinstance(config, dict) or not isinstance(result, dict):
+        raise ValueError("config and result must be JSON objects")  # noqa: TRY004 - a bad line is a ValueError
+    for knob, value in config.items():
+        if not (_is_int(value) or (isinstance(value, list) and value and all(_is_int(v) for v in value))):
+            raise ValueError(f"config knob {knob!r} must be an integer or a list of integers")
+    cycles = result.get("cycles", 0)
+    if not _is_int(cycles) or cycles < 0:
+        raise ValueError(f"result cycles must be a non-negative integer, got {cycles!r}"[:200])
+    for name in ("latency_s", "wall_s"):
+        if name in result and (not _is_number(result[name]) or result[name] < 0):
+            raise ValueError(f"result {name} must be a non-negative finite number")
+    if result.get("error") is not None and not isinstance(result["error"], str):
+        raise ValueError("result error must be a string or null")
+    if "checked" in result and not isinstance(result["checked"], bool):
+        raise ValueError("result checked must be true or false")
+
+
 def parse_line(line: str) -> Record:
     """One log line as a Record; ValueError naming what is wrong."""
+    if len(line) > MAX_LINE_BYTES:
+        raise ValueError(f"longer than {MAX_LINE_BYTES} bytes")
     try:
-        obj = json.loads(line)
+        obj = json.loads(line, parse_constant=_no_constant)
     except json.JSONDecodeError as e:
         raise ValueError(f"not JSON ({e.msg})") from None
+    except RecursionError:
+        raise ValueError("nested too deeply") from None
     if not isinstance(obj, dict):
         raise ValueError("not a JSON object")  # noqa: TRY004 - a bad line is a ValueError for the reader
     missing = [f for f in FIELDS if f not in obj]
     if missing:
         raise ValueError(f"missing field(s) {missing}")
-    if not isinstance(obj["config"], dict) or not isinstance(obj["result"], dict):
-        raise ValueError("config and result must be JSON objects")  # noqa: TRY004 - a bad line is a ValueError
+    _check_schema(obj)
     return Record(**{k: obj[k] for k in (*FIELDS, "version") if k in obj})
+
+
+def _lines(f) -> Iterable[tuple[int, str | None]]:
+    """(number, text) per line, text None for a line past MAX_LINE_BYTES, which is skipped without being held."""
+    number = 0
+    while True:
+        line = f.readline(MAX_LINE_BYTES + 1)
+        if not line:
+            return
+        number += 1
+        if len(line) > MAX_LINE_BYTES and not line.endswith("\n"):
+            while line and not line.endswith("\n"):   # drain the rest of the long line in bounded pieces
+                line = f.readline(MAX_LINE_BYTES)
+            yield number, None
+        else:
+            yield number, line
 
 
 class RecordLog:
@@ -119,7 +181,10 @@ def load_records(path: str | os.PathLike, *, task: Task | None = None, cfg: HwCo
     hw = cfg.fingerprint if cfg is not None else (task.cfg.fingerprint if task is not None else None)
     records, bad, foreign = [], [], 0
     with open(path, encoding="utf-8", errors="replace") as f:
-        for number, line in enumerate(f, 1):
+        for number, line in _lines(f):
+            if line is None:
+                bad.append(f"line {number}: longer than {MAX_LINE_BYTES} bytes")
+                continue
             if not line.strip():
                 continue
             try:
@@ -153,21 +218,50 @@ def best_records(records: Iterable[Record]) -> dict[str, Record]:
 
 def load_best(path: str | os.PathLike, env) -> dict[str, dict]:
     """``{workload_key: config}`` of the fastest valid record per workload for ``env``'s hardware config:
-    the ``schedules`` argument of ``graph_pack.build``."""
+    the ``schedules`` argument of ``graph_pack.build``. A record whose config the template refuses (an
+    edited or copied log) is skipped with a RecordWarning, and the next fastest one is taken."""
     cfg = config_of(env)
-    return {k: r.config for k, r in best_records(load_records(path, cfg=cfg)).items()}
+    by_workload: dict[str, list[Record]] = {}
+    for r in load_records(path, cfg=cfg):
+        if r.ok:
+            by_workload.setdefault(r.workload, []).append(r)
+    best, refused = {}, []
+    for key, records in by_workload.items():
+        task = _task_of(key, cfg)
+        for r in sorted(records, key=lambda r: r.cycles):
+            reason = "not a workload of any template" if task is None else task.check(r.config)
+            if reason is None:
+                best[key] = r.config
+                break
+            refused.append(f"{r.op} {r.config}: {reason}"[:300])
+    if refused:
+        warnings.warn(f"{path}: skipped {len(refused)} record(s) whose config the template refuses: "
+                      f"{'; '.join(refused[:2])}" + (" ..." if len(refused) > 2 else ""), RecordWarning, stacklevel=2)
+    return best
+
+
+def _task_of(key: str, cfg: HwConfig) -> Task | None:
+    """The task of a record's workload key, or None when no template takes it."""
+    try:
+        workload = json.loads(key, parse_constant=_no_constant)
+        if not isinstance(workload, dict) or not isinstance(workload.get("op"), str):
+            return None
+        task = Task(_canonical(workload), cfg)
+        task.space  # noqa: B018 - compiles the default: refuses shapes the template does not take
+    except (ValueError, TypeError, KeyError, RecursionError, ScheduleError):
+        return None
+    return task
 
 
 def pick_best(in_path: str | os.PathLike, out_path: str | os.PathLike) -> int:
     """Write the best record of every (hardware config, workload) of ``in_path`` to ``out_path``
-    (replacing it atomically); returns how many were written."""
+    (replacing it atomically, through a fresh temporary file: never through a planted one); returns how
+    many were written."""
     by_hw: dict[tuple[str, str], Record] = {}
     for r in load_records(in_path, template=None):
         k = (r.hw, r.workload)
         if r.ok and (k not in by_hw or r.cycles < by_hw[k].cycles):
             by_hw[k] = r
-    out = Path(out_path)
-    tmp = out.with_name(out.name + ".tmp")
-    tmp.write_text("".join(r.to_json() + "\n" for r in by_hw.values()), encoding="utf-8")
-    os.replace(tmp, out)
+    text = "".join(r.to_json() + "\n" for r in by_hw.values()).encode()
+    write_atomic(out_path, lambda f: f.write(text))
     return len(by_hw)
