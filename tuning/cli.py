@@ -6,9 +6,12 @@ import argparse
 from pathlib import Path
 
 from tuning.network import tune_network
+from tuning.records import check_log_path
 from tuning.tune import STRATEGIES
 from tuning.tuners import TUNERS
-from vta.cli import _key_value, _load, arg, command
+from vta.cli import _key_value, _load, arg, command, int_in
+
+TRIALS = int_in(1, 10_000_000)
 
 
 @command(None, "tune", "tune a network's accelerator layers on the simulator", args=[
@@ -17,8 +20,8 @@ from vta.cli import _key_value, _load, arg, command
     arg("--set", dest="sets", action="append", type=_key_value, metavar="KEY=VALUE",
         help="override a config key (repeatable)"),
     arg("--tuner", choices=TUNERS, default="xgb", help="search strategy (default xgb)"),
-    arg("--n-trial", type=int, default=64, help="trials per task (default 64)"),
-    arg("--total-trials", type=int, default=None, help="trials shared by all tasks (gradient strategy)"),
+    arg("--n-trial", type=TRIALS, default=64, help="trials per task (default 64)"),
+    arg("--total-trials", type=TRIALS, default=None, help="trials shared by all tasks (gradient strategy)"),
     arg("--strategy", choices=STRATEGIES, default="gradient",
         help="gradient: spend trials where the network gains most (default); sequential: task by task"),
     arg("--log", default=None, help="JSON-lines record log (default: <model>.<config>.tune.jsonl); rerunning "
@@ -26,8 +29,8 @@ from vta.cli import _key_value, _load, arg, command
     arg("--ops", default=None, help="comma-separated templates to tune (default: all), e.g. conv2d,dense"),
     arg("--timing-only", action="store_true", help="skip the data (cycles only, faster; no output check)"),
     arg("--no-check", dest="check", action="store_false", help="do not compare outputs with numpy"),
-    arg("--parallel", type=int, default=1, help="measurement worker processes (default 1)"),
-    arg("--early-stopping", type=int, default=None, help="stop a task after this many trials without gain"),
+    arg("--parallel", type=int_in(1, 1024), default=1, help="measurement worker processes (default 1)"),
+    arg("--early-stopping", type=TRIALS, default=None, help="stop a task after this many trials without gain"),
     arg("--image-size", type=int, default=None, help="input height = width for zoo classifiers"),
     arg("--seed", type=int, default=0, help="seed of the tuners, weights and input"),
 ])
@@ -36,6 +39,7 @@ def tune_cmd(args: argparse.Namespace) -> int:
     schedules and compare the simulated end-to-end latency with the untuned build (outputs must match)."""
     cfg = _load(args.config, args.sets)
     log = args.log or f"{Path(args.model).stem}.{cfg.TARGET}.tune.jsonl"
+    check_log_path(log, "--log")
     ops = tuple(args.ops.split(",")) if args.ops else None
     tune_network(args.model, cfg, tuner=args.tuner, n_trial=args.n_trial, total_trials=args.total_trials,
                  strategy=args.strategy, log=log, ops=ops, timing_only=args.timing_only, check=args.check,

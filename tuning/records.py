@@ -142,6 +142,28 @@ def _lines(f) -> Iterable[tuple[int, str | None]]:
             yield number, line
 
 
+def check_log_path(path: str | os.PathLike, what: str = "record log") -> None:
+    """Refuse, before any work, a log path that is not (or cannot become) a JSON-lines text file: an empty
+    name, a directory, or an existing file whose first bytes are binary (an image, an archive)."""
+    if not str(path):
+        raise ValueError(f"{what}: an empty path; give a file name such as tune.jsonl")
+    p = Path(path)
+    if p.is_dir():
+        raise ValueError(f"{what} {p}: is a directory; give a file name such as {p / 'tune.jsonl'}")
+    if p.is_file():
+        with open(p, "rb") as f:
+            head = f.read(4096)
+        try:
+            head.decode("utf-8")
+        except UnicodeDecodeError as e:   # (a cut multi-byte character at the end is still text)
+            if e.start < len(head) - 3:
+                raise ValueError(f"{what} {p}: not a JSON-lines record log (binary content); give a new "
+                                 "file or an existing .jsonl log") from None
+        if b"\0" in head or (head and not head.lstrip().startswith(b"{")):
+            raise ValueError(f"{what} {p}: not a JSON-lines record log (it does not start with a JSON object); "
+                             "give a new file or an existing .jsonl log")
+
+
 class RecordLog:
     """An append-only JSON-lines file of records."""
 

@@ -16,7 +16,7 @@ from dataclasses import dataclass, field
 from typing import TextIO
 
 from tuning.measure import LocalRunner, MeasureResult
-from tuning.records import load_records
+from tuning.records import check_log_path, load_records
 from tuning.task import Task
 from tuning.tuners import Tuner, make_tuner
 
@@ -127,6 +127,8 @@ def tune_tasks(tasks: Sequence[Task], *, tuner: str = "xgb", n_trial: int = 200,
         raise ValueError(f"strategy={strategy!r}; allowed: {', '.join(STRATEGIES)}")
     if n_trial < 1 or batch_size < 1:
         raise ValueError(f"n_trial and batch_size must be >= 1, got {n_trial}, {batch_size}")
+    if log is not None:
+        check_log_path(log)
     runner = runner or LocalRunner()
     out = out if out is not None else sys.stdout
     states = []

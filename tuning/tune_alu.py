@@ -9,15 +9,21 @@ from __future__ import annotations
 import argparse
 
 from hw_config import load_config
+from tuning.cli import TRIALS
 from tuning.measure import LocalRunner
 from tuning.task import alu_task
 from tuning.tune import tune_tasks
 from tuning.tuners import TUNERS
+from vta.cli import int_in, run_reporting_errors
+from vta.templates import alu
 
 SHAPES = [(64, 56, 56), (128, 28, 28), (256, 14, 14), (512, 7, 7)]   # (C, H, W) of ResNet's stages
 
 
 def alu_tasks(cfg, ops=("add", "multiply")) -> list:
+    unknown = sorted(set(ops) - set(alu.BINARY))
+    if unknown:
+        raise ValueError(f"--ops: not a binary ALU op: {', '.join(unknown)}; allowed: {', '.join(alu.BINARY)}")
     return [alu_task(cfg, op, (cfg.BATCH, c, h, w), tensor_rhs=True) for op in ops for c, h, w in SHAPES]
 
 
@@ -25,13 +31,17 @@ def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--config", default="pynq", help="preset name or JSON path (default: pynq)")
     ap.add_argument("--tuner", choices=TUNERS, default="xgb")
-    ap.add_argument("--n-trial", type=int, default=50, help="trials per task (default 50)")
+    ap.add_argument("--n-trial", type=TRIALS, default=50, help="trials per task (default 50)")
     ap.add_argument("--ops", default="add,multiply", help="comma-separated ALU ops (default add,multiply)")
     ap.add_argument("--log", default="alu.tune.jsonl", help="JSON-lines record log (resumes)")
     ap.add_argument("--timing-only", action="store_true", help="cycles only, no output check")
-    ap.add_argument("--parallel", type=int, default=1, help="measurement worker processes")
+    ap.add_argument("--parallel", type=int_in(1, 1024), default=1, help="measurement worker processes")
     ap.add_argument("--seed", type=int, default=0)
     args = ap.parse_args(argv)
+    return run_reporting_errors("tune_alu", lambda: _tune(args))
+
+
+def _tune(args: argparse.Namespace) -> int:
     cfg = load_config(args.config)
     with LocalRunner(n_parallel=args.parallel, timing_only=args.timing_only) as runner:
         tune_tasks(alu_tasks(cfg, tuple(args.ops.split(","))), tuner=args.tuner, n_trial=args.n_trial,

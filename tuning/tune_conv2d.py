@@ -8,14 +8,19 @@ from __future__ import annotations
 import argparse
 
 from hw_config import load_config
+from tuning.cli import TRIALS
 from tuning.measure import LocalRunner
 from tuning.task import conv_task
 from tuning.tune import STRATEGIES, tune_tasks
 from tuning.tuners import TUNERS
+from vta.cli import int_in, run_reporting_errors
 from vta.workloads import RESNET18
 
 
 def resnet18_tasks(cfg, layers=None) -> list:
+    unknown = sorted(set(layers or ()) - set(RESNET18))
+    if unknown:
+        raise ValueError(f"--layers: unknown layer(s) {', '.join(unknown)}; allowed: {', '.join(RESNET18)}")
     return [conv_task(cfg, (cfg.BATCH, ci, h, w), (co, ci, k, k), stride, pad)
             for name, (h, w, ci, co, k, pad, stride) in RESNET18.items() if layers is None or name in layers]
 
@@ -24,15 +29,20 @@ def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--config", default="pynq", help="preset name or JSON path (default: pynq)")
     ap.add_argument("--tuner", choices=TUNERS, default="xgb")
-    ap.add_argument("--n-trial", type=int, default=100, help="trials per layer (default 100)")
+    ap.add_argument("--n-trial", type=TRIALS, default=100, help="trials per layer (default 100)")
     ap.add_argument("--strategy", choices=STRATEGIES, default="sequential")
     ap.add_argument("--layers", default=None, help="comma-separated subset, e.g. C2,C5 (default: all)")
     ap.add_argument("--log", default="conv2d.tune.jsonl", help="JSON-lines record log (resumes)")
     ap.add_argument("--timing-only", action="store_true", help="cycles only, no output check")
-    ap.add_argument("--parallel", type=int, default=1, help="measurement worker processes")
-    ap.add_argument("--early-stopping", type=int, default=None)
+    ap.add_argument("--parallel", type=int_in(1, 1024), default=1, help="measurement worker processes")
+    ap.add_argument("--early-stopping", type=TRIALS, default=None, help="stop a task after this many trials "
+                    "without gain")
     ap.add_argument("--seed", type=int, default=0)
     args = ap.parse_args(argv)
+    return run_reporting_errors("tune_conv2d", lambda: _tune(args))
+
+
+def _tune(args: argparse.Namespace) -> int:
     cfg = load_config(args.config)
     tasks = resnet18_tasks(cfg, args.layers.split(",") if args.layers else None)
     with LocalRunner(n_parallel=args.parallel, timing_only=args.timing_only) as runner:

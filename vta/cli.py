@@ -113,13 +113,18 @@ def main(argv: list[str] | None = None) -> int:
         args = parser.parse_args(argv)
     except SystemExit as e:  # --help (0) and usage errors (2)
         return e.code if isinstance(e.code, int) else 2
+    return run_reporting_errors("vta", lambda: args.handler(args))
+
+
+def run_reporting_errors(prog: str, fn: Callable[[], int | None]) -> int:
+    """Run a command body: an expected error (bad input) becomes one line on stderr and exit status 2."""
     try:
-        return args.handler(args) or 0
+        return fn() or 0
     except BrokenPipeError:  # output piped into `head`: stop quietly
         os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())  # keeps the final flush quiet
         return 1
     except EXPECTED_ERRORS as e:
-        print(f"vta: error: {e}", file=sys.stderr)
+        print(f"{prog}: error: {e}", file=sys.stderr)
         return 2
 
 
@@ -135,6 +140,31 @@ def _key_value(text: str) -> tuple[str, Any]:
         return key, json.loads(value)
     except json.JSONDecodeError:
         return key, value
+
+
+def int_in(lo: int, hi: int) -> Callable[[str], int]:
+    """An argparse type: an integer in [lo, hi], refused with the range otherwise."""
+    def parse(text: str) -> int:
+        try:
+            value = int(text)
+        except ValueError:
+            raise argparse.ArgumentTypeError(f"{text!r} is not an integer") from None
+        if not lo <= value <= hi:
+            raise argparse.ArgumentTypeError(f"{value} is out of range: allowed {lo}..{hi}")
+        return value
+    parse.__name__ = f"integer in [{lo}, {hi}]"
+    return parse
+
+
+def json_object(text: str) -> dict[str, Any]:
+    """An argparse type: a JSON object (knob values, ...)."""
+    try:
+        value = json.loads(text)
+    except (ValueError, RecursionError) as e:
+        raise argparse.ArgumentTypeError(f"not valid JSON ({str(e)[:100]}): {text[:80]!r}") from None
+    if not isinstance(value, dict):
+        raise argparse.ArgumentTypeError(f"expected a JSON object {{...}}, got {type(value).__name__}")
+    return value
 
 
 def _load(name: str | None, sets: list[tuple[str, Any]] | None) -> HwConfig:
@@ -297,8 +327,8 @@ def _epilogue(text: str) -> list[tuple]:
     arg("--bounds", type=_shape, default=None, metavar="LO,HI", help="clip bounds"),
     arg("--epilogue", type=_epilogue, default=[], metavar="OPS",
         help="fused ops in order, e.g. 'bias; shr 8; clip 0 127' (also residual, relu, shl, min, max, add, mul)"),
-    arg("--schedule", metavar="JSON", help="knob values as JSON, e.g. '{\"tile_h\": [14, 4], ...}' (default: "
-                                           "the template's heuristic)"),
+    arg("--schedule", type=json_object, metavar="JSON",
+        help="knob values as JSON, e.g. '{\"tile_h\": [14, 4], ...}' (default: the template's heuristic)"),
     arg("--config", default=None, metavar="NAME|PATH", help="hardware preset or JSON file (default: pynq)"),
     arg("--set", dest="sets", action="append", type=_key_value, metavar="KEY=VALUE", help="override a config key"),
     arg("--seed", type=int, default=0, help="seed of the random inputs staged in the image"),
@@ -325,8 +355,7 @@ def compile_cmd(args: argparse.Namespace) -> int:
         workload.update(kernel_shape=args.kernel_shape)
         if args.op != "dense":
             workload.update(strides=args.strides, padding=args.padding, groups=args.groups)
-    schedule = json.loads(args.schedule) if args.schedule else None
-    op = compile_op(args.op, cfg, config=schedule, epilogue=args.epilogue, **workload)
+    op = compile_op(args.op, cfg, config=args.schedule, epilogue=args.epilogue, **workload)
     inputs = random_inputs(op, args.seed)
     out = op.run(**inputs)
     exact = np.array_equal(out, op.reference(**inputs))

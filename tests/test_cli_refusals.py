@@ -1,0 +1,61 @@
+"""Command-line values a user can get wrong are refused before any work, naming the flag and what is allowed,
+with exit status 2 and no traceback; nothing on disk is touched."""
+
+from __future__ import annotations
+
+import subprocess
+import sys
+
+import pytest
+
+from vta.cli import main as vta_main
+
+TUNE = ["tune", "resnet-18", "--image-size", "32", "--n-trial", "1", "--timing-only"]
+
+
+@pytest.mark.parametrize(("flag", "value", "message"), [
+    ("--total-trials", "-5", "argument --total-trials: -5 is out of range: allowed 1.."),
+    ("--early-stopping", "-1", "argument --early-stopping: -1 is out of range: allowed 1.."),
+    ("--n-trial", "0", "argument --n-trial: 0 is out of range"),
+    ("--parallel", "0", "argument --parallel: 0 is out of range"),
+    ("--n-trial", "many", "argument --n-trial: 'many' is not an integer"),
+])
+def test_vta_tune_refuses_bad_numbers(flag, value, message, capsys, tmp_path):
+    assert vta_main([*TUNE, "--log", str(tmp_path / "t.jsonl"), flag, value]) == 2
+    assert message in capsys.readouterr().err
+    assert not (tmp_path / "t.jsonl").exists()
+
+
+def test_vta_tune_refuses_a_binary_file_as_its_log(tmp_path, capsys):
+    image = tmp_path / "g1.npz"
+    import numpy as np
+    np.savez_compressed(image, insns=np.zeros((1, 16), np.uint8))
+    before = image.read_bytes()
+    assert vta_main([*TUNE, "--log", str(image)]) == 2
+    assert "not a JSON-lines record log" in capsys.readouterr().err
+    assert image.read_bytes() == before
+    assert vta_main([*TUNE, "--log", str(tmp_path)]) == 2
+    assert "is a directory" in capsys.readouterr().err
+
+
+@pytest.mark.parametrize(("schedule", "message"), [("not json", "argument --schedule: not valid JSON"),
+                                                   ("[1, 2]", "argument --schedule: expected a JSON object")])
+def test_vta_compile_names_the_schedule_flag(schedule, message, capsys):
+    args = ["compile", "conv2d", "--data-shape", "1,16,8,8", "--kernel-shape", "16,16,3,3", "--schedule", schedule]
+    assert vta_main(args) == 2
+    assert message in capsys.readouterr().err
+
+
+@pytest.mark.parametrize(("script", "args", "message"), [
+    ("tuning.tune_conv2d", ["--layers", "C99"], "tune_conv2d: error: --layers: unknown layer(s) C99; allowed: C2"),
+    ("tuning.tune_alu", ["--ops", "divide"], "tune_alu: error: --ops: not a binary ALU op: divide"),
+    ("tuning.tune_alu", ["--config", "nope"], "tune_alu: error: hardware config 'nope'"),
+    ("tuning.tune_conv2d", ["--early-stopping", "-1"], "argument --early-stopping: -1 is out of range"),
+    ("tuning.tune_network", ["resnet-18", "--total-trials", "-5"], "argument --total-trials: -5 is out of range"),
+])
+def test_tuning_scripts_refuse_cleanly(script, args, message, tmp_path):
+    done = subprocess.run([sys.executable, "-m", script, *args, "--log", str(tmp_path / "x.jsonl")], cwd=tmp_path,
+                          capture_output=True, text=True, timeout=120, check=False)
+    assert done.returncode == 2, done.stderr
+    assert message in done.stderr and "Traceback" not in done.stderr
+    assert not (tmp_path / "x.jsonl").exists()
