@@ -227,7 +227,8 @@ def _check_arithmetic(cfg: HwConfig, g: ConvGeometry, t: Tiling, ep: Epilogue) -
     if max(t.b1 * t.co1 * t.h1, t.w1, t.ci1) > LOOP_MAX:
         return f"loop limit: a loop extent exceeds {LOOP_MAX} (14-bit iteration fields)"
     rows, cols = rows_in(g, t, True), rows_in(g, t, False)
-    if t.ci1 * rows * cols >= 1 << cfg.LOG_INP_BUFF_DEPTH or g.kh * g.kw * t.ci1 >= 1 << cfg.LOG_WGT_BUFF_DEPTH:
+    # the GEMM's largest loop factors (_gemm_uops): one input window per channel block, one kernel per block
+    if rows * cols >= 1 << cfg.LOG_INP_BUFF_DEPTH or g.kh * g.kw >= 1 << cfg.LOG_WGT_BUFF_DEPTH:
         return "field width: a GEMM loop factor does not fit its instruction field"
     if not g.transpose and max(g.ph, g.pw) > PAD_MAX:
         return f"padding {max(g.ph, g.pw)} exceeds the {PAD_MAX} zero rows a DMA load can insert"
