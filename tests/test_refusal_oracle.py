@@ -141,7 +141,8 @@ REASONS = [  # (kind, pattern of check_config's message, names of its numbers)
                 r"accumulator row"), ("positions",)),
     ("loop", r"loop limit: a loop extent exceeds (\d+)", ("limit",)),
     ("field", r"field width: a GEMM loop factor does not fit its instruction field", ()),
-    ("pad", r"padding (\d+) exceeds the (\d+) zero rows a DMA load can insert", ("pad", "limit")),
+    ("pad", r"padding: an input window needs (\d+) zero rows, more than the (\d+) a DMA load can insert",
+     ("pad", "limit")),
 ]
 
 
@@ -163,7 +164,7 @@ def stated_numbers_hold(kind: str, stated: dict, fact: dict) -> bool:
     if kind == "loop":
         return stated["limit"] == (1 << LOOP_ITER_BITS) - 1
     if kind == "pad":
-        return stated["limit"] == (1 << PAD_BITS) - 1
+        return stated["limit"] == (1 << PAD_BITS) - 1 and stated["pad"] == fact["pad"]
     return all(stated[name] == fact[name] for name in stated)
 
 
@@ -523,9 +524,8 @@ def test_epilogue_immediates_are_refused_iff_they_do_not_fit(op):
     assert want <= imms
 
 
-PAD_BUG = ("conv.py _check_arithmetic refuses every tiling of a conv whose padding exceeds 15 ('padding 16 exceeds "
-           "the 15 zero rows a DMA load can insert'), but a load only inserts the zero rows of its own tile window: "
-           "with 1x1 output tiles of a 3x3 kernel no window needs more than 2")
+# PAD_BUG (fixed): conv.py refused every tiling of a conv whose padding exceeds 15, but a load only inserts the
+# zero rows of its own tile window: with 1x1 output tiles of a 3x3 kernel no window needs more than 2.
 PAD16 = {"data_shape": (1, 16, 4, 4), "kernel_shape": (48, 16, 3, 3), "padding": 16}
 
 
@@ -545,36 +545,31 @@ def pad16_survey():
     return cfg, wl, out
 
 
-def test_padding_refusals_name_a_real_limit_or_are_the_known_discrepancy():
+def test_padding_refusals_name_a_real_limit_and_fitting_tilings_are_accepted():
     _, _, rows = pad16_survey()
     for config, reason, bad in rows:
-        assert reason is not None  # every tiling is refused today
+        if reason is None:
+            assert bad == {}, (config, bad)   # accepted: the oracle finds no limit broken
+            continue
         kind, stated = classify(reason)
-        if kind in bad:
-            assert stated_numbers_hold(kind, stated, bad[kind])
-        else:  # PAD_BUG: refused for padding though no load needs > 15 zero rows (rightly refused if `bad`)
-            assert kind == "pad", (config, reason, bad)
+        assert kind in bad and stated_numbers_hold(kind, stated, bad[kind]), (config, reason, bad)
     assert any("pad" in bad for _, _, bad in rows)  # wide tiles really need more than 15 zero columns
+    assert any(reason is None for _, reason, _ in rows)   # and 1x1 tiles need 2 at most: they run
 
 
-@pytest.mark.xfail(strict=True, reason=PAD_BUG)
 def test_padding_refusals_are_true():
     _, _, rows = pad16_survey()
     spurious = [config for config, reason, bad in rows if reason and classify(reason)[0] == "pad" and not bad]
     assert not spurious, f"{len(spurious)} configs refused for padding that need at most 15 zero rows per load"
 
 
-def test_a_padding_refusal_runs_bit_exact_when_the_check_is_bypassed(monkeypatch):
+def test_a_conv_padded_by_16_runs_bit_exact_with_small_tiles():
     cfg, wl, rows = pad16_survey()
     config = {"tile_b": [1, 1], "tile_h": [34, 1], "tile_w": [34, 1], "tile_ci": [1, 1], "tile_co": [1, 3],
               "oc_nthread": 1, "h_nthread": 1}
     [(_, reason, bad)] = [(c, r, b) for c, r, b in rows if c == config]
     assert bad == {}
-    if reason is not None:  # today: refused (PAD_BUG)
-        assert classify(reason)[0] == "pad"
-        original = conv.check_config
-        monkeypatch.setattr(conv, "check_config",
-                            lambda *a: None if (r := original(*a)) and r.startswith("padding") else r)
+    assert reason is None   # (PAD_BUG: this used to be refused although no window needs more than 2 zero rows)
     op = compile_op("conv2d", cfg, config=config, epilogue=EPILOGUE, **PAD16)
     assert not program_usage(op)["hazards"]
     run_and_compare(op, wl, seed=9)

@@ -164,6 +164,17 @@ def _gemm_uops(g: ConvGeometry, t: Tiling, inp_base: int, wgt_base: int, acc_bas
     return uops, ((t.ci1, 0, rows * cols, g.kh * g.kw),)
 
 
+def _window_padding(g: ConvGeometry, t: Tiling, along_h: bool) -> int:
+    """The most zero rows (or columns) any loaded window of the tiling inserts on one side."""
+    total, step = (g.out_h, t.h1) if along_h else (g.out_w, t.w1)
+    worst = 0
+    for o0 in range(0, total, step):
+        _, rows, before, after = _window(g, t, o0, along_h)
+        if rows > 0:   # a window of padding only is never loaded
+            worst = max(worst, before, after)
+    return worst
+
+
 def _hazard(dst: np.ndarray, repeats: bool) -> str | None:
     """Why back-to-back micro-ops would write one accumulator row (VTA's pipeline hazard), or None."""
     seq = np.concatenate([dst, dst[:2]]) if repeats else dst
@@ -230,8 +241,10 @@ def _check_arithmetic(cfg: HwConfig, g: ConvGeometry, t: Tiling, ep: Epilogue) -
     # the GEMM's largest loop factors (_gemm_uops): one input window per channel block, one kernel per block
     if rows * cols >= 1 << cfg.LOG_INP_BUFF_DEPTH or g.kh * g.kw >= 1 << cfg.LOG_WGT_BUFF_DEPTH:
         return "field width: a GEMM loop factor does not fit its instruction field"
-    if not g.transpose and max(g.ph, g.pw) > PAD_MAX:
-        return f"padding {max(g.ph, g.pw)} exceeds the {PAD_MAX} zero rows a DMA load can insert"
+    if not g.transpose and max(g.ph, g.pw) > PAD_MAX:   # a load pads only its own window: check each window
+        worst = max(_window_padding(g, t, True), _window_padding(g, t, False))
+        if worst > PAD_MAX:
+            return f"padding: an input window needs {worst} zero rows, more than the {PAD_MAX} a DMA load can insert"
     if not g.transpose:
         repeats = g.kh * g.kw * t.ci1 > 1
         if repeats and t.positions < 3:
