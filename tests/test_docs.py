@@ -1,0 +1,704 @@
+"""The documentation, run as a user runs it (issue #9): every command in the fenced ``console`` / ``bash`` /
+``sh`` blocks of README.md and docs/*.md runs as a real subprocess, every ``python`` block runs twice in one
+interpreter (as a notebook user pastes it twice), and the error paths a user meets exit with a one-line
+message instead of a traceback. When a doc and the code drift apart, a test here fails.
+
+How the commands run:
+- in one working directory laid out like the repository checkout the docs assume: ``main/`` (the working
+  directory) beside ``shared/`` (a link to the real shared folder), so ``../shared/golden/gemm_1.npz``
+  resolves; ``bench/`` links to the repository's scripts;
+- in the order they appear (README.md, then docs/*.md by name), so a command that writes a file
+  (``--out c2.npz``, ``--log r18.jsonl``) runs before the ones reading it; a test run alone first runs the
+  earlier command that writes the file it reads (``ensure_inputs``);
+- with the files a user would bring (``model.onnx``, ``digits_cnn.onnx``, ``prog.npz``, ``my_accel.json``)
+  made by the ``workspace`` fixture from what ships in tests/data and the golden programs;
+- literally, except for the entries of ``SUBSTITUTIONS`` (smaller sizes of inherently long runs, each with
+  its reason) and a ``...`` argument, which stands for "more options" and is dropped.
+
+Commands that are not run (installing the package, the test suite itself) are listed in ``NOT_RUN`` with a
+reason; a command that is neither run nor listed fails ``test_every_documented_command_is_run_or_listed``.
+Python blocks that use names they do not define (``x``, ``[...instructions...]``) get a minimal preamble or
+substitution from ``PY_FIXUPS``, each with its reason.
+"""
+
+from __future__ import annotations
+
+import json
+import re
+import shlex
+import shutil
+import subprocess
+import sys
+from dataclasses import dataclass, replace
+from pathlib import Path
+
+import numpy as np
+import pytest
+from golden_files import GOLDEN_DIR, golden_path
+
+from hw_config import load_config, presets
+
+ROOT = Path(__file__).resolve().parents[1]
+DOC_FILES = [ROOT / "README.md", *sorted((ROOT / "docs").glob("*.md"))]
+DIGITS_ONNX = ROOT / "tests" / "data" / "digits_cnn.onnx"
+TIMEOUT = 300  # seconds per subprocess: a hang fails the test instead of the suite
+
+SHELL_LANGS = {"console", "bash", "sh", "shell"}
+PYTHON_LANGS = {"python", "py"}
+SAMPLE_LANGS = {"", "text"}  # output samples and pictures: nothing to run
+
+
+def _vta_command() -> list[str]:
+    """The ``vta`` console script of this interpreter (as ``pip install`` put it beside python), else the one
+    on PATH, else ``python -m vta`` (the same entry point)."""
+    beside = Path(sys.executable).with_name("vta")
+    if beside.is_file():
+        return [str(beside)]
+    on_path = shutil.which("vta")
+    return [on_path] if on_path else [sys.executable, "-m", "vta"]
+
+
+VTA = _vta_command()
+
+
+# ------------------------------------------------------------------------------------------------------------
+# reading the docs
+
+@dataclass(frozen=True)
+class Block:
+    doc: str  # path relative to the repository
+    line: int  # 1-based line of the opening fence
+    lang: str
+    text: str
+
+
+def fenced_blocks(path: Path) -> list[Block]:
+    blocks, lines = [], path.read_text().splitlines()
+    i = 0
+    while i < len(lines):
+        m = re.match(r"^(\s*)(```+)\s*([\w+-]*)", lines[i])
+        if not m:
+            i += 1
+            continue
+        fence, start, body = m.group(2), i, []
+        i += 1
+        while i < len(lines) and not lines[i].strip().startswith(fence):
+            body.append(lines[i])
+            i += 1
+        assert i < len(lines), f"{path.name}:{start + 1}: fenced block never closed"
+        blocks.append(Block(str(path.relative_to(ROOT)), start + 1, m.group(3).lower(), "\n".join(body)))
+        i += 1
+    return blocks
+
+
+ALL_BLOCKS = [b for path in DOC_FILES for b in fenced_blocks(path)]
+
+
+@dataclass(frozen=True)
+class DocCommand:
+    doc: str
+    line: int  # 1-based line in the doc
+    text: str  # the command as a shell sees it (continuations joined, comment removed)
+    comment: str  # the trailing ``# comment``: what the doc promises
+    argv: tuple[str, ...]
+
+    @property
+    def id(self) -> str:
+        return f"{self.doc}:{self.line}:{' '.join(self.argv[:3])}"
+
+
+def split_comment(text: str) -> tuple[str, str]:
+    """(code, comment): a ``#`` starts a comment at the start of a word, outside quotes (as in bash)."""
+    quote, prev = None, " "
+    for i, ch in enumerate(text):
+        if quote:
+            if ch == quote:
+                quote = None
+        elif ch in "'\"":
+            quote = ch
+        elif ch == "#" and prev.isspace():
+            return text[:i], text[i + 1:].strip()
+        prev = ch
+    return text, ""
+
+
+def shell_commands(block: Block) -> list[DocCommand]:
+    """The commands of a console/bash block: ``$ `` prompts (console), backslash-newline continuations,
+    quotes spanning lines, comments, and ``a && b`` chains split into their commands."""
+    commands: list[DocCommand] = []
+    pending: str | None = None
+    start = 0
+    for n, raw in enumerate(block.text.splitlines()):
+        if pending is None:
+            if block.lang == "console":
+                if not raw.startswith("$ "):
+                    continue  # output shown under a command
+                raw = raw[2:]
+            if not raw.strip() or raw.lstrip().startswith("#"):
+                continue
+            pending, start = raw, n
+        else:
+            pending += raw
+        if pending.endswith("\\"):  # bash drops the backslash and the newline
+            pending = pending[:-1]
+            continue
+        code, comment = split_comment(pending)
+        try:
+            words = shlex.split(code)
+        except ValueError:  # a quote still open: the newline is part of the word
+            pending += "\n"
+            continue
+        pending = None
+        chain: list[list[str]] = [[]]
+        for w in words:
+            if w == "&&":
+                chain.append([])
+            else:
+                assert w not in ("|", ";", "||"), f"{block.doc}: shell syntax {w!r} not handled by this test"
+                chain[-1].append(w)
+        for argv in chain:
+            if argv:
+                commands.append(DocCommand(block.doc, block.line + 1 + start, code.strip(), comment, tuple(argv)))
+    assert pending is None, f"{block.doc}:{block.line}: unfinished command {pending!r}"
+    return commands
+
+
+ALL_COMMANDS = [c for b in ALL_BLOCKS if b.lang in SHELL_LANGS for c in shell_commands(b)]
+
+
+# ------------------------------------------------------------------------------------------------------------
+# what runs, and what runs differently
+
+def _argv(text: str) -> tuple[str, ...]:
+    return tuple(shlex.split(text))
+
+
+SMALL_TUNE = ("--n-trial", "2", "--image-size", "32")
+SMALL_TUNE_WHY = ("tunes the 14 ResNet-18 tasks at 224x224 with {n} trials each (minutes); the same flow with 2 "
+                  "trials per task on 32x32 inputs")
+
+# documented command -> (command run instead, why). Only sizes change; the flow, flags and files stay.
+SUBSTITUTIONS: dict[tuple[str, ...], tuple[tuple[str, ...], str]] = {
+    _argv("vta tune resnet-18 --n-trial 32 --log r18.jsonl"):
+        (_argv("vta tune resnet-18 --n-trial 2 --log r18.jsonl --image-size 32"), SMALL_TUNE_WHY.format(n=32)),
+    _argv("vta tune resnet-18"):
+        (_argv("vta tune resnet-18") + SMALL_TUNE, SMALL_TUNE_WHY.format(n="64 (the default)")),
+    _argv("vta tune resnet-18 --tuner random --n-trial 32 --timing-only --parallel 2"):
+        (_argv("vta tune resnet-18 --tuner random --n-trial 2 --timing-only --parallel 2 --image-size 32"),
+         SMALL_TUNE_WHY.format(n=32)),
+    _argv("vta tune resnet-18 --log r18.jsonl"):
+        (_argv("vta tune resnet-18 --log r18.jsonl") + SMALL_TUNE,
+         SMALL_TUNE_WHY.format(n="64 (the default)") + "; the same sizes as README's run that wrote r18.jsonl, so "
+         "this rerun must resume from the log"),
+    _argv("python -m tuning.tune_conv2d --layers C2,C5 --n-trial 100"):
+        (_argv("python -m tuning.tune_conv2d --layers C2,C5 --n-trial 2"), "100 trials on each of two layers"),
+    _argv("python -m tuning.tune_alu --ops add,multiply"):
+        (_argv("python -m tuning.tune_alu --ops add,multiply --n-trial 2"), "8 ALU tasks x 50 trials (the default)"),
+    _argv("python -m tuning.tune_network resnet-18"):
+        (_argv("python -m tuning.tune_network resnet-18") + SMALL_TUNE, SMALL_TUNE_WHY.format(n="64 (the default)")),
+}
+
+# documented command -> why the test does not run it
+NOT_RUN: dict[tuple[str, ...], str] = {
+    _argv("python3 -m pip install -e ."): "installs the package: the tests run against the installed package",
+    _argv('python3 -m pip install -e ".[test]"'): "installs the package and test extras (done before testing)",
+    _argv("python3 -m pytest -q"): "the test suite itself, which includes this file",
+}
+
+# a fragment of a documented command -> why it fails today (strict: the test reports when it starts passing)
+KNOWN_FAILURES: dict[str, str] = {}
+
+
+def runnable(argv: tuple[str, ...]) -> list[str] | None:
+    """The argv to run for a documented command, or None if it is not one this test runs."""
+    if argv[0] == "vta":
+        return [*VTA, *argv[1:]]
+    if argv[0] in ("python", "python3") and len(argv) > 1:
+        if argv[1] == "-m" and len(argv) > 2 and argv[2].startswith("tuning."):
+            return [sys.executable, *argv[1:]]
+        if argv[1].startswith("bench/"):
+            return [sys.executable, *argv[1:]]
+    return None
+
+
+def as_run(cmd: DocCommand) -> tuple[str, ...]:
+    """The command as the test runs it: a substitution if listed, else literally, without ``...``."""
+    argv = SUBSTITUTIONS[cmd.argv][0] if cmd.argv in SUBSTITUTIONS else cmd.argv
+    return tuple(a for a in argv if a != "...")  # "..." = "and your other options"
+
+
+RUN_COMMANDS = [c for c in ALL_COMMANDS if runnable(c.argv) is not None]
+
+
+def output_files(argv: tuple[str, ...]) -> list[str]:
+    return [argv[i + 1] for i, a in enumerate(argv[:-1]) if a in ("--out", "--log", "--trace")]
+
+
+# ------------------------------------------------------------------------------------------------------------
+# the working directory
+
+MY_ACCEL = {  # VTA's vta_config.json keys, plus one timing key (the rest default from TARGET's preset)
+    "TARGET": "sim", "HW_VER": "0.0.2", "LOG_INP_WIDTH": 3, "LOG_WGT_WIDTH": 3, "LOG_ACC_WIDTH": 5,
+    "LOG_BATCH": 0, "LOG_BLOCK": 4, "LOG_UOP_BUFF_SIZE": 15, "LOG_INP_BUFF_SIZE": 15, "LOG_WGT_BUFF_SIZE": 18,
+    "LOG_ACC_BUFF_SIZE": 17, "CLOCK_MHZ": 250,
+}
+PROG = "gemm_0"  # the golden program a user's prog.npz stands for
+
+
+@pytest.fixture(scope="module")
+def workspace(tmp_path_factory) -> Path:
+    """``<tmp>/main`` beside ``<tmp>/shared`` (-> the real shared folder), with the user's files in it."""
+    root = tmp_path_factory.mktemp("docs")
+    (root / "shared").symlink_to(GOLDEN_DIR.parent, target_is_directory=True)
+    work = root / "main"
+    work.mkdir()
+    (work / "bench").symlink_to(ROOT / "bench", target_is_directory=True)
+    shutil.copy(DIGITS_ONNX, work / "digits_cnn.onnx")  # docs/networks.md's ONNX model
+    shutil.copy(DIGITS_ONNX, work / "model.onnx")  # README's "your own network": the digits CNN again
+    (work / "my_accel.json").write_text(json.dumps(MY_ACCEL, indent=1))
+    if (GOLDEN_DIR / f"{PROG}.npz").exists():
+        shutil.copy(GOLDEN_DIR / f"{PROG}.npz", work / "prog.npz")
+    return work
+
+
+def run(argv: list[str], cwd: Path) -> subprocess.CompletedProcess:
+    return subprocess.run(argv, cwd=cwd, capture_output=True, text=True, timeout=TIMEOUT, check=False)
+
+
+def ensure_inputs(cmd: DocCommand, work: Path) -> None:
+    """Run the earlier documented command that writes a file ``cmd`` reads, if the file is not there yet
+    (only when this test runs without the ones before it)."""
+    reads = [a for a in cmd.argv if a not in output_files(cmd.argv)]
+    if "resume" in cmd.comment:
+        reads += options(cmd.argv, "--log")
+    for earlier in RUN_COMMANDS[:RUN_COMMANDS.index(cmd)]:
+        for name in output_files(as_run(earlier)):
+            if name in reads and not (work / name).exists():
+                proc = run(runnable(as_run(earlier)), work)
+                assert proc.returncode == 0, f"{earlier.text} (needed by {cmd.text}):\n{proc.stderr}"
+
+
+def _failure(proc: subprocess.CompletedProcess) -> str:
+    return f"exit {proc.returncode}\n--- stdout\n{proc.stdout[-3000:]}\n--- stderr\n{proc.stderr[-3000:]}"
+
+
+# ------------------------------------------------------------------------------------------------------------
+# what each command promises
+
+def option(argv: tuple[str, ...], name: str, default: str | None = None) -> str | None:
+    return argv[argv.index(name) + 1] if name in argv else default
+
+
+def options(argv: tuple[str, ...], name: str) -> list[str]:
+    return [argv[i + 1] for i, a in enumerate(argv[:-1]) if a == name]
+
+
+def positionals(argv: tuple[str, ...]) -> list[str]:
+    """Arguments that are neither options nor option values (every option here takes one value, except the
+    flags listed)."""
+    flags = {"--check", "--report", "--timing-only", "--json", "--no-layers", "--help", "--no-check"}
+    out, skip = [], False
+    for a in argv:
+        if skip:
+            skip = False
+        elif a.startswith("-"):
+            skip = a not in flags
+        else:
+            out.append(a)
+    return out
+
+
+def check_trace(path: Path) -> None:
+    trace = json.loads(path.read_text())
+    events = trace["traceEvents"]
+    modules = {e["args"]["name"] for e in events if e.get("name") == "thread_name"}
+    assert {"load", "compute", "store"} <= modules, modules
+    assert any(e.get("ph") == "X" and e.get("dur", 0) > 0 for e in events), "no instruction spans in the trace"
+
+
+def check_config_list(cmd: DocCommand, out: str, work: Path) -> None:
+    names = [line.split()[0] for line in out.splitlines() if line.strip()]
+    assert names == presets()
+    for name in names:
+        assert load_config(name).model in out
+    if "presets:" in cmd.comment:  # the doc's list of presets is the real one
+        assert sorted(re.findall(r"[\w-]+", cmd.comment.split("presets:")[1])) == sorted(names)
+
+
+def check_config_show(cmd: DocCommand, out: str, work: Path) -> None:
+    argv = cmd.argv
+    name = positionals(argv[3:])[0] if positionals(argv[3:]) else "pynq"
+    sets = {k: json.loads(v) for k, v in (s.split("=", 1) for s in options(argv, "--set"))}
+    config_part, derived_part = out.split("\nderived:\n")
+    cfg = load_config(str(work / name) if name.endswith(".json") else name, **sets)
+    assert out.splitlines()[0].startswith(cfg.model), out.splitlines()[0]
+    for key, value in {**(json.loads((work / name).read_text()) if name.endswith(".json") else {}),
+                       **sets}.items():
+        shown = rf"^  {key} +{re.escape(str(value))}$"
+        assert re.search(shown, config_part, re.MULTILINE), f"{key}={value} not shown"
+    for derived in ("ACC_BUFF_DEPTH", "bitstream", "peak_gops"):  # "depths, bitstream, peak GOPS"
+        assert re.search(rf"^  {derived} ", derived_part, re.MULTILINE), derived
+
+
+def check_demo(cmd: DocCommand, out: str, work: Path) -> None:
+    cfg = load_config(option(cmd.argv, "--config", "pynq"))
+    lines = out.splitlines()
+    assert lines[0].startswith(f"VTA simulator demo on {cfg.model} "), lines[0]
+    assert f"A {option(cmd.argv, '-m', '64')}x256 int8" in out
+    assert "bit-exact against numpy: yes" in out and re.search(r"^  cycles [\d,]+ ", out, re.MULTILINE)
+
+
+def check_compile(cmd: DocCommand, out: str, work: Path) -> None:
+    from simulator.image import load_image
+
+    assert f"{cmd.argv[2]} on " in out and "bit-exact against numpy: yes" in out
+    schedule = option(cmd.argv, "--schedule")
+    if schedule:
+        shown = re.search(r"^  schedule (\{.*\}) \(space of", out, re.MULTILINE)
+        assert shown and json.loads(shown.group(1)) == json.loads(schedule), out
+    image = load_image(work / option(cmd.argv, "--out"))
+    assert len(image.insns) > 0 and image.segments and image.config.model in out
+
+
+def check_disasm(cmd: DocCommand, out: str, work: Path) -> None:
+    path = cmd.argv[3]
+    lines = out.splitlines()
+    n = len(np.load(work / path)["insns"])
+    assert lines[0].startswith(f"# {path}: {n} instructions"), lines[0]
+    assert len(lines) == n + 1 and lines[-1].split()[-1] == "FINISH", lines[-3:]
+
+
+def expect_file(image: str) -> Path | None:
+    """The golden expected result of an image the test provides (a golden program, or prog.npz)."""
+    name = PROG if image == "prog.npz" else Path(image).stem if "shared/golden/" in image else None
+    return GOLDEN_DIR / f"{name}.expect.npz" if name else None
+
+
+def check_replay(cmd: DocCommand, out: str, work: Path) -> None:
+    image = cmd.argv[3]
+    n = len(np.load(work / image)["insns"])
+    assert out.splitlines()[0].startswith(f"# {image}: {n} instructions on "), out.splitlines()[0]
+    assert re.search(r"^  cycles [\d,]+ ", out, re.MULTILINE) and "counters:" in out
+    if "--timing-only" in cmd.argv:  # "counters and cycles without the data work": the same as a full run
+        full = run([*VTA, "sim", "replay", image], work)
+        assert full.returncode == 0 and full.stdout == out
+    if option(cmd.argv, "--out"):
+        with np.load(work / option(cmd.argv, "--out"), allow_pickle=False) as result:
+            stats = json.loads(str(result["stats"]))
+            assert stats["cycles"] > 0 and stats["finish_cycle"] > 0
+            segs = {int(a): result[f"seg_{i}"] for i, a in enumerate(result["seg_addr"])}
+            expect = expect_file(image)
+            if expect is not None:  # the bytes VTA's own stack left in DRAM, and its counters
+                with np.load(expect, allow_pickle=False) as want:
+                    for i, addr in enumerate(want["seg_addr"]):
+                        assert np.array_equal(segs[int(addr)], want[f"seg_{i}"]), f"segment at 0x{addr:x}"
+                    for key, value in json.loads(str(want["stats"])).items():
+                        assert stats[key] == value, key
+    if option(cmd.argv, "--trace"):
+        check_trace(work / option(cmd.argv, "--trace"))
+
+
+def check_run(cmd: DocCommand, out: str, work: Path) -> None:
+    argv = cmd.argv
+    if "--help" in argv:
+        assert out.startswith("usage: vta run") and "--skip-conv" in out
+        return
+    cfg = load_config(option(argv, "--config", "pynq"))
+    model = argv[2]
+    first = out.splitlines()[0]
+    assert first.startswith(f"{model} on {cfg.model} "), first
+    size = option(argv, "--image-size")
+    if size:
+        assert f"input ({cfg.BATCH}, 3, {size}, {size})" in first, first
+    assert "top-5 classes (score):" in out and re.search(r"accelerator [\d,]+ cycles", out)
+    if "--no-layers" not in argv:  # the per-layer table, with accelerator layers in it
+        assert re.search(r"^layer +op +where", out, re.MULTILINE)
+        assert re.search(r"^\S+ +\S+ +VTA +\d+ +[\d,]+ ", out, re.MULTILINE)
+    if "--check" in argv:
+        assert "check: output matches the numpy reference bit-exactly" in out
+    if "--report" in argv:  # where every node runs, and why
+        assert re.search(r"^node +op +where +why", out, re.MULTILINE) and " accelerator " in out
+
+
+def log_of(out: str) -> str:
+    m = re.search(r"^records: (\S+) ", out, re.MULTILINE)
+    assert m, "no 'records: LOG' line"
+    return m.group(1)
+
+
+def check_tune(cmd: DocCommand, out: str, work: Path) -> None:
+    assert re.search(r"^ +# task +weight +default ms +best ms +speedup +trials$", out, re.MULTILINE), "no task table"
+    assert re.search(r"end-to-end simulated latency: untuned [\d,]+ cycles .* outputs identical", out), out[-500:]
+    records = [json.loads(line) for line in (work / log_of(out)).read_text().splitlines()]
+    assert records
+
+
+def check_tune_script(cmd: DocCommand, out: str, work: Path) -> None:
+    rows = re.findall(r"^ +\d+ (\S+) ", out, re.MULTILINE)
+    if cmd.argv[2] == "tuning.tune_conv2d":
+        assert len(rows) == len(option(cmd.argv, "--layers").split(",")), rows
+        log = option(cmd.argv, "--log", "conv2d.tune.jsonl")
+    else:
+        assert {r.split("_")[0] for r in rows} == set(option(cmd.argv, "--ops").split(",")), rows
+        log = option(cmd.argv, "--log", "alu.tune.jsonl")
+    assert "end-to-end (tuned layers, weighted)" in out
+    assert [json.loads(line) for line in (work / log).read_text().splitlines()]
+
+
+def checker(argv: tuple[str, ...]):
+    if argv[0] == "vta":
+        table = {("config", "list"): check_config_list, ("config", "show"): check_config_show,
+                 ("sim", "disasm"): check_disasm, ("sim", "replay"): check_replay}
+        top = {"demo": check_demo, "compile": check_compile, "run": check_run, "tune": check_tune}
+        return table.get(argv[1:3]) or top[argv[1]]
+    if argv[1:3] == ("-m", "tuning.tune_network"):
+        return check_tune
+    if argv[1:3] in (("-m", "tuning.tune_conv2d"), ("-m", "tuning.tune_alu")):
+        return check_tune_script
+    raise AssertionError(f"no check written for {shlex.join(argv)}: add one to checker()")
+
+
+# ------------------------------------------------------------------------------------------------------------
+# 1. the documented commands
+
+def _params():
+    seen = set()
+    for cmd in RUN_COMMANDS:
+        if cmd.argv in seen and "resume" not in cmd.comment:
+            continue  # the same command in two docs (vta run resnet-18 ...): run once
+        seen.add(cmd.argv)
+        reasons = [why for frag, why in KNOWN_FAILURES.items() if frag in cmd.text]
+        marks = [pytest.mark.xfail(strict=True, reason=r) for r in reasons]
+        if cmd.argv[:2] == ("vta", "tune") or "tuning." in cmd.text:
+            marks.append(pytest.mark.slow)  # several seconds each, even at the substituted sizes
+        if "shared/golden" in cmd.text or "prog.npz" in cmd.argv:
+            marks.append(pytest.mark.skipif(not GOLDEN_DIR.is_dir(), reason="golden programs not found"))
+        yield pytest.param(cmd, marks=marks, id=cmd.id)
+
+
+@pytest.mark.parametrize("cmd", list(_params()))
+def test_documented_command(cmd: DocCommand, workspace: Path):
+    ensure_inputs(cmd, workspace)
+    argv = as_run(cmd)
+    resumes = "resume" in cmd.comment  # "killed? rerun the same command: it resumes from the log"
+    if resumes:
+        log = workspace / option(argv, "--log")
+        assert log.exists(), f"{cmd.text}: the doc says it resumes, but no earlier command wrote {log.name}"
+        before = log.read_text()
+    proc = run(runnable(argv), workspace)
+    assert proc.returncode == 0, f"{cmd.doc}:{cmd.line}: {shlex.join(argv)}\n{_failure(proc)}"
+    assert "Traceback" not in proc.stderr and proc.stdout.strip(), _failure(proc)
+    checker(cmd.argv)(replace(cmd, argv=argv), proc.stdout, workspace)
+    if resumes:  # every config was already measured: nothing is measured (or logged) twice
+        assert log.read_text() == before
+
+
+def test_every_documented_command_is_run_or_listed():
+    unhandled = [c for c in ALL_COMMANDS if runnable(c.argv) is None and c.argv not in NOT_RUN]
+    assert not unhandled, "documented commands neither run nor listed in NOT_RUN: " + \
+        "; ".join(f"{c.doc}:{c.line}: {c.text}" for c in unhandled)
+    assert len(RUN_COMMANDS) >= 25  # the parser found the commands (README alone shows twelve)
+    assert sum(map(len, PY_BLOCKS.values())) >= 7  # and the Python blocks (every one runs)
+
+
+def test_tables_match_the_docs():
+    """No stale entries: every substitution, exclusion and Python fixup names something the docs still show."""
+    documented = {c.argv for c in ALL_COMMANDS}
+    assert not set(SUBSTITUTIONS) - documented, set(SUBSTITUTIONS) - documented
+    assert not set(NOT_RUN) - documented, set(NOT_RUN) - documented
+    for (doc, index), fix in PY_FIXUPS.items():
+        blocks = PY_BLOCKS.get(doc, [])
+        assert index < len(blocks) and fix.marker in blocks[index].text, f"{doc} python block {index}: {fix.why}"
+    for documented_argv, (argv, why) in SUBSTITUTIONS.items():  # only sizes change
+        assert argv[:2] == documented_argv[:2] and why
+        assert {a for a in documented_argv if a.startswith("--")} <= set(argv)
+
+
+def test_no_fenced_block_is_ignored():
+    langs = {b.lang for b in ALL_BLOCKS}
+    assert langs <= SHELL_LANGS | PYTHON_LANGS | SAMPLE_LANGS, langs
+    for b in ALL_BLOCKS:  # an unlabelled block is an output sample, never a command to run
+        if b.lang in SAMPLE_LANGS:
+            assert not re.search(r"^\$ ", b.text, re.MULTILINE), f"{b.doc}:{b.line}: commands in an unlabelled block"
+
+
+# ------------------------------------------------------------------------------------------------------------
+# 2. the Python blocks, each pasted twice into one interpreter
+
+@dataclass(frozen=True)
+class Fixup:
+    marker: str  # text the block must contain, so a fixup never lands on another block
+    why: str
+    preamble: str = ""  # defines the names the block uses without defining
+    substitute: tuple[tuple[str, str], ...] = ()  # (placeholder, code): each placeholder occurs exactly once
+    check: str = ""  # runs after the block in its namespace; lines starting "@@ " are compared between runs
+
+
+PY_BLOCKS = {}
+for _b in ALL_BLOCKS:
+    if _b.lang in PYTHON_LANGS:
+        PY_BLOCKS.setdefault(_b.doc, []).append(_b)
+
+README_PROGRAM = ('MemInsn(memory_type=2, dram_base=addr // cfg.elem_bytes("INP"), y_size=1, x_size=4, x_stride=4), '
+                  'MemInsn(memory_type=0, dram_base=addr // cfg.elem_bytes("UOP"), y_size=1, x_size=1, x_stride=1), '
+                  "GemmInsn(reset_reg=1, uop_bgn=0, uop_end=1, iter_out=1, iter_in=1)")
+X_224 = ("import numpy as np\n"
+         "x = np.random.default_rng(0).standard_normal((1, 3, 224, 224)).astype(np.float32)\n")
+Y_DIGEST = 'import hashlib\nprint("@@", y.shape, hashlib.sha256(y.tobytes()).hexdigest(), mod.stats.cycles)\n'
+
+PY_FIXUPS: dict[tuple[str, int], Fixup] = {
+    ("README.md", 0): Fixup(
+        marker="[...instructions..., FinishInsn()]",
+        why="a placeholder for the program: a LOAD of 4 INP elements and one micro-op from the allocated DRAM, "
+            "and a reset GEMM, using the imported MemInsn / GemmInsn",
+        substitute=(("...instructions...", README_PROGRAM),),
+        check='c = stats.vta_counters()\nassert c["inp_load_nbytes"] == 4 * cfg.elem_bytes("INP"), c\n'
+              'assert c["uop_load_nbytes"] == 4 and stats.cycles > 0, c\nprint("@@", stats.cycles, c)\n'),
+    ("README.md", 1): Fixup(
+        marker='mod.set_input("data", x)', why="x: the input image the tour leaves to the reader",
+        preamble=X_224, check=Y_DIGEST),
+    ("docs/networks.md", 0): Fixup(marker="mod.benchmark(repeat=3)", why="nothing to fix; the check compares the pastes",
+                                   check=Y_DIGEST),
+    ("docs/operators.md", 0): Fixup(
+        marker="op.run(data=x, kernel=w, bias=b)", why="x, w, b: the int8 data and kernel, int32 bias of the layer",
+        preamble="import numpy as np\n_rng = np.random.default_rng(0)\n"
+                 "x = _rng.integers(-128, 128, (1, 64, 56, 56), dtype=np.int8)\n"
+                 "w = _rng.integers(-128, 128, (64, 64, 3, 3), dtype=np.int8)\n"
+                 "b = _rng.integers(-4096, 4096, 64, dtype=np.int32)\n",
+        check='assert out.shape == (1, 64, 56, 56) and out.dtype == np.int8\nprint("@@", op.cycles, op.config)\n'),
+    ("docs/simulate.md", 0): Fixup(
+        marker="sim.write(addr, array)",
+        why="nbytes, array, insns: 256 bytes (16 INP elements on pynq) and a program that LOADs them from where "
+            "a fresh simulator's first alloc lands",
+        preamble="import numpy as np\nfrom hw_config import load_config as _load\nfrom simulator import Simulator "
+                 "as _Sim\nfrom vta.isa import FinishInsn as _Fin, MemInsn as _Mem, assemble as _asm\n"
+                 "array = np.arange(256, dtype=np.uint8).view(np.int8)\nnbytes = array.nbytes\n"
+                 "_at = _Sim('pynq').alloc(nbytes) // 16\n"
+                 "insns = _asm([_Mem(memory_type=2, dram_base=_at, y_size=1, x_size=16, x_stride=16), _Fin()], "
+                 "_load('pynq'))\n",
+        check="import json\nassert out.tobytes() == array.tobytes()\n"
+              'assert stats.vta_counters()["inp_load_nbytes"] == nbytes\n'
+              'events = json.load(open("run.trace.json"))["traceEvents"]\n'
+              'assert any(e.get("ph") == "X" for e in events)\nprint("@@", stats.cycles)\n'),
+    ("docs/simulate.md", 1): Fixup(marker="for log_batch in (0, 1, 2):", why="nothing to fix; the check looks at the last config",
+                                   check='print("@@", sim.cfg.model)\nassert sim.cfg.BATCH == 4\n'),
+    ("docs/tune.md", 0): Fixup(
+        marker="n_trial=64",
+        why="14 tasks x 64 trials at 224x224 take minutes: 2 trials on 32x32 inputs; the second paste resumes "
+            "from r18.jsonl, so both pastes see the same records",
+        substitute=(('graph_pack.zoo.get_model("resnet-18")',
+                     'graph_pack.zoo.get_model("resnet-18", image_shape=(3, 32, 32))'),
+                    ("n_trial=64", "n_trial=2")),
+        check='import json\nrecords = [json.loads(line) for line in open("r18.jsonl")]\n'
+              'assert len(records) >= len(tasks)\nprint("@@", len(records))\n'),
+}
+
+RUNNER = r'''
+import json
+import sys
+
+if __name__ == "__main__":  # guarded: worker processes may import this module
+    spec = json.load(open(sys.argv[1]))
+    for paste in (1, 2):
+        ns = {"__name__": "__main__"}
+        exec(compile(spec["preamble"], "<preamble>", "exec"), ns)
+        exec(compile(spec["code"], spec["name"], "exec"), ns)
+        exec(compile(spec["check"], "<check>", "exec"), ns)
+        print(f"@@ paste {paste} done", flush=True)
+'''
+
+
+def _py_params():
+    for doc, blocks in PY_BLOCKS.items():
+        for index, block in enumerate(blocks):
+            marks = [pytest.mark.slow] if "tune_tasks(" in block.text else []  # tunes, even when made small
+            yield pytest.param(block, PY_FIXUPS.get((doc, index), Fixup("", "")), marks=marks,
+                               id=f"{doc}:{block.line}")
+
+
+@pytest.mark.parametrize("block, fix", list(_py_params()))
+def test_python_block_twice(block: Block, fix: Fixup, tmp_path: Path):
+    code = block.text
+    for placeholder, replacement in fix.substitute:
+        assert code.count(placeholder) == 1, f"{block.doc}:{block.line}: {placeholder!r} ({fix.why})"
+        code = code.replace(placeholder, replacement)
+    spec = {"name": f"{block.doc} (block at line {block.line})", "preamble": fix.preamble, "code": code,
+            "check": fix.check}
+    (tmp_path / "spec.json").write_text(json.dumps(spec))
+    (tmp_path / "runner.py").write_text(RUNNER)
+    proc = run([sys.executable, str(tmp_path / "runner.py"), str(tmp_path / "spec.json")], tmp_path)
+    assert proc.returncode == 0, f"{spec['name']}\n{_failure(proc)}"
+    assert "Traceback" not in proc.stderr
+    marks = [line for line in proc.stdout.splitlines() if line.startswith("@@ ")]
+    assert marks[-1] == "@@ paste 2 done" and "@@ paste 1 done" in marks
+    first, second = (marks[:marks.index("@@ paste 1 done")], marks[marks.index("@@ paste 1 done") + 1:-1])
+    assert first == second, f"the second paste differs from the first: {first} != {second}"
+
+
+# ------------------------------------------------------------------------------------------------------------
+# 3. error paths: non-zero exit, one line naming the problem, no traceback, nothing left behind
+
+SMALL_CONV = ("--data-shape", "1,16,8,8", "--kernel-shape", "16,16,3,3")
+NAMES_TMP = "the error names the temporary file (nodir/.NAME.XXXX.tmp), not the path given"
+
+# (argv after vta, fragments the error line must contain, xfail reason or None)
+ERRORS = [
+    (("sim", "replay", "missing.npz"), ["missing.npz"], None),
+    (("run", "missing.onnx"), ["missing.onnx"], None),
+    (("sim", "disasm", "missing.npz"), ["missing.npz"], None),
+    (("run", "digits_cnn.onnx", "--start", "qnn.quantize", "--stop", "nn.batch_flatten", "--input", "x.npy"),
+     ["input", "(1, 1, 8, 8)", "(1, 3, 5, 5)"], None),
+    (("run", "digits_cnn.onnx", "--start", "qnn.quantize", "--stop", "nn.batch_flatten", "--input", "none.npy"),
+     ["none.npy"], None),
+    (("sim", "replay", "gemm_1.npz", "--out", "nodir/result.npz"), ["nodir/result.npz"], NAMES_TMP),
+    (("sim", "replay", "gemm_1.npz", "--out", "adir"), ["adir", "directory"], None),
+    (("sim", "replay", "gemm_1.npz", "--trace", "nodir/gemm_1.trace.json"), ["nodir/gemm_1.trace.json"], NAMES_TMP),
+    (("compile", "conv2d", *SMALL_CONV, "--out", "nodir/c.npz"), ["nodir/c.npz"], NAMES_TMP),
+    (("compile", "conv2d", *SMALL_CONV, "--out", "adir"), ["adir", "directory"], None),
+    (("demo", "--trace", "nodir/demo.trace.json"), ["nodir/demo.trace.json"], NAMES_TMP),
+    (("config", "show", "nosuchpreset"), ["nosuchpreset"], None),
+    (("compile", "conv2d", "--data-shape", "1,64,56", "--kernel-shape", "64,64,3,3"), ["data_shape", "(1, 64, 56)"],
+     None),
+    (("compile", "conv2d", "--data-shape", "1,a,56,56", "--kernel-shape", "64,64,3,3"), ["--data-shape", "1,a,56,56"],
+     None),
+    (("compile", "conv2d", "--data-shape", "1,64,56,56", "--kernel-shape", "64,32,3,3"), ["kernel_shape", "64, 32"],
+     None),
+    (("compile", "dense", "--data-shape", "1,64"), ["--kernel-shape"], None),
+]
+
+
+def _error_params():
+    for argv, fragments, xfail in ERRORS:
+        marks = [pytest.mark.xfail(strict=True, reason=xfail)] if xfail else []
+        yield pytest.param(argv, fragments, marks=marks, id=" ".join(argv))
+
+
+@pytest.mark.parametrize("argv, fragments", list(_error_params()))
+def test_error_path(argv: tuple[str, ...], fragments: list[str], tmp_path: Path):
+    shutil.copy(DIGITS_ONNX, tmp_path / "digits_cnn.onnx")
+    np.save(tmp_path / "x.npy", np.zeros((1, 3, 5, 5), np.float32))
+    (tmp_path / "adir").mkdir()
+    if "gemm_1.npz" in argv:
+        shutil.copy(golden_path("gemm_1.npz"), tmp_path / "gemm_1.npz")
+    before = sorted(p.relative_to(tmp_path) for p in tmp_path.rglob("*"))
+    proc = run([*VTA, *argv], tmp_path)
+    assert proc.returncode != 0, _failure(proc)
+    assert "Traceback" not in proc.stderr, _failure(proc)
+    lines = proc.stderr.strip().splitlines()
+    errors = [line for line in lines if re.match(r"vta( [\w-]+)*: error: ", line)]
+    assert len(errors) == 1 and lines[-1] == errors[0], _failure(proc)
+    assert len(lines) == 1 or lines[0].startswith("usage: vta"), _failure(proc)  # argparse shows the usage
+    for fragment in fragments:
+        assert fragment in errors[0], f"{fragment!r} not in {errors[0]!r}"
+    assert sorted(p.relative_to(tmp_path) for p in tmp_path.rglob("*")) == before, "files left behind"
+
+
+def test_documented_config_error(tmp_path: Path):
+    """docs/simulate.md quotes the error for a bad value: the command prints exactly that."""
+    text = (ROOT / "docs" / "simulate.md").read_text()
+    quoted = re.search(r"e\.g\.\s*`(hardware config: [^`]+)`", text)
+    assert quoted, "docs/simulate.md no longer quotes a config error"
+    message = " ".join(quoted.group(1).split())
+    key, value = re.match(r"hardware config: (\w+)=(\S+) ", message).groups()
+    proc = run([*VTA, "config", "show", "pynq", "--set", f"{key}={value}"], tmp_path)
+    assert proc.returncode == 2 and proc.stderr.strip() == f"vta: error: {message}", _failure(proc)
