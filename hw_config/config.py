@@ -29,6 +29,10 @@ VTA_KEYS = ("TARGET", "HW_VER", "LOG_INP_WIDTH", "LOG_WGT_WIDTH", "LOG_ACC_WIDTH
             "LOG_UOP_BUFF_SIZE", "LOG_INP_BUFF_SIZE", "LOG_WGT_BUFF_SIZE", "LOG_ACC_BUFF_SIZE")
 PLATFORM_KEYS = ("CLOCK_MHZ", "LOG_BUS_WIDTH", "DRAM_LATENCY", "DMA_BURST_BEATS", "DMA_BURST_GAP", "GEMM_II",
                  "ALU_II", "COMPUTE_LATENCY", "INSN_QUEUE_DEPTH", "TOKEN_QUEUE_DEPTH")
+# How a board exposes the accelerator (VTA's pkg_config.py): they change neither programs nor timing, so they
+# stay out of the fingerprint (tuning records stay valid across boards of one design).
+BOARD_KEYS = ("MMIO_BASE", "MMIO_RANGE", "COHERENT", "BOARD_MEM_MB")
+MMIO_BLOCKS = ("fetch", "load", "compute", "store")   # register blocks at MMIO_BASE + i * MMIO_RANGE
 
 # key -> (allowed range, what it means). Ranges beyond what the simulator supports are refused here.
 INT_RANGES: dict[str, tuple[int, int, str]] = {
@@ -91,6 +95,10 @@ class HwConfig:
     INSN_QUEUE_DEPTH: int
     TOKEN_QUEUE_DEPTH: int
     DESCRIPTION: str = ""
+    MMIO_BASE: int = 0x43C00000     # physical address of the fetch module's AXI-lite registers
+    MMIO_RANGE: int = 0x1000        # spacing of the four register blocks (VTA's ip_reg_map_range)
+    COHERENT: bool = True           # the accelerator's DMA sees the CPU caches (no flush/invalidate needed)
+    BOARD_MEM_MB: int = 512         # DRAM of the board, the bound of its buffers
 
     def __post_init__(self) -> None:
         _validate(self)
@@ -193,11 +201,19 @@ class HwConfig:
         """Only VTA's own keys, as in VTA's vta_config.json."""
         return {k: getattr(self, k) for k in VTA_KEYS}
 
+    def mmio_address(self, block: str) -> int:
+        """Physical address of a register block ("fetch", "load", "compute", "store")."""
+        if block not in MMIO_BLOCKS:
+            raise ValueError(f"unknown register block {block!r}; allowed: {', '.join(MMIO_BLOCKS)}")
+        return self.MMIO_BASE + MMIO_BLOCKS.index(block) * self.MMIO_RANGE
+
     @property
     def fingerprint(self) -> str:
-        """Stable hash of everything that changes programs or timing (the description excluded)."""
+        """Stable hash of everything that changes programs or timing (the description and the board's address
+        map excluded)."""
         d = self.to_dict()
-        d.pop("DESCRIPTION")
+        for key in ("DESCRIPTION", *BOARD_KEYS):
+            d.pop(key)
         return hashlib.sha256(json.dumps(d, sort_keys=True).encode()).hexdigest()[:16]
 
     def derived(self) -> dict[str, Any]:
@@ -231,6 +247,17 @@ def _validate(c: HwConfig) -> None:
         raise _fail("HW_VER", c.HW_VER, "a version string such as '0.0.2'")
     if not isinstance(c.DESCRIPTION, str):
         raise _fail("DESCRIPTION", c.DESCRIPTION, "a string")
+    if not isinstance(c.COHERENT, bool):
+        raise _fail("COHERENT", c.COHERENT, "true or false")
+    for key, lo, hi, meaning in (("MMIO_BASE", 0, (1 << 40) - 1, "a physical address, e.g. 0x43C00000"),
+                                 ("MMIO_RANGE", 0x100, 1 << 24, "bytes between register blocks, e.g. 0x1000"),
+                                 ("BOARD_MEM_MB", 16, 1 << 20, "MiB of board DRAM")):
+        v = getattr(c, key)
+        if isinstance(v, bool) or not isinstance(v, int) or not lo <= v <= hi:
+            raise _fail(key, v, f"an integer in [{lo:#x}, {hi:#x}] ({meaning})" if key != "BOARD_MEM_MB" else
+                        f"an integer in [{lo}, {hi}] ({meaning})")
+    if c.MMIO_BASE % 0x1000 or c.MMIO_RANGE % 0x100:
+        raise _fail("MMIO_BASE", hex(c.MMIO_BASE), "a page-aligned address with MMIO_RANGE a multiple of 0x100")
     if isinstance(c.CLOCK_MHZ, bool) or not isinstance(c.CLOCK_MHZ, (int, float)) or not (
             math.isfinite(c.CLOCK_MHZ) and 1 <= c.CLOCK_MHZ <= 5000):
         raise _fail("CLOCK_MHZ", c.CLOCK_MHZ, "a number of MHz in [1, 5000]")
@@ -319,9 +346,15 @@ def config_from_dict(data: dict[str, Any], **overrides: Any) -> HwConfig:
     target = data["TARGET"]
     if not isinstance(target, str) or target not in PLATFORM_PRESET_OF_TARGET:
         raise _fail("TARGET", target, f"one of {', '.join(TARGETS)}")
-    if any(k not in data for k in PLATFORM_KEYS):
+    if any(k not in data for k in (*PLATFORM_KEYS, *BOARD_KEYS)):
         platform = _read_json(PRESET_DIR / f"{PLATFORM_PRESET_OF_TARGET[target]}.json")
-        data = {**{k: platform[k] for k in PLATFORM_KEYS}, **data}
+        data = {**{k: platform[k] for k in (*PLATFORM_KEYS, *BOARD_KEYS) if k in platform}, **data}
+    for key in ("MMIO_BASE", "MMIO_RANGE"):   # JSON has no hex literals: "0x43C00000" is accepted as well
+        if isinstance(data.get(key), str):
+            try:
+                data[key] = int(data[key], 0)
+            except ValueError:
+                raise _fail(key, data[key], "an integer or a hex string such as '0x43C00000'") from None
     return HwConfig(**data)
 
 

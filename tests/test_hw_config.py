@@ -198,3 +198,26 @@ def test_config_is_immutable():
     cfg = load_config("pynq")
     with pytest.raises(AttributeError):
         cfg.LOG_BLOCK = 5  # type: ignore[misc]
+
+
+@pytest.mark.parametrize(("preset", "fetch", "compute", "mem"), [
+    ("pynq", 0x43C00000, 0x43C02000, 512), ("ultra96", 0xA0000000, 0xA0002000, 2048),
+    ("zcu104", 0xA0000000, 0xA0002000, 2048), ("de10nano", 0xFF220000, 0xFF222000, 1024)])
+def test_board_address_maps_follow_vta_pkg_config(preset, fetch, compute, mem):
+    """VTA's pkg_config.py: fetch/load/compute/store register blocks 0x1000 apart from the platform's base."""
+    cfg = load_config(preset)
+    assert (cfg.mmio_address("fetch"), cfg.mmio_address("compute"), cfg.BOARD_MEM_MB) == (fetch, compute, mem)
+    assert cfg.mmio_address("store") - cfg.mmio_address("fetch") == 3 * 0x1000
+
+
+def test_board_keys_do_not_change_the_fingerprint_and_accept_hex_strings():
+    cfg = load_config("pynq")
+    moved = load_config("pynq", MMIO_BASE="0xA0000000", COHERENT=False, BOARD_MEM_MB=1024)
+    assert moved.MMIO_BASE == 0xA0000000 and moved.fingerprint == cfg.fingerprint   # same programs, same timing
+    assert load_config(moved.to_dict()) == moved   # round trip
+    only_vta = {k: v for k, v in cfg.to_dict().items() if k in VTA_KEYS}
+    assert load_config({**only_vta, "TARGET": "ultra96"}).MMIO_BASE == 0xA0000000   # from the target's preset
+    for key, value, allowed in (("MMIO_BASE", "0xZZ", "hex string"), ("MMIO_BASE", 0x43C00010, "page-aligned"),
+                                ("COHERENT", "yes", "true or false"), ("BOARD_MEM_MB", 0, "MiB of board DRAM")):
+        err = _refused("pynq", **{key: value})
+        assert err.key == key and allowed in str(err)
