@@ -5,16 +5,18 @@ the reference executor) work even before the C library is built.
 """
 
 from simulator.errors import (
+    BudgetExceeded,
     CycleBudgetExceeded,
     DeadlockError,
     InvalidInstruction,
     MemoryAccessError,
     SimulatorError,
+    WorkBudgetExceeded,
 )
 from simulator.stats import RunStats
 
-__all__ = ["CycleBudgetExceeded", "DeadlockError", "InvalidInstruction", "MemoryAccessError", "RunStats",
-           "Simulator", "SimulatorError"]
+__all__ = ["BudgetExceeded", "CycleBudgetExceeded", "DeadlockError", "InvalidInstruction", "MemoryAccessError", "RunStats",
+           "Simulator", "SimulatorError", "WorkBudgetExceeded"]
 
 
 def __getattr__(name: str):

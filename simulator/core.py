@@ -8,7 +8,14 @@ import numpy as np
 
 from hw_config import HwConfig, load_config
 from simulator.dram import AddressSpace
-from simulator.errors import ERROR_CLASSES, MemoryAccessError, SimulatorError
+from simulator.errors import (
+    DEFAULT_MAX_CYCLES,
+    DEFAULT_MAX_WORK,
+    ERROR_CLASSES,
+    MemoryAccessError,
+    SimulatorError,
+    budget_value,
+)
 from simulator.params import param_values
 from simulator.stats import MODULES, STALL_CAUSES, RunStats
 
@@ -23,7 +30,7 @@ except ImportError as exc:  # pragma: no cover - only without a build
         "simulator/csrc through cffi; needs a C compiler)") from exc
 
 ERR_LEN = 1024
-DEFAULT_MAX_CYCLES = 1 << 30
+__all__ = ["DEFAULT_MAX_CYCLES", "DEFAULT_MAX_WORK", "Simulator"]
 SRAM_IDS = {"uop": 0, "wgt": 1, "inp": 2, "acc": 3}
 
 
@@ -56,9 +63,14 @@ class Simulator:
     """A simulated accelerator for one config: DRAM by physical address, SRAMs, run and replay.
 
     Each instance owns its state (no globals), so several configurations coexist in one process.
+    ``max_cycles`` and ``max_work`` are the budgets of every run that does not pass its own
+    (docs/simulator.md, "Budgets"); they bound the host time any program can take.
     """
 
-    def __init__(self, cfg: HwConfig | str | None = None):
+    def __init__(self, cfg: HwConfig | str | None = None, *, max_cycles: int = DEFAULT_MAX_CYCLES,
+                 max_work: int = DEFAULT_MAX_WORK):
+        self.max_cycles = budget_value("max_cycles", max_cycles)
+        self.max_work = budget_value("max_work", max_work)
         self.cfg = cfg if isinstance(cfg, HwConfig) else load_config(cfg)
         self._err = ffi.new("char[]", ERR_LEN)
         self._space = AddressSpace()
@@ -149,29 +161,31 @@ class Simulator:
 
     # ---- execution ----
     def run(self, insns: bytes | np.ndarray, *, compute: bool = True, trace: bool = False,
-            max_cycles: int = DEFAULT_MAX_CYCLES) -> RunStats:
+            max_cycles: int | None = None, max_work: int | None = None) -> RunStats:
         """Run an instruction stream (N x 16 bytes, ending with FINISH); returns counters and timing.
 
-        ``compute=False`` skips data work (timing and counters only). ``max_cycles`` bounds the
-        simulated time so that no program can hang the host.
+        ``compute=False`` skips data work (timing and counters only). ``max_cycles`` (simulated cycles)
+        and ``max_work`` (host work units, ``stats.work``) default to the simulator's; an instruction that
+        would pass either is refused before it executes (``CycleBudgetExceeded``, ``WorkBudgetExceeded``),
+        so that no program can hang the host.
         """
+        max_cycles = self.max_cycles if max_cycles is None else budget_value("max_cycles", max_cycles)
+        max_work = self.max_work if max_work is None else budget_value("max_work", max_work)
         raw = _as_insn_bytes(insns)
         count = raw.size // 16
         if count >= 1 << 32:
             raise SimulatorError(f"{count} instructions: at most 2^32 - 1 per run")
-        if not 0 < max_cycles < 1 << 64:
-            raise SimulatorError(f"max_cycles={max_cycles}: need a positive 64-bit integer")
         st = ffi.new("vta_stats_t *")
         events = ffi.new("vta_trace_event_t[]", count) if trace and count else ffi.NULL
-        rc = lib.vta_sim_run(self._sim, ffi.from_buffer(raw), count, int(compute), max_cycles, st, events,
-                             self._err, ERR_LEN)
+        rc = lib.vta_sim_run(self._sim, ffi.from_buffer(raw), count, int(compute), max_cycles, max_work, st,
+                             events, self._err, ERR_LEN)
         if rc:
             self._check(rc, None if st.error_index < 0 else int(st.error_index))
         stats = RunStats(
             inp_load_nbytes=st.inp_load_nbytes, wgt_load_nbytes=st.wgt_load_nbytes,
             acc_load_nbytes=st.acc_load_nbytes, uop_load_nbytes=st.uop_load_nbytes,
             out_store_nbytes=st.out_store_nbytes, gemm_counter=st.gemm_counter, alu_counter=st.alu_counter,
-            cycles=st.cycles, finish_cycle=st.finish_cycle,
+            cycles=st.cycles, finish_cycle=st.finish_cycle, work=st.work,
             insns={m: st.insns[i] for i, m in enumerate(MODULES)},
             busy={m: st.busy[i] for i, m in enumerate(MODULES)},
             stalls={m: {c: st.stalls[i][k] for k, c in enumerate(STALL_CAUSES)} for i, m in enumerate(MODULES)},

@@ -17,18 +17,22 @@ import numpy as np
 from hw_config import ALU_OPCODES, MEM_TYPES, OPCODES, HwConfig, load_config
 from simulator.dram import AddressSpace
 from simulator.errors import (
+    DEFAULT_MAX_CYCLES,
+    DEFAULT_MAX_WORK,
     CycleBudgetExceeded,
     DeadlockError,
     InvalidInstruction,
     MemoryAccessError,
     SimulatorError,
+    WorkBudgetExceeded,
+    budget_value,
 )
 from simulator.stats import MODULES, QUEUES, RunStats
 
 if TYPE_CHECKING:
     from simulator.image import ProgramImage, ReplayResult
 
-DEFAULT_MAX_CYCLES = 1 << 30
+__all__ = ["DEFAULT_MAX_CYCLES", "DEFAULT_MAX_WORK", "ReferenceSimulator"]
 INSN_BYTES = 16
 
 LOAD, STORE, GEMM, FINISH, ALU = (OPCODES[n] for n in ("LOAD", "STORE", "GEMM", "FINISH", "ALU"))
@@ -119,6 +123,8 @@ class _Insn:
     pops: tuple[str, ...] = ()
     pushes: tuple[str, ...] = ()
     duration: int = 1
+    work: int = 0  # host work units (docs/simulator.md, "Budgets")
+    work_how: str = "bytes moved"  # how ``work`` is made up, for the budget's message
 
     @property
     def where(self) -> str:
@@ -261,7 +267,10 @@ class _Pipeline:
 class ReferenceSimulator:
     """Readable executor with the C ``Simulator``'s public API (DRAM, SRAM, run), for diffing the two."""
 
-    def __init__(self, cfg: HwConfig | str | None = None):
+    def __init__(self, cfg: HwConfig | str | None = None, *, max_cycles: int = DEFAULT_MAX_CYCLES,
+                 max_work: int = DEFAULT_MAX_WORK):
+        self.max_cycles = budget_value("max_cycles", max_cycles)
+        self.max_work = budget_value("max_work", max_work)
         self.cfg = cfg if isinstance(cfg, HwConfig) else load_config(cfg)
         self._space = AddressSpace()
         self._dram: dict[int, np.ndarray] = {}  # region base -> its bytes
@@ -354,13 +363,14 @@ class ReferenceSimulator:
 
     # ---- running ----
     def run(self, insns: bytes | bytearray | np.ndarray, *, compute: bool = True, trace: bool = False,
-            max_cycles: int = DEFAULT_MAX_CYCLES) -> RunStats:
+            max_cycles: int | None = None, max_work: int | None = None) -> RunStats:
         """Check the whole stream, then execute it event by event; returns counters and timing.
 
         ``compute=False`` moves no data except micro-op loads (timing, counters and errors unchanged).
+        ``max_cycles`` and ``max_work`` default to the simulator's budgets (docs/simulator.md, "Budgets").
         """
-        if isinstance(max_cycles, bool) or not isinstance(max_cycles, (int, np.integer)) or max_cycles <= 0:
-            raise SimulatorError(f"max_cycles={max_cycles!r}: need a positive integer")
+        max_cycles = self.max_cycles if max_cycles is None else budget_value("max_cycles", max_cycles)
+        max_work = self.max_work if max_work is None else budget_value("max_work", max_work)
         program = [self._check(i, word) for i, word in enumerate(self._words(insns))]
         if not program:
             raise InvalidInstruction("the instruction stream is empty: it must end with FINISH")
@@ -376,7 +386,13 @@ class ReferenceSimulator:
                 raise CycleBudgetExceeded(
                     f"{insn.where}: would run from cycle {start} to {start + insn.duration}, past "
                     f"max_cycles={max_cycles}", insn.index)
+            if stats.work + insn.work > max_work:
+                raise WorkBudgetExceeded(
+                    f"{insn.where}: needs {insn.work} units of host work ({insn.work_how}), and the run has done "
+                    f"{stats.work} of its budget max_work={max_work} (raise max_work, or --max-work on the command "
+                    f"line, to run bigger programs)", insn.index)
             self._execute(insn, stats, compute)
+            stats.work += insn.work
             pipeline.commit(insn, start, cause, stats)
         if trace:
             stats.trace = [(insn.module, pipeline.start[insn.index], pipeline.end[insn.index])
@@ -484,6 +500,10 @@ class ReferenceSimulator:
                 f"x_stride={f['x_stride']} (elements of {elem} bytes) reach outside mapped DRAM: {e}",
                 insn.index) from None
         insn.duration = self._dma_cycles(insn, elem, x_total * y_total - f["x_size"] * f["y_size"])
+        # Host work: the bytes a LOAD writes into its SRAM (padding included; ACC_8BIT widens to ACC elements)
+        # or a STORE writes to DRAM.
+        sram_elem = self.cfg.ACC_ELEM_BYTES if mem_type == ACC_8BIT else elem
+        insn.work = x_total * y_total * sram_elem if insn.opcode == LOAD else f["x_size"] * f["y_size"] * elem
 
     def _dma_cycles(self, insn: _Insn, elem: int, padded: int) -> int:
         """DRAM latency plus beats and burst gaps per row; contiguous transfers count as one row."""
@@ -515,7 +535,16 @@ class ReferenceSimulator:
             raise InvalidInstruction(f"{insn.where}: alu_opcode={f['alu_opcode']} is not allowed: allowed "
                                      f"{_list(ALU_NAMES)}", insn.index)
         ii = c.GEMM_II if insn.opcode == GEMM else c.ALU_II
-        insn.duration = max(1, c.COMPUTE_LATENCY + self._iterations(insn) * ii)
+        n = self._iterations(insn)
+        insn.duration = max(1, c.COMPUTE_LATENCY + n * ii)
+        # Host work: a multiply-accumulate per lane and input channel of a GEMM, one per lane written by an ALU
+        # or a reset GEMM, for every micro-op iteration.
+        macs = insn.opcode == GEMM and not f["reset_reg"]
+        per = c.BATCH * c.BLOCK_OUT * (c.BLOCK_IN if macs else 1)
+        insn.work = n * per
+        insn.work_how = (f"{n} micro-op iterations (iter_out={f['iter_out']} x iter_in={f['iter_in']} x "
+                         f"{f['uop_end'] - f['uop_bgn']} micro-ops) x {per} "
+                         f"{'multiply-accumulates' if macs else 'lanes'}")
 
     @staticmethod
     def _iterations(insn: _Insn) -> int:

@@ -25,6 +25,8 @@ class RunStats:
     alu_counter: int = 0
     cycles: int = 0
     finish_cycle: int = 0
+    # Host work units the run did (docs/simulator.md, "Budgets"): what ``max_work`` is compared with.
+    work: int = 0
     insns: dict[str, int] = field(default_factory=lambda: dict.fromkeys(MODULES, 0))
     busy: dict[str, int] = field(default_factory=lambda: dict.fromkeys(MODULES, 0))
     stalls: dict[str, dict[str, int]] = field(
@@ -57,7 +59,7 @@ class RunStats:
 def format_stats(stats: RunStats, cfg) -> str:
     """Human-readable summary: cycles and time, VTA's counters, and a per-module table."""
     lines = [(f"  cycles {stats.cycles:,} = {stats.seconds * 1e6:.1f} us at {cfg.CLOCK_MHZ:g} MHz "
-             f"(FINISH at cycle {stats.finish_cycle:,})"),
+             f"(FINISH at cycle {stats.finish_cycle:,}); host work {stats.work:,} units"),
              "  counters: " + ", ".join(f"{k}={v:,}" for k, v in stats.vta_counters().items()),
              "  module    insns    busy cycles   busy %   stall cycles by cause"]
     for mod in MODULES:

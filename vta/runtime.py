@@ -105,6 +105,7 @@ def combine_stats(runs: list[RunStats]) -> RunStats:
             setattr(total, name, getattr(total, name) + getattr(st, name))
         total.finish_cycle = total.cycles + st.finish_cycle
         total.cycles += st.cycles
+        total.work += st.work
         for m in st.busy:
             total.busy[m] += st.busy[m]
             total.insns[m] += st.insns[m]

@@ -58,6 +58,9 @@ static int fail(char *err, size_t errlen, int code, const char *fmt, ...) {
 
 static uint64_t ceil_div(uint64_t a, uint64_t b) { return (a + b - 1) / b; }
 
+/* a * b, or UINT64_MAX when the product does not fit (no budget below 2^64 admits such an instruction). */
+static uint64_t mul_sat(uint64_t a, uint64_t b) { return a && b > UINT64_MAX / a ? UINT64_MAX : a * b; }
+
 /* ------------------------------------------------------------------ creation and memory */
 
 static int check_fields(const vta_field_t *f, int n, uint32_t total) {
@@ -476,6 +479,31 @@ static uint64_t duration(const vta_sim_t *s, const insn_t *in) {
   return d;
 }
 
+/* Host work of an instruction (docs/simulator.md, "Budgets"): one unit per multiply-accumulate of a GEMM, per
+ * lane an ALU or a reset GEMM writes, per byte a LOAD writes into an SRAM (padding included) or a STORE writes to
+ * DRAM. `per` receives the units per micro-op iteration of GEMM/ALU (0 for the others). */
+static uint64_t host_work(const vta_sim_t *s, const insn_t *in, uint64_t *per) {
+  const vta_params_t *p = &s->p;
+  *per = 0;
+  switch (in->opcode) {
+    case OP_LOAD: {
+      if (in->x_size == 0) return 0;
+      uint64_t xt = (uint64_t)in->x_pad0 + in->x_size + in->x_pad1;
+      uint64_t yt = (uint64_t)in->y_pad0 + in->y_size + in->y_pad1;
+      uint64_t elem = in->mem_type == MEM_ACC_8BIT ? s->acc_elem : dram_elem_bytes(s, in->mem_type);
+      return xt * yt * elem; /* xt * yt <= the SRAM depth (checked at decode), so no overflow */
+    }
+    case OP_STORE: return in->x_size == 0 ? 0 : (uint64_t)in->x_size * in->y_size * s->out_elem;
+    case OP_GEMM:
+      *per = (uint64_t)p->batch * p->block_out * (in->reset ? 1 : p->block_in);
+      return mul_sat(iterations(in), *per);
+    case OP_ALU:
+      *per = (uint64_t)p->batch * p->block_out;
+      return mul_sat(iterations(in), *per);
+    default: return 0; /* FINISH */
+  }
+}
+
 static void exec_load(vta_sim_t *s, const insn_t *in) {
   uint32_t xt = in->x_pad0 + in->x_size + in->x_pad1;
   uint32_t yt = in->y_pad0 + in->y_size + in->y_pad1;
@@ -871,8 +899,26 @@ static int report_deadlock(const sched_t *S, const insn_t *in, uint32_t tdepth, 
   return fail(err, errlen, VTA_ERR_DEADLOCK, "deadlock: %s", msg);
 }
 
+/* The refusal of an instruction whose host work would take the run past max_work. */
+static int refuse_work(const insn_t *in, uint32_t idx, uint64_t work, uint64_t per,
+                       uint64_t max_work, vta_stats_t *stats, char *err, size_t errlen) {
+  char what[32], how[160];
+  describe(in, what, sizeof what);
+  if (in->opcode == OP_GEMM || in->opcode == OP_ALU)
+    snprintf(how, sizeof how, "%llu micro-op iterations (iter_out=%u x iter_in=%u x %u micro-ops) x %llu %s",
+             (unsigned long long)iterations(in), in->iter_out, in->iter_in, in->uop_end - in->uop_bgn,
+             (unsigned long long)per, in->opcode == OP_GEMM && !in->reset ? "multiply-accumulates" : "lanes");
+  else
+    snprintf(how, sizeof how, "bytes moved");
+  stats->error_index = idx;
+  return fail(err, errlen, VTA_ERR_WORK, "instruction %u (%s): needs %s%llu units of host work (%s), and the run "
+              "has done %llu of its budget max_work=%llu (raise max_work, or --max-work on the command line, to "
+              "run bigger programs)", idx, what, work == UINT64_MAX ? "at least " : "", (unsigned long long)work,
+              how, (unsigned long long)stats->work, (unsigned long long)max_work);
+}
+
 int vta_sim_run(vta_sim_t *s, const uint8_t *insns, uint32_t count, int compute, uint64_t max_cycles,
-                vta_stats_t *stats, vta_trace_event_t *trace, char *err, size_t errlen) {
+                uint64_t max_work, vta_stats_t *stats, vta_trace_event_t *trace, char *err, size_t errlen) {
   if (!stats) return fail(err, errlen, VTA_ERR_ARG, "no stats buffer");
   memset(stats, 0, sizeof *stats);
   stats->error_index = -1;
@@ -927,8 +973,14 @@ int vta_sim_run(vta_sim_t *s, const uint8_t *insns, uint32_t count, int compute,
                 (unsigned long long)max_cycles);
       break;
     }
+    uint64_t per, work = host_work(s, cur, &per);
+    if (work > max_work - stats->work) { /* stats->work <= max_work: no wrap-around */
+      rc = refuse_work(cur, idx, work, per, max_work, stats, err, errlen);
+      break;
+    }
     rc = execute(s, cur, idx, compute, stats, err, errlen);
     if (rc) break;
+    stats->work += work;
     if (pick_cause >= 0) stats->stalls[pick][pick_cause] += pick_t - S.free_at[pick];
     for (int k = 0; k < 2; k++) {
       if (cur->pop_q[k] != NO_QUEUE) {

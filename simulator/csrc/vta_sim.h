@@ -20,7 +20,8 @@ enum vta_status {
   VTA_ERR_MEM = 2,      /* DRAM access outside mapped regions, bad map/read/write */
   VTA_ERR_DEADLOCK = 3, /* no module can make progress */
   VTA_ERR_BUDGET = 4,   /* the program would run past max_cycles */
-  VTA_ERR_ARG = 5       /* bad argument or out of host memory */
+  VTA_ERR_ARG = 5,      /* bad argument or out of host memory */
+  VTA_ERR_WORK = 6      /* the program would do more host work than max_work */
 };
 
 /* Field order of each format: the same order as hw_config/layout.py (checked by a test). */
@@ -59,6 +60,7 @@ typedef struct vta_stats {
   uint64_t inp_load_nbytes, wgt_load_nbytes, acc_load_nbytes, uop_load_nbytes, out_store_nbytes;
   uint64_t gemm_counter, alu_counter;
   uint64_t cycles, finish_cycle;
+  uint64_t work;          /* host work units done (docs/simulator.md, "Budgets"), charged as with compute=1 */
   uint64_t insns[3];      /* load, compute, store */
   uint64_t busy[3];
   uint64_t stalls[3][9];  /* pop l2g,g2l,s2g,g2s; push l2g,g2l,s2g,g2s; dispatch */
@@ -85,8 +87,10 @@ int vta_sim_read(vta_sim_t *sim, uint64_t addr, uint8_t *dst, uint64_t n, char *
 int vta_sim_sram(vta_sim_t *sim, uint32_t mem, uint32_t index, uint32_t count, uint8_t *buf, int write,
                  char *err, size_t errlen);
 
-/* Runs `count` 16-byte instructions. compute=0 skips data work (timing only); trace may be NULL. */
+/* Runs `count` 16-byte instructions. compute=0 skips data work (timing only); trace may be NULL.
+ * Before each instruction executes: it must end by cycle max_cycles (else VTA_ERR_BUDGET), and the run's host
+ * work including it must stay within max_work (else VTA_ERR_WORK); the refused instruction touches nothing. */
 int vta_sim_run(vta_sim_t *sim, const uint8_t *insns, uint32_t count, int compute, uint64_t max_cycles,
-                vta_stats_t *stats, vta_trace_event_t *trace, char *err, size_t errlen);
+                uint64_t max_work, vta_stats_t *stats, vta_trace_event_t *trace, char *err, size_t errlen);
 
 #endif

@@ -25,6 +25,7 @@
 #define GOOD_BASE 0x100000u
 #define GOOD_SIZE 0x4000u
 #define TOP48 ((uint64_t)1 << 48)
+#define NO_WORK_LIMIT UINT64_MAX /* max_work that never binds */
 
 typedef char params_are_118_uint32[(sizeof(vta_params_t) == NPARAMS * sizeof(uint32_t)) ? 1 : -1];
 
@@ -51,11 +52,13 @@ static const char *g_phase = "setup";
     }                                                                                                 \
   } while (0)
 
-static const char *const RC_NAMES[] = {"ok", "insn", "mem", "deadlock", "budget", "arg"};
-static unsigned long long prog_rc[7], api_rc[7]; /* index 6: out-of-range codes */
-static unsigned long long clean_rc[7], executed, gemm_ops, alu_ops; /* how deep the programs get */
+#define NCODES 7 /* VTA_OK .. VTA_ERR_WORK */
+static const char *const RC_NAMES[NCODES] = {"ok", "insn", "mem", "deadlock", "budget", "arg", "work"};
+static unsigned long long prog_rc[NCODES + 1], api_rc[NCODES + 1]; /* index NCODES: out-of-range codes */
+static unsigned long long clean_rc[NCODES + 1], executed, gemm_ops, alu_ops; /* how deep the programs get */
 
-static const char *rc_name(int rc) { return rc >= 0 && rc <= 5 ? RC_NAMES[rc] : "invalid"; }
+static int rc_index(int rc) { return rc >= 0 && rc < NCODES ? rc : NCODES; }
+static const char *rc_name(int rc) { return rc >= 0 && rc < NCODES ? RC_NAMES[rc] : "invalid"; }
 
 /* ------------------------------------------------------------------ PRNG (xorshift64*) */
 
@@ -117,7 +120,7 @@ static void clear_err(void) { memset(g_err, 0x5a, sizeof g_err); }
 
 /* The message after an error: NUL-terminated inside the buffer and non-empty. */
 static void check_message(int rc, const char *what) {
-  EXPECT(rc >= 0 && rc <= 5, "%s returned unknown status %d", what, rc);
+  EXPECT(rc >= 0 && rc < NCODES, "%s returned unknown status %d", what, rc);
   if (rc != VTA_OK) {
     EXPECT(memchr(g_err, 0, sizeof g_err) != NULL, "%s (%s): message is not NUL-terminated", what, rc_name(rc));
     EXPECT(g_err[0] != 0 && g_err[0] != 0x5a, "%s (%s): empty or unwritten message", what, rc_name(rc));
@@ -127,7 +130,7 @@ static void check_message(int rc, const char *what) {
 static int g_pending; /* an error happened since the last known-good check */
 
 static void count_api(int rc) {
-  api_rc[rc >= 0 && rc <= 5 ? rc : 6]++;
+  api_rc[rc_index(rc)]++;
   if (rc != VTA_OK) g_pending = 1;
 }
 
@@ -307,7 +310,7 @@ static void known_good(ctx_t *c, const char *after) {
   emit(prog + 32, w);
   vta_stats_t st;
   clear_err();
-  int rc = vta_sim_run(c->sim, prog, 3, 1, 1000000, &st, NULL, g_err, sizeof g_err);
+  int rc = vta_sim_run(c->sim, prog, 3, 1, 1000000, NO_WORK_LIMIT, &st, NULL, g_err, sizeof g_err);
   count_api(rc);
   EXPECT(rc == VTA_OK, "%s: known-good program after %s failed: %s: %s", c->name, after, rc_name(rc), g_err);
   if (rc == VTA_OK) {
@@ -316,6 +319,8 @@ static void known_good(ctx_t *c, const char *after) {
     EXPECT(st.acc_load_nbytes == 2ull * ea && st.out_store_nbytes == 2ull * eo,
            "%s: known-good program: wrong byte counters", c->name);
     EXPECT(st.finish_cycle > 0 && st.finish_cycle <= st.cycles, "%s: known-good program: bad cycle counts", c->name);
+    EXPECT(st.work == 2ull * ea + 2ull * eo, "%s: known-good program: host work %llu, expected %llu", c->name,
+           (unsigned long long)st.work, 2ull * ea + 2ull * eo);
   }
   uint8_t got[4 * 1024];
   if (do_read(c, out_addr - eo, got, 4 * eo) == VTA_OK)
@@ -534,11 +539,13 @@ static uint32_t gen_program(const ctx_t *c, uint8_t *prog, int *must_fail) {
 /* ------------------------------------------------------------------ targeted probes with exact outcomes */
 
 /* Runs `n` instructions and checks the exact status and error_index. */
-static void run_expect(ctx_t *c, const uint8_t *prog, uint32_t n, uint64_t max_cycles, int expect, int64_t index,
-                       const char *what) {
+static vta_stats_t g_probe_stats; /* the stats of the last run_expect */
+
+static void run_expect_work(ctx_t *c, const uint8_t *prog, uint32_t n, uint64_t max_cycles, uint64_t max_work,
+                            int expect, int64_t index, const char *what) {
   vta_stats_t st;
   clear_err();
-  int rc = vta_sim_run(c->sim, prog, n, (int)rnd(2), max_cycles, &st, NULL, g_err, sizeof g_err);
+  int rc = vta_sim_run(c->sim, prog, n, (int)rnd(2), max_cycles, max_work, &st, NULL, g_err, sizeof g_err);
   count_api(rc);
   check_message(rc, "vta_sim_run");
   EXPECT(rc == expect, "%s: probe '%s' returned %s, expected %s (%s)", c->name, what, rc_name(rc), rc_name(expect),
@@ -546,6 +553,14 @@ static void run_expect(ctx_t *c, const uint8_t *prog, uint32_t n, uint64_t max_c
   if (rc == expect)
     EXPECT(st.error_index == (rc == VTA_OK ? -1 : index), "%s: probe '%s': error_index %lld, expected %lld", c->name,
            what, (long long)st.error_index, (long long)(rc == VTA_OK ? -1 : index));
+  EXPECT(st.work <= max_work, "%s: probe '%s': host work %llu past max_work %llu", c->name, what,
+         (unsigned long long)st.work, (unsigned long long)max_work);
+  g_probe_stats = st;
+}
+
+static void run_expect(ctx_t *c, const uint8_t *prog, uint32_t n, uint64_t max_cycles, int expect, int64_t index,
+                       const char *what) {
+  run_expect_work(c, prog, n, max_cycles, NO_WORK_LIMIT, expect, index, what);
 }
 
 static void finish_insn(const ctx_t *c, uint8_t *dst) {
@@ -575,7 +590,7 @@ static void probe(ctx_t *c) {
   /* a valid 1x1 transfer through the known-good region, which each probe then bends */
   encode_mem(c, w, store ? OP_STORE : OP_LOAD, mem, 0, first, 1, 1, 1, 0, 0);
   finish_insn(c, prog + 16);
-  switch (rnd(12)) {
+  switch (rnd(14)) {
     case 0: /* y_size 0 with x_size > 0 */
       put(w, mf[VTA_MEM_Y_SIZE], 0);
       put(w, mf[VTA_MEM_X_SIZE], 1 + rnd(4));
@@ -702,6 +717,45 @@ static void probe(ctx_t *c) {
       run_expect(c, prog, 2, 200000, bad ? VTA_ERR_INSN : VTA_OK, 0, "micro-op index edge");
       break;
     }
+    case 11: { /* host work budget edge: a GEMM or ALU of known work, with max_work = its work or one less */
+      uint32_t op = chance(50) ? OP_GEMM : OP_ALU, reset = op == OP_GEMM && chance(30);
+      const vta_field_t *f = op == OP_GEMM ? c->p.gemm : c->p.alu;
+      uint32_t io = 1 + (uint32_t)rnd(3), ii = 1 + (uint32_t)rnd(3), nu = 1 + (uint32_t)rnd(c->p.uop_depth < 3 ? c->p.uop_depth : 3);
+      uint32_t zero = 0;
+      for (uint32_t k = 0; k < nu; k++) do_sram(c, MEM_UOP, k, 1, (uint8_t *)&zero, 1); /* every index 0 */
+      w[0] = w[1] = 0;
+      put(w, f[VTA_LOOP_OPCODE], op);
+      put(w, f[VTA_LOOP_RESET], reset);
+      put(w, f[VTA_LOOP_UOP_END], nu);
+      put(w, f[VTA_LOOP_ITER_OUT], io);
+      put(w, f[VTA_LOOP_ITER_IN], ii);
+      if (op == OP_ALU) put(w, f[VTA_ALU_OPCODE], rnd(5));
+      emit(prog, w);
+      uint64_t per = (uint64_t)c->p.batch * c->p.block_out * (op == OP_GEMM && !reset ? c->p.block_in : 1);
+      uint64_t work = (uint64_t)io * ii * nu * per;
+      run_expect_work(c, prog, 2, UINT64_MAX, work - (uint64_t)bad, bad ? VTA_ERR_WORK : VTA_OK, 0, "work budget edge");
+      if (!bad)
+        EXPECT(g_probe_stats.work == work, "%s: work budget edge: host work %llu, expected %llu", c->name,
+               (unsigned long long)g_probe_stats.work, (unsigned long long)work);
+      break;
+    }
+    case 12: { /* the hang of issue #10: every loop field at its maximum and no cycle budget to speak of; only the
+                * host work budget stops it, before it executes (a regression makes this driver run for hours) */
+      uint32_t op = chance(50) ? OP_GEMM : OP_ALU;
+      const vta_field_t *f = op == OP_GEMM ? c->p.gemm : c->p.alu;
+      w[0] = w[1] = 0;
+      put(w, f[VTA_LOOP_OPCODE], op);
+      put(w, f[VTA_LOOP_RESET], op == OP_GEMM && chance(30));
+      put(w, f[VTA_LOOP_UOP_END], c->p.uop_depth);
+      put(w, f[VTA_LOOP_ITER_OUT], mask_of(f[VTA_LOOP_ITER_OUT].width));
+      put(w, f[VTA_LOOP_ITER_IN], mask_of(f[VTA_LOOP_ITER_IN].width));
+      emit(prog, w);
+      /* at least (2^14 - 1)^2 micro-op iterations of one unit or more: far past 2^20 */
+      run_expect_work(c, prog, 2, UINT64_MAX, 1 + rnd((uint64_t)1 << 20), VTA_ERR_WORK, 0, "hostile host work");
+      EXPECT(g_probe_stats.work == 0, "%s: hostile host work: %llu units done before the refusal", c->name,
+             (unsigned long long)g_probe_stats.work);
+      break;
+    }
     default: { /* a lone FINISH ends at DRAM_LATENCY + ceil(16 / BUS_BYTES) + 1: the budget is inclusive */
       uint64_t end = c->p.dram_latency + (16 + c->p.bus_bytes - 1) / c->p.bus_bytes + 1;
       finish_insn(c, prog);
@@ -750,15 +804,19 @@ static void run_random_program(ctx_t *c) {
   uint32_t n = gen_program(c, prog, &must_fail);
   int compute = (int)rnd(2);
   uint64_t max_cycles = chance(85) ? 200000 : 1 + rnd(2000);
+  uint64_t max_work = chance(80) ? NO_WORK_LIMIT : rnd(4000); /* 0 admits only programs without work */
   vta_trace_event_t trace[MAX_INSNS];
   int use_trace = chance(30);
   if (use_trace) memset(trace, 0xee, sizeof trace);
   vta_stats_t st;
   clear_err();
-  int rc = vta_sim_run(c->sim, prog, n, compute, max_cycles, &st, use_trace ? trace : NULL, g_err, sizeof g_err);
-  prog_rc[rc >= 0 && rc <= 5 ? rc : 6]++;
-  if (g_clean) clean_rc[rc >= 0 && rc <= 5 ? rc : 6]++;
-  if (rc == VTA_OK || rc == VTA_ERR_DEADLOCK || rc == VTA_ERR_BUDGET || rc == VTA_ERR_INSN) {
+  int rc = vta_sim_run(c->sim, prog, n, compute, max_cycles, max_work, &st, use_trace ? trace : NULL, g_err,
+                       sizeof g_err);
+  prog_rc[rc_index(rc)]++;
+  if (g_clean) clean_rc[rc_index(rc)]++;
+  EXPECT(st.work <= max_work, "%s: host work %llu past max_work %llu (%s)", c->name, (unsigned long long)st.work,
+         (unsigned long long)max_work, rc_name(rc));
+  if (rc == VTA_OK || rc == VTA_ERR_DEADLOCK || rc == VTA_ERR_BUDGET || rc == VTA_ERR_INSN || rc == VTA_ERR_WORK) {
     executed += st.insns[0] + st.insns[1] + st.insns[2];
     gemm_ops += st.gemm_counter;
     alu_ops += st.alu_counter;
@@ -781,7 +839,7 @@ static void run_random_program(ctx_t *c) {
       for (uint32_t i = 0; i < n; i++)
         EXPECT(trace[i].start < trace[i].end && trace[i].end <= st.cycles && trace[i].module < 3,
                "%s: bad trace event %u", c->name, i);
-  } else if (rc >= VTA_ERR_INSN && rc <= VTA_ERR_BUDGET) {
+  } else if ((rc >= VTA_ERR_INSN && rc <= VTA_ERR_BUDGET) || rc == VTA_ERR_WORK) {
     EXPECT(st.error_index >= 0 && st.error_index < (int64_t)n, "%s: %s with error_index %lld of %u", c->name,
            rc_name(rc), (long long)st.error_index, n);
   }
@@ -875,15 +933,15 @@ static void misuse(ctx_t *c) {
       clear_err();
       switch (rnd(3)) {
         case 0:
-          rc = vta_sim_run(c->sim, finish, 0, 1, 1000, &st, NULL, g_err, sizeof g_err);
+          rc = vta_sim_run(c->sim, finish, 0, 1, 1000, NO_WORK_LIMIT, &st, NULL, g_err, sizeof g_err);
           EXPECT(rc == VTA_ERR_INSN, "%s: run with count 0 returned %s", c->name, rc_name(rc));
           break;
         case 1:
-          rc = vta_sim_run(c->sim, NULL, 1 + (uint32_t)rnd(100), 1, 1000, &st, NULL, g_err, sizeof g_err);
+          rc = vta_sim_run(c->sim, NULL, 1 + (uint32_t)rnd(100), 1, 1000, NO_WORK_LIMIT, &st, NULL, g_err, sizeof g_err);
           EXPECT(rc == VTA_ERR_INSN, "%s: run with NULL instructions returned %s", c->name, rc_name(rc));
           break;
         default:
-          rc = vta_sim_run(c->sim, finish, 1, 1, 1000, NULL, NULL, g_err, sizeof g_err);
+          rc = vta_sim_run(c->sim, finish, 1, 1, 1000, NO_WORK_LIMIT, NULL, NULL, g_err, sizeof g_err);
           EXPECT(rc == VTA_ERR_ARG, "%s: run with NULL stats returned %s", c->name, rc_name(rc));
       }
       count_api(rc);
@@ -911,10 +969,13 @@ static void misuse(ctx_t *c) {
       vta_stats_t st;
       vta_trace_event_t ev;
       clear_err();
-      rc = vta_sim_run(c->sim, finish, 1, (int)rnd(2), chance(50) ? 0 : 1000, &st, &ev, g_err, sizeof g_err);
+      /* FINISH does no host work, so even max_work = 0 admits it */
+      rc = vta_sim_run(c->sim, finish, 1, (int)rnd(2), chance(50) ? 0 : 1000, chance(50) ? 0 : NO_WORK_LIMIT, &st, &ev,
+                       g_err, sizeof g_err);
       count_api(rc);
       check_message(rc, "vta_sim_run");
       EXPECT(rc == VTA_OK || rc == VTA_ERR_BUDGET, "%s: FINISH-only program returned %s", c->name, rc_name(rc));
+      EXPECT(st.work == 0, "%s: FINISH-only program did %llu units of host work", c->name, (unsigned long long)st.work);
       break;
     }
     case 13: /* map adjacent to an existing region (valid unless something is there) */
@@ -1127,13 +1188,14 @@ int main(int argc, char **argv) {
   }
   for (int i = 0; i < NCTX; i++) vta_sim_destroy(ctx[i].sim);
 
-  printf("hostile: %lu programs: ok=%llu, insn=%llu, mem=%llu, deadlock=%llu, budget=%llu, arg=%llu, other=%llu\n",
-         iterations, prog_rc[0], prog_rc[1], prog_rc[2], prog_rc[3], prog_rc[4], prog_rc[5], prog_rc[6]);
-  printf("hostile: api calls: ok=%llu, insn=%llu, mem=%llu, deadlock=%llu, budget=%llu, arg=%llu, other=%llu\n",
-         api_rc[0], api_rc[1], api_rc[2], api_rc[3], api_rc[4], api_rc[5], api_rc[6]);
-  printf("hostile: clean-biased programs: ok=%llu, insn=%llu, mem=%llu, deadlock=%llu, budget=%llu; "
+  printf("hostile: %lu programs: ok=%llu, insn=%llu, mem=%llu, deadlock=%llu, budget=%llu, arg=%llu, work=%llu, "
+         "other=%llu\n", iterations, prog_rc[0], prog_rc[1], prog_rc[2], prog_rc[3], prog_rc[4], prog_rc[5],
+         prog_rc[6], prog_rc[7]);
+  printf("hostile: api calls: ok=%llu, insn=%llu, mem=%llu, deadlock=%llu, budget=%llu, arg=%llu, work=%llu, "
+         "other=%llu\n", api_rc[0], api_rc[1], api_rc[2], api_rc[3], api_rc[4], api_rc[5], api_rc[6], api_rc[7]);
+  printf("hostile: clean-biased programs: ok=%llu, insn=%llu, mem=%llu, deadlock=%llu, budget=%llu, work=%llu; "
          "instructions executed=%llu, gemm uops=%llu, alu uops=%llu\n", clean_rc[0], clean_rc[1], clean_rc[2],
-         clean_rc[3], clean_rc[4], executed, gemm_ops, alu_ops);
+         clean_rc[3], clean_rc[4], clean_rc[6], executed, gemm_ops, alu_ops);
   printf("hostile: known-good checks after an error: %llu\n", g_known_good);
   printf("%llu passed, %llu failed\n", g_pass, g_fail);
   return g_fail ? 1 : 0;
