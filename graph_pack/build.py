@@ -27,7 +27,7 @@ from graph_pack.pack import Group, is_scalar_const
 from graph_pack.reference import check_inputs
 from hw_config import HwConfig
 from simulator.stats import RunStats
-from vta.device import Buffer, SimDevice
+from vta.device import Buffer, Device, SimDevice
 from vta.environment import config_of
 from vta.ops import AluBuffers, CompiledOp, compile_op, pack_bias, pack_blocks, unpack_blocks
 from vta.runtime import ScheduleError, combine_stats
@@ -148,7 +148,7 @@ class AccelStep:
 class GraphModule:
     """A built network: ``set_input``, ``run``, ``get_output``, ``benchmark``, ``profile``."""
 
-    def __init__(self, graph: Graph, cfg: HwConfig, device: SimDevice, steps: list, consts: dict[str, np.ndarray],
+    def __init__(self, graph: Graph, cfg: HwConfig, device: Device, steps: list, consts: dict[str, np.ndarray],
                  build_times: dict[str, float]):
         self.graph, self.cfg, self.device, self.steps = graph, cfg, device, steps
         self.consts = consts
@@ -357,10 +357,10 @@ def _epilogue(group: Group, consts: dict) -> list[tuple]:
 
 class _Builder:
     def __init__(self, graph: Graph, cfg: HwConfig, consts: dict, schedules: Schedules, cpu: str,
-                 max_insns: int, fallback: str):
+                 max_insns: int, fallback: str, device: Device | None):
         self.g, self.cfg, self.consts = graph, cfg, consts
         self.schedules, self.cpu, self.max_insns, self.fallback = schedules, cpu, max_insns, fallback
-        self.device = SimDevice(cfg)
+        self.device = device if device is not None else SimDevice(cfg)
         self.producer_buffer: dict[str, Buffer] = {}   # accelerator outputs by value name
         self.steps: list = []
         self.fallbacks: dict[str, str] = {}
@@ -494,7 +494,8 @@ def _source(graph: Graph, name: str) -> str:
 
 
 def build(graph: Graph, env, params: dict[str, np.ndarray], schedules: Schedules = None, *,
-          cpu: str = "auto", max_insns: int = 1 << 20, fallback: str = "warn") -> GraphModule:
+          cpu: str = "auto", max_insns: int = 1 << 20, fallback: str = "warn", device: Device | None = None
+          ) -> GraphModule:
     """Compile a (packed) graph for ``env``'s accelerator; ``params`` are the quantized graph's params.
 
     ``schedules`` maps ``workload_key(workload)`` to a knob config (``tuning.load_best`` gives one) or is a
@@ -502,12 +503,19 @@ def build(graph: Graph, env, params: dict[str, np.ndarray], schedules: Schedules
     kernels: "auto" (llvmlite JIT where available, numpy otherwise), "jit" or "numpy". ``fallback`` says what
     happens to a group whose template refuses every config: "warn" (run it on the host and issue a
     ``HostFallbackWarning``), "allow" (the same, silently) or "error" (raise ``HostFallbackError``); either
-    way ``module.fallbacks`` names each such group and the reason."""
+    way ``module.fallbacks`` names each such group and the reason. ``device`` runs the accelerator groups: the
+    simulator by default, or any device of ``env``'s config (a Pynq board, a remote board); weights are staged
+    on it once, at build."""
     if cpu not in CPU_BACKENDS:
         raise ValueError(f"cpu={cpu!r}; allowed: {', '.join(CPU_BACKENDS)}")
     if fallback not in FALLBACKS:
         raise ValueError(f"fallback={fallback!r}; allowed: {', '.join(FALLBACKS)}")
+    if device is not None and not isinstance(device, Device):
+        raise TypeError(f"device={device!r} is not a device (alloc/free/copy_in/copy_out/run, as vta.device.SimDevice)")
     cfg = config_of(env)
+    if device is not None and device.cfg.fingerprint != cfg.fingerprint:
+        raise GraphError(f"the device is a {device.cfg.model}, the build is for {cfg.model}: give a device of the "
+                         "build's config")
     packed_for = graph.meta.get("config")
     if packed_for is not None and packed_for != cfg.fingerprint:
         raise GraphError("this graph was packed for another hardware config; run graph_pack with this env")
@@ -516,7 +524,7 @@ def build(graph: Graph, env, params: dict[str, np.ndarray], schedules: Schedules
     consts = _fold_constants(graph, params)
     times["fold constants"] = time.perf_counter() - t0
     t0 = time.perf_counter()
-    builder = _Builder(graph, cfg, consts, schedules, cpu, max_insns, fallback)
+    builder = _Builder(graph, cfg, consts, schedules, cpu, max_insns, fallback, device)
     steps = builder.run(graph.meta.get("groups", {}))
     times["compile"] = time.perf_counter() - t0
     runtime_consts = {k: v for k, v in consts.items() if any(k in getattr(s, "inputs", ()) for s in steps)}

@@ -179,3 +179,30 @@ def test_vta_run_skip_conv_none_offloads_every_conv(capsys):
     assert "20 accelerator group(s)" in capsys.readouterr().out   # the stem conv too
     assert vta_main(base) == 0
     assert "19 accelerator group(s)" in capsys.readouterr().out   # by default the stem stays in float
+
+
+def test_build_runs_every_accelerator_group_on_the_device_it_is_given():
+    from graph_pack.graph import GraphError
+    from vta.device import SimDevice
+
+    class Counting(SimDevice):
+        runs = 0
+
+        def run(self, insns, **kw):
+            Counting.runs += 1
+            return super().run(insns, **kw)
+
+    cfg = load_config("pynq")
+    graph, params = zoo.get_model("resnet-18", batch_size=1, image_shape=(3, 32, 32))
+    qgraph, qparams = quantize(graph, params)
+    packed = graph_pack(qgraph, cfg, start_name="nn.max_pool2d", stop_name="nn.global_avg_pool2d")
+    device = Counting(cfg)
+    mod = build(packed, cfg, qparams, device=device, fallback="error")
+    x = np.random.default_rng(0).standard_normal((1, 3, 32, 32)).astype(np.float32)
+    mod.run(data=x)
+    assert mod.device is device and Counting.runs >= 19 and device.last_stats is not None
+    np.testing.assert_array_equal(mod.get_output(0), run_reference(qgraph, qparams, {"data": x}))
+    with pytest.raises(GraphError, match="the device is a"):
+        build(packed, cfg, qparams, device=SimDevice(load_config("batch4")))
+    with pytest.raises(TypeError, match="is not a device"):
+        build(packed, cfg, qparams, device="pynq")

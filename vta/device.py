@@ -7,6 +7,7 @@ above never asks which one it holds.
 from __future__ import annotations
 
 from dataclasses import dataclass
+from typing import Protocol, runtime_checkable
 
 import numpy as np
 
@@ -27,6 +28,20 @@ class Buffer:
         if self.addr % elem_bytes:
             raise ValueError(f"buffer at 0x{self.addr:x} is not aligned to {elem_bytes}-byte elements")
         return self.addr // elem_bytes
+
+
+@runtime_checkable
+class Device(Protocol):
+    """What every device offers (simulator, Pynq board, remote board): the surface the runtime and build use."""
+
+    cfg: HwConfig
+    last_stats: RunStats | None
+
+    def alloc(self, nbytes: int) -> Buffer: ...
+    def free(self, buf: Buffer) -> None: ...
+    def copy_in(self, buf: Buffer, data: np.ndarray | bytes, offset: int = 0) -> None: ...
+    def copy_out(self, buf: Buffer, nbytes: int | None = None, offset: int = 0) -> np.ndarray: ...
+    def run(self, insns: np.ndarray, *, compute: bool = True, trace: bool = False) -> RunStats: ...
 
 
 class SimDevice:
