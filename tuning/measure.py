@@ -13,6 +13,8 @@ import multiprocessing
 import time
 import traceback
 from collections.abc import Sequence
+from concurrent.futures import ProcessPoolExecutor, as_completed
+from concurrent.futures.process import BrokenProcessPool
 from dataclasses import asdict, dataclass
 from typing import Any, Protocol, Self
 
@@ -90,26 +92,51 @@ def _measure_star(args: tuple) -> MeasureResult:
 
 
 class LocalRunner:
-    """Measure on the simulator, in ``n_parallel`` worker processes (1: in this process)."""
+    """Measure on the simulator, in ``n_parallel`` worker processes (1: in this process).
+
+    A worker process that dies mid-batch (an out-of-memory kill, a crash) never hangs ``measure``: the pool is
+    rebuilt and the configs it lost are measured again, each in a process of its own, so a config that kills
+    its worker every time comes back as a failed result naming that, and the others as measured."""
 
     def __init__(self, n_parallel: int = 1, check: bool = True, timing_only: bool = False, seed: int = 0):
         if n_parallel < 1:
             raise ValueError(f"n_parallel must be >= 1, got {n_parallel}")
         self.n_parallel, self.check, self.timing_only, self.seed = n_parallel, check, timing_only, seed
-        self._pool = None
+        self._pool: ProcessPoolExecutor | None = None
 
     def measure(self, task: Task, configs: Sequence[dict]) -> list[MeasureResult]:
         jobs = [(task, c, self.check, self.timing_only, self.seed) for c in configs]
         if self.n_parallel == 1 or len(jobs) <= 1:
             return [_measure_star(j) for j in jobs]
         if self._pool is None:
-            self._pool = multiprocessing.get_context("fork").Pool(self.n_parallel)
-        return self._pool.map(_measure_star, jobs, chunksize=max(1, len(jobs) // (4 * self.n_parallel)))
+            self._pool = ProcessPoolExecutor(self.n_parallel, mp_context=multiprocessing.get_context("fork"))
+        results = self._run(self._pool, jobs, range(len(jobs)))
+        lost = [i for i, r in enumerate(results) if r is None]
+        if lost:   # the pool broke: start a new one, and isolate the lost configs to find one that kills workers
+            self.close()
+            for i in lost:
+                with ProcessPoolExecutor(1, mp_context=multiprocessing.get_context("fork")) as alone:
+                    results[i] = self._run(alone, jobs, [i])[i] or MeasureResult(
+                        configs[i], error="failed: the worker process measuring it died (twice)")
+        return results   # type: ignore[return-value]
+
+    @staticmethod
+    def _run(pool: ProcessPoolExecutor, jobs: list[tuple], which) -> list[MeasureResult | None]:
+        results: list[MeasureResult | None] = [None] * len(jobs)
+        try:
+            futures = {pool.submit(_measure_star, jobs[i]): i for i in which}
+        except BrokenProcessPool:
+            return results
+        for future in as_completed(futures):
+            try:
+                results[futures[future]] = future.result()
+            except BrokenProcessPool:
+                pass
+        return results
 
     def close(self) -> None:
         if self._pool is not None:
-            self._pool.close()
-            self._pool.join()
+            self._pool.shutdown(wait=True, cancel_futures=True)
             self._pool = None
 
     def __enter__(self) -> Self:
@@ -120,15 +147,45 @@ class LocalRunner:
 
 
 class DaskRunner:
-    """Measure on a Dask cluster (``pip install dask distributed``); ``client`` is a distributed.Client."""
+    """Measure on a Dask cluster (``pip install dask distributed``); ``client`` is a distributed.Client.
 
-    def __init__(self, client, check: bool = True, timing_only: bool = False, seed: int = 0):
+    A worker that dies mid-batch loses nothing: Dask reruns its configs elsewhere (up to the scheduler's
+    ``distributed.scheduler.allowed-failures``). A config whose workers kept dying (``KilledWorker``) or that
+    raised on the cluster comes back as a failed result naming why, never as an exception out of
+    ``measure``. With ``timeout`` (seconds per batch), configs still unfinished then (say, every worker is
+    gone) come back as timed out and are cancelled; without it ``measure`` waits for the cluster."""
+
+    def __init__(self, client, check: bool = True, timing_only: bool = False, seed: int = 0,
+                 timeout: float | None = None):
+        if timeout is not None and timeout <= 0:
+            raise ValueError(f"timeout must be > 0 seconds or None, got {timeout}")
         self.client, self.check, self.timing_only, self.seed = client, check, timing_only, seed
+        self.timeout = timeout
 
     def measure(self, task: Task, configs: Sequence[dict]) -> list[MeasureResult]:
+        from distributed import as_completed  # the client exists, so distributed is installed
+
         futures = self.client.map(_measure_star, [(task, c, self.check, self.timing_only, self.seed)
                                                   for c in configs], pure=False)
-        return self.client.gather(futures)
+        position = {f.key: i for i, f in enumerate(futures)}
+        results: list[MeasureResult | None] = [None] * len(futures)
+        try:
+            for future, value in as_completed(futures, loop=self.client.loop, with_results=True,
+                                              raise_errors=False, timeout=self.timeout):
+                i = position[future.key]
+                if isinstance(value, MeasureResult):
+                    results[i] = value
+                else:  # the (type, exception, traceback) of an erred task, or the CancelledError
+                    exc = value[1] if isinstance(value, tuple) else value
+                    results[i] = MeasureResult(configs[i], error="failed on the Dask cluster: "
+                                               f"{type(exc).__name__}: {exc}")
+        except TimeoutError:
+            pass
+        finally:
+            self.client.cancel([f for f, r in zip(futures, results) if r is None])
+        return [r if r is not None else MeasureResult(c, error=f"timed out: no result from the Dask cluster "
+                                                             f"within {self.timeout} s")
+                for c, r in zip(configs, results)]
 
 
 def dask_client(address: str | None = None, **kwargs):

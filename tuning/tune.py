@@ -187,8 +187,12 @@ def _schedule(states: list[TaskState], runner, total: int, batch_size: int, log,
             progress.update(i, s, results, spent + s.trials - before, total)
         return s.trials - before
 
-    live = [i for i, s in enumerate(states) if s.tuner.has_next()]
+    # warm-up: one batch for every task that has only its default measured (a resumed task had its warm-up)
+    live = [i for i, s in enumerate(states) if s.tuner.has_next() and s.trials <= 1]
     warm_up = max(1, min(batch_size, (total - spent) // max(1, len(live))))  # every task gets one, budget allowing
+    for s in states:
+        if s.trials > 1:
+            s.history.append((s.trials, s.best_s))
     for i in live:
         if spent >= total:
             break
