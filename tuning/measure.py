@@ -163,8 +163,7 @@ class DaskRunner:
         self.timeout = timeout
 
     def measure(self, task: Task, configs: Sequence[dict]) -> list[MeasureResult]:
-        from distributed import as_completed  # the client exists, so distributed is installed
-
+        as_completed = _distributed().as_completed
         futures = self.client.map(_measure_star, [(task, c, self.check, self.timing_only, self.seed)
                                                   for c in configs], pure=False)
         position = {f.key: i for i, f in enumerate(futures)}
@@ -188,12 +187,18 @@ class DaskRunner:
                 for c, r in zip(configs, results)]
 
 
-def dask_client(address: str | None = None, **kwargs):
-    """A ``distributed.Client`` (a local cluster when ``address`` is None): the one import point of dask."""
+def _distributed():
+    """The ``distributed`` module: the one import point of dask."""
     try:
-        from distributed import Client
+        import distributed
     except ImportError:
-        raise ImportError("DaskRunner needs dask: pip install 'dask[distributed]'") from None
+        raise ImportError("DaskRunner needs dask: pip install 'vta-stack[dask]'") from None
+    return distributed
+
+
+def dask_client(address: str | None = None, **kwargs):
+    """A ``distributed.Client`` (a local cluster when ``address`` is None)."""
+    client = _distributed().Client
     if address:
-        return Client(address, **kwargs)
-    return Client(**{"processes": True, **kwargs})
+        return client(address, **kwargs)
+    return client(**{"processes": True, **kwargs})
