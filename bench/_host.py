@@ -1,0 +1,53 @@
+"""The line every bench script prints first: what ran the measurement (date, CPU, versions, load).
+
+Figures from other machines or papers are never divided into: ``quoted`` formats them with their source.
+"""
+
+from __future__ import annotations
+
+import os
+import platform
+import sys
+import time
+
+import numpy as np
+
+
+def cpu_name() -> str:
+    """The CPU's model name as lscpu shows it (Linux), else what the platform module knows."""
+    try:
+        with open("/proc/cpuinfo") as f:
+            for line in f:
+                if line.startswith("model name"):
+                    return line.split(":", 1)[1].strip()
+    except OSError:
+        pass
+    return platform.processor() or platform.machine()
+
+
+def blas() -> str:
+    """numpy's BLAS as threadpoolctl sees it (library, version, kernel architecture, threads), and the
+    environment variables that change it; numpy's integer matmul does not use it, its float one does."""
+    env = [f"{k}={os.environ[k]}" for k in ("OPENBLAS_CORETYPE", "OPENBLAS_L2_SIZE", "OPENBLAS_NUM_THREADS",
+                                            "OMP_NUM_THREADS") if k in os.environ]
+    try:
+        from threadpoolctl import threadpool_info
+    except ImportError:
+        libs = []
+    else:
+        libs = [f"{i.get('internal_api')} {i.get('version')} {i.get('architecture', '')} {i.get('num_threads')} "
+                f"threads" for i in threadpool_info() if i.get("user_api") == "blas"]
+    return "; ".join(libs + env) or "BLAS unknown (no threadpoolctl)"
+
+
+def header(script: str, what: str) -> str:
+    """``# script: what`` plus date, CPU, cores, Python, numpy and its BLAS, and the 1-minute load average
+    (other jobs on the machine show up there: on a shared 2-core machine they are the main source of noise)."""
+    load = f", load {os.getloadavg()[0]:.2f}" if hasattr(os, "getloadavg") else ""
+    return (f"# {script}: {what}\n# {time.strftime('%Y-%m-%d')}, {cpu_name()} ({os.cpu_count()} CPUs), "
+            f"Python {sys.version.split()[0]}, numpy {np.__version__} ({blas()}){load}")
+
+
+def quoted(value: str, source: str) -> str:
+    """A figure measured elsewhere, labelled as such (no ratio is computed against it)."""
+    return f"quoted: {value} ({source})"
