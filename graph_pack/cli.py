@@ -11,31 +11,113 @@ import numpy as np
 
 from graph_pack import zoo
 from graph_pack.build import CPU_BACKENDS, build
+from graph_pack.frontend_onnx import DEFAULT_MAX_MODEL_BYTES, DEFAULT_MAX_TENSOR_BYTES, from_onnx
 from graph_pack.graph import Graph
 from graph_pack.pack import format_offload_report, graph_pack
 from graph_pack.quantize import MODES, quantize
 from graph_pack.reference import run_reference
-from vta.cli import _key_value, _load, arg, command
+from vta.cli import _key_value, _load, arg, command, float_in, int_in
 from vta.environment import Environment
 
+MAX_BATCH = 4096
+IMAGE_SIZES = (8, 4096)
+GLOBAL_SCALES = (2.0 ** -16, 2.0 ** 16)   # beyond these the int8 step leaves float32's comfortable range
+# The largest tensor of a zoo model, per image and per pixel of an S x S image (float32 activations), and
+# its largest weight per pixel: VGG's first block has 64 channels at full resolution, ResNet's and MobileNet's
+# widest layers 16 values per input pixel (64 channels at S/2, 256 at S/4), dcgan's last hidden layer 32
+# (128 channels at S/2); VGG's fc6 and dcgan's first transposed conv weigh 8192 bytes per pixel.
+_ZOO_PEAK = {"vgg": (64 * 4, 8192), "dcgan": (32 * 4, 8192)}
+_ZOO_PEAK_DEFAULT = (16 * 4, 0)
+_ZOO_CALIBRATION_IMAGES = 4   # the zoo sets batch-norm statistics on at least this many images
 
-def load_model(model: str, batch: int, image_size: int | None, seed: int) -> tuple[Graph, dict, tuple[str, str]]:
-    """(graph, params, default (start, stop)) for a zoo name or an ONNX file."""
+
+def load_model(model: str, batch: int, image_size: int | None, seed: int,
+               shapes: dict[str, tuple[int, ...]] | None = None, max_tensor_bytes: int | None = None,
+               max_model_bytes: int | None = None) -> tuple[Graph, dict, tuple[str, str]]:
+    """(graph, params, default (start, stop)) for a zoo name or an ONNX file. ``shapes`` (ONNX only) are
+    input shapes; ``max_tensor_bytes`` / ``max_model_bytes`` bound the import (from_onnx's defaults when
+    None); a zoo model's size is estimated and checked before it is built."""
+    max_tensor_bytes = max_tensor_bytes or DEFAULT_MAX_TENSOR_BYTES
+    max_model_bytes = max_model_bytes or DEFAULT_MAX_MODEL_BYTES
     path = Path(model)
     if path.suffix == ".onnx" or path.exists():
-        from graph_pack.frontend_onnx import from_onnx
         if not path.exists():
             raise FileNotFoundError(f"no such ONNX file: {model}")
-        graph, params = from_onnx(path, batch=batch)
+        if image_size is not None:
+            raise ValueError("--image-size applies to zoo models; give an ONNX model's input shape with "
+                             "--shape NAME=N,C,H,W")
+        graph, params = from_onnx(path, shape=shapes, batch=batch, max_tensor_bytes=max_tensor_bytes,
+                                  max_model_bytes=max_model_bytes)
         return graph, params, ("nn.max_pool2d", "nn.global_avg_pool2d")
     try:
         start_stop = zoo.pack_points(model)
     except (ValueError, KeyError):
         raise ValueError(f"{model!r} is neither an ONNX file nor a zoo model; zoo models: "
                          f"{', '.join(zoo.list_models())}") from None
+    if shapes:
+        raise ValueError("--shape applies to ONNX files; a zoo model takes --batch and --image-size")
+    _check_zoo_size(model, batch, image_size or 224, max_tensor_bytes)
     shape = None if image_size is None else (3, image_size, image_size)
     graph, params = zoo.get_model(model, batch_size=batch, image_shape=shape, seed=seed)
     return graph, params, start_stop
+
+
+def _check_zoo_size(model: str, batch: int, size: int, max_tensor_bytes: int) -> None:
+    """Refuse (before building it) a zoo model whose largest tensor would be over max_tensor_bytes."""
+    family = next((f for f in _ZOO_PEAK if model.lower().startswith(f)), None)
+    per_image, weight = _ZOO_PEAK.get(family, _ZOO_PEAK_DEFAULT)
+    images = max(batch, _ZOO_CALIBRATION_IMAGES)
+    peak = max(per_image * images, weight) * size * size
+    if peak > max_tensor_bytes:
+        raise ValueError(f"--image-size {size} with batch {batch}: {model}'s largest tensor, on {images} "
+                         f"images, would take about {peak / 2 ** 20:,.0f} MiB, over --max-tensor-mb "
+                         f"{max_tensor_bytes / 2 ** 20:g}; use a smaller --image-size or --batch, or raise "
+                         f"--max-tensor-mb")
+
+
+def _mib(text: str) -> int:
+    """--max-*-mb: a positive number of MiB, as bytes."""
+    value = float_in(1.0, float(2 ** 40), "a size in MiB", "1..2^40")(text)
+    return int(value * 2 ** 20)
+
+
+def _shape_arg(text: str) -> tuple[str, tuple[int, ...]]:
+    """--shape NAME=D0,D1,...: an ONNX input's whole shape (positive dimensions)."""
+    name, sep, dims = text.rpartition("=")
+    if not sep or not name:
+        raise argparse.ArgumentTypeError(f"{text!r}: give NAME=D0,D1,... (e.g. input=1,3,224,224)")
+    try:
+        shape = tuple(int(d) for d in dims.split(","))
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"{text!r}: the dimensions must be integers, e.g. {name}=1,3,224,224") \
+            from None
+    if min(shape) < 1:
+        raise argparse.ArgumentTypeError(f"{text!r}: every dimension must be >= 1")
+    return name, shape
+
+
+def _shapes(values: list[tuple[str, tuple[int, ...]]] | None) -> dict[str, tuple[int, ...]]:
+    shapes: dict[str, tuple[int, ...]] = {}
+    for name, shape in values or []:
+        if name in shapes:
+            raise ValueError(f"--shape gives input {name!r} twice")
+        shapes[name] = shape
+    return shapes
+
+
+def _load_input(path: str, graph: Graph, name: str) -> np.ndarray:
+    """--input: the .npy file, its shape checked against the model's input before its data is read."""
+    try:
+        x = np.load(path, mmap_mode="r")
+    except EOFError:
+        raise ValueError(f"--input {path}: the file is empty or truncated, not a .npy array") from None
+    if getattr(x, "shape", None) is None:   # an .npz archive
+        raise ValueError(f"--input {path}: not a .npy array file")
+    node = graph[name]
+    if x.shape != node.shape:
+        raise ValueError(f"--input {path}: shape {x.shape} {x.dtype}, but the model's input {name!r} is "
+                         f"{node.shape} {node.dtype}")
+    return np.array(x)
 
 
 def _top5(y: np.ndarray) -> str:
@@ -75,11 +157,21 @@ def skip_conv_layers(values: list[int | None] | None) -> list[int]:
     arg("--config", default=None, metavar="NAME|PATH", help="hardware preset or JSON file (default: pynq)"),
     arg("--set", dest="sets", action="append", type=_key_value, metavar="KEY=VALUE",
         help="override a config key (repeatable)"),
-    arg("--batch", type=int, default=None, help="batch size (default: the config's BATCH)"),
-    arg("--image-size", type=int, default=None, help="input height = width for zoo classifiers (default 224)"),
+    arg("--batch", type=int_in(1, MAX_BATCH, "the batch size"), default=None, metavar="N",
+        help=f"batch size, 1..{MAX_BATCH} (default: the config's BATCH); an ONNX model's dynamic first dimension"),
+    arg("--image-size", type=int_in(*IMAGE_SIZES, "the image size"), default=None, metavar="S",
+        help=f"input height = width for zoo models, {IMAGE_SIZES[0]}..{IMAGE_SIZES[1]} (default 224)"),
+    arg("--shape", dest="shapes", type=_shape_arg, action="append", default=None, metavar="NAME=D0,D1,...",
+        help="an ONNX input's whole shape, e.g. input=1,3,224,224 (repeatable; needed for dynamic dimensions "
+             "other than the batch)"),
+    arg("--max-tensor-mb", type=_mib, default=None, metavar="MIB",
+        help=f"largest tensor an ONNX or zoo model may have (default {DEFAULT_MAX_TENSOR_BYTES >> 20})"),
+    arg("--max-model-mb", type=_mib, default=None, metavar="MIB",
+        help=f"largest total of an ONNX model's file and constants (default {DEFAULT_MAX_MODEL_BYTES >> 20})"),
     arg("--start", default=None, help="first op of the offload region's boundary (op name or node name)"),
     arg("--stop", default=None, help="op that ends the offload region (op name or node name)"),
-    arg("--global-scale", type=float, default=8.0, help="activation range for global_scale quantization"),
+    arg("--global-scale", type=float_in(*GLOBAL_SCALES, "the activation range", "2^-16..2^16 (1.5e-05..65536)"),
+        default=8.0, help="activation range for global_scale quantization (default 8; 2^-16..2^16)"),
     arg("--calibrate", choices=MODES, default="global_scale", help="quantization mode (default global_scale)"),
     arg("--skip-conv", type=_skip_conv, action="append", default=None, metavar="INDEX|none",
         help="conv layer kept in float on the CPU (repeatable; default: 0, the stem; 'none' offloads every conv)"),
@@ -103,12 +195,13 @@ def run_cmd(args: argparse.Namespace) -> int:
     env = Environment(cfg)
     batch = args.batch or cfg.BATCH
     t0 = time.perf_counter()
-    graph, params, (start, stop) = load_model(args.model, batch, args.image_size, args.seed)
+    graph, params, (start, stop) = load_model(args.model, batch, args.image_size, args.seed, _shapes(args.shapes),
+                                              args.max_tensor_mb, args.max_model_mb)
     times = {"import": time.perf_counter() - t0}
     rng = np.random.default_rng(args.seed)
     data = graph.inputs[0]
     if args.input:
-        x = np.load(args.input)
+        x = _load_input(args.input, graph, data)
     else:
         x = rng.standard_normal(graph[data].shape).astype(np.float32)
     t0 = time.perf_counter()

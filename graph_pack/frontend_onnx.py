@@ -7,6 +7,14 @@ become ``const`` nodes where an op reads them as a tensor; shape-like inputs (Re
 bounds, Resize's scales) are read at import time. A node whose inputs are all constant is evaluated at
 import time with the reference kernels. IR node names are the ONNX output tensor names, so a user can
 select nodes (``find_nodes``, start/stop names) by the names Netron shows.
+
+A model is untrusted input: every check comes before the allocation or the work it guards. The file is
+parsed from its bytes (no format guessing), external data must lie inside the model's directory, and no
+tensor (declared input, initializer, constant, folded value or any node's output, computed from the shape
+rules before anything runs) may exceed ``max_tensor_bytes``; all constants together may not exceed
+``max_model_bytes``. Only an input's first (batch) dimension is ever inferred; other dynamic dimensions need
+``shape=``. A node over constants that would take more than ``FOLD_MAX_MACS`` multiply-adds (a convolution,
+dense or pooling) is not evaluated at import: it stays in the graph and runs with the model.
 """
 
 from __future__ import annotations
@@ -41,24 +49,205 @@ def _onnx():
     return onnx
 
 
+# VGG-16's largest weight (fc6) is 392 MiB, and so is ResNet-50's largest activation at batch 128
+DEFAULT_MAX_TENSOR_BYTES = 512 << 20
+DEFAULT_MAX_MODEL_BYTES = 2 << 30    # the file, its external data, the constants read and folded from them
+PROTOBUF_MAX_BYTES = (2 << 30) - 1   # protobuf cannot parse a larger message (put weights in external data)
+FOLD_MAX_MACS = 1 << 28              # conv/dense/pooling over constants costlier than this is not folded
+
+
 def from_onnx(model: onnx.ModelProto | str | os.PathLike[str],
-              shape: dict[str, tuple[int, ...]] | None = None, batch: int | None = None) -> tuple[Graph, Params]:
+              shape: dict[str, tuple[int, ...]] | None = None, batch: int | None = None, *,
+              max_tensor_bytes: int = DEFAULT_MAX_TENSOR_BYTES,
+              max_model_bytes: int = DEFAULT_MAX_MODEL_BYTES) -> tuple[Graph, Params]:
     """Convert an ONNX model (a ``ModelProto`` or a path to a .onnx file) to ``(graph, params)``.
 
-    ``shape`` maps input names to shapes; it is required for inputs with dynamic dimensions (such as a
-    symbolic batch) and overrides the declared shape otherwise; ``batch``, when given, fills the dynamic
-    dimensions of inputs ``shape`` does not name. The result has been through
-    ``passes.simplify`` (batch norms folded, identities removed), like every frontend's.
+    ``shape`` maps input names to shapes; it overrides the declared shape, and is required for an input
+    whose dimensions other than the first are dynamic (symbolic, unknown, zero or negative). ``batch``, when
+    given, fills a dynamic first (batch) dimension of the inputs ``shape`` does not name; nothing else is
+    ever filled in. ``max_tensor_bytes`` bounds every tensor (a declared input, an initializer, a folded
+    constant, any node's output) and ``max_model_bytes`` the file and all constants together; both are
+    checked before anything is allocated. Every problem is a ``GraphError`` of one line that names the
+    file (when given a path), the node and what is wrong. The result has been through ``passes.simplify``
+    (batch norms folded, identities removed), like every frontend's.
     """
     onnx = _onnx()
-    if isinstance(model, (str, os.PathLike)):
-        model = onnx.load(str(Path(model)))
-    if not isinstance(model, onnx.ModelProto):
-        raise GraphError(f"from_onnx expects an onnx.ModelProto or a path, got {type(model).__name__}")
+    budget = _Budget(_positive_int(max_tensor_bytes, "max_tensor_bytes"),
+                     _positive_int(max_model_bytes, "max_model_bytes"))
+    if batch is not None:
+        batch = _positive_int(batch, "batch")
+    if not isinstance(model, (str, os.PathLike)):
+        if not isinstance(model, onnx.ModelProto):
+            raise GraphError(f"from_onnx expects an onnx.ModelProto or a path, got {type(model).__name__}")
+        return _from_model(onnx, model, shape, batch, budget)
+    path = Path(model)
+    try:
+        return _from_model(onnx, _load(onnx, path, budget), shape, batch, budget)
+    except GraphError as e:
+        raise GraphError(f"{path}: {e}") from None
+
+
+def _from_model(onnx, model, shape, batch, budget: _Budget) -> tuple[Graph, Params]:
+    if not model.HasField("graph"):
+        raise GraphError("the model has no graph (not an ONNX model, or an empty or truncated file)")
+    if not model.graph.output:
+        raise GraphError("the model's graph has no outputs (not an ONNX model, or an empty or truncated file)")
     _check_supported(model.graph)
-    conv = _Converter(onnx, model, dict(shape or {}), batch=batch)
+    external = [t.name for t in _all_tensors(model.graph) if t.data_location == onnx.TensorProto.EXTERNAL]
+    if external:
+        raise GraphError(f"tensor(s) {external[:5]} keep their data in external files that were not loaded; "
+                         f"pass the model's path to from_onnx, which reads them from the model's directory")
+    conv = _Converter(onnx, model, _shapes(shape), batch=batch, budget=budget)
     graph, params = conv.run()
     return passes.simplify(graph, params)
+
+
+# ---- limits and loading ------------------------------------------------------------------------------------
+
+def _positive_int(value, what: str) -> int:
+    if isinstance(value, bool) or not isinstance(value, (int, np.integer)) or value < 1:
+        raise GraphError(f"{what} must be a positive integer, got {value!r}")
+    return int(value)
+
+
+def _shapes(shape) -> dict[str, tuple[int, ...]]:
+    """``shape=`` checked: input name -> a tuple of positive ints."""
+    out = {}
+    for name, dims in dict(shape or {}).items():
+        try:
+            dims = tuple(dims)
+            ok = all(not isinstance(d, bool) and int(d) == d and d >= 1 for d in dims)
+        except (TypeError, ValueError):
+            ok = False
+        if not ok:
+            raise GraphError(f"shape[{name!r}] = {dims!r}: give a sequence of positive integers")
+        out[name] = tuple(int(d) for d in dims)
+    return out
+
+
+def _size(nbytes: int) -> str:
+    """Bytes for a message: 392.0 MiB, 20.0 GiB."""
+    for unit, scale in (("GiB", 1 << 30), ("MiB", 1 << 20), ("KiB", 1 << 10)):
+        if nbytes >= scale:
+            return f"{nbytes / scale:.1f} {unit}"
+    return f"{nbytes} bytes"
+
+
+class _Budget:
+    """The two memory limits of one import, and the constant bytes spent so far."""
+
+    def __init__(self, max_tensor_bytes: int, max_model_bytes: int):
+        self.max_tensor_bytes = max_tensor_bytes
+        self.max_model_bytes = max_model_bytes
+        self.spent = 0
+
+    def tensor(self, shape, dtype, what: str) -> int:
+        """The bytes of a (shape, dtype) tensor; a GraphError when it is over max_tensor_bytes."""
+        shape = tuple(int(s) for s in shape)
+        if any(s < 0 for s in shape):
+            raise GraphError(f"{what} has a negative dimension: {shape}")
+        nbytes = math.prod(shape) * np.dtype(dtype).itemsize
+        if nbytes > self.max_tensor_bytes:
+            raise GraphError(f"{what} {shape} {np.dtype(dtype).name} would take {_size(nbytes)}, over the "
+                             f"{_size(self.max_tensor_bytes)} limit on one tensor (raise it with "
+                             f"from_onnx(max_tensor_bytes=...) or vta run --max-tensor-mb)")
+        return nbytes
+
+    def spend(self, nbytes: int, what: str) -> None:
+        """Count ``nbytes`` more of constants; a GraphError when the total goes over max_model_bytes."""
+        if self.spent + nbytes > self.max_model_bytes:
+            raise GraphError(f"{what} would bring the model's constants to {_size(self.spent + nbytes)}, over "
+                             f"the {_size(self.max_model_bytes)} limit on a model (raise it with "
+                             f"from_onnx(max_model_bytes=...) or vta run --max-model-mb)")
+        self.spent += nbytes
+
+
+def _all_tensors(graph):
+    """Every TensorProto of a graph: initializers and tensor attributes, subgraphs included."""
+    yield from graph.initializer
+    for node in graph.node:
+        for a in node.attribute:
+            if a.HasField("t"):
+                yield a.t
+            yield from a.tensors
+            if a.HasField("g"):
+                yield from _all_tensors(a.g)
+            for g in a.graphs:
+                yield from _all_tensors(g)
+
+
+def _load(onnx, path: Path, budget: _Budget):
+    """The ModelProto in ``path``, its external data read from the model's directory; every problem with
+    the file is a GraphError (the caller prefixes the path)."""
+    from google.protobuf.message import DecodeError
+
+    size = path.stat().st_size   # a missing file is the OSError it is
+    if size == 0:
+        raise GraphError("the file is empty (0 bytes), not an ONNX model")
+    if size > PROTOBUF_MAX_BYTES:
+        raise GraphError(f"the file is {_size(size)}, over protobuf's 2 GiB limit on one message: not a "
+                         f"loadable ONNX model (large weights belong in external data files)")
+    budget.spend(size, f"the file ({_size(size)})")
+    model = onnx.ModelProto()
+    try:
+        model.ParseFromString(path.read_bytes())
+    except DecodeError as e:
+        detail = " ".join(str(e).split()) or "DecodeError"
+        raise GraphError(f"not an ONNX model, or a truncated one: protobuf cannot parse it ({detail})") from None
+    if model.ir_version < 1 or not model.opset_import:
+        raise GraphError("not an ONNX model, or a truncated one: no ir_version or opset_import")
+    if not model.HasField("graph"):
+        raise GraphError("not an ONNX model, or a truncated one: it has no graph")
+    base = path.resolve().parent
+    for tensor in _all_tensors(model.graph):
+        if tensor.data_location == onnx.TensorProto.EXTERNAL:
+            _read_external(onnx, tensor, base, budget)
+    return model
+
+
+def _read_external(onnx, tensor, base: Path, budget: _Budget) -> None:
+    """Read ``tensor``'s external data into it, after checking where it points and how much it is."""
+    what = f"tensor {tensor.name!r}"
+    info = {e.key: e.value for e in tensor.external_data}
+    location = info.get("location", "")
+    if not location:
+        raise GraphError(f"{what} is marked as external data but names no location")
+    nbytes = budget.tensor(tensor.dims, _tensor_np_dtype(onnx, tensor, what), what)
+    target = (base / location).resolve()
+    if not target.is_relative_to(base):
+        raise GraphError(f"{what}: external data {location!r} lies outside the model's directory {base}")
+    if not target.is_file():
+        raise GraphError(f"{what}: external data file {location!r} is missing (looked for {target})")
+    try:
+        offset, length = int(info.get("offset", 0)), info.get("length")
+        length = None if length is None else int(length)
+    except ValueError:
+        raise GraphError(f"{what}: external data offset/length {info.get('offset')!r}/{info.get('length')!r} "
+                         f"are not integers") from None
+    file_size = target.stat().st_size
+    if length is None:
+        length = file_size - offset
+    if offset < 0 or length < 0 or offset + length > file_size:
+        raise GraphError(f"{what}: external data range offset={offset}, length={length} does not fit in "
+                         f"{location!r} ({file_size} bytes)")
+    if length != nbytes:
+        raise GraphError(f"{what}: external data holds {length} bytes, but its shape {tuple(tensor.dims)} "
+                         f"needs {nbytes}")
+    budget.spend(length, what)
+    with open(target, "rb") as f:
+        f.seek(offset)
+        tensor.raw_data = f.read(length)
+    tensor.data_location = onnx.TensorProto.DEFAULT
+    del tensor.external_data[:]
+
+
+def _tensor_np_dtype(onnx, tensor, what: str) -> np.dtype:
+    try:
+        return np.dtype(onnx.helper.tensor_dtype_to_np_dtype(tensor.data_type))
+    except (KeyError, TypeError, ValueError):
+        names = dict(onnx.TensorProto.DataType.items())
+        name = next((k for k, v in names.items() if v == tensor.data_type), f"number {tensor.data_type}")
+        raise GraphError(f"{what}: element type {name} is not supported (numbers only)") from None
 
 
 # ---- the converter ------------------------------------------------------------------------------------------
@@ -77,13 +266,14 @@ class _Converter:
     """State of one conversion: ONNX tensor name -> IR node name, or -> constant value not yet in the graph."""
 
     def __init__(self, onnx, model, shape: dict[str, tuple[int, ...]], whole_model: bool = True,
-                 batch: int | None = None):
+                 batch: int | None = None, budget: _Budget | None = None):
         self.onnx = onnx
         self.model = model
         self.shape = shape
         self.batch = batch
+        self.budget = budget or _Budget(DEFAULT_MAX_TENSOR_BYTES, DEFAULT_MAX_MODEL_BYTES)
         self.opset = next((o.version for o in model.opset_import if o.domain in ("", "ai.onnx")), 1)
-        self.b = GraphBuilder()
+        self.b = _CheckedBuilder(self.budget)
         self.values: dict[str, str] = {}          # ONNX tensor -> IR node
         self.consts: dict[str, np.ndarray] = {}   # ONNX tensor -> value (a const node is made on first use)
         self.taken: set[str] = set()              # IR names that ONNX tensors own, or generated ones
@@ -152,7 +342,7 @@ class _Converter:
     def run(self) -> tuple[Graph, Params]:
         g = self.model.graph
         for t in g.initializer:
-            self.consts[t.name] = self._array(t)
+            self.consts[t.name] = self._array(t, f"initializer {t.name!r}")
         init = set(self.consts)
         real_inputs = [i for i in g.input if i.name not in init]
         unknown = set(self.shape) - {i.name for i in real_inputs}
@@ -171,10 +361,20 @@ class _Converter:
             outputs.append(self.x(o.name))
         return self.b.finish(outputs)
 
-    def _array(self, tensor) -> np.ndarray:
-        value = self.onnx.numpy_helper.to_array(tensor)
+    def _array(self, tensor, what: str) -> np.ndarray:
+        """A TensorProto's value, after checking its declared size against the limits."""
+        dtype = _tensor_np_dtype(self.onnx, tensor, what)
+        if dtype.kind not in "biuf":
+            raise GraphError(f"{what}: dtype {dtype} is not supported (numbers only)")
+        nbytes = self.budget.tensor(tensor.dims, dtype, what)
+        self.budget.spend(nbytes, what)
+        try:
+            value = self.onnx.numpy_helper.to_array(tensor)
+        except (ValueError, TypeError) as e:
+            raise GraphError(f"{what} {tuple(tensor.dims)} {dtype.name}: its data does not match its shape "
+                             f"and type ({' '.join(str(e).split())})") from None
         if value.dtype.kind not in "biuf":
-            raise GraphError(f"tensor {tensor.name!r}: dtype {value.dtype} is not supported (numbers only)")
+            raise GraphError(f"{what}: dtype {value.dtype} is not supported (numbers only)")
         return np.array(value)
 
     def _np_dtype(self, elem_type: int, where: str) -> str:
@@ -193,25 +393,34 @@ class _Converter:
             raise GraphError(f"input {vi.name!r} is not a tensor")
         dtype = self._np_dtype(tt.elem_type, f"input {vi.name!r}")
         declared = tt.shape.dim if tt.HasField("shape") else None
+        fix = f"give its whole shape with shape={{{vi.name!r}: (...)}} (vta run: --shape {vi.name}=D0,D1,...)"
         if vi.name in self.shape:
-            shape = tuple(int(s) for s in self.shape[vi.name])
+            shape = self.shape[vi.name]
             if declared is not None and len(declared) != len(shape):
                 raise GraphError(f"input {vi.name!r} has rank {len(declared)}, but the shape override "
                                  f"{shape} has rank {len(shape)}")
-            return shape, dtype
-        if declared is None:
-            raise GraphError(f"input {vi.name!r} has no declared shape; pass shape={{{vi.name!r}: (...)}}")
-        shape = []
-        for k, d in enumerate(declared):
-            if (not d.HasField("dim_value") or d.dim_value <= 0) and self.batch is not None:
-                shape.append(self.batch)
-                continue
-            if not d.HasField("dim_value") or d.dim_value <= 0:
-                what = f"symbolic {d.dim_param!r}" if d.HasField("dim_param") else "unknown"
-                raise GraphError(f"input {vi.name!r}: dimension {k} is dynamic ({what}); pass "
-                                 f"shape={{{vi.name!r}: (...)}} to from_onnx to fix it")
-            shape.append(d.dim_value)
-        return tuple(shape), dtype
+        elif declared is None:
+            raise GraphError(f"input {vi.name!r} has no declared shape; {fix}")
+        else:
+            shape = []
+            for k, d in enumerate(declared):
+                if d.HasField("dim_value") and d.dim_value > 0:
+                    shape.append(d.dim_value)
+                    continue
+                if k == 0 and self.batch is not None:   # symbolic, unknown, 0 or -1: exporters' "any batch"
+                    shape.append(self.batch)
+                    continue
+                if d.HasField("dim_param"):
+                    what = f"is dynamic (symbolic {d.dim_param!r})"
+                elif d.HasField("dim_value"):
+                    what = f"is declared as {d.dim_value}"
+                else:
+                    what = "is dynamic (unknown)"
+                hint = "only dimension 0 (the batch) is filled from batch=; " if k else "pass batch= to fill it, or "
+                raise GraphError(f"input {vi.name!r}: dimension {k} {what}; {hint}{fix}")
+            shape = tuple(shape)
+        self.budget.tensor(shape, dtype, f"input {vi.name!r}")
+        return shape, dtype
 
     def _attrs(self, node) -> dict[str, Any]:
         out = {}
@@ -220,7 +429,7 @@ class _Converter:
             if isinstance(v, bytes):
                 v = v.decode()
             elif isinstance(v, self.onnx.TensorProto):
-                v = self._array(v)
+                v = self._array(v, f"tensor attribute {a.name!r}")
             elif isinstance(v, list):
                 v = [x.decode() if isinstance(x, bytes) else x for x in v]
             out[a.name] = v
@@ -239,25 +448,34 @@ class _Converter:
             attrs = self._attrs(node)
             if node.op_type == "Constant":
                 self.consts[node.output[0]] = _constant_value(attrs)
-            elif ins and all(not i or i in self.consts for i in ins):
-                self.consts[node.output[0]] = self._fold(node, rule, attrs)
+                return
+            if ins and all(not i or i in self.consts for i in ins):
+                value = self._fold(node, rule, attrs)
+                if value is not None:
+                    self.consts[node.output[0]] = value
+                    return
+            out = rule(self, node, ins, attrs)
+            if isinstance(out, _Alias):   # Identity / Dropout: no node, the output is the input
+                self.values[node.output[0]] = self.x(out.onnx_name)
             else:
-                out = rule(self, node, ins, attrs)
-                if isinstance(out, _Alias):   # Identity / Dropout: no node, the output is the input
-                    self.values[node.output[0]] = self.x(out.onnx_name)
-                else:
-                    self.values[node.output[0]] = out
+                self.values[node.output[0]] = out
         except GraphError as e:
             raise GraphError(f"ONNX node {_label(node)} ({node.op_type}): {e}") from None
 
-    def _fold(self, node, rule, attrs) -> np.ndarray:
-        """Evaluate a node whose inputs are all constant with the reference kernels."""
-        sub = _Converter(self.onnx, self.model, {}, whole_model=False)
+    def _fold(self, node, rule, attrs) -> np.ndarray | None:
+        """Evaluate a node whose inputs are all constant with the reference kernels; None (not folded) when
+        that would take more than FOLD_MAX_MACS multiply-adds. Every tensor the evaluation makes has been
+        checked against the limits (by the builder) before it runs."""
+        sub = _Converter(self.onnx, self.model, {}, whole_model=False, budget=self.budget)
         sub.consts = {i: self.consts[i] for i in node.input if i}
         out = rule(sub, node, list(node.input), attrs)
         if isinstance(out, _Alias):
             return sub.consts[out.onnx_name]
         graph, params = sub.b.finish([out])
+        if sum(_macs(graph, n) for n in graph.ops()) > FOLD_MAX_MACS:
+            return None
+        result = graph[out].type
+        self.budget.spend(math.prod(result.shape) * np.dtype(result.dtype).itemsize, "the folded value")
         return np.asarray(run_reference(graph, params, {}))
 
     def out_name(self, node) -> str:
@@ -273,6 +491,58 @@ class _Converter:
 class _Alias:
     """What a rule returns when its output is its input (Identity, inference Dropout)."""
     onnx_name: str
+
+
+class _CheckedBuilder(GraphBuilder):
+    """A GraphBuilder whose every op is checked against max_tensor_bytes as it is made (from its inferred
+    type, before any value exists): its output, and the padded or stride-dilated input the reference
+    kernels of convolution and pooling build (larger than the output when padding is)."""
+
+    def __init__(self, budget: _Budget):
+        super().__init__()
+        self.budget = budget
+
+    def op(self, op: str, inputs: list[str], name: str | None = None, **attrs) -> str:
+        out = super().op(op, inputs, name=name, **attrs)
+        node = self.graph[out]
+        self.budget.tensor(node.shape, node.dtype, f"the {op} result {out!r}")
+        if op in ("nn.conv2d", "nn.conv2d_transpose", "nn.max_pool2d", "nn.avg_pool2d"):
+            x, a = self.graph[inputs[0]], node.attrs
+            if len(x.shape) == 4:
+                weight = self.graph[inputs[1]].shape if len(inputs) > 1 else ()
+                self.budget.tensor(_kernel_input(op, x.shape, a, weight), x.dtype,
+                                   f"the padded input of the {op} {out!r}")
+        return out
+
+
+def _kernel_input(op: str, shape, a: dict, weight) -> tuple[int, ...]:
+    """An upper bound on the (N, C, H, W) tensor a reference kernel makes from its input: padded (conv;
+    pooling with its ceil-mode overrun of less than a stride), or stride-dilated then padded by up to the
+    kernel size (transposed convolution, IOHW weight)."""
+    n, c, h, w = shape
+    (sh, sw), (pt, pl, pb, pr) = a["strides"], a["padding"]
+    if op == "nn.conv2d_transpose":
+        (kh, kw), (oph, opw) = weight[2:], a["output_padding"]
+        return n, c, (h - 1) * sh + 2 * kh + oph, (w - 1) * sw + 2 * kw + opw
+    if op in ("nn.max_pool2d", "nn.avg_pool2d"):
+        return n, c, h + pt + pb + sh, w + pl + pr + sw
+    return n, c, h + pt + pb, w + pl + pr
+
+
+def _macs(graph: Graph, node) -> int:
+    """Multiply-adds (or window reads) of a convolution, dense or pooling node; 0 for the ops whose work is
+    proportional to their (already bounded) input and output sizes."""
+    out = math.prod(node.shape)
+    if node.op == "nn.conv2d":
+        return out * math.prod(graph[node.inputs[1]].shape[1:])
+    if node.op == "nn.conv2d_transpose":
+        i, _, kh, kw = graph[node.inputs[1]].shape
+        return out * i * kh * kw
+    if node.op == "nn.dense":
+        return out * graph[node.inputs[1]].shape[1]
+    if node.op in ("nn.max_pool2d", "nn.avg_pool2d"):
+        return out * math.prod(node.attrs["pool_size"])
+    return 0
 
 
 # ---- helpers for rules ----------------------------------------------------------------------------------------
@@ -750,7 +1020,9 @@ def _resize(cx, node, ins, attrs):
     if len(scales) != 4 or scales[0] != 1 or scales[1] != 1 or any(s != int(s) or s < 1 for s in scales[2:]):
         raise GraphError(f"scales {scales} are not supported; allowed: [1, 1, sh, sw] with integer sh, sw >= 1")
     sh, sw = int(scales[2]), int(scales[3])
-    for size, s in ((shape[2], sh), (shape[3], sw)):
+    n, c, h, w = shape   # the output is checked before the index arrays below are made
+    cx.budget.tensor((n, c, h * sh, w * sw), cx.type_of(ins[0]).dtype, "the output")
+    for size, s in ((h, sh), (w, sw)):
         src = _nearest_source(size * s, size, float(s), mode, rounding)
         if src is None or not np.array_equal(src, np.arange(size * s) // s):
             raise GraphError(f"coordinate_transformation_mode={mode!r} with nearest_mode={rounding!r} does not "

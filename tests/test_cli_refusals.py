@@ -14,8 +14,8 @@ TUNE = ["tune", "resnet-18", "--image-size", "32", "--n-trial", "1", "--timing-o
 
 
 @pytest.mark.parametrize(("flag", "value", "message"), [
-    ("--total-trials", "-5", "argument --total-trials: -5 is out of range: allowed 1.."),
-    ("--early-stopping", "-1", "argument --early-stopping: -1 is out of range: allowed 1.."),
+    ("--total-trials", "-5", "argument --total-trials: -5 is out of range; a trial count is 1.."),
+    ("--early-stopping", "-1", "argument --early-stopping: -1 is out of range; a trial count is 1.."),
     ("--n-trial", "0", "argument --n-trial: 0 is out of range"),
     ("--parallel", "0", "argument --parallel: 0 is out of range"),
     ("--n-trial", "many", "argument --n-trial: 'many' is not an integer"),

@@ -11,7 +11,7 @@ from tuning.tune import STRATEGIES
 from tuning.tuners import TUNERS
 from vta.cli import _key_value, _load, arg, command, int_in
 
-TRIALS = int_in(1, 10_000_000)
+TRIALS = int_in(1, 10_000_000, "a trial count")
 
 
 @command(None, "tune", "tune a network's accelerator layers on the simulator", args=[
