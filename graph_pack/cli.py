@@ -26,9 +26,6 @@ GLOBAL_SCALES = (2.0 ** -16, 2.0 ** 16)   # beyond these the int8 step leaves fl
 # its largest weight per pixel: VGG's first block has 64 channels at full resolution, ResNet's and MobileNet's
 # widest layers 16 values per input pixel (64 channels at S/2, 256 at S/4), dcgan's last hidden layer 32
 # (128 channels at S/2); VGG's fc6 and dcgan's first transposed conv weigh 8192 bytes per pixel.
-_ZOO_PEAK = {"vgg": (64 * 4, 8192), "dcgan": (32 * 4, 8192)}
-_ZOO_PEAK_DEFAULT = (16 * 4, 0)
-_ZOO_CALIBRATION_IMAGES = 4   # the zoo sets batch-norm statistics on at least this many images
 
 
 def load_model(model: str, batch: int, image_size: int | None, seed: int,
@@ -56,23 +53,14 @@ def load_model(model: str, batch: int, image_size: int | None, seed: int,
                          f"{', '.join(zoo.list_models())}") from None
     if shapes:
         raise ValueError("--shape applies to ONNX files; a zoo model takes --batch and --image-size")
-    _check_zoo_size(model, batch, image_size or 224, max_tensor_bytes)
     shape = None if image_size is None else (3, image_size, image_size)
-    graph, params = zoo.get_model(model, batch_size=batch, image_shape=shape, seed=seed)
+    try:
+        graph, params = zoo.get_model(model, batch_size=batch, image_shape=shape, seed=seed,
+                                      max_tensor_bytes=max_tensor_bytes)
+    except zoo.TooLarge as e:
+        raise ValueError(f"--image-size {image_size or 224} with --batch {batch}: {e}; use a smaller --image-size "
+                         "or --batch, or raise --max-tensor-mb") from None
     return graph, params, start_stop
-
-
-def _check_zoo_size(model: str, batch: int, size: int, max_tensor_bytes: int) -> None:
-    """Refuse (before building it) a zoo model whose largest tensor would be over max_tensor_bytes."""
-    family = next((f for f in _ZOO_PEAK if model.lower().startswith(f)), None)
-    per_image, weight = _ZOO_PEAK.get(family, _ZOO_PEAK_DEFAULT)
-    images = max(batch, _ZOO_CALIBRATION_IMAGES)
-    peak = max(per_image * images, weight) * size * size
-    if peak > max_tensor_bytes:
-        raise ValueError(f"--image-size {size} with batch {batch}: {model}'s largest tensor, on {images} "
-                         f"images, would take about {peak / 2 ** 20:,.0f} MiB, over --max-tensor-mb "
-                         f"{max_tensor_bytes / 2 ** 20:g}; use a smaller --image-size or --batch, or raise "
-                         f"--max-tensor-mb")
 
 
 def _mib(text: str) -> int:

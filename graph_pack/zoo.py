@@ -397,13 +397,40 @@ def _override(params: Params, weights: dict[str, np.ndarray]) -> Params:
     return params
 
 
+# Largest tensor per image pixel (bytes of the widest float32 activation per H x W, or of a weight that grows
+# with the image, e.g. dcgan's projection): conservative estimates of each family's peak, so an absurd
+# image_shape is refused before anything is built.
+_PEAK_PER_PIXEL = {"vgg": (64 * 4, 8192), "dcgan": (32 * 4, 8192)}
+_PEAK_DEFAULT = (16 * 4, 0)
+CALIBRATION_IMAGES = 4   # batch-norm statistics are set from a forward pass over at least this many images
+DEFAULT_MAX_TENSOR_BYTES = 512 << 20
+
+
+class TooLarge(GraphError):
+    """A zoo model whose largest tensor would pass ``max_tensor_bytes``."""
+
+
+def peak_tensor_bytes(name: str, batch_size: int, image_shape: tuple[int, int, int] | None) -> int:
+    """An upper estimate of the largest tensor building ``name`` makes (its calibration pass included)."""
+    family = next((f for f in _PEAK_PER_PIXEL if name.lower().startswith(f)), None)
+    per_image, weight = _PEAK_PER_PIXEL.get(family, _PEAK_DEFAULT)
+    _, h, w = image_shape or ((3, 64, 64) if family == "dcgan" else (3, 224, 224))
+    return max(per_image * max(batch_size, CALIBRATION_IMAGES), weight) * h * w
+
+
 def get_model(name: str, batch_size: int = 1, image_shape: tuple[int, int, int] | None = None,
               num_classes: int = 1000, dtype: str = "float32", seed: int = 0,
-              weights: dict[str, np.ndarray] | None = None) -> tuple[Graph, Params]:
+              weights: dict[str, np.ndarray] | None = None,
+              max_tensor_bytes: int = DEFAULT_MAX_TENSOR_BYTES) -> tuple[Graph, Params]:
     """``(graph, params)`` of a zoo model with input "data" (NCHW, or (batch, 100) for dcgan), batch norms
     folded as at import. Deterministic for a seed. ``image_shape`` (C, H, W) is the classifiers' input
     (default (3, 224, 224)) and dcgan's output (default (3, 64, 64)). ``weights`` replaces named parameters
     of the returned params (names after folding, e.g. "fc.weight", "layer1.0.conv1.weight_bn");
-    ``num_classes`` does not apply to dcgan."""
+    ``num_classes`` does not apply to dcgan. A model whose largest tensor would pass ``max_tensor_bytes``
+    is refused (``TooLarge``) before anything is built."""
+    peak = peak_tensor_bytes(name, batch_size, image_shape)
+    if peak > max_tensor_bytes:
+        raise TooLarge(f"{name}'s largest tensor would take about {peak / 2 ** 20:,.0f} MiB, over the "
+                       f"{max_tensor_bytes / 2 ** 20:g} MiB limit (max_tensor_bytes)")
     graph, params = simplify(*get_raw_model(name, batch_size, image_shape, num_classes, dtype, seed))
     return graph, _override(params, weights or {})

@@ -483,10 +483,10 @@ def test_vta_run_refuses_bad_flag_values(argv, fragments, capsys):
 
 
 @pytest.mark.parametrize("argv, fragments", [
-    (["resnet-18", "--image-size", "4096"], ["--image-size 4096 with batch 1: resnet-18's largest tensor",
-                                             "over --max-tensor-mb 512"]),
+    (["resnet-18", "--image-size", "4096"], ["--image-size 4096 with --batch 1: resnet-18's largest tensor",
+                                             "over the 512 MiB limit", "raise --max-tensor-mb"]),
     (["vgg-16", "--image-size", "512"], ["vgg-16's largest tensor"]),
-    (["resnet-18", "--batch", "4096"], ["--image-size 224 with batch 4096"]),
+    (["resnet-18", "--batch", "4096"], ["--image-size 224 with --batch 4096"]),
     (["resnet-18", "--shape", "data=1,3,8,8"], ["--shape applies to ONNX files"]),
 ])
 def test_vta_run_checks_zoo_sizes_before_building(argv, fragments, capsys):

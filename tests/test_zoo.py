@@ -236,3 +236,12 @@ def test_weights_override():
     with pytest.raises(GraphError, match=expects):
         zoo.get_model("mobilenet-depthwise", image_shape=SMALL,
                       weights={"stem.conv.weight_bn": np.zeros((32, 3))})
+
+
+def test_an_absurd_image_shape_is_refused_before_anything_is_built():
+    with pytest.raises(zoo.TooLarge, match="largest tensor would take about"):
+        zoo.get_model("resnet-18", image_shape=(3, 100_000, 100_000))
+    with pytest.raises(zoo.TooLarge):
+        zoo.get_model("vgg-11", batch_size=64, image_shape=(3, 512, 512))
+    graph, _ = zoo.get_model("vgg-11", image_shape=(3, 32, 32), max_tensor_bytes=1 << 30)
+    assert graph[graph.inputs[0]].shape == (1, 3, 32, 32)

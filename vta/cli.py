@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import math
 import os
 import sys
 from collections.abc import Callable
@@ -18,12 +19,30 @@ from typing import Any
 import numpy as np
 
 from hw_config import ConfigError, HwConfig, load_config, presets
-from simulator.core import DEFAULT_MAX_CYCLES, Simulator
+from simulator.core import DEFAULT_MAX_CYCLES, DEFAULT_MAX_WORK, Simulator
 from simulator.errors import SimulatorError
-from simulator.image import ImageError, load_image, save_image, save_result
+from simulator.files import check_output_path
+from simulator.image import (
+    DEFAULT_MAX_DRAM_BYTES,
+    DEFAULT_MAX_INSNS,
+    DEFAULT_MAX_SEGMENTS,
+    ImageError,
+    ImageLimits,
+    load_image,
+    parse_count,
+    parse_size,
+    save_image,
+    save_result,
+)
 from simulator.replay import replay_with_stats
 from simulator.stats import format_stats
-from simulator.trace import chrome_trace, write_json_atomic
+from simulator.trace import (
+    DEFAULT_MAX_TRACE_EVENTS,
+    check_trace_events,
+    chrome_trace,
+    write_chrome_trace,
+    write_json_atomic,
+)
 from vta.demo import format_report, run_demo
 from vta.isa import disassemble
 
@@ -142,17 +161,33 @@ def _key_value(text: str) -> tuple[str, Any]:
         return key, value
 
 
-def int_in(lo: int, hi: int) -> Callable[[str], int]:
+def int_in(lo: int, hi: int, what: str = "the value") -> Callable[[str], int]:
     """An argparse type: an integer in [lo, hi], refused with the range otherwise."""
     def parse(text: str) -> int:
         try:
             value = int(text)
         except ValueError:
-            raise argparse.ArgumentTypeError(f"{text!r} is not an integer") from None
+            raise argparse.ArgumentTypeError(f"{text!r} is not an integer; {what} is {lo}..{hi}") from None
         if not lo <= value <= hi:
-            raise argparse.ArgumentTypeError(f"{value} is out of range: allowed {lo}..{hi}")
+            raise argparse.ArgumentTypeError(f"{value} is out of range; {what} is {lo}..{hi}")
         return value
-    parse.__name__ = f"integer in [{lo}, {hi}]"
+    return parse
+
+
+def float_in(lo: float, hi: float, what: str = "the value", shown: str | None = None) -> Callable[[str], float]:
+    """An argparse type: a finite number in [lo, hi] (``shown`` says the range in the messages)."""
+    shown = shown or f"{lo:g}..{hi:g}"
+
+    def parse(text: str) -> float:
+        try:
+            value = float(text)
+        except ValueError:
+            value = math.nan
+        if not math.isfinite(value):
+            raise argparse.ArgumentTypeError(f"{text!r} is not a finite number; {what} is {shown}")
+        if not lo <= value <= hi:
+            raise argparse.ArgumentTypeError(f"{text} is out of range; {what} is {shown}")
+        return value
     return parse
 
 
@@ -214,17 +249,66 @@ def config_show(args: argparse.Namespace) -> int:
 # ------------------------------------------------------------------------------------------------------------
 # vta sim
 
+def _checked(parse: Callable[[str], int]) -> Callable[[str], int]:
+    """An argparse type from a parser that raises ValueError (argparse prints the message)."""
+    def convert(text: str) -> int:
+        try:
+            return parse(text)
+        except ValueError as e:
+            raise argparse.ArgumentTypeError(str(e)) from None
+    return convert
+
+
+# Limits on the image file, checked against its .npy headers before any data is read (docs/image-format.md).
+IMAGE_LIMIT_ARGS = [
+    arg("--max-insns", type=_checked(parse_count), default=DEFAULT_MAX_INSNS, metavar="N",
+        help=f"refuse an image of more than N instructions (default {DEFAULT_MAX_INSNS:,})"),
+    arg("--max-dram-bytes", type=_checked(parse_size), default=DEFAULT_MAX_DRAM_BYTES, metavar="SIZE",
+        help="refuse an image whose segments total more than SIZE bytes; K/M/G/T suffixes "
+             f"(default {DEFAULT_MAX_DRAM_BYTES >> 30}G)"),
+    arg("--max-segments", type=_checked(parse_count), default=DEFAULT_MAX_SEGMENTS, metavar="N",
+        help=f"refuse an image of more than N segments (default {DEFAULT_MAX_SEGMENTS:,})"),
+]
+
+
+def _image_limits(args: argparse.Namespace) -> ImageLimits:
+    return ImageLimits(max_insns=args.max_insns, max_dram_bytes=args.max_dram_bytes,
+                       max_segments=args.max_segments)
+
+
+def _same_file(a: str, b: str) -> bool:
+    try:
+        if os.path.exists(a) and os.path.exists(b):
+            return os.path.samefile(a, b)  # hard links too
+    except OSError:
+        pass
+    return os.path.realpath(a) == os.path.realpath(b)
+
+
+def _check_outputs(args: argparse.Namespace) -> None:
+    """--out and --trace: not empty, not the input image, not the same file (checked before any work)."""
+    outputs = [(flag, path) for flag, path in (("--out", args.out), ("--trace", args.trace)) if path is not None]
+    for flag, path in outputs:
+        check_output_path(path, flag)
+        if _same_file(path, args.image):
+            raise ValueError(f"{flag} {path} is the input image {args.image}; write to another file")
+    if len(outputs) == 2 and _same_file(args.out, args.trace):
+        raise ValueError(f"--out {args.out} and --trace {args.trace} are the same file; give each its own")
+
+
 @command("sim", "disasm", "disassemble a program image", args=[
     arg("image", metavar="IMAGE", help="a program image (.npz)"),
+    *IMAGE_LIMIT_ARGS,
 ])
 def sim_disasm(args: argparse.Namespace) -> int:
     """Print the instruction stream of a program image, one instruction per line."""
-    image = load_image(args.image)
+    image = load_image(args.image, _image_limits(args))
     nbytes = sum(d.size for _, d in image.segments)
     where = f"at 0x{image.insn_addr:x}" if image.insn_addr else "unplaced"
     print(f"# {args.image}: {len(image.insns)} instructions {where}, {len(image.segments)} segment(s) "
           f"({nbytes} bytes), config {image.config.model}")
-    print(disassemble(image.insns, image.config))
+    for i in range(0, len(image.insns), 4096):  # in pieces: a long listing is never held in memory
+        print(disassemble(image.insns[i:i + 4096], image.config, start_index=i))
     return 0
 
 
@@ -235,23 +319,34 @@ def sim_disasm(args: argparse.Namespace) -> int:
     arg("--timing-only", action="store_true", help="skip data work: counters and cycles only"),
     arg("--max-cycles", type=int, default=None, metavar="N",
         help=f"stop with an error past N simulated cycles (default {DEFAULT_MAX_CYCLES:,})"),
+    arg("--max-work", type=int, default=None, metavar="N",
+        help=f"stop with an error past N units of host work (default {DEFAULT_MAX_WORK:,}; docs/simulator.md)"),
     arg("--json", action="store_true", help="print the stats as JSON"),
+    *IMAGE_LIMIT_ARGS,
+    arg("--max-trace-events", type=_checked(parse_count), default=DEFAULT_MAX_TRACE_EVENTS, metavar="N",
+        help="with --trace, refuse (before the run) a stream of more than N instructions, one trace event "
+             f"each (default {DEFAULT_MAX_TRACE_EVENTS:,})"),
 ])
 def sim_replay(args: argparse.Namespace) -> int:
     """Replay a program image: map its segments, run its stream, report counters and cycles.
 
     Only the image's segments and instruction area are mapped, so any access outside them is an error.
     """
-    image = load_image(args.image)
+    _check_outputs(args)
+    image = load_image(args.image, _image_limits(args))
+    if args.trace is not None:
+        check_trace_events(len(image.insns), args.max_trace_events, f"program image {args.image}")
     sim = Simulator(image.config)
-    options = {"compute": not args.timing_only, "trace": bool(args.trace)}
+    options = {"compute": not args.timing_only, "trace": args.trace is not None}
     if args.max_cycles is not None:
         options["max_cycles"] = args.max_cycles
-    result, stats = replay_with_stats(sim, image, **options)
-    if args.out:
+    if args.max_work is not None:
+        options["max_work"] = args.max_work
+    result, stats = replay_with_stats(sim, image, max_trace_events=args.max_trace_events, **options)
+    if args.out is not None:
         save_result(args.out, result)
-    if args.trace:
-        write_json_atomic(args.trace, chrome_trace(stats, image.insns, image.config))
+    if args.trace is not None:
+        write_chrome_trace(args.trace, stats, image.insns, image.config, args.max_trace_events)
     if args.json:
         print(json.dumps(result.stats, indent=2))
     else:
@@ -283,6 +378,8 @@ def demo(args: argparse.Namespace) -> int:
     Exit status 1 if the result differs from numpy.
     """
     cfg = _load(args.config, args.sets)
+    if args.trace is not None:
+        check_output_path(args.trace, "--trace")
     result = run_demo(cfg, args.m, args.k, args.n, seed=args.seed, trace=bool(args.trace))
     print(format_report(result))
     if args.trace:
@@ -342,6 +439,8 @@ def compile_cmd(args: argparse.Namespace) -> int:
     """
     from vta.ops import ALU_OPS, compile_op, random_inputs
 
+    if args.out is not None:
+        check_output_path(args.out, "--out")
     cfg = _load(args.config, args.sets)
     workload: dict[str, Any] = {"data_shape": args.data_shape}
     if args.op in ALU_OPS:
