@@ -23,6 +23,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
+from graph_pack.frontend_onnx import DEFAULT_MAX_TENSOR_BYTES  # one bound for imported and built models
 from graph_pack.graph import Graph, GraphBuilder, GraphError
 from graph_pack.kernels import KERNELS
 from graph_pack.passes import simplify
@@ -403,7 +404,6 @@ def _override(params: Params, weights: dict[str, np.ndarray]) -> Params:
 _PEAK_PER_PIXEL = {"vgg": (64 * 4, 8192), "dcgan": (32 * 4, 8192)}
 _PEAK_DEFAULT = (16 * 4, 0)
 CALIBRATION_IMAGES = 4   # batch-norm statistics are set from a forward pass over at least this many images
-DEFAULT_MAX_TENSOR_BYTES = 512 << 20
 
 
 class TooLarge(GraphError):

@@ -79,3 +79,43 @@ def test_ruff_clean():
     ruff = need("ruff")
     done = subprocess.run([ruff, "check", str(ROOT)], check=False, capture_output=True, text=True)
     assert done.returncode == 0, done.stdout + done.stderr
+
+
+def test_limits_page_states_the_defaults_the_code_uses():
+    from graph_pack.frontend_onnx import DEFAULT_MAX_MODEL_BYTES, DEFAULT_MAX_TENSOR_BYTES
+    from hw_config.config import MAX_CONFIG_BYTES
+    from simulator.errors import DEFAULT_MAX_CYCLES, DEFAULT_MAX_WORK
+    from simulator.image import (
+        DEFAULT_MAX_DRAM_BYTES,
+        DEFAULT_MAX_INSNS,
+        DEFAULT_MAX_SEGMENTS,
+        DEFAULT_MAX_TEXT_CHARS,
+    )
+    from simulator.trace import DEFAULT_MAX_TRACE_EVENTS
+    from tuning.records import MAX_LINE_BYTES
+    page = (ROOT / "docs" / "limits.md").read_text()
+    rows = {line.split("|")[1].strip(): line.split("|")[2].strip() for line in page.splitlines()
+            if line.startswith("| ") and not line.startswith("| what")}
+
+    def value(text: str) -> int:
+        text = text.split(" ")[0] if " units" in text or " characters" in text else text.split(" (")[0]
+        units = {"GiB": 1 << 30, "MiB": 1 << 20, "KiB": 1 << 10}
+        for unit, scale in units.items():
+            if text.endswith(unit):
+                return int(text[:-len(unit)].strip()) * scale
+        base, _, exp = text.partition("^")
+        return int(base) ** int(exp) if exp else int(text)
+
+    expected = {"simulated cycles of one run": DEFAULT_MAX_CYCLES,
+                "host work of one run (GEMM MACs, ALU lanes, DMA bytes)": DEFAULT_MAX_WORK,
+                "instructions in an image file": DEFAULT_MAX_INSNS,
+                "DRAM bytes of an image file (all segments)": DEFAULT_MAX_DRAM_BYTES,
+                "segments of an image file": DEFAULT_MAX_SEGMENTS,
+                "config/stats text in an image file": DEFAULT_MAX_TEXT_CHARS,
+                "trace events of a traced replay": DEFAULT_MAX_TRACE_EVENTS,
+                "one tensor of an imported or zoo model": DEFAULT_MAX_TENSOR_BYTES,
+                "an ONNX file plus all its constants": DEFAULT_MAX_MODEL_BYTES,
+                "a hardware config file": MAX_CONFIG_BYTES,
+                "one line of a tuning log": MAX_LINE_BYTES}
+    for name, default in expected.items():
+        assert value(rows[name]) == default, (name, rows[name], default)
