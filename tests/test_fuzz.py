@@ -130,9 +130,10 @@ def _prepared(cls, cfg, seed: int):
     return sim
 
 
-def _outcome(sim, stream: bytes, compute: bool):
+def outcome(sim, stream: bytes, compute: bool, max_work: int | None = None):
+    """What a run ends in (stats and trace, or the error and its index) and the state it leaves."""
     try:
-        stats = sim.run(stream, trace=True, compute=compute, max_cycles=20_000)
+        stats = sim.run(stream, trace=True, compute=compute, max_cycles=20_000, max_work=max_work)
         result = ("ok", stats.to_dict(), stats.trace)
     except SimulatorError as e:
         result = (type(e).__name__, e.index)
@@ -149,12 +150,12 @@ def test_c_simulator_agrees_with_reference_on_random_streams(name):
         rng = np.random.default_rng([seed, list(CONFIGS).index(name)])
         stream = random_stream(cfg, rng)
         compute = seed % 7 != 0
-        ref = _outcome(_prepared(ReferenceSimulator, cfg, seed), stream, compute)
-        fast = _outcome(_prepared(Simulator, cfg, seed), stream, compute)
+        ref = outcome(_prepared(ReferenceSimulator, cfg, seed), stream, compute)
+        fast = outcome(_prepared(Simulator, cfg, seed), stream, compute)
         assert fast[0] == ref[0], f"seed {seed}: C {fast[0][:2]} vs reference {ref[0][:2]}"
         assert fast[1] == ref[1], f"seed {seed}: final DRAM/SRAM state differs"
         kinds[ref[0][0]] = kinds.get(ref[0][0], 0) + 1
     # The generator must reach every outcome, and complete often enough to test data paths.
     assert kinds.get("ok", 0) >= STREAMS_PER_CONFIG // 10, kinds
-    for outcome in ("InvalidInstruction", "MemoryAccessError", "DeadlockError"):
-        assert kinds.get(outcome, 0) > 0, kinds
+    for kind in ("InvalidInstruction", "MemoryAccessError", "DeadlockError"):
+        assert kinds.get(kind, 0) > 0, kinds

@@ -18,7 +18,7 @@ from pathlib import Path
 
 import numpy as np
 import pytest
-from test_fuzz import DRAM_BASE, DRAM_BYTES, _prepared, random_stream
+from test_fuzz import _prepared, outcome, random_stream
 
 from hw_config import MEM_TYPES, OPCODES, HwConfig, load_config
 from simulator.core import DEFAULT_MAX_CYCLES, DEFAULT_MAX_WORK, Simulator
@@ -260,17 +260,6 @@ def test_budget_arguments_are_checked(sim_name: str, value: object) -> None:
 
 # ---------------------------------------------------------------------------------------------------------
 # C and reference agree under small budgets (tests/test_fuzz.py's streams)
-
-def outcome(sim, stream: bytes, compute: bool, max_work: int):
-    try:
-        stats = sim.run(stream, trace=True, compute=compute, max_cycles=20_000, max_work=max_work)
-        result = ("ok", stats.to_dict(), stats.trace)
-    except SimulatorError as e:
-        result = (type(e).__name__, e.index)
-    state = [sim.read(DRAM_BASE, DRAM_BYTES).tobytes()]
-    state += [sim.read_sram(m, 0, 64).tobytes() for m in ("uop", "inp", "wgt", "acc")]
-    return result, state
-
 
 @pytest.mark.parametrize("preset", ["pynq", "batch4"])
 def test_c_and_reference_agree_under_small_work_budgets(preset: str) -> None:
