@@ -166,9 +166,17 @@ def skip_conv_layers(values: list[int | None] | None) -> list[int]:
     arg("--fallback", choices=("warn", "error"), default="warn",
         help="a group the templates refuse: run it on the host and say so (warn, default) or stop (error)"),
     arg("--cpu", choices=CPU_BACKENDS, default="auto", help="host kernels (default auto: JIT if llvmlite)"),
+    arg("--device", choices=("sim", "pynq"), default="sim",
+        help="where the accelerator groups run: the simulator (default) or a Pynq board with a VTA bitstream "
+             "(the [pynq] extra; on the board, or remote through PYNQ_REMOTE_DEVICES or --board)"),
+    arg("--board", metavar="HOST[:PORT]", help="--device pynq: a remote PYNQ board (or `vta board serve "
+                                               "--simulated`) instead of pynq's own choice"),
+    arg("--bitstream", metavar="PATH", help="--device pynq: the .bit to program (default: the bitstream cache, "
+                                            "<cache>/<TARGET>/<HW_VER>/<bitstream>.bit)"),
     arg("--seed", type=int, default=0, help="seed of the random weights and input"),
     arg("--input", metavar="NPY", help="input array (.npy) instead of a random one"),
-    arg("--check", action="store_true", help="also run the numpy reference and compare bit-exactly"),
+    arg("--check", action="store_true", help="also run the numpy reference (and, on a board, the simulator) and "
+                                             "compare bit-exactly"),
     arg("--report", action="store_true", help="print where every node runs and why"),
     arg("--no-layers", dest="layers", action="store_false", help="omit the per-layer table"),
 ])
@@ -181,6 +189,9 @@ def run_cmd(args: argparse.Namespace) -> int:
     """
     cfg = _load(args.config, args.sets)
     env = Environment(cfg)
+    if args.device == "sim" and (args.board or args.bitstream):
+        raise ValueError("--board and --bitstream apply to --device pynq")
+    device = _board(cfg, args) if args.device == "pynq" else None   # before any work: a missing board fails fast
     batch = args.batch or cfg.BATCH
     t0 = time.perf_counter()
     graph, params, (start, stop) = load_model(args.model, batch, args.image_size, args.seed, _shapes(args.shapes),
@@ -201,13 +212,15 @@ def run_cmd(args: argparse.Namespace) -> int:
     packed = graph_pack(qgraph, env, start_name=args.start or start, stop_name=args.stop or stop)
     times["graph_pack"] = time.perf_counter() - t0
     t0 = time.perf_counter()
-    mod = build(packed, env, qparams, cpu=args.cpu, fallback="error" if args.fallback == "error" else "allow")
+    mod = build(packed, env, qparams, cpu=args.cpu, fallback="error" if args.fallback == "error" else "allow",
+                device=device)
     times["build"] = time.perf_counter() - t0
     t0 = time.perf_counter()
     mod.run(**{data: x})
     run_s = time.perf_counter() - t0
     y = mod.get_output(0)
-    print(f"{args.model} on {cfg.model} ({cfg.CLOCK_MHZ:g} MHz), batch {batch}, input {graph[data].shape}")
+    where = f"the board {device.board}" if device is not None else "the simulator"
+    print(f"{args.model} on {cfg.model} ({cfg.CLOCK_MHZ:g} MHz, {where}), batch {batch}, input {graph[data].shape}")
     if args.report:
         print(format_offload_report(packed))
     for head, reason in mod.fallbacks.items():
@@ -221,11 +234,24 @@ def run_cmd(args: argparse.Namespace) -> int:
     if args.layers:
         print(mod.format_profile())
     if args.check:
-        ref = run_reference(qgraph, qparams, {data: x})
-        same = np.array_equal(ref, y)
-        print("check: output " + ("matches the numpy reference bit-exactly" if same else
-                                  f"DIFFERS from the numpy reference (max |diff| {np.abs(ref - y).max()})"))
-        if not same:
+        references = {"the numpy reference": run_reference(qgraph, qparams, {data: x})}
+        if device is not None:   # the board against the simulator, bit for bit
+            sim_mod = build(packed, env, qparams, cpu=args.cpu, fallback="allow")
+            sim_mod.run(**{data: x})
+            references["the simulator"] = sim_mod.get_output(0)
+        differs = False
+        for name, ref in references.items():
+            same = np.array_equal(ref, y)
+            differs |= not same
+            print(f"check: output {'matches' if same else 'DIFFERS from'} {name}" +
+                  (" bit-exactly" if same else f" (max |diff| {np.abs(ref - y).max()})"))
+        if differs:
             return 1
     return 0
+
+
+def _board(cfg, args: argparse.Namespace):
+    """The Pynq device for --device pynq (the [pynq] extra is imported only here)."""
+    from vta.device_pynq import PynqDevice
+    return PynqDevice(cfg, bitstream=args.bitstream, board=args.board)
 

@@ -49,6 +49,24 @@ def _c_compiler() -> str:
     return path
 
 
+TVM_VENV_SCRIPT = ".ci/tvm-venv.sh"
+
+
+def _tvm_venv() -> str:
+    """The python of the separate venv holding apache-tvm (the RPC tests' real peer), made by .ci/tvm-venv.sh."""
+    import subprocess
+    venv = Path(os.environ.get("VTA_TVM_VENV") or
+                Path(os.environ.get("XDG_CACHE_HOME") or Path.home() / ".cache") / "vta-stack" / "tvm-venv")
+    python = venv / "bin" / "python"
+    if not python.is_file():
+        raise ImportError(f"no venv at {venv} (run bash {TVM_VENV_SCRIPT})")
+    probe = subprocess.run([str(python), "-c", "import tvm.rpc.tracker, tvm.exec.query_rpc_tracker"],
+                           capture_output=True, text=True, timeout=120, check=False)
+    if probe.returncode:
+        raise ImportError(f"{venv} cannot import tvm.rpc: {probe.stderr.strip()[-200:]}")
+    return str(python)
+
+
 def _golden() -> Path:
     from golden_files import GOLDEN_DIR, SKIP_REASON
     if not GOLDEN_DIR.is_dir():
@@ -64,11 +82,13 @@ NEEDS: dict[str, tuple[Callable[[], object], str]] = {
     "llvmlite": (_llvmlite, "vta-stack[jit]"),
     "xgboost": (lambda: importlib.import_module("xgboost"), "vta-stack[tuning]"),
     "distributed": (lambda: importlib.import_module("distributed"), "vta-stack[dask]"),
+    "pynq": (lambda: importlib.import_module("pynq"), "vta-stack[pynq]"),
     "sklearn": (lambda: importlib.import_module("sklearn"), "the test extras"),
     "hypothesis": (lambda: importlib.import_module("hypothesis"), "the test extras"),
     "ruff": (_program("ruff"), "the test extras"),
     "cc": (_c_compiler, "a C compiler (gcc), needed by the install itself"),
     "golden": (_golden, "shared/golden beside the checkout"),
+    "tvm-venv": (_tvm_venv, f"a separate venv with apache-tvm, made by `bash {TVM_VENV_SCRIPT}`"),
 }
 _found: dict[str, object] = {}
 _missing: dict[str, str] = {}

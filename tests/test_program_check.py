@@ -128,3 +128,15 @@ def test_agrees_with_the_simulator_on_random_dma():
         agree += 1
         refused += ours is not None
     assert agree > 200 and 0.2 < refused / agree < 0.9, (agree, refused)
+
+
+def test_a_program_may_not_touch_its_own_instructions_and_must_finish():
+    data, insn = (0x10000, PAGE), (0x20000, PAGE)
+    into_insns = MemInsn(memory_type=MEM_TYPES["INP"], dram_base=0x20000 // 16, y_size=1, x_size=1, x_stride=1)
+    with pytest.raises(ProgramRejected, match=r"instruction 0: .* touch the instruction buffer \[0x20000, 0x20020\)"):
+        check_program(_program(into_insns), CFG, [data, insn], (0x20000, 32))
+    with pytest.raises(ProgramRejected, match=r"touch the instruction buffer \[0x20000, 0x21000\)"):   # all of it
+        check_program(_program(into_insns), CFG, [data, insn], (0x20010, 32), protected=[insn])
+    no_finish = assemble([GemmInsn()], CFG)
+    with pytest.raises(ProgramRejected, match="instruction 0: the program does not end with FINISH"):
+        check_program(no_finish, CFG, [data, insn], (0x20000, 16))

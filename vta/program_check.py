@@ -45,9 +45,12 @@ def _inside(first: np.ndarray, end: np.ndarray, regions: Sequence[Region]) -> np
     return ok & (end <= ends[k])
 
 
-def check_program(insns: np.ndarray, cfg: HwConfig, regions: Sequence[Region], insn_region: Region) -> None:
+def check_program(insns: np.ndarray, cfg: HwConfig, regions: Sequence[Region], insn_region: Region,
+                  protected: Sequence[Region] | None = None) -> None:
     """Refuse (``ProgramRejected``, naming the instruction and the range) a stream that would fetch, load or
-    store outside ``regions``; ``insn_region`` is where the stream itself is placed for the fetch module."""
+    store outside ``regions``, or load or store inside ``protected`` (default: ``insn_region``, where the stream
+    itself is placed for the fetch module, which may still be reading it), or that does not end with FINISH
+    (the accelerator would never raise ``done``)."""
     rows = np.asarray(insns)
     if rows.dtype != np.uint8 or rows.ndim != 2 or rows.shape[1] != INSN_BYTES:
         raise ProgramRejected(f"instruction stream: expected uint8 of shape (N, {INSN_BYTES}), got {rows.dtype} "
@@ -61,6 +64,9 @@ def check_program(insns: np.ndarray, cfg: HwConfig, regions: Sequence[Region], i
         raise ProgramRejected(f"instruction fetch of {n} instructions ({n * INSN_BYTES} bytes) at {addr:#x}: "
                               f"outside its {size}-byte buffer or the program's buffers ({_regions_text(regions)})")
     opcode = rows[:, 0] & 0b111
+    if opcode[-1] != OPCODES["FINISH"]:
+        raise ProgramRejected(f"instruction {n - 1}: the program does not end with FINISH, so the accelerator "
+                              "would never signal done", n - 1)
     unknown = ~np.isin(opcode, list(OPCODES.values()))
     if unknown.any():
         i = int(np.argmax(unknown))
@@ -87,6 +93,13 @@ def check_program(insns: np.ndarray, cfg: HwConfig, regions: Sequence[Region], i
     elem = elem_of[f["memory_type"]]
     first = f["dram_base"] * elem
     end = first + ((f["y_size"] - 1) * f["x_stride"] + f["x_size"]) * elem
+    for lo, size in (insn_region,) if protected is None else protected:
+        hit = moves & (first < lo + size) & (end > lo)
+        if hit.any():
+            j = int(np.argmax(hit))
+            raise ProgramRejected(f"instruction {int(mem[j])}: DRAM bytes [{int(first[j]):#x}, {int(end[j]):#x}) "
+                                  f"touch the instruction buffer [{lo:#x}, {lo + size:#x}); a program "
+                                  "may not read or write its own instructions", int(mem[j]))
     outside = moves & ~_inside(first, end, regions)
     if outside.any():
         j = int(np.argmax(outside))

@@ -1,0 +1,506 @@
+"""The simulated PYNQ board (`vta board serve --simulated`): pynq's remote protocol, VTA's registers, limits.
+
+A real server runs in a child process on 127.0.0.1 (a free port); requests go through pynq's own generated
+gRPC stubs, and misbehaving clients are real processes and sockets. The board here runs with
+``--time-scale 1000`` (a run lasts a thousand times its modelled hardware time) so that register states
+during a run can be observed, and ``--lease-s 1`` so that a dead client's buffers can be reclaimed quickly.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import random
+import signal
+import socket
+import subprocess
+import sys
+import textwrap
+import time
+from pathlib import Path
+
+import numpy as np
+import pytest
+from extras import need
+
+from hw_config import MEM_TYPES, load_config
+from vta.board.bitstream import placeholder_bytes
+from vta.cli import main
+from vta.isa import FinishInsn, GemmInsn, MemInsn, assemble
+
+CFG = load_config("pynq")
+MiB = 1 << 20
+FIRMWARE = f"/lib/firmware/{CFG.bitstream}.bin"
+BLOCKS = ("fetch", "load", "compute", "store")
+
+
+@pytest.fixture(scope="module")
+def remote():
+    """(grpc, pynq's remote protocol modules)."""
+    need("pynq")
+    from vta.board.pynq_support import import_remote
+    return import_remote()
+
+
+@pytest.fixture(scope="module")
+def board(remote, tmp_path_factory):
+    from vta.board.local import LocalBoard
+    log = tmp_path_factory.mktemp("board") / "server.log"
+    b = LocalBoard("--time-scale", "1000", "--lease-s", "1", log_path=log)
+    b.start()
+    yield b
+    assert b.stop() == 0, f"the server did not shut down cleanly on SIGTERM; log: {log.read_text()[-2000:]}"
+    assert "stopped" in log.read_text()
+
+
+class Client:
+    """One connection to the board through pynq's generated stubs (its own peer, as a separate client)."""
+
+    def __init__(self, remote, address: str):
+        self.grpc, pb = remote
+        self.pb = pb
+        self.channel = self.grpc.insecure_channel(address)
+        self.dev = pb["remote_device_grpc"].RemoteDeviceStub(self.channel)
+        self.mm = pb["mmio_grpc"].MmioStub(self.channel)
+        self.buf = pb["buffer_grpc"].RemoteBufferStub(self.channel)
+        self.handles: dict[str, str] = {}
+
+    def close(self) -> None:
+        self.channel.close()
+
+    def error(self, call) -> tuple[str, str]:
+        """(status code name, details) of ``call()``, which must fail with a gRPC status."""
+        with pytest.raises(self.grpc.RpcError) as info:
+            result = call()
+            if hasattr(result, "__iter__") and not hasattr(result, "ListFields"):
+                list(result)   # a response stream fails when read
+        return info.value.code().name, info.value.details()
+
+    # buffers
+    def alloc(self, size: int) -> str:
+        return self.buf.allocate(self.pb["buffer"].AllocateRequest(size=size, dtype="|u1", cacheable=True),
+                                 timeout=10).buffer_id
+
+    def write(self, bid: str, data: bytes) -> str:
+        chunks = [data[i:i + 2 * MiB] for i in range(0, len(data), 2 * MiB)] or [b""]
+        return self.buf.write(iter(self.pb["buffer"].BufferWriteRequest(buffer_id=bid, data=c) for c in chunks),
+                              timeout=30).msg
+
+    def read(self, bid: str) -> bytes:
+        return b"".join(r.data for r in self.buf.read(self.pb["buffer"].BufferReadRequest(buffer_id=bid),
+                                                      timeout=30))
+
+    def addr(self, bid: str) -> int:
+        return self.buf.physical_address(self.pb["buffer"].AddressRequest(buffer_id=bid), timeout=10).address
+
+    def free(self, bid: str) -> str:
+        return self.buf.freebuffer(self.pb["buffer"].FreeBufferRequest(buffer_id=bid), timeout=10).msg
+
+    # files and the PL
+    def write_file(self, path: str, data: bytes):
+        rd = self.pb["remote_device"]
+        return self.dev.writefile(iter([rd.WriteFileRequest(file_path=path, data=data)]), timeout=10)
+
+    def read_file(self, path: str) -> bytes:
+        rd = self.pb["remote_device"]
+        return b"".join(r.data for r in self.dev.readfile(rd.ReadFileRequest(file_path=path), timeout=10))
+
+    def program(self) -> None:
+        """What pynq's RemoteDevice.download sends for the config's bitstream."""
+        rd = self.pb["remote_device"]
+        self.dev.set_bitstream_attrs(rd.SetBitstreamAttrsRequest(binfile_name=f"{CFG.bitstream}.bin"), timeout=10)
+        self.write_file(FIRMWARE, placeholder_bytes(CFG))
+        self.write_file("/sys/class/fpga_manager/fpga0/flags", b"0")
+        self.write_file("/sys/class/fpga_manager/fpga0/firmware", f"{CFG.bitstream}.bin".encode())
+
+    def status(self) -> dict:
+        return json.loads(self.read_file("/proc/vta-sim/status"))
+
+    # registers
+    def handle(self, block: str) -> str:
+        if block not in self.handles:
+            r = self.mm.get_mmio(self.pb["mmio"].GetMmioRequest(base_addr=CFG.mmio_address(block),
+                                                                 length=CFG.MMIO_RANGE), timeout=10)
+            assert r.status and not r.msg, r.msg
+            self.handles[block] = r.mmio_id
+        return self.handles[block]
+
+    def rd(self, block: str, offset: int) -> int:
+        r = self.mm.read(self.pb["mmio"].ReadRequest(mmio_id=self.handle(block), offset=offset, length=4),
+                         timeout=10)
+        assert not r.msg, r.msg
+        return r.data
+
+    def wr(self, block: str, offset: int, value: int) -> None:
+        r = self.mm.write(self.pb["mmio"].WriteRequest(mmio_id=self.handle(block), offset=offset,
+                                                        data=int(value).to_bytes(4, "little")), timeout=10)
+        assert not r.msg, r.msg
+
+    def launch(self, insn_addr: int, count: int) -> None:
+        """VTADeviceRun's register writes, exactly."""
+        self.wr("fetch", 0x10, count)
+        self.wr("fetch", 0x18, insn_addr)
+        self.wr("load", 0x10, 0)
+        self.wr("load", 0x18, 0)
+        self.wr("compute", 0x20, 0)
+        self.wr("compute", 0x28, 0)
+        self.wr("store", 0x10, 0)
+        self.wr("fetch", 0x0, 0x1)
+        for block in ("load", "compute", "store"):
+            self.wr(block, 0x0, 0x81)
+
+    def wait_idle(self, timeout: float = 30.0) -> bool:
+        """Poll fetch until ap_idle; whether its ap_done (clear on read) was seen on the way."""
+        end = time.monotonic() + timeout
+        done = False
+        while True:
+            ctrl = self.rd("fetch", 0)
+            done = done or bool(ctrl & 0x2)
+            if ctrl & 0x4:
+                return done
+            assert time.monotonic() < end, "fetch never went idle"
+            time.sleep(0.01)
+
+
+@pytest.fixture
+def client(remote, board):
+    c = Client(remote, board.address)
+    yield c
+    c.close()
+
+
+def assert_accounted(status: dict) -> None:
+    """The board's books balance: bytes per client add up, every allocation is live, freed or reclaimed."""
+    mem = status["memory"]
+    assert mem["used_bytes"] == sum(c["bytes"] for c in mem["by_client"].values())
+    assert mem["buffers"] == sum(c["buffers"] for c in mem["by_client"].values())
+    assert mem["allocated_total"] - mem["freed_total"] - mem["reclaimed_total"] == mem["buffers"]
+    assert mem["simulator_regions"] == mem["buffers"]
+    assert 0 <= mem["used_bytes"] <= mem["limit_bytes"]
+
+
+# ------------------------------------------------------------------------------------------------------------
+# the command line (no pynq needed)
+
+def test_board_help_everywhere(capsys):
+    for argv in (["board"], ["board", "serve"], ["board", "status"], ["board", "bitstream"], ["board", "replay"]):
+        assert main([*argv, "--help"]) == 0
+        assert capsys.readouterr().out.startswith("usage: vta board")
+
+
+def test_serve_needs_simulated_and_a_board_config(capsys):
+    assert main(["board", "serve"]) == 2
+    assert "only --simulated" in capsys.readouterr().err
+    assert main(["board", "serve", "--simulated", "--config", "de10nano"]) == 2
+    assert "Chisel" in capsys.readouterr().err
+    assert main(["board", "serve", "--simulated", "--port", "70000"]) == 2
+    assert "out of range" in capsys.readouterr().err
+
+
+def test_bitstream_command(tmp_path, capsys):
+    assert main(["board", "bitstream", "--cache-dir", str(tmp_path)]) == 2
+    err = capsys.readouterr().err
+    expected = tmp_path / "pynq" / "0_0_2" / f"{CFG.bitstream}.bit"
+    assert str(expected) in err and "--make-simulated" in err and "vta-distro" in err
+    assert main(["board", "bitstream", "--cache-dir", str(tmp_path), "--make-simulated"]) == 0
+    assert expected.is_file() and "placeholder" in capsys.readouterr().out
+    wrong = tmp_path / "1x32_i8w8a32_15_15_18_17.bit"
+    wrong.write_bytes(expected.read_bytes())
+    assert main(["board", "bitstream", "--bitstream", str(wrong)]) == 2
+    assert "does not match the hardware config" in capsys.readouterr().err
+
+
+def test_core_and_board_help_work_without_pynq(tmp_path):
+    """With pynq (and grpc) unimportable, the CLI works and the board commands name the extra to install."""
+    code = textwrap.dedent("""
+        import sys
+        class Block:
+            def find_spec(self, name, path=None, target=None):
+                if name.split(".")[0] in ("pynq", "grpc"):
+                    raise ImportError(f"No module named {name!r} (blocked by the test)")
+        sys.meta_path.insert(0, Block())
+        import graph_pack, tuning, vta.device_pynq, vta.board.server
+        from vta.cli import main
+        assert main(["config", "list"]) == 0
+        assert main(["board", "--help"]) == 0
+        sys.exit(main(["board", "serve", "--simulated", "--port", "0"]))
+    """)
+    done = subprocess.run([sys.executable, "-c", code], check=False, capture_output=True, text=True, timeout=60)
+    assert done.returncode == 2, done.stderr
+    assert "pip install 'vta-stack[pynq]'" in done.stderr
+
+
+# ------------------------------------------------------------------------------------------------------------
+# the protocol, driven through pynq's stubs
+
+def test_device_files_buffers_and_accounting(client):
+    assert client.dev.existsfile(client.pb["remote_device"].ExistsFileRequest(file_path="/proc/version")).exists
+    assert b"armv7l" in client.read_file("/proc/version")
+    assert client.read_file("/proc/device-tree/chosen/pynq_board").rstrip(b"\0") == b"vta-simulated-pynq"
+    before = client.status()
+    data = np.random.default_rng(0).integers(0, 256, 5 * MiB + 123, dtype=np.uint8).tobytes()
+    bid = client.alloc(len(data))
+    assert client.addr(bid) % 4096 == 0
+    assert client.write(bid, data) == ""
+    assert client.read(bid) == data
+    mid = client.status()
+    assert mid["memory"]["used_bytes"] == before["memory"]["used_bytes"] + -(-len(data) // 4096) * 4096
+    assert_accounted(mid)
+    assert client.free(bid) == ""
+    after = client.status()
+    assert after["memory"]["used_bytes"] == before["memory"]["used_bytes"]
+    assert after["memory"]["freed_total"] == before["memory"]["freed_total"] + 1
+    assert_accounted(after)
+
+
+def test_registers_behave_as_vta_hls_blocks(client, board):
+    """ap_start/ap_done/ap_idle as HLS does, and done a level register: stale 1 right after a relaunch."""
+    client.program()
+    assert client.status()["accelerator"]["programmed"] == f"{CFG.bitstream}.bin"
+    wgt = client.alloc(1024 * 256)
+    insn = client.alloc(4096)
+    quick = assemble([GemmInsn(uop_bgn=0, uop_end=1, iter_out=1, iter_in=1), FinishInsn()], CFG)
+    client.write(insn, quick.tobytes())
+    addr = client.addr(insn)
+    client.launch(addr, len(quick))
+    assert client.wait_idle()                                    # fetch: ap_done, then ap_idle
+    assert not client.rd("fetch", 0) & 0x2                      # ap_done was cleared by the read
+    assert client.rd("compute", 0x18) == 1                      # FINISH raised done
+    assert client.rd("compute", 0) & 0x80                       # auto_restart as written
+    # a program whose first GEMM waits for a long weight load (0.33 ms of hardware, 0.33 s of board time)
+    slow = assemble([MemInsn(memory_type=MEM_TYPES["WGT"], dram_base=client.addr(wgt) // 256, y_size=1, x_size=1024,
+                             x_stride=1024, push_next_dep=1),
+                     GemmInsn(pop_prev_dep=1, uop_bgn=0, uop_end=1, iter_out=1, iter_in=1), FinishInsn()], CFG)
+    client.write(insn, slow.tobytes())
+    client.rd("compute", 0)                                      # clear compute's ap_done latch (clear on read)
+    t0 = time.monotonic()
+    client.launch(addr, len(slow))
+    for _ in range(3):   # the trap: done still shows the previous run's 1 while this one waits for its load
+        assert (client.rd("compute", 0x18), client.rd("compute", 0) & 0x2, client.rd("fetch", 0) & 0x4) == (1, 0, 0)
+    assert time.monotonic() - t0 < 0.25                        # (all inside the modelled 0.36 s load)
+    fresh = False                                                # the fix: done counts only after compute's ap_done
+    while not (fresh and client.rd("compute", 0x18) == 1):
+        fresh = fresh or bool(client.rd("compute", 0) & 0x2)
+        assert time.monotonic() - t0 < 30
+    elapsed = time.monotonic() - t0
+    cycles = client.status()["accelerator"]["last_run"]["cycles"]
+    assert elapsed >= 0.95 * cycles / (CFG.CLOCK_MHZ * 1e6) * 1000   # board time follows the timing model
+    assert f"{cycles:,} cycles = " in board.log_path.read_text()      # ... and its latency is logged,
+    assert "SIMULATED at 100 MHz" in board.log_path.read_text()        # labelled as simulated
+    client.wait_idle()
+    for bid in (wgt, insn):
+        client.free(bid)
+    assert_accounted(client.status())
+
+
+def test_faulting_programs_hang_the_board_until_reprogrammed(client):
+    client.program()
+    insn = client.alloc(4096)
+    bad = assemble([MemInsn(memory_type=MEM_TYPES["INP"], dram_base=0x10, y_size=1, x_size=1, x_stride=1), FinishInsn()], CFG)
+    client.write(insn, bad.tobytes())
+    client.launch(client.addr(insn), len(bad))
+    time.sleep(0.3)
+    acc = client.status()["accelerator"]
+    assert acc["state"] == "hung" and "MemoryAccessError" in acc["last_fault"]
+    assert not client.rd("fetch", 0) & 0x4                      # fetch never finishes
+    client.program()                                             # a download resets the blocks
+    assert client.status()["accelerator"]["state"] == "idle"
+    assert client.rd("fetch", 0) & 0x4
+    client.launch(client.addr(insn), 1000)                       # fetch past the end of the 4 KiB buffer
+    time.sleep(0.3)
+    acc = client.status()["accelerator"]
+    assert acc["state"] == "hung" and "fetch of 1000 instructions" in acc["last_fault"]
+    client.program()
+    client.free(insn)
+    assert_accounted(client.status())
+
+
+def test_bitstreams_other_than_the_configs_are_refused(client):
+    rd = client.pb["remote_device"]
+    code, details = client.error(lambda: client.dev.set_bitstream_attrs(
+        rd.SetBitstreamAttrsRequest(binfile_name="base.bin")))
+    assert code == "FAILED_PRECONDITION" and f"{CFG.bitstream}.bit" in details and "base.bin" in details
+    client.write_file("/lib/firmware/base.bin", placeholder_bytes(CFG))
+    code, details = client.error(lambda: client.write_file("/sys/class/fpga_manager/fpga0/firmware", b"base.bin"))
+    assert code == "FAILED_PRECONDITION" and "accepts only" in details
+    code, _ = client.error(lambda: client.dev.set_bitstream_attrs(
+        rd.SetBitstreamAttrsRequest(binfile_name=f"{CFG.bitstream}.bin", partial=True)))
+    assert code == "UNIMPLEMENTED"
+    client.write_file(FIRMWARE, b"\x00" * 64)
+    code, details = client.error(lambda: client.write_file("/sys/class/fpga_manager/fpga0/firmware",
+                                                           f"{CFG.bitstream}.bin".encode()))
+    assert code == "FAILED_PRECONDITION" and "sync word" in details
+
+
+def test_malformed_requests_get_errors_and_the_board_survives(client, board):
+    pb = client.pb
+    bf, mm = pb["buffer"], pb["mmio"]
+    assert client.error(lambda: client.buf.allocate(bf.AllocateRequest(size=0)))[0] == "INVALID_ARGUMENT"
+    assert client.error(lambda: client.buf.allocate(bf.AllocateRequest(size=-5)))[0] == "INVALID_ARGUMENT"
+    assert client.error(lambda: client.buf.read(bf.BufferReadRequest(buffer_id="nope")))[0] == "NOT_FOUND"
+    assert "no buffer" in client.free("nope")
+    assert "no buffer" in client.buf.flush(bf.FlushRequest(buffer_id="x" * 10000)).msg
+    bid = client.alloc(100)
+    assert "overruns" in client.write(bid, b"x" * 101)
+    assert client.error(lambda: client.buf.read(bf.BufferReadRequest(buffer_id=bid, start=50, end=200)))[0] \
+        == "OUT_OF_RANGE"
+    r = client.buf.write(iter([bf.BufferWriteRequest(buffer_id=bid, data=b"ab", start=10, end=11)]))
+    assert "does not match" in r.msg
+    client.free(bid)
+    assert client.mm.get_mmio(mm.GetMmioRequest(base_addr=0, length=4)).msg.startswith("no device")
+    assert "no device" in client.mm.get_mmio(mm.GetMmioRequest(base_addr=CFG.mmio_address("store"),
+                                                                length=CFG.MMIO_RANGE + 4)).msg
+    assert "unknown MMIO handle" in client.mm.read(mm.ReadRequest(mmio_id="vta:../../etc", length=4)).msg
+    handle = client.handle("fetch")
+    assert "allowed 1, 2, 4 or 8" in client.mm.read(mm.ReadRequest(mmio_id=handle, length=3)).msg
+    assert "multiple of 4" in client.mm.read(mm.ReadRequest(mmio_id=handle, offset=2, length=4)).msg
+    assert "inside" in client.mm.read(mm.ReadRequest(mmio_id=handle, offset=CFG.MMIO_RANGE, length=4)).msg
+    assert "multiple of 4" in client.mm.write(mm.WriteRequest(mmio_id=handle, data=b"abc")).msg
+    assert client.error(lambda: client.read_file("/etc/shadow"))[0] == "NOT_FOUND"
+    assert client.error(lambda: client.write_file("/etc/passwd", b"x"))[0] == "PERMISSION_DENIED"
+    assert client.error(lambda: client.write_file("/lib/firmware/../../etc/x", b"x"))[0] == "INVALID_ARGUMENT"
+    assert client.error(lambda: client.write_file("/sys/class/fpga_manager/fpga0/flags", b"7"))[0] \
+        == "INVALID_ARGUMENT"
+    big = client.alloc(6 * MiB)
+    one_message = iter([bf.BufferWriteRequest(buffer_id=big, data=b"\0" * (5 * MiB))])
+    assert client.error(lambda: client.buf.write(one_message))[0] == "RESOURCE_EXHAUSTED"   # > --max-message-mb 4
+    client.free(big)
+    status = client.status()
+    assert status["rpc"]["errors"] and board.alive()
+    assert_accounted(status)
+
+
+def test_garbage_on_the_port_leaves_the_board_serving(client, board):
+    rng = random.Random(11)
+    payloads = [bytes(rng.randrange(256) for _ in range(4096)), b"GET / HTTP/1.1\r\nHost: x\r\n\r\n",
+                b"PRI * HTTP/2.0\r\n\r\nSM\r\n\r\n" + bytes(rng.randrange(256) for _ in range(512)), b""]
+    idle = []
+    for payload in payloads:
+        s = socket.create_connection(("127.0.0.1", board.port), timeout=5)
+        if payload:
+            s.sendall(payload)
+        idle.append(s)                                           # leave them open while others are served
+    bid = client.alloc(4096)
+    client.write(bid, b"\x01" * 4096)
+    assert client.read(bid) == b"\x01" * 4096
+    client.free(bid)
+    for s in idle:
+        s.close()
+    assert board.alive()
+    assert_accounted(client.status())
+
+
+def test_allocating_past_the_boards_memory_is_refused(remote, board):
+    a, b = Client(remote, board.address), Client(remote, board.address)
+    try:
+        first = a.alloc(300 * MiB)
+        code, details = b.error(lambda: b.buf.allocate(b.pb["buffer"].AllocateRequest(size=300 * MiB)))
+        assert code == "RESOURCE_EXHAUSTED" and "512 MiB" in details and "by others" in details
+        code, _ = b.error(lambda: b.buf.allocate(b.pb["buffer"].AllocateRequest(size=(1 << 31) - 1)))
+        assert code == "RESOURCE_EXHAUSTED"
+        status = b.status()
+        assert status["memory"]["used_bytes"] == 300 * MiB
+        assert_accounted(status)
+        a.free(first)
+        assert b.status()["memory"]["used_bytes"] == 0
+    finally:
+        a.close()
+        b.close()
+
+
+STALE_DONE_CLIENT = """
+import json
+from hw_config import MEM_TYPES, load_config
+from vta.device_pynq import PynqDevice
+from vta.isa import FinishInsn, GemmInsn, MemInsn, assemble
+cfg = load_config("pynq")
+with PynqDevice(cfg, timeout_s=60) as dev:
+    wgt = dev.alloc(1024 * 256)
+    slow = assemble([MemInsn(memory_type=MEM_TYPES["WGT"], dram_base=wgt.addr // 256, y_size=1, x_size=1024,
+                             x_stride=1024, push_next_dep=1),
+                     GemmInsn(pop_prev_dep=1, uop_bgn=0, uop_end=1, iter_out=1, iter_in=1), FinishInsn()], cfg)
+    runs = [dev.run(slow) for _ in range(2)]   # the second starts with the first's done=1 still showing
+    print(json.dumps([[st.host_seconds, st.seconds] for st in runs]))
+"""
+
+
+def test_the_pynq_device_waits_past_a_stale_done(board, tmp_path):
+    """Each run lasts its modelled time (x1000 here), though done reads 1 from the start of the second run."""
+    from vta.board.bitstream import make_placeholder
+    make_placeholder(CFG, cache_dir=tmp_path)
+    env = {**os.environ, "PYNQ_REMOTE_DEVICES": "127.0.0.1", "VTA_PYNQ_BOARD": board.address,
+           "VTA_CACHE_PATH": str(tmp_path)}
+    done = subprocess.run([sys.executable, "-c", STALE_DONE_CLIENT], env=env, check=False, capture_output=True,
+                          text=True, timeout=90)
+    assert done.returncode == 0, done.stderr[-3000:]
+    for host_seconds, model_seconds in json.loads(done.stdout.strip().splitlines()[-1]):
+        assert model_seconds > 3e-4                                  # the weight load alone: ~0.36 ms
+        assert host_seconds >= 0.95 * model_seconds * 1000          # not ended early by the stale 1
+
+
+KILLED_CLIENT = """
+import sys, time
+from hw_config import MEM_TYPES, load_config
+from vta.device_pynq import PynqDevice
+from vta.isa import FinishInsn, GemmInsn, assemble
+cfg = load_config("pynq")
+dev = PynqDevice(cfg, timeout_s=600)
+dev.alloc(256 << 20)
+print("allocated", flush=True)
+long = assemble([GemmInsn(uop_bgn=0, uop_end=1, iter_out=1000, iter_in=1000), FinishInsn()], cfg)
+print("launching", flush=True)
+dev.run(long)
+print("finished?!", flush=True)
+"""
+
+
+def test_a_client_killed_mid_run_leaves_the_board_up_and_its_memory_reclaimable(remote, board, tmp_path):
+    """The client is SIGKILLed while its 10 s (board time) run is going; its 256 MiB are reclaimed later."""
+    from vta.board.bitstream import make_placeholder
+    make_placeholder(CFG, cache_dir=tmp_path)
+    env = {**os.environ, "PYNQ_REMOTE_DEVICES": "127.0.0.1", "VTA_PYNQ_BOARD": board.address,
+           "VTA_CACHE_PATH": str(tmp_path)}
+    child = subprocess.Popen([sys.executable, "-c", KILLED_CLIENT], env=env, stdout=subprocess.PIPE,
+                             stderr=subprocess.PIPE, text=True)
+    try:
+        for expected in ("allocated", "launching"):
+            line = child.stdout.readline().strip()
+            assert line == expected, child.stderr.read() if not line else line
+        observer = Client(remote, board.address)
+        deadline = time.monotonic() + 30
+        while observer.status()["accelerator"]["state"] != "running":
+            assert time.monotonic() < deadline, child.stderr.read() if child.poll() is not None else "not running"
+            time.sleep(0.05)
+    finally:
+        child.send_signal(signal.SIGKILL)
+        child.wait(10)
+    status = observer.status()
+    assert status["accelerator"]["state"] == "running"            # the run goes on without its client
+    dead = [c for c in status["memory"]["by_client"].values() if c["bytes"] >= 256 * MiB]
+    assert len(dead) == 1                                          # accounted to the dead client
+    assert_accounted(status)
+    time.sleep(1.2)                                                # past the lease (--lease-s 1)
+    before = status["memory"]["reclaimed_bytes"]
+    bid = observer.alloc(400 * MiB)                                # does not fit beside the dead client's
+    status = observer.status()
+    assert status["memory"]["reclaimed_bytes"] - before >= 256 * MiB
+    assert status["memory"]["used_bytes"] == 400 * MiB
+    assert_accounted(status)
+    observer.free(bid)
+    observer.program()                                             # reset the still-running accelerator
+    status = observer.status()
+    assert status["memory"]["used_bytes"] == 0 and status["accelerator"]["state"] == "idle"
+    assert_accounted(status)
+    observer.close()
+    assert board.alive()
+
+
+def test_clean_shutdown_on_sigint(remote, tmp_path):
+    from vta.board.local import LocalBoard
+    b = LocalBoard(log_path=tmp_path / "log").start()
+    c = Client(remote, b.address)
+    c.alloc(4096)                                                  # a buffer left behind at shutdown
+    c.close()
+    b.proc.send_signal(signal.SIGINT)
+    assert b.proc.wait(15) == 0
+    assert "stopped" in Path(tmp_path / "log").read_text()

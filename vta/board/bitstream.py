@@ -1,0 +1,163 @@
+"""VTA bitstreams: where they are cached, which one a config needs, and placeholders for the simulated board.
+
+VTA keeps bitstreams in ``$VTA_CACHE_PATH`` (default ``~/.vta_cache``) as
+``<cache>/<TARGET>/<HW_VER with '.' -> '_'>/<bitstream>.bit``, where ``<bitstream>`` is the config's name
+such as ``1x16_i8w8a32_15_15_18_17``. A board runs only the bitstream built for its config: the name is
+checked before anything is downloaded, and a missing file is reported with every place looked at and how
+to get one (VTA's own flow failed later, with an HTTP 404 from its download URL).
+
+The simulated board (``vta board serve --simulated``) accepts a *placeholder* bitstream: a well-formed
+``.bit`` file (Xilinx header, sync word) whose design name marks it as not being hardware. ``vta board
+bitstream --make-simulated`` writes one into the cache; ``PynqDevice`` refuses to download a placeholder
+onto anything but a simulated board.
+"""
+
+from __future__ import annotations
+
+import os
+import struct
+from pathlib import Path
+
+from hw_config import HwConfig
+
+PLACEHOLDER_DESIGN = "vta_stack_simulated_board_placeholder"
+BIT_MAGIC = b"\x00\x09\x0f\xf0\x0f\xf0\x0f\xf0\x0f\xf0\x00\x00\x01"
+SYNC_WORD = b"\xaa\x99\x55\x66"
+MAX_BITSTREAM_BYTES = 256 << 20    # the largest Zynq UltraScale+ bitstreams are ~30-60 MB
+# Targets whose VTA bitstream has the HLS register map (fetch/load/compute/store blocks, ap_ctrl, done).
+HLS_TARGETS = ("pynq", "ultra96", "zcu104")
+DISTRO_HINT = ("VTA's prebuilt bitstreams were published in the uwsampl/vta-distro repository under "
+               "bitstreams/<TARGET>/<HW_VER>/<bitstream>.bit; otherwise build one with VTA's hardware flow "
+               "(hardware/xilinx, Vivado 2020.1) for this config")
+
+
+class BitstreamError(ValueError):
+    """A bitstream that is missing, unreadable, or not the one the hardware config needs."""
+
+
+def cache_root(cache_dir: str | os.PathLike | None = None) -> Path:
+    """The bitstream cache: ``cache_dir``, else ``$VTA_CACHE_PATH``, else ``~/.vta_cache`` (as VTA)."""
+    if cache_dir is not None:
+        return Path(cache_dir).expanduser()
+    env = os.environ.get("VTA_CACHE_PATH")
+    return Path(env).expanduser() if env else Path.home() / ".vta_cache"
+
+
+def bitstream_path(cfg: HwConfig, cache_dir: str | os.PathLike | None = None) -> Path:
+    """Where the cache keeps the config's bitstream: ``<cache>/<TARGET>/<HW_VER _>/<bitstream>.bit``."""
+    return cache_root(cache_dir) / cfg.TARGET / cfg.HW_VER.replace(".", "_") / f"{cfg.bitstream}.bit"
+
+
+def check_board_config(cfg: HwConfig) -> None:
+    """Refuse configs no Pynq-style board runs (the simulator-only targets, de10nano's Chisel registers)."""
+    if cfg.TARGET not in HLS_TARGETS:
+        why = ("de10nano's VTA is the Chisel design with a different register interface (VCR)"
+               if cfg.TARGET == "de10nano" else f"TARGET {cfg.TARGET!r} is a simulation target, not a board")
+        raise BitstreamError(f"config {cfg.model}: {why}; a Pynq board runs the HLS bitstreams of TARGET "
+                             f"{', '.join(HLS_TARGETS)} (e.g. --config pynq)")
+
+
+def check_name(cfg: HwConfig, path: str | os.PathLike) -> None:
+    """The file must be ``<cfg.bitstream>.bit``: VTA names bitstreams by the config they implement."""
+    p = Path(path)
+    if p.suffix != ".bit":
+        raise BitstreamError(f"bitstream {p}: expected a .bit file named {cfg.bitstream}.bit")
+    if p.stem != cfg.bitstream:
+        raise BitstreamError(f"bitstream {p.name} does not match the hardware config {cfg.model}: a board "
+                             f"running it needs {cfg.bitstream}.bit (rebuild or pick the config the "
+                             f"bitstream was built for)")
+
+
+def find_bitstream(cfg: HwConfig, bitstream: str | os.PathLike | None = None,
+                   cache_dir: str | os.PathLike | None = None) -> Path:
+    """The bitstream file for ``cfg``: ``bitstream`` if given, else the cache's; refused with where it looked."""
+    check_board_config(cfg)
+    if bitstream is not None:
+        path = Path(bitstream).expanduser()
+        check_name(cfg, path)
+        if not path.is_file():
+            raise BitstreamError(f"bitstream {path} does not exist (or is not a file)")
+        read_bit_header(path)
+        return path
+    path = bitstream_path(cfg, cache_dir)
+    if path.is_file():
+        read_bit_header(path)
+        return path
+    source = ("cache directory given" if cache_dir is not None else
+              "$VTA_CACHE_PATH" if os.environ.get("VTA_CACHE_PATH") else "default cache ~/.vta_cache")
+    raise BitstreamError(
+        f"no bitstream for {cfg.model}: looked for {path} (the {source}, laid out as "
+        f"<cache>/<TARGET>/<HW_VER>/<bitstream>.bit). Put {cfg.bitstream}.bit there or pass bitstream=PATH "
+        f"(--bitstream PATH). {DISTRO_HINT}. For the simulated board: vta board bitstream --make-simulated "
+        f"--config {cfg.TARGET}")
+
+
+def read_bit_header(path: str | os.PathLike) -> dict[str, object]:
+    """Parse a Xilinx ``.bit`` header: design, part, date, time and the length of the configuration data."""
+    p = Path(path)
+    size = p.stat().st_size
+    if size > MAX_BITSTREAM_BYTES:
+        raise BitstreamError(f"bitstream {p}: {size} bytes is more than any Zynq bitstream "
+                             f"({MAX_BITSTREAM_BYTES >> 20} MiB)")
+    data = p.read_bytes()
+    info: dict[str, object] = {}
+    try:
+        (n,) = struct.unpack(">H", data[0:2])
+        off = 2 + n + 2
+        while True:
+            key = data[off]
+            off += 1
+            if key == 0x65:
+                (length,) = struct.unpack(">I", data[off:off + 4])
+                off += 4
+                if off + length > len(data):
+                    raise BitstreamError(f"bitstream {p}: header says {length} bytes of data, file has "
+                                         f"{len(data) - off}")
+                info["length"] = length
+                info["data_offset"] = off
+                break
+            if key not in (0x61, 0x62, 0x63, 0x64):
+                raise BitstreamError(f"bitstream {p}: unknown header field 0x{key:02x} at byte {off - 1}")
+            (length,) = struct.unpack(">H", data[off:off + 2])
+            off += 2
+            text = data[off:off + length].rstrip(b"\x00").decode("ascii", "replace")
+            off += length
+            name = {0x61: "design", 0x62: "part", 0x63: "date", 0x64: "time"}[key]
+            info[name] = text.split(";")[0] if key == 0x61 else text
+    except (struct.error, IndexError):
+        raise BitstreamError(f"bitstream {p}: not a Xilinx .bit file (truncated or malformed header)") from None
+    return info
+
+
+def is_placeholder(path: str | os.PathLike) -> bool:
+    """Whether the file is a simulated-board placeholder (never meant for hardware)."""
+    return read_bit_header(path).get("design") == PLACEHOLDER_DESIGN
+
+
+def _field(key: int, text: str) -> bytes:
+    raw = text.encode("ascii") + b"\x00"
+    return bytes([key]) + struct.pack(">H", len(raw)) + raw
+
+
+def placeholder_bytes(cfg: HwConfig) -> bytes:
+    """A well-formed ``.bit`` for the simulated board: Xilinx header, a dummy word, the sync word, a note."""
+    note = (f"vta-stack simulated board placeholder for {cfg.model} (HW_VER {cfg.HW_VER}); "
+            f"not an FPGA configuration").encode("ascii")
+    payload = b"\xff\xff\xff\xff" * 8 + b"\x00\x00\x00\xbb\x11\x22\x00\x44" + SYNC_WORD + note
+    payload += b"\x00" * (-len(payload) % 4)
+    header = (BIT_MAGIC + _field(0x61, f"{PLACEHOLDER_DESIGN};UserID=0XFFFFFFFF;Version=none")
+              + _field(0x62, f"{cfg.TARGET}-simulated") + _field(0x63, "2026/01/01") + _field(0x64, "00:00:00"))
+    return header + b"\x65" + struct.pack(">I", len(payload)) + payload
+
+
+def make_placeholder(cfg: HwConfig, path: str | os.PathLike | None = None,
+                     cache_dir: str | os.PathLike | None = None) -> Path:
+    """Write a placeholder bitstream for ``cfg`` (default: into the cache, where ``PynqDevice`` finds it)."""
+    check_board_config(cfg)
+    target = Path(path) if path is not None else bitstream_path(cfg, cache_dir)
+    check_name(cfg, target)
+    target.parent.mkdir(parents=True, exist_ok=True)
+    tmp = target.with_name(target.name + ".tmp")
+    tmp.write_bytes(placeholder_bytes(cfg))
+    os.replace(tmp, target)
+    return target

@@ -1,0 +1,470 @@
+"""VTA's four HLS register blocks, over the C simulator: what the simulated board's MMIO reads and writes hit.
+
+Each block (fetch, load, compute, store at ``cfg.mmio_address(block)``) has Vivado HLS's AXI-lite map:
+
+- ``0x00`` control: bit 0 ``ap_start`` (R/W), bit 1 ``ap_done`` (clear on read), bit 2 ``ap_idle``,
+  bit 3 ``ap_ready`` (a pulse, reads 0), bit 7 ``auto_restart`` (R/W); ``0x04`` GIE, ``0x08`` IER,
+  ``0x0c`` ISR (toggle on write). Interrupts are stored, never raised (pynq's remote mode has none).
+- fetch: ``0x10`` instruction count, ``0x18`` instruction address (``0x1c`` its high word);
+  load: ``0x10`` inputs, ``0x18`` weights; compute: ``0x10`` ``done_i`` (R/W, no effect, as in HLS),
+  ``0x18`` ``done_o`` (read only), ``0x1c`` its ``ap_vld`` (clear on read), ``0x20`` uops, ``0x28`` biases;
+  store: ``0x10`` outputs. The pointer registers are the m_axi base offsets, which VTA's driver sets to 0
+  because instructions carry absolute addresses; the simulated board refuses to run with any other value.
+
+A run starts when fetch gets ``ap_start`` and load, compute and store are running (``0x81``: ap_start with
+auto_restart, as VTADeviceRun writes). Fetch reads the stream from board DRAM at the instruction address
+and the simulator executes it. Board time follows the timing model: an event at simulated cycle ``c`` is
+visible at ``t0 + c / CLOCK_MHZ * time_scale`` (never before the simulator has produced it), so a run lasts
+as long as the modelled hardware would (at least as long as the simulator takes).
+
+``done`` is VTA's level register, not clear-on-read (apache/tvm discuss RFC 6743): only a GEMM or ALU
+instruction sets it to 0 and only FINISH sets it to 1, so after a run it stays 1 until the *next* program's
+first GEMM/ALU executes; a host that polls ``done`` right after a launch reads the previous run's 1. The
+compute block runs once per instruction (auto_restart), so its ``ap_done`` latches at every compute
+instruction's completion, which is what ``vta.device_pynq`` uses to tell a fresh ``done`` from a stale one.
+
+A program the simulator refuses (deadlock, access outside the board's buffers, budget) leaves the
+accelerator hung, as on hardware: ``done`` and the control bits stay where the fault left them, the
+reason is logged and kept in ``status()``, and downloading the bitstream again resets the blocks.
+"""
+
+from __future__ import annotations
+
+import logging
+import threading
+import time
+from collections import deque
+from dataclasses import dataclass, field
+
+import numpy as np
+
+from hw_config import OPCODES, HwConfig
+from hw_config.config import MMIO_BLOCKS
+from simulator.core import Simulator
+from simulator.errors import SimulatorError
+from simulator.stats import RunStats
+
+CTRL, GIE, IER, ISR = 0x00, 0x04, 0x08, 0x0C
+AP_START, AP_DONE, AP_IDLE, AP_READY, AUTO_RESTART = 0x01, 0x02, 0x04, 0x08, 0x80
+FETCH_INSN_COUNT, FETCH_INSN_ADDR = 0x10, 0x18
+LOAD_INP_ADDR, LOAD_WGT_ADDR = 0x10, 0x18
+COMPUTE_DONE_WR, COMPUTE_DONE_RD, COMPUTE_DONE_VLD = 0x10, 0x18, 0x1C
+COMPUTE_UOP_ADDR, COMPUTE_BIAS_ADDR = 0x20, 0x28
+STORE_OUT_ADDR = 0x10
+BLOCKS = MMIO_BLOCKS
+MODULES = ("load", "compute", "store")
+# 64-bit m_axi offset registers (low word at the offset, high word at +4)
+POINTERS = {"fetch": (FETCH_INSN_ADDR,), "load": (LOAD_INP_ADDR, LOAD_WGT_ADDR),
+            "compute": (COMPUTE_UOP_ADDR, COMPUTE_BIAS_ADDR), "store": (STORE_OUT_ADDR,)}
+DATA_REGS = {"fetch": {FETCH_INSN_COUNT, FETCH_INSN_ADDR, FETCH_INSN_ADDR + 4},
+             "load": {LOAD_INP_ADDR, LOAD_INP_ADDR + 4, LOAD_WGT_ADDR, LOAD_WGT_ADDR + 4},
+             "compute": {COMPUTE_DONE_WR, COMPUTE_UOP_ADDR, COMPUTE_UOP_ADDR + 4, COMPUTE_BIAS_ADDR,
+                         COMPUTE_BIAS_ADDR + 4},
+             "store": {STORE_OUT_ADDR, STORE_OUT_ADDR + 4}}
+TRACE_LIMIT = 1 << 16   # runs up to this many instructions get per-instruction event times
+U32 = 0xFFFFFFFF
+
+
+class RegisterError(ValueError):
+    """A register access the board cannot perform (unprogrammed PL, bad offset)."""
+
+
+class _Cor:
+    """A clear-on-read status bit fed by event times: reads 1 if an event happened since the last read."""
+
+    def __init__(self) -> None:
+        self.latch = False
+        self.mark = -np.inf
+
+    def fold(self, events: np.ndarray, now: float) -> None:
+        """Carry events up to ``now`` into the latch (before a new run replaces the event list)."""
+        self.latch = self.latch or bool(np.any((events > self.mark) & (events <= now)))
+        self.mark = max(self.mark, now)
+
+    def read(self, events: np.ndarray, now: float) -> bool:
+        value = self.latch or bool(np.any((events > self.mark) & (events <= now)))
+        self.latch = False
+        self.mark = now
+        return value
+
+
+NO_EVENTS = np.zeros(0)
+
+
+@dataclass
+class _Outcome:
+    """What executing a run produced, in cycles; published to the registers (as wall times) in one step."""
+
+    fault: str | None = None
+    done_after_fault: int = 0
+    ran_compute: bool = False          # a faulting run executed a GEMM/ALU before its fault
+    stats: RunStats | None = None
+    host_seconds: float = 0.0
+    clear_cycle: float | None = None   # first GEMM/ALU starts
+    compute_cycles: np.ndarray = field(default_factory=lambda: NO_EVENTS)   # compute instructions complete
+
+
+@dataclass
+class Run:
+    """One launch of the fetch module and what the board shows of it over time (monotonic seconds)."""
+
+    seq: int
+    peer: str
+    count: int
+    insn_addr: int
+    requested: float
+    t0: float | None = None        # began executing: fetch started and load/compute/store running
+    ready: float | None = None     # the simulator has finished it (no event is visible before this)
+    clear_at: float | None = None  # first GEMM/ALU: done -> 0
+    end_at: float | None = None    # FINISH: done -> 1, fetch ap_done, ap_idle
+    done_before: int = 0           # the level ``done`` had when the run began
+    done_after_fault: int = 0
+    events: dict[str, np.ndarray] = field(default_factory=dict)
+    fault: str | None = None
+    stats: RunStats | None = None
+    host_seconds: float = 0.0
+
+
+class SimulatedVTA:
+    """The register blocks and the run worker of one simulated board (thread safe).
+
+    ``sim_lock`` serialises every call into ``sim`` (the board's DRAM and accelerator); the server holds it
+    for buffer transfers. Register accesses never wait for a run.
+    """
+
+    def __init__(self, cfg: HwConfig, sim: Simulator, *, sim_lock: threading.Lock | None = None,
+                 time_scale: float = 1.0, max_cycles: int | None = None, max_work: int | None = None,
+                 log: logging.Logger | None = None):
+        if not time_scale > 0:
+            raise ValueError(f"time_scale={time_scale!r}: need a positive number")
+        self.cfg, self.sim = cfg, sim
+        self.sim_lock = sim_lock or threading.Lock()
+        self.time_scale = float(time_scale)
+        self.max_cycles, self.max_work = max_cycles, max_work
+        self.log = log or logging.getLogger("vta.board")
+        self.bases = {b: cfg.mmio_address(b) for b in BLOCKS}
+        self._cond = threading.Condition()
+        self._stop = False
+        self.programmed: str | None = None
+        self.runs_total = 0
+        self.faults_total = 0
+        self.last_run: dict | None = None
+        self.last_fault: str | None = None
+        self._reset_state()
+        self._worker = threading.Thread(target=self._work, name="vta-board-runner", daemon=True)
+        self._worker.start()
+
+    # ---- state ----
+    def _reset_state(self) -> None:
+        self.words: dict[tuple[str, int], int] = {}
+        self.ctrl = dict.fromkeys(BLOCKS, 0)
+        self.irq = {b: [0, 0, 0] for b in BLOCKS}   # GIE, IER, ISR
+        self.started = dict.fromkeys(MODULES, False)
+        self.single_shot = dict.fromkeys(MODULES, False)
+        self.done = 0
+        self.cor = {b: _Cor() for b in BLOCKS}
+        self.vld = _Cor()
+        self.run: Run | None = None
+        self.queue: deque[Run] = deque()
+        self.generation = getattr(self, "generation", 0) + 1
+        self._sram_reset = True
+
+    def reset(self, bitstream: str) -> None:
+        """A bitstream download: every register back to its reset value, the PL now runs ``bitstream``.
+
+        DRAM (the board's buffers) is kept, as CMA memory survives reconfiguration; SRAMs are zeroed. A run
+        the simulator is still executing finishes in the background and is forgotten.
+        """
+        with self._cond:
+            self._reset_state()
+            self.programmed = bitstream
+            self._cond.notify_all()
+        self.log.info("PL programmed with %s: VTA register blocks reset", bitstream)
+
+    def close(self, timeout: float = 5.0) -> None:
+        with self._cond:
+            self._stop = True
+            self._cond.notify_all()
+        self._worker.join(timeout)
+
+    @staticmethod
+    def now() -> float:
+        return time.monotonic()
+
+    def block_at(self, address: int, length: int) -> tuple[str, int] | None:
+        """The block whose register range holds ``[address, address + length)``, and the offset in it."""
+        for name, base in self.bases.items():
+            if base <= address and address + length <= base + self.cfg.MMIO_RANGE:
+                return name, address - base
+        return None
+
+    # ---- what a run shows at time t (called with the lock held) ----
+    def _events(self, name: str) -> np.ndarray:
+        r = self.run
+        if r is None or r.ready is None:
+            return NO_EVENTS
+        return r.events.get(name, NO_EVENTS)
+
+    def _done_at(self, t: float) -> int:
+        r = self.run
+        if r is None or r.t0 is None:
+            return self.done
+        if r.fault is not None:
+            return r.done_after_fault
+        if r.ready is None or r.end_at is None:
+            return r.done_before
+        if t >= r.end_at:
+            return 1
+        if r.clear_at is not None and t >= r.clear_at:
+            return 0
+        return r.done_before
+
+    def _in_flight(self, t: float) -> bool:
+        r = self.run
+        if self.queue:
+            return True
+        if r is None:
+            return False
+        return r.t0 is None or r.fault is not None or r.end_at is None or t < r.end_at
+
+    def _ctrl_value(self, name: str, t: float) -> int:
+        value = self.ctrl[name] & AUTO_RESTART
+        if name == "fetch":
+            if self.queue or (self.run is not None and self.run.t0 is None):
+                value |= AP_START
+            if not self._in_flight(t):
+                value |= AP_IDLE
+        else:
+            if self.started[name]:
+                value |= AP_START if not self.single_shot[name] else 0
+            else:
+                value |= AP_IDLE
+        if self.cor[name].read(self._events(name), t):
+            value |= AP_DONE
+        return value
+
+    # ---- register access ----
+    def read(self, name: str, offset: int) -> int:
+        """A 32-bit register read (offset word aligned, inside the block)."""
+        self._check(name, offset)
+        with self._cond:
+            t = self.now()
+            if offset == CTRL:
+                return self._ctrl_value(name, t)
+            if offset in (GIE, IER, ISR):
+                return self.irq[name][(offset - GIE) // 4]
+            if name == "compute" and offset == COMPUTE_DONE_RD:
+                return self._done_at(t)
+            if name == "compute" and offset == COMPUTE_DONE_VLD:
+                return int(self.vld.read(self._events("done_vld"), t))
+            return self.words.get((name, offset), 0)
+
+    def write(self, name: str, offset: int, value: int, peer: str = "") -> None:
+        """A 32-bit register write; fetch's ap_start launches a run."""
+        self._check(name, offset)
+        value &= U32
+        with self._cond:
+            if offset == CTRL:
+                self._write_ctrl(name, value, peer)
+            elif offset == ISR:
+                self.irq[name][2] ^= value & 0x3
+            elif offset in (GIE, IER):
+                self.irq[name][(offset - GIE) // 4] = value & 0x3
+            elif offset in DATA_REGS[name]:
+                self.words[(name, offset)] = value
+            # read-only (done_o, its ap_vld) and reserved offsets ignore writes, as the HLS decoder does
+            self._cond.notify_all()
+
+    def _check(self, name: str, offset: int) -> None:
+        if name not in self.bases:
+            raise RegisterError(f"no register block {name!r}")
+        if offset % 4 or not 0 <= offset < self.cfg.MMIO_RANGE:
+            raise RegisterError(f"{name} register offset 0x{offset:x}: need a multiple of 4 below "
+                                f"0x{self.cfg.MMIO_RANGE:x}")
+        if self.programmed is None:
+            raise RegisterError(f"the PL is not programmed: no VTA at 0x{self.bases[name] + offset:x} until the "
+                                f"bitstream {self.cfg.bitstream}.bit is downloaded")
+
+    def _write_ctrl(self, name: str, value: int, peer: str) -> None:
+        self.ctrl[name] = value & AUTO_RESTART
+        if name == "fetch":
+            if value & AUTO_RESTART:
+                self.log.warning("fetch started with auto_restart (0x%x): it would re-run the program forever; "
+                                 "the simulated board runs it once (VTA's driver writes 0x1)", value)
+            if value & AP_START:
+                count = self.words.get(("fetch", FETCH_INSN_COUNT), 0)
+                addr = self._pointer("fetch", FETCH_INSN_ADDR)
+                self.runs_total += 1
+                self.queue.append(Run(self.runs_total, peer, count, addr, self.now()))
+            return
+        if value & AP_START:
+            self.started[name] = True
+            self.single_shot[name] = not value & AUTO_RESTART
+        elif not value & AUTO_RESTART:
+            self.started[name] = False
+
+    def _pointer(self, name: str, offset: int) -> int:
+        return self.words.get((name, offset), 0) | self.words.get((name, offset + 4), 0) << 32
+
+    # ---- the run worker ----
+    def _work(self) -> None:
+        while True:
+            with self._cond:
+                run, gen = self._next_run()
+                if run is None:
+                    return
+                regs = {(b, off): self._pointer(b, off) for b, offs in POINTERS.items() if b != "fetch"
+                        for off in offs}
+                single = [m for m in MODULES if self.single_shot[m]]
+            try:
+                outcome = self._execute(run, regs, single)
+            except Exception as e:  # never let the worker die: a bug here must not take the board down
+                self.log.exception("run %d: internal error", run.seq)
+                outcome = _Outcome(fault=f"internal error of the simulated board: {e}", done_after_fault=run.done_before)
+            with self._cond:
+                if gen == self.generation:
+                    self._finish(run, outcome)
+                self._cond.notify_all()
+
+    def _next_run(self) -> tuple[Run | None, int]:
+        """Wait (lock held) until a queued launch can begin; fold the previous run into the steady state."""
+        while True:
+            if self._stop:
+                return None, self.generation
+            t = self.now()
+            r = self.run
+            prev_busy = r is not None and (r.fault is not None or r.end_at is None or t < r.end_at)
+            if self.queue and not prev_busy and all(self.started.values()):
+                break
+            wait = None
+            if self.queue and r is not None and r.fault is None and r.end_at is not None and t < r.end_at:
+                wait = r.end_at - t
+            self._cond.wait(wait)
+        run = self.queue.popleft()
+        if r is not None:   # the previous run's final register values become the steady state
+            self.done = self._done_at(t)
+            for name in BLOCKS:
+                self.cor[name].fold(self._events(name), t)
+            self.vld.fold(self._events("done_vld"), t)
+        run.t0 = t
+        run.done_before = self.done
+        self.run = run
+        return run, self.generation
+
+    def _execute(self, run: Run, regs: dict[tuple[str, int], int], single: list[str]) -> _Outcome:
+        """Fetch the stream from DRAM and run it on the simulator (outside the register lock)."""
+        start = time.perf_counter()
+        rows = np.zeros((0, 16), dtype=np.uint8)
+        with self.sim_lock:
+            if self._sram_reset:
+                self.sim.reset()
+                self._sram_reset = False
+            try:
+                if run.count:
+                    rows = self.sim.read(run.insn_addr, run.count * 16).reshape(-1, 16)
+            except SimulatorError as e:
+                return _Outcome(fault=f"fetch of {run.count} instructions at 0x{run.insn_addr:x} reads outside the "
+                                      f"board's buffers ({e})", done_after_fault=run.done_before)
+            nonzero = {f"{b} 0x{off:02x}": hex(v) for (b, off), v in regs.items() if v}
+            if nonzero:
+                return _Outcome(fault=f"m_axi base offset registers are not 0 ({nonzero}); VTA's instructions carry "
+                                      f"absolute addresses and its driver writes 0 there; the simulated board "
+                                      f"supports only 0", done_after_fault=run.done_before)
+            if not run.count:
+                return self._timeline(run, rows, RunStats(clock_mhz=self.cfg.CLOCK_MHZ), 0.0)
+            options = {k: v for k, v in (("max_cycles", self.max_cycles), ("max_work", self.max_work)) if v}
+            try:
+                stats = self.sim.run(rows, trace=run.count <= TRACE_LIMIT, **options)
+            except SimulatorError as e:
+                where = f" at instruction {e.index}" if e.index is not None else ""
+                return self._fault(run, rows, e.index, f"{type(e).__name__}{where}: {e}")
+        host = time.perf_counter() - start
+        for m in single:
+            if stats.insns[m] > 1:
+                return self._fault(run, rows, None, f"the {m} module was started without auto_restart (control "
+                                                    f"0x1, not 0x81): it runs one instruction and stops, and this "
+                                                    f"program gives it {stats.insns[m]}")
+        return self._timeline(run, rows, stats, host)
+
+    def _fault(self, run: Run, rows: np.ndarray, index: int | None, message: str) -> _Outcome:
+        """A hung accelerator: ``done`` shows 0 if a GEMM/ALU ran before the fault, else its old value."""
+        upto = rows[: index if index is not None else len(rows), 0] & 0b111
+        ran_compute = bool(np.isin(upto, [OPCODES["GEMM"], OPCODES["ALU"]]).any())
+        return _Outcome(fault=message, done_after_fault=0 if ran_compute else run.done_before,
+                        ran_compute=ran_compute)
+
+    def _timeline(self, run: Run, rows: np.ndarray, st: RunStats, host: float) -> _Outcome:
+        """The cycles of the events the registers show, from the timing model."""
+        opcode = rows[:, 0] & 0b111
+        compute_op = np.isin(opcode, [OPCODES["GEMM"], OPCODES["ALU"]])
+        first = int(np.argmax(compute_op)) if compute_op.any() else None
+        if st.trace is not None:
+            on_compute = np.array([mod == "compute" for mod, _, _ in st.trace], dtype=bool)
+            ends = np.array([e for _, _, e in st.trace], dtype=np.float64)
+            compute_cycles = np.sort(ends[on_compute]) if on_compute.size else NO_EVENTS
+            clear = float(st.trace[first][1]) if first is not None else None
+        else:   # a long stream: the coarse view (compute events at the end, done cleared at the start)
+            compute_cycles = np.array([float(st.cycles)])
+            clear = 0.0 if first is not None else None
+        return _Outcome(stats=st, host_seconds=host, clear_cycle=clear, compute_cycles=compute_cycles)
+
+    def _finish(self, run: Run, out: _Outcome) -> None:
+        """Publish a run's outcome to the registers (lock held).
+
+        Event times are ``t0 + cycles / CLOCK_MHZ * time_scale`` but never before now: a register read done
+        before this point saw none of them, so none can fall behind its clear-on-read mark.
+        """
+        ready = run.ready = self.now()
+        run.stats, run.host_seconds = out.stats, out.host_seconds
+        if out.fault is not None:
+            run.events = {"compute": np.array([ready]) if out.ran_compute else NO_EVENTS}
+            run.done_after_fault = out.done_after_fault
+            run.fault = out.fault
+            self.faults_total += 1
+            self.last_fault = f"run {run.seq} (from {run.peer or 'unknown'}): {run.fault}"
+            self.log.error("run %d from %s: %d instructions at 0x%x: %s; the accelerator hangs (done stays %d) "
+                           "until the bitstream is downloaded again", run.seq, run.peer or "?", run.count,
+                           run.insn_addr, run.fault, run.done_after_fault)
+            return
+        scale = self.time_scale / (self.cfg.CLOCK_MHZ * 1e6)
+
+        def wall(cycles):
+            return np.maximum(run.t0 + np.asarray(cycles, dtype=np.float64) * scale, ready)
+
+        st = out.stats
+        run.end_at = float(wall(st.cycles))
+        run.clear_at = float(wall(out.clear_cycle)) if out.clear_cycle is not None else None
+        end = np.array([run.end_at])
+        vld = np.array(sorted(x for x in (run.clear_at, run.end_at) if x is not None))
+        run.events = {"fetch": end, "compute": wall(out.compute_cycles), "done_vld": vld,
+                      **{m: end if st.insns[m] else NO_EVENTS for m in ("load", "store")}}
+        st = run.stats
+        simulated = st.cycles / (self.cfg.CLOCK_MHZ * 1e6)
+        self.last_run = {"seq": run.seq, "peer": run.peer, "instructions": run.count,
+                         "insn_addr": run.insn_addr, "cycles": st.cycles, "simulated_seconds": simulated,
+                         "clock_mhz": self.cfg.CLOCK_MHZ, "time_scale": self.time_scale,
+                         "host_seconds": run.host_seconds, "counters": st.vta_counters(),
+                         "latency_is": "simulated: the timing model's cycles at CLOCK_MHZ, not a measurement"}
+        self.log.info("run %d from %s: %d instructions at 0x%x: %s cycles = %.1f us SIMULATED at %g MHz "
+                      "(timing model; board time x%g); simulator took %.1f ms", run.seq, run.peer or "?",
+                      run.count, run.insn_addr, f"{st.cycles:,}", simulated * 1e6, self.cfg.CLOCK_MHZ,
+                      self.time_scale, run.host_seconds * 1e3)
+
+    def status(self) -> dict:
+        """The board's registers in words: programmed bitstream, the current run, totals, the last fault."""
+        with self._cond:
+            t = self.now()
+            r = self.run
+            state = "idle"
+            if self.queue and (r is None or r.t0 is not None):
+                waiting = [m for m in MODULES if not self.started[m]]
+                state = f"launch queued (waiting for {', '.join(waiting)} to start)" if waiting else "launch queued"
+            elif r is not None and r.t0 is not None and r.fault is not None:
+                state = "hung"
+            elif r is not None and self._in_flight(t):
+                state = "running"
+            return {"programmed": self.programmed, "state": state, "done": self._done_at(t),
+                    "runs": self.runs_total, "faults": self.faults_total, "last_run": self.last_run,
+                    "last_fault": self.last_fault, "time_scale": self.time_scale,
+                    "modules_started": dict(self.started)}
+

@@ -1,0 +1,632 @@
+"""A simulated PYNQ board: pynq's remote-device gRPC protocol, backed by the C simulator.
+
+``vta board serve --simulated`` runs this. With ``PYNQ_REMOTE_DEVICES=<host>`` the unmodified ``pynq``
+package (>= 3.1; its client is ``pynq.pl_server.remote_device``) drives it as it would a board running
+PYNQ's remote server:
+
+- ``buffer.RemoteBuffer``: ``allocate`` maps a region of the simulator's DRAM (its physical address is the
+  simulator's address), ``write``/``read`` stream its bytes, ``flush``/``invalidate`` are accepted (the
+  simulated DRAM is the only copy), ``freebuffer`` unmaps it.
+- ``mmio.Mmio``: ``get_mmio`` maps one of VTA's four register blocks at ``cfg.mmio_address(...)``;
+  ``read``/``write`` go to ``vta.board.registers.SimulatedVTA`` (HLS control bits, ``done``, runs).
+- ``remote_device.RemoteDevice``: files (``/proc/version``, the board name, the FPGA manager's files,
+  ``/lib/firmware/``), ``set_bitstream_attrs`` and the FPGA manager write that programs the PL. Only the
+  config's bitstream (``<cfg.bitstream>.bit``, sent by pynq as ``.bin`` firmware) is accepted.
+
+The file ``/proc/vta-sim/status`` (readable through the same protocol, or ``vta board status``) holds the
+board's accounting as JSON: buffers and bytes per client, reclaimed bytes, runs, faults, the last run's
+*simulated* latency.
+
+Limits, checked before any work: total buffer bytes (the board's memory, ``cfg.BOARD_MEM_MB``), the number
+of buffers, gRPC message sizes, firmware file sizes, concurrent RPCs. A client that disappears leaves its
+buffers behind (gRPC has no disconnect hook); when an allocation does not fit, buffers of clients idle for
+longer than the lease are reclaimed first. Every request is validated: a malformed one gets an error
+status, never a crash; a program the simulator refuses hangs the simulated accelerator (as the hardware
+would), is logged and reported, and the next bitstream download resets it.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import re
+import secrets
+import signal
+import threading
+import time
+from collections import Counter
+from collections.abc import Callable, Iterator
+from concurrent import futures
+from dataclasses import dataclass
+
+from hw_config import HwConfig
+from simulator.core import Simulator
+from simulator.dram import PAGE_BYTES
+from simulator.errors import SimulatorError
+from vta.board.bitstream import SYNC_WORD, check_board_config
+from vta.board.pynq_support import import_remote
+from vta.board.registers import RegisterError, SimulatedVTA
+
+DEFAULT_HOST = "127.0.0.1"
+DEFAULT_PORT = 7967   # pynq.pl_server.remote_device.PYNQ_PORT: the port pynq's client always uses
+MiB = 1 << 20
+STATUS_FILE = "/proc/vta-sim/status"
+FIRMWARE_DIR = "/lib/firmware/"
+FPGA_MANAGER = "/sys/class/fpga_manager/fpga0/"
+CHUNK = 1 * MiB   # read streams: well under the client's default 4 MiB receive limit
+SIMULATED_BOARD_PREFIX = "vta-simulated-"
+MAX_PEERS = 4096   # clients remembered (last activity) before idle ones without buffers are forgotten
+
+
+@dataclass(frozen=True)
+class ServerLimits:
+    """What the server bounds; every value has a ``vta board serve`` flag."""
+
+    mem_bytes: int                       # total buffer bytes (the board's DRAM for buffers)
+    max_message_bytes: int = 4 * MiB     # one gRPC message (pynq sends 2 MiB chunks)
+    max_file_bytes: int = 64 * MiB       # one uploaded firmware file
+    max_files_bytes: int = 128 * MiB     # all uploaded firmware files
+    max_buffers: int = 65536
+    lease_s: float = 600.0               # idle time after which a client's buffers may be reclaimed
+    max_concurrent_rpcs: int = 64
+    workers: int = 16
+
+
+class Refused(Exception):
+    """A request the board refuses: a gRPC status code name and a message for the client."""
+
+    def __init__(self, code: str, message: str):
+        super().__init__(message)
+        self.code = code
+        self.message = message
+
+
+@dataclass
+class _Buffer:
+    id: str
+    addr: int
+    size: int
+    footprint: int
+    owner: str
+    dtype: str
+
+
+def _board_name(cfg: HwConfig) -> str:
+    return f"{SIMULATED_BOARD_PREFIX}{cfg.TARGET}"
+
+
+class SimulatedBoard:
+    """Everything a board answers, independent of gRPC (thread safe)."""
+
+    def __init__(self, cfg: HwConfig, limits: ServerLimits | None = None, *, time_scale: float = 1.0,
+                 max_cycles: int | None = None, max_work: int | None = None, log: logging.Logger | None = None):
+        check_board_config(cfg)
+        self.cfg = cfg
+        self.limits = limits or ServerLimits(mem_bytes=cfg.BOARD_MEM_MB * MiB)
+        self.log = log or logging.getLogger("vta.board")
+        kwargs = {k: v for k, v in (("max_cycles", max_cycles), ("max_work", max_work)) if v}
+        self.sim = Simulator(cfg, **kwargs)
+        self.sim_lock = threading.Lock()
+        self.vta = SimulatedVTA(cfg, self.sim, sim_lock=self.sim_lock, time_scale=time_scale,
+                                max_cycles=max_cycles, max_work=max_work, log=self.log)
+        self._lock = threading.Lock()          # Python tables; taken after sim_lock when both are needed
+        self.buffers: dict[str, _Buffer] = {}
+        self.used = 0
+        self.peers: dict[str, float] = {}
+        self.firmware: dict[str, bytes] = {}
+        self.fpga_flags = "0"
+        self.fpga_firmware = ""
+        self.pending_bitstream: tuple[str, bool] | None = None
+        self.totals = Counter()
+        self.calls: Counter[str] = Counter()
+        self.errors: Counter[str] = Counter()
+        self.started = time.time()
+
+    # ---- bookkeeping ----
+    def touch(self, peer: str, method: str) -> None:
+        with self._lock:
+            self.peers[peer] = time.monotonic()
+            self.calls[method] += 1
+            if len(self.peers) > MAX_PEERS:   # forget the longest-idle clients that hold nothing
+                holding = {b.owner for b in self.buffers.values()}
+                for _, old in sorted((t, p) for p, t in self.peers.items() if p not in holding)[:MAX_PEERS // 4]:
+                    del self.peers[old]
+
+    def refused(self, method: str) -> None:
+        with self._lock:
+            self.errors[method] += 1
+
+    def _buffer(self, buffer_id: str) -> _Buffer:
+        buf = self.buffers.get(buffer_id) if isinstance(buffer_id, str) else None
+        if buf is None:
+            raise Refused("NOT_FOUND", f"no buffer {buffer_id[:40]!r} on this board (freed, reclaimed, or never "
+                                       f"allocated)")
+        return buf
+
+    # ---- buffers ----
+    def allocate(self, size: int, dtype: str, peer: str) -> _Buffer:
+        lim = self.limits
+        if not 0 < size <= lim.mem_bytes:
+            raise Refused("INVALID_ARGUMENT" if size <= 0 else "RESOURCE_EXHAUSTED",
+                          f"allocate {size} bytes: need 1 .. {lim.mem_bytes} (the board has "
+                          f"{lim.mem_bytes // MiB} MiB for buffers)")
+        footprint = -(-size // PAGE_BYTES) * PAGE_BYTES
+        with self.sim_lock, self._lock:
+            if len(self.buffers) >= lim.max_buffers:
+                raise Refused("RESOURCE_EXHAUSTED", f"the board holds {len(self.buffers)} buffers, the most it "
+                                                    f"keeps (--max-buffers {lim.max_buffers}); free some")
+            if self.used + footprint > lim.mem_bytes:
+                self._reclaim(footprint, peer)
+            if self.used + footprint > lim.mem_bytes:
+                mine = sum(b.footprint for b in self.buffers.values() if b.owner == peer)
+                raise Refused("RESOURCE_EXHAUSTED",
+                              f"allocate {size} bytes: the board has {lim.mem_bytes // MiB} MiB for buffers and "
+                              f"{self.used} bytes are in use ({mine} by this client, {self.used - mine} by "
+                              f"others); free buffers first")
+            try:
+                addr = self.sim.alloc(footprint)
+            except SimulatorError as e:
+                raise Refused("RESOURCE_EXHAUSTED", f"allocate {size} bytes: {e}") from None
+            buf = _Buffer(secrets.token_hex(8), addr, size, footprint, peer, str(dtype)[:16])
+            self.buffers[buf.id] = buf
+            self.used += footprint
+            self.totals["allocated"] += 1
+        return buf
+
+    def _reclaim(self, need: int, peer: str) -> None:
+        """Free every buffer of clients idle past the lease, longest idle first, until ``need`` bytes fit.
+
+        A client is reclaimed whole: a buffer without the rest of its program is of no use to anyone.
+        """
+        now = time.monotonic()
+        owners = {b.owner for b in self.buffers.values() if b.owner != peer}
+        idle = sorted((self.peers.get(o, 0.0), o) for o in owners if now - self.peers.get(o, 0.0) > self.limits.lease_s)
+        for seen, owner in idle:
+            if self.used + need <= self.limits.mem_bytes:
+                break
+            mine = [b for b in self.buffers.values() if b.owner == owner]
+            for buf in mine:
+                del self.buffers[buf.id]
+                self.sim.free(buf.addr)
+                self.used -= buf.footprint
+                self.totals["reclaimed"] += 1
+                self.totals["reclaimed_bytes"] += buf.footprint
+            self.log.warning("reclaimed %d buffer(s), %d bytes, of %s: idle for %.0f s (lease %g s) and memory was "
+                             "needed", len(mine), sum(b.footprint for b in mine), owner, now - seen,
+                             self.limits.lease_s)
+
+    def free(self, buffer_id: str) -> None:
+        with self.sim_lock, self._lock:
+            buf = self._buffer(buffer_id)
+            del self.buffers[buf.id]
+            self.used -= buf.footprint
+            self.totals["freed"] += 1
+            self.sim.free(buf.addr)
+
+    def write(self, requests: Iterator, peer: str) -> None:
+        """A buffer write stream: chunks in order from offset 0, or each at its own ``[start, end)``."""
+        offset = 0
+        buffer_id = None
+        for req in requests:
+            if buffer_id is None:
+                buffer_id = req.buffer_id
+            elif req.buffer_id != buffer_id:
+                raise Refused("INVALID_ARGUMENT", "a write stream must name one buffer in every chunk")
+            data = req.data
+            start = offset
+            if req.end or req.start:
+                start = req.start
+                if req.end - req.start != len(data) or req.start < 0:
+                    raise Refused("INVALID_ARGUMENT", f"write chunk [start={req.start}, end={req.end}) does not "
+                                                      f"match its {len(data)} data bytes")
+            with self.sim_lock, self._lock:
+                buf = self._buffer(buffer_id)
+                if start + len(data) > buf.size:
+                    raise Refused("OUT_OF_RANGE", f"write of {len(data)} bytes at offset {start} overruns the "
+                                                  f"{buf.size}-byte buffer {buf.id}")
+                if data:
+                    self.sim.write(buf.addr + start, data)
+            offset = start + len(data)
+        if buffer_id is None:
+            raise Refused("INVALID_ARGUMENT", "empty write stream")
+
+    def read(self, buffer_id: str, start: int, end: int) -> Iterator[bytes]:
+        with self._lock:
+            buf = self._buffer(buffer_id)
+        if not (start or end):
+            start, end = 0, buf.size
+        if not 0 <= start <= end <= buf.size:
+            raise Refused("OUT_OF_RANGE", f"read [start={start}, end={end}) is outside the {buf.size}-byte buffer")
+        for pos in range(start, end, CHUNK):
+            n = min(CHUNK, end - pos)
+            with self.sim_lock, self._lock:
+                buf = self._buffer(buffer_id)
+                data = self.sim.read(buf.addr + pos, n).tobytes()
+            yield data
+
+    def address(self, buffer_id: str) -> int:
+        with self._lock:
+            return self._buffer(buffer_id).addr
+
+    # ---- MMIO ----
+    def get_mmio(self, base: int, length: int) -> str:
+        where = self.vta.block_at(base, length) if length > 0 else None
+        if where is None:
+            blocks = ", ".join(f"{b} 0x{a:x}" for b, a in self.vta.bases.items())
+            raise Refused("INVALID_ARGUMENT",
+                          f"no device at [0x{base:x}, 0x{base + max(length, 0):x}) on this simulated board: VTA's "
+                          f"register blocks are {blocks}, 0x{self.cfg.MMIO_RANGE:x} bytes each")
+        block, offset = where
+        return f"vta:{block}:{offset:x}:{length:x}"
+
+    def _mmio(self, mmio_id: str, offset: int, nbytes: int) -> tuple[str, int]:
+        m = re.fullmatch(r"vta:(fetch|load|compute|store):([0-9a-f]{1,8}):([0-9a-f]{1,8})", mmio_id or "")
+        if m is None:
+            raise Refused("NOT_FOUND", f"unknown MMIO handle {str(mmio_id)[:40]!r}; call get_mmio first")
+        block, base, length = m.group(1), int(m.group(2), 16), int(m.group(3), 16)
+        if offset < 0 or offset % 4 or offset + nbytes > length:
+            raise Refused("OUT_OF_RANGE", f"MMIO access of {nbytes} bytes at offset 0x{offset:x}: need a multiple "
+                                          f"of 4 inside the 0x{length:x}-byte mapping")
+        return block, base + offset
+
+    def mmio_read(self, mmio_id: str, offset: int, length: int, word_order: str) -> int:
+        if length not in (1, 2, 4, 8):
+            raise Refused("INVALID_ARGUMENT", f"MMIO read of {length} bytes: allowed 1, 2, 4 or 8")
+        block, off = self._mmio(mmio_id, offset, max(length, 4))
+        try:
+            if length == 8:
+                lo, hi = self.vta.read(block, off), self.vta.read(block, off + 4)
+                return (hi << 32 | lo) if word_order != "big" else (lo << 32 | hi)
+            return self.vta.read(block, off) & ((1 << (8 * length)) - 1)
+        except RegisterError as e:
+            raise Refused("FAILED_PRECONDITION", str(e)) from None
+
+    def mmio_write(self, mmio_id: str, offset: int, data: bytes, peer: str) -> None:
+        if not data or len(data) % 4 or len(data) > 64:
+            raise Refused("INVALID_ARGUMENT", f"MMIO write of {len(data)} bytes: need 4 .. 64, a multiple of 4")
+        block, off = self._mmio(mmio_id, offset, len(data))
+        try:
+            for i in range(0, len(data), 4):
+                self.vta.write(block, off + i, int.from_bytes(data[i:i + 4], "little"), peer)
+        except RegisterError as e:
+            raise Refused("FAILED_PRECONDITION", str(e)) from None
+
+    # ---- files and the FPGA manager ----
+    def _virtual_files(self) -> dict[str, Callable[[], bytes]]:
+        arch = "aarch64" if self.cfg.TARGET in ("ultra96", "zcu104") else "armv7l"
+        return {
+            "/proc/version": lambda: (f"Linux version 6.6.10-xilinx (vta-stack simulated {self.cfg.TARGET} board) "
+                                      f"#1 SMP PREEMPT {arch}\n").encode(),
+            "/proc/device-tree/chosen/pynq_board": lambda: _board_name(self.cfg).encode() + b"\x00",
+            FPGA_MANAGER + "state": lambda: b"operating\n",
+            FPGA_MANAGER + "flags": lambda: self.fpga_flags.encode() + b"\n",
+            FPGA_MANAGER + "firmware": lambda: self.fpga_firmware.encode() + b"\n",
+            STATUS_FILE: lambda: json.dumps(self.status(), indent=1).encode(),
+        }
+
+    def exists(self, path: str) -> bool:
+        if path in self._virtual_files():
+            return True
+        with self._lock:
+            return path.startswith(FIRMWARE_DIR) and path[len(FIRMWARE_DIR):] in self.firmware
+
+    def read_file(self, path: str) -> bytes:
+        files = self._virtual_files()
+        if path in files:
+            return files[path]()
+        with self._lock:
+            if path.startswith(FIRMWARE_DIR) and path[len(FIRMWARE_DIR):] in self.firmware:
+                return self.firmware[path[len(FIRMWARE_DIR):]]
+        raise Refused("NOT_FOUND", f"{str(path)[:200]}: no such file on the simulated board")
+
+    def write_file(self, requests: Iterator, peer: str) -> None:
+        path, parts, total = None, [], 0
+        for req in requests:
+            if path is None:
+                path = req.file_path
+            elif req.file_path != path:
+                raise Refused("INVALID_ARGUMENT", "a writefile stream must name one file in every chunk")
+            total += len(req.data)
+            if total > self.limits.max_file_bytes:
+                raise Refused("RESOURCE_EXHAUSTED", f"{path}: more than {self.limits.max_file_bytes // MiB} MiB "
+                                                    f"(--max-file-mb)")
+            parts.append(req.data)
+        if path is None:
+            raise Refused("INVALID_ARGUMENT", "empty writefile stream")
+        self.put_file(str(path), b"".join(parts), peer)
+
+    def put_file(self, path: str, data: bytes, peer: str) -> None:
+        if path.startswith(FIRMWARE_DIR):
+            name = path[len(FIRMWARE_DIR):]
+            if not re.fullmatch(r"[A-Za-z0-9._-]{1,200}", name) or name in (".", ".."):
+                raise Refused("INVALID_ARGUMENT", f"firmware name {name[:80]!r}: letters, digits, '.', '_', '-'")
+            with self._lock:
+                self._store_firmware(name, data)
+            return
+        if path == FPGA_MANAGER + "flags":
+            text = data.decode("ascii", "replace").strip()
+            if text not in ("0", "1"):
+                raise Refused("INVALID_ARGUMENT", f"fpga_manager flags {text[:20]!r}: 0 (full) or 1 (partial)")
+            self.fpga_flags = text
+            return
+        if path == FPGA_MANAGER + "firmware":
+            self.program(data.decode("ascii", "replace").strip(), peer)
+            return
+        raise Refused("PERMISSION_DENIED", f"{path[:200]}: the simulated board accepts writes only to "
+                                           f"{FIRMWARE_DIR} and {FPGA_MANAGER}{{flags,firmware}}")
+
+    def _store_firmware(self, name: str, data: bytes) -> None:
+        self.firmware.pop(name, None)
+        while self.firmware and sum(map(len, self.firmware.values())) + len(data) > self.limits.max_files_bytes:
+            oldest = next(iter(self.firmware))
+            del self.firmware[oldest]
+        if len(data) > self.limits.max_files_bytes:
+            raise Refused("RESOURCE_EXHAUSTED", f"firmware {name}: {len(data)} bytes is over the board's "
+                                                f"{self.limits.max_files_bytes // MiB} MiB for firmware files")
+        self.firmware[name] = data
+
+    def expected_firmware(self) -> str:
+        return f"{self.cfg.bitstream}.bin"
+
+    def check_bitstream_name(self, name: str) -> None:
+        if name != self.expected_firmware():
+            raise Refused("FAILED_PRECONDITION",
+                          f"this simulated board implements {self.cfg.model} (HW_VER {self.cfg.HW_VER}); it accepts "
+                          f"only the bitstream {self.cfg.bitstream}.bit (firmware {self.expected_firmware()}), not "
+                          f"{name[:120]!r}")
+
+    def set_bitstream_attrs(self, name: str, partial: bool) -> None:
+        if partial:
+            raise Refused("UNIMPLEMENTED", "partial reconfiguration is not supported by the simulated board")
+        self.check_bitstream_name(name)
+        self.pending_bitstream = (name, partial)
+
+    def program(self, name: str, peer: str) -> None:
+        """The FPGA manager's firmware write: program the PL with an uploaded, matching bitstream."""
+        if self.fpga_flags != "0":
+            raise Refused("UNIMPLEMENTED", "partial reconfiguration (fpga_manager flags 1) is not supported")
+        self.check_bitstream_name(name)
+        with self._lock:
+            data = self.firmware.get(name)
+        if data is None:
+            raise Refused("NOT_FOUND", f"firmware {name} was not uploaded to {FIRMWARE_DIR}")
+        if SYNC_WORD not in data and SYNC_WORD[::-1] not in data:
+            raise Refused("FAILED_PRECONDITION", f"firmware {name} is not a Xilinx bitstream (no sync word)")
+        self.fpga_firmware = name
+        self.vta.reset(name)
+        with self._lock:
+            self.totals["programmed"] += 1
+        self.log.info("%s programmed %s (%d bytes)", peer or "a client", name, len(data))
+
+    def download(self, data: bytes, peer: str) -> None:
+        """The protocol's ``download`` call: firmware bytes for the name given by ``set_bitstream_attrs``."""
+        name = self.pending_bitstream[0] if self.pending_bitstream else self.expected_firmware()
+        self.put_file(FIRMWARE_DIR + name, data, peer)
+        self.program(name, peer)
+
+    # ---- status ----
+    def status(self) -> dict:
+        with self._lock:
+            now = time.monotonic()
+            by_peer: dict[str, dict] = {}
+            for b in self.buffers.values():
+                p = by_peer.setdefault(b.owner, {"buffers": 0, "bytes": 0})
+                p["buffers"] += 1
+                p["bytes"] += b.footprint
+            for peer, p in by_peer.items():
+                p["idle_s"] = round(now - self.peers.get(peer, now), 3)
+            memory = {"limit_bytes": self.limits.mem_bytes, "used_bytes": self.used, "buffers": len(self.buffers),
+                      "by_client": by_peer, "allocated_total": self.totals["allocated"],
+                      "freed_total": self.totals["freed"], "reclaimed_total": self.totals["reclaimed"],
+                      "reclaimed_bytes": self.totals["reclaimed_bytes"], "lease_s": self.limits.lease_s,
+                      "simulator_regions": len(self.sim.regions())}
+            rpc = {"calls": dict(self.calls), "errors": dict(self.errors)}
+        return {"board": _board_name(self.cfg), "config": self.cfg.model, "hw_ver": self.cfg.HW_VER,
+                "accepts_bitstream": f"{self.cfg.bitstream}.bit", "clock_mhz": self.cfg.CLOCK_MHZ,
+                "uptime_s": round(time.time() - self.started, 3), "memory": memory, "accelerator": self.vta.status(),
+                "rpc": rpc}
+
+    def close(self) -> None:
+        self.vta.close()
+
+
+# ------------------------------------------------------------------------------------------------------------
+# gRPC
+
+def _servicers(board: SimulatedBoard, grpc, pb: dict):
+    """The three servicers pynq's client calls, each method validating and translating errors."""
+    rd, mm, bf = pb["remote_device"], pb["mmio"], pb["buffer"]
+
+    def guarded(method: str, respond: Callable | None = None):
+        """Run a handler; ``Refused`` becomes the response's ``msg`` (when the client reads it) or a status."""
+        def wrap(fn):
+            def handler(self, request, context):
+                peer = context.peer() or "unknown"
+                board.touch(peer, method)
+                try:
+                    return fn(request, context, peer)
+                except Refused as e:
+                    board.refused(method)
+                    board.log.info("%s %s refused: %s", peer, method, e.message)
+                    if respond is not None:
+                        return respond(e.message)
+                    context.abort(getattr(grpc.StatusCode, e.code), e.message)
+                except (SimulatorError, ValueError, TypeError, OverflowError, UnicodeError) as e:
+                    board.refused(method)
+                    board.log.info("%s %s failed: %s", peer, method, e)
+                    message = f"{method}: {e}"
+                    if respond is not None:
+                        return respond(message)
+                    context.abort(grpc.StatusCode.INVALID_ARGUMENT, message)
+            return handler
+        return wrap
+
+    def guarded_stream(method: str):
+        def wrap(fn):
+            def handler(self, request, context):
+                peer = context.peer() or "unknown"
+                board.touch(peer, method)
+                try:
+                    yield from fn(request, context, peer)
+                except Refused as e:
+                    board.refused(method)
+                    board.log.info("%s %s refused: %s", peer, method, e.message)
+                    context.abort(getattr(grpc.StatusCode, e.code), e.message)
+                except (SimulatorError, ValueError, TypeError, OverflowError, UnicodeError) as e:
+                    board.refused(method)
+                    board.log.info("%s %s failed: %s", peer, method, e)
+                    context.abort(grpc.StatusCode.INVALID_ARGUMENT, f"{method}: {e}")
+            return handler
+        return wrap
+
+    class Device(pb["remote_device_grpc"].RemoteDeviceServicer):
+        @guarded("set_bitstream_attrs")
+        def set_bitstream_attrs(request, context, peer):
+            board.set_bitstream_attrs(request.binfile_name, request.partial)
+            return rd.SetBitstreamAttrsResponse(status=True)
+
+        @guarded("download")
+        def download(requests, context, peer):
+            parts, total = [], 0
+            for req in requests:
+                total += len(req.buffer)
+                if total > board.limits.max_file_bytes:
+                    raise Refused("RESOURCE_EXHAUSTED", f"bitstream over {board.limits.max_file_bytes // MiB} MiB")
+                parts.append(req.buffer)
+            board.download(b"".join(parts), peer)
+            return rd.DownloadResponse(status=True)
+
+        @guarded("set_pl_clk")
+        def set_pl_clk(request, context, peer):
+            board.log.info("%s set_pl_clk(%d, %d MHz): ignored, the simulated clock is the config's %g MHz",
+                           peer, request.i, request.clk_mhz, board.cfg.CLOCK_MHZ)
+            return rd.SetPlClkResponse(status=True)
+
+        @guarded("shutdown")
+        def shutdown(request, context, peer):
+            return rd.ShutdownResponse(status=True)
+
+        @guarded_stream("readfile")
+        def readfile(request, context, peer):
+            data = board.read_file(request.file_path)
+            for pos in range(0, max(len(data), 1), CHUNK):
+                yield rd.ReadFileResponse(data=data[pos:pos + CHUNK])
+
+        @guarded("writefile")
+        def writefile(requests, context, peer):
+            board.write_file(requests, peer)
+            return rd.WriteFileResponse()
+
+        @guarded("existsfile")
+        def existsfile(request, context, peer):
+            return rd.ExistsFileResponse(exists=board.exists(request.file_path))
+
+    class Mmio(pb["mmio_grpc"].MmioServicer):
+        @guarded("get_mmio", lambda m: mm.GetMmioResponse(status=False, msg=m))
+        def get_mmio(request, context, peer):
+            return mm.GetMmioResponse(status=True, mmio_id=board.get_mmio(request.base_addr, request.length))
+
+        @guarded("mmio_read", lambda m: mm.ReadResponse(status=False, msg=m))
+        def read(request, context, peer):
+            value = board.mmio_read(request.mmio_id, request.offset, request.length, request.word_order)
+            return mm.ReadResponse(status=True, data=value)
+
+        @guarded("mmio_write", lambda m: mm.WriteResponse(status=False, msg=m))
+        def write(request, context, peer):
+            board.mmio_write(request.mmio_id, request.offset, bytes(request.data), peer)
+            return mm.WriteResponse(status=True)
+
+    class Buffers(pb["buffer_grpc"].RemoteBufferServicer):
+        @guarded("allocate")
+        def allocate(request, context, peer):
+            return bf.AllocateResponse(buffer_id=board.allocate(request.size, request.dtype, peer).id)
+
+        @guarded("buffer_write", lambda m: bf.BufferWriteResponse(msg=m))
+        def write(requests, context, peer):
+            board.write(requests, peer)
+            return bf.BufferWriteResponse()
+
+        @guarded_stream("buffer_read")
+        def read(request, context, peer):
+            for data in board.read(request.buffer_id, request.start, request.end):
+                yield bf.BufferReadResponse(data=data)
+
+        @guarded("freebuffer", lambda m: bf.FreeBufferResponse(msg=m))
+        def freebuffer(request, context, peer):
+            board.free(request.buffer_id)
+            return bf.FreeBufferResponse()
+
+        @guarded("flush", lambda m: bf.FlushResponse(msg=m))
+        def flush(request, context, peer):
+            board.address(request.buffer_id)
+            return bf.FlushResponse()
+
+        @guarded("invalidate", lambda m: bf.InvalidateResponse(msg=m))
+        def invalidate(request, context, peer):
+            board.address(request.buffer_id)
+            return bf.InvalidateResponse()
+
+        @guarded("physical_address", lambda m: bf.AddressResponse(msg=m))
+        def physical_address(request, context, peer):
+            return bf.AddressResponse(address=board.address(request.buffer_id))
+
+        @guarded("virtual_address", lambda m: bf.AddressResponse(msg=m))
+        def virtual_address(request, context, peer):
+            return bf.AddressResponse(address=board.address(request.buffer_id))
+
+        @guarded("cacheable", lambda m: bf.CacheableResponse(msg=m))
+        def cacheable(request, context, peer):
+            board.address(request.buffer_id)
+            return bf.CacheableResponse(cacheable=True)
+
+    return Device(), Mmio(), Buffers()
+
+
+def start_server(board: SimulatedBoard, host: str = DEFAULT_HOST, port: int = DEFAULT_PORT):
+    """Start serving ``board`` on ``host:port``; returns (grpc server, bound port)."""
+    grpc, pb = import_remote()
+    lim = board.limits
+    options = [("grpc.max_receive_message_length", lim.max_message_bytes),
+               ("grpc.max_send_message_length", lim.max_message_bytes),
+               ("grpc.so_reuseport", 0)]
+    server = grpc.server(futures.ThreadPoolExecutor(max_workers=lim.workers, thread_name_prefix="vta-board-rpc"),
+                         options=options, maximum_concurrent_rpcs=lim.max_concurrent_rpcs)
+    device, mmio, buffers = _servicers(board, grpc, pb)
+    pb["remote_device_grpc"].add_RemoteDeviceServicer_to_server(device, server)
+    pb["mmio_grpc"].add_MmioServicer_to_server(mmio, server)
+    pb["buffer_grpc"].add_RemoteBufferServicer_to_server(buffers, server)
+    address = f"[{host}]:{port}" if ":" in host else f"{host}:{port}"
+    try:
+        bound = server.add_insecure_port(address)
+    except RuntimeError as e:
+        raise OSError(f"cannot listen on {address}: {e} (is the port in use?)") from None
+    if not bound:
+        raise OSError(f"cannot listen on {address} (is the port in use?)")
+    server.start()
+    return server, bound
+
+
+def serve(board: SimulatedBoard, host: str = DEFAULT_HOST, port: int = DEFAULT_PORT,
+          on_ready: Callable[[int], None] | None = None, stop: threading.Event | None = None) -> int:
+    """Serve until SIGINT/SIGTERM (or ``stop`` is set); a clean shutdown returns 0."""
+    stop = stop or threading.Event()
+    previous = {}
+    if threading.current_thread() is threading.main_thread():
+        for sig in (signal.SIGINT, signal.SIGTERM):
+            previous[sig] = signal.signal(sig, lambda signum, frame: stop.set())
+    try:
+        server, bound = start_server(board, host, port)
+        try:
+            if on_ready is not None:
+                on_ready(bound)
+            while not stop.wait(0.25):
+                pass
+            board.log.info("shutting down: refusing new requests, finishing the ones in flight")
+        finally:
+            server.stop(grace=2.0).wait(5.0)
+            board.close()
+    finally:
+        for sig, handler in previous.items():
+            signal.signal(sig, handler)
+    board.log.info("stopped")
+    return 0
