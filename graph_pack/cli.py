@@ -173,6 +173,11 @@ def skip_conv_layers(values: list[int | None] | None) -> list[int]:
                                                "--simulated`) instead of pynq's own choice"),
     arg("--bitstream", metavar="PATH", help="--device pynq: the .bit to program (default: the bitstream cache, "
                                             "<cache>/<TARGET>/<HW_VER>/<bitstream>.bit)"),
+    arg("--rpc", default=None, metavar="HOST:PORT",
+        help="run the accelerator groups on a free board of --key from this RPC tracker (docs/rpc.md)"),
+    arg("--key", default="pynq", help="with --rpc: the boards' device key (default pynq)"),
+    arg("--key-file", default=None, metavar="FILE", help="with --rpc: the boards' shared key (default "
+                                                         "$VTA_RPC_KEY_FILE)"),
     arg("--seed", type=int, default=0, help="seed of the random weights and input"),
     arg("--input", metavar="NPY", help="input array (.npy) instead of a random one"),
     arg("--check", action="store_true", help="also run the numpy reference (and, on a board, the simulator) and "
@@ -191,7 +196,10 @@ def run_cmd(args: argparse.Namespace) -> int:
     env = Environment(cfg)
     if args.device == "sim" and (args.board or args.bitstream):
         raise ValueError("--board and --bitstream apply to --device pynq")
-    device = _board(cfg, args) if args.device == "pynq" else None   # before any work: a missing board fails fast
+    if args.rpc and args.device == "pynq":
+        raise ValueError("--rpc and --device pynq: give one (a board through a tracker, or this machine's board)")
+    # before any work, so a missing board fails fast
+    device = _board(cfg, args) if args.device == "pynq" else _remote(cfg, args) if args.rpc else None
     batch = args.batch or cfg.BATCH
     t0 = time.perf_counter()
     graph, params, (start, stop) = load_model(args.model, batch, args.image_size, args.seed, _shapes(args.shapes),
@@ -219,7 +227,7 @@ def run_cmd(args: argparse.Namespace) -> int:
     mod.run(**{data: x})
     run_s = time.perf_counter() - t0
     y = mod.get_output(0)
-    where = f"the board {device.board}" if device is not None else "the simulator"
+    where = f"the board {getattr(device, 'board', device)}" if device is not None else "the simulator"
     print(f"{args.model} on {cfg.model} ({cfg.CLOCK_MHZ:g} MHz, {where}), batch {batch}, input {graph[data].shape}")
     if args.report:
         print(format_offload_report(packed))
@@ -248,6 +256,12 @@ def run_cmd(args: argparse.Namespace) -> int:
         if differs:
             return 1
     return 0
+
+
+def _remote(cfg, args: argparse.Namespace):
+    """A free board of --key through the --rpc tracker."""
+    from vta.rpc import connect_device
+    return connect_device(args.rpc, args.key, cfg, key_file=args.key_file)
 
 
 def _board(cfg, args: argparse.Namespace):

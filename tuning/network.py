@@ -3,6 +3,7 @@ compare the simulated end-to-end latency with the untuned build (the flow of VTA
 
 from __future__ import annotations
 
+import contextlib
 import os
 import sys
 from dataclasses import dataclass
@@ -37,8 +38,9 @@ def tune_network(model: str, env, *, tuner: str = "xgb", n_trial: int = 100, tot
                  strategy: str = "gradient", log: str | os.PathLike | None = None, ops: tuple[str, ...] | None = None,
                  timing_only: bool = False, check: bool = True, n_parallel: int = 1, early_stopping: int | None = None,
                  batch: int | None = None, image_size: int | None = None, seed: int = 0,
-                 out: TextIO | None = None) -> NetworkTuning:
-    """Extract -> tune -> build with the best -> compare with the untuned build (same output, fewer cycles)."""
+                 out: TextIO | None = None, runner=None) -> NetworkTuning:
+    """Extract -> tune -> build with the best -> compare with the untuned build (same output, fewer cycles).
+    ``runner`` measures (an RPCRunner, a DaskRunner; default a LocalRunner of ``n_parallel`` processes)."""
     out = out if out is not None else sys.stdout
     cfg = config_of(env)
     graph, params, (start, stop) = load_model(model, batch or cfg.BATCH, image_size, seed)
@@ -48,8 +50,9 @@ def tune_network(model: str, env, *, tuner: str = "xgb", n_trial: int = 100, tot
     if not tasks:
         raise ValueError(f"{model}: no accelerator tasks" + (f" for ops {ops}" if ops else ""))
     out.write(f"{model}: {len(tasks)} task(s) on {cfg.model}\n")
-    with LocalRunner(n_parallel=n_parallel, check=check, timing_only=timing_only) as runner:
-        summary = tune_tasks(tasks, tuner=tuner, n_trial=n_trial, total_trials=total_trials, runner=runner, log=log,
+    with (LocalRunner(n_parallel=n_parallel, check=check, timing_only=timing_only) if runner is None
+          else contextlib.nullcontext(runner)) as measurer:
+        summary = tune_tasks(tasks, tuner=tuner, n_trial=n_trial, total_trials=total_trials, runner=measurer, log=log,
                              strategy=strategy, early_stopping=early_stopping, seed=seed, out=out)
     schedules = load_best(log, cfg) if log is not None else summary.best_configs()
     x = np.random.default_rng(seed).standard_normal(graph[graph.inputs[0]].shape).astype(np.float32)

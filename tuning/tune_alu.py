@@ -10,7 +10,7 @@ import argparse
 
 from hw_config import load_config
 from tuning.cli import TRIALS
-from tuning.measure import LocalRunner
+from tuning.rpc_runner import add_runner_flags, runner_from_flags
 from tuning.task import alu_task
 from tuning.tune import tune_tasks
 from tuning.tuners import TUNERS
@@ -35,7 +35,9 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--ops", default="add,multiply", help="comma-separated ALU ops (default add,multiply)")
     ap.add_argument("--log", default="alu.tune.jsonl", help="JSON-lines record log (resumes)")
     ap.add_argument("--timing-only", action="store_true", help="cycles only, no output check")
-    ap.add_argument("--parallel", type=int_in(1, 1024), default=1, help="measurement worker processes")
+    ap.add_argument("--parallel", type=int_in(1, 1024), default=None,
+                    help="measurement worker processes (default 1); with --rpc, boards at once (default: all)")
+    add_runner_flags(ap)
     ap.add_argument("--seed", type=int, default=0)
     args = ap.parse_args(argv)
     return run_reporting_errors("tune_alu", lambda: _tune(args))
@@ -43,7 +45,7 @@ def main(argv: list[str] | None = None) -> int:
 
 def _tune(args: argparse.Namespace) -> int:
     cfg = load_config(args.config)
-    with LocalRunner(n_parallel=args.parallel, timing_only=args.timing_only) as runner:
+    with runner_from_flags(args, timing_only=args.timing_only, n_parallel=args.parallel) as runner:
         tune_tasks(alu_tasks(cfg, tuple(args.ops.split(","))), tuner=args.tuner, n_trial=args.n_trial,
                    runner=runner, log=args.log, seed=args.seed)
     return 0

@@ -9,7 +9,7 @@ import argparse
 
 from hw_config import load_config
 from tuning.cli import TRIALS
-from tuning.measure import LocalRunner
+from tuning.rpc_runner import add_runner_flags, runner_from_flags
 from tuning.task import conv_task
 from tuning.tune import STRATEGIES, tune_tasks
 from tuning.tuners import TUNERS
@@ -34,7 +34,9 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--layers", default=None, help="comma-separated subset, e.g. C2,C5 (default: all)")
     ap.add_argument("--log", default="conv2d.tune.jsonl", help="JSON-lines record log (resumes)")
     ap.add_argument("--timing-only", action="store_true", help="cycles only, no output check")
-    ap.add_argument("--parallel", type=int_in(1, 1024), default=1, help="measurement worker processes")
+    ap.add_argument("--parallel", type=int_in(1, 1024), default=None,
+                    help="measurement worker processes (default 1); with --rpc, boards at once (default: all)")
+    add_runner_flags(ap)
     ap.add_argument("--early-stopping", type=TRIALS, default=None, help="stop a task after this many trials "
                     "without gain")
     ap.add_argument("--seed", type=int, default=0)
@@ -45,7 +47,7 @@ def main(argv: list[str] | None = None) -> int:
 def _tune(args: argparse.Namespace) -> int:
     cfg = load_config(args.config)
     tasks = resnet18_tasks(cfg, args.layers.split(",") if args.layers else None)
-    with LocalRunner(n_parallel=args.parallel, timing_only=args.timing_only) as runner:
+    with runner_from_flags(args, timing_only=args.timing_only, n_parallel=args.parallel) as runner:
         tune_tasks(tasks, tuner=args.tuner, n_trial=args.n_trial, runner=runner, log=args.log,
                    strategy=args.strategy, early_stopping=args.early_stopping, seed=args.seed)
     return 0
