@@ -232,8 +232,8 @@ class GraphModule:
                 "host_ms": self.host_seconds * 1e3}
 
     def profile(self) -> list[dict[str, Any]]:
-        """Per step of the last run: accelerator layers with simulated cycles, GOPS and DRAM bytes; CPU
-        layers with host time."""
+        """Per step of the last run: accelerator layers with simulated cycles, GOPS, DRAM bytes and the board
+        milliseconds the config's board model predicts (``board_ms``); CPU layers with host time."""
         if not self.records:
             raise GraphError("no run to profile yet: call run() first")
         rows = []
@@ -241,7 +241,7 @@ class GraphModule:
             row: dict[str, Any] = {"name": r.name, "op": r.op, "where": r.where, "fused": r.fused}
             if r.stats is not None:
                 secs = r.stats.seconds
-                row.update(cycles=r.stats.cycles, time_ms=secs * 1e3,
+                row.update(cycles=r.stats.cycles, time_ms=secs * 1e3, board_ms=r.stats.latency_s * 1e3,
                            gops=2 * r.macs / secs / 1e9 if secs and r.macs else 0.0,
                            dram_bytes=r.stats.dram_bytes)
             else:
@@ -251,19 +251,20 @@ class GraphModule:
 
     def format_profile(self, min_host_ms: float = 0.0) -> str:
         lines = [(f"{'layer':34} {'op':18} {'where':11} {'fused':>5} {'cycles':>11} {'time ms':>9} {'GOPS':>7} "
-                 f"{'DRAM KB':>9}")]
+                 f"{'DRAM KB':>9} {'board ms':>9}")]
         for row in self.profile():
             if row["where"] == "accelerator":
                 lines.append(f"{row['name'][:34]:34} {row['op'][:18]:18} {'VTA':11} {row['fused']:5d} "
                              f"{row['cycles']:11,d} {row['time_ms']:9.3f} {row['gops']:7.1f} "
-                             f"{row['dram_bytes'] / 1024:9.1f}")
+                             f"{row['dram_bytes'] / 1024:9.1f} {row['board_ms']:9.3f}")
             elif row["host_ms"] >= min_host_ms:
                 lines.append(f"{row['name'][:34]:34} {row['op'][:18]:18} {'CPU':11} {'':5} {'':11} "
                              f"{row['host_ms']:9.3f}")
         s = self.stats
         if s is not None:
             lines.append(f"total: {s.cycles:,} cycles = {s.seconds * 1e3:.3f} ms on the accelerator at "
-                         f"{self.cfg.CLOCK_MHZ:g} MHz; host {self.host_seconds * 1e3:.2f} ms")
+                         f"{self.cfg.CLOCK_MHZ:g} MHz ({s.latency_s * 1e3:.3f} ms on the board, predicted); "
+                         f"host {self.host_seconds * 1e3:.2f} ms")
         return "\n".join(lines)
 
 

@@ -238,7 +238,8 @@ def run_cmd(args: argparse.Namespace) -> int:
     print(f"compile {compile_s:.2f} s (" + ", ".join(f"{k} {v:.2f} s" for k, v in times.items()) + ")")
     s = mod.stats
     print(f"inference: {run_s * 1e3:.1f} ms wall (host {mod.host_seconds * 1e3:.1f} ms); accelerator "
-          f"{s.cycles:,} cycles = {s.seconds * 1e3:.2f} ms at {cfg.CLOCK_MHZ:g} MHz")
+          f"{s.cycles:,} cycles = {s.seconds * 1e3:.2f} ms at {cfg.CLOCK_MHZ:g} MHz; board "
+          f"{s.latency_s * 1e3:.2f} ms {'measured' if device is not None else 'predicted'}")
     if args.layers:
         print(mod.format_profile())
     if args.check:

@@ -2,6 +2,7 @@
 
 from hw_config.config import (
     DEFAULT_PRESET,
+    LATENCY_KEYS,
     PLATFORM_KEYS,
     VTA_KEYS,
     ConfigError,
@@ -12,5 +13,5 @@ from hw_config.config import (
 )
 from hw_config.layout import ALU_OPCODES, MEM_TYPES, OPCODES, Field, Format
 
-__all__ = ["ALU_OPCODES", "DEFAULT_PRESET", "MEM_TYPES", "OPCODES", "PLATFORM_KEYS", "VTA_KEYS", "ConfigError",
+__all__ = ["ALU_OPCODES", "DEFAULT_PRESET", "LATENCY_KEYS", "MEM_TYPES", "OPCODES", "PLATFORM_KEYS", "VTA_KEYS", "ConfigError",
            "Field", "Format", "HwConfig", "config_from_dict", "load_config", "presets"]

@@ -33,6 +33,24 @@ PLATFORM_KEYS = ("CLOCK_MHZ", "LOG_BUS_WIDTH", "DRAM_LATENCY", "DMA_BURST_BEATS"
 # stay out of the fingerprint (tuning records stay valid across boards of one design).
 BOARD_KEYS = ("MMIO_BASE", "MMIO_RANGE", "COHERENT", "BOARD_MEM_MB")
 MMIO_BLOCKS = ("fetch", "load", "compute", "store")   # register blocks at MMIO_BASE + i * MMIO_RANGE
+# The board latency model (simulator/latency.py, docs/calibrate.md): what one call costs on a real board beyond
+# the accelerator's simulated cycles. They change no program and no cycle count, only ``RunStats.latency_s``,
+# the tuners' objective, so a calibrated board is a different fingerprint; at their neutral values (no board
+# model: latency = cycles at the clock) they stay out of it, so uncalibrated configs keep their fingerprints.
+LATENCY_KEYS = ("LAUNCH_US", "HOST_INSN_NS", "HOST_UOP_NS", "CACHE_NS_PER_BYTE", "DMA_EFFICIENCY", "DMA_ROW_CYCLES",
+                "COMPUTE_LOOP_CYCLES")
+LATENCY_NEUTRAL = {"LAUNCH_US": 0.0, "HOST_INSN_NS": 0.0, "HOST_UOP_NS": 0.0, "CACHE_NS_PER_BYTE": 0.0,
+                   "DMA_EFFICIENCY": 1.0, "DMA_ROW_CYCLES": 0.0, "COMPUTE_LOOP_CYCLES": 0.0}
+# key -> (lowest, highest, what it means); DMA_EFFICIENCY must also be > 0.
+LATENCY_RANGES: dict[str, tuple[float, float, str]] = {
+    "LAUNCH_US": (0.0, 1e6, "microseconds per launch: the runtime starting the accelerator and polling for done"),
+    "HOST_INSN_NS": (0.0, 1e6, "nanoseconds of the board's CPU per instruction the runtime builds"),
+    "HOST_UOP_NS": (0.0, 1e6, "nanoseconds of the board's CPU per micro-op copied to the micro-op buffer"),
+    "CACHE_NS_PER_BYTE": (0.0, 1e3, "nanoseconds of cache flush/invalidate per byte the accelerator reads or writes"),
+    "DMA_EFFICIENCY": (0.0, 1.0, "fraction of the AXI port's peak a DMA burst sustains on the board, in (0, 1]"),
+    "DMA_ROW_CYCLES": (0.0, 1e5, "extra cycles per DMA row (DRAM row opened, new burst address)"),
+    "COMPUTE_LOOP_CYCLES": (0.0, 1e5, "extra cycles per GEMM/ALU loop iteration (micro-op pipeline fill)"),
+}
 
 # key -> (allowed range, what it means). Ranges beyond what the simulator supports are refused here.
 INT_RANGES: dict[str, tuple[int, int, str]] = {
@@ -94,6 +112,14 @@ class HwConfig:
     COMPUTE_LATENCY: int
     INSN_QUEUE_DEPTH: int
     TOKEN_QUEUE_DEPTH: int
+    # board latency model (LATENCY_KEYS): neutral defaults = no board model
+    LAUNCH_US: float = 0.0
+    HOST_INSN_NS: float = 0.0
+    HOST_UOP_NS: float = 0.0
+    CACHE_NS_PER_BYTE: float = 0.0
+    DMA_EFFICIENCY: float = 1.0
+    DMA_ROW_CYCLES: float = 0.0
+    COMPUTE_LOOP_CYCLES: float = 0.0
     DESCRIPTION: str = ""
     MMIO_BASE: int = 0x43C00000     # physical address of the fetch module's AXI-lite registers
     MMIO_RANGE: int = 0x1000        # spacing of the four register blocks (VTA's ip_reg_map_range)
@@ -210,11 +236,23 @@ class HwConfig:
     @property
     def fingerprint(self) -> str:
         """Stable hash of everything that changes programs or timing (the description and the board's address
-        map excluded)."""
+        map excluded; the board latency model included unless it is neutral)."""
         d = self.to_dict()
         for key in ("DESCRIPTION", *BOARD_KEYS):
             d.pop(key)
+        for key in LATENCY_KEYS:
+            if d[key] == LATENCY_NEUTRAL[key]:
+                d.pop(key)
         return hashlib.sha256(json.dumps(d, sort_keys=True).encode()).hexdigest()[:16]
+
+    @property
+    def board_model(self) -> bool:
+        """Whether the config carries a board latency model (any LATENCY_KEYS value not neutral)."""
+        return any(getattr(self, k) != LATENCY_NEUTRAL[k] for k in LATENCY_KEYS)
+
+    def latency_params(self) -> dict[str, float]:
+        """The board latency model's parameters (LATENCY_KEYS)."""
+        return {k: getattr(self, k) for k in LATENCY_KEYS}
 
     def derived(self) -> dict[str, Any]:
         """Derived values, for display (``vta config show``)."""
@@ -258,6 +296,13 @@ def _validate(c: HwConfig) -> None:
                         f"an integer in [{lo}, {hi}] ({meaning})")
     if c.MMIO_BASE % 0x1000 or c.MMIO_RANGE % 0x100:
         raise _fail("MMIO_BASE", hex(c.MMIO_BASE), "a page-aligned address with MMIO_RANGE a multiple of 0x100")
+    for key, (lo, hi, meaning) in LATENCY_RANGES.items():
+        v = getattr(c, key)
+        if isinstance(v, bool) or not isinstance(v, (int, float)) or not math.isfinite(v) or not lo <= v <= hi \
+                or (key == "DMA_EFFICIENCY" and v <= 0):
+            shown = "a number in (0, 1]" if key == "DMA_EFFICIENCY" else f"a number in [{lo:g}, {hi:g}]"
+            raise _fail(key, v, f"{shown} ({meaning})")
+        object.__setattr__(c, key, float(v))   # 10 and 10.0 are one config (and one fingerprint)
     if isinstance(c.CLOCK_MHZ, bool) or not isinstance(c.CLOCK_MHZ, (int, float)) or not (
             math.isfinite(c.CLOCK_MHZ) and 1 <= c.CLOCK_MHZ <= 5000):
         raise _fail("CLOCK_MHZ", c.CLOCK_MHZ, "a number of MHz in [1, 5000]")
@@ -346,9 +391,9 @@ def config_from_dict(data: dict[str, Any], **overrides: Any) -> HwConfig:
     target = data["TARGET"]
     if not isinstance(target, str) or target not in PLATFORM_PRESET_OF_TARGET:
         raise _fail("TARGET", target, f"one of {', '.join(TARGETS)}")
-    if any(k not in data for k in (*PLATFORM_KEYS, *BOARD_KEYS)):
+    if any(k not in data for k in (*PLATFORM_KEYS, *BOARD_KEYS, *LATENCY_KEYS)):
         platform = _read_json(PRESET_DIR / f"{PLATFORM_PRESET_OF_TARGET[target]}.json")
-        data = {**{k: platform[k] for k in (*PLATFORM_KEYS, *BOARD_KEYS) if k in platform}, **data}
+        data = {**{k: platform[k] for k in (*PLATFORM_KEYS, *BOARD_KEYS, *LATENCY_KEYS) if k in platform}, **data}
     for key in ("MMIO_BASE", "MMIO_RANGE"):   # JSON has no hex literals: "0x43C00000" is accepted as well
         if isinstance(data.get(key), str):
             try:

@@ -27,6 +27,7 @@ from simulator.errors import (
     WorkBudgetExceeded,
     budget_value,
 )
+from simulator.latency import board_latency
 from simulator.stats import MODULES, QUEUES, RunStats
 
 if TYPE_CHECKING:
@@ -394,6 +395,8 @@ class ReferenceSimulator:
             self._execute(insn, stats, compute)
             stats.work += insn.work
             pipeline.commit(insn, start, cause, stats)
+        raw = np.frombuffer(bytes(insns), np.uint8) if isinstance(insns, (bytes, bytearray, memoryview)) else insns
+        stats.latency_s = board_latency(self.cfg, np.asarray(raw), stats.cycles).total_s
         if trace:
             stats.trace = [(insn.module, pipeline.start[insn.index], pipeline.end[insn.index])
                            for insn in program]

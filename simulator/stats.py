@@ -32,6 +32,10 @@ class RunStats:
     stalls: dict[str, dict[str, int]] = field(
         default_factory=lambda: {m: dict.fromkeys(STALL_CAUSES, 0) for m in MODULES})
     clock_mhz: float = 0.0
+    # Predicted wall time of one call on the config's board (simulator/latency.py, docs/calibrate.md): the
+    # accelerator's time re-timed with the board's DMA and loop costs plus the runtime's host, cache and launch
+    # costs. Equals ``seconds`` when the config has no board model.
+    latency_s: float = 0.0
     # Per-instruction (module, start, end) when the run was traced; None otherwise.
     trace: list[tuple[str, int, int]] | None = None
 
@@ -61,6 +65,8 @@ def format_stats(stats: RunStats, cfg) -> str:
     lines = [(f"  cycles {stats.cycles:,} = {stats.seconds * 1e6:.1f} us at {cfg.CLOCK_MHZ:g} MHz "
              f"(FINISH at cycle {stats.finish_cycle:,}); host work {stats.work:,} units"),
              "  counters: " + ", ".join(f"{k}={v:,}" for k, v in stats.vta_counters().items()),
+             *([f"  board: {stats.latency_s * 1e3:.3f} ms per call predicted (board model of {cfg.model})"]
+               if getattr(cfg, "board_model", False) else []),
              "  module    insns    busy cycles   busy %   stall cycles by cause"]
     for mod in MODULES:
         stalls = ", ".join(f"{c}={v:,}" for c, v in stats.stalls[mod].items() if v) or "-"

@@ -28,7 +28,7 @@ from vta.ops import random_inputs
 class MeasureResult:
     config: dict
     cycles: int = 0
-    latency_s: float = 0.0        # simulated time at the config's clock
+    latency_s: float = 0.0        # one call's time on the board: predicted by the config's board model, or measured
     error: str | None = None      # why the config failed (refused, wrong output, crashed)
     checked: bool = False         # output compared with the numpy reference
     wall_s: float = 0.0           # host seconds spent measuring
@@ -58,9 +58,9 @@ def measure_one(task: Task, config: dict, check: bool = True, timing_only: bool 
         out = op.run(**inputs, compute=not timing_only)
         checked = check and not timing_only
         if checked and not np.array_equal(out, expected()):
-            return MeasureResult(config, op.cycles, op.stats.seconds, "wrong output: differs from the numpy "
+            return MeasureResult(config, op.cycles, op.stats.latency_s, "wrong output: differs from the numpy "
                                  "reference", True, time.perf_counter() - t0)
-        return MeasureResult(config, op.cycles, op.stats.seconds, None, checked, time.perf_counter() - t0)
+        return MeasureResult(config, op.cycles, op.stats.latency_s, None, checked, time.perf_counter() - t0)
     except Exception as e:  # noqa: BLE001 - a crashing config is a measurement result, never a crash of the tuner
         detail = "".join(traceback.format_exception_only(type(e), e)).strip()
         return MeasureResult(config, error=f"failed: {detail}", wall_s=time.perf_counter() - t0)

@@ -252,13 +252,13 @@ class RPCRunner:
     @staticmethod
     def _timed(device: RemoteDevice, run, op=None) -> tuple[object, float]:
         """(what ``run()`` returns, its latency): what the board measured when it measures (a Pynq board),
-        else the accelerator time of the stats (the simulator's timing model)."""
+        else the board latency the config's model predicts (as the local runner reports)."""
         before_s, before_n = device.measured_s, device.measured_runs
         value = run()
         stats = op.stats if op is not None else value
         if device.measured_runs > before_n:
             return value, device.measured_s - before_s
-        return value, stats.seconds
+        return value, stats.latency_s
 
     # ---- context manager (nothing is held between batches) ----
     def close(self) -> None:

@@ -47,6 +47,22 @@ class TaskState:
     def trials(self) -> int:
         return self.tuner.trials
 
+    @property
+    def best_board_s(self) -> float:
+        """The board latency measured for the best config (``MeasureResult.latency_s``; 0 when unknown)."""
+        return _latency_of(self.tuner, self.tuner.best_config)
+
+    @property
+    def default_board_s(self) -> float:
+        return _latency_of(self.tuner, self.tuner.space[self.tuner.space.index_of(self.task.default_config)])
+
+
+def _latency_of(tuner: Tuner, config: dict | None) -> float:
+    for c, r in tuner.history:
+        if config is not None and c == config and r.ok:
+            return r.latency_s
+    return 0.0
+
 
 def resume(tuner: Tuner, log: str | os.PathLike | None) -> int:
     """Feed the task's finished trials in ``log`` to ``tuner``; returns how many."""
@@ -74,7 +90,8 @@ class Progress:
         cur = max((state.task.flop / r.latency_s / 1e9 for r in ok if r.latency_s), default=0.0)
         best = state.task.flop / state.best_s / 1e9 if state.best_s != float("inf") else 0.0
         line = (f"[Task {index + 1:2d}/{self.n_tasks:2d}]  Current/Best: {cur:7.2f}/{best:7.2f} GFLOPS | "
-                f"Progress: ({done}/{budget}) | {time.perf_counter() - self.t0:.2f} s")
+                f"Progress: ({done}/{budget}) | {time.perf_counter() - self.t0:.2f} s | best "
+                f"{state.tuner.best_cycles or 0:,} cycles, {state.best_board_s * 1e3:.3f} board ms")
         self.out.write(("\r" + line) if self.tty else line + "\n")
         self.out.flush()
         self._open = self.tty
@@ -107,13 +124,21 @@ class TuneSummary:
 
     def table(self) -> str:
         lines = [f"{'#':>3} {'task':54} {'weight':>6} {'default ms':>11} {'best ms':>9} {'speedup':>8} {'trials':>7}"]
+        board_before = board_after = 0.0
         for i, s in enumerate(self.states, 1):
             best = min(s.default_s, s.best_s)
+            tuned = s.best_s < s.default_s
+            cycles = s.tuner.best_cycles if tuned else s.default_cycles
+            board = s.best_board_s if tuned else s.default_board_s
+            board_before += s.task.weight * s.default_board_s
+            board_after += s.task.weight * board
             lines.append(f"{i:3d} {s.task.name[:54]:54} {s.task.weight:6d} {s.default_s * 1e3:11.3f} "
-                         f"{best * 1e3:9.3f} {s.default_s / best if best else 0:7.2f}x {s.trials:7d}")
+                         f"{best * 1e3:9.3f} {s.default_s / best if best else 0:7.2f}x {s.trials:7d}   "
+                         f"{cycles or 0:,} cycles, {board * 1e3:.3f} board ms")
         before, after = self.latency_before_s, self.latency_after_s
         lines.append(f"end-to-end (tuned layers, weighted): {before * 1e3:.3f} ms -> {after * 1e3:.3f} ms "
-                     f"({before / after if after else 0:.2f}x)")
+                     f"({before / after if after else 0:.2f}x); on the board (predicted): {board_before * 1e3:.3f} "
+                     f"ms -> {board_after * 1e3:.3f} ms")
         return "\n".join(lines)
 
 

@@ -52,6 +52,7 @@ EXPECTED_ERRORS = (ConfigError, ImageError, SimulatorError, OSError, ValueError,
 GROUP_HELP = {
     "config": "list and inspect hardware configurations",
     "sim": "run, replay and disassemble programs on the simulator",
+    "rpc": "RPC tracker, board servers and queries (TVM's tracker protocol)",
 }
 
 
@@ -107,10 +108,18 @@ def build_parser() -> argparse.ArgumentParser:
 PLUGIN_GROUP = "vta.commands"
 
 
+# this layer's own command modules beyond this file (imported on first use: they import the helpers here)
+OWN_COMMAND_MODULES = ("vta.board.cli", "vta.rpc.cli", "vta.calibrate")
+
+
 def load_plugins() -> None:
-    """Import the command modules higher layers declare under the ``vta.commands`` entry-point group
-    (graph_pack's ``vta run``, tuning's ``vta tune``): the CLI lives here, its commands where their code is."""
+    """Import this layer's command modules, and those higher layers declare under the ``vta.commands``
+    entry-point group (graph_pack's ``vta run``, tuning's ``vta tune``): the CLI lives here, its commands where
+    their code is."""
+    import importlib
     from importlib.metadata import entry_points
+    for name in OWN_COMMAND_MODULES:
+        importlib.import_module(name)
     for ep in entry_points(group=PLUGIN_GROUP):
         if ep.name in _loaded_plugins:
             continue
@@ -465,3 +474,4 @@ def compile_cmd(args: argparse.Namespace) -> int:
         save_image(args.out, op.image(**inputs))
         print(f"wrote {args.out}", file=sys.stderr)
     return 0 if exact else 1
+

@@ -439,6 +439,8 @@ class PynqDevice:
             st = RunStats(clock_mhz=self.cfg.CLOCK_MHZ)
             note = f"the timing model refused the program ({e}): no counters or cycles"
         values = {f.name: getattr(st, f.name) for f in fields(RunStats)}
+        if launched:   # on a board the latency is what was measured, not what the model predicts
+            values["latency_s"] = seconds
         return BoardRunStats(**values, board=self.board, host_seconds=seconds, launched=launched,
                              counters_from=COUNTERS_FROM if note == CYCLES_FROM else note, cycles_from=note)
 

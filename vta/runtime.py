@@ -106,6 +106,7 @@ def combine_stats(runs: list[RunStats]) -> RunStats:
         total.finish_cycle = total.cycles + st.finish_cycle
         total.cycles += st.cycles
         total.work += st.work
+        total.latency_s += st.latency_s
         for m in st.busy:
             total.busy[m] += st.busy[m]
             total.insns[m] += st.insns[m]

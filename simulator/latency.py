@@ -1,0 +1,341 @@
+"""The board latency model: the wall time one call of a program takes on a real board.
+
+The simulator's cycles are the accelerator's own (docs/simulator.md). A call on a board costs more, and this
+module adds it, term by term, from the instruction stream and the config's LATENCY_KEYS (docs/calibrate.md):
+
+- **launch** ``LAUNCH_US`` per stream: VTA's runtime writes the fetch module's registers, sleeps, polls the
+  compute module's done register (VTADeviceRun, vta-notes section 8) and returns.
+- **host** ``HOST_INSN_NS`` per instruction and ``HOST_UOP_NS`` per micro-op: VTA's runtime builds every
+  call's instruction stream on the board's CPU and copies the micro-op kernels into the micro-op DMA buffer
+  (their SRAM residency is reset at every Synchronize, so each call loads them again; vta-notes section 4).
+- **cache** ``CACHE_NS_PER_BYTE`` per byte of the instruction stream and of the DRAM footprint the stream
+  loads and stores: the flush before the accelerator reads, the invalidate after it writes.
+- **accelerator**: the simulator's schedule (same modules, queues, tokens and dispatch) re-timed with board
+  durations: each DMA costs ``1/DMA_EFFICIENCY - 1`` more cycles per bus beat (the AXI port's sustained rate)
+  and ``DMA_ROW_CYCLES`` more per row (a new DRAM row and burst address for every row of a 2D transfer), each
+  GEMM/ALU ``COMPUTE_LOOP_CYCLES`` more per loop iteration ``iter_out x iter_in`` (VTA's compute module
+  pipelines only the micro-op loop, so every outer iteration fills and drains it).
+
+The host, cache and launch terms are serial with the accelerator (VTA builds the whole stream, then launches
+it and waits), so they add. With every key at its neutral value the model is the simulator itself:
+``latency_s == cycles / clock`` exactly (the re-timer reproduces the simulator's cycles; tests check it).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import numpy as np
+
+from hw_config import MEM_TYPES, OPCODES, HwConfig
+from hw_config.config import LATENCY_KEYS, LATENCY_NEUTRAL
+
+__all__ = ["ACCEL_KEYS", "HOST_KEYS", "BoardProgram", "LatencyBreakdown", "accel_extra", "beat_extra", "board_latency"]
+
+LOAD, STORE, GEMM, ALU = OPCODES["LOAD"], OPCODES["STORE"], OPCODES["GEMM"], OPCODES["ALU"]
+INSN_BYTES = 16
+HOST_KEYS = ("LAUNCH_US", "HOST_INSN_NS", "HOST_UOP_NS", "CACHE_NS_PER_BYTE")   # additive, per stream
+ACCEL_KEYS = ("DMA_EFFICIENCY", "DMA_ROW_CYCLES", "COMPUTE_LOOP_CYCLES")      # re-time the schedule
+HOST_UNIT_S = {"LAUNCH_US": 1e-6, "HOST_INSN_NS": 1e-9, "HOST_UOP_NS": 1e-9, "CACHE_NS_PER_BYTE": 1e-9}
+# queue numbers: l2g, g2l, s2g, g2s; per module, which queue each dependency flag pops or pushes (-1: none)
+_POP_QUEUE = {0: (-1, 1), 1: (0, 2), 2: (3, -1)}    # (pop_prev_dep, pop_next_dep)
+_PUSH_QUEUE = {0: (-1, 0), 1: (1, 3), 2: (2, -1)}   # (push_prev_dep, push_next_dep)
+
+
+@dataclass(frozen=True)
+class LatencyBreakdown:
+    """One call's predicted wall time on the board, in seconds, by term."""
+
+    launch_s: float = 0.0
+    host_s: float = 0.0
+    cache_s: float = 0.0
+    accel_s: float = 0.0
+
+    @property
+    def total_s(self) -> float:
+        return self.launch_s + self.host_s + self.cache_s + self.accel_s
+
+    def __add__(self, other: LatencyBreakdown) -> LatencyBreakdown:
+        return LatencyBreakdown(self.launch_s + other.launch_s, self.host_s + other.host_s,
+                                self.cache_s + other.cache_s, self.accel_s + other.accel_s)
+
+
+def beat_extra(efficiency: float) -> float:
+    """Extra cycles per bus beat at a DMA efficiency (0 at the port's peak)."""
+    return 1.0 / efficiency - 1.0
+
+
+def _footprint(first: np.ndarray, end: np.ndarray) -> int:
+    """Bytes covered by the union of the ranges [first, end)."""
+    if first.size == 0:
+        return 0
+    order = np.argsort(first, kind="stable")
+    first, end = first[order], end[order]
+    reach = np.maximum.accumulate(end)
+    starts = np.flatnonzero(first > np.concatenate(([-1], reach[:-1])))   # a range starting past all before
+    last = np.concatenate((starts[1:] - 1, [first.size - 1]))
+    return int((reach[last] - first[starts]).sum())
+
+
+class BoardProgram:
+    """One instruction stream, decoded once for the board model: what the host terms count, and the
+    simulator's schedule as a dependency graph that ``accel_cycles`` re-times for any board durations.
+
+    The stream must be one the simulator ran to completion (every pop has its push).
+    """
+
+    def __init__(self, cfg: HwConfig, insns: np.ndarray):
+        rows = np.ascontiguousarray(insns, dtype=np.uint8).reshape(-1, INSN_BYTES)
+        self.cfg = cfg
+        n = self.n = rows.shape[0]
+        head = cfg.insn_formats["finish"].decode_rows(rows)
+        mem = cfg.insn_formats["mem"].decode_rows(rows)
+        loop = cfg.insn_formats["gemm"].decode_rows(rows)   # the loop fields sit alike in GEMM and ALU
+        op, mt = head["opcode"], mem["memory_type"]
+        is_mem = (op == LOAD) | (op == STORE)
+        module = np.ones(n, dtype=np.int64)   # compute: GEMM, ALU, FINISH, LOAD UOP/ACC/ACC_8BIT
+        module[(op == LOAD) & ((mt == MEM_TYPES["INP"]) | (mt == MEM_TYPES["WGT"]))] = 0
+        module[op == STORE] = 2
+
+        # ---- durations: the simulator's (docs/simulator.md, "Timing model") and the board's extra terms ----
+        elem_of = np.zeros(8, dtype=np.int64)
+        for name, value in MEM_TYPES.items():
+            elem_of[value] = cfg.elem_bytes(name)
+        x, y, stride = mem["x_size"], mem["y_size"], mem["x_stride"]
+        dma = is_mem & (x > 0)
+        elem = elem_of[mt]
+        one_row = (y == 1) | (stride == x)
+        n_rows = np.where(one_row, 1, y)
+        row_bytes = np.where(one_row, x * y * elem, x * elem)
+        beats = -(-row_bytes // cfg.BUS_BYTES)
+        bursts = -(-beats // cfg.DMA_BURST_BEATS)
+        padded = (mem["y_pad_0"] + y + mem["y_pad_1"]) * (mem["x_pad_0"] + x + mem["x_pad_1"]) - x * y
+        dma_cycles = cfg.DRAM_LATENCY + n_rows * (beats + bursts * cfg.DMA_BURST_GAP) + np.where(op == LOAD, padded, 0)
+        is_loop = (op == GEMM) | (op == ALU)
+        outer = loop["iter_out"] * loop["iter_in"]
+        uops = loop["uop_end"] - loop["uop_bgn"]
+        ii = np.where(op == GEMM, cfg.GEMM_II, cfg.ALU_II)
+        duration = np.ones(n, dtype=np.float64)
+        duration[dma] = dma_cycles[dma]
+        duration[is_loop] = np.maximum(1, cfg.COMPUTE_LATENCY + outer * uops * ii)[is_loop]
+        self.duration = duration
+        # per instruction: bus beats and rows of a DMA, loop iterations of a GEMM/ALU running micro-ops
+        features = np.zeros((n, 3), dtype=np.float64)
+        features[dma, 0] = (n_rows * beats)[dma]
+        features[dma, 1] = n_rows[dma]
+        features[is_loop, 2] = np.where(uops > 0, outer, 0)[is_loop]
+        self.features = features
+
+        # ---- host counts ----
+        uop_load = dma & (op == LOAD) & (mt == MEM_TYPES["UOP"])
+        self.uop_words = int((x * y)[uop_load].sum())
+        first = mem["dram_base"][dma] * elem[dma]
+        end = first + ((y[dma] - 1) * stride[dma] + x[dma]) * elem[dma]
+        self.cache_bytes = INSN_BYTES * n + _footprint(first, end)
+
+        # ---- the schedule's dependencies (the equations of docs/simulator.md) ----
+        prev = np.full(n, -1, dtype=np.int64)
+        room = np.full(n, -1, dtype=np.int64)
+        for m in range(3):
+            idx = np.flatnonzero(module == m)
+            prev[idx[1:]] = idx[:-1]
+            depth = cfg.INSN_QUEUE_DEPTH
+            room[idx[depth:]] = idx[:-depth] if idx.size > depth else idx[:0]
+        pop_ref = np.full((n, 2), -1, dtype=np.int64)     # the push whose end a pop waits for
+        space_ref = np.full((n, 2), -1, dtype=np.int64)   # the pop whose start frees room for a push
+        flags = (head["pop_prev_dep"], head["pop_next_dep"], head["push_prev_dep"], head["push_next_dep"])
+        for q in range(4):
+            pops = np.zeros(n, dtype=bool)
+            pushes = np.zeros(n, dtype=bool)
+            pop_slot = np.zeros(n, dtype=np.int64)
+            push_slot = np.zeros(n, dtype=np.int64)
+            for m in range(3):
+                for slot in range(2):
+                    if _POP_QUEUE[m][slot] == q:
+                        sel = (module == m) & (flags[slot] == 1)
+                        pops |= sel
+                        pop_slot[sel] = slot
+                    if _PUSH_QUEUE[m][slot] == q:
+                        sel = (module == m) & (flags[2 + slot] == 1)
+                        pushes |= sel
+                        push_slot[sel] = slot
+            pop_idx, push_idx = np.flatnonzero(pops), np.flatnonzero(pushes)
+            if pop_idx.size > push_idx.size:
+                raise ValueError(f"instruction {int(pop_idx[push_idx.size])} pops a token that is never pushed: "
+                                 "the board model needs a stream the simulator runs to completion")
+            pop_ref[pop_idx, pop_slot[pop_idx]] = push_idx[:pop_idx.size]
+            tq = cfg.TOKEN_QUEUE_DEPTH
+            waiting = push_idx[tq:]
+            if waiting.size > pop_idx.size:
+                raise ValueError(f"instruction {int(waiting[pop_idx.size])} pushes onto a full token queue that "
+                                 "is never popped: the board model needs a stream the simulator runs to completion")
+            space_ref[waiting, push_slot[waiting]] = pop_idx[:waiting.size]
+        self._module, self._prev, self._room = module.tolist(), prev.tolist(), room.tolist()
+        self._pop_a, self._pop_b = pop_ref[:, 0].tolist(), pop_ref[:, 1].tolist()
+        self._space_a, self._space_b = space_ref[:, 0].tolist(), space_ref[:, 1].tolist()
+        ar = np.arange(n)
+        in_order = bool((pop_ref < ar[:, None]).all() and (space_ref < ar[:, None]).all())
+        self._order = range(n) if in_order else self._event_order()
+
+    def _event_order(self) -> list[int]:
+        """An order in which every instruction comes after those its start depends on (found once, by
+        running the modules as the simulator does; it serves every duration)."""
+        n, prev, room = self.n, self._prev, self._room
+        pop_a, pop_b, space_a, space_b = self._pop_a, self._pop_b, self._space_a, self._space_b
+        seq: list[list[int]] = [[], [], []]
+        for i, m in enumerate(self._module):
+            seq[m].append(i)
+        done = [False] * n
+        order: list[int] = []
+        head = [0, 0, 0]
+        dispatched = 0
+        while len(order) < n:
+            while dispatched < n and (room[dispatched] < 0 or done[room[dispatched]]):
+                dispatched += 1
+            progress = False
+            for m in range(3):
+                while head[m] < len(seq[m]):
+                    i = seq[m][head[m]]
+                    needs = (prev[i], pop_a[i], pop_b[i], space_a[i], space_b[i])
+                    if i >= dispatched or any(j >= 0 and not done[j] for j in needs):
+                        break
+                    done[i] = True
+                    order.append(i)
+                    head[m] += 1
+                    progress = True
+            if not progress:
+                raise ValueError("the stream deadlocks: the board model needs a stream the simulator runs to "
+                                 "completion")
+        return order
+
+    # ---- re-timing ----
+    def _times(self, extra: tuple[float, float, float]) -> tuple[list[float], list[float], list[float]]:
+        """Start, end and dispatch times of every instruction with durations + features @ extra."""
+        duration = (self.duration + self.features @ np.asarray(extra, dtype=np.float64)).tolist() \
+            if any(extra) else self.duration.tolist()
+        n, prev, room = self.n, self._prev, self._room
+        pop_a, pop_b, space_a, space_b = self._pop_a, self._pop_b, self._space_a, self._space_b
+        fetch = float(-(-INSN_BYTES // self.cfg.BUS_BYTES))
+        start, end, disp = [0.0] * n, [0.0] * n, [0.0] * n
+        last_dispatch = float(self.cfg.DRAM_LATENCY)
+        d = 0
+        for i in self._order:
+            while d <= i:   # d(i) = max(d(i-1), q(i)) + f, in program order
+                r = room[d]
+                if r >= 0 and start[r] > last_dispatch:
+                    last_dispatch = start[r]
+                last_dispatch += fetch
+                disp[d] = last_dispatch
+                d += 1
+            s = disp[i]
+            j = prev[i]
+            if j >= 0 and end[j] > s:
+                s = end[j]
+            a = pop_a[i]
+            if a >= 0 and end[a] > s:
+                s = end[a]
+            a = pop_b[i]
+            if a >= 0 and end[a] > s:
+                s = end[a]
+            a = space_a[i]
+            if a >= 0 and start[a] > s:
+                s = start[a]
+            a = space_b[i]
+            if a >= 0 and start[a] > s:
+                s = start[a]
+            start[i] = s
+            end[i] = s + duration[i]
+        return start, end, disp
+
+    def accel_cycles(self, extra: tuple[float, float, float] = (0.0, 0.0, 0.0)) -> float:
+        """The schedule's length in cycles with ``extra`` = (cycles per beat, per DMA row, per loop iteration)
+        added to the simulator's durations; ``accel_cycles()`` is the simulator's own cycle count."""
+        return max(self._times(extra)[1], default=0.0)
+
+    def accel_cycles_and_path(self, extra: tuple[float, float, float]) -> tuple[float, np.ndarray]:
+        """``accel_cycles(extra)`` and the beats, rows and loop iterations on its critical path: the
+        derivative of the length with respect to ``extra`` (the length is piecewise linear in it)."""
+        start, end, disp = self._times(extra)
+        if not end:
+            return 0.0, np.zeros(3)
+        i = max(range(self.n), key=end.__getitem__)
+        length = end[i]
+        on_path: list[int] = []
+        prev, room = self._prev, self._room
+        pop_a, pop_b, space_a, space_b = self._pop_a, self._pop_b, self._space_a, self._space_b
+        node, k = "end", i
+        while True:
+            if node == "end":
+                on_path.append(k)
+                node = "start"
+                continue
+            if node == "start":
+                s = start[k]
+                nxt = None
+                for j in (prev[k], pop_a[k], pop_b[k]):
+                    if j >= 0 and end[j] == s:
+                        nxt = ("end", j)
+                        break
+                if nxt is None:
+                    for j in (space_a[k], space_b[k]):
+                        if j >= 0 and start[j] == s:
+                            nxt = ("start", j)
+                            break
+                node, k = nxt if nxt is not None else ("dispatch", k)
+                continue
+            # dispatch of k: from the room-freeing start, the previous dispatch, or the first fetch
+            r = room[k]
+            before = disp[k - 1] if k > 0 else float(self.cfg.DRAM_LATENCY)
+            if r >= 0 and start[r] >= before:
+                node, k = "start", r
+            elif k > 0:
+                k -= 1
+            else:
+                break
+        path = self.features[on_path].sum(axis=0) if on_path else np.zeros(3)
+        return length, path
+
+    # ---- the whole model ----
+    def host_counts(self) -> dict[str, float]:
+        """What each host key is multiplied by for this stream (one launch)."""
+        return {"LAUNCH_US": 1.0, "HOST_INSN_NS": float(self.n), "HOST_UOP_NS": float(self.uop_words),
+                "CACHE_NS_PER_BYTE": float(self.cache_bytes)}
+
+    def latency(self, params: dict[str, float] | HwConfig | None = None) -> LatencyBreakdown:
+        """Predicted seconds of one call of this stream with the board parameters ``params`` (default: the
+        config's own)."""
+        p = _params(params if params is not None else self.cfg)
+        extra = accel_extra(p)
+        cycles = self.accel_cycles(extra)
+        counts = self.host_counts()
+        return LatencyBreakdown(
+            launch_s=p["LAUNCH_US"] * HOST_UNIT_S["LAUNCH_US"],
+            host_s=(p["HOST_INSN_NS"] * counts["HOST_INSN_NS"] + p["HOST_UOP_NS"] * counts["HOST_UOP_NS"]) * 1e-9,
+            cache_s=p["CACHE_NS_PER_BYTE"] * counts["CACHE_NS_PER_BYTE"] * 1e-9,
+            accel_s=cycles / (self.cfg.CLOCK_MHZ * 1e6))
+
+
+def _params(source: dict[str, float] | HwConfig) -> dict[str, float]:
+    if isinstance(source, HwConfig):
+        return source.latency_params()
+    return {k: float(source.get(k, LATENCY_NEUTRAL[k])) for k in LATENCY_KEYS}
+
+
+def accel_extra(params: dict[str, float]) -> tuple[float, float, float]:
+    """(cycles per beat, per DMA row, per loop iteration) the board adds to the simulator's durations."""
+    return (beat_extra(params["DMA_EFFICIENCY"]), params["DMA_ROW_CYCLES"], params["COMPUTE_LOOP_CYCLES"])
+
+
+def board_latency(cfg: HwConfig, insns: np.ndarray, cycles: int | None = None) -> LatencyBreakdown:
+    """Predicted wall time of one call of a stream the simulator ran (``cycles``: its cycle count, which
+    spares re-timing when the config adds nothing on the accelerator side)."""
+    clock = cfg.CLOCK_MHZ * 1e6
+    if not cfg.board_model:
+        if cycles is None:
+            cycles = int(BoardProgram(cfg, insns).accel_cycles())
+        return LatencyBreakdown(accel_s=cycles / clock)
+    program = BoardProgram(cfg, insns)
+    if cycles is not None and not any(accel_extra(cfg.latency_params())):
+        host = program.latency(cfg)
+        return LatencyBreakdown(host.launch_s, host.host_s, host.cache_s, cycles / clock)
+    return program.latency(cfg)
