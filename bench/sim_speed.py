@@ -7,21 +7,24 @@ onnxruntime's int8 ``MatMulInteger`` on one thread (the ONNX model built in memo
 may prepack it) and numpy's int32 matmul (the weakest baseline: numpy has no BLAS path for integers).
 Also simulated cycles per host second (with data and timing-only) and the ratio to the pure-Python
 reference executor on a smaller program. onnxruntime is optional (the ``onnx`` extra): without it the
-ORT rows say so and the rest still runs.
+ORT rows say so and the rest still runs. The simulator runs its default GEMM kernel path (the best the CPU
+supports, or VTA_SIM_KERNEL); every other path the CPU supports is timed in the same rounds too (``--paths
+default`` skips them), each checked equal to numpy.
 
-    python bench/sim_speed.py [--config pynq] [--repeat 20]
+    python bench/sim_speed.py [--config pynq] [--repeat 20] [--paths all|default]
 """
 
 from __future__ import annotations
 
 import argparse
+import os
 import time
 
 import numpy as np
 from _host import header
 
 from hw_config import MEM_TYPES, load_config
-from simulator.core import Simulator
+from simulator.core import Simulator, kernel_path, kernels_supported
 from simulator.reference import ReferenceSimulator
 from vta.isa import FinishInsn, GemmInsn, MemInsn, Uop, assemble, uops_to_bytes
 
@@ -98,6 +101,8 @@ def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--config", default="pynq", help="preset name or JSON path (default: pynq)")
     ap.add_argument("--repeat", type=int, default=20, help="GEMM instructions in the stream (default: 20)")
+    ap.add_argument("--paths", choices=("all", "default"), default="all",
+                    help="time every GEMM kernel path the CPU supports, or only the default one (default: all)")
     args = ap.parse_args()
     cfg = load_config(args.config)
     m, k = 32 * cfg.BATCH, 256
@@ -107,18 +112,38 @@ def main() -> None:
     n = n_tiles * cfg.BLOCK_OUT
     sim = Simulator(cfg)
     insns, a, w = gemm_program(sim, m, k, n, args.repeat)
+    others = {}  # the other kernel paths: a simulator each, created with VTA_SIM_KERNEL set
+    before = os.environ.get("VTA_SIM_KERNEL")
+    for path in kernels_supported() if args.paths == "all" else []:
+        if path == sim.kernel_path:
+            continue
+        os.environ["VTA_SIM_KERNEL"] = path
+        try:
+            other = Simulator(cfg)
+        finally:
+            if before is None:
+                os.environ.pop("VTA_SIM_KERNEL", None)
+            else:
+                os.environ["VTA_SIM_KERNEL"] = before
+        other_insns, _, _ = gemm_program(other, m, k, n, args.repeat)
+        others[path] = other, other_insns
     stats = sim.run(insns)
     acc = sim.read_sram("acc", 0, (m // cfg.BATCH) * (n // cfg.BLOCK_OUT))
     got = acc.reshape(m // cfg.BATCH, n // cfg.BLOCK_OUT, cfg.BATCH, cfg.BLOCK_OUT).transpose(0, 2, 1, 3).reshape(m, n)
     a32, w32t = a.astype(np.int32), w.astype(np.int32).T
     expect = a32 @ w32t
     assert np.array_equal(got, expect * args.repeat), "simulator result differs from numpy"
+    for path, (other, other_insns) in others.items():
+        other.run(other_insns)
+        assert np.array_equal(other.read_sram("acc", 0, acc.shape[0]), acc), f"kernel path {path} differs"
     ort_run, ort_what = ort_matmul_integer(a, w)
     assert ort_run is None or np.array_equal(ort_run(), expect), "onnxruntime's result differs from numpy"
 
     macs = m * k * n * args.repeat
     fns = {"sim": lambda: sim.run(insns), "timing": lambda: sim.run(insns, compute=False),
            "numpy": lambda: a32 @ w32t}
+    for path, (other, other_insns) in others.items():
+        fns[f"sim:{path}"] = lambda other=other, other_insns=other_insns: other.run(other_insns)
     if ort_run is not None:
         fns["ort"] = ort_run
     t = best_of(fns)
@@ -133,9 +158,11 @@ def main() -> None:
     print(header("sim_speed", f"simulated GEMM on {cfg.model} vs int8 matmuls in the same run"))
     print(f"GEMM {m}x{k} by {k}x{n} int8, {args.repeat} GEMM instructions, {stats.cycles:,} simulated cycles; "
           f"simulator result equals numpy's: yes")
+    print(f"GEMM kernel path: {sim.kernel_path} (default: {kernel_path()}; supported here: "
+          f"{', '.join(kernels_supported())})")
     print("| measure | value |")
     print("|---|---|")
-    print(f"| simulated int8 MACs per host second | {sim_rate / 1e9:.2f} G |")
+    print(f"| simulated int8 MACs per host second ({sim.kernel_path} kernel) | {sim_rate / 1e9:.2f} G |")
     if ort_run is None:
         print(f"| onnxruntime MatMulInteger | {ort_what} |")
     else:
@@ -143,6 +170,10 @@ def main() -> None:
         print(f"| onnxruntime int8 MatMulInteger MACs per second ({ort_what}, same matrices, "
               f"result equals numpy's) | {ort_rate / 1e9:.2f} G |")
         print(f"| **ratio simulator / onnxruntime MatMulInteger** | **{sim_rate / ort_rate:.2f}x** |")
+    for path in others:
+        rate = macs / t[f"sim:{path}"]
+        ratio = "" if ort_run is None else f", {rate / (m * k * n / t['ort']):.2f}x onnxruntime"
+        print(f"| simulated int8 MACs per host second, {path} kernel (same rounds) | {rate / 1e9:.2f} G{ratio} |")
     print(f"| numpy int32 matmul MACs per second (same matrices) | {np_rate / 1e9:.2f} G |")
     print(f"| ratio simulator / numpy | {sim_rate / np_rate:.1f}x |")
     print(f"| simulated cycles per host second, data computed | {stats.cycles / t['sim'] / 1e6:.1f} M |")

@@ -1,8 +1,10 @@
 """cffi (API mode) build of the C simulator; run by setup.py through ``cffi_modules``.
 
-Compiler flags: -O3 and -march=native so the GEMM inner loops use the host's SIMD (every install
-compiles on the machine that runs it). Set ``VTA_SIM_PORTABLE=1`` to build without -march=native,
-e.g. for a wheel meant for other machines.
+Compiler flags: -O3 for the host's baseline ISA, no -march: the GEMM kernels for AVX2, AVX-512 and AVX-512 VNNI
+are compiled into the same library through function target attributes and chosen at run time by what the
+running CPU supports (``VTA_SIM_KERNEL`` forces one; docs/simulator.md, "Kernel paths"), so a build copied to
+another x86-64 machine still runs. Set ``VTA_SIM_PORTABLE=1`` to build without any x86 target code (only the
+portable kernel).
 """
 
 import os
@@ -19,8 +21,8 @@ ffibuilder = FFI()
 ffibuilder.cdef(re.sub(r"(?m)^#.*$", "", HEADER))
 
 extra = ["-O3", "-std=c99", "-Wall", "-Wextra", "-fno-strict-aliasing"]
-if os.environ.get("VTA_SIM_PORTABLE") != "1":
-    extra.append("-march=native")
+if os.environ.get("VTA_SIM_PORTABLE") == "1":
+    extra.append("-DVTA_SIM_PORTABLE")
 
 ffibuilder.set_source(
     "simulator._vta_sim",

@@ -16,6 +16,7 @@ from simulator.errors import (
     SimulatorError,
     budget_value,
 )
+from simulator.latency import board_latency
 from simulator.params import param_values
 from simulator.stats import MODULES, STALL_CAUSES, RunStats
 
@@ -30,8 +31,26 @@ except ImportError as exc:  # pragma: no cover - only without a build
         "simulator/csrc through cffi; needs a C compiler)") from exc
 
 ERR_LEN = 1024
-__all__ = ["DEFAULT_MAX_CYCLES", "DEFAULT_MAX_WORK", "Simulator"]
+__all__ = ["DEFAULT_MAX_CYCLES", "DEFAULT_MAX_WORK", "Simulator", "kernel_path", "kernels_supported"]
 SRAM_IDS = {"uop": 0, "wgt": 1, "inp": 2, "acc": 3}
+
+
+def kernel_path() -> str:
+    """The GEMM kernel path a Simulator created now runs: ``VTA_SIM_KERNEL`` if set, else the best the CPU has.
+
+    Raises SimulatorError, as Simulator() would, when VTA_SIM_KERNEL names an unknown path or one this CPU or
+    build lacks (docs/simulator.md, "Kernel paths").
+    """
+    err = ffi.new("char[]", ERR_LEN)
+    name = lib.vta_sim_kernel_path(err, ERR_LEN)
+    if name == ffi.NULL:
+        raise SimulatorError(ffi.string(err).decode())
+    return ffi.string(name).decode()
+
+
+def kernels_supported() -> list[str]:
+    """The kernel paths this CPU and build support, best last."""
+    return ffi.string(lib.vta_sim_kernels_supported()).decode().split()
 
 
 def _as_insn_bytes(insns: bytes | bytearray | np.ndarray) -> np.ndarray:
@@ -78,6 +97,7 @@ class Simulator:
         if handle == ffi.NULL:
             raise SimulatorError(ffi.string(self._err).decode())
         self._sim = ffi.gc(handle, lib.vta_sim_destroy)
+        self.kernel_path = ffi.string(lib.vta_sim_kernel(handle)).decode()  # the GEMM kernel it runs
 
     def _check(self, rc: int, index: int | None = None) -> None:
         if rc:
@@ -190,6 +210,7 @@ class Simulator:
             busy={m: st.busy[i] for i, m in enumerate(MODULES)},
             stalls={m: {c: st.stalls[i][k] for k, c in enumerate(STALL_CAUSES)} for i, m in enumerate(MODULES)},
             clock_mhz=self.cfg.CLOCK_MHZ)
+        stats.latency_s = board_latency(self.cfg, raw, stats.cycles).total_s
         if trace:
             stats.trace = [(MODULES[events[i].module], events[i].start, events[i].end) for i in range(count)]
         return stats

@@ -29,7 +29,10 @@ struct vta_sim {
   uint32_t *uop;
   int8_t *inp, *wgt;
   int32_t *acc;
-  uint32_t *wgt_t; /* each weight tile transposed to [BLOCK_IN][BLOCK_OUT] and widened: feeds the fast GEMM */
+  uint8_t *wgt_t;      /* per-kernel shadow of each weight tile (build_shadow): what the GEMM kernel reads */
+  size_t wgt_t_stride; /* bytes of one tile's shadow */
+  int kernel;          /* K_PORTABLE, ... (the GEMM kernel path) */
+  void (*gemm)(int32_t *, const int8_t *, const uint8_t *, uint32_t, uint32_t, uint32_t);
   region_t *regions;
   size_t nregions, cap_regions;
 };
@@ -60,6 +63,400 @@ static uint64_t ceil_div(uint64_t a, uint64_t b) { return (a + b - 1) / b; }
 
 /* a * b, or UINT64_MAX when the product does not fit (no budget below 2^64 admits such an instruction). */
 static uint64_t mul_sat(uint64_t a, uint64_t b) { return a && b > UINT64_MAX / a ? UINT64_MAX : a * b; }
+
+/* ------------------------------------------------------------------ GEMM kernels, chosen at run time
+ *
+ * Each kernel computes acc[b][o] += sum_c inp[b][c] * wgt[o][c] for one micro-op, over a per-kernel "shadow"
+ * of the weight SRAM (rebuilt tile by tile on every weight write). All arithmetic wraps modulo 2^32, so every
+ * kernel leaves the same bits as the scalar definition. One build holds them all: the x86 ones are compiled
+ * with function target attributes (no -march needed) and chosen in vta_sim_create by what the running CPU
+ * supports, or forced with VTA_SIM_KERNEL (docs/simulator.md, "Kernel paths").
+ */
+enum { K_PORTABLE = 0, K_AVX2 = 1, K_AVX512 = 2, K_AVX512VNNI = 3, NUM_KERNELS = 4 };
+static const char *const KERNEL_NAMES[] = {"portable", "avx2", "avx512", "avx512vnni"};
+
+typedef void (*gemm_fn)(int32_t *, const int8_t *, const uint8_t *, uint32_t, uint32_t, uint32_t);
+
+/* portable shadow: each tile transposed to [BLOCK_IN][BLOCK_OUT] and widened to uint32 */
+static void shadow_u32(uint8_t *dst, const int8_t *w, uint32_t bo, uint32_t bi) {
+  uint32_t *wt = (uint32_t *)(void *)dst;
+  for (uint32_t o = 0; o < bo; o++)
+    for (uint32_t c = 0; c < bi; c++) wt[(size_t)c * bo + o] = (uint32_t)(int32_t)w[(size_t)o * bi + c];
+}
+
+/* Lanes are unsigned so that wrap-around is defined; the low 32 bits equal the signed result. */
+static void gemm_scalar(int32_t *acc, const int8_t *inp, const uint8_t *tile, uint32_t batch, uint32_t bo,
+                        uint32_t bi) {
+  const uint32_t *wt = (const uint32_t *)(const void *)tile;
+  for (uint32_t b = 0; b < batch; b++) {
+    for (uint32_t o = 0; o < bo; o++) {
+      uint32_t sum = 0;
+      for (uint32_t c = 0; c < bi; c++) sum += (uint32_t)(int32_t)inp[(size_t)b * bi + c] * wt[(size_t)c * bo + o];
+      acc[(size_t)b * bo + o] = (int32_t)((uint32_t)acc[(size_t)b * bo + o] + sum);
+    }
+  }
+}
+
+#if defined(__GNUC__) || defined(__clang__)
+/* Sixteen output lanes at a time with the compiler's portable vector extension (SIMD on any target). */
+typedef uint32_t u32x16 __attribute__((vector_size(64)));
+
+static void gemm_vec16(int32_t *acc, const int8_t *inp, const uint8_t *tile, uint32_t batch, uint32_t bo,
+                       uint32_t bi) {
+  const uint32_t *wt = (const uint32_t *)(const void *)tile;
+  if (bo % 16) {
+    gemm_scalar(acc, inp, tile, batch, bo, bi);
+    return;
+  }
+  for (uint32_t b = 0; b < batch; b++) {
+    const int8_t *x = inp + (size_t)b * bi;
+    for (uint32_t o = 0; o < bo; o += 16) {
+      u32x16 even = {0}, odd = {0}; /* two chains keep the multiplier busy */
+      uint32_t c = 0;
+      for (; c + 1 < bi; c += 2) {
+        u32x16 w0, w1;
+        memcpy(&w0, wt + (size_t)c * bo + o, sizeof w0);
+        memcpy(&w1, wt + (size_t)(c + 1) * bo + o, sizeof w1);
+        even += w0 * (uint32_t)(int32_t)x[c];
+        odd += w1 * (uint32_t)(int32_t)x[c + 1];
+      }
+      if (c < bi) {
+        u32x16 w0;
+        memcpy(&w0, wt + (size_t)c * bo + o, sizeof w0);
+        even += w0 * (uint32_t)(int32_t)x[c];
+      }
+      u32x16 a;
+      memcpy(&a, acc + (size_t)b * bo + o, sizeof a);
+      a += even + odd;
+      memcpy(acc + (size_t)b * bo + o, &a, sizeof a);
+    }
+  }
+}
+#define PORTABLE_GEMM gemm_vec16
+#else
+#define PORTABLE_GEMM gemm_scalar
+#endif
+
+#if !defined(VTA_SIM_PORTABLE) && (defined(__GNUC__) || defined(__clang__)) && defined(__x86_64__)
+#define VTA_X86_KERNELS 1
+#include <immintrin.h>
+
+/* Pair shadow (AVX2, AVX-512BW): 32-bit words [ceil(BLOCK_IN/2)][BLOCK_OUT], word (k, o) holding the int16 pair
+ * (w[o][2k], w[o][2k+1]) (0 past BLOCK_IN), for vpmaddwd: x0*w0 + x1*w1 is exact in int32. */
+static void shadow_pairs(uint8_t *dst, const int8_t *w, uint32_t bo, uint32_t bi) {
+  uint32_t *wp = (uint32_t *)(void *)dst;
+  for (uint32_t k = 0; 2 * k < bi; k++)
+    for (uint32_t o = 0; o < bo; o++) {
+      uint16_t lo = (uint16_t)(int16_t)w[(size_t)o * bi + 2 * k];
+      uint16_t hi = 2 * k + 1 < bi ? (uint16_t)(int16_t)w[(size_t)o * bi + 2 * k + 1] : 0;
+      wp[(size_t)k * bo + o] = (uint32_t)lo | (uint32_t)hi << 16;
+    }
+}
+
+/* The input row as broadcastable int16 pairs (0 past BLOCK_IN). */
+static uint32_t x_pairs(uint32_t *xp, const int8_t *x, uint32_t bi) {
+  uint32_t n = 0;
+  for (uint32_t c = 0; c < bi; c += 2, n++)
+    xp[n] = (uint32_t)(uint16_t)(int16_t)x[c] | (uint32_t)(uint16_t)(int16_t)(c + 1 < bi ? x[c + 1] : 0) << 16;
+  return n;
+}
+
+/* x_pairs, sixteen channels per instruction when BLOCK_IN allows (int16 sign extension lays out the pairs). */
+__attribute__((target("avx2"))) static inline uint32_t x_pairs_avx2(uint32_t *xp, const int8_t *x, uint32_t bi) {
+  if (bi % 16) return x_pairs(xp, x, bi);
+  for (uint32_t c = 0; c < bi; c += 16)
+    _mm256_storeu_si256((__m256i *)(void *)(xp + c / 2),
+                        _mm256_cvtepi8_epi16(_mm_loadu_si128((const __m128i *)(const void *)(x + c))));
+  return bi / 2;
+}
+
+/* Lanes the vector loops leave over, from the pair shadow. */
+static void tail_pairs(int32_t *acc, const uint32_t *xp, const uint32_t *wp, uint32_t np, uint32_t bo,
+                       uint32_t o) {
+  for (; o < bo; o++) {
+    uint32_t sum = 0;
+    for (uint32_t k = 0; k < np; k++) {
+      uint32_t xw = xp[k], ww = wp[(size_t)k * bo + o];
+      sum += (uint32_t)((int32_t)(int16_t)(uint16_t)xw * (int16_t)(uint16_t)ww) +
+             (uint32_t)((int32_t)(int16_t)(uint16_t)(xw >> 16) * (int16_t)(uint16_t)(ww >> 16));
+    }
+    acc[o] = (int32_t)((uint32_t)acc[o] + sum);
+  }
+}
+
+/* BLOCK_IN = BLOCK_OUT = 16 (pynq and most presets): the whole tile in registers' reach, loops unrolled. */
+__attribute__((target("avx2"))) static void gemm_avx2_16x16(int32_t *acc, const int8_t *inp, const uint32_t *wp,
+                                                            uint32_t batch) {
+  for (uint32_t b = 0; b < batch; b++) {
+    const __m256i xv = _mm256_cvtepi8_epi16(_mm_loadu_si128((const __m128i *)(const void *)(inp + 16 * b)));
+    __m256i s0 = _mm256_setzero_si256(), s1 = s0, s2 = s0, s3 = s0;
+    for (int k = 0; k < 8; k += 2) {
+      const __m256i x0 = _mm256_permutevar8x32_epi32(xv, _mm256_set1_epi32(k));
+      const __m256i x1 = _mm256_permutevar8x32_epi32(xv, _mm256_set1_epi32(k + 1));
+      const __m256i *r = (const __m256i *)(const void *)(wp + 16 * k);
+      s0 = _mm256_add_epi32(s0, _mm256_madd_epi16(_mm256_loadu_si256(r), x0));
+      s1 = _mm256_add_epi32(s1, _mm256_madd_epi16(_mm256_loadu_si256(r + 1), x0));
+      s2 = _mm256_add_epi32(s2, _mm256_madd_epi16(_mm256_loadu_si256(r + 2), x1));
+      s3 = _mm256_add_epi32(s3, _mm256_madd_epi16(_mm256_loadu_si256(r + 3), x1));
+    }
+    __m256i *d = (__m256i *)(void *)(acc + 16 * b);
+    _mm256_storeu_si256(d, _mm256_add_epi32(_mm256_loadu_si256(d), _mm256_add_epi32(s0, s2)));
+    _mm256_storeu_si256(d + 1, _mm256_add_epi32(_mm256_loadu_si256(d + 1), _mm256_add_epi32(s1, s3)));
+  }
+}
+
+__attribute__((target("avx2"))) static void gemm_avx2(int32_t *acc, const int8_t *inp, const uint8_t *tile,
+                                                      uint32_t batch, uint32_t bo, uint32_t bi) {
+  const uint32_t *wp = (const uint32_t *)(const void *)tile;
+  if (bo == 16 && bi == 16) {
+    gemm_avx2_16x16(acc, inp, wp, batch);
+    return;
+  }
+  uint32_t xp[128];
+  for (uint32_t b = 0; b < batch; b++) {
+    const uint32_t np = x_pairs_avx2(xp, inp + (size_t)b * bi, bi);
+    int32_t *a = acc + (size_t)b * bo;
+    uint32_t o = 0;
+    for (; o + 32 <= bo; o += 32) {
+      __m256i s0 = _mm256_setzero_si256(), s1 = s0, s2 = s0, s3 = s0;
+      for (uint32_t k = 0; k < np; k++) {
+        const __m256i xv = _mm256_set1_epi32((int)xp[k]);
+        const uint32_t *r = wp + (size_t)k * bo + o;
+        s0 = _mm256_add_epi32(s0, _mm256_madd_epi16(_mm256_loadu_si256((const __m256i *)(const void *)r), xv));
+        s1 = _mm256_add_epi32(s1, _mm256_madd_epi16(_mm256_loadu_si256((const __m256i *)(const void *)(r + 8)), xv));
+        s2 = _mm256_add_epi32(s2, _mm256_madd_epi16(_mm256_loadu_si256((const __m256i *)(const void *)(r + 16)), xv));
+        s3 = _mm256_add_epi32(s3, _mm256_madd_epi16(_mm256_loadu_si256((const __m256i *)(const void *)(r + 24)), xv));
+      }
+      __m256i *d = (__m256i *)(void *)(a + o);
+      _mm256_storeu_si256(d, _mm256_add_epi32(_mm256_loadu_si256(d), s0));
+      _mm256_storeu_si256(d + 1, _mm256_add_epi32(_mm256_loadu_si256(d + 1), s1));
+      _mm256_storeu_si256(d + 2, _mm256_add_epi32(_mm256_loadu_si256(d + 2), s2));
+      _mm256_storeu_si256(d + 3, _mm256_add_epi32(_mm256_loadu_si256(d + 3), s3));
+    }
+    for (; o + 16 <= bo; o += 16) {
+      __m256i s0 = _mm256_setzero_si256(), s1 = s0;
+      for (uint32_t k = 0; k < np; k++) {
+        const __m256i xv = _mm256_set1_epi32((int)xp[k]);
+        const uint32_t *r = wp + (size_t)k * bo + o;
+        s0 = _mm256_add_epi32(s0, _mm256_madd_epi16(_mm256_loadu_si256((const __m256i *)(const void *)r), xv));
+        s1 = _mm256_add_epi32(s1, _mm256_madd_epi16(_mm256_loadu_si256((const __m256i *)(const void *)(r + 8)), xv));
+      }
+      __m256i *d = (__m256i *)(void *)(a + o);
+      _mm256_storeu_si256(d, _mm256_add_epi32(_mm256_loadu_si256(d), s0));
+      _mm256_storeu_si256(d + 1, _mm256_add_epi32(_mm256_loadu_si256(d + 1), s1));
+    }
+    for (; o + 8 <= bo; o += 8) {
+      __m256i s0 = _mm256_setzero_si256();
+      for (uint32_t k = 0; k < np; k++)
+        s0 = _mm256_add_epi32(s0, _mm256_madd_epi16(
+                                      _mm256_loadu_si256((const __m256i *)(const void *)(wp + (size_t)k * bo + o)),
+                                      _mm256_set1_epi32((int)xp[k])));
+      __m256i *d = (__m256i *)(void *)(a + o);
+      _mm256_storeu_si256(d, _mm256_add_epi32(_mm256_loadu_si256(d), s0));
+    }
+    tail_pairs(a, xp, wp, np, bo, o);
+  }
+}
+
+__attribute__((target("avx512f,avx512bw"))) static void gemm_avx512(int32_t *acc, const int8_t *inp,
+                                                                    const uint8_t *tile, uint32_t batch,
+                                                                    uint32_t bo, uint32_t bi) {
+  const uint32_t *wp = (const uint32_t *)(const void *)tile;
+  uint32_t xp[128];
+  for (uint32_t b = 0; b < batch; b++) {
+    const uint32_t np = x_pairs_avx2(xp, inp + (size_t)b * bi, bi);
+    int32_t *a = acc + (size_t)b * bo;
+    uint32_t o = 0;
+    for (; o + 32 <= bo; o += 32) {
+      __m512i s0 = _mm512_setzero_si512(), s1 = s0;
+      for (uint32_t k = 0; k < np; k++) {
+        const __m512i xv = _mm512_set1_epi32((int)xp[k]);
+        const uint32_t *r = wp + (size_t)k * bo + o;
+        s0 = _mm512_add_epi32(s0, _mm512_madd_epi16(_mm512_loadu_si512((const void *)r), xv));
+        s1 = _mm512_add_epi32(s1, _mm512_madd_epi16(_mm512_loadu_si512((const void *)(r + 16)), xv));
+      }
+      _mm512_storeu_si512((void *)(a + o), _mm512_add_epi32(_mm512_loadu_si512((const void *)(a + o)), s0));
+      _mm512_storeu_si512((void *)(a + o + 16),
+                          _mm512_add_epi32(_mm512_loadu_si512((const void *)(a + o + 16)), s1));
+    }
+    for (; o + 16 <= bo; o += 16) {
+      __m512i s0 = _mm512_setzero_si512();
+      for (uint32_t k = 0; k < np; k++)
+        s0 = _mm512_add_epi32(s0, _mm512_madd_epi16(_mm512_loadu_si512((const void *)(wp + (size_t)k * bo + o)),
+                                                    _mm512_set1_epi32((int)xp[k])));
+      _mm512_storeu_si512((void *)(a + o), _mm512_add_epi32(_mm512_loadu_si512((const void *)(a + o)), s0));
+    }
+    tail_pairs(a, xp, wp, np, bo, o);
+  }
+}
+
+/* Quad shadow (AVX-512 VNNI): 32-bit words [ceil(BLOCK_IN/4)][BLOCK_OUT], word (k, o) holding the bytes
+ * w[o][4k..4k+3] (0 past BLOCK_IN), then int32 corr[BLOCK_OUT] = 128 * sum_c w[o][c]. vpdpbusd multiplies
+ * unsigned by signed bytes, so the input goes in offset by 128: sum_c (x+128)*w - 128*sum_c w = sum_c x*w,
+ * exact (every partial sum stays far below 2^31, and the final sums wrap like the other kernels). */
+static size_t quad_words(uint32_t bo, uint32_t bi) { return (size_t)((bi + 3) / 4) * bo; }
+
+static void shadow_quads(uint8_t *dst, const int8_t *w, uint32_t bo, uint32_t bi) {
+  uint32_t *wq = (uint32_t *)(void *)dst;
+  uint32_t *corr = wq + quad_words(bo, bi);
+  for (uint32_t o = 0; o < bo; o++) {
+    int32_t sum = 0;
+    for (uint32_t k = 0; 4 * k < bi; k++) {
+      uint32_t word = 0;
+      for (uint32_t j = 0; j < 4 && 4 * k + j < bi; j++) {
+        int8_t v = w[(size_t)o * bi + 4 * k + j];
+        word |= (uint32_t)(uint8_t)v << (8 * j);
+        sum += v;
+      }
+      wq[(size_t)k * bo + o] = word;
+    }
+    corr[o] = (uint32_t)(sum * 128);
+  }
+}
+
+__attribute__((target("avx512f,avx512bw,avx512vnni"))) static void gemm_avx512vnni(
+    int32_t *acc, const int8_t *inp, const uint8_t *tile, uint32_t batch, uint32_t bo, uint32_t bi) {
+  const uint32_t *wq = (const uint32_t *)(const void *)tile;
+  const uint32_t *corr = wq + quad_words(bo, bi);
+  const uint32_t nq = (bi + 3) / 4;
+  uint32_t xq[64];
+  for (uint32_t b = 0; b < batch; b++) {
+    const int8_t *x = inp + (size_t)b * bi;
+    for (uint32_t k = 0; k < nq; k++) {
+      uint32_t word = 0;
+      for (uint32_t j = 0; j < 4; j++) {
+        uint32_t c = 4 * k + j;
+        word |= (uint32_t)(uint8_t)((c < bi ? x[c] : 0) + 128) << (8 * j);
+      }
+      xq[k] = word;
+    }
+    int32_t *a = acc + (size_t)b * bo;
+    uint32_t o = 0;
+    for (; o + 16 <= bo; o += 16) {
+      __m512i s0 = _mm512_setzero_si512(), s1 = s0; /* two chains over even and odd quads */
+      uint32_t k = 0;
+      for (; k + 1 < nq; k += 2) {
+        s0 = _mm512_dpbusd_epi32(s0, _mm512_set1_epi32((int)xq[k]),
+                                 _mm512_loadu_si512((const void *)(wq + (size_t)k * bo + o)));
+        s1 = _mm512_dpbusd_epi32(s1, _mm512_set1_epi32((int)xq[k + 1]),
+                                 _mm512_loadu_si512((const void *)(wq + (size_t)(k + 1) * bo + o)));
+      }
+      if (k < nq)
+        s0 = _mm512_dpbusd_epi32(s0, _mm512_set1_epi32((int)xq[k]),
+                                 _mm512_loadu_si512((const void *)(wq + (size_t)k * bo + o)));
+      __m512i r = _mm512_sub_epi32(_mm512_add_epi32(s0, s1), _mm512_loadu_si512((const void *)(corr + o)));
+      _mm512_storeu_si512((void *)(a + o), _mm512_add_epi32(_mm512_loadu_si512((const void *)(a + o)), r));
+    }
+    for (; o < bo; o++) {
+      uint32_t sum = 0;
+      for (uint32_t c = 0; c < bi; c++)
+        sum += (uint32_t)((int32_t)x[c] * (int8_t)(uint8_t)(wq[(size_t)(c / 4) * bo + o] >> (8 * (c % 4))));
+      a[o] = (int32_t)((uint32_t)a[o] + sum);
+    }
+  }
+}
+
+static int cpu_has(int kernel) {
+  __builtin_cpu_init();
+  switch (kernel) {
+    case K_AVX2: return __builtin_cpu_supports("avx2");
+    case K_AVX512: return cpu_has(K_AVX2) && __builtin_cpu_supports("avx512f") && __builtin_cpu_supports("avx512bw");
+    case K_AVX512VNNI: return cpu_has(K_AVX512) && __builtin_cpu_supports("avx512vnni");
+    default: return 1;
+  }
+}
+#else
+static int cpu_has(int kernel) { return kernel == K_PORTABLE; }
+#endif
+
+/* Bytes of one weight tile's shadow for a kernel (a multiple of 64). */
+static size_t shadow_bytes(int kernel, uint32_t bo, uint32_t bi) {
+  size_t n;
+  switch (kernel) {
+    case K_AVX2:
+    case K_AVX512: n = (size_t)((bi + 1) / 2) * bo * 4; break;
+    case K_AVX512VNNI: n = ((size_t)((bi + 3) / 4) + 1) * bo * 4; break;
+    default: n = (size_t)bi * bo * 4; break;
+  }
+  return (n + 63) / 64 * 64;
+}
+
+static void build_shadow(int kernel, uint8_t *dst, const int8_t *w, uint32_t bo, uint32_t bi) {
+#ifdef VTA_X86_KERNELS
+  if (kernel == K_AVX2 || kernel == K_AVX512) {
+    shadow_pairs(dst, w, bo, bi);
+    return;
+  }
+  if (kernel == K_AVX512VNNI) {
+    shadow_quads(dst, w, bo, bi);
+    return;
+  }
+#endif
+  (void)kernel;
+  shadow_u32(dst, w, bo, bi);
+}
+
+static gemm_fn kernel_gemm(int kernel) {
+#ifdef VTA_X86_KERNELS
+  switch (kernel) {
+    case K_AVX2: return gemm_avx2;
+    case K_AVX512: return gemm_avx512;
+    case K_AVX512VNNI: return gemm_avx512vnni;
+    default: break;
+  }
+#endif
+  (void)kernel;
+  return PORTABLE_GEMM;
+}
+
+/* The best kernel this CPU supports. Support is monotone (each path's CPU features include the previous one's). */
+static int best_kernel(void) {
+  int best = K_PORTABLE;
+  for (int k = 0; k < NUM_KERNELS; k++)
+    if (cpu_has(k)) best = k;
+  return best;
+}
+
+/* The path "auto" picks: the best supported, but no further than AVX2 until the AVX-512 paths have been
+   verified bit-exact on AVX-512 hardware (tests/test_kernel_paths.py); VTA_SIM_KERNEL=avx512|avx512vnni opts in. */
+static int default_kernel(void) {
+  int best = best_kernel();
+  return best > K_AVX2 ? K_AVX2 : best;
+}
+
+const char *vta_sim_kernels_supported(void) {
+  static const char *const SETS[] = {"portable", "portable avx2", "portable avx2 avx512",
+                                     "portable avx2 avx512 avx512vnni"};
+  return SETS[best_kernel()];
+}
+
+/* The kernel VTA_SIM_KERNEL asks for (unset, empty or "auto": the best one the CPU supports), or -1 with err. */
+static int select_kernel(char *err, size_t errlen) {
+  const char *want = getenv("VTA_SIM_KERNEL");
+  if (!want || !*want || !strcmp(want, "auto")) return default_kernel();
+  for (int k = 0; k < NUM_KERNELS; k++) {
+    if (strcmp(want, KERNEL_NAMES[k])) continue;
+    if (cpu_has(k)) return k;
+#ifdef VTA_X86_KERNELS
+    fail(err, errlen, VTA_ERR_ARG, "VTA_SIM_KERNEL=%s, but this CPU does not support it (supported here: %s)",
+         want, vta_sim_kernels_supported());
+#else
+    fail(err, errlen, VTA_ERR_ARG, "VTA_SIM_KERNEL=%s, but this build has only the portable kernel (built with "
+         "VTA_SIM_PORTABLE=1 or for a non-x86 host)", want);
+#endif
+    return -1;
+  }
+  fail(err, errlen, VTA_ERR_ARG, "VTA_SIM_KERNEL=%s is not a kernel path (allowed: auto, portable, avx2, avx512, "
+       "avx512vnni; supported here: %s)", want, vta_sim_kernels_supported());
+  return -1;
+}
+
+const char *vta_sim_kernel_path(char *err, size_t errlen) {
+  int k = select_kernel(err, errlen);
+  return k < 0 ? NULL : KERNEL_NAMES[k];
+}
+
+const char *vta_sim_kernel(const vta_sim_t *s) { return KERNEL_NAMES[s->kernel]; }
 
 /* ------------------------------------------------------------------ creation and memory */
 
@@ -103,6 +500,8 @@ vta_sim_t *vta_sim_create(const vta_params_t *params, char *err, size_t errlen) 
     fail(err, errlen, VTA_ERR_ARG, "invalid instruction field layout");
     return NULL;
   }
+  int kernel = select_kernel(err, errlen);
+  if (kernel < 0) return NULL;
   vta_sim_t *s = calloc(1, sizeof *s);
   if (!s) {
     fail(err, errlen, VTA_ERR_ARG, "out of host memory");
@@ -117,7 +516,10 @@ vta_sim_t *vta_sim_create(const vta_params_t *params, char *err, size_t errlen) 
   s->inp = calloc(p->inp_depth, s->inp_elem);
   s->wgt = calloc(p->wgt_depth, s->wgt_elem);
   s->acc = calloc(p->acc_depth, s->acc_elem);
-  s->wgt_t = calloc((size_t)p->wgt_depth * s->wgt_elem, sizeof(uint32_t));
+  s->kernel = kernel;
+  s->gemm = kernel_gemm(kernel);
+  s->wgt_t_stride = shadow_bytes(kernel, p->block_out, p->block_in);
+  s->wgt_t = calloc(p->wgt_depth, s->wgt_t_stride);
   if (!s->uop || !s->inp || !s->wgt || !s->acc || !s->wgt_t) {
     vta_sim_destroy(s);
     fail(err, errlen, VTA_ERR_ARG, "out of host memory for the SRAMs");
@@ -143,18 +545,14 @@ void vta_sim_reset(vta_sim_t *s) {
   memset(s->inp, 0, (size_t)s->p.inp_depth * s->inp_elem);
   memset(s->wgt, 0, (size_t)s->p.wgt_depth * s->wgt_elem);
   memset(s->acc, 0, (size_t)s->p.acc_depth * s->acc_elem);
-  memset(s->wgt_t, 0, (size_t)s->p.wgt_depth * s->wgt_elem * sizeof(uint32_t));
+  memset(s->wgt_t, 0, (size_t)s->p.wgt_depth * s->wgt_t_stride);
 }
 
-/* Refresh the transposed copy of weight tiles [first, first+count). */
+/* Refresh the kernel's shadow of weight tiles [first, first+count). */
 static void update_wgt_t(vta_sim_t *s, size_t first, size_t count) {
-  const uint32_t bo = s->p.block_out, bi = s->p.block_in;
-  for (size_t t = first; t < first + count; t++) {
-    const int8_t *w = s->wgt + t * s->wgt_elem;
-    uint32_t *wt = s->wgt_t + t * s->wgt_elem;
-    for (uint32_t o = 0; o < bo; o++)
-      for (uint32_t c = 0; c < bi; c++) wt[(size_t)c * bo + o] = (uint32_t)(int32_t)w[(size_t)o * bi + c];
-  }
+  for (size_t t = first; t < first + count; t++)
+    build_shadow(s->kernel, s->wgt_t + t * s->wgt_t_stride, s->wgt + t * s->wgt_elem, s->p.block_out,
+                 s->p.block_in);
 }
 
 /* Index of the last region whose base <= addr, or -1. */
@@ -581,80 +979,39 @@ static int check_indices(vta_sim_t *s, const insn_t *in, uint32_t idx, vta_stats
   return VTA_OK;
 }
 
-/* acc[b][o] += sum_c inp[b][c] * wgt[o][c], over the transposed tile wt[c][o].
- * Lanes are unsigned so that wrap-around is defined; the low 32 bits equal the signed result. */
-static void gemm_block_scalar(int32_t *acc, const int8_t *inp, const uint32_t *wt, uint32_t batch, uint32_t bo,
-                              uint32_t bi) {
-  for (uint32_t b = 0; b < batch; b++) {
-    for (uint32_t o = 0; o < bo; o++) {
-      uint32_t sum = 0;
-      for (uint32_t c = 0; c < bi; c++) sum += (uint32_t)(int32_t)inp[(size_t)b * bi + c] * wt[(size_t)c * bo + o];
-      acc[(size_t)b * bo + o] = (int32_t)((uint32_t)acc[(size_t)b * bo + o] + sum);
-    }
-  }
-}
+/* The value of micro-op field f: (word >> shift) & mask, with the loop-invariant parts held in locals. */
+typedef struct uop_field {
+  uint32_t shift, mask;
+} uop_field_t;
 
-#if defined(__GNUC__) || defined(__clang__)
-/* Sixteen output lanes at a time with the compiler's portable vector extension (SIMD on any target). */
-typedef uint32_t u32x16 __attribute__((vector_size(64)));
-
-static void gemm_block_vec16(int32_t *acc, const int8_t *inp, const uint32_t *wt, uint32_t batch, uint32_t bo,
-                             uint32_t bi) {
-  for (uint32_t b = 0; b < batch; b++) {
-    const int8_t *x = inp + (size_t)b * bi;
-    for (uint32_t o = 0; o < bo; o += 16) {
-      u32x16 even = {0}, odd = {0}; /* two chains keep the multiplier busy */
-      uint32_t c = 0;
-      for (; c + 1 < bi; c += 2) {
-        u32x16 w0, w1;
-        memcpy(&w0, wt + (size_t)c * bo + o, sizeof w0);
-        memcpy(&w1, wt + (size_t)(c + 1) * bo + o, sizeof w1);
-        even += w0 * (uint32_t)(int32_t)x[c];
-        odd += w1 * (uint32_t)(int32_t)x[c + 1];
-      }
-      if (c < bi) {
-        u32x16 w0;
-        memcpy(&w0, wt + (size_t)c * bo + o, sizeof w0);
-        even += w0 * (uint32_t)(int32_t)x[c];
-      }
-      u32x16 a;
-      memcpy(&a, acc + (size_t)b * bo + o, sizeof a);
-      a += even + odd;
-      memcpy(acc + (size_t)b * bo + o, &a, sizeof a);
-    }
-  }
-}
-#define HAVE_VEC16 1
-#endif
-
-typedef void (*gemm_block_fn)(int32_t *, const int8_t *, const uint32_t *, uint32_t, uint32_t, uint32_t);
-
-static gemm_block_fn pick_gemm_block(uint32_t block_out) {
-#ifdef HAVE_VEC16
-  if (block_out % 16 == 0) return gemm_block_vec16;
-#endif
-  (void)block_out;
-  return gemm_block_scalar;
+static uop_field_t uop_field(vta_field_t f) {
+  return (uop_field_t){f.offset, f.width >= 32 ? UINT32_MAX : (UINT32_C(1) << f.width) - 1};
 }
 
 static void exec_gemm(vta_sim_t *s, const insn_t *in) {
-  const vta_field_t *uf = s->p.uop;
-  const uint32_t lanes = s->p.batch * s->p.block_out;
-  gemm_block_fn block = pick_gemm_block(s->p.block_out);
+  const uop_field_t fd = uop_field(s->p.uop[VTA_UOP_DST]), fs = uop_field(s->p.uop[VTA_UOP_SRC]),
+                    fw = uop_field(s->p.uop[VTA_UOP_WGT]);
+  const uint32_t lanes = s->p.batch * s->p.block_out, batch = s->p.batch, bo = s->p.block_out, bi = s->p.block_in;
+  const size_t inp_elem = s->inp_elem, wstride = s->wgt_t_stride;
+  int32_t *const acc0 = s->acc;
+  const int8_t *const inp0 = s->inp;
+  const uint8_t *const wgt0 = s->wgt_t;
+  const uint32_t *const uop = s->uop;
+  const gemm_fn gemm = s->gemm;
   for (uint32_t i = 0; i < in->iter_out; i++) {
     for (uint32_t j = 0; j < in->iter_in; j++) {
+      const size_t d0 = (size_t)i * in->dst_out + (size_t)j * in->dst_in;
+      if (in->reset) {
+        for (uint32_t k = in->uop_bgn; k < in->uop_end; k++)
+          memset(acc0 + (d0 + (uop[k] >> fd.shift & fd.mask)) * lanes, 0, (size_t)lanes * 4);
+        continue;
+      }
+      const size_t s0 = (size_t)i * in->src_out + (size_t)j * in->src_in;
+      const size_t w0 = (size_t)i * in->wgt_out + (size_t)j * in->wgt_in;
       for (uint32_t k = in->uop_bgn; k < in->uop_end; k++) {
-        uint64_t w[2] = {s->uop[k], 0};
-        size_t d = bits(w, uf[VTA_UOP_DST]) + (size_t)i * in->dst_out + (size_t)j * in->dst_in;
-        int32_t *acc = s->acc + d * lanes;
-        if (in->reset) {
-          memset(acc, 0, (size_t)lanes * 4);
-          continue;
-        }
-        size_t src = bits(w, uf[VTA_UOP_SRC]) + (size_t)i * in->src_out + (size_t)j * in->src_in;
-        size_t wgt = bits(w, uf[VTA_UOP_WGT]) + (size_t)i * in->wgt_out + (size_t)j * in->wgt_in;
-        block(acc, s->inp + src * s->inp_elem, s->wgt_t + wgt * s->wgt_elem, s->p.batch, s->p.block_out,
-              s->p.block_in);
+        const uint32_t u = uop[k];
+        gemm(acc0 + (d0 + (u >> fd.shift & fd.mask)) * lanes, inp0 + (s0 + (u >> fs.shift & fs.mask)) * inp_elem,
+             wgt0 + (w0 + (u >> fw.shift & fw.mask)) * wstride, batch, bo, bi);
       }
     }
   }
@@ -677,22 +1034,64 @@ static int32_t alu_apply(uint32_t op, int32_t a, int32_t b) {
   }
 }
 
+/* dst[l] = op(dst[l], src ? src[l] : imm) over n lanes: one loop per operation, so the compiler vectorises
+ * them (compiled twice: for the baseline ISA and, in x86 builds, for AVX2, the ALU of every x86 kernel path). */
+#define ALU_LANES(name, attr)                                                                              \
+  attr static void name(uint32_t op, int32_t *dst, const int32_t *src, int32_t imm, uint32_t n) {          \
+    if (src) {                                                                                             \
+      switch (op) {                                                                                        \
+        case ALU_MIN: for (uint32_t l = 0; l < n; l++) dst[l] = dst[l] < src[l] ? dst[l] : src[l]; break;  \
+        case ALU_MAX: for (uint32_t l = 0; l < n; l++) dst[l] = dst[l] > src[l] ? dst[l] : src[l]; break;  \
+        case ALU_ADD:                                                                                      \
+          for (uint32_t l = 0; l < n; l++) dst[l] = (int32_t)((uint32_t)dst[l] + (uint32_t)src[l]);        \
+          break;                                                                                           \
+        case ALU_MUL:                                                                                      \
+          for (uint32_t l = 0; l < n; l++) dst[l] = (int32_t)((uint32_t)dst[l] * (uint32_t)src[l]);        \
+          break;                                                                                           \
+        default: for (uint32_t l = 0; l < n; l++) dst[l] = alu_apply(ALU_SHR, dst[l], src[l]); break;      \
+      }                                                                                                    \
+      return;                                                                                              \
+    }                                                                                                      \
+    switch (op) {                                                                                          \
+      case ALU_MIN: for (uint32_t l = 0; l < n; l++) dst[l] = dst[l] < imm ? dst[l] : imm; break;          \
+      case ALU_MAX: for (uint32_t l = 0; l < n; l++) dst[l] = dst[l] > imm ? dst[l] : imm; break;          \
+      case ALU_ADD: for (uint32_t l = 0; l < n; l++) dst[l] = (int32_t)((uint32_t)dst[l] + (uint32_t)imm); break; \
+      case ALU_MUL: for (uint32_t l = 0; l < n; l++) dst[l] = (int32_t)((uint32_t)dst[l] * (uint32_t)imm); break; \
+      default:                                                                                             \
+        if (imm >= 0) {                                                                                    \
+          const int sh = imm > 31 ? 31 : imm;                                                              \
+          for (uint32_t l = 0; l < n; l++) dst[l] = dst[l] >= 0 ? dst[l] >> sh : ~(~dst[l] >> sh);         \
+        } else {                                                                                           \
+          const int sh = imm < -31 ? 31 : -imm;                                                            \
+          for (uint32_t l = 0; l < n; l++) dst[l] = (int32_t)((uint32_t)dst[l] << sh);                     \
+        }                                                                                                  \
+        break;                                                                                             \
+    }                                                                                                      \
+  }
+
+ALU_LANES(alu_lanes, )
+#ifdef VTA_X86_KERNELS
+ALU_LANES(alu_lanes_avx2, __attribute__((target("avx2"))))
+#endif
+
 static void exec_alu(vta_sim_t *s, const insn_t *in) {
   const vta_field_t *uf = s->p.uop;
   const uint32_t lanes = s->p.batch * s->p.block_out;
+  void (*lanes_fn)(uint32_t, int32_t *, const int32_t *, int32_t, uint32_t) = alu_lanes;
+#ifdef VTA_X86_KERNELS
+  if (s->kernel != K_PORTABLE) lanes_fn = alu_lanes_avx2;
+#endif
   for (uint32_t i = 0; i < in->iter_out; i++) {
     for (uint32_t j = 0; j < in->iter_in; j++) {
       for (uint32_t k = in->uop_bgn; k < in->uop_end; k++) {
         uint64_t w[2] = {s->uop[k], 0};
         size_t d = bits(w, uf[VTA_UOP_DST]) + (size_t)i * in->dst_out + (size_t)j * in->dst_in;
-        int32_t *dst = s->acc + d * lanes;
-        if (in->use_imm) {
-          for (uint32_t l = 0; l < lanes; l++) dst[l] = alu_apply(in->alu_op, dst[l], in->imm);
-          continue;
+        const int32_t *src = NULL;
+        if (!in->use_imm) {
+          size_t sr = bits(w, uf[VTA_UOP_SRC]) + (size_t)i * in->src_out + (size_t)j * in->src_in;
+          src = s->acc + sr * lanes;
         }
-        size_t sr = bits(w, uf[VTA_UOP_SRC]) + (size_t)i * in->src_out + (size_t)j * in->src_in;
-        const int32_t *src = s->acc + sr * lanes;
-        for (uint32_t l = 0; l < lanes; l++) dst[l] = alu_apply(in->alu_op, dst[l], src[l]);
+        lanes_fn(in->alu_op, s->acc + d * lanes, src, in->imm, lanes);
       }
     }
   }

@@ -93,4 +93,14 @@ int vta_sim_sram(vta_sim_t *sim, uint32_t mem, uint32_t index, uint32_t count, u
 int vta_sim_run(vta_sim_t *sim, const uint8_t *insns, uint32_t count, int compute, uint64_t max_cycles,
                 uint64_t max_work, vta_stats_t *stats, vta_trace_event_t *trace, char *err, size_t errlen);
 
+/* GEMM kernel paths (docs/simulator.md, "Kernel paths"): "portable", "avx2", "avx512" (AVX-512BW) and
+ * "avx512vnni", chosen at vta_sim_create from the environment variable VTA_SIM_KERNEL (unset or "auto": the best
+ * one this CPU supports). vta_sim_kernel_path returns the path a simulator created now would use, or NULL with
+ * the reason in err (an unknown name, or a path this CPU or build lacks: vta_sim_create then fails the same way);
+ * vta_sim_kernel the path a simulator uses; vta_sim_kernels_supported the paths this CPU and build support,
+ * space-separated. */
+const char *vta_sim_kernel_path(char *err, size_t errlen);
+const char *vta_sim_kernel(const vta_sim_t *sim);
+const char *vta_sim_kernels_supported(void);
+
 #endif

@@ -1,0 +1,134 @@
+"""Every GEMM kernel path this CPU supports gives today's results bit for bit (docs/simulator.md, "Kernel paths").
+
+One build holds the portable, AVX2, AVX-512 and AVX-512 VNNI kernels; VTA_SIM_KERNEL forces one. For each path
+the CPU supports, a subprocess with the variable set replays the golden programs against VTA's bytes and
+counters, runs a sample of the C/Python differential fuzz (tests/test_fuzz.py's generator) against the
+pure-Python reference, and checks GEMMs on block shapes that reach every vector and tail loop against numpy.
+Paths the CPU lacks are skipped here (the test says which) and refused with a clear error at Simulator creation.
+"""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+from hw_config import load_config
+from simulator.core import Simulator, kernel_path, kernels_supported
+from simulator.errors import SimulatorError
+
+PATHS = ("portable", "avx2", "avx512", "avx512vnni")
+FUZZ_STREAMS = 150  # per fuzz config and path (tests/test_fuzz.py runs 2000 on the default path)
+# square blocks 2, 4, 8 (tails below one vector), 16, 32 and 64 (every vector loop), and batch 4
+SMALL_BUFFERS = {"LOG_UOP_BUFF_SIZE": 10, "LOG_INP_BUFF_SIZE": 11, "LOG_WGT_BUFF_SIZE": 12, "LOG_ACC_BUFF_SIZE": 12}
+GEMM_CONFIGS = {f"block{1 << b}": {"LOG_BLOCK": b, **(SMALL_BUFFERS if b <= 3 else {})} for b in range(1, 7)}
+GEMM_CONFIGS["batch4"] = {"LOG_BATCH": 2}
+
+
+def _gemm_check(name: str, overrides: dict, seed: int) -> None:
+    """Random GEMMs (several micro-ops, both loops, extreme operands) against numpy with int32 wrap-around."""
+    from test_semantics import finish, gemm, uops, wrap32
+
+    cfg = load_config("pynq", **overrides)
+    rng = np.random.default_rng(seed)
+    n_inp, n_wgt, n_acc = 24, 12, 16
+    x = rng.integers(-128, 128, (n_inp, cfg.BATCH, cfg.BLOCK_IN)).astype(np.int8)
+    w = rng.integers(-128, 128, (n_wgt, cfg.BLOCK_OUT, cfg.BLOCK_IN)).astype(np.int8)
+    x[0], w[0] = -128, -128  # largest products
+    acc = rng.integers(-2**31, 2**31, (n_acc, cfg.BATCH, cfg.BLOCK_OUT)).astype(np.int32)
+    acc[0] = 2**31 - 1  # wraps
+    triples = [(int(rng.integers(0, 4)), int(rng.integers(0, 6)), int(rng.integers(0, 4))) for _ in range(5)]
+    iters, dst, src, wf = (2, 3), (4, 1), (6, 2), (3, 1)
+    sim = Simulator(cfg)
+    assert sim.kernel_path == os.environ["VTA_SIM_KERNEL"]
+    sim.write_sram("inp", 0, x)
+    sim.write_sram("wgt", 0, w)
+    sim.write_sram("acc", 0, acc)
+    sim.write_sram("uop", 0, uops(cfg, *triples))
+    sim.run(gemm(cfg, 0, len(triples), iters=iters, dst=dst, src=src, wgt=wf) + finish(cfg))
+    want = acc.astype(np.int64)
+    for i in range(iters[0]):
+        for j in range(iters[1]):
+            for d, s, k in triples:
+                d2, s2, k2 = d + i * dst[0] + j * dst[1], s + i * src[0] + j * src[1], k + i * wf[0] + j * wf[1]
+                want[d2] = wrap32(want[d2] + x[s2].astype(np.int64) @ w[k2].astype(np.int64).T)
+    np.testing.assert_array_equal(sim.read_sram("acc", 0, n_acc), wrap32(want), err_msg=f"{name}: GEMM differs")
+
+
+def _child() -> None:
+    """Runs in a subprocess with VTA_SIM_KERNEL set: every check on that path, exits nonzero on a difference."""
+    path = os.environ["VTA_SIM_KERNEL"]
+    assert kernel_path() == path, (kernel_path(), path)
+    for i, (name, overrides) in enumerate(GEMM_CONFIGS.items()):
+        for seed in range(3):
+            _gemm_check(name, overrides, 100 * i + seed)
+
+    from golden_files import GOLDEN_DIR
+    golden = 0
+    if GOLDEN_DIR.is_dir():
+        from test_golden import NAMES, assert_matches, image_path
+
+        from simulator.replay import replay
+        for name in NAMES:
+            result = replay(image_path(name))
+            assert_matches(name, result.segments, result.stats)
+            golden += 1
+
+    from test_fuzz import CONFIGS, _prepared, outcome, random_stream
+
+    from simulator.reference import ReferenceSimulator
+    streams = 0
+    for ci, (name, cfg) in enumerate(CONFIGS.items()):
+        for seed in range(FUZZ_STREAMS):
+            rng = np.random.default_rng([seed, ci, 15])
+            stream = random_stream(cfg, rng)
+            compute = seed % 7 != 0
+            ref = outcome(_prepared(ReferenceSimulator, cfg, seed), stream, compute)
+            fast = outcome(_prepared(Simulator, cfg, seed), stream, compute)
+            assert fast == ref, f"{path}: fuzz {name} seed {seed} differs from the reference"
+            streams += 1
+    print(f"kernel {path}: gemm configs {len(GEMM_CONFIGS)}, golden {golden}, fuzz streams {streams}: ok")
+
+
+@pytest.mark.parametrize("path", PATHS)
+def test_path_is_bit_exact(path: str) -> None:
+    if path not in kernels_supported():
+        pytest.skip(f"this CPU (or build) lacks the {path} kernel path; supported here: {kernels_supported()}")
+    env = {**os.environ, "VTA_SIM_KERNEL": path}
+    res = subprocess.run([sys.executable, str(Path(__file__).resolve()), "--child"], env=env, cwd=Path(__file__).parent,
+                         capture_output=True, text=True, timeout=900, check=False)
+    assert res.returncode == 0, f"{path}:\n{res.stdout}\n{res.stderr[-6000:]}"
+    assert f"kernel {path}: " in res.stdout and res.stdout.strip().endswith(": ok"), res.stdout
+
+
+def test_default_is_the_best_verified_supported_path(monkeypatch: pytest.MonkeyPatch) -> None:
+    """auto: the best path the CPU supports, but no further than avx2 until the AVX-512 paths have run here."""
+    monkeypatch.delenv("VTA_SIM_KERNEL", raising=False)
+    supported = kernels_supported()
+    assert supported[0] == "portable" and set(supported) <= set(PATHS)
+    default = "avx2" if "avx2" in supported else "portable"
+    assert kernel_path() == default == Simulator("pynq").kernel_path
+    monkeypatch.setenv("VTA_SIM_KERNEL", "auto")
+    assert kernel_path() == default
+
+
+def test_unknown_or_unsupported_path_is_refused_at_creation(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv("VTA_SIM_KERNEL", "sse9")
+    with pytest.raises(SimulatorError, match=r"VTA_SIM_KERNEL=sse9 is not a kernel path \(allowed: auto, portable"):
+        Simulator("pynq")
+    with pytest.raises(SimulatorError, match="not a kernel path"):
+        kernel_path()
+    missing = [p for p in PATHS if p not in kernels_supported()]
+    if not missing:
+        pytest.skip("this CPU supports every kernel path")
+    monkeypatch.setenv("VTA_SIM_KERNEL", missing[0])
+    with pytest.raises(SimulatorError, match=f"VTA_SIM_KERNEL={missing[0]}, but this (CPU|build)"):
+        Simulator("pynq")
+
+
+if __name__ == "__main__" and sys.argv[1:] == ["--child"]:
+    _child()
