@@ -259,3 +259,17 @@ def test_our_boards_and_runner_work_through_tvms_tracker(tvm_tracker, tmp_path):
         assert "sim   2      2     0" in query.stdout
         boards.kill_board("sim-1")   # TVM's tracker drops a board that went away
         boards.wait_free(1, timeout=30)
+
+
+def test_vta_run_deploys_through_the_tracker(healthy):
+    """`vta run MODEL --rpc HOST:PORT --key KEY`: the accelerator groups run on a board the tracker hands out,
+    bit-exact against numpy; the board is free again afterwards."""
+    done = subprocess.run([sys.executable, "-m", "vta", "run", "resnet-18", "--image-size", "32", "--rpc",
+                           healthy.address, "--key", "sim", "--check", "--no-layers"], capture_output=True, text=True,
+                          timeout=300, check=False, cwd=ROOT)
+    assert done.returncode == 0, done.stderr[-3000:]
+    assert "the board sim-" in done.stdout and "matches the numpy reference bit-exactly" in done.stdout
+    healthy.wait_free(4, timeout=30)
+    refused = subprocess.run([sys.executable, "-m", "vta", "run", "resnet-18", "--rpc", healthy.address,
+                              "--device", "pynq"], capture_output=True, text=True, timeout=120, check=False)
+    assert refused.returncode == 2 and "--rpc and --device pynq" in refused.stderr
