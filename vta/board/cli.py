@@ -131,7 +131,8 @@ def board_status(args: argparse.Namespace) -> int:
     if acc["last_run"]:
         r = acc["last_run"]
         print(f"  last run: {r['instructions']} instructions, {r['cycles']:,} cycles = "
-              f"{r['simulated_seconds'] * 1e6:.1f} us simulated at {r['clock_mhz']:g} MHz")
+              f"{r['simulated_seconds'] * 1e6:.1f} us simulated at {r['clock_mhz']:g} MHz, "
+              f"{r.get('board_seconds', 0.0) * 1e6:.1f} us on the board (calibrated model)")
     if acc["last_fault"]:
         print(f"  last fault: {acc['last_fault']}")
     return 0

@@ -444,11 +444,14 @@ class SimulatedVTA:
                          "insn_addr": run.insn_addr, "cycles": st.cycles, "simulated_seconds": simulated,
                          "clock_mhz": self.cfg.CLOCK_MHZ, "time_scale": self.time_scale,
                          "host_seconds": run.host_seconds, "counters": st.vta_counters(),
-                         "latency_is": "simulated: the timing model's cycles at CLOCK_MHZ, not a measurement"}
+                         "board_seconds": st.latency_s,
+                         "latency_is": "simulated: the timing model's cycles at CLOCK_MHZ, not a measurement; "
+                                       "board_seconds is the config's board model (docs/calibrate.md)"}
         self.log.info("run %d from %s: %d instructions at 0x%x: %s cycles = %.1f us SIMULATED at %g MHz "
-                      "(timing model; board time x%g); simulator took %.1f ms", run.seq, run.peer or "?",
-                      run.count, run.insn_addr, f"{st.cycles:,}", simulated * 1e6, self.cfg.CLOCK_MHZ,
-                      self.time_scale, run.host_seconds * 1e3)
+                      "(timing model; board time x%g), %.1f us on the board predicted by its calibrated model; "
+                      "simulator took %.1f ms", run.seq, run.peer or "?", run.count, run.insn_addr, f"{st.cycles:,}",
+                      simulated * 1e6, self.cfg.CLOCK_MHZ, self.time_scale, st.latency_s * 1e6,
+                      run.host_seconds * 1e3)
 
     def status(self) -> dict:
         """The board's registers in words: programmed bitstream, the current run, totals, the last fault."""
