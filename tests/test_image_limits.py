@@ -162,7 +162,7 @@ def refused(path: Path, limits: ImageLimits | None = None) -> ImageError:
 def test_tiny_file_declaring_a_tebibyte_segment_is_refused_in_a_subprocess(tmp_path):
     path = tmp_path / "tib.npz"
     path.write_bytes(declaring("seg_0", "|u1", (TIB,)))
-    assert path.stat().st_size < 4096
+    assert path.stat().st_size < 8192   # a few KB (mostly the config JSON) that declare 1 TiB
     line = one_error_line(vta("sim", "replay", path.name, cwd=tmp_path))
     assert "tib.npz" in line and "seg_0" in line and "1,099,511,627,776" in line
     assert f"at most {DEFAULT_MAX_DRAM_BYTES:,} bytes" in line and "--max-dram-bytes" in line
