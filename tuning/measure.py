@@ -41,6 +41,15 @@ class MeasureResult:
         return asdict(self)
 
 
+def cost_cycles(result: MeasureResult, clock_mhz: float) -> float:
+    """What the tuners minimise: one call's time on the board (``latency_s``: predicted by the config's board
+    model, or measured on a board) in cycles of the accelerator's clock; the accelerator's own cycles where a
+    runner reports no latency; 0 for a failed result."""
+    if not result.ok or result.cycles <= 0:
+        return 0.0
+    return result.latency_s * clock_mhz * 1e6 if result.latency_s > 0 else float(result.cycles)
+
+
 class Runner(Protocol):
     def measure(self, task: Task, configs: Sequence[dict]) -> list[MeasureResult]: ...
 

@@ -54,6 +54,13 @@ class Record:
     def cycles(self) -> int:
         return int(self.result.get("cycles", 0))
 
+    @property
+    def rank(self) -> tuple[int, float]:
+        """The objective the tuners minimise, for ordering records of one workload and config: the board
+        latency where the record has one (every runner of this stack writes it), else the cycles."""
+        latency = self.result.get("latency_s") or 0.0
+        return (0, float(latency)) if latency > 0 else (1, float(self.cycles))
+
     def to_json(self) -> str:
         return json.dumps(asdict(self), sort_keys=True, separators=(",", ":"))
 
@@ -230,10 +237,10 @@ def load_records(path: str | os.PathLike, *, task: Task | None = None, cfg: HwCo
 
 
 def best_records(records: Iterable[Record]) -> dict[str, Record]:
-    """The fastest successful record per workload."""
+    """The fastest successful record per workload (by ``Record.rank``: board latency, else cycles)."""
     best: dict[str, Record] = {}
     for r in records:
-        if r.ok and (r.workload not in best or r.cycles < best[r.workload].cycles):
+        if r.ok and (r.workload not in best or r.rank < best[r.workload].rank):
             best[r.workload] = r
     return best
 
@@ -250,7 +257,7 @@ def load_best(path: str | os.PathLike, env) -> dict[str, dict]:
     best, refused = {}, []
     for key, records in by_workload.items():
         task = _task_of(key, cfg)
-        for r in sorted(records, key=lambda r: r.cycles):
+        for r in sorted(records, key=lambda r: r.rank):
             reason = "not a workload of any template" if task is None else task.check(r.config)
             if reason is None:
                 best[key] = r.config
@@ -282,7 +289,7 @@ def pick_best(in_path: str | os.PathLike, out_path: str | os.PathLike) -> int:
     by_hw: dict[tuple[str, str], Record] = {}
     for r in load_records(in_path, template=None):
         k = (r.hw, r.workload)
-        if r.ok and (k not in by_hw or r.cycles < by_hw[k].cycles):
+        if r.ok and (k not in by_hw or r.rank < by_hw[k].rank):
             by_hw[k] = r
     text = "".join(r.to_json() + "\n" for r in by_hw.values()).encode()
     write_atomic(out_path, lambda f: f.write(text))

@@ -32,36 +32,24 @@ class TaskState:
     default_cycles: int = 0
     history: list[tuple[int, float]] = field(default_factory=list)   # (trials, best latency s)
 
-    def _seconds(self, cycles: int | None) -> float:
-        return cycles / (self.task.cfg.CLOCK_MHZ * 1e6) if cycles else float("inf")
+    def _seconds(self, cost: float | None) -> float:
+        """Board seconds of an objective value (``cost_cycles``: board time in clock cycles)."""
+        return cost / (self.task.cfg.CLOCK_MHZ * 1e6) if cost else float("inf")
 
     @property
     def default_s(self) -> float:
-        return self._seconds(self.default_cycles)
+        """The default config's time on the board (predicted by the config's board model, or measured)."""
+        default = self.tuner.result_of(self.tuner.space[self.tuner.space.index_of(self.task.default_config)])
+        return self._seconds(self.tuner.cost(default) if default is not None else None)
 
     @property
     def best_s(self) -> float:
-        return self._seconds(self.tuner.best_cycles)
+        """The best config's time on the board: what the tuners minimise."""
+        return self._seconds(self.tuner.best_cost)
 
     @property
     def trials(self) -> int:
         return self.tuner.trials
-
-    @property
-    def best_board_s(self) -> float:
-        """The board latency measured for the best config (``MeasureResult.latency_s``; 0 when unknown)."""
-        return _latency_of(self.tuner, self.tuner.best_config)
-
-    @property
-    def default_board_s(self) -> float:
-        return _latency_of(self.tuner, self.tuner.space[self.tuner.space.index_of(self.task.default_config)])
-
-
-def _latency_of(tuner: Tuner, config: dict | None) -> float:
-    for c, r in tuner.history:
-        if config is not None and c == config and r.ok:
-            return r.latency_s
-    return 0.0
 
 
 def resume(tuner: Tuner, log: str | os.PathLike | None) -> int:
@@ -91,7 +79,7 @@ class Progress:
         best = state.task.flop / state.best_s / 1e9 if state.best_s != float("inf") else 0.0
         line = (f"[Task {index + 1:2d}/{self.n_tasks:2d}]  Current/Best: {cur:7.2f}/{best:7.2f} GFLOPS | "
                 f"Progress: ({done}/{budget}) | {time.perf_counter() - self.t0:.2f} s | best "
-                f"{state.tuner.best_cycles or 0:,} cycles, {state.best_board_s * 1e3:.3f} board ms")
+                f"{state.tuner.best_cycles or 0:,} cycles, {state.best_s * 1e3:.3f} board ms")
         self.out.write(("\r" + line) if self.tty else line + "\n")
         self.out.flush()
         self._open = self.tty
@@ -124,21 +112,15 @@ class TuneSummary:
 
     def table(self) -> str:
         lines = [f"{'#':>3} {'task':54} {'weight':>6} {'default ms':>11} {'best ms':>9} {'speedup':>8} {'trials':>7}"]
-        board_before = board_after = 0.0
         for i, s in enumerate(self.states, 1):
             best = min(s.default_s, s.best_s)
-            tuned = s.best_s < s.default_s
-            cycles = s.tuner.best_cycles if tuned else s.default_cycles
-            board = s.best_board_s if tuned else s.default_board_s
-            board_before += s.task.weight * s.default_board_s
-            board_after += s.task.weight * board
+            cycles = s.tuner.best_cycles if s.best_s < s.default_s else s.default_cycles
             lines.append(f"{i:3d} {s.task.name[:54]:54} {s.task.weight:6d} {s.default_s * 1e3:11.3f} "
                          f"{best * 1e3:9.3f} {s.default_s / best if best else 0:7.2f}x {s.trials:7d}   "
-                         f"{cycles or 0:,} cycles, {board * 1e3:.3f} board ms")
+                         f"{cycles or 0:,} cycles")
         before, after = self.latency_before_s, self.latency_after_s
         lines.append(f"end-to-end (tuned layers, weighted): {before * 1e3:.3f} ms -> {after * 1e3:.3f} ms "
-                     f"({before / after if after else 0:.2f}x); on the board (predicted): {board_before * 1e3:.3f} "
-                     f"ms -> {board_after * 1e3:.3f} ms")
+                     f"({before / after if after else 0:.2f}x), board time (the config's board model, or measured)")
         return "\n".join(lines)
 
 

@@ -29,7 +29,7 @@ from typing import Any
 import numpy as np
 
 from tuning import features as feats
-from tuning.measure import MeasureResult
+from tuning.measure import MeasureResult, cost_cycles
 from tuning.records import Record, RecordLog, RecordWarning, load_records, make_record
 from tuning.task import Task
 from vta.space import KnobError
@@ -43,7 +43,8 @@ Callback = Callable[["Tuner", list[dict], list[MeasureResult]], Any]
 
 @dataclass
 class TuneResult:
-    """What ``Tuner.tune`` found; ``default_cycles`` is the template's default config, for the speedup."""
+    """What ``Tuner.tune`` found: the best config by the objective (board time; ``cost_cycles``), its
+    accelerator cycles, and the template's default config's, for the speedup."""
 
     task: Task
     best_config: dict | None
@@ -51,13 +52,15 @@ class TuneResult:
     trials: int
     default_cycles: int | None
     seconds: float
+    best_cost: float | None = None
+    default_cost: float | None = None
 
     @property
     def speedup(self) -> float | None:
-        """Default cycles / best cycles (None when either is unknown)."""
-        if not self.best_cycles or not self.default_cycles:
+        """Default / best by the objective (None when either is unknown)."""
+        if not self.best_cost or not self.default_cost:
             return None
-        return self.default_cycles / self.best_cycles
+        return self.default_cost / self.best_cost
 
 
 class Tuner:
@@ -75,7 +78,8 @@ class Tuner:
         self.visited: set[int] = set()     # measured, or refused by task.check
         self.trials = 0                    # configs measured (including failures and resumed ones)
         self.best_config: dict | None = None
-        self.best_cycles: int | None = None
+        self.best_cycles: int | None = None      # the accelerator cycles of the best config
+        self.best_cost: float | None = None      # its objective (cost_cycles: board time in clock cycles)
         self.best_trial = 0                # the trial count when the best was found (early stopping)
         self.history: list[tuple[dict, MeasureResult]] = []
         self._pending: set[int] = set()    # proposed, not yet updated
@@ -191,9 +195,9 @@ class Tuner:
             canonical = self.space[index]
             self.history.append((canonical, result))
             new.append((index, result))
-            faster = self.best_cycles is None or result.cycles < self.best_cycles
-            if result.ok and result.cycles > 0 and faster:
-                self.best_config, self.best_cycles = canonical, int(result.cycles)
+            cost = self.cost(result)
+            if cost > 0 and (self.best_cost is None or cost < self.best_cost):
+                self.best_config, self.best_cycles, self.best_cost = canonical, int(result.cycles), cost
                 self.best_trial = self.trials
         if new:
             self._observe([i for i, _ in new], [r for _, r in new])
@@ -252,6 +256,8 @@ class Tuner:
         if measure_default and self.trials < n_trial:
             self.measure_default(runner, log)
         default_cycles = self._cycles_of(default)
+        default_result = self.result_of(default)
+        default_cost = self.cost(default_result) if default_result is not None else 0.0
         while self.trials < n_trial and self.has_next():
             if early_stopping is not None and self.trials - self.best_trial >= early_stopping:
                 break
@@ -260,7 +266,7 @@ class Tuner:
                 break
             self.measure(runner, configs, log, callbacks)
         return TuneResult(self.task, self.best_config, self.best_cycles, self.trials, default_cycles,
-                          time.perf_counter() - t0)
+                          time.perf_counter() - t0, self.best_cost, default_cost or None)
 
     def measure(self, runner, configs: list[dict], log: str | os.PathLike | None = None,
                 callbacks: Sequence[Callback] = ()) -> list[MeasureResult]:
@@ -284,11 +290,17 @@ class Tuner:
             self.measure(runner, [default], log)
         return self._cycles_of(default)
 
+    def cost(self, result: MeasureResult) -> float:
+        """The objective of a result (``tuning.measure.cost_cycles`` at this task's clock; 0: failed)."""
+        return cost_cycles(result, self.task.cfg.CLOCK_MHZ)
+
+    def result_of(self, config: dict) -> MeasureResult | None:
+        """The measured result of ``config`` (None when it was not measured)."""
+        return next((r for c, r in self.history if c == config), None)
+
     def _cycles_of(self, config: dict) -> int | None:
-        for c, r in self.history:
-            if c == config:
-                return int(r.cycles) if r.ok and r.cycles > 0 else None
-        return None
+        r = self.result_of(config)
+        return int(r.cycles) if r is not None and r.ok and r.cycles > 0 else None
 
     def __repr__(self) -> str:
         best = f", best {self.best_cycles} cycles" if self.best_cycles else ""
@@ -345,9 +357,9 @@ class GridSearchTuner(Tuner):
             self._pos += 1
 
 
-def _fitness(result: MeasureResult) -> float:
+def _fitness(cost: float) -> float:
     """Throughput-like score: 1e6 / cycles, 0 for a failed config."""
-    return 1e6 / result.cycles if result.ok and result.cycles > 0 else 0.0
+    return 1e6 / cost if cost > 0 else 0.0
 
 
 class GATuner(Tuner):
@@ -376,7 +388,7 @@ class GATuner(Tuner):
 
     def _observe(self, indices: list[int], results: list[MeasureResult]) -> None:
         for i, r in zip(indices, results):
-            self.scores[i] = _fitness(r)
+            self.scores[i] = _fitness(self.cost(r))
             self.generation.append(i)
         self.generation = self.generation[-self.pop_size:]
         ranked = sorted(self.scores, key=lambda i: (-self.scores[i], i))
@@ -490,7 +502,7 @@ class XGBTuner(Tuner):
     # ---- data ----
     def _observe(self, indices: list[int], results: list[MeasureResult]) -> None:
         self._xs.append(feats.features_of_indices(self.task, np.array(indices), self._info))
-        self._cycles += [float(r.cycles) if r.ok and r.cycles > 0 else 0.0 for r in results]
+        self._cycles += [self.cost(r) for r in results]   # the objective, in board cycles (0: failed)
         self._indices += indices
         self._stale = True
 
@@ -520,7 +532,7 @@ class XGBTuner(Tuner):
                     idx.append(other.space.index_of(r.config))
                 except (KnobError, TypeError, ValueError):
                     continue
-                cyc.append(float(r.cycles) if r.ok else 0.0)
+                cyc.append(self.cost(_result_of(r.config, r.result)) if r.ok else 0.0)
             if len(idx) >= 2 and max(cyc) > 0:
                 x = feats.features_of_indices(other, np.array(idx), info)
                 self._transfer.append((x, np.array(cyc)))
