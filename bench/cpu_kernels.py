@@ -66,7 +66,7 @@ def main() -> None:
     ap.add_argument("--int8", action="store_true", help="also time int8 x int8 -> int32 conv2d and dense")
     args = ap.parse_args()
     if not jit.available():
-        raise SystemExit("llvmlite is not installed: pip install 'vta-stack[jit]'")
+        raise SystemExit("llvmlite is not installed: reinstall the package (llvmlite is a core dependency) or pip install llvmlite")
     rng = np.random.default_rng(0)
     t = time.perf_counter()
     jit._jit()  # target machine + engine, once per process

@@ -294,7 +294,7 @@ def _host_kernel(node, graph: Graph, cpu: str):
             if fn is not None:
                 return fn, "jit"
         elif cpu == "jit":
-            raise ImportError("cpu='jit' needs llvmlite: pip install 'vta-stack[jit]'")
+            raise ImportError("cpu='jit' needs llvmlite: reinstall the package (llvmlite is a core dependency) or pip install llvmlite")
     if packed_factors(node.attrs.get("data_layout", "")):
         return _packed_head_on_host, "numpy"
     fn = KERNELS.get(node.op)

@@ -10,7 +10,7 @@ Integer sums (int8 x int8 -> int32) wrap modulo 2^32 like the reference, so thei
     fn = jit.get_kernel("nn.conv2d", attrs, [x.shape, w.shape], ["float32", "float32"])
     y = fn(attrs, x, w) if fn is not None else kernels.KERNELS["nn.conv2d"](attrs, x, w)
 
-This is the only module that imports llvmlite, and only on first use (``pip install 'vta-stack[jit]'``).
+This is the only module that imports llvmlite, and only on first use (a core dependency).
 Known differences, both outside "same bits for the same numbers": a NaN result may carry another NaN
 payload, and max_pool2d of a window whose largest values are +0.0 and -0.0 may pick the other zero.
 """
@@ -32,7 +32,7 @@ from graph_pack.opdefs import OPS, packed_factors, pair, pool_out, quad
 
 Kernel = Callable[..., np.ndarray]
 COVERED = ("nn.conv2d", "nn.dense", "nn.max_pool2d", "nn.avg_pool2d", "nn.global_avg_pool2d")
-_INSTALL_HINT = "graph_pack.jit needs llvmlite: pip install 'vta-stack[jit]'"
+_INSTALL_HINT = "graph_pack.jit needs llvmlite: reinstall the package (llvmlite is a core dependency) or pip install llvmlite"
 
 
 def available() -> bool:

@@ -29,7 +29,7 @@ def _mxnet() -> ModuleType:
 def _llvmlite() -> ModuleType:
     from graph_pack import jit
     if not jit.available():
-        raise ImportError("llvmlite is not installed (pip install 'vta-stack[jit]')")
+        raise ImportError("llvmlite is not installed: it is a core dependency, reinstall the package")
     return importlib.import_module("llvmlite")
 
 
@@ -79,7 +79,7 @@ NEEDS: dict[str, tuple[Callable[[], object], str]] = {
     "onnx": (lambda: importlib.import_module("onnx"), "vta-stack[onnx]"),
     "onnxruntime": (lambda: importlib.import_module("onnxruntime"), "vta-stack[onnx]"),
     "mxnet": (_mxnet, "vta-stack[mxnet]"),
-    "llvmlite": (_llvmlite, "vta-stack[jit]"),
+    "llvmlite": (_llvmlite, "the core install (llvmlite)"),
     "xgboost": (lambda: importlib.import_module("xgboost"), "vta-stack[tuning]"),
     "distributed": (lambda: importlib.import_module("distributed"), "vta-stack[dask]"),
     "pynq": (lambda: importlib.import_module("pynq"), "vta-stack[pynq]"),
