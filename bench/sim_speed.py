@@ -8,8 +8,10 @@ may prepack it) and numpy's int32 matmul (the weakest baseline: numpy has no BLA
 Also simulated cycles per host second (with data and timing-only) and the ratio to the pure-Python
 reference executor on a smaller program. onnxruntime is optional (the ``onnx`` extra): without it the
 ORT rows say so and the rest still runs. The simulator runs its default GEMM kernel path (the best the CPU
-supports, or VTA_SIM_KERNEL); every other path the CPU supports is timed in the same rounds too (``--paths
-default`` skips them), each checked equal to numpy.
+supports, or VTA_SIM_KERNEL) on one thread; every other path the CPU supports is timed in the same rounds too
+(``--paths default`` skips them), each checked equal to numpy, and so is the default path with its GEMM
+instructions split over 2 host threads (``Simulator(threads=2)``; docs/simulator.md, "Threads"), reported as a
+ratio to one thread.
 
     python bench/sim_speed.py [--config pynq] [--repeat 20] [--paths all|default]
 """
@@ -110,8 +112,10 @@ def main() -> None:
     n_tiles = min(cfg.WGT_BUFF_DEPTH // (k // cfg.BLOCK_IN), cfg.ACC_BUFF_DEPTH // (m // cfg.BATCH),
                   1024 // cfg.BLOCK_OUT)
     n = n_tiles * cfg.BLOCK_OUT
-    sim = Simulator(cfg)
+    sim = Simulator(cfg, threads=1)
     insns, a, w = gemm_program(sim, m, k, n, args.repeat)
+    sim2 = Simulator(cfg, threads=2)  # same kernel path, large GEMMs split over 2 threads
+    insns2, _, _ = gemm_program(sim2, m, k, n, args.repeat)
     others = {}  # the other kernel paths: a simulator each, created with VTA_SIM_KERNEL set
     before = os.environ.get("VTA_SIM_KERNEL")
     for path in kernels_supported() if args.paths == "all" else []:
@@ -119,7 +123,7 @@ def main() -> None:
             continue
         os.environ["VTA_SIM_KERNEL"] = path
         try:
-            other = Simulator(cfg)
+            other = Simulator(cfg, threads=1)
         finally:
             if before is None:
                 os.environ.pop("VTA_SIM_KERNEL", None)
@@ -136,12 +140,15 @@ def main() -> None:
     for path, (other, other_insns) in others.items():
         other.run(other_insns)
         assert np.array_equal(other.read_sram("acc", 0, acc.shape[0]), acc), f"kernel path {path} differs"
+    stats2 = sim2.run(insns2)
+    assert np.array_equal(sim2.read_sram("acc", 0, acc.shape[0]), acc), "2 threads differ from 1"
+    assert stats2.to_dict() == stats.to_dict(), "2 threads: counters or cycles differ from 1"
     ort_run, ort_what = ort_matmul_integer(a, w)
     assert ort_run is None or np.array_equal(ort_run(), expect), "onnxruntime's result differs from numpy"
 
     macs = m * k * n * args.repeat
     fns = {"sim": lambda: sim.run(insns), "timing": lambda: sim.run(insns, compute=False),
-           "numpy": lambda: a32 @ w32t}
+           "numpy": lambda: a32 @ w32t, "sim:2threads": lambda: sim2.run(insns2)}
     for path, (other, other_insns) in others.items():
         fns[f"sim:{path}"] = lambda other=other, other_insns=other_insns: other.run(other_insns)
     if ort_run is not None:
@@ -150,7 +157,7 @@ def main() -> None:
     sim_rate, np_rate = macs / t["sim"], m * k * n / t["numpy"]
 
     # The readable reference executor on a 1-GEMM version of the same program.
-    small_ref, small_c = ReferenceSimulator(cfg), Simulator(cfg)
+    small_ref, small_c = ReferenceSimulator(cfg), Simulator(cfg, threads=1)
     small_insns, _, _ = gemm_program(small_ref, m, k, n, 1)
     gemm_program(small_c, m, k, n, 1)
     small = best_of({"ref": lambda: small_ref.run(small_insns), "c": lambda: small_c.run(small_insns)}, runs=3)
@@ -162,7 +169,11 @@ def main() -> None:
           f"{', '.join(kernels_supported())})")
     print("| measure | value |")
     print("|---|---|")
-    print(f"| simulated int8 MACs per host second ({sim.kernel_path} kernel) | {sim_rate / 1e9:.2f} G |")
+    print(f"| simulated int8 MACs per host second ({sim.kernel_path} kernel, 1 thread) | {sim_rate / 1e9:.2f} G |")
+    rate2 = macs / t["sim:2threads"]
+    print(f"| simulated int8 MACs per host second, {sim.kernel_path} kernel, 2 threads ({m * k * n:,} MACs per GEMM "
+          f"instruction; same rounds, same result) | {rate2 / 1e9:.2f} G |")
+    print(f"| **ratio 2 threads / 1 thread** ({os.cpu_count()} CPUs) | **{rate2 / sim_rate:.2f}x** |")
     if ort_run is None:
         print(f"| onnxruntime MatMulInteger | {ort_what} |")
     else:

@@ -20,7 +20,7 @@ ffibuilder = FFI()
 # cdef takes plain declarations: drop the preprocessor lines of the header.
 ffibuilder.cdef(re.sub(r"(?m)^#.*$", "", HEADER))
 
-extra = ["-O3", "-std=c99", "-Wall", "-Wextra", "-fno-strict-aliasing"]
+extra = ["-O3", "-std=c99", "-Wall", "-Wextra", "-fno-strict-aliasing", "-pthread"]
 if os.environ.get("VTA_SIM_PORTABLE") == "1":
     extra.append("-DVTA_SIM_PORTABLE")
 
@@ -30,6 +30,7 @@ ffibuilder.set_source(
     sources=[os.path.relpath(CSRC / "vta_sim.c")],
     include_dirs=[os.path.relpath(CSRC)],
     extra_compile_args=extra,
+    extra_link_args=["-pthread"],  # the GEMM threads (docs/simulator.md, "Threads")
 )
 
 if __name__ == "__main__":

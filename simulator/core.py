@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import os
 from typing import TYPE_CHECKING
 
 import numpy as np
@@ -31,7 +32,35 @@ except ImportError as exc:  # pragma: no cover - only without a build
         "simulator/csrc through cffi; needs a C compiler)") from exc
 
 ERR_LEN = 1024
-__all__ = ["DEFAULT_MAX_CYCLES", "DEFAULT_MAX_WORK", "Simulator", "kernel_path", "kernels_supported"]
+__all__ = ["DEFAULT_MAX_CYCLES", "DEFAULT_MAX_WORK", "PARALLEL_MIN_MACS", "Simulator", "default_threads",
+           "kernel_path", "kernels_supported"]
+MAX_THREADS = 64  # vta_sim.c's VTA_SIM_MAX_THREADS
+# A GEMM instruction with fewer multiply-accumulates runs on one thread: starting and joining a thread costs
+# ~80-200 us on the 2-core VMs here, what the AVX2 kernel does with several million MACs (docs/simulator.md,
+# "Threads"). Matches vta_sim.c's VTA_SIM_PAR_MIN_MACS.
+PARALLEL_MIN_MACS = 1 << 23
+
+
+def _threads_value(what: str, value: object) -> int:
+    if isinstance(value, bool) or not isinstance(value, (int, np.integer)) or not 1 <= value <= MAX_THREADS:
+        raise SimulatorError(f"{what}={value!r}: the GEMM thread count must be an integer from 1 to {MAX_THREADS}")
+    return int(value)
+
+
+def default_threads() -> int:
+    """GEMM threads of a Simulator created without ``threads``: ``VTA_SIM_THREADS`` if set, else 1 (two
+    threads gained only 0.9-1.2x on the 2-vCPU machines measured, and tuning runs one simulator per core).
+    Raises SimulatorError for a bad ``VTA_SIM_THREADS``."""
+    env = os.environ.get("VTA_SIM_THREADS", "").strip()
+    if env:
+        try:
+            value = int(env)
+        except ValueError:
+            raise SimulatorError(f"VTA_SIM_THREADS={env!r} is not an integer (allowed: 1 to {MAX_THREADS})") from None
+        return _threads_value("VTA_SIM_THREADS", value)
+    return 1
+
+
 SRAM_IDS = {"uop": 0, "wgt": 1, "inp": 2, "acc": 3}
 
 
@@ -83,13 +112,16 @@ class Simulator:
 
     Each instance owns its state (no globals), so several configurations coexist in one process.
     ``max_cycles`` and ``max_work`` are the budgets of every run that does not pass its own
-    (docs/simulator.md, "Budgets"); they bound the host time any program can take.
+    (docs/simulator.md, "Budgets"); they bound the host time any program can take. ``threads`` splits each
+    large GEMM instruction over that many host threads (default: ``default_threads()``); results, counters
+    and cycles do not depend on it (docs/simulator.md, "Threads").
     """
 
     def __init__(self, cfg: HwConfig | str | None = None, *, max_cycles: int = DEFAULT_MAX_CYCLES,
-                 max_work: int = DEFAULT_MAX_WORK):
+                 max_work: int = DEFAULT_MAX_WORK, threads: int | None = None):
         self.max_cycles = budget_value("max_cycles", max_cycles)
         self.max_work = budget_value("max_work", max_work)
+        threads = default_threads() if threads is None else _threads_value("threads", threads)
         self.cfg = cfg if isinstance(cfg, HwConfig) else load_config(cfg)
         self._err = ffi.new("char[]", ERR_LEN)
         self._space = AddressSpace()
@@ -98,6 +130,13 @@ class Simulator:
             raise SimulatorError(ffi.string(self._err).decode())
         self._sim = ffi.gc(handle, lib.vta_sim_destroy)
         self.kernel_path = ffi.string(lib.vta_sim_kernel(handle)).decode()  # the GEMM kernel it runs
+        self._set_threads(threads)
+
+    def _set_threads(self, threads: int, min_macs: int = PARALLEL_MIN_MACS) -> None:
+        """Set the GEMM threads, and the MAC count from which a GEMM is split (tests use 0: split every one)."""
+        threads = _threads_value("threads", threads)
+        self._check(lib.vta_sim_set_threads(self._sim, threads, min_macs, self._err, ERR_LEN))
+        self.threads = threads
 
     def _check(self, rc: int, index: int | None = None) -> None:
         if rc:

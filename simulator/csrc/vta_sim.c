@@ -1,6 +1,7 @@
 /* Behavioural simulator with a timing model; specification in docs/simulator.md. */
 #include "vta_sim.h"
 
+#include <pthread.h>
 #include <stdarg.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -12,6 +13,15 @@ enum { ALU_MIN = 0, ALU_MAX = 1, ALU_ADD = 2, ALU_SHR = 3, ALU_MUL = 4 };
 enum { MOD_LOAD = 0, MOD_COMPUTE = 1, MOD_STORE = 2, NUM_MODULES = 3 };
 enum { Q_L2G = 0, Q_G2L = 1, Q_S2G = 2, Q_G2S = 3, NUM_QUEUES = 4, CAUSE_DISPATCH = 8 };
 #define NO_QUEUE 0xff
+
+/* GEMM threads (vta_sim_set_threads); the defaults can be overridden at compile time (e.g. for a TSan build). */
+#define VTA_SIM_MAX_THREADS 64
+#ifndef VTA_SIM_DEFAULT_THREADS
+#define VTA_SIM_DEFAULT_THREADS 1
+#endif
+#ifndef VTA_SIM_PAR_MIN_MACS
+#define VTA_SIM_PAR_MIN_MACS (UINT64_C(1) << 23)
+#endif
 
 static const char *const OP_NAMES[] = {"LOAD", "STORE", "GEMM", "FINISH", "ALU"};
 static const char *const MEM_NAMES[] = {"UOP", "WGT", "INP", "ACC", "OUT", "ACC_8BIT"};
@@ -33,6 +43,9 @@ struct vta_sim {
   size_t wgt_t_stride; /* bytes of one tile's shadow */
   int kernel;          /* K_PORTABLE, ... (the GEMM kernel path) */
   void (*gemm)(int32_t *, const int8_t *, const uint8_t *, uint32_t, uint32_t, uint32_t);
+  uint32_t threads;    /* GEMM threads (vta_sim_set_threads); 1: all on the calling thread */
+  uint64_t par_min_macs; /* a GEMM with fewer multiply-accumulates runs on the calling thread */
+  uint8_t *owner;        /* threads > 1: the thread owning each accumulator entry (vta_sim_set_threads) */
   region_t *regions;
   size_t nregions, cap_regions;
 };
@@ -518,6 +531,7 @@ vta_sim_t *vta_sim_create(const vta_params_t *params, char *err, size_t errlen) 
   s->acc = calloc(p->acc_depth, s->acc_elem);
   s->kernel = kernel;
   s->gemm = kernel_gemm(kernel);
+  s->threads = 1;
   s->wgt_t_stride = shadow_bytes(kernel, p->block_out, p->block_in);
   s->wgt_t = calloc(p->wgt_depth, s->wgt_t_stride);
   if (!s->uop || !s->inp || !s->wgt || !s->acc || !s->wgt_t) {
@@ -525,8 +539,33 @@ vta_sim_t *vta_sim_create(const vta_params_t *params, char *err, size_t errlen) 
     fail(err, errlen, VTA_ERR_ARG, "out of host memory for the SRAMs");
     return NULL;
   }
+  if (vta_sim_set_threads(s, VTA_SIM_DEFAULT_THREADS, VTA_SIM_PAR_MIN_MACS, err, errlen)) {
+    vta_sim_destroy(s);
+    return NULL;
+  }
   return s;
 }
+
+int vta_sim_set_threads(vta_sim_t *s, uint32_t threads, uint64_t min_macs, char *err, size_t errlen) {
+  if (threads == 0 || threads > VTA_SIM_MAX_THREADS)
+    return fail(err, errlen, VTA_ERR_ARG, "threads=%u: need 1 to %u", threads, (unsigned)VTA_SIM_MAX_THREADS);
+  uint8_t *owner = NULL;
+  if (threads > 1) {
+    /* Threads own runs of entries of at least 512 bytes, in turn, so that they rarely write the same cache line
+     * (entries are not line-aligned); a table, not a division per micro-op (about a small kernel call's cost). */
+    uint32_t run = (512 + s->acc_elem - 1) / s->acc_elem;
+    owner = malloc(s->p.acc_depth);
+    if (!owner) return fail(err, errlen, VTA_ERR_ARG, "out of host memory");
+    for (uint32_t d = 0; d < s->p.acc_depth; d++) owner[d] = (uint8_t)(d / run % threads);
+  }
+  free(s->owner);
+  s->owner = owner;
+  s->threads = threads;
+  s->par_min_macs = min_macs;
+  return VTA_OK;
+}
+
+uint32_t vta_sim_threads(const vta_sim_t *s) { return s->threads; }
 
 void vta_sim_destroy(vta_sim_t *s) {
   if (!s) return;
@@ -537,6 +576,7 @@ void vta_sim_destroy(vta_sim_t *s) {
   free(s->wgt);
   free(s->acc);
   free(s->wgt_t);
+  free(s->owner);
   free(s);
 }
 
@@ -988,7 +1028,10 @@ static uop_field_t uop_field(vta_field_t f) {
   return (uop_field_t){f.offset, f.width >= 32 ? UINT32_MAX : (UINT32_C(1) << f.width) - 1};
 }
 
-static void exec_gemm(vta_sim_t *s, const insn_t *in) {
+/* One thread's share of a GEMM: with `nthreads` > 1 only the micro-ops whose accumulator index d has
+ * owner[d] == part, in program order. Each accumulator entry thus has one owner that applies all of its
+ * updates in the sequential order, so the result is bit-identical to one thread's, whatever the split. */
+static void gemm_part(const vta_sim_t *s, const insn_t *in, uint32_t part, uint32_t nthreads) {
   const uop_field_t fd = uop_field(s->p.uop[VTA_UOP_DST]), fs = uop_field(s->p.uop[VTA_UOP_SRC]),
                     fw = uop_field(s->p.uop[VTA_UOP_WGT]);
   const uint32_t lanes = s->p.batch * s->p.block_out, batch = s->p.batch, bo = s->p.block_out, bi = s->p.block_in;
@@ -998,6 +1041,7 @@ static void exec_gemm(vta_sim_t *s, const insn_t *in) {
   const uint8_t *const wgt0 = s->wgt_t;
   const uint32_t *const uop = s->uop;
   const gemm_fn gemm = s->gemm;
+  const uint8_t *const owner = s->owner;
   for (uint32_t i = 0; i < in->iter_out; i++) {
     for (uint32_t j = 0; j < in->iter_in; j++) {
       const size_t d0 = (size_t)i * in->dst_out + (size_t)j * in->dst_in;
@@ -1008,12 +1052,60 @@ static void exec_gemm(vta_sim_t *s, const insn_t *in) {
       }
       const size_t s0 = (size_t)i * in->src_out + (size_t)j * in->src_in;
       const size_t w0 = (size_t)i * in->wgt_out + (size_t)j * in->wgt_in;
+      if (nthreads == 1) {
+        for (uint32_t k = in->uop_bgn; k < in->uop_end; k++) {
+          const uint32_t u = uop[k];
+          gemm(acc0 + (d0 + (u >> fd.shift & fd.mask)) * lanes, inp0 + (s0 + (u >> fs.shift & fs.mask)) * inp_elem,
+               wgt0 + (w0 + (u >> fw.shift & fw.mask)) * wstride, batch, bo, bi);
+        }
+        continue;
+      }
       for (uint32_t k = in->uop_bgn; k < in->uop_end; k++) {
         const uint32_t u = uop[k];
-        gemm(acc0 + (d0 + (u >> fd.shift & fd.mask)) * lanes, inp0 + (s0 + (u >> fs.shift & fs.mask)) * inp_elem,
+        const size_t d = d0 + (u >> fd.shift & fd.mask);
+        if (owner[d] != part) continue; /* d < acc_depth: check_indices ran before */
+        gemm(acc0 + d * lanes, inp0 + (s0 + (u >> fs.shift & fs.mask)) * inp_elem,
              wgt0 + (w0 + (u >> fw.shift & fw.mask)) * wstride, batch, bo, bi);
       }
     }
+  }
+}
+
+typedef struct gemm_job {
+  const vta_sim_t *s;
+  const insn_t *in;
+  uint32_t part, nthreads;
+} gemm_job_t;
+
+static void *gemm_thread(void *arg) {
+  const gemm_job_t *job = arg;
+  gemm_part(job->s, job->in, job->part, job->nthreads);
+  return NULL;
+}
+
+/* A GEMM of at least par_min_macs multiply-accumulates is split over s->threads threads (docs/simulator.md,
+ * "Threads"): the calling thread runs share 0 and joins the others before returning. A thread that cannot be
+ * started has its share run on the calling thread, so the result never depends on it. */
+static void exec_gemm(vta_sim_t *s, const insn_t *in) {
+  uint32_t n = s->threads;
+  if (in->reset || n <= 1 || !s->owner ||
+      mul_sat(iterations(in), (uint64_t)s->p.batch * s->p.block_out * s->p.block_in) < s->par_min_macs) {
+    gemm_part(s, in, 0, 1);
+    return;
+  }
+  pthread_t tid[VTA_SIM_MAX_THREADS];
+  gemm_job_t job[VTA_SIM_MAX_THREADS];
+  int started[VTA_SIM_MAX_THREADS];
+  for (uint32_t t = 1; t < n; t++) {
+    job[t] = (gemm_job_t){s, in, t, n};
+    started[t] = pthread_create(&tid[t], NULL, gemm_thread, &job[t]) == 0;
+  }
+  gemm_part(s, in, 0, n);
+  for (uint32_t t = 1; t < n; t++) {
+    if (started[t])
+      pthread_join(tid[t], NULL);
+    else
+      gemm_part(s, in, t, n);
   }
 }
 

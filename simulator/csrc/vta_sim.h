@@ -103,4 +103,10 @@ const char *vta_sim_kernel_path(char *err, size_t errlen);
 const char *vta_sim_kernel(const vta_sim_t *sim);
 const char *vta_sim_kernels_supported(void);
 
+/* GEMM threads (docs/simulator.md, "Threads"): a non-reset GEMM of at least min_macs multiply-accumulates is
+ * split over `threads` threads (1 to 64), each owning disjoint accumulator entries, so results, counters and
+ * cycles do not depend on it. New simulators have 1 thread. */
+int vta_sim_set_threads(vta_sim_t *sim, uint32_t threads, uint64_t min_macs, char *err, size_t errlen);
+uint32_t vta_sim_threads(const vta_sim_t *sim);
+
 #endif

@@ -1,0 +1,128 @@
+"""GEMM threads (docs/simulator.md, "Threads"): results, counters, cycles and DRAM do not depend on the count.
+
+A large GEMM instruction is split over ``Simulator(threads=N)`` host threads, each owning disjoint accumulator
+entries. Here every GEMM is split (``_set_threads(n, min_macs=0)``), so that the golden programs, a sample of the
+differential fuzz and random GEMMs with aliasing micro-ops all take the threaded path, and are compared bit for
+bit with one thread; the knob and ``VTA_SIM_THREADS`` are validated.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+from golden_files import requires_golden
+
+from hw_config import load_config
+from simulator.core import MAX_THREADS, PARALLEL_MIN_MACS, Simulator, default_threads
+from simulator.errors import SimulatorError
+
+COUNTS = (2, 3, 7)  # 7: more threads than some instructions have accumulator entries
+FUZZ_STREAMS = 60  # per fuzz config
+
+
+def _sim(cfg, threads: int, min_macs: int = 0) -> Simulator:
+    sim = Simulator(cfg, threads=threads)
+    sim._set_threads(threads, min_macs)
+    return sim
+
+
+@requires_golden
+@pytest.mark.parametrize("threads", COUNTS)
+def test_golden_programs_identical(threads: int) -> None:
+    from test_golden import NAMES, assert_matches, image_path
+
+    from simulator.image import load_image
+
+    for name in NAMES:
+        image = load_image(image_path(name))
+        one = _sim(image.config, 1).replay(image)
+        many = _sim(image.config, threads).replay(image)
+        assert_matches(name, many.segments, many.stats)
+        assert many.stats == one.stats, name
+        assert len(many.segments) == len(one.segments)
+        for (a1, d1), (a2, d2) in zip(one.segments, many.segments):
+            assert a1 == a2 and np.array_equal(d1, d2), name
+
+
+@pytest.mark.parametrize("threads", COUNTS)
+def test_fuzz_streams_identical(threads: int) -> None:
+    from test_fuzz import CONFIGS, _prepared, outcome, random_stream
+
+    for ci, (name, cfg) in enumerate(CONFIGS.items()):
+        for seed in range(FUZZ_STREAMS):
+            stream = random_stream(cfg, np.random.default_rng([seed, ci, 16]))
+            compute = seed % 7 != 0
+            one = outcome(_prepared(lambda c: _sim(c, 1), cfg, seed), stream, compute)
+            many = outcome(_prepared(lambda c, t=threads: _sim(c, t), cfg, seed), stream, compute)
+            assert many == one, f"fuzz {name} seed {seed}: {threads} threads differ from one"
+
+
+def _random_gemm_state(sim: Simulator, rng: np.random.Generator) -> None:
+    cfg = sim.cfg
+    sim.write_sram("inp", 0, rng.integers(-128, 128, (64, cfg.BATCH, cfg.BLOCK_IN)))
+    sim.write_sram("wgt", 0, rng.integers(-128, 128, (64, cfg.BLOCK_OUT, cfg.BLOCK_IN)))
+    sim.write_sram("acc", 0, rng.integers(-2**31, 2**31, (64, cfg.BATCH, cfg.BLOCK_OUT)))
+
+
+@pytest.mark.parametrize("preset", ["pynq", "batch4", "block32"])
+def test_random_gemms_identical(preset: str) -> None:
+    """GEMMs whose micro-ops and loop factors alias accumulator entries (the same entry updated from several
+    iterations, zero factors), with wrapping sums: every thread count leaves the same accumulators and stats."""
+    from test_semantics import finish, gemm, uops
+
+    cfg = load_config(preset)
+    for seed in range(12):
+        rng = np.random.default_rng([seed, 15])
+        n = int(rng.integers(1, 9))
+        triples = [tuple(int(v) for v in rng.integers(0, 8, 3)) for _ in range(n)]
+        iters = tuple(int(v) for v in rng.integers(1, 5, 2))
+        dst, src, wgt = (tuple(int(v) for v in rng.integers(0, 4, 2)) for _ in range(3))
+        program = gemm(cfg, 0, n, iters=iters, dst=dst, src=src, wgt=wgt) + finish(cfg)
+        results = []
+        for threads in (1, *COUNTS):
+            sim = _sim(cfg, threads)
+            _random_gemm_state(sim, np.random.default_rng(seed))
+            sim.write_sram("uop", 0, uops(cfg, *triples))
+            stats = sim.run(program, trace=True)
+            results.append((sim.read_sram("acc", 0, 64), stats.to_dict(), stats.trace))
+        for threads, (acc, st, trace) in zip(COUNTS, results[1:]):
+            np.testing.assert_array_equal(acc, results[0][0], err_msg=f"{preset} seed {seed}, {threads} threads")
+            assert (st, trace) == results[0][1:], f"{preset} seed {seed}, {threads} threads"
+
+
+def test_threshold_splits_only_large_gemms() -> None:
+    """With the default threshold a small GEMM stays on one thread; results match either way."""
+    from test_semantics import finish, gemm, uops
+
+    cfg = load_config("pynq")
+    assert 1 <= PARALLEL_MIN_MACS
+    out = []
+    for min_macs in (0, PARALLEL_MIN_MACS):
+        sim = _sim(cfg, 2, min_macs)
+        _random_gemm_state(sim, np.random.default_rng(3))
+        sim.write_sram("uop", 0, uops(cfg, (0, 0, 0), (1, 1, 1)))
+        sim.run(gemm(cfg, 0, 2, iters=(3, 4), dst=(2, 0), src=(1, 1), wgt=(1, 2)) + finish(cfg))
+        out.append(sim.read_sram("acc", 0, 64))
+    np.testing.assert_array_equal(out[0], out[1])
+
+
+@pytest.mark.parametrize("bad", [0, -1, MAX_THREADS + 1, 10**9, 2.0, "2", True])
+def test_threads_knob_is_validated(bad) -> None:
+    with pytest.raises(SimulatorError, match="thread count must be an integer from 1 to 64"):
+        Simulator("pynq", threads=bad)
+
+
+@pytest.mark.parametrize("value", ["0", "-3", "65", "many", "1.5"])
+def test_env_knob_is_validated(monkeypatch: pytest.MonkeyPatch, value: str) -> None:
+    monkeypatch.setenv("VTA_SIM_THREADS", value)
+    with pytest.raises(SimulatorError, match="VTA_SIM_THREADS"):
+        Simulator("pynq")
+
+
+def test_env_and_default(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv("VTA_SIM_THREADS", "3")
+    assert default_threads() == 3 and Simulator("pynq").threads == 3
+    assert Simulator("pynq", threads=1).threads == 1  # the argument wins
+    monkeypatch.delenv("VTA_SIM_THREADS")
+    assert default_threads() == 1 == Simulator("pynq").threads   # opt-in: it barely pays on 2 vCPUs
+    assert Simulator("pynq", threads=MAX_THREADS).threads == MAX_THREADS
