@@ -7,13 +7,15 @@ above never asks which one it holds.
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Protocol, runtime_checkable
+from typing import TYPE_CHECKING, Protocol, runtime_checkable
 
 import numpy as np
 
 from hw_config import HwConfig
-from simulator.core import Simulator
 from simulator.stats import RunStats
+
+if TYPE_CHECKING:   # the C simulator is loaded when a SimDevice is made, not when vta is imported
+    from simulator.core import Simulator
 
 
 @dataclass(frozen=True)
@@ -48,6 +50,7 @@ class SimDevice:
     """The simulator as a device."""
 
     def __init__(self, cfg: HwConfig, simulator: Simulator | None = None):
+        from simulator.core import Simulator
         self.cfg = cfg
         self.sim = simulator or Simulator(cfg)
         self.last_stats: RunStats | None = None
