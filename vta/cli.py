@@ -183,9 +183,11 @@ def int_in(lo: int, hi: int, what: str = "the value") -> Callable[[str], int]:
     return parse
 
 
-def float_in(lo: float, hi: float, what: str = "the value", shown: str | None = None) -> Callable[[str], float]:
-    """An argparse type: a finite number in [lo, hi] (``shown`` says the range in the messages)."""
-    shown = shown or f"{lo:g}..{hi:g}"
+def float_in(lo: float, hi: float, what: str = "the value", shown: str | None = None, *,
+             above: bool = False) -> Callable[[str], float]:
+    """An argparse type: a finite number in [lo, hi], or (lo, hi] with ``above`` (``shown`` says the range in
+    the messages)."""
+    shown = shown or (f"({lo:g}, {hi:g}]" if above else f"{lo:g}..{hi:g}")
 
     def parse(text: str) -> float:
         try:
@@ -194,7 +196,7 @@ def float_in(lo: float, hi: float, what: str = "the value", shown: str | None = 
             value = math.nan
         if not math.isfinite(value):
             raise argparse.ArgumentTypeError(f"{text!r} is not a finite number; {what} is {shown}")
-        if not lo <= value <= hi:
+        if not (lo < value if above else lo <= value) or value > hi:
             raise argparse.ArgumentTypeError(f"{text} is out of range; {what} is {shown}")
         return value
     return parse

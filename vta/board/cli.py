@@ -14,21 +14,15 @@ import sys
 from simulator.image import load_image, save_result
 from simulator.stats import format_stats
 from vta.board.bitstream import bitstream_path, cache_root, find_bitstream, make_placeholder, read_bit_header
-from vta.cli import GROUP_HELP, _key_value, _load, arg, command, int_in
+from vta.cli import GROUP_HELP, _key_value, _load, arg, command, float_in, int_in
 
 GROUP_HELP["board"] = "FPGA boards: serve a simulated PYNQ board, bitstreams, run images on a board"
 
 MiB = 1 << 20
 
 
-def _positive_float(text: str) -> float:
-    try:
-        value = float(text)
-    except ValueError:
-        raise argparse.ArgumentTypeError(f"{text!r} is not a number") from None
-    if not 0 < value < float("inf"):
-        raise argparse.ArgumentTypeError(f"{value} is out of range: need a positive finite number")
-    return value
+# seconds and scales: any positive finite number
+_positive_float = float_in(0.0, sys.float_info.max, "the allowed range", "(0, inf): positive and finite", above=True)
 
 
 CONFIG_ARGS = [

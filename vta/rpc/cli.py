@@ -12,21 +12,14 @@ import secrets
 import sys
 from pathlib import Path
 
-from vta.cli import _key_value, _load, arg, command, int_in
+from vta.cli import _key_value, _load, arg, command, float_in, int_in
 from vta.rpc.base import DEFAULT_SERVER_PORT, DEFAULT_TRACKER_PORT, check_key, load_secret, parse_addr
 from vta.rpc.tracker import TrackerClient, TrackerServer
 
 PORT = int_in(0, 65535)
 
 
-def _seconds(text: str) -> float:
-    try:
-        value = float(text)
-    except ValueError:
-        raise argparse.ArgumentTypeError(f"{text!r} is not a number of seconds") from None
-    if not 0 < value <= 7 * 24 * 3600:
-        raise argparse.ArgumentTypeError(f"{value:g} s is out of range: allowed (0, 604800]")
-    return value
+_seconds = float_in(0.0, 7 * 24 * 3600, "a time in seconds", above=True)
 
 
 def _address(text: str) -> str:
