@@ -15,7 +15,9 @@ from functools import cached_property
 from pathlib import Path
 from typing import Any
 
-from hw_config.layout import MEM_TYPES, Format, instruction_formats
+import numpy as np
+
+from hw_config.layout import MEM_TYPES, MEMOP_ID_BITS, Format, instruction_formats
 
 PRESET_DIR = Path(__file__).with_name("presets")
 DEFAULT_PRESET = "pynq"
@@ -205,6 +207,15 @@ class HwConfig:
     def insn_formats(self) -> dict[str, Format]:
         return instruction_formats(self.LOG_UOP_BUFF_DEPTH, self.LOG_INP_BUFF_DEPTH, self.LOG_WGT_BUFF_DEPTH,
                                    self.LOG_ACC_BUFF_DEPTH, self.LOG_ACC_WIDTH)
+
+    @cached_property
+    def elem_bytes_by_type(self) -> np.ndarray:
+        """``elem_bytes`` of every memory-type value an instruction's 3-bit field can hold, as an int64 array
+        (0 where the ISA defines no type): for decoding whole instruction streams at once."""
+        table = np.zeros(1 << MEMOP_ID_BITS, dtype=np.int64)
+        for name, value in MEM_TYPES.items():
+            table[value] = self.elem_bytes(name)
+        return table
 
     def elem_bytes(self, mem_type: int | str) -> int:
         """Bytes of one DRAM element of a memory type (the unit of an instruction's dram_base)."""

@@ -158,6 +158,14 @@ HEADER = [
 ]
 
 
+def dma_byte_ranges(mem: dict[str, np.ndarray], elem: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """[first, end) DRAM bytes that decoded LOAD/STORE fields touch (``Format.decode_rows`` of "mem"; ``elem``:
+    their element bytes): ``y_size`` rows of ``x_size`` elements, ``x_stride`` elements apart, from
+    ``dram_base``. Meaningful where ``x_size`` and ``y_size`` are both positive (otherwise a NOP)."""
+    first = mem["dram_base"] * elem
+    return first, first + ((mem["y_size"] - 1) * mem["x_stride"] + mem["x_size"]) * elem
+
+
 def instruction_formats(log_uop_depth: int, log_inp_depth: int, log_wgt_depth: int,
                         log_acc_depth: int, log_acc_width: int) -> dict[str, Format]:
     """The five formats for a configuration, keyed 'mem', 'gemm', 'alu', 'finish', 'uop'."""

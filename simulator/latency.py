@@ -29,6 +29,7 @@ import numpy as np
 
 from hw_config import MEM_TYPES, OPCODES, HwConfig
 from hw_config.config import LATENCY_KEYS, LATENCY_NEUTRAL
+from hw_config.layout import dma_byte_ranges
 
 __all__ = ["ACCEL_KEYS", "HOST_KEYS", "BoardProgram", "LatencyBreakdown", "accel_extra", "beat_extra", "board_latency"]
 
@@ -98,12 +99,9 @@ class BoardProgram:
         module[op == STORE] = 2
 
         # ---- durations: the simulator's (docs/simulator.md, "Timing model") and the board's extra terms ----
-        elem_of = np.zeros(8, dtype=np.int64)
-        for name, value in MEM_TYPES.items():
-            elem_of[value] = cfg.elem_bytes(name)
         x, y, stride = mem["x_size"], mem["y_size"], mem["x_stride"]
         dma = is_mem & (x > 0)
-        elem = elem_of[mt]
+        elem = cfg.elem_bytes_by_type[mt]
         one_row = (y == 1) | (stride == x)
         n_rows = np.where(one_row, 1, y)
         row_bytes = np.where(one_row, x * y * elem, x * elem)
@@ -129,9 +127,8 @@ class BoardProgram:
         # ---- host counts ----
         uop_load = dma & (op == LOAD) & (mt == MEM_TYPES["UOP"])
         self.uop_words = int((x * y)[uop_load].sum())
-        first = mem["dram_base"][dma] * elem[dma]
-        end = first + ((y[dma] - 1) * stride[dma] + x[dma]) * elem[dma]
-        self.cache_bytes = INSN_BYTES * n + _footprint(first, end)
+        first, end = dma_byte_ranges(mem, elem)
+        self.cache_bytes = INSN_BYTES * n + _footprint(first[dma], end[dma])
 
         # ---- the schedule's dependencies (the equations of docs/simulator.md) ----
         prev = np.full(n, -1, dtype=np.int64)

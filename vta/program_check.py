@@ -15,6 +15,7 @@ from collections.abc import Sequence
 import numpy as np
 
 from hw_config import MEM_TYPES, OPCODES, HwConfig
+from hw_config.layout import dma_byte_ranges
 
 INSN_BYTES = 16
 Region = tuple[int, int]   # (physical byte address, size in bytes)
@@ -76,10 +77,8 @@ def check_program(insns: np.ndarray, cfg: HwConfig, regions: Sequence[Region], i
     if mem.size == 0:
         return
     f = cfg.insn_formats["mem"].decode_rows(rows[mem])
-    elem_of = np.zeros(8, dtype=np.int64)
-    for name, value in MEM_TYPES.items():
-        elem_of[value] = cfg.elem_bytes(name)
-    bad_type = elem_of[f["memory_type"]] == 0
+    elem = cfg.elem_bytes_by_type[f["memory_type"]]
+    bad_type = elem == 0
     if bad_type.any():
         i = int(mem[np.argmax(bad_type)])
         raise ProgramRejected(f"instruction {i}: memory type {int(f['memory_type'][np.argmax(bad_type)])} is not "
@@ -90,9 +89,7 @@ def check_program(insns: np.ndarray, cfg: HwConfig, regions: Sequence[Region], i
         i = int(mem[np.argmax(padded)])
         raise ProgramRejected(f"instruction {i}: a STORE with padding (all four pads of a store must be 0)", i)
     moves = (f["x_size"] > 0) & (f["y_size"] > 0)   # x_size == 0 (or no rows) is a NOP carrying its flags
-    elem = elem_of[f["memory_type"]]
-    first = f["dram_base"] * elem
-    end = first + ((f["y_size"] - 1) * f["x_stride"] + f["x_size"]) * elem
+    first, end = dma_byte_ranges(f, elem)
     for lo, size in (insn_region,) if protected is None else protected:
         hit = moves & (first < lo + size) & (end > lo)
         if hit.any():
