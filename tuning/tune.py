@@ -30,26 +30,22 @@ class TaskState:
     task: Task
     tuner: Tuner
     default_cycles: int = 0
+    default_s: float = float("inf")   # the default config's time on the board (the model's, or measured)
     history: list[tuple[int, float]] = field(default_factory=list)   # (trials, best latency s)
-
-    def _seconds(self, cost: float | None) -> float:
-        """Board seconds of an objective value (``cost_cycles``: board time in clock cycles)."""
-        return cost / (self.task.cfg.CLOCK_MHZ * 1e6) if cost else float("inf")
-
-    @property
-    def default_s(self) -> float:
-        """The default config's time on the board (predicted by the config's board model, or measured)."""
-        default = self.tuner.result_of(self.tuner.space[self.tuner.space.index_of(self.task.default_config)])
-        return self._seconds(self.tuner.cost(default) if default is not None else None)
 
     @property
     def best_s(self) -> float:
         """The best config's time on the board: what the tuners minimise."""
-        return self._seconds(self.tuner.best_cost)
+        return _seconds(self.tuner.best_cost, self.task)
 
     @property
     def trials(self) -> int:
         return self.tuner.trials
+
+
+def _seconds(cost: float | None, task: Task) -> float:
+    """Board seconds of an objective value (``cost_cycles``: board time in clock cycles)."""
+    return cost / (task.cfg.CLOCK_MHZ * 1e6) if cost else float("inf")
 
 
 def resume(tuner: Tuner, log: str | os.PathLike | None) -> int:
@@ -146,10 +142,10 @@ def tune_tasks(tasks: Sequence[Task], *, tuner: str = "xgb", n_trial: int = 200,
             if others:
                 t.load_history(others)
         resume(t, log)
-        default_cycles = t.measure_default(runner, log)
-        if default_cycles is None:
+        default = t.measure_default(runner, log)
+        if default is None or not t.cost(default):
             raise RuntimeError(f"{task.name}: the template's default config failed to run")
-        states.append(TaskState(task, t, default_cycles))
+        states.append(TaskState(task, t, int(default.cycles), _seconds(t.cost(default), task)))
     progress = Progress(len(states), out)
     if strategy == "sequential":
         for i, s in enumerate(states):

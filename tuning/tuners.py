@@ -255,9 +255,9 @@ class Tuner:
         default = self.space[self.space.index_of(self.task.default_config)]
         if measure_default and self.trials < n_trial:
             self.measure_default(runner, log)
-        default_cycles = self._cycles_of(default)
         default_result = self.result_of(default)
         default_cost = self.cost(default_result) if default_result is not None else 0.0
+        default_cycles = int(default_result.cycles) if default_cost else None
         while self.trials < n_trial and self.has_next():
             if early_stopping is not None and self.trials - self.best_trial >= early_stopping:
                 break
@@ -279,16 +279,16 @@ class Tuner:
             cb(self, configs, results)
         return results
 
-    def measure_default(self, runner, log: str | os.PathLike | None = None) -> int | None:
-        """Cycles of the template's default config (the untuned baseline), measured as a logged trial
-        unless it already was."""
+    def measure_default(self, runner, log: str | os.PathLike | None = None) -> MeasureResult | None:
+        """The result of the template's default config (the untuned baseline), measured as a logged trial
+        unless it already was; None when it was not measured."""
         default = self.space[self.space.index_of(self.task.default_config)]
         index = self.space.index_of(default)
         if index not in self.visited | self._pending:
             self._pending.add(index)
             self._close(index)
             self.measure(runner, [default], log)
-        return self._cycles_of(default)
+        return self.result_of(default)
 
     def cost(self, result: MeasureResult) -> float:
         """The objective of a result (``tuning.measure.cost_cycles`` at this task's clock; 0: failed)."""
@@ -298,9 +298,6 @@ class Tuner:
         """The measured result of ``config`` (None when it was not measured)."""
         return next((r for c, r in self.history if c == config), None)
 
-    def _cycles_of(self, config: dict) -> int | None:
-        r = self.result_of(config)
-        return int(r.cycles) if r is not None and r.ok and r.cycles > 0 else None
 
     def __repr__(self) -> str:
         best = f", best {self.best_cycles} cycles" if self.best_cycles else ""
