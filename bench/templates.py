@@ -19,7 +19,7 @@ import numpy as np
 from _host import header
 
 from hw_config import load_config
-from vta.ops import compile_op, random_inputs
+from vta.templates import compile_op, random_inputs
 from vta.workloads import RESNET18
 
 EPILOGUE = [("bias",), ("shr", 8), ("clip", 0, 127)]

@@ -29,9 +29,12 @@ from hw_config import HwConfig
 from simulator.stats import RunStats
 from vta.device import Buffer, Device, SimDevice
 from vta.environment import config_of
-from vta.ops import AluBuffers, CompiledOp, compile_op, pack_bias, pack_blocks, unpack_blocks
+from vta.numerics import pack_bias, pack_blocks, unpack_blocks
 from vta.runtime import ScheduleError, combine_stats
-from vta.templates.conv import IMM_MAX, IMM_MIN, ConvBuffers
+from vta.templates import CompiledOp, compile_op
+from vta.templates.alu import AluBuffers
+from vta.templates.conv import ConvBuffers
+from vta.templates.epilogue import resolve, split_add
 
 Schedules = Mapping[str, dict] | Callable[[dict], dict | None] | None
 CPU_BACKENDS = ("auto", "jit", "numpy")
@@ -324,36 +327,9 @@ def _imm(consts: dict, name: str) -> int:
     return int(np.asarray(consts[name]).reshape(-1)[0])
 
 
-def _split_add(v: int) -> list[tuple]:
-    """Adding the int32 constant ``v`` as ("add", imm) ops with 16-bit immediates (int32 addition wraps alike)."""
-    ops: list[tuple] = []
-    while not IMM_MIN <= v <= IMM_MAX:
-        part = IMM_MAX if v > 0 else IMM_MIN
-        ops.append(("add", part))
-        v -= part
-    if v or not ops:
-        ops.append(("add", v))
-    return ops
-
-
 def _epilogue(group: Group, consts: dict) -> list[tuple]:
     """The template's epilogue ops for a group's chain (immediates read from the folded constants)."""
-    ops: list[tuple] = []
-    for entry in group.epilogue[1:] if group.kind == "alu" else group.epilogue:
-        kind = entry[0]
-        if kind in ("bias", "residual", "relu"):
-            ops.append((kind,))
-        elif kind == "clip":
-            ops.append(entry)
-        elif kind in ("shr", "shl"):
-            ops.append((kind, min(_imm(consts, entry[1]), 31)))
-        elif kind == "add":
-            parts = _split_add(_imm(consts, entry[1]))
-            if parts != [("add", 0)] or not ops:
-                ops.extend(parts)
-        else:
-            ops.append((kind, _imm(consts, entry[1])))
-    return ops
+    return resolve(group.epilogue[1:] if group.kind == "alu" else group.epilogue, lambda name: _imm(consts, name))
 
 
 class _Builder:
@@ -436,7 +412,7 @@ class _Builder:
             rhs_value = self.member_input(group, rhs[0])
         epilogue = _epilogue(group, self.consts)
         if op_name == "add" and "imm" in workload:  # beyond 16 bits: the rest of the constant as epilogue adds
-            first, *rest = _split_add(workload["imm"])
+            first, *rest = split_add(workload["imm"])
             workload["imm"], epilogue = first[1], rest + epilogue
         bufs = AluBuffers(lhs=self.alloc(head.shape, 4), out=self.alloc(out.shape, 1),
                           rhs=self.alloc(head.shape, 4) if rhs_value else None)

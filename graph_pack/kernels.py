@@ -14,7 +14,7 @@ from collections.abc import Callable
 import numpy as np
 
 from graph_pack.opdefs import packed_factors
-from vta.ops import pack_blocks, transposed_to_direct, unpack_blocks
+from vta.numerics import conv2d_int, pack_blocks, transposed_to_direct, unpack_blocks, wrap_int32
 
 Kernel = Callable[..., np.ndarray]
 KERNELS: dict[str, Kernel] = {}
@@ -25,10 +25,6 @@ def kernel(name: str):
         KERNELS[name] = fn
         return fn
     return deco
-
-
-def wrap_int32(v: np.ndarray) -> np.ndarray:
-    return (((v.astype(np.int64) + (1 << 31)) % (1 << 32)) - (1 << 31)).astype(np.int32)
 
 
 def _is_int(a: np.ndarray) -> bool:
@@ -66,14 +62,7 @@ def conv2d_nchw(x: np.ndarray, w: np.ndarray, strides=(1, 1), padding=(0, 0, 0, 
     og = o // groups
     out_dtype = np.dtype(out_dtype or x.dtype)
     if _is_int(x):
-        # int8 x int8 products summed over any realistic window stay below 2^53: float64 BLAS is exact
-        exact = x.dtype.itemsize == 1 and w.dtype.itemsize == 1
-        calc = np.float64 if exact else np.int64
-        out = np.empty((n, o, oh, ow), np.int64)
-        for g in range(groups):
-            cols = _windows(xp[:, g * cg:(g + 1) * cg], kh, kw, oh, ow, strides, dilation).astype(calc)
-            wg = w[g * og:(g + 1) * og].astype(calc)
-            out[:, g * og:(g + 1) * og] = np.einsum("nckluv,ockl->nouv", cols, wg, optimize=True).astype(np.int64)
+        out = conv2d_int(x, w, strides, padding, dilation, groups)
         return wrap_int32(out) if out_dtype == np.int32 else out.astype(out_dtype)
     acc = np.zeros((n, o, oh, ow), np.float32)
     xp = xp.astype(np.float32)

@@ -27,6 +27,7 @@ from graph_pack.frontend_onnx import DEFAULT_MAX_TENSOR_BYTES  # one bound for i
 from graph_pack.graph import Graph, GraphBuilder, GraphError
 from graph_pack.kernels import KERNELS
 from graph_pack.passes import simplify
+from vta.numerics import conv2d_im2col, conv2d_transpose_scatter
 
 Params = dict[str, np.ndarray]
 BN_EPSILON = 1e-5
@@ -38,39 +39,10 @@ DCGAN_NGF = 128
 
 # ---- fast float kernels for calibration only (im2col + BLAS; the reference kernels fix a slow order) -------
 
-def _im2col_conv(x: np.ndarray, w: np.ndarray, strides, padding, dilation, groups: int) -> np.ndarray:
-    n, _, h, wd = x.shape
-    o, cg, kh, kw = w.shape
-    (sh, sw), (pt, pl, pb, pr), (dh, dw) = strides, padding, dilation
-    oh, ow = (h + pt + pb - dh * (kh - 1) - 1) // sh + 1, (wd + pl + pr - dw * (kw - 1) - 1) // sw + 1
-    xp = np.pad(x, ((0, 0), (0, 0), (pt, pb), (pl, pr)))
-    s = xp.strides
-    win = np.lib.stride_tricks.as_strided(xp, (groups, cg, kh, kw, n, oh, ow),
-                                          (s[1] * cg, s[1], s[2] * dh, s[3] * dw, s[0], s[2] * sh, s[3] * sw),
-                                          writeable=False)
-    cols = win.reshape(groups, cg * kh * kw, n * oh * ow)
-    out = np.matmul(w.reshape(groups, o // groups, cg * kh * kw), cols)
-    return np.ascontiguousarray(out.reshape(o, n, oh, ow).transpose(1, 0, 2, 3))
-
-
-def _fast_conv2d_transpose(a: dict, x: np.ndarray, w: np.ndarray) -> np.ndarray:
-    """Every input pixel times every kernel tap (one matmul), scatter-added at stride, then cropped."""
-    n, _, h, wd = x.shape
-    _, o, kh, kw = w.shape
-    (sh, sw), (pt, pl, pb, pr), (oph, opw) = a["strides"], a["padding"], a["output_padding"]
-    taps = np.tensordot(w, x, axes=([0], [1]))  # (O, KH, KW, N, H, W)
-    full_h, full_w = (h - 1) * sh + kh + oph, (wd - 1) * sw + kw + opw
-    out = np.zeros((n, o, full_h, full_w), np.float32)
-    for i in range(kh):
-        for j in range(kw):
-            rows, cols = slice(i, i + (h - 1) * sh + 1, sh), slice(j, j + (wd - 1) * sw + 1, sw)
-            out[:, :, rows, cols] += taps[:, i, j].transpose(1, 0, 2, 3)
-    return out[:, :, pt:full_h - pb, pl:full_w - pr]
-
-
 _CALIBRATION_KERNELS = {
-    "nn.conv2d": lambda a, x, w: _im2col_conv(x, w, a["strides"], a["padding"], a["dilation"], a["groups"]),
-    "nn.conv2d_transpose": _fast_conv2d_transpose,
+    "nn.conv2d": lambda a, x, w: conv2d_im2col(x, w, a["strides"], a["padding"], a["dilation"], a["groups"]),
+    "nn.conv2d_transpose": lambda a, x, w: conv2d_transpose_scatter(x, w, a["strides"], a["padding"],
+                                                                    a["output_padding"]),
     "nn.dense": lambda a, x, w: x @ w.T,
 }
 

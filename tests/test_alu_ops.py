@@ -6,8 +6,8 @@ import numpy as np
 import pytest
 
 from hw_config import load_config
-from vta.ops import compile_op
 from vta.runtime import ScheduleError
+from vta.templates import compile_op
 from vta.templates.alu import alu_tiling, check_alu
 
 SHAPE = (4, 48, 6, 10)  # channels not a whole number of blocks, batch not of BATCH on pynq

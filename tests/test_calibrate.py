@@ -28,8 +28,7 @@ from vta.calibrate import (
     spearman,
 )
 from vta.cli import main
-from vta.ops import compile_op
-from vta.templates import conv
+from vta.templates import compile_op, conv
 
 SHARED = Path(__file__).resolve().parents[2] / "shared" / "calibration" / "pynq_conv2d_measured.jsonl"
 SIM = load_config("sim")   # no board model: every key is fitted from scratch

@@ -18,7 +18,7 @@ from graph_pack import GraphBuilder, GraphError, run_reference
 from graph_pack.graph import Graph, find_nodes, prune, retype, topo_check
 from graph_pack.opdefs import OPS, pool_out
 from graph_pack.passes import BiasAddFromAdd, FoldBatchNorm, LowerBatchNorm, RemoveIdentities, simplify
-from vta.ops import pack_blocks, transposed_to_direct, unpack_blocks
+from vta.numerics import pack_blocks, transposed_to_direct, unpack_blocks
 
 SETTINGS = {"deadline": None, "derandomize": True, "suppress_health_check": [HealthCheck.too_slow]}
 INT32_MIN, INT32_MAX = -(1 << 31), (1 << 31) - 1

@@ -21,7 +21,7 @@ from simulator.image import load_image
 from simulator.latency import BoardProgram, board_latency
 from simulator.reference import ReferenceSimulator
 from simulator.stats import format_stats
-from vta.ops import compile_op, random_inputs
+from vta.templates import compile_op, random_inputs
 
 PYNQ = load_config("pynq")
 NEUTRAL = PYNQ.replace(**LATENCY_NEUTRAL)

@@ -160,7 +160,7 @@ def test_vtas_golden_programs_give_bit_identical_dram_on_the_board(board, cache,
 OPS_CLIENT = """
     from vta import compile_op
     from vta.device import SimDevice
-    from vta.ops import random_inputs
+    from vta.templates import random_inputs
     cases = [
         ("conv2d", dict(data_shape=(1, 32, 14, 14), kernel_shape=(32, 32, 3, 3), padding=(1, 1),
                         epilogue=[("bias",), ("shr", 8), ("clip", 0, 127)])),

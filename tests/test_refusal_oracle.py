@@ -34,9 +34,8 @@ from test_layout_oracle import MEM_ID, OPCODE, oracle_layout, raw_keys
 
 from hw_config import load_config
 from tuning.task import conv_task
-from vta.ops import compile_op
 from vta.runtime import ScheduleError
-from vta.templates import conv
+from vta.templates import compile_op, conv
 from vta.workloads import RESNET18
 
 LOOP_ITER_BITS = 14          # VTA_LOOP_ITER_WIDTH

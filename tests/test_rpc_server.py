@@ -19,7 +19,6 @@ from simulator.errors import DeadlockError
 from vta import compile_op
 from vta.device import SimDevice
 from vta.isa import FinishInsn, GemmInsn, MemInsn, assemble
-from vta.ops import random_inputs
 from vta.program_check import ProgramRejected
 from vta.rpc import (
     AuthError,
@@ -37,6 +36,7 @@ from vta.rpc import (
 )
 from vta.rpc.local import _first_line
 from vta.rpc.protocol import PREFIX, Channel, new_nonce
+from vta.templates import random_inputs
 
 CFG = load_config("pynq")
 SECRET = b"0123456789abcdef0123456789abcdef"

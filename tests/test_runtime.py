@@ -8,8 +8,8 @@ import pytest
 from hw_config import load_config
 from vta.device import SimDevice
 from vta.isa import GemmInsn, MemInsn, decode_program
-from vta.ops import compile_op, random_inputs
 from vta.runtime import COMPUTE, LOAD, STORE, CommandQueue, ScheduleError, UopKernel
+from vta.templates import compile_op, random_inputs
 
 
 def _queue(preset: str = "pynq", **overrides) -> CommandQueue:

@@ -15,10 +15,11 @@ import pytest
 
 from hw_config import MEM_TYPES, OPCODES, HwConfig, load_config
 from vta.isa import GemmInsn, MemInsn, decode_program
-from vta.ops import compile_op, reference_conv2d, reference_conv2d_transpose, reference_epilogue
+from vta.numerics import conv2d_int, conv2d_transpose_scatter
 from vta.runtime import ScheduleError
 from vta.space import KnobError
-from vta.templates import conv
+from vta.templates import compile_op, conv
+from vta.templates.epilogue import reference_epilogue
 from vta.workloads import DCGAN, MOBILENET
 from vta.workloads import RESNET18 as RESNET
 
@@ -379,7 +380,7 @@ EPILOGUE_CASES = {
 
 
 def expected(name: str, wl: dict, ops, inputs: dict, residual=None) -> np.ndarray:
-    """numpy: the int32 accumulator (reference_conv2d / reference_conv2d_transpose), then reference_epilogue."""
+    """numpy: the int32 accumulator (vta.numerics conv2d_int / conv2d_transpose_scatter), then reference_epilogue."""
     x, w = inputs["data"].astype(np.int64), inputs["kernel"].astype(np.int64)
     if name == "dense":
         acc = x @ w.T
@@ -387,9 +388,9 @@ def expected(name: str, wl: dict, ops, inputs: dict, residual=None) -> np.ndarra
         return reference_epilogue(acc[:, :, None, None], ops, inputs["bias"], res)[:, :, 0, 0]
     strides, padding = (wl.get("strides", 1),) * 2, (wl.get("padding", 0),) * 2
     if name == "conv2d_transpose":
-        acc = reference_conv2d_transpose(x, w, strides, padding)
+        acc = conv2d_transpose_scatter(x, w, strides, padding * 2)
     else:
-        acc = reference_conv2d(x, w, strides, padding, wl.get("groups", 1))
+        acc = conv2d_int(x, w, strides, padding * 2, groups=wl.get("groups", 1))
     return reference_epilogue(acc, ops, inputs["bias"], residual)
 
 

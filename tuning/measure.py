@@ -21,7 +21,7 @@ from typing import Any, Protocol, Self
 import numpy as np
 
 from tuning.task import Task
-from vta.ops import random_inputs
+from vta.templates import random_inputs
 
 
 @dataclass

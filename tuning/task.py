@@ -16,10 +16,8 @@ from graph_pack.build import group_workload, workload_key
 from graph_pack.graph import Graph
 from hw_config import HwConfig
 from vta.environment import config_of
-from vta.ops import AluOp, CompiledOp, ConvOp, compile_op
-from vta.runtime import ScheduleError
 from vta.space import ConfigSpace, KnobError
-from vta.templates import alu, conv
+from vta.templates import CompiledOp, Template, compile_template, template_of
 
 TEMPLATE_VERSION = "1"   # bump when a template's emitted program changes for the same config
 CONV_WORKLOAD_ARGS = ("data_shape", "kernel_shape", "strides", "padding", "groups")
@@ -54,38 +52,28 @@ class Task:
         return f"{self.op}_{shape}{'_tensor' if w.get('tensor_rhs') else ''}"
 
     # ---- compiling ----
+    @cached_property
+    def template(self) -> Template:
+        """The template instance tuning measures (``Template.task_program``: a network-like epilogue)."""
+        return template_of(self.op).from_task_workload(self.workload, self.cfg)
+
     def epilogue(self) -> list[tuple]:
-        w = self.workload
-        if "kernel_shape" not in w:
-            return [("shr", 2), ("clip", -127, 127)]
-        ops: list[tuple] = [("bias",)] if w.get("bias") else []
-        if w.get("residual"):
-            ops.append(("residual",))
-        return [*ops, ("shr", 8), ("clip", -127, 127)]
+        return list(self.template.epilogue.ops)
 
     def compile_args(self) -> dict[str, Any]:
-        w = self.workload
-        if "kernel_shape" in w:
-            return {k: tuple(w[k]) if isinstance(w[k], list) else w[k] for k in CONV_WORKLOAD_ARGS if k in w}
-        args: dict[str, Any] = {"data_shape": tuple(w["data_shape"])}
-        if self.op == "clip":
-            args["bounds"] = (-127, 127)
-        elif self.op in alu.BINARY and not w.get("tensor_rhs"):
-            args["imm"] = 3
-        return args
+        return template_of(self.op).task_program(self.workload)[0]
 
     def compile(self, config: dict | None = None, **kwargs) -> CompiledOp:
         """The template compiled for ``config`` (None: its default)."""
-        return compile_op(self.op, self.cfg, config=config, epilogue=self.epilogue(), **self.compile_args(),
-                          **kwargs)
+        return compile_template(self.template, config, **kwargs)
 
     @cached_property
     def default_op(self) -> CompiledOp:
         return self.compile(None)
 
-    @property
+    @cached_property
     def space(self) -> ConfigSpace:
-        return self.default_op.space
+        return self.template.space()
 
     @property
     def default_config(self) -> dict:
@@ -93,25 +81,16 @@ class Task:
 
     def check(self, config: dict) -> str | None:
         """Why ``config`` cannot run (checked without emitting anything), or None."""
-        op = self.default_op
         try:
             normal = self.space.normalize(config)
         except KnobError as e:
             return str(e)
-        if isinstance(op, ConvOp):
-            return conv.check_config(self.cfg, op.geometry, conv.tiling_of(normal), op.epilogue)
-        if isinstance(op, AluOp):
-            return alu.check_alu(self.cfg, op.geometry, alu.alu_tiling(normal))
-        raise ScheduleError(f"no validity check for {type(op).__name__}")
+        return self.template.check(normal)
 
     @property
     def flop(self) -> int:
         """Useful operations of one run (2 x multiply-accumulates; one per element for ALU ops)."""
-        op = self.default_op
-        if isinstance(op, ConvOp):
-            return 2 * op.geometry.macs(self.cfg)
-        g = op.geometry
-        return g.nb * g.cob * g.height * g.width * self.cfg.BATCH * self.cfg.BLOCK_OUT
+        return self.template.flop
 
     def __repr__(self) -> str:
         return f"Task({self.name}, weight={self.weight}, {len(self.space)} configs)"

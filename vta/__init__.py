@@ -1,6 +1,6 @@
 """The compiler back end: ISA, runtime, operator templates, devices and the ``vta`` command line."""
 
 from vta.environment import Environment, get_env
-from vta.ops import compile_op
+from vta.templates import compile_op
 
 __all__ = ["Environment", "compile_op", "get_env"]

@@ -35,9 +35,8 @@ from hw_config.config import LATENCY_RANGES
 from simulator.files import check_output_path, write_atomic
 from simulator.latency import HOST_KEYS, HOST_UNIT_S, BoardProgram, accel_extra, beat_extra
 from vta.cli import arg, command
-from vta.ops import ALU_OPS, CONV_OPS, compile_op
 from vta.runtime import ScheduleError
-from vta.templates import alu
+from vta.templates import TEMPLATES, compile_op
 
 # Typical values of a Zynq-7000 board (650 MHz Cortex-A9, VTA at 100 MHz on a 64-bit HP port): where the fit
 # starts, and the centre of the weak prior that settles what the records cannot tell apart.
@@ -142,27 +141,14 @@ def _from_layer_record(obj: dict, line: int, cfg: HwConfig) -> Measurement:
 
 def record_program(workload: dict[str, Any]) -> tuple[str, dict[str, Any], tuple[tuple, ...]]:
     """(op, compile_op workload arguments, epilogue) of a tuning record's workload, as ``tuning.task.Task``
-    compiles it (``Task.compile_args`` / ``Task.epilogue``; this layer cannot import tuning, and a test checks
-    the two agree)."""
+    compiles it: the template's own ``task_program``."""
     op = workload.get("op")
-    if not isinstance(op, str) or op not in (*CONV_OPS, *ALU_OPS):
-        raise ValueError(f"workload op {op!r} is not a template's; allowed: {', '.join((*CONV_OPS, *ALU_OPS))}")
-    tuple_of = (lambda v: tuple(v) if isinstance(v, list) else v)
-    if "kernel_shape" in workload:
-        args = {k: tuple_of(workload[k]) for k in ("data_shape", "kernel_shape", "strides", "padding", "groups")
-                if k in workload}
-        epilogue: list[tuple] = [("bias",)] if workload.get("bias") else []
-        if workload.get("residual"):
-            epilogue.append(("residual",))
-        return op, args, (*epilogue, ("shr", 8), ("clip", -127, 127))
+    if not isinstance(op, str) or op not in TEMPLATES:
+        raise ValueError(f"workload op {op!r} is not a template's; allowed: {', '.join(TEMPLATES)}")
     if "data_shape" not in workload:
         raise ValueError("workload has no data_shape")
-    args = {"data_shape": tuple_of(workload["data_shape"])}
-    if op == "clip":
-        args["bounds"] = (-127, 127)
-    elif op in alu.BINARY and not workload.get("tensor_rhs"):
-        args["imm"] = 3
-    return op, args, (("shr", 2), ("clip", -127, 127))
+    args, epilogue = TEMPLATES[op].task_program(workload)
+    return op, args, epilogue
 
 
 def _from_tuning_record(obj: dict, line: int, cfg: HwConfig) -> Measurement | str:

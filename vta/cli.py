@@ -448,7 +448,7 @@ def compile_cmd(args: argparse.Namespace) -> int:
     The image holds the instruction stream, the micro-ops and DRAM staged with random inputs, so
     `vta sim replay IMAGE` (or a board) runs it without this compiler.
     """
-    from vta.ops import ALU_OPS, compile_op, random_inputs
+    from vta.templates import ALU_OPS, compile_op, random_inputs
 
     if args.out is not None:
         check_output_path(args.out, "--out")

@@ -13,7 +13,7 @@ import numpy as np
 
 from hw_config import HwConfig
 from simulator.stats import RunStats, format_stats
-from vta.ops import compile_op
+from vta.templates import compile_op
 
 
 @dataclass

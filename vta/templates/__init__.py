@@ -1,1 +1,23 @@
-"""Operator templates: each turns a workload plus knob values into an instruction stream."""
+"""Operator templates: one module per template, each a ``Template`` class registered by operator name.
+
+``compile_op`` looks the operator up in ``TEMPLATES``; tuning and graph_pack ask the same registry. Adding an
+operator is adding one module with a ``@register``-ed class (docs/architecture.md, "Adding an operator").
+"""
+
+from vta.templates import alu, conv  # importing them registers the built-in templates
+from vta.templates.base import (
+    TEMPLATES,
+    CompiledOp,
+    Template,
+    compile_op,
+    compile_template,
+    random_inputs,
+    register,
+    template_of,
+)
+
+CONV_OPS = conv.ConvTemplate.ops
+ALU_OPS = alu.AluTemplate.ops
+
+__all__ = ["ALU_OPS", "CONV_OPS", "TEMPLATES", "CompiledOp", "Template", "compile_op", "compile_template",
+           "random_inputs", "register", "template_of"]

@@ -10,15 +10,28 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from hw_config import HwConfig
-from vta.runtime import COMPUTE, STORE, CommandQueue, UopKernel
-from vta.space import ConfigSpace, Knob
-from vta.templates.conv import LOOP_MAX, alu_immediates
+import numpy as np
 
-BINARY = {"add": "ADD", "multiply": "MUL", "minimum": "MIN", "maximum": "MAX", "right_shift": "SHR"}
-EPILOGUE_NAME = {"add": "add", "multiply": "mul", "minimum": "min", "maximum": "max", "right_shift": "shr"}
+from hw_config import HwConfig
+from hw_config.isa_rules import INSN_BYTES, LOOP_MAX, SHIFT_MAX
+from simulator.timing import dma_cycles
+from vta.numerics import blocks, pack_blocks, unpack_blocks, wrap_int32
+from vta.runtime import COMPUTE, STORE, CommandQueue, UopKernel
+from vta.space import Config, ConfigSpace, Knob
+from vta.templates.base import Template, as_int, as_ints, checked_array, only_known, present_inputs, register
+from vta.templates.epilogue import ALU_OPCODE, GRAPH_OPS, Epilogue, alu_immediates, reference_epilogue
+
+# graph / operator name -> its epilogue op (the same op with a constant operand)
+EPILOGUE_NAME = {op: GRAPH_OPS[op] for op in ("add", "multiply", "minimum", "maximum", "right_shift")}
+BINARY = {op: ALU_OPCODE[name] for op, name in EPILOGUE_NAME.items()}   # operator -> ALU opcode
 UNARY = ("relu", "clip")
 HALVES = 2
+
+# numpy meaning of each binary operator with a tensor operand (the ALU's semantics, docs/simulator.md)
+_TENSOR_MEANING = {
+    "add": lambda x, y: x + y, "multiply": lambda x, y: x * y, "minimum": np.minimum, "maximum": np.maximum,
+    "right_shift": lambda x, y: np.where(y >= 0, x >> np.minimum(y, SHIFT_MAX), x << np.minimum(-y, SHIFT_MAX)),
+}
 
 
 @dataclass(frozen=True)
@@ -47,6 +60,13 @@ class AluTiling:
         return self.co1 * self.h1 * self.w1
 
 
+@dataclass
+class AluBuffers:
+    lhs: object
+    out: object
+    rhs: object | None = None
+
+
 def alu_space(g: AluGeometry) -> ConfigSpace:
     return ConfigSpace([Knob.split("tile_co", g.cob), Knob.split("tile_h", g.height), Knob.split("tile_w", g.width)])
 
@@ -62,7 +82,7 @@ def alu_ops(g: AluGeometry, epilogue: tuple) -> list[tuple[str, int | None]]:
     elif g.op in BINARY:  # an immediate operand: validated like an epilogue constant
         first = alu_immediates((EPILOGUE_NAME[g.op], g.rhs_imm))
     elif g.op == "relu":
-        first = [("MAX", 0)]
+        first = alu_immediates(("relu",))
     else:
         first = alu_immediates(("clip", *g.args))
     rest = [pair for op in epilogue for pair in alu_immediates(op)]
@@ -118,3 +138,169 @@ def emit_alu(q: CommandQueue, g: AluGeometry, t: AluTiling, ops: list[tuple[str,
                     q.dep_push(STORE, COMPUTE)
                     tile += 1
                     q.checkpoint()
+
+
+def _dma(c: HwConfig, rows, row_bytes, transfers):
+    return transfers * dma_cycles(c, rows, row_bytes)
+
+
+def _log2(x) -> np.ndarray:
+    return np.log2(np.maximum(np.asarray(x, dtype=np.float64), 1e-9))
+
+
+def _estimate(t: AluTemplate, kv: dict) -> dict[str, np.ndarray]:
+    """The ALU template in the conv template's terms: no reduction, operands DMA'd into the accumulator,
+    two accumulator halves (always double buffered)."""
+    g, c = t.geometry, t.cfg
+    one = np.ones(len(next(iter(kv.values()))[0]))
+    n_ep = len(t.instructions)
+    (co1, nco), (h1, nht), (w1, nwt) = kv["tile_co"], kv["tile_h"], kv["tile_w"]
+    positions = co1 * h1 * w1
+    tiles = g.nb * nco * nht * nwt
+    operands = 2 if g.tensor_rhs else 1
+    acc = positions * operands
+    contiguous = w1 == g.width
+    rows = np.where(contiguous, 1, h1)
+    row_bytes = np.where(contiguous, h1 * w1, w1) * c.ACC_ELEM_BYTES
+    load = _dma(c, rows, row_bytes, co1 * operands)
+    compute = n_ep * (c.COMPUTE_LATENCY + positions * c.ALU_II)
+    store = _dma(c, rows, row_bytes / c.ACC_ELEM_BYTES * c.OUT_ELEM_BYTES, co1)
+    est = tiles * np.maximum(load + store, compute)
+    insns = tiles * (co1 * (operands + 1) + n_ep + 4)
+    fetch = insns * -(-INSN_BYTES // c.BUS_BYTES)
+    est = np.maximum(est, fetch)
+    elems = g.nb * g.cob * g.height * g.width
+    ideal = elems * c.ALU_II * n_ep
+    in_bytes = tiles * positions * operands * c.ACC_ELEM_BYTES
+    dram = in_bytes + elems * c.OUT_ELEM_BYTES
+    transfers = tiles * co1 * (operands + 1)
+    ops_elems = elems * c.BATCH * c.BLOCK_OUT
+    z = 0 * one
+    return {
+        "log_b_inner": z, "log_h_inner": _log2(h1), "log_w_inner": _log2(w1), "log_ci_inner": z,
+        "log_co_inner": _log2(co1), "log_b_outer": _log2(g.nb) * one, "log_h_outer": _log2(nht),
+        "log_w_outer": _log2(nwt), "log_ci_outer": z, "log_co_outer": _log2(nco), "oc_nthread": one,
+        "h_nthread": one, "threads": one, "double_buffered": one,
+        "log_tiles": _log2(tiles), "log_positions": _log2(positions), "log_chunks_per_tile": z,
+        "log_chunks": _log2(tiles), "log_uops_per_kernel": z, "log_gemm_iters_per_chunk": _log2(positions),
+        "log_ideal_cycles": _log2(ideal) * one,
+        "log_inp_elems": z, "log_wgt_elems": z, "log_acc_elems": _log2(acc), "inp_frac": z, "wgt_frac": z,
+        "acc_frac": acc * HALVES / c.ACC_BUFF_DEPTH,
+        "uop_frac": n_ep / c.UOP_BUFF_DEPTH * one,
+        "halo_overhead": one, "pad_fraction": z, "input_reread": one, "weight_reread": z,
+        "log_dram_bytes": _log2(dram) * one, "log_bytes_per_mac": _log2(dram / ops_elems) * one,
+        "log_arith_intensity": _log2(positions * c.BATCH * c.BLOCK_OUT / (acc * c.ACC_ELEM_BYTES)),
+        "log_dma_transfers": _log2(transfers), "log_bytes_per_transfer": _log2(dram / transfers),
+        "inp_transfers_per_chunk": co1 * operands, "store_transfers_per_tile": co1,
+        "whole_row_loads": contiguous.astype(np.float64),
+        "whole_image_stores": (h1 * w1 == g.height * g.width) * one,
+        "log_load_cycles_per_chunk": _log2(load), "log_compute_cycles_per_chunk": _log2(compute),
+        "compute_over_load": _log2(compute / load), "log_insns": _log2(insns), "fetch_share": fetch / est,
+        "log_est_cycles": _log2(est), "est_over_ideal": _log2(est / ideal),
+        "kh_kw": one, "stride": one, "is_conv": z, "is_group": z, "is_transpose": z, "is_dense": z,
+        "is_alu": one, "est_cycles": est,
+    }
+
+
+@register
+class AluTemplate(Template):
+    """Element-wise add / multiply / minimum / maximum / right_shift (tensor or immediate rhs), relu, clip."""
+
+    ops = (*BINARY, *UNARY)
+    inputs = ("lhs", "rhs")
+    Buffers = AluBuffers
+
+    def __init__(self, op: str, cfg: HwConfig, epilogue: Epilogue, geometry: AluGeometry, shape: tuple[int, ...]):
+        super().__init__(op, cfg, epilogue)
+        self.geometry, self.shape = geometry, shape
+        self.instructions = alu_ops(geometry, epilogue.ops)   # validates every immediate before anything is emitted
+
+    @classmethod
+    def parse(cls, op: str, cfg: HwConfig, epilogue: tuple, workload: dict) -> AluTemplate:
+        only_known(op, workload, {"data_shape", "imm", "bounds"})
+        if "data_shape" not in workload:
+            raise ValueError(f"{op}: missing workload argument 'data_shape' (N, C, H, W)")
+        shape = as_ints("data_shape", workload["data_shape"])
+        if len(shape) != 4 or min(shape) <= 0:
+            raise ValueError(f"{op}: data_shape needs 4 positive dims (N, C, H, W), got {shape}")
+        imm = None if workload.get("imm") is None else as_int("imm", workload["imm"])
+        if imm is not None and op not in BINARY:
+            raise ValueError(f"{op}: imm= applies only to {', '.join(BINARY)}")
+        if op == "clip":
+            if "bounds" not in workload:
+                raise ValueError("clip: pass bounds=(lo, hi)")
+            args = as_ints("bounds", workload["bounds"], 2)
+        elif "bounds" in workload:
+            raise ValueError(f"{op}: bounds= applies only to clip")
+        else:
+            args = ()
+        n, c, h, w = shape
+        geometry = AluGeometry(nb=blocks(n, cfg.BATCH), cob=blocks(c, cfg.BLOCK_OUT), height=h, width=w, op=op,
+                               rhs_imm=imm, args=args)
+        return cls(op, cfg, Epilogue(epilogue), geometry, shape)
+
+    def task_workload(self) -> dict:
+        return {"op": self.op, "data_shape": self.shape, "tensor_rhs": self.geometry.tensor_rhs}
+
+    @classmethod
+    def task_program(cls, workload: dict) -> tuple[dict, tuple]:
+        args: dict = {"data_shape": tuple(workload["data_shape"])}
+        if workload["op"] == "clip":
+            args["bounds"] = (-127, 127)
+        elif workload["op"] in BINARY and not workload.get("tensor_rhs"):
+            args["imm"] = 3
+        return args, (("shr", 2), ("clip", -127, 127))
+
+    # ---- schedule ----
+    def space(self) -> ConfigSpace:
+        return alu_space(self.geometry)
+
+    def check(self, config: Config) -> str | None:
+        return check_alu(self.cfg, self.geometry, alu_tiling(config))
+
+    def default_config(self) -> Config:
+        return default_alu_config(self.cfg, self.geometry, self.space())
+
+    @property
+    def flop(self) -> int:
+        g = self.geometry
+        return g.nb * g.cob * g.height * g.width * self.cfg.BATCH * self.cfg.BLOCK_OUT
+
+    def estimate(self, kv: dict) -> dict:
+        return _estimate(self, kv)
+
+    # ---- program and data ----
+    def buffer_bytes(self) -> dict[str, int]:
+        g = self.geometry
+        packed = g.nb * g.cob * g.height * g.width * self.cfg.BATCH * self.cfg.BLOCK_OUT
+        return {"lhs": 4 * packed, "out": packed, "rhs": 4 * packed if g.tensor_rhs else 0}
+
+    def emit(self, queue: CommandQueue, config: Config, buffers: AluBuffers) -> None:
+        emit_alu(queue, self.geometry, alu_tiling(config), self.instructions, buffers)
+
+    def check_inputs(self, inputs: dict) -> dict:
+        present = present_inputs(self, inputs, {"rhs": f"{self.op} with a tensor operand"})
+        return {k: checked_array(k, v, self.shape, ("int8", "int32")) for k, v in present.items()}
+
+    def pack(self, name: str, value: np.ndarray) -> np.ndarray:
+        return pack_blocks(value.astype(np.int32), self.cfg.BATCH, self.cfg.BLOCK_OUT)
+
+    def unpack_output(self, raw: np.ndarray) -> np.ndarray:
+        g, c = self.geometry, self.cfg
+        packed = raw.view(np.int8).reshape(g.nb, g.cob, g.height, g.width, c.BATCH, c.BLOCK_OUT)
+        return unpack_blocks(packed, self.shape[0], self.shape[1])
+
+    def reference(self, lhs, rhs=None) -> np.ndarray:
+        g = self.geometry
+        x = lhs.astype(np.int64)
+        if g.op in BINARY and g.rhs_imm is None:
+            x = wrap_int32(_TENSOR_MEANING[g.op](x, rhs.astype(np.int64)))
+            return reference_epilogue(x, self.epilogue.ops, None, None)
+        first = (EPILOGUE_NAME[g.op], g.rhs_imm) if g.op in BINARY else ("relu",) if g.op == "relu" else ("clip", *g.args)
+        return reference_epilogue(x, (first, *self.epilogue.ops), None, None)
+
+    def random_inputs(self, rng: np.random.Generator) -> dict:
+        out = {"lhs": rng.integers(-512, 512, self.shape).astype(np.int32)}
+        if self.geometry.tensor_rhs:
+            out["rhs"] = rng.integers(-512, 512, self.shape).astype(np.int32)
+        return out

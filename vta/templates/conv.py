@@ -21,11 +21,30 @@ from dataclasses import dataclass
 import numpy as np
 
 from hw_config import HwConfig
+from hw_config.isa_rules import INSN_BYTES, LOOP_MAX, PAD_MAX
+from simulator.timing import dma_cycles
+from vta.numerics import (
+    blocks,
+    conv2d_int,
+    conv2d_transpose_scatter,
+    pack_bias,
+    pack_blocks,
+    transposed_to_direct,
+    unpack_blocks,
+)
 from vta.runtime import COMPUTE, LOAD, STORE, CommandQueue, ScheduleError, UopKernel
 from vta.space import Config, ConfigSpace, Knob
-
-LOOP_MAX = (1 << 14) - 1
-PAD_MAX = 15
+from vta.templates.base import (
+    Template,
+    as_int,
+    as_ints,
+    as_pair,
+    checked_array,
+    only_known,
+    present_inputs,
+    register,
+)
+from vta.templates.epilogue import Epilogue, alu_immediates, reference_epilogue
 
 
 @dataclass(frozen=True)
@@ -190,21 +209,6 @@ def _hazard(dst: np.ndarray, repeats: bool) -> str | None:
 # ------------------------------------------------------------------------------------------------------------
 # validity
 
-@dataclass(frozen=True)
-class Epilogue:
-    """What the output tile needs besides the GEMM: a bias vector and/or a residual tile in the acc SRAM."""
-
-    ops: tuple[tuple, ...] = ()
-
-    @property
-    def bias(self) -> bool:
-        return any(op[0] == "bias" for op in self.ops)
-
-    @property
-    def residual(self) -> bool:
-        return any(op[0] == "residual" for op in self.ops)
-
-
 def sram_needs(g: ConvGeometry, t: Tiling, ep: Epilogue) -> dict[str, int]:
     """Elements each buffer needs for one thread."""
     return {"inp": t.b1 * t.ci1 * rows_in(g, t, True) * rows_in(g, t, False),
@@ -294,30 +298,6 @@ def _epilogue_kernels(ep: Epilogue, t: Tiling, acc: int, bias: int, res: int) ->
             for alu_op, imm in alu_immediates(op):
                 kernels.append(UopKernel("alu", [[acc, 0, 0]], loops=whole, alu_op=alu_op, use_imm=True, imm=imm))
     return kernels
-
-
-IMM_MIN, IMM_MAX = -(1 << 15), (1 << 15) - 1
-
-
-def alu_immediates(op: tuple) -> list[tuple[str, int]]:
-    """ALU instructions (opcode, immediate) for one epilogue operation with a constant."""
-    name, *args = op
-    table = {"shr": lambda n: [("SHR", n)], "shl": lambda n: [("SHR", -n)], "relu": lambda: [("MAX", 0)],
-             "clip": lambda lo, hi: [("MIN", hi), ("MAX", lo)], "min": lambda v: [("MIN", v)],
-             "max": lambda v: [("MAX", v)], "add": lambda v: [("ADD", v)], "mul": lambda v: [("MUL", v)]}
-    if name not in table:
-        raise ScheduleError(f"unknown epilogue op {name!r}; allowed: bias, residual, {', '.join(table)}")
-    try:
-        out = table[name](*args)
-    except TypeError:
-        raise ScheduleError(f"epilogue op {op!r} has the wrong number of arguments") from None
-    if name in ("shr", "shl") and not (isinstance(args[0], (int, np.integer)) and 0 <= args[0] <= 31):
-        raise ScheduleError(f"epilogue op {op!r}: the shift count must be an integer in [0, 31]")
-    for alu_op, imm in out:
-        if not isinstance(imm, (int, np.integer)) or not IMM_MIN <= imm <= IMM_MAX:
-            raise ScheduleError(f"epilogue op {op!r}: immediate {imm!r} must be an integer in "
-                                f"[{IMM_MIN}, {IMM_MAX}] (16-bit ALU immediate)")
-    return out
 
 
 def emit_conv(q: CommandQueue, g: ConvGeometry, t: Tiling, ep: Epilogue, bufs: ConvBuffers) -> None:
@@ -461,3 +441,327 @@ def default_config(cfg: HwConfig, g: ConvGeometry, ep: Epilogue, space: ConfigSp
         if check_config(cfg, g, tiling_of(config), ep) is None:
             return config
     raise ScheduleError("no config of this template fits the hardware for this workload")
+
+
+# ------------------------------------------------------------------------------------------------------------
+# analytical model
+
+def _get(kv, name, one):
+    return kv.get(name, (one, one))
+
+
+def _log2(x) -> np.ndarray:
+    return np.log2(np.maximum(np.asarray(x, dtype=np.float64), 1e-9))
+
+
+def _dma(c: HwConfig, rows, row_bytes, transfers):
+    return transfers * dma_cycles(c, rows, row_bytes)
+
+
+def _estimate(tmpl: ConvTemplate, kv: dict) -> dict[str, np.ndarray]:
+    """The template's analytical model over configs: loop and traffic structure and an estimate of the cycles
+    from the simulator's DMA / compute formulas (no dependencies modelled); the tuner's features."""
+    g, c = tmpl.geometry, tmpl.cfg
+    one = np.ones(len(next(iter(kv.values()))[0]))
+    (b1, nbt), (h1, nht), (w1, nwt) = (_get(kv, k, one) for k in ("tile_b", "tile_h", "tile_w"))
+    (ci1, nci), (co1, nco) = kv["tile_ci"], kv["tile_co"]
+    tc, th = kv["oc_nthread"][0], _get(kv, "h_nthread", one)[0]
+    # the template's own formulas, evaluated on arrays of tilings (one lane per config)
+    t = Tiling(b1=b1, h1=h1, w1=w1, ci1=ci1, co1=co1, tc=tc, th=th)
+    positions, threads = t.positions, t.threads
+    tiles = nbt * nht * nwt * nco
+    chunks = tiles * nci
+    rows, cols = rows_in(g, t, True), rows_in(g, t, False)
+    if g.transpose:
+        uops = g.kw * g.kh * positions / (g.sh * g.sw)  # the zero-skipping keeps about 1 / (sh * sw) of them
+        iters = ci1 * uops
+    else:
+        uops = g.kw * positions
+        iters = ci1 * g.kh * uops
+    real_rows, real_cols = np.minimum(rows, g.height), np.minimum(cols, g.width)
+    ep = tmpl.epilogue
+    n_ep = ep.alu_instructions
+    need = sram_needs(g, t, ep)
+    inp, wgt, acc = need["inp"], need["wgt"], need["acc"]
+
+    # loads of one chunk, as _load_chunk emits them
+    dense = g.height == g.width == 1 and g.kh == g.kw == 1
+    whole_rows = (real_cols == g.width) & (cols == g.width) & (real_rows == rows)
+    inp_transfers = np.where(dense | whole_rows, b1, b1 * ci1)
+    inp_rows = np.where(dense, 1, np.where(whole_rows, ci1, real_rows))
+    inp_row_elems = np.where(dense, ci1 * b1, np.where(whole_rows, real_rows * real_cols, real_cols))
+    inp_row_bytes = inp_row_elems * c.INP_ELEM_BYTES
+    inp_bytes = b1 * ci1 * real_rows * real_cols * c.INP_ELEM_BYTES
+    padded = b1 * ci1 * (rows * cols - real_rows * real_cols)
+    ld_inp = _dma(c, inp_rows, inp_row_bytes, inp_transfers) + padded
+    wgt_bytes = wgt * c.WGT_ELEM_BYTES
+    wgt_contig = ci1 == g.cib
+    ld_wgt = _dma(c, np.where(wgt_contig, 1, co1), np.where(wgt_contig, wgt_bytes, wgt_bytes / co1), 1)
+    load_chunk = ld_inp + ld_wgt
+    compute_chunk = c.COMPUTE_LATENCY + iters * c.GEMM_II
+
+    # per output tile: reset, epilogue, optional bias / residual loads, stores
+    whole_image = (h1 * w1 == g.out_h * g.out_w)
+    store_transfers = np.where(whole_image, 1, b1 * co1)
+    out_bytes = positions * c.OUT_ELEM_BYTES
+    store_rows = np.where(whole_image | (w1 == g.out_w), 1, h1)
+    store = _dma(c, store_rows * np.where(whole_image, b1, 1),
+                 out_bytes / (store_transfers * store_rows * np.where(whole_image, b1, 1)), store_transfers)
+    extra_bytes = ((co1 if ep.bias else 0) + (positions if ep.residual else 0)) * c.ACC_ELEM_BYTES
+    extra_transfers = (1 if ep.bias else 0) + (store_transfers if ep.residual else 0)
+    # reset, epilogue ALU ops and the bias / residual loads (accumulator loads run on the compute module)
+    tile_compute = ((1 + n_ep) * c.COMPUTE_LATENCY
+                    + positions * (1 + n_ep * c.ALU_II)
+                    + _dma(c, 1, extra_bytes / np.maximum(extra_transfers, 1), extra_transfers))
+
+    insns = chunks * (inp_transfers + 1 + 1 + 4) + tiles * (1 + n_ep + store_transfers
+                                                            + extra_transfers + 4)
+    fetch = insns * -(-INSN_BYTES // c.BUS_BYTES)
+    overlap = threads > 1
+    # one thread: a chunk's load waits for the previous GEMM; only the next tile's first load hides behind
+    # the epilogue and the store. Several threads (a group of tiles at a time): loads and GEMMs overlap
+    # in the chunk loop, but during the group's epilogues the loads can only prefetch one chunk a thread.
+    serial = tiles * ((nci - 1) * (load_chunk + compute_chunk) + compute_chunk
+                      + np.maximum(load_chunk, tile_compute + store))
+    group_epilogue = threads * tile_compute
+    prefetched = np.minimum(threads * load_chunk, group_epilogue)
+    group = group_epilogue + threads * np.maximum(nci * compute_chunk,
+                                                  nci * load_chunk - prefetched / threads)
+    piped = np.maximum(tiles / threads * group, tiles * store) + load_chunk + store
+    est = np.maximum(np.where(overlap, piped, serial), fetch)
+    macs_blocks = g.nb * g.cob * g.out_h * g.out_w * g.cib * g.kh * g.kw / (g.sh * g.sw if g.transpose else 1)
+    ideal = macs_blocks * c.GEMM_II
+    total_in = chunks * inp_bytes
+    total_wgt = chunks * wgt_bytes
+    dram = total_in + total_wgt + tiles * (out_bytes + extra_bytes)
+    transfers = chunks * (inp_transfers + 1) + tiles * (store_transfers + extra_transfers)
+    macs = macs_blocks * c.BATCH * c.BLOCK_IN * c.BLOCK_OUT
+    input_tensor = g.nb * g.cib_total * g.height * g.width * c.INP_ELEM_BYTES
+    weight_tensor = g.cob * g.cib * g.kh * g.kw * c.WGT_ELEM_BYTES
+    op = tmpl.op
+    return {
+        "log_b_inner": _log2(b1), "log_h_inner": _log2(h1), "log_w_inner": _log2(w1),
+        "log_ci_inner": _log2(ci1), "log_co_inner": _log2(co1),
+        "log_b_outer": _log2(nbt), "log_h_outer": _log2(nht), "log_w_outer": _log2(nwt),
+        "log_ci_outer": _log2(nci), "log_co_outer": _log2(nco), "oc_nthread": tc, "h_nthread": th,
+        "threads": threads, "double_buffered": overlap.astype(np.float64),
+        "log_tiles": _log2(tiles), "log_positions": _log2(positions), "log_chunks_per_tile": _log2(nci),
+        "log_chunks": _log2(chunks), "log_uops_per_kernel": _log2(uops),
+        "log_gemm_iters_per_chunk": _log2(iters),
+        "log_ideal_cycles": _log2(ideal) * one,
+        "log_inp_elems": _log2(inp), "log_wgt_elems": _log2(wgt), "log_acc_elems": _log2(acc),
+        "inp_frac": inp * threads / c.INP_BUFF_DEPTH, "wgt_frac": wgt * threads / c.WGT_BUFF_DEPTH,
+        "acc_frac": acc * threads / c.ACC_BUFF_DEPTH, "uop_frac": uops * threads / c.UOP_BUFF_DEPTH,
+        "halo_overhead": rows * cols / np.maximum(h1 * w1 * (1 if g.transpose else g.sh * g.sw), 1),
+        "pad_fraction": 1 - real_rows * real_cols / (rows * cols),
+        "input_reread": total_in / input_tensor, "weight_reread": total_wgt / weight_tensor,
+        "log_dram_bytes": _log2(dram), "log_bytes_per_mac": _log2(dram / macs),
+        "log_arith_intensity": _log2(iters * c.BATCH * c.BLOCK_IN * c.BLOCK_OUT / (inp_bytes + wgt_bytes)),
+        "log_dma_transfers": _log2(transfers), "log_bytes_per_transfer": _log2(dram / transfers),
+        "inp_transfers_per_chunk": inp_transfers, "store_transfers_per_tile": store_transfers,
+        "whole_row_loads": (dense | whole_rows).astype(np.float64), "whole_image_stores": whole_image * one,
+        "log_load_cycles_per_chunk": _log2(load_chunk), "log_compute_cycles_per_chunk": _log2(compute_chunk),
+        "compute_over_load": _log2(compute_chunk / load_chunk), "log_insns": _log2(insns),
+        "fetch_share": fetch / est, "log_est_cycles": _log2(est), "est_over_ideal": _log2(est / ideal),
+        "kh_kw": g.kh * g.kw * one, "stride": g.sh * g.sw * one, "is_conv": float(op == "conv2d") * one,
+        "is_group": float(op == "group_conv2d") * one, "is_transpose": float(g.transpose) * one,
+        "is_dense": float(op == "dense") * one, "is_alu": 0 * one, "est_cycles": est,
+    }
+
+
+
+# ------------------------------------------------------------------------------------------------------------
+# the template
+
+@register
+class ConvTemplate(Template):
+    """conv2d / group_conv2d / conv2d_transpose / dense with a fused epilogue, on the GEMM core."""
+
+    ops = ("conv2d", "group_conv2d", "conv2d_transpose", "dense")
+    inputs = ("data", "kernel", "bias", "residual")
+    Buffers = ConvBuffers
+    graph_ops = ("nn.conv2d", "nn.conv2d_transpose", "nn.dense")
+
+    def __init__(self, op: str, cfg: HwConfig, epilogue: Epilogue, geometry: ConvGeometry,
+                 shapes: dict[str, tuple[int, ...]]):
+        super().__init__(op, cfg, epilogue)
+        self.geometry, self.shapes = geometry, shapes
+
+    # ---- workload ----
+    @classmethod
+    def parse(cls, op: str, cfg: HwConfig, epilogue: tuple, workload: dict) -> ConvTemplate:
+        only_known(op, workload, {"data_shape", "kernel_shape", "strides", "padding", "groups"},
+                   ("data_shape", "kernel_shape"))
+        data_shape = as_ints("data_shape", workload["data_shape"])
+        kernel_shape = as_ints("kernel_shape", workload["kernel_shape"])
+        if op == "dense":
+            extra = {"strides", "padding", "groups"} & set(workload)
+            if extra:
+                raise ValueError(f"dense: {sorted(extra)} do not apply to dense")
+            if len(data_shape) != 2 or len(kernel_shape) != 2 or data_shape[1] != kernel_shape[1]:
+                raise ValueError(f"dense: data_shape (N, K) and kernel_shape (M, K) must agree on K, got "
+                                 f"{data_shape} and {kernel_shape}")
+            data4, kernel4 = (*data_shape, 1, 1), (*kernel_shape, 1, 1)
+            strides, padding, groups = (1, 1), (0, 0), 1
+        else:
+            data4, kernel4 = data_shape, kernel_shape
+            strides = as_pair("strides", workload.get("strides", 1))
+            padding = as_pair("padding", workload.get("padding", 0))
+            groups = as_int("groups", workload.get("groups", 1))
+        if len(data4) != 4 or len(kernel4) != 4 or min(*data4, *kernel4) <= 0:
+            raise ValueError(f"{op}: data_shape and kernel_shape need 4 positive dims, got {data_shape}, {kernel_shape}")
+        n, ci, h, w = data4
+        transpose = op == "conv2d_transpose"
+        if transpose:
+            ci_k, co, kh, kw = kernel4
+            if groups != 1:
+                raise ValueError("conv2d_transpose: groups must be 1")
+        else:
+            co, ci_k, kh, kw = kernel4
+        if ci_k * (1 if transpose else groups) != ci:
+            raise ValueError(f"{op}: kernel_shape {kernel_shape} does not match {ci} input channels with groups={groups}")
+        if groups < 1 or ci % groups or co % groups:
+            raise ValueError(f"{op}: groups={groups} must divide both {ci} input and {co} output channels")
+        if groups > 1 and ((ci // groups) % cfg.BLOCK_IN or (co // groups) % cfg.BLOCK_OUT):
+            raise ValueError(f"{op}: with groups={groups} each group's channels ({ci // groups} in, {co // groups} "
+                             f"out) must be multiples of BLOCK={cfg.BLOCK_IN} (VTA groups whole channel blocks)")
+        if min(strides) < 1 or min(padding) < 0:
+            raise ValueError(f"{op}: strides must be >= 1 and padding >= 0, got {strides}, {padding}")
+        geometry = ConvGeometry(
+            nb=blocks(n, cfg.BATCH), cib=blocks(ci // groups, cfg.BLOCK_IN), cob=blocks(co, cfg.BLOCK_OUT),
+            groups=groups, height=h, width=w, kh=kh, kw=kw, sh=strides[0], sw=strides[1], ph=padding[0],
+            pw=padding[1], transpose=transpose)
+        if geometry.out_h <= 0 or geometry.out_w <= 0:
+            raise ValueError(f"{op}: the output would be empty ({geometry.out_h} x {geometry.out_w})")
+        out_shape = (n, co) if op == "dense" else (n, co, geometry.out_h, geometry.out_w)
+        shapes = {"data": data_shape, "kernel": kernel_shape, "out": out_shape}
+        return cls(op, cfg, Epilogue(epilogue), geometry, shapes)
+
+    # the epilogue tuning measures with: like a network's (bias / residual, then shift, clip, int8 store)
+    def task_workload(self) -> dict:
+        g, s = self.geometry, self.shapes
+        wl = {"op": self.op, "data_shape": s["data"], "kernel_shape": s["kernel"], "bias": self.epilogue.bias,
+              "residual": self.epilogue.residual}
+        if self.op != "dense":
+            wl.update(strides=(g.sh, g.sw), padding=(g.ph, g.pw))
+        if self.op in ("conv2d", "group_conv2d"):
+            wl["groups"] = g.groups
+        return wl
+
+    @classmethod
+    def task_program(cls, workload: dict) -> tuple[dict, tuple]:
+        ops: list[tuple] = [("bias",)] if workload.get("bias") else []
+        if workload.get("residual"):
+            ops.append(("residual",))
+        args = {k: tuple(v) if isinstance(v, list) else v for k, v in workload.items()
+                if k in ("data_shape", "kernel_shape", "strides", "padding", "groups")}
+        return args, (*ops, ("shr", 8), ("clip", -127, 127))
+
+    @classmethod
+    def from_graph(cls, head, inputs, rhs_scalar, cfg):
+        data, weight = inputs
+        if weight.op != "const":
+            return "its weight is not a constant"
+        if (data.dtype, weight.dtype, head.dtype) != ("int8", "int8", "int32"):
+            return f"needs int8 x int8 -> int32, got {data.dtype} x {weight.dtype} -> {head.dtype} (quantize first)"
+        if head.op == "nn.dense":
+            return "dense", {"data_shape": data.shape, "kernel_shape": weight.shape}
+        a = head.attrs
+        pt, pl, pb, pr = a["padding"]
+        if a["dilation"] != (1, 1):
+            return f"dilation {a['dilation']} (the template supports 1)"
+        if (pt, pl) != (pb, pr):
+            return f"asymmetric padding {a['padding']} (the template pads symmetrically)"
+        common = {"data_shape": data.shape, "kernel_shape": weight.shape, "strides": a["strides"], "padding": (pt, pl)}
+        if head.op == "nn.conv2d_transpose":
+            if a["output_padding"] != (0, 0):
+                return f"output_padding {a['output_padding']} (the template supports (0, 0))"
+            return "conv2d_transpose", common
+        if a["groups"] > 1:
+            return "group_conv2d", {**common, "groups": a["groups"]}
+        return "conv2d", common
+
+    # ---- schedule ----
+    def space(self) -> ConfigSpace:
+        return conv_space(self.geometry, dense=self.op == "dense")
+
+    def check(self, config: Config) -> str | None:
+        return check_config(self.cfg, self.geometry, tiling_of(config), self.epilogue)
+
+    def default_config(self) -> Config:
+        return default_config(self.cfg, self.geometry, self.epilogue, self.space())
+
+    @property
+    def flop(self) -> int:
+        return 2 * self.geometry.macs(self.cfg)
+
+    def estimate(self, kv: dict) -> dict:
+        return _estimate(self, kv)
+
+    # ---- program and data ----
+    def buffer_bytes(self) -> dict[str, int]:
+        g, c = self.geometry, self.cfg
+        b, bi, bo = c.BATCH, c.BLOCK_IN, c.BLOCK_OUT
+        out = g.nb * g.cob * g.out_h * g.out_w * b * bo
+        return {"data": g.nb * g.cib_total * g.height * g.width * b * bi, "kernel": g.cob * g.cib * g.kh * g.kw * bo * bi,
+                "out": out, "bias": g.cob * b * bo * 4 if self.epilogue.bias else 0,
+                "residual": out * 4 if self.epilogue.residual else 0}
+
+    def emit(self, queue: CommandQueue, config: Config, buffers: ConvBuffers) -> None:
+        emit_conv(queue, self.geometry, tiling_of(config), self.epilogue, buffers)
+
+    def check_inputs(self, inputs: dict) -> dict:
+        s = self.shapes
+        present = present_inputs(self, inputs, {"bias": "this op's epilogue has ('bias',)",
+                                                "residual": "this op's epilogue has ('residual',)"})
+        out = {"data": checked_array("data", present["data"], s["data"], ("int8",)),
+               "kernel": checked_array("kernel", present["kernel"], s["kernel"], ("int8",))}
+        if "bias" in present:
+            out["bias"] = checked_array("bias", present["bias"], (s["out"][1],), ("int32",))
+        if "residual" in present:
+            out["residual"] = checked_array("residual", present["residual"], s["out"], ("int8", "int32"))
+        return out
+
+    def _nchw(self, a: np.ndarray) -> np.ndarray:
+        return a.reshape(*a.shape, 1, 1) if self.op == "dense" else a
+
+    def pack(self, name: str, value: np.ndarray) -> np.ndarray:
+        c = self.cfg
+        if name == "data":
+            return pack_blocks(self._nchw(value), c.BATCH, c.BLOCK_IN)
+        if name == "kernel":
+            w = self._nchw(value)
+            return pack_blocks(transposed_to_direct(w) if self.geometry.transpose else w, c.BLOCK_OUT, c.BLOCK_IN)
+        if name == "bias":
+            return pack_bias(value, self.geometry.cob, c.BATCH, c.BLOCK_OUT)
+        return pack_blocks(self._nchw(value).astype(np.int32), c.BATCH, c.BLOCK_OUT)
+
+    def unpack_output(self, raw: np.ndarray) -> np.ndarray:
+        g, c = self.geometry, self.cfg
+        n, co = self.shapes["out"][:2]
+        packed = raw.view(np.int8).reshape(g.nb, g.cob, g.out_h, g.out_w, c.BATCH, c.BLOCK_OUT)
+        out = unpack_blocks(packed, n, co)
+        return out.reshape(out.shape[:2]) if self.op == "dense" else out
+
+    def reference(self, data, kernel, bias=None, residual=None) -> np.ndarray:
+        g = self.geometry
+        x, w = self._nchw(data), self._nchw(kernel)
+        if g.transpose:   # int8 products summed in float64 are exact
+            acc = conv2d_transpose_scatter(x, w, (g.sh, g.sw), (g.ph, g.pw, g.ph, g.pw), dtype=np.float64)
+            acc = acc.astype(np.int64)
+        else:
+            acc = conv2d_int(x, w, (g.sh, g.sw), (g.ph, g.pw, g.ph, g.pw), groups=g.groups)
+        res = None if residual is None else self._nchw(residual)
+        out = reference_epilogue(acc, self.epilogue.ops, bias, res)
+        return out.reshape(out.shape[:2]) if self.op == "dense" else out
+
+    def random_inputs(self, rng: np.random.Generator) -> dict:
+        """int8 data / weights in [-128, 128), int32 bias and residual in +-2^14 (VTA's test ranges)."""
+        s = self.shapes
+        out = {"data": rng.integers(-128, 128, s["data"], dtype=np.int8),
+               "kernel": rng.integers(-128, 128, s["kernel"], dtype=np.int8)}
+        if self.epilogue.bias:
+            out["bias"] = rng.integers(-(1 << 14), 1 << 14, s["out"][1]).astype(np.int32)
+        if self.epilogue.residual:
+            out["residual"] = rng.integers(-(1 << 14), 1 << 14, s["out"]).astype(np.int32)
+        return out

@@ -1,0 +1,109 @@
+"""numpy only: VTA's packed layouts, 32-bit wrapping, and the integer convolutions every reference uses.
+
+Nothing here knows about templates, devices or graphs, so the templates (their numpy references and
+packing), graph_pack's reference kernels and the model zoo share one implementation of each.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+
+
+def blocks(n: int, block: int) -> int:
+    """Whole blocks of ``block`` needed for ``n`` (VTA pads batch and channels to whole blocks)."""
+    return -(-n // block)
+
+
+def pad_to(a: np.ndarray, shape: tuple[int, ...]) -> np.ndarray:
+    """``a`` zero-padded at the end of each dimension to ``shape``."""
+    if a.shape == shape:
+        return a
+    out = np.zeros(shape, dtype=a.dtype)
+    out[tuple(slice(0, s) for s in a.shape)] = a
+    return out
+
+
+def wrap_int32(v: np.ndarray) -> np.ndarray:
+    """Integers wrapped to int32 (two's complement), as the accelerator's 32-bit arithmetic wraps."""
+    return (((np.asarray(v).astype(np.int64) + (1 << 31)) % (1 << 32)) - (1 << 31)).astype(np.int32)
+
+
+# ---- packed layouts -------------------------------------------------------------------------------------------
+
+def pack_blocks(a: np.ndarray, outer: int, inner: int) -> np.ndarray:
+    """(D0, D1, ...) -> (D0/outer, D1/inner, ..., outer, inner), zero-padding D0 and D1 to whole blocks:
+    VTA's NCHW{b}n{c}c activations (outer = BATCH, inner = BLOCK) and OIHW{o}o{i}i weights."""
+    d0, d1, *rest = a.shape
+    b0, b1 = blocks(d0, outer), blocks(d1, inner)
+    a = pad_to(a, (b0 * outer, b1 * inner, *rest))
+    k = len(rest)
+    return np.ascontiguousarray(a.reshape(b0, outer, b1, inner, *rest).transpose(0, 2, *range(4, 4 + k), 1, 3))
+
+
+def unpack_blocks(x: np.ndarray, d0: int, d1: int) -> np.ndarray:
+    """The inverse of ``pack_blocks``, cropped to ``d0`` x ``d1``."""
+    b0, b1, *rest, outer, inner = x.shape
+    k = len(rest)
+    y = x.transpose(0, 2 + k, 1, 3 + k, *range(2, 2 + k)).reshape(b0 * outer, b1 * inner, *rest)
+    return np.ascontiguousarray(y[:d0, :d1])
+
+
+def pack_bias(bias: np.ndarray, n_blocks: int, batch: int, block: int) -> np.ndarray:
+    """A per-channel vector as the conv template loads it into the accumulator: (blocks, batch, block),
+    zero-padded to whole channel blocks and repeated for every batch row."""
+    b = pad_to(np.asarray(bias).reshape(-1), (n_blocks * block,)).reshape(n_blocks, 1, block)
+    return np.ascontiguousarray(np.broadcast_to(b, (n_blocks, batch, block)))
+
+
+def transposed_to_direct(w: np.ndarray) -> np.ndarray:
+    """IOHW conv2d_transpose kernel -> the OIHW kernel of the equivalent direct convolution (flipped):
+    out = conv(stride-dilated input, flip(W)^T)."""
+    return np.ascontiguousarray(w.transpose(1, 0, 2, 3)[:, :, ::-1, ::-1])
+
+
+# ---- convolutions ----------------------------------------------------------------------------------------------
+
+def conv2d_im2col(x: np.ndarray, w: np.ndarray, strides=(1, 1), padding=(0, 0, 0, 0), dilation=(1, 1),
+                  groups: int = 1, dtype=None) -> np.ndarray:
+    """NCHW x OIHW convolution as one matrix product per group (im2col + BLAS), computed in ``dtype``
+    (default: x's). int8 operands computed in float64 are exact (every window sum stays below 2^53); the
+    summation order of a float computation is BLAS's, so float references that need a fixed order use their own."""
+    n, _, h, wd = x.shape
+    o, cg, kh, kw = w.shape
+    (sh, sw), (pt, pl, pb, pr), (dh, dw) = strides, padding, dilation
+    oh, ow = (h + pt + pb - dh * (kh - 1) - 1) // sh + 1, (wd + pl + pr - dw * (kw - 1) - 1) // sw + 1
+    dtype = np.dtype(dtype or x.dtype)
+    xp = np.pad(x.astype(dtype, copy=False), ((0, 0), (0, 0), (pt, pb), (pl, pr)))
+    s = xp.strides
+    win = np.lib.stride_tricks.as_strided(xp, (groups, cg, kh, kw, n, oh, ow),
+                                          (s[1] * cg, s[1], s[2] * dh, s[3] * dw, s[0], s[2] * sh, s[3] * sw),
+                                          writeable=False)
+    cols = win.reshape(groups, cg * kh * kw, n * oh * ow)
+    out = np.matmul(w.astype(dtype, copy=False).reshape(groups, o // groups, cg * kh * kw), cols)
+    return np.ascontiguousarray(out.reshape(o, n, oh, ow).transpose(1, 0, 2, 3))
+
+
+def conv2d_int(x: np.ndarray, w: np.ndarray, strides=(1, 1), padding=(0, 0, 0, 0), dilation=(1, 1),
+               groups: int = 1) -> np.ndarray:
+    """Exact integer NCHW x OIHW convolution in int64 (float64 BLAS for int8 operands, int64 otherwise)."""
+    exact = x.dtype.itemsize == 1 and w.dtype.itemsize == 1
+    out = conv2d_im2col(x, w, strides, padding, dilation, groups, np.float64 if exact else np.int64)
+    return out.astype(np.int64)
+
+
+def conv2d_transpose_scatter(x: np.ndarray, w: np.ndarray, strides=(1, 1), padding=(0, 0, 0, 0),
+                             output_padding=(0, 0), dtype=None) -> np.ndarray:
+    """NCHW x IOHW transposed convolution: every input pixel times every kernel tap (one tensordot),
+    scatter-added at the stride, then cropped by the padding. Computed in ``dtype`` (default: x's)."""
+    n, _, h, wd = x.shape
+    _, o, kh, kw = w.shape
+    (sh, sw), (pt, pl, pb, pr), (oph, opw) = strides, padding, output_padding
+    dtype = np.dtype(dtype or x.dtype)
+    taps = np.tensordot(w.astype(dtype, copy=False), x.astype(dtype, copy=False), axes=([0], [1]))
+    full_h, full_w = (h - 1) * sh + kh + oph, (wd - 1) * sw + kw + opw
+    out = np.zeros((n, o, full_h, full_w), dtype)
+    for i in range(kh):
+        for j in range(kw):
+            rows, cols = slice(i, i + (h - 1) * sh + 1, sh), slice(j, j + (wd - 1) * sw + 1, sw)
+            out[:, :, rows, cols] += taps[:, i, j].transpose(1, 0, 2, 3)
+    return out[:, :, pt:full_h - pb, pl:full_w - pr]

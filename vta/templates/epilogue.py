@@ -1,0 +1,150 @@
+"""The fused epilogue, spelled once: which graph ops fuse as which epilogue op, how each lowers to ALU
+instructions, what each means in numpy, and how a chain's constants become immediates.
+
+An epilogue is a tuple of ops applied in order to the int32 accumulator before the int8 store:
+``("bias",)`` ``("residual",)`` (tensor operands in the accumulator SRAM), ``("shr", n)`` ``("shl", n)``
+``("clip", lo, hi)`` ``("relu",)`` ``("min", v)`` ``("max", v)`` ``("add", v)`` ``("mul", v)``.
+The ALU lowering (``alu_immediates``) and the numpy meaning (``reference_epilogue``) are written
+independently on purpose: the templates' tests compare one against the other.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass
+
+import numpy as np
+
+from hw_config.isa_rules import IMM_MAX, IMM_MIN, SHIFT_MAX
+from vta.numerics import wrap_int32
+from vta.runtime import ScheduleError
+
+OPERAND_OPS = ("bias", "residual")   # read a tensor staged in the accumulator SRAM
+# graph op -> the epilogue op it fuses as when its other operand is a scalar constant
+GRAPH_OPS = {"add": "add", "multiply": "mul", "maximum": "max", "minimum": "min", "right_shift": "shr",
+             "left_shift": "shl"}
+# epilogue op with a constant -> the ALU opcode that computes it with a tensor operand instead
+ALU_OPCODE = {"add": "ADD", "mul": "MUL", "min": "MIN", "max": "MAX", "shr": "SHR"}
+
+_LOWERING: dict[str, Callable[..., list[tuple[str, int]]]] = {
+    "shr": lambda n: [("SHR", n)], "shl": lambda n: [("SHR", -n)], "relu": lambda: [("MAX", 0)],
+    "clip": lambda lo, hi: [("MIN", hi), ("MAX", lo)], "min": lambda v: [("MIN", v)],
+    "max": lambda v: [("MAX", v)], "add": lambda v: [("ADD", v)], "mul": lambda v: [("MUL", v)]}
+IMMEDIATE_OPS = tuple(_LOWERING)
+
+
+def alu_immediates(op: tuple) -> list[tuple[str, int]]:
+    """ALU instructions (opcode, immediate) for one epilogue op with constants; refuses what cannot be encoded."""
+    name, *args = op
+    if name not in _LOWERING:
+        raise ScheduleError(f"unknown epilogue op {name!r}; allowed: {', '.join(OPERAND_OPS + IMMEDIATE_OPS)}")
+    try:
+        out = _LOWERING[name](*args)
+    except TypeError:
+        raise ScheduleError(f"epilogue op {op!r} has the wrong number of arguments") from None
+    if name in ("shr", "shl") and not (isinstance(args[0], (int, np.integer)) and 0 <= args[0] <= SHIFT_MAX):
+        raise ScheduleError(f"epilogue op {op!r}: the shift count must be an integer in [0, {SHIFT_MAX}]")
+    for _, imm in out:
+        if not isinstance(imm, (int, np.integer)) or not IMM_MIN <= imm <= IMM_MAX:
+            raise ScheduleError(f"epilogue op {op!r}: immediate {imm!r} must be an integer in "
+                                f"[{IMM_MIN}, {IMM_MAX}] (16-bit ALU immediate)")
+    return out
+
+
+@dataclass(frozen=True)
+class Epilogue:
+    """An epilogue's ops, checked: operand ops at most once each, every constant op encodable."""
+
+    ops: tuple[tuple, ...] = ()
+
+    def __post_init__(self) -> None:
+        for op in self.ops:
+            if op[0] not in OPERAND_OPS:
+                alu_immediates(op)
+
+    @property
+    def bias(self) -> bool:
+        return any(op[0] == "bias" for op in self.ops)
+
+    @property
+    def residual(self) -> bool:
+        return any(op[0] == "residual" for op in self.ops)
+
+    @property
+    def alu_instructions(self) -> int:
+        """ALU instructions per output tile (one per operand op, one or two per constant op)."""
+        return sum(1 if op[0] in OPERAND_OPS else len(alu_immediates(op)) for op in self.ops)
+
+
+def parse_ops(epilogue) -> tuple[tuple, ...]:
+    """A user's epilogue argument as a tuple of op tuples (shape only; ``Epilogue`` checks the values)."""
+    ops = []
+    for op in epilogue:
+        if not isinstance(op, (list, tuple)) or not op or not isinstance(op[0], str):
+            raise ValueError(f"epilogue op {op!r}: expected a tuple starting with the op's name, e.g. ('shr', 8)")
+        ops.append(tuple(op))
+    return tuple(ops)
+
+
+# ---- numpy meaning ----------------------------------------------------------------------------------------------
+
+_MEANING: dict[str, Callable[..., np.ndarray]] = {
+    "shr": lambda x, n: x >> min(n, SHIFT_MAX),
+    "shl": lambda x, n: wrap_int32(x << min(n, SHIFT_MAX)).astype(np.int64),
+    "clip": lambda x, lo, hi: np.maximum(np.minimum(x, hi), lo),
+    "relu": lambda x: np.maximum(x, 0),
+    "min": lambda x, v: np.minimum(x, v),
+    "max": lambda x, v: np.maximum(x, v),
+    "add": lambda x, v: wrap_int32(x + v).astype(np.int64),
+    "mul": lambda x, v: wrap_int32(x * v).astype(np.int64),
+}
+
+
+def reference_epilogue(acc: np.ndarray, ops: Sequence[tuple], bias: np.ndarray | None,
+                       residual: np.ndarray | None) -> np.ndarray:
+    """numpy model of the fused epilogue on an int32 NCHW accumulator, then the int8 store (low 8 bits)."""
+    x = np.asarray(acc).astype(np.int64)
+    for name, *args in ops:
+        if name == "bias":
+            x = wrap_int32(x + bias.astype(np.int64)[None, :, None, None]).astype(np.int64)
+        elif name == "residual":
+            x = wrap_int32(x + residual.astype(np.int64)).astype(np.int64)
+        else:
+            x = _MEANING[name](x, *args)
+    return (x & 0xFF).astype(np.uint8).view(np.int8)
+
+
+# ---- from a graph's chain to immediates ---------------------------------------------------------------------
+
+def split_add(v: int) -> list[tuple]:
+    """Adding the int32 constant ``v`` as ("add", imm) ops with 16-bit immediates (int32 addition wraps alike)."""
+    ops: list[tuple] = []
+    while not IMM_MIN <= v <= IMM_MAX:
+        part = IMM_MAX if v > 0 else IMM_MIN
+        ops.append(("add", part))
+        v -= part
+    if v or not ops:
+        ops.append(("add", v))
+    return ops
+
+
+def resolve(entries: Sequence[tuple], scalar: Callable[[str], int]) -> list[tuple]:
+    """A graph chain's epilogue entries (``("shr", const_node)``, ``("clip", lo, hi)``, ``("bias", node)`` ...)
+    as template ops, reading each scalar constant through ``scalar(node)``: shifts clamp to 31, an add beyond
+    16 bits becomes several adds, an add of 0 after another op is dropped."""
+    ops: list[tuple] = []
+    for entry in entries:
+        kind = entry[0]
+        if kind in (*OPERAND_OPS, "relu"):
+            ops.append((kind,))
+        elif kind == "clip":
+            ops.append(tuple(entry))
+        elif kind in ("shr", "shl"):
+            ops.append((kind, min(scalar(entry[1]), SHIFT_MAX)))
+        elif kind == "add":
+            parts = split_add(scalar(entry[1]))
+            if parts != [("add", 0)] or not ops:
+                ops.extend(parts)
+        else:
+            ops.append((kind, scalar(entry[1])))
+    return ops
