@@ -17,7 +17,7 @@ from typing import Any
 
 import numpy as np
 
-from hw_config.layout import MEM_TYPES, MEMOP_ID_BITS, Format, instruction_formats
+from hw_config.layout import MEM_TYPES, MEMOP_ID_BITS, MEMOP_SRAM_ADDR_BITS, Format, instruction_formats
 
 PRESET_DIR = Path(__file__).with_name("presets")
 DEFAULT_PRESET = "pynq"
@@ -75,6 +75,30 @@ INT_RANGES: dict[str, tuple[int, int, str]] = {
     "INSN_QUEUE_DEPTH": (1, 65_536, "instructions each module's command queue holds"),
     "TOKEN_QUEUE_DEPTH": (1, 255, "tokens a dependency queue holds"),
 }
+
+
+# Every SRAM holds at least two tiles (a depth of one leaves its index fields 0 bits wide, which neither VTA's
+# hw_spec.h bit-fields nor our layout can express) and no more than the 16-bit sram_base field addresses.
+MIN_LOG_DEPTH, MAX_LOG_DEPTH = 1, MEMOP_SRAM_ADDR_BITS
+
+
+def sim_param_ranges() -> dict[str, tuple[int, int]]:
+    """The values each scalar the C simulator receives (``simulator/params.py``) takes over all valid configs:
+    attribute -> (lowest, highest). BATCH, BLOCK_IN/OUT, the four depths and BUS_BYTES are powers of two.
+
+    Derived from ``INT_RANGES`` and the depth rule above, so it is what ``_validate`` accepts;
+    ``simulator/csrc/vta_isa.h`` carries it to C (``python -m hw_config.isa_rules --c-header``)."""
+    r = {key: (lo, hi) for key, (lo, hi, _) in INT_RANGES.items()}
+
+    def powers(key: str, shift: int = 0) -> tuple[int, int]:
+        return (1 << r[key][0]) >> shift, (1 << r[key][1]) >> shift
+
+    depth = (1 << MIN_LOG_DEPTH, 1 << MAX_LOG_DEPTH)
+    return {"BATCH": powers("LOG_BATCH"), "BLOCK_IN": powers("LOG_BLOCK"), "BLOCK_OUT": powers("LOG_BLOCK"),
+            "UOP_BUFF_DEPTH": depth, "INP_BUFF_DEPTH": depth, "WGT_BUFF_DEPTH": depth, "ACC_BUFF_DEPTH": depth,
+            "BUS_BYTES": powers("LOG_BUS_WIDTH", 3),
+            **{key: r[key] for key in ("DRAM_LATENCY", "DMA_BURST_BEATS", "DMA_BURST_GAP", "GEMM_II", "ALU_II",
+                                       "COMPUTE_LATENCY", "INSN_QUEUE_DEPTH", "TOKEN_QUEUE_DEPTH")}}
 
 
 class ConfigError(ValueError):
@@ -324,21 +348,20 @@ def _validate(c: HwConfig) -> None:
         if not lo <= v <= hi:
             allowed = f"{lo}" if lo == hi else f"an integer in [{lo}, {hi}]"
             raise _fail(key, v, f"{allowed} ({meaning})")
-    # Every SRAM must hold at least two tiles (a depth of one leaves its index fields 0 bits wide, which neither
-    # VTA's hw_spec.h bit-fields nor our layout can express), and its depth must fit the 16-bit sram_base field.
+    # Every SRAM holds at least two tiles and no more than sram_base addresses (MIN_LOG_DEPTH, MAX_LOG_DEPTH).
     buffers = [("LOG_UOP_BUFF_SIZE", c.LOG_UOP_BUFF_DEPTH, "micro-op", 4),
                ("LOG_INP_BUFF_SIZE", c.LOG_INP_BUFF_DEPTH, "input", c.INP_ELEM_BYTES),
                ("LOG_WGT_BUFF_SIZE", c.LOG_WGT_BUFF_DEPTH, "weight", c.WGT_ELEM_BYTES),
                ("LOG_ACC_BUFF_SIZE", c.LOG_ACC_BUFF_DEPTH, "accumulator", c.ACC_ELEM_BYTES)]
     for key, log_depth, what, elem in buffers:
         need = int(math.log2(elem))
-        if log_depth < 1:
+        if log_depth < MIN_LOG_DEPTH:
             raise _fail(key, getattr(c, key),
-                        f"the {what} buffer must hold at least two {elem}-byte tiles: {key} >= {need + 1}")
-        if log_depth > 16:
+                        f"the {what} buffer must hold at least two {elem}-byte tiles: {key} >= {need + MIN_LOG_DEPTH}")
+        if log_depth > MAX_LOG_DEPTH:
             raise _fail(key, getattr(c, key),
                         f"the {what} buffer would have 2^{log_depth} entries but instructions address SRAM with "
-                        f"16 bits: {key} <= {need + 16}")
+                        f"{MAX_LOG_DEPTH} bits: {key} <= {need + MAX_LOG_DEPTH}")
     for name, fmt in c.insn_formats.items():
         if fmt.used_bits > fmt.total_bits:
             what = "32-bit micro-op" if name == "uop" else f"128-bit {name.upper()} instruction"

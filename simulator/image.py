@@ -32,10 +32,10 @@ from typing import IO, Any
 import numpy as np
 
 from hw_config import ConfigError, HwConfig, config_from_dict
+from hw_config.isa_rules import INSN_BYTES
 from simulator.dram import MAX_ADDRESS
 from simulator.files import write_atomic
 
-INSN_BYTES = 16
 _SEG_KEY = re.compile(r"seg_(0|[1-9][0-9]*)")
 PathOrFile = str | os.PathLike | IO[bytes]
 

@@ -29,18 +29,17 @@ import numpy as np
 
 from hw_config import MEM_TYPES, OPCODES, HwConfig
 from hw_config.config import LATENCY_KEYS, LATENCY_NEUTRAL
+from hw_config.isa_rules import DEP_FLAGS, INSN_BYTES, MODULES, QUEUES, module_indices, queue_table
 from hw_config.layout import dma_byte_ranges
 
 __all__ = ["ACCEL_KEYS", "HOST_KEYS", "BoardProgram", "LatencyBreakdown", "accel_extra", "beat_extra", "board_latency"]
 
 LOAD, STORE, GEMM, ALU = OPCODES["LOAD"], OPCODES["STORE"], OPCODES["GEMM"], OPCODES["ALU"]
-INSN_BYTES = 16
 HOST_KEYS = ("LAUNCH_US", "HOST_INSN_NS", "HOST_UOP_NS", "CACHE_NS_PER_BYTE")   # additive, per stream
 ACCEL_KEYS = ("DMA_EFFICIENCY", "DMA_ROW_CYCLES", "COMPUTE_LOOP_CYCLES")      # re-time the schedule
 HOST_UNIT_S = {"LAUNCH_US": 1e-6, "HOST_INSN_NS": 1e-9, "HOST_UOP_NS": 1e-9, "CACHE_NS_PER_BYTE": 1e-9}
-# queue numbers: l2g, g2l, s2g, g2s; per module, which queue each dependency flag pops or pushes (-1: none)
-_POP_QUEUE = {0: (-1, 1), 1: (0, 2), 2: (3, -1)}    # (pop_prev_dep, pop_next_dep)
-_PUSH_QUEUE = {0: (-1, 0), 1: (1, 3), 2: (2, -1)}   # (push_prev_dep, push_next_dep)
+# (module, dependency flag) -> the queue it pops or pushes, -1: none (hw_config.isa_rules.DEP_QUEUES as numbers)
+_QUEUE_OF_FLAG = queue_table()
 
 
 @dataclass(frozen=True)
@@ -94,9 +93,7 @@ class BoardProgram:
         loop = cfg.insn_formats["gemm"].decode_rows(rows)   # the loop fields sit alike in GEMM and ALU
         op, mt = head["opcode"], mem["memory_type"]
         is_mem = (op == LOAD) | (op == STORE)
-        module = np.ones(n, dtype=np.int64)   # compute: GEMM, ALU, FINISH, LOAD UOP/ACC/ACC_8BIT
-        module[(op == LOAD) & ((mt == MEM_TYPES["INP"]) | (mt == MEM_TYPES["WGT"]))] = 0
-        module[op == STORE] = 2
+        module = module_indices(op, mt)   # index into MODULES
 
         # ---- durations: the simulator's (docs/simulator.md, "Timing model") and the board's extra terms ----
         x, y, stride = mem["x_size"], mem["y_size"], mem["x_stride"]
@@ -133,26 +130,27 @@ class BoardProgram:
         # ---- the schedule's dependencies (the equations of docs/simulator.md) ----
         prev = np.full(n, -1, dtype=np.int64)
         room = np.full(n, -1, dtype=np.int64)
-        for m in range(3):
+        for m in range(len(MODULES)):
             idx = np.flatnonzero(module == m)
             prev[idx[1:]] = idx[:-1]
             depth = cfg.INSN_QUEUE_DEPTH
             room[idx[depth:]] = idx[:-depth] if idx.size > depth else idx[:0]
         pop_ref = np.full((n, 2), -1, dtype=np.int64)     # the push whose end a pop waits for
         space_ref = np.full((n, 2), -1, dtype=np.int64)   # the pop whose start frees room for a push
-        flags = (head["pop_prev_dep"], head["pop_next_dep"], head["push_prev_dep"], head["push_next_dep"])
-        for q in range(4):
+        # slot 0: the prev flag, 1: the next flag (DEP_FLAGS = pop_prev, pop_next, push_prev, push_next)
+        flags = [head[f] for f in DEP_FLAGS]
+        for q in range(len(QUEUES)):
             pops = np.zeros(n, dtype=bool)
             pushes = np.zeros(n, dtype=bool)
             pop_slot = np.zeros(n, dtype=np.int64)
             push_slot = np.zeros(n, dtype=np.int64)
-            for m in range(3):
+            for m in range(len(MODULES)):
                 for slot in range(2):
-                    if _POP_QUEUE[m][slot] == q:
+                    if _QUEUE_OF_FLAG[m, slot] == q:
                         sel = (module == m) & (flags[slot] == 1)
                         pops |= sel
                         pop_slot[sel] = slot
-                    if _PUSH_QUEUE[m][slot] == q:
+                    if _QUEUE_OF_FLAG[m, 2 + slot] == q:
                         sel = (module == m) & (flags[2 + slot] == 1)
                         pushes |= sel
                         push_slot[sel] = slot
@@ -179,18 +177,18 @@ class BoardProgram:
         running the modules as the simulator does; it serves every duration)."""
         n, prev, room = self.n, self._prev, self._room
         pop_a, pop_b, space_a, space_b = self._pop_a, self._pop_b, self._space_a, self._space_b
-        seq: list[list[int]] = [[], [], []]
+        seq: list[list[int]] = [[] for _ in MODULES]
         for i, m in enumerate(self._module):
             seq[m].append(i)
         done = [False] * n
         order: list[int] = []
-        head = [0, 0, 0]
+        head = [0] * len(MODULES)
         dispatched = 0
         while len(order) < n:
             while dispatched < n and (room[dispatched] < 0 or done[room[dispatched]]):
                 dispatched += 1
             progress = False
-            for m in range(3):
+            for m in range(len(MODULES)):
                 while head[m] < len(seq[m]):
                     i = seq[m][head[m]]
                     needs = (prev[i], pop_a[i], pop_b[i], space_a[i], space_b[i])

@@ -9,10 +9,9 @@ from __future__ import annotations
 import sys
 
 from hw_config import HwConfig, load_config
+from hw_config.isa_rules import SIM_PARAMS
 
-SCALARS = ("BATCH", "BLOCK_IN", "BLOCK_OUT", "UOP_BUFF_DEPTH", "INP_BUFF_DEPTH", "WGT_BUFF_DEPTH",
-           "ACC_BUFF_DEPTH", "BUS_BYTES", "DRAM_LATENCY", "DMA_BURST_BEATS", "DMA_BURST_GAP", "GEMM_II",
-           "ALU_II", "COMPUTE_LATENCY", "INSN_QUEUE_DEPTH", "TOKEN_QUEUE_DEPTH")
+SCALARS = tuple(attr for _, attr in SIM_PARAMS)  # the struct's scalar members, in order, as HwConfig attributes
 FORMATS = ("mem", "gemm", "alu", "uop")  # the field arrays, in struct order
 
 

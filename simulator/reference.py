@@ -15,6 +15,17 @@ from typing import TYPE_CHECKING, Any
 import numpy as np
 
 from hw_config import ALU_OPCODES, MEM_TYPES, OPCODES, HwConfig, load_config
+from hw_config.isa_rules import (
+    ALU_OPCODE_NAMES,
+    DEP_FLAGS,
+    DEP_QUEUES,
+    INSN_BYTES,
+    LOAD_MEM_TYPES,
+    MEM_TYPE_NAMES,
+    OPCODE_NAMES,
+    STORE_MEM_TYPES,
+    module_of,
+)
 from simulator.dram import AddressSpace
 from simulator.errors import (
     DEFAULT_MAX_CYCLES,
@@ -34,24 +45,12 @@ if TYPE_CHECKING:
     from simulator.image import ProgramImage, ReplayResult
 
 __all__ = ["DEFAULT_MAX_CYCLES", "DEFAULT_MAX_WORK", "ReferenceSimulator"]
-INSN_BYTES = 16
 
 LOAD, STORE, GEMM, FINISH, ALU = (OPCODES[n] for n in ("LOAD", "STORE", "GEMM", "FINISH", "ALU"))
 UOP, WGT, INP, ACC, OUT, ACC_8BIT = (MEM_TYPES[n] for n in ("UOP", "WGT", "INP", "ACC", "OUT", "ACC_8BIT"))
-OPCODE_NAMES = {v: k for k, v in OPCODES.items()}
-MEM_NAMES = {v: k for k, v in MEM_TYPES.items()}
-ALU_NAMES = {v: k for k, v in ALU_OPCODES.items()}
-LOAD_MEM_TYPES = (UOP, WGT, INP, ACC, ACC_8BIT)
 FORMAT_OF_OPCODE = {LOAD: "mem", STORE: "mem", GEMM: "gemm", ALU: "alu", FINISH: "finish"}
-FLAGS = ("pop_prev_dep", "pop_next_dep", "push_prev_dep", "push_next_dep")
-
-# Which token queue each dependency flag pops or pushes, per module; None = refused (VTA's hardware
-# ignores these flags, no VTA compiler sets them, so a stream that does is buggy).
-QUEUE_OF_FLAG: dict[str, dict[str, str | None]] = {
-    "load": {"pop_prev_dep": None, "pop_next_dep": "g2l", "push_prev_dep": None, "push_next_dep": "l2g"},
-    "compute": {"pop_prev_dep": "l2g", "pop_next_dep": "s2g", "push_prev_dep": "g2l", "push_next_dep": "g2s"},
-    "store": {"pop_prev_dep": "g2s", "pop_next_dep": None, "push_prev_dep": "s2g", "push_next_dep": None},
-}
+# Token queues per module and flag: hw_config.isa_rules.DEP_QUEUES. A flag whose queue is None is refused (VTA's
+# hardware ignores it, no VTA compiler sets it, so a stream that does is buggy).
 
 SRAM_NAMES = ("uop", "inp", "wgt", "acc")
 
@@ -437,7 +436,7 @@ class ReferenceSimulator:
         elif opcode in (GEMM, ALU):
             self._check_loop_insn(insn)
         else:
-            self._route(insn, "compute")
+            self._route(insn, module_of(opcode))
         return insn
 
     @staticmethod
@@ -445,14 +444,14 @@ class ReferenceSimulator:
         """Send the instruction to its module and turn its dependency flags into token queues."""
         insn.module = module
         pops, pushes = [], []
-        for flag in FLAGS:
+        for flag in DEP_FLAGS:
             if not insn.fields[flag]:
                 continue
-            queue = QUEUE_OF_FLAG[module][flag]
+            queue = DEP_QUEUES[module][flag]
             if queue is None:
                 raise InvalidInstruction(
                     f"{insn.where}: {flag}=1 is not allowed on the {module} module (allowed there: "
-                    f"{', '.join(f for f, q in QUEUE_OF_FLAG[module].items() if q)}); VTA's hardware ignores it",
+                    f"{', '.join(f for f, q in DEP_QUEUES[module].items() if q)}); VTA's hardware ignores it",
                     insn.index)
             (pops if flag.startswith("pop") else pushes).append(queue)
         insn.pops, insn.pushes = tuple(pops), tuple(pushes)
@@ -466,15 +465,14 @@ class ReferenceSimulator:
     def _check_memory_insn(self, insn: _Insn) -> None:
         f = insn.fields
         mem_type = f["memory_type"]
-        insn.label = f"{insn.label} {MEM_NAMES.get(mem_type, f'memory_type {mem_type}')}"
-        allowed = {t: MEM_NAMES[t] for t in (LOAD_MEM_TYPES if insn.opcode == LOAD else (OUT,))}
+        insn.label = f"{insn.label} {MEM_TYPE_NAMES.get(mem_type, f'memory_type {mem_type}')}"
+        allowed = {t: MEM_TYPE_NAMES[t] for t in (LOAD_MEM_TYPES if insn.opcode == LOAD else STORE_MEM_TYPES)}
         # A STORE is routed by its opcode alone, so a STORE NOP may carry any memory type (VTA's runtime
         # emits store NOPs with memory_type UOP); a LOAD NOP still needs one, to know its module.
         if mem_type not in allowed and not (insn.opcode == STORE and insn.is_nop):
             raise InvalidInstruction(f"{insn.where}: memory_type={mem_type} is not allowed on "
                                      f"{OPCODE_NAMES[insn.opcode]}: allowed {_list(allowed)}", insn.index)
-        module = "store" if insn.opcode == STORE else "load" if mem_type in (INP, WGT) else "compute"
-        self._route(insn, module)
+        self._route(insn, module_of(insn.opcode, mem_type))
         if insn.is_nop:
             return  # x_size == 0: only the dependency flags matter
         if f["y_size"] == 0:
@@ -526,17 +524,17 @@ class ReferenceSimulator:
         c = self.cfg
         if insn.opcode == ALU:
             alu_opcode = f["alu_opcode"]
-            insn.label = f"ALU {ALU_NAMES.get(alu_opcode, f'alu_opcode {alu_opcode}')}"
-        self._route(insn, "compute")
+            insn.label = f"ALU {ALU_OPCODE_NAMES.get(alu_opcode, f'alu_opcode {alu_opcode}')}"
+        self._route(insn, module_of(insn.opcode))
         if f["uop_bgn"] > f["uop_end"]:
             raise InvalidInstruction(f"{insn.where}: uop_bgn={f['uop_bgn']} > uop_end={f['uop_end']} is not "
                                      f"allowed: need uop_bgn <= uop_end", insn.index)
         if f["uop_end"] > c.UOP_BUFF_DEPTH:
             raise InvalidInstruction(f"{insn.where}: uop_end={f['uop_end']} exceeds the micro-op buffer depth "
                                      f"{c.UOP_BUFF_DEPTH}", insn.index)
-        if insn.opcode == ALU and f["alu_opcode"] not in ALU_NAMES:
+        if insn.opcode == ALU and f["alu_opcode"] not in ALU_OPCODE_NAMES:
             raise InvalidInstruction(f"{insn.where}: alu_opcode={f['alu_opcode']} is not allowed: allowed "
-                                     f"{_list(ALU_NAMES)}", insn.index)
+                                     f"{_list(ALU_OPCODE_NAMES)}", insn.index)
         ii = c.GEMM_II if insn.opcode == GEMM else c.ALU_II
         n = self._iterations(insn)
         insn.duration = max(1, c.COMPUTE_LATENCY + n * ii)

@@ -5,8 +5,8 @@ from __future__ import annotations
 from dataclasses import asdict, dataclass, field
 from typing import Any
 
-MODULES = ("load", "compute", "store")
-QUEUES = ("l2g", "g2l", "s2g", "g2s")
+from hw_config.isa_rules import MODULES, QUEUES
+
 STALL_CAUSES = tuple([f"pop_{q}" for q in QUEUES] + [f"push_{q}" for q in QUEUES] + ["dispatch"])
 VTA_COUNTERS = ("inp_load_nbytes", "wgt_load_nbytes", "acc_load_nbytes", "uop_load_nbytes",
                 "out_store_nbytes", "gemm_counter", "alu_counter")

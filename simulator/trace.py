@@ -16,13 +16,11 @@ from typing import IO, Any
 import numpy as np
 
 from hw_config import HwConfig
-from hw_config.layout import MEM_TYPES, OPCODES
+from hw_config.isa_rules import MEM_TYPE_NAMES, OPCODE_NAMES
 from simulator.files import write_atomic
 from simulator.stats import MODULES, RunStats
 
 DEFAULT_MAX_TRACE_EVENTS = 1 << 18  # instruction events (~45 MB of JSON); --max-trace-events
-_OP_NAMES = {v: k for k, v in OPCODES.items()}
-_MEM_NAMES = {v: k for k, v in MEM_TYPES.items()}
 _WRITE_BATCH = 8192
 
 
@@ -61,9 +59,9 @@ def _labels(rows: np.ndarray, cfg: HwConfig) -> tuple[list[str], np.ndarray]:
     labels = []
     for code in distinct.tolist():
         opcode, mem, nop = code & op_f.mask, (code >> op_f.width) & mem_f.mask, code >> (op_f.width + mem_f.width)
-        op = _OP_NAMES.get(opcode, "?")
+        op = OPCODE_NAMES.get(opcode, "?")
         if op in ("LOAD", "STORE"):
-            labels.append(f"{op} {_MEM_NAMES.get(mem, '?')}{' NOP' if nop else ''}")
+            labels.append(f"{op} {MEM_TYPE_NAMES.get(mem, '?')}{' NOP' if nop else ''}")
         else:
             labels.append(op)
     return labels, inverse.reshape(-1)

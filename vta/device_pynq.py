@@ -51,6 +51,7 @@ from typing import Self
 import numpy as np
 
 from hw_config import HwConfig
+from hw_config.isa_rules import INSN_BYTES
 from simulator.core import Simulator
 from simulator.errors import SimulatorError
 from simulator.stats import RunStats
@@ -78,7 +79,6 @@ from vta.program_check import check_program
 BLOCKS = ("fetch", "load", "compute", "store")
 DEFAULT_TIMEOUT_S = 10.0
 DEFAULT_PORT = 7967
-INSN_BYTES = 16
 COUNTERS_FROM = "program (simulator timing model): VTA's bitstreams have no performance counters"
 CYCLES_FROM = "simulator timing model, not measured on the board (host_seconds is the measured latency)"
 

@@ -19,25 +19,21 @@ from typing import ClassVar
 
 import numpy as np
 
-from hw_config import ALU_OPCODES, MEM_TYPES, OPCODES, Format, HwConfig, load_config
+from hw_config import ALU_OPCODES, MEM_TYPES, OPCODES, Format, HwConfig, isa_rules, load_config
+from hw_config.isa_rules import (
+    ALU_OPCODE_NAMES,
+    DEP_FLAGS,
+    INSN_BYTES,
+    MEM_TYPE_NAMES,
+    MODULES,
+    OPCODE_NAMES,
+    UOP_BYTES,
+    dep_operation,
+)
 
-INSN_BYTES = 16
-UOP_BYTES = 4
-
-OPCODE_NAMES = {v: k for k, v in OPCODES.items()}
-MEM_TYPE_NAMES = {v: k for k, v in MEM_TYPES.items()}
-ALU_OPCODE_NAMES = {v: k for k, v in ALU_OPCODES.items()}
-
-DEP_FLAGS = ("pop_prev_dep", "pop_next_dep", "push_prev_dep", "push_next_dep")
-# What each dependency flag does in each module (None: the module has no such queue; the flag is invalid).
-DEP_QUEUES: dict[str, dict[str, str | None]] = {
-    "load": {"pop_prev_dep": None, "pop_next_dep": "pop g2l",
-             "push_prev_dep": None, "push_next_dep": "push l2g"},
-    "compute": {"pop_prev_dep": "pop l2g", "pop_next_dep": "pop s2g",
-                "push_prev_dep": "push g2l", "push_next_dep": "push g2s"},
-    "store": {"pop_prev_dep": "pop g2s", "pop_next_dep": None,
-              "push_prev_dep": "push s2g", "push_next_dep": None},
-}
+# What each dependency flag does in each module as text ("pop g2l"; None: the module has no such queue, the
+# flag is invalid): hw_config.isa_rules.DEP_QUEUES spelled for disassembly and docs/isa.md.
+DEP_QUEUES: dict[str, dict[str, str | None]] = {m: {f: dep_operation(m, f) for f in DEP_FLAGS} for m in MODULES}
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -279,12 +275,7 @@ def uops_from_bytes(data: bytes | bytearray | memoryview | np.ndarray, cfg: HwCo
 
 def module_of(insn: Insn) -> str:
     """The module that executes an instruction ('load', 'compute' or 'store'), as VTA's fetch routes it."""
-    if isinstance(insn, MemInsn):
-        if insn.opcode == OPCODES["STORE"]:
-            return "store"
-        if insn.memory_type in (MEM_TYPES["INP"], MEM_TYPES["WGT"]):
-            return "load"
-    return "compute"
+    return isa_rules.module_of(insn.op, insn.memory_type if isinstance(insn, MemInsn) else 0)
 
 
 def dep_flag_names(insn: Insn) -> list[str]:
@@ -357,8 +348,33 @@ def disassemble(insns: np.ndarray | bytes | Sequence[Insn], cfg: HwConfig, start
 # ------------------------------------------------------------------------------------------------------------
 # documentation
 
-MODULE_OF_OPCODE = {"LOAD": "load (INP, WGT) or compute (UOP, ACC, ACC_8BIT)", "STORE": "store",
-                    "GEMM": "compute", "FINISH": "compute", "ALU": "compute"}
+def _routing(opcode: int) -> dict[str, list[str]]:
+    """module -> the memory types (names) with which ``opcode`` runs there, by ``hw_config.isa_rules.module_of``."""
+    types = {OPCODES["LOAD"]: isa_rules.LOAD_MEM_TYPES, OPCODES["STORE"]: isa_rules.STORE_MEM_TYPES}.get(opcode, (0,))
+    out: dict[str, list[str]] = {}
+    for t in types:
+        out.setdefault(isa_rules.module_of(opcode, t), []).append(MEM_TYPE_NAMES[t])
+    return {m: out[m] for m in MODULES if m in out}
+
+
+def _executed_by(opcode: int) -> str:
+    """"compute", or "load (WGT, INP) or compute (...)" where the memory type decides."""
+    routes = _routing(opcode)
+    if len(routes) == 1:
+        return next(iter(routes))
+    return " or ".join(f"{m} ({', '.join(types)})" for m, types in routes.items())
+
+
+def _instructions_of(module: str) -> str:
+    """The instructions a module runs: "LOAD UOP, ACC, ACC_8BIT; GEMM; FINISH; ALU"."""
+    parts = []
+    for name, opcode in OPCODES.items():
+        routes = _routing(opcode)
+        if module in routes:
+            parts.append(name if len(routes) == 1 else f"{name} {', '.join(routes[module])}")
+    return "; ".join(parts)
+
+
 ALU_SEMANTICS = {
     "MIN": ("min(a, b)", "yes", "yes", "yes", "yes"),
     "MAX": ("max(a, b)", "yes", "yes", "yes", "yes"),
@@ -429,7 +445,7 @@ def isa_markdown(cfg: HwConfig) -> str:
              "`-`: the module has no such queue.")
     out = [f"## Configuration `{cfg.model}`", "", layout, "",
            "## Opcodes (bits 0:2)", "", "| opcode | value | executed by |", "|---|---|---|"]
-    out += [f"| {name} | {v} | {MODULE_OF_OPCODE[name]} |" for name, v in OPCODES.items()]
+    out += [f"| {name} | {v} | {_executed_by(v)} |" for name, v in OPCODES.items()]
     out += ["", "Values 5-7 are invalid.", "",
             "## Memory types (`memory_type`)", "",
             "| type | value | DRAM element bytes | notes |", "|---|---|---|---|"]
@@ -443,11 +459,9 @@ def isa_markdown(cfg: HwConfig) -> str:
     out += ["", "## Dependency flags", "", flags, "",
             "| module | instructions | pop_prev | pop_next | push_prev | push_next |",
             "|---|---|---|---|---|---|"]
-    routed = {"load": "LOAD INP, WGT", "compute": "LOAD UOP, ACC, ACC_8BIT; GEMM; ALU; FINISH",
-              "store": "STORE"}
     for module, table in DEP_QUEUES.items():
         cells = " | ".join(table[f] or "-" for f in DEP_FLAGS)
-        out.append(f"| {module} | {routed[module]} | {cells} |")
+        out.append(f"| {module} | {_instructions_of(module)} | {cells} |")
     for name, fmt in cfg.insn_formats.items():
         out += ["", f"## {FORMAT_TITLES[name]}", "", *_format_table(fmt)]
     out += ["", "## Backend support", "", BACKEND_NOTES.rstrip()]

@@ -15,9 +15,9 @@ from collections.abc import Sequence
 import numpy as np
 
 from hw_config import MEM_TYPES, OPCODES, HwConfig
-from hw_config.layout import dma_byte_ranges
+from hw_config.isa_rules import INSN_BYTES, MEM_TYPE_NAMES, OPCODE_NAMES
+from hw_config.layout import OPCODE_BITS, dma_byte_ranges
 
-INSN_BYTES = 16
 Region = tuple[int, int]   # (physical byte address, size in bytes)
 
 
@@ -64,11 +64,11 @@ def check_program(insns: np.ndarray, cfg: HwConfig, regions: Sequence[Region], i
                                                                    regions)[0]:
         raise ProgramRejected(f"instruction fetch of {n} instructions ({n * INSN_BYTES} bytes) at {addr:#x}: "
                               f"outside its {size}-byte buffer or the program's buffers ({_regions_text(regions)})")
-    opcode = rows[:, 0] & 0b111
+    opcode = rows[:, 0] & ((1 << OPCODE_BITS) - 1)   # the opcode is the instruction's lowest bits
     if opcode[-1] != OPCODES["FINISH"]:
         raise ProgramRejected(f"instruction {n - 1}: the program does not end with FINISH, so the accelerator "
                               "would never signal done", n - 1)
-    unknown = ~np.isin(opcode, list(OPCODES.values()))
+    unknown = ~np.isin(opcode, list(OPCODE_NAMES))
     if unknown.any():
         i = int(np.argmax(unknown))
         raise ProgramRejected(f"instruction {i}: opcode {int(opcode[i])} is not one the hardware defines "
@@ -102,7 +102,7 @@ def check_program(insns: np.ndarray, cfg: HwConfig, regions: Sequence[Region], i
         j = int(np.argmax(outside))
         i = int(mem[j])
         kind = "STORE" if is_store[j] else "LOAD"
-        mem_type = next(k for k, v in MEM_TYPES.items() if v == f["memory_type"][j])
+        mem_type = MEM_TYPE_NAMES[int(f["memory_type"][j])]
         raise ProgramRejected(
             f"instruction {i} ({kind} {mem_type}): DRAM bytes [{int(first[j]):#x}, {int(end[j]):#x}) (dram_base="
             f"{int(f['dram_base'][j])}, y_size={int(f['y_size'][j])}, x_size={int(f['x_size'][j])}, x_stride="

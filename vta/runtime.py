@@ -19,13 +19,19 @@ from dataclasses import dataclass, field
 import numpy as np
 
 from hw_config import ALU_OPCODES, MEM_TYPES, OPCODES, HwConfig
+from hw_config.isa_rules import QUEUE_BETWEEN, dep_flag, module_of
 from simulator.stats import VTA_COUNTERS, RunStats
 from vta.device import Buffer, SimDevice
 
 LOAD, COMPUTE, STORE = 1, 2, 3  # stages, numbered as in VTA's runtime
 STAGE_NAMES = {LOAD: "load", COMPUTE: "compute", STORE: "store"}
-# (from, to) -> token queue name
-QUEUES = {(LOAD, COMPUTE): "l2g", (COMPUTE, LOAD): "g2l", (COMPUTE, STORE): "g2s", (STORE, COMPUTE): "s2g"}
+_STAGE_OF = {name: stage for stage, name in STAGE_NAMES.items()}
+# (from, to) -> token queue name (hw_config.isa_rules.QUEUE_BETWEEN by stage number), in stage order: the order
+# in which flush drains outstanding tokens.
+QUEUES = dict(sorted(((_STAGE_OF[a], _STAGE_OF[b]), q) for (a, b), q in QUEUE_BETWEEN.items()))
+# (from, to) -> the flag with which ``to`` pops a token from ``from`` / ``from`` pushes one to ``to``
+_POP_FLAG = {(a, b): dep_flag(STAGE_NAMES[b], STAGE_NAMES[a], "pop") for a, b in QUEUES}
+_PUSH_FLAG = {(a, b): dep_flag(STAGE_NAMES[a], STAGE_NAMES[b], "push") for a, b in QUEUES}
 UOP_DRAM_WORDS = 1 << 18  # micro-ops a stream may load from DRAM before it is flushed
 
 
@@ -184,7 +190,7 @@ class CommandQueue:
     def dep_pop(self, frm: int, to: int) -> None:
         """Stage ``to`` waits for a token from ``frm`` before its next instruction."""
         queue = QUEUES[(frm, to)]
-        flag = "pop_prev_dep" if frm < to else "pop_next_dep"
+        flag = _POP_FLAG[(frm, to)]
         if flag in self._pending[to]:
             self._commit_pending(to)
         self._pending[to].add(flag)
@@ -193,7 +199,7 @@ class CommandQueue:
     def dep_push(self, frm: int, to: int) -> None:
         """Stage ``frm`` signals ``to`` once its last instruction so far is done."""
         self._commit_pending(frm)
-        flag = "push_next_dep" if frm < to else "push_prev_dep"
+        flag = _PUSH_FLAG[(frm, to)]
         last = self.insns[-1] if self.insns else None
         if last is not None and last.stage == frm and not last.fields.get(flag):
             last.fields[flag] = 1
@@ -205,7 +211,7 @@ class CommandQueue:
     def load_2d(self, buf: Buffer, elem_offset: int, x_size: int, y_size: int, x_stride: int, sram: int, mem: str,
                 pad: tuple[int, int, int, int] = (0, 0, 0, 0)) -> None:
         """DMA a 2D tile of DRAM elements into SRAM; ``pad`` = (y_before, y_after, x_before, x_after) zeros."""
-        stage = LOAD if mem in ("INP", "WGT") else COMPUTE
+        stage = _STAGE_OF[module_of(OPCODES["LOAD"], MEM_TYPES[mem])]
         self._append("mem", stage, {
             "opcode": OPCODES["LOAD"], "memory_type": MEM_TYPES[mem], "sram_base": sram,
             "dram_base": buf.elem_offset(self.cfg.elem_bytes(mem)) + elem_offset, "y_size": y_size,

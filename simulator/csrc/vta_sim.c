@@ -1,18 +1,12 @@
 /* Behavioural simulator with a timing model; specification in docs/simulator.md. */
 #include "vta_sim.h"
+#include "vta_isa.h" /* opcodes, memory types, modules, queues, routing tables, limits: generated from hw_config */
 
 #include <pthread.h>
 #include <stdarg.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
-
-enum { OP_LOAD = 0, OP_STORE = 1, OP_GEMM = 2, OP_FINISH = 3, OP_ALU = 4 };
-enum { MEM_UOP = 0, MEM_WGT = 1, MEM_INP = 2, MEM_ACC = 3, MEM_OUT = 4, MEM_ACC_8BIT = 5 };
-enum { ALU_MIN = 0, ALU_MAX = 1, ALU_ADD = 2, ALU_SHR = 3, ALU_MUL = 4 };
-enum { MOD_LOAD = 0, MOD_COMPUTE = 1, MOD_STORE = 2, NUM_MODULES = 3 };
-enum { Q_L2G = 0, Q_G2L = 1, Q_S2G = 2, Q_G2S = 3, NUM_QUEUES = 4, CAUSE_DISPATCH = 8 };
-#define NO_QUEUE 0xff
 
 /* GEMM threads (vta_sim_set_threads); the defaults can be overridden at compile time (e.g. for a TSan build). */
 #define VTA_SIM_MAX_THREADS 64
@@ -22,11 +16,6 @@ enum { Q_L2G = 0, Q_G2L = 1, Q_S2G = 2, Q_G2S = 3, NUM_QUEUES = 4, CAUSE_DISPATC
 #ifndef VTA_SIM_PAR_MIN_MACS
 #define VTA_SIM_PAR_MIN_MACS (UINT64_C(1) << 23)
 #endif
-
-static const char *const OP_NAMES[] = {"LOAD", "STORE", "GEMM", "FINISH", "ALU"};
-static const char *const MEM_NAMES[] = {"UOP", "WGT", "INP", "ACC", "OUT", "ACC_8BIT"};
-static const char *const MODULE_NAMES[] = {"load", "compute", "store"};
-static const char *const QUEUE_NAMES[] = {"l2g", "g2l", "s2g", "g2s"};
 
 typedef struct region {
   uint64_t base, size;
@@ -488,26 +477,33 @@ vta_sim_t *vta_sim_create(const vta_params_t *params, char *err, size_t errlen) 
     return NULL;
   }
   const vta_params_t *p = params;
-  if (!p || p->batch == 0 || p->block_in == 0 || p->block_out == 0 || p->batch > 64 || p->block_in > 256 ||
-      p->block_out > 256 || p->uop_depth == 0 || p->inp_depth == 0 || p->wgt_depth == 0 || p->acc_depth == 0 ||
-      p->uop_depth > 65536 || p->inp_depth > 65536 || p->wgt_depth > 65536 || p->acc_depth > 65536 ||
-      p->bus_bytes == 0 || p->burst_beats == 0 || p->gemm_ii == 0 || p->alu_ii == 0 ||
-      p->insn_queue_depth == 0 || p->token_queue_depth == 0 ||
-      /* hw_config's ranges: they keep every duration below 2^60, so cycle arithmetic cannot wrap */
-      p->gemm_ii > 64 || p->alu_ii > 64 || p->compute_latency > 10000 || p->dram_latency > 100000 ||
-      p->burst_gap > 10000 || p->burst_beats > 4096 || p->bus_bytes > 128) {
-    fail(err, errlen, VTA_ERR_ARG, "invalid simulator parameters (zero or oversized shape, depth or timing value)");
+  if (!p) {
+    fail(err, errlen, VTA_ERR_ARG, "no simulator parameters");
     return NULL;
   }
-  /* Loop and size fields are bounded too (VTA has 14-bit loops and 16-bit sizes): a GEMM then has at most
-   * 2^16 * 2^16 * 2^17 iterations, and a DMA at most 2^16 rows of 2^16 elements. */
-  int narrow = p->gemm[VTA_LOOP_ITER_OUT].width <= 16 && p->gemm[VTA_LOOP_ITER_IN].width <= 16 &&
-               p->alu[VTA_LOOP_ITER_OUT].width <= 16 && p->alu[VTA_LOOP_ITER_IN].width <= 16 &&
-               p->gemm[VTA_LOOP_UOP_END].width <= 17 && p->alu[VTA_LOOP_UOP_END].width <= 17 &&
-               p->mem[VTA_MEM_X_SIZE].width <= 16 && p->mem[VTA_MEM_Y_SIZE].width <= 16 &&
-               p->mem[VTA_MEM_X_STRIDE].width <= 16 && p->mem[VTA_MEM_Y_PAD_0].width <= 4 &&
-               p->mem[VTA_MEM_Y_PAD_1].width <= 4 && p->mem[VTA_MEM_X_PAD_0].width <= 4 &&
-               p->mem[VTA_MEM_X_PAD_1].width <= 4;
+  /* hw_config's ranges (VTA_PARAM_LIMITS): they keep every duration below 2^60, so cycle arithmetic cannot wrap.
+   * v - lo > hi - lo in unsigned arithmetic is v < lo || v > hi. */
+#define VTA_CHECK_LIMIT(member, lo, hi)                                                                          \
+  if (p->member - (lo) > (hi) - (lo)) {                                                                          \
+    fail(err, errlen, VTA_ERR_ARG, "invalid simulator parameter %s=%u (allowed: %u to %u)", #member, p->member, \
+         (lo), (hi));                                                                                           \
+    return NULL;                                                                                                 \
+  }
+  VTA_PARAM_LIMITS(VTA_CHECK_LIMIT)
+#undef VTA_CHECK_LIMIT
+  /* Loop and size fields are bounded too (VTA's 14-bit loops and 16-bit sizes): a GEMM then has at most
+   * 2^14 * 2^14 * 2^17 iterations, and a DMA at most 2^16 rows of 2^16 elements. */
+  int narrow = p->mem[VTA_MEM_MEMORY_TYPE].width <= VTA_MEMOP_ID_BITS && /* indexes MODULE_OF */
+               p->gemm[VTA_LOOP_ITER_OUT].width <= VTA_LOOP_ITER_BITS &&
+               p->gemm[VTA_LOOP_ITER_IN].width <= VTA_LOOP_ITER_BITS &&
+               p->alu[VTA_LOOP_ITER_OUT].width <= VTA_LOOP_ITER_BITS &&
+               p->alu[VTA_LOOP_ITER_IN].width <= VTA_LOOP_ITER_BITS &&
+               p->gemm[VTA_LOOP_UOP_END].width <= VTA_UOP_END_MAX_BITS &&
+               p->alu[VTA_LOOP_UOP_END].width <= VTA_UOP_END_MAX_BITS &&
+               p->mem[VTA_MEM_X_SIZE].width <= VTA_MEMOP_SIZE_BITS && p->mem[VTA_MEM_Y_SIZE].width <= VTA_MEMOP_SIZE_BITS &&
+               p->mem[VTA_MEM_X_STRIDE].width <= VTA_MEMOP_STRIDE_BITS &&
+               p->mem[VTA_MEM_Y_PAD_0].width <= VTA_MEMOP_PAD_BITS && p->mem[VTA_MEM_Y_PAD_1].width <= VTA_MEMOP_PAD_BITS &&
+               p->mem[VTA_MEM_X_PAD_0].width <= VTA_MEMOP_PAD_BITS && p->mem[VTA_MEM_X_PAD_1].width <= VTA_MEMOP_PAD_BITS;
   if (!narrow || !check_fields(p->mem, VTA_MEM_NFIELDS, 128) || !check_fields(p->gemm, VTA_GEMM_NFIELDS, 128) ||
       !check_fields(p->alu, VTA_ALU_NFIELDS, 128) || !check_fields(p->uop, VTA_UOP_NFIELDS, 32)) {
     fail(err, errlen, VTA_ERR_ARG, "invalid instruction field layout");
@@ -723,8 +719,8 @@ static uint32_t dram_elem_bytes(const vta_sim_t *s, uint32_t mem) {
 
 static void describe(const insn_t *in, char *buf, size_t n) {
   if (in->opcode == OP_LOAD || in->opcode == OP_STORE)
-    snprintf(buf, n, "%s %s", OP_NAMES[in->opcode], in->mem_type <= MEM_ACC_8BIT ? MEM_NAMES[in->mem_type] : "?");
-  else if (in->opcode <= OP_ALU)
+    snprintf(buf, n, "%s %s", OP_NAMES[in->opcode], in->mem_type < NUM_MEM_TYPES ? MEM_NAMES[in->mem_type] : "?");
+  else if (in->opcode < NUM_OPCODES)
     snprintf(buf, n, "%s", OP_NAMES[in->opcode]);
   else
     snprintf(buf, n, "opcode %u", in->opcode);
@@ -739,27 +735,19 @@ static void describe(const insn_t *in, char *buf, size_t n) {
     return fail(err, errlen, code, "instruction %u (%s): %s", idx, what_, msg_);                         \
   } while (0)
 
-/* Sets the token queues an instruction pops/pushes; refuses flags that mean nothing on its module. */
+/* Sets the token queues an instruction pops/pushes (DEP_QUEUE); refuses flags that mean nothing on its module.
+ * pop_q/push_q[0] come from the prev flags, [1] from the next flags. */
 static int route_flags(insn_t *in, uint32_t pop_prev, uint32_t pop_next, uint32_t push_prev, uint32_t push_next,
                        uint32_t idx, vta_stats_t *stats, char *err, size_t errlen) {
-  in->pop_q[0] = in->pop_q[1] = in->push_q[0] = in->push_q[1] = NO_QUEUE;
-  if (in->module == MOD_LOAD) {
-    if (pop_prev || push_prev)
-      INSN_FAIL(VTA_ERR_INSN, "%s is set but the load module has no previous stage (allowed: pop_next, push_next)",
-                pop_prev ? "pop_prev_dep" : "push_prev_dep");
-    if (pop_next) in->pop_q[0] = Q_G2L;
-    if (push_next) in->push_q[0] = Q_L2G;
-  } else if (in->module == MOD_COMPUTE) {
-    if (pop_prev) in->pop_q[0] = Q_L2G;
-    if (pop_next) in->pop_q[1] = Q_S2G;
-    if (push_prev) in->push_q[0] = Q_G2L;
-    if (push_next) in->push_q[1] = Q_G2S;
-  } else {
-    if (pop_next || push_next)
-      INSN_FAIL(VTA_ERR_INSN, "%s is set but the store module has no next stage (allowed: pop_prev, push_prev)",
-                pop_next ? "pop_next_dep" : "push_next_dep");
-    if (pop_prev) in->pop_q[0] = Q_G2S;
-    if (push_prev) in->push_q[0] = Q_S2G;
+  const uint32_t set[NUM_DEP_FLAGS] = {pop_prev, pop_next, push_prev, push_next};
+  uint8_t *slot[NUM_DEP_FLAGS] = {&in->pop_q[0], &in->pop_q[1], &in->push_q[0], &in->push_q[1]};
+  for (int k = 0; k < NUM_DEP_FLAGS; k++) {
+    uint8_t q = DEP_QUEUE[in->module][k];
+    if (set[k] && q == NO_QUEUE)
+      INSN_FAIL(VTA_ERR_INSN, "%s is set but the %s module has no %s stage (allowed: %s)", DEP_FLAG_NAMES[k],
+                MODULE_NAMES[in->module], k == DEP_POP_PREV || k == DEP_PUSH_PREV ? "previous" : "next",
+                DEP_FLAGS_ALLOWED[in->module]);
+    *slot[k] = set[k] ? q : NO_QUEUE;
   }
   return VTA_OK;
 }
@@ -781,23 +769,23 @@ static int decode_mem(vta_sim_t *s, const uint64_t w[2], insn_t *in, uint32_t id
   const char *buffer;
   if (in->opcode == OP_STORE) {
     /* Routed by opcode alone, so a NOP may carry any memory type (VTA's runtime emits store NOPs as UOP). */
-    if (in->mem_type != MEM_OUT && in->x_size != 0)
-      INSN_FAIL(VTA_ERR_INSN, "memory_type %u is not allowed on STORE (allowed: 4 = OUT)", in->mem_type);
-    in->module = MOD_STORE;
+    if (!(VTA_STORE_MEM_MASK >> in->mem_type & 1u) && in->x_size != 0)
+      INSN_FAIL(VTA_ERR_INSN, "memory_type %u is not allowed on STORE (allowed: " VTA_STORE_MEM_ALLOWED ")",
+                in->mem_type);
     depth = s->p.acc_depth;
     buffer = "output";
   } else {
+    if (!(VTA_LOAD_MEM_MASK >> in->mem_type & 1u))
+      INSN_FAIL(VTA_ERR_INSN, "memory_type %u is not allowed on LOAD (allowed: " VTA_LOAD_MEM_ALLOWED ")",
+                in->mem_type);
     switch (in->mem_type) {
-      case MEM_INP: in->module = MOD_LOAD; depth = s->p.inp_depth; buffer = "input"; break;
-      case MEM_WGT: in->module = MOD_LOAD; depth = s->p.wgt_depth; buffer = "weight"; break;
-      case MEM_UOP: in->module = MOD_COMPUTE; depth = s->p.uop_depth; buffer = "micro-op"; break;
-      case MEM_ACC:
-      case MEM_ACC_8BIT: in->module = MOD_COMPUTE; depth = s->p.acc_depth; buffer = "accumulator"; break;
-      default:
-        INSN_FAIL(VTA_ERR_INSN, "memory_type %u is not allowed on LOAD (allowed: 0 UOP, 1 WGT, 2 INP, 3 ACC, "
-                  "5 ACC_8BIT)", in->mem_type);
+      case MEM_INP: depth = s->p.inp_depth; buffer = "input"; break;
+      case MEM_WGT: depth = s->p.wgt_depth; buffer = "weight"; break;
+      case MEM_UOP: depth = s->p.uop_depth; buffer = "micro-op"; break;
+      default: depth = s->p.acc_depth; buffer = "accumulator"; break; /* ACC, ACC_8BIT */
     }
   }
+  in->module = MODULE_OF[in->opcode][in->mem_type];
   int rc = route_flags(in, bits(w, f[VTA_MEM_POP_PREV]), bits(w, f[VTA_MEM_POP_NEXT]), bits(w, f[VTA_MEM_PUSH_PREV]),
                        bits(w, f[VTA_MEM_PUSH_NEXT]), idx, stats, err, errlen);
   if (rc) return rc;
@@ -826,7 +814,7 @@ static int decode_mem(vta_sim_t *s, const uint64_t w[2], insn_t *in, uint32_t id
 static int decode_loop(vta_sim_t *s, const uint64_t w[2], insn_t *in, uint32_t idx, vta_stats_t *stats, char *err,
                        size_t errlen) {
   const vta_field_t *f = in->opcode == OP_GEMM ? s->p.gemm : s->p.alu;
-  in->module = MOD_COMPUTE;
+  in->module = MODULE_OF[in->opcode][0];
   in->reset = (uint8_t)bits(w, f[VTA_LOOP_RESET]);
   in->uop_bgn = bits(w, f[VTA_LOOP_UOP_BGN]);
   in->uop_end = bits(w, f[VTA_LOOP_UOP_END]);
@@ -845,8 +833,8 @@ static int decode_loop(vta_sim_t *s, const uint64_t w[2], insn_t *in, uint32_t i
     in->alu_op = (uint8_t)bits(w, f[VTA_ALU_OPCODE]);
     in->use_imm = (uint8_t)bits(w, f[VTA_ALU_USE_IMM]);
     in->imm = (raw >> (fi.width - 1)) ? (int32_t)((int64_t)raw - ((int64_t)1 << fi.width)) : (int32_t)raw;
-    if (in->alu_op > ALU_MUL)
-      INSN_FAIL(VTA_ERR_INSN, "alu_opcode %u is unknown (allowed: 0 MIN, 1 MAX, 2 ADD, 3 SHR, 4 MUL)", in->alu_op);
+    if (in->alu_op >= NUM_ALU_OPCODES)
+      INSN_FAIL(VTA_ERR_INSN, "alu_opcode %u is unknown (allowed: " VTA_ALU_OPCODES_ALLOWED ")", in->alu_op);
   }
   if (in->uop_bgn > in->uop_end || in->uop_end > s->p.uop_depth)
     INSN_FAIL(VTA_ERR_INSN, "micro-op range uop_bgn=%u, uop_end=%u is not allowed (need uop_bgn <= uop_end <= %u, "
@@ -859,7 +847,7 @@ static int decode_all(vta_sim_t *s, const uint8_t *raw, uint32_t count, insn_t *
                       size_t errlen) {
   for (uint32_t idx = 0; idx < count; idx++) {
     uint64_t w[2];
-    memcpy(w, raw + (size_t)idx * 16, 16);
+    memcpy(w, raw + (size_t)idx * VTA_INSN_BYTES, VTA_INSN_BYTES);
     insn_t *in = &out[idx];
     memset(in, 0, sizeof *in);
     in->opcode = (uint8_t)bits(w, s->p.mem[VTA_MEM_OPCODE]);
@@ -870,12 +858,12 @@ static int decode_all(vta_sim_t *s, const uint8_t *raw, uint32_t count, insn_t *
       case OP_GEMM:
       case OP_ALU: rc = decode_loop(s, w, in, idx, stats, err, errlen); break;
       case OP_FINISH:
-        in->module = MOD_COMPUTE;
+        in->module = MODULE_OF[OP_FINISH][0];
         rc = route_flags(in, bits(w, s->p.mem[VTA_MEM_POP_PREV]), bits(w, s->p.mem[VTA_MEM_POP_NEXT]),
                          bits(w, s->p.mem[VTA_MEM_PUSH_PREV]), bits(w, s->p.mem[VTA_MEM_PUSH_NEXT]), idx, stats, err,
                          errlen);
         break;
-      default: INSN_FAIL(VTA_ERR_INSN, "unknown opcode %u (allowed: 0 LOAD, 1 STORE, 2 GEMM, 3 FINISH, 4 ALU)", in->opcode);
+      default: INSN_FAIL(VTA_ERR_INSN, "unknown opcode %u (allowed: " VTA_OPCODES_ALLOWED ")", in->opcode);
     }
     if (rc) return rc;
   }
@@ -883,7 +871,7 @@ static int decode_all(vta_sim_t *s, const uint8_t *raw, uint32_t count, insn_t *
     stats->error_index = (int64_t)count - 1;
     return fail(err, errlen, VTA_ERR_INSN, "instruction %u: the stream does not end with FINISH (VTA's runtime "
                 "always ends a stream with FINISH; the last instruction is %s)", count - 1,
-                out[count - 1].opcode <= OP_ALU ? OP_NAMES[out[count - 1].opcode] : "invalid");
+                out[count - 1].opcode < NUM_OPCODES ? OP_NAMES[out[count - 1].opcode] : "invalid");
   }
   return VTA_OK;
 }
@@ -1117,10 +1105,10 @@ static int32_t alu_apply(uint32_t op, int32_t a, int32_t b) {
     case ALU_MUL: return (int32_t)((uint32_t)a * (uint32_t)b);
     default: { /* SHR: negative amount shifts left */
       if (b >= 0) {
-        int sh = b > 31 ? 31 : b;
+        int sh = b > VTA_SHIFT_MAX ? VTA_SHIFT_MAX : b;
         return a >= 0 ? a >> sh : ~(~a >> sh);
       }
-      int sh = b < -31 ? 31 : -b;
+      int sh = b < -VTA_SHIFT_MAX ? VTA_SHIFT_MAX : -b;
       return (int32_t)((uint32_t)a << sh);
     }
   }
@@ -1151,10 +1139,10 @@ static int32_t alu_apply(uint32_t op, int32_t a, int32_t b) {
       case ALU_MUL: for (uint32_t l = 0; l < n; l++) dst[l] = (int32_t)((uint32_t)dst[l] * (uint32_t)imm); break; \
       default:                                                                                             \
         if (imm >= 0) {                                                                                    \
-          const int sh = imm > 31 ? 31 : imm;                                                              \
+          const int sh = imm > VTA_SHIFT_MAX ? VTA_SHIFT_MAX : imm;                                        \
           for (uint32_t l = 0; l < n; l++) dst[l] = dst[l] >= 0 ? dst[l] >> sh : ~(~dst[l] >> sh);         \
         } else {                                                                                           \
-          const int sh = imm < -31 ? 31 : -imm;                                                            \
+          const int sh = imm < -VTA_SHIFT_MAX ? VTA_SHIFT_MAX : -imm;                                      \
           for (uint32_t l = 0; l < n; l++) dst[l] = (int32_t)((uint32_t)dst[l] << sh);                     \
         }                                                                                                  \
         break;                                                                                             \
@@ -1428,7 +1416,7 @@ int vta_sim_run(vta_sim_t *s, const uint8_t *insns, uint32_t count, int compute,
     free(in);
     return rc;
   }
-  const uint64_t fetch_cost = ceil_div(16, s->p.bus_bytes);
+  const uint64_t fetch_cost = ceil_div(VTA_INSN_BYTES, s->p.bus_bytes);
   const uint32_t tdepth = s->p.token_queue_depth, qdepth = s->p.insn_queue_depth;
   S.fetch_time = s->p.dram_latency;
   uint32_t done = 0;
