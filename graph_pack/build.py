@@ -23,18 +23,16 @@ from graph_pack import jit
 from graph_pack.graph import Graph, GraphError
 from graph_pack.kernels import KERNELS, conv2d_transpose_direct
 from graph_pack.opdefs import packed_factors
-from graph_pack.pack import Group, is_scalar_const
+from graph_pack.pack import Group
 from graph_pack.reference import check_inputs
 from hw_config import HwConfig
 from simulator.stats import RunStats
 from vta.device import Buffer, Device, SimDevice
 from vta.environment import config_of
-from vta.numerics import pack_bias, pack_blocks, unpack_blocks
+from vta.numerics import pack_blocks, unpack_blocks
 from vta.runtime import ScheduleError, combine_stats
-from vta.templates import CompiledOp, compile_op
-from vta.templates.alu import AluBuffers
-from vta.templates.conv import ConvBuffers
-from vta.templates.epilogue import resolve, split_add
+from vta.templates import CompiledOp, compile_template
+from vta.templates.epilogue import resolve
 
 Schedules = Mapping[str, dict] | Callable[[dict], dict | None] | None
 CPU_BACKENDS = ("auto", "jit", "numpy")
@@ -63,34 +61,6 @@ class DeviceTensor:
 def workload_key(workload: dict) -> str:
     """Canonical text of a workload (the key of ``schedules`` and of tuning records)."""
     return json.dumps(workload, sort_keys=True, separators=(",", ":"))
-
-
-def group_workload(graph: Graph, group: Group, cfg: HwConfig) -> dict:
-    """The template call of an accelerator group: op, shapes in natural (padded) units, epilogue kind."""
-    head = graph[group.head]
-    if group.kind == "alu":
-        op, *rhs = group.epilogue[0]
-        tensor_rhs = op not in ("relu", "clip") and bool(rhs) and not is_scalar_const(graph, rhs[0])
-        return {"op": op, "data_shape": _natural(head.shape), "tensor_rhs": tensor_rhs}
-    data, weight = (graph[i] for i in head.inputs)
-    ep = [e[0] for e in group.epilogue]
-    wl = {"data_shape": _natural(data.shape), "bias": "bias" in ep, "residual": "residual" in ep}
-    o, i, *k = _natural(weight.shape)
-    if head.op == "nn.dense":
-        return {"op": "dense", **wl, "kernel_shape": (o, i)}
-    a = head.attrs
-    if head.op == "nn.conv2d_transpose":
-        return {"op": "conv2d_transpose", **wl, "kernel_shape": (i, o, *k), "strides": a["strides"],
-                "padding": a["padding"][:2]}
-    name = "group_conv2d" if a["groups"] > 1 else "conv2d"
-    return {"op": name, **wl, "kernel_shape": (o, i, *k), "strides": a["strides"], "padding": a["padding"][:2],
-            "groups": a["groups"]}
-
-
-def _natural(packed_shape: tuple[int, ...]) -> tuple[int, ...]:
-    """(N/b, C/c, ..., b, c) -> (N, C, ...) with the padding included."""
-    nb, cb, *rest, b, c = packed_shape
-    return (nb * b, cb * c, *rest)
 
 
 # ---- steps ----------------------------------------------------------------------------------------------------
@@ -273,20 +243,36 @@ class GraphModule:
 
 # ---- building -----------------------------------------------------------------------------------------------------
 
-def _fold_constants(graph: Graph, params: dict[str, np.ndarray]) -> dict[str, np.ndarray]:
-    """Values of every node computable from constants alone (weight packing, per-channel reshapes)."""
-    consts: dict[str, np.ndarray] = {}
-    for node in graph:
-        if node.op == "const":
-            if node.name not in params:
-                raise GraphError(f"params has no value for constant {node.name!r} {node.type}")
-            value = np.asarray(params[node.name])
-            if value.shape != node.shape or value.dtype.name != node.dtype:
-                raise GraphError(f"param {node.name!r}: expected {node.type}, got {value.shape} {value.dtype}")
-            consts[node.name] = value
-        elif node.inputs and node.op not in ("input",) and all(i in consts for i in node.inputs):
-            consts[node.name] = KERNELS[node.op](node.attrs, *(consts[i] for i in node.inputs))
-    return consts
+class Constants:
+    """Every value computable from constants alone, evaluated when first read: a weight that a template packs
+    straight from its param is never also run through the graph's layout transform (packed once)."""
+
+    def __init__(self, graph: Graph, params: dict[str, np.ndarray]):
+        self.graph, self.values = graph, {}
+        self.names: set[str] = set()
+        for node in graph:
+            if node.op == "const":
+                if node.name not in params:
+                    raise GraphError(f"params has no value for constant {node.name!r} {node.type}")
+                value = np.asarray(params[node.name])
+                if value.shape != node.shape or value.dtype.name != node.dtype:
+                    raise GraphError(f"param {node.name!r}: expected {node.type}, got {value.shape} {value.dtype}")
+                self.values[node.name] = value
+                self.names.add(node.name)
+            elif node.inputs and node.op != "input" and all(i in self.names for i in node.inputs):
+                self.names.add(node.name)
+
+    def __contains__(self, name: str) -> bool:
+        return name in self.names
+
+    def __getitem__(self, name: str) -> np.ndarray:
+        if name not in self.values:
+            node = self.graph[name]
+            self.values[name] = KERNELS[node.op](node.attrs, *(self[i] for i in node.inputs))
+        return self.values[name]
+
+    def scalar(self, name: str) -> int:
+        return int(np.asarray(self[name]).reshape(-1)[0])
 
 
 def _host_kernel(node, graph: Graph, cpu: str):
@@ -323,17 +309,8 @@ def _packed_head_on_host(attrs: dict, x: np.ndarray, w: np.ndarray) -> np.ndarra
     return pack_blocks(y, b, c)
 
 
-def _imm(consts: dict, name: str) -> int:
-    return int(np.asarray(consts[name]).reshape(-1)[0])
-
-
-def _epilogue(group: Group, consts: dict) -> list[tuple]:
-    """The template's epilogue ops for a group's chain (immediates read from the folded constants)."""
-    return resolve(group.epilogue[1:] if group.kind == "alu" else group.epilogue, lambda name: _imm(consts, name))
-
-
 class _Builder:
-    def __init__(self, graph: Graph, cfg: HwConfig, consts: dict, schedules: Schedules, cpu: str,
+    def __init__(self, graph: Graph, cfg: HwConfig, consts: Constants, schedules: Schedules, cpu: str,
                  max_insns: int, fallback: str, device: Device | None):
         self.g, self.cfg, self.consts = graph, cfg, consts
         self.schedules, self.cpu, self.max_insns, self.fallback = schedules, cpu, max_insns, fallback
@@ -349,83 +326,28 @@ class _Builder:
             return self.schedules(workload)
         return self.schedules.get(workload_key(workload))
 
-    def alloc(self, shape: tuple[int, ...], itemsize: int) -> Buffer:
-        return self.device.alloc(int(np.prod(shape)) * itemsize)
-
-    def input_buffer(self, value: str, itemsize: int) -> Buffer:
-        """The producer's buffer when an accelerator group made ``value`` (int8), else a staging buffer."""
-        if itemsize == 1 and value in self.producer_buffer:
-            return self.producer_buffer[value]
-        return self.alloc(self.g[value].shape, itemsize)
-
-    def conv_step(self, group: Group) -> AccelStep:
-        g, cfg = self.g, self.cfg
-        head = g[group.head]
-        data, weight = head.inputs
-        wl = group_workload(g, group, cfg)
-        out = g[group.output]
-        ep = _epilogue(group, self.consts)
-        bias_entry = next((e for e in group.epilogue if e[0] == "bias"), None)
-        res_entry = next((e for e in group.epilogue if e[0] == "residual"), None)
-        bufs = ConvBuffers(data=self.input_buffer(data, 1), kernel=self.alloc(g[weight].shape, 1),
-                           out=self.alloc(out.shape, 1),
-                           bias=self.alloc((g[weight].shape[0], cfg.BATCH, cfg.BLOCK_OUT), 4) if bias_entry else None,
-                           residual=self.alloc(out.shape, 4) if res_entry else None)
-        kwargs = {k: wl[k] for k in ("data_shape", "kernel_shape", "strides", "padding", "groups") if k in wl}
-        op = compile_op(wl["op"], cfg, config=self.schedule_for(wl), epilogue=ep, device=self.device, buffers=bufs,
-                        max_insns=self.max_insns, **kwargs)
-        self.device.copy_in(bufs.kernel, self.consts[weight])
-        if bias_entry:
-            bias = self.consts[self.member_input(group, bias_entry[1])].astype(np.int32)  # (1, Cb, .., 1, c)
-            self.device.copy_in(bufs.bias, pack_bias(bias, bias.shape[1], cfg.BATCH, cfg.BLOCK_OUT))
-        staged = [] if bufs.data == self.producer_buffer.get(data) else [(data, bufs.data, "int8")]
-        if res_entry:
-            staged.append((self.member_input(group, res_entry[1]), bufs.residual, "int32"))
-        self.producer_buffer[group.output] = bufs.out
-        return AccelStep(group, op, staged, group.output, out.shape, wl, op.geometry.macs(cfg))
-
-    def member_input(self, group: Group, original: str) -> str:
-        """The packed graph's node that a group member reads in place of ``original`` (the quantized graph's
-        name: graph_pack may have inserted a layout transform, or a reshape + transform for a constant)."""
-        for m in group.members:
-            for i in self.g[m].inputs:
-                if i == original or _source(self.g, i) == original:
-                    return i
-        raise GraphError(f"group {group.head!r}: no member reads {original!r}")
-
-    def alu_step(self, group: Group) -> AccelStep:
-        g, cfg = self.g, self.cfg
-        head = g[group.head]
-        wl = group_workload(g, group, cfg)
-        op_name, *rhs = group.epilogue[0]
-        out = g[group.output]
-        lhs = head.inputs[0]
-        workload: dict[str, Any] = {"data_shape": wl["data_shape"]}
-        rhs_value = None
-        if op_name == "clip":
-            workload["bounds"] = tuple(rhs)
-            rhs = []
-        elif rhs and is_scalar_const(g, rhs[0]):
-            workload["imm"] = _imm(self.consts, rhs[0])
-            rhs = []
-        elif rhs:
-            rhs_value = self.member_input(group, rhs[0])
-        epilogue = _epilogue(group, self.consts)
-        if op_name == "add" and "imm" in workload:  # beyond 16 bits: the rest of the constant as epilogue adds
-            first, *rest = split_add(workload["imm"])
-            workload["imm"], epilogue = first[1], rest + epilogue
-        bufs = AluBuffers(lhs=self.alloc(head.shape, 4), out=self.alloc(out.shape, 1),
-                          rhs=self.alloc(head.shape, 4) if rhs_value else None)
-        op = compile_op(op_name, cfg, config=self.schedule_for(wl), epilogue=epilogue,
-                        device=self.device, buffers=bufs, max_insns=self.max_insns, **workload)
-        staged = [(lhs, bufs.lhs, "int32")]
-        if rhs_value is not None:
-            if rhs_value in self.consts:  # a per-channel constant, broadcast once
-                self.device.copy_in(bufs.rhs, np.broadcast_to(self.consts[rhs_value].astype(np.int32), head.shape))
-            else:
-                staged.append((rhs_value, bufs.rhs, "int32"))
-        self.producer_buffer[group.output] = bufs.out
-        return AccelStep(group, op, staged, group.output, out.shape, wl, int(np.prod(head.shape)))
+    def accel_step(self, group: Group) -> AccelStep:
+        """Compile a group as graph_pack planned it: its template, its blocked workload with the scalar constants
+        read, its epilogue resolved, its inputs chained to their producers' buffers or staged."""
+        template, consts = group.template, self.consts
+        workload = {**group.workload, **{arg: consts.scalar(c) for arg, c in group.scalars.items()}}
+        workload, epilogue = template.graph_workload(group.op, workload, resolve(group.epilogue, consts.scalar))
+        t = template.parse(group.op, self.cfg, tuple(epilogue), workload)
+        buffers: dict[str, Buffer | None] = {}
+        staged: list[tuple[str, Buffer, str]] = []
+        for name, nbytes in t.buffer_bytes().items():
+            value = group.operands.get(name)   # None for the output
+            chained = value not in consts and t.input_dtypes.get(name) == "int8" and value in self.producer_buffer
+            buffers[name] = self.producer_buffer[value] if chained else self.device.alloc(nbytes) if nbytes else None
+            if value is not None and value not in consts and not chained:
+                staged.append((value, buffers[name], t.input_dtypes[name]))
+        op = compile_template(t, self.schedule_for(group.task), device=self.device, max_insns=self.max_insns,
+                              buffers=template.Buffers(**buffers))
+        for name, value in group.operands.items():
+            if value in consts:   # packed once, from the param, straight into the template's layout
+                op.write(name, t.pack(name, consts[value]))
+        self.producer_buffer[group.output] = buffers["out"]
+        return AccelStep(group, op, staged, group.output, self.g[group.output].shape, group.task, t.macs)
 
     def host_step(self, node) -> HostStep:
         fn, backend = _host_kernel(node, self.g, self.cpu)
@@ -438,7 +360,7 @@ class _Builder:
             raise HostFallbackError(f"{what}: the template refused every config: {reason} "
                                     "(build(..., fallback='warn') runs such groups on the host)")
         if self.fallback == "warn":
-            warnings.warn(f"{what} runs on the host: {reason}", HostFallbackWarning, stacklevel=4)
+            warnings.warn(f"{what} runs on the host: {reason}", HostFallbackWarning, stacklevel=6)
         self.fallbacks[grp.head] = f"CPU: the template refused it: {reason}"
         self.steps.extend(self.host_step(self.g[m]) for m in grp.members)
 
@@ -452,22 +374,15 @@ class _Builder:
                 self.steps.append(self.host_step(node))
             elif node.name == grp.output:  # every operand of the chain is ready here
                 try:
-                    step = self.conv_step(grp) if grp.kind == "conv" else self.alu_step(grp)
+                    step = self.accel_step(grp)
                 except ScheduleError as e:
                     what = f"accelerator group {grp.head!r} ({' -> '.join(self.g[m].op for m in grp.members)})"
-                    if self.schedule_for(group_workload(self.g, grp, self.cfg)) is not None:  # a given config
+                    if self.schedule_for(grp.task) is not None:  # a given config
                         raise ScheduleError(f"{what}: {e}") from None
                     self.fall_back(grp, what, str(e))
                     continue
                 self.steps.append(step)
         return self.steps
-
-
-def _source(graph: Graph, name: str) -> str:
-    """The value a chain of layout transforms / reshapes starts from."""
-    while graph[name].op in ("layout_transform", "reshape"):
-        name = graph[name].inputs[0]
-    return name
 
 
 def build(graph: Graph, env, params: dict[str, np.ndarray], schedules: Schedules = None, *,
@@ -497,14 +412,18 @@ def build(graph: Graph, env, params: dict[str, np.ndarray], schedules: Schedules
     if packed_for is not None and packed_for != cfg.fingerprint:
         raise GraphError("this graph was packed for another hardware config; run graph_pack with this env")
     times: dict[str, float] = {}
-    t0 = time.perf_counter()
-    consts = _fold_constants(graph, params)
-    times["fold constants"] = time.perf_counter() - t0
-    t0 = time.perf_counter()
+
+    def timed(name: str, fn: Callable[[], Any]) -> Any:
+        t0 = time.perf_counter()
+        out = fn()
+        times[name] = time.perf_counter() - t0
+        return out
+
+    consts = timed("check params", lambda: Constants(graph, params))
     builder = _Builder(graph, cfg, consts, schedules, cpu, max_insns, fallback, device)
-    steps = builder.run(graph.meta.get("groups", {}))
-    times["compile"] = time.perf_counter() - t0
-    runtime_consts = {k: v for k, v in consts.items() if any(k in getattr(s, "inputs", ()) for s in steps)}
+    steps = timed("compile", lambda: builder.run(graph.meta.get("groups", {})))
+    host_inputs = {i for s in steps for i in getattr(s, "inputs", ())}
+    runtime_consts = timed("fold host constants", lambda: {k: consts[k] for k in host_inputs if k in consts})
     module = GraphModule(graph, cfg, builder.device, steps, runtime_consts, times)
     module.fallbacks.update(builder.fallbacks)
     return module

@@ -21,33 +21,43 @@ import numpy as np
 from graph_pack.graph import Graph, GraphBuilder, GraphError, Node, find_nodes
 from hw_config import HwConfig
 from vta.environment import config_of
+from vta.runtime import ScheduleError
+from vta.templates import TEMPLATES, Template
+from vta.templates.base import GraphHead
+from vta.templates.epilogue import GRAPH_OPS, OPERAND_OPS, clip_bounds
 
 Selector = str | Callable[[Node], bool]
-HEADS = ("nn.conv2d", "nn.conv2d_transpose", "nn.dense")
-ALU_HEADS = {"add": "add", "multiply": "multiply", "maximum": "maximum", "minimum": "minimum",
-             "right_shift": "right_shift"}
-IMM_OPS = {"add": "add", "multiply": "mul", "maximum": "max", "minimum": "min", "right_shift": "shr",
-           "left_shift": "shl"}
+HEADS = ("nn.conv2d", "nn.conv2d_transpose", "nn.dense")   # heads whose weights graph_pack packs
 ELEMENTWISE_INT = ("add", "subtract", "multiply", "maximum", "minimum", "right_shift", "left_shift", "nn.relu",
                    "clip", "cast", "nn.bias_add")
-PAD_MAX = 15
-IMM_MIN, IMM_MAX = -(1 << 15), (1 << 15) - 1   # the ALU's 16-bit immediate
 
 
 @dataclass
 class Group:
-    """An accelerator group: a head (conv / dense / ALU op) and the element-wise chain fused after it."""
+    """An accelerator group: a template's head and the element-wise chain fused after it, with everything build
+    needs decided here, once: the template's operator and blocked workload, which graph value feeds each
+    template input, the scalar constants build reads, and the tuning task it belongs to."""
 
     head: str
-    kind: str                                   # "conv" or "alu"
+    kind: str                                   # the template's unit: "conv" (GEMM core) or "alu"
     members: list[str] = field(default_factory=list)   # head first, the int8 cast last
     epilogue: list[tuple] = field(default_factory=list)
-    # epilogue entries: ("bias", const) ("residual", node) ("add"|"mul"|"max"|"min"|"shr"|"shl", const)
-    # ("clip", lo, hi) ("relu",); for ALU groups the first entry is the head: ("op", rhs node or const)
+    # the fused chain: ("bias", const) ("residual", node) ("add"|"mul"|"max"|"min"|"shr"|"shl", const)
+    # ("clip", lo, hi) ("relu",)
+    op: str = ""                                # the operator compile_op takes ("conv2d", "add", ...)
+    workload: dict = field(default_factory=dict)    # its compile_op workload, shapes in whole blocks
+    operands: dict[str, str] = field(default_factory=dict)
+    # template input -> value: after graph_pack a tensor names the packed graph's value, a constant the param
+    scalars: dict[str, str] = field(default_factory=dict)   # workload argument -> scalar constant
+    task: dict = field(default_factory=dict)    # the tuning task workload (key of schedules and records)
 
     @property
     def output(self) -> str:
         return self.members[-1]
+
+    @property
+    def template(self) -> type[Template]:
+        return TEMPLATES[self.op]
 
 
 # ---- region selection ---------------------------------------------------------------------------------------
@@ -84,34 +94,34 @@ def select_region(graph: Graph, start_name: Selector, stop_name: Selector, start
 
 # ---- what the templates accept ------------------------------------------------------------------------------
 
-def head_refusal(graph: Graph, node: Node, cfg: HwConfig) -> str | None:
-    """Why the templates cannot compute ``node`` (a conv / dense), or None."""
-    data, weight = (graph[i] for i in node.inputs)
-    if weight.op != "const":
-        return "its weight is not a constant"
-    if (data.dtype, weight.dtype, node.dtype) != ("int8", "int8", "int32"):
-        return f"needs int8 x int8 -> int32, got {data.dtype} x {weight.dtype} -> {node.dtype} (quantize first)"
-    if node.op == "nn.dense":
-        return None
-    a = node.attrs
-    pt, pl, pb, pr = a["padding"]
-    if a["dilation"] != (1, 1):
-        return f"dilation {a['dilation']} (the template supports 1)"
-    if (pt, pl) != (pb, pr):
-        return f"asymmetric padding {a['padding']} (the template pads symmetrically)"
-    if max(pt, pl) > PAD_MAX and node.op == "nn.conv2d":
-        return f"padding {max(pt, pl)} > {PAD_MAX} (a DMA load inserts at most {PAD_MAX} zeros)"
-    if node.op == "nn.conv2d_transpose":
-        if a["output_padding"] != (0, 0):
-            return f"output_padding {a['output_padding']} (the template supports (0, 0))"
-        return None
-    g = a["groups"]
-    if g > 1:
-        cin, cout = data.shape[1] // g, node.shape[1] // g
-        if cin % cfg.BLOCK_IN or cout % cfg.BLOCK_OUT:
-            return (f"groups={g} gives {cin} input / {cout} output channels per group; VTA groups whole "
-                    f"{cfg.BLOCK_IN}-channel blocks")
-    return None
+def _templates_for(op: str) -> list[type[Template]]:
+    """The registered templates that can head a group with graph op ``op``, in registration order."""
+    return [t for t in dict.fromkeys(TEMPLATES.values()) if op in t.graph_ops]
+
+
+def input_kinds(graph: Graph, node: Node) -> list[str]:
+    """What each input of ``node`` is to a template: "scalar", "per_channel", "const" or "tensor"."""
+    kinds = []
+    for name in node.inputs:
+        if is_scalar_const(graph, name):
+            kinds.append("scalar")
+        elif _per_channel(graph, name, node):
+            kinds.append("per_channel")
+        else:
+            kinds.append("const" if graph[name].op == "const" else "tensor")
+    return kinds
+
+
+def graph_head(graph: Graph, node: Node, cfg: HwConfig) -> tuple[type[Template], GraphHead] | str | None:
+    """The template that heads a group at ``node`` and how; why none can (a refusal), or None (no template's)."""
+    reasons = []
+    for template in _templates_for(node.op):
+        head = template.from_graph(node, [graph[i] for i in node.inputs], input_kinds(graph, node), cfg)
+        if isinstance(head, GraphHead):
+            return template, head
+        if head:
+            reasons.append(head)
+    return "; ".join(reasons) or None
 
 
 def is_scalar_const(graph: Graph, name: str) -> bool:
@@ -136,24 +146,18 @@ def _same_tensor(graph: Graph, name: str, like: Node) -> bool:
     return n.op != "const" and n.shape == like.shape and n.dtype == "int32"
 
 
-def _clip_entry(node: Node) -> tuple | None:
-    """("clip", lo, hi) with integer bounds, or None when they do not fit the ALU's 16-bit immediates (an
-    infinite bound included)."""
-    lo, hi = np.ceil(node.attrs["a_min"]), np.floor(node.attrs["a_max"])
-    return ("clip", int(lo), int(hi)) if IMM_MIN <= lo <= hi <= IMM_MAX else None
-
-
 def _chain_step(graph: Graph, cur: str, user: Node, group: Group) -> tuple | None:
     """The epilogue entry for ``user`` continuing the chain from ``cur`` (None: the chain cannot absorb it)."""
     op, ins = user.op, user.inputs
     if op in ("nn.relu",):
         return ("relu",)
     if op == "clip":
-        return _clip_entry(user)
-    can_bias = group.kind == "conv" and not any(e[0] == "bias" for e in group.epilogue)
+        return clip_bounds(user.attrs["a_min"], user.attrs["a_max"])
+    fusable = group.template.fusable_operands
+    can_bias = "bias" in fusable and not any(e[0] == "bias" for e in group.epilogue)
     if op == "nn.bias_add" and ins[0] == cur:
         return ("bias", ins[1]) if can_bias else None
-    if len(ins) != 2 or op not in IMM_OPS:
+    if len(ins) != 2 or op not in GRAPH_OPS:
         return None
     commutative = op in ("add", "multiply", "maximum", "minimum")
     if ins[0] == cur:
@@ -163,10 +167,10 @@ def _chain_step(graph: Graph, cur: str, user: Node, group: Group) -> tuple | Non
     else:
         return None
     if is_scalar_const(graph, other):
-        return (IMM_OPS[op], other)
+        return (GRAPH_OPS[op], other)
     if op == "add" and _per_channel(graph, other, user) and can_bias:
         return ("bias", other)
-    if op == "add" and group.kind == "conv" and _same_tensor(graph, other, user) \
+    if op == "add" and "residual" in fusable and _same_tensor(graph, other, user) \
             and not any(e[0] == "residual" for e in group.epilogue):
         return ("residual", other)
     return None
@@ -195,24 +199,6 @@ def _grow(graph: Graph, users: dict, group: Group, region: set[str]) -> str | No
         cur = user.name
 
 
-def _alu_head(graph: Graph, node: Node) -> tuple | None:
-    """The head entry if ``node`` can start an ALU-only group (int32 operands of one shape)."""
-    if node.dtype != "int32" or len(node.shape) != 4:
-        return None
-    if node.op == "nn.relu":
-        return ("relu",)
-    if node.op == "clip":
-        return _clip_entry(node)
-    if node.op not in ALU_HEADS or len(node.inputs) != 2:
-        return None
-    lhs, rhs = node.inputs
-    if graph[lhs].op == "const" or graph[lhs].shape != node.shape:
-        return None
-    if is_scalar_const(graph, rhs) or _per_channel(graph, rhs, node) or _same_tensor(graph, rhs, node):
-        return (ALU_HEADS[node.op], rhs)
-    return None
-
-
 def plan_groups(graph: Graph, region: list[str], cfg: HwConfig) -> tuple[dict[str, Group], dict[str, str]]:
     """Accelerator groups in ``region`` and, for the nodes left to the CPU, why."""
     users = graph.consumers()
@@ -224,20 +210,19 @@ def plan_groups(graph: Graph, region: list[str], cfg: HwConfig) -> tuple[dict[st
         node = graph[name]
         if name in taken:
             continue
-        if node.op in HEADS:
-            reason = head_refusal(graph, node, cfg)
-            group = Group(name, "conv", [name])
-            reason = reason or _grow(graph, users, group, inside)
-            if reason:
-                notes[name] = f"CPU: {reason}"
-                continue
-        else:
-            entry = _alu_head(graph, node)
-            if entry is None:
-                continue
-            group = Group(name, "alu", [name], [entry])
-            if _grow(graph, users, group, inside):
-                continue
+        found = graph_head(graph, node, cfg)
+        if found is None:
+            continue
+        if isinstance(found, str):
+            notes[name] = f"CPU: {found}"
+            continue
+        template, head = found
+        group = Group(name, template.kind, [name], [], head.op, dict(head.workload), dict(head.operands),
+                      dict(head.scalars))
+        reason = _grow(graph, users, group, inside) or _decide(group, cfg)
+        if reason:
+            notes[name] = f"CPU: {reason}"
+            continue
         groups[name] = group
         taken.update(group.members)
     for name in region:
@@ -245,6 +230,27 @@ def plan_groups(graph: Graph, region: list[str], cfg: HwConfig) -> tuple[dict[st
         if name not in taken and name not in notes:
             notes[name] = f"CPU: {_cpu_reason(node)}"
     return groups, notes
+
+
+def _decide(group: Group, cfg: HwConfig) -> str | None:
+    """Complete a grown group: the chain's tensor operands, and the template parsed once (its task key); why the
+    template refuses the workload, or None."""
+    for entry in group.epilogue:
+        if entry[0] in OPERAND_OPS:
+            group.operands[entry[0]] = entry[1]
+    operand_ops = tuple((e[0],) for e in group.epilogue if e[0] in OPERAND_OPS)
+    placeholders = dict.fromkeys(group.scalars, 0)   # scalar constants are read at build
+    try:
+        parsed = group.template.parse(group.op, cfg, operand_ops, {**group.workload, **placeholders})
+    except (ValueError, ScheduleError) as e:
+        return str(e)
+    group.task = parsed.task_workload()
+    return None
+
+
+def group_workload(graph: Graph, group: Group, cfg: HwConfig) -> dict:
+    """The tuning task workload of an accelerator group (decided when graph_pack planned it)."""
+    return group.task
 
 
 def _cpu_reason(node: Node) -> str:
@@ -265,6 +271,7 @@ class _Packer:
         self.b = GraphBuilder(Graph(), {})
         self.packed: dict[str, bool] = {}
         self.memo: dict[tuple, str] = {}
+        self.groups = groups
         self.members = {m: grp for grp in groups.values() for m in grp.members}
         self.act = f"NCHW{cfg.BATCH}n{cfg.BLOCK_IN}c"
         self.act2d = f"NC{cfg.BATCH}n{cfg.BLOCK_IN}c"
@@ -333,7 +340,13 @@ class _Packer:
                 self.packed[node.name] = False
         outputs = [self.unpacked_value(o) for o in self.g.outputs]
         graph, _ = self.b.finish(outputs)
+        for group in self.groups.values():   # tensor operands: the packed values the members read
+            group.operands = {k: v if self.g[v].op == "const" else self.packed_name(v) for k, v in group.operands.items()}
         return graph
+
+    def packed_name(self, name: str) -> str:
+        """The packed graph's value for ``name`` (already emitted: nothing is added after ``finish``)."""
+        return name if self.packed[name] else self.memo[("pack", name)]
 
     def emit_packed(self, node: Node) -> None:
         g = self.g

@@ -22,10 +22,9 @@ from graph_pack.build import (
     HostFallbackWarning,
     HostStep,
     build,
-    group_workload,
     workload_key,
 )
-from graph_pack.pack import format_offload_report, graph_pack, offload_report
+from graph_pack.pack import format_offload_report, graph_pack, group_workload, offload_report
 from graph_pack.quantize import quantize
 from hw_config import load_config
 from vta.runtime import ScheduleError

@@ -12,8 +12,9 @@ from dataclasses import dataclass, field
 from functools import cached_property
 from typing import Any
 
-from graph_pack.build import group_workload, workload_key
+from graph_pack.build import workload_key
 from graph_pack.graph import Graph
+from graph_pack.pack import group_workload
 from hw_config import HwConfig
 from vta.environment import config_of
 from vta.space import ConfigSpace, KnobError

@@ -23,6 +23,22 @@ def pad_to(a: np.ndarray, shape: tuple[int, ...]) -> np.ndarray:
     return out
 
 
+def padded_shape(shape: tuple[int, ...], outer: int, inner: int) -> tuple[int, ...]:
+    """``shape`` with dims 0 and 1 rounded up to whole blocks of ``outer`` and ``inner`` (what packing pads)."""
+    d0, d1, *rest = shape
+    return (blocks(d0, outer) * outer, blocks(d1, inner) * inner, *rest)
+
+
+def broadcast_channels(value: np.ndarray, shape: tuple[int, ...]) -> np.ndarray:
+    """A per-channel constant (C,), (C, 1, 1) or (1, C, 1, 1) zero-padded to ``shape``'s channels and broadcast
+    to ``shape`` (N, C, ...); a value of ``shape`` already passes through."""
+    value = np.asarray(value)
+    if value.shape == tuple(shape):
+        return value
+    per_channel = pad_to(value.reshape(-1), (shape[1],)).reshape(1, shape[1], *(1,) * (len(shape) - 2))
+    return np.broadcast_to(per_channel, shape)
+
+
 def wrap_int32(v: np.ndarray) -> np.ndarray:
     """Integers wrapped to int32 (two's complement), as the accelerator's 32-bit arithmetic wraps."""
     return (((np.asarray(v).astype(np.int64) + (1 << 31)) % (1 << 32)) - (1 << 31)).astype(np.int32)

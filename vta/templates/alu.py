@@ -9,22 +9,41 @@ store overlaps the next tile's loads and ALU work.
 from __future__ import annotations
 
 from dataclasses import dataclass
+from typing import ClassVar
 
 import numpy as np
 
 from hw_config import HwConfig
 from hw_config.isa_rules import INSN_BYTES, LOOP_MAX, SHIFT_MAX
 from simulator.timing import dma_cycles
-from vta.numerics import blocks, pack_blocks, unpack_blocks, wrap_int32
+from vta.numerics import blocks, broadcast_channels, pack_blocks, padded_shape, unpack_blocks, wrap_int32
 from vta.runtime import COMPUTE, STORE, CommandQueue, UopKernel
 from vta.space import Config, ConfigSpace, Knob
-from vta.templates.base import Template, as_int, as_ints, checked_array, only_known, present_inputs, register
-from vta.templates.epilogue import ALU_OPCODE, GRAPH_OPS, Epilogue, alu_immediates, reference_epilogue
+from vta.templates.base import (
+    GraphHead,
+    Template,
+    as_int,
+    as_ints,
+    checked_array,
+    only_known,
+    present_inputs,
+    register,
+)
+from vta.templates.epilogue import (
+    ALU_OPCODE,
+    GRAPH_OPS,
+    Epilogue,
+    alu_immediates,
+    clip_bounds,
+    reference_epilogue,
+    split_add,
+)
 
 # graph / operator name -> its epilogue op (the same op with a constant operand)
 EPILOGUE_NAME = {op: GRAPH_OPS[op] for op in ("add", "multiply", "minimum", "maximum", "right_shift")}
 BINARY = {op: ALU_OPCODE[name] for op, name in EPILOGUE_NAME.items()}   # operator -> ALU opcode
 UNARY = ("relu", "clip")
+GRAPH_OP_NAME = {**{op: op for op in BINARY}, "nn.relu": "relu", "clip": "clip"}   # graph op -> operator
 HALVES = 2
 
 # numpy meaning of each binary operator with a tensor operand (the ALU's semantics, docs/simulator.md)
@@ -209,6 +228,8 @@ class AluTemplate(Template):
     ops = (*BINARY, *UNARY)
     inputs = ("lhs", "rhs")
     Buffers = AluBuffers
+    graph_ops = ("add", "multiply", "maximum", "minimum", "right_shift", "nn.relu", "clip")
+    input_dtypes: ClassVar[dict[str, str]] = {"lhs": "int32", "rhs": "int32"}
 
     def __init__(self, op: str, cfg: HwConfig, epilogue: Epilogue, geometry: AluGeometry, shape: tuple[int, ...]):
         super().__init__(op, cfg, epilogue)
@@ -251,6 +272,36 @@ class AluTemplate(Template):
             args["imm"] = 3
         return args, (("shr", 2), ("clip", -127, 127))
 
+    @classmethod
+    def from_graph(cls, head, inputs, kinds, cfg: HwConfig) -> GraphHead | None:
+        """An int32 element-wise op of 4D operands of one shape (its chain then ends in an int8 cast)."""
+        if head.dtype != "int32" or len(head.shape) != 4:
+            return None
+        shape = padded_shape(head.shape, cfg.BATCH, cfg.BLOCK_OUT)
+        operands = {"lhs": inputs[0].name}
+        op = GRAPH_OP_NAME.get(head.op)
+        if op in UNARY:
+            bounds = clip_bounds(head.attrs["a_min"], head.attrs["a_max"]) if op == "clip" else ()
+            if bounds is None:
+                return None
+            workload = {"data_shape": shape, **({"bounds": bounds[1:]} if bounds else {})}
+            return GraphHead(op, workload, operands)
+        if op not in BINARY or len(inputs) != 2 or kinds[0] != "tensor" or inputs[0].shape != head.shape:
+            return None
+        rhs = inputs[1]
+        if kinds[1] == "scalar":
+            return GraphHead(op, {"data_shape": shape}, operands, {"imm": rhs.name})
+        if kinds[1] == "per_channel" or (kinds[1] == "tensor" and rhs.shape == head.shape and rhs.dtype == "int32"):
+            return GraphHead(op, {"data_shape": shape}, {**operands, "rhs": rhs.name})
+        return None
+
+    @classmethod
+    def graph_workload(cls, op: str, workload: dict, epilogue: list[tuple]) -> tuple[dict, list[tuple]]:
+        if op == "add" and "imm" in workload:   # beyond 16 bits: the rest of the constant as epilogue adds
+            first, *rest = split_add(workload["imm"])
+            return {**workload, "imm": first[1]}, rest + epilogue
+        return workload, epilogue
+
     # ---- schedule ----
     def space(self) -> ConfigSpace:
         return alu_space(self.geometry)
@@ -262,7 +313,7 @@ class AluTemplate(Template):
         return default_alu_config(self.cfg, self.geometry, self.space())
 
     @property
-    def flop(self) -> int:
+    def macs(self) -> int:
         g = self.geometry
         return g.nb * g.cob * g.height * g.width * self.cfg.BATCH * self.cfg.BLOCK_OUT
 
@@ -283,7 +334,8 @@ class AluTemplate(Template):
         return {k: checked_array(k, v, self.shape, ("int8", "int32")) for k, v in present.items()}
 
     def pack(self, name: str, value: np.ndarray) -> np.ndarray:
-        return pack_blocks(value.astype(np.int32), self.cfg.BATCH, self.cfg.BLOCK_OUT)
+        """An operand in the packed int32 layout; a per-channel constant ``rhs`` is broadcast first."""
+        return pack_blocks(broadcast_channels(value, self.shape).astype(np.int32), self.cfg.BATCH, self.cfg.BLOCK_OUT)
 
     def unpack_output(self, raw: np.ndarray) -> np.ndarray:
         g, c = self.geometry, self.cfg

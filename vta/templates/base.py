@@ -95,8 +95,14 @@ class Template:
         raise NotImplementedError
 
     @property
-    def flop(self) -> int:
+    def macs(self) -> int:
+        """Operations as VTA's GOPS counts them: multiply-accumulates on the GEMM core, elements on the ALU."""
         raise NotImplementedError
+
+    @property
+    def flop(self) -> int:
+        """Useful operations of one run (a multiply-accumulate counts two)."""
+        return self.macs
 
     # ---- program and data ----
     def buffer_bytes(self) -> dict[str, int]:
@@ -126,12 +132,34 @@ class Template:
 
     # ---- graphs (optional) ----
     graph_ops: ClassVar[tuple[str, ...]] = ()    # graph ops that can head a group of this template
+    kind: ClassVar[str] = "alu"                  # "conv" (GEMM core) or "alu": how reports name the unit
+    fusable_operands: ClassVar[tuple[str, ...]] = ()   # epilogue operand ops ("bias", "residual") it can fuse
+    input_dtypes: ClassVar[dict[str, str]] = {}  # each input's dtype in device DRAM (int8 ones chain in place)
 
     @classmethod
-    def from_graph(cls, head: Any, inputs: list[Any], rhs_scalar: bool, cfg: HwConfig
-                   ) -> tuple[str, dict[str, Any]] | str:
-        """(operator name, compile_op workload) for a graph node heading a group, or why it cannot."""
-        return f"the {cls.__name__} template does not head graph groups"
+    def from_graph(cls, head: Any, inputs: list[Any], kinds: list[str], cfg: HwConfig) -> GraphHead | str | None:
+        """How a graph node starts a group of this template: a ``GraphHead``, why it cannot (shown as the
+        node's CPU note), or None when the node is simply not this template's (say nothing). ``head`` and
+        ``inputs`` have ``op``, ``attrs``, ``shape``, ``dtype``; ``kinds[i]`` is "scalar" (a one-value
+        constant), "per_channel" (a constant per channel of ``head``), "const" or "tensor"."""
+        return None
+
+    @classmethod
+    def graph_workload(cls, op: str, workload: dict[str, Any], epilogue: list[tuple]
+                       ) -> tuple[dict[str, Any], list[tuple]]:
+        """The compile_op workload and epilogue of a graph group once its scalar constants are known (a
+        template may move part of a constant into the epilogue, e.g. an add wider than one immediate)."""
+        return workload, epilogue
+
+
+@dataclass
+class GraphHead:
+    """A graph node as the head of a template's group, decided once when graph_pack plans the groups."""
+
+    op: str                                   # the operator name compile_op takes
+    workload: dict[str, Any]                  # compile_op workload, shapes padded to whole blocks
+    operands: dict[str, str]                  # template input -> the graph value feeding it
+    scalars: dict[str, str] = field(default_factory=dict)   # workload argument -> scalar constant node (build reads it)
 
 
 # ---- argument parsing helpers the templates share ------------------------------------------------------------

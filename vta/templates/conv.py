@@ -17,6 +17,7 @@ inserted zeros would not be (VTA's ``conv2d_transpose_gemm`` skip).
 from __future__ import annotations
 
 from dataclasses import dataclass
+from typing import ClassVar
 
 import numpy as np
 
@@ -29,12 +30,14 @@ from vta.numerics import (
     conv2d_transpose_scatter,
     pack_bias,
     pack_blocks,
+    padded_shape,
     transposed_to_direct,
     unpack_blocks,
 )
 from vta.runtime import COMPUTE, LOAD, STORE, CommandQueue, ScheduleError, UopKernel
 from vta.space import Config, ConfigSpace, Knob
 from vta.templates.base import (
+    GraphHead,
     Template,
     as_int,
     as_ints,
@@ -581,6 +584,9 @@ class ConvTemplate(Template):
     inputs = ("data", "kernel", "bias", "residual")
     Buffers = ConvBuffers
     graph_ops = ("nn.conv2d", "nn.conv2d_transpose", "nn.dense")
+    kind = "conv"
+    fusable_operands = ("bias", "residual")
+    input_dtypes: ClassVar[dict[str, str]] = {"data": "int8", "kernel": "int8", "bias": "int32", "residual": "int32"}
 
     def __init__(self, op: str, cfg: HwConfig, epilogue: Epilogue, geometry: ConvGeometry,
                  shapes: dict[str, tuple[int, ...]]):
@@ -624,7 +630,7 @@ class ConvTemplate(Template):
             raise ValueError(f"{op}: groups={groups} must divide both {ci} input and {co} output channels")
         if groups > 1 and ((ci // groups) % cfg.BLOCK_IN or (co // groups) % cfg.BLOCK_OUT):
             raise ValueError(f"{op}: with groups={groups} each group's channels ({ci // groups} in, {co // groups} "
-                             f"out) must be multiples of BLOCK={cfg.BLOCK_IN} (VTA groups whole channel blocks)")
+                             f"out) must be multiples of BLOCK={cfg.BLOCK_IN} (VTA groups whole {cfg.BLOCK_IN}-channel blocks)")
         if min(strides) < 1 or min(padding) < 0:
             raise ValueError(f"{op}: strides must be >= 1 and padding >= 0, got {strides}, {padding}")
         geometry = ConvGeometry(
@@ -658,28 +664,39 @@ class ConvTemplate(Template):
         return args, (*ops, ("shr", 8), ("clip", -127, 127))
 
     @classmethod
-    def from_graph(cls, head, inputs, rhs_scalar, cfg):
+    def from_graph(cls, head, inputs, kinds, cfg: HwConfig) -> GraphHead | str | None:
         data, weight = inputs
-        if weight.op != "const":
+        if kinds[1] == "tensor":
             return "its weight is not a constant"
         if (data.dtype, weight.dtype, head.dtype) != ("int8", "int8", "int32"):
             return f"needs int8 x int8 -> int32, got {data.dtype} x {weight.dtype} -> {head.dtype} (quantize first)"
+        operands = {"data": data.name, "kernel": weight.name}
         if head.op == "nn.dense":
-            return "dense", {"data_shape": data.shape, "kernel_shape": weight.shape}
-        a = head.attrs
-        pt, pl, pb, pr = a["padding"]
-        if a["dilation"] != (1, 1):
-            return f"dilation {a['dilation']} (the template supports 1)"
-        if (pt, pl) != (pb, pr):
-            return f"asymmetric padding {a['padding']} (the template pads symmetrically)"
-        common = {"data_shape": data.shape, "kernel_shape": weight.shape, "strides": a["strides"], "padding": (pt, pl)}
-        if head.op == "nn.conv2d_transpose":
-            if a["output_padding"] != (0, 0):
-                return f"output_padding {a['output_padding']} (the template supports (0, 0))"
-            return "conv2d_transpose", common
-        if a["groups"] > 1:
-            return "group_conv2d", {**common, "groups": a["groups"]}
-        return "conv2d", common
+            op, workload = "dense", {"data_shape": data.shape, "kernel_shape": weight.shape}
+        else:
+            a = head.attrs
+            pt, pl, pb, pr = a["padding"]
+            if a["dilation"] != (1, 1):
+                return f"dilation {a['dilation']} (the template supports 1)"
+            if (pt, pl) != (pb, pr):
+                return f"asymmetric padding {a['padding']} (the template pads symmetrically)"
+            workload = {"data_shape": data.shape, "kernel_shape": weight.shape, "strides": a["strides"],
+                        "padding": (pt, pl)}
+            if head.op == "nn.conv2d_transpose":
+                if a["output_padding"] != (0, 0):
+                    return f"output_padding {a['output_padding']} (the template supports (0, 0))"
+                op = "conv2d_transpose"
+            else:
+                op = "group_conv2d" if a["groups"] > 1 else "conv2d"
+                workload["groups"] = a["groups"]
+        try:
+            cls.parse(op, cfg, (), workload)   # the workload's own rules (e.g. groups of whole channel blocks)
+        except (ValueError, ScheduleError) as e:
+            return str(e)
+        kernel_blocks = (cfg.BLOCK_IN, cfg.BLOCK_OUT) if op == "conv2d_transpose" else (cfg.BLOCK_OUT, cfg.BLOCK_IN)
+        workload.update(data_shape=padded_shape(data.shape, cfg.BATCH, cfg.BLOCK_IN),
+                        kernel_shape=padded_shape(weight.shape, *kernel_blocks))
+        return GraphHead(op, workload, operands)
 
     # ---- schedule ----
     def space(self) -> ConfigSpace:
@@ -692,8 +709,12 @@ class ConvTemplate(Template):
         return default_config(self.cfg, self.geometry, self.epilogue, self.space())
 
     @property
+    def macs(self) -> int:
+        return self.geometry.macs(self.cfg)
+
+    @property
     def flop(self) -> int:
-        return 2 * self.geometry.macs(self.cfg)
+        return 2 * self.macs
 
     def estimate(self, kv: dict) -> dict:
         return _estimate(self, kv)

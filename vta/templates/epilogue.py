@@ -76,6 +76,13 @@ class Epilogue:
         return sum(1 if op[0] in OPERAND_OPS else len(alu_immediates(op)) for op in self.ops)
 
 
+def clip_bounds(a_min: float, a_max: float) -> tuple | None:
+    """("clip", lo, hi) with the integer bounds of a clip, or None when they do not fit the ALU's 16-bit
+    immediates (an infinite bound included)."""
+    lo, hi = np.ceil(a_min), np.floor(a_max)
+    return ("clip", int(lo), int(hi)) if IMM_MIN <= lo <= hi <= IMM_MAX else None
+
+
 def parse_ops(epilogue) -> tuple[tuple, ...]:
     """A user's epilogue argument as a tuple of op tuples (shape only; ``Epilogue`` checks the values)."""
     ops = []
