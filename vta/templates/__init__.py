@@ -13,6 +13,7 @@ from vta.templates.base import (
     compile_template,
     random_inputs,
     register,
+    registered,
     template_of,
 )
 
@@ -20,4 +21,4 @@ CONV_OPS = conv.ConvTemplate.ops
 ALU_OPS = alu.AluTemplate.ops
 
 __all__ = ["ALU_OPS", "CONV_OPS", "TEMPLATES", "CompiledOp", "Template", "compile_op", "compile_template",
-           "random_inputs", "register", "template_of"]
+           "random_inputs", "register", "registered", "template_of"]

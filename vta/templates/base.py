@@ -17,6 +17,8 @@ Adding an operator is writing one such class and decorating it with ``@register`
 
 from __future__ import annotations
 
+from collections.abc import Iterator
+from contextlib import contextmanager
 from dataclasses import dataclass, field
 from typing import Any, ClassVar
 
@@ -41,6 +43,17 @@ def register(cls: type[Template]) -> type[Template]:
             raise ValueError(f"operator {name!r} is already registered by {TEMPLATES[name].__name__}")
         TEMPLATES[name] = cls
     return cls
+
+
+@contextmanager
+def registered(cls: type[Template]) -> Iterator[type[Template]]:
+    """``register(cls)`` for the duration of a ``with`` block (tests, experiments), then forget it again."""
+    register(cls)
+    try:
+        yield cls
+    finally:
+        for name in cls.ops:
+            TEMPLATES.pop(name, None)
 
 
 def template_of(op: str) -> type[Template]:
@@ -90,8 +103,9 @@ class Template:
         raise NotImplementedError
 
     def estimate(self, knobs: dict[str, tuple[np.ndarray, np.ndarray]]) -> dict[str, np.ndarray]:
-        """Analytical quantities over configs (``knobs``: name -> (inner or value, outer) arrays); must hold
-        "est_cycles" and may hold the tuner's named features (``tuning.features.feature_names``)."""
+        """Analytical quantities over configs (``knobs``: name -> (inner or value, outer) arrays): "est_cycles"
+        (the cycle estimate) and any of the tuner's named features (``tuning.features.feature_names``; the tuner
+        reads the ones given and 0 for the rest)."""
         raise NotImplementedError
 
     @property
