@@ -1,11 +1,13 @@
 """``build``: a packed graph becomes a ``GraphModule`` - accelerator programs plus host kernels, in order.
 
-Build steps (each timed in ``module.build_times``): fold constants (weight packing), plan buffers, compile
-each accelerator group with its operator template (a tuned schedule when ``schedules`` has one for the
-workload, the template's default otherwise), pick host kernels (llvmlite JIT where it covers the op, the
-numpy reference otherwise) and stage the constant operands in device DRAM once. Accelerator groups chain
-through shared DRAM buffers in the packed layout, so a convolution reads its predecessor's output where
-it was stored; host steps copy device values out only when they need them.
+Build steps, each timed in ``module.build_times``: "check params" (every constant's param present and of its
+type), "compile" (each accelerator group as graph_pack planned it: its template parsed with the scalar
+constants read, compiled with a tuned schedule when ``schedules`` has one for its task, the template's default
+otherwise; its constants packed once, from their params straight into the template's layout and staged in
+device DRAM; every other node gets a host kernel: llvmlite JIT where it covers the op, numpy otherwise) and
+"fold host constants" (the constant subgraphs host kernels read). Accelerator groups chain through shared
+DRAM buffers in the packed layout, so a convolution reads its predecessor's output where it was stored;
+host steps copy device values out only when they need them.
 """
 
 from __future__ import annotations
