@@ -33,6 +33,18 @@ QUEUES = dict(sorted(((_STAGE_OF[a], _STAGE_OF[b]), q) for (a, b), q in QUEUE_BE
 _POP_FLAG = {(a, b): dep_flag(STAGE_NAMES[b], STAGE_NAMES[a], "pop") for a, b in QUEUES}
 _PUSH_FLAG = {(a, b): dep_flag(STAGE_NAMES[a], STAGE_NAMES[b], "push") for a, b in QUEUES}
 UOP_DRAM_WORDS = 1 << 18  # micro-ops a stream may load from DRAM before it is flushed
+_LOAD_OP, _STORE_OP, _GEMM_OP, _ALU_OP = (OPCODES[n] for n in ("LOAD", "STORE", "GEMM", "ALU"))
+_OUT_MEM = MEM_TYPES["OUT"]
+_HEAD = ("opcode", "pop_prev_dep", "pop_next_dep", "push_prev_dep", "push_next_dep")
+_LOOP = ("reset_reg", "uop_bgn", "uop_end", "iter_out", "iter_in", "dst_factor_out", "dst_factor_in",
+         "src_factor_out", "src_factor_in")
+# the field order the fast paths write instructions in (checked against the layout table when a queue is made)
+_FIELD_ORDER = {
+    "mem": (*_HEAD, "memory_type", "sram_base", "dram_base", "y_size", "x_size", "x_stride", "y_pad_0", "y_pad_1",
+            "x_pad_0", "x_pad_1"),
+    "gemm": (*_HEAD, *_LOOP, "wgt_factor_out", "wgt_factor_in"),
+    "alu": (*_HEAD, *_LOOP, "alu_opcode", "use_imm", "imm"),
+}
 
 
 class ScheduleError(ValueError):
@@ -55,6 +67,7 @@ class UopKernel:
     use_imm: bool = False
     imm: int = 0
     key: tuple = field(init=False)
+    fields: tuple = field(init=False, repr=False)
 
     def __post_init__(self) -> None:
         self.uops = np.asarray(self.uops, dtype=np.int64).reshape(-1, 3)
@@ -73,6 +86,18 @@ class UopKernel:
             raise ScheduleError(f"micro-op {i} writes accumulator row {int(dst[i])}, which one of the two "
                                 f"micro-ops before it also writes (VTA's GEMM/ALU pipeline hazard)")
         self.key = (self.mode, self.reset, self.alu_op, self.use_imm, self.imm, self.loops, self.uops.tobytes())
+        # the instruction's field values around [uop_bgn, uop_end), in the layout table's order (_FIELD_ORDER)
+        loops = list(self.loops)
+        if len(loops) == 1 and self.mode == "alu":   # one loop: a GEMM's iter_out, an ALU's iter_in (as VTA)
+            loops = [(1, 0, 0, 0), loops[0]]
+        loops += [(1, 0, 0, 0)] * (2 - len(loops))
+        (n_out, d_out, s_out, w_out), (n_in, d_in, s_in, w_in) = loops
+        loop = [n_out, n_in, d_out, d_in, s_out, s_in]
+        if self.mode == "gemm":
+            self.fields = ((_GEMM_OP, 0, 0, 0, 0, int(self.reset)), (*loop, w_out, w_in))
+        else:
+            self.fields = ((_ALU_OP, 0, 0, 0, 0, int(self.reset)),
+                           (*loop, ALU_OPCODES[self.alu_op], int(self.use_imm), self.imm))
 
     @property
     def iterations(self) -> int:
@@ -86,7 +111,7 @@ class UopKernel:
 class _Insn:
     fmt: str
     stage: int
-    fields: dict[str, int]
+    values: list[int]   # one per field of the format, in the layout table's order
 
 
 @dataclass
@@ -155,6 +180,14 @@ class CommandQueue:
         self.stats: list[RunStats] = []
         self.streams: list[Stream] = []
         self._uop_dram = device.alloc(4 * UOP_DRAM_WORDS)
+        # each format's field positions, from the layout table (instructions are built as lists in that order)
+        self._slot = {fmt: {name: i for i, name in enumerate(self.cfg.insn_formats[fmt].names)}
+                      for fmt in ("mem", "gemm", "alu", "finish")}
+        for fmt, order in _FIELD_ORDER.items():   # the order load_2d / store_2d / push_kernel write values in
+            if self.cfg.insn_formats[fmt].names != order:
+                raise AssertionError(f"{fmt}: the layout table's field order changed: {self.cfg.insn_formats[fmt].names}")
+        self._elem_bytes = {name: self.cfg.elem_bytes(name) for name in MEM_TYPES}
+        self._load_stage = {name: _STAGE_OF[module_of(OPCODES["LOAD"], value)] for name, value in MEM_TYPES.items()}
         self._reset_stream()
 
     def _reset_stream(self) -> None:
@@ -169,10 +202,21 @@ class CommandQueue:
 
     # ---- instructions and dependencies ----
     def _append(self, fmt: str, stage: int, fields: dict[str, int]) -> _Insn:
-        for flag in self._pending[stage]:
-            fields[flag] = 1
-        self._pending[stage] = set()
-        insn = _Insn(fmt, stage, fields)
+        slot = self._slot[fmt]
+        values = [0] * len(slot)
+        for name, value in fields.items():
+            values[slot[name]] = value
+        return self._append_values(fmt, stage, values)
+
+    def _append_values(self, fmt: str, stage: int, values: list[int]) -> _Insn:
+        """Append an instruction given as its field values in the layout table's order."""
+        pending = self._pending[stage]
+        if pending:
+            slot = self._slot[fmt]
+            for flag in pending:
+                values[slot[flag]] = 1
+            self._pending[stage] = set()
+        insn = _Insn(fmt, stage, values)
         self.insns.append(insn)
         return insn
 
@@ -201,8 +245,8 @@ class CommandQueue:
         self._commit_pending(frm)
         flag = _PUSH_FLAG[(frm, to)]
         last = self.insns[-1] if self.insns else None
-        if last is not None and last.stage == frm and not last.fields.get(flag):
-            last.fields[flag] = 1
+        if last is not None and last.stage == frm and not last.values[self._slot[last.fmt][flag]]:
+            last.values[self._slot[last.fmt][flag]] = 1
         else:
             self._nop(frm, **{flag: 1})
         self._tokens[QUEUES[(frm, to)]] += 1
@@ -211,19 +255,15 @@ class CommandQueue:
     def load_2d(self, buf: Buffer, elem_offset: int, x_size: int, y_size: int, x_stride: int, sram: int, mem: str,
                 pad: tuple[int, int, int, int] = (0, 0, 0, 0)) -> None:
         """DMA a 2D tile of DRAM elements into SRAM; ``pad`` = (y_before, y_after, x_before, x_after) zeros."""
-        stage = _STAGE_OF[module_of(OPCODES["LOAD"], MEM_TYPES[mem])]
-        self._append("mem", stage, {
-            "opcode": OPCODES["LOAD"], "memory_type": MEM_TYPES[mem], "sram_base": sram,
-            "dram_base": buf.elem_offset(self.cfg.elem_bytes(mem)) + elem_offset, "y_size": y_size,
-            "x_size": x_size, "x_stride": x_stride, "y_pad_0": pad[0], "y_pad_1": pad[1], "x_pad_0": pad[2],
-            "x_pad_1": pad[3]})
+        dram = buf.elem_offset(self._elem_bytes[mem]) + elem_offset
+        self._append_values("mem", self._load_stage[mem], [
+            _LOAD_OP, 0, 0, 0, 0, MEM_TYPES[mem], sram, dram, y_size, x_size, x_stride, *pad])
 
     def store_2d(self, sram: int, buf: Buffer, elem_offset: int, x_size: int, y_size: int, x_stride: int) -> None:
         """DMA accumulator rows (low 8 bits of each lane) out to DRAM."""
-        self._append("mem", STORE, {
-            "opcode": OPCODES["STORE"], "memory_type": MEM_TYPES["OUT"], "sram_base": sram,
-            "dram_base": buf.elem_offset(self.cfg.OUT_ELEM_BYTES) + elem_offset, "y_size": y_size,
-            "x_size": x_size, "x_stride": x_stride})
+        dram = buf.elem_offset(self._elem_bytes["OUT"]) + elem_offset
+        self._append_values("mem", STORE, [
+            _STORE_OP, 0, 0, 0, 0, _OUT_MEM, sram, dram, y_size, x_size, x_stride, 0, 0, 0, 0])
 
     # ---- micro-op kernels ----
     def _make_resident(self, kernel: UopKernel) -> tuple[int, int]:
@@ -258,20 +298,8 @@ class CommandQueue:
     def push_kernel(self, kernel: UopKernel) -> None:
         """Emit the GEMM or ALU instruction running ``kernel`` (loading its micro-ops first if needed)."""
         begin, end = self._make_resident(kernel)
-        loops = list(kernel.loops)
-        if len(loops) == 1 and kernel.mode == "alu":
-            loops = [(1, 0, 0, 0), loops[0]]
-        loops += [(1, 0, 0, 0)] * (2 - len(loops))
-        (n_out, d_out, s_out, w_out), (n_in, d_in, s_in, w_in) = loops
-        fields = {"reset_reg": int(kernel.reset), "uop_bgn": begin, "uop_end": end, "iter_out": n_out,
-                  "iter_in": n_in, "dst_factor_out": d_out, "dst_factor_in": d_in, "src_factor_out": s_out,
-                  "src_factor_in": s_in}
-        if kernel.mode == "gemm":
-            self._append("gemm", COMPUTE, {"opcode": OPCODES["GEMM"], **fields, "wgt_factor_out": w_out,
-                                           "wgt_factor_in": w_in})
-        else:
-            self._append("alu", COMPUTE, {"opcode": OPCODES["ALU"], **fields, "alu_opcode": ALU_OPCODES[kernel.alu_op],
-                                          "use_imm": int(kernel.use_imm), "imm": kernel.imm})
+        head, tail = kernel.fields
+        self._append_values(kernel.mode, COMPUTE, [*head, begin, end, *tail])
 
     # ---- streams ----
     def assemble(self) -> np.ndarray:
@@ -282,7 +310,8 @@ class CommandQueue:
             if not rows:
                 continue
             names = self.cfg.insn_formats[fmt].names
-            columns = {n: np.array([self.insns[i].fields.get(n, 0) for i in rows], dtype=np.int64) for n in names}
+            table = np.array([self.insns[i].values for i in rows], dtype=np.int64).reshape(len(rows), len(names))
+            columns = {n: table[:, j] for j, n in enumerate(names)}
             try:
                 out[rows] = self.cfg.insn_formats[fmt].encode_rows(columns)
             except ValueError as e:

@@ -339,10 +339,12 @@ def emit_conv(q: CommandQueue, g: ConvGeometry, t: Tiling, ep: Epilogue, bufs: C
                         if not first_group:
                             q.dep_pop(STORE, COMPUTE)  # this thread's accumulators were stored
                         q.push_kernel(reset[k])
+                    windows = [(*_window(g, t, tile[1], True), *_window(g, t, tile[3], False)) for tile in tiles]
                     for chunk in range(g.cib // t.ci1):
                         for k, tile in enumerate(tiles):
                             q.dep_pop(COMPUTE, LOAD)
-                            has_input = _load_chunk(q, g, t, bufs, tile, chunk, inp_base[k], wgt_base[k], rows, cols)
+                            has_input = _load_chunk(q, g, t, bufs, tile, chunk, inp_base[k], wgt_base[k], rows, cols,
+                                                    windows[k])
                             q.dep_push(LOAD, COMPUTE)
                             q.dep_pop(LOAD, COMPUTE)
                             if has_input:  # a window of padding only adds nothing to the reset accumulators
@@ -361,12 +363,12 @@ def emit_conv(q: CommandQueue, g: ConvGeometry, t: Tiling, ep: Epilogue, bufs: C
 
 
 def _load_chunk(q, g: ConvGeometry, t: Tiling, bufs: ConvBuffers, tile, chunk: int, inp: int, wgt: int,
-                rows: int, cols: int) -> bool:
-    """Load one chunk's input window and weights; False when the window holds only padding (nothing loaded)."""
-    bo, oh0, co0, ow0 = tile
+                rows: int, cols: int, window: tuple[int, ...]) -> bool:
+    """Load one chunk's input window (``_window`` along rows, then columns, for the tile) and weights; False when
+    the window holds only padding (nothing loaded)."""
+    bo, _, co0, _ = tile
     group = co0 // g.cob_per_group
-    r0, nr, pt, pb = _window(g, t, oh0, True)
-    c0, nc, pl, pr = _window(g, t, ow0, False)
+    r0, nr, pt, pb, c0, nc, pl, pr = window
     if nr <= 0 or nc <= 0:
         return False
     first_block = group * g.cib + chunk * t.ci1
