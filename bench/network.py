@@ -1,12 +1,14 @@
 """ResNet-18 end to end on the simulated accelerator: compile time, inference wall time, simulated cycles.
 
 Measured in one run: quantize + graph_pack + build (compile), one inference with data and cycles (median of
-``--repeat``), the simulated cycles and latency at the preset's clock, and the float numpy reference of the
-same network (``run_reference`` on the float graph) as the in-run reference. Two figures from elsewhere are
-printed as quoted, with their source and no ratio: VTA's cycle-accurate tsim at ~31 M cycles per ResNet-18
-inference, and the tuned ResNet-18 on a board (Pynq implied) in VTA's tuning tutorial at 621.79 ms (whole network:
-ARM host layers plus the FPGA). No published figure was found for TVM-VTA's compile time or for its
-functional simulator's wall time, so none is printed.
+``--repeat``), the simulated cycles and latency at the preset's clock, and two in-run references: the float
+numpy reference of the same network (``run_reference`` on the float graph) and onnxruntime's float inference
+(one thread) of the same network written as an ONNX file, which is also the file our flow is built from
+(``from_onnx``; issue #15's goal: one simulated inference within onnxruntime's float time). Two figures
+from elsewhere are printed as quoted, with their source and no ratio: VTA's cycle-accurate tsim at ~31 M
+cycles per ResNet-18 inference, and the tuned ResNet-18 on a board (Pynq implied) in VTA's tuning tutorial
+at 621.79 ms (whole network: ARM host layers plus the FPGA). No published figure was found for TVM-VTA's
+compile time or for its functional simulator's wall time, so none is printed.
 
     python bench/network.py [--config pynq] [--model resnet-18] [--repeat 5] [--cpu auto]
 """
@@ -18,10 +20,13 @@ import statistics
 import time
 
 import numpy as np
+import onnxruntime as ort
 from _host import header, quoted
+from _onnx_export import to_onnx
 
 from graph_pack import zoo
 from graph_pack.build import build
+from graph_pack.frontend_onnx import from_onnx
 from graph_pack.pack import graph_pack
 from graph_pack.quantize import quantize
 from graph_pack.reference import run_reference
@@ -38,7 +43,9 @@ def main() -> None:
     ap.add_argument("--cpu", default="auto", choices=("auto", "jit", "numpy"), help="host kernels")
     args = ap.parse_args()
     cfg = load_config(args.config)
-    graph, params = zoo.get_model(args.model, batch_size=cfg.BATCH)
+    zoo_graph, zoo_params = zoo.get_model(args.model, batch_size=cfg.BATCH)
+    model = to_onnx(zoo_graph, zoo_params)   # the file both onnxruntime and our flow start from
+    graph, params = from_onnx(model)
     start, stop = zoo.pack_points(args.model)
     x = np.random.default_rng(0).standard_normal(graph["data"].shape).astype(np.float32)
 
@@ -60,8 +67,20 @@ def main() -> None:
     wall = statistics.median(walls)
     exact = np.array_equal(mod.get_output(0), run_reference(qgraph, qparams, {"data": x}))
     t = time.perf_counter()
-    run_reference(graph, params, {"data": x})
+    float_out = run_reference(graph, params, {"data": x})
     float_ref = time.perf_counter() - t
+    options = ort.SessionOptions()
+    options.intra_op_num_threads = options.inter_op_num_threads = 1
+    options.log_severity_level = 3
+    session = ort.InferenceSession(model.SerializeToString(), options, providers=["CPUExecutionProvider"])
+    ort_out = session.run(None, {"data": x})[0]
+    ort_walls = []
+    for _ in range(args.repeat):
+        t = time.perf_counter()
+        session.run(None, {"data": x})
+        ort_walls.append(time.perf_counter() - t)
+    ort_wall = statistics.median(ort_walls)
+    same_file = np.allclose(ort_out, float_out, rtol=1e-3, atol=1e-5)
     backends = sorted({getattr(s, "backend", "") for s in mod.steps} - {""})
 
     s = mod.stats
@@ -76,6 +95,10 @@ def main() -> None:
           f"{mod.host_seconds * 1e3:.0f} ms) | | < 250 ms |")
     print(f"| float numpy reference of the same network | {float_ref * 1e3:.0f} ms | ratio "
           f"{float_ref / wall:.1f}x our simulated inference | |")
+    print(f"| onnxruntime float inference of the same ONNX file, 1 thread (median of {args.repeat}; agrees with "
+          f"our float reference: {'yes' if same_file else 'NO'}) | | {ort_wall * 1e3:.1f} ms | |")
+    print(f"| **ratio one simulated inference / onnxruntime float** | **{wall / ort_wall:.2f}x** | | <= 1.0x "
+          f"(issue 15) |")
     print(f"| simulated accelerator cycles | {s.cycles:,} = {s.seconds * 1e3:.1f} ms at {cfg.CLOCK_MHZ:g} MHz | "
           f"{quoted('VTA tsim ~31 M cycles per ResNet-18 inference', f'apache/tvm#4694, via {NOTES} sec. 3')} | |")
     print(f"| TVM-VTA on a board (Pynq implied), tuned ResNet-18, whole network (ARM host + FPGA) | | "

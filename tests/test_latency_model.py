@@ -21,6 +21,7 @@ from simulator.image import load_image
 from simulator.latency import BoardProgram, board_latency
 from simulator.reference import ReferenceSimulator
 from simulator.stats import format_stats
+from vta.device import SimDevice
 from vta.templates import compile_op, random_inputs
 
 PYNQ = load_config("pynq")
@@ -181,6 +182,23 @@ def test_compiled_ops_and_stats_report_board_latency():
     neutral = conv(NEUTRAL)
     neutral.run(**random_inputs(neutral))
     assert neutral.stats.latency_s == neutral.stats.seconds and "board:" not in format_stats(neutral.stats, NEUTRAL)
+
+
+def test_a_simulator_reuses_a_streams_board_latency_and_keeps_its_cache_bounded(monkeypatch):
+    """A stream run again (a network's layers every inference) reuses its board-model result, which must equal
+    a fresh evaluation; different streams never share one; the cache holds at most LATENCY_CACHE_STREAMS."""
+    from simulator import core
+    monkeypatch.setattr(core, "LATENCY_CACHE_STREAMS", 2)
+    device = SimDevice(PYNQ)   # one simulator runs all three
+    ops = [compile_op("conv2d", PYNQ, config=c, epilogue=EPILOGUE, data_shape=(1, 32, 14, 14),
+                      kernel_shape=(32, 32, 3, 3), strides=1, padding=1, device=device) for c in SCHEDULES]
+    sim = device.sim
+    for _ in range(2):
+        for op in ops:
+            for insns, stats in streams_of(op):
+                assert stats.latency_s == board_latency(PYNQ, insns, stats.cycles).total_s
+                assert len(sim._latency_cache) <= 2
+    assert len({s.latency_s for op in ops for _, s in streams_of(op)}) == len(ops)
 
 
 def test_a_stream_that_never_finishes_is_refused():
