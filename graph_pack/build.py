@@ -117,6 +117,21 @@ class AccelStep:
         m.values[self.output] = DeviceTensor(self.op.buffers.out, self.out_shape, "int8")
         return stats
 
+    def check(self, m: GraphModule) -> str | None:
+        """Why this group's output of the last run differs from its template's numpy reference on the inputs
+        it read (every input buffer read back from the device), or None when they agree bit for bit."""
+        t, device, need = self.op.template, m.device, self.op.template.buffer_bytes()
+        inputs = {name: t.unpack(name, device.copy_out(getattr(self.op.buffers, name), need[name]))
+                  for name in t.inputs if need.get(name)}
+        want = t.reference(**inputs)
+        got = t.unpack_output(device.copy_out(self.op.buffers.out, need["out"]))
+        if np.array_equal(got, want):
+            return None
+        wrong = np.argwhere(got != want)
+        first = tuple(int(i) for i in wrong[0])
+        return (f"{len(wrong)} of {got.size} outputs differ from the numpy reference, the first at {first}: "
+                f"{int(got[first])} instead of {int(want[first])}")
+
 
 # ---- the module -------------------------------------------------------------------------------------------------
 
@@ -192,6 +207,15 @@ class GraphModule:
     @property
     def cycles(self) -> int:
         return self.stats.cycles if self.stats else 0
+
+    def check_steps(self) -> dict[str, str | None]:
+        """Each accelerator group of the last run against its template's numpy reference on the data it read:
+        group name -> None (bit-exact) or what differs, in execution order. Localises a wrong layer that an
+        end-to-end check only detects (``vta run --check``): the first group named is where it went wrong (the
+        groups that read its output later may disagree too)."""
+        if not self.records:
+            raise GraphError("no run to check yet: call run() first")
+        return {step.name: step.check(self) for step in self.steps if isinstance(step, AccelStep)}
 
     def benchmark(self, number: int = 1, repeat: int = 3, **inputs: np.ndarray) -> dict[str, float]:
         """Wall time of ``run`` (mean/std over ``repeat`` groups of ``number`` runs) and the simulated latency."""

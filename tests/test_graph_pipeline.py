@@ -854,3 +854,25 @@ def test_host_ops_between_accelerator_groups(preset, batch):
     assert {"up", "c", "c1", "c3"} <= set(packed.meta["groups"])
     for name in ("mp", "ups", "cat", "pad"):
         assert rows[name][0] == "CPU" and qg[name].dtype == "int8"
+
+
+def test_check_steps_compares_each_group_with_its_templates_reference():
+    """Build's results are checkable step by step: after a run, every accelerator group's output equals its
+    template's numpy reference on the very data it read; a corrupted output is named with its group."""
+    n, g, p = resnet_block(seed=21)
+    _, qp, packed, mod = pipeline(g, p, n.inputs())
+    groups = [s for s in mod.steps if isinstance(s, AccelStep)]
+    assert len(groups) >= 4 and {s.group.kind for s in groups} == {"conv"}
+    for _ in range(2):
+        assert mod.check_steps() == {s.name: None for s in groups}
+    victim = groups[2]
+    out = victim.op.buffers.out
+    raw = mod.device.copy_out(out)
+    raw[0] ^= 0x5A
+    mod.device.copy_in(out, raw)
+    problems = {k: v for k, v in mod.check_steps().items() if v}
+    # the corrupted group is reported first; groups that read its output afterwards disagree too
+    assert next(iter(problems)) == victim.name and "differ from the numpy reference" in problems[victim.name]
+    assert set(problems) <= {s.name for s in groups[2:]}
+    with pytest.raises(GraphError, match="call run"):
+        build(packed, SIM, qp, cpu="numpy").check_steps()

@@ -67,6 +67,7 @@ def test_a_toy_operator_heads_a_graph_group_and_becomes_a_tuning_task():
         mod = build(packed, SIM, params, fallback="error")
         mod.run(x=x)
         np.testing.assert_array_equal(mod.get_output(0), run_reference(graph, params, {"x": x}))
+        assert mod.check_steps() == {"sub": None}
         assert mod.stats.alu_counter > 0
         tasks = extract_tasks(packed, SIM)
         assert [t.op for t in tasks] == ["subtract"] and tasks[0].workload["data_shape"] == (1, 16, 6, 6)

@@ -132,6 +132,11 @@ class SubtractScalar(Template):
     def pack(self, name, value):
         return pack_blocks(np.asarray(value).astype(np.int32), self.cfg.BATCH, self.cfg.BLOCK_OUT)
 
+    def unpack(self, name, raw):
+        nb, cb, h, w = self.packed_dims
+        packed = raw.view(np.int32).reshape(nb, cb, h, w, self.cfg.BATCH, self.cfg.BLOCK_OUT)
+        return unpack_blocks(packed, self.shape[0], self.shape[1])
+
     def unpack_output(self, raw):
         nb, cb, h, w = self.packed_dims
         packed = raw.view(np.int8).reshape(nb, cb, h, w, self.cfg.BATCH, self.cfg.BLOCK_OUT)

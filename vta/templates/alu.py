@@ -337,6 +337,11 @@ class AluTemplate(Template):
         """An operand in the packed int32 layout; a per-channel constant ``rhs`` is broadcast first."""
         return pack_blocks(broadcast_channels(value, self.shape).astype(np.int32), self.cfg.BATCH, self.cfg.BLOCK_OUT)
 
+    def unpack(self, name: str, raw: np.ndarray) -> np.ndarray:
+        g, c = self.geometry, self.cfg
+        packed = raw.view(np.int32).reshape(g.nb, g.cob, g.height, g.width, c.BATCH, c.BLOCK_OUT)
+        return unpack_blocks(packed, self.shape[0], self.shape[1])
+
     def unpack_output(self, raw: np.ndarray) -> np.ndarray:
         g, c = self.geometry, self.cfg
         packed = raw.view(np.int8).reshape(g.nb, g.cob, g.height, g.width, c.BATCH, c.BLOCK_OUT)

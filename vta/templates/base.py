@@ -138,6 +138,11 @@ class Template:
     def unpack_output(self, raw: np.ndarray) -> np.ndarray:
         raise NotImplementedError
 
+    def unpack(self, name: str, raw: np.ndarray) -> np.ndarray:
+        """The inverse of ``pack``: input ``name`` read back from its device buffer's bytes (for checking a
+        program against ``reference`` on exactly the data it read)."""
+        raise NotImplementedError
+
     def reference(self, **inputs: np.ndarray) -> np.ndarray:
         raise NotImplementedError
 

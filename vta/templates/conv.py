@@ -759,6 +759,22 @@ class ConvTemplate(Template):
             return pack_bias(value, self.geometry.cob, c.BATCH, c.BLOCK_OUT)
         return pack_blocks(self._nchw(value).astype(np.int32), c.BATCH, c.BLOCK_OUT)
 
+    def unpack(self, name: str, raw: np.ndarray) -> np.ndarray:
+        g, c, s = self.geometry, self.cfg, self.shapes
+        if name == "bias":
+            return np.ascontiguousarray(raw.view(np.int32).reshape(g.cob, c.BATCH, c.BLOCK_OUT)[:, 0].reshape(-1)
+                                        [:s["out"][1]])
+        if name == "kernel":
+            packed = raw.view(np.int8).reshape(g.cob, g.cib, g.kh, g.kw, c.BLOCK_OUT, c.BLOCK_IN)
+            direct = unpack_blocks(packed, *(s["kernel"][1::-1] if g.transpose else s["kernel"][:2]))
+            natural = np.ascontiguousarray(direct[:, :, ::-1, ::-1].transpose(1, 0, 2, 3)) if g.transpose else direct
+            return natural.reshape(s["kernel"])
+        if name == "data":
+            packed = raw.view(np.int8).reshape(g.nb, g.cib_total, g.height, g.width, c.BATCH, c.BLOCK_IN)
+            return unpack_blocks(packed, *s["data"][:2]).reshape(s["data"])
+        packed = raw.view(np.int32).reshape(g.nb, g.cob, g.out_h, g.out_w, c.BATCH, c.BLOCK_OUT)   # residual
+        return unpack_blocks(packed, *s["out"][:2]).reshape(s["out"])
+
     def unpack_output(self, raw: np.ndarray) -> np.ndarray:
         g, c = self.geometry, self.cfg
         n, co = self.shapes["out"][:2]
