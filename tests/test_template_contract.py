@@ -4,8 +4,8 @@ estimate agrees with the simulator.
 - ``toy_template.SubtractScalar`` (written in one file, registered only here) runs through ``compile_op``,
   tuning's task extraction, a tuner, and a graph (graph_pack plans it, build compiles it), bit-exact against numpy.
 - ``Template.estimate``'s cycle estimate, which the tuner's features reuse, is within a stated tolerance of the
-  simulated cycles: 15 % for the GEMM template (it models the DMA, compute and fetch of every chunk), 45 % for
-  the ALU template (it ignores how the two accumulator halves overlap).
+  simulated cycles: 15 % for the GEMM template (it approximates how loads and GEMMs of virtual threads overlap),
+  5 % for the ALU template (loads and ALU work serialise on the compute module, stores overlap them).
 """
 
 from __future__ import annotations
@@ -88,7 +88,7 @@ def _sampled_configs(task, count: int, seed: int = 0):
     return picked
 
 
-TOLERANCE = {"conv": 0.15, "alu": 0.45}
+TOLERANCE = {"conv": 0.15, "alu": 0.05}
 TASKS = {name: (lambda h=h, w=w, ci=ci, co=co, k=k, p=p, s=s: conv_task(SIM, (1, ci, h, w), (co, ci, k, k), s, p))
          for name, (h, w, ci, co, k, p, s) in RESNET18.items()}
 TASKS.update({

@@ -169,7 +169,8 @@ def _log2(x) -> np.ndarray:
 
 def _estimate(t: AluTemplate, kv: dict) -> dict[str, np.ndarray]:
     """The ALU template in the conv template's terms: no reduction, operands DMA'd into the accumulator,
-    two accumulator halves (always double buffered)."""
+    two accumulator halves (always double buffered). Accumulator loads run on the compute module, so a tile's
+    loads and ALU instructions serialise there while the previous tile's stores proceed on the store module."""
     g, c = t.geometry, t.cfg
     one = np.ones(len(next(iter(kv.values()))[0]))
     n_ep = len(t.instructions)
@@ -184,7 +185,7 @@ def _estimate(t: AluTemplate, kv: dict) -> dict[str, np.ndarray]:
     load = _dma(c, rows, row_bytes, co1 * operands)
     compute = n_ep * (c.COMPUTE_LATENCY + positions * c.ALU_II)
     store = _dma(c, rows, row_bytes / c.ACC_ELEM_BYTES * c.OUT_ELEM_BYTES, co1)
-    est = tiles * np.maximum(load + store, compute)
+    est = tiles * np.maximum(load + compute, store) + store
     insns = tiles * (co1 * (operands + 1) + n_ep + 4)
     fetch = insns * -(-INSN_BYTES // c.BUS_BYTES)
     est = np.maximum(est, fetch)
