@@ -40,6 +40,10 @@ def test_a_toy_operator_written_in_one_file_runs_through_compile_op():
             want = np.clip((inputs["lhs"].astype(np.int64) - 300) >> 2, -9, 9)   # numpy, not the template
             np.testing.assert_array_equal(op.run(**inputs), want)
     assert "subtract" not in TEMPLATES
+    conv_template = TEMPLATES["conv2d"]
+    with registered(conv_template):   # re-registering a built-in for a while leaves it registered
+        pass
+    assert TEMPLATES["conv2d"] is conv_template and all(TEMPLATES[op] is conv_template for op in conv_template.ops)
 
 
 def _subtract_graph():

@@ -47,13 +47,16 @@ def register(cls: type[Template]) -> type[Template]:
 
 @contextmanager
 def registered(cls: type[Template]) -> Iterator[type[Template]]:
-    """``register(cls)`` for the duration of a ``with`` block (tests, experiments), then forget it again."""
+    """``register(cls)`` for the duration of a ``with`` block (tests, experiments); afterwards the registry is as
+    it was (a class that was already registered stays registered)."""
+    before = {name: TEMPLATES[name] for name in cls.ops if name in TEMPLATES}
     register(cls)
     try:
         yield cls
     finally:
         for name in cls.ops:
             TEMPLATES.pop(name, None)
+        TEMPLATES.update(before)
 
 
 def template_of(op: str) -> type[Template]:
