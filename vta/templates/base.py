@@ -7,9 +7,11 @@ units and its fused epilogue, parsed and checked once). The class carries everyt
 - ``space()``, ``check(config)`` (why a config cannot run, or None), ``default_config()``;
 - ``estimate(knobs)``: the analytical cost model (vectorised over configs) the tuner's features reuse;
 - ``buffer_bytes()``, ``emit(queue, config, buffers)``: the DRAM it needs and the instruction stream;
-- ``pack(name, array)`` / ``unpack_output(raw)``: natural layouts to VTA's packed ones and back;
+- ``pack(name, array)`` / ``unpack(name, raw)`` / ``unpack_output(raw)``: natural layouts to VTA's packed ones
+  and back (``unpack`` lets a graph check a group on the very data it read);
 - ``reference(**inputs)``: the numpy result, independent of the emitter; ``random_inputs(rng)``;
 - ``task_workload()`` / ``task_program(workload)``: the tuning task key and the op tuning measures for it;
+  ``macs`` / ``flop``: the work of one run;
 - ``from_graph(head, ...)``: how graph_pack turns a graph node into this template's workload (optional).
 
 Adding an operator is writing one such class and decorating it with ``@register``.
