@@ -10,6 +10,7 @@ import logging
 import os
 import secrets
 import sys
+from collections.abc import Callable
 from pathlib import Path
 
 from vta.cli import _key_value, _load, arg, command, float_in, int_in
@@ -35,6 +36,17 @@ def _logging(quiet: bool) -> None:
                         format="%(asctime)s %(name)s: %(message)s", datefmt="%H:%M:%S")
 
 
+def _until_interrupted(serve: Callable[[], None], stop: Callable[[], None]) -> int:
+    """Serve until Ctrl-C (or the service ends), then stop it; the command's exit status."""
+    try:
+        serve()
+    except KeyboardInterrupt:
+        pass
+    finally:
+        stop()
+    return 0
+
+
 @command("rpc", "tracker", "run an RPC tracker (TVM's tracker protocol)", args=[
     arg("--host", default="127.0.0.1", help="address to bind (default 127.0.0.1; 0.0.0.0 for the network)"),
     arg("--port", type=PORT, default=DEFAULT_TRACKER_PORT, help=f"port (default {DEFAULT_TRACKER_PORT}; 0: any)"),
@@ -54,13 +66,7 @@ def rpc_tracker(args: argparse.Namespace) -> int:
                             frame_timeout=args.frame_timeout, idle_timeout=args.idle_timeout)
     tracker.start()
     print(f"tracker listening on {tracker.host}:{tracker.port}", flush=True)
-    try:
-        tracker._thread.join()
-    except KeyboardInterrupt:
-        pass
-    finally:
-        tracker.stop()
-    return 0
+    return _until_interrupted(tracker.wait, tracker.stop)
 
 
 @command("rpc", "query", "show a tracker's boards and queues", args=[
@@ -143,13 +149,7 @@ def rpc_server(args: argparse.Namespace) -> int:
     where = f"registered with {args.tracker} as {args.key!r}" if args.tracker else "taking direct connections"
     print(f"board {server.name} ({args.device}, {cfg.model}) listening on {server.host}:{server.port}, {where}",
           flush=True)
-    try:
-        server.serve_forever()
-    except KeyboardInterrupt:
-        pass
-    finally:
-        server.stop()
-    return 0
+    return _until_interrupted(server.serve_forever, server.stop)
 
 
 @command("rpc", "keygen", "write a new shared key file for boards and clients", args=[

@@ -158,6 +158,11 @@ class TrackerServer:
             raise self._error
         return self
 
+    def wait(self) -> None:
+        """Block until the tracker started by ``start`` stops serving (``stop`` from another thread)."""
+        if self._thread is not None:
+            self._thread.join()
+
     def serve_forever(self) -> None:
         self._run()
         if self._error is not None:
