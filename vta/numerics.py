@@ -39,6 +39,11 @@ def broadcast_channels(value: np.ndarray, shape: tuple[int, ...]) -> np.ndarray:
     return np.broadcast_to(per_channel, shape)
 
 
+def safe_log2(x) -> np.ndarray:
+    """log2 of positive quantities as float64, 0 and below clamped to 1e-9 (cost-model features)."""
+    return np.log2(np.maximum(np.asarray(x, dtype=np.float64), 1e-9))
+
+
 def wrap_int32(v: np.ndarray) -> np.ndarray:
     """Integers wrapped to int32 (two's complement), as the accelerator's 32-bit arithmetic wraps."""
     return (((np.asarray(v).astype(np.int64) + (1 << 31)) % (1 << 32)) - (1 << 31)).astype(np.int32)

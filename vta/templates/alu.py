@@ -16,7 +16,15 @@ import numpy as np
 from hw_config import HwConfig
 from hw_config.isa_rules import INSN_BYTES, LOOP_MAX, SHIFT_MAX
 from simulator.timing import dma_cycles
-from vta.numerics import blocks, broadcast_channels, pack_blocks, padded_shape, unpack_blocks, wrap_int32
+from vta.numerics import (
+    blocks,
+    broadcast_channels,
+    pack_blocks,
+    padded_shape,
+    safe_log2,
+    unpack_blocks,
+    wrap_int32,
+)
 from vta.runtime import COMPUTE, STORE, CommandQueue, UopKernel
 from vta.space import Config, ConfigSpace, Knob
 from vta.templates.base import (
@@ -159,14 +167,6 @@ def emit_alu(q: CommandQueue, g: AluGeometry, t: AluTiling, ops: list[tuple[str,
                     q.checkpoint()
 
 
-def _dma(c: HwConfig, rows, row_bytes, transfers):
-    return transfers * dma_cycles(c, rows, row_bytes)
-
-
-def _log2(x) -> np.ndarray:
-    return np.log2(np.maximum(np.asarray(x, dtype=np.float64), 1e-9))
-
-
 def _estimate(t: AluTemplate, kv: dict) -> dict[str, np.ndarray]:
     """The ALU template in the conv template's terms: no reduction, operands DMA'd into the accumulator,
     two accumulator halves (always double buffered). Accumulator loads run on the compute module, so a tile's
@@ -182,9 +182,9 @@ def _estimate(t: AluTemplate, kv: dict) -> dict[str, np.ndarray]:
     contiguous = w1 == g.width
     rows = np.where(contiguous, 1, h1)
     row_bytes = np.where(contiguous, h1 * w1, w1) * c.ACC_ELEM_BYTES
-    load = _dma(c, rows, row_bytes, co1 * operands)
+    load = dma_cycles(c, rows, row_bytes, co1 * operands)
     compute = n_ep * (c.COMPUTE_LATENCY + positions * c.ALU_II)
-    store = _dma(c, rows, row_bytes / c.ACC_ELEM_BYTES * c.OUT_ELEM_BYTES, co1)
+    store = dma_cycles(c, rows, row_bytes / c.ACC_ELEM_BYTES * c.OUT_ELEM_BYTES, co1)
     est = tiles * np.maximum(load + compute, store) + store
     insns = tiles * (co1 * (operands + 1) + n_ep + 4)
     fetch = insns * -(-INSN_BYTES // c.BUS_BYTES)
@@ -197,26 +197,26 @@ def _estimate(t: AluTemplate, kv: dict) -> dict[str, np.ndarray]:
     ops_elems = elems * c.BATCH * c.BLOCK_OUT
     z = 0 * one
     return {
-        "log_b_inner": z, "log_h_inner": _log2(h1), "log_w_inner": _log2(w1), "log_ci_inner": z,
-        "log_co_inner": _log2(co1), "log_b_outer": _log2(g.nb) * one, "log_h_outer": _log2(nht),
-        "log_w_outer": _log2(nwt), "log_ci_outer": z, "log_co_outer": _log2(nco), "oc_nthread": one,
+        "log_b_inner": z, "log_h_inner": safe_log2(h1), "log_w_inner": safe_log2(w1), "log_ci_inner": z,
+        "log_co_inner": safe_log2(co1), "log_b_outer": safe_log2(g.nb) * one, "log_h_outer": safe_log2(nht),
+        "log_w_outer": safe_log2(nwt), "log_ci_outer": z, "log_co_outer": safe_log2(nco), "oc_nthread": one,
         "h_nthread": one, "threads": one, "double_buffered": one,
-        "log_tiles": _log2(tiles), "log_positions": _log2(positions), "log_chunks_per_tile": z,
-        "log_chunks": _log2(tiles), "log_uops_per_kernel": z, "log_gemm_iters_per_chunk": _log2(positions),
-        "log_ideal_cycles": _log2(ideal) * one,
-        "log_inp_elems": z, "log_wgt_elems": z, "log_acc_elems": _log2(acc), "inp_frac": z, "wgt_frac": z,
+        "log_tiles": safe_log2(tiles), "log_positions": safe_log2(positions), "log_chunks_per_tile": z,
+        "log_chunks": safe_log2(tiles), "log_uops_per_kernel": z, "log_gemm_iters_per_chunk": safe_log2(positions),
+        "log_ideal_cycles": safe_log2(ideal) * one,
+        "log_inp_elems": z, "log_wgt_elems": z, "log_acc_elems": safe_log2(acc), "inp_frac": z, "wgt_frac": z,
         "acc_frac": acc * HALVES / c.ACC_BUFF_DEPTH,
         "uop_frac": n_ep / c.UOP_BUFF_DEPTH * one,
         "halo_overhead": one, "pad_fraction": z, "input_reread": one, "weight_reread": z,
-        "log_dram_bytes": _log2(dram) * one, "log_bytes_per_mac": _log2(dram / ops_elems) * one,
-        "log_arith_intensity": _log2(positions * c.BATCH * c.BLOCK_OUT / (acc * c.ACC_ELEM_BYTES)),
-        "log_dma_transfers": _log2(transfers), "log_bytes_per_transfer": _log2(dram / transfers),
+        "log_dram_bytes": safe_log2(dram) * one, "log_bytes_per_mac": safe_log2(dram / ops_elems) * one,
+        "log_arith_intensity": safe_log2(positions * c.BATCH * c.BLOCK_OUT / (acc * c.ACC_ELEM_BYTES)),
+        "log_dma_transfers": safe_log2(transfers), "log_bytes_per_transfer": safe_log2(dram / transfers),
         "inp_transfers_per_chunk": co1 * operands, "store_transfers_per_tile": co1,
         "whole_row_loads": contiguous.astype(np.float64),
         "whole_image_stores": (h1 * w1 == g.height * g.width) * one,
-        "log_load_cycles_per_chunk": _log2(load), "log_compute_cycles_per_chunk": _log2(compute),
-        "compute_over_load": _log2(compute / load), "log_insns": _log2(insns), "fetch_share": fetch / est,
-        "log_est_cycles": _log2(est), "est_over_ideal": _log2(est / ideal),
+        "log_load_cycles_per_chunk": safe_log2(load), "log_compute_cycles_per_chunk": safe_log2(compute),
+        "compute_over_load": safe_log2(compute / load), "log_insns": safe_log2(insns), "fetch_share": fetch / est,
+        "log_est_cycles": safe_log2(est), "est_over_ideal": safe_log2(est / ideal),
         "kh_kw": one, "stride": one, "is_conv": z, "is_group": z, "is_transpose": z, "is_dense": z,
         "is_alu": one, "est_cycles": est,
     }

@@ -31,6 +31,7 @@ from vta.numerics import (
     pack_bias,
     pack_blocks,
     padded_shape,
+    safe_log2,
     transposed_to_direct,
     unpack_blocks,
 )
@@ -455,14 +456,6 @@ def _get(kv, name, one):
     return kv.get(name, (one, one))
 
 
-def _log2(x) -> np.ndarray:
-    return np.log2(np.maximum(np.asarray(x, dtype=np.float64), 1e-9))
-
-
-def _dma(c: HwConfig, rows, row_bytes, transfers):
-    return transfers * dma_cycles(c, rows, row_bytes)
-
-
 def _estimate(tmpl: ConvTemplate, kv: dict) -> dict[str, np.ndarray]:
     """The template's analytical model over configs: loop and traffic structure and an estimate of the cycles
     from the simulator's DMA / compute formulas (no dependencies modelled); the tuner's features."""
@@ -498,10 +491,10 @@ def _estimate(tmpl: ConvTemplate, kv: dict) -> dict[str, np.ndarray]:
     inp_row_bytes = inp_row_elems * c.INP_ELEM_BYTES
     inp_bytes = b1 * ci1 * real_rows * real_cols * c.INP_ELEM_BYTES
     padded = b1 * ci1 * (rows * cols - real_rows * real_cols)
-    ld_inp = _dma(c, inp_rows, inp_row_bytes, inp_transfers) + padded
+    ld_inp = dma_cycles(c, inp_rows, inp_row_bytes, inp_transfers) + padded
     wgt_bytes = wgt * c.WGT_ELEM_BYTES
     wgt_contig = ci1 == g.cib
-    ld_wgt = _dma(c, np.where(wgt_contig, 1, co1), np.where(wgt_contig, wgt_bytes, wgt_bytes / co1), 1)
+    ld_wgt = dma_cycles(c, np.where(wgt_contig, 1, co1), np.where(wgt_contig, wgt_bytes, wgt_bytes / co1), 1)
     load_chunk = ld_inp + ld_wgt
     compute_chunk = c.COMPUTE_LATENCY + iters * c.GEMM_II
 
@@ -510,14 +503,14 @@ def _estimate(tmpl: ConvTemplate, kv: dict) -> dict[str, np.ndarray]:
     store_transfers = np.where(whole_image, 1, b1 * co1)
     out_bytes = positions * c.OUT_ELEM_BYTES
     store_rows = np.where(whole_image | (w1 == g.out_w), 1, h1)
-    store = _dma(c, store_rows * np.where(whole_image, b1, 1),
+    store = dma_cycles(c, store_rows * np.where(whole_image, b1, 1),
                  out_bytes / (store_transfers * store_rows * np.where(whole_image, b1, 1)), store_transfers)
     extra_bytes = ((co1 if ep.bias else 0) + (positions if ep.residual else 0)) * c.ACC_ELEM_BYTES
     extra_transfers = (1 if ep.bias else 0) + (store_transfers if ep.residual else 0)
     # reset, epilogue ALU ops and the bias / residual loads (accumulator loads run on the compute module)
     tile_compute = ((1 + n_ep) * c.COMPUTE_LATENCY
                     + positions * (1 + n_ep * c.ALU_II)
-                    + _dma(c, 1, extra_bytes / np.maximum(extra_transfers, 1), extra_transfers))
+                    + dma_cycles(c, 1, extra_bytes / np.maximum(extra_transfers, 1), extra_transfers))
 
     insns = chunks * (inp_transfers + 1 + 1 + 4) + tiles * (1 + n_ep + store_transfers
                                                             + extra_transfers + 4)
@@ -545,29 +538,29 @@ def _estimate(tmpl: ConvTemplate, kv: dict) -> dict[str, np.ndarray]:
     weight_tensor = g.cob * g.cib * g.kh * g.kw * c.WGT_ELEM_BYTES
     op = tmpl.op
     return {
-        "log_b_inner": _log2(b1), "log_h_inner": _log2(h1), "log_w_inner": _log2(w1),
-        "log_ci_inner": _log2(ci1), "log_co_inner": _log2(co1),
-        "log_b_outer": _log2(nbt), "log_h_outer": _log2(nht), "log_w_outer": _log2(nwt),
-        "log_ci_outer": _log2(nci), "log_co_outer": _log2(nco), "oc_nthread": tc, "h_nthread": th,
+        "log_b_inner": safe_log2(b1), "log_h_inner": safe_log2(h1), "log_w_inner": safe_log2(w1),
+        "log_ci_inner": safe_log2(ci1), "log_co_inner": safe_log2(co1),
+        "log_b_outer": safe_log2(nbt), "log_h_outer": safe_log2(nht), "log_w_outer": safe_log2(nwt),
+        "log_ci_outer": safe_log2(nci), "log_co_outer": safe_log2(nco), "oc_nthread": tc, "h_nthread": th,
         "threads": threads, "double_buffered": overlap.astype(np.float64),
-        "log_tiles": _log2(tiles), "log_positions": _log2(positions), "log_chunks_per_tile": _log2(nci),
-        "log_chunks": _log2(chunks), "log_uops_per_kernel": _log2(uops),
-        "log_gemm_iters_per_chunk": _log2(iters),
-        "log_ideal_cycles": _log2(ideal) * one,
-        "log_inp_elems": _log2(inp), "log_wgt_elems": _log2(wgt), "log_acc_elems": _log2(acc),
+        "log_tiles": safe_log2(tiles), "log_positions": safe_log2(positions), "log_chunks_per_tile": safe_log2(nci),
+        "log_chunks": safe_log2(chunks), "log_uops_per_kernel": safe_log2(uops),
+        "log_gemm_iters_per_chunk": safe_log2(iters),
+        "log_ideal_cycles": safe_log2(ideal) * one,
+        "log_inp_elems": safe_log2(inp), "log_wgt_elems": safe_log2(wgt), "log_acc_elems": safe_log2(acc),
         "inp_frac": inp * threads / c.INP_BUFF_DEPTH, "wgt_frac": wgt * threads / c.WGT_BUFF_DEPTH,
         "acc_frac": acc * threads / c.ACC_BUFF_DEPTH, "uop_frac": uops * threads / c.UOP_BUFF_DEPTH,
         "halo_overhead": rows * cols / np.maximum(h1 * w1 * (1 if g.transpose else g.sh * g.sw), 1),
         "pad_fraction": 1 - real_rows * real_cols / (rows * cols),
         "input_reread": total_in / input_tensor, "weight_reread": total_wgt / weight_tensor,
-        "log_dram_bytes": _log2(dram), "log_bytes_per_mac": _log2(dram / macs),
-        "log_arith_intensity": _log2(iters * c.BATCH * c.BLOCK_IN * c.BLOCK_OUT / (inp_bytes + wgt_bytes)),
-        "log_dma_transfers": _log2(transfers), "log_bytes_per_transfer": _log2(dram / transfers),
+        "log_dram_bytes": safe_log2(dram), "log_bytes_per_mac": safe_log2(dram / macs),
+        "log_arith_intensity": safe_log2(iters * c.BATCH * c.BLOCK_IN * c.BLOCK_OUT / (inp_bytes + wgt_bytes)),
+        "log_dma_transfers": safe_log2(transfers), "log_bytes_per_transfer": safe_log2(dram / transfers),
         "inp_transfers_per_chunk": inp_transfers, "store_transfers_per_tile": store_transfers,
         "whole_row_loads": (dense | whole_rows).astype(np.float64), "whole_image_stores": whole_image * one,
-        "log_load_cycles_per_chunk": _log2(load_chunk), "log_compute_cycles_per_chunk": _log2(compute_chunk),
-        "compute_over_load": _log2(compute_chunk / load_chunk), "log_insns": _log2(insns),
-        "fetch_share": fetch / est, "log_est_cycles": _log2(est), "est_over_ideal": _log2(est / ideal),
+        "log_load_cycles_per_chunk": safe_log2(load_chunk), "log_compute_cycles_per_chunk": safe_log2(compute_chunk),
+        "compute_over_load": safe_log2(compute_chunk / load_chunk), "log_insns": safe_log2(insns),
+        "fetch_share": fetch / est, "log_est_cycles": safe_log2(est), "est_over_ideal": safe_log2(est / ideal),
         "kh_kw": g.kh * g.kw * one, "stride": g.sh * g.sw * one, "is_conv": float(op == "conv2d") * one,
         "is_group": float(op == "group_conv2d") * one, "is_transpose": float(g.transpose) * one,
         "is_dense": float(op == "dense") * one, "is_alu": 0 * one, "est_cycles": est,
