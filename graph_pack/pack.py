@@ -115,8 +115,12 @@ def input_kinds(graph: Graph, node: Node) -> list[str]:
 def graph_head(graph: Graph, node: Node, cfg: HwConfig) -> tuple[type[Template], GraphHead] | str | None:
     """The template that heads a group at ``node`` and how; why none can (a refusal), or None (no template's)."""
     reasons = []
-    for template in _templates_for(node.op):
-        head = template.from_graph(node, [graph[i] for i in node.inputs], input_kinds(graph, node), cfg)
+    templates = _templates_for(node.op)
+    if not templates:
+        return None
+    inputs, kinds = [graph[i] for i in node.inputs], input_kinds(graph, node)
+    for template in templates:
+        head = template.from_graph(node, inputs, kinds, cfg)
         if isinstance(head, GraphHead):
             return template, head
         if head:
