@@ -33,13 +33,14 @@ except ImportError as exc:  # pragma: no cover - only without a build
         "simulator/csrc through cffi; needs a C compiler)") from exc
 
 ERR_LEN = 1024
-__all__ = ["DEFAULT_MAX_CYCLES", "DEFAULT_MAX_WORK", "PARALLEL_MIN_MACS", "Simulator", "default_threads",
-           "kernel_path", "kernels_supported"]
+__all__ = ["DEFAULT_MAX_CYCLES", "DEFAULT_MAX_THREADS", "DEFAULT_MAX_WORK", "PARALLEL_MIN_MACS", "Simulator",
+           "default_threads", "kernel_path", "kernels_supported", "usable_cpus"]
 MAX_THREADS = 64  # vta_sim.c's VTA_SIM_MAX_THREADS
-# A GEMM instruction with fewer multiply-accumulates runs on one thread: starting and joining a thread costs
-# ~80-200 us on the 2-core VMs here, what the AVX2 kernel does with several million MACs (docs/simulator.md,
-# "Threads"). Matches vta_sim.c's VTA_SIM_PAR_MIN_MACS.
-PARALLEL_MIN_MACS = 1 << 23
+DEFAULT_MAX_THREADS = 8  # the default thread count never exceeds this (a ResNet-18 GEMM is 10^5-10^7 MACs)
+# A GEMM instruction with fewer multiply-accumulates runs on one thread: handing a share to a waiting thread
+# costs about a microsecond, waking a sleeping one tens (docs/simulator.md, "Threads"), what the AVX2 kernel
+# does with about 10^5 MACs. Matches vta_sim.c's VTA_SIM_PAR_MIN_MACS.
+PARALLEL_MIN_MACS = 1 << 18
 
 
 def _threads_value(what: str, value: object) -> int:
@@ -48,9 +49,18 @@ def _threads_value(what: str, value: object) -> int:
     return int(value)
 
 
+def usable_cpus() -> int:
+    """CPUs this process may run on (its affinity mask where the OS has one)."""
+    try:
+        return len(os.sched_getaffinity(0))
+    except (AttributeError, OSError):
+        return os.cpu_count() or 1
+
+
 def default_threads() -> int:
-    """GEMM threads of a Simulator created without ``threads``: ``VTA_SIM_THREADS`` if set, else 1 (two
-    threads gained only 0.9-1.2x on the 2-vCPU machines measured, and tuning runs one simulator per core).
+    """GEMM threads of a Simulator created without ``threads``: ``VTA_SIM_THREADS`` if set, else the CPUs this
+    process may use, at most ``DEFAULT_MAX_THREADS`` (tuning's worker processes set the variable to their share
+    of the CPUs, so that workers and threads do not oversubscribe the machine).
     Raises SimulatorError for a bad ``VTA_SIM_THREADS``."""
     env = os.environ.get("VTA_SIM_THREADS", "").strip()
     if env:
@@ -59,7 +69,7 @@ def default_threads() -> int:
         except ValueError:
             raise SimulatorError(f"VTA_SIM_THREADS={env!r} is not an integer (allowed: 1 to {MAX_THREADS})") from None
         return _threads_value("VTA_SIM_THREADS", value)
-    return 1
+    return max(1, min(usable_cpus(), DEFAULT_MAX_THREADS))
 
 
 SRAM_IDS = {"uop": 0, "wgt": 1, "inp": 2, "acc": 3}

@@ -3,7 +3,8 @@
 One build holds the portable, AVX2, AVX-512 and AVX-512 VNNI kernels; VTA_SIM_KERNEL forces one. For each path
 the CPU supports, a subprocess with the variable set replays the golden programs against VTA's bytes and
 counters, runs a sample of the C/Python differential fuzz (tests/test_fuzz.py's generator) against the
-pure-Python reference, and checks GEMMs on block shapes that reach every vector and tail loop against numpy.
+pure-Python reference, and checks GEMMs on block shapes that reach every vector and tail loop against numpy,
+with random micro-ops and with runs of micro-ops sharing a weight tile (one and several threads).
 Paths the CPU lacks are skipped here (the test says which) and refused with a clear error at Simulator creation.
 """
 
@@ -29,8 +30,18 @@ GEMM_CONFIGS = {f"block{1 << b}": {"LOG_BLOCK": b, **(SMALL_BUFFERS if b <= 3 el
 GEMM_CONFIGS["batch4"] = {"LOG_BATCH": 2}
 
 
-def _gemm_check(name: str, overrides: dict, seed: int) -> None:
-    """Random GEMMs (several micro-ops, both loops, extreme operands) against numpy with int32 wrap-around."""
+def _run_triples(rng: np.random.Generator) -> list[tuple[int, int, int]]:
+    """Micro-ops in runs that share a weight tile and step dst / src by constants (the simulator runs each such run
+    through one kernel call): steps of +1, 0 and negative, a run broken by a step change, and a lone micro-op."""
+    w = int(rng.integers(0, 4))
+    return ([(d, 3 + d, w) for d in range(6)] + [(9, 20 - 2 * k, w) for k in range(3)] +
+            [(12 - 3 * k, 5, w + 1) for k in range(4)] + [(0, 0, w + 1), (1, 2, w + 1), (4, 4, w + 1)] +
+            [(2, 9, w + 2)])
+
+
+def _gemm_check(name: str, overrides: dict, seed: int, runs: bool = False, threads: int = 1) -> None:
+    """Random GEMMs (several micro-ops, both loops, extreme operands) against numpy with int32 wrap-around; with
+    ``runs`` the micro-ops come in runs (``_run_triples``), with ``threads`` every GEMM is split over that many."""
     from test_semantics import finish, gemm, uops, wrap32
 
     cfg = load_config("pynq", **overrides)
@@ -43,7 +54,10 @@ def _gemm_check(name: str, overrides: dict, seed: int) -> None:
     acc[0] = 2**31 - 1  # wraps
     triples = [(int(rng.integers(0, 4)), int(rng.integers(0, 6)), int(rng.integers(0, 4))) for _ in range(5)]
     iters, dst, src, wf = (2, 3), (4, 1), (6, 2), (3, 1)
-    sim = Simulator(cfg)
+    if runs:
+        triples, iters, dst, src, wf = _run_triples(rng), (2, 1), (1, 0), (1, 0), (3, 0)
+    sim = Simulator(cfg, threads=threads)
+    sim._set_threads(threads, 0)
     assert sim.kernel_path == os.environ["VTA_SIM_KERNEL"]
     sim.write_sram("inp", 0, x)
     sim.write_sram("wgt", 0, w)
@@ -66,6 +80,8 @@ def _child() -> None:
     for i, (name, overrides) in enumerate(GEMM_CONFIGS.items()):
         for seed in range(3):
             _gemm_check(name, overrides, 100 * i + seed)
+            _gemm_check(name, overrides, 100 * i + seed, runs=True)
+            _gemm_check(name, overrides, 100 * i + seed, runs=True, threads=2 + seed)
 
     from golden_files import GOLDEN_DIR
     golden = 0

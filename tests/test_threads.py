@@ -8,12 +8,15 @@ bit with one thread; the knob and ``VTA_SIM_THREADS`` are validated.
 
 from __future__ import annotations
 
+import multiprocessing
+import os
+
 import numpy as np
 import pytest
 from golden_files import requires_golden
 
 from hw_config import load_config
-from simulator.core import MAX_THREADS, PARALLEL_MIN_MACS, Simulator, default_threads
+from simulator.core import DEFAULT_MAX_THREADS, MAX_THREADS, PARALLEL_MIN_MACS, Simulator, default_threads
 from simulator.errors import SimulatorError
 
 COUNTS = (2, 3, 7)  # 7: more threads than some instructions have accumulator entries
@@ -124,5 +127,54 @@ def test_env_and_default(monkeypatch: pytest.MonkeyPatch) -> None:
     assert default_threads() == 3 and Simulator("pynq").threads == 3
     assert Simulator("pynq", threads=1).threads == 1  # the argument wins
     monkeypatch.delenv("VTA_SIM_THREADS")
-    assert default_threads() == 1 == Simulator("pynq").threads   # opt-in: it barely pays on 2 vCPUs
+    cpus = len(os.sched_getaffinity(0))   # the CPUs this process may use, capped
+    assert default_threads() == min(cpus, DEFAULT_MAX_THREADS) == Simulator("pynq").threads
     assert Simulator("pynq", threads=MAX_THREADS).threads == MAX_THREADS
+
+
+def _split_gemm(sim: Simulator, seed: int) -> np.ndarray:
+    from test_semantics import finish, gemm, uops
+
+    cfg = sim.cfg
+    _random_gemm_state(sim, np.random.default_rng(seed))
+    sim.write_sram("uop", 0, uops(cfg, *[(d, d + 1, 2) for d in range(8)]))
+    sim.run(gemm(cfg, 0, 8, iters=(3, 4), dst=(8, 0), src=(1, 1), wgt=(1, 2)) + finish(cfg))
+    return sim.read_sram("acc", 0, 64)
+
+
+def _child_split_gemm(sim: Simulator, queue) -> None:
+    queue.put(_split_gemm(sim, 5))
+
+
+def test_forked_child_runs_split_gemms() -> None:
+    """A simulator whose GEMM threads started in the parent still computes in a forked child (the threads did
+    not follow it: it starts its own), the same bits as one thread."""
+    sim = _sim(load_config("pynq"), 2)
+    first = _split_gemm(sim, 4)                      # starts the parent's threads
+    ctx = multiprocessing.get_context("fork")
+    queue = ctx.Queue()
+    child = ctx.Process(target=_child_split_gemm, args=(sim, queue))
+    child.start()
+    try:
+        got = queue.get(timeout=60)
+        child.join(60)
+    finally:
+        child.kill()   # only if it hung
+    assert child.exitcode == 0
+    np.testing.assert_array_equal(got, _split_gemm(_sim(load_config("pynq"), 1), 5))
+    np.testing.assert_array_equal(first, _split_gemm(_sim(load_config("pynq"), 1), 4))
+    np.testing.assert_array_equal(_split_gemm(sim, 5), got)   # the parent's threads still serve it
+
+
+def test_tuning_workers_share_the_cpus(monkeypatch: pytest.MonkeyPatch) -> None:
+    """LocalRunner's worker processes split the CPUs among them (a user's VTA_SIM_THREADS wins)."""
+    from tuning.measure import LocalRunner
+
+    monkeypatch.delenv("VTA_SIM_THREADS", raising=False)
+    cpus = len(os.sched_getaffinity(0))
+    for n_parallel in (1, 2, 4):
+        with LocalRunner(n_parallel=n_parallel)._workers(1) as pool:
+            assert pool.submit(default_threads).result(60) == max(1, cpus // n_parallel)
+    monkeypatch.setenv("VTA_SIM_THREADS", "3")
+    with LocalRunner(n_parallel=4)._workers(1) as pool:
+        assert pool.submit(default_threads).result(60) == 3

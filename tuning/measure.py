@@ -10,6 +10,7 @@ is checked against the template's numpy reference (VTA's tuning scripts had to s
 from __future__ import annotations
 
 import multiprocessing
+import os
 import time
 import traceback
 from collections.abc import Sequence
@@ -100,6 +101,18 @@ def _measure_star(args: tuple) -> MeasureResult:
     return measure_one(*args)
 
 
+def _worker_threads(threads: int) -> None:
+    """Worker-process initializer: simulators made here split GEMMs over ``threads`` (unless the user set
+    ``VTA_SIM_THREADS``), so that n workers x threads stay within the machine's CPUs."""
+    os.environ.setdefault("VTA_SIM_THREADS", str(threads))
+
+
+def _measure_on_cluster(args: tuple) -> MeasureResult:
+    """A Dask worker may run several measurements at once: one simulator thread each (unless set)."""
+    _worker_threads(1)
+    return measure_one(*args)
+
+
 class LocalRunner:
     """Measure on the simulator, in ``n_parallel`` worker processes (1: in this process).
 
@@ -118,16 +131,24 @@ class LocalRunner:
         if self.n_parallel == 1 or len(jobs) <= 1:
             return [_measure_star(j) for j in jobs]
         if self._pool is None:
-            self._pool = ProcessPoolExecutor(self.n_parallel, mp_context=multiprocessing.get_context("fork"))
+            self._pool = self._workers(self.n_parallel)
         results = self._run(self._pool, jobs, range(len(jobs)))
         lost = [i for i, r in enumerate(results) if r is None]
         if lost:   # the pool broke: start a new one, and isolate the lost configs to find one that kills workers
             self.close()
             for i in lost:
-                with ProcessPoolExecutor(1, mp_context=multiprocessing.get_context("fork")) as alone:
+                with self._workers(1) as alone:
                     results[i] = self._run(alone, jobs, [i])[i] or MeasureResult(
                         configs[i], error="failed: the worker process measuring it died (twice)")
         return results   # type: ignore[return-value]
+
+    def _workers(self, n: int) -> ProcessPoolExecutor:
+        """``n`` worker processes, each with its share of the CPUs for simulator threads."""
+        from simulator.core import usable_cpus  # the C simulator loads when measuring, not at import
+
+        threads = max(1, usable_cpus() // self.n_parallel)
+        return ProcessPoolExecutor(n, mp_context=multiprocessing.get_context("fork"), initializer=_worker_threads,
+                                   initargs=(threads,))
 
     @staticmethod
     def _run(pool: ProcessPoolExecutor, jobs: list[tuple], which) -> list[MeasureResult | None]:
@@ -173,7 +194,7 @@ class DaskRunner:
 
     def measure(self, task: Task, configs: Sequence[dict]) -> list[MeasureResult]:
         as_completed = _distributed().as_completed
-        futures = self.client.map(_measure_star, [(task, c, self.check, self.timing_only, self.seed)
+        futures = self.client.map(_measure_on_cluster, [(task, c, self.check, self.timing_only, self.seed)
                                                   for c in configs], pure=False)
         position = {f.key: i for i, f in enumerate(futures)}
         results: list[MeasureResult | None] = [None] * len(futures)

@@ -1,4 +1,5 @@
 /* Behavioural simulator with a timing model; specification in docs/simulator.md. */
+#define _POSIX_C_SOURCE 200112L /* getpid */
 #include "vta_sim.h"
 #include "vta_isa.h" /* opcodes, memory types, modules, queues, routing tables, limits: generated from hw_config */
 
@@ -7,6 +8,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <unistd.h>
 
 /* GEMM threads (vta_sim_set_threads); the defaults can be overridden at compile time (e.g. for a TSan build). */
 #define VTA_SIM_MAX_THREADS 64
@@ -14,13 +16,28 @@
 #define VTA_SIM_DEFAULT_THREADS 1
 #endif
 #ifndef VTA_SIM_PAR_MIN_MACS
-#define VTA_SIM_PAR_MIN_MACS (UINT64_C(1) << 23)
+#define VTA_SIM_PAR_MIN_MACS (UINT64_C(1) << 18)
 #endif
 
 typedef struct region {
   uint64_t base, size;
   uint8_t *data;
 } region_t;
+
+/* `count` consecutive micro-ops of a GEMM that read one weight tile and step their accumulator and input
+ * indices by constants (a conv tile's positions, in the templates' order); the first one's indices decoded. */
+typedef struct uop_run {
+  uint32_t count, dst, src, wgt;
+  int64_t dstep, sstep;
+} uop_run_t;
+
+/* acc[i * dstep] += inp[i * sstep] x tile for micro-ops i < n of one run (gemm_run_avx2_16x16). */
+typedef void (*gemm_run_fn)(int32_t *acc, ptrdiff_t dstep, const int8_t *inp, ptrdiff_t sstep, const uint8_t *tile,
+                            uint32_t n, uint32_t batch);
+
+typedef struct gemm_pool gemm_pool_t; /* GEMM threads (pool_create) */
+static gemm_pool_t *pool_create(vta_sim_t *s, uint32_t nthreads);
+static void pool_destroy(gemm_pool_t *pool);
 
 struct vta_sim {
   vta_params_t p;
@@ -34,7 +51,9 @@ struct vta_sim {
   void (*gemm)(int32_t *, const int8_t *, const uint8_t *, uint32_t, uint32_t, uint32_t);
   uint32_t threads;    /* GEMM threads (vta_sim_set_threads); 1: all on the calling thread */
   uint64_t par_min_macs; /* a GEMM with fewer multiply-accumulates runs on the calling thread */
-  uint8_t *owner;        /* threads > 1: the thread owning each accumulator entry (vta_sim_set_threads) */
+  gemm_pool_t *pool;     /* threads > 1: the threads that run shares 1.. of split GEMMs */
+  gemm_run_fn gemm_run;  /* a kernel for runs of micro-ops sharing a weight tile, or NULL (find_runs) */
+  uop_run_t *runs;       /* scratch: the current GEMM's runs, at most one per micro-op */
   region_t *regions;
   size_t nregions, cap_regions;
 };
@@ -204,6 +223,61 @@ __attribute__((target("avx2"))) static void gemm_avx2_16x16(int32_t *acc, const 
     __m256i *d = (__m256i *)(void *)(acc + 16 * b);
     _mm256_storeu_si256(d, _mm256_add_epi32(_mm256_loadu_si256(d), _mm256_add_epi32(s0, s2)));
     _mm256_storeu_si256(d + 1, _mm256_add_epi32(_mm256_loadu_si256(d + 1), _mm256_add_epi32(s1, s3)));
+  }
+}
+
+/* A run of n micro-ops sharing one 16x16 weight tile (a conv tile's positions): micro-op i accumulates into
+ * acc + i * dstep from inp + i * sstep. The tile stays in L1 across the run and each input row's pairs are
+ * broadcast from memory (a load, not a shuffle): about 1.6x the per-micro-op call on this kernel. */
+__attribute__((target("avx2"))) static void gemm_run_avx2_16x16(int32_t *acc, ptrdiff_t dstep, const int8_t *inp,
+                                                                ptrdiff_t sstep, const uint8_t *tile, uint32_t n,
+                                                                uint32_t batch) {
+  const __m256i *w = (const __m256i *)(const void *)tile;
+  for (uint32_t i = 0; i < n; i++) {
+    const int8_t *x = inp + (ptrdiff_t)i * sstep;
+    int32_t *a = acc + (ptrdiff_t)i * dstep;
+    for (uint32_t b = 0; b < batch; b++) {
+      uint32_t xp[8];
+      _mm256_storeu_si256((__m256i *)(void *)xp,
+                          _mm256_cvtepi8_epi16(_mm_loadu_si128((const __m128i *)(const void *)(x + 16 * b))));
+      __m256i s0 = _mm256_setzero_si256(), s1 = s0, s2 = s0, s3 = s0;
+      for (int k = 0; k < 8; k += 2) {
+        const __m256i x0 = _mm256_set1_epi32((int)xp[k]), x1 = _mm256_set1_epi32((int)xp[k + 1]);
+        s0 = _mm256_add_epi32(s0, _mm256_madd_epi16(_mm256_loadu_si256(w + 2 * k), x0));
+        s1 = _mm256_add_epi32(s1, _mm256_madd_epi16(_mm256_loadu_si256(w + 2 * k + 1), x0));
+        s2 = _mm256_add_epi32(s2, _mm256_madd_epi16(_mm256_loadu_si256(w + 2 * k + 2), x1));
+        s3 = _mm256_add_epi32(s3, _mm256_madd_epi16(_mm256_loadu_si256(w + 2 * k + 3), x1));
+      }
+      __m256i *d = (__m256i *)(void *)(a + 16 * b);
+      _mm256_storeu_si256(d, _mm256_add_epi32(_mm256_loadu_si256(d), _mm256_add_epi32(s0, s2)));
+      _mm256_storeu_si256(d + 1, _mm256_add_epi32(_mm256_loadu_si256(d + 1), _mm256_add_epi32(s1, s3)));
+    }
+  }
+}
+
+/* The pair shadow of a 16x16 tile: each row's 16 bytes widen to 8 pair words, then the 16 x 8 word matrix is
+ * transposed in two 8 x 8 blocks (shadow_pairs' result, without its per-element loop). */
+__attribute__((target("avx2"))) static void shadow_pairs_16x16(uint8_t *dst, const int8_t *w) {
+  for (int half = 0; half < 2; half++) {
+    __m256i r[8], t[8];
+    for (int o = 0; o < 8; o++)
+      r[o] = _mm256_cvtepi8_epi16(_mm_loadu_si128((const __m128i *)(const void *)(w + 16 * (8 * half + o))));
+    for (int o = 0; o < 8; o += 2) {
+      t[o] = _mm256_unpacklo_epi32(r[o], r[o + 1]);
+      t[o + 1] = _mm256_unpackhi_epi32(r[o], r[o + 1]);
+    }
+    for (int o = 0; o < 8; o += 4) {
+      r[o] = _mm256_unpacklo_epi64(t[o], t[o + 2]);
+      r[o + 1] = _mm256_unpackhi_epi64(t[o], t[o + 2]);
+      r[o + 2] = _mm256_unpacklo_epi64(t[o + 1], t[o + 3]);
+      r[o + 3] = _mm256_unpackhi_epi64(t[o + 1], t[o + 3]);
+    }
+    /* r[0..3]: rows 0-3, r[4..7]: rows 4-7; lane halves hold k = 0..3 and k = 4..7 */
+    __m256i *out = (__m256i *)(void *)dst;
+    for (int k = 0; k < 4; k++) {
+      _mm256_storeu_si256(out + 2 * k + half, _mm256_permute2x128_si256(r[k], r[k + 4], 0x20));
+      _mm256_storeu_si256(out + 2 * (k + 4) + half, _mm256_permute2x128_si256(r[k], r[k + 4], 0x31));
+    }
   }
 }
 
@@ -386,7 +460,10 @@ static size_t shadow_bytes(int kernel, uint32_t bo, uint32_t bi) {
 static void build_shadow(int kernel, uint8_t *dst, const int8_t *w, uint32_t bo, uint32_t bi) {
 #ifdef VTA_X86_KERNELS
   if (kernel == K_AVX2 || kernel == K_AVX512) {
-    shadow_pairs(dst, w, bo, bi);
+    if (bo == 16 && bi == 16)
+      shadow_pairs_16x16(dst, w);
+    else
+      shadow_pairs(dst, w, bo, bi);
     return;
   }
   if (kernel == K_AVX512VNNI) {
@@ -409,6 +486,15 @@ static gemm_fn kernel_gemm(int kernel) {
 #endif
   (void)kernel;
   return PORTABLE_GEMM;
+}
+
+/* The run kernel of a path and shape, or NULL: micro-ops then go one kernel call each. */
+static gemm_run_fn kernel_gemm_run(int kernel, uint32_t bo, uint32_t bi) {
+#ifdef VTA_X86_KERNELS
+  if (kernel == K_AVX2 && bo == 16 && bi == 16) return gemm_run_avx2_16x16;
+#endif
+  (void)kernel, (void)bo, (void)bi;
+  return NULL;
 }
 
 /* The best kernel this CPU supports. Support is monotone (each path's CPU features include the previous one's). */
@@ -527,10 +613,12 @@ vta_sim_t *vta_sim_create(const vta_params_t *params, char *err, size_t errlen) 
   s->acc = calloc(p->acc_depth, s->acc_elem);
   s->kernel = kernel;
   s->gemm = kernel_gemm(kernel);
+  s->gemm_run = kernel_gemm_run(kernel, p->block_out, p->block_in);
+  s->runs = calloc(p->uop_depth, sizeof *s->runs);
   s->threads = 1;
   s->wgt_t_stride = shadow_bytes(kernel, p->block_out, p->block_in);
   s->wgt_t = calloc(p->wgt_depth, s->wgt_t_stride);
-  if (!s->uop || !s->inp || !s->wgt || !s->acc || !s->wgt_t) {
+  if (!s->uop || !s->inp || !s->wgt || !s->acc || !s->wgt_t || !s->runs) {
     vta_sim_destroy(s);
     fail(err, errlen, VTA_ERR_ARG, "out of host memory for the SRAMs");
     return NULL;
@@ -545,17 +633,8 @@ vta_sim_t *vta_sim_create(const vta_params_t *params, char *err, size_t errlen) 
 int vta_sim_set_threads(vta_sim_t *s, uint32_t threads, uint64_t min_macs, char *err, size_t errlen) {
   if (threads == 0 || threads > VTA_SIM_MAX_THREADS)
     return fail(err, errlen, VTA_ERR_ARG, "threads=%u: need 1 to %u", threads, (unsigned)VTA_SIM_MAX_THREADS);
-  uint8_t *owner = NULL;
-  if (threads > 1) {
-    /* Threads own runs of entries of at least 512 bytes, in turn, so that they rarely write the same cache line
-     * (entries are not line-aligned); a table, not a division per micro-op (about a small kernel call's cost). */
-    uint32_t run = (512 + s->acc_elem - 1) / s->acc_elem;
-    owner = malloc(s->p.acc_depth);
-    if (!owner) return fail(err, errlen, VTA_ERR_ARG, "out of host memory");
-    for (uint32_t d = 0; d < s->p.acc_depth; d++) owner[d] = (uint8_t)(d / run % threads);
-  }
-  free(s->owner);
-  s->owner = owner;
+  pool_destroy(s->pool); /* the next split GEMM starts threads for the new count (exec_gemm) */
+  s->pool = NULL;
   s->threads = threads;
   s->par_min_macs = min_macs;
   return VTA_OK;
@@ -572,7 +651,8 @@ void vta_sim_destroy(vta_sim_t *s) {
   free(s->wgt);
   free(s->acc);
   free(s->wgt_t);
-  free(s->owner);
+  pool_destroy(s->pool);
+  free(s->runs);
   free(s);
 }
 
@@ -1016,85 +1096,273 @@ static uop_field_t uop_field(vta_field_t f) {
   return (uop_field_t){f.offset, f.width >= 32 ? UINT32_MAX : (UINT32_C(1) << f.width) - 1};
 }
 
-/* One thread's share of a GEMM: with `nthreads` > 1 only the micro-ops whose accumulator index d has
- * owner[d] == part, in program order. Each accumulator entry thus has one owner that applies all of its
- * updates in the sequential order, so the result is bit-identical to one thread's, whatever the split. */
-static void gemm_part(const vta_sim_t *s, const insn_t *in, uint32_t part, uint32_t nthreads) {
+/* The GEMM's micro-ops as runs. The loops add the same offsets to every micro-op, so one split serves every
+ * iteration. Wrapping int32 addition is order-free, so the runs compute what the micro-ops do one by one. */
+static uint32_t find_runs(const vta_sim_t *s, const insn_t *in, uop_run_t *runs, int64_t *dmin, int64_t *dmax) {
   const uop_field_t fd = uop_field(s->p.uop[VTA_UOP_DST]), fs = uop_field(s->p.uop[VTA_UOP_SRC]),
                     fw = uop_field(s->p.uop[VTA_UOP_WGT]);
+  uint32_t n = 0;
+  int64_t prev_d = 0, prev_s = 0, run_w = -1;
+  *dmin = INT64_MAX;
+  *dmax = -1;
+  for (uint32_t k = in->uop_bgn; k < in->uop_end; k++) {
+    const uint32_t u = s->uop[k];
+    const int64_t d = u >> fd.shift & fd.mask, sr = u >> fs.shift & fs.mask, wg = u >> fw.shift & fw.mask;
+    if (d < *dmin) *dmin = d;
+    if (d > *dmax) *dmax = d;
+    uop_run_t *r = n ? &runs[n - 1] : NULL;
+    if (r && wg == run_w && (r->count == 1 || (d - prev_d == r->dstep && sr - prev_s == r->sstep))) {
+      r->dstep = d - prev_d;
+      r->sstep = sr - prev_s;
+      r->count++;
+    } else {
+      runs[n++] = (uop_run_t){1, (uint32_t)d, (uint32_t)sr, (uint32_t)wg, 0, 0};
+      run_w = wg;
+    }
+    prev_d = d;
+    prev_s = sr;
+  }
+  return n;
+}
+
+/* Micro-ops [a, b) of a run whose first micro-op reads acc / inp / tile. */
+static void gemm_range(const vta_sim_t *s, const uop_run_t *run, int32_t *acc, const int8_t *inp,
+                       const uint8_t *tile, uint32_t a, uint32_t b) {
+  const ptrdiff_t dstep = (ptrdiff_t)run->dstep * (ptrdiff_t)(s->p.batch * s->p.block_out),
+                  sstep = (ptrdiff_t)run->sstep * (ptrdiff_t)s->inp_elem;
+  acc += (ptrdiff_t)a * dstep;
+  inp += (ptrdiff_t)a * sstep;
+  if (s->gemm_run) {
+    s->gemm_run(acc, dstep, inp, sstep, tile, b - a, s->p.batch);
+    return;
+  }
+  for (uint32_t i = a; i < b; i++, acc += dstep, inp += sstep)
+    s->gemm(acc, inp, tile, s->p.batch, s->p.block_out, s->p.block_in);
+}
+
+/* The k in [0, count) with lo <= d + k * step < hi, as [*a, *b) (step may be negative or zero). */
+static void owned_range(int64_t d, int64_t step, uint32_t count, int64_t lo, int64_t hi, uint32_t *a, uint32_t *b) {
+  int64_t first = 0, end = count;
+  if (step == 0) {
+    if (d < lo || d >= hi) end = 0;
+  } else if (step > 0) { /* k >= ceil((lo - d) / step), k < ceil((hi - d) / step); hi may be INT64_MAX */
+    if (lo > d) first = (lo - d) / step + ((lo - d) % step != 0);
+    end = hi > d ? (hi - d) / step + ((hi - d) % step != 0) : 0;
+  } else { /* k > (d - hi) / |step|, k <= (d - lo) / |step| */
+    const int64_t m = -step;
+    if (d >= hi) first = (d - hi) / m + 1;
+    end = d >= lo ? (d - lo) / m + 1 : 0;
+  }
+  *a = (uint32_t)(first < (int64_t)count ? first : count);
+  *b = (uint32_t)(end < (int64_t)count ? (end > first ? end : first) : count);
+  if (*b < *a) *b = *a;
+}
+
+/* One thread's share of a GEMM: the micro-op iterations whose accumulator index d lies in [lo, hi), in program
+ * order. Each accumulator entry thus has one owner that applies all of its updates in the sequential order, so
+ * the result is bit-identical to one thread's, whatever the split. One thread: lo = 0, hi = INT64_MAX. */
+static void gemm_part(const vta_sim_t *s, const insn_t *in, const uop_run_t *runs, uint32_t nruns, int64_t lo,
+                      int64_t hi) {
+  const uop_field_t fd = uop_field(s->p.uop[VTA_UOP_DST]);
   const uint32_t lanes = s->p.batch * s->p.block_out, batch = s->p.batch, bo = s->p.block_out, bi = s->p.block_in;
   const size_t inp_elem = s->inp_elem, wstride = s->wgt_t_stride;
-  int32_t *const acc0 = s->acc;
-  const int8_t *const inp0 = s->inp;
-  const uint8_t *const wgt0 = s->wgt_t;
   const uint32_t *const uop = s->uop;
   const gemm_fn gemm = s->gemm;
-  const uint8_t *const owner = s->owner;
+  const int whole = lo <= 0 && hi == INT64_MAX; /* one thread: every micro-op */
   for (uint32_t i = 0; i < in->iter_out; i++) {
     for (uint32_t j = 0; j < in->iter_in; j++) {
       const size_t d0 = (size_t)i * in->dst_out + (size_t)j * in->dst_in;
       if (in->reset) {
         for (uint32_t k = in->uop_bgn; k < in->uop_end; k++)
-          memset(acc0 + (d0 + (uop[k] >> fd.shift & fd.mask)) * lanes, 0, (size_t)lanes * 4);
+          memset(s->acc + (d0 + (uop[k] >> fd.shift & fd.mask)) * lanes, 0, (size_t)lanes * 4);
         continue;
       }
       const size_t s0 = (size_t)i * in->src_out + (size_t)j * in->src_in;
       const size_t w0 = (size_t)i * in->wgt_out + (size_t)j * in->wgt_in;
-      if (nthreads == 1) {
-        for (uint32_t k = in->uop_bgn; k < in->uop_end; k++) {
-          const uint32_t u = uop[k];
-          gemm(acc0 + (d0 + (u >> fd.shift & fd.mask)) * lanes, inp0 + (s0 + (u >> fs.shift & fs.mask)) * inp_elem,
-               wgt0 + (w0 + (u >> fw.shift & fw.mask)) * wstride, batch, bo, bi);
+      for (uint32_t r = 0; r < nruns; r++) {
+        const uop_run_t *run = &runs[r];
+        const size_t d = d0 + run->dst;
+        int32_t *acc = s->acc + d * lanes;
+        const int8_t *inp = s->inp + (s0 + run->src) * inp_elem;
+        const uint8_t *tile = s->wgt_t + (w0 + run->wgt) * wstride;
+        if (whole && run->count == 1) { /* the common case of programs without runs: one call, as before */
+          gemm(acc, inp, tile, batch, bo, bi);
+          continue;
         }
-        continue;
-      }
-      for (uint32_t k = in->uop_bgn; k < in->uop_end; k++) {
-        const uint32_t u = uop[k];
-        const size_t d = d0 + (u >> fd.shift & fd.mask);
-        if (owner[d] != part) continue; /* d < acc_depth: check_indices ran before */
-        gemm(acc0 + d * lanes, inp0 + (s0 + (u >> fs.shift & fs.mask)) * inp_elem,
-             wgt0 + (w0 + (u >> fw.shift & fw.mask)) * wstride, batch, bo, bi);
+        uint32_t a = 0, b = run->count;
+        if (!whole) owned_range((int64_t)d, run->dstep, run->count, lo, hi, &a, &b);
+        if (a < b) gemm_range(s, run, acc, inp, tile, a, b);
       }
     }
   }
 }
 
-typedef struct gemm_job {
-  const vta_sim_t *s;
-  const insn_t *in;
-  uint32_t part, nthreads;
-} gemm_job_t;
+/* ------------------------------------------------------------------ GEMM threads
+ *
+ * Threads live as long as the simulator's thread setting (vta_sim_set_threads), not one instruction: a split
+ * GEMM publishes a job (a new generation number) and each worker runs its share. A worker that just finished
+ * spins for a short while before it sleeps on the condition variable, so the back-to-back GEMMs of a network
+ * wake it in well under a microsecond, and an idle simulator costs no CPU. Counters are GCC/Clang __atomic
+ * builtins; every other field of the job is written before the generation is published (release) and read
+ * after it is seen (acquire). */
+#define POOL_SPINS 2000 /* pause instructions a worker spins before it sleeps (about 50 us on x86-64) */
 
-static void *gemm_thread(void *arg) {
-  const gemm_job_t *job = arg;
-  gemm_part(job->s, job->in, job->part, job->nthreads);
-  return NULL;
+static void cpu_pause(void) {
+#if defined(__x86_64__) || defined(__i386__)
+  __builtin_ia32_pause();
+#endif
 }
 
-/* A GEMM of at least par_min_macs multiply-accumulates is split over s->threads threads (docs/simulator.md,
- * "Threads"): the calling thread runs share 0 and joins the others before returning. A thread that cannot be
- * started has its share run on the calling thread, so the result never depends on it. */
+struct gemm_pool {
+  vta_sim_t *s;
+  pid_t pid;           /* the process whose threads these are (a forked child has none of them) */
+  uint32_t nthreads;   /* shares per split GEMM (the simulator's threads) */
+  uint32_t nstarted;   /* workers running: share t is worker t-1's for t <= nstarted, else the caller's */
+  pthread_t tid[VTA_SIM_MAX_THREADS];
+  pthread_mutex_t mu;
+  pthread_cond_t wake, done;
+  const insn_t *in; /* the job: its runs and each share's accumulator indices [bound[t], bound[t+1]) */
+  uint32_t nruns;
+  int64_t bound[VTA_SIM_MAX_THREADS + 1];
+  uint64_t generation; /* __atomic: bumped per job */
+  uint32_t pending;    /* __atomic: workers still on the current job */
+  int stop;            /* __atomic */
+};
+
+typedef struct pool_worker {
+  gemm_pool_t *pool;
+  uint32_t part;
+} pool_worker_t;
+
+
+static void *pool_main(void *arg) {
+  pool_worker_t w = *(pool_worker_t *)arg;
+  free(arg);
+  gemm_pool_t *pool = w.pool;
+  uint64_t seen = 0;
+  for (;;) {
+    uint64_t g = __atomic_load_n(&pool->generation, __ATOMIC_ACQUIRE);
+    for (uint32_t i = 0; g == seen && i < POOL_SPINS && !__atomic_load_n(&pool->stop, __ATOMIC_ACQUIRE); i++) {
+      cpu_pause();
+      g = __atomic_load_n(&pool->generation, __ATOMIC_ACQUIRE);
+    }
+    if (g == seen) {
+      pthread_mutex_lock(&pool->mu);
+      while ((g = __atomic_load_n(&pool->generation, __ATOMIC_ACQUIRE)) == seen &&
+             !__atomic_load_n(&pool->stop, __ATOMIC_ACQUIRE))
+        pthread_cond_wait(&pool->wake, &pool->mu);
+      pthread_mutex_unlock(&pool->mu);
+    }
+    if (__atomic_load_n(&pool->stop, __ATOMIC_ACQUIRE)) return NULL;
+    seen = g;
+    gemm_part(pool->s, pool->in, pool->s->runs, pool->nruns, pool->bound[w.part], pool->bound[w.part + 1]);
+    if (__atomic_sub_fetch(&pool->pending, 1, __ATOMIC_ACQ_REL) == 0) {
+      pthread_mutex_lock(&pool->mu);
+      pthread_cond_signal(&pool->done);
+      pthread_mutex_unlock(&pool->mu);
+    }
+  }
+}
+
+static void pool_destroy(gemm_pool_t *pool) {
+  if (!pool) return;
+  pthread_mutex_lock(&pool->mu);
+  __atomic_store_n(&pool->stop, 1, __ATOMIC_RELEASE);
+  pthread_cond_broadcast(&pool->wake);
+  pthread_mutex_unlock(&pool->mu);
+  for (uint32_t t = 0; t < pool->nstarted; t++) pthread_join(pool->tid[t], NULL);
+  pthread_cond_destroy(&pool->wake);
+  pthread_cond_destroy(&pool->done);
+  pthread_mutex_destroy(&pool->mu);
+  free(pool);
+}
+
+/* Workers for shares 1..nthreads-1; NULL only when out of memory. Workers that cannot be started leave their
+ * shares to the calling thread (pool_run), so results never depend on how many started. */
+static gemm_pool_t *pool_create(vta_sim_t *s, uint32_t nthreads) {
+  gemm_pool_t *pool = calloc(1, sizeof *pool);
+  if (!pool) return NULL;
+  pool->s = s;
+  pool->pid = getpid();
+  pool->nthreads = nthreads;
+  if (pthread_mutex_init(&pool->mu, NULL)) {
+    free(pool);
+    return NULL;
+  }
+  if (pthread_cond_init(&pool->wake, NULL)) {
+    pthread_mutex_destroy(&pool->mu);
+    free(pool);
+    return NULL;
+  }
+  if (pthread_cond_init(&pool->done, NULL)) {
+    pthread_cond_destroy(&pool->wake);
+    pthread_mutex_destroy(&pool->mu);
+    free(pool);
+    return NULL;
+  }
+  for (uint32_t t = 1; t < nthreads; t++) {
+    pool_worker_t *w = malloc(sizeof *w);
+    if (!w) break;
+    *w = (pool_worker_t){pool, t};
+    if (pthread_create(&pool->tid[pool->nstarted], NULL, pool_main, w)) {
+      free(w);
+      break;
+    }
+    pool->nstarted++;
+  }
+  return pool;
+}
+
+/* Run every share of one split GEMM: workers take shares 1..nstarted, the caller share 0 and the rest. */
+static void pool_run(gemm_pool_t *pool, const insn_t *in, uint32_t nruns, int64_t dmin, int64_t dmax) {
+  vta_sim_t *s = pool->s;
+  /* shares of equal spans of the accumulator indices the GEMM touches (loop factors are unsigned) */
+  const uint32_t n = pool->nthreads;
+  const int64_t span = dmax + (int64_t)(in->iter_out - 1) * in->dst_out + (int64_t)(in->iter_in - 1) * in->dst_in -
+                       dmin + 1;
+  for (uint32_t t = 0; t < n; t++) pool->bound[t] = dmin + span * t / n;
+  pool->bound[n] = INT64_MAX;
+  if (pool->nstarted) {
+    pool->in = in;
+    pool->nruns = nruns;
+    __atomic_store_n(&pool->pending, pool->nstarted, __ATOMIC_RELEASE);
+    pthread_mutex_lock(&pool->mu);
+    __atomic_add_fetch(&pool->generation, 1, __ATOMIC_ACQ_REL);
+    pthread_cond_broadcast(&pool->wake);
+    pthread_mutex_unlock(&pool->mu);
+  }
+  gemm_part(s, in, s->runs, nruns, pool->bound[0], pool->bound[1]);
+  for (uint32_t t = pool->nstarted + 1; t < n; t++) gemm_part(s, in, s->runs, nruns, pool->bound[t], pool->bound[t + 1]);
+  if (!pool->nstarted) return;
+  for (uint32_t i = 0; i < POOL_SPINS && __atomic_load_n(&pool->pending, __ATOMIC_ACQUIRE); i++) cpu_pause();
+  if (__atomic_load_n(&pool->pending, __ATOMIC_ACQUIRE)) {
+    pthread_mutex_lock(&pool->mu);
+    while (__atomic_load_n(&pool->pending, __ATOMIC_ACQUIRE)) pthread_cond_wait(&pool->done, &pool->mu);
+    pthread_mutex_unlock(&pool->mu);
+  }
+}
+
+/* A GEMM of at least par_min_macs multiply-accumulates is split over s->threads shares (docs/simulator.md,
+ * "Threads"); smaller ones, and resets, run on the calling thread. The threads start at the first split GEMM, so
+ * a simulator that never splits one never starts a thread. */
 static void exec_gemm(vta_sim_t *s, const insn_t *in) {
-  uint32_t n = s->threads;
-  if (in->reset || n <= 1 || !s->owner ||
+  int64_t dmin = 0, dmax = 0;
+  const uint32_t nruns = in->reset ? 0 : find_runs(s, in, s->runs, &dmin, &dmax);
+  if (in->reset || s->threads <= 1 || !nruns ||
       mul_sat(iterations(in), (uint64_t)s->p.batch * s->p.block_out * s->p.block_in) < s->par_min_macs) {
-    gemm_part(s, in, 0, 1);
+    gemm_part(s, in, s->runs, nruns, 0, INT64_MAX);
     return;
   }
-  pthread_t tid[VTA_SIM_MAX_THREADS];
-  gemm_job_t job[VTA_SIM_MAX_THREADS];
-  int started[VTA_SIM_MAX_THREADS];
-  for (uint32_t t = 1; t < n; t++) {
-    job[t] = (gemm_job_t){s, in, t, n};
-    started[t] = pthread_create(&tid[t], NULL, gemm_thread, &job[t]) == 0;
+  if (s->pool && s->pool->pid != getpid()) {
+    free(s->pool); /* inherited through fork: its threads live in the parent; only the memory is ours */
+    s->pool = NULL;
   }
-  gemm_part(s, in, 0, n);
-  for (uint32_t t = 1; t < n; t++) {
-    if (started[t])
-      pthread_join(tid[t], NULL);
-    else
-      gemm_part(s, in, t, n);
+  if (!s->pool) s->pool = pool_create(s, s->threads);
+  if (!s->pool) { /* out of memory: one thread computes the same */
+    gemm_part(s, in, s->runs, nruns, 0, INT64_MAX);
+    return;
   }
+  pool_run(s->pool, in, nruns, dmin, dmax);
 }
 
 static int32_t alu_apply(uint32_t op, int32_t a, int32_t b) {
