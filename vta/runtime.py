@@ -15,6 +15,7 @@
 from __future__ import annotations
 
 from dataclasses import dataclass, field
+from itertools import pairwise
 
 import numpy as np
 
@@ -115,6 +116,46 @@ class _Insn:
 
 
 @dataclass
+class Recording:
+    """Instructions a template emitted for one stretch of its work, kept to be emitted again for a stretch that
+    differs only in DRAM offsets (``CommandQueue.replay``): each instruction with the index of the buffer its
+    ``dram_base`` points into (-1: none, e.g. the queue's own micro-op buffer), and the queue state around it."""
+
+    start: tuple                       # CommandQueue.state() before
+    insns: list[tuple[str, int, list[int], int]]
+    end: tuple                         # the state after, as (pending, resident, uop_ptr, uop_dram_used)
+    tokens: dict[str, int]             # tokens pushed minus popped per queue
+    anchors: tuple[int, ...] = ()      # the template's DRAM anchor per buffer (replay shifts by the difference)
+    _tables: dict = field(default_factory=dict, repr=False)
+
+    def table(self, fmt: str, width: int) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+        """Positions, field values (rows x ``width``) and buffer tags of this format's instructions."""
+        if fmt not in self._tables:
+            pos = [i for i, insn in enumerate(self.insns) if insn[0] == fmt]
+            values = np.array([self.insns[i][2] for i in pos], dtype=np.int64).reshape(len(pos), width)
+            self._tables[fmt] = (np.array(pos, dtype=np.int64), values,
+                                 np.array([self.insns[i][3] for i in pos], dtype=np.int64))
+        return self._tables[fmt]
+
+    def values(self, i: int, deltas: tuple[int, ...], dram_slot: int) -> list[int]:
+        """Instruction ``i``'s field values with its DRAM address moved by ``deltas``."""
+        _, _, values, tag = self.insns[i]
+        values = values.copy()
+        if tag >= 0:
+            values[dram_slot] += deltas[tag]
+        return values
+
+
+@dataclass
+class _Block:
+    """Instructions [0, n) of a recording, replayed with DRAM addresses moved by ``deltas`` (per buffer)."""
+
+    rec: Recording
+    deltas: tuple[int, ...]
+    n: int
+
+
+@dataclass
 class Stream:
     """One flushed stream: its instructions and the micro-op words it loads from the uop DRAM buffer."""
 
@@ -191,7 +232,9 @@ class CommandQueue:
         self._reset_stream()
 
     def _reset_stream(self) -> None:
-        self.insns: list[_Insn] = []
+        self._stream_no = getattr(self, "_stream_no", -1) + 1   # recordings never cross streams (state())
+        self.insns: list[_Insn | _Block] = []   # instructions, or replayed blocks of them
+        self._count = 0                          # instructions in self.insns
         self._pending: dict[int, set[str]] = {LOAD: set(), COMPUTE: set(), STORE: set()}
         self._tokens = dict.fromkeys(QUEUES.values(), 0)  # pushed minus popped, per queue
         self._uop_words: list[np.ndarray] = []
@@ -218,6 +261,7 @@ class CommandQueue:
             self._pending[stage] = set()
         insn = _Insn(fmt, stage, values)
         self.insns.append(insn)
+        self._count += 1
         return insn
 
     def _nop(self, stage: int, **flags: int) -> _Insn:
@@ -244,12 +288,80 @@ class CommandQueue:
         """Stage ``frm`` signals ``to`` once its last instruction so far is done."""
         self._commit_pending(frm)
         flag = _PUSH_FLAG[(frm, to)]
-        last = self.insns[-1] if self.insns else None
+        last = self._last_insn()
         if last is not None and last.stage == frm and not last.values[self._slot[last.fmt][flag]]:
             last.values[self._slot[last.fmt][flag]] = 1
         else:
             self._nop(frm, **{flag: 1})
         self._tokens[QUEUES[(frm, to)]] += 1
+
+    def _last_insn(self) -> _Insn | None:
+        """The last instruction, as one that may be changed (a replayed block gives up its last one)."""
+        if not self.insns:
+            return None
+        last = self.insns[-1]
+        if isinstance(last, _Block):
+            rec = last.rec
+            fmt, stage, _, _ = rec.insns[last.n - 1]
+            insn = _Insn(fmt, stage, rec.values(last.n - 1, last.deltas, self._slot["mem"]["dram_base"]))
+            self.insns[-1:] = [_Block(rec, last.deltas, last.n - 1), insn] if last.n > 1 else [insn]
+            return insn
+        return last
+
+    # ---- recording and replay (templates emitting many tiles alike) ----
+    def state(self) -> tuple:
+        """What decides how the next instructions come out, besides the template's own arguments: the stream,
+        pending dependency flags, resident micro-op kernels and where the next one goes, micro-op DRAM in use."""
+        return (self._stream_no, tuple(frozenset(self._pending[st]) for st in (LOAD, COMPUTE, STORE)),
+                frozenset(self._resident.items()), self._uop_ptr, self._uop_dram_used)
+
+    def mark(self) -> tuple:
+        """Where a recording starts (``recording``)."""
+        last = self.insns[-1] if self.insns else None
+        values = last.values.copy() if isinstance(last, _Insn) else None
+        return self.insns, len(self.insns), self.state(), dict(self._tokens), last, values
+
+    def recording(self, mark: tuple, buffers: list[Buffer | None]) -> Recording | None:
+        """The instructions emitted since ``mark``, each tagged with which of ``buffers`` its DRAM address lies
+        in; None when they cannot be replayed (the stream was flushed, an earlier instruction was changed, new
+        micro-op words went to DRAM, or the buffers overlap, so that an address's buffer would be ambiguous)."""
+        insns, n0, start, tokens0, last, values = mark
+        if insns is not self.insns or (n0 and (self.insns[n0 - 1] is not last or  # a block is never changed
+                                              (isinstance(last, _Insn) and last.values != values))) or \
+                self._uop_dram_used != start[-1] or \
+                any(isinstance(e, _Block) for e in self.insns[n0:]):   # only instructions emitted one by one
+            return None
+        spans = sorted((b.addr, b.addr + b.nbytes) for b in buffers if b is not None)
+        if any(a_end > b_start for (_, a_end), (b_start, _) in pairwise(spans)):
+            return None
+        slot = self._slot["mem"]
+        dram, mem_type = slot["dram_base"], slot["memory_type"]
+        elem = {MEM_TYPES[name]: nbytes for name, nbytes in self._elem_bytes.items()}
+        out = []
+        for insn in self.insns[n0:]:
+            tag = -1
+            if insn.fmt == "mem":
+                addr = insn.values[dram] * elem[insn.values[mem_type]]
+                tag = next((i for i, b in enumerate(buffers) if b is not None and b.addr <= addr < b.addr + b.nbytes),
+                           -1)
+            out.append((insn.fmt, insn.stage, insn.values.copy(), tag))
+        end = ({st: set(p) for st, p in self._pending.items()}, dict(self._resident), self._uop_ptr,
+               self._uop_dram_used)
+        return Recording(start, out, end, {q: n - tokens0[q] for q, n in self._tokens.items()})
+
+    def replay(self, rec: Recording, deltas: list[int]) -> None:
+        """Emit ``rec``'s instructions again, each DRAM address moved by ``deltas[its buffer]`` elements; the
+        queue must be in the state the recording started from."""
+        if self.state() != rec.start:
+            raise ScheduleError("replay: the queue is not in the state the recording started from")
+        if rec.insns:
+            self.insns.append(_Block(rec, tuple(deltas), len(rec.insns)))
+            self._count += len(rec.insns)
+        pending, resident, self._uop_ptr, _ = rec.end
+        self._pending = {st: set(p) for st, p in pending.items()}
+        self._resident = dict(resident)
+        for q, n in rec.tokens.items():
+            self._tokens[q] += n
 
     # ---- DMA ----
     def load_2d(self, buf: Buffer, elem_offset: int, x_size: int, y_size: int, x_stride: int, sram: int, mem: str,
@@ -303,14 +415,42 @@ class CommandQueue:
 
     # ---- streams ----
     def assemble(self) -> np.ndarray:
-        """The stream so far as uint8 (N, 16), encoded one format at a time."""
-        out = np.zeros((len(self.insns), 16), dtype=np.uint8)
+        """The stream so far as uint8 (N, 16), encoded one format at a time (replayed blocks as whole tables)."""
+        out = np.zeros((self._count, 16), dtype=np.uint8)
+        singles: dict[str, tuple[list[int], list[list[int]]]] = {fmt: ([], []) for fmt in self._slot}
+        blocks: dict[int, tuple[Recording, list[int], list[tuple[int, ...]], list[int]]] = {}
+        p = 0
+        for e in self.insns:
+            if isinstance(e, _Insn):
+                rows, values = singles[e.fmt]
+                rows.append(p)
+                values.append(e.values)
+                p += 1
+            else:
+                _, starts, deltas, ns = blocks.setdefault(id(e.rec), (e.rec, [], [], []))
+                starts.append(p)
+                deltas.append((*e.deltas, 0))   # tag -1 (no buffer) reads the trailing 0
+                ns.append(e.n)
+                p += e.n
         for fmt in ("mem", "gemm", "alu", "finish"):
-            rows = [i for i, insn in enumerate(self.insns) if insn.fmt == fmt]
-            if not rows:
-                continue
             names = self.cfg.insn_formats[fmt].names
-            table = np.array([self.insns[i].values for i in rows], dtype=np.int64).reshape(len(rows), len(names))
+            rows, values = singles[fmt]
+            row_parts = [np.array(rows, dtype=np.int64)]
+            table_parts = [np.array(values, dtype=np.int64).reshape(len(rows), len(names))]
+            for rec, starts, deltas, ns in blocks.values():
+                pos, base, tags = rec.table(fmt, len(names))
+                if not pos.size:
+                    continue
+                tab = np.repeat(base[None], len(starts), axis=0)
+                if fmt == "mem":
+                    tab[:, :, self._slot["mem"]["dram_base"]] += np.array(deltas, dtype=np.int64)[:, tags]
+                keep = pos[None, :] < np.array(ns)[:, None]
+                row_parts.append((np.array(starts, dtype=np.int64)[:, None] + pos[None, :])[keep])
+                table_parts.append(tab[keep])
+            rows = np.concatenate(row_parts)
+            if not rows.size:
+                continue
+            table = np.concatenate(table_parts)
             columns = {n: table[:, j] for j, n in enumerate(names)}
             try:
                 out[rows] = self.cfg.insn_formats[fmt].encode_rows(columns)
@@ -320,7 +460,7 @@ class CommandQueue:
 
     def checkpoint(self) -> None:
         """Flush when the stream is near ``max_insns`` (called by templates at tile boundaries)."""
-        if len(self.insns) + 16 >= self.max_insns:
+        if self._count + 16 >= self.max_insns:
             self.flush(restore=True)
 
     def flush(self, *, restore: bool = False, compute: bool = True, trace: bool = False) -> RunStats | None:

@@ -35,7 +35,7 @@ from vta.numerics import (
     transposed_to_direct,
     unpack_blocks,
 )
-from vta.runtime import COMPUTE, LOAD, STORE, CommandQueue, ScheduleError, UopKernel
+from vta.runtime import COMPUTE, LOAD, STORE, CommandQueue, Recording, ScheduleError, UopKernel
 from vta.space import Config, ConfigSpace, Knob
 from vta.templates.base import (
     GraphHead,
@@ -330,17 +330,30 @@ def emit_conv(q: CommandQueue, g: ConvGeometry, t: Tiling, ep: Epilogue, bufs: C
     for k in range(t.threads):  # credits: each thread's input buffers start free
         q.dep_push(COMPUTE, LOAD)
     first_group = True
+    # Groups of tiles alike (same windows, same queue state) emit the same instructions but for DRAM offsets:
+    # the first is recorded, the others replayed with shifted offsets (tests/program_digests.py: bit-identical).
+    buffers = [bufs.data, bufs.kernel, bufs.bias, bufs.residual, bufs.out]
+    recordings: dict[tuple, Recording] = {}
     n_co_tiles, n_h_tiles, n_w_tiles = g.cob // t.co1, oh // t.h1, ow // t.w1
     for bo in range(g.nb // t.b1):
         for i0 in range(n_h_tiles // t.th):
             for c0 in range(n_co_tiles // t.tc):
                 for j0 in range(n_w_tiles):
                     tiles = [(bo, (i0 * t.th + th) * t.h1, (c0 * t.tc + tc) * t.co1, j0 * t.w1) for th, tc in threads]
+                    windows = [(*_window(g, t, tile[1], True), *_window(g, t, tile[3], False)) for tile in tiles]
+                    key = None if g.transpose else (_group_class(g, tiles, windows, first_group), q.state())
+                    rec = recordings.get(key) if key else None
+                    anchors = _anchors(g, t, tiles[0]) if key else ()
+                    if rec is not None:
+                        q.replay(rec, [a - b for a, b in zip(anchors, rec.anchors)])
+                        first_group = False
+                        q.checkpoint()
+                        continue
+                    mark = q.mark() if key else None
                     for k, _ in enumerate(tiles):
                         if not first_group:
                             q.dep_pop(STORE, COMPUTE)  # this thread's accumulators were stored
                         q.push_kernel(reset[k])
-                    windows = [(*_window(g, t, tile[1], True), *_window(g, t, tile[3], False)) for tile in tiles]
                     for chunk in range(g.cib // t.ci1):
                         for k, tile in enumerate(tiles):
                             q.dep_pop(COMPUTE, LOAD)
@@ -359,8 +372,32 @@ def emit_conv(q: CommandQueue, g: ConvGeometry, t: Tiling, ep: Epilogue, bufs: C
                         q.dep_pop(COMPUTE, STORE)
                         _store_tile(q, g, t, bufs, tile, acc_base[k])
                         q.dep_push(STORE, COMPUTE)
+                    if key:
+                        rec = q.recording(mark, buffers)
+                        if rec is not None:
+                            rec.anchors = anchors
+                            recordings[key] = rec
                     first_group = False
                     q.checkpoint()
+
+
+def _group_class(g: ConvGeometry, tiles: list, windows: list, first_group: bool) -> tuple:
+    """What, besides DRAM offsets and the queue state, decides a tile group's instructions: each tile's window
+    shape and padding, its channel group relative to the first tile's, and whether it is the first group."""
+    group0 = tiles[0][2] // g.cob_per_group
+    return first_group, tuple((w[1], w[2], w[3], w[5], w[6], w[7], tile[2] // g.cob_per_group - group0)
+                              for w, tile in zip(windows, tiles))
+
+
+def _anchors(g: ConvGeometry, t: Tiling, tile) -> tuple[int, ...]:
+    """DRAM element offsets that move with the tile group, one per buffer of ``emit_conv``'s ``buffers`` (data,
+    kernel, bias, residual, out): within one group class (``_group_class``) every load or store of a buffer
+    sits at its anchor plus a constant, because window starts are the unclipped o0 * stride - pad then."""
+    bo, oh0, co0, ow0 = tile
+    group = co0 // g.cob_per_group
+    data = (((bo * t.b1) * g.cib_total + group * g.cib) * g.height + oh0 * g.sh - g.ph) * g.width + ow0 * g.sw - g.pw
+    out = (((bo * t.b1) * g.cob + co0) * g.out_h + oh0) * g.out_w + ow0
+    return data, co0 * g.cib * g.kh * g.kw, co0, out, out
 
 
 def _load_chunk(q, g: ConvGeometry, t: Tiling, bufs: ConvBuffers, tile, chunk: int, inp: int, wgt: int,

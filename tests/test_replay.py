@@ -1,0 +1,88 @@
+"""Recorded tile groups replayed with shifted DRAM offsets emit exactly what emitting them one by one does.
+
+The conv template records the instructions of a tile group and replays them for later groups of the same class
+(same windows, same queue state; docs/operators.md, "Program generation"). The reference here is the same
+emitter with recording switched off (every group emitted instruction by instruction): streams and micro-op
+words must be equal bit for bit, with one stream and with streams cut short by a small ``max_insns`` (flushes
+between groups), and the replayed program must compute numpy's result.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+from program_digests import _cases
+
+from hw_config import load_config
+from vta import compile_op
+from vta.device import Buffer, SimDevice
+from vta.runtime import LOAD, CommandQueue, ScheduleError
+from vta.templates import random_inputs
+
+CFG = load_config("pynq")
+CONV_CASES = [c for c in _cases() if c[1] in ("conv2d", "dense", "group_conv2d", "conv2d_transpose")
+              and not c[0].startswith(("C1", "C3", "C5", "C7"))]
+
+
+def _streams(op) -> list[tuple[bytes, bytes]]:
+    return [(s.insns.tobytes(), s.uop_words.tobytes()) for s in op.program.streams]
+
+
+def _compile(monkeypatch: pytest.MonkeyPatch, replay: bool, *args, **kwargs):
+    with monkeypatch.context() as m:
+        if not replay:
+            m.setattr(CommandQueue, "recording", lambda self, mark, buffers: None)
+        return compile_op(*args, **kwargs)
+
+
+@pytest.mark.parametrize("name,op,workload,epilogue", CONV_CASES, ids=[c[0] for c in CONV_CASES])
+def test_replay_emits_what_one_by_one_emission_does(monkeypatch: pytest.MonkeyPatch, name, op, workload,
+                                                    epilogue) -> None:
+    first = compile_op(op, CFG, epilogue=epilogue, **workload)
+    space = first.space
+    rng = np.random.default_rng(len(name))
+    configs = [None] + [space[int(i)] for i in rng.permutation(len(space))[:12]]
+    compared = 0
+    for config in configs:
+        for max_insns in (1 << 20, 64):
+            try:
+                plain = _compile(monkeypatch, False, op, CFG, config=config, epilogue=epilogue,
+                                 max_insns=max_insns, **workload)
+            except ScheduleError:
+                continue
+            replayed = _compile(monkeypatch, True, op, CFG, config=config, epilogue=epilogue, max_insns=max_insns,
+                                **workload)
+            assert _streams(replayed) == _streams(plain), f"{name} {config} max_insns={max_insns}"
+            compared += 1
+    assert compared >= 4, f"{name}: only {compared} configs compiled"
+
+
+def test_replayed_program_with_many_streams_computes_numpys_result() -> None:
+    workload = {"data_shape": (1, 64, 28, 28), "kernel_shape": (64, 64, 3, 3), "strides": 1, "padding": 1}
+    epilogue = (("bias",), ("residual",), ("shr", 8), ("relu",), ("clip", -127, 127))
+    op = compile_op("conv2d", CFG, epilogue=epilogue, max_insns=40, **workload)
+    assert len(op.program.streams) > 3
+    inputs = random_inputs(op, seed=3)
+    np.testing.assert_array_equal(op.run(**inputs), op.reference(**inputs))
+
+
+def test_replay_refuses_a_queue_in_another_state() -> None:
+    device = SimDevice(CFG)
+    q = CommandQueue(device, record=True)
+    buf = device.alloc(4096)
+    mark = q.mark()
+    q.load_2d(buf, 0, 4, 1, 4, 0, "INP")
+    rec = q.recording(mark, [buf])
+    assert rec is not None and [tag for *_, tag in rec.insns] == [0]
+    q.dep_pop(LOAD + 1, LOAD)   # a pending pop: not the state the recording started from
+    with pytest.raises(ScheduleError, match="not in the state the recording started from"):
+        q.replay(rec, [16])
+
+
+def test_recording_refuses_overlapping_buffers() -> None:
+    device = SimDevice(CFG)
+    q = CommandQueue(device, record=True)
+    buf = device.alloc(4096)
+    mark = q.mark()
+    q.load_2d(buf, 0, 4, 1, 4, 0, "INP")
+    assert q.recording(mark, [buf, Buffer(buf.addr + 64, 64)]) is None   # an address would have two buffers
