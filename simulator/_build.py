@@ -27,7 +27,7 @@ if os.environ.get("VTA_SIM_PORTABLE") == "1":
 ffibuilder.set_source(
     "simulator._vta_sim",
     '#include "vta_sim.h"',
-    sources=[os.path.relpath(CSRC / "vta_sim.c")],
+    sources=[os.path.relpath(CSRC / "vta_sim.c"), os.path.relpath(CSRC / "board_times.c")],
     include_dirs=[os.path.relpath(CSRC)],
     extra_compile_args=extra,
     extra_link_args=["-pthread"],  # the GEMM threads (docs/simulator.md, "Threads")

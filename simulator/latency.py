@@ -171,6 +171,10 @@ class BoardProgram:
         ar = np.arange(n)
         in_order = bool((pop_ref < ar[:, None]).all() and (space_ref < ar[:, None]).all())
         self._order = range(n) if in_order else self._event_order()
+        # the same, as the C re-timer takes them
+        self._refs = [np.ascontiguousarray(a, dtype=np.int64) for a in
+                      (np.asarray(self._order, dtype=np.int64), prev, room, pop_ref[:, 0], pop_ref[:, 1],
+                       space_ref[:, 0], space_ref[:, 1])]
 
     def _event_order(self) -> list[int]:
         """An order in which every instruction comes after those its start depends on (found once, by
@@ -204,53 +208,37 @@ class BoardProgram:
         return order
 
     # ---- re-timing ----
-    def _times(self, extra: tuple[float, float, float]) -> tuple[list[float], list[float], list[float]]:
-        """Start, end and dispatch times of every instruction with durations + features @ extra."""
-        duration = (self.duration + self.features @ np.asarray(extra, dtype=np.float64)).tolist() \
-            if any(extra) else self.duration.tolist()
-        n, prev, room = self.n, self._prev, self._room
-        pop_a, pop_b, space_a, space_b = self._pop_a, self._pop_b, self._space_a, self._space_b
+    def _times(self, extra: tuple[float, float, float]) -> np.ndarray:
+        """Start, end and dispatch times (rows 0-2) of every instruction with durations + features @ extra.
+
+        In program order, d(i) = max(d(i-1), start of the instruction freeing i's queue slot) + fetch; start(i)
+        = max(d(i), end of the module's previous instruction, end of the pushes it pops, start of the pops that
+        free room for its pushes); end(i) = start(i) + duration(i) (C: vta_board_times)."""
+        from simulator.core import ffi, lib  # the C library, loaded with the simulator
+
+        duration = self.duration + self.features @ np.asarray(extra, dtype=np.float64) if any(extra) \
+            else self.duration
+        duration = np.ascontiguousarray(duration, dtype=np.float64)
+        n = self.n
+        times = np.empty((3, n), dtype=np.float64)
+        ptr = [ffi.from_buffer("int64_t[]", a) for a in self._refs]
+        out = [ffi.from_buffer("double[]", times[k]) for k in range(3)]
         fetch = float(-(-INSN_BYTES // self.cfg.BUS_BYTES))
-        start, end, disp = [0.0] * n, [0.0] * n, [0.0] * n
-        last_dispatch = float(self.cfg.DRAM_LATENCY)
-        d = 0
-        for i in self._order:
-            while d <= i:   # d(i) = max(d(i-1), q(i)) + f, in program order
-                r = room[d]
-                if r >= 0 and start[r] > last_dispatch:
-                    last_dispatch = start[r]
-                last_dispatch += fetch
-                disp[d] = last_dispatch
-                d += 1
-            s = disp[i]
-            j = prev[i]
-            if j >= 0 and end[j] > s:
-                s = end[j]
-            a = pop_a[i]
-            if a >= 0 and end[a] > s:
-                s = end[a]
-            a = pop_b[i]
-            if a >= 0 and end[a] > s:
-                s = end[a]
-            a = space_a[i]
-            if a >= 0 and start[a] > s:
-                s = start[a]
-            a = space_b[i]
-            if a >= 0 and start[a] > s:
-                s = start[a]
-            start[i] = s
-            end[i] = s + duration[i]
-        return start, end, disp
+        status = lib.vta_board_times(n, *ptr, ffi.from_buffer("double[]", duration), fetch,
+                                     float(self.cfg.DRAM_LATENCY), *out)
+        if status:
+            raise ValueError("the board model's dependency references are out of range")
+        return times
 
     def accel_cycles(self, extra: tuple[float, float, float] = (0.0, 0.0, 0.0)) -> float:
         """The schedule's length in cycles with ``extra`` = (cycles per beat, per DMA row, per loop iteration)
         added to the simulator's durations; ``accel_cycles()`` is the simulator's own cycle count."""
-        return max(self._times(extra)[1], default=0.0)
+        return float(self._times(extra)[1].max()) if self.n else 0.0
 
     def accel_cycles_and_path(self, extra: tuple[float, float, float]) -> tuple[float, np.ndarray]:
         """``accel_cycles(extra)`` and the beats, rows and loop iterations on its critical path: the
         derivative of the length with respect to ``extra`` (the length is piecewise linear in it)."""
-        start, end, disp = self._times(extra)
+        start, end, disp = self._times(extra).tolist()
         if not end:
             return 0.0, np.zeros(3)
         i = max(range(self.n), key=end.__getitem__)

@@ -52,6 +52,55 @@ def streams_of(op):
     return out
 
 
+def python_times(program: BoardProgram, extra) -> tuple[list[float], list[float], list[float]]:
+    """The re-timing recurrence written out in Python (docs/calibrate.md; BoardProgram._times runs it in C)."""
+    duration = (program.duration + program.features @ np.asarray(extra, dtype=np.float64)).tolist()
+    n = program.n
+    start, end, disp = [0.0] * n, [0.0] * n, [0.0] * n
+    last, d = float(program.cfg.DRAM_LATENCY), 0
+    fetch = float(-(-16 // program.cfg.BUS_BYTES))
+    for i in program._order:
+        while d <= i:
+            r = program._room[d]
+            last = max(last, start[r]) if r >= 0 else last
+            last += fetch
+            disp[d] = last
+            d += 1
+        s = disp[i]
+        for j in (program._prev[i], program._pop_a[i], program._pop_b[i]):
+            s = max(s, end[j]) if j >= 0 else s
+        for j in (program._space_a[i], program._space_b[i]):
+            s = max(s, start[j]) if j >= 0 else s
+        start[i], end[i] = s, s + duration[i]
+    return start, end, disp
+
+
+def test_c_retimer_equals_the_python_recurrence_bit_for_bit():
+    """Board durations (non-neutral extras), template programs and random streams (some out of program order)."""
+    rng = np.random.default_rng(7)
+    programs = [BoardProgram(NEUTRAL, insns) for insns, _ in streams_of(conv(NEUTRAL, SCHEDULES[1], 300))]
+    for seed in range(40):
+        cfg = CONFIGS["pynq"]
+        stream = random_stream(cfg, np.random.default_rng([seed, 99]))
+        try:
+            _prepared(Simulator, cfg, seed).run(stream, compute=False, max_cycles=20_000)
+        except SimulatorError:
+            continue
+        programs.append(BoardProgram(cfg, np.frombuffer(stream, np.uint8)))
+    assert len(programs) > 10 and any(not isinstance(p._order, range) for p in programs)
+    for program in programs:
+        for extra in ((0.0, 0.0, 0.0), tuple(rng.uniform(0, 40, 3)), (0.37, 11.0, 3.5)):
+            assert tuple(program._times(extra).tolist()) == python_times(program, extra)
+
+
+def test_c_retimer_refuses_references_out_of_range():
+    program = BoardProgram(NEUTRAL, streams_of(conv(NEUTRAL))[0][0])
+    program._refs[2] = program._refs[2].copy()
+    program._refs[2][-1] = program.n   # a "previous instruction" past the stream
+    with pytest.raises(ValueError, match="out of range"):
+        program.accel_cycles()
+
+
 # ---- neutral: the simulator itself -----------------------------------------------------------------------------
 
 @pytest.mark.parametrize("schedule", range(len(SCHEDULES)))

@@ -105,8 +105,15 @@ const char *vta_sim_kernels_supported(void);
 
 /* GEMM threads (docs/simulator.md, "Threads"): a non-reset GEMM of at least min_macs multiply-accumulates is
  * split over `threads` threads (1 to 64), each owning disjoint accumulator entries, so results, counters and
- * cycles do not depend on it. New simulators have 1 thread. */
+ * cycles do not depend on it. New simulators have 1 thread (Python's Simulator sets its own default). */
 int vta_sim_set_threads(vta_sim_t *sim, uint32_t threads, uint64_t min_macs, char *err, size_t errlen);
 uint32_t vta_sim_threads(const vta_sim_t *sim);
+
+/* The board latency model's schedule re-timing (simulator/latency.py, BoardProgram; board_times.c): for the n
+ * instructions in `order` (a topological order), start/end/dispatch times from the durations and the
+ * dependency references (-1: none). Returns VTA_ERR_ARG, touching no time, if a reference is out of range. */
+int vta_board_times(uint64_t n, const int64_t *order, const int64_t *prev, const int64_t *room, const int64_t *pop_a,
+                    const int64_t *pop_b, const int64_t *space_a, const int64_t *space_b, const double *duration,
+                    double fetch, double dram_latency, double *start, double *end, double *disp);
 
 #endif

@@ -335,12 +335,14 @@ def emit_conv(q: CommandQueue, g: ConvGeometry, t: Tiling, ep: Epilogue, bufs: C
     buffers = [bufs.data, bufs.kernel, bufs.bias, bufs.residual, bufs.out]
     recordings: dict[tuple, Recording] = {}
     n_co_tiles, n_h_tiles, n_w_tiles = g.cob // t.co1, oh // t.h1, ow // t.w1
+    rows_of = {o0: _window(g, t, o0, True) for o0 in range(0, n_h_tiles * t.h1, t.h1)}
+    cols_of = {o0: _window(g, t, o0, False) for o0 in range(0, n_w_tiles * t.w1, t.w1)}
     for bo in range(g.nb // t.b1):
         for i0 in range(n_h_tiles // t.th):
             for c0 in range(n_co_tiles // t.tc):
                 for j0 in range(n_w_tiles):
                     tiles = [(bo, (i0 * t.th + th) * t.h1, (c0 * t.tc + tc) * t.co1, j0 * t.w1) for th, tc in threads]
-                    windows = [(*_window(g, t, tile[1], True), *_window(g, t, tile[3], False)) for tile in tiles]
+                    windows = [rows_of[tile[1]] + cols_of[tile[3]] for tile in tiles]
                     key = None if g.transpose else (_group_class(g, tiles, windows, first_group), q.state())
                     rec = recordings.get(key) if key else None
                     anchors = _anchors(g, t, tiles[0]) if key else ()
