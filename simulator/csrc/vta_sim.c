@@ -1234,7 +1234,6 @@ typedef struct pool_worker {
   uint32_t part;
 } pool_worker_t;
 
-
 static void *pool_main(void *arg) {
   pool_worker_t w = *(pool_worker_t *)arg;
   free(arg);
@@ -1348,7 +1347,7 @@ static void pool_run(gemm_pool_t *pool, const insn_t *in, uint32_t nruns, int64_
 static void exec_gemm(vta_sim_t *s, const insn_t *in) {
   int64_t dmin = 0, dmax = 0;
   const uint32_t nruns = in->reset ? 0 : find_runs(s, in, s->runs, &dmin, &dmax);
-  if (in->reset || s->threads <= 1 || !nruns ||
+  if (in->reset || s->threads <= 1 || !nruns || !iterations(in) ||
       mul_sat(iterations(in), (uint64_t)s->p.batch * s->p.block_out * s->p.block_in) < s->par_min_macs) {
     gemm_part(s, in, s->runs, nruns, 0, INT64_MAX);
     return;

@@ -1143,6 +1143,49 @@ static int read_params(const char *path, vta_params_t *p) {
   return 1;
 }
 
+/* The board re-timer (board_times.c) on random dependency graphs: references inside the stream time every
+ * instruction (ends never before starts, each start after the references' times); any reference outside it is
+ * refused before a time is written. */
+static void hostile_board_times(void) {
+  g_phase = "board_times";
+  enum { N = 64 };
+  int64_t order[N], ref[6][N];
+  double duration[N], start[N], end[N], disp[N];
+  for (unsigned trial = 0; trial < 400; trial++) {
+    const uint64_t n = 1 + rnd(N);
+    for (uint64_t i = 0; i < n; i++) {
+      order[i] = (int64_t)i;
+      for (int r = 0; r < 6; r++) ref[r][i] = i && chance(40) ? (int64_t)rnd(i) : -1; /* earlier ones: in order */
+      duration[i] = (double)rnd(50);
+    }
+    const int bad = chance(50);
+    if (bad) { /* one reference past the stream, or below -1, or an order entry out of range */
+      const uint64_t i = rnd(n);
+      const int r = (int)rnd(7);
+      const int64_t v = chance(50) ? (int64_t)(n + rnd(1000)) : -2 - (int64_t)rnd(1000);
+      if (r == 6) order[i] = v; else ref[r][i] = v;
+    }
+    for (uint64_t i = 0; i < n; i++) start[i] = end[i] = disp[i] = -7.0;
+    const int rc = vta_board_times(n, order, ref[0], ref[1], ref[2], ref[3], ref[4], ref[5], duration, 1.0, 3.0,
+                                   start, end, disp);
+    if (bad) {
+      int untouched = 1;
+      for (uint64_t i = 0; i < n; i++) untouched &= start[i] == -7.0 && end[i] == -7.0 && disp[i] == -7.0;
+      EXPECT(rc == VTA_ERR_ARG && untouched, "bad reference: rc=%d, untouched=%d", rc, untouched);
+      continue;
+    }
+    EXPECT(rc == VTA_OK, "rc=%d", rc);
+    for (uint64_t i = 0; i < n; i++) {
+      int ok = end[i] == start[i] + duration[i] && start[i] >= disp[i] && disp[i] >= 4.0;
+      /* refs: 0 prev, 1 room, 2-3 pops (wait for ends), 4-5 room for pushes (wait for starts) */
+      for (int r = 0; r < 4; r += r == 0 ? 2 : 1) ok &= ref[r][i] < 0 || start[i] >= end[ref[r][i]];
+      for (int r = 4; r < 6; r++) ok &= ref[r][i] < 0 || start[i] >= start[ref[r][i]];
+      ok &= ref[1][i] < 0 || disp[i] >= start[ref[1][i]] + 1.0;
+      EXPECT(ok, "instruction %llu of %llu timed inconsistently", (unsigned long long)i, (unsigned long long)n);
+    }
+  }
+}
+
 int main(int argc, char **argv) {
   if (argc != 4) {
     fprintf(stderr, "usage: %s PARAMS_FILE ITERATIONS SEED\n", argv[0]);
@@ -1156,6 +1199,7 @@ int main(int argc, char **argv) {
   for (int i = 0; i < 8; i++) next64();
 
   bad_params(&base);
+  hostile_board_times();
   static ctx_t ctx[NCTX];
   static const char *const names[NCTX] = {"preset", "variant1", "variant2", "variant3"};
   g_phase = "create";
