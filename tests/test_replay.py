@@ -66,12 +66,18 @@ def test_replayed_program_with_many_streams_computes_numpys_result() -> None:
     np.testing.assert_array_equal(op.run(**inputs), op.reference(**inputs))
 
 
-def test_replay_refuses_a_queue_in_another_state() -> None:
+def _one_load() -> tuple[CommandQueue, Buffer, tuple]:
+    """A queue with one load emitted after a mark, the load's buffer and the mark."""
     device = SimDevice(CFG)
     q = CommandQueue(device, record=True)
     buf = device.alloc(4096)
     mark = q.mark()
     q.load_2d(buf, 0, 4, 1, 4, 0, "INP")
+    return q, buf, mark
+
+
+def test_replay_refuses_a_queue_in_another_state() -> None:
+    q, buf, mark = _one_load()
     rec = q.recording(mark, [buf])
     assert rec is not None and [tag for *_, tag in rec.insns] == [0]
     q.dep_pop(LOAD + 1, LOAD)   # a pending pop: not the state the recording started from
@@ -80,9 +86,5 @@ def test_replay_refuses_a_queue_in_another_state() -> None:
 
 
 def test_recording_refuses_overlapping_buffers() -> None:
-    device = SimDevice(CFG)
-    q = CommandQueue(device, record=True)
-    buf = device.alloc(4096)
-    mark = q.mark()
-    q.load_2d(buf, 0, 4, 1, 4, 0, "INP")
+    q, buf, mark = _one_load()
     assert q.recording(mark, [buf, Buffer(buf.addr + 64, 64)]) is None   # an address would have two buffers
