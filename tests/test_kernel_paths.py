@@ -32,11 +32,15 @@ GEMM_CONFIGS["batch4"] = {"LOG_BATCH": 2}
 
 def _run_triples(rng: np.random.Generator) -> list[tuple[int, int, int]]:
     """Micro-ops in runs that share a weight tile and step dst / src by constants (the simulator runs each such run
-    through one kernel call): steps of +1, 0 and negative, a run broken by a step change, and a lone micro-op."""
+    through one kernel call): steps of +1, 0 and negative, a run broken by a step change, a lone micro-op, and
+    runs of rows (2D: alike runs whose starts step by constants, up or down)."""
     w = int(rng.integers(0, 4))
+    rows = [(5 * r + i, 6 * r + i, w + 2) for r in range(3) for i in range(3)]      # rows of a 2D run
+    rows += [(13 - 4 * r + i, 20 - 7 * r + 2 * i, w) for r in range(3) for i in range(2)]   # rows stepping down
+    rows += [(1 + i, 2 + 2 * i, w) for i in range(2)]   # at the next row step of dst, not of src: a new run
     return ([(d, 3 + d, w) for d in range(6)] + [(9, 20 - 2 * k, w) for k in range(3)] +
             [(12 - 3 * k, 5, w + 1) for k in range(4)] + [(0, 0, w + 1), (1, 2, w + 1), (4, 4, w + 1)] +
-            [(2, 9, w + 2)])
+            [(2, 9, w + 2)] + rows)
 
 
 def _gemm_check(name: str, overrides: dict, seed: int, runs: bool = False, threads: int = 1) -> None:

@@ -24,16 +24,18 @@ typedef struct region {
   uint8_t *data;
 } region_t;
 
-/* `count` consecutive micro-ops of a GEMM that read one weight tile and step their accumulator and input
- * indices by constants (a conv tile's positions, in the templates' order); the first one's indices decoded. */
+/* `rows` x `count` consecutive micro-ops of a GEMM that read one weight tile: within a row they step their
+ * accumulator and input indices by dstep / sstep, from row to row by drow / srow (a conv tile's output rows and
+ * columns, in the templates' order). The first micro-op's indices are decoded. */
 typedef struct uop_run {
-  uint32_t count, dst, src, wgt;
-  int64_t dstep, sstep;
+  uint32_t count, rows, dst, src, wgt;
+  int64_t dstep, sstep, drow, srow;
 } uop_run_t;
 
-/* acc[i * dstep] += inp[i * sstep] x tile for micro-ops i < n of one run (gemm_run_avx2_16x16). */
-typedef void (*gemm_run_fn)(int32_t *acc, ptrdiff_t dstep, const int8_t *inp, ptrdiff_t sstep, const uint8_t *tile,
-                            uint32_t n, uint32_t batch);
+/* acc[r * drow + i * dstep] += inp[r * srow + i * sstep] x tile for micro-ops i < n of rows r < rows of one run
+ * (gemm_run_avx2_16x16; steps in int32 lanes and input bytes). */
+typedef void (*gemm_run_fn)(int32_t *acc, ptrdiff_t dstep, ptrdiff_t drow, const int8_t *inp, ptrdiff_t sstep,
+                            ptrdiff_t srow, const uint8_t *tile, uint32_t n, uint32_t rows, uint32_t batch);
 
 typedef struct gemm_pool gemm_pool_t; /* GEMM threads (pool_create) */
 static gemm_pool_t *pool_create(vta_sim_t *s, uint32_t nthreads);
@@ -229,10 +231,9 @@ __attribute__((target("avx2"))) static void gemm_avx2_16x16(int32_t *acc, const 
 /* A run of n micro-ops sharing one 16x16 weight tile (a conv tile's positions): micro-op i accumulates into
  * acc + i * dstep from inp + i * sstep. The tile stays in L1 across the run and each input row's pairs are
  * broadcast from memory (a load, not a shuffle): about 1.6x the per-micro-op call on this kernel. */
-__attribute__((target("avx2"))) static void gemm_run_avx2_16x16(int32_t *acc, ptrdiff_t dstep, const int8_t *inp,
-                                                                ptrdiff_t sstep, const uint8_t *tile, uint32_t n,
+__attribute__((target("avx2"))) static void gemm_row_avx2_16x16(int32_t *acc, ptrdiff_t dstep, const int8_t *inp,
+                                                                ptrdiff_t sstep, const __m256i *w, uint32_t n,
                                                                 uint32_t batch) {
-  const __m256i *w = (const __m256i *)(const void *)tile;
   for (uint32_t i = 0; i < n; i++) {
     const int8_t *x = inp + (ptrdiff_t)i * sstep;
     int32_t *a = acc + (ptrdiff_t)i * dstep;
@@ -253,6 +254,15 @@ __attribute__((target("avx2"))) static void gemm_run_avx2_16x16(int32_t *acc, pt
       _mm256_storeu_si256(d + 1, _mm256_add_epi32(_mm256_loadu_si256(d + 1), _mm256_add_epi32(s1, s3)));
     }
   }
+}
+
+__attribute__((target("avx2"))) static void gemm_run_avx2_16x16(int32_t *acc, ptrdiff_t dstep, ptrdiff_t drow,
+                                                                const int8_t *inp, ptrdiff_t sstep, ptrdiff_t srow,
+                                                                const uint8_t *tile, uint32_t n, uint32_t rows,
+                                                                uint32_t batch) {
+  const __m256i *w = (const __m256i *)(const void *)tile;
+  for (uint32_t r = 0; r < rows; r++)
+    gemm_row_avx2_16x16(acc + (ptrdiff_t)r * drow, dstep, inp + (ptrdiff_t)r * srow, sstep, w, n, batch);
 }
 
 /* The pair shadow of a 16x16 tile: each row's 16 bytes widen to 8 pair words, then the 16 x 8 word matrix is
@@ -1116,28 +1126,51 @@ static uint32_t find_runs(const vta_sim_t *s, const insn_t *in, uop_run_t *runs,
       r->sstep = sr - prev_s;
       r->count++;
     } else {
-      runs[n++] = (uop_run_t){1, (uint32_t)d, (uint32_t)sr, (uint32_t)wg, 0, 0};
+      runs[n++] = (uop_run_t){1, 1, (uint32_t)d, (uint32_t)sr, (uint32_t)wg, 0, 0, 0, 0};
       run_w = wg;
     }
     prev_d = d;
     prev_s = sr;
   }
-  return n;
+  /* rows: consecutive runs alike (weight tile, length, steps) whose starts step by constants */
+  uint32_t m = 0;
+  for (uint32_t k = 0; k < n; k++) {
+    uop_run_t *a = m ? &runs[m - 1] : NULL;
+    const uop_run_t b = runs[k];
+    if (a && a->wgt == b.wgt && a->count == b.count && a->dstep == b.dstep && a->sstep == b.sstep) {
+      const int64_t drow = (int64_t)b.dst - a->dst, srow = (int64_t)b.src - a->src;
+      if (a->rows == 1) {
+        a->drow = drow;
+        a->srow = srow;
+        a->rows = 2;
+        continue;
+      }
+      if (drow == (int64_t)a->rows * a->drow && srow == (int64_t)a->rows * a->srow) {
+        a->rows++;
+        continue;
+      }
+    }
+    runs[m++] = b;
+  }
+  return m;
 }
 
-/* Micro-ops [a, b) of a run whose first micro-op reads acc / inp / tile. */
+/* Micro-ops [a, b) of rows [r0, r0 + rows) of a run whose first micro-op reads acc / inp / tile. */
 static void gemm_range(const vta_sim_t *s, const uop_run_t *run, int32_t *acc, const int8_t *inp,
-                       const uint8_t *tile, uint32_t a, uint32_t b) {
-  const ptrdiff_t dstep = (ptrdiff_t)run->dstep * (ptrdiff_t)(s->p.batch * s->p.block_out),
-                  sstep = (ptrdiff_t)run->sstep * (ptrdiff_t)s->inp_elem;
-  acc += (ptrdiff_t)a * dstep;
-  inp += (ptrdiff_t)a * sstep;
+                       const uint8_t *tile, uint32_t a, uint32_t b, uint32_t r0, uint32_t rows) {
+  const ptrdiff_t lanes = (ptrdiff_t)(s->p.batch * s->p.block_out), inp_elem = (ptrdiff_t)s->inp_elem;
+  const ptrdiff_t dstep = (ptrdiff_t)run->dstep * lanes, sstep = (ptrdiff_t)run->sstep * inp_elem,
+                  drow = (ptrdiff_t)run->drow * lanes, srow = (ptrdiff_t)run->srow * inp_elem;
+  acc += (ptrdiff_t)a * dstep + (ptrdiff_t)r0 * drow;
+  inp += (ptrdiff_t)a * sstep + (ptrdiff_t)r0 * srow;
   if (s->gemm_run) {
-    s->gemm_run(acc, dstep, inp, sstep, tile, b - a, s->p.batch);
+    s->gemm_run(acc, dstep, drow, inp, sstep, srow, tile, b - a, rows, s->p.batch);
     return;
   }
-  for (uint32_t i = a; i < b; i++, acc += dstep, inp += sstep)
-    s->gemm(acc, inp, tile, s->p.batch, s->p.block_out, s->p.block_in);
+  for (uint32_t r = 0; r < rows; r++)
+    for (uint32_t i = 0; i < b - a; i++)
+      s->gemm(acc + (ptrdiff_t)r * drow + (ptrdiff_t)i * dstep, inp + (ptrdiff_t)r * srow + (ptrdiff_t)i * sstep,
+              tile, s->p.batch, s->p.block_out, s->p.block_in);
 }
 
 /* The k in [0, count) with lo <= d + k * step < hi, as [*a, *b) (step may be negative or zero). */
@@ -1185,13 +1218,18 @@ static void gemm_part(const vta_sim_t *s, const insn_t *in, const uop_run_t *run
         int32_t *acc = s->acc + d * lanes;
         const int8_t *inp = s->inp + (s0 + run->src) * inp_elem;
         const uint8_t *tile = s->wgt_t + (w0 + run->wgt) * wstride;
-        if (whole && run->count == 1) { /* the common case of programs without runs: one call, as before */
-          gemm(acc, inp, tile, batch, bo, bi);
+        if (whole) {
+          if (run->count == 1 && run->rows == 1) /* the common case of programs without runs: one call */
+            gemm(acc, inp, tile, batch, bo, bi);
+          else
+            gemm_range(s, run, acc, inp, tile, 0, run->count, 0, run->rows);
           continue;
         }
-        uint32_t a = 0, b = run->count;
-        if (!whole) owned_range((int64_t)d, run->dstep, run->count, lo, hi, &a, &b);
-        if (a < b) gemm_range(s, run, acc, inp, tile, a, b);
+        for (uint32_t r = 0; r < run->rows; r++) {
+          uint32_t a, b;
+          owned_range((int64_t)d + (int64_t)r * run->drow, run->dstep, run->count, lo, hi, &a, &b);
+          if (a < b) gemm_range(s, run, acc, inp, tile, a, b, r, 1);
+        }
       }
     }
   }
