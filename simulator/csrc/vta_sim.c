@@ -1218,11 +1218,12 @@ static void gemm_part(const vta_sim_t *s, const insn_t *in, const uop_run_t *run
         int32_t *acc = s->acc + d * lanes;
         const int8_t *inp = s->inp + (s0 + run->src) * inp_elem;
         const uint8_t *tile = s->wgt_t + (w0 + run->wgt) * wstride;
+        if (run->count == 1 && run->rows == 1) { /* the common case of programs without runs: one call */
+          if (whole || ((int64_t)d >= lo && (int64_t)d < hi)) gemm(acc, inp, tile, batch, bo, bi);
+          continue;
+        }
         if (whole) {
-          if (run->count == 1 && run->rows == 1) /* the common case of programs without runs: one call */
-            gemm(acc, inp, tile, batch, bo, bi);
-          else
-            gemm_range(s, run, acc, inp, tile, 0, run->count, 0, run->rows);
+          gemm_range(s, run, acc, inp, tile, 0, run->count, 0, run->rows);
           continue;
         }
         for (uint32_t r = 0; r < run->rows; r++) {
