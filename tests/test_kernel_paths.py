@@ -125,6 +125,36 @@ def test_path_is_bit_exact(path: str) -> None:
     assert f"kernel {path}: " in res.stdout and res.stdout.strip().endswith(": ok"), res.stdout
 
 
+def test_gemm_runs_follow_micro_op_writes() -> None:
+    """The simulator keeps the last GEMM's runs while the micro-op SRAM is unchanged: new micro-ops at the same
+    range, written through the API or loaded by an instruction, are what the next GEMM runs."""
+    from test_semantics import finish, gemm, load, uops, wrap32
+
+    cfg = load_config("pynq")
+    rng = np.random.default_rng(11)
+    x = rng.integers(-128, 128, (24, cfg.BATCH, cfg.BLOCK_IN)).astype(np.int8)
+    w = rng.integers(-128, 128, (8, cfg.BLOCK_OUT, cfg.BLOCK_IN)).astype(np.int8)
+    first = [(d, d + 1, 2) for d in range(6)]
+    second = [(d, 2 * d, 3) for d in range(6)]
+    third = [(5 - d, d, 1) for d in range(6)]
+    for threads in (1, 2):
+        sim = Simulator(cfg, threads=threads)
+        sim._set_threads(threads, 0)
+        sim.write_sram("inp", 0, x)
+        sim.write_sram("wgt", 0, w)
+        addr = sim.alloc(4 * 6)
+        sim.write(addr, uops(cfg, *third).view(np.uint8))
+        want = np.zeros((16, cfg.BATCH, cfg.BLOCK_OUT), dtype=np.int64)
+        sim.write_sram("acc", 0, want.astype(np.int32))
+        for triples, program in ((first, b""), (second, b""), (third, load(cfg, "UOP", 0, addr // 4, 1, 6))):
+            if not program:
+                sim.write_sram("uop", 0, uops(cfg, *triples))
+            sim.run(program + gemm(cfg, 0, 6) + finish(cfg))
+            for d, src, k in triples:
+                want[d] = wrap32(want[d] + x[src].astype(np.int64) @ w[k].astype(np.int64).T)
+            np.testing.assert_array_equal(sim.read_sram("acc", 0, 16), wrap32(want), err_msg=f"{threads} threads")
+
+
 def test_default_is_the_best_verified_supported_path(monkeypatch: pytest.MonkeyPatch) -> None:
     """auto: the best path the CPU supports, but no further than avx2 until the AVX-512 paths have run here."""
     monkeypatch.delenv("VTA_SIM_KERNEL", raising=False)

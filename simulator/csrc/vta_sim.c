@@ -55,7 +55,13 @@ struct vta_sim {
   uint64_t par_min_macs; /* a GEMM with fewer multiply-accumulates runs on the calling thread */
   gemm_pool_t *pool;     /* threads > 1: the threads that run shares 1.. of split GEMMs */
   gemm_run_fn gemm_run;  /* a kernel for runs of micro-ops sharing a weight tile, or NULL (find_runs) */
-  uop_run_t *runs;       /* scratch: the current GEMM's runs, at most one per micro-op */
+  uop_run_t *runs;       /* the runs of the last GEMM's micro-ops, at most one per micro-op (exec_gemm) */
+  uint64_t uop_gen;      /* bumped on every write to the micro-op SRAM: runs found under another are stale */
+  struct {
+    uint64_t gen;
+    uint32_t bgn, end, nruns;
+    int64_t dmin, dmax;
+  } runs_of;             /* what s->runs holds (end == 0: nothing) */
   region_t *regions;
   size_t nregions, cap_regions;
 };
@@ -668,6 +674,7 @@ void vta_sim_destroy(vta_sim_t *s) {
 
 void vta_sim_reset(vta_sim_t *s) {
   memset(s->uop, 0, (size_t)s->p.uop_depth * sizeof(uint32_t));
+  s->uop_gen++;
   memset(s->inp, 0, (size_t)s->p.inp_depth * s->inp_elem);
   memset(s->wgt, 0, (size_t)s->p.wgt_depth * s->wgt_elem);
   memset(s->acc, 0, (size_t)s->p.acc_depth * s->acc_elem);
@@ -782,6 +789,7 @@ int vta_sim_sram(vta_sim_t *s, uint32_t mem, uint32_t index, uint32_t count, uin
   if (write) {
     memcpy(p, buf, (size_t)count * elem);
     if (mem == MEM_WGT) update_wgt_t(s, index, count);
+    if (mem == MEM_UOP) s->uop_gen++;
   } else {
     memcpy(buf, p, (size_t)count * elem);
   }
@@ -1046,6 +1054,7 @@ static void exec_load(vta_sim_t *s, const insn_t *in) {
     memset(dst + (size_t)in->x_size * elem, 0, (size_t)in->x_pad1 * elem);
   }
   if (mem == MEM_WGT) update_wgt_t(s, in->sram_base, (size_t)xt * yt);
+  if (mem == MEM_UOP) s->uop_gen++;
   (void)depth;
 }
 
@@ -1384,8 +1393,15 @@ static void pool_run(gemm_pool_t *pool, const insn_t *in, uint32_t nruns, int64_
  * "Threads"); smaller ones, and resets, run on the calling thread. The threads start at the first split GEMM, so
  * a simulator that never splits one never starts a thread. */
 static void exec_gemm(vta_sim_t *s, const insn_t *in) {
-  int64_t dmin = 0, dmax = 0;
-  const uint32_t nruns = in->reset ? 0 : find_runs(s, in, s->runs, &dmin, &dmax);
+  if (!in->reset && !(s->runs_of.end && s->runs_of.gen == s->uop_gen && s->runs_of.bgn == in->uop_bgn &&
+                      s->runs_of.end == in->uop_end)) { /* a kernel runs many times between micro-op loads */
+    s->runs_of.nruns = find_runs(s, in, s->runs, &s->runs_of.dmin, &s->runs_of.dmax);
+    s->runs_of.gen = s->uop_gen;
+    s->runs_of.bgn = in->uop_bgn;
+    s->runs_of.end = in->uop_end;
+  }
+  const int64_t dmin = s->runs_of.dmin, dmax = s->runs_of.dmax;
+  const uint32_t nruns = in->reset ? 0 : s->runs_of.nruns;
   if (in->reset || s->threads <= 1 || !nruns || !iterations(in) ||
       mul_sat(iterations(in), (uint64_t)s->p.batch * s->p.block_out * s->p.block_in) < s->par_min_macs) {
     gemm_part(s, in, s->runs, nruns, 0, INT64_MAX);
