@@ -87,6 +87,8 @@ def main() -> None:
     print(header("network", f"{args.model} on {cfg.model}, batch {cfg.BATCH}, end to end"))
     print(f"host kernels: {', '.join(backends)}; output bit-exact vs the numpy run of the quantized graph: "
           f"{'yes' if exact else 'NO'}")
+    print(f"simulator: GEMM kernel path {mod.device.sim.kernel_path}, {mod.device.sim.threads} GEMM thread(s) "
+          "(docs/simulator.md, \"Kernel paths\" and \"Threads\")")
     print("| measure | ours | reference | target |")
     print("|---|---|---|---|")
     print(f"| compile: quantize + graph_pack + build | {compile_s:.2f} s (quantize {t1 - t0:.2f}, pack "
