@@ -41,7 +41,7 @@ def test_replay_emits_what_one_by_one_emission_does(monkeypatch: pytest.MonkeyPa
     first = compile_op(op, CFG, epilogue=epilogue, **workload)
     space = first.space
     rng = np.random.default_rng(len(name))
-    configs = [None] + [space[int(i)] for i in rng.permutation(len(space))[:12]]
+    configs = [None] + [space[int(i)] for i in rng.permutation(len(space))[:6]]
     compared = 0
     for config in configs:
         for max_insns in (1 << 20, 64):
@@ -54,7 +54,7 @@ def test_replay_emits_what_one_by_one_emission_does(monkeypatch: pytest.MonkeyPa
                                 **workload)
             assert _streams(replayed) == _streams(plain), f"{name} {config} max_insns={max_insns}"
             compared += 1
-    assert compared >= 4, f"{name}: only {compared} configs compiled"
+    assert compared >= 3, f"{name}: only {compared} configs compiled"
 
 
 def test_replayed_program_with_many_streams_computes_numpys_result() -> None:
