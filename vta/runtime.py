@@ -6,6 +6,10 @@
 - dependency tokens with VTA's rules: a pop is *pending* until the next instruction of its stage absorbs it
   (a second pending pop of the same kind is first committed as a NOP); a push rides on the last
   instruction when it belongs to the pushing stage and the flag is free, else on a NOP;
+- ``mark`` / ``recording`` / ``replay``: a template may record the instructions of one stretch of its work and
+  emit them again for a stretch that differs only in DRAM offsets, from the same queue state (the conv
+  template's tile groups; docs/operators.md, "Program generation"); replayed stretches are kept as blocks and
+  assembled as numpy tables;
 - ``flush`` ends the stream like VTA's Synchronize (FINISH after the load->compute and store->compute
   tokens) and runs it. Every flushed stream is token-balanced: tokens still outstanding (e.g. a double
   buffer's credits) are drained before FINISH and restored at the start of the next stream, because

@@ -331,7 +331,7 @@ def emit_conv(q: CommandQueue, g: ConvGeometry, t: Tiling, ep: Epilogue, bufs: C
         q.dep_push(COMPUTE, LOAD)
     first_group = True
     # Groups of tiles alike (same windows, same queue state) emit the same instructions but for DRAM offsets:
-    # the first is recorded, the others replayed with shifted offsets (tests/program_digests.py: bit-identical).
+    # the first is recorded, the others replayed with shifted offsets (tests/test_replay.py: bit-identical).
     buffers = [bufs.data, bufs.kernel, bufs.bias, bufs.residual, bufs.out]
     recordings: dict[tuple, Recording] = {}
     n_co_tiles, n_h_tiles, n_w_tiles = g.cob // t.co1, oh // t.h1, ow // t.w1
