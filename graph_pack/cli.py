@@ -16,7 +16,8 @@ from graph_pack.graph import Graph
 from graph_pack.pack import format_offload_report, graph_pack
 from graph_pack.quantize import MODES, quantize
 from graph_pack.reference import run_reference
-from vta.cli import _key_value, _load, arg, command, float_in, int_in
+from vta.cli import _key_value, _load, arg, command, float_in, int_in, threads_arg
+from vta.device import SimDevice
 from vta.environment import Environment
 
 MAX_BATCH = 4096
@@ -166,6 +167,7 @@ def skip_conv_layers(values: list[int | None] | None) -> list[int]:
     arg("--fallback", choices=("warn", "error"), default="warn",
         help="a group the templates refuse: run it on the host and say so (warn, default) or stop (error)"),
     arg("--cpu", choices=CPU_BACKENDS, default="auto", help="host kernels (default auto: JIT if llvmlite)"),
+    threads_arg(),
     arg("--device", choices=("sim", "pynq"), default="sim",
         help="where the accelerator groups run: the simulator (default) or a Pynq board with a VTA bitstream "
              "(the [pynq] extra; on the board, or remote through PYNQ_REMOTE_DEVICES or --board)"),
@@ -199,7 +201,7 @@ def run_cmd(args: argparse.Namespace) -> int:
     if args.rpc and args.device == "pynq":
         raise ValueError("--rpc and --device pynq: give one (a board through a tracker, or this machine's board)")
     # before any work, so a missing board fails fast
-    device = _board(cfg, args) if args.device == "pynq" else _remote(cfg, args) if args.rpc else None
+    board = _board(cfg, args) if args.device == "pynq" else _remote(cfg, args) if args.rpc else None
     batch = args.batch or cfg.BATCH
     t0 = time.perf_counter()
     graph, params, (start, stop) = load_model(args.model, batch, args.image_size, args.seed, _shapes(args.shapes),
@@ -221,13 +223,15 @@ def run_cmd(args: argparse.Namespace) -> int:
     times["graph_pack"] = time.perf_counter() - t0
     t0 = time.perf_counter()
     mod = build(packed, env, qparams, cpu=args.cpu, fallback="error" if args.fallback == "error" else "allow",
-                device=device)
+                device=board if board is not None else _simulator(cfg, args.threads))
     times["build"] = time.perf_counter() - t0
     t0 = time.perf_counter()
     mod.run(**{data: x})
     run_s = time.perf_counter() - t0
     y = mod.get_output(0)
-    where = f"the board {getattr(device, 'board', device)}" if device is not None else "the simulator"
+    sim = getattr(mod.device, "sim", None)
+    where = f"the board {getattr(board, 'board', board)}" if board is not None else \
+        f"the simulator: {sim.kernel_path} kernels, {sim.threads} GEMM thread(s)"
     print(f"{args.model} on {cfg.model} ({cfg.CLOCK_MHZ:g} MHz, {where}), batch {batch}, input {graph[data].shape}")
     if args.report:
         print(format_offload_report(packed))
@@ -239,13 +243,13 @@ def run_cmd(args: argparse.Namespace) -> int:
     s = mod.stats
     print(f"inference: {run_s * 1e3:.1f} ms wall (host {mod.host_seconds * 1e3:.1f} ms); accelerator "
           f"{s.cycles:,} cycles = {s.seconds * 1e3:.2f} ms at {cfg.CLOCK_MHZ:g} MHz; board "
-          f"{s.latency_s * 1e3:.2f} ms {'measured' if device is not None else 'predicted'}")
+          f"{s.latency_s * 1e3:.2f} ms {'measured' if board is not None else 'predicted'}")
     if args.layers:
         print(mod.format_profile())
     if args.check:
         references = {"the numpy reference": run_reference(qgraph, qparams, {data: x})}
-        if device is not None:   # the board against the simulator, bit for bit
-            sim_mod = build(packed, env, qparams, cpu=args.cpu, fallback="allow")
+        if board is not None:   # the board against the simulator, bit for bit
+            sim_mod = build(packed, env, qparams, cpu=args.cpu, fallback="allow", device=_simulator(cfg, args.threads))
             sim_mod.run(**{data: x})
             references["the simulator"] = sim_mod.get_output(0)
         differs = False
@@ -263,6 +267,13 @@ def _remote(cfg, args: argparse.Namespace):
     """A free board of --key through the --rpc tracker."""
     from vta.rpc import connect_device
     return connect_device(args.rpc, args.key, cfg, key_file=args.key_file)
+
+
+def _simulator(cfg, threads: int | None) -> SimDevice:
+    """The simulated accelerator, with --threads GEMM threads (default: simulator.core.default_threads())."""
+    from simulator.core import Simulator
+
+    return SimDevice(cfg, Simulator(cfg, threads=threads))
 
 
 def _board(cfg, args: argparse.Namespace):

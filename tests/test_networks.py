@@ -116,6 +116,19 @@ def test_vta_run_cli_checks_and_prints(capsys):
     assert "accelerator group(s)" in out and "cycles" in out and "layer1.0.conv1" in out
 
 
+def test_vta_run_threads_flag_sets_the_simulators_gemm_threads(capsys):
+    """--threads reaches the simulator (results do not depend on it); a count outside 1..64 is refused."""
+    outs = {}
+    for threads in ("1", "3"):
+        assert vta_main(["run", "resnet-18", "--image-size", "32", "--no-layers", "--threads", threads]) == 0
+        out = capsys.readouterr().out
+        assert f"{threads} GEMM thread(s)" in out
+        outs[threads] = out.split("top-5", 1)[1].split("compile", 1)[0]
+    assert outs["1"] == outs["3"]   # the same top-5 scores
+    assert vta_main(["run", "resnet-18", "--threads", "0"]) == 2
+    assert "--threads: 0 is out of range; the GEMM thread count is 1..64" in capsys.readouterr().err
+
+
 def test_vta_run_cli_rejects_unknown_model(capsys):
     assert vta_main(["run", "no-such-net"]) == 2
     err = capsys.readouterr().err

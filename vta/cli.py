@@ -19,7 +19,7 @@ from typing import Any
 import numpy as np
 
 from hw_config import ConfigError, HwConfig, load_config, presets
-from simulator.core import DEFAULT_MAX_CYCLES, DEFAULT_MAX_WORK, Simulator
+from simulator.core import DEFAULT_MAX_CYCLES, DEFAULT_MAX_THREADS, DEFAULT_MAX_WORK, MAX_THREADS, Simulator
 from simulator.errors import SimulatorError
 from simulator.files import check_output_path
 from simulator.image import (
@@ -168,6 +168,13 @@ def _key_value(text: str) -> tuple[str, Any]:
         return key, json.loads(value)
     except json.JSONDecodeError:
         return key, value
+
+
+def threads_arg() -> tuple:
+    """--threads: the simulator's GEMM threads (docs/simulator.md, "Threads")."""
+    return arg("--threads", type=int_in(1, MAX_THREADS, "the GEMM thread count"), default=None, metavar="N",
+               help=f"GEMM threads of the simulator, 1..{MAX_THREADS} (default: $VTA_SIM_THREADS, else the CPUs "
+                    f"this process may use, at most {DEFAULT_MAX_THREADS}); results do not depend on it")
 
 
 def int_in(lo: int, hi: int, what: str = "the value") -> Callable[[str], int]:
@@ -333,6 +340,7 @@ def sim_disasm(args: argparse.Namespace) -> int:
     arg("--max-work", type=int, default=None, metavar="N",
         help=f"stop with an error past N units of host work (default {DEFAULT_MAX_WORK:,}; docs/simulator.md)"),
     arg("--json", action="store_true", help="print the stats as JSON"),
+    threads_arg(),
     *IMAGE_LIMIT_ARGS,
     arg("--max-trace-events", type=_checked(parse_count), default=DEFAULT_MAX_TRACE_EVENTS, metavar="N",
         help="with --trace, refuse (before the run) a stream of more than N instructions, one trace event "
@@ -347,7 +355,7 @@ def sim_replay(args: argparse.Namespace) -> int:
     image = load_image(args.image, _image_limits(args))
     if args.trace is not None:
         check_trace_events(len(image.insns), args.max_trace_events, f"program image {args.image}")
-    sim = Simulator(image.config)
+    sim = Simulator(image.config, threads=args.threads)
     options = {"compute": not args.timing_only, "trace": args.trace is not None}
     if args.max_cycles is not None:
         options["max_cycles"] = args.max_cycles
