@@ -38,6 +38,7 @@ def _run_triples(rng: np.random.Generator) -> list[tuple[int, int, int]]:
     rows = [(5 * r + i, 6 * r + i, w + 2) for r in range(3) for i in range(3)]      # rows of a 2D run
     rows += [(13 - 4 * r + i, 20 - 7 * r + 2 * i, w) for r in range(3) for i in range(2)]   # rows stepping down
     rows += [(1 + i, 2 + 2 * i, w) for i in range(2)]   # at the next row step of dst, not of src: a new run
+    rows += [(4 * r + i, 5 * r + i, w + 3) for r in range(3) for i in range(4)]   # rows of contiguous indices
     return ([(d, 3 + d, w) for d in range(6)] + [(9, 20 - 2 * k, w) for k in range(3)] +
             [(12 - 3 * k, 5, w + 1) for k in range(4)] + [(0, 0, w + 1), (1, 2, w + 1), (4, 4, w + 1)] +
             [(2, 9, w + 2)] + rows)

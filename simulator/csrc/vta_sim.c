@@ -1235,6 +1235,22 @@ static void gemm_part(const vta_sim_t *s, const insn_t *in, const uop_run_t *run
           gemm_range(s, run, acc, inp, tile, 0, run->count, 0, run->rows);
           continue;
         }
+        if (run->dstep == 1 && run->drow == (int64_t)run->count) { /* indices [d, d + rows * count): a block */
+          const int64_t n = (int64_t)run->count, total = n * run->rows;
+          const int64_t k0 = lo > (int64_t)d ? lo - (int64_t)d : 0,
+                        k1 = hi - (int64_t)d < total ? hi - (int64_t)d : total;
+          if (k0 >= k1) continue;
+          uint32_t r0 = (uint32_t)(k0 / n), i0 = (uint32_t)(k0 % n), r1 = (uint32_t)((k1 - 1) / n),
+                   i1 = (uint32_t)((k1 - 1) % n + 1); /* first row and column, last row and its end */
+          if (r0 == r1) {
+            gemm_range(s, run, acc, inp, tile, i0, i1, r0, 1);
+            continue;
+          }
+          if (i0) gemm_range(s, run, acc, inp, tile, i0, run->count, r0++, 1);
+          if (i1 < run->count) gemm_range(s, run, acc, inp, tile, 0, i1, r1--, 1);
+          if (r0 <= r1) gemm_range(s, run, acc, inp, tile, 0, run->count, r0, r1 - r0 + 1);
+          continue;
+        }
         for (uint32_t r = 0; r < run->rows; r++) {
           uint32_t a, b;
           owned_range((int64_t)d + (int64_t)r * run->drow, run->dstep, run->count, lo, hi, &a, &b);
@@ -1379,7 +1395,8 @@ static void pool_run(gemm_pool_t *pool, const insn_t *in, uint32_t nruns, int64_
     pthread_mutex_unlock(&pool->mu);
   }
   gemm_part(s, in, s->runs, nruns, pool->bound[0], pool->bound[1]);
-  for (uint32_t t = pool->nstarted + 1; t < n; t++) gemm_part(s, in, s->runs, nruns, pool->bound[t], pool->bound[t + 1]);
+  for (uint32_t t = pool->nstarted + 1; t < n; t++)
+    gemm_part(s, in, s->runs, nruns, pool->bound[t], pool->bound[t + 1]);
   if (!pool->nstarted) return;
   for (uint32_t i = 0; i < POOL_SPINS && __atomic_load_n(&pool->pending, __ATOMIC_ACQUIRE); i++) cpu_pause();
   if (__atomic_load_n(&pool->pending, __ATOMIC_ACQUIRE)) {
