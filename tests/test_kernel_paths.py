@@ -127,8 +127,9 @@ def test_path_is_bit_exact(path: str) -> None:
 
 
 def test_gemm_runs_follow_micro_op_writes() -> None:
-    """The simulator keeps the last GEMM's runs while the micro-op SRAM is unchanged: new micro-ops at the same
-    range, written through the API or loaded by an instruction, are what the next GEMM runs."""
+    """The simulator keeps GEMM kernels' runs while their micro-ops are unchanged: new micro-ops at the same range,
+    written through the API or loaded by an instruction, are what the next GEMM runs, and overlapping kernels
+    run alternately each run their own micro-ops."""
     from test_semantics import finish, gemm, load, uops, wrap32
 
     cfg = load_config("pynq")
@@ -154,6 +155,15 @@ def test_gemm_runs_follow_micro_op_writes() -> None:
             for d, src, k in triples:
                 want[d] = wrap32(want[d] + x[src].astype(np.int64) @ w[k].astype(np.int64).T)
             np.testing.assert_array_equal(sim.read_sram("acc", 0, 16), wrap32(want), err_msg=f"{threads} threads")
+        # overlapping kernels [0, 6) and [1, 9) run alternately: A's runs are (0-1), (2-3), (4-5), B's start at
+        # micro-op 1, so B's runs would overwrite A's unless each kernel keeps its own
+        both = [(0, 0, 1), (1, 1, 1), (2, 5, 2), (3, 6, 2), (4, 0, 3), (5, 1, 3), (8, 0, 3), (7, 2, 3), (6, 4, 3)]
+        sim.write_sram("uop", 0, uops(cfg, *both))
+        sim.run(gemm(cfg, 0, 6) + gemm(cfg, 1, 9) + gemm(cfg, 0, 6) + gemm(cfg, 1, 9) + finish(cfg))
+        for lo, hi in ((0, 6), (1, 9), (0, 6), (1, 9)):
+            for d, src, k in both[lo:hi]:
+                want[d] = wrap32(want[d] + x[src].astype(np.int64) @ w[k].astype(np.int64).T)
+        np.testing.assert_array_equal(sim.read_sram("acc", 0, 16), wrap32(want), err_msg=f"{threads} threads")
 
 
 def test_default_is_the_best_verified_supported_path(monkeypatch: pytest.MonkeyPatch) -> None:

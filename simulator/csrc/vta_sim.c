@@ -41,6 +41,8 @@ typedef struct gemm_pool gemm_pool_t; /* GEMM threads (pool_create) */
 static gemm_pool_t *pool_create(vta_sim_t *s, uint32_t nthreads);
 static void pool_destroy(gemm_pool_t *pool);
 
+#define KERNEL_CACHE 8 /* GEMM kernels whose runs a simulator keeps (a conv has one or two, one per virtual thread) */
+
 struct vta_sim {
   vta_params_t p;
   uint32_t inp_elem, wgt_elem, acc_elem, out_elem; /* element bytes */
@@ -55,13 +57,12 @@ struct vta_sim {
   uint64_t par_min_macs; /* a GEMM with fewer multiply-accumulates runs on the calling thread */
   gemm_pool_t *pool;     /* threads > 1: the threads that run shares 1.. of split GEMMs */
   gemm_run_fn gemm_run;  /* a kernel for runs of micro-ops sharing a weight tile, or NULL (find_runs) */
-  uop_run_t *runs;       /* the runs of the last GEMM's micro-ops, at most one per micro-op (exec_gemm) */
-  uint64_t uop_gen;      /* bumped on every write to the micro-op SRAM: runs found under another are stale */
+  uop_run_t *runs;       /* a GEMM kernel [bgn, end)'s runs sit at runs[bgn .. bgn + nruns) (nruns <= end - bgn) */
   struct {
-    uint64_t gen;
     uint32_t bgn, end, nruns;
     int64_t dmin, dmax;
-  } runs_of;             /* what s->runs holds (end == 0: nothing) */
+  } kernels[KERNEL_CACHE]; /* kernels whose runs are in `runs` (end == 0: a free entry; uop_written) */
+  uint32_t next_kernel;    /* the entry the next new kernel takes */
   region_t *regions;
   size_t nregions, cap_regions;
 };
@@ -672,9 +673,16 @@ void vta_sim_destroy(vta_sim_t *s) {
   free(s);
 }
 
+/* Micro-op SRAM entries [first, end) changed (or their runs' slots are about to): the kernels overlapping them
+ * have stale runs. */
+static void uop_written(vta_sim_t *s, uint64_t first, uint64_t end) {
+  for (int e = 0; e < KERNEL_CACHE; e++)
+    if (s->kernels[e].end && s->kernels[e].bgn < end && first < s->kernels[e].end) s->kernels[e].end = 0;
+}
+
 void vta_sim_reset(vta_sim_t *s) {
   memset(s->uop, 0, (size_t)s->p.uop_depth * sizeof(uint32_t));
-  s->uop_gen++;
+  uop_written(s, 0, s->p.uop_depth);
   memset(s->inp, 0, (size_t)s->p.inp_depth * s->inp_elem);
   memset(s->wgt, 0, (size_t)s->p.wgt_depth * s->wgt_elem);
   memset(s->acc, 0, (size_t)s->p.acc_depth * s->acc_elem);
@@ -789,7 +797,7 @@ int vta_sim_sram(vta_sim_t *s, uint32_t mem, uint32_t index, uint32_t count, uin
   if (write) {
     memcpy(p, buf, (size_t)count * elem);
     if (mem == MEM_WGT) update_wgt_t(s, index, count);
-    if (mem == MEM_UOP) s->uop_gen++;
+    if (mem == MEM_UOP) uop_written(s, index, index + count);
   } else {
     memcpy(buf, p, (size_t)count * elem);
   }
@@ -1054,7 +1062,7 @@ static void exec_load(vta_sim_t *s, const insn_t *in) {
     memset(dst + (size_t)in->x_size * elem, 0, (size_t)in->x_pad1 * elem);
   }
   if (mem == MEM_WGT) update_wgt_t(s, in->sram_base, (size_t)xt * yt);
-  if (mem == MEM_UOP) s->uop_gen++;
+  if (mem == MEM_UOP) uop_written(s, in->sram_base, (uint64_t)in->sram_base + (uint64_t)xt * yt);
   (void)depth;
 }
 
@@ -1286,6 +1294,7 @@ struct gemm_pool {
   pthread_mutex_t mu;
   pthread_cond_t wake, done;
   const insn_t *in; /* the job: its runs and each share's accumulator indices [bound[t], bound[t+1]) */
+  const uop_run_t *runs;
   uint32_t nruns;
   int64_t bound[VTA_SIM_MAX_THREADS + 1];
   uint64_t generation; /* __atomic: bumped per job */
@@ -1318,7 +1327,7 @@ static void *pool_main(void *arg) {
     }
     if (__atomic_load_n(&pool->stop, __ATOMIC_ACQUIRE)) return NULL;
     seen = g;
-    gemm_part(pool->s, pool->in, pool->s->runs, pool->nruns, pool->bound[w.part], pool->bound[w.part + 1]);
+    gemm_part(pool->s, pool->in, pool->runs, pool->nruns, pool->bound[w.part], pool->bound[w.part + 1]);
     if (__atomic_sub_fetch(&pool->pending, 1, __ATOMIC_ACQ_REL) == 0) {
       pthread_mutex_lock(&pool->mu);
       pthread_cond_signal(&pool->done);
@@ -1377,7 +1386,8 @@ static gemm_pool_t *pool_create(vta_sim_t *s, uint32_t nthreads) {
 }
 
 /* Run every share of one split GEMM: workers take shares 1..nstarted, the caller share 0 and the rest. */
-static void pool_run(gemm_pool_t *pool, const insn_t *in, uint32_t nruns, int64_t dmin, int64_t dmax) {
+static void pool_run(gemm_pool_t *pool, const insn_t *in, const uop_run_t *runs, uint32_t nruns, int64_t dmin,
+                     int64_t dmax) {
   vta_sim_t *s = pool->s;
   /* shares of equal spans of the accumulator indices the GEMM touches (loop factors are unsigned) */
   const uint32_t n = pool->nthreads;
@@ -1387,6 +1397,7 @@ static void pool_run(gemm_pool_t *pool, const insn_t *in, uint32_t nruns, int64_
   pool->bound[n] = INT64_MAX;
   if (pool->nstarted) {
     pool->in = in;
+    pool->runs = runs;
     pool->nruns = nruns;
     __atomic_store_n(&pool->pending, pool->nstarted, __ATOMIC_RELEASE);
     pthread_mutex_lock(&pool->mu);
@@ -1394,9 +1405,9 @@ static void pool_run(gemm_pool_t *pool, const insn_t *in, uint32_t nruns, int64_
     pthread_cond_broadcast(&pool->wake);
     pthread_mutex_unlock(&pool->mu);
   }
-  gemm_part(s, in, s->runs, nruns, pool->bound[0], pool->bound[1]);
+  gemm_part(s, in, runs, nruns, pool->bound[0], pool->bound[1]);
   for (uint32_t t = pool->nstarted + 1; t < n; t++)
-    gemm_part(s, in, s->runs, nruns, pool->bound[t], pool->bound[t + 1]);
+    gemm_part(s, in, runs, nruns, pool->bound[t], pool->bound[t + 1]);
   if (!pool->nstarted) return;
   for (uint32_t i = 0; i < POOL_SPINS && __atomic_load_n(&pool->pending, __ATOMIC_ACQUIRE); i++) cpu_pause();
   if (__atomic_load_n(&pool->pending, __ATOMIC_ACQUIRE)) {
@@ -1410,18 +1421,26 @@ static void pool_run(gemm_pool_t *pool, const insn_t *in, uint32_t nruns, int64_
  * "Threads"); smaller ones, and resets, run on the calling thread. The threads start at the first split GEMM, so
  * a simulator that never splits one never starts a thread. */
 static void exec_gemm(vta_sim_t *s, const insn_t *in) {
-  if (!in->reset && !(s->runs_of.end && s->runs_of.gen == s->uop_gen && s->runs_of.bgn == in->uop_bgn &&
-                      s->runs_of.end == in->uop_end)) { /* a kernel runs many times between micro-op loads */
-    s->runs_of.nruns = find_runs(s, in, s->runs, &s->runs_of.dmin, &s->runs_of.dmax);
-    s->runs_of.gen = s->uop_gen;
-    s->runs_of.bgn = in->uop_bgn;
-    s->runs_of.end = in->uop_end;
+  int64_t dmin = 0, dmax = 0;
+  uint32_t nruns = 0;
+  const uop_run_t *runs = s->runs + in->uop_bgn;
+  if (!in->reset && in->uop_end > in->uop_bgn) { /* a kernel runs many times between micro-op loads */
+    int e = 0;
+    while (e < KERNEL_CACHE && !(s->kernels[e].end == in->uop_end && s->kernels[e].bgn == in->uop_bgn)) e++;
+    if (e == KERNEL_CACHE) {
+      uop_written(s, in->uop_bgn, in->uop_end); /* their runs' slots are overwritten now */
+      e = (int)(s->next_kernel++ % KERNEL_CACHE);
+      s->kernels[e].nruns = find_runs(s, in, s->runs + in->uop_bgn, &s->kernels[e].dmin, &s->kernels[e].dmax);
+      s->kernels[e].bgn = in->uop_bgn;
+      s->kernels[e].end = in->uop_end;
+    }
+    nruns = s->kernels[e].nruns;
+    dmin = s->kernels[e].dmin;
+    dmax = s->kernels[e].dmax;
   }
-  const int64_t dmin = s->runs_of.dmin, dmax = s->runs_of.dmax;
-  const uint32_t nruns = in->reset ? 0 : s->runs_of.nruns;
   if (in->reset || s->threads <= 1 || !nruns || !iterations(in) ||
       mul_sat(iterations(in), (uint64_t)s->p.batch * s->p.block_out * s->p.block_in) < s->par_min_macs) {
-    gemm_part(s, in, s->runs, nruns, 0, INT64_MAX);
+    gemm_part(s, in, runs, nruns, 0, INT64_MAX);
     return;
   }
   if (s->pool && s->pool->pid != getpid()) {
@@ -1430,10 +1449,10 @@ static void exec_gemm(vta_sim_t *s, const insn_t *in) {
   }
   if (!s->pool) s->pool = pool_create(s, s->threads);
   if (!s->pool) { /* out of memory: one thread computes the same */
-    gemm_part(s, in, s->runs, nruns, 0, INT64_MAX);
+    gemm_part(s, in, runs, nruns, 0, INT64_MAX);
     return;
   }
-  pool_run(s->pool, in, nruns, dmin, dmax);
+  pool_run(s->pool, in, runs, nruns, dmin, dmax);
 }
 
 static int32_t alu_apply(uint32_t op, int32_t a, int32_t b) {
@@ -1500,14 +1519,25 @@ static void exec_alu(vta_sim_t *s, const insn_t *in) {
 #ifdef VTA_X86_KERNELS
   if (s->kernel != K_PORTABLE) lanes_fn = alu_lanes_avx2;
 #endif
+  const uop_field_t fd = uop_field(uf[VTA_UOP_DST]), fs = uop_field(uf[VTA_UOP_SRC]);
+  if (in->use_imm && in->dst_in == 1) {
+    /* Each application is the same function of one element (op, imm), so the order in which the micro-ops and
+     * the inner loop reach an element does not matter: the inner loop's contiguous rows go in one call. */
+    for (uint32_t i = 0; i < in->iter_out; i++)
+      for (uint32_t k = in->uop_bgn; k < in->uop_end; k++) {
+        const size_t d = (s->uop[k] >> fd.shift & fd.mask) + (size_t)i * in->dst_out;
+        lanes_fn(in->alu_op, s->acc + d * lanes, NULL, in->imm, lanes * in->iter_in);
+      }
+    return;
+  }
   for (uint32_t i = 0; i < in->iter_out; i++) {
     for (uint32_t j = 0; j < in->iter_in; j++) {
       for (uint32_t k = in->uop_bgn; k < in->uop_end; k++) {
-        uint64_t w[2] = {s->uop[k], 0};
-        size_t d = bits(w, uf[VTA_UOP_DST]) + (size_t)i * in->dst_out + (size_t)j * in->dst_in;
+        const uint32_t u = s->uop[k];
+        size_t d = (u >> fd.shift & fd.mask) + (size_t)i * in->dst_out + (size_t)j * in->dst_in;
         const int32_t *src = NULL;
         if (!in->use_imm) {
-          size_t sr = bits(w, uf[VTA_UOP_SRC]) + (size_t)i * in->src_out + (size_t)j * in->src_in;
+          size_t sr = (u >> fs.shift & fs.mask) + (size_t)i * in->src_out + (size_t)j * in->src_in;
           src = s->acc + sr * lanes;
         }
         lanes_fn(in->alu_op, s->acc + d * lanes, src, in->imm, lanes);
