@@ -8,6 +8,7 @@ bit with one thread; the knob and ``VTA_SIM_THREADS`` are validated.
 
 from __future__ import annotations
 
+import gc
 import multiprocessing
 import os
 
@@ -146,6 +147,16 @@ def _child_split_gemm(sim: Simulator, queue) -> None:
     queue.put(_split_gemm(sim, 5))
 
 
+def _child_drops_threads(sim: Simulator, queue) -> None:
+    """A forked child changing an inherited simulator's threads and dropping it (its threads are the parent's)."""
+    sim._set_threads(3, 0)
+    out = _split_gemm(sim, 6)
+    sim._set_threads(1)
+    del sim
+    gc.collect()
+    queue.put(out)
+
+
 def test_forked_child_runs_split_gemms() -> None:
     """A simulator whose GEMM threads started in the parent still computes in a forked child (the threads did
     not follow it: it starts its own), the same bits as one thread."""
@@ -164,6 +175,15 @@ def test_forked_child_runs_split_gemms() -> None:
     np.testing.assert_array_equal(got, _split_gemm(_sim(load_config("pynq"), 1), 5))
     np.testing.assert_array_equal(first, _split_gemm(_sim(load_config("pynq"), 1), 4))
     np.testing.assert_array_equal(_split_gemm(sim, 5), got)   # the parent's threads still serve it
+    child = ctx.Process(target=_child_drops_threads, args=(sim, queue))
+    child.start()
+    try:
+        got = queue.get(timeout=60)
+        child.join(60)
+    finally:
+        child.kill()
+    assert child.exitcode == 0
+    np.testing.assert_array_equal(got, _split_gemm(_sim(load_config("pynq"), 1), 6))
 
 
 def test_tuning_workers_share_the_cpus(monkeypatch: pytest.MonkeyPatch) -> None:

@@ -1338,6 +1338,10 @@ static void *pool_main(void *arg) {
 
 static void pool_destroy(gemm_pool_t *pool) {
   if (!pool) return;
+  if (pool->pid != getpid()) { /* inherited through fork: its threads live in the parent; only the memory is ours */
+    free(pool);
+    return;
+  }
   pthread_mutex_lock(&pool->mu);
   __atomic_store_n(&pool->stop, 1, __ATOMIC_RELEASE);
   pthread_cond_broadcast(&pool->wake);
@@ -1443,8 +1447,8 @@ static void exec_gemm(vta_sim_t *s, const insn_t *in) {
     gemm_part(s, in, runs, nruns, 0, INT64_MAX);
     return;
   }
-  if (s->pool && s->pool->pid != getpid()) {
-    free(s->pool); /* inherited through fork: its threads live in the parent; only the memory is ours */
+  if (s->pool && s->pool->pid != getpid()) { /* inherited through fork: start this process's own threads */
+    pool_destroy(s->pool);
     s->pool = NULL;
   }
   if (!s->pool) s->pool = pool_create(s, s->threads);
