@@ -394,10 +394,10 @@ class PynqDevice:
             compute.write(COMPUTE_UOP_ADDR, 0)
             compute.write(COMPUTE_BIAS_ADDR, 0)
             store.write(STORE_OUT_ADDR, 0)
+            start = time.perf_counter()   # launch: from the fetch module's start (the board's clock starts there)
             fetch.write(CTRL, AP_START)
             for block in (load, compute, store):
                 block.write(CTRL, AP_START | AUTO_RESTART)
-            start = time.perf_counter()
             fresh = False
             pause = 0.0
             while True:

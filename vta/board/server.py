@@ -105,7 +105,9 @@ class SimulatedBoard:
         self.limits = limits or ServerLimits(mem_bytes=cfg.BOARD_MEM_MB * MiB)
         self.log = log or logging.getLogger("vta.board")
         kwargs = {k: v for k, v in (("max_cycles", max_cycles), ("max_work", max_work)) if v}
-        self.sim = Simulator(cfg, **kwargs)
+        # one GEMM thread: a run's wall time is the board model's, not the simulator's, and GEMM threads would
+        # only compete with the server's RPC threads for the CPUs
+        self.sim = Simulator(cfg, threads=1, **kwargs)
         self.sim_lock = threading.Lock()
         self.vta = SimulatedVTA(cfg, self.sim, sim_lock=self.sim_lock, time_scale=time_scale,
                                 max_cycles=max_cycles, max_work=max_work, log=self.log)
