@@ -162,9 +162,19 @@ def test_forked_child_runs_split_gemms() -> None:
     not follow it: it starts its own), the same bits as one thread."""
     sim = _sim(load_config("pynq"), 2)
     first = _split_gemm(sim, 4)                      # starts the parent's threads
+    got = _in_forked_child(_child_split_gemm, sim)
+    np.testing.assert_array_equal(got, _split_gemm(_sim(load_config("pynq"), 1), 5))
+    np.testing.assert_array_equal(first, _split_gemm(_sim(load_config("pynq"), 1), 4))
+    np.testing.assert_array_equal(_split_gemm(sim, 5), got)   # the parent's threads still serve it
+    got = _in_forked_child(_child_drops_threads, sim)
+    np.testing.assert_array_equal(got, _split_gemm(_sim(load_config("pynq"), 1), 6))
+
+
+def _in_forked_child(target, sim: Simulator) -> np.ndarray:
+    """What ``target(sim, queue)`` puts on the queue in a forked child, which must exit cleanly within a minute."""
     ctx = multiprocessing.get_context("fork")
     queue = ctx.Queue()
-    child = ctx.Process(target=_child_split_gemm, args=(sim, queue))
+    child = ctx.Process(target=target, args=(sim, queue))
     child.start()
     try:
         got = queue.get(timeout=60)
@@ -172,18 +182,7 @@ def test_forked_child_runs_split_gemms() -> None:
     finally:
         child.kill()   # only if it hung
     assert child.exitcode == 0
-    np.testing.assert_array_equal(got, _split_gemm(_sim(load_config("pynq"), 1), 5))
-    np.testing.assert_array_equal(first, _split_gemm(_sim(load_config("pynq"), 1), 4))
-    np.testing.assert_array_equal(_split_gemm(sim, 5), got)   # the parent's threads still serve it
-    child = ctx.Process(target=_child_drops_threads, args=(sim, queue))
-    child.start()
-    try:
-        got = queue.get(timeout=60)
-        child.join(60)
-    finally:
-        child.kill()
-    assert child.exitcode == 0
-    np.testing.assert_array_equal(got, _split_gemm(_sim(load_config("pynq"), 1), 6))
+    return got
 
 
 def test_tuning_workers_share_the_cpus(monkeypatch: pytest.MonkeyPatch) -> None:
