@@ -214,27 +214,6 @@ static void tail_pairs(int32_t *acc, const uint32_t *xp, const uint32_t *wp, uin
   }
 }
 
-/* BLOCK_IN = BLOCK_OUT = 16 (pynq and most presets): the whole tile in registers' reach, loops unrolled. */
-__attribute__((target("avx2"))) static void gemm_avx2_16x16(int32_t *acc, const int8_t *inp, const uint32_t *wp,
-                                                            uint32_t batch) {
-  for (uint32_t b = 0; b < batch; b++) {
-    const __m256i xv = _mm256_cvtepi8_epi16(_mm_loadu_si128((const __m128i *)(const void *)(inp + 16 * b)));
-    __m256i s0 = _mm256_setzero_si256(), s1 = s0, s2 = s0, s3 = s0;
-    for (int k = 0; k < 8; k += 2) {
-      const __m256i x0 = _mm256_permutevar8x32_epi32(xv, _mm256_set1_epi32(k));
-      const __m256i x1 = _mm256_permutevar8x32_epi32(xv, _mm256_set1_epi32(k + 1));
-      const __m256i *r = (const __m256i *)(const void *)(wp + 16 * k);
-      s0 = _mm256_add_epi32(s0, _mm256_madd_epi16(_mm256_loadu_si256(r), x0));
-      s1 = _mm256_add_epi32(s1, _mm256_madd_epi16(_mm256_loadu_si256(r + 1), x0));
-      s2 = _mm256_add_epi32(s2, _mm256_madd_epi16(_mm256_loadu_si256(r + 2), x1));
-      s3 = _mm256_add_epi32(s3, _mm256_madd_epi16(_mm256_loadu_si256(r + 3), x1));
-    }
-    __m256i *d = (__m256i *)(void *)(acc + 16 * b);
-    _mm256_storeu_si256(d, _mm256_add_epi32(_mm256_loadu_si256(d), _mm256_add_epi32(s0, s2)));
-    _mm256_storeu_si256(d + 1, _mm256_add_epi32(_mm256_loadu_si256(d + 1), _mm256_add_epi32(s1, s3)));
-  }
-}
-
 /* A run of n micro-ops sharing one 16x16 weight tile (a conv tile's positions): micro-op i accumulates into
  * acc + i * dstep from inp + i * sstep. The tile stays in L1 across the run and each input row's pairs are
  * broadcast from memory (a load, not a shuffle): about 1.6x the per-micro-op call on this kernel. */
@@ -301,8 +280,8 @@ __attribute__((target("avx2"))) static void shadow_pairs_16x16(uint8_t *dst, con
 __attribute__((target("avx2"))) static void gemm_avx2(int32_t *acc, const int8_t *inp, const uint8_t *tile,
                                                       uint32_t batch, uint32_t bo, uint32_t bi) {
   const uint32_t *wp = (const uint32_t *)(const void *)tile;
-  if (bo == 16 && bi == 16) {
-    gemm_avx2_16x16(acc, inp, wp, batch);
+  if (bo == 16 && bi == 16) { /* pynq and most presets: the run kernel, for one micro-op */
+    gemm_row_avx2_16x16(acc, 0, inp, 0, (const __m256i *)(const void *)tile, 1, batch);
     return;
   }
   uint32_t xp[128];
