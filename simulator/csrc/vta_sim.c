@@ -214,9 +214,9 @@ static void tail_pairs(int32_t *acc, const uint32_t *xp, const uint32_t *wp, uin
   }
 }
 
-/* A run of n micro-ops sharing one 16x16 weight tile (a conv tile's positions): micro-op i accumulates into
- * acc + i * dstep from inp + i * sstep. The tile stays in L1 across the run and each input row's pairs are
- * broadcast from memory (a load, not a shuffle): about 1.6x the per-micro-op call on this kernel. */
+/* A run of n micro-ops sharing one 16x16 weight tile (a conv tile's positions; n = 1 for a lone micro-op):
+ * micro-op i accumulates into acc + i * dstep from inp + i * sstep. The tile stays in L1 across the run and each
+ * input row's int16 pairs are broadcast from memory (a load, not a shuffle: faster than vpermd here). */
 __attribute__((target("avx2"))) static void gemm_row_avx2_16x16(int32_t *acc, ptrdiff_t dstep, const int8_t *inp,
                                                                 ptrdiff_t sstep, const __m256i *w, uint32_t n,
                                                                 uint32_t batch) {
