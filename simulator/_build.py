@@ -3,8 +3,8 @@
 Compiler flags: -O3 for the host's baseline ISA, no -march: the GEMM kernels for AVX2, AVX-512 and AVX-512 VNNI
 are compiled into the same library through function target attributes and chosen at run time by what the
 running CPU supports (``VTA_SIM_KERNEL`` forces one; docs/simulator.md, "Kernel paths"), so a build copied to
-another x86-64 machine still runs. Set ``VTA_SIM_PORTABLE=1`` to build without any x86 target code (only the
-portable kernel).
+another x86-64 machine still runs. Set ``VTA_SIM_PORTABLE=1`` to build without any x86 intrinsics (the generic C
+kernels only, as on a non-x86 host).
 """
 
 import os

@@ -27,10 +27,12 @@ CC = shutil.which("gcc") or shutil.which("cc")
 pytestmark = needs("cc")
 
 PRESETS = ("pynq", "batch4", "block32")
+# (preset, VTA_SIM_KERNEL): every preset on the default path, and pynq on the portable one (the SSE2 kernels)
+RUNS = [(p, "auto") for p in PRESETS] + [("pynq", "portable")]
 # About 2-3 s per preset on an idle core with the sanitizers (~25 s for the whole file with 2 busy cores); deeper:
 # VTA_HOSTILE_ITERATIONS=200000 python -m pytest tests/test_c_sanitizers.py
 ITERATIONS = int(os.environ.get("VTA_HOSTILE_ITERATIONS", "12000"))
-SEEDS = {"pynq": 1, "batch4": 2, "block32": 3}
+SEEDS = {("pynq", "auto"): 1, ("batch4", "auto"): 2, ("block32", "auto"): 3, ("pynq", "portable"): 4}
 
 SANITIZE = ["-std=c99", "-Wall", "-Wextra", "-Werror", "-g", "-O1", "-fsanitize=address,undefined",
             "-fno-sanitize-recover=all", "-fno-omit-frame-pointer"]
@@ -46,8 +48,8 @@ def hostile(tmp_path_factory: pytest.TempPathFactory) -> Path:
     return out
 
 
-@pytest.mark.parametrize("preset", PRESETS)
-def test_hostile_programs_under_sanitizers(hostile: Path, preset: str, tmp_path: Path) -> None:
+@pytest.mark.parametrize(("preset", "kernel"), RUNS)
+def test_hostile_programs_under_sanitizers(hostile: Path, preset: str, kernel: str, tmp_path: Path) -> None:
     values = param_values(load_config(preset))
     assert len(values) == 118
     params = tmp_path / f"{preset}.params"
@@ -58,7 +60,8 @@ def test_hostile_programs_under_sanitizers(hostile: Path, preset: str, tmp_path:
     env["ASAN_OPTIONS"] = "detect_leaks=1:abort_on_error=0:halt_on_error=1"
     env["UBSAN_OPTIONS"] = "print_stacktrace=1:halt_on_error=1"
     env.pop("LD_PRELOAD", None)
-    res = subprocess.run([str(hostile), str(params), str(ITERATIONS), str(SEEDS[preset])], check=False,
+    env["VTA_SIM_KERNEL"] = kernel
+    res = subprocess.run([str(hostile), str(params), str(ITERATIONS), str(SEEDS[preset, kernel])], check=False,
                          capture_output=True,
                          text=True, env=env, timeout=600)
     report = f"exit {res.returncode}\n--- stdout\n{res.stdout}\n--- stderr (tail)\n{res.stderr[-6000:]}"

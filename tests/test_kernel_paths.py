@@ -11,12 +11,14 @@ Paths the CPU lacks are skipped here (the test says which) and refused with a cl
 from __future__ import annotations
 
 import os
+import shutil
 import subprocess
 import sys
 from pathlib import Path
 
 import numpy as np
 import pytest
+from extras import needs
 
 from hw_config import load_config
 from simulator.core import Simulator, kernel_path, kernels_supported
@@ -112,18 +114,39 @@ def _child() -> None:
             fast = outcome(_prepared(Simulator, cfg, seed), stream, compute)
             assert fast == ref, f"{path}: fuzz {name} seed {seed} differs from the reference"
             streams += 1
-    print(f"kernel {path}: gemm configs {len(GEMM_CONFIGS)}, golden {golden}, fuzz streams {streams}: ok")
+    print(f"kernel {path} (supported: {' '.join(kernels_supported())}): gemm configs {len(GEMM_CONFIGS)}, "
+          f"golden {golden}, fuzz streams {streams}: ok")
+
+
+def _run_child(path: str, **env: str) -> str:
+    res = subprocess.run([sys.executable, str(Path(__file__).resolve()), "--child"], cwd=Path(__file__).parent,
+                         env={**os.environ, "VTA_SIM_KERNEL": path, **env}, capture_output=True, text=True,
+                         timeout=900, check=False)
+    assert res.returncode == 0, f"{path}:\n{res.stdout}\n{res.stderr[-6000:]}"
+    assert f"kernel {path} " in res.stdout and res.stdout.strip().endswith(": ok"), res.stdout
+    return res.stdout
 
 
 @pytest.mark.parametrize("path", PATHS)
 def test_path_is_bit_exact(path: str) -> None:
     if path not in kernels_supported():
         pytest.skip(f"this CPU (or build) lacks the {path} kernel path; supported here: {kernels_supported()}")
-    env = {**os.environ, "VTA_SIM_KERNEL": path}
-    res = subprocess.run([sys.executable, str(Path(__file__).resolve()), "--child"], env=env, cwd=Path(__file__).parent,
-                         capture_output=True, text=True, timeout=900, check=False)
-    assert res.returncode == 0, f"{path}:\n{res.stdout}\n{res.stderr[-6000:]}"
-    assert f"kernel {path}: " in res.stdout and res.stdout.strip().endswith(": ok"), res.stdout
+    _run_child(path)
+
+
+@needs("cc")
+def test_generic_build_is_bit_exact(tmp_path: Path) -> None:
+    """A ``VTA_SIM_PORTABLE=1`` build (the generic C kernels, what a non-x86 host runs) passes the same checks:
+    the simulator package is copied, its extension built that way beside it, and the child runs from the copy."""
+    root = Path(__file__).resolve().parent.parent
+    shutil.copytree(root / "simulator", tmp_path / "simulator", ignore=shutil.ignore_patterns("*.so", "__pycache__"))
+    build = ("import runpy, sys; runpy.run_path(sys.argv[1])['ffibuilder'].compile(tmpdir='.')")
+    res = subprocess.run([sys.executable, "-c", build, str(tmp_path / "simulator" / "_build.py")], cwd=tmp_path,
+                         env={**os.environ, "VTA_SIM_PORTABLE": "1"}, capture_output=True, text=True, timeout=600,
+                         check=False)
+    assert res.returncode == 0, res.stderr[-4000:]
+    out = _run_child("portable", PYTHONPATH=str(tmp_path))
+    assert "(supported: portable)" in out, out
 
 
 def test_gemm_runs_follow_micro_op_writes() -> None:

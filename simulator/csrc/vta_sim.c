@@ -107,7 +107,17 @@ static const char *const KERNEL_NAMES[] = {"portable", "avx2", "avx512", "avx512
 
 typedef void (*gemm_fn)(int32_t *, const int8_t *, const uint8_t *, uint32_t, uint32_t, uint32_t);
 
-/* portable shadow: each tile transposed to [BLOCK_IN][BLOCK_OUT] and widened to uint32 */
+#if !defined(VTA_SIM_PORTABLE) && (defined(__GNUC__) || defined(__clang__)) && defined(__SSE2__)
+#define VTA_SSE2_KERNELS 1 /* the portable path on x86-64: SSE2 is part of its baseline, every x86-64 CPU has it */
+#include <emmintrin.h>
+#endif
+#if !defined(VTA_SIM_PORTABLE) && (defined(__GNUC__) || defined(__clang__)) && defined(__x86_64__)
+#define VTA_X86_KERNELS 1
+#include <immintrin.h>
+#endif
+
+#ifndef VTA_SSE2_KERNELS
+/* generic shadow: each tile transposed to [BLOCK_IN][BLOCK_OUT] and widened to uint32 */
 static void shadow_u32(uint8_t *dst, const int8_t *w, uint32_t bo, uint32_t bi) {
   uint32_t *wt = (uint32_t *)(void *)dst;
   for (uint32_t o = 0; o < bo; o++)
@@ -162,15 +172,13 @@ static void gemm_vec16(int32_t *acc, const int8_t *inp, const uint8_t *tile, uin
     }
   }
 }
-#define PORTABLE_GEMM gemm_vec16
+#define GENERIC_GEMM gemm_vec16
 #else
-#define PORTABLE_GEMM gemm_scalar
+#define GENERIC_GEMM gemm_scalar
 #endif
+#endif /* !VTA_SSE2_KERNELS */
 
-#if !defined(VTA_SIM_PORTABLE) && (defined(__GNUC__) || defined(__clang__)) && defined(__x86_64__)
-#define VTA_X86_KERNELS 1
-#include <immintrin.h>
-
+#if defined(VTA_SSE2_KERNELS) || defined(VTA_X86_KERNELS)
 /* Pair shadow (AVX2, AVX-512BW): 32-bit words [ceil(BLOCK_IN/2)][BLOCK_OUT], word (k, o) holding the int16 pair
  * (w[o][2k], w[o][2k+1]) (0 past BLOCK_IN), for vpmaddwd: x0*w0 + x1*w1 is exact in int32. */
 static void shadow_pairs(uint8_t *dst, const int8_t *w, uint32_t bo, uint32_t bi) {
@@ -191,15 +199,6 @@ static uint32_t x_pairs(uint32_t *xp, const int8_t *x, uint32_t bi) {
   return n;
 }
 
-/* x_pairs, sixteen channels per instruction when BLOCK_IN allows (int16 sign extension lays out the pairs). */
-__attribute__((target("avx2"))) static inline uint32_t x_pairs_avx2(uint32_t *xp, const int8_t *x, uint32_t bi) {
-  if (bi % 16) return x_pairs(xp, x, bi);
-  for (uint32_t c = 0; c < bi; c += 16)
-    _mm256_storeu_si256((__m256i *)(void *)(xp + c / 2),
-                        _mm256_cvtepi8_epi16(_mm_loadu_si128((const __m128i *)(const void *)(x + c))));
-  return bi / 2;
-}
-
 /* Lanes the vector loops leave over, from the pair shadow. */
 static void tail_pairs(int32_t *acc, const uint32_t *xp, const uint32_t *wp, uint32_t np, uint32_t bo,
                        uint32_t o) {
@@ -212,6 +211,127 @@ static void tail_pairs(int32_t *acc, const uint32_t *xp, const uint32_t *wp, uin
     }
     acc[o] = (int32_t)((uint32_t)acc[o] + sum);
   }
+}
+
+#endif /* pair kernels */
+
+#ifdef VTA_SSE2_KERNELS
+/* The portable path on x86-64: the AVX2 kernels' formulation (int16 pairs, pmaddwd, exact in int32) at half the
+ * width, in SSE2 only. */
+
+/* Sign-extend 16 input bytes to int16: lo holds the pairs k = 0..3, hi k = 4..7 (one 32-bit word each). */
+static inline void widen_sse2(const int8_t *x, __m128i *lo, __m128i *hi) {
+  const __m128i raw = _mm_loadu_si128((const __m128i *)(const void *)x);
+  *lo = _mm_srai_epi16(_mm_unpacklo_epi8(raw, raw), 8);
+  *hi = _mm_srai_epi16(_mm_unpackhi_epi8(raw, raw), 8);
+}
+
+/* Pair k (a 32-bit word of `src`, imm = k * 0x55) times row k of the pair shadow, into four output quads. */
+#define PAIR_STEP_SSE2(src, imm, k, s)                                                        \
+  do {                                                                                        \
+    const __m128i xk_ = _mm_shuffle_epi32(src, imm);                                          \
+    s[0] = _mm_add_epi32(s[0], _mm_madd_epi16(_mm_loadu_si128(w + 4 * (k)), xk_));           \
+    s[1] = _mm_add_epi32(s[1], _mm_madd_epi16(_mm_loadu_si128(w + 4 * (k) + 1), xk_));       \
+    s[2] = _mm_add_epi32(s[2], _mm_madd_epi16(_mm_loadu_si128(w + 4 * (k) + 2), xk_));       \
+    s[3] = _mm_add_epi32(s[3], _mm_madd_epi16(_mm_loadu_si128(w + 4 * (k) + 3), xk_));       \
+  } while (0)
+
+/* gemm_row_avx2_16x16 in SSE2: n micro-ops sharing a 16x16 tile, micro-op i at acc + i * dstep, inp + i * sstep.
+ * Two sets of sums (even and odd pairs) halve the add chains. */
+static void gemm_row_sse2_16x16(int32_t *acc, ptrdiff_t dstep, const int8_t *inp, ptrdiff_t sstep, const __m128i *w,
+                                uint32_t n, uint32_t batch) {
+  for (uint32_t i = 0; i < n; i++) {
+    const int8_t *x = inp + (ptrdiff_t)i * sstep;
+    int32_t *a = acc + (ptrdiff_t)i * dstep;
+    for (uint32_t b = 0; b < batch; b++) {
+      __m128i lo, hi, e[4], o[4];
+      widen_sse2(x + 16 * b, &lo, &hi);
+      e[0] = e[1] = e[2] = e[3] = o[0] = o[1] = o[2] = o[3] = _mm_setzero_si128();
+      PAIR_STEP_SSE2(lo, 0x00, 0, e);
+      PAIR_STEP_SSE2(lo, 0x55, 1, o);
+      PAIR_STEP_SSE2(lo, 0xaa, 2, e);
+      PAIR_STEP_SSE2(lo, 0xff, 3, o);
+      PAIR_STEP_SSE2(hi, 0x00, 4, e);
+      PAIR_STEP_SSE2(hi, 0x55, 5, o);
+      PAIR_STEP_SSE2(hi, 0xaa, 6, e);
+      PAIR_STEP_SSE2(hi, 0xff, 7, o);
+      __m128i *d = (__m128i *)(void *)(a + 16 * b);
+      for (int q = 0; q < 4; q++)
+        _mm_storeu_si128(d + q, _mm_add_epi32(_mm_loadu_si128(d + q), _mm_add_epi32(e[q], o[q])));
+    }
+  }
+}
+
+static void gemm_run_sse2_16x16(int32_t *acc, ptrdiff_t dstep, ptrdiff_t drow, const int8_t *inp, ptrdiff_t sstep,
+                                ptrdiff_t srow, const uint8_t *tile, uint32_t n, uint32_t rows, uint32_t batch) {
+  const __m128i *w = (const __m128i *)(const void *)tile;
+  for (uint32_t r = 0; r < rows; r++)
+    gemm_row_sse2_16x16(acc + (ptrdiff_t)r * drow, dstep, inp + (ptrdiff_t)r * srow, sstep, w, n, batch);
+}
+
+/* shadow_pairs for a 16x16 tile: each row widens to 8 pair words, then 4 x 4 word blocks are transposed. */
+static void shadow_pairs_16x16_sse2(uint8_t *dst, const int8_t *w) {
+  __m128i *out = (__m128i *)(void *)dst;
+  for (int ob = 0; ob < 4; ob++) { /* outputs 4 * ob .. 4 * ob + 3 */
+    __m128i lo[4], hi[4];
+    for (int o = 0; o < 4; o++) widen_sse2(w + 16 * (4 * ob + o), &lo[o], &hi[o]);
+    for (int half = 0; half < 2; half++) {
+      const __m128i *r = half ? hi : lo;
+      const __m128i t0 = _mm_unpacklo_epi32(r[0], r[1]), t1 = _mm_unpacklo_epi32(r[2], r[3]);
+      const __m128i t2 = _mm_unpackhi_epi32(r[0], r[1]), t3 = _mm_unpackhi_epi32(r[2], r[3]);
+      __m128i *row = out + 16 * half + ob; /* row k of the shadow is out[4 * k .. 4 * k + 3] */
+      _mm_storeu_si128(row, _mm_unpacklo_epi64(t0, t1));
+      _mm_storeu_si128(row + 4, _mm_unpackhi_epi64(t0, t1));
+      _mm_storeu_si128(row + 8, _mm_unpacklo_epi64(t2, t3));
+      _mm_storeu_si128(row + 12, _mm_unpackhi_epi64(t2, t3));
+    }
+  }
+}
+
+/* Any block shape from the pair shadow: sixteen outputs, then four, then the tail. */
+static void gemm_sse2(int32_t *acc, const int8_t *inp, const uint8_t *tile, uint32_t batch, uint32_t bo,
+                      uint32_t bi) {
+  const uint32_t *wp = (const uint32_t *)(const void *)tile;
+  if (bo == 16 && bi == 16) {
+    gemm_row_sse2_16x16(acc, 0, inp, 0, (const __m128i *)(const void *)tile, 1, batch);
+    return;
+  }
+  uint32_t xp[128];
+  for (uint32_t b = 0; b < batch; b++) {
+    const uint32_t np = x_pairs(xp, inp + (size_t)b * bi, bi);
+    int32_t *a = acc + (size_t)b * bo;
+    uint32_t o = 0;
+    for (; o + 16 <= bo; o += 16) {
+      __m128i s[4] = {_mm_setzero_si128(), _mm_setzero_si128(), _mm_setzero_si128(), _mm_setzero_si128()};
+      for (uint32_t k = 0; k < np; k++) {
+        const __m128i xv = _mm_set1_epi32((int)xp[k]);
+        const __m128i *r = (const __m128i *)(const void *)(wp + (size_t)k * bo + o);
+        for (int q = 0; q < 4; q++) s[q] = _mm_add_epi32(s[q], _mm_madd_epi16(_mm_loadu_si128(r + q), xv));
+      }
+      __m128i *d = (__m128i *)(void *)(a + o);
+      for (int q = 0; q < 4; q++) _mm_storeu_si128(d + q, _mm_add_epi32(_mm_loadu_si128(d + q), s[q]));
+    }
+    for (; o + 4 <= bo; o += 4) {
+      __m128i s0 = _mm_setzero_si128();
+      for (uint32_t k = 0; k < np; k++)
+        s0 = _mm_add_epi32(s0, _mm_madd_epi16(_mm_loadu_si128((const __m128i *)(const void *)(wp + (size_t)k * bo + o)),
+                                              _mm_set1_epi32((int)xp[k])));
+      __m128i *d = (__m128i *)(void *)(a + o);
+      _mm_storeu_si128(d, _mm_add_epi32(_mm_loadu_si128(d), s0));
+    }
+    tail_pairs(a, xp, wp, np, bo, o);
+  }
+}
+#endif /* VTA_SSE2_KERNELS */
+
+#ifdef VTA_X86_KERNELS
+/* x_pairs, sixteen channels per instruction when BLOCK_IN allows (int16 sign extension lays out the pairs). */
+__attribute__((target("avx2"))) static inline uint32_t x_pairs_avx2(uint32_t *xp, const int8_t *x, uint32_t bi) {
+  if (bi % 16) return x_pairs(xp, x, bi);
+  for (uint32_t c = 0; c < bi; c += 16)
+    _mm256_storeu_si256((__m256i *)(void *)(xp + c / 2),
+                        _mm256_cvtepi8_epi16(_mm_loadu_si128((const __m128i *)(const void *)(x + c))));
+  return bi / 2;
 }
 
 /* A run of n micro-ops sharing one 16x16 weight tile (a conv tile's positions; n = 1 for a lone micro-op):
@@ -448,7 +568,11 @@ static size_t shadow_bytes(int kernel, uint32_t bo, uint32_t bi) {
     case K_AVX2:
     case K_AVX512: n = (size_t)((bi + 1) / 2) * bo * 4; break;
     case K_AVX512VNNI: n = ((size_t)((bi + 3) / 4) + 1) * bo * 4; break;
+#ifdef VTA_SSE2_KERNELS
+    default: n = (size_t)((bi + 1) / 2) * bo * 4; break; /* pairs, like AVX2 */
+#else
     default: n = (size_t)bi * bo * 4; break;
+#endif
   }
   return (n + 63) / 64 * 64;
 }
@@ -468,7 +592,14 @@ static void build_shadow(int kernel, uint8_t *dst, const int8_t *w, uint32_t bo,
   }
 #endif
   (void)kernel;
+#ifdef VTA_SSE2_KERNELS
+  if (bo == 16 && bi == 16)
+    shadow_pairs_16x16_sse2(dst, w);
+  else
+    shadow_pairs(dst, w, bo, bi);
+#else
   shadow_u32(dst, w, bo, bi);
+#endif
 }
 
 static gemm_fn kernel_gemm(int kernel) {
@@ -481,15 +612,23 @@ static gemm_fn kernel_gemm(int kernel) {
   }
 #endif
   (void)kernel;
-  return PORTABLE_GEMM;
+#ifdef VTA_SSE2_KERNELS
+  return gemm_sse2;
+#else
+  return GENERIC_GEMM;
+#endif
 }
 
 /* The run kernel of a path and shape, or NULL: micro-ops then go one kernel call each. */
 static gemm_run_fn kernel_gemm_run(int kernel, uint32_t bo, uint32_t bi) {
+  if (bo != 16 || bi != 16) return NULL;
 #ifdef VTA_X86_KERNELS
-  if (kernel == K_AVX2 && bo == 16 && bi == 16) return gemm_run_avx2_16x16;
+  if (kernel == K_AVX2) return gemm_run_avx2_16x16;
 #endif
-  (void)kernel, (void)bo, (void)bi;
+#ifdef VTA_SSE2_KERNELS
+  if (kernel == K_PORTABLE) return gemm_run_sse2_16x16;
+#endif
+  (void)kernel;
   return NULL;
 }
 
