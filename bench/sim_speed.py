@@ -184,7 +184,8 @@ def main() -> None:
     for path in others:
         rate = macs / t[f"sim:{path}"]
         ratio = "" if ort_run is None else f", {rate / (m * k * n / t['ort']):.2f}x onnxruntime"
-        print(f"| simulated int8 MACs per host second, {path} kernel (same rounds) | {rate / 1e9:.2f} G{ratio} |")
+        print(f"| simulated int8 MACs per host second, {path} kernel (same rounds) | {rate / 1e9:.2f} G{ratio}; "
+              f"{sim.kernel_path} / {path}: **{sim_rate / rate:.2f}x** |")
     print(f"| numpy int32 matmul MACs per second (same matrices) | {np_rate / 1e9:.2f} G |")
     print(f"| ratio simulator / numpy | {sim_rate / np_rate:.1f}x |")
     print(f"| simulated cycles per host second, data computed | {stats.cycles / t['sim'] / 1e6:.1f} M |")
