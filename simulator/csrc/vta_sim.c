@@ -1394,8 +1394,16 @@ static void gemm_part(const vta_sim_t *s, const insn_t *in, const uop_run_t *run
  * spins for a short while before it sleeps on the condition variable, so the back-to-back GEMMs of a network
  * wake it in well under a microsecond, and an idle simulator costs no CPU. Counters are GCC/Clang __atomic
  * builtins; every other field of the job is written before the generation is published (release) and read
- * after it is seen (acquire). */
-#define POOL_SPINS 2000 /* pause instructions a worker spins before it sleeps (about 50 us on x86-64) */
+ * after it is seen (acquire). The mutex and condition variables are touched only when someone sleeps: a sleeper
+ * announces itself (sleepers, caller_waits) before its last check, and the other side reads that after its own
+ * update, both sequentially consistent, so one of the two always sees the other (no lost wake-up) and a spinning
+ * pair never makes a system call (a futex wake costs tens of microseconds in a VM). */
+#define POOL_SPINS 2000 /* pause instructions the caller spins for its workers before it sleeps (~50 us on x86-64) */
+/* A worker spins longer, ~0.5 ms: a network's split GEMMs come tens of microseconds apart, with loads and ALU
+ * work between them, and a sleeping worker costs each one a futex wake (measured ~8 us on average per split GEMM
+ * of ResNet-18 with the 50 us spin). A run that has split GEMMs also wakes sleeping workers at its start (pool_poke)
+ * so that they are spinning by its first one. */
+#define POOL_WORKER_SPINS 20000
 
 static void cpu_pause(void) {
 #if defined(__x86_64__) || defined(__i386__)
@@ -1416,7 +1424,10 @@ struct gemm_pool {
   uint32_t nruns;
   int64_t bound[VTA_SIM_MAX_THREADS + 1];
   uint64_t generation; /* __atomic: bumped per job */
+  uint64_t poke;       /* __atomic: bumped to wake sleeping workers without a job (pool_poke) */
   uint32_t pending;    /* __atomic: workers still on the current job */
+  uint32_t sleepers;   /* __atomic: workers about to wait, or waiting, on `wake` */
+  uint32_t caller_waits; /* __atomic: the caller is about to wait, or waiting, on `done` */
   int stop;            /* __atomic */
 };
 
@@ -1432,25 +1443,42 @@ static void *pool_main(void *arg) {
   uint64_t seen = 0;
   for (;;) {
     uint64_t g = __atomic_load_n(&pool->generation, __ATOMIC_ACQUIRE);
-    for (uint32_t i = 0; g == seen && i < POOL_SPINS && !__atomic_load_n(&pool->stop, __ATOMIC_ACQUIRE); i++) {
+    for (uint32_t i = 0; g == seen && i < POOL_WORKER_SPINS && !__atomic_load_n(&pool->stop, __ATOMIC_ACQUIRE);
+         i++) {
       cpu_pause();
       g = __atomic_load_n(&pool->generation, __ATOMIC_ACQUIRE);
     }
     if (g == seen) {
       pthread_mutex_lock(&pool->mu);
-      while ((g = __atomic_load_n(&pool->generation, __ATOMIC_ACQUIRE)) == seen &&
-             !__atomic_load_n(&pool->stop, __ATOMIC_ACQUIRE))
+      __atomic_add_fetch(&pool->sleepers, 1, __ATOMIC_SEQ_CST);
+      const uint64_t poke = __atomic_load_n(&pool->poke, __ATOMIC_SEQ_CST);
+      while ((g = __atomic_load_n(&pool->generation, __ATOMIC_SEQ_CST)) == seen &&
+             __atomic_load_n(&pool->poke, __ATOMIC_SEQ_CST) == poke && !__atomic_load_n(&pool->stop, __ATOMIC_ACQUIRE))
         pthread_cond_wait(&pool->wake, &pool->mu);
+      __atomic_sub_fetch(&pool->sleepers, 1, __ATOMIC_SEQ_CST);
       pthread_mutex_unlock(&pool->mu);
     }
     if (__atomic_load_n(&pool->stop, __ATOMIC_ACQUIRE)) return NULL;
+    if (g == seen) continue; /* poked: spin for the job that is coming */
     seen = g;
     gemm_part(pool->s, pool->in, pool->runs, pool->nruns, pool->bound[w.part], pool->bound[w.part + 1]);
-    if (__atomic_sub_fetch(&pool->pending, 1, __ATOMIC_ACQ_REL) == 0) {
+    if (__atomic_sub_fetch(&pool->pending, 1, __ATOMIC_SEQ_CST) == 0 &&
+        __atomic_load_n(&pool->caller_waits, __ATOMIC_SEQ_CST)) {
       pthread_mutex_lock(&pool->mu);
       pthread_cond_signal(&pool->done);
       pthread_mutex_unlock(&pool->mu);
     }
+  }
+}
+
+/* Wake sleeping workers ahead of the split GEMMs a run is about to have (best effort: a worker that misses the
+ * poke is woken by the first job, as always). */
+static void pool_poke(gemm_pool_t *pool) {
+  __atomic_add_fetch(&pool->poke, 1, __ATOMIC_SEQ_CST);
+  if (__atomic_load_n(&pool->sleepers, __ATOMIC_SEQ_CST)) {
+    pthread_mutex_lock(&pool->mu);
+    pthread_cond_broadcast(&pool->wake);
+    pthread_mutex_unlock(&pool->mu);
   }
 }
 
@@ -1522,10 +1550,12 @@ static void pool_run(gemm_pool_t *pool, const insn_t *in, const uop_run_t *runs,
     pool->runs = runs;
     pool->nruns = nruns;
     __atomic_store_n(&pool->pending, pool->nstarted, __ATOMIC_RELEASE);
-    pthread_mutex_lock(&pool->mu);
-    __atomic_add_fetch(&pool->generation, 1, __ATOMIC_ACQ_REL);
-    pthread_cond_broadcast(&pool->wake);
-    pthread_mutex_unlock(&pool->mu);
+    __atomic_add_fetch(&pool->generation, 1, __ATOMIC_SEQ_CST);
+    if (__atomic_load_n(&pool->sleepers, __ATOMIC_SEQ_CST)) {
+      pthread_mutex_lock(&pool->mu);
+      pthread_cond_broadcast(&pool->wake);
+      pthread_mutex_unlock(&pool->mu);
+    }
   }
   gemm_part(s, in, runs, nruns, pool->bound[0], pool->bound[1]);
   for (uint32_t t = pool->nstarted + 1; t < n; t++)
@@ -1534,7 +1564,9 @@ static void pool_run(gemm_pool_t *pool, const insn_t *in, const uop_run_t *runs,
   for (uint32_t i = 0; i < POOL_SPINS && __atomic_load_n(&pool->pending, __ATOMIC_ACQUIRE); i++) cpu_pause();
   if (__atomic_load_n(&pool->pending, __ATOMIC_ACQUIRE)) {
     pthread_mutex_lock(&pool->mu);
-    while (__atomic_load_n(&pool->pending, __ATOMIC_ACQUIRE)) pthread_cond_wait(&pool->done, &pool->mu);
+    __atomic_store_n(&pool->caller_waits, 1, __ATOMIC_SEQ_CST);
+    while (__atomic_load_n(&pool->pending, __ATOMIC_SEQ_CST)) pthread_cond_wait(&pool->done, &pool->mu);
+    __atomic_store_n(&pool->caller_waits, 0, __ATOMIC_SEQ_CST);
     pthread_mutex_unlock(&pool->mu);
   }
 }
@@ -1542,6 +1574,12 @@ static void pool_run(gemm_pool_t *pool, const insn_t *in, const uop_run_t *runs,
 /* A GEMM of at least par_min_macs multiply-accumulates is split over s->threads shares (docs/simulator.md,
  * "Threads"); smaller ones, and resets, run on the calling thread. The threads start at the first split GEMM, so
  * a simulator that never splits one never starts a thread. */
+/* Whether a GEMM instruction is split over the simulator's threads (a reset, or a small one, is not). */
+static int splits(const vta_sim_t *s, const insn_t *in) {
+  return !in->reset && s->threads > 1 && iterations(in) &&
+         mul_sat(iterations(in), (uint64_t)s->p.batch * s->p.block_out * s->p.block_in) >= s->par_min_macs;
+}
+
 static void exec_gemm(vta_sim_t *s, const insn_t *in) {
   int64_t dmin = 0, dmax = 0;
   uint32_t nruns = 0;
@@ -1560,8 +1598,7 @@ static void exec_gemm(vta_sim_t *s, const insn_t *in) {
     dmin = s->kernels[e].dmin;
     dmax = s->kernels[e].dmax;
   }
-  if (in->reset || s->threads <= 1 || !nruns || !iterations(in) ||
-      mul_sat(iterations(in), (uint64_t)s->p.batch * s->p.block_out * s->p.block_in) < s->par_min_macs) {
+  if (!nruns || !splits(s, in)) {
     gemm_part(s, in, runs, nruns, 0, INT64_MAX);
     return;
   }
@@ -1907,6 +1944,12 @@ int vta_sim_run(vta_sim_t *s, const uint8_t *insns, uint32_t count, int compute,
     free(in);
     return rc;
   }
+  if (compute && s->pool && s->pool->pid == getpid() && s->pool->nstarted)
+    for (uint32_t i = 0; i < count; i++)
+      if (in[i].opcode == OP_GEMM && splits(s, &in[i])) {
+        pool_poke(s->pool);
+        break;
+      }
   const uint64_t fetch_cost = ceil_div(VTA_INSN_BYTES, s->p.bus_bytes);
   const uint32_t tdepth = s->p.token_queue_depth, qdepth = s->p.insn_queue_depth;
   S.fetch_time = s->p.dram_latency;
