@@ -792,6 +792,25 @@ def test_missing_finish_empty_and_malformed_streams(cfg):
     assert_usable(sim, cfg)
 
 
+def test_index_checks_follow_micro_op_writes(cfg):
+    """The simulator keeps the largest index fields of micro-op ranges it has checked; a micro-op written since,
+    through the API or by a LOAD, is what the next check sees (the same instruction, in range before, fails)."""
+    sim = Sim(cfg)
+    prog = gemm(cfg, 0, 2, iters=(2, 1), dst=(1, 0)) + finish(cfg)
+    sim.write_sram("uop", 0, uops(cfg, (0, 0, 0), (1, 1, 1)))
+    sim.run(prog)
+    sim.write_sram("uop", 1, uops(cfg, (cfg.ACC_BUFF_DEPTH - 1, 1, 1)))
+    with pytest.raises(InvalidInstruction, match="micro-op 1 reaches accumulator index"):
+        sim.run(prog)
+    sim.write_sram("uop", 0, uops(cfg, (0, 0, 0), (1, 1, 1)))
+    sim.run(prog)
+    addr = sim.alloc(4 * 2)
+    sim.write(addr, uops(cfg, (cfg.ACC_BUFF_DEPTH - 1, 0, 0), (1, 1, 1)).view(np.uint8))
+    with pytest.raises(InvalidInstruction, match="micro-op 0 reaches accumulator index"):
+        sim.run(load(cfg, "UOP", 0, addr // 4, 1, 2) + prog)
+    assert_usable(sim, cfg)
+
+
 def test_micro_op_out_of_range_is_caught_before_writing(cfg):
     sim = Sim(cfg)
     depth = cfg.ACC_BUFF_DEPTH

@@ -63,6 +63,11 @@ struct vta_sim {
     int64_t dmin, dmax;
   } kernels[KERNEL_CACHE]; /* kernels whose runs are in `runs` (end == 0: a free entry; uop_written) */
   uint32_t next_kernel;    /* the entry the next new kernel takes */
+  struct {
+    uint32_t bgn, end;      /* end == 0: a free entry (uop_written) */
+    uint64_t dst, src, wgt; /* the largest index field of micro-ops [bgn, end) */
+  } fields_max[KERNEL_CACHE]; /* check_indices' O(1) test for micro-op ranges it has seen */
+  uint32_t next_fields_max;
   region_t *regions;
   size_t nregions, cap_regions;
 };
@@ -803,8 +808,10 @@ void vta_sim_destroy(vta_sim_t *s) {
 /* Micro-op SRAM entries [first, end) changed (or their runs' slots are about to): the kernels overlapping them
  * have stale runs. */
 static void uop_written(vta_sim_t *s, uint64_t first, uint64_t end) {
-  for (int e = 0; e < KERNEL_CACHE; e++)
+  for (int e = 0; e < KERNEL_CACHE; e++) {
     if (s->kernels[e].end && s->kernels[e].bgn < end && first < s->kernels[e].end) s->kernels[e].end = 0;
+    if (s->fields_max[e].end && s->fields_max[e].bgn < end && first < s->fields_max[e].end) s->fields_max[e].end = 0;
+  }
 }
 
 void vta_sim_reset(vta_sim_t *s) {
@@ -1215,6 +1222,28 @@ static void exec_store(vta_sim_t *s, const insn_t *in) {
 }
 
 /* Largest index any iteration reaches for micro-op field `which`; checks happen before any write. */
+/* The largest dst, src and wgt fields of micro-ops [bgn, end), kept for the next instructions that use them. */
+static int fields_max(vta_sim_t *s, uint32_t bgn, uint32_t end) {
+  for (int e = 0; e < KERNEL_CACHE; e++)
+    if (s->fields_max[e].end == end && s->fields_max[e].bgn == bgn) return e;
+  const vta_field_t *uf = s->p.uop;
+  uint64_t dst = 0, src = 0, wgt = 0;
+  for (uint32_t k = bgn; k < end; k++) {
+    const uint64_t w[2] = {s->uop[k], 0};
+    const uint64_t d = bits(w, uf[VTA_UOP_DST]), sr = bits(w, uf[VTA_UOP_SRC]), wg = bits(w, uf[VTA_UOP_WGT]);
+    dst = d > dst ? d : dst;
+    src = sr > src ? sr : src;
+    wgt = wg > wgt ? wg : wgt;
+  }
+  const int e = (int)(s->next_fields_max++ % KERNEL_CACHE);
+  s->fields_max[e].bgn = bgn;
+  s->fields_max[e].end = end;
+  s->fields_max[e].dst = dst;
+  s->fields_max[e].src = src;
+  s->fields_max[e].wgt = wgt;
+  return e;
+}
+
 static int check_indices(vta_sim_t *s, const insn_t *in, uint32_t idx, vta_stats_t *stats, char *err, size_t errlen) {
   if (iterations(in) == 0) return VTA_OK;
   const vta_field_t *uf = s->p.uop;
@@ -1223,6 +1252,13 @@ static int check_indices(vta_sim_t *s, const insn_t *in, uint32_t idx, vta_stats
   int check_wgt = in->opcode == OP_GEMM && !in->reset;
   uint32_t src_depth = in->opcode == OP_GEMM ? s->p.inp_depth : s->p.acc_depth;
   const char *src_buf = in->opcode == OP_GEMM ? "input" : "accumulator";
+  /* Each index is a micro-op field plus the same loop offset for every micro-op, so the largest fields decide;
+   * the loop below runs only to name the first micro-op out of range. */
+  const int e = fields_max(s, in->uop_bgn, in->uop_end);
+  if (s->fields_max[e].dst + io * in->dst_out + ii * in->dst_in < s->p.acc_depth &&
+      (!check_src || s->fields_max[e].src + io * in->src_out + ii * in->src_in < src_depth) &&
+      (!check_wgt || s->fields_max[e].wgt + io * in->wgt_out + ii * in->wgt_in < s->p.wgt_depth))
+    return VTA_OK;
   for (uint32_t k = in->uop_bgn; k < in->uop_end; k++) {
     uint64_t w[2] = {s->uop[k], 0};
     uint64_t d = bits(w, uf[VTA_UOP_DST]) + io * in->dst_out + ii * in->dst_in;
