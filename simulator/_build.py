@@ -21,14 +21,20 @@ ffibuilder = FFI()
 ffibuilder.cdef(re.sub(r"(?m)^#.*$", "", HEADER))
 
 extra = ["-O3", "-std=c99", "-Wall", "-Wextra", "-fno-strict-aliasing", "-pthread"]
+include_dirs = [os.path.relpath(CSRC)]
 if os.environ.get("VTA_SIM_PORTABLE") == "1":
     extra.append("-DVTA_SIM_PORTABLE")
+if os.environ.get("VTA_SIM_EMULATE_AVX512") == "1":  # tests only: AVX-512 kernels over SIMDe (vta_sim.c)
+    import simde_py
+
+    extra.append("-DVTA_SIM_EMULATE_AVX512")
+    include_dirs.append(simde_py.get_include())
 
 ffibuilder.set_source(
     "simulator._vta_sim",
     '#include "vta_sim.h"',
     sources=[os.path.relpath(CSRC / "vta_sim.c"), os.path.relpath(CSRC / "board_times.c")],
-    include_dirs=[os.path.relpath(CSRC)],
+    include_dirs=include_dirs,
     extra_compile_args=extra,
     extra_link_args=["-pthread"],  # the GEMM threads (docs/simulator.md, "Threads")
 )

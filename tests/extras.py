@@ -76,6 +76,7 @@ def _golden() -> Path:
 
 # need -> (how to get it, which extra provides it)
 NEEDS: dict[str, tuple[Callable[[], object], str]] = {
+    "simde": (lambda: importlib.import_module("simde_py"), "vta-stack[test]"),
     "onnx": (lambda: importlib.import_module("onnx"), "vta-stack[onnx]"),
     "onnxruntime": (lambda: importlib.import_module("onnxruntime"), "vta-stack[onnx]"),
     "mxnet": (_mxnet, "vta-stack[mxnet]"),

@@ -5,7 +5,9 @@ the CPU supports, a subprocess with the variable set replays the golden programs
 counters, runs a sample of the C/Python differential fuzz (tests/test_fuzz.py's generator) against the
 pure-Python reference, and checks GEMMs on block shapes that reach every vector and tail loop against numpy,
 with random micro-ops and with runs of micro-ops sharing a weight tile (one and several threads).
-Paths the CPU lacks are skipped here (the test says which) and refused with a clear error at Simulator creation.
+Paths the CPU lacks are skipped here (the test says which) and refused with a clear error at Simulator creation;
+the AVX-512 kernels are also checked on any AVX2 CPU in a build over SIMDe's emulation of their intrinsics, and the
+generic C kernels (non-x86 hosts) in a VTA_SIM_PORTABLE=1 build.
 """
 
 from __future__ import annotations
@@ -134,19 +136,36 @@ def test_path_is_bit_exact(path: str) -> None:
     _run_child(path)
 
 
-@needs("cc")
-def test_generic_build_is_bit_exact(tmp_path: Path) -> None:
-    """A ``VTA_SIM_PORTABLE=1`` build (the generic C kernels, what a non-x86 host runs) passes the same checks:
-    the simulator package is copied, its extension built that way beside it, and the child runs from the copy."""
+def _variant_build(tmp_path: Path, **env: str) -> Path:
+    """The simulator package copied to tmp_path with its extension built beside it, under ``env`` (the build
+    flags simulator/_build.py reads); a child with PYTHONPATH=tmp_path imports this build."""
     root = Path(__file__).resolve().parent.parent
     shutil.copytree(root / "simulator", tmp_path / "simulator", ignore=shutil.ignore_patterns("*.so", "__pycache__"))
-    build = ("import runpy, sys; runpy.run_path(sys.argv[1])['ffibuilder'].compile(tmpdir='.')")
+    build = "import runpy, sys; runpy.run_path(sys.argv[1])['ffibuilder'].compile(tmpdir='.')"
     res = subprocess.run([sys.executable, "-c", build, str(tmp_path / "simulator" / "_build.py")], cwd=tmp_path,
-                         env={**os.environ, "VTA_SIM_PORTABLE": "1"}, capture_output=True, text=True, timeout=600,
-                         check=False)
+                         env={**os.environ, **env}, capture_output=True, text=True, timeout=600, check=False)
     assert res.returncode == 0, res.stderr[-4000:]
-    out = _run_child("portable", PYTHONPATH=str(tmp_path))
+    return tmp_path
+
+
+@needs("cc")
+def test_generic_build_is_bit_exact(tmp_path: Path) -> None:
+    """A ``VTA_SIM_PORTABLE=1`` build (the generic C kernels, what a non-x86 host runs) passes the same checks."""
+    out = _run_child("portable", PYTHONPATH=str(_variant_build(tmp_path, VTA_SIM_PORTABLE="1")))
     assert "(supported: portable)" in out, out
+
+
+@needs("cc", "simde")
+@pytest.mark.skipif(not {"avx2"} <= set(kernels_supported()), reason="the emulated build needs an AVX2 CPU")
+def test_avx512_kernels_are_bit_exact_under_emulation(tmp_path: Path) -> None:
+    """The AVX-512 and AVX-512 VNNI kernels, built over SIMDe's portable implementations of their intrinsics
+    (``VTA_SIM_EMULATE_AVX512=1``; Intel's definitions, in plain C), pass the same checks on this CPU: their
+    arithmetic is verified here, the hardware that runs them natively is not (test_path_is_bit_exact does that
+    where the CPU has it)."""
+    pythonpath = str(_variant_build(tmp_path, VTA_SIM_EMULATE_AVX512="1"))
+    for path in ("avx512", "avx512vnni"):
+        out = _run_child(path, PYTHONPATH=pythonpath)
+        assert "(supported: portable avx2 avx512 avx512vnni)" in out, out
 
 
 def test_gemm_runs_follow_micro_op_writes() -> None:
@@ -189,15 +208,15 @@ def test_gemm_runs_follow_micro_op_writes() -> None:
         np.testing.assert_array_equal(sim.read_sram("acc", 0, 16), wrap32(want), err_msg=f"{threads} threads")
 
 
-def test_default_is_the_best_verified_supported_path(monkeypatch: pytest.MonkeyPatch) -> None:
-    """auto: the best path the CPU supports, but no further than avx2 until the AVX-512 paths have run here."""
+def test_default_is_the_best_supported_path(monkeypatch: pytest.MonkeyPatch) -> None:
+    """auto: the best path the CPU supports (the list is in order of preference)."""
     monkeypatch.delenv("VTA_SIM_KERNEL", raising=False)
     supported = kernels_supported()
     assert supported[0] == "portable" and set(supported) <= set(PATHS)
-    default = "avx2" if "avx2" in supported else "portable"
-    assert kernel_path() == default == Simulator("pynq").kernel_path
+    assert supported == [p for p in PATHS if p in supported]
+    assert kernel_path() == supported[-1] == Simulator("pynq").kernel_path
     monkeypatch.setenv("VTA_SIM_KERNEL", "auto")
-    assert kernel_path() == default
+    assert kernel_path() == supported[-1]
 
 
 def test_unknown_or_unsupported_path_is_refused_at_creation(monkeypatch: pytest.MonkeyPatch) -> None:
