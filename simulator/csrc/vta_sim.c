@@ -196,7 +196,7 @@ static void gemm_vec16(int32_t *acc, const int8_t *inp, const uint8_t *tile, uin
 #endif /* !VTA_SSE2_KERNELS */
 
 #if defined(VTA_SSE2_KERNELS) || defined(VTA_X86_KERNELS)
-/* Pair shadow (AVX2, AVX-512BW): 32-bit words [ceil(BLOCK_IN/2)][BLOCK_OUT], word (k, o) holding the int16 pair
+/* Pair shadow (SSE2, AVX2, AVX-512BW): 32-bit words [ceil(BLOCK_IN/2)][BLOCK_OUT], word (k, o) holding the int16 pair
  * (w[o][2k], w[o][2k+1]) (0 past BLOCK_IN), for vpmaddwd: x0*w0 + x1*w1 is exact in int32. */
 static void shadow_pairs(uint8_t *dst, const int8_t *w, uint32_t bo, uint32_t bi) {
   uint32_t *wp = (uint32_t *)(void *)dst;
@@ -243,7 +243,7 @@ static inline void widen_sse2(const int8_t *x, __m128i *lo, __m128i *hi) {
   *hi = _mm_srai_epi16(_mm_unpackhi_epi8(raw, raw), 8);
 }
 
-/* Pair k (a 32-bit word of `src`, imm = k * 0x55) times row k of the pair shadow, into four output quads. */
+/* Pair k (a 32-bit word of `src`, imm = (k % 4) * 0x55) times row k of the pair shadow, into four output quads. */
 #define PAIR_STEP_SSE2(src, imm, k, s)                                                        \
   do {                                                                                        \
     const __m128i xk_ = _mm_shuffle_epi32(src, imm);                                          \
@@ -330,9 +330,10 @@ static void gemm_sse2(int32_t *acc, const int8_t *inp, const uint8_t *tile, uint
     }
     for (; o + 4 <= bo; o += 4) {
       __m128i s0 = _mm_setzero_si128();
-      for (uint32_t k = 0; k < np; k++)
-        s0 = _mm_add_epi32(s0, _mm_madd_epi16(_mm_loadu_si128((const __m128i *)(const void *)(wp + (size_t)k * bo + o)),
-                                              _mm_set1_epi32((int)xp[k])));
+      for (uint32_t k = 0; k < np; k++) {
+        const __m128i wk = _mm_loadu_si128((const __m128i *)(const void *)(wp + (size_t)k * bo + o));
+        s0 = _mm_add_epi32(s0, _mm_madd_epi16(wk, _mm_set1_epi32((int)xp[k])));
+      }
       __m128i *d = (__m128i *)(void *)(a + o);
       _mm_storeu_si128(d, _mm_add_epi32(_mm_loadu_si128(d), s0));
     }
@@ -511,9 +512,8 @@ TARGET_AVX512 static void gemm_run_avx512_16x16(int32_t *acc, ptrdiff_t dstep, p
     gemm_row_avx512_16x16(acc + (ptrdiff_t)r * drow, dstep, inp + (ptrdiff_t)r * srow, sstep, tile, n, batch);
 }
 
-TARGET_AVX512 static void gemm_avx512(int32_t *acc, const int8_t *inp,
-                                                                    const uint8_t *tile, uint32_t batch,
-                                                                    uint32_t bo, uint32_t bi) {
+TARGET_AVX512 static void gemm_avx512(int32_t *acc, const int8_t *inp, const uint8_t *tile, uint32_t batch,
+                                      uint32_t bo, uint32_t bi) {
   const uint32_t *wp = (const uint32_t *)(const void *)tile;
   if (bo == 16 && bi == 16) {
     gemm_row_avx512_16x16(acc, 0, inp, 0, tile, 1, batch);
@@ -1314,7 +1314,6 @@ static void exec_store(vta_sim_t *s, const insn_t *in) {
   }
 }
 
-/* Largest index any iteration reaches for micro-op field `which`; checks happen before any write. */
 /* The largest dst, src and wgt fields of micro-ops [bgn, end), kept for the next instructions that use them. */
 static int fields_max(vta_sim_t *s, uint32_t bgn, uint32_t end) {
   for (int e = 0; e < KERNEL_CACHE; e++)
@@ -1337,6 +1336,7 @@ static int fields_max(vta_sim_t *s, uint32_t bgn, uint32_t end) {
   return e;
 }
 
+/* Every index a GEMM/ALU instruction's iterations reach is inside its SRAM; checked before any write. */
 static int check_indices(vta_sim_t *s, const insn_t *in, uint32_t idx, vta_stats_t *stats, char *err, size_t errlen) {
   if (iterations(in) == 0) return VTA_OK;
   const vta_field_t *uf = s->p.uop;
