@@ -27,12 +27,14 @@ CC = shutil.which("gcc") or shutil.which("cc")
 pytestmark = needs("cc")
 
 PRESETS = ("pynq", "batch4", "block32")
-# (preset, VTA_SIM_KERNEL): every preset on the default path, and pynq on the portable one (the SSE2 kernels)
-RUNS = [(p, "auto") for p in PRESETS] + [("pynq", "portable")]
+# (preset, VTA_SIM_KERNEL): every preset on the default path, and the portable one's SSE2 kernels on pynq (16x16
+# run kernel) and block32 (the general-shape kernel)
+RUNS = [(p, "auto") for p in PRESETS] + [("pynq", "portable"), ("block32", "portable")]
 # About 2-3 s per preset on an idle core with the sanitizers (~25 s for the whole file with 2 busy cores); deeper:
 # VTA_HOSTILE_ITERATIONS=200000 python -m pytest tests/test_c_sanitizers.py
 ITERATIONS = int(os.environ.get("VTA_HOSTILE_ITERATIONS", "12000"))
-SEEDS = {("pynq", "auto"): 1, ("batch4", "auto"): 2, ("block32", "auto"): 3, ("pynq", "portable"): 4}
+SEEDS = {("pynq", "auto"): 1, ("batch4", "auto"): 2, ("block32", "auto"): 3, ("pynq", "portable"): 4,
+         ("block32", "portable"): 5}
 
 SANITIZE = ["-std=c99", "-Wall", "-Wextra", "-Werror", "-g", "-O1", "-fsanitize=address,undefined",
             "-fno-sanitize-recover=all", "-fno-omit-frame-pointer"]
