@@ -166,6 +166,10 @@ def test_avx512_kernels_are_bit_exact_under_emulation(tmp_path: Path) -> None:
     for path in ("avx512", "avx512vnni"):
         out = _run_child(path, PYTHONPATH=pythonpath)
         assert "(supported: portable avx2 avx512 avx512vnni)" in out, out
+    probe = subprocess.run([sys.executable, "-c", "from simulator.core import kernel_path; print(kernel_path())"],
+                           env={**os.environ, "PYTHONPATH": pythonpath, "VTA_SIM_KERNEL": "auto"}, cwd=tmp_path,
+                           capture_output=True, text=True, timeout=120, check=False)
+    assert probe.stdout.strip() == "avx2", probe   # emulated paths run only when asked for
 
 
 def test_gemm_runs_follow_micro_op_writes() -> None:

@@ -751,8 +751,15 @@ static int best_kernel(void) {
 }
 
 /* The path "auto" picks: the best the CPU supports. The AVX-512 paths are checked bit for bit on every CI run over
- * SIMDe's emulation of their intrinsics (VTA_SIM_EMULATE_AVX512), natively where the CPU has them. */
-static int default_kernel(void) { return best_kernel(); }
+ * SIMDe's emulation of their intrinsics (VTA_SIM_EMULATE_AVX512), natively where the CPU has them; in such an
+ * emulating build they are only run when asked for (emulated, they are slow). */
+static int default_kernel(void) {
+#ifdef VTA_SIM_EMULATE_AVX512
+  return best_kernel() > K_AVX2 ? K_AVX2 : best_kernel();
+#else
+  return best_kernel();
+#endif
+}
 
 const char *vta_sim_kernels_supported(void) {
   static const char *const SETS[] = {"portable", "portable avx2", "portable avx2 avx512",
