@@ -362,6 +362,28 @@ def test_alu_immediate(cfg, op):
         np.testing.assert_array_equal(got[k], want, err_msg=f"{op} imm={imm}")
 
 
+@pytest.mark.parametrize("op", list(ALU_OPCODES))
+@pytest.mark.parametrize(("src_offset", "src_in"), [(-1, 1), (1, 1), (0, 1), (7, 1), (2, 0), (-3, 0), (9, 0)])
+def test_alu_rows_overlapping_their_source_follow_loop_order(cfg, op, src_offset, src_in):
+    """One micro-op over contiguous destination rows whose source rows overlap them (a row read after an earlier
+    iteration wrote it, or before a later one does): the result is row by row in loop order, as specified."""
+    rng = np.random.default_rng([ALU_OPCODES[op], src_offset + 10, src_in])
+    rows, base = 24, 6
+    a = rng.integers(-2**31, 2**31, (rows, cfg.BATCH, cfg.BLOCK_OUT), dtype=np.int64)
+    if op == "SHR":
+        a[:, :, ::2] = rng.integers(-40, 40, (rows, cfg.BATCH, cfg.BLOCK_OUT // 2))
+    sim = Sim(cfg)
+    sim.write_sram("acc", 0, a.astype(np.int32))
+    sim.write_sram("uop", 0, uops(cfg, (base, base + src_offset, 0)))
+    sim.run(alu(cfg, op, 0, 1, iters=(2, 5), dst=(5, 1), src=(5, src_in)) + finish(cfg))
+    want = a.copy()
+    for i in range(2):
+        for j in range(5):
+            d, src = base + 5 * i + j, base + src_offset + 5 * i + src_in * j
+            want[d] = np.vectorize(lambda x, y: alu_model(op, int(x), int(y)), otypes=[np.int64])(want[d], want[src])
+    np.testing.assert_array_equal(sim.read_sram("acc", 0, rows), want.astype(np.int32))
+
+
 def test_alu_source_equal_to_destination_reads_before_writing(cfg):
     a = np.array([[[INT32_MAX, -3, 5, INT32_MIN] * (cfg.BLOCK_OUT // 4)]] * cfg.BATCH, dtype=np.int32)
     a = a.reshape(1, cfg.BATCH, cfg.BLOCK_OUT)

@@ -1834,6 +1834,21 @@ static void exec_alu(vta_sim_t *s, const insn_t *in) {
       }
     return;
   }
+  if (!in->use_imm && in->uop_end - in->uop_bgn == 1 && in->dst_in == 1 && in->src_in <= 1) {
+    /* One micro-op, contiguous destination rows (a bias or a residual added to a tile): with contiguous source
+     * rows the inner loop is one span of elements taken in the same order as row by row (the lane loop keeps
+     * sequential semantics where the operands overlap); with one source row, row by row without re-decoding. */
+    const uint32_t u = s->uop[in->uop_bgn];
+    for (uint32_t i = 0; i < in->iter_out; i++) {
+      int32_t *dst = s->acc + ((u >> fd.shift & fd.mask) + (size_t)i * in->dst_out) * lanes;
+      const int32_t *src = s->acc + ((u >> fs.shift & fs.mask) + (size_t)i * in->src_out) * lanes;
+      if (in->src_in)
+        lanes_fn(in->alu_op, dst, src, 0, lanes * in->iter_in);
+      else
+        for (uint32_t j = 0; j < in->iter_in; j++) lanes_fn(in->alu_op, dst + (size_t)j * lanes, src, 0, lanes);
+    }
+    return;
+  }
   for (uint32_t i = 0; i < in->iter_out; i++) {
     for (uint32_t j = 0; j < in->iter_in; j++) {
       for (uint32_t k = in->uop_bgn; k < in->uop_end; k++) {
