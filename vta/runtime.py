@@ -208,8 +208,10 @@ class Program:
         if trace and len(self.streams) != 1:
             raise ScheduleError(f"trace needs a single-stream program, this one has {len(self.streams)}")
         runs = [stream.run(self.device, self.uop_buffer, compute=compute, trace=trace) for stream in self.streams]
+        if len(runs) == 1:  # most programs: the stream's own stats, fresh from this run (combining copies them)
+            return runs[0]
         total = combine_stats(runs)
-        total.trace = runs[0].trace if trace else None
+        total.trace = None
         return total
 
 
