@@ -32,10 +32,10 @@ typedef struct uop_run {
   int64_t dstep, sstep, drow, srow;
 } uop_run_t;
 
-/* acc[r * drow + i * dstep] += inp[r * srow + i * sstep] x tile for micro-ops i < n of rows r < rows of one run
- * (gemm_run_avx2_16x16; steps in int32 lanes and input bytes). */
-typedef void (*gemm_run_fn)(int32_t *acc, ptrdiff_t dstep, ptrdiff_t drow, const int8_t *inp, ptrdiff_t sstep,
-                            ptrdiff_t srow, const uint8_t *tile, uint32_t n, uint32_t rows, uint32_t batch);
+/* acc[i * dstep] += inp[i * sstep] x tile for micro-ops i < n of one row of a run (gemm_row_avx2_16x16; steps in
+ * int32 lanes and input bytes); gemm_range walks the rows. */
+typedef void (*gemm_row_fn)(int32_t *acc, ptrdiff_t dstep, const int8_t *inp, ptrdiff_t sstep, const uint8_t *tile,
+                            uint32_t n, uint32_t batch);
 
 typedef struct gemm_pool gemm_pool_t; /* GEMM threads (pool_create) */
 static gemm_pool_t *pool_create(vta_sim_t *s, uint32_t nthreads);
@@ -56,7 +56,7 @@ struct vta_sim {
   uint32_t threads;    /* GEMM threads (vta_sim_set_threads); 1: all on the calling thread */
   uint64_t par_min_macs; /* a GEMM with fewer multiply-accumulates runs on the calling thread */
   gemm_pool_t *pool;     /* threads > 1: the threads that run shares 1.. of split GEMMs */
-  gemm_run_fn gemm_run;  /* a kernel for runs of micro-ops sharing a weight tile, or NULL (find_runs) */
+  gemm_row_fn gemm_row;  /* a kernel for rows of micro-ops sharing a weight tile, or NULL (find_runs) */
   uop_run_t *runs;       /* a GEMM kernel [bgn, end)'s runs sit at runs[bgn .. bgn + nruns) (nruns <= end - bgn) */
   struct {
     uint32_t bgn, end, nruns;
@@ -255,8 +255,9 @@ static inline void widen_sse2(const int8_t *x, __m128i *lo, __m128i *hi) {
 
 /* gemm_row_avx2_16x16 in SSE2: n micro-ops sharing a 16x16 tile, micro-op i at acc + i * dstep, inp + i * sstep.
  * Two sets of sums (even and odd pairs) halve the add chains. */
-static void gemm_row_sse2_16x16(int32_t *acc, ptrdiff_t dstep, const int8_t *inp, ptrdiff_t sstep, const __m128i *w,
-                                uint32_t n, uint32_t batch) {
+static void gemm_row_sse2_16x16(int32_t *acc, ptrdiff_t dstep, const int8_t *inp, ptrdiff_t sstep,
+                                const uint8_t *tile, uint32_t n, uint32_t batch) {
+  const __m128i *w = (const __m128i *)(const void *)tile;
   for (uint32_t i = 0; i < n; i++) {
     const int8_t *x = inp + (ptrdiff_t)i * sstep;
     int32_t *a = acc + (ptrdiff_t)i * dstep;
@@ -277,13 +278,6 @@ static void gemm_row_sse2_16x16(int32_t *acc, ptrdiff_t dstep, const int8_t *inp
         _mm_storeu_si128(d + q, _mm_add_epi32(_mm_loadu_si128(d + q), _mm_add_epi32(e[q], o[q])));
     }
   }
-}
-
-static void gemm_run_sse2_16x16(int32_t *acc, ptrdiff_t dstep, ptrdiff_t drow, const int8_t *inp, ptrdiff_t sstep,
-                                ptrdiff_t srow, const uint8_t *tile, uint32_t n, uint32_t rows, uint32_t batch) {
-  const __m128i *w = (const __m128i *)(const void *)tile;
-  for (uint32_t r = 0; r < rows; r++)
-    gemm_row_sse2_16x16(acc + (ptrdiff_t)r * drow, dstep, inp + (ptrdiff_t)r * srow, sstep, w, n, batch);
 }
 
 /* shadow_pairs for a 16x16 tile: each row widens to 8 pair words, then 4 x 4 word blocks are transposed. */
@@ -310,7 +304,7 @@ static void gemm_sse2(int32_t *acc, const int8_t *inp, const uint8_t *tile, uint
                       uint32_t bi) {
   const uint32_t *wp = (const uint32_t *)(const void *)tile;
   if (bo == 16 && bi == 16) {
-    gemm_row_sse2_16x16(acc, 0, inp, 0, (const __m128i *)(const void *)tile, 1, batch);
+    gemm_row_sse2_16x16(acc, 0, inp, 0, tile, 1, batch);
     return;
   }
   uint32_t xp[128];
@@ -365,8 +359,9 @@ __attribute__((target("avx2"))) static inline uint32_t x_pairs_avx2(uint32_t *xp
  * input row's int16 pairs are broadcast by in-lane shuffles of its two halves (faster than broadcasts from a
  * stored copy, 4.2 vs 4.8 ns per micro-op, and than vpermd). */
 __attribute__((target("avx2"))) static void gemm_row_avx2_16x16(int32_t *acc, ptrdiff_t dstep, const int8_t *inp,
-                                                                ptrdiff_t sstep, const __m256i *w, uint32_t n,
+                                                                ptrdiff_t sstep, const uint8_t *tile, uint32_t n,
                                                                 uint32_t batch) {
+  const __m256i *w = (const __m256i *)(const void *)tile;
   for (uint32_t i = 0; i < n; i++) {
     const int8_t *x = inp + (ptrdiff_t)i * sstep;
     int32_t *a = acc + (ptrdiff_t)i * dstep;
@@ -387,15 +382,6 @@ __attribute__((target("avx2"))) static void gemm_row_avx2_16x16(int32_t *acc, pt
       _mm256_storeu_si256(d + 1, _mm256_add_epi32(_mm256_loadu_si256(d + 1), _mm256_add_epi32(s1, s3)));
     }
   }
-}
-
-__attribute__((target("avx2"))) static void gemm_run_avx2_16x16(int32_t *acc, ptrdiff_t dstep, ptrdiff_t drow,
-                                                                const int8_t *inp, ptrdiff_t sstep, ptrdiff_t srow,
-                                                                const uint8_t *tile, uint32_t n, uint32_t rows,
-                                                                uint32_t batch) {
-  const __m256i *w = (const __m256i *)(const void *)tile;
-  for (uint32_t r = 0; r < rows; r++)
-    gemm_row_avx2_16x16(acc + (ptrdiff_t)r * drow, dstep, inp + (ptrdiff_t)r * srow, sstep, w, n, batch);
 }
 
 /* The pair shadow of a 16x16 tile: each row's 16 bytes widen to 8 pair words, then the 16 x 8 word matrix is
@@ -428,7 +414,7 @@ __attribute__((target("avx2"))) static void gemm_avx2(int32_t *acc, const int8_t
                                                       uint32_t batch, uint32_t bo, uint32_t bi) {
   const uint32_t *wp = (const uint32_t *)(const void *)tile;
   if (bo == 16 && bi == 16) { /* pynq and most presets: the run kernel, for one micro-op */
-    gemm_row_avx2_16x16(acc, 0, inp, 0, (const __m256i *)(const void *)tile, 1, batch);
+    gemm_row_avx2_16x16(acc, 0, inp, 0, tile, 1, batch);
     return;
   }
   uint32_t xp[128];
@@ -503,13 +489,6 @@ TARGET_AVX512 static void gemm_row_avx512_16x16(int32_t *acc, ptrdiff_t dstep, c
       _mm512_storeu_si512((void *)d, _mm512_add_epi32(_mm512_loadu_si512((const void *)d), _mm512_add_epi32(s0, s1)));
     }
   }
-}
-
-TARGET_AVX512 static void gemm_run_avx512_16x16(int32_t *acc, ptrdiff_t dstep, ptrdiff_t drow, const int8_t *inp,
-                                                ptrdiff_t sstep, ptrdiff_t srow, const uint8_t *tile, uint32_t n,
-                                                uint32_t rows, uint32_t batch) {
-  for (uint32_t r = 0; r < rows; r++)
-    gemm_row_avx512_16x16(acc + (ptrdiff_t)r * drow, dstep, inp + (ptrdiff_t)r * srow, sstep, tile, n, batch);
 }
 
 TARGET_AVX512 static void gemm_avx512(int32_t *acc, const int8_t *inp, const uint8_t *tile, uint32_t batch,
@@ -596,13 +575,6 @@ TARGET_AVX512VNNI static void gemm_row_vnni_16x16(int32_t *acc, ptrdiff_t dstep,
                                                       _mm512_sub_epi32(_mm512_add_epi32(s0, s1), corr)));
     }
   }
-}
-
-TARGET_AVX512VNNI static void gemm_run_vnni_16x16(int32_t *acc, ptrdiff_t dstep, ptrdiff_t drow, const int8_t *inp,
-                                                  ptrdiff_t sstep, ptrdiff_t srow, const uint8_t *tile, uint32_t n,
-                                                  uint32_t rows, uint32_t batch) {
-  for (uint32_t r = 0; r < rows; r++)
-    gemm_row_vnni_16x16(acc + (ptrdiff_t)r * drow, dstep, inp + (ptrdiff_t)r * srow, sstep, tile, n, batch);
 }
 
 TARGET_AVX512VNNI static void gemm_avx512vnni(
@@ -727,16 +699,16 @@ static gemm_fn kernel_gemm(int kernel) {
 #endif
 }
 
-/* The run kernel of a path and shape, or NULL: micro-ops then go one kernel call each. */
-static gemm_run_fn kernel_gemm_run(int kernel, uint32_t bo, uint32_t bi) {
+/* The row kernel of a path and shape, or NULL: micro-ops then go one kernel call each. */
+static gemm_row_fn kernel_gemm_row(int kernel, uint32_t bo, uint32_t bi) {
   if (bo != 16 || bi != 16) return NULL;
 #ifdef VTA_X86_KERNELS
-  if (kernel == K_AVX2) return gemm_run_avx2_16x16;
-  if (kernel == K_AVX512) return gemm_run_avx512_16x16;
-  if (kernel == K_AVX512VNNI) return gemm_run_vnni_16x16;
+  if (kernel == K_AVX2) return gemm_row_avx2_16x16;
+  if (kernel == K_AVX512) return gemm_row_avx512_16x16;
+  if (kernel == K_AVX512VNNI) return gemm_row_vnni_16x16;
 #endif
 #ifdef VTA_SSE2_KERNELS
-  if (kernel == K_PORTABLE) return gemm_run_sse2_16x16;
+  if (kernel == K_PORTABLE) return gemm_row_sse2_16x16;
 #endif
   (void)kernel;
   return NULL;
@@ -862,7 +834,7 @@ vta_sim_t *vta_sim_create(const vta_params_t *params, char *err, size_t errlen) 
   s->acc = calloc(p->acc_depth, s->acc_elem);
   s->kernel = kernel;
   s->gemm = kernel_gemm(kernel);
-  s->gemm_run = kernel_gemm_run(kernel, p->block_out, p->block_in);
+  s->gemm_row = kernel_gemm_row(kernel, p->block_out, p->block_in);
   s->runs = calloc(p->uop_depth, sizeof *s->runs);
   s->threads = 1;
   s->wgt_t_stride = shadow_bytes(kernel, p->block_out, p->block_in);
@@ -1443,14 +1415,15 @@ static void gemm_range(const vta_sim_t *s, const uop_run_t *run, int32_t *acc, c
                   drow = (ptrdiff_t)run->drow * lanes, srow = (ptrdiff_t)run->srow * inp_elem;
   acc += (ptrdiff_t)a * dstep + (ptrdiff_t)r0 * drow;
   inp += (ptrdiff_t)a * sstep + (ptrdiff_t)r0 * srow;
-  if (s->gemm_run) {
-    s->gemm_run(acc, dstep, drow, inp, sstep, srow, tile, b - a, rows, s->p.batch);
-    return;
-  }
-  for (uint32_t r = 0; r < rows; r++)
+  for (uint32_t r = 0; r < rows; r++, acc += drow, inp += srow) {
+    if (s->gemm_row) {
+      s->gemm_row(acc, dstep, inp, sstep, tile, b - a, s->p.batch);
+      continue;
+    }
     for (uint32_t i = 0; i < b - a; i++)
-      s->gemm(acc + (ptrdiff_t)r * drow + (ptrdiff_t)i * dstep, inp + (ptrdiff_t)r * srow + (ptrdiff_t)i * sstep,
-              tile, s->p.batch, s->p.block_out, s->p.block_in);
+      s->gemm(acc + (ptrdiff_t)i * dstep, inp + (ptrdiff_t)i * sstep, tile, s->p.batch, s->p.block_out,
+              s->p.block_in);
+  }
 }
 
 /* The k in [0, count) with lo <= d + k * step < hi, as [*a, *b) (step may be negative or zero). */
