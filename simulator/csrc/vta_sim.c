@@ -1689,14 +1689,15 @@ static void pool_run(gemm_pool_t *pool, const insn_t *in, const uop_run_t *runs,
   }
 }
 
-/* A GEMM of at least par_min_macs multiply-accumulates is split over s->threads shares (docs/simulator.md,
- * "Threads"); smaller ones, and resets, run on the calling thread. The threads start at the first split GEMM, so
- * a simulator that never splits one never starts a thread. */
 /* Whether a GEMM instruction is split over the simulator's threads (a reset, or a small one, is not). */
 static int splits(const vta_sim_t *s, const insn_t *in) {
   return !in->reset && s->threads > 1 && iterations(in) &&
          mul_sat(iterations(in), (uint64_t)s->p.batch * s->p.block_out * s->p.block_in) >= s->par_min_macs;
 }
+
+/* A GEMM of at least par_min_macs multiply-accumulates is split over s->threads shares (docs/simulator.md,
+ * "Threads"); smaller ones, and resets, run on the calling thread. The threads start at the first split GEMM, so
+ * a simulator that never splits one never starts a thread. */
 
 static void exec_gemm(vta_sim_t *s, const insn_t *in) {
   int64_t dmin = 0, dmax = 0;
