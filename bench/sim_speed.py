@@ -31,12 +31,13 @@ from simulator.reference import ReferenceSimulator
 from vta.isa import FinishInsn, GemmInsn, MemInsn, Uop, assemble, uops_to_bytes
 
 
-def gemm_program(sim, m: int, k: int, n: int, repeat: int, seed: int = 0):
-    """Load A, W and micro-ops, reset the accumulators, then `repeat` GEMMs over every tile."""
+def gemm_program(sim, m: int, k: int, n: int, repeat: int, seed: int = 0, unsigned: bool = False):
+    """Load A, W and micro-ops, reset the accumulators, then `repeat` GEMMs over every tile. ``unsigned``: A in
+    [0, 127] (like ReLU activations), which lets the avx2 and avx512 paths take their unsigned-input kernel."""
     cfg = sim.cfg
     mt, kt, nt = m // cfg.BATCH, k // cfg.BLOCK_IN, n // cfg.BLOCK_OUT
     rng = np.random.default_rng(seed)
-    a = rng.integers(-128, 128, (m, k), dtype=np.int8)
+    a = rng.integers(0 if unsigned else -128, 128, (m, k), dtype=np.int8)
     w = rng.integers(-128, 128, (n, k), dtype=np.int8)
     a_addr, w_addr, u_addr = sim.alloc(a.nbytes), sim.alloc(w.nbytes), sim.alloc(4 * (kt + 1))
     sim.write(a_addr, np.ascontiguousarray(a.reshape(mt, cfg.BATCH, kt, cfg.BLOCK_IN).transpose(0, 2, 1, 3)))
@@ -116,6 +117,8 @@ def main() -> None:
     insns, a, w = gemm_program(sim, m, k, n, args.repeat)
     sim2 = Simulator(cfg, threads=2)  # same kernel path, large GEMMs split over 2 threads
     insns2, _, _ = gemm_program(sim2, m, k, n, args.repeat)
+    sim_u = Simulator(cfg, threads=1)  # same kernel path, inputs >= 0
+    insns_u, a_u, _ = gemm_program(sim_u, m, k, n, args.repeat, unsigned=True)
     others = {}  # the other kernel paths: a simulator each, created with VTA_SIM_KERNEL set
     before = os.environ.get("VTA_SIM_KERNEL")
     for path in kernels_supported() if args.paths == "all" else []:
@@ -143,12 +146,16 @@ def main() -> None:
     stats2 = sim2.run(insns2)
     assert np.array_equal(sim2.read_sram("acc", 0, acc.shape[0]), acc), "2 threads differ from 1"
     assert stats2.to_dict() == stats.to_dict(), "2 threads: counters or cycles differ from 1"
+    sim_u.run(insns_u)
+    got_u = sim_u.read_sram("acc", 0, acc.shape[0]).reshape(got.shape[0] // cfg.BATCH, -1, cfg.BATCH, cfg.BLOCK_OUT)
+    assert np.array_equal(got_u.transpose(0, 2, 1, 3).reshape(m, n), a_u.astype(np.int32) @ w32t * args.repeat), \
+        "inputs >= 0: simulator result differs from numpy"
     ort_run, ort_what = ort_matmul_integer(a, w)
     assert ort_run is None or np.array_equal(ort_run(), expect), "onnxruntime's result differs from numpy"
 
     macs = m * k * n * args.repeat
     fns = {"sim": lambda: sim.run(insns), "timing": lambda: sim.run(insns, compute=False),
-           "numpy": lambda: a32 @ w32t, "sim:2threads": lambda: sim2.run(insns2)}
+           "numpy": lambda: a32 @ w32t, "sim:2threads": lambda: sim2.run(insns2), "sim:unsigned": lambda: sim_u.run(insns_u)}
     for path, (other, other_insns) in others.items():
         fns[f"sim:{path}"] = lambda other=other, other_insns=other_insns: other.run(other_insns)
     if ort_run is not None:
@@ -181,6 +188,11 @@ def main() -> None:
         print(f"| onnxruntime int8 MatMulInteger MACs per second ({ort_what}, same matrices, "
               f"result equals numpy's) | {ort_rate / 1e9:.2f} G |")
         print(f"| **ratio simulator / onnxruntime MatMulInteger** | **{sim_rate / ort_rate:.2f}x** |")
+    rate_u = macs / t["sim:unsigned"]
+    ratio_u = "" if ort_run is None else f", {rate_u / (m * k * n / t['ort']):.2f}x onnxruntime"
+    print(f"| simulated int8 MACs per host second, {sim.kernel_path} kernel, 1 thread, inputs in [0, 127] (ReLU "
+          f"outputs: the unsigned-input kernel where the path has one; same rounds) | {rate_u / 1e9:.2f} G{ratio_u}; "
+          f"**{rate_u / sim_rate:.2f}x** signed inputs |")
     for path in others:
         rate = macs / t[f"sim:{path}"]
         ratio = "" if ort_run is None else f", {rate / (m * k * n / t['ort']):.2f}x onnxruntime"

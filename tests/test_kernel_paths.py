@@ -48,17 +48,20 @@ def _run_triples(rng: np.random.Generator) -> list[tuple[int, int, int]]:
             [(2, 9, w + 2)] + rows)
 
 
-def _gemm_check(name: str, overrides: dict, seed: int, runs: bool = False, threads: int = 1) -> None:
+def _gemm_check(name: str, overrides: dict, seed: int, runs: bool = False, threads: int = 1,
+                unsigned: bool = False) -> None:
     """Random GEMMs (several micro-ops, both loops, extreme operands) against numpy with int32 wrap-around; with
-    ``runs`` the micro-ops come in runs (``_run_triples``), with ``threads`` every GEMM is split over that many."""
+    ``runs`` the micro-ops come in runs (``_run_triples``), with ``threads`` every GEMM is split over that many,
+    with ``unsigned`` every input is in [0, 127] (what the unsigned-input kernel takes: ReLU outputs)."""
     from test_semantics import finish, gemm, uops, wrap32
 
     cfg = load_config("pynq", **overrides)
     rng = np.random.default_rng(seed)
     n_inp, n_wgt, n_acc = 24, 12, 16
-    x = rng.integers(-128, 128, (n_inp, cfg.BATCH, cfg.BLOCK_IN)).astype(np.int8)
+    x = rng.integers(0 if unsigned else -128, 128, (n_inp, cfg.BATCH, cfg.BLOCK_IN)).astype(np.int8)
     w = rng.integers(-128, 128, (n_wgt, cfg.BLOCK_OUT, cfg.BLOCK_IN)).astype(np.int8)
-    x[0], w[0] = -128, -128  # largest products
+    x[0], w[0] = (127 if unsigned else -128), -128  # largest products
+    w[1] = 127
     acc = rng.integers(-2**31, 2**31, (n_acc, cfg.BATCH, cfg.BLOCK_OUT)).astype(np.int32)
     acc[0] = 2**31 - 1  # wraps
     triples = [(int(rng.integers(0, 4)), int(rng.integers(0, 6)), int(rng.integers(0, 4))) for _ in range(5)]
@@ -91,6 +94,8 @@ def _child() -> None:
             _gemm_check(name, overrides, 100 * i + seed)
             _gemm_check(name, overrides, 100 * i + seed, runs=True)
             _gemm_check(name, overrides, 100 * i + seed, runs=True, threads=2 + seed)
+            _gemm_check(name, overrides, 100 * i + seed, unsigned=True)
+            _gemm_check(name, overrides, 100 * i + seed, runs=True, threads=1 + seed, unsigned=True)
 
     from golden_files import GOLDEN_DIR
     golden = 0
@@ -210,6 +215,51 @@ def test_gemm_runs_follow_micro_op_writes() -> None:
             for d, src, k in both[lo:hi]:
                 want[d] = wrap32(want[d] + x[src].astype(np.int64) @ w[k].astype(np.int64).T)
         np.testing.assert_array_equal(sim.read_sram("acc", 0, 16), wrap32(want), err_msg=f"{threads} threads")
+
+
+def test_gemm_kernel_follows_input_signs_and_weight_writes() -> None:
+    """A GEMM whose reachable inputs are all >= 0 may take the unsigned-input kernel over its own weight shadow
+    (avx2), any other the path's kernel; shadows are built when a GEMM first reads a tile after its write. So: the
+    same tiles alternate between the two kinds of GEMM, a negative byte appears in and then leaves the inputs a
+    GEMM reaches (and one lies just outside them), and tiles are rewritten through the API and by a LOAD between
+    GEMMs; every result must match numpy."""
+    from test_semantics import finish, gemm, load, uops, wrap32
+
+    cfg = load_config("pynq")
+    rng = np.random.default_rng(12)
+    x = rng.integers(0, 128, (24, cfg.BATCH, cfg.BLOCK_IN)).astype(np.int8)
+    w = rng.integers(-128, 128, (8, cfg.BLOCK_OUT, cfg.BLOCK_IN)).astype(np.int8)
+    x[0], w[0] = 127, -128
+    triples = [(d, d + 1, 1 + d % 3) for d in range(6)] + [(6 + d, 2 * d, 0) for d in range(4)]  # inputs 0 .. 6
+    for threads in (1, 2):
+        sim = Simulator(cfg, threads=threads)
+        sim._set_threads(threads, 0)
+        sim.write_sram("uop", 0, uops(cfg, *triples))
+        sim.write_sram("wgt", 0, w)
+        want = np.zeros((16, cfg.BATCH, cfg.BLOCK_OUT), dtype=np.int64)
+        sim.write_sram("acc", 0, want.astype(np.int32))
+        addr = sim.alloc(w[:2].nbytes)
+        assert addr % w[0].nbytes == 0
+        steps = [("unsigned", None), ("negative input", (6, -1)), ("unsigned again", (6, 3)),
+                 ("negative input just outside the reach", (7, -128)), ("tiles rewritten", "api"),
+                 ("negative input", (0, -128)), ("tiles loaded", "load"), ("unsigned", (0, 127))]
+        for label, change in steps:
+            program = b""
+            if isinstance(change, tuple):
+                x[change[0], 0, change[0] % cfg.BLOCK_IN] = change[1]
+            elif change == "api":
+                w[1:3] = rng.integers(-128, 128, w[1:3].shape)
+                sim.write_sram("wgt", 1, w[1:3])
+            elif change == "load":
+                w[0:2] = rng.integers(-128, 128, w[0:2].shape)
+                sim.write(addr, w[0:2].view(np.uint8))
+                program = load(cfg, "WGT", 0, addr // w[0].nbytes, 1, 2)
+            sim.write_sram("inp", 0, x)
+            sim.run(program + gemm(cfg, 0, len(triples)) + finish(cfg))
+            for d, src, k in triples:
+                want[d] = wrap32(want[d] + x[src].astype(np.int64) @ w[k].astype(np.int64).T)
+            np.testing.assert_array_equal(sim.read_sram("acc", 0, 16), wrap32(want),
+                                          err_msg=f"{threads} threads, {label}")
 
 
 def test_default_is_the_best_supported_path(monkeypatch: pytest.MonkeyPatch) -> None:

@@ -37,6 +37,27 @@ typedef struct uop_run {
 typedef void (*gemm_row_fn)(int32_t *acc, ptrdiff_t dstep, const int8_t *inp, ptrdiff_t sstep, const uint8_t *tile,
                             uint32_t n, uint32_t batch);
 
+typedef void (*gemm_fn)(int32_t *, const int8_t *, const uint8_t *, uint32_t, uint32_t, uint32_t);
+
+/* What one GEMM instruction runs (exec_gemm): its micro-ops as runs, and the kernel they go through. */
+typedef struct gemm_job {
+  const struct insn *in;
+  const uop_run_t *runs;
+  uint32_t nruns;
+  gemm_row_fn row; /* rows of micro-ops sharing a weight tile, or NULL: one `one` call per micro-op */
+  gemm_fn one;     /* one micro-op */
+  const uint8_t *shadow; /* the weight shadows the kernel reads, tile t at shadow + t * stride */
+  size_t stride;
+} gemm_job_t;
+
+/* Bits of wgt_t_built: which of a tile's shadows are up to date. */
+enum { SHADOW_OWN = 1, SHADOW_QUADS = 2 };
+
+/* The smallest and largest value of a micro-op field over a GEMM kernel's micro-ops. */
+typedef struct field_span {
+  int64_t min, max;
+} field_span_t;
+
 typedef struct gemm_pool gemm_pool_t; /* GEMM threads (pool_create) */
 static gemm_pool_t *pool_create(vta_sim_t *s, uint32_t nthreads);
 static void pool_destroy(gemm_pool_t *pool);
@@ -51,6 +72,10 @@ struct vta_sim {
   int32_t *acc;
   uint8_t *wgt_t;      /* per-kernel shadow of each weight tile (build_shadow): what the GEMM kernel reads */
   size_t wgt_t_stride; /* bytes of one tile's shadow */
+  uint8_t *wgt_t_built; /* per tile, the shadows built since its last write (SHADOW_OWN, SHADOW_QUADS) */
+  gemm_row_fn gemm_row_unsigned; /* the unsigned-input kernel (avx2 and avx512, 16x16), or NULL */
+  gemm_fn gemm_unsigned;
+  uint8_t *wgt_q;                /* its shadow of each weight tile, 256 bytes each (shadow_quads_16x16) */
   int kernel;          /* K_PORTABLE, ... (the GEMM kernel path) */
   void (*gemm)(int32_t *, const int8_t *, const uint8_t *, uint32_t, uint32_t, uint32_t);
   uint32_t threads;    /* GEMM threads (vta_sim_set_threads); 1: all on the calling thread */
@@ -60,7 +85,7 @@ struct vta_sim {
   uop_run_t *runs;       /* a GEMM kernel [bgn, end)'s runs sit at runs[bgn .. bgn + nruns) (nruns <= end - bgn) */
   struct {
     uint32_t bgn, end, nruns;
-    int64_t dmin, dmax;
+    field_span_t dst, src, wgt;
   } kernels[KERNEL_CACHE]; /* kernels whose runs are in `runs` (end == 0: a free entry; uop_written) */
   uint32_t next_kernel;    /* the entry the next new kernel takes */
   struct {
@@ -109,8 +134,6 @@ static uint64_t mul_sat(uint64_t a, uint64_t b) { return a && b > UINT64_MAX / a
  */
 enum { K_PORTABLE = 0, K_AVX2 = 1, K_AVX512 = 2, K_AVX512VNNI = 3, NUM_KERNELS = 4 };
 static const char *const KERNEL_NAMES[] = {"portable", "avx2", "avx512", "avx512vnni"};
-
-typedef void (*gemm_fn)(int32_t *, const int8_t *, const uint8_t *, uint32_t, uint32_t, uint32_t);
 
 #if !defined(VTA_SIM_PORTABLE) && (defined(__GNUC__) || defined(__clang__)) && defined(__SSE2__)
 #define VTA_SSE2_KERNELS 1 /* the portable path on x86-64: SSE2 is part of its baseline, every x86-64 CPU has it */
@@ -410,6 +433,70 @@ __attribute__((target("avx2"))) static void shadow_pairs_16x16(uint8_t *dst, con
   }
 }
 
+/* The unsigned-input kernel (avx2, 16x16): when no input byte a GEMM can read is negative (exec_gemm checks),
+ * vpmaddubsw multiplies the unsigned inputs by the signed weight bytes four channels at a time, exactly: its int16
+ * pair sums lie in [127 * -128 * 2, 127 * 127 * 2], inside int16, so it never saturates; vpmaddwd by ones widens
+ * them to int32. Its weights are the quad shadow (words (k, o) = w[o][4k..4k+3]), 8 registers that stay put for a
+ * run, and each input quad is one broadcast load: 1.6x the pair kernel's speed (ResNet's activations are
+ * ReLU outputs, all non-negative; sim_speed's random signed data keeps the pair kernel). */
+#define QUAD_STEP_AVX2(q, wa, wb, s0, s1)                                                   \
+  do {                                                                                      \
+    s0 = _mm256_add_epi32(s0, _mm256_madd_epi16(_mm256_maddubs_epi16(q, wa), ones));        \
+    s1 = _mm256_add_epi32(s1, _mm256_madd_epi16(_mm256_maddubs_epi16(q, wb), ones));        \
+  } while (0)
+
+__attribute__((target("avx2"))) static void gemm_row_avx2_unsigned_16x16(int32_t *acc, ptrdiff_t dstep,
+                                                                         const int8_t *inp, ptrdiff_t sstep,
+                                                                         const uint8_t *tile, uint32_t n,
+                                                                         uint32_t batch) {
+  const __m256i *t = (const __m256i *)(const void *)tile;
+  const __m256i w0a = _mm256_loadu_si256(t), w0b = _mm256_loadu_si256(t + 1), w1a = _mm256_loadu_si256(t + 2),
+                w1b = _mm256_loadu_si256(t + 3), w2a = _mm256_loadu_si256(t + 4), w2b = _mm256_loadu_si256(t + 5),
+                w3a = _mm256_loadu_si256(t + 6), w3b = _mm256_loadu_si256(t + 7);
+  const __m256i ones = _mm256_set1_epi16(1);
+  for (uint32_t i = 0; i < n; i++) {
+    const int8_t *x = inp + (ptrdiff_t)i * sstep;
+    int32_t *a = acc + (ptrdiff_t)i * dstep;
+    for (uint32_t b = 0; b < batch; b++) {
+      int32_t q[4];
+      memcpy(q, x + 16 * b, sizeof q);
+      __m256i s0 = _mm256_setzero_si256(), s1 = s0, s2 = s0, s3 = s0;
+      QUAD_STEP_AVX2(_mm256_set1_epi32(q[0]), w0a, w0b, s0, s1);
+      QUAD_STEP_AVX2(_mm256_set1_epi32(q[1]), w1a, w1b, s2, s3);
+      QUAD_STEP_AVX2(_mm256_set1_epi32(q[2]), w2a, w2b, s0, s1);
+      QUAD_STEP_AVX2(_mm256_set1_epi32(q[3]), w3a, w3b, s2, s3);
+      __m256i *d = (__m256i *)(void *)(a + 16 * b);
+      _mm256_storeu_si256(d, _mm256_add_epi32(_mm256_loadu_si256(d), _mm256_add_epi32(s0, s2)));
+      _mm256_storeu_si256(d + 1, _mm256_add_epi32(_mm256_loadu_si256(d + 1), _mm256_add_epi32(s1, s3)));
+    }
+  }
+}
+
+__attribute__((target("avx2"))) static void gemm_avx2_unsigned_16x16(int32_t *acc, const int8_t *inp,
+                                                                     const uint8_t *tile, uint32_t batch,
+                                                                     uint32_t bo, uint32_t bi) {
+  (void)bo;
+  (void)bi;
+  gemm_row_avx2_unsigned_16x16(acc, 0, inp, 0, tile, 1, batch);
+}
+
+/* The quad shadow of a 16x16 tile (shadow_quads' words, without the correction): the tile as a 16 x 4 matrix of
+ * 32-bit words, transposed in four 4 x 4 blocks. */
+static void shadow_quads_16x16(uint8_t *dst, const int8_t *w) {
+  __m128i *out = (__m128i *)(void *)dst;
+  for (int o = 0; o < 16; o += 4) {
+    const __m128i *rows = (const __m128i *)(const void *)(w + 16 * o);
+    const __m128i r0 = _mm_loadu_si128(rows), r1 = _mm_loadu_si128(rows + 1), r2 = _mm_loadu_si128(rows + 2),
+                  r3 = _mm_loadu_si128(rows + 3);
+    const __m128i t0 = _mm_unpacklo_epi32(r0, r1), t1 = _mm_unpackhi_epi32(r0, r1), t2 = _mm_unpacklo_epi32(r2, r3),
+                  t3 = _mm_unpackhi_epi32(r2, r3);
+    _mm_storeu_si128(out + o / 4, _mm_unpacklo_epi64(t0, t2));      /* word row k = 0: outputs o .. o + 3 */
+    _mm_storeu_si128(out + 4 + o / 4, _mm_unpackhi_epi64(t0, t2));
+    _mm_storeu_si128(out + 8 + o / 4, _mm_unpacklo_epi64(t1, t3));
+    _mm_storeu_si128(out + 12 + o / 4, _mm_unpackhi_epi64(t1, t3));
+  }
+}
+
 __attribute__((target("avx2"))) static void gemm_avx2(int32_t *acc, const int8_t *inp, const uint8_t *tile,
                                                       uint32_t batch, uint32_t bo, uint32_t bi) {
   const uint32_t *wp = (const uint32_t *)(const void *)tile;
@@ -489,6 +576,38 @@ TARGET_AVX512 static void gemm_row_avx512_16x16(int32_t *acc, ptrdiff_t dstep, c
       _mm512_storeu_si512((void *)d, _mm512_add_epi32(_mm512_loadu_si512((const void *)d), _mm512_add_epi32(s0, s1)));
     }
   }
+}
+
+/* The unsigned-input kernel (gemm_row_avx2_unsigned_16x16) at twice the width: a quad shadow row is one register,
+ * so a micro-op is 4 vpmaddubsw and 4 vpmaddwd instead of the pair kernel's 8 vpmaddwd and 8 shuffles. */
+TARGET_AVX512 static void gemm_row_avx512_unsigned_16x16(int32_t *acc, ptrdiff_t dstep, const int8_t *inp,
+                                                         ptrdiff_t sstep, const uint8_t *tile, uint32_t n,
+                                                         uint32_t batch) {
+  const uint32_t *wq = (const uint32_t *)(const void *)tile;
+  const __m512i w0 = _mm512_loadu_si512((const void *)wq), w1 = _mm512_loadu_si512((const void *)(wq + 16));
+  const __m512i w2 = _mm512_loadu_si512((const void *)(wq + 32)), w3 = _mm512_loadu_si512((const void *)(wq + 48));
+  const __m512i ones = _mm512_set1_epi16(1);
+  for (uint32_t i = 0; i < n; i++) {
+    const int8_t *x = inp + (ptrdiff_t)i * sstep;
+    int32_t *a = acc + (ptrdiff_t)i * dstep;
+    for (uint32_t b = 0; b < batch; b++) {
+      int32_t q[4];
+      memcpy(q, x + 16 * b, sizeof q);
+      __m512i s0 = _mm512_madd_epi16(_mm512_maddubs_epi16(_mm512_set1_epi32(q[0]), w0), ones);
+      __m512i s1 = _mm512_madd_epi16(_mm512_maddubs_epi16(_mm512_set1_epi32(q[1]), w1), ones);
+      s0 = _mm512_add_epi32(s0, _mm512_madd_epi16(_mm512_maddubs_epi16(_mm512_set1_epi32(q[2]), w2), ones));
+      s1 = _mm512_add_epi32(s1, _mm512_madd_epi16(_mm512_maddubs_epi16(_mm512_set1_epi32(q[3]), w3), ones));
+      int32_t *d = a + 16 * b;
+      _mm512_storeu_si512((void *)d, _mm512_add_epi32(_mm512_loadu_si512((const void *)d), _mm512_add_epi32(s0, s1)));
+    }
+  }
+}
+
+TARGET_AVX512 static void gemm_avx512_unsigned_16x16(int32_t *acc, const int8_t *inp, const uint8_t *tile,
+                                                     uint32_t batch, uint32_t bo, uint32_t bi) {
+  (void)bo;
+  (void)bi;
+  gemm_row_avx512_unsigned_16x16(acc, 0, inp, 0, tile, 1, batch);
 }
 
 TARGET_AVX512 static void gemm_avx512(int32_t *acc, const int8_t *inp, const uint8_t *tile, uint32_t batch,
@@ -714,6 +833,26 @@ static gemm_row_fn kernel_gemm_row(int kernel, uint32_t bo, uint32_t bi) {
   return NULL;
 }
 
+/* The unsigned-input kernel of a path and shape, for GEMMs whose inputs are all >= 0 (exec_gemm; it reads the
+ * 16x16 quad shadow), or 0. */
+static int kernel_unsigned(int kernel, uint32_t bo, uint32_t bi, gemm_row_fn *row, gemm_fn *one) {
+  *row = NULL;
+  *one = NULL;
+#ifdef VTA_X86_KERNELS
+  if (bo == 16 && bi == 16 && kernel == K_AVX2) {
+    *row = gemm_row_avx2_unsigned_16x16;
+    *one = gemm_avx2_unsigned_16x16;
+  } else if (bo == 16 && bi == 16 && kernel == K_AVX512) {
+    *row = gemm_row_avx512_unsigned_16x16;
+    *one = gemm_avx512_unsigned_16x16;
+  }
+#endif
+  (void)kernel;
+  (void)bo;
+  (void)bi;
+  return *row != NULL;
+}
+
 /* The best kernel this CPU supports. Support is monotone (each path's CPU features include the previous one's). */
 static int best_kernel(void) {
   int best = K_PORTABLE;
@@ -839,7 +978,11 @@ vta_sim_t *vta_sim_create(const vta_params_t *params, char *err, size_t errlen) 
   s->threads = 1;
   s->wgt_t_stride = shadow_bytes(kernel, p->block_out, p->block_in);
   s->wgt_t = calloc(p->wgt_depth, s->wgt_t_stride);
-  if (!s->uop || !s->inp || !s->wgt || !s->acc || !s->wgt_t || !s->runs) {
+  if (kernel_unsigned(kernel, p->block_out, p->block_in, &s->gemm_row_unsigned, &s->gemm_unsigned))
+    s->wgt_q = calloc(p->wgt_depth, 256); /* apart from wgt_t, so that each kind of shadow stays dense in cache */
+  s->wgt_t_built = calloc(p->wgt_depth, 1);
+  if (!s->uop || !s->inp || !s->wgt || !s->acc || !s->wgt_t || !s->wgt_t_built || !s->runs ||
+      (s->gemm_row_unsigned && !s->wgt_q)) {
     vta_sim_destroy(s);
     fail(err, errlen, VTA_ERR_ARG, "out of host memory for the SRAMs");
     return NULL;
@@ -872,6 +1015,8 @@ void vta_sim_destroy(vta_sim_t *s) {
   free(s->wgt);
   free(s->acc);
   free(s->wgt_t);
+  free(s->wgt_t_built);
+  free(s->wgt_q);
   pool_destroy(s->pool);
   free(s->runs);
   free(s);
@@ -892,14 +1037,46 @@ void vta_sim_reset(vta_sim_t *s) {
   memset(s->inp, 0, (size_t)s->p.inp_depth * s->inp_elem);
   memset(s->wgt, 0, (size_t)s->p.wgt_depth * s->wgt_elem);
   memset(s->acc, 0, (size_t)s->p.acc_depth * s->acc_elem);
-  memset(s->wgt_t, 0, (size_t)s->p.wgt_depth * s->wgt_t_stride);
+  memset(s->wgt_t_built, 0, s->p.wgt_depth);
 }
 
-/* Refresh the kernel's shadow of weight tiles [first, first+count). */
-static void update_wgt_t(vta_sim_t *s, size_t first, size_t count) {
-  for (size_t t = first; t < first + count; t++)
-    build_shadow(s->kernel, s->wgt_t + t * s->wgt_t_stride, s->wgt + t * s->wgt_elem, s->p.block_out,
-                 s->p.block_in);
+/* Weight tiles [first, first+count) were written: their shadows are stale (need_shadows rebuilds them). */
+static void update_wgt_t(vta_sim_t *s, size_t first, size_t count) { memset(s->wgt_t_built + first, 0, count); }
+
+/* Build the `kind` shadows (SHADOW_OWN: the path's; SHADOW_QUADS: the unsigned-input kernel's) of weight tiles
+ * [lo, hi] that are stale. Shadows are built when a GEMM first reads a tile after its write, before any thread
+ * starts on it, so a tile gets only the shadows its GEMMs read (ResNet's never need the pair shadow). */
+static void need_shadows(vta_sim_t *s, int kind, size_t lo, size_t hi) {
+  for (size_t t = lo; t <= hi; t++) {
+    if (s->wgt_t_built[t] & kind) continue;
+    const int8_t *w = s->wgt + t * s->wgt_elem;
+#ifdef VTA_X86_KERNELS
+    if (kind == SHADOW_QUADS)
+      shadow_quads_16x16(s->wgt_q + t * 256, w);
+    else
+#endif
+      build_shadow(s->kernel, s->wgt_t + t * s->wgt_t_stride, w, s->p.block_out, s->p.block_in);
+    s->wgt_t_built[t] |= (uint8_t)kind;
+  }
+}
+
+/* Whether input SRAM entries [lo, hi] hold no negative byte (a GEMM over them may take the unsigned-input kernel). */
+static int inputs_unsigned(const vta_sim_t *s, size_t lo, size_t hi) {
+  const uint8_t *p = (const uint8_t *)s->inp + lo * s->inp_elem;
+  const size_t n = (hi - lo + 1) * s->inp_elem;
+  size_t i = 0;
+  while (i + 8 <= n) { /* blocks of up to 256 bytes, so that a negative byte ends the scan early */
+    uint64_t any = 0;
+    for (const size_t end = i + 256 <= n ? i + 256 : n / 8 * 8; i < end; i += 8) {
+      uint64_t v;
+      memcpy(&v, p + i, 8);
+      any |= v;
+    }
+    if (any & UINT64_C(0x8080808080808080)) return 0;
+  }
+  for (; i < n; i++)
+    if (p[i] & 0x80) return 0;
+  return 1;
 }
 
 /* Index of the last region whose base <= addr, or -1. */
@@ -1358,20 +1535,26 @@ static uop_field_t uop_field(vta_field_t f) {
   return (uop_field_t){f.offset, f.width >= 32 ? UINT32_MAX : (UINT32_C(1) << f.width) - 1};
 }
 
+static void span_add(field_span_t *span, int64_t v) {
+  if (v < span->min) span->min = v;
+  if (v > span->max) span->max = v;
+}
+
 /* The GEMM's micro-ops as runs. The loops add the same offsets to every micro-op, so one split serves every
  * iteration. Wrapping int32 addition is order-free, so the runs compute what the micro-ops do one by one. */
-static uint32_t find_runs(const vta_sim_t *s, const insn_t *in, uop_run_t *runs, int64_t *dmin, int64_t *dmax) {
+static uint32_t find_runs(const vta_sim_t *s, const insn_t *in, uop_run_t *runs, field_span_t *dst,
+                          field_span_t *src, field_span_t *wgt) {
   const uop_field_t fd = uop_field(s->p.uop[VTA_UOP_DST]), fs = uop_field(s->p.uop[VTA_UOP_SRC]),
                     fw = uop_field(s->p.uop[VTA_UOP_WGT]);
   uint32_t n = 0;
   int64_t prev_d = 0, prev_s = 0, run_w = -1;
-  *dmin = INT64_MAX;
-  *dmax = -1;
+  *dst = *src = *wgt = (field_span_t){INT64_MAX, -1};
   for (uint32_t k = in->uop_bgn; k < in->uop_end; k++) {
     const uint32_t u = s->uop[k];
     const int64_t d = u >> fd.shift & fd.mask, sr = u >> fs.shift & fs.mask, wg = u >> fw.shift & fw.mask;
-    if (d < *dmin) *dmin = d;
-    if (d > *dmax) *dmax = d;
+    span_add(dst, d);
+    span_add(src, sr);
+    span_add(wgt, wg);
     uop_run_t *r = n ? &runs[n - 1] : NULL;
     if (r && wg == run_w && (r->count == 1 || (d - prev_d == r->dstep && sr - prev_s == r->sstep))) {
       r->dstep = d - prev_d;
@@ -1408,20 +1591,20 @@ static uint32_t find_runs(const vta_sim_t *s, const insn_t *in, uop_run_t *runs,
 }
 
 /* Micro-ops [a, b) of rows [r0, r0 + rows) of a run whose first micro-op reads acc / inp / tile. */
-static void gemm_range(const vta_sim_t *s, const uop_run_t *run, int32_t *acc, const int8_t *inp,
-                       const uint8_t *tile, uint32_t a, uint32_t b, uint32_t r0, uint32_t rows) {
+static void gemm_range(const vta_sim_t *s, const gemm_job_t *job, const uop_run_t *run, int32_t *acc,
+                       const int8_t *inp, const uint8_t *tile, uint32_t a, uint32_t b, uint32_t r0, uint32_t rows) {
   const ptrdiff_t lanes = (ptrdiff_t)(s->p.batch * s->p.block_out), inp_elem = (ptrdiff_t)s->inp_elem;
   const ptrdiff_t dstep = (ptrdiff_t)run->dstep * lanes, sstep = (ptrdiff_t)run->sstep * inp_elem,
                   drow = (ptrdiff_t)run->drow * lanes, srow = (ptrdiff_t)run->srow * inp_elem;
   acc += (ptrdiff_t)a * dstep + (ptrdiff_t)r0 * drow;
   inp += (ptrdiff_t)a * sstep + (ptrdiff_t)r0 * srow;
   for (uint32_t r = 0; r < rows; r++, acc += drow, inp += srow) {
-    if (s->gemm_row) {
-      s->gemm_row(acc, dstep, inp, sstep, tile, b - a, s->p.batch);
+    if (job->row) {
+      job->row(acc, dstep, inp, sstep, tile, b - a, s->p.batch);
       continue;
     }
     for (uint32_t i = 0; i < b - a; i++)
-      s->gemm(acc + (ptrdiff_t)i * dstep, inp + (ptrdiff_t)i * sstep, tile, s->p.batch, s->p.block_out,
+      job->one(acc + (ptrdiff_t)i * dstep, inp + (ptrdiff_t)i * sstep, tile, s->p.batch, s->p.block_out,
               s->p.block_in);
   }
 }
@@ -1447,13 +1630,15 @@ static void owned_range(int64_t d, int64_t step, uint32_t count, int64_t lo, int
 /* One thread's share of a GEMM: the micro-op iterations whose accumulator index d lies in [lo, hi), in program
  * order. Each accumulator entry thus has one owner that applies all of its updates in the sequential order, so
  * the result is bit-identical to one thread's, whatever the split. One thread: lo = 0, hi = INT64_MAX. */
-static void gemm_part(const vta_sim_t *s, const insn_t *in, const uop_run_t *runs, uint32_t nruns, int64_t lo,
-                      int64_t hi) {
+static void gemm_part(const vta_sim_t *s, const gemm_job_t *job, int64_t lo, int64_t hi) {
+  const insn_t *in = job->in;
   const uop_field_t fd = uop_field(s->p.uop[VTA_UOP_DST]);
   const uint32_t lanes = s->p.batch * s->p.block_out, batch = s->p.batch, bo = s->p.block_out, bi = s->p.block_in;
-  const size_t inp_elem = s->inp_elem, wstride = s->wgt_t_stride;
+  const size_t inp_elem = s->inp_elem, wstride = job->stride;
   const uint32_t *const uop = s->uop;
-  const gemm_fn gemm = s->gemm;
+  const gemm_fn gemm = job->one;
+  const uop_run_t *runs = job->runs;
+  const uint32_t nruns = job->nruns;
   const int whole = lo <= 0 && hi == INT64_MAX; /* one thread: every micro-op */
   for (uint32_t i = 0; i < in->iter_out; i++) {
     for (uint32_t j = 0; j < in->iter_in; j++) {
@@ -1470,13 +1655,13 @@ static void gemm_part(const vta_sim_t *s, const insn_t *in, const uop_run_t *run
         const size_t d = d0 + run->dst;
         int32_t *acc = s->acc + d * lanes;
         const int8_t *inp = s->inp + (s0 + run->src) * inp_elem;
-        const uint8_t *tile = s->wgt_t + (w0 + run->wgt) * wstride;
+        const uint8_t *tile = job->shadow + (w0 + run->wgt) * wstride;
         if (run->count == 1 && run->rows == 1) { /* the common case of programs without runs: one call */
           if (whole || ((int64_t)d >= lo && (int64_t)d < hi)) gemm(acc, inp, tile, batch, bo, bi);
           continue;
         }
         if (whole) {
-          gemm_range(s, run, acc, inp, tile, 0, run->count, 0, run->rows);
+          gemm_range(s, job, run, acc, inp, tile, 0, run->count, 0, run->rows);
           continue;
         }
         if (run->dstep == 1 && run->drow == (int64_t)run->count) { /* indices [d, d + rows * count): a block */
@@ -1487,18 +1672,18 @@ static void gemm_part(const vta_sim_t *s, const insn_t *in, const uop_run_t *run
           uint32_t r0 = (uint32_t)(k0 / n), i0 = (uint32_t)(k0 % n), r1 = (uint32_t)((k1 - 1) / n),
                    i1 = (uint32_t)((k1 - 1) % n + 1); /* first row and column, last row and its end */
           if (r0 == r1) {
-            gemm_range(s, run, acc, inp, tile, i0, i1, r0, 1);
+            gemm_range(s, job, run, acc, inp, tile, i0, i1, r0, 1);
             continue;
           }
-          if (i0) gemm_range(s, run, acc, inp, tile, i0, run->count, r0++, 1);
-          if (i1 < run->count) gemm_range(s, run, acc, inp, tile, 0, i1, r1--, 1);
-          if (r0 <= r1) gemm_range(s, run, acc, inp, tile, 0, run->count, r0, r1 - r0 + 1);
+          if (i0) gemm_range(s, job, run, acc, inp, tile, i0, run->count, r0++, 1);
+          if (i1 < run->count) gemm_range(s, job, run, acc, inp, tile, 0, i1, r1--, 1);
+          if (r0 <= r1) gemm_range(s, job, run, acc, inp, tile, 0, run->count, r0, r1 - r0 + 1);
           continue;
         }
         for (uint32_t r = 0; r < run->rows; r++) {
           uint32_t a, b;
           owned_range((int64_t)d + (int64_t)r * run->drow, run->dstep, run->count, lo, hi, &a, &b);
-          if (a < b) gemm_range(s, run, acc, inp, tile, a, b, r, 1);
+          if (a < b) gemm_range(s, job, run, acc, inp, tile, a, b, r, 1);
         }
       }
     }
@@ -1537,9 +1722,7 @@ struct gemm_pool {
   pthread_t tid[VTA_SIM_MAX_THREADS];
   pthread_mutex_t mu;
   pthread_cond_t wake, done;
-  const insn_t *in; /* the job: its runs and each share's accumulator indices [bound[t], bound[t+1]) */
-  const uop_run_t *runs;
-  uint32_t nruns;
+  gemm_job_t job; /* the job, and each share's accumulator indices [bound[t], bound[t+1]) */
   int64_t bound[VTA_SIM_MAX_THREADS + 1];
   uint64_t generation; /* __atomic: bumped per job */
   uint64_t poke;       /* __atomic: bumped to wake sleeping workers without a job (pool_poke) */
@@ -1579,7 +1762,7 @@ static void *pool_main(void *arg) {
     if (__atomic_load_n(&pool->stop, __ATOMIC_ACQUIRE)) return NULL;
     if (g == seen) continue; /* poked: spin for the job that is coming */
     seen = g;
-    gemm_part(pool->s, pool->in, pool->runs, pool->nruns, pool->bound[w.part], pool->bound[w.part + 1]);
+    gemm_part(pool->s, &pool->job, pool->bound[w.part], pool->bound[w.part + 1]);
     if (__atomic_sub_fetch(&pool->pending, 1, __ATOMIC_SEQ_CST) == 0 &&
         __atomic_load_n(&pool->caller_waits, __ATOMIC_SEQ_CST)) {
       pthread_mutex_lock(&pool->mu);
@@ -1654,9 +1837,9 @@ static gemm_pool_t *pool_create(vta_sim_t *s, uint32_t nthreads) {
 }
 
 /* Run every share of one split GEMM: workers take shares 1..nstarted, the caller share 0 and the rest. */
-static void pool_run(gemm_pool_t *pool, const insn_t *in, const uop_run_t *runs, uint32_t nruns, int64_t dmin,
-                     int64_t dmax) {
+static void pool_run(gemm_pool_t *pool, const gemm_job_t *job, int64_t dmin, int64_t dmax) {
   vta_sim_t *s = pool->s;
+  const insn_t *in = job->in;
   /* shares of equal spans of the accumulator indices the GEMM touches (loop factors are unsigned) */
   const uint32_t n = pool->nthreads;
   const int64_t span = dmax + (int64_t)(in->iter_out - 1) * in->dst_out + (int64_t)(in->iter_in - 1) * in->dst_in -
@@ -1664,9 +1847,7 @@ static void pool_run(gemm_pool_t *pool, const insn_t *in, const uop_run_t *runs,
   for (uint32_t t = 0; t < n; t++) pool->bound[t] = dmin + span * t / n;
   pool->bound[n] = INT64_MAX;
   if (pool->nstarted) {
-    pool->in = in;
-    pool->runs = runs;
-    pool->nruns = nruns;
+    pool->job = *job;
     __atomic_store_n(&pool->pending, pool->nstarted, __ATOMIC_RELEASE);
     __atomic_add_fetch(&pool->generation, 1, __ATOMIC_SEQ_CST);
     if (__atomic_load_n(&pool->sleepers, __ATOMIC_SEQ_CST)) {
@@ -1675,9 +1856,8 @@ static void pool_run(gemm_pool_t *pool, const insn_t *in, const uop_run_t *runs,
       pthread_mutex_unlock(&pool->mu);
     }
   }
-  gemm_part(s, in, runs, nruns, pool->bound[0], pool->bound[1]);
-  for (uint32_t t = pool->nstarted + 1; t < n; t++)
-    gemm_part(s, in, runs, nruns, pool->bound[t], pool->bound[t + 1]);
+  gemm_part(s, job, pool->bound[0], pool->bound[1]);
+  for (uint32_t t = pool->nstarted + 1; t < n; t++) gemm_part(s, job, pool->bound[t], pool->bound[t + 1]);
   if (!pool->nstarted) return;
   for (uint32_t i = 0; i < POOL_SPINS && __atomic_load_n(&pool->pending, __ATOMIC_ACQUIRE); i++) cpu_pause();
   if (__atomic_load_n(&pool->pending, __ATOMIC_ACQUIRE)) {
@@ -1700,25 +1880,38 @@ static int splits(const vta_sim_t *s, const insn_t *in) {
  * a simulator that never splits one never starts a thread. */
 
 static void exec_gemm(vta_sim_t *s, const insn_t *in) {
-  int64_t dmin = 0, dmax = 0;
-  uint32_t nruns = 0;
-  const uop_run_t *runs = s->runs + in->uop_bgn;
-  if (!in->reset && in->uop_end > in->uop_bgn) { /* a kernel runs many times between micro-op loads */
+  gemm_job_t job = {in, s->runs + in->uop_bgn, 0, s->gemm_row, s->gemm, s->wgt_t, s->wgt_t_stride};
+  field_span_t dst = {0, 0};
+  if (!in->reset && in->uop_end > in->uop_bgn && iterations(in)) { /* a kernel runs many times between loads */
     int e = 0;
     while (e < KERNEL_CACHE && !(s->kernels[e].end == in->uop_end && s->kernels[e].bgn == in->uop_bgn)) e++;
     if (e == KERNEL_CACHE) {
       uop_written(s, in->uop_bgn, in->uop_end); /* their runs' slots are overwritten now */
       e = (int)(s->next_kernel++ % KERNEL_CACHE);
-      s->kernels[e].nruns = find_runs(s, in, s->runs + in->uop_bgn, &s->kernels[e].dmin, &s->kernels[e].dmax);
+      s->kernels[e].nruns = find_runs(s, in, s->runs + in->uop_bgn, &s->kernels[e].dst, &s->kernels[e].src,
+                                      &s->kernels[e].wgt);
       s->kernels[e].bgn = in->uop_bgn;
       s->kernels[e].end = in->uop_end;
     }
-    nruns = s->kernels[e].nruns;
-    dmin = s->kernels[e].dmin;
-    dmax = s->kernels[e].dmax;
+    job.nruns = s->kernels[e].nruns;
+    dst = s->kernels[e].dst;
+    /* the entries the loops reach (check_indices proved them inside the SRAMs) */
+    const field_span_t src = s->kernels[e].src, wgt = s->kernels[e].wgt;
+    const size_t i1 = in->iter_out - 1, j1 = in->iter_in - 1;
+    const size_t src_end = (size_t)src.max + i1 * in->src_out + j1 * in->src_in;
+    const size_t wgt_end = (size_t)wgt.max + i1 * in->wgt_out + j1 * in->wgt_in;
+    int kind = SHADOW_OWN;
+    if (s->gemm_row_unsigned && inputs_unsigned(s, (size_t)src.min, src_end)) {
+      job.row = s->gemm_row_unsigned;
+      job.one = s->gemm_unsigned;
+      job.shadow = s->wgt_q;
+      job.stride = 256;
+      kind = SHADOW_QUADS;
+    }
+    need_shadows(s, kind, (size_t)wgt.min, wgt_end);
   }
-  if (!nruns || !splits(s, in)) {
-    gemm_part(s, in, runs, nruns, 0, INT64_MAX);
+  if (!job.nruns || !splits(s, in)) {
+    gemm_part(s, &job, 0, INT64_MAX);
     return;
   }
   if (s->pool && s->pool->pid != getpid()) { /* inherited through fork: start this process's own threads */
@@ -1727,10 +1920,10 @@ static void exec_gemm(vta_sim_t *s, const insn_t *in) {
   }
   if (!s->pool) s->pool = pool_create(s, s->threads);
   if (!s->pool) { /* out of memory: one thread computes the same */
-    gemm_part(s, in, runs, nruns, 0, INT64_MAX);
+    gemm_part(s, &job, 0, INT64_MAX);
     return;
   }
-  pool_run(s->pool, in, runs, nruns, dmin, dmax);
+  pool_run(s->pool, &job, dst.min, dst.max);
 }
 
 static int32_t alu_apply(uint32_t op, int32_t a, int32_t b) {
