@@ -86,9 +86,15 @@ class HostStep:
     attrs: dict
     inputs: list[str]
     backend: str = "numpy"
+    fused: list[str] = field(default_factory=list)   # ops after `name` it also computes (a kernel's epilogue)
+
+    @property
+    def output(self) -> str:
+        """The value the step produces: its last fused op's, else its own."""
+        return self.fused[-1] if self.fused else self.name
 
     def run(self, m: GraphModule, compute: bool) -> None:
-        m.values[self.name] = self.fn(self.attrs, *(m.host_value(i) for i in self.inputs))
+        m.values[self.output] = self.fn(self.attrs, *(m.host_value(i) for i in self.inputs))
 
 
 @dataclass
@@ -197,7 +203,7 @@ class GraphModule:
                 step.run(self, compute)
                 dt = time.perf_counter() - t0
                 host_total += dt
-                records.append(StepRecord(step.name, step.op, "cpu", host_seconds=dt))
+                records.append(StepRecord(step.name, step.op, "cpu", len(step.fused), host_seconds=dt))
         self.outputs = [np.array(self.host_value(o)) for o in self.graph.outputs]
         self.records = records
         self.host_seconds = host_total
@@ -379,6 +385,32 @@ class _Builder:
         fn, backend = _host_kernel(node, self.g, self.cpu)
         return HostStep(node.name, node.op, fn, node.attrs, list(node.inputs), backend)
 
+    def fused_host_step(self, node, member_of: dict) -> HostStep | None:
+        """A float conv2d on the host with the bias_add and/or relu that alone read it as its JIT kernel's
+        epilogue (one pass over the output instead of three; the same bits), or None."""
+        if node.op != "nn.conv2d" or self.cpu == "numpy" or not jit.available() or self.g[node.name].dtype != "float32":
+            return None
+        chain, extra, last = [], [], node.name
+        for op in jit.EPILOGUE_OPS:
+            users = self.users[last]
+            nxt = self.g[users[0]] if len(users) == 1 and users[0] in self.g.nodes else None
+            if nxt is None or nxt.op != op or nxt.inputs[0] != last or nxt.name in member_of:
+                continue
+            if op == "nn.bias_add":
+                bias = self.g[nxt.inputs[1]]
+                if nxt.attrs.get("axis", 1) % 4 != 1 or bias.dtype != "float32" or bias.shape != (self.g[last].shape[1],):
+                    continue
+                extra.append(nxt.inputs[1])
+            chain.append(nxt.name)
+            last = nxt.name
+        if not chain:
+            return None
+        fn = jit.get_kernel("nn.conv2d", node.attrs, [self.g[i].shape for i in node.inputs],
+                            [self.g[i].dtype for i in node.inputs], [self.g[c].op for c in chain])
+        if fn is None:
+            return None
+        return HostStep(node.name, node.op, fn, node.attrs, [*node.inputs, *extra], "jit", chain)
+
     def fall_back(self, grp: Group, what: str, reason: str) -> None:
         """The template has no config for this workload (e.g. too few output positions for VTA's pipeline):
         the group's ops run on the host, bit-exact in the packed layout - visibly, or not at all."""
@@ -392,12 +424,16 @@ class _Builder:
 
     def run(self, groups: dict[str, Group]) -> list:
         member_of = {m: grp for grp in groups.values() for m in grp.members}
+        self.users = self.g.consumers()
+        done: set[str] = set()   # ops fused into an earlier step
         for node in self.g:
-            if node.op in ("input", "const") or node.name in self.consts:
+            if node.op in ("input", "const") or node.name in self.consts or node.name in done:
                 continue
             grp = member_of.get(node.name)
             if grp is None:
-                self.steps.append(self.host_step(node))
+                step = self.fused_host_step(node, member_of) or self.host_step(node)
+                done.update(step.fused)
+                self.steps.append(step)
             elif node.name == grp.output:  # every operand of the chain is ready here
                 try:
                     step = self.accel_step(grp)

@@ -32,6 +32,8 @@ from graph_pack.opdefs import OPS, packed_factors, pair, pool_out, quad
 
 Kernel = Callable[..., np.ndarray]
 COVERED = ("nn.conv2d", "nn.dense", "nn.max_pool2d", "nn.avg_pool2d", "nn.global_avg_pool2d")
+EPILOGUE_OPS = ("nn.bias_add", "nn.relu")   # what a float nn.conv2d can apply to its output (get_kernel)
+EPILOGUES = (("nn.bias_add",), ("nn.relu",), ("nn.bias_add", "nn.relu"))
 _INSTALL_HINT = "graph_pack.jit needs llvmlite: reinstall the package (llvmlite is a core dependency) or pip install llvmlite"
 
 
@@ -353,11 +355,14 @@ class _Conv:
     integer: bool
 
 
-def _conv_ir(name: str, p: _Conv, t: _Tile) -> tuple[str, dict]:
-    """conv2d(xin, w) -> out, staging xin into %x first. Each tile keeps ob*r*v vector accumulators in
+def _conv_ir(name: str, p: _Conv, t: _Tile, epilogue: tuple[str, ...] = ()) -> tuple[str, dict]:
+    """conv2d(xin, w[, bias]) -> out, staging xin into %x first. Each tile keeps ob*r*v vector accumulators in
     registers; for every input channel, kernel row and kernel column (the reference's order) it adds the
-    rounded products of r*v input vectors (consecutive output columns) with ob broadcast weights."""
-    f = _Fn(name, ["ptr noalias readonly %xin", "ptr noalias %x", "ptr noalias readonly %w", "ptr noalias %out"])
+    rounded products of r*v input vectors (consecutive output columns) with ob broadcast weights. ``epilogue``
+    (float only) applies ``nn.bias_add`` (%bias: one float per channel, padded like the weights) and/or
+    ``nn.relu`` to each sum before it is stored, as the references do after the conv: the same float ops."""
+    args = ["ptr noalias readonly %xin", "ptr noalias %x", "ptr noalias readonly %w", "ptr noalias %out"]
+    f = _Fn(name, args + ["ptr noalias readonly %bias"] * ("nn.bias_add" in epilogue))
     (sh, sw), (dh, dw) = p.strides, p.dilation
     og = p.o // p.groups
     ogp = -(-og // t.ob) * t.ob
@@ -437,9 +442,18 @@ def _conv_ir(name: str, p: _Conv, t: _Tile) -> tuple[str, dict]:
                 if nrb * t.r != p.oh:
                     conds.append((f.lin(r, (1, row0)), p.oh))
                 valid = _valid(f, conds)
+                bias = None
+                if "nn.bias_add" in epilogue:
+                    q = f.gep("float", "%bias", f.lin(o, (ogp, g), (t.ob, ob)))
+                    bias = f.splat("float", lanes, f.let(f"load float, ptr {q}, align 4"))
                 for v in range(t.v):
                     mask = _store_mask(f, lanes, need_col, f.lin(v * lanes, (1, col0)), p.ow, valid)
                     val = f.let(f"load {vt}, ptr {acc_at[o, r, v]}, align 64")
+                    if bias is not None:
+                        val = f.let(f"fadd {vt} {val}, {bias}")
+                    if "nn.relu" in epilogue:  # numpy's maximum(x, 0): x when x > 0 or NaN, else +0.0
+                        keep = f.let(f"fcmp ugt {vt} {val}, zeroinitializer")
+                        val = f.let(f"select <{lanes} x i1> {keep}, {vt} {val}, {vt} zeroinitializer")
                     q = f.gep(at, "%out", f.lin(o * out_c + r * p.ow + v * lanes, (1, obase)), inbounds=False)
                     f.masked_store(at, lanes, val, q, mask)
     return f.text(), {"hn": hn, "wc": wc, "ogp": ogp, "og": og}
@@ -675,7 +689,7 @@ def _finish(fn: Kernel, t0: float, **info) -> Kernel:
     return fn
 
 
-def _conv_spec(a: dict, shapes: list[tuple], dtypes: list[str]):
+def _conv_spec(a: dict, shapes: list[tuple], dtypes: list[str], epilogue: tuple[str, ...] = ()):
     if a.get("data_layout", "NCHW") != "NCHW" or a.get("kernel_layout", "OIHW") != "OIHW":
         return None
     if len(shapes) != 2 or len(dtypes) != 2 or len(shapes[0]) != 4 or len(shapes[1]) != 4:
@@ -701,24 +715,28 @@ def _conv_spec(a: dict, shapes: list[tuple], dtypes: list[str]):
         raise ValueError(f"graph_pack.jit: the conv2d output would be empty ({oh} x {ow})")
     if 0 in (n, c, o, kh, kw):
         return None
+    if epilogue and integer:
+        return None
     p = _Conv(n, c, h, w, o, cg, kh, kw, oh, ow, strides, padding, dilation, groups, integer)
-    return p, lambda: _build_conv(p, shapes, dtypes, out_dtype)
+    return p, lambda: _build_conv(p, shapes, dtypes, out_dtype, epilogue)
 
 
-def _build_conv(p: _Conv, shapes: list[tuple], dtypes: list[str], out_dtype: str) -> Kernel:
+def _build_conv(p: _Conv, shapes: list[tuple], dtypes: list[str], out_dtype: str,
+                epilogue: tuple[str, ...] = ()) -> Kernel:
     t0 = time.perf_counter()
     st = _jit()
     og = p.o // p.groups
     tile = _plan(og, p.oh, p.ow, p.cg * p.kh * p.kw, 32 if st.avx512 else 16, _vwmax(4), 16)
     name = _fresh_name("nn.conv2d")
-    ir, lay = _conv_ir(name, p, tile)
-    cfn = _compile(ir, name, 4)
+    ir, lay = _conv_ir(name, p, tile, epilogue)
+    with_bias = "nn.bias_add" in epilogue
+    cfn = _compile(ir, name, 4 + with_bias)
     ogp = lay["ogp"]
     wshape = (p.groups, og, p.cg, p.kh, p.kw)
     scratch = _Scratch((p.n, p.c, lay["hn"], p.strides[1], lay["wc"]), dtypes[0], 0)
 
-    def conv2d(attrs: dict, x: np.ndarray, w: np.ndarray) -> np.ndarray:
-        _check("nn.conv2d", (x, w), shapes, dtypes)
+    def conv2d(attrs: dict, x: np.ndarray, w: np.ndarray, *bias: np.ndarray) -> np.ndarray:
+        _check("nn.conv2d", (x, w, *bias), [*shapes, *[(p.o,)] * with_bias], [*dtypes, *["float32"] * with_bias])
         if ogp != og:
             wq = np.zeros((p.groups, ogp, p.cg, p.kh, p.kw), w.dtype)
             wq[:, :og] = w.reshape(wshape)
@@ -726,7 +744,12 @@ def _build_conv(p: _Conv, shapes: list[tuple], dtypes: list[str], out_dtype: str
             wq = np.ascontiguousarray(w)
         out = np.empty((p.n, p.o, p.oh, p.ow), out_dtype)
         x = np.ascontiguousarray(x)
-        cfn(_ptr(x), _ptr(scratch.get()), _ptr(wq), _ptr(out))
+        extra = []
+        if with_bias:
+            bq = np.zeros((p.groups, ogp), np.float32)
+            bq[:, :og] = bias[0].reshape(p.groups, og)
+            extra.append(_ptr(bq))
+        cfn(_ptr(x), _ptr(scratch.get()), _ptr(wq), _ptr(out), *extra)
         return out
 
     return _finish(conv2d, t0, tile=tile, ir_lines=ir.count("\n"))
@@ -842,13 +865,19 @@ def _dense_spec(a: dict, shapes: list[tuple], dtypes: list[str]):
     return (integer,), build
 
 
-def get_kernel(op: str, attrs: dict, in_shapes: Sequence[tuple], in_dtypes: Sequence[str]) -> Kernel | None:
+def get_kernel(op: str, attrs: dict, in_shapes: Sequence[tuple], in_dtypes: Sequence[str],
+               epilogue: Sequence[str] = ()) -> Kernel | None:
     """A compiled kernel for ``op`` on exactly these input shapes and dtypes, called like the reference
     (``fn(attrs, *arrays)``) and bit-identical to it; None when the op/dtype/layout is not covered, so the
-    caller runs graph_pack.kernels instead. Compiled once per (op, attrs, shapes, dtypes) and cached.
+    caller runs graph_pack.kernels instead. Compiled once per (op, attrs, shapes, dtypes, epilogue) and cached.
+
+    ``epilogue``: ops applied to each output before it is stored, in order, bit-identical to running their
+    references on the output (``EPILOGUE_OPS``: a float ``nn.conv2d`` takes ``nn.bias_add`` on the channel
+    axis, whose bias is then the kernel's last argument, then ``nn.relu``); None when not covered.
 
     Raises ImportError when a covered kernel is asked for and llvmlite is missing."""
-    if op not in COVERED:
+    epilogue = tuple(epilogue)
+    if op not in COVERED or (epilogue and (op != "nn.conv2d" or epilogue not in EPILOGUES)):
         return None
     shapes = [tuple(int(d) for d in s) for s in in_shapes]
     dtypes = [np.dtype(d).name for d in in_dtypes]
@@ -857,7 +886,7 @@ def get_kernel(op: str, attrs: dict, in_shapes: Sequence[tuple], in_dtypes: Sequ
         if key in a and packed_factors(str(a[key])):
             return None
     if op == "nn.conv2d":
-        spec = _conv_spec(a, shapes, dtypes)
+        spec = _conv_spec(a, shapes, dtypes, epilogue)
     elif op == "nn.dense":
         spec = _dense_spec(a, shapes, dtypes)
     elif op == "nn.global_avg_pool2d":
@@ -867,7 +896,7 @@ def get_kernel(op: str, attrs: dict, in_shapes: Sequence[tuple], in_dtypes: Sequ
     if spec is None:
         return None
     params, build = spec
-    key = (op, tuple(shapes), tuple(dtypes), params)
+    key = (op, tuple(shapes), tuple(dtypes), params, epilogue)
     with _LOCK:
         fn = _CACHE.get(key)
         if fn is None:

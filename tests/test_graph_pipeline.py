@@ -745,6 +745,30 @@ def test_unpacked_graphs_run_on_the_host():
         assert mod.cycles == 0
 
 
+def test_host_conv_bias_relu_runs_as_one_jit_step():
+    """On the host, a float conv2d whose only reader is a channel bias_add whose only reader is a relu runs as one
+    JIT kernel with both as its epilogue (the profile's fused column counts them), with the bits of the three
+    ops run apart; a conv whose output is also read elsewhere, or is a graph output, is not fused."""
+    n = Net((1, 3, 20, 20), seed=33)
+    stem = n.conv(n.x, 16, k=7, name="stem", strides=2, padding=3, bias=True, relu=True)
+    two = n.conv(stem, 16, name="two", padding=1, bias=True)         # "two" is read by "two.bias" and by `side`
+    side = n.op("nn.max_pool2d", ["two"], name="side", pool_size=2)
+    y = n.op("nn.relu", [two], name="two.relu")
+    out = n.conv(y, 16, name="out", padding=1)                       # read by "out.relu", and a graph output
+    g, p = n.finish(n.op("nn.relu", [out], name="out.relu"), side, out)
+    x = n.inputs()
+    mod = build(g, SIM, p, cpu="auto")
+    steps = {s.name: s for s in mod.steps}
+    assert steps["stem"].fused == ["stem.bias", "stem.relu"] and steps["stem"].backend == "jit"
+    assert not steps["two"].fused and not steps["out"].fused and "stem.bias" not in steps
+    check_exact(mod, g, p, x)
+    check_exact(mod, g, p, n.inputs(seed=2))    # twice in one module
+    assert {r["name"]: r["fused"] for r in mod.profile()}["stem"] == 2
+    apart = build(g, SIM, p, cpu="numpy")
+    assert all(not s.fused for s in apart.steps)
+    check_exact(apart, g, p, x)
+
+
 def test_two_outputs_and_the_jit_host_backend():
     n = Net((1, 16, 6, 6), seed=32)
     y = n.conv(n.x, 16, name="c0", padding=1, relu=True)

@@ -180,6 +180,42 @@ def test_global_avg_pool2d_bit_identical(shape):
 
 
 @needs_llvmlite
+@pytest.mark.parametrize("epilogue", jit.EPILOGUES)
+@pytest.mark.parametrize("case", ["stem 7x7 s2", "groups 2", "depthwise s2", "channel tail", "odd sizes"])
+def test_conv2d_epilogue_bit_identical(case, epilogue):
+    """A float conv2d with bias_add and/or relu applied as it stores each output equals the references run one
+    after the other, bit for bit: negative sums, zeros, infinities and NaN included."""
+    xs, ws, kw = CONVS[case]
+    rng = np.random.default_rng(sum(map(ord, case)) + len(epilogue))
+    x, w, b = _floats(rng, xs), _floats(rng, ws), _floats(rng, (ws[0],))
+    x.flat[:3] = np.nan, np.inf, -np.inf
+    b[:2] = -0.0, 0.0
+    attrs = _attrs("nn.conv2d", [x, w], **kw)
+    fn = jit.get_kernel("nn.conv2d", attrs, [x.shape, w.shape], ["float32", "float32"], epilogue)
+    assert fn is not None
+    want = KERNELS["nn.conv2d"](attrs, x, w)
+    for op in epilogue:
+        want = KERNELS[op]({"axis": 1}, want, b) if op == "nn.bias_add" else KERNELS[op]({}, want)
+    assert np.isnan(want).any() and (want < 0).any() == ("nn.relu" not in epilogue)
+    _assert_bits(fn(attrs, x, w, *[b] * ("nn.bias_add" in epilogue)), want)
+    if "nn.bias_add" in epilogue:
+        with pytest.raises(ValueError, match="compiled for input 2"):
+            fn(attrs, x, w, b[:-1])
+
+
+@needs_llvmlite
+def test_epilogues_not_covered():
+    """Integer convs, other ops, other orders and other epilogue ops get None (the caller runs the ops apart)."""
+    shapes, f32, i8 = [(1, 4, 8, 8), (4, 4, 3, 3)], ["float32", "float32"], ["int8", "int8"]
+    conv = {**OPS["nn.conv2d"].defaults, "padding": (1, 1, 1, 1)}
+    assert jit.get_kernel("nn.conv2d", {**conv, "out_dtype": "int32"}, shapes, i8, ["nn.relu"]) is None
+    assert jit.get_kernel("nn.conv2d", conv, shapes, f32, ["nn.relu", "nn.bias_add"]) is None
+    assert jit.get_kernel("nn.conv2d", conv, shapes, f32, ["clip"]) is None
+    assert jit.get_kernel("nn.dense", OPS["nn.dense"].defaults, [(1, 8), (4, 8)], f32, ["nn.relu"]) is None
+    assert jit.get_kernel("nn.conv2d", conv, shapes, f32, ["nn.relu"]) is not None
+
+
+@needs_llvmlite
 def test_cache_returns_the_same_function():
     rng = np.random.default_rng(0)
     x, w = _floats(rng, (1, 4, 8, 8)), _floats(rng, (4, 4, 3, 3))
