@@ -32,10 +32,10 @@ typedef struct uop_run {
   int64_t dstep, sstep, drow, srow;
 } uop_run_t;
 
-/* acc[i * dstep] += inp[i * sstep] x tile for micro-ops i < n of one row of a run (gemm_row_avx2_16x16; steps in
- * int32 lanes and input bytes); gemm_range walks the rows. */
-typedef void (*gemm_row_fn)(int32_t *acc, ptrdiff_t dstep, const int8_t *inp, ptrdiff_t sstep, const uint8_t *tile,
-                            uint32_t n, uint32_t batch);
+/* acc[r * drow + i * dstep] += inp[r * srow + i * sstep] x tile for micro-ops i < n of rows r < rows of a run
+ * (gemm_row_avx2_16x16; steps in int32 lanes and input bytes), in that order. */
+typedef void (*gemm_row_fn)(int32_t *acc, ptrdiff_t dstep, ptrdiff_t drow, const int8_t *inp, ptrdiff_t sstep,
+                            ptrdiff_t srow, const uint8_t *tile, uint32_t n, uint32_t rows, uint32_t batch);
 
 typedef void (*gemm_fn)(int32_t *, const int8_t *, const uint8_t *, uint32_t, uint32_t, uint32_t);
 
@@ -278,9 +278,10 @@ static inline void widen_sse2(const int8_t *x, __m128i *lo, __m128i *hi) {
 
 /* gemm_row_avx2_16x16 in SSE2: n micro-ops sharing a 16x16 tile, micro-op i at acc + i * dstep, inp + i * sstep.
  * Two sets of sums (even and odd pairs) halve the add chains. */
-static void gemm_row_sse2_16x16(int32_t *acc, ptrdiff_t dstep, const int8_t *inp, ptrdiff_t sstep,
-                                const uint8_t *tile, uint32_t n, uint32_t batch) {
+static void gemm_row_sse2_16x16(int32_t *acc, ptrdiff_t dstep, ptrdiff_t drow, const int8_t *inp, ptrdiff_t sstep,
+                                ptrdiff_t srow, const uint8_t *tile, uint32_t n, uint32_t rows, uint32_t batch) {
   const __m128i *w = (const __m128i *)(const void *)tile;
+  for (uint32_t r = 0; r < rows; r++, acc += drow, inp += srow)
   for (uint32_t i = 0; i < n; i++) {
     const int8_t *x = inp + (ptrdiff_t)i * sstep;
     int32_t *a = acc + (ptrdiff_t)i * dstep;
@@ -327,7 +328,7 @@ static void gemm_sse2(int32_t *acc, const int8_t *inp, const uint8_t *tile, uint
                       uint32_t bi) {
   const uint32_t *wp = (const uint32_t *)(const void *)tile;
   if (bo == 16 && bi == 16) {
-    gemm_row_sse2_16x16(acc, 0, inp, 0, tile, 1, batch);
+    gemm_row_sse2_16x16(acc, 0, 0, inp, 0, 0, tile, 1, 1, batch);
     return;
   }
   uint32_t xp[128];
@@ -381,10 +382,11 @@ __attribute__((target("avx2"))) static inline uint32_t x_pairs_avx2(uint32_t *xp
  * micro-op i accumulates into acc + i * dstep from inp + i * sstep. The tile stays in L1 across the run; each
  * input row's int16 pairs are broadcast by in-lane shuffles of its two halves (faster than broadcasts from a
  * stored copy, 4.2 vs 4.8 ns per micro-op, and than vpermd). */
-__attribute__((target("avx2"))) static void gemm_row_avx2_16x16(int32_t *acc, ptrdiff_t dstep, const int8_t *inp,
-                                                                ptrdiff_t sstep, const uint8_t *tile, uint32_t n,
-                                                                uint32_t batch) {
+__attribute__((target("avx2"))) static void gemm_row_avx2_16x16(int32_t *acc, ptrdiff_t dstep, ptrdiff_t drow,
+    const int8_t *inp, ptrdiff_t sstep, ptrdiff_t srow, const uint8_t *tile, uint32_t n, uint32_t rows,
+    uint32_t batch) {
   const __m256i *w = (const __m256i *)(const void *)tile;
+  for (uint32_t r = 0; r < rows; r++, acc += drow, inp += srow)
   for (uint32_t i = 0; i < n; i++) {
     const int8_t *x = inp + (ptrdiff_t)i * sstep;
     int32_t *a = acc + (ptrdiff_t)i * dstep;
@@ -446,14 +448,14 @@ __attribute__((target("avx2"))) static void shadow_pairs_16x16(uint8_t *dst, con
   } while (0)
 
 __attribute__((target("avx2"))) static void gemm_row_avx2_unsigned_16x16(int32_t *acc, ptrdiff_t dstep,
-                                                                         const int8_t *inp, ptrdiff_t sstep,
-                                                                         const uint8_t *tile, uint32_t n,
-                                                                         uint32_t batch) {
+    ptrdiff_t drow, const int8_t *inp, ptrdiff_t sstep, ptrdiff_t srow, const uint8_t *tile, uint32_t n,
+    uint32_t rows, uint32_t batch) {
   const __m256i *t = (const __m256i *)(const void *)tile;
   const __m256i w0a = _mm256_loadu_si256(t), w0b = _mm256_loadu_si256(t + 1), w1a = _mm256_loadu_si256(t + 2),
                 w1b = _mm256_loadu_si256(t + 3), w2a = _mm256_loadu_si256(t + 4), w2b = _mm256_loadu_si256(t + 5),
                 w3a = _mm256_loadu_si256(t + 6), w3b = _mm256_loadu_si256(t + 7);
   const __m256i ones = _mm256_set1_epi16(1);
+  for (uint32_t r = 0; r < rows; r++, acc += drow, inp += srow)
   for (uint32_t i = 0; i < n; i++) {
     const int8_t *x = inp + (ptrdiff_t)i * sstep;
     int32_t *a = acc + (ptrdiff_t)i * dstep;
@@ -477,7 +479,7 @@ __attribute__((target("avx2"))) static void gemm_avx2_unsigned_16x16(int32_t *ac
                                                                      uint32_t bo, uint32_t bi) {
   (void)bo;
   (void)bi;
-  gemm_row_avx2_unsigned_16x16(acc, 0, inp, 0, tile, 1, batch);
+  gemm_row_avx2_unsigned_16x16(acc, 0, 0, inp, 0, 0, tile, 1, 1, batch);
 }
 
 /* The quad shadow of a 16x16 tile (shadow_quads' words, without the correction): the tile as a 16 x 4 matrix of
@@ -501,7 +503,7 @@ __attribute__((target("avx2"))) static void gemm_avx2(int32_t *acc, const int8_t
                                                       uint32_t batch, uint32_t bo, uint32_t bi) {
   const uint32_t *wp = (const uint32_t *)(const void *)tile;
   if (bo == 16 && bi == 16) { /* pynq and most presets: the run kernel, for one micro-op */
-    gemm_row_avx2_16x16(acc, 0, inp, 0, tile, 1, batch);
+    gemm_row_avx2_16x16(acc, 0, 0, inp, 0, 0, tile, 1, 1, batch);
     return;
   }
   uint32_t xp[128];
@@ -552,11 +554,13 @@ __attribute__((target("avx2"))) static void gemm_avx2(int32_t *acc, const int8_t
 
 /* The avx2 16x16 run kernel at twice the width: one row of the pair shadow (16 outputs) is one register, so a
  * micro-op is 8 vpmaddwd instead of 16. */
-TARGET_AVX512 static void gemm_row_avx512_16x16(int32_t *acc, ptrdiff_t dstep, const int8_t *inp, ptrdiff_t sstep,
-                                                const uint8_t *tile, uint32_t n, uint32_t batch) {
+TARGET_AVX512 static void gemm_row_avx512_16x16(int32_t *acc, ptrdiff_t dstep, ptrdiff_t drow, const int8_t *inp,
+                                                ptrdiff_t sstep, ptrdiff_t srow, const uint8_t *tile, uint32_t n,
+                                                uint32_t rows, uint32_t batch) {
   const uint32_t *wp = (const uint32_t *)(const void *)tile;
   __m512i w[8];
   for (int k = 0; k < 8; k++) w[k] = _mm512_loadu_si512((const void *)(wp + 16 * k));
+  for (uint32_t r = 0; r < rows; r++, acc += drow, inp += srow)
   for (uint32_t i = 0; i < n; i++) {
     const int8_t *x = inp + (ptrdiff_t)i * sstep;
     int32_t *a = acc + (ptrdiff_t)i * dstep;
@@ -580,13 +584,15 @@ TARGET_AVX512 static void gemm_row_avx512_16x16(int32_t *acc, ptrdiff_t dstep, c
 
 /* The unsigned-input kernel (gemm_row_avx2_unsigned_16x16) at twice the width: a quad shadow row is one register,
  * so a micro-op is 4 vpmaddubsw and 4 vpmaddwd instead of the pair kernel's 8 vpmaddwd and 8 shuffles. */
-TARGET_AVX512 static void gemm_row_avx512_unsigned_16x16(int32_t *acc, ptrdiff_t dstep, const int8_t *inp,
-                                                         ptrdiff_t sstep, const uint8_t *tile, uint32_t n,
+TARGET_AVX512 static void gemm_row_avx512_unsigned_16x16(int32_t *acc, ptrdiff_t dstep, ptrdiff_t drow,
+                                                         const int8_t *inp, ptrdiff_t sstep, ptrdiff_t srow,
+                                                         const uint8_t *tile, uint32_t n, uint32_t rows,
                                                          uint32_t batch) {
   const uint32_t *wq = (const uint32_t *)(const void *)tile;
   const __m512i w0 = _mm512_loadu_si512((const void *)wq), w1 = _mm512_loadu_si512((const void *)(wq + 16));
   const __m512i w2 = _mm512_loadu_si512((const void *)(wq + 32)), w3 = _mm512_loadu_si512((const void *)(wq + 48));
   const __m512i ones = _mm512_set1_epi16(1);
+  for (uint32_t r = 0; r < rows; r++, acc += drow, inp += srow)
   for (uint32_t i = 0; i < n; i++) {
     const int8_t *x = inp + (ptrdiff_t)i * sstep;
     int32_t *a = acc + (ptrdiff_t)i * dstep;
@@ -607,14 +613,14 @@ TARGET_AVX512 static void gemm_avx512_unsigned_16x16(int32_t *acc, const int8_t 
                                                      uint32_t batch, uint32_t bo, uint32_t bi) {
   (void)bo;
   (void)bi;
-  gemm_row_avx512_unsigned_16x16(acc, 0, inp, 0, tile, 1, batch);
+  gemm_row_avx512_unsigned_16x16(acc, 0, 0, inp, 0, 0, tile, 1, 1, batch);
 }
 
 TARGET_AVX512 static void gemm_avx512(int32_t *acc, const int8_t *inp, const uint8_t *tile, uint32_t batch,
                                       uint32_t bo, uint32_t bi) {
   const uint32_t *wp = (const uint32_t *)(const void *)tile;
   if (bo == 16 && bi == 16) {
-    gemm_row_avx512_16x16(acc, 0, inp, 0, tile, 1, batch);
+    gemm_row_avx512_16x16(acc, 0, 0, inp, 0, 0, tile, 1, 1, batch);
     return;
   }
   uint32_t xp[128];
@@ -672,13 +678,15 @@ static void shadow_quads(uint8_t *dst, const int8_t *w, uint32_t bo, uint32_t bi
 /* A 16x16 run with vpdpbusd: the quad shadow's 4 rows and the correction stay in registers, and each input row,
  * offset by 128 (x ^ 0x80 as a byte), is broadcast quad by quad with in-lane shuffles: 4 instructions per
  * micro-op for 256 multiply-accumulates. */
-TARGET_AVX512VNNI static void gemm_row_vnni_16x16(int32_t *acc, ptrdiff_t dstep, const int8_t *inp, ptrdiff_t sstep,
-                                                  const uint8_t *tile, uint32_t n, uint32_t batch) {
+TARGET_AVX512VNNI static void gemm_row_vnni_16x16(int32_t *acc, ptrdiff_t dstep, ptrdiff_t drow, const int8_t *inp,
+                                                  ptrdiff_t sstep, ptrdiff_t srow, const uint8_t *tile, uint32_t n,
+                                                  uint32_t rows, uint32_t batch) {
   const uint32_t *wq = (const uint32_t *)(const void *)tile;
   const __m512i w0 = _mm512_loadu_si512((const void *)wq), w1 = _mm512_loadu_si512((const void *)(wq + 16));
   const __m512i w2 = _mm512_loadu_si512((const void *)(wq + 32)), w3 = _mm512_loadu_si512((const void *)(wq + 48));
   const __m512i corr = _mm512_loadu_si512((const void *)(wq + quad_words(16, 16)));
   const __m128i offset = _mm_set1_epi8((char)0x80);
+  for (uint32_t r = 0; r < rows; r++, acc += drow, inp += srow)
   for (uint32_t i = 0; i < n; i++) {
     const int8_t *x = inp + (ptrdiff_t)i * sstep;
     int32_t *a = acc + (ptrdiff_t)i * dstep;
@@ -702,7 +710,7 @@ TARGET_AVX512VNNI static void gemm_avx512vnni(
   const uint32_t *corr = wq + quad_words(bo, bi);
   const uint32_t nq = (bi + 3) / 4;
   if (bo == 16 && bi == 16) {
-    gemm_row_vnni_16x16(acc, 0, inp, 0, tile, 1, batch);
+    gemm_row_vnni_16x16(acc, 0, 0, inp, 0, 0, tile, 1, 1, batch);
     return;
   }
   uint32_t xq[64];
@@ -1598,11 +1606,11 @@ static void gemm_range(const vta_sim_t *s, const gemm_job_t *job, const uop_run_
                   drow = (ptrdiff_t)run->drow * lanes, srow = (ptrdiff_t)run->srow * inp_elem;
   acc += (ptrdiff_t)a * dstep + (ptrdiff_t)r0 * drow;
   inp += (ptrdiff_t)a * sstep + (ptrdiff_t)r0 * srow;
+  if (job->row) { /* one call for all the rows: the tile is loaded once (61% of ResNet-18's rows are 7 long) */
+    job->row(acc, dstep, drow, inp, sstep, srow, tile, b - a, rows, s->p.batch);
+    return;
+  }
   for (uint32_t r = 0; r < rows; r++, acc += drow, inp += srow) {
-    if (job->row) {
-      job->row(acc, dstep, inp, sstep, tile, b - a, s->p.batch);
-      continue;
-    }
     for (uint32_t i = 0; i < b - a; i++)
       job->one(acc + (ptrdiff_t)i * dstep, inp + (ptrdiff_t)i * sstep, tile, s->p.batch, s->p.block_out,
               s->p.block_in);
