@@ -49,19 +49,22 @@ def _run_triples(rng: np.random.Generator) -> list[tuple[int, int, int]]:
 
 
 def _gemm_check(name: str, overrides: dict, seed: int, runs: bool = False, threads: int = 1,
-                unsigned: bool = False) -> None:
+                unsigned: bool = False, narrow: bool = False) -> None:
     """Random GEMMs (several micro-ops, both loops, extreme operands) against numpy with int32 wrap-around; with
     ``runs`` the micro-ops come in runs (``_run_triples``), with ``threads`` every GEMM is split over that many,
-    with ``unsigned`` every input is in [0, 127] (what the unsigned-input kernel takes: ReLU outputs)."""
+    with ``unsigned`` every input is in [0, 127] (what the unsigned-input kernel takes: ReLU outputs), with
+    ``narrow`` most weight tiles lie in [-64, 64] (the narrow kernel's) and two just outside (+-65)."""
     from test_semantics import finish, gemm, uops, wrap32
 
     cfg = load_config("pynq", **overrides)
     rng = np.random.default_rng(seed)
     n_inp, n_wgt, n_acc = 24, 12, 16
     x = rng.integers(0 if unsigned else -128, 128, (n_inp, cfg.BATCH, cfg.BLOCK_IN)).astype(np.int8)
-    w = rng.integers(-128, 128, (n_wgt, cfg.BLOCK_OUT, cfg.BLOCK_IN)).astype(np.int8)
-    x[0], w[0] = (127 if unsigned else -128), -128  # largest products
-    w[1] = 127
+    w = rng.integers(-64 if narrow else -128, 65 if narrow else 128, (n_wgt, cfg.BLOCK_OUT, cfg.BLOCK_IN)).astype(np.int8)
+    x[0], w[0] = (127 if unsigned else -128), (-64 if narrow else -128)  # largest products
+    w[1] = 64 if narrow else 127
+    if narrow:   # the narrow sums of these would leave int16
+        x[1:4], w[2], w[3] = 127, 65, -65
     acc = rng.integers(-2**31, 2**31, (n_acc, cfg.BATCH, cfg.BLOCK_OUT)).astype(np.int32)
     acc[0] = 2**31 - 1  # wraps
     triples = [(int(rng.integers(0, 4)), int(rng.integers(0, 6)), int(rng.integers(0, 4))) for _ in range(5)]
@@ -96,6 +99,8 @@ def _child() -> None:
             _gemm_check(name, overrides, 100 * i + seed, runs=True, threads=2 + seed)
             _gemm_check(name, overrides, 100 * i + seed, unsigned=True)
             _gemm_check(name, overrides, 100 * i + seed, runs=True, threads=1 + seed, unsigned=True)
+            _gemm_check(name, overrides, 100 * i + seed, unsigned=True, narrow=True)
+            _gemm_check(name, overrides, 100 * i + seed, runs=True, threads=1 + seed, unsigned=True, narrow=True)
 
     from golden_files import GOLDEN_DIR
     golden = 0
@@ -219,18 +224,22 @@ def test_gemm_runs_follow_micro_op_writes() -> None:
 
 def test_gemm_kernel_follows_input_signs_and_weight_writes() -> None:
     """A GEMM whose reachable inputs are all >= 0 may take the unsigned-input kernel over its own weight shadow
-    (avx2), any other the path's kernel; shadows are built when a GEMM first reads a tile after its write. So: the
-    same tiles alternate between the two kinds of GEMM, a negative byte appears in and then leaves the inputs a
-    GEMM reaches (and one lies just outside them), and tiles are rewritten through the API and by a LOAD between
-    GEMMs; every result must match numpy."""
+    (avx2, avx512), and its narrow variant on tiles whose weights all lie in [-64, 64], any other the path's
+    kernel; shadows are built when a GEMM first reads a tile after its write. So: the same tiles alternate between
+    the two kinds of GEMM, a negative byte appears in and then leaves the inputs a GEMM reaches (and one lies just
+    outside them), and tiles are rewritten through the API and by a LOAD between GEMMs, narrow tiles becoming
+    wide and back (with large inputs, so that a stale narrow mark would wrap int16); every result must match
+    numpy."""
     from test_semantics import finish, gemm, load, uops, wrap32
 
     cfg = load_config("pynq")
     rng = np.random.default_rng(12)
-    x = rng.integers(0, 128, (24, cfg.BATCH, cfg.BLOCK_IN)).astype(np.int8)
-    w = rng.integers(-128, 128, (8, cfg.BLOCK_OUT, cfg.BLOCK_IN)).astype(np.int8)
-    x[0], w[0] = 127, -128
-    triples = [(d, d + 1, 1 + d % 3) for d in range(6)] + [(6 + d, 2 * d, 0) for d in range(4)]  # inputs 0 .. 6
+    x = rng.integers(64, 128, (24, cfg.BATCH, cfg.BLOCK_IN)).astype(np.int8)
+    w = rng.integers(-64, 65, (8, cfg.BLOCK_OUT, cfg.BLOCK_IN)).astype(np.int8)   # narrow tiles
+    x[0], w[0], w[3] = 127, -64, 127
+    # runs of micro-ops on tiles 1, 2, 0 and 3 (a run goes through the row kernels), reaching inputs 0 .. 6
+    triples = ([(d, d + 1, 1 + d // 3) for d in range(6)] + [(6 + d, 2 * d, 0) for d in range(4)] +
+               [(10 + d, 3 + d, 3) for d in range(3)])
     for threads in (1, 2):
         sim = Simulator(cfg, threads=threads)
         sim._set_threads(threads, 0)
@@ -247,11 +256,11 @@ def test_gemm_kernel_follows_input_signs_and_weight_writes() -> None:
             program = b""
             if isinstance(change, tuple):
                 x[change[0], 0, change[0] % cfg.BLOCK_IN] = change[1]
-            elif change == "api":
-                w[1:3] = rng.integers(-128, 128, w[1:3].shape)
+            elif change == "api":   # narrow tiles become wide: the narrow kernel's int16 sums would wrap
+                w[1:3] = rng.integers(100, 128, w[1:3].shape)
                 sim.write_sram("wgt", 1, w[1:3])
-            elif change == "load":
-                w[0:2] = rng.integers(-128, 128, w[0:2].shape)
+            elif change == "load":   # a wide tile becomes narrow and a narrow one wide
+                w[0], w[1] = rng.integers(-64, 65, w[0].shape), -128
                 sim.write(addr, w[0:2].view(np.uint8))
                 program = load(cfg, "WGT", 0, addr // w[0].nbytes, 1, 2)
             sim.write_sram("inp", 0, x)

@@ -45,13 +45,14 @@ typedef struct gemm_job {
   const uop_run_t *runs;
   uint32_t nruns;
   gemm_row_fn row; /* rows of micro-ops sharing a weight tile, or NULL: one `one` call per micro-op */
+  gemm_row_fn row_narrow; /* `row` for tiles marked SHADOW_NARROW, or NULL */
   gemm_fn one;     /* one micro-op */
   const uint8_t *shadow; /* the weight shadows the kernel reads, tile t at shadow + t * stride */
   size_t stride;
 } gemm_job_t;
 
 /* Bits of wgt_t_built: which of a tile's shadows are up to date. */
-enum { SHADOW_OWN = 1, SHADOW_QUADS = 2 };
+enum { SHADOW_OWN = 1, SHADOW_QUADS = 2, SHADOW_NARROW = 4 /* with SHADOW_QUADS: every weight in [-64, 64] */ };
 
 /* The smallest and largest value of a micro-op field over a GEMM kernel's micro-ops. */
 typedef struct field_span {
@@ -74,6 +75,7 @@ struct vta_sim {
   size_t wgt_t_stride; /* bytes of one tile's shadow */
   uint8_t *wgt_t_built; /* per tile, the shadows built since its last write (SHADOW_OWN, SHADOW_QUADS) */
   gemm_row_fn gemm_row_unsigned; /* the unsigned-input kernel (avx2 and avx512, 16x16), or NULL */
+  gemm_row_fn gemm_row_narrow;   /* the same for tiles whose weights all lie in [-64, 64] (SHADOW_NARROW) */
   gemm_fn gemm_unsigned;
   uint8_t *wgt_q;                /* its shadow of each weight tile, 256 bytes each (shadow_quads_16x16) */
   int kernel;          /* K_PORTABLE, ... (the GEMM kernel path) */
@@ -441,19 +443,20 @@ __attribute__((target("avx2"))) static void shadow_pairs_16x16(uint8_t *dst, con
  * them to int32. Its weights are the quad shadow (words (k, o) = w[o][4k..4k+3]), 8 registers that stay put for a
  * run, and each input quad is one broadcast load: 1.6x the pair kernel's speed (ResNet's activations are
  * ReLU outputs, all non-negative; sim_speed's random signed data keeps the pair kernel). */
-#define QUAD_STEP_AVX2(q, wa, wb, s0, s1)                                                   \
-  do {                                                                                      \
-    s0 = _mm256_add_epi32(s0, _mm256_madd_epi16(_mm256_maddubs_epi16(q, wa), ones));        \
-    s1 = _mm256_add_epi32(s1, _mm256_madd_epi16(_mm256_maddubs_epi16(q, wb), ones));        \
-  } while (0)
+/* Narrow tiles (every weight in [-64, 64], SHADOW_NARROW): two quads' vpmaddubsw sums add in int16 before one
+ * vpmaddwd widens them (|sum| <= 2 * 2 * 127 * 64 = 32512), 12 multiplies per micro-op instead of 16. */
+#define QUADS_AVX2(q, w, k) _mm256_maddubs_epi16(q, w[k])
+#define WIDEN_AVX2(v) _mm256_madd_epi16(v, ones)
 
-__attribute__((target("avx2"))) static void gemm_row_avx2_unsigned_16x16(int32_t *acc, ptrdiff_t dstep,
-    ptrdiff_t drow, const int8_t *inp, ptrdiff_t sstep, ptrdiff_t srow, const uint8_t *tile, uint32_t n,
-    uint32_t rows, uint32_t batch) {
+__attribute__((target("avx2"), always_inline)) static inline void unsigned_rows_avx2(
+    int32_t *acc, ptrdiff_t dstep, ptrdiff_t drow, const int8_t *inp, ptrdiff_t sstep, ptrdiff_t srow,
+    const uint8_t *tile, uint32_t n, uint32_t rows, uint32_t batch, const int narrow) {
   const __m256i *t = (const __m256i *)(const void *)tile;
-  const __m256i w0a = _mm256_loadu_si256(t), w0b = _mm256_loadu_si256(t + 1), w1a = _mm256_loadu_si256(t + 2),
-                w1b = _mm256_loadu_si256(t + 3), w2a = _mm256_loadu_si256(t + 4), w2b = _mm256_loadu_si256(t + 5),
-                w3a = _mm256_loadu_si256(t + 6), w3b = _mm256_loadu_si256(t + 7);
+  __m256i wa[4], wb[4]; /* quad row k, outputs 0-7 and 8-15 */
+  for (int k = 0; k < 4; k++) {
+    wa[k] = _mm256_loadu_si256(t + 2 * k);
+    wb[k] = _mm256_loadu_si256(t + 2 * k + 1);
+  }
   const __m256i ones = _mm256_set1_epi16(1);
   for (uint32_t r = 0; r < rows; r++, acc += drow, inp += srow)
   for (uint32_t i = 0; i < n; i++) {
@@ -462,16 +465,37 @@ __attribute__((target("avx2"))) static void gemm_row_avx2_unsigned_16x16(int32_t
     for (uint32_t b = 0; b < batch; b++) {
       int32_t q[4];
       memcpy(q, x + 16 * b, sizeof q);
-      __m256i s0 = _mm256_setzero_si256(), s1 = s0, s2 = s0, s3 = s0;
-      QUAD_STEP_AVX2(_mm256_set1_epi32(q[0]), w0a, w0b, s0, s1);
-      QUAD_STEP_AVX2(_mm256_set1_epi32(q[1]), w1a, w1b, s2, s3);
-      QUAD_STEP_AVX2(_mm256_set1_epi32(q[2]), w2a, w2b, s0, s1);
-      QUAD_STEP_AVX2(_mm256_set1_epi32(q[3]), w3a, w3b, s2, s3);
+      const __m256i q0 = _mm256_set1_epi32(q[0]), q1 = _mm256_set1_epi32(q[1]), q2 = _mm256_set1_epi32(q[2]),
+                    q3 = _mm256_set1_epi32(q[3]);
+      __m256i s0, s1;
+      if (narrow) {
+        s0 = _mm256_add_epi32(WIDEN_AVX2(_mm256_add_epi16(QUADS_AVX2(q0, wa, 0), QUADS_AVX2(q1, wa, 1))),
+                              WIDEN_AVX2(_mm256_add_epi16(QUADS_AVX2(q2, wa, 2), QUADS_AVX2(q3, wa, 3))));
+        s1 = _mm256_add_epi32(WIDEN_AVX2(_mm256_add_epi16(QUADS_AVX2(q0, wb, 0), QUADS_AVX2(q1, wb, 1))),
+                              WIDEN_AVX2(_mm256_add_epi16(QUADS_AVX2(q2, wb, 2), QUADS_AVX2(q3, wb, 3))));
+      } else {
+        s0 = _mm256_add_epi32(_mm256_add_epi32(WIDEN_AVX2(QUADS_AVX2(q0, wa, 0)), WIDEN_AVX2(QUADS_AVX2(q1, wa, 1))),
+                              _mm256_add_epi32(WIDEN_AVX2(QUADS_AVX2(q2, wa, 2)), WIDEN_AVX2(QUADS_AVX2(q3, wa, 3))));
+        s1 = _mm256_add_epi32(_mm256_add_epi32(WIDEN_AVX2(QUADS_AVX2(q0, wb, 0)), WIDEN_AVX2(QUADS_AVX2(q1, wb, 1))),
+                              _mm256_add_epi32(WIDEN_AVX2(QUADS_AVX2(q2, wb, 2)), WIDEN_AVX2(QUADS_AVX2(q3, wb, 3))));
+      }
       __m256i *d = (__m256i *)(void *)(a + 16 * b);
-      _mm256_storeu_si256(d, _mm256_add_epi32(_mm256_loadu_si256(d), _mm256_add_epi32(s0, s2)));
-      _mm256_storeu_si256(d + 1, _mm256_add_epi32(_mm256_loadu_si256(d + 1), _mm256_add_epi32(s1, s3)));
+      _mm256_storeu_si256(d, _mm256_add_epi32(_mm256_loadu_si256(d), s0));
+      _mm256_storeu_si256(d + 1, _mm256_add_epi32(_mm256_loadu_si256(d + 1), s1));
     }
   }
+}
+
+__attribute__((target("avx2"))) static void gemm_row_avx2_unsigned_16x16(int32_t *acc, ptrdiff_t dstep,
+    ptrdiff_t drow, const int8_t *inp, ptrdiff_t sstep, ptrdiff_t srow, const uint8_t *tile, uint32_t n,
+    uint32_t rows, uint32_t batch) {
+  unsigned_rows_avx2(acc, dstep, drow, inp, sstep, srow, tile, n, rows, batch, 0);
+}
+
+__attribute__((target("avx2"))) static void gemm_row_avx2_narrow_16x16(int32_t *acc, ptrdiff_t dstep,
+    ptrdiff_t drow, const int8_t *inp, ptrdiff_t sstep, ptrdiff_t srow, const uint8_t *tile, uint32_t n,
+    uint32_t rows, uint32_t batch) {
+  unsigned_rows_avx2(acc, dstep, drow, inp, sstep, srow, tile, n, rows, batch, 1);
 }
 
 __attribute__((target("avx2"))) static void gemm_avx2_unsigned_16x16(int32_t *acc, const int8_t *inp,
@@ -480,6 +504,16 @@ __attribute__((target("avx2"))) static void gemm_avx2_unsigned_16x16(int32_t *ac
   (void)bo;
   (void)bi;
   gemm_row_avx2_unsigned_16x16(acc, 0, 0, inp, 0, 0, tile, 1, 1, batch);
+}
+
+/* Whether every weight of a 16x16 tile lies in [-64, 64] (then w + 64, as an unsigned byte, is at most 128). */
+static int weights_narrow_16x16(const int8_t *w) {
+  const __m128i offset = _mm_set1_epi8(64);
+  __m128i top = _mm_setzero_si128();
+  for (int o = 0; o < 16; o++)
+    top = _mm_max_epu8(top, _mm_add_epi8(_mm_loadu_si128((const __m128i *)(const void *)(w + 16 * o)), offset));
+  return _mm_movemask_epi8(_mm_cmpeq_epi8(_mm_max_epu8(top, _mm_set1_epi8((char)128)), _mm_set1_epi8((char)128))) ==
+         0xffff;
 }
 
 /* The quad shadow of a 16x16 tile (shadow_quads' words, without the correction): the tile as a 16 x 4 matrix of
@@ -584,10 +618,9 @@ TARGET_AVX512 static void gemm_row_avx512_16x16(int32_t *acc, ptrdiff_t dstep, p
 
 /* The unsigned-input kernel (gemm_row_avx2_unsigned_16x16) at twice the width: a quad shadow row is one register,
  * so a micro-op is 4 vpmaddubsw and 4 vpmaddwd instead of the pair kernel's 8 vpmaddwd and 8 shuffles. */
-TARGET_AVX512 static void gemm_row_avx512_unsigned_16x16(int32_t *acc, ptrdiff_t dstep, ptrdiff_t drow,
-                                                         const int8_t *inp, ptrdiff_t sstep, ptrdiff_t srow,
-                                                         const uint8_t *tile, uint32_t n, uint32_t rows,
-                                                         uint32_t batch) {
+TARGET_AVX512 __attribute__((always_inline)) static inline void unsigned_rows_avx512(
+    int32_t *acc, ptrdiff_t dstep, ptrdiff_t drow, const int8_t *inp, ptrdiff_t sstep, ptrdiff_t srow,
+    const uint8_t *tile, uint32_t n, uint32_t rows, uint32_t batch, const int narrow) {
   const uint32_t *wq = (const uint32_t *)(const void *)tile;
   const __m512i w0 = _mm512_loadu_si512((const void *)wq), w1 = _mm512_loadu_si512((const void *)(wq + 16));
   const __m512i w2 = _mm512_loadu_si512((const void *)(wq + 32)), w3 = _mm512_loadu_si512((const void *)(wq + 48));
@@ -599,14 +632,35 @@ TARGET_AVX512 static void gemm_row_avx512_unsigned_16x16(int32_t *acc, ptrdiff_t
     for (uint32_t b = 0; b < batch; b++) {
       int32_t q[4];
       memcpy(q, x + 16 * b, sizeof q);
-      __m512i s0 = _mm512_madd_epi16(_mm512_maddubs_epi16(_mm512_set1_epi32(q[0]), w0), ones);
-      __m512i s1 = _mm512_madd_epi16(_mm512_maddubs_epi16(_mm512_set1_epi32(q[1]), w1), ones);
-      s0 = _mm512_add_epi32(s0, _mm512_madd_epi16(_mm512_maddubs_epi16(_mm512_set1_epi32(q[2]), w2), ones));
-      s1 = _mm512_add_epi32(s1, _mm512_madd_epi16(_mm512_maddubs_epi16(_mm512_set1_epi32(q[3]), w3), ones));
+      const __m512i p0 = _mm512_maddubs_epi16(_mm512_set1_epi32(q[0]), w0),
+                    p1 = _mm512_maddubs_epi16(_mm512_set1_epi32(q[1]), w1),
+                    p2 = _mm512_maddubs_epi16(_mm512_set1_epi32(q[2]), w2),
+                    p3 = _mm512_maddubs_epi16(_mm512_set1_epi32(q[3]), w3);
+      __m512i sum; /* narrow tiles: pairs of quads add in int16 first (unsigned_rows_avx2) */
+      if (narrow)
+        sum = _mm512_add_epi32(_mm512_madd_epi16(_mm512_add_epi16(p0, p1), ones),
+                               _mm512_madd_epi16(_mm512_add_epi16(p2, p3), ones));
+      else
+        sum = _mm512_add_epi32(_mm512_add_epi32(_mm512_madd_epi16(p0, ones), _mm512_madd_epi16(p1, ones)),
+                               _mm512_add_epi32(_mm512_madd_epi16(p2, ones), _mm512_madd_epi16(p3, ones)));
       int32_t *d = a + 16 * b;
-      _mm512_storeu_si512((void *)d, _mm512_add_epi32(_mm512_loadu_si512((const void *)d), _mm512_add_epi32(s0, s1)));
+      _mm512_storeu_si512((void *)d, _mm512_add_epi32(_mm512_loadu_si512((const void *)d), sum));
     }
   }
+}
+
+TARGET_AVX512 static void gemm_row_avx512_unsigned_16x16(int32_t *acc, ptrdiff_t dstep, ptrdiff_t drow,
+                                                         const int8_t *inp, ptrdiff_t sstep, ptrdiff_t srow,
+                                                         const uint8_t *tile, uint32_t n, uint32_t rows,
+                                                         uint32_t batch) {
+  unsigned_rows_avx512(acc, dstep, drow, inp, sstep, srow, tile, n, rows, batch, 0);
+}
+
+TARGET_AVX512 static void gemm_row_avx512_narrow_16x16(int32_t *acc, ptrdiff_t dstep, ptrdiff_t drow,
+                                                       const int8_t *inp, ptrdiff_t sstep, ptrdiff_t srow,
+                                                       const uint8_t *tile, uint32_t n, uint32_t rows,
+                                                       uint32_t batch) {
+  unsigned_rows_avx512(acc, dstep, drow, inp, sstep, srow, tile, n, rows, batch, 1);
 }
 
 TARGET_AVX512 static void gemm_avx512_unsigned_16x16(int32_t *acc, const int8_t *inp, const uint8_t *tile,
@@ -841,17 +895,20 @@ static gemm_row_fn kernel_gemm_row(int kernel, uint32_t bo, uint32_t bi) {
   return NULL;
 }
 
-/* The unsigned-input kernel of a path and shape, for GEMMs whose inputs are all >= 0 (exec_gemm; it reads the
- * 16x16 quad shadow), or 0. */
-static int kernel_unsigned(int kernel, uint32_t bo, uint32_t bi, gemm_row_fn *row, gemm_fn *one) {
-  *row = NULL;
+/* The unsigned-input kernels of a path and shape, for GEMMs whose inputs are all >= 0 (exec_gemm; they read the
+ * 16x16 quad shadow; `narrow` for runs on tiles with SHADOW_NARROW), or 0. */
+static int kernel_unsigned(int kernel, uint32_t bo, uint32_t bi, gemm_row_fn *row, gemm_row_fn *narrow,
+                           gemm_fn *one) {
+  *row = *narrow = NULL;
   *one = NULL;
 #ifdef VTA_X86_KERNELS
   if (bo == 16 && bi == 16 && kernel == K_AVX2) {
     *row = gemm_row_avx2_unsigned_16x16;
+    *narrow = gemm_row_avx2_narrow_16x16;
     *one = gemm_avx2_unsigned_16x16;
   } else if (bo == 16 && bi == 16 && kernel == K_AVX512) {
     *row = gemm_row_avx512_unsigned_16x16;
+    *narrow = gemm_row_avx512_narrow_16x16;
     *one = gemm_avx512_unsigned_16x16;
   }
 #endif
@@ -986,7 +1043,8 @@ vta_sim_t *vta_sim_create(const vta_params_t *params, char *err, size_t errlen) 
   s->threads = 1;
   s->wgt_t_stride = shadow_bytes(kernel, p->block_out, p->block_in);
   s->wgt_t = calloc(p->wgt_depth, s->wgt_t_stride);
-  if (kernel_unsigned(kernel, p->block_out, p->block_in, &s->gemm_row_unsigned, &s->gemm_unsigned))
+  if (kernel_unsigned(kernel, p->block_out, p->block_in, &s->gemm_row_unsigned, &s->gemm_row_narrow,
+                      &s->gemm_unsigned))
     s->wgt_q = calloc(p->wgt_depth, 256); /* apart from wgt_t, so that each kind of shadow stays dense in cache */
   s->wgt_t_built = calloc(p->wgt_depth, 1);
   if (!s->uop || !s->inp || !s->wgt || !s->acc || !s->wgt_t || !s->wgt_t_built || !s->runs ||
@@ -1059,9 +1117,10 @@ static void need_shadows(vta_sim_t *s, int kind, size_t lo, size_t hi) {
     if (s->wgt_t_built[t] & kind) continue;
     const int8_t *w = s->wgt + t * s->wgt_elem;
 #ifdef VTA_X86_KERNELS
-    if (kind == SHADOW_QUADS)
+    if (kind == SHADOW_QUADS) {
       shadow_quads_16x16(s->wgt_q + t * 256, w);
-    else
+      if (weights_narrow_16x16(w)) s->wgt_t_built[t] |= SHADOW_NARROW;
+    } else
 #endif
       build_shadow(s->kernel, s->wgt_t + t * s->wgt_t_stride, w, s->p.block_out, s->p.block_in);
     s->wgt_t_built[t] |= (uint8_t)kind;
@@ -1598,16 +1657,18 @@ static uint32_t find_runs(const vta_sim_t *s, const insn_t *in, uop_run_t *runs,
   return m;
 }
 
-/* Micro-ops [a, b) of rows [r0, r0 + rows) of a run whose first micro-op reads acc / inp / tile. */
-static void gemm_range(const vta_sim_t *s, const gemm_job_t *job, const uop_run_t *run, int32_t *acc,
-                       const int8_t *inp, const uint8_t *tile, uint32_t a, uint32_t b, uint32_t r0, uint32_t rows) {
+/* Micro-ops [a, b) of rows [r0, r0 + rows) of a run whose first micro-op reads acc / inp / tile, through `row` (NULL:
+ * job->one per micro-op). */
+static void gemm_range(const vta_sim_t *s, const gemm_job_t *job, gemm_row_fn row, const uop_run_t *run,
+                       int32_t *acc, const int8_t *inp, const uint8_t *tile, uint32_t a, uint32_t b, uint32_t r0,
+                       uint32_t rows) {
   const ptrdiff_t lanes = (ptrdiff_t)(s->p.batch * s->p.block_out), inp_elem = (ptrdiff_t)s->inp_elem;
   const ptrdiff_t dstep = (ptrdiff_t)run->dstep * lanes, sstep = (ptrdiff_t)run->sstep * inp_elem,
                   drow = (ptrdiff_t)run->drow * lanes, srow = (ptrdiff_t)run->srow * inp_elem;
   acc += (ptrdiff_t)a * dstep + (ptrdiff_t)r0 * drow;
   inp += (ptrdiff_t)a * sstep + (ptrdiff_t)r0 * srow;
-  if (job->row) { /* one call for all the rows: the tile is loaded once (61% of ResNet-18's rows are 7 long) */
-    job->row(acc, dstep, drow, inp, sstep, srow, tile, b - a, rows, s->p.batch);
+  if (row) { /* one call for all the rows: the tile is loaded once (61% of ResNet-18's rows are 7 long) */
+    row(acc, dstep, drow, inp, sstep, srow, tile, b - a, rows, s->p.batch);
     return;
   }
   for (uint32_t r = 0; r < rows; r++, acc += drow, inp += srow) {
@@ -1664,12 +1725,14 @@ static void gemm_part(const vta_sim_t *s, const gemm_job_t *job, int64_t lo, int
         int32_t *acc = s->acc + d * lanes;
         const int8_t *inp = s->inp + (s0 + run->src) * inp_elem;
         const uint8_t *tile = job->shadow + (w0 + run->wgt) * wstride;
+        const gemm_row_fn row =
+            job->row_narrow && (s->wgt_t_built[w0 + run->wgt] & SHADOW_NARROW) ? job->row_narrow : job->row;
         if (run->count == 1 && run->rows == 1) { /* the common case of programs without runs: one call */
           if (whole || ((int64_t)d >= lo && (int64_t)d < hi)) gemm(acc, inp, tile, batch, bo, bi);
           continue;
         }
         if (whole) {
-          gemm_range(s, job, run, acc, inp, tile, 0, run->count, 0, run->rows);
+          gemm_range(s, job, row, run, acc, inp, tile, 0, run->count, 0, run->rows);
           continue;
         }
         if (run->dstep == 1 && run->drow == (int64_t)run->count) { /* indices [d, d + rows * count): a block */
@@ -1680,18 +1743,18 @@ static void gemm_part(const vta_sim_t *s, const gemm_job_t *job, int64_t lo, int
           uint32_t r0 = (uint32_t)(k0 / n), i0 = (uint32_t)(k0 % n), r1 = (uint32_t)((k1 - 1) / n),
                    i1 = (uint32_t)((k1 - 1) % n + 1); /* first row and column, last row and its end */
           if (r0 == r1) {
-            gemm_range(s, job, run, acc, inp, tile, i0, i1, r0, 1);
+            gemm_range(s, job, row, run, acc, inp, tile, i0, i1, r0, 1);
             continue;
           }
-          if (i0) gemm_range(s, job, run, acc, inp, tile, i0, run->count, r0++, 1);
-          if (i1 < run->count) gemm_range(s, job, run, acc, inp, tile, 0, i1, r1--, 1);
-          if (r0 <= r1) gemm_range(s, job, run, acc, inp, tile, 0, run->count, r0, r1 - r0 + 1);
+          if (i0) gemm_range(s, job, row, run, acc, inp, tile, i0, run->count, r0++, 1);
+          if (i1 < run->count) gemm_range(s, job, row, run, acc, inp, tile, 0, i1, r1--, 1);
+          if (r0 <= r1) gemm_range(s, job, row, run, acc, inp, tile, 0, run->count, r0, r1 - r0 + 1);
           continue;
         }
         for (uint32_t r = 0; r < run->rows; r++) {
           uint32_t a, b;
           owned_range((int64_t)d + (int64_t)r * run->drow, run->dstep, run->count, lo, hi, &a, &b);
-          if (a < b) gemm_range(s, job, run, acc, inp, tile, a, b, r, 1);
+          if (a < b) gemm_range(s, job, row, run, acc, inp, tile, a, b, r, 1);
         }
       }
     }
@@ -1888,7 +1951,7 @@ static int splits(const vta_sim_t *s, const insn_t *in) {
  * a simulator that never splits one never starts a thread. */
 
 static void exec_gemm(vta_sim_t *s, const insn_t *in) {
-  gemm_job_t job = {in, s->runs + in->uop_bgn, 0, s->gemm_row, s->gemm, s->wgt_t, s->wgt_t_stride};
+  gemm_job_t job = {in, s->runs + in->uop_bgn, 0, s->gemm_row, NULL, s->gemm, s->wgt_t, s->wgt_t_stride};
   field_span_t dst = {0, 0};
   if (!in->reset && in->uop_end > in->uop_bgn && iterations(in)) { /* a kernel runs many times between loads */
     int e = 0;
@@ -1911,6 +1974,7 @@ static void exec_gemm(vta_sim_t *s, const insn_t *in) {
     int kind = SHADOW_OWN;
     if (s->gemm_row_unsigned && inputs_unsigned(s, (size_t)src.min, src_end)) {
       job.row = s->gemm_row_unsigned;
+      job.row_narrow = s->gemm_row_narrow;
       job.one = s->gemm_unsigned;
       job.shadow = s->wgt_q;
       job.stride = 256;
