@@ -502,6 +502,59 @@ __attribute__((target("avx2"))) static void gemm_row_avx2_narrow_16x16(int32_t *
   unsigned_rows_avx2(acc, dstep, drow, inp, sstep, srow, tile, n, rows, batch, 1);
 }
 
+/* The unsigned-input kernels of the portable path, where the CPU has SSSE3 (every x86-64 CPU since about 2011):
+ * unsigned_rows_avx2 at half the width, four outputs per register, weights read from the (L1-resident) tile. */
+__attribute__((target("ssse3"), always_inline)) static inline void unsigned_rows_ssse3(
+    int32_t *acc, ptrdiff_t dstep, ptrdiff_t drow, const int8_t *inp, ptrdiff_t sstep, ptrdiff_t srow,
+    const uint8_t *tile, uint32_t n, uint32_t rows, uint32_t batch, const int narrow) {
+  const __m128i *t = (const __m128i *)(const void *)tile; /* quad row k, outputs 4g .. 4g + 3: t[4k + g] */
+  const __m128i ones = _mm_set1_epi16(1);
+  for (uint32_t r = 0; r < rows; r++, acc += drow, inp += srow)
+  for (uint32_t i = 0; i < n; i++) {
+    const int8_t *x = inp + (ptrdiff_t)i * sstep;
+    int32_t *a = acc + (ptrdiff_t)i * dstep;
+    for (uint32_t b = 0; b < batch; b++) {
+      int32_t q[4];
+      memcpy(q, x + 16 * b, sizeof q);
+      const __m128i q0 = _mm_set1_epi32(q[0]), q1 = _mm_set1_epi32(q[1]), q2 = _mm_set1_epi32(q[2]),
+                    q3 = _mm_set1_epi32(q[3]);
+      __m128i *d = (__m128i *)(void *)(a + 16 * b);
+      for (int g = 0; g < 4; g++) {
+        const __m128i p0 = _mm_maddubs_epi16(q0, _mm_loadu_si128(t + g)),
+                      p1 = _mm_maddubs_epi16(q1, _mm_loadu_si128(t + 4 + g)),
+                      p2 = _mm_maddubs_epi16(q2, _mm_loadu_si128(t + 8 + g)),
+                      p3 = _mm_maddubs_epi16(q3, _mm_loadu_si128(t + 12 + g));
+        const __m128i sum =
+            narrow ? _mm_add_epi32(_mm_madd_epi16(_mm_add_epi16(p0, p1), ones),
+                                   _mm_madd_epi16(_mm_add_epi16(p2, p3), ones))
+                   : _mm_add_epi32(_mm_add_epi32(_mm_madd_epi16(p0, ones), _mm_madd_epi16(p1, ones)),
+                                   _mm_add_epi32(_mm_madd_epi16(p2, ones), _mm_madd_epi16(p3, ones)));
+        _mm_storeu_si128(d + g, _mm_add_epi32(_mm_loadu_si128(d + g), sum));
+      }
+    }
+  }
+}
+
+__attribute__((target("ssse3"))) static void gemm_row_ssse3_unsigned_16x16(int32_t *acc, ptrdiff_t dstep,
+    ptrdiff_t drow, const int8_t *inp, ptrdiff_t sstep, ptrdiff_t srow, const uint8_t *tile, uint32_t n,
+    uint32_t rows, uint32_t batch) {
+  unsigned_rows_ssse3(acc, dstep, drow, inp, sstep, srow, tile, n, rows, batch, 0);
+}
+
+__attribute__((target("ssse3"))) static void gemm_row_ssse3_narrow_16x16(int32_t *acc, ptrdiff_t dstep,
+    ptrdiff_t drow, const int8_t *inp, ptrdiff_t sstep, ptrdiff_t srow, const uint8_t *tile, uint32_t n,
+    uint32_t rows, uint32_t batch) {
+  unsigned_rows_ssse3(acc, dstep, drow, inp, sstep, srow, tile, n, rows, batch, 1);
+}
+
+__attribute__((target("ssse3"))) static void gemm_ssse3_unsigned_16x16(int32_t *acc, const int8_t *inp,
+                                                                       const uint8_t *tile, uint32_t batch,
+                                                                       uint32_t bo, uint32_t bi) {
+  (void)bo;
+  (void)bi;
+  gemm_row_ssse3_unsigned_16x16(acc, 0, 0, inp, 0, 0, tile, 1, 1, batch);
+}
+
 __attribute__((target("avx2"))) static void gemm_avx2_unsigned_16x16(int32_t *acc, const int8_t *inp,
                                                                      const uint8_t *tile, uint32_t batch,
                                                                      uint32_t bo, uint32_t bi) {
@@ -914,6 +967,10 @@ static int kernel_unsigned(int kernel, uint32_t bo, uint32_t bi, gemm_row_fn *ro
     *row = gemm_row_avx512_unsigned_16x16;
     *narrow = gemm_row_avx512_narrow_16x16;
     *one = gemm_avx512_unsigned_16x16;
+  } else if (bo == 16 && bi == 16 && kernel == K_PORTABLE && (__builtin_cpu_init(), __builtin_cpu_supports("ssse3"))) {
+    *row = gemm_row_ssse3_unsigned_16x16;
+    *narrow = gemm_row_ssse3_narrow_16x16;
+    *one = gemm_ssse3_unsigned_16x16;
   }
 #endif
   (void)kernel;
