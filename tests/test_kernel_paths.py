@@ -269,6 +269,8 @@ def test_gemm_kernel_follows_input_signs_and_weight_writes() -> None:
                 want[d] = wrap32(want[d] + x[src].astype(np.int64) @ w[k].astype(np.int64).T)
             np.testing.assert_array_equal(sim.read_sram("acc", 0, 16), wrap32(want),
                                           err_msg=f"{threads} threads, {label}")
+            # a LOAD may leave a tile in the unsigned kernel's layout only: a read still gives its bytes
+            np.testing.assert_array_equal(sim.read_sram("wgt", 0, len(w)), w, err_msg=f"{threads} threads, {label}")
 
 
 def test_default_is_the_best_supported_path(monkeypatch: pytest.MonkeyPatch) -> None:

@@ -52,7 +52,12 @@ typedef struct gemm_job {
 } gemm_job_t;
 
 /* Bits of wgt_t_built: which of a tile's shadows are up to date. */
-enum { SHADOW_OWN = 1, SHADOW_QUADS = 2, SHADOW_NARROW = 4 /* with SHADOW_QUADS: every weight in [-64, 64] */ };
+enum {
+  SHADOW_OWN = 1,
+  SHADOW_QUADS = 2,
+  SHADOW_NARROW = 4, /* with SHADOW_QUADS: every weight in [-64, 64] */
+  RAW_STALE = 8      /* with SHADOW_QUADS: the weight SRAM bytes are not written yet, the quad shadow holds the tile */
+};
 
 /* The smallest and largest value of a micro-op field over a GEMM kernel's micro-ops. */
 typedef struct field_span {
@@ -879,6 +884,24 @@ static int cpu_has(int kernel) {
 static int cpu_has(int kernel) { return kernel == K_PORTABLE; }
 #endif
 
+#ifdef VTA_X86_KERNELS
+/* The 16x16 tile whose quad shadow is `q` (shadow_quads_16x16 backwards: the same 4 x 4 word transposes). */
+static void tile_of_quads_16x16(int8_t *w, const uint8_t *q) {
+  const __m128i *in = (const __m128i *)(const void *)q;
+  for (int o = 0; o < 16; o += 4) {
+    const __m128i k0 = _mm_loadu_si128(in + o / 4), k1 = _mm_loadu_si128(in + 4 + o / 4),
+                  k2 = _mm_loadu_si128(in + 8 + o / 4), k3 = _mm_loadu_si128(in + 12 + o / 4);
+    const __m128i t0 = _mm_unpacklo_epi32(k0, k1), t1 = _mm_unpackhi_epi32(k0, k1), t2 = _mm_unpacklo_epi32(k2, k3),
+                  t3 = _mm_unpackhi_epi32(k2, k3);
+    __m128i *rows = (__m128i *)(void *)(w + 16 * o);
+    _mm_storeu_si128(rows, _mm_unpacklo_epi64(t0, t2));
+    _mm_storeu_si128(rows + 1, _mm_unpackhi_epi64(t0, t2));
+    _mm_storeu_si128(rows + 2, _mm_unpacklo_epi64(t1, t3));
+    _mm_storeu_si128(rows + 3, _mm_unpackhi_epi64(t1, t3));
+  }
+}
+#endif
+
 /* Bytes of one weight tile's shadow for a kernel (a multiple of 64). */
 static size_t shadow_bytes(int kernel, uint32_t bo, uint32_t bi) {
   size_t n;
@@ -1170,12 +1193,24 @@ void vta_sim_reset(vta_sim_t *s) {
 /* Weight tiles [first, first+count) were written: their shadows are stale (need_shadows rebuilds them). */
 static void update_wgt_t(vta_sim_t *s, size_t first, size_t count) { memset(s->wgt_t_built + first, 0, count); }
 
+/* Write the weight SRAM bytes of tiles [lo, hi] that a LOAD left in their quad shadow only (RAW_STALE). */
+static void raw_weights(vta_sim_t *s, size_t lo, size_t hi) {
+  for (size_t t = lo; t <= hi; t++) {
+    if (!(s->wgt_t_built[t] & RAW_STALE)) continue;
+#ifdef VTA_X86_KERNELS
+    tile_of_quads_16x16(s->wgt + t * s->wgt_elem, s->wgt_q + t * 256);
+#endif
+    s->wgt_t_built[t] &= (uint8_t)~RAW_STALE;
+  }
+}
+
 /* Build the `kind` shadows (SHADOW_OWN: the path's; SHADOW_QUADS: the unsigned-input kernel's) of weight tiles
  * [lo, hi] that are stale. Shadows are built when a GEMM first reads a tile after its write, before any thread
  * starts on it, so a tile gets only the shadows its GEMMs read (ResNet's never need the pair shadow). */
 static void need_shadows(vta_sim_t *s, int kind, size_t lo, size_t hi) {
   for (size_t t = lo; t <= hi; t++) {
     if (s->wgt_t_built[t] & kind) continue;
+    raw_weights(s, t, t);
     const int8_t *w = s->wgt + t * s->wgt_elem;
 #ifdef VTA_X86_KERNELS
     if (kind == SHADOW_QUADS) {
@@ -1310,6 +1345,7 @@ int vta_sim_sram(vta_sim_t *s, uint32_t mem, uint32_t index, uint32_t count, uin
     if (mem == MEM_WGT) update_wgt_t(s, index, count);
     if (mem == MEM_UOP) uop_written(s, index, index + count);
   } else {
+    if (mem == MEM_WGT) raw_weights(s, index, (size_t)index + count - 1);
     memcpy(buf, p, (size_t)count * elem);
   }
   return VTA_OK;
@@ -1547,9 +1583,33 @@ static uint64_t host_work(const vta_sim_t *s, const insn_t *in, uint64_t *per) {
   }
 }
 
+/* A weight LOAD without padding, where the unsigned-input kernels exist: each tile goes from DRAM straight into
+ * its quad shadow (what ReLU networks' GEMMs read), the SRAM bytes only when something reads them (raw_weights):
+ * one pass over the tile instead of a copy and then a pass over the copy. */
+static void load_weight_quads(vta_sim_t *s, const insn_t *in) {
+#ifdef VTA_X86_KERNELS
+  for (uint32_t y = 0; y < in->y_size; y++) {
+    const size_t elem = dram_elem_bytes(s, MEM_WGT); /* == s->wgt_elem (16x16 int8) */
+    const int8_t *src = (const int8_t *)in->dram + (size_t)y * in->x_stride * elem;
+    for (uint32_t x = 0; x < in->x_size; x++, src += elem) {
+      const size_t t = (size_t)in->sram_base + (size_t)y * in->x_size + x;
+      shadow_quads_16x16(s->wgt_q + t * 256, src);
+      s->wgt_t_built[t] = (uint8_t)(SHADOW_QUADS | RAW_STALE | (weights_narrow_16x16(src) ? SHADOW_NARROW : 0));
+    }
+  }
+#else
+  (void)s;
+  (void)in;
+#endif
+}
+
 static void exec_load(vta_sim_t *s, const insn_t *in) {
   uint32_t xt = in->x_pad0 + in->x_size + in->x_pad1;
   uint32_t yt = in->y_pad0 + in->y_size + in->y_pad1;
+  if (in->mem_type == MEM_WGT && s->gemm_row_unsigned && xt == in->x_size && yt == in->y_size) {
+    load_weight_quads(s, in);
+    return;
+  }
   uint32_t depth = 0, elem = 0;
   uint32_t mem = in->mem_type == MEM_ACC_8BIT ? MEM_ACC : in->mem_type;
   uint8_t *sram = sram_of(s, mem, &depth, &elem);
