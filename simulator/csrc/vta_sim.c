@@ -266,6 +266,38 @@ static void tail_pairs(int32_t *acc, const uint32_t *xp, const uint32_t *wp, uin
 
 #endif /* pair kernels */
 
+/* The loops of a row kernel (gemm_row_fn), around `...`: for rows r < rows (acc and inp step by drow and srow) and
+ * micro-ops i < n (by dstep and sstep) and batch rows, with `x` the micro-op's 16 input bytes and `a` its 16
+ * accumulators for that batch row (16x16 kernels). */
+#define FOR_EACH_UOP(...)                                                        \
+  for (uint32_t r_ = 0; r_ < rows; r_++, acc += drow, inp += srow)                \
+    for (uint32_t i_ = 0; i_ < n; i_++)                                           \
+      for (uint32_t b_ = 0; b_ < batch; b_++) {                                   \
+        const int8_t *const x = inp + (ptrdiff_t)i_ * sstep + 16 * (ptrdiff_t)b_; \
+        int32_t *const a = acc + (ptrdiff_t)i_ * dstep + 16 * (ptrdiff_t)b_;      \
+        __VA_ARGS__                                                               \
+      }
+
+/* The kernels exec_gemm takes from an unsigned_rows_<isa> (defined with `attr`, its target): rows of micro-ops on a
+ * tile, the same on a narrow tile, and one micro-op. */
+#define UNSIGNED_KERNELS(isa, attr)                                                                               \
+  attr static void gemm_row_##isa##_unsigned_16x16(int32_t *acc, ptrdiff_t dstep, ptrdiff_t drow, const int8_t *inp, \
+                                                   ptrdiff_t sstep, ptrdiff_t srow, const uint8_t *tile, uint32_t n,  \
+                                                   uint32_t rows, uint32_t batch) {                                  \
+    unsigned_rows_##isa(acc, dstep, drow, inp, sstep, srow, tile, n, rows, batch, 0);                                \
+  }                                                                                                                  \
+  attr static void gemm_row_##isa##_narrow_16x16(int32_t *acc, ptrdiff_t dstep, ptrdiff_t drow, const int8_t *inp,   \
+                                                 ptrdiff_t sstep, ptrdiff_t srow, const uint8_t *tile, uint32_t n,    \
+                                                 uint32_t rows, uint32_t batch) {                                    \
+    unsigned_rows_##isa(acc, dstep, drow, inp, sstep, srow, tile, n, rows, batch, 1);                                \
+  }                                                                                                                  \
+  attr static void gemm_##isa##_unsigned_16x16(int32_t *acc, const int8_t *inp, const uint8_t *tile, uint32_t batch, \
+                                               uint32_t bo, uint32_t bi) {                                           \
+    (void)bo;                                                                                                        \
+    (void)bi;                                                                                                        \
+    gemm_row_##isa##_unsigned_16x16(acc, 0, 0, inp, 0, 0, tile, 1, 1, batch);                                        \
+  }
+
 #ifdef VTA_SSE2_KERNELS
 /* The portable path on x86-64: the AVX2 kernels' formulation (int16 pairs, pmaddwd, exact in int32) at half the
  * width, in SSE2 only. */
@@ -292,27 +324,22 @@ static inline void widen_sse2(const int8_t *x, __m128i *lo, __m128i *hi) {
 static void gemm_row_sse2_16x16(int32_t *acc, ptrdiff_t dstep, ptrdiff_t drow, const int8_t *inp, ptrdiff_t sstep,
                                 ptrdiff_t srow, const uint8_t *tile, uint32_t n, uint32_t rows, uint32_t batch) {
   const __m128i *w = (const __m128i *)(const void *)tile;
-  for (uint32_t r = 0; r < rows; r++, acc += drow, inp += srow)
-  for (uint32_t i = 0; i < n; i++) {
-    const int8_t *x = inp + (ptrdiff_t)i * sstep;
-    int32_t *a = acc + (ptrdiff_t)i * dstep;
-    for (uint32_t b = 0; b < batch; b++) {
-      __m128i lo, hi, e[4], o[4];
-      widen_sse2(x + 16 * b, &lo, &hi);
-      e[0] = e[1] = e[2] = e[3] = o[0] = o[1] = o[2] = o[3] = _mm_setzero_si128();
-      PAIR_STEP_SSE2(lo, 0x00, 0, e);
-      PAIR_STEP_SSE2(lo, 0x55, 1, o);
-      PAIR_STEP_SSE2(lo, 0xaa, 2, e);
-      PAIR_STEP_SSE2(lo, 0xff, 3, o);
-      PAIR_STEP_SSE2(hi, 0x00, 4, e);
-      PAIR_STEP_SSE2(hi, 0x55, 5, o);
-      PAIR_STEP_SSE2(hi, 0xaa, 6, e);
-      PAIR_STEP_SSE2(hi, 0xff, 7, o);
-      __m128i *d = (__m128i *)(void *)(a + 16 * b);
-      for (int q = 0; q < 4; q++)
-        _mm_storeu_si128(d + q, _mm_add_epi32(_mm_loadu_si128(d + q), _mm_add_epi32(e[q], o[q])));
-    }
-  }
+  FOR_EACH_UOP(
+    __m128i lo, hi, e[4], o[4];
+    widen_sse2(x, &lo, &hi);
+    e[0] = e[1] = e[2] = e[3] = o[0] = o[1] = o[2] = o[3] = _mm_setzero_si128();
+    PAIR_STEP_SSE2(lo, 0x00, 0, e);
+    PAIR_STEP_SSE2(lo, 0x55, 1, o);
+    PAIR_STEP_SSE2(lo, 0xaa, 2, e);
+    PAIR_STEP_SSE2(lo, 0xff, 3, o);
+    PAIR_STEP_SSE2(hi, 0x00, 4, e);
+    PAIR_STEP_SSE2(hi, 0x55, 5, o);
+    PAIR_STEP_SSE2(hi, 0xaa, 6, e);
+    PAIR_STEP_SSE2(hi, 0xff, 7, o);
+    __m128i *d = (__m128i *)(void *)a;
+    for (int q = 0; q < 4; q++)
+      _mm_storeu_si128(d + q, _mm_add_epi32(_mm_loadu_si128(d + q), _mm_add_epi32(e[q], o[q])));
+  )
 }
 
 /* shadow_pairs for a 16x16 tile: each row widens to 8 pair words, then 4 x 4 word blocks are transposed. */
@@ -397,27 +424,22 @@ __attribute__((target("avx2"))) static void gemm_row_avx2_16x16(int32_t *acc, pt
     const int8_t *inp, ptrdiff_t sstep, ptrdiff_t srow, const uint8_t *tile, uint32_t n, uint32_t rows,
     uint32_t batch) {
   const __m256i *w = (const __m256i *)(const void *)tile;
-  for (uint32_t r = 0; r < rows; r++, acc += drow, inp += srow)
-  for (uint32_t i = 0; i < n; i++) {
-    const int8_t *x = inp + (ptrdiff_t)i * sstep;
-    int32_t *a = acc + (ptrdiff_t)i * dstep;
-    for (uint32_t b = 0; b < batch; b++) {
-      const __m256i x16 = _mm256_cvtepi8_epi16(_mm_loadu_si128((const __m128i *)(const void *)(x + 16 * b)));
-      const __m256i lo = _mm256_permute2x128_si256(x16, x16, 0x00), hi = _mm256_permute2x128_si256(x16, x16, 0x11);
-      __m256i s0 = _mm256_setzero_si256(), s1 = s0, s2 = s0, s3 = s0;
-      PAIR_STEP_AVX2(lo, 0x00, 0, s0, s1);
-      PAIR_STEP_AVX2(lo, 0x55, 1, s2, s3);
-      PAIR_STEP_AVX2(lo, 0xaa, 2, s0, s1);
-      PAIR_STEP_AVX2(lo, 0xff, 3, s2, s3);
-      PAIR_STEP_AVX2(hi, 0x00, 4, s0, s1);
-      PAIR_STEP_AVX2(hi, 0x55, 5, s2, s3);
-      PAIR_STEP_AVX2(hi, 0xaa, 6, s0, s1);
-      PAIR_STEP_AVX2(hi, 0xff, 7, s2, s3);
-      __m256i *d = (__m256i *)(void *)(a + 16 * b);
-      _mm256_storeu_si256(d, _mm256_add_epi32(_mm256_loadu_si256(d), _mm256_add_epi32(s0, s2)));
-      _mm256_storeu_si256(d + 1, _mm256_add_epi32(_mm256_loadu_si256(d + 1), _mm256_add_epi32(s1, s3)));
-    }
-  }
+  FOR_EACH_UOP(
+    const __m256i x16 = _mm256_cvtepi8_epi16(_mm_loadu_si128((const __m128i *)(const void *)x));
+    const __m256i lo = _mm256_permute2x128_si256(x16, x16, 0x00), hi = _mm256_permute2x128_si256(x16, x16, 0x11);
+    __m256i s0 = _mm256_setzero_si256(), s1 = s0, s2 = s0, s3 = s0;
+    PAIR_STEP_AVX2(lo, 0x00, 0, s0, s1);
+    PAIR_STEP_AVX2(lo, 0x55, 1, s2, s3);
+    PAIR_STEP_AVX2(lo, 0xaa, 2, s0, s1);
+    PAIR_STEP_AVX2(lo, 0xff, 3, s2, s3);
+    PAIR_STEP_AVX2(hi, 0x00, 4, s0, s1);
+    PAIR_STEP_AVX2(hi, 0x55, 5, s2, s3);
+    PAIR_STEP_AVX2(hi, 0xaa, 6, s0, s1);
+    PAIR_STEP_AVX2(hi, 0xff, 7, s2, s3);
+    __m256i *d = (__m256i *)(void *)a;
+    _mm256_storeu_si256(d, _mm256_add_epi32(_mm256_loadu_si256(d), _mm256_add_epi32(s0, s2)));
+    _mm256_storeu_si256(d + 1, _mm256_add_epi32(_mm256_loadu_si256(d + 1), _mm256_add_epi32(s1, s3)));
+  )
 }
 
 /* The pair shadow of a 16x16 tile: each row's 16 bytes widen to 8 pair words, then the 16 x 8 word matrix is
@@ -467,45 +489,30 @@ __attribute__((target("avx2"), always_inline)) static inline void unsigned_rows_
     wb[k] = _mm256_loadu_si256(t + 2 * k + 1);
   }
   const __m256i ones = _mm256_set1_epi16(1);
-  for (uint32_t r = 0; r < rows; r++, acc += drow, inp += srow)
-  for (uint32_t i = 0; i < n; i++) {
-    const int8_t *x = inp + (ptrdiff_t)i * sstep;
-    int32_t *a = acc + (ptrdiff_t)i * dstep;
-    for (uint32_t b = 0; b < batch; b++) {
-      int32_t q[4];
-      memcpy(q, x + 16 * b, sizeof q);
-      const __m256i q0 = _mm256_set1_epi32(q[0]), q1 = _mm256_set1_epi32(q[1]), q2 = _mm256_set1_epi32(q[2]),
-                    q3 = _mm256_set1_epi32(q[3]);
-      __m256i s0, s1;
-      if (narrow) {
-        s0 = _mm256_add_epi32(WIDEN_AVX2(_mm256_add_epi16(QUADS_AVX2(q0, wa, 0), QUADS_AVX2(q1, wa, 1))),
-                              WIDEN_AVX2(_mm256_add_epi16(QUADS_AVX2(q2, wa, 2), QUADS_AVX2(q3, wa, 3))));
-        s1 = _mm256_add_epi32(WIDEN_AVX2(_mm256_add_epi16(QUADS_AVX2(q0, wb, 0), QUADS_AVX2(q1, wb, 1))),
-                              WIDEN_AVX2(_mm256_add_epi16(QUADS_AVX2(q2, wb, 2), QUADS_AVX2(q3, wb, 3))));
-      } else {
-        s0 = _mm256_add_epi32(_mm256_add_epi32(WIDEN_AVX2(QUADS_AVX2(q0, wa, 0)), WIDEN_AVX2(QUADS_AVX2(q1, wa, 1))),
-                              _mm256_add_epi32(WIDEN_AVX2(QUADS_AVX2(q2, wa, 2)), WIDEN_AVX2(QUADS_AVX2(q3, wa, 3))));
-        s1 = _mm256_add_epi32(_mm256_add_epi32(WIDEN_AVX2(QUADS_AVX2(q0, wb, 0)), WIDEN_AVX2(QUADS_AVX2(q1, wb, 1))),
-                              _mm256_add_epi32(WIDEN_AVX2(QUADS_AVX2(q2, wb, 2)), WIDEN_AVX2(QUADS_AVX2(q3, wb, 3))));
-      }
-      __m256i *d = (__m256i *)(void *)(a + 16 * b);
-      _mm256_storeu_si256(d, _mm256_add_epi32(_mm256_loadu_si256(d), s0));
-      _mm256_storeu_si256(d + 1, _mm256_add_epi32(_mm256_loadu_si256(d + 1), s1));
+  FOR_EACH_UOP(
+    int32_t q[4];
+    memcpy(q, x, sizeof q);
+    const __m256i q0 = _mm256_set1_epi32(q[0]), q1 = _mm256_set1_epi32(q[1]), q2 = _mm256_set1_epi32(q[2]),
+                  q3 = _mm256_set1_epi32(q[3]);
+    __m256i s0, s1;
+    if (narrow) {
+      s0 = _mm256_add_epi32(WIDEN_AVX2(_mm256_add_epi16(QUADS_AVX2(q0, wa, 0), QUADS_AVX2(q1, wa, 1))),
+                            WIDEN_AVX2(_mm256_add_epi16(QUADS_AVX2(q2, wa, 2), QUADS_AVX2(q3, wa, 3))));
+      s1 = _mm256_add_epi32(WIDEN_AVX2(_mm256_add_epi16(QUADS_AVX2(q0, wb, 0), QUADS_AVX2(q1, wb, 1))),
+                            WIDEN_AVX2(_mm256_add_epi16(QUADS_AVX2(q2, wb, 2), QUADS_AVX2(q3, wb, 3))));
+    } else {
+      s0 = _mm256_add_epi32(_mm256_add_epi32(WIDEN_AVX2(QUADS_AVX2(q0, wa, 0)), WIDEN_AVX2(QUADS_AVX2(q1, wa, 1))),
+                            _mm256_add_epi32(WIDEN_AVX2(QUADS_AVX2(q2, wa, 2)), WIDEN_AVX2(QUADS_AVX2(q3, wa, 3))));
+      s1 = _mm256_add_epi32(_mm256_add_epi32(WIDEN_AVX2(QUADS_AVX2(q0, wb, 0)), WIDEN_AVX2(QUADS_AVX2(q1, wb, 1))),
+                            _mm256_add_epi32(WIDEN_AVX2(QUADS_AVX2(q2, wb, 2)), WIDEN_AVX2(QUADS_AVX2(q3, wb, 3))));
     }
-  }
+    __m256i *d = (__m256i *)(void *)a;
+    _mm256_storeu_si256(d, _mm256_add_epi32(_mm256_loadu_si256(d), s0));
+    _mm256_storeu_si256(d + 1, _mm256_add_epi32(_mm256_loadu_si256(d + 1), s1));
+  )
 }
 
-__attribute__((target("avx2"))) static void gemm_row_avx2_unsigned_16x16(int32_t *acc, ptrdiff_t dstep,
-    ptrdiff_t drow, const int8_t *inp, ptrdiff_t sstep, ptrdiff_t srow, const uint8_t *tile, uint32_t n,
-    uint32_t rows, uint32_t batch) {
-  unsigned_rows_avx2(acc, dstep, drow, inp, sstep, srow, tile, n, rows, batch, 0);
-}
-
-__attribute__((target("avx2"))) static void gemm_row_avx2_narrow_16x16(int32_t *acc, ptrdiff_t dstep,
-    ptrdiff_t drow, const int8_t *inp, ptrdiff_t sstep, ptrdiff_t srow, const uint8_t *tile, uint32_t n,
-    uint32_t rows, uint32_t batch) {
-  unsigned_rows_avx2(acc, dstep, drow, inp, sstep, srow, tile, n, rows, batch, 1);
-}
+UNSIGNED_KERNELS(avx2, __attribute__((target("avx2"))))
 
 /* The unsigned-input kernels of the portable path, where the CPU has SSSE3 (every x86-64 CPU since about 2011):
  * unsigned_rows_avx2 at half the width, four outputs per register, weights read from the (L1-resident) tile. */
@@ -514,59 +521,28 @@ __attribute__((target("ssse3"), always_inline)) static inline void unsigned_rows
     const uint8_t *tile, uint32_t n, uint32_t rows, uint32_t batch, const int narrow) {
   const __m128i *t = (const __m128i *)(const void *)tile; /* quad row k, outputs 4g .. 4g + 3: t[4k + g] */
   const __m128i ones = _mm_set1_epi16(1);
-  for (uint32_t r = 0; r < rows; r++, acc += drow, inp += srow)
-  for (uint32_t i = 0; i < n; i++) {
-    const int8_t *x = inp + (ptrdiff_t)i * sstep;
-    int32_t *a = acc + (ptrdiff_t)i * dstep;
-    for (uint32_t b = 0; b < batch; b++) {
-      int32_t q[4];
-      memcpy(q, x + 16 * b, sizeof q);
-      const __m128i q0 = _mm_set1_epi32(q[0]), q1 = _mm_set1_epi32(q[1]), q2 = _mm_set1_epi32(q[2]),
-                    q3 = _mm_set1_epi32(q[3]);
-      __m128i *d = (__m128i *)(void *)(a + 16 * b);
-      for (int g = 0; g < 4; g++) {
-        const __m128i p0 = _mm_maddubs_epi16(q0, _mm_loadu_si128(t + g)),
-                      p1 = _mm_maddubs_epi16(q1, _mm_loadu_si128(t + 4 + g)),
-                      p2 = _mm_maddubs_epi16(q2, _mm_loadu_si128(t + 8 + g)),
-                      p3 = _mm_maddubs_epi16(q3, _mm_loadu_si128(t + 12 + g));
-        const __m128i sum =
-            narrow ? _mm_add_epi32(_mm_madd_epi16(_mm_add_epi16(p0, p1), ones),
-                                   _mm_madd_epi16(_mm_add_epi16(p2, p3), ones))
-                   : _mm_add_epi32(_mm_add_epi32(_mm_madd_epi16(p0, ones), _mm_madd_epi16(p1, ones)),
-                                   _mm_add_epi32(_mm_madd_epi16(p2, ones), _mm_madd_epi16(p3, ones)));
-        _mm_storeu_si128(d + g, _mm_add_epi32(_mm_loadu_si128(d + g), sum));
-      }
+  FOR_EACH_UOP(
+    int32_t q[4];
+    memcpy(q, x, sizeof q);
+    const __m128i q0 = _mm_set1_epi32(q[0]), q1 = _mm_set1_epi32(q[1]), q2 = _mm_set1_epi32(q[2]),
+                  q3 = _mm_set1_epi32(q[3]);
+    __m128i *d = (__m128i *)(void *)a;
+    for (int g = 0; g < 4; g++) {
+      const __m128i p0 = _mm_maddubs_epi16(q0, _mm_loadu_si128(t + g)),
+                    p1 = _mm_maddubs_epi16(q1, _mm_loadu_si128(t + 4 + g)),
+                    p2 = _mm_maddubs_epi16(q2, _mm_loadu_si128(t + 8 + g)),
+                    p3 = _mm_maddubs_epi16(q3, _mm_loadu_si128(t + 12 + g));
+      const __m128i sum =
+          narrow ? _mm_add_epi32(_mm_madd_epi16(_mm_add_epi16(p0, p1), ones),
+                                 _mm_madd_epi16(_mm_add_epi16(p2, p3), ones))
+                 : _mm_add_epi32(_mm_add_epi32(_mm_madd_epi16(p0, ones), _mm_madd_epi16(p1, ones)),
+                                 _mm_add_epi32(_mm_madd_epi16(p2, ones), _mm_madd_epi16(p3, ones)));
+      _mm_storeu_si128(d + g, _mm_add_epi32(_mm_loadu_si128(d + g), sum));
     }
-  }
+  )
 }
 
-__attribute__((target("ssse3"))) static void gemm_row_ssse3_unsigned_16x16(int32_t *acc, ptrdiff_t dstep,
-    ptrdiff_t drow, const int8_t *inp, ptrdiff_t sstep, ptrdiff_t srow, const uint8_t *tile, uint32_t n,
-    uint32_t rows, uint32_t batch) {
-  unsigned_rows_ssse3(acc, dstep, drow, inp, sstep, srow, tile, n, rows, batch, 0);
-}
-
-__attribute__((target("ssse3"))) static void gemm_row_ssse3_narrow_16x16(int32_t *acc, ptrdiff_t dstep,
-    ptrdiff_t drow, const int8_t *inp, ptrdiff_t sstep, ptrdiff_t srow, const uint8_t *tile, uint32_t n,
-    uint32_t rows, uint32_t batch) {
-  unsigned_rows_ssse3(acc, dstep, drow, inp, sstep, srow, tile, n, rows, batch, 1);
-}
-
-__attribute__((target("ssse3"))) static void gemm_ssse3_unsigned_16x16(int32_t *acc, const int8_t *inp,
-                                                                       const uint8_t *tile, uint32_t batch,
-                                                                       uint32_t bo, uint32_t bi) {
-  (void)bo;
-  (void)bi;
-  gemm_row_ssse3_unsigned_16x16(acc, 0, 0, inp, 0, 0, tile, 1, 1, batch);
-}
-
-__attribute__((target("avx2"))) static void gemm_avx2_unsigned_16x16(int32_t *acc, const int8_t *inp,
-                                                                     const uint8_t *tile, uint32_t batch,
-                                                                     uint32_t bo, uint32_t bi) {
-  (void)bo;
-  (void)bi;
-  gemm_row_avx2_unsigned_16x16(acc, 0, 0, inp, 0, 0, tile, 1, 1, batch);
-}
+UNSIGNED_KERNELS(ssse3, __attribute__((target("ssse3"))))
 
 /* Whether every weight of a 16x16 tile lies in [-64, 64] (then w + 64, as an unsigned byte, is at most 128). */
 static int weights_narrow_16x16(const int8_t *w) {
@@ -656,26 +632,20 @@ TARGET_AVX512 static void gemm_row_avx512_16x16(int32_t *acc, ptrdiff_t dstep, p
   const uint32_t *wp = (const uint32_t *)(const void *)tile;
   __m512i w[8];
   for (int k = 0; k < 8; k++) w[k] = _mm512_loadu_si512((const void *)(wp + 16 * k));
-  for (uint32_t r = 0; r < rows; r++, acc += drow, inp += srow)
-  for (uint32_t i = 0; i < n; i++) {
-    const int8_t *x = inp + (ptrdiff_t)i * sstep;
-    int32_t *a = acc + (ptrdiff_t)i * dstep;
-    for (uint32_t b = 0; b < batch; b++) {
-      const __m256i x16 = _mm256_cvtepi8_epi16(_mm_loadu_si128((const __m128i *)(const void *)(x + 16 * b)));
-      const __m512i lo = _mm512_broadcast_i32x4(_mm256_castsi256_si128(x16));
-      const __m512i hi = _mm512_broadcast_i32x4(_mm256_extracti128_si256(x16, 1));
-      __m512i s0 = _mm512_madd_epi16(w[0], _mm512_shuffle_epi32(lo, 0x00));
-      __m512i s1 = _mm512_madd_epi16(w[1], _mm512_shuffle_epi32(lo, 0x55));
-      s0 = _mm512_add_epi32(s0, _mm512_madd_epi16(w[2], _mm512_shuffle_epi32(lo, 0xaa)));
-      s1 = _mm512_add_epi32(s1, _mm512_madd_epi16(w[3], _mm512_shuffle_epi32(lo, 0xff)));
-      s0 = _mm512_add_epi32(s0, _mm512_madd_epi16(w[4], _mm512_shuffle_epi32(hi, 0x00)));
-      s1 = _mm512_add_epi32(s1, _mm512_madd_epi16(w[5], _mm512_shuffle_epi32(hi, 0x55)));
-      s0 = _mm512_add_epi32(s0, _mm512_madd_epi16(w[6], _mm512_shuffle_epi32(hi, 0xaa)));
-      s1 = _mm512_add_epi32(s1, _mm512_madd_epi16(w[7], _mm512_shuffle_epi32(hi, 0xff)));
-      int32_t *d = a + 16 * b;
-      _mm512_storeu_si512((void *)d, _mm512_add_epi32(_mm512_loadu_si512((const void *)d), _mm512_add_epi32(s0, s1)));
-    }
-  }
+  FOR_EACH_UOP(
+    const __m256i x16 = _mm256_cvtepi8_epi16(_mm_loadu_si128((const __m128i *)(const void *)x));
+    const __m512i lo = _mm512_broadcast_i32x4(_mm256_castsi256_si128(x16));
+    const __m512i hi = _mm512_broadcast_i32x4(_mm256_extracti128_si256(x16, 1));
+    __m512i s0 = _mm512_madd_epi16(w[0], _mm512_shuffle_epi32(lo, 0x00));
+    __m512i s1 = _mm512_madd_epi16(w[1], _mm512_shuffle_epi32(lo, 0x55));
+    s0 = _mm512_add_epi32(s0, _mm512_madd_epi16(w[2], _mm512_shuffle_epi32(lo, 0xaa)));
+    s1 = _mm512_add_epi32(s1, _mm512_madd_epi16(w[3], _mm512_shuffle_epi32(lo, 0xff)));
+    s0 = _mm512_add_epi32(s0, _mm512_madd_epi16(w[4], _mm512_shuffle_epi32(hi, 0x00)));
+    s1 = _mm512_add_epi32(s1, _mm512_madd_epi16(w[5], _mm512_shuffle_epi32(hi, 0x55)));
+    s0 = _mm512_add_epi32(s0, _mm512_madd_epi16(w[6], _mm512_shuffle_epi32(hi, 0xaa)));
+    s1 = _mm512_add_epi32(s1, _mm512_madd_epi16(w[7], _mm512_shuffle_epi32(hi, 0xff)));
+    _mm512_storeu_si512((void *)a, _mm512_add_epi32(_mm512_loadu_si512((const void *)a), _mm512_add_epi32(s0, s1)));
+  )
 }
 
 /* The unsigned-input kernel (gemm_row_avx2_unsigned_16x16) at twice the width: a quad shadow row is one register,
@@ -687,50 +657,25 @@ TARGET_AVX512 __attribute__((always_inline)) static inline void unsigned_rows_av
   const __m512i w0 = _mm512_loadu_si512((const void *)wq), w1 = _mm512_loadu_si512((const void *)(wq + 16));
   const __m512i w2 = _mm512_loadu_si512((const void *)(wq + 32)), w3 = _mm512_loadu_si512((const void *)(wq + 48));
   const __m512i ones = _mm512_set1_epi16(1);
-  for (uint32_t r = 0; r < rows; r++, acc += drow, inp += srow)
-  for (uint32_t i = 0; i < n; i++) {
-    const int8_t *x = inp + (ptrdiff_t)i * sstep;
-    int32_t *a = acc + (ptrdiff_t)i * dstep;
-    for (uint32_t b = 0; b < batch; b++) {
-      int32_t q[4];
-      memcpy(q, x + 16 * b, sizeof q);
-      const __m512i p0 = _mm512_maddubs_epi16(_mm512_set1_epi32(q[0]), w0),
-                    p1 = _mm512_maddubs_epi16(_mm512_set1_epi32(q[1]), w1),
-                    p2 = _mm512_maddubs_epi16(_mm512_set1_epi32(q[2]), w2),
-                    p3 = _mm512_maddubs_epi16(_mm512_set1_epi32(q[3]), w3);
-      __m512i sum; /* narrow tiles: pairs of quads add in int16 first (unsigned_rows_avx2) */
-      if (narrow)
-        sum = _mm512_add_epi32(_mm512_madd_epi16(_mm512_add_epi16(p0, p1), ones),
-                               _mm512_madd_epi16(_mm512_add_epi16(p2, p3), ones));
-      else
-        sum = _mm512_add_epi32(_mm512_add_epi32(_mm512_madd_epi16(p0, ones), _mm512_madd_epi16(p1, ones)),
-                               _mm512_add_epi32(_mm512_madd_epi16(p2, ones), _mm512_madd_epi16(p3, ones)));
-      int32_t *d = a + 16 * b;
-      _mm512_storeu_si512((void *)d, _mm512_add_epi32(_mm512_loadu_si512((const void *)d), sum));
-    }
-  }
+  FOR_EACH_UOP(
+    int32_t q[4];
+    memcpy(q, x, sizeof q);
+    const __m512i p0 = _mm512_maddubs_epi16(_mm512_set1_epi32(q[0]), w0),
+                  p1 = _mm512_maddubs_epi16(_mm512_set1_epi32(q[1]), w1),
+                  p2 = _mm512_maddubs_epi16(_mm512_set1_epi32(q[2]), w2),
+                  p3 = _mm512_maddubs_epi16(_mm512_set1_epi32(q[3]), w3);
+    __m512i sum; /* narrow tiles: pairs of quads add in int16 first (unsigned_rows_avx2) */
+    if (narrow)
+      sum = _mm512_add_epi32(_mm512_madd_epi16(_mm512_add_epi16(p0, p1), ones),
+                             _mm512_madd_epi16(_mm512_add_epi16(p2, p3), ones));
+    else
+      sum = _mm512_add_epi32(_mm512_add_epi32(_mm512_madd_epi16(p0, ones), _mm512_madd_epi16(p1, ones)),
+                             _mm512_add_epi32(_mm512_madd_epi16(p2, ones), _mm512_madd_epi16(p3, ones)));
+    _mm512_storeu_si512((void *)a, _mm512_add_epi32(_mm512_loadu_si512((const void *)a), sum));
+  )
 }
 
-TARGET_AVX512 static void gemm_row_avx512_unsigned_16x16(int32_t *acc, ptrdiff_t dstep, ptrdiff_t drow,
-                                                         const int8_t *inp, ptrdiff_t sstep, ptrdiff_t srow,
-                                                         const uint8_t *tile, uint32_t n, uint32_t rows,
-                                                         uint32_t batch) {
-  unsigned_rows_avx512(acc, dstep, drow, inp, sstep, srow, tile, n, rows, batch, 0);
-}
-
-TARGET_AVX512 static void gemm_row_avx512_narrow_16x16(int32_t *acc, ptrdiff_t dstep, ptrdiff_t drow,
-                                                       const int8_t *inp, ptrdiff_t sstep, ptrdiff_t srow,
-                                                       const uint8_t *tile, uint32_t n, uint32_t rows,
-                                                       uint32_t batch) {
-  unsigned_rows_avx512(acc, dstep, drow, inp, sstep, srow, tile, n, rows, batch, 1);
-}
-
-TARGET_AVX512 static void gemm_avx512_unsigned_16x16(int32_t *acc, const int8_t *inp, const uint8_t *tile,
-                                                     uint32_t batch, uint32_t bo, uint32_t bi) {
-  (void)bo;
-  (void)bi;
-  gemm_row_avx512_unsigned_16x16(acc, 0, 0, inp, 0, 0, tile, 1, 1, batch);
-}
+UNSIGNED_KERNELS(avx512, TARGET_AVX512)
 
 TARGET_AVX512 static void gemm_avx512(int32_t *acc, const int8_t *inp, const uint8_t *tile, uint32_t batch,
                                       uint32_t bo, uint32_t bi) {
@@ -802,22 +747,16 @@ TARGET_AVX512VNNI static void gemm_row_vnni_16x16(int32_t *acc, ptrdiff_t dstep,
   const __m512i w2 = _mm512_loadu_si512((const void *)(wq + 32)), w3 = _mm512_loadu_si512((const void *)(wq + 48));
   const __m512i corr = _mm512_loadu_si512((const void *)(wq + quad_words(16, 16)));
   const __m128i offset = _mm_set1_epi8((char)0x80);
-  for (uint32_t r = 0; r < rows; r++, acc += drow, inp += srow)
-  for (uint32_t i = 0; i < n; i++) {
-    const int8_t *x = inp + (ptrdiff_t)i * sstep;
-    int32_t *a = acc + (ptrdiff_t)i * dstep;
-    for (uint32_t b = 0; b < batch; b++) {
-      const __m512i xq = _mm512_broadcast_i32x4(
-          _mm_xor_si128(_mm_loadu_si128((const __m128i *)(const void *)(x + 16 * b)), offset));
-      __m512i s0 = _mm512_dpbusd_epi32(_mm512_setzero_si512(), _mm512_shuffle_epi32(xq, 0x00), w0);
-      __m512i s1 = _mm512_dpbusd_epi32(_mm512_setzero_si512(), _mm512_shuffle_epi32(xq, 0x55), w1);
-      s0 = _mm512_dpbusd_epi32(s0, _mm512_shuffle_epi32(xq, 0xaa), w2);
-      s1 = _mm512_dpbusd_epi32(s1, _mm512_shuffle_epi32(xq, 0xff), w3);
-      int32_t *d = a + 16 * b;
-      _mm512_storeu_si512((void *)d, _mm512_add_epi32(_mm512_loadu_si512((const void *)d),
-                                                      _mm512_sub_epi32(_mm512_add_epi32(s0, s1), corr)));
-    }
-  }
+  FOR_EACH_UOP(
+    const __m512i xq = _mm512_broadcast_i32x4(
+        _mm_xor_si128(_mm_loadu_si128((const __m128i *)(const void *)x), offset));
+    __m512i s0 = _mm512_dpbusd_epi32(_mm512_setzero_si512(), _mm512_shuffle_epi32(xq, 0x00), w0);
+    __m512i s1 = _mm512_dpbusd_epi32(_mm512_setzero_si512(), _mm512_shuffle_epi32(xq, 0x55), w1);
+    s0 = _mm512_dpbusd_epi32(s0, _mm512_shuffle_epi32(xq, 0xaa), w2);
+    s1 = _mm512_dpbusd_epi32(s1, _mm512_shuffle_epi32(xq, 0xff), w3);
+    _mm512_storeu_si512((void *)a, _mm512_add_epi32(_mm512_loadu_si512((const void *)a),
+                                                    _mm512_sub_epi32(_mm512_add_epi32(s0, s1), corr)));
+  )
 }
 
 TARGET_AVX512VNNI static void gemm_avx512vnni(
