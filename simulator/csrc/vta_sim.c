@@ -82,8 +82,8 @@ struct vta_sim {
   int32_t *acc;
   uint8_t *wgt_t;      /* per-kernel shadow of each weight tile (build_shadow): what the GEMM kernel reads */
   size_t wgt_t_stride; /* bytes of one tile's shadow */
-  uint8_t *wgt_t_built; /* per tile, the shadows built since its last write (SHADOW_OWN, SHADOW_QUADS) */
-  gemm_row_fn gemm_row_unsigned; /* the unsigned-input kernel (avx2 and avx512, 16x16), or NULL */
+  uint8_t *wgt_t_built; /* per tile, the shadows built since its last write (SHADOW_OWN, ...: bits below) */
+  gemm_row_fn gemm_row_unsigned; /* the unsigned-input kernel (avx2, avx512, SSSE3 portable; 16x16), or NULL */
   gemm_row_fn gemm_row_narrow;   /* the same for tiles whose weights all lie in [-64, 64] (SHADOW_NARROW) */
   gemm_fn gemm_unsigned;
   uint8_t *wgt_q;                /* its shadow of each weight tile, 256 bytes each (shadow_quads_16x16) */
