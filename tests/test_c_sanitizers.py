@@ -2,7 +2,9 @@
 
 The driver runs random and malformed programs and misuses the API; it exits nonzero on any violated
 expectation, and the sanitizers abort on the first memory error, undefined behaviour or leak.
-A second test checks that the C sources compile warning-free as strict C99 (-pedantic).
+A build under ThreadSanitizer runs the same programs with every GEMM split over three threads (the pool's
+lock-free hand-off, and its caller taking over shares whose worker has not started them).
+A last test checks that the C sources compile warning-free as strict C99 (-pedantic).
 """
 
 from __future__ import annotations
@@ -40,18 +42,26 @@ SANITIZE = ["-std=c99", "-Wall", "-Wextra", "-Werror", "-g", "-O1", "-fsanitize=
             "-fno-sanitize-recover=all", "-fno-omit-frame-pointer"]
 
 
-@pytest.fixture(scope="module")
-def hostile(tmp_path_factory: pytest.TempPathFactory) -> Path:
-    out = tmp_path_factory.mktemp("hostile") / "hostile"
-    cmd = [CC, *SANITIZE, f"-I{CSRC}", str(DRIVER), str(CSRC / "vta_sim.c"), str(CSRC / "board_times.c"), "-o",
+# GEMM threads on for every GEMM (they are off by default in a C build), under ThreadSanitizer
+TSAN = ["-std=c99", "-Wall", "-Wextra", "-Werror", "-g", "-O1", "-fsanitize=thread", "-DVTA_SIM_DEFAULT_THREADS=3",
+        "-DVTA_SIM_PAR_MIN_MACS=0", "-pthread"]
+TSAN_ITERATIONS = int(os.environ.get("VTA_HOSTILE_TSAN_ITERATIONS", "2000"))
+
+
+def _build_driver(out: Path, flags: list[str]) -> Path:
+    cmd = [CC, *flags, f"-I{CSRC}", str(DRIVER), str(CSRC / "vta_sim.c"), str(CSRC / "board_times.c"), "-o",
            str(out)]
     res = subprocess.run(cmd, check=False, capture_output=True, text=True, timeout=300)
     assert res.returncode == 0, f"build failed: {' '.join(cmd)}\n{res.stdout}{res.stderr}"
     return out
 
 
-@pytest.mark.parametrize(("preset", "kernel"), RUNS)
-def test_hostile_programs_under_sanitizers(hostile: Path, preset: str, kernel: str, tmp_path: Path) -> None:
+@pytest.fixture(scope="module")
+def hostile(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    return _build_driver(tmp_path_factory.mktemp("hostile") / "hostile", SANITIZE)
+
+
+def _run_driver(driver: Path, preset: str, kernel: str, iterations: int, seed: int, tmp_path: Path) -> None:
     values = param_values(load_config(preset))
     assert len(values) == 118
     params = tmp_path / f"{preset}.params"
@@ -61,10 +71,10 @@ def test_hostile_programs_under_sanitizers(hostile: Path, preset: str, kernel: s
     # LeakSanitizer works in this sandbox (ptrace is allowed), so leaks are checked too.
     env["ASAN_OPTIONS"] = "detect_leaks=1:abort_on_error=0:halt_on_error=1"
     env["UBSAN_OPTIONS"] = "print_stacktrace=1:halt_on_error=1"
+    env["TSAN_OPTIONS"] = "halt_on_error=1"
     env.pop("LD_PRELOAD", None)
     env["VTA_SIM_KERNEL"] = kernel
-    res = subprocess.run([str(hostile), str(params), str(ITERATIONS), str(SEEDS[preset, kernel])], check=False,
-                         capture_output=True,
+    res = subprocess.run([str(driver), str(params), str(iterations), str(seed)], check=False, capture_output=True,
                          text=True, env=env, timeout=600)
     report = f"exit {res.returncode}\n--- stdout\n{res.stdout}\n--- stderr (tail)\n{res.stderr[-6000:]}"
     print(res.stdout)  # the outcome counts, visible with -s
@@ -72,12 +82,23 @@ def test_hostile_programs_under_sanitizers(hostile: Path, preset: str, kernel: s
     assert "runtime error" not in res.stderr, report
     assert "ERROR: AddressSanitizer" not in res.stderr, report
     assert "ERROR: LeakSanitizer" not in res.stderr, report
+    assert "WARNING: ThreadSanitizer" not in res.stderr, report
     assert res.returncode == 0, report
-    assert re.search(rf"^hostile: {ITERATIONS} programs: ok=\d+, insn=\d+, mem=\d+, deadlock=\d+, budget=\d+",
+    assert re.search(rf"^hostile: {iterations} programs: ok=\d+, insn=\d+, mem=\d+, deadlock=\d+, budget=\d+",
                      res.stdout, re.MULTILINE), report
     last = res.stdout.strip().splitlines()[-1]
     m = re.fullmatch(r"(\d+) passed, 0 failed", last)
     assert m and int(m.group(1)) > 0, report
+
+
+@pytest.mark.parametrize(("preset", "kernel"), RUNS)
+def test_hostile_programs_under_sanitizers(hostile: Path, preset: str, kernel: str, tmp_path: Path) -> None:
+    _run_driver(hostile, preset, kernel, ITERATIONS, SEEDS[preset, kernel], tmp_path)
+
+
+def test_hostile_programs_with_gemm_threads_under_tsan(tmp_path: Path) -> None:
+    driver = _build_driver(tmp_path / "hostile_tsan", TSAN)
+    _run_driver(driver, "pynq", "auto", TSAN_ITERATIONS, 6, tmp_path)
 
 
 @pytest.mark.parametrize("source", ["vta_sim.c", "board_times.c"])

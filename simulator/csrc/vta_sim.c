@@ -1857,7 +1857,8 @@ struct gemm_pool {
   int64_t bound[VTA_SIM_MAX_THREADS + 1];
   uint64_t generation; /* __atomic: bumped per job */
   uint64_t poke;       /* __atomic: bumped to wake sleeping workers without a job (pool_poke) */
-  uint32_t pending;    /* __atomic: workers still on the current job */
+  uint32_t pending;    /* __atomic: shares of the current job that workers took and have not finished */
+  uint64_t claim[VTA_SIM_MAX_THREADS + 1]; /* __atomic: the job (generation) whose share t was last taken */
   uint32_t sleepers;   /* __atomic: workers about to wait, or waiting, on `wake` */
   uint32_t caller_waits; /* __atomic: the caller is about to wait, or waiting, on `done` */
   int stop;            /* __atomic */
@@ -1893,6 +1894,9 @@ static void *pool_main(void *arg) {
     if (__atomic_load_n(&pool->stop, __ATOMIC_ACQUIRE)) return NULL;
     if (g == seen) continue; /* poked: spin for the job that is coming */
     seen = g;
+    uint64_t old = __atomic_load_n(&pool->claim[w.part], __ATOMIC_ACQUIRE);
+    if (old >= g || !__atomic_compare_exchange_n(&pool->claim[w.part], &old, g, 0, __ATOMIC_ACQ_REL, __ATOMIC_ACQUIRE))
+      continue; /* the caller ran this share itself: this worker came too late */
     gemm_part(pool->s, &pool->job, pool->bound[w.part], pool->bound[w.part + 1]);
     if (__atomic_sub_fetch(&pool->pending, 1, __ATOMIC_SEQ_CST) == 0 &&
         __atomic_load_n(&pool->caller_waits, __ATOMIC_SEQ_CST)) {
@@ -1977,10 +1981,11 @@ static void pool_run(gemm_pool_t *pool, const gemm_job_t *job, int64_t dmin, int
                        dmin + 1;
   for (uint32_t t = 0; t < n; t++) pool->bound[t] = dmin + span * t / n;
   pool->bound[n] = INT64_MAX;
+  uint64_t g = 0;
   if (pool->nstarted) {
     pool->job = *job;
     __atomic_store_n(&pool->pending, pool->nstarted, __ATOMIC_RELEASE);
-    __atomic_add_fetch(&pool->generation, 1, __ATOMIC_SEQ_CST);
+    g = __atomic_add_fetch(&pool->generation, 1, __ATOMIC_SEQ_CST);
     if (__atomic_load_n(&pool->sleepers, __ATOMIC_SEQ_CST)) {
       pthread_mutex_lock(&pool->mu);
       pthread_cond_broadcast(&pool->wake);
@@ -1990,6 +1995,16 @@ static void pool_run(gemm_pool_t *pool, const gemm_job_t *job, int64_t dmin, int
   gemm_part(s, job, pool->bound[0], pool->bound[1]);
   for (uint32_t t = pool->nstarted + 1; t < n; t++) gemm_part(s, job, pool->bound[t], pool->bound[t + 1]);
   if (!pool->nstarted) return;
+  /* A share whose worker has not started it yet (descheduled by the machine's other load, or still waking up) is
+   * run here rather than waited for; the worker then skips it. Either way each share runs once, so the result
+   * does not depend on who ran it. */
+  for (uint32_t t = 1; t <= pool->nstarted; t++) {
+    uint64_t old = __atomic_load_n(&pool->claim[t], __ATOMIC_ACQUIRE);
+    if (old < g && __atomic_compare_exchange_n(&pool->claim[t], &old, g, 0, __ATOMIC_ACQ_REL, __ATOMIC_ACQUIRE)) {
+      gemm_part(s, job, pool->bound[t], pool->bound[t + 1]);
+      __atomic_sub_fetch(&pool->pending, 1, __ATOMIC_SEQ_CST);
+    }
+  }
   for (uint32_t i = 0; i < POOL_SPINS && __atomic_load_n(&pool->pending, __ATOMIC_ACQUIRE); i++) cpu_pause();
   if (__atomic_load_n(&pool->pending, __ATOMIC_ACQUIRE)) {
     pthread_mutex_lock(&pool->mu);
