@@ -4,6 +4,7 @@
 #include "vta_isa.h" /* opcodes, memory types, modules, queues, routing tables, limits: generated from hw_config */
 
 #include <pthread.h>
+#include <sched.h>
 #include <stdarg.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -1838,6 +1839,11 @@ static void gemm_part(const vta_sim_t *s, const gemm_job_t *job, int64_t lo, int
  * of ResNet-18 with the 50 us spin). A run that has split GEMMs also wakes sleeping workers at its start (pool_poke)
  * so that they are spinning by its first one. */
 #define POOL_WORKER_SPINS 20000
+/* A worker that came too late for a recent job (the caller ran its share: the machine is busy) yields its CPU every
+ * so many pauses (~2 us) while it spins, so that the threads waiting for that CPU run instead of a spin; on time
+ * for POOL_LATE_JOBS jobs in a row, it spins without yielding again (a yield costs a system call). */
+#define POOL_YIELD_EVERY 64
+#define POOL_LATE_JOBS 64
 
 static void cpu_pause(void) {
 #if defined(__x86_64__) || defined(__i386__)
@@ -1874,11 +1880,15 @@ static void *pool_main(void *arg) {
   free(arg);
   gemm_pool_t *pool = w.pool;
   uint64_t seen = 0;
+  uint32_t late = 0; /* jobs left to yield while spinning (POOL_YIELD_EVERY) */
   for (;;) {
     uint64_t g = __atomic_load_n(&pool->generation, __ATOMIC_ACQUIRE);
     for (uint32_t i = 0; g == seen && i < POOL_WORKER_SPINS && !__atomic_load_n(&pool->stop, __ATOMIC_ACQUIRE);
          i++) {
-      cpu_pause();
+      if (late && i % POOL_YIELD_EVERY == POOL_YIELD_EVERY - 1)
+        sched_yield(); /* the CPU is contended: a thread waiting for it (the caller's, or other load) gets it */
+      else
+        cpu_pause();
       g = __atomic_load_n(&pool->generation, __ATOMIC_ACQUIRE);
     }
     if (g == seen) {
@@ -1895,8 +1905,11 @@ static void *pool_main(void *arg) {
     if (g == seen) continue; /* poked: spin for the job that is coming */
     seen = g;
     uint64_t old = __atomic_load_n(&pool->claim[w.part], __ATOMIC_ACQUIRE);
-    if (old >= g || !__atomic_compare_exchange_n(&pool->claim[w.part], &old, g, 0, __ATOMIC_ACQ_REL, __ATOMIC_ACQUIRE))
-      continue; /* the caller ran this share itself: this worker came too late */
+    if (old >= g || !__atomic_compare_exchange_n(&pool->claim[w.part], &old, g, 0, __ATOMIC_ACQ_REL, __ATOMIC_ACQUIRE)) {
+      late = POOL_LATE_JOBS; /* the caller ran this share itself: this worker came too late */
+      continue;
+    }
+    if (late) late--;
     gemm_part(pool->s, &pool->job, pool->bound[w.part], pool->bound[w.part + 1]);
     if (__atomic_sub_fetch(&pool->pending, 1, __ATOMIC_SEQ_CST) == 0 &&
         __atomic_load_n(&pool->caller_waits, __ATOMIC_SEQ_CST)) {
