@@ -1133,6 +1133,15 @@ void vta_sim_reset(vta_sim_t *s) {
 /* Weight tiles [first, first+count) were written: their shadows are stale (need_shadows rebuilds them). */
 static void update_wgt_t(vta_sim_t *s, size_t first, size_t count) { memset(s->wgt_t_built + first, 0, count); }
 
+#ifdef VTA_X86_KERNELS
+/* Tile t's quad shadow, from its 16x16 weights w; its wgt_t_built bits: SHADOW_QUADS, and SHADOW_NARROW when every
+ * weight lies in [-64, 64]. */
+static uint8_t quad_layout(vta_sim_t *s, size_t t, const int8_t *w) {
+  shadow_quads_16x16(s->wgt_q + t * 256, w);
+  return (uint8_t)(SHADOW_QUADS | (weights_narrow_16x16(w) ? SHADOW_NARROW : 0));
+}
+#endif
+
 /* Write the weight SRAM bytes of tiles [lo, hi] that a LOAD left in their quad shadow only (RAW_STALE). */
 static void raw_weights(vta_sim_t *s, size_t lo, size_t hi) {
   for (size_t t = lo; t <= hi; t++) {
@@ -1154,11 +1163,11 @@ static void need_shadows(vta_sim_t *s, int kind, size_t lo, size_t hi) {
     const int8_t *w = s->wgt + t * s->wgt_elem;
 #ifdef VTA_X86_KERNELS
     if (kind == SHADOW_QUADS) {
-      shadow_quads_16x16(s->wgt_q + t * 256, w);
-      if (weights_narrow_16x16(w)) s->wgt_t_built[t] |= SHADOW_NARROW;
-    } else
+      s->wgt_t_built[t] |= quad_layout(s, t, w);
+      continue;
+    }
 #endif
-      build_shadow(s->kernel, s->wgt_t + t * s->wgt_t_stride, w, s->p.block_out, s->p.block_in);
+    build_shadow(s->kernel, s->wgt_t + t * s->wgt_t_stride, w, s->p.block_out, s->p.block_in);
     s->wgt_t_built[t] |= (uint8_t)kind;
   }
 }
@@ -1533,8 +1542,7 @@ static void load_weight_quads(vta_sim_t *s, const insn_t *in) {
     const int8_t *src = (const int8_t *)in->dram + (size_t)y * in->x_stride * elem;
     for (uint32_t x = 0; x < in->x_size; x++, src += elem) {
       const size_t t = (size_t)in->sram_base + (size_t)y * in->x_size + x;
-      shadow_quads_16x16(s->wgt_q + t * 256, src);
-      s->wgt_t_built[t] = (uint8_t)(SHADOW_QUADS | RAW_STALE | (weights_narrow_16x16(src) ? SHADOW_NARROW : 0));
+      s->wgt_t_built[t] = (uint8_t)(quad_layout(s, t, src) | RAW_STALE);
     }
   }
 #else
