@@ -47,7 +47,7 @@ typedef struct gemm_job {
   uint32_t nruns;
   gemm_row_fn row; /* rows of micro-ops sharing a weight tile, or NULL: one `one` call per micro-op */
   gemm_row_fn row_narrow; /* `row` for tiles marked SHADOW_NARROW, or NULL */
-  gemm_fn one;     /* one micro-op */
+  gemm_fn one;     /* one micro-op, where `row` is NULL */
   const uint8_t *shadow; /* the weight shadows the kernel reads, tile t at shadow + t * stride */
   size_t stride;
 } gemm_job_t;
@@ -86,7 +86,6 @@ struct vta_sim {
   uint8_t *wgt_t_built; /* per tile, the shadows built since its last write (SHADOW_OWN, ...: bits below) */
   gemm_row_fn gemm_row_unsigned; /* the unsigned-input kernel (avx2, avx512, SSSE3 portable; 16x16), or NULL */
   gemm_row_fn gemm_row_narrow;   /* the same for tiles whose weights all lie in [-64, 64] (SHADOW_NARROW) */
-  gemm_fn gemm_unsigned;
   uint8_t *wgt_q;                /* its shadow of each weight tile, 256 bytes each (shadow_quads_16x16) */
   int kernel;          /* K_PORTABLE, ... (the GEMM kernel path) */
   void (*gemm)(int32_t *, const int8_t *, const uint8_t *, uint32_t, uint32_t, uint32_t);
@@ -280,7 +279,7 @@ static void tail_pairs(int32_t *acc, const uint32_t *xp, const uint32_t *wp, uin
       }
 
 /* The kernels exec_gemm takes from an unsigned_rows_<isa> (defined with `attr`, its target): rows of micro-ops on a
- * tile, the same on a narrow tile, and one micro-op. */
+ * tile, and the same on a narrow tile. */
 #define UNSIGNED_KERNELS(isa, attr)                                                                               \
   attr static void gemm_row_##isa##_unsigned_16x16(int32_t *acc, ptrdiff_t dstep, ptrdiff_t drow, const int8_t *inp, \
                                                    ptrdiff_t sstep, ptrdiff_t srow, const uint8_t *tile, uint32_t n,  \
@@ -291,12 +290,6 @@ static void tail_pairs(int32_t *acc, const uint32_t *xp, const uint32_t *wp, uin
                                                  ptrdiff_t sstep, ptrdiff_t srow, const uint8_t *tile, uint32_t n,    \
                                                  uint32_t rows, uint32_t batch) {                                    \
     unsigned_rows_##isa(acc, dstep, drow, inp, sstep, srow, tile, n, rows, batch, 1);                                \
-  }                                                                                                                  \
-  attr static void gemm_##isa##_unsigned_16x16(int32_t *acc, const int8_t *inp, const uint8_t *tile, uint32_t batch, \
-                                               uint32_t bo, uint32_t bi) {                                           \
-    (void)bo;                                                                                                        \
-    (void)bi;                                                                                                        \
-    gemm_row_##isa##_unsigned_16x16(acc, 0, 0, inp, 0, 0, tile, 1, 1, batch);                                        \
   }
 
 #ifdef VTA_SSE2_KERNELS
@@ -366,10 +359,6 @@ static void shadow_pairs_16x16_sse2(uint8_t *dst, const int8_t *w) {
 static void gemm_sse2(int32_t *acc, const int8_t *inp, const uint8_t *tile, uint32_t batch, uint32_t bo,
                       uint32_t bi) {
   const uint32_t *wp = (const uint32_t *)(const void *)tile;
-  if (bo == 16 && bi == 16) {
-    gemm_row_sse2_16x16(acc, 0, 0, inp, 0, 0, tile, 1, 1, batch);
-    return;
-  }
   uint32_t xp[128];
   for (uint32_t b = 0; b < batch; b++) {
     const uint32_t np = x_pairs(xp, inp + (size_t)b * bi, bi);
@@ -575,10 +564,6 @@ static void shadow_quads_16x16(uint8_t *dst, const int8_t *w) {
 __attribute__((target("avx2"))) static void gemm_avx2(int32_t *acc, const int8_t *inp, const uint8_t *tile,
                                                       uint32_t batch, uint32_t bo, uint32_t bi) {
   const uint32_t *wp = (const uint32_t *)(const void *)tile;
-  if (bo == 16 && bi == 16) { /* pynq and most presets: the run kernel, for one micro-op */
-    gemm_row_avx2_16x16(acc, 0, 0, inp, 0, 0, tile, 1, 1, batch);
-    return;
-  }
   uint32_t xp[128];
   for (uint32_t b = 0; b < batch; b++) {
     const uint32_t np = x_pairs_avx2(xp, inp + (size_t)b * bi, bi);
@@ -681,10 +666,6 @@ UNSIGNED_KERNELS(avx512, TARGET_AVX512)
 TARGET_AVX512 static void gemm_avx512(int32_t *acc, const int8_t *inp, const uint8_t *tile, uint32_t batch,
                                       uint32_t bo, uint32_t bi) {
   const uint32_t *wp = (const uint32_t *)(const void *)tile;
-  if (bo == 16 && bi == 16) {
-    gemm_row_avx512_16x16(acc, 0, 0, inp, 0, 0, tile, 1, 1, batch);
-    return;
-  }
   uint32_t xp[128];
   for (uint32_t b = 0; b < batch; b++) {
     const uint32_t np = x_pairs_avx2(xp, inp + (size_t)b * bi, bi);
@@ -765,10 +746,6 @@ TARGET_AVX512VNNI static void gemm_avx512vnni(
   const uint32_t *wq = (const uint32_t *)(const void *)tile;
   const uint32_t *corr = wq + quad_words(bo, bi);
   const uint32_t nq = (bi + 3) / 4;
-  if (bo == 16 && bi == 16) {
-    gemm_row_vnni_16x16(acc, 0, 0, inp, 0, 0, tile, 1, 1, batch);
-    return;
-  }
   uint32_t xq[64];
   for (uint32_t b = 0; b < batch; b++) {
     const int8_t *x = inp + (size_t)b * bi;
@@ -917,23 +894,18 @@ static gemm_row_fn kernel_gemm_row(int kernel, uint32_t bo, uint32_t bi) {
 
 /* The unsigned-input kernels of a path and shape, for GEMMs whose inputs are all >= 0 (exec_gemm; they read the
  * 16x16 quad shadow; `narrow` for runs on tiles with SHADOW_NARROW), or 0. */
-static int kernel_unsigned(int kernel, uint32_t bo, uint32_t bi, gemm_row_fn *row, gemm_row_fn *narrow,
-                           gemm_fn *one) {
+static int kernel_unsigned(int kernel, uint32_t bo, uint32_t bi, gemm_row_fn *row, gemm_row_fn *narrow) {
   *row = *narrow = NULL;
-  *one = NULL;
 #ifdef VTA_X86_KERNELS
   if (bo == 16 && bi == 16 && kernel == K_AVX2) {
     *row = gemm_row_avx2_unsigned_16x16;
     *narrow = gemm_row_avx2_narrow_16x16;
-    *one = gemm_avx2_unsigned_16x16;
   } else if (bo == 16 && bi == 16 && kernel == K_AVX512) {
     *row = gemm_row_avx512_unsigned_16x16;
     *narrow = gemm_row_avx512_narrow_16x16;
-    *one = gemm_avx512_unsigned_16x16;
   } else if (bo == 16 && bi == 16 && kernel == K_PORTABLE && (__builtin_cpu_init(), __builtin_cpu_supports("ssse3"))) {
     *row = gemm_row_ssse3_unsigned_16x16;
     *narrow = gemm_row_ssse3_narrow_16x16;
-    *one = gemm_ssse3_unsigned_16x16;
   }
 #endif
   (void)kernel;
@@ -1067,8 +1039,7 @@ vta_sim_t *vta_sim_create(const vta_params_t *params, char *err, size_t errlen) 
   s->threads = 1;
   s->wgt_t_stride = shadow_bytes(kernel, p->block_out, p->block_in);
   s->wgt_t = calloc(p->wgt_depth, s->wgt_t_stride);
-  if (kernel_unsigned(kernel, p->block_out, p->block_in, &s->gemm_row_unsigned, &s->gemm_row_narrow,
-                      &s->gemm_unsigned))
+  if (kernel_unsigned(kernel, p->block_out, p->block_in, &s->gemm_row_unsigned, &s->gemm_row_narrow))
     s->wgt_q = calloc(p->wgt_depth, 256); /* apart from wgt_t, so that each kind of shadow stays dense in cache */
   s->wgt_t_built = calloc(p->wgt_depth, 1);
   if (!s->uop || !s->inp || !s->wgt || !s->acc || !s->wgt_t || !s->wgt_t_built || !s->runs ||
@@ -1797,7 +1768,11 @@ static void gemm_part(const vta_sim_t *s, const gemm_job_t *job, int64_t lo, int
         const gemm_row_fn row =
             job->row_narrow && (s->wgt_t_built[w0 + run->wgt] & SHADOW_NARROW) ? job->row_narrow : job->row;
         if (run->count == 1 && run->rows == 1) { /* the common case of programs without runs: one call */
-          if (whole || ((int64_t)d >= lo && (int64_t)d < hi)) gemm(acc, inp, tile, batch, bo, bi);
+          if (!whole && ((int64_t)d < lo || (int64_t)d >= hi)) continue;
+          if (row)
+            row(acc, 0, 0, inp, 0, 0, tile, 1, 1, batch);
+          else
+            gemm(acc, inp, tile, batch, bo, bi);
           continue;
         }
         if (whole) {
@@ -2071,7 +2046,7 @@ static void exec_gemm(vta_sim_t *s, const insn_t *in) {
     if (s->gemm_row_unsigned && inputs_unsigned(s, (size_t)src.min, src_end)) {
       job.row = s->gemm_row_unsigned;
       job.row_narrow = s->gemm_row_narrow;
-      job.one = s->gemm_unsigned;
+      job.one = NULL; /* the row kernels take lone micro-ops too */
       job.shadow = s->wgt_q;
       job.stride = 256;
       kind = SHADOW_QUADS;
