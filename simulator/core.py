@@ -153,6 +153,16 @@ class Simulator:
         self._check(lib.vta_sim_set_threads(self._sim, threads, min_macs, self._err, ERR_LEN))
         self.threads = threads
 
+    def _weight_layout(self, tile: int) -> set[str]:
+        """For tests: the GEMM layouts of weight tile ``tile`` that are up to date ("own": the kernel path's;
+        "quads": the unsigned-input kernels', with "sum2" / "sum4" where their int16 sums of two / four quads are
+        exact on the tile; "raw stale": SRAM bytes not yet written from it)."""
+        bits = lib.vta_sim_tile_layout(self._sim, tile)
+        if bits < 0:
+            raise SimulatorError(f"weight tile {tile} is past the weight SRAM ({self.cfg.WGT_BUFF_DEPTH} tiles)")
+        return {name for bit, name in ((1, "own"), (2, "quads"), (4, "sum2"), (8, "raw stale"), (16, "sum4"))
+                if bits & bit}
+
     def _check(self, rc: int, index: int | None = None) -> None:
         if rc:
             raise ERROR_CLASSES.get(rc, SimulatorError)(ffi.string(self._err).decode(), index)

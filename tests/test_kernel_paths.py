@@ -48,23 +48,64 @@ def _run_triples(rng: np.random.Generator) -> list[tuple[int, int, int]]:
             [(2, 9, w + 2)] + rows)
 
 
+def _lanes(block_in: int, quads: int) -> list[np.ndarray]:
+    """The input channels whose products one int16 lane of the unsigned-input kernels sums when ``quads`` quads'
+    vpmaddubsw results add before widening (2: tiles marked sum2, 4: sum4): channel c = 4k + 2h + e goes to lane
+    (h, k // quads)."""
+    c = np.arange(block_in)
+    key = (c % 4) // 2 + 2 * (c // (4 * quads))
+    return [c[key == k] for k in np.unique(key)]
+
+
+def _lane_abs_sums(w: np.ndarray, quads: int) -> np.ndarray:
+    """Per tile, the largest sum of |w| over one output's lane (_lanes): the sums are exact while it is <= 258."""
+    a = np.abs(w.astype(np.int64))
+    return np.max([a[..., lane].sum(axis=-1).max(axis=-1) for lane in _lanes(w.shape[-1], quads)], axis=0)
+
+
+def _tile_at_limit(rng: np.random.Generator, shape: tuple[int, int], quads: int, total: int,
+                   sign: int) -> np.ndarray:
+    """A weight tile each of whose lanes (_lanes) has |w| adding up to ``total`` (as near as the lane's size
+    allows), all of sign ``sign``: with inputs of 127 a lane's int16 sum is 127 x total, 32766 for 258 (the most
+    that fits) and past int16 for 259."""
+    cap = 127 if sign > 0 else 128
+    w = np.zeros(shape, np.int64)
+    for o in range(shape[0]):
+        for lane in _lanes(shape[1], quads):
+            want = min(total, cap * len(lane))
+            part = np.full(len(lane), want // len(lane))
+            part[: want % len(lane)] += 1
+            for _ in range(8):   # move random amounts between the lane's weights, keeping the sum and the cap
+                a, b = rng.integers(0, len(lane), 2)
+                move = int(rng.integers(0, min(part[a], cap - part[b]) + 1))
+                part[a] -= move
+                part[b] += move
+            w[o, lane] = sign * part
+    return w.astype(np.int8)
+
+
 def _gemm_check(name: str, overrides: dict, seed: int, runs: bool = False, threads: int = 1,
-                unsigned: bool = False, narrow: bool = False) -> None:
+                unsigned: bool = False, sums: int = 1) -> None:
     """Random GEMMs (several micro-ops, both loops, extreme operands) against numpy with int32 wrap-around; with
     ``runs`` the micro-ops come in runs (``_run_triples``), with ``threads`` every GEMM is split over that many,
     with ``unsigned`` every input is in [0, 127] (what the unsigned-input kernel takes: ReLU outputs), with
-    ``narrow`` most weight tiles lie in [-64, 64] (the narrow kernel's) and two just outside (+-65)."""
+    ``sums`` 2 or 4 most weight tiles allow that many quads' int16 sums (small weights) and four sit at the limit,
+    two just inside it (a lane's sum of |w| is 258) and two just outside (259), each sign. Where the unsigned-input
+    kernels built a tile's quad layout, its sum2 / sum4 marks must be what numpy computes."""
     from test_semantics import finish, gemm, uops, wrap32
 
     cfg = load_config("pynq", **overrides)
     rng = np.random.default_rng(seed)
     n_inp, n_wgt, n_acc = 24, 12, 16
     x = rng.integers(0 if unsigned else -128, 128, (n_inp, cfg.BATCH, cfg.BLOCK_IN)).astype(np.int8)
-    w = rng.integers(-64 if narrow else -128, 65 if narrow else 128, (n_wgt, cfg.BLOCK_OUT, cfg.BLOCK_IN)).astype(np.int8)
-    x[0], w[0] = (127 if unsigned else -128), (-64 if narrow else -128)  # largest products
-    w[1] = 64 if narrow else 127
-    if narrow:   # the narrow sums of these would leave int16
-        x[1:4], w[2], w[3] = 127, 65, -65
+    bound = {1: 128, 2: 65, 4: 33}[sums]
+    w = rng.integers(-bound, min(bound, 128), (n_wgt, cfg.BLOCK_OUT, cfg.BLOCK_IN)).astype(np.int8)
+    x[0], w[0] = (127 if unsigned else -128), -128  # largest products
+    w[1] = 127
+    if sums > 1:   # tiles at the limit of the int16 sums: with inputs of 127, those outside it would wrap
+        x[1:4] = 127
+        for t, (total, sign) in enumerate(((258, -1), (258, 1), (259, 1), (259, -1))):
+            w[t] = _tile_at_limit(rng, w.shape[1:], sums, total, sign)
     acc = rng.integers(-2**31, 2**31, (n_acc, cfg.BATCH, cfg.BLOCK_OUT)).astype(np.int32)
     acc[0] = 2**31 - 1  # wraps
     triples = [(int(rng.integers(0, 4)), int(rng.integers(0, 6)), int(rng.integers(0, 4))) for _ in range(5)]
@@ -86,6 +127,20 @@ def _gemm_check(name: str, overrides: dict, seed: int, runs: bool = False, threa
                 d2, s2, k2 = d + i * dst[0] + j * dst[1], s + i * src[0] + j * src[1], k + i * wf[0] + j * wf[1]
                 want[d2] = wrap32(want[d2] + x[s2].astype(np.int64) @ w[k2].astype(np.int64).T)
     np.testing.assert_array_equal(sim.read_sram("acc", 0, n_acc), wrap32(want), err_msg=f"{name}: GEMM differs")
+    _assert_sum_marks(sim, w, name)
+
+
+def _assert_sum_marks(sim: Simulator, w: np.ndarray, where: str) -> int:
+    """Tiles in the unsigned-input kernels' quad layout carry the sum2 / sum4 marks numpy computes for their
+    weights; returns how many tiles were in that layout."""
+    quads = 0
+    for t in range(len(w)):
+        layout = sim._weight_layout(t)
+        if "quads" in layout:
+            quads += 1
+            want = {f"sum{q}" for q in (2, 4) if _lane_abs_sums(w[t], q) <= 258}
+            assert layout & {"sum2", "sum4"} == want, f"{where}: tile {t} has {layout}, want {want}"
+    return quads
 
 
 def _child() -> None:
@@ -99,8 +154,9 @@ def _child() -> None:
             _gemm_check(name, overrides, 100 * i + seed, runs=True, threads=2 + seed)
             _gemm_check(name, overrides, 100 * i + seed, unsigned=True)
             _gemm_check(name, overrides, 100 * i + seed, runs=True, threads=1 + seed, unsigned=True)
-            _gemm_check(name, overrides, 100 * i + seed, unsigned=True, narrow=True)
-            _gemm_check(name, overrides, 100 * i + seed, runs=True, threads=1 + seed, unsigned=True, narrow=True)
+            for sums in (2, 4):
+                _gemm_check(name, overrides, 100 * i + seed, unsigned=True, sums=sums)
+                _gemm_check(name, overrides, 100 * i + seed, runs=True, threads=1 + seed, unsigned=True, sums=sums)
 
     from golden_files import GOLDEN_DIR
     golden = 0
@@ -224,18 +280,18 @@ def test_gemm_runs_follow_micro_op_writes() -> None:
 
 def test_gemm_kernel_follows_input_signs_and_weight_writes() -> None:
     """A GEMM whose reachable inputs are all >= 0 may take the unsigned-input kernel over its own weight shadow
-    (avx2, avx512), and its narrow variant on tiles whose weights all lie in [-64, 64], any other the path's
-    kernel; shadows are built when a GEMM first reads a tile after its write. So: the same tiles alternate between
-    the two kinds of GEMM, a negative byte appears in and then leaves the inputs a GEMM reaches (and one lies just
-    outside them), and tiles are rewritten through the API and by a LOAD between GEMMs, narrow tiles becoming
-    wide and back (with large inputs, so that a stale narrow mark would wrap int16); every result must match
-    numpy."""
+    (avx2, avx512), and its sum2 / sum4 variants on tiles with small enough weights, any other the path's kernel;
+    shadows are built when a GEMM first reads a tile after its write. So: the same tiles alternate between the two
+    kinds of GEMM, a negative byte appears in and then leaves the inputs a GEMM reaches (and one lies just outside
+    them), and tiles are rewritten through the API and by a LOAD between GEMMs, small-weight tiles becoming wide
+    and back (with large inputs, so that a stale sum mark would wrap int16); every result must match numpy."""
     from test_semantics import finish, gemm, load, uops, wrap32
 
     cfg = load_config("pynq")
     rng = np.random.default_rng(12)
     x = rng.integers(64, 128, (24, cfg.BATCH, cfg.BLOCK_IN)).astype(np.int8)
-    w = rng.integers(-64, 65, (8, cfg.BLOCK_OUT, cfg.BLOCK_IN)).astype(np.int8)   # narrow tiles
+    w = rng.integers(-64, 65, (8, cfg.BLOCK_OUT, cfg.BLOCK_IN)).astype(np.int8)   # sum2 tiles
+    w[2] = rng.integers(-32, 33, w[2].shape)   # a sum4 tile
     x[0], w[0], w[3] = 127, -64, 127
     # runs of micro-ops on tiles 1, 2, 0 and 3 (a run goes through the row kernels), reaching inputs 0 .. 6
     triples = ([(d, d + 1, 1 + d // 3) for d in range(6)] + [(6 + d, 2 * d, 0) for d in range(4)] +
@@ -256,11 +312,11 @@ def test_gemm_kernel_follows_input_signs_and_weight_writes() -> None:
             program = b""
             if isinstance(change, tuple):
                 x[change[0], 0, change[0] % cfg.BLOCK_IN] = change[1]
-            elif change == "api":   # narrow tiles become wide: the narrow kernel's int16 sums would wrap
+            elif change == "api":   # small-weight tiles become wide: the sum kernels' int16 sums would wrap
                 w[1:3] = rng.integers(100, 128, w[1:3].shape)
                 sim.write_sram("wgt", 1, w[1:3])
-            elif change == "load":   # a wide tile becomes narrow and a narrow one wide
-                w[0], w[1] = rng.integers(-64, 65, w[0].shape), -128
+            elif change == "load":   # a wide tile gets small weights (sum4) and a sum2 one wide
+                w[0], w[1] = rng.integers(-32, 33, w[0].shape), -128
                 sim.write(addr, w[0:2].view(np.uint8))
                 program = load(cfg, "WGT", 0, addr // w[0].nbytes, 1, 2)
             sim.write_sram("inp", 0, x)
@@ -269,6 +325,9 @@ def test_gemm_kernel_follows_input_signs_and_weight_writes() -> None:
                 want[d] = wrap32(want[d] + x[src].astype(np.int64) @ w[k].astype(np.int64).T)
             np.testing.assert_array_equal(sim.read_sram("acc", 0, 16), wrap32(want),
                                           err_msg=f"{threads} threads, {label}")
+            quads = _assert_sum_marks(sim, w, f"{threads} threads, {label}")
+            if label.startswith("unsigned") and sim.kernel_path in ("avx2", "avx512"):
+                assert quads == len({k for _, _, k in triples}), f"{label}: the unsigned-input kernel did not run"
             # a LOAD may leave a tile in the unsigned kernel's layout only: a read still gives its bytes
             np.testing.assert_array_equal(sim.read_sram("wgt", 0, len(w)), w, err_msg=f"{threads} threads, {label}")
 

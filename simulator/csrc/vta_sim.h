@@ -109,6 +109,11 @@ const char *vta_sim_kernels_supported(void);
 int vta_sim_set_threads(vta_sim_t *sim, uint32_t threads, uint64_t min_macs, char *err, size_t errlen);
 uint32_t vta_sim_threads(const vta_sim_t *sim);
 
+/* For tests: which GEMM layouts of weight tile `tile` are up to date (bits: 1 the path's own shadow, 2 the
+ * unsigned-input kernels' quad layout, 4 and 16 its int16 sums of two and four quads exact on this tile, 8 the
+ * SRAM bytes not yet written), or -1 past the weight SRAM. */
+int vta_sim_tile_layout(const vta_sim_t *sim, uint32_t tile);
+
 /* The board latency model's schedule re-timing (simulator/latency.py, BoardProgram; board_times.c): for the n
  * instructions in `order` (a topological order), start/end/dispatch times from the durations and the
  * dependency references (-1: none). Returns VTA_ERR_ARG, touching no time, if a reference is out of range. */
