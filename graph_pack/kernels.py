@@ -216,8 +216,10 @@ def _batch_norm(a, x, gamma, beta, mean, var):
 @kernel("qnn.quantize")
 def _quantize(a, x):
     info = np.iinfo(a["out_dtype"])
-    q = np.floor(x.astype(np.float32) / np.float32(a["scale"]) + np.float32(0.5))
-    return np.clip(q, -info.max, info.max).astype(a["out_dtype"])
+    q = np.divide(x, np.float32(a["scale"]), dtype=np.float32)   # floor(x / scale + 0.5), in place after this
+    q += np.float32(0.5)
+    np.floor(q, out=q)
+    return np.clip(q, -info.max, info.max, out=q).astype(a["out_dtype"])
 
 
 KERNELS["qnn.dequantize"] = lambda a, x: x.astype(np.float32) * np.float32(a["scale"])

@@ -561,6 +561,35 @@ __attribute__((target("ssse3"))) static uint8_t quad_layout_16x16(uint8_t *dst, 
   return (uint8_t)(SHADOW_SUM2 | (_mm_movemask_epi8(_mm_cmpgt_epi16(top4, limit)) ? 0 : SHADOW_SUM4));
 }
 
+/* quad_layout_16x16 eight outputs at a time: register k holds quad k of outputs o .. o + 3 and o + 4 .. o + 7 in its
+ * two lanes, which is also how the AVX2 and AVX-512 kernels read the layout. */
+__attribute__((target("avx2"))) static uint8_t quad_layout_16x16_avx2(uint8_t *dst, const int8_t *w) {
+  __m256i *out = (__m256i *)(void *)dst;
+  const __m256i ones = _mm256_set1_epi8(1);
+  __m256i top2 = _mm256_setzero_si256(), top4 = top2;
+  for (int half = 0; half < 2; half++) { /* outputs 8 half .. 8 half + 7 */
+    const __m128i *rows = (const __m128i *)(const void *)(w + 128 * half);
+    __m256i r[4]; /* rows i and 4 + i */
+    for (int i = 0; i < 4; i++)
+      r[i] = _mm256_inserti128_si256(_mm256_castsi128_si256(_mm_loadu_si128(rows + i)), _mm_loadu_si128(rows + 4 + i), 1);
+    const __m256i t0 = _mm256_unpacklo_epi32(r[0], r[1]), t1 = _mm256_unpackhi_epi32(r[0], r[1]),
+                  t2 = _mm256_unpacklo_epi32(r[2], r[3]), t3 = _mm256_unpackhi_epi32(r[2], r[3]);
+    const __m256i quad[4] = {_mm256_unpacklo_epi64(t0, t2), _mm256_unpackhi_epi64(t0, t2),
+                             _mm256_unpacklo_epi64(t1, t3), _mm256_unpackhi_epi64(t1, t3)};
+    __m256i abs_sum[4];
+    for (int k = 0; k < 4; k++) {
+      _mm256_storeu_si256(out + 2 * k + half, quad[k]);
+      abs_sum[k] = _mm256_maddubs_epi16(_mm256_abs_epi8(quad[k]), ones);
+    }
+    const __m256i s01 = _mm256_add_epi16(abs_sum[0], abs_sum[1]), s23 = _mm256_add_epi16(abs_sum[2], abs_sum[3]);
+    top2 = _mm256_max_epi16(top2, _mm256_max_epi16(s01, s23));
+    top4 = _mm256_max_epi16(top4, _mm256_add_epi16(s01, s23));
+  }
+  const __m256i limit = _mm256_set1_epi16(258);
+  if (_mm256_movemask_epi8(_mm256_cmpgt_epi16(top2, limit))) return 0;
+  return (uint8_t)(SHADOW_SUM2 | (_mm256_movemask_epi8(_mm256_cmpgt_epi16(top4, limit)) ? 0 : SHADOW_SUM4));
+}
+
 __attribute__((target("avx2"))) static void gemm_avx2(int32_t *acc, const int8_t *inp, const uint8_t *tile,
                                                       uint32_t batch, uint32_t bo, uint32_t bi) {
   const uint32_t *wp = (const uint32_t *)(const void *)tile;
@@ -1111,7 +1140,8 @@ static void update_wgt_t(vta_sim_t *s, size_t first, size_t count) { memset(s->w
 /* Tile t's quad shadow, from its 16x16 weights w; its wgt_t_built bits: SHADOW_QUADS, with SHADOW_SUM2 and
  * SHADOW_SUM4 where they hold. (Only where the unsigned-input kernels exist: SSSE3 at least.) */
 static uint8_t quad_layout(vta_sim_t *s, size_t t, const int8_t *w) {
-  return (uint8_t)(SHADOW_QUADS | quad_layout_16x16(s->wgt_q + t * 256, w));
+  return (uint8_t)(SHADOW_QUADS | (s->kernel == K_PORTABLE ? quad_layout_16x16 : quad_layout_16x16_avx2)(
+                                      s->wgt_q + t * 256, w));
 }
 #endif
 
@@ -1568,15 +1598,16 @@ static void count_load(const vta_sim_t *s, const insn_t *in, vta_stats_t *st) {
   }
 }
 
+/* The low byte of each accumulator (what an 8-bit STORE writes); restrict lets the compiler vectorise it. */
+static void low_bytes(uint8_t *restrict dst, const int32_t *restrict src, size_t n) {
+  for (size_t i = 0; i < n; i++) dst[i] = (uint8_t)((uint32_t)src[i] & 0xffu);
+}
+
 static void exec_store(vta_sim_t *s, const insn_t *in) {
   const uint32_t lanes = s->p.batch * s->p.block_out;
-  for (uint32_t y = 0; y < in->y_size; y++) {
-    for (uint32_t x = 0; x < in->x_size; x++) {
-      const int32_t *src = s->acc + ((size_t)in->sram_base + (size_t)y * in->x_size + x) * lanes;
-      uint8_t *dst = in->dram + ((size_t)y * in->x_stride + x) * lanes;
-      for (uint32_t l = 0; l < lanes; l++) dst[l] = (uint8_t)((uint32_t)src[l] & 0xffu);
-    }
-  }
+  for (uint32_t y = 0; y < in->y_size; y++) /* a row's entries are consecutive in the SRAM and in DRAM */
+    low_bytes(in->dram + (size_t)y * in->x_stride * lanes,
+              s->acc + ((size_t)in->sram_base + (size_t)y * in->x_size) * lanes, (size_t)in->x_size * lanes);
 }
 
 /* The largest dst, src and wgt fields of micro-ops [bgn, end), kept for the next instructions that use them. */
