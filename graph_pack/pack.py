@@ -277,6 +277,7 @@ class _Packer:
         self.memo: dict[tuple, str] = {}
         self.groups = groups
         self.members = {m: grp for grp in groups.values() for m in grp.members}
+        self.users = graph.consumers()
         self.act = f"NCHW{cfg.BATCH}n{cfg.BLOCK_IN}c"
         self.act2d = f"NC{cfg.BATCH}n{cfg.BLOCK_IN}c"
         self.wgt = f"OIHW{cfg.BLOCK_OUT}o{cfg.BLOCK_IN}i"
@@ -338,6 +339,9 @@ class _Packer:
             elif node.op == "cast" and self.packed[node.inputs[0]]:  # element-wise: the host casts packed data
                 self.emit("cast", node.inputs, node.name, **node.attrs)
                 self.packed[node.name] = True
+            elif self.cast_after_pack(node):   # pack the narrower input, then cast the packed data
+                self.emit("cast", [self.packed_value(node.inputs[0])], node.name, **node.attrs)
+                self.packed[node.name] = True
             else:
                 ins = [self.unpacked_value(i) for i in node.inputs]
                 self.emit(node.op, ins, node.name, **node.attrs)
@@ -347,6 +351,18 @@ class _Packer:
         for group in self.groups.values():   # tensor operands: the packed values the members read
             group.operands = {k: v if self.g[v].op == "const" else self.packed_name(v) for k, v in group.operands.items()}
         return graph
+
+    def cast_after_pack(self, node: Node) -> bool:
+        """Whether a cast is an integer widening that only accelerator groups read (a residual input in int32):
+        packing its input and casting the packed data gives the same values (padding stays 0) and packs the
+        narrower type. Packing its input costs nothing extra where a group reads that input packed as well."""
+        if node.op != "cast" or len(self.g[node.name].shape) not in (2, 4):
+            return False
+        src, dst = np.dtype(self.g[node.inputs[0]].dtype), np.dtype(node.dtype)
+        if src.kind not in "iu" or dst.kind not in "iu" or dst.itemsize < src.itemsize:
+            return False
+        users = self.users[node.name]
+        return bool(users) and all(u in self.members for u in users)
 
     def packed_name(self, name: str) -> str:
         """The packed graph's value for ``name`` (already emitted: nothing is added after ``finish``)."""

@@ -454,6 +454,11 @@ def test_resnet_block_with_downsample():
     assert wl["down"]["kernel_shape"] == (32, 16, 1, 1) and wl["down"]["strides"] == (2, 2)
     assert wl["c3"]["data_shape"] == (1, 16, 8, 8) and wl["c3"]["padding"] == (1, 1)
     assert len(accel_steps(mod)) == len(groups)
+    # the residual inputs in int32 are packed as int8, then cast (packing the narrower type; the same values)
+    casts = [nd for nd in packed if nd.op == "cast" and nd.dtype == "int32"]
+    assert casts and all(packed[nd.inputs[0]].dtype == "int8" and len(nd.shape) == 6 for nd in casts)
+    assert not [nd for nd in packed if nd.op == "layout_transform" and nd.attrs["src_layout"] == "NCHW"
+                and packed[nd.inputs[0]].op == "cast"]
     # a second and a third input: nothing stale survives between runs
     first = mod.get_output(0).copy()
     check_exact(mod, qg, qp, n.inputs(seed=17))
