@@ -385,16 +385,26 @@ class _Builder:
         fn, backend = _host_kernel(node, self.g, self.cpu)
         return HostStep(node.name, node.op, fn, node.attrs, list(node.inputs), backend)
 
+    def sole_reader(self, name: str, op: str, member_of: dict):
+        """The node that alone reads ``name``, if it is a host op ``op`` reading it as its first input."""
+        users = self.users[name]
+        nxt = self.g[users[0]] if len(users) == 1 and users[0] in self.g.nodes else None
+        return nxt if nxt is not None and nxt.op == op and nxt.inputs[0] == name and nxt.name not in member_of else None
+
     def fused_host_step(self, node, member_of: dict) -> HostStep | None:
         """A float conv2d on the host with the bias_add and/or relu that alone read it as its JIT kernel's
-        epilogue (one pass over the output instead of three; the same bits), or None."""
-        if node.op != "nn.conv2d" or self.cpu == "numpy" or not jit.available() or self.g[node.name].dtype != "float32":
+        epilogue (one pass over the output instead of three; the same bits), a float max_pool2d with the
+        quantize (and the packing) that alone read it likewise, or None."""
+        if self.cpu == "numpy" or not jit.available() or self.g[node.name].dtype != "float32":
+            return None
+        if node.op == "nn.max_pool2d":
+            return self.fused_pool_step(node, member_of)
+        if node.op != "nn.conv2d":
             return None
         chain, extra, last = [], [], node.name
         for op in jit.EPILOGUE_OPS:
-            users = self.users[last]
-            nxt = self.g[users[0]] if len(users) == 1 and users[0] in self.g.nodes else None
-            if nxt is None or nxt.op != op or nxt.inputs[0] != last or nxt.name in member_of:
+            nxt = self.sole_reader(last, op, member_of)
+            if nxt is None:
                 continue
             if op == "nn.bias_add":
                 bias = self.g[nxt.inputs[1]]
@@ -410,6 +420,27 @@ class _Builder:
         if fn is None:
             return None
         return HostStep(node.name, node.op, fn, node.attrs, [*node.inputs, *extra], "jit", chain)
+
+    def fused_pool_step(self, node, member_of: dict) -> HostStep | None:
+        """max_pool2d -> qnn.quantize (-> layout_transform into the packed layout): ResNet's stem tail as one
+        JIT kernel that stores packed int8 (one pass instead of four; the same bits)."""
+        quant = self.sole_reader(node.name, "qnn.quantize", member_of)
+        if quant is None:
+            return None
+        chain = [quant]
+        pack = self.sole_reader(quant.name, "layout_transform", member_of)
+        if pack is not None:
+            chain.append(pack)
+        epilogue = [(n.op, n.attrs) for n in chain]
+        fn = jit.get_kernel(node.op, node.attrs, [self.g[node.inputs[0]].shape], [self.g[node.inputs[0]].dtype],
+                            epilogue)
+        if fn is None and pack is not None:   # the packing not covered (partial blocks): the quantize alone
+            chain, epilogue = chain[:1], epilogue[:1]
+            fn = jit.get_kernel(node.op, node.attrs, [self.g[node.inputs[0]].shape], [self.g[node.inputs[0]].dtype],
+                                epilogue)
+        if fn is None:
+            return None
+        return HostStep(node.name, node.op, fn, node.attrs, list(node.inputs), "jit", [n.name for n in chain])
 
     def fall_back(self, grp: Group, what: str, reason: str) -> None:
         """The template has no config for this workload (e.g. too few output positions for VTA's pipeline):

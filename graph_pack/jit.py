@@ -34,6 +34,8 @@ Kernel = Callable[..., np.ndarray]
 COVERED = ("nn.conv2d", "nn.dense", "nn.max_pool2d", "nn.avg_pool2d", "nn.global_avg_pool2d")
 EPILOGUE_OPS = ("nn.bias_add", "nn.relu")   # what a float nn.conv2d can apply to its output (get_kernel)
 EPILOGUES = (("nn.bias_add",), ("nn.relu",), ("nn.bias_add", "nn.relu"))
+# what a float nn.max_pool2d can apply to its output: quantize to int8, then pack it (get_kernel)
+POOL_EPILOGUES = (("qnn.quantize",), ("qnn.quantize", "layout_transform"))
 _INSTALL_HINT = "graph_pack.jit needs llvmlite: reinstall the package (llvmlite is a core dependency) or pip install llvmlite"
 
 
@@ -205,13 +207,18 @@ def _fconst(v: float) -> str:
     return f"0x{bits:016X}"
 
 
+def _vconst(ty: str, value: str, lanes: int) -> str:
+    """A constant vector of ``lanes`` copies of ``value`` (IR text: _fconst for floats)."""
+    return f"<{', '.join([f'{ty} {value}'] * lanes)}>"
+
+
 def _store_mask(f, lanes: int, need_col: bool, col, ow: int, valid):
     """The lanes a vector store may write: columns inside the row (when the tile can overhang it) and the
     whole vector only when the tile's channel/row conditions hold; None when every lane is always valid."""
     if need_col:
         return _lane_mask(f, lanes, col, ow, valid)
     if valid is not None:
-        return f.let(f"select i1 {valid}, <{lanes} x i1> <{', '.join(['i1 true'] * lanes)}>, "
+        return f.let(f"select i1 {valid}, <{lanes} x i1> {_vconst('i1', 'true', lanes)}, "
                      f"<{lanes} x i1> zeroinitializer")
     return None
 
@@ -479,6 +486,9 @@ class _Pool:
     dtype: str
     kind: str  # "max" or "avg"
     count_const: float | None  # avg: the divisor when it is the same everywhere
+    quant_scale: float | None = None  # max, float32: qnn.quantize to int8 as it stores (_quantize_ir)
+    channels: int = 0  # with pack: C of the N x C rows in nc
+    pack: tuple[int, int] | None = None  # then stored packed: (outer, inner) blocks of N and C (pack_blocks)
 
 
 def _combine_max(f: _Fn, vt: str, lanes: int, dtype: str, m: str, x: str) -> str:
@@ -494,8 +504,41 @@ def _combine_max(f: _Fn, vt: str, lanes: int, dtype: str, m: str, x: str) -> str
     return f.let(f"call {vt} {name}({vt} {m}, {vt} {x})")
 
 
+def _nan_as_int8() -> int | None:
+    """What numpy's float32 -> int8 cast makes of NaN here (0 on x86-64 and AArch64), or None if it is not one
+    value: the quantize epilogue gives NaN that byte, exactly as qnn.quantize's reference does."""
+    with np.errstate(invalid="ignore"):
+        got = np.full(67, np.nan, np.float32).astype(np.int8)
+    return int(got[0]) if (got == got[0]).all() else None
+
+
+def _quantize_ir(f: _Fn, val: str, lanes: int, scale: float, nan_byte: int) -> str:
+    """qnn.quantize's reference on a float vector: floor(x / scale + 0.5), clipped to [-127, 127], as int8
+    (NaN: nan_byte, numpy's cast of NaN; +-inf clip to +-127). Every step is the IEEE operation numpy runs."""
+    vt = f"<{lanes} x float>"
+
+    def splat(v: float) -> str:
+        return _vconst("float", _fconst(v), lanes)
+
+    floor = f"@llvm.floor.v{lanes}f32"
+    f.decls.add(f"declare {vt} {floor}({vt})")
+    q = f.let(f"fdiv {vt} {val}, {splat(scale)}")
+    q = f.let(f"fadd {vt} {q}, {splat(0.5)}")
+    q = f.let(f"call {vt} {floor}({vt} {q})")
+    nan = f.let(f"fcmp uno {vt} {q}, {q}")
+    for cmp, bound in (("ogt", 127.0), ("olt", -127.0)):
+        out = f.let(f"fcmp {cmp} {vt} {q}, {splat(bound)}")
+        q = f.let(f"select <{lanes} x i1> {out}, {vt} {splat(bound)}, {vt} {q}")
+    q = f.let(f"select <{lanes} x i1> {nan}, {vt} zeroinitializer, {vt} {q}")   # no poison from fptosi
+    q = f.let(f"fptosi {vt} {q} to <{lanes} x i8>")
+    return f.let(f"select <{lanes} x i1> {nan}, <{lanes} x i8> {_vconst('i8', str(nan_byte), lanes)}, "
+                 f"<{lanes} x i8> {q}")
+
+
 def _pool_ir(name: str, p: _Pool, t: _Tile) -> tuple[str, dict]:
-    """max/avg pool of xin -> out over r*v output-column vectors per tile, window taken row-major."""
+    """max/avg pool of xin -> out over r*v output-column vectors per tile, window taken row-major; with
+    ``p.quant_scale`` each max is quantized to int8 as it is stored, with ``p.pack`` stored in the packed layout
+    (a scatter: the output columns of a vector are BATCH x BLOCK bytes apart there)."""
     f = _Fn(name, ["ptr noalias readonly %xin", "ptr noalias %x", "ptr noalias readonly %cnt", "ptr noalias %out"])
     sh, sw = p.strides
     nv = -(-p.ow // t.vw)
@@ -513,7 +556,7 @@ def _pool_ir(name: str, p: _Pool, t: _Tile) -> tuple[str, dict]:
             init = _fconst(-np.inf)
         else:
             init = str(int(np.iinfo(p.dtype).min)) if not p.dtype.startswith("u") else "0"
-        init_v = f"<{', '.join([f'{ety} {init}'] * lanes)}>"
+        init_v = _vconst(ety, init, lanes)
     else:
         init_v = "zeroinitializer"
     keys = [(r, v) for r in range(t.r) for v in range(t.v)]
@@ -555,15 +598,41 @@ def _pool_ir(name: str, p: _Pool, t: _Tile) -> tuple[str, dict]:
                 val = f.let(f"load {vt}, ptr {accs[r, v]}, align 64")
                 if p.kind == "avg":
                     if p.count_const is not None:
-                        cnt = f"<{', '.join([f'float {_fconst(p.count_const)}'] * lanes)}>"
+                        cnt = _vconst("float", _fconst(p.count_const), lanes)
                     else:
                         q = f.gep("float", "%cnt", f.lin(r * cw + v * lanes, (1, cbase)))
                         cnt = f.let(f"load {vt}, ptr {q}, align 4")
                     val = f.let(f"fdiv {vt} {val}, {cnt}")
                 mask = _store_mask(f, lanes, need_col, f.lin(v * lanes, (1, col0)), p.ow, valid)
-                q = f.gep(ety, "%out", f.lin(r * p.ow + v * lanes, (1, obase)), inbounds=False)
-                f.masked_store(ety, lanes, val, q, mask)
+                oty = ety
+                if p.quant_scale is not None:
+                    val, oty = _quantize_ir(f, val, lanes, p.quant_scale, _nan_as_int8()), "i8"
+                if p.pack is None:
+                    q = f.gep(oty, "%out", f.lin(r * p.ow + v * lanes, (1, obase)), inbounds=False)
+                    f.masked_store(oty, lanes, val, q, mask)
+                else:
+                    _scatter_packed(f, p, lanes, val, oty, nc, f.lin(r, (1, row0)), f.lin(v * lanes, (1, col0)), mask)
     return f.text(), {"hn": hn, "wc": wc, "cw": cw, "rows": nrb * t.r}
+
+
+def _scatter_packed(f: _Fn, p: _Pool, lanes: int, val: str, ety: str, nc: str, row: str, col0: str,
+                    mask: str | None) -> None:
+    """Store the vector ``val`` (output columns col0 .. col0 + lanes - 1 of row ``row`` of N x C row ``nc``)
+    at its places in the packed layout (N/b, C/k, OH, OW, b, k): b * k elements apart."""
+    b, k = p.pack
+    n, c = f.let(f"udiv i64 {nc}, {p.channels}"), f.let(f"urem i64 {nc}, {p.channels}")
+    nb, ni = f.let(f"udiv i64 {n}, {b}"), f.let(f"urem i64 {n}, {b}")
+    cb, ci = f.let(f"udiv i64 {c}, {k}"), f.let(f"urem i64 {c}, {k}")
+    base = f.lin(0, (p.channels // k * p.oh * p.ow * b * k, nb), (p.oh * p.ow * b * k, cb), (p.ow * b * k, row),
+                 (b * k, col0), (k, ni), (1, ci))
+    steps = ", ".join(f"i64 {lane * b * k}" for lane in range(lanes))
+    idx = f.let(f"add <{lanes} x i64> {f.splat('i64', lanes, base)}, <{steps}>")
+    ptrs = f.let(f"getelementptr {ety}, ptr %out, <{lanes} x i64> {idx}")
+    mask = mask or _vconst("i1", "true", lanes)
+    name = f"@llvm.masked.scatter.v{lanes}{ety}.v{lanes}p0"
+    vt = f"<{lanes} x {ety}>"
+    f.decls.add(f"declare void {name}({vt}, <{lanes} x ptr>, i32 immarg, <{lanes} x i1>)")
+    f.emit(f"call void {name}({vt} {val}, <{lanes} x ptr> {ptrs}, i32 1, <{lanes} x i1> {mask})")
 
 
 def _pool_counts(h: int, w: int, oh: int, ow: int, pool, strides, padding, rows: int, cw: int) -> np.ndarray:
@@ -641,7 +710,7 @@ def _rows_ir(name: str, n: int, k: int, m: int, lanes: int, mean: bool) -> str:
             add_columns(str(kc * lanes), cols)
         val = f.let(f"load {vt}, ptr {acc}, align 64")
         if mean:
-            val = f.let(f"fdiv {vt} {val}, <{', '.join([f'float {_fconst(k)}'] * lanes)}>")
+            val = f.let(f"fdiv {vt} {val}, {_vconst('float', _fconst(k), lanes)}")
         q = f.gep("float", "%out", f.lin(0, (m, i), (1, m0)))
         mask = None if valid == lanes else f"<{', '.join(['i1 true'] * valid + ['i1 false'] * (lanes - valid))}>"
         f.masked_store("float", lanes, val, q, mask)
@@ -755,9 +824,36 @@ def _build_conv(p: _Conv, shapes: list[tuple], dtypes: list[str], out_dtype: str
     return _finish(conv2d, t0, tile=tile, ir_lines=ir.count("\n"))
 
 
-def _pool_spec(op: str, a: dict, shapes: list[tuple], dtypes: list[str]):
+def _pool_epilogue(epilogue: tuple[tuple[str, dict], ...], shape: tuple, dtype: str):
+    """The _Pool fields of a max_pool2d epilogue (POOL_EPILOGUES), or None when not covered: quantize to int8 of a
+    float32 pool, then optionally the NCHW -> packed layout_transform with no padding (N and C whole blocks)."""
+    if dtype != "float32" or tuple(op for op, _ in epilogue) not in POOL_EPILOGUES:
+        return None
+    quant = epilogue[0][1]
+    if np.dtype(quant.get("out_dtype", "int8")) != np.int8 or _nan_as_int8() is None:
+        return None
+    scale = float(np.float32(quant["scale"]))
+    if not (math.isfinite(scale) and scale > 0):
+        return None
+    fields = {"quant_scale": scale}
+    if len(epilogue) == 2:
+        lt = epilogue[1][1]
+        f = packed_factors(str(lt.get("dst_layout", "")))
+        if lt.get("src_layout") != "NCHW" or not f or shape[0] % f[0] or shape[1] % f[1]:
+            return None
+        fields.update(channels=shape[1], pack=(int(f[0]), int(f[1])))
+    return fields
+
+
+def _pool_spec(op: str, a: dict, shapes: list[tuple], dtypes: list[str],
+               epilogue: tuple[tuple[str, dict], ...] = ()):
     if len(shapes) != 1 or len(shapes[0]) != 4:
         return None
+    extra = {}
+    if epilogue:
+        extra = _pool_epilogue(epilogue, shapes[0], dtypes[0]) if op == "nn.max_pool2d" else None
+        if extra is None:
+            return None
     dtype = dtypes[0]
     if dtype not in (("float32", "int8", "uint8", "int32") if op == "nn.max_pool2d" else ("float32",)):
         return None
@@ -776,7 +872,7 @@ def _pool_spec(op: str, a: dict, shapes: list[tuple], dtypes: list[str]):
     include_pad = bool(a.get("count_include_pad", False))
     kind = "max" if op == "nn.max_pool2d" else "avg"
     const = float(kh * kw) if kind == "avg" and include_pad else None
-    p = _Pool(n * c, h, w, padding[0], padding[1], oh, ow, kh, kw, strides, dtype, kind, const)
+    p = _Pool(n * c, h, w, padding[0], padding[1], oh, ow, kh, kw, strides, dtype, kind, const, **extra)
     key = (p, padding, ceil_mode, include_pad)
     return key, lambda: _build_pool(op, p, shapes, dtypes, pool, padding)
 
@@ -798,10 +894,16 @@ def _build_pool(op: str, p: _Pool, shapes: list[tuple], dtypes: list[str], pool,
     counts = (np.ones(1, np.float32) if p.count_const is not None or p.kind == "max" else
               _pool_counts(h, w, p.oh, p.ow, pool, p.strides, padding, lay["rows"], lay["cw"]))
 
+    out_dtype = np.int8 if p.quant_scale is not None else np.dtype(dtypes[0])
+    out_shape = (n, c, p.oh, p.ow)
+    if p.pack:
+        (b, k) = p.pack
+        out_shape = (n // b, c // k, p.oh, p.ow, b, k)
+
     def pool2d(attrs: dict, x: np.ndarray) -> np.ndarray:
         _check(op, (x,), shapes, dtypes)
         x = np.ascontiguousarray(x)
-        out = np.empty((n, c, p.oh, p.ow), x.dtype)
+        out = np.empty(out_shape, out_dtype)
         cfn(_ptr(x), _ptr(scratch.get()), _ptr(counts), _ptr(out))
         return out
 
@@ -866,18 +968,23 @@ def _dense_spec(a: dict, shapes: list[tuple], dtypes: list[str]):
 
 
 def get_kernel(op: str, attrs: dict, in_shapes: Sequence[tuple], in_dtypes: Sequence[str],
-               epilogue: Sequence[str] = ()) -> Kernel | None:
+               epilogue: Sequence[str | tuple[str, dict]] = ()) -> Kernel | None:
     """A compiled kernel for ``op`` on exactly these input shapes and dtypes, called like the reference
     (``fn(attrs, *arrays)``) and bit-identical to it; None when the op/dtype/layout is not covered, so the
     caller runs graph_pack.kernels instead. Compiled once per (op, attrs, shapes, dtypes, epilogue) and cached.
 
     ``epilogue``: ops applied to each output before it is stored, in order, bit-identical to running their
-    references on the output (``EPILOGUE_OPS``: a float ``nn.conv2d`` takes ``nn.bias_add`` on the channel
-    axis, whose bias is then the kernel's last argument, then ``nn.relu``); None when not covered.
+    references on the output, each an op name or (op, attrs); None when not covered. A float ``nn.conv2d``
+    takes ``nn.bias_add`` on the channel axis (``EPILOGUE_OPS``; its bias is then the kernel's last argument),
+    then ``nn.relu``; a float ``nn.max_pool2d`` takes ``("qnn.quantize", {"scale": s})`` to int8, then
+    ``("layout_transform", {"src_layout": "NCHW", "dst_layout": packed})`` when N and C fill whole blocks
+    (``POOL_EPILOGUES``): the kernel then returns the packed int8 array.
 
     Raises ImportError when a covered kernel is asked for and llvmlite is missing."""
-    epilogue = tuple(epilogue)
-    if op not in COVERED or (epilogue and (op != "nn.conv2d" or epilogue not in EPILOGUES)):
+    steps = tuple((e, {}) if isinstance(e, str) else (e[0], dict(e[1])) for e in epilogue)
+    epilogue = tuple(name for name, _ in steps)
+    if op not in COVERED or (epilogue and not (op == "nn.conv2d" and epilogue in EPILOGUES or
+                                               op == "nn.max_pool2d" and epilogue in POOL_EPILOGUES)):
         return None
     shapes = [tuple(int(d) for d in s) for s in in_shapes]
     dtypes = [np.dtype(d).name for d in in_dtypes]
@@ -892,7 +999,7 @@ def get_kernel(op: str, attrs: dict, in_shapes: Sequence[tuple], in_dtypes: Sequ
     elif op == "nn.global_avg_pool2d":
         spec = _gap_spec(a, shapes, dtypes)
     else:
-        spec = _pool_spec(op, a, shapes, dtypes)
+        spec = _pool_spec(op, a, shapes, dtypes, steps)
     if spec is None:
         return None
     params, build = spec

@@ -774,6 +774,32 @@ def test_host_conv_bias_relu_runs_as_one_jit_step():
     check_exact(apart, g, p, x)
 
 
+@pytest.mark.parametrize("channels,fused", [(16, 2), (8, 1)])
+def test_host_pool_quantize_pack_runs_as_one_jit_step(channels, fused):
+    """The region's start, a float max_pool2d whose only reader is the quantize whose only reader packs it (ResNet's
+    stem tail), runs as one JIT kernel storing packed int8, with the bits of the three ops run apart (NaN and
+    infinities in the input included); with channels that leave a partial block only the quantize is fused."""
+    n = Net((1, channels, 10, 10), seed=34)
+    y = n.conv(n.x, 16, name="c1", padding=1, relu=True)
+    g, p = n.finish(n.conv(y, 16, name="c2", padding=1))
+    qg, qp = quantize(g, p, skip_conv_layers=[])
+    packed = graph_pack(qg, SIM, start_name="start", stop_name="stop")
+    x = n.inputs()
+    x["data"].flat[:3] = np.nan, np.inf, -np.inf
+    mod = build(packed, SIM, qp, cpu="auto")
+    steps = {s.name: s for s in mod.steps}
+    assert steps["start"].backend == "jit" and len(steps["start"].fused) == fused
+    assert steps["start"].fused[0] == "start.quantize" and "start.quantize" not in steps
+    with np.errstate(invalid="ignore"):   # numpy's reference casts NaN
+        check_exact(mod, qg, qp, x)
+        check_exact(mod, qg, qp, n.inputs(seed=2))    # twice in one module
+    assert {r["name"]: r["fused"] for r in mod.profile()}["start"] == fused
+    apart = build(packed, SIM, qp, cpu="numpy")
+    assert all(not s.fused for s in apart.steps if not isinstance(s, AccelStep))
+    with np.errstate(invalid="ignore"):
+        check_exact(apart, qg, qp, x)
+
+
 def test_two_outputs_and_the_jit_host_backend():
     n = Net((1, 16, 6, 6), seed=32)
     y = n.conv(n.x, 16, name="c0", padding=1, relu=True)

@@ -203,6 +203,42 @@ def test_conv2d_epilogue_bit_identical(case, epilogue):
             fn(attrs, x, w, b[:-1])
 
 
+QUANT_POOLS = {   # input shape, attrs, packed layout
+    "stem": ((1, 32, 23, 21), {"pool_size": (3, 3), "strides": (2, 2), "padding": (1, 1, 1, 1)}, "NCHW1n16c"),
+    "ceil, batch 2": ((2, 16, 9, 10), {"pool_size": (2, 2), "strides": (2, 2), "ceil_mode": True}, "NCHW2n16c"),
+    "1x1, blocks of 8": ((1, 24, 5, 7), {"pool_size": (1, 1)}, "NCHW1n8c"),
+}
+
+
+@needs_llvmlite
+@pytest.mark.parametrize("case", QUANT_POOLS)
+@pytest.mark.parametrize("pack", [False, True])
+def test_max_pool_quantize_pack_epilogue_bit_identical(case, pack):
+    """A float max_pool2d that quantizes each max to int8 (and stores it packed) as it stores it equals
+    max_pool2d, qnn.quantize (and layout_transform) run one after the other: halves that round up, values that
+    clip, NaN (numpy's cast of it), infinities and -0.0 included."""
+    shape, kw, layout = QUANT_POOLS[case]
+    rng = np.random.default_rng(len(case) + pack)
+    scale = 0.0371
+    x = _floats(rng, shape, -12, 4)
+    x.flat[::7] = (rng.integers(-200, 200, x.flat[::7].shape) + 0.5) * np.float32(scale)   # near .5 steps
+    x[0, 1] = -np.abs(x[0, 1]) - 10   # a channel whose maxima clip to -127
+    x.flat[:5] = np.nan, np.inf, -np.inf, -0.0, 1e30
+    attrs = _attrs("nn.max_pool2d", [x], **kw)
+    quant = {**OPS["qnn.quantize"].defaults, "scale": scale, "out_dtype": "int8"}
+    lt = {**OPS["layout_transform"].defaults, "src_layout": "NCHW", "dst_layout": layout}
+    epilogue = [("qnn.quantize", quant), *[("layout_transform", lt)] * pack]
+    fn = jit.get_kernel("nn.max_pool2d", attrs, [shape], ["float32"], epilogue)
+    assert fn is not None
+    with np.errstate(invalid="ignore"):
+        want = KERNELS["qnn.quantize"](quant, KERNELS["nn.max_pool2d"](attrs, x))
+    if pack:
+        want = KERNELS["layout_transform"](lt, want)
+    assert {-127, 127} <= set(np.unique(want).tolist())
+    for _ in range(2):
+        _assert_bits(fn(attrs, x), want)
+
+
 @needs_llvmlite
 def test_epilogues_not_covered():
     """Integer convs, other ops, other orders and other epilogue ops get None (the caller runs the ops apart)."""
@@ -213,6 +249,18 @@ def test_epilogues_not_covered():
     assert jit.get_kernel("nn.conv2d", conv, shapes, f32, ["clip"]) is None
     assert jit.get_kernel("nn.dense", OPS["nn.dense"].defaults, [(1, 8), (4, 8)], f32, ["nn.relu"]) is None
     assert jit.get_kernel("nn.conv2d", conv, shapes, f32, ["nn.relu"]) is not None
+    # max_pool2d: quantize to int8, then a packing of whole blocks only
+    pool, x = {**OPS["nn.max_pool2d"].defaults, "pool_size": (2, 2)}, [(1, 16, 8, 8)]
+    q8 = ("qnn.quantize", {"scale": 0.5, "out_dtype": "int8"})
+    pack = ("layout_transform", {"src_layout": "NCHW", "dst_layout": "NCHW1n16c"})
+    assert jit.get_kernel("nn.max_pool2d", pool, x, ["float32"], [q8, pack]) is not None
+    assert jit.get_kernel("nn.max_pool2d", pool, x, ["float32"], [pack]) is None
+    assert jit.get_kernel("nn.max_pool2d", pool, x, ["int8"], [q8]) is None
+    assert jit.get_kernel("nn.max_pool2d", pool, x, ["float32"], [("qnn.quantize", {"scale": 0.5, "out_dtype": "uint8"})]) is None
+    assert jit.get_kernel("nn.max_pool2d", pool, x, ["float32"], [("qnn.quantize", {"scale": 0.0})]) is None
+    assert jit.get_kernel("nn.max_pool2d", pool, [(1, 8, 8, 8)], ["float32"], [q8, pack]) is None   # half a block
+    assert jit.get_kernel("nn.avg_pool2d", pool, x, ["float32"], [q8]) is None
+    assert jit.get_kernel("nn.conv2d", conv, shapes, f32, [q8]) is None
 
 
 @needs_llvmlite
