@@ -535,9 +535,24 @@ UNSIGNED_KERNELS(ssse3, __attribute__((target("ssse3"))))
  * magnitude, exact in int16 while that sum of |w| is at most 258 (127 x 258 = 32766). SHADOW_SUM2: over quads
  * 0 + 1 and 2 + 3 (4 weights a lane; always so when every |w| <= 64), SHADOW_SUM4: over all four (8 weights).
  * ResNet-18's tiles: 99.99% SUM2, 94% SUM4, where |w| <= 64 alone gave 80%. */
+/* For quad_layout_16x16 and its AVX2 form (prefix `pre`: _mm, _mm256): fold quad[0..3] (quads k = 0..3 of some
+ * outputs) into the largest lane sums of |w| over two quads (top2) and four (top4); then the marks they allow. */
+#define QUAD_ABS_SUMS(pre, quad, top2, top4)                                                                   \
+  do {                                                                                                          \
+    const __typeof__(top2) ones_ = pre##_set1_epi8(1);                                                          \
+    __typeof__(top2) abs_[4]; /* lanes (o, h): |w[o][c]| + |w[o][c + 1]| (pabsb makes -128 the unsigned 128) */ \
+    for (int k_ = 0; k_ < 4; k_++) abs_[k_] = pre##_maddubs_epi16(pre##_abs_epi8(quad[k_]), ones_);            \
+    const __typeof__(top2) s01_ = pre##_add_epi16(abs_[0], abs_[1]), s23_ = pre##_add_epi16(abs_[2], abs_[3]);  \
+    top2 = pre##_max_epi16(top2, pre##_max_epi16(s01_, s23_));                                                  \
+    top4 = pre##_max_epi16(top4, pre##_add_epi16(s01_, s23_));                                                  \
+  } while (0)
+#define QUAD_MARKS(pre, top2, top4)                                               \
+  (pre##_movemask_epi8(pre##_cmpgt_epi16(top2, pre##_set1_epi16(258)))   ? 0      \
+   : pre##_movemask_epi8(pre##_cmpgt_epi16(top4, pre##_set1_epi16(258))) ? SHADOW_SUM2 \
+                                                                         : SHADOW_SUM2 | SHADOW_SUM4)
+
 __attribute__((target("ssse3"))) static uint8_t quad_layout_16x16(uint8_t *dst, const int8_t *w) {
   __m128i *out = (__m128i *)(void *)dst;
-  const __m128i ones = _mm_set1_epi8(1);
   __m128i top2 = _mm_setzero_si128(), top4 = top2;
   for (int o = 0; o < 16; o += 4) {
     const __m128i *rows = (const __m128i *)(const void *)(w + 16 * o);
@@ -547,25 +562,16 @@ __attribute__((target("ssse3"))) static uint8_t quad_layout_16x16(uint8_t *dst, 
                   t3 = _mm_unpackhi_epi32(r2, r3);
     const __m128i quad[4] = {_mm_unpacklo_epi64(t0, t2), _mm_unpackhi_epi64(t0, t2), _mm_unpacklo_epi64(t1, t3),
                              _mm_unpackhi_epi64(t1, t3)}; /* quad k of outputs o .. o + 3 */
-    __m128i abs_sum[4]; /* lanes (o, h): |w[o][c]| + |w[o][c + 1]| (pabsb makes -128 the unsigned byte 128) */
-    for (int k = 0; k < 4; k++) {
-      _mm_storeu_si128(out + 4 * k + o / 4, quad[k]);
-      abs_sum[k] = _mm_maddubs_epi16(_mm_abs_epi8(quad[k]), ones);
-    }
-    const __m128i s01 = _mm_add_epi16(abs_sum[0], abs_sum[1]), s23 = _mm_add_epi16(abs_sum[2], abs_sum[3]);
-    top2 = _mm_max_epi16(top2, _mm_max_epi16(s01, s23));
-    top4 = _mm_max_epi16(top4, _mm_add_epi16(s01, s23));
+    for (int k = 0; k < 4; k++) _mm_storeu_si128(out + 4 * k + o / 4, quad[k]);
+    QUAD_ABS_SUMS(_mm, quad, top2, top4);
   }
-  const __m128i limit = _mm_set1_epi16(258);
-  if (_mm_movemask_epi8(_mm_cmpgt_epi16(top2, limit))) return 0;
-  return (uint8_t)(SHADOW_SUM2 | (_mm_movemask_epi8(_mm_cmpgt_epi16(top4, limit)) ? 0 : SHADOW_SUM4));
+  return (uint8_t)QUAD_MARKS(_mm, top2, top4);
 }
 
 /* quad_layout_16x16 eight outputs at a time: register k holds quad k of outputs o .. o + 3 and o + 4 .. o + 7 in its
  * two lanes, which is also how the AVX2 and AVX-512 kernels read the layout. */
 __attribute__((target("avx2"))) static uint8_t quad_layout_16x16_avx2(uint8_t *dst, const int8_t *w) {
   __m256i *out = (__m256i *)(void *)dst;
-  const __m256i ones = _mm256_set1_epi8(1);
   __m256i top2 = _mm256_setzero_si256(), top4 = top2;
   for (int half = 0; half < 2; half++) { /* outputs 8 half .. 8 half + 7 */
     const __m128i *rows = (const __m128i *)(const void *)(w + 128 * half);
@@ -576,18 +582,10 @@ __attribute__((target("avx2"))) static uint8_t quad_layout_16x16_avx2(uint8_t *d
                   t2 = _mm256_unpacklo_epi32(r[2], r[3]), t3 = _mm256_unpackhi_epi32(r[2], r[3]);
     const __m256i quad[4] = {_mm256_unpacklo_epi64(t0, t2), _mm256_unpackhi_epi64(t0, t2),
                              _mm256_unpacklo_epi64(t1, t3), _mm256_unpackhi_epi64(t1, t3)};
-    __m256i abs_sum[4];
-    for (int k = 0; k < 4; k++) {
-      _mm256_storeu_si256(out + 2 * k + half, quad[k]);
-      abs_sum[k] = _mm256_maddubs_epi16(_mm256_abs_epi8(quad[k]), ones);
-    }
-    const __m256i s01 = _mm256_add_epi16(abs_sum[0], abs_sum[1]), s23 = _mm256_add_epi16(abs_sum[2], abs_sum[3]);
-    top2 = _mm256_max_epi16(top2, _mm256_max_epi16(s01, s23));
-    top4 = _mm256_max_epi16(top4, _mm256_add_epi16(s01, s23));
+    for (int k = 0; k < 4; k++) _mm256_storeu_si256(out + 2 * k + half, quad[k]);
+    QUAD_ABS_SUMS(_mm256, quad, top2, top4);
   }
-  const __m256i limit = _mm256_set1_epi16(258);
-  if (_mm256_movemask_epi8(_mm256_cmpgt_epi16(top2, limit))) return 0;
-  return (uint8_t)(SHADOW_SUM2 | (_mm256_movemask_epi8(_mm256_cmpgt_epi16(top4, limit)) ? 0 : SHADOW_SUM4));
+  return (uint8_t)QUAD_MARKS(_mm256, top2, top4);
 }
 
 __attribute__((target("avx2"))) static void gemm_avx2(int32_t *acc, const int8_t *inp, const uint8_t *tile,
