@@ -832,6 +832,8 @@ def _pool_epilogue(epilogue: tuple[tuple[str, dict], ...], shape: tuple, dtype: 
     quant = epilogue[0][1]
     if np.dtype(quant.get("out_dtype", "int8")) != np.int8 or _nan_as_int8() is None:
         return None
+    if not isinstance(quant.get("scale"), (int, float, np.floating, np.integer)):
+        return None
     scale = float(np.float32(quant["scale"]))
     if not (math.isfinite(scale) and scale > 0):
         return None

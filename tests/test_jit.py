@@ -258,6 +258,7 @@ def test_epilogues_not_covered():
     assert jit.get_kernel("nn.max_pool2d", pool, x, ["int8"], [q8]) is None
     assert jit.get_kernel("nn.max_pool2d", pool, x, ["float32"], [("qnn.quantize", {"scale": 0.5, "out_dtype": "uint8"})]) is None
     assert jit.get_kernel("nn.max_pool2d", pool, x, ["float32"], [("qnn.quantize", {"scale": 0.0})]) is None
+    assert jit.get_kernel("nn.max_pool2d", pool, x, ["float32"], [("qnn.quantize", {})]) is None
     assert jit.get_kernel("nn.max_pool2d", pool, [(1, 8, 8, 8)], ["float32"], [q8, pack]) is None   # half a block
     assert jit.get_kernel("nn.avg_pool2d", pool, x, ["float32"], [q8]) is None
     assert jit.get_kernel("nn.conv2d", conv, shapes, f32, [q8]) is None
