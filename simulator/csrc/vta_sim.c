@@ -528,13 +528,6 @@ __attribute__((target("ssse3"), always_inline)) static inline void unsigned_rows
 
 UNSIGNED_KERNELS(ssse3, __attribute__((target("ssse3"))))
 
-/* The quad shadow of a 16x16 tile (shadow_quads' words, without the correction): the tile as a 16 x 4 matrix of
- * 32-bit words, transposed in four 4 x 4 blocks. Returns which int16 sums of the unsigned-input kernels'
- * vpmaddubsw results are exact on this tile: lane (o, h) of quad k's result is x[c] w[o][c] + x[c + 1] w[o][c + 1]
- * (c = 4k + 2h), and with inputs in [0, 127] a sum of such lanes is at most 127 x (the sum of their |w|) in
- * magnitude, exact in int16 while that sum of |w| is at most 258 (127 x 258 = 32766). SHADOW_SUM2: over quads
- * 0 + 1 and 2 + 3 (4 weights a lane; always so when every |w| <= 64), SHADOW_SUM4: over all four (8 weights).
- * ResNet-18's tiles: 99.99% SUM2, 94% SUM4, where |w| <= 64 alone gave 80%. */
 /* For quad_layout_16x16 and its AVX2 form (prefix `pre`: _mm, _mm256): fold quad[0..3] (quads k = 0..3 of some
  * outputs) into the largest lane sums of |w| over two quads (top2) and four (top4); then the marks they allow. */
 #define QUAD_ABS_SUMS(pre, quad, top2, top4)                                                                   \
@@ -551,6 +544,13 @@ UNSIGNED_KERNELS(ssse3, __attribute__((target("ssse3"))))
    : pre##_movemask_epi8(pre##_cmpgt_epi16(top4, pre##_set1_epi16(258))) ? SHADOW_SUM2 \
                                                                          : SHADOW_SUM2 | SHADOW_SUM4)
 
+/* The quad shadow of a 16x16 tile (shadow_quads' words, without the correction): the tile as a 16 x 4 matrix of
+ * 32-bit words, transposed in four 4 x 4 blocks. Returns which int16 sums of the unsigned-input kernels'
+ * vpmaddubsw results are exact on this tile: lane (o, h) of quad k's result is x[c] w[o][c] + x[c + 1] w[o][c + 1]
+ * (c = 4k + 2h), and with inputs in [0, 127] a sum of such lanes is at most 127 x (the sum of their |w|) in
+ * magnitude, exact in int16 while that sum of |w| is at most 258 (127 x 258 = 32766). SHADOW_SUM2: over quads
+ * 0 + 1 and 2 + 3 (4 weights a lane; always so when every |w| <= 64), SHADOW_SUM4: over all four (8 weights).
+ * ResNet-18's tiles: 99.99% SUM2, 94% SUM4, where |w| <= 64 alone gave 80%. */
 __attribute__((target("ssse3"))) static uint8_t quad_layout_16x16(uint8_t *dst, const int8_t *w) {
   __m128i *out = (__m128i *)(void *)dst;
   __m128i top2 = _mm_setzero_si128(), top4 = top2;
