@@ -295,6 +295,14 @@ static void tail_pairs(int32_t *acc, const uint32_t *xp, const uint32_t *wp, uin
 /* The int32 sums of the unsigned-input kernels (prefix `pre`: _mm, _mm256, _mm512): p0 .. p3 are quads 0 .. 3's
  * vpmaddubsw results (int16 sums of two products each), of which `sums` (1, 2 or 4, a constant where inlined) add
  * in int16 before vpmaddwd by `ones` widens them: 16, 12 or 10 multiplies per 16x16 micro-op on AVX2. */
+/* Declares q0 .. q3 (vector type vt, prefix pre): the four 4-byte quads of the micro-op's input row x, each
+ * broadcast to every 32-bit lane (the unsigned operand of vpmaddubsw). */
+#define BROADCAST_QUADS(vt, pre, x)                                                                    \
+  int32_t quads_[4];                                                                                   \
+  memcpy(quads_, x, sizeof quads_);                                                                    \
+  const vt q0 = pre##_set1_epi32(quads_[0]), q1 = pre##_set1_epi32(quads_[1]), q2 = pre##_set1_epi32(quads_[2]), \
+           q3 = pre##_set1_epi32(quads_[3])
+
 #define WIDEN_QUADS(pre, p0, p1, p2, p3, ones, sums)                                                       \
   ((sums) == 4   ? pre##_madd_epi16(pre##_add_epi16(pre##_add_epi16(p0, p1), pre##_add_epi16(p2, p3)), ones) \
    : (sums) == 2 ? pre##_add_epi32(pre##_madd_epi16(pre##_add_epi16(p0, p1), ones),                        \
@@ -486,10 +494,7 @@ __attribute__((target("avx2"), always_inline)) static inline void unsigned_rows_
   }
   const __m256i ones = _mm256_set1_epi16(1);
   FOR_EACH_UOP(
-    int32_t q[4];
-    memcpy(q, x, sizeof q);
-    const __m256i q0 = _mm256_set1_epi32(q[0]), q1 = _mm256_set1_epi32(q[1]), q2 = _mm256_set1_epi32(q[2]),
-                  q3 = _mm256_set1_epi32(q[3]);
+    BROADCAST_QUADS(__m256i, _mm256, x);
     const __m256i s0 = WIDEN_QUADS(_mm256, _mm256_maddubs_epi16(q0, wa[0]), _mm256_maddubs_epi16(q1, wa[1]),
                                    _mm256_maddubs_epi16(q2, wa[2]), _mm256_maddubs_epi16(q3, wa[3]), ones, sums);
     const __m256i s1 = WIDEN_QUADS(_mm256, _mm256_maddubs_epi16(q0, wb[0]), _mm256_maddubs_epi16(q1, wb[1]),
@@ -510,10 +515,7 @@ __attribute__((target("ssse3"), always_inline)) static inline void unsigned_rows
   const __m128i *t = (const __m128i *)(const void *)tile; /* quad row k, outputs 4g .. 4g + 3: t[4k + g] */
   const __m128i ones = _mm_set1_epi16(1);
   FOR_EACH_UOP(
-    int32_t q[4];
-    memcpy(q, x, sizeof q);
-    const __m128i q0 = _mm_set1_epi32(q[0]), q1 = _mm_set1_epi32(q[1]), q2 = _mm_set1_epi32(q[2]),
-                  q3 = _mm_set1_epi32(q[3]);
+    BROADCAST_QUADS(__m128i, _mm, x);
     __m128i *d = (__m128i *)(void *)a;
     for (int g = 0; g < 4; g++) {
       const __m128i p0 = _mm_maddubs_epi16(q0, _mm_loadu_si128(t + g)),
@@ -671,12 +673,9 @@ TARGET_AVX512 __attribute__((always_inline)) static inline void unsigned_rows_av
   const __m512i w2 = _mm512_loadu_si512((const void *)(wq + 32)), w3 = _mm512_loadu_si512((const void *)(wq + 48));
   const __m512i ones = _mm512_set1_epi16(1);
   FOR_EACH_UOP(
-    int32_t q[4];
-    memcpy(q, x, sizeof q);
-    const __m512i p0 = _mm512_maddubs_epi16(_mm512_set1_epi32(q[0]), w0),
-                  p1 = _mm512_maddubs_epi16(_mm512_set1_epi32(q[1]), w1),
-                  p2 = _mm512_maddubs_epi16(_mm512_set1_epi32(q[2]), w2),
-                  p3 = _mm512_maddubs_epi16(_mm512_set1_epi32(q[3]), w3);
+    BROADCAST_QUADS(__m512i, _mm512, x);
+    const __m512i p0 = _mm512_maddubs_epi16(q0, w0), p1 = _mm512_maddubs_epi16(q1, w1),
+                  p2 = _mm512_maddubs_epi16(q2, w2), p3 = _mm512_maddubs_epi16(q3, w3);
     const __m512i sum = WIDEN_QUADS(_mm512, p0, p1, p2, p3, ones, sums);
     _mm512_storeu_si512((void *)a, _mm512_add_epi32(_mm512_loadu_si512((const void *)a), sum));
   )
