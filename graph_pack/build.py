@@ -427,20 +427,14 @@ class _Builder:
         quant = self.sole_reader(node.name, "qnn.quantize", member_of)
         if quant is None:
             return None
-        chain = [quant]
         pack = self.sole_reader(quant.name, "layout_transform", member_of)
-        if pack is not None:
-            chain.append(pack)
-        epilogue = [(n.op, n.attrs) for n in chain]
-        fn = jit.get_kernel(node.op, node.attrs, [self.g[node.inputs[0]].shape], [self.g[node.inputs[0]].dtype],
-                            epilogue)
-        if fn is None and pack is not None:   # the packing not covered (partial blocks): the quantize alone
-            chain, epilogue = chain[:1], epilogue[:1]
-            fn = jit.get_kernel(node.op, node.attrs, [self.g[node.inputs[0]].shape], [self.g[node.inputs[0]].dtype],
-                                epilogue)
-        if fn is None:
-            return None
-        return HostStep(node.name, node.op, fn, node.attrs, list(node.inputs), "jit", [n.name for n in chain])
+        x = self.g[node.inputs[0]]
+        # with the packing if covered (whole blocks), else the quantize alone
+        for chain in ([quant, pack], [quant]) if pack is not None else ([quant],):
+            fn = jit.get_kernel(node.op, node.attrs, [x.shape], [x.dtype], [(n.op, n.attrs) for n in chain])
+            if fn is not None:
+                return HostStep(node.name, node.op, fn, node.attrs, list(node.inputs), "jit", [n.name for n in chain])
+        return None
 
     def fall_back(self, grp: Group, what: str, reason: str) -> None:
         """The template has no config for this workload (e.g. too few output positions for VTA's pipeline):

@@ -18,6 +18,7 @@ payload, and max_pool2d of a window whose largest values are +0.0 and -0.0 may p
 from __future__ import annotations
 
 import ctypes
+import functools
 import math
 import struct
 import threading
@@ -504,6 +505,7 @@ def _combine_max(f: _Fn, vt: str, lanes: int, dtype: str, m: str, x: str) -> str
     return f.let(f"call {vt} {name}({vt} {m}, {vt} {x})")
 
 
+@functools.cache   # a property of this numpy build: asked once per process, not at every store the IR emits
 def _nan_as_int8() -> int | None:
     """What numpy's float32 -> int8 cast makes of NaN here (0 on x86-64 and AArch64), or None if it is not one
     value: the quantize epilogue gives NaN that byte, exactly as qnn.quantize's reference does."""
