@@ -148,6 +148,21 @@ def test_decode_program_names_the_bad_index():
         decode(b"\x00" * 15, PYNQ)
 
 
+@pytest.mark.parametrize(("word", "shown"), [(1 << 32, "0x100000000"), (-1, "-0x1"), ((1 << 40) + 5, "0x10000000005")])
+def test_decode_uop_refuses_words_outside_32_bits_naming_the_word(word, shown):
+    """A micro-op is one 32-bit word: 2^32 (the first word past it) and -1 are refused, not masked into range."""
+    with pytest.raises(ValueError, match="does not fit 32 bits") as info:
+        decode_uop(word, PYNQ)
+    assert f"word {shown} " in str(info.value)
+
+
+def test_decode_uop_takes_the_largest_32_bit_word():
+    """2^32 - 1 sets every bit: each field (widths from the table: 11 + 11 + 10 on pynq) decodes to its maximum."""
+    assert [f.width for f in PYNQ.insn_formats["uop"].fields] == [11, 11, 10]
+    assert decode_uop((1 << 32) - 1, PYNQ) == Uop(dst_idx=2047, src_idx=2047, wgt_idx=1023)
+    assert decode_uop(0, PYNQ) == Uop(dst_idx=0, src_idx=0, wgt_idx=0)
+
+
 @pytest.mark.parametrize("insn, field, value, allowed", [
     (MemInsn(sram_base=1 << 16), "sram_base", 65536, "[0, 65535]"),
     (MemInsn(opcode=OPCODES["STORE"], dram_base=-1), "dram_base", -1, "[0, 4294967295]"),
