@@ -37,20 +37,56 @@ DCGAN_RANDOM_LEN = 100
 DCGAN_NGF = 128
 
 
-# ---- fast float kernels for calibration only (im2col + BLAS; the reference kernels fix a slow order) -------
+# ---- calibration kernels: fast (BLAS) and the same on every machine --------------------------------------
+# BLAS sums in whatever order its kernel for this CPU chooses, so float products through it differ in their last
+# bits between machines; batch-norm statistics computed from them would make the zoo's weights (and every
+# result downstream) machine-dependent. The calibration products therefore run on integers: both operands
+# rounded to fixed point with a power-of-two scale, narrow enough that every partial sum is an integer below
+# 2^53, which float64 BLAS adds exactly in any order. Statistics need no float32-exact forward pass, only one
+# that is the same everywhere.
+
+def _fixed_point(a: np.ndarray, bits: int) -> tuple[np.ndarray, float]:
+    """``a`` as integers below 2^(bits-1) in magnitude (held in float64) and their power-of-two scale."""
+    a = np.asarray(a, np.float64)
+    peak = float(np.max(np.abs(a))) if a.size else 0.0
+    if not 0.0 < peak < math.inf:
+        return np.zeros_like(a), 1.0
+    scale = math.ldexp(1.0, math.frexp(peak)[1] - bits + 1)   # peak < 2^frexp, so |a / scale| < 2^(bits-1)
+    return np.rint(a / scale), scale
+
+
+def _exact_product(fn: Callable[[np.ndarray, np.ndarray], np.ndarray], x: np.ndarray, w: np.ndarray,
+                   terms: int) -> np.ndarray:
+    """``fn(x, w)`` (a bilinear map summing at most ``terms`` products per output) on fixed-point operands
+    whose products and sums are exact in float64, rescaled to float32."""
+    bits = min(25, (55 - math.ceil(math.log2(max(terms, 2)))) // 2)   # 2^(2 bits - 2) x terms <= 2^53
+    (xq, sx), (wq, sw) = _fixed_point(x, bits), _fixed_point(w, bits)
+    return (fn(xq, wq) * (sx * sw)).astype(np.float32)
+
+
+def _calibration_conv(a: dict, x: np.ndarray, w: np.ndarray) -> np.ndarray:
+    return _exact_product(lambda xq, wq: conv2d_im2col(xq, wq, a["strides"], a["padding"], a["dilation"],
+                                                       a["groups"]), x, w, int(np.prod(w.shape[1:])))
+
+
+def _calibration_conv_transpose(a: dict, x: np.ndarray, w: np.ndarray) -> np.ndarray:
+    (sh, sw), (kh, kw) = a["strides"], w.shape[2:]
+    taps = -(-kh // sh) * -(-kw // sw)   # kernel taps scatter-added into one output pixel, at most
+    return _exact_product(lambda xq, wq: conv2d_transpose_scatter(xq, wq, a["strides"], a["padding"],
+                                                                  a["output_padding"]), x, w, w.shape[0] * taps)
+
 
 _CALIBRATION_KERNELS = {
-    "nn.conv2d": lambda a, x, w: conv2d_im2col(x, w, a["strides"], a["padding"], a["dilation"], a["groups"]),
-    "nn.conv2d_transpose": lambda a, x, w: conv2d_transpose_scatter(x, w, a["strides"], a["padding"],
-                                                                    a["output_padding"]),
-    "nn.dense": lambda a, x, w: x @ w.T,
+    "nn.conv2d": _calibration_conv,
+    "nn.conv2d_transpose": _calibration_conv_transpose,
+    "nn.dense": lambda a, x, w: _exact_product(lambda xq, wq: xq @ wq.T, x, w, w.shape[1]),
 }
 
 
 class _Net:
     """A GraphBuilder that can run what it has built so far on a random calibration batch, so a batch norm
     can take the real per-channel statistics of its input as its running mean and variance. Ops run lazily
-    (a network without batch norms runs none) with fast BLAS kernels: statistics need no bit-exactness."""
+    (a network without batch norms runs none) with fast BLAS kernels made exact (``_exact_product``)."""
 
     def __init__(self, rng: np.random.Generator):
         self.builder = GraphBuilder()

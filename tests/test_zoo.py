@@ -225,6 +225,57 @@ def test_deterministic_for_a_seed(resnet18_small):
     assert not np.allclose(params["layer1.0.conv1.bias_bn"], other["layer1.0.conv1.bias_bn"])
 
 
+@pytest.mark.parametrize("op", ["nn.conv2d", "nn.conv2d_transpose", "nn.dense"])
+def test_calibration_products_are_the_same_in_any_summation_order(op):
+    """The batch-norm statistics come from these products: were they float sums in BLAS's order, the zoo's
+    weights would differ between CPUs (OpenBLAS picks its kernel per CPU). Reordering the summed channels
+    changes BLAS's order, and must not change one bit."""
+    from vta.numerics import conv2d_im2col, conv2d_transpose_scatter
+    rng = np.random.default_rng(5)
+    kernel = zoo._CALIBRATION_KERNELS[op]
+    if op == "nn.dense":
+        x, w = rng.standard_normal((4, 4608), np.float32), rng.standard_normal((8, 4608), np.float32)
+        attrs, axis_x, axis_w = {}, 1, 1
+        exact = x.astype(np.float64) @ w.astype(np.float64).T
+    elif op == "nn.conv2d":
+        x, w = rng.standard_normal((2, 256, 7, 7), np.float32), rng.standard_normal((16, 256, 3, 3), np.float32)
+        attrs = {"strides": (1, 1), "padding": (1, 1, 1, 1), "dilation": (1, 1), "groups": 1}
+        axis_x, axis_w = 1, 1
+        exact = conv2d_im2col(x, w, attrs["strides"], attrs["padding"], dtype=np.float64)
+    else:
+        x, w = rng.standard_normal((2, 256, 4, 4), np.float32), rng.standard_normal((256, 8, 4, 4), np.float32)
+        attrs, axis_x, axis_w = {"strides": (2, 2), "padding": (1, 1, 1, 1), "output_padding": (0, 0)}, 1, 0
+        exact = conv2d_transpose_scatter(x, w, attrs["strides"], attrs["padding"], dtype=np.float64)
+    got = kernel(attrs, x, w)
+    perm = rng.permutation(x.shape[axis_x])
+    again = kernel(attrs, np.take(x, perm, axis=axis_x), np.take(w, perm, axis=axis_w))
+    assert got.dtype == np.float32 and np.array_equal(got, again)
+    np.testing.assert_allclose(got, exact, rtol=1e-4, atol=1e-4 * np.abs(exact).max())
+
+
+@pytest.mark.parametrize("terms", [9, 4608, 25088])
+def test_calibration_sums_are_exact_integers(terms):
+    """What makes the order free: the fixed-point operands' products and partial sums are integers below 2^53
+    even when every operand sits at full scale, so float64 BLAS adds them exactly (checked against Python
+    integers), while the operands keep float32-like precision."""
+    rng = np.random.default_rng(terms)
+    x, w = rng.uniform(1.0, 2.0, (2, terms)), rng.uniform(-2.0, -1.0, (3, terms))   # sums of one sign: worst case
+    seen = []
+
+    def product(xq, wq):
+        seen.append((xq, wq))
+        return xq @ wq.T
+
+    got = zoo._exact_product(product, x, w, terms)
+    (xq, wq), = seen
+    assert np.array_equal(xq, np.rint(xq)) and np.array_equal(wq, np.rint(wq))
+    blas = xq @ wq.T
+    for i, xr in enumerate(xq.astype(np.int64).tolist()):
+        for j, wr in enumerate(wq.astype(np.int64).tolist()):
+            assert blas[i, j] == sum(a * b for a, b in zip(xr, wr)), (i, j)
+    np.testing.assert_allclose(got, x @ w.T, rtol=2e-6)
+
+
 def test_weights_override():
     graph, params = zoo.get_model("mobilenet-depthwise", image_shape=SMALL, num_classes=10,
                                   weights={"fc.weight": np.zeros((10, 1024)), "fc.bias": np.zeros(10)})
