@@ -104,7 +104,8 @@ def _probe(name: str) -> str | None:
         try:
             _found[name] = get()
         except ImportError as e:
-            _missing[name] = f"{name} is missing ({e}); it comes with {extra}: {TEST_EXTRAS}"
+            how = f": {TEST_EXTRAS}" if extra.startswith(("vta-stack", "the test extras")) else ""
+            _missing[name] = f"{name} is missing ({e}); it comes with {extra}{how}"
     return _missing.get(name)
 
 

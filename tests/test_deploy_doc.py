@@ -73,6 +73,7 @@ def _wait_for_port(port: int, proc: subprocess.Popen, log: Path) -> None:
 
 
 def test_the_deploy_commands_run_in_order_against_the_simulated_board(workspace):
+    need("golden")   # the doc replays ../shared/golden/gemm_0.npz
     work, env, background = workspace
     assert len(COMMANDS) >= 6, [c.text for c in COMMANDS]
     ran = []

@@ -233,6 +233,7 @@ HOSTILE_CLIENT = """
 
 
 def test_hostile_programs_are_refused_or_stopped_and_the_board_serves_on(board, cache):
+    need("golden")   # the client served afterwards replays VTA's gemm_1
     out = client(HOSTILE_CLIENT, board, cache, board.address)
     for key, fragment in (("outside", "instruction 0 (LOAD INP)"), ("kernel", "instruction 0 (STORE OUT)"),
                           ("no_finish", "does not end with FINISH"), ("self_rewrite", "instruction buffer")):
