@@ -7,21 +7,23 @@ keep its LATENCY_KEYS in the config like any other platform parameter.
 
 from __future__ import annotations
 
+import itertools
 import json
+from dataclasses import dataclass
 
 import numpy as np
 import pytest
 from golden_files import GOLDEN_DIR, requires_golden
 from test_fuzz import CONFIGS, _prepared, random_stream
 
-from hw_config import LATENCY_KEYS, ConfigError, load_config, presets
+from hw_config import ALU_OPCODES, LATENCY_KEYS, MEM_TYPES, OPCODES, ConfigError, load_config, presets
 from hw_config.config import LATENCY_NEUTRAL
 from simulator import Simulator, SimulatorError
 from simulator.image import load_image
 from simulator.latency import BoardProgram, board_latency
 from simulator.reference import ReferenceSimulator
 from simulator.stats import format_stats
-from vta.device import SimDevice
+from vta.isa import AluInsn, FinishInsn, GemmInsn, MemInsn, assemble
 from vta.templates import compile_op, random_inputs
 
 PYNQ = load_config("pynq")
@@ -233,21 +235,156 @@ def test_compiled_ops_and_stats_report_board_latency():
     assert neutral.stats.latency_s == neutral.stats.seconds and "board:" not in format_stats(neutral.stats, NEUTRAL)
 
 
+# ---- by hand: small streams whose latency is worked out here, term by term -------------------------------------
+#
+# None of the figures below calls the model: they apply docs/simulator.md ("Timing model": durations, dispatch,
+# tokens) and docs/calibrate.md (its table: what each term counts, and the pynq column) by hand. pynq's timing
+# numbers: bus B = 8 bytes, DRAM_LATENCY 32, DMA_BURST_BEATS 16, DMA_BURST_GAP 2, COMPUTE_LATENCY 4, GEMM_II 1,
+# ALU_II 2, 100 MHz. Fetching an instruction takes ceil(16 / 8) = 2 cycles, so instruction i (no queue ever full
+# here) is dispatched at 32 + 2 (i + 1): 34, 36, 38, ... DRAM element bytes: INP and OUT 16, WGT 256, UOP 4.
+# A DMA is DRAM_LATENCY + rows * (beats + bursts * 2), with rows = y_size unless the transfer is contiguous
+# (y_size 1 or x_stride == x_size: one row of all its bytes), beats = ceil(row bytes / 8), bursts = ceil(beats / 16).
+# The board adds BEAT per beat of every row and ROW per row of a DMA, LOOP per iter_out x iter_in iteration of a
+# GEMM/ALU, all re-timed through the same schedule; then launch + host + cache, which add.
+
+LAUNCH_S = 41.96e-6     # LAUNCH_US, once per stream
+INSN_S = 384.2e-9       # HOST_INSN_NS, per instruction
+UOP_S = 8.015e-9        # HOST_UOP_NS, per micro-op word the stream loads
+BYTE_S = 0.35e-9        # CACHE_NS_PER_BYTE, per byte of the stream and of the DRAM its transfers span
+BEAT = 1 / 0.7101 - 1   # DMA_EFFICIENCY 0.7101: extra cycles per bus beat
+ROW = 44.69             # DMA_ROW_CYCLES, per DMA row
+LOOP = 19.01            # COMPUTE_LOOP_CYCLES, per loop iteration
+CLOCK_HZ = 100e6
+INP_AT, UOP_AT, OUT_AT = 0x10000, 0x20000, 0x30000   # DRAM byte addresses of the streams' data
+INP, WGT, UOP, OUT = (MEM_TYPES[k] for k in ("INP", "WGT", "UOP", "OUT"))
+
+
+@dataclass(frozen=True)
+class Hand:
+    """A stream and its figures, worked out by hand."""
+
+    insns: np.ndarray
+    cycles: int           # the simulator's (every board key neutral)
+    board_cycles: float   # the accelerator re-timed with the board's durations
+    uop_words: int
+    cache_bytes: int
+
+    def seconds(self) -> dict[str, float]:
+        return {"launch_s": LAUNCH_S, "host_s": len(self.insns) * INSN_S + self.uop_words * UOP_S,
+                "cache_s": self.cache_bytes * BYTE_S, "accel_s": self.board_cycles / CLOCK_HZ}
+
+    @property
+    def total_s(self) -> float:
+        return sum(self.seconds().values())
+
+
+def _load(mem: int, at: int, y: int, x: int, stride: int, **flags) -> MemInsn:
+    elem = {INP: 16, WGT: 256, UOP: 4}[mem]
+    return MemInsn(memory_type=mem, dram_base=at // elem, y_size=y, x_size=x, x_stride=stride, **flags)
+
+
+def hand_programs() -> dict[str, Hand]:
+    fin = FinishInsn()
+    out = {}
+    # 4 rows of 3 INP elements, 10 apart: 48-byte rows, 6 beats, 1 burst: 32 + 4 * (6 + 2) = 64, [34, 98]; FINISH
+    # (compute, no tokens) [36, 37]. Board: 4 rows x 6 beats. Cache: two instructions and the span from the first
+    # row to the end of the last, (3 * 10 + 3) * 16 bytes.
+    out["inp 4 rows"] = Hand(assemble([_load(INP, INP_AT, 4, 3, 10), fin], PYNQ),
+                             34 + 64, 34 + 64 + 4 * 6 * BEAT + 4 * ROW, 0, 2 * 16 + (3 * 10 + 3) * 16)
+    # the same 64 cycles as one contiguous row of 14 elements: 224 bytes, 28 beats, 2 bursts: 32 + 28 + 2 * 2
+    out["inp 1 long row"] = Hand(assemble([_load(INP, INP_AT, 1, 14, 14), fin], PYNQ),
+                                 34 + 64, 34 + 64 + 28 * BEAT + 1 * ROW, 0, 2 * 16 + 14 * 16)
+    # 3 rows of one WGT element, 2 apart: 256-byte rows, 32 beats, 2 bursts: 32 + 3 * (32 + 2 * 2) = 140
+    out["wgt 3 rows"] = Hand(assemble([_load(WGT, INP_AT, 3, 1, 2), fin], PYNQ),
+                             34 + 140, 34 + 140 + 3 * 32 * BEAT + 3 * ROW, 0, 2 * 16 + (2 * 2 + 1) * 256)
+    # 5 rows of 2 INP elements back to back (x_stride == x_size): one row of 160 bytes, 20 beats, 2 bursts
+    out["inp 5 rows contiguous"] = Hand(assemble([_load(INP, INP_AT, 5, 2, 2), fin], PYNQ),
+                                        34 + 32 + 20 + 2 * 2, 34 + 56 + 20 * BEAT + 1 * ROW, 0, 2 * 16 + 10 * 16)
+    # load -> compute -> store -> compute, each waiting for the one before through a token:
+    #  0 LOAD INP (4 rows, as above; pushes l2g)    load     [34, 98]                    board + 24 BEAT + 4 ROW
+    #  1 LOAD UOP, 2 words back to back: one     compute  [36, 36 + 32 + 1 + 2 = 71]  board + BEAT + ROW, ends
+    #    row of 8 bytes, 1 beat                               at ~116, before 0 does: off the critical path
+    #  2 GEMM 3 x 2 iterations x 2 uops (pops l2g)   compute  [98, 98 + 4 + 12 = 114]     board + 6 LOOP
+    #  3 ALU 2 x 5 iterations x 1 uop, II 2          compute  [114, 114 + 4 + 20 = 138]   board + 10 LOOP
+    #    (pushes g2s)
+    #  4 STORE 20 OUT elements: 320 bytes, 40 beats, store    [138, 138 + 32 + 40 + 3 * 2 = 216]
+    #    3 bursts (pops g2s, pushes s2g)                                                 board + 40 BEAT + ROW
+    #  5 FINISH (pops s2g)                           compute  [216, 217]
+    serial = [_load(INP, INP_AT, 4, 3, 10, push_next_dep=1), _load(UOP, UOP_AT, 2, 1, 1),
+              GemmInsn(pop_prev_dep=1, uop_bgn=0, uop_end=2, iter_out=3, iter_in=2),
+              AluInsn(push_next_dep=1, uop_bgn=0, uop_end=1, iter_out=2, iter_in=5, alu_opcode=ALU_OPCODES["MAX"],
+                      use_imm=1, imm=0),
+              MemInsn(opcode=OPCODES["STORE"], memory_type=OUT, dram_base=OUT_AT // 16, y_size=1, x_size=20,
+                      x_stride=20, pop_prev_dep=1, push_prev_dep=1),
+              FinishInsn(pop_next_dep=1)]
+    out["serial"] = Hand(assemble(serial, PYNQ), 217, 217 + (24 + 40) * BEAT + (4 + 1) * ROW + (6 + 10) * LOOP,
+                         2, 6 * 16 + (3 * 10 + 3) * 16 + 2 * 4 + 20 * 16)
+    # a load beside a long GEMM, no token between them: load [34, 98], GEMM 10 x 10 iterations [36, 36 + 104 = 140],
+    # FINISH [140, 141]. On the board the load grows to ~287 and still ends under the GEMM (140 + 100 LOOP):
+    # its extra DMA time hides, only the GEMM's loop term shows.
+    gemm = GemmInsn(uop_bgn=0, uop_end=1, iter_out=10, iter_in=10)
+    out["overlapped"] = Hand(assemble([_load(INP, INP_AT, 4, 3, 10), gemm, fin], PYNQ),
+                             141, 141 + 100 * LOOP, 0, 3 * 16 + (3 * 10 + 3) * 16)
+    # the same with the GEMM waiting for the load (l2g): GEMM [98, 202], FINISH [202, 203]; on the board every term adds
+    waits = GemmInsn(pop_prev_dep=1, uop_bgn=0, uop_end=1, iter_out=10, iter_in=10)
+    out["dependent"] = Hand(assemble([_load(INP, INP_AT, 4, 3, 10, push_next_dep=1), waits, fin], PYNQ),
+                            203, 203 + 24 * BEAT + 4 * ROW + 100 * LOOP, 0, 3 * 16 + (3 * 10 + 3) * 16)
+    return out
+
+
+HAND = hand_programs()
+
+
+def hand_sim(cfg) -> Simulator:
+    sim = Simulator(cfg)
+    for addr in (INP_AT, UOP_AT, OUT_AT):
+        sim.map(addr, 4096)
+    return sim
+
+
+def test_the_hand_figures_use_the_pynq_presets_numbers():
+    """The constants above are docs/calibrate.md's pynq column and the pynq preset's timing numbers."""
+    assert PYNQ.latency_params() == {"LAUNCH_US": 41.96, "HOST_INSN_NS": 384.2, "HOST_UOP_NS": 8.015,
+                                     "CACHE_NS_PER_BYTE": 0.35, "DMA_EFFICIENCY": 0.7101, "DMA_ROW_CYCLES": 44.69,
+                                     "COMPUTE_LOOP_CYCLES": 19.01}
+    timing = ("BUS_BYTES", "DRAM_LATENCY", "DMA_BURST_BEATS", "DMA_BURST_GAP", "COMPUTE_LATENCY", "GEMM_II", "ALU_II",
+              "CLOCK_MHZ", "INP_WIDTH", "WGT_WIDTH", "BATCH", "BLOCK_IN", "BLOCK_OUT")
+    assert [getattr(PYNQ, k) for k in timing] == [8, 32, 16, 2, 4, 1, 2, 100, 8, 8, 1, 16, 16]
+    assert PYNQ.INSN_QUEUE_DEPTH > 6 and PYNQ.TOKEN_QUEUE_DEPTH >= 1
+
+
+@pytest.mark.parametrize("name", list(HAND))
+def test_latency_by_hand(name):
+    """Each term of board_latency, and RunStats.latency_s, equal the figures worked out by hand; with every key
+    neutral the simulator's cycles are the hand-computed ones and latency_s is exactly cycles at the clock."""
+    hand = HAND[name]
+    got = board_latency(PYNQ, hand.insns)
+    assert {k: getattr(got, k) for k in ("launch_s", "host_s", "cache_s", "accel_s")} == \
+        pytest.approx(hand.seconds(), rel=1e-12)
+    neutral = hand_sim(NEUTRAL).run(hand.insns)
+    assert neutral.cycles == hand.cycles and neutral.latency_s == hand.cycles / CLOCK_HZ
+    board = hand_sim(PYNQ).run(hand.insns)
+    assert board.cycles == hand.cycles and board.latency_s == pytest.approx(hand.total_s, rel=1e-12)
+
+
 def test_a_simulator_reuses_a_streams_board_latency_and_keeps_its_cache_bounded(monkeypatch):
-    """A stream run again (a network's layers every inference) reuses its board-model result, which must equal
-    a fresh evaluation; different streams never share one; the cache holds at most LATENCY_CACHE_STREAMS."""
+    """A stream run again (a network's layers every inference) reuses its board-model result, which must be that
+    stream's own hand-computed figure, never another's (two streams here share their cycle count, several their
+    length); the cache holds at most LATENCY_CACHE_STREAMS, oldest out."""
     from simulator import core
     monkeypatch.setattr(core, "LATENCY_CACHE_STREAMS", 2)
-    device = SimDevice(PYNQ)   # one simulator runs all three
-    ops = [compile_op("conv2d", PYNQ, config=c, epilogue=EPILOGUE, data_shape=(1, 32, 14, 14),
-                      kernel_shape=(32, 32, 3, 3), strides=1, padding=1, device=device) for c in SCHEDULES]
-    sim = device.sim
+    evaluated = []
+    real = core.board_latency
+    monkeypatch.setattr(core, "board_latency", lambda *args: evaluated.append(args) or real(*args))
+    sim = hand_sim(PYNQ)
     for _ in range(2):
-        for op in ops:
-            for insns, stats in streams_of(op):
-                assert stats.latency_s == board_latency(PYNQ, insns, stats.cycles).total_s
+        for name, hand in HAND.items():
+            for _ in range(2):   # the second run in a row comes from the cache
+                assert sim.run(hand.insns).latency_s == pytest.approx(hand.total_s, rel=1e-12), name
                 assert len(sim._latency_cache) <= 2
-    assert len({s.latency_s for op in ops for _, s in streams_of(op)}) == len(ops)
+    assert len(evaluated) == 2 * len(HAND)   # once per stream and pass: seven streams overflow a cache of two
+    figures = sorted(h.total_s for h in HAND.values())
+    assert all(b > a * (1 + 1e-9) for a, b in itertools.pairwise(figures))   # a wrong hit could not pass
 
 
 def test_a_stream_that_never_finishes_is_refused():
