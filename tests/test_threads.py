@@ -94,20 +94,47 @@ def test_random_gemms_identical(preset: str) -> None:
             assert (st, trace) == results[0][1:], f"{preset} seed {seed}, {threads} threads"
 
 
+def _threads_left_running(run):
+    """(what ``run()`` returns, how many more OS threads this process has after it than before): Linux's
+    /proc/self/task. No garbage collection in between, so no other simulator's workers end meanwhile."""
+    gc.collect()
+    gc.disable()
+    try:
+        before = len(os.listdir("/proc/self/task"))
+        kept = run()
+        return kept, len(os.listdir("/proc/self/task")) - before
+    finally:
+        gc.enable()
+
+
 def test_threshold_splits_only_large_gemms() -> None:
-    """With the default threshold a small GEMM stays on one thread; results match either way."""
+    """docs/simulator.md, "Threads": GEMMs of fewer than 2^18 multiply-accumulates stay on the calling thread, and a
+    simulator starts its N - 1 workers at its first split GEMM. So with the default threshold a small GEMM starts no
+    thread, nor does one of 2^18 - 256 MACs, while one of exactly 2^18 starts one (two threads), as does the small one
+    with the threshold at 0; results match either way."""
     from test_semantics import finish, gemm, uops
 
-    cfg = load_config("pynq")
-    assert 1 <= PARALLEL_MIN_MACS
-    out = []
-    for min_macs in (0, PARALLEL_MIN_MACS):
-        sim = _sim(cfg, 2, min_macs)
-        _random_gemm_state(sim, np.random.default_rng(3))
-        sim.write_sram("uop", 0, uops(cfg, (0, 0, 0), (1, 1, 1)))
-        sim.run(gemm(cfg, 0, 2, iters=(3, 4), dst=(2, 0), src=(1, 1), wgt=(1, 2)) + finish(cfg))
-        out.append(sim.read_sram("acc", 0, 64))
-    np.testing.assert_array_equal(out[0], out[1])
+    if not os.path.isdir("/proc/self/task"):
+        pytest.skip("counts the process's threads in Linux's /proc/self/task")
+    cfg = load_config("pynq")   # 1 x 16 x 16: 256 multiply-accumulates per micro-op iteration
+    small = gemm(cfg, 0, 2, iters=(3, 4), dst=(2, 0), src=(1, 1), wgt=(1, 2)) + finish(cfg)   # 24 x 256 = 6144 MACs
+    at_threshold = gemm(cfg, 0, 1, iters=(32, 32), dst=(32, 1)) + finish(cfg)              # 1024 x 256 = 2^18
+    below = gemm(cfg, 0, 1, iters=(31, 33), dst=(33, 1)) + finish(cfg)                     # 1023 x 256
+
+    def run(program: bytes, min_macs: int | None = None):
+        def go() -> Simulator:
+            sim = Simulator(cfg, threads=2) if min_macs is None else _sim(cfg, 2, min_macs)
+            _random_gemm_state(sim, np.random.default_rng(3))
+            sim.write_sram("uop", 0, uops(cfg, (0, 0, 0), (1, 1, 1)))
+            sim.run(program)
+            return sim
+        return _threads_left_running(go)
+
+    (default_sim, started), (split_sim, started_split) = run(small), run(small, 0)
+    assert (started, started_split) == (0, 1)
+    np.testing.assert_array_equal(default_sim.read_sram("acc", 0, 64), split_sim.read_sram("acc", 0, 64))
+    assert run(at_threshold)[1] == 1 and run(below)[1] == 0
+    assert PARALLEL_MIN_MACS == 1 << 18   # the constant the docs name
 
 
 @pytest.mark.parametrize("bad", [0, -1, MAX_THREADS + 1, 10**9, 2.0, "2", True])
