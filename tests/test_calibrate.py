@@ -24,7 +24,6 @@ from vta.calibrate import (
     fit,
     predict,
     read_measurements,
-    record_program,
     spearman,
 )
 from vta.cli import main
@@ -229,17 +228,51 @@ def test_tuning_records_from_a_board_are_read_and_simulated_ones_set_aside(tmp_p
     assert not refused and cases[0].cycles == stats.cycles
 
 
-@pytest.mark.parametrize("task", [
-    conv_task(SIM, (1, 32, 8, 8), (32, 32, 3, 3), 1, 1),
-    conv_task(SIM, (1, 32, 8, 8), (32, 32, 1, 1), 2, 0, bias=False, residual=True),
-    conv_task(SIM, (1, 32), (16, 32), op="dense", bias=False),
-    conv_task(SIM, (1, 32, 8, 8), (32, 16, 3, 3), 1, 1, groups=2),
-    alu_task(SIM, "add", (1, 16, 4, 4), tensor_rhs=False), alu_task(SIM, "add", (1, 16, 4, 4)),
-    alu_task(SIM, "clip", (1, 16, 4, 4), tensor_rhs=False), alu_task(SIM, "relu", (1, 16, 4, 4), tensor_rhs=False),
-])
-def test_record_programs_are_what_tuning_compiles(task):
-    op, args, epilogue = record_program(json.loads(task.key))
-    assert op == task.op and args == task.compile_args() and list(epilogue) == task.epilogue()
+NET = (("shr", 8), ("clip", -127, 127))       # a conv layer's requantization in a network
+ALU_NET = (("shr", 2), ("clip", -127, 127))   # an element-wise op's
+SHAPE = (1, 16, 4, 4)
+
+
+@pytest.mark.parametrize(("task", "op", "args", "epilogue"), [
+    (conv_task(SIM, (1, 32, 8, 8), (32, 32, 3, 3), 1, 1), "conv2d",
+     {"data_shape": (1, 32, 8, 8), "kernel_shape": (32, 32, 3, 3), "strides": 1, "padding": 1}, (("bias",), *NET)),
+    (conv_task(SIM, (1, 32, 8, 8), (32, 32, 1, 1), 2, 0, bias=False, residual=True), "conv2d",
+     {"data_shape": (1, 32, 8, 8), "kernel_shape": (32, 32, 1, 1), "strides": 2, "padding": 0}, (("residual",), *NET)),
+    (conv_task(SIM, (1, 32), (16, 32), op="dense", bias=False), "dense",
+     {"data_shape": (1, 32), "kernel_shape": (16, 32)}, NET),
+    (conv_task(SIM, (1, 32, 8, 8), (32, 16, 3, 3), 1, 1, groups=2), "group_conv2d",
+     {"data_shape": (1, 32, 8, 8), "kernel_shape": (32, 16, 3, 3), "strides": 1, "padding": 1, "groups": 2},
+     (("bias",), *NET)),
+    (alu_task(SIM, "add", SHAPE, tensor_rhs=False), "add", {"data_shape": SHAPE, "imm": 3}, ALU_NET),
+    (alu_task(SIM, "add", SHAPE), "add", {"data_shape": SHAPE}, ALU_NET),
+    (alu_task(SIM, "clip", SHAPE, tensor_rhs=False), "clip", {"data_shape": SHAPE, "bounds": (-127, 127)}, ALU_NET),
+    (alu_task(SIM, "relu", SHAPE, tensor_rhs=False), "relu", {"data_shape": SHAPE}, ALU_NET),
+], ids=["conv2d_bias", "conv2d_residual", "dense", "group_conv2d", "add_imm", "add_tensor", "clip", "relu"])
+def test_record_programs_are_what_tuning_compiles(tmp_path, monkeypatch, task, op, args, epilogue):
+    """A board measurement of a tuning task, read and compiled as `vta calibrate` does, is the very program tuning
+    measured for it: both, byte for byte, what the public compile_op emits for the workload and the network-like
+    epilogue written out above (tuning/task.py: bias or residual, then shift and clip, int8 store)."""
+    import vta.calibrate
+
+    hand = compile_op(op, SIM, epilogue=epilogue, **args)
+    expected = [s.insns.tobytes() for s in hand.program.streams]
+    assert expected
+    tuned = task.compile(None)   # what a tuner measures for the task's default schedule
+    assert tuned.config == hand.config
+    assert [s.insns.tobytes() for s in tuned.program.streams] == expected
+    assert [s.uop_words.tobytes() for s in tuned.program.streams] == [s.uop_words.tobytes() for s in
+                                                                       hand.program.streams]
+    path = tmp_path / "board.jsonl"
+    path.write_text(make_record(task, MeasureResult(hand.config, 1000, 1.7e-3, None, True)).to_json() + "\n")
+    measurements, skipped = read_measurements(path, SIM)
+    compiled: list[bytes] = []   # the streams compile_cases hands to the board model
+    real = vta.calibrate.BoardProgram
+    monkeypatch.setattr(vta.calibrate, "BoardProgram",
+                        lambda cfg, insns: compiled.append(np.asarray(insns).tobytes()) or real(cfg, insns))
+    cases, refused = compile_cases(measurements, SIM)
+    assert not skipped and not refused and len(cases) == 1
+    assert measurements[0].op == op and measurements[0].epilogue == epilogue
+    assert compiled == expected
 
 
 def test_spearman_handles_ties():
