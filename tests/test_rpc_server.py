@@ -8,6 +8,7 @@ import socket
 import struct
 import subprocess
 import sys
+import threading
 import time
 from pathlib import Path
 
@@ -26,6 +27,7 @@ from vta.rpc import (
     BoardLost,
     BoardServer,
     MatchMismatch,
+    ProtocolError,
     RemoteDevice,
     RemoteError,
     SessionLimits,
@@ -34,6 +36,7 @@ from vta.rpc import (
     connect_device,
     request_board,
 )
+from vta.rpc.client import expect_message
 from vta.rpc.local import _first_line
 from vta.rpc.protocol import PREFIX, Channel, new_nonce
 from vta.templates import random_inputs
@@ -213,11 +216,82 @@ def test_a_wrong_or_missing_key_is_refused(keyed):
     ch = _raw_hello(keyed.port)                   # a client that skips the board's proof and guesses
     ch.send({"op": "auth", "proof": "00" * 32})
     reply, _, _ = ch.recv(5, 0)
-    assert reply == {"v": 1, "ok": False, "error": reply["error"], "kind": "auth"}
+    assert reply == {"v": 1, "ok": False, "kind": "auth",
+                     "error": "authentication failed: the client's proof is wrong (it does not hold this "
+                              "board's key)"}
     assert _closed(ch.sock)
     keyed.wait_idle()
     with keyed.connect(secret=SECRET) as dev:     # and the board serves the next one
         dev.alloc(8)
+
+
+def test_a_client_that_leaves_or_stalls_in_the_handshake_never_holds_the_board(keyed):
+    """The board is taken only once a client has authenticated: one that got the challenge and went quiet, or
+    walked away, does not make the next client hear "busy" (it did, while the server's thread had not yet
+    noticed it leave: the KeyError 'op' of a raw hello under load)."""
+    stalled = _raw_hello(keyed.port)                  # got the challenge, says nothing more, stays connected
+    with pytest.raises(AuthError, match="requires a key"):
+        keyed.connect()                               # and one that walked away after the challenge
+    _raw_hello(keyed.port).sock.close()
+    with keyed.connect(secret=SECRET) as dev:         # served at once, no BoardBusy
+        dev.alloc(8)
+    stalled.sock.close()
+    keyed.wait_idle()
+
+
+class _SlowFree(SimDevice):
+    """Frees slowly, so that a server freeing after it answered "close" is caught doing so."""
+
+    def free(self, buf) -> None:
+        time.sleep(0.3)
+        super().free(buf)
+
+
+def test_a_closed_session_has_freed_the_board_when_close_returns(board):
+    board.device = _SlowFree(CFG)
+    dev = board.connect()
+    dev.copy_in(dev.alloc(64), b"a" * 64)
+    dev.close()
+    assert not board.server.session_active.is_set() and board.allocated() == []
+    with board.connect() as again:                    # no wait: the board is free
+        again.alloc(8)
+
+
+def _one_reply_board(reply: dict) -> tuple[socket.socket, threading.Thread]:
+    """A fake board that answers a hello with ``reply`` (where the challenge belongs)."""
+    listener = socket.create_server(("127.0.0.1", 0))
+
+    def serve() -> None:
+        conn, _ = listener.accept()
+        with conn:
+            ch = Channel(conn, read_timeout=5)
+            ch.recv(5, 0)
+            ch.send(reply)
+            _closed(conn)
+
+    thread = threading.Thread(target=serve, daemon=True)
+    thread.start()
+    return listener, thread
+
+
+@pytest.mark.parametrize("reply, error, match", [
+    ({"ok": False, "error": "serving another session", "kind": "busy"}, BoardBusy, "serving another session"),
+    ({"ok": False, "error": "handshake timed out", "kind": "timeout"}, RemoteError, "handshake timed out"),
+    ({"ok": False, "error": "protocol version 2", "kind": "version"}, ProtocolError, "protocol version 2"),
+    ({"op": "ready", "ok": True}, ProtocolError, "expected the 'challenge' message, got 'ready'"),
+    ({"error": "no op, no ok"}, ProtocolError, "expected the 'challenge' message, got 'None'"),
+])
+def test_a_refusal_where_the_challenge_belongs_raises_what_it_says(reply, error, match):
+    listener, thread = _one_reply_board(reply)
+    try:
+        with pytest.raises(error, match=match) as caught:
+            RemoteDevice("127.0.0.1", listener.getsockname()[1], timeout=5)
+        assert not isinstance(caught.value, KeyError)
+        if error is RemoteError:
+            assert caught.value.kind == "timeout"
+    finally:
+        thread.join(10)
+        listener.close()
 
 
 def test_a_keyed_client_does_not_trust_a_keyless_board(board):
@@ -269,16 +343,14 @@ def _closed(sock: socket.socket, within: float = 5.0) -> bool:
 def _raw_hello(port: int) -> Channel:
     ch = Channel(socket.create_connection(("127.0.0.1", port), timeout=5), read_timeout=5)
     ch.send({"op": "hello", "client_nonce": new_nonce().hex(), "matchkey": None, "client": "test"})
-    challenge, _, _ = ch.recv(5, 0)
-    assert challenge["op"] == "challenge"
+    expect_message(ch.recv(5, 0)[0], "challenge", f"127.0.0.1:{port}")   # a refusal raises what it says
     return ch
 
 
 def _raw_session(port: int) -> Channel:
     ch = _raw_hello(port)
     ch.send({"op": "auth", "proof": None})
-    ready, _, _ = ch.recv(5, 0)
-    assert ready["op"] == "ready"
+    expect_message(ch.recv(5, 0)[0], "ready", f"127.0.0.1:{port}")
     return ch
 
 

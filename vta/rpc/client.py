@@ -76,6 +76,18 @@ def _error_of(reply: dict[str, Any], board: str) -> Exception:
     return RemoteError(message, kind)
 
 
+def expect_message(header: dict[str, Any], op: str, board: str) -> dict[str, Any]:
+    """``header`` if it is the ``op`` message the protocol expects next. A refusal in its place (a board that
+    is busy, expects another match key, refuses the key, speaks another version) raises what it stands for
+    (``BoardBusy``, ``MatchMismatch``, ``AuthError``, ``ProtocolError``, ...); any other message a
+    ``ProtocolError`` naming what came instead."""
+    if header.get("ok") is False:
+        raise _error_of(header, board)
+    if header.get("op") != op:
+        raise ProtocolError(f"board {board}: expected the {op!r} message, got {str(header.get('op'))[:20]!r}")
+    return header
+
+
 _OPEN: weakref.WeakSet[RemoteDevice] = weakref.WeakSet()
 
 
@@ -129,9 +141,7 @@ class RemoteDevice:
         client_nonce = new_nonce()
         try:
             ch.send({"op": "hello", "client_nonce": client_nonce.hex(), "matchkey": matchkey, "client": client})
-            challenge, _, _ = ch.recv(timeout, 0)
-            if not challenge.get("ok"):
-                raise _error_of(challenge, self.board)
+            challenge = expect_message(ch.recv(timeout, 0)[0], "challenge", self.board)
             server_nonce = nonce_of(challenge, "server_nonce")
             auth = challenge.get("auth")
             if auth == AUTH_HMAC:
@@ -154,9 +164,7 @@ class RemoteDevice:
             ready, _, _ = ch.recv(timeout, 0)
         except (TimeoutError, ConnectionError) as e:
             raise BoardLost(f"board {self.board}: handshake failed: {e}") from None
-        if not ready.get("ok"):
-            raise _error_of(ready, self.board)
-        self._ready(ready)
+        self._ready(expect_message(ready, "ready", self.board))
 
     def _ready(self, ready: dict[str, Any]) -> None:
         try:

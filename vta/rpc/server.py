@@ -420,39 +420,30 @@ class BoardServer:
         if matchkey is not None and (not isinstance(matchkey, str) or len(matchkey) > 256):
             raise ProtocolError("matchkey must be a string or null")
         client = str(hello.get("client", ""))[:80]
-        with self._lock:
-            if self._busy:
-                busy = True
-            else:
-                busy = False
-                if self.tracker_addr is not None and not proof_matches(matchkey, self._matchkey or "\0"):
-                    self._refuse(ch, f"board {self.name} does not expect this match key (it registered again, or "
-                                     "the tracker gave it to another client): request a board again", "mismatch")
-                    log.warning("refused %s: match key mismatch", peer)
-                    return None
-                self._busy = True
-                self._matchkey = None    # consumed: a new one is registered when this session ends
-                self.session_active.set()
-        if busy:
-            self._refuse(ch, f"board {self.name} is serving another session", "busy")
-            log.info("refused %s: busy", peer)
+        server_nonce = new_nonce()
+        challenge = {"op": "challenge", "ok": True, "server_nonce": server_nonce.hex(),
+                     "auth": AUTH_HMAC if self.secret else "none",
+                     "server_proof": proof(self.secret, "server", client_nonce, server_nonce, matchkey)
+                     if self.secret else None}
+        ch.send(challenge)
+        auth, _, _ = ch.recv(max(0.1, deadline - time.monotonic()), 0)
+        if auth.get("op") != "auth":
+            raise ProtocolError("the second message must be auth")
+        if self.secret is not None:
+            if not proof_matches(auth.get("proof"), proof(self.secret, "client", server_nonce, client_nonce,
+                                                          matchkey)):
+                self._refuse(ch, "authentication failed: the client's proof is wrong (it does not hold this "
+                                 "board's key)", "auth")
+                raise AuthError(f"{peer} failed authentication (wrong key)")
+            ch.secure(*reversed(session_keys(self.secret, client_nonce, server_nonce, matchkey)))
+        # Only now, authenticated, does the client take the board: a client that walks away (or stalls) in the
+        # handshake never held it, so the next one is not told "busy" while this thread notices it left.
+        refusal = self._claim(matchkey)
+        if refusal is not None:
+            self._refuse(ch, *refusal)
+            log.info("refused %s: %s", peer, refusal[1])
             return None
         try:
-            server_nonce = new_nonce()
-            challenge = {"op": "challenge", "ok": True, "server_nonce": server_nonce.hex(),
-                         "auth": AUTH_HMAC if self.secret else "none",
-                         "server_proof": proof(self.secret, "server", client_nonce, server_nonce, matchkey)
-                         if self.secret else None}
-            ch.send(challenge)
-            auth, _, _ = ch.recv(max(0.1, deadline - time.monotonic()), 0)
-            if auth.get("op") != "auth":
-                raise ProtocolError("the second message must be auth")
-            if self.secret is not None:
-                if not proof_matches(auth.get("proof"), proof(self.secret, "client", server_nonce, client_nonce,
-                                                              matchkey)):
-                    self._refuse(ch, "authentication failed: the client does not hold this board's key", "auth")
-                    raise AuthError(f"{peer} failed authentication (wrong key)")
-                ch.secure(*reversed(session_keys(self.secret, client_nonce, server_nonce, matchkey)))
             ch.read_timeout = self.read_timeout
             session = _Session(self, self.device_factory(), peer)
             ch.send({"op": "ready", "ok": True, **self.board_info()})
@@ -462,8 +453,23 @@ class BoardServer:
         log.info("session from %s (%s) started", peer, client or "client")
         return session
 
+    def _claim(self, matchkey: str | None) -> tuple[str, str] | None:
+        """Take the board for an authenticated client: None, or why not as (message, kind)."""
+        with self._lock:
+            if self._busy:
+                return f"board {self.name} is serving another session", "busy"
+            if self.tracker_addr is not None and not proof_matches(matchkey, self._matchkey or "\0"):
+                stale = (f"board {self.name} does not expect this match key (it registered again, or the "
+                         "tracker gave it to another client): request a board again")
+                return stale, "mismatch"
+            self._busy = True
+            self._matchkey = None    # consumed: a new one is registered when this session ends
+            self.session_active.set()
+        return None
+
     def _serve(self, ch: Channel, session: _Session) -> None:
         reason = "closed by the client"
+        ended = False
         try:
             while not self._stop.is_set():
                 try:
@@ -489,6 +495,9 @@ class BoardServer:
                 except _DEVICE_ERRORS as e:
                     ch.send({"op": op, "ok": False, "error": str(e) or type(e).__name__, "kind": type(e).__name__})
                     continue
+                if op == "close":   # the board is free before the client hears so: it may come back at once
+                    ended = True
+                    self._end_session(session)
                 ch.send({"op": op, "ok": True, **reply}, out)
                 if op == "close":
                     break
@@ -500,7 +509,8 @@ class BoardServer:
             log.exception("session from %s", session.peer)
             self._refuse(ch, reason, "internal")
         finally:
-            self._end_session(session)
+            if not ended:
+                self._end_session(session)
             log.info("session from %s ended (%s): %d run(s); buffers freed", session.peer, reason, session.runs)
 
     def _end_session(self, session: _Session | None) -> None:
