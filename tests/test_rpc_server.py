@@ -34,6 +34,7 @@ from vta.rpc import (
     TrackerClient,
     TrackerServer,
     connect_device,
+    protocol,
     request_board,
 )
 from vta.rpc.client import expect_message
@@ -225,6 +226,17 @@ def test_a_wrong_or_missing_key_is_refused(keyed):
         dev.alloc(8)
 
 
+def test_a_proof_that_is_not_an_ascii_string_is_refused_cleanly(keyed):
+    # hmac.compare_digest raises TypeError on a non-ASCII str; a lone surrogate (valid JSON) cannot be encoded
+    for forged in ("é" * 64, "\ud800" * 64, 12345, ["00"] * 32, None):
+        ch = _raw_hello(keyed.port)
+        ch.send({"op": "auth", "proof": forged})
+        reply, _, _ = ch.recv(5, 0)
+        assert (reply["kind"], reply["ok"]) == ("auth", False), forged
+        assert _closed(ch.sock)
+    assert not any(protocol.proof_matches(v, "0" * 64) for v in ("é" * 64, "\ud800" * 64, None, 0, "0" * 63))
+
+
 def test_a_client_that_leaves_or_stalls_in_the_handshake_never_holds_the_board(keyed):
     """The board is taken only once a client has authenticated: one that got the challenge and went quiet, or
     walked away, does not make the next client hear "busy" (it did, while the server's thread had not yet
@@ -292,6 +304,42 @@ def test_a_refusal_where_the_challenge_belongs_raises_what_it_says(reply, error,
     finally:
         thread.join(10)
         listener.close()
+
+
+def test_every_secret_comparison_goes_through_compare_digest(keyed, monkeypatch):
+    """Proofs and tags are compared in constant time: each goes through ``protocol.same_secret``, which is
+    ``hmac.compare_digest`` (seen here by recording its calls, not by timing)."""
+    seen: list[tuple[bytes, bytes, bool]] = []
+    compare_digest = protocol.hmac.compare_digest
+
+    def recording(a, b):
+        result = compare_digest(a, b)
+        seen.append((bytes(a), bytes(b), result))
+        return result
+
+    monkeypatch.setattr(protocol.hmac, "compare_digest", recording)
+    ch = _raw_hello(keyed.port)                       # the board checks a forged client proof
+    ch.send({"op": "auth", "proof": "ab" * 32})
+    assert ch.recv(5, 0)[0]["kind"] == "auth"
+    assert (b"ab" * 32, False) in [(a, r) for a, _, r in seen]
+    keyed.wait_idle()
+
+    seen.clear()                                      # the client checks a board's proof (another key)
+    with pytest.raises(AuthError, match="could not prove"):
+        keyed.connect(secret=b"x" * 32)
+    assert [r for _, _, r in seen] == [False] and len(seen[0][0]) == 64
+    keyed.wait_idle()
+
+    dev = keyed.connect(secret=SECRET)
+    seen.clear()
+    dev.alloc(64)                                     # an honest message: its tag compared both ways
+    assert [(len(a), r) for a, _, r in seen] == [(32, True), (32, True)]
+    seen.clear()
+    dev._ch.secure(b"k" * 32, dev._ch._recv_key)      # a forged tag
+    with pytest.raises(BoardLost):
+        dev.alloc(64)
+    keyed.wait_idle()
+    assert (32, False) in [(len(a), r) for a, _, r in seen]
 
 
 def test_a_keyed_client_does_not_trust_a_keyless_board(board):

@@ -23,7 +23,8 @@ Handshake (client C, server S; nonces are 16 random bytes, hex in JSON)::
     Ps = HMAC(secret, "vta-rpc/1 server\\0" + Nc + Ns + M),  Pc = HMAC(secret, "vta-rpc/1 client\\0" + Ns + Nc + M)
 
 so each side proves it holds the shared key without sending it, over fresh nonces (no replay), and compares
-proofs in constant time (``hmac.compare_digest``). From "ready" on, with a key, every message carries its tag.
+proofs and tags in constant time (``same_secret``, that is ``hmac.compare_digest``). From "ready" on, with a
+key, every message carries its tag.
 """
 
 from __future__ import annotations
@@ -140,7 +141,7 @@ class Channel:
             skip_exact(self.sock, plen, deadline, "a refused payload", None if mac is None else mac.update)
         if mac is not None:
             tag = recv_exact(self.sock, TAG_BYTES, time.monotonic() + self.read_timeout, "a message tag")
-            if not hmac.compare_digest(bytes(tag), mac.digest()):
+            if not same_secret(bytes(tag), mac.digest()):
                 raise AuthError("a message failed authentication (altered, replayed or not from the peer)")
             self._recv_seq += 1
         return header, payload, refusal
@@ -172,9 +173,17 @@ def proof(secret: bytes, role: str, first: bytes, second: bytes, matchkey: str |
     return hmac.new(secret, message, hashlib.sha256).hexdigest()
 
 
+def same_secret(given: bytes, expected: bytes) -> bool:
+    """Whether a received secret value (a proof, a tag, a match key) equals the expected one, in a time that
+    does not depend on where they differ (``hmac.compare_digest``): every secret comparison of this protocol
+    goes through here, so that none leaks how much of a forgery was right."""
+    return hmac.compare_digest(given, expected)
+
+
 def proof_matches(given: Any, expected: str) -> bool:
-    """Constant-time comparison of a received proof with the expected one."""
-    return isinstance(given, str) and given.isascii() and hmac.compare_digest(given.encode(), expected.encode())
+    """Constant-time comparison of a received proof (any JSON value) with the expected one: False, never an
+    exception, for a value that is not an ASCII string."""
+    return isinstance(given, str) and given.isascii() and same_secret(given.encode(), expected.encode())
 
 
 def session_keys(secret: bytes, client_nonce: bytes, server_nonce: bytes, matchkey: str | None) -> tuple[bytes, bytes]:
