@@ -51,6 +51,22 @@ def test_imports_only_point_down(layer):
         assert not upward, f"{path.relative_to(ROOT)} imports higher layer(s) {sorted(upward)}"
 
 
+def test_the_quick_subset_touches_every_layer_and_names_only_tests_that_exist():
+    import quick
+    layers = set(quick.QUICK_MODULES) | set(quick.QUICK_TESTS)
+    assert set(LAYERS) <= layers, f"layers without a quick test: {sorted(set(LAYERS) - layers)}"
+    listed = [(m, ()) for modules in quick.QUICK_MODULES.values() for m in modules]
+    listed += [(m, prefixes) for per in quick.QUICK_TESTS.values() for m, prefixes in per.items()]
+    for module, prefixes in listed:
+        path = ROOT / "tests" / module
+        assert path.is_file(), f"tests/quick.py lists {module}, which does not exist"
+        tests = [n.name for n in ast.walk(ast.parse(path.read_text()))
+                 if isinstance(n, ast.FunctionDef) and n.name.startswith("test_")]
+        assert tests, module
+        for prefix in prefixes:
+            assert any(t.startswith(prefix) for t in tests), f"tests/quick.py: no test in {module} starts with {prefix!r}"
+
+
 def test_c_field_enums_follow_the_layout_table():
     cfg = load_config()
     prefixes = {"mem": "VTA_MEM_", "gemm": "VTA_LOOP_", "alu": "VTA_LOOP_", "uop": "VTA_UOP_"}
