@@ -24,7 +24,7 @@ from vta.environment import config_of
 from vta.runtime import ScheduleError
 from vta.templates import TEMPLATES, Template
 from vta.templates.base import GraphHead
-from vta.templates.epilogue import GRAPH_OPS, OPERAND_OPS, clip_bounds
+from vta.templates.epilogue import ALU_OPCODE, GRAPH_OPS, OPERAND_OPS, clip_bounds, missing_alu
 
 Selector = str | Callable[[Node], bool]
 HEADS = ("nn.conv2d", "nn.conv2d_transpose", "nn.dense")   # heads whose weights graph_pack packs
@@ -239,6 +239,9 @@ def plan_groups(graph: Graph, region: list[str], cfg: HwConfig) -> tuple[dict[st
 def _decide(group: Group, cfg: HwConfig) -> str | None:
     """Complete a grown group: the chain's tensor operands, and the template parsed once (its task key); why the
     template refuses the workload, or None."""
+    lacking = missing_alu(cfg, {ALU_OPCODE[e[0]] for e in group.epilogue if e[0] in ALU_OPCODE})
+    if lacking:
+        return f"its fused chain needs {lacking}"
     for entry in group.epilogue:
         if entry[0] in OPERAND_OPS:
             group.operands[entry[0]] = entry[1]

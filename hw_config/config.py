@@ -17,6 +17,7 @@ from typing import Any
 
 import numpy as np
 
+from hw_config.capabilities import CAPABILITY_SETS, Capabilities, default_capabilities
 from hw_config.layout import MEM_TYPES, MEMOP_ID_BITS, MEMOP_SRAM_ADDR_BITS, Format, instruction_formats
 
 PRESET_DIR = Path(__file__).with_name("presets")
@@ -151,9 +152,18 @@ class HwConfig:
     MMIO_RANGE: int = 0x1000        # spacing of the four register blocks (VTA's ip_reg_map_range)
     COHERENT: bool = True           # the accelerator's DMA sees the CPU caches (no flush/invalidate needed)
     BOARD_MEM_MB: int = 512         # DRAM of the board, the bound of its buffers
+    # what the implementation executes (hw_config.capabilities); "" = VTA's for TARGET and HW_VER
+    CAPABILITIES: str = ""
 
     def __post_init__(self) -> None:
+        if self.CAPABILITIES == "" and isinstance(self.TARGET, str) and isinstance(self.HW_VER, str):
+            object.__setattr__(self, "CAPABILITIES", default_capabilities(self.TARGET, self.HW_VER))
         _validate(self)
+
+    @property
+    def capabilities(self) -> Capabilities:
+        """The share of the ISA this config's hardware executes (``CAPABILITY_SETS[CAPABILITIES]``)."""
+        return CAPABILITY_SETS[self.CAPABILITIES]
 
     # ---- widths and shapes (names as in VTA's Environment) ----
     LOG_BLOCK_IN = property(lambda self: self.LOG_BLOCK)
@@ -273,7 +283,7 @@ class HwConfig:
         """Stable hash of everything that changes programs or timing (the description and the board's address
         map excluded; the board latency model included unless it is neutral)."""
         d = self.to_dict()
-        for key in ("DESCRIPTION", *BOARD_KEYS):
+        for key in ("DESCRIPTION", "CAPABILITIES", *BOARD_KEYS):   # capabilities refuse programs, change none
             d.pop(key)
         for key in LATENCY_KEYS:
             if d[key] == LATENCY_NEUTRAL[key]:
@@ -322,6 +332,8 @@ def _validate(c: HwConfig) -> None:
         raise _fail("DESCRIPTION", c.DESCRIPTION, "a string")
     if not isinstance(c.COHERENT, bool):
         raise _fail("COHERENT", c.COHERENT, "true or false")
+    if not isinstance(c.CAPABILITIES, str) or c.CAPABILITIES not in CAPABILITY_SETS:
+        raise _fail("CAPABILITIES", c.CAPABILITIES, f"one of {', '.join(CAPABILITY_SETS)} (hw_config.capabilities)")
     for key, lo, hi, meaning in (("MMIO_BASE", 0, (1 << 40) - 1, "a physical address, e.g. 0x43C00000"),
                                  ("MMIO_RANGE", 0x100, 1 << 24, "bytes between register blocks, e.g. 0x1000"),
                                  ("BOARD_MEM_MB", 16, 1 << 20, "MiB of board DRAM")):

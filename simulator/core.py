@@ -9,11 +9,13 @@ from typing import TYPE_CHECKING
 import numpy as np
 
 from hw_config import HwConfig, load_config
+from hw_config.capabilities import violations
 from simulator.dram import AddressSpace
 from simulator.errors import (
     DEFAULT_MAX_CYCLES,
     DEFAULT_MAX_WORK,
     ERROR_CLASSES,
+    InvalidInstruction,
     MemoryAccessError,
     SimulatorError,
     budget_value,
@@ -128,15 +130,18 @@ class Simulator:
     ``max_cycles`` and ``max_work`` are the budgets of every run that does not pass its own
     (docs/simulator.md, "Budgets"); they bound the host time any program can take. ``threads`` splits each
     large GEMM instruction over that many host threads (default: ``default_threads()``); results, counters
-    and cycles do not depend on it (docs/simulator.md, "Threads").
+    and cycles do not depend on it (docs/simulator.md, "Threads"). ``strict=True`` refuses, before it runs, any
+    stream using what the config's hardware lacks (its capability set, ``cfg.CAPABILITIES``: e.g. ALU MUL or a
+    padded ACC load on the Pynq's published bitstream), instead of simulating the whole ISA as fsim does.
     """
 
     def __init__(self, cfg: HwConfig | str | None = None, *, max_cycles: int = DEFAULT_MAX_CYCLES,
-                 max_work: int = DEFAULT_MAX_WORK, threads: int | None = None):
+                 max_work: int = DEFAULT_MAX_WORK, threads: int | None = None, strict: bool = False):
         self.max_cycles = budget_value("max_cycles", max_cycles)
         self.max_work = budget_value("max_work", max_work)
         threads = default_threads() if threads is None else _threads_value("threads", threads)
         self.cfg = cfg if isinstance(cfg, HwConfig) else load_config(cfg)
+        self.strict = bool(strict)
         self._err = ffi.new("char[]", ERR_LEN)
         self._space = AddressSpace()
         handle = lib.vta_sim_create(_params(self.cfg), self._err, ERR_LEN)
@@ -259,6 +264,13 @@ class Simulator:
         count = raw.size // 16
         if count >= 1 << 32:
             raise SimulatorError(f"{count} instructions: at most 2^32 - 1 per run")
+        if self.strict:
+            refused = violations(raw.reshape(-1, 16), self.cfg)
+            if refused:
+                index, reason = refused[0]
+                raise InvalidInstruction(f"instruction {index}: {reason} (strict mode: the program is for the "
+                                         f"{self.cfg.CAPABILITIES} hardware; {len(refused)} such instruction(s))",
+                                         index)
         st = ffi.new("vta_stats_t *")
         events = ffi.new("vta_trace_event_t[]", count) if trace and count else ffi.NULL
         rc = lib.vta_sim_run(self._sim, ffi.from_buffer(raw), count, int(compute), max_cycles, max_work, st,

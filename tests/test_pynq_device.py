@@ -130,10 +130,15 @@ def test_a_missing_pynq_extra_is_one_clear_message(cache):
 GOLDEN_CLIENT = """
     from simulator.image import load_image, save_result
     from vta.board.images import replay_on_device
+    from vta.program_check import ProgramRejected
     out = {}
     with PynqDevice(cfg) as dev:
         for name in sys.argv[1].split(","):
-            result, stats = replay_on_device(dev, load_image(f"{sys.argv[2]}/{name}.npz"))
+            try:
+                result, stats = replay_on_device(dev, load_image(f"{sys.argv[2]}/{name}.npz"))
+            except ProgramRejected as e:
+                out[name] = {"refused": str(e), "index": e.index}
+                continue
             save_result(f"{sys.argv[3]}/{name}.npz", result)
             out[name] = {"board": stats.board, "host_seconds": stats.host_seconds, "seconds": stats.seconds}
     emit(**out)
@@ -143,7 +148,11 @@ GOLDEN_CLIENT = """
 def test_vtas_golden_programs_give_bit_identical_dram_on_the_board(board, cache, tmp_path):
     need("golden")
     out = client(GOLDEN_CLIENT, board, cache, ",".join(GOLDEN), str(GOLDEN_DIR), str(tmp_path))
-    for name in GOLDEN:
+    # VTA's padded ACC loads came after the published 0.0.2 bitstream: refused before launch, at the load
+    padded = [name for name in GOLDEN if name.startswith("padded_load")]
+    for name in padded:
+        assert out[name]["index"] == 0 and "LOAD ACC with padding" in out[name]["refused"], out[name]
+    for name in (n for n in GOLDEN if n not in padded):
         result = load_result(tmp_path / f"{name}.npz")
         stored_bytes_match(name, result.segments)
         with np.load(GOLDEN_DIR / f"{name}.expect.npz", allow_pickle=False) as z:
@@ -154,7 +163,7 @@ def test_vtas_golden_programs_give_bit_identical_dram_on_the_board(board, cache,
         # the poll never ends on a stale done: the board shows done only after the modelled run time
         assert out[name]["host_seconds"] >= out[name]["seconds"] > 0
     status = board.status()
-    assert status["memory"]["used_bytes"] == 0 and status["accelerator"]["runs"] >= len(GOLDEN)
+    assert status["memory"]["used_bytes"] == 0 and status["accelerator"]["runs"] >= len(GOLDEN) - len(padded)
 
 
 OPS_CLIENT = """

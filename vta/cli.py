@@ -340,6 +340,8 @@ def sim_disasm(args: argparse.Namespace) -> int:
     arg("--max-work", type=int, default=None, metavar="N",
         help=f"stop with an error past N units of host work (default {DEFAULT_MAX_WORK:,}; docs/simulator.md)"),
     arg("--json", action="store_true", help="print the stats as JSON"),
+    arg("--strict", action="store_true", help="refuse what the image's hardware lacks (its config's "
+                                              "CAPABILITIES, e.g. ALU MUL on the Pynq bitstream; docs/isa.md)"),
     threads_arg(),
     *IMAGE_LIMIT_ARGS,
     arg("--max-trace-events", type=_checked(parse_count), default=DEFAULT_MAX_TRACE_EVENTS, metavar="N",
@@ -355,7 +357,7 @@ def sim_replay(args: argparse.Namespace) -> int:
     image = load_image(args.image, _image_limits(args))
     if args.trace is not None:
         check_trace_events(len(image.insns), args.max_trace_events, f"program image {args.image}")
-    sim = Simulator(image.config, threads=args.threads)
+    sim = Simulator(image.config, threads=args.threads, strict=args.strict)
     options = {"compute": not args.timing_only, "trace": args.trace is not None}
     if args.max_cycles is not None:
         options["max_cycles"] = args.max_cycles

@@ -20,6 +20,7 @@ from typing import ClassVar
 import numpy as np
 
 from hw_config import ALU_OPCODES, MEM_TYPES, OPCODES, Format, HwConfig, isa_rules, load_config
+from hw_config.capabilities import CAPABILITY_SETS
 from hw_config.isa_rules import (
     ALU_OPCODE_NAMES,
     DEP_FLAGS,
@@ -465,7 +466,27 @@ def isa_markdown(cfg: HwConfig) -> str:
     for name, fmt in cfg.insn_formats.items():
         out += ["", f"## {FORMAT_TITLES[name]}", "", *_format_table(fmt)]
     out += ["", "## Backend support", "", BACKEND_NOTES.rstrip()]
+    out += ["", "## Capability sets", "", CAPABILITY_NOTES.rstrip(), ""]
+    out += ["| set | ALU opcodes | compute-module loads | padded loads | micro-op load rows | source |",
+            "|---|---|---|---|---|---|"]
+    for c in CAPABILITY_SETS.values():
+        out.append(f"| `{c.name}` | {', '.join(sorted(c.alu_opcodes, key=ALU_OPCODES.get))} | "
+                   f"{', '.join(sorted(c.compute_loads, key=MEM_TYPES.get))} | "
+                   f"{', '.join(sorted(c.padded_loads, key=MEM_TYPES.get))} | "
+                   f"{'several' if c.uop_load_rows else 'one'} | {c.source} |")
     return "\n".join(out) + "\n"
+
+
+CAPABILITY_NOTES = """
+What a config's hardware executes is part of the config: the key `CAPABILITIES` names one of the sets below
+(default: VTA's for the config's TARGET and HW_VER; the `pynq` preset is `vta-hls-0.0.2`, VTA's published Pynq
+bitstream; `sim` is `fsim`). For a config whose set lacks something, the compiler never emits it (an op that
+needs it is refused with the reason, and graph_pack leaves it on the CPU, saying why in `vta run --report`),
+`vta.program_check` refuses a stream using it before launch on a board, naming the instruction, and
+`Simulator(cfg, strict=True)` (`vta sim replay --strict`) refuses it too. Without `strict` the simulator runs
+the whole ISA as VTA's fsim does (VTA's own golden padded-load programs, for instance, run there but would be
+mis-executed by the 0.0.2 bitstream). The fingerprint ignores the key: it refuses programs, changes none.
+"""
 
 
 def isa_page(cfg: HwConfig) -> str:

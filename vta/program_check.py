@@ -4,7 +4,9 @@ VTA's DMA engines reach any physical address: on a board, a wrong or hostile pro
 kernel's memory. ``check_program`` decodes a whole stream at once (vectorised, so a million instructions
 cost milliseconds) and refuses, before anything runs, any instruction fetch, LOAD or STORE whose DRAM range
 does not lie inside one of the buffers allocated for the program, any opcode or memory type the hardware
-does not define, and padding on a store. These are the rules the simulator applies to DRAM accesses; the
+does not define, padding on a store, and anything the config's hardware lacks (its capability set,
+``hw_config.capabilities``: e.g. ALU MUL or a padded ACC load on the Pynq's published bitstream, which the IP
+would silently skip or mis-execute). Apart from the last, these are the rules the simulator applies to DRAM accesses; the
 simulator itself needs no such pass because it checks each access as it runs.
 """
 
@@ -15,6 +17,7 @@ from collections.abc import Sequence
 import numpy as np
 
 from hw_config import MEM_TYPES, OPCODES, HwConfig
+from hw_config.capabilities import violations
 from hw_config.isa_rules import INSN_BYTES, MEM_TYPE_NAMES, OPCODE_NAMES
 from hw_config.layout import OPCODE_BITS, dma_byte_ranges
 
@@ -73,6 +76,11 @@ def check_program(insns: np.ndarray, cfg: HwConfig, regions: Sequence[Region], i
         i = int(np.argmax(unknown))
         raise ProgramRejected(f"instruction {i}: opcode {int(opcode[i])} is not one the hardware defines "
                               f"({', '.join(f'{k} {v}' for k, v in OPCODES.items())})", i)
+    refused = violations(rows, cfg)
+    if refused:
+        i, reason = refused[0]
+        raise ProgramRejected(f"instruction {i}: {reason}, so the board would compute something else "
+                              f"({len(refused)} such instruction(s); {cfg.capabilities.describe()})", i)
     mem = np.flatnonzero((opcode == OPCODES["LOAD"]) | (opcode == OPCODES["STORE"]))
     if mem.size == 0:
         return

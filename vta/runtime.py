@@ -235,6 +235,9 @@ class CommandQueue:
                 raise AssertionError(f"{fmt}: the layout table's field order changed: {self.cfg.insn_formats[fmt].names}")
         self._elem_bytes = {name: self.cfg.elem_bytes(name) for name in MEM_TYPES}
         self._load_stage = {name: _STAGE_OF[module_of(OPCODES["LOAD"], value)] for name, value in MEM_TYPES.items()}
+        caps = self.cfg.capabilities   # what the target executes: loads it would skip or pad wrongly are refused
+        self._padded_loads = caps.padded_loads
+        self._loadable = {"INP", "WGT"} | caps.compute_loads
         self._reset_stream()
 
     def _reset_stream(self) -> None:
@@ -373,6 +376,9 @@ class CommandQueue:
     def load_2d(self, buf: Buffer, elem_offset: int, x_size: int, y_size: int, x_stride: int, sram: int, mem: str,
                 pad: tuple[int, int, int, int] = (0, 0, 0, 0)) -> None:
         """DMA a 2D tile of DRAM elements into SRAM; ``pad`` = (y_before, y_after, x_before, x_after) zeros."""
+        if (mem not in self._padded_loads and any(pad)) or mem not in self._loadable:
+            raise ScheduleError(f"LOAD {mem}{' with padding' if any(pad) else ''}: capability set "
+                                f"{self.cfg.CAPABILITIES} cannot ({self.cfg.capabilities.describe()})")
         dram = buf.elem_offset(self._elem_bytes[mem]) + elem_offset
         self._append_values("mem", self._load_stage[mem], [
             _LOAD_OP, 0, 0, 0, 0, MEM_TYPES[mem], sram, dram, y_size, x_size, x_stride, *pad])
@@ -415,6 +421,9 @@ class CommandQueue:
 
     def push_kernel(self, kernel: UopKernel) -> None:
         """Emit the GEMM or ALU instruction running ``kernel`` (loading its micro-ops first if needed)."""
+        if kernel.mode == "alu" and kernel.alu_op not in self.cfg.capabilities.alu_opcodes:
+            raise ScheduleError(f"ALU {kernel.alu_op}: capability set {self.cfg.CAPABILITIES} has no such ALU op "
+                                f"({self.cfg.capabilities.describe()})")
         begin, end = self._make_resident(kernel)
         head, tail = kernel.fields
         self._append_values(kernel.mode, COMPUTE, [*head, begin, end, *tail])

@@ -25,7 +25,7 @@ from vta.numerics import (
     unpack_blocks,
     wrap_int32,
 )
-from vta.runtime import COMPUTE, STORE, CommandQueue, UopKernel
+from vta.runtime import COMPUTE, STORE, CommandQueue, ScheduleError, UopKernel
 from vta.space import Config, ConfigSpace, Knob
 from vta.templates.base import (
     GraphHead,
@@ -43,6 +43,7 @@ from vta.templates.epilogue import (
     Epilogue,
     alu_immediates,
     clip_bounds,
+    missing_alu,
     reference_epilogue,
     split_add,
 )
@@ -236,6 +237,9 @@ class AluTemplate(Template):
         super().__init__(op, cfg, epilogue)
         self.geometry, self.shape = geometry, shape
         self.instructions = alu_ops(geometry, epilogue.ops)   # validates every immediate before anything is emitted
+        lacking = missing_alu(cfg, {code for code, _ in self.instructions})
+        if lacking:
+            raise ScheduleError(f"{op}: {lacking}")
 
     @classmethod
     def parse(cls, op: str, cfg: HwConfig, epilogue: tuple, workload: dict) -> AluTemplate:

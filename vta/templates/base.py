@@ -33,7 +33,7 @@ from vta.device import SimDevice
 from vta.environment import Environment, config_of
 from vta.runtime import CommandQueue, Program, ScheduleError
 from vta.space import Config, ConfigSpace, KnobError
-from vta.templates.epilogue import Epilogue, parse_ops
+from vta.templates.epilogue import Epilogue, alu_opcodes, missing_alu, parse_ops
 
 TEMPLATES: dict[str, type[Template]] = {}   # operator name -> its template class
 
@@ -76,6 +76,9 @@ class Template:
 
     def __init__(self, op: str, cfg: HwConfig, epilogue: Epilogue):
         self.op, self.cfg, self.epilogue = op, cfg, epilogue
+        lacking = missing_alu(cfg, alu_opcodes(epilogue.ops))
+        if lacking:
+            raise ScheduleError(f"{op} epilogue: {lacking}")
 
     # ---- workload ----
     @classmethod

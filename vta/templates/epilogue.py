@@ -15,6 +15,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
+from hw_config import HwConfig
 from hw_config.isa_rules import IMM_MAX, IMM_MIN, SHIFT_MAX
 from vta.numerics import wrap_int32
 from vta.runtime import ScheduleError
@@ -49,6 +50,21 @@ def alu_immediates(op: tuple) -> list[tuple[str, int]]:
             raise ScheduleError(f"epilogue op {op!r}: immediate {imm!r} must be an integer in "
                                 f"[{IMM_MIN}, {IMM_MAX}] (16-bit ALU immediate)")
     return out
+
+
+def alu_opcodes(ops) -> set[str]:
+    """The ALU opcodes an epilogue's ops run as (an operand op adds its staged tensor)."""
+    return {code for op in ops for code, _ in ([("ADD", None)] if op[0] in OPERAND_OPS else alu_immediates(op))}
+
+
+def missing_alu(cfg: HwConfig, opcodes) -> str | None:
+    """Why ``cfg``'s hardware cannot run ALU ``opcodes`` (its capability set lacks one), or None."""
+    lacking = sorted(set(opcodes) - cfg.capabilities.alu_opcodes)
+    if not lacking:
+        return None
+    return (f"no ALU {', '.join(lacking)} in this config's hardware, capability set {cfg.CAPABILITIES}: "
+            f"{cfg.capabilities.source}; it has {', '.join(sorted(cfg.capabilities.alu_opcodes))} "
+            f"(CAPABILITIES=fsim, as in the sim preset, simulates the whole ISA)")
 
 
 @dataclass(frozen=True)
