@@ -253,6 +253,30 @@ def test_device_files_buffers_and_accounting(client):
     assert_accounted(after)
 
 
+def test_every_compute_instruction_clears_done_as_the_hls_block_does(client):
+    """vta.cc's compute block writes done = 0 for each instruction it executes, not only GEMM/ALU: a program whose
+    first compute instruction is a micro-op LOAD shows done 0 while its GEMM still waits for slow weight loads."""
+    client.program()
+    wgt, uops, insn = client.alloc(1024 * 256), client.alloc(4096), client.alloc(4096)
+    quick = assemble([GemmInsn(uop_bgn=0, uop_end=1, iter_out=1, iter_in=1), FinishInsn()], CFG)
+    client.write(insn, quick.tobytes())
+    client.launch(client.addr(insn), len(quick))
+    assert client.wait_idle() and client.rd("compute", 0x18) == 1           # done is 1 after a run
+    loads = [MemInsn(memory_type=MEM_TYPES["WGT"], dram_base=client.addr(wgt) // 256, y_size=1, x_size=1024,
+                     x_stride=1024, push_next_dep=int(i == 7)) for i in range(8)]
+    uop_load = MemInsn(memory_type=MEM_TYPES["UOP"], dram_base=client.addr(uops) // 4, y_size=1, x_size=1,
+                       x_stride=1)
+    slow = assemble([uop_load, *loads, GemmInsn(pop_prev_dep=1, uop_bgn=0, uop_end=1, iter_out=1, iter_in=1),
+                     FinishInsn()], CFG)
+    client.write(insn, slow.tobytes())
+    t0 = time.monotonic()
+    client.launch(client.addr(insn), len(slow))
+    while client.rd("compute", 0x18) != 0:      # the micro-op load (cycle ~40 of ~295,000) cleared it
+        assert time.monotonic() - t0 < 2.0, "done still 1 although the compute block ran a LOAD UOP"
+    assert not client.rd("fetch", 0) & 0x4       # long before the run ends (2.7 s of board time)
+    assert client.wait_idle() and client.rd("compute", 0x18) == 1
+
+
 def test_registers_behave_as_vta_hls_blocks(client, board):
     """ap_start/ap_done/ap_idle as HLS does, and done a level register: stale 1 right after a relaunch."""
     client.program()

@@ -17,9 +17,10 @@ and the simulator executes it. Board time follows the timing model: an event at 
 visible at ``t0 + c / CLOCK_MHZ * time_scale`` (never before the simulator has produced it), so a run lasts
 as long as the modelled hardware would (at least as long as the simulator takes).
 
-``done`` is VTA's level register, not clear-on-read (apache/tvm discuss RFC 6743): only a GEMM or ALU
-instruction sets it to 0 and only FINISH sets it to 1, so after a run it stays 1 until the *next* program's
-first GEMM/ALU executes; a host that polls ``done`` right after a launch reads the previous run's 1. The
+``done`` is VTA's level register, not clear-on-read (apache/tvm discuss RFC 6743): the HLS compute block
+(``vta.cc``) writes ``done = 0`` for every instruction it executes (LOAD UOP/ACC, GEMM, ALU, a compute NOP)
+and ``done = 1`` for FINISH, so after a run it stays 1 until the *next* program's first compute instruction
+executes; a host that polls ``done`` right after a launch reads the previous run's 1. The
 compute block runs once per instruction (auto_restart), so its ``ap_done`` latches at every compute
 instruction's completion, which is what ``vta.device_pynq`` uses to tell a fresh ``done`` from a stale one.
 
@@ -40,6 +41,8 @@ import numpy as np
 
 from hw_config import OPCODES, HwConfig
 from hw_config.config import MMIO_BLOCKS
+from hw_config.isa_rules import MODULES, module_indices
+from hw_config.layout import OPCODE_BITS
 from simulator.core import Simulator
 from simulator.errors import SimulatorError
 from simulator.stats import RunStats
@@ -52,7 +55,6 @@ COMPUTE_DONE_WR, COMPUTE_DONE_RD, COMPUTE_DONE_VLD = 0x10, 0x18, 0x1C
 COMPUTE_UOP_ADDR, COMPUTE_BIAS_ADDR = 0x20, 0x28
 STORE_OUT_ADDR = 0x10
 BLOCKS = MMIO_BLOCKS
-MODULES = ("load", "compute", "store")
 # 64-bit m_axi offset registers (low word at the offset, high word at +4)
 POINTERS = {"fetch": (FETCH_INSN_ADDR,), "load": (LOAD_INP_ADDR, LOAD_WGT_ADDR),
             "compute": (COMPUTE_UOP_ADDR, COMPUTE_BIAS_ADDR), "store": (STORE_OUT_ADDR,)}
@@ -97,10 +99,10 @@ class _Outcome:
 
     fault: str | None = None
     done_after_fault: int = 0
-    ran_compute: bool = False          # a faulting run executed a GEMM/ALU before its fault
+    ran_compute: bool = False          # a faulting run executed a compute instruction before its fault
     stats: RunStats | None = None
     host_seconds: float = 0.0
-    clear_cycle: float | None = None   # first GEMM/ALU starts
+    clear_cycle: float | None = None   # first compute-module instruction (not FINISH) starts
     compute_cycles: np.ndarray = field(default_factory=lambda: NO_EVENTS)   # compute instructions complete
 
 
@@ -115,7 +117,7 @@ class Run:
     requested: float
     t0: float | None = None        # began executing: fetch started and load/compute/store running
     ready: float | None = None     # the simulator has finished it (no event is visible before this)
-    clear_at: float | None = None  # first GEMM/ALU: done -> 0
+    clear_at: float | None = None  # first compute instruction (not FINISH): done -> 0
     end_at: float | None = None    # FINISH: done -> 1, fetch ap_done, ap_idle
     done_before: int = 0           # the level ``done`` had when the run began
     done_after_fault: int = 0
@@ -387,16 +389,23 @@ class SimulatedVTA:
         return self._timeline(run, rows, stats, host)
 
     def _fault(self, run: Run, rows: np.ndarray, index: int | None, message: str) -> _Outcome:
-        """A hung accelerator: ``done`` shows 0 if a GEMM/ALU ran before the fault, else its old value."""
-        upto = rows[: index if index is not None else len(rows), 0] & 0b111
-        ran_compute = bool(np.isin(upto, [OPCODES["GEMM"], OPCODES["ALU"]]).any())
+        """A hung accelerator: ``done`` shows 0 if a compute instruction ran before the fault, else its old value."""
+        ran_compute = bool(self._clears_done(rows[: index if index is not None else len(rows)]).any())
         return _Outcome(fault=message, done_after_fault=0 if ran_compute else run.done_before,
                         ran_compute=ran_compute)
 
+    def _clears_done(self, rows: np.ndarray) -> np.ndarray:
+        """Which instructions write ``done = 0``: all the compute block executes except FINISH (vta.cc)."""
+        opcode = rows[:, 0] & ((1 << OPCODE_BITS) - 1)
+        field = self.cfg.insn_formats["mem"].field("memory_type")
+        words = rows[:, :8].copy().view("<u8")[:, 0]
+        memory_type = (words >> np.uint64(field.offset)) & np.uint64(field.mask)
+        on_compute = module_indices(opcode, memory_type) == MODULES.index("compute")
+        return on_compute & (opcode != OPCODES["FINISH"])
+
     def _timeline(self, run: Run, rows: np.ndarray, st: RunStats, host: float) -> _Outcome:
         """The cycles of the events the registers show, from the timing model."""
-        opcode = rows[:, 0] & 0b111
-        compute_op = np.isin(opcode, [OPCODES["GEMM"], OPCODES["ALU"]])
+        compute_op = self._clears_done(rows)
         first = int(np.argmax(compute_op)) if compute_op.any() else None
         if st.trace is not None:
             on_compute = np.array([mod == "compute" for mod, _, _ in st.trace], dtype=bool)
