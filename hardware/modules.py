@@ -1,0 +1,197 @@
+"""The three execution modules (load, compute, store): a command queue, the dependency tokens (pops before
+an instruction executes, pushes after), and the engines that execute the instructions routed to each."""
+
+from __future__ import annotations
+
+from amaranth import Cat, Const, Module, Signal, Value
+from amaranth.lib import fifo, stream, wiring
+from amaranth.lib.wiring import In, Out
+
+from hardware.decode import field_values
+from hardware.deps import token_members, tokens
+from hardware.dma import Load2D, Store2D
+from hardware.interfaces import dram_port, sram_read, sram_write
+from hardware.loop_engine import LoopEngine
+from hardware.params import RtlParams
+from hw_config.isa_rules import DEP_FLAGS
+from hw_config.layout import INSN_BITS, MEM_TYPES, OPCODES
+
+
+def _queue(m: Module, p: RtlParams, insn_port) -> fifo.SyncFIFOBuffered:
+    """The module's command queue (INSN_QUEUE_DEPTH instructions), fed by fetch."""
+    m.submodules.queue = q = fifo.SyncFIFOBuffered(width=INSN_BITS, depth=p.cfg.INSN_QUEUE_DEPTH)
+    m.d.comb += [q.w_data.eq(insn_port.payload), q.w_en.eq(insn_port.valid), insn_port.ready.eq(q.w_rdy)]
+    return q
+
+
+def _retire(m: Module, q: fifo.SyncFIFOBuffered) -> None:
+    m.d.comb += q.r_en.eq(1)
+
+
+def _sequence(m: Module, component, module: str, head: Value, has_insn: Value,
+              engines: list[tuple[Value, object]], retire) -> None:
+    """The per-instruction sequence: wait for an instruction, pop its tokens, start the engine whose
+    condition holds (or none: a NOP), wait for its ``done``, push its tokens, retire it.
+
+    ``engines``: (condition, engine with ``cmd`` stream and ``done``) in priority order."""
+    flags = field_values(component.p.fmt("finish"), head)
+    dep = {flag: flags[flag] for flag in DEP_FLAGS}
+    waiting = Signal(len(engines) or 1)
+    with m.FSM(name=f"{module}_fsm"):
+        with m.State("IDLE"), m.If(has_insn):
+            m.next = "POP"
+        with m.State("POP"), m.If(tokens(m, component, module, dep, "pop")):
+            m.next = "START"
+        with m.State("START"):
+            m.next = "PUSH"                     # no engine: a NOP, only its tokens matter
+            taken = Const(0)
+            for n, (cond, engine) in enumerate(engines):
+                chosen = cond & ~taken
+                taken = taken | cond
+                m.d.comb += engine.cmd.payload.eq(head)
+                with m.If(chosen):
+                    m.d.comb += engine.cmd.valid.eq(1)
+                    m.d.sync += waiting.eq(1 << n)
+                    m.next = "START"
+                    with m.If(engine.cmd.ready):
+                        m.next = "WAIT"
+        with m.State("WAIT"):
+            done = Signal()
+            for n, (_, engine) in enumerate(engines):
+                with m.If(waiting[n] & engine.done):
+                    m.d.comb += done.eq(1)
+            with m.If(done):
+                m.next = "PUSH"
+        with m.State("PUSH"), m.If(tokens(m, component, module, dep, "push")):
+            retire()
+            m.next = "IDLE"
+
+
+class LoadModule(wiring.Component):
+    """LOAD INP and LOAD WGT: 2-D DMA into the input and weight SRAMs."""
+
+    def __init__(self, p: RtlParams):
+        self.p = p
+        s = p.srams
+        super().__init__({
+            "insn": In(stream.Signature(INSN_BITS)),
+            "mem_inp": Out(dram_port(p.bus_bits)), "mem_wgt": Out(dram_port(p.bus_bits)),
+            "inp_wr": Out(sram_write(s["inp"].addr_bits, s["inp"].width)),
+            "wgt_wr": Out(sram_write(s["wgt"].addr_bits, s["wgt"].width)),
+            **token_members("load"),
+        })
+
+    def elaborate(self, platform) -> Module:
+        m = Module()
+        p = self.p
+        q = _queue(m, p, self.insn)
+        fmt = p.fmt("mem")
+        m.submodules.inp = inp = Load2D(fmt, p.dram_elem_bits("INP"), p.srams["inp"], p.bus_bits)
+        m.submodules.wgt = wgt = Load2D(fmt, p.dram_elem_bits("WGT"), p.srams["wgt"], p.bus_bits)
+        wiring.connect(m, wiring.flipped(self.mem_inp), inp.mem)
+        wiring.connect(m, wiring.flipped(self.mem_wgt), wgt.mem)
+        wiring.connect(m, wiring.flipped(self.inp_wr), inp.wr)
+        wiring.connect(m, wiring.flipped(self.wgt_wr), wgt.wr)
+        v = field_values(fmt, q.r_data)
+        moves = v["x_size"] != 0
+        engines = [(moves & (v["memory_type"] == MEM_TYPES["INP"]), inp),
+                   (moves & (v["memory_type"] == MEM_TYPES["WGT"]), wgt)]
+        _sequence(m, self, "load", q.r_data, q.r_rdy, engines, lambda: _retire(m, q))
+        return m
+
+
+def _sext(v: Value, width: int) -> Value:
+    return Cat(v, v[-1].replicate(width - len(v)))
+
+
+class ComputeModule(wiring.Component):
+    """LOAD UOP / ACC / ACC_8BIT into the micro-op and accumulator SRAMs, GEMM, ALU and FINISH."""
+
+    def __init__(self, p: RtlParams):
+        self.p = p
+        s = p.srams
+        super().__init__({
+            "insn": In(stream.Signature(INSN_BITS)), "finished": Out(1),
+            "mem_uop": Out(dram_port(p.bus_bits)), "mem_acc": Out(dram_port(p.bus_bits)),
+            "mem_acc8": Out(dram_port(p.bus_bits)),
+            "uop_wr": Out(sram_write(s["uop"].addr_bits, s["uop"].width)),
+            "uop_rd": Out(sram_read(s["uop"].addr_bits, s["uop"].width)),
+            "inp_rd": Out(sram_read(s["inp"].addr_bits, s["inp"].width)),
+            "wgt_rd": Out(sram_read(s["wgt"].addr_bits, s["wgt"].width)),
+            "acc_dst": Out(sram_read(s["acc"].addr_bits, s["acc"].width)),
+            "acc_src": Out(sram_read(s["acc"].addr_bits, s["acc"].width)),
+            "acc_wr": Out(sram_write(s["acc"].addr_bits, s["acc"].width)),
+            **token_members("compute"),
+        })
+
+    def elaborate(self, platform) -> Module:
+        m = Module()
+        p = self.p
+        s = p.srams
+        q = _queue(m, p, self.insn)
+        fmt = p.fmt("mem")
+        m.submodules.uop = uop = Load2D(fmt, p.dram_elem_bits("UOP"), s["uop"], p.bus_bits)
+        m.submodules.acc = acc = Load2D(fmt, p.dram_elem_bits("ACC"), s["acc"], p.bus_bits)
+        m.submodules.acc8 = acc8 = Load2D(fmt, p.dram_elem_bits("ACC_8BIT"), s["acc"], p.bus_bits,
+                                          widen=lambda v: Cat(*[_sext(v.word_select(i, p.inp_width), p.acc_width)
+                                                                for i in range(p.acc_lanes)]))
+        m.submodules.loop = loop = LoopEngine(p)
+        wiring.connect(m, wiring.flipped(self.mem_uop), uop.mem)
+        wiring.connect(m, wiring.flipped(self.mem_acc), acc.mem)
+        wiring.connect(m, wiring.flipped(self.mem_acc8), acc8.mem)
+        wiring.connect(m, wiring.flipped(self.uop_wr), uop.wr)
+        wiring.connect(m, wiring.flipped(self.uop_rd), loop.uop)
+        wiring.connect(m, wiring.flipped(self.inp_rd), loop.inp)
+        wiring.connect(m, wiring.flipped(self.wgt_rd), loop.wgt)
+        wiring.connect(m, wiring.flipped(self.acc_dst), loop.acc_dst)
+        wiring.connect(m, wiring.flipped(self.acc_src), loop.acc_src)
+        writers = [acc.wr, acc8.wr, loop.acc_wr]      # one runs at a time
+        m.d.comb += self.acc_wr.en.eq(writers[0].en | writers[1].en | writers[2].en)
+        with m.If(acc.wr.en):
+            m.d.comb += [self.acc_wr.addr.eq(acc.wr.addr), self.acc_wr.data.eq(acc.wr.data)]
+        with m.Elif(acc8.wr.en):
+            m.d.comb += [self.acc_wr.addr.eq(acc8.wr.addr), self.acc_wr.data.eq(acc8.wr.data)]
+        with m.Else():
+            m.d.comb += [self.acc_wr.addr.eq(loop.acc_wr.addr), self.acc_wr.data.eq(loop.acc_wr.data)]
+
+        v = field_values(fmt, q.r_data)
+        opcode = v["opcode"]
+        load = (opcode == OPCODES["LOAD"]) & (v["x_size"] != 0)
+        engines = [(load & (v["memory_type"] == MEM_TYPES["UOP"]), uop),
+                   (load & (v["memory_type"] == MEM_TYPES["ACC"]), acc),
+                   (load & (v["memory_type"] == MEM_TYPES["ACC_8BIT"]), acc8),
+                   ((opcode == OPCODES["GEMM"]) | (opcode == OPCODES["ALU"]), loop)]
+
+        def retire() -> None:
+            m.d.comb += q.r_en.eq(1)
+            with m.If(opcode == OPCODES["FINISH"]):
+                m.d.comb += self.finished.eq(1)
+
+        _sequence(m, self, "compute", q.r_data, q.r_rdy, engines, retire)
+        return m
+
+
+class StoreModule(wiring.Component):
+    """STORE: accumulator entries, narrowed to OUT_WIDTH per lane, to DRAM."""
+
+    def __init__(self, p: RtlParams):
+        self.p = p
+        s = p.srams
+        super().__init__({
+            "insn": In(stream.Signature(INSN_BITS)), "mem": Out(dram_port(p.bus_bits)),
+            "acc_rd": Out(sram_read(s["acc"].addr_bits, s["acc"].width)),
+            **token_members("store"),
+        })
+
+    def elaborate(self, platform) -> Module:
+        m = Module()
+        p = self.p
+        q = _queue(m, p, self.insn)
+        fmt = p.fmt("mem")
+        m.submodules.store = store = Store2D(fmt, p.srams["acc"], p.acc_lanes, p.out_width, p.bus_bits)
+        wiring.connect(m, wiring.flipped(self.mem), store.mem)
+        wiring.connect(m, wiring.flipped(self.acc_rd), store.rd)
+        v = field_values(fmt, q.r_data)
+        engines = [((v["opcode"] == OPCODES["STORE"]) & (v["x_size"] != 0), store)]
+        _sequence(m, self, "store", q.r_data, q.r_rdy, engines, lambda: _retire(m, q))
+        return m

