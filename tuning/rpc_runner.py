@@ -24,7 +24,6 @@ import traceback
 from collections import Counter, deque
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
-from typing import Self
 
 import numpy as np
 
@@ -264,7 +263,7 @@ class RPCRunner:
     def close(self) -> None:
         pass
 
-    def __enter__(self) -> Self:
+    def __enter__(self) -> RPCRunner:
         return self
 
     def __exit__(self, *exc) -> None:

@@ -46,7 +46,6 @@ import os
 import time
 from dataclasses import dataclass, fields
 from pathlib import Path
-from typing import Self
 
 import numpy as np
 
@@ -462,7 +461,7 @@ class PynqDevice:
             with contextlib.suppress(Exception):   # best effort: the board may be gone
                 arr.freebuffer()
 
-    def __enter__(self) -> Self:
+    def __enter__(self) -> PynqDevice:
         return self
 
     def __exit__(self, *exc) -> None:

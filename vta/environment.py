@@ -9,7 +9,6 @@ from __future__ import annotations
 
 import contextvars
 import os
-from typing import Self
 
 from hw_config import HwConfig, load_config
 
@@ -26,7 +25,7 @@ class Environment:
     def __getattr__(self, name: str):
         return getattr(self.cfg, name)
 
-    def __enter__(self) -> Self:
+    def __enter__(self) -> Environment:
         self._tokens.append(_current.set(self))
         return self
 

@@ -20,7 +20,6 @@ import subprocess
 import sys
 import threading
 from pathlib import Path
-from typing import Self
 
 from vta.board.pynq_support import import_remote
 
@@ -62,7 +61,7 @@ class LocalBoard:
     def address(self) -> str:
         return f"{self.host}:{self.port}"
 
-    def start(self) -> Self:
+    def start(self) -> LocalBoard:
         log = open(self.log_path, "ab") if self.log_path else subprocess.DEVNULL   # noqa: SIM115 - child owns it
         try:
             self.proc = subprocess.Popen([sys.executable, "-m", "vta", "board", "serve", *self.args],
@@ -111,7 +110,7 @@ class LocalBoard:
                 self.proc.wait(timeout)
         return self.proc.returncode
 
-    def __enter__(self) -> Self:
+    def __enter__(self) -> LocalBoard:
         return self.start()
 
     def __exit__(self, *exc) -> None:

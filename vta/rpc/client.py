@@ -13,7 +13,7 @@ import socket
 import threading
 import time
 import weakref
-from typing import Any, Self
+from typing import Any
 
 import numpy as np
 
@@ -280,7 +280,7 @@ class RemoteDevice:
             self._call("close")
         self._abort()
 
-    def __enter__(self) -> Self:
+    def __enter__(self) -> RemoteDevice:
         return self
 
     def __exit__(self, *exc) -> None:

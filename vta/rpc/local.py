@@ -18,7 +18,6 @@ import sys
 import tempfile
 import time
 from pathlib import Path
-from typing import Self
 
 from vta.rpc.base import parse_addr
 from vta.rpc.tracker import TrackerClient, servers_by_key
@@ -152,7 +151,7 @@ class LocalCluster:
         self.boards.clear()
         self.tracker_proc = None
 
-    def __enter__(self) -> Self:
+    def __enter__(self) -> LocalCluster:
         return self.start()
 
     def __exit__(self, *exc) -> None:

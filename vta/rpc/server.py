@@ -23,7 +23,7 @@ import threading
 import time
 from collections.abc import Callable
 from dataclasses import asdict, dataclass
-from typing import Any, Self
+from typing import Any
 
 import numpy as np
 
@@ -345,7 +345,7 @@ class BoardServer:
             with contextlib.suppress(OSError):
                 self._listener.close()
 
-    def __enter__(self) -> Self:
+    def __enter__(self) -> BoardServer:
         return self.start()
 
     def __exit__(self, *exc) -> None:

@@ -45,7 +45,7 @@ import threading
 import time
 from collections import deque
 from dataclasses import dataclass, field
-from typing import Any, Self
+from typing import Any
 
 from vta.rpc.base import (
     DEFAULT_TRACKER_PORT,
@@ -185,7 +185,7 @@ class TrackerServer:
         if self._thread is not None and self._thread is not threading.current_thread():
             self._thread.join(10)
 
-    def __enter__(self) -> Self:
+    def __enter__(self) -> TrackerServer:
         return self.start()
 
     def __exit__(self, *exc) -> None:
@@ -493,7 +493,7 @@ class TrackerClient:
         with contextlib.suppress(OSError):
             self.sock.close()
 
-    def __enter__(self) -> Self:
+    def __enter__(self) -> TrackerClient:
         return self
 
     def __exit__(self, *exc) -> None:
