@@ -487,6 +487,8 @@ def build(graph: Graph, env, params: dict[str, np.ndarray], schedules: Schedules
     on it once, at build."""
     if cpu not in CPU_BACKENDS:
         raise ValueError(f"cpu={cpu!r}; allowed: {', '.join(CPU_BACKENDS)}")
+    if cpu == "auto":
+        jit.available_or_notice()   # without llvmlite (a Pynq board): one JitUnavailableWarning per process
     if fallback not in FALLBACKS:
         raise ValueError(f"fallback={fallback!r}; allowed: {', '.join(FALLBACKS)}")
     if device is not None and not isinstance(device, Device):

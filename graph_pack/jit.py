@@ -10,7 +10,8 @@ Integer sums (int8 x int8 -> int32) wrap modulo 2^32 like the reference, so thei
     fn = jit.get_kernel("nn.conv2d", attrs, [x.shape, w.shape], ["float32", "float32"])
     y = fn(attrs, x, w) if fn is not None else kernels.KERNELS["nn.conv2d"](attrs, x, w)
 
-This is the only module that imports llvmlite, and only on first use (a core dependency).
+This is the only module that imports llvmlite, and only on first use (a core dependency, except on 32-bit ARM
+boards, which have no wheel for it: there ``build`` says so once and runs the numpy kernels).
 Known differences, both outside "same bits for the same numbers": a NaN result may carry another NaN
 payload, and max_pool2d of a window whose largest values are +0.0 and -0.0 may pick the other zero.
 """
@@ -23,6 +24,7 @@ import math
 import struct
 import threading
 import time
+import warnings
 from collections.abc import Callable, Iterator, Sequence
 from contextlib import ExitStack, contextmanager
 from dataclasses import dataclass
@@ -47,6 +49,25 @@ def available() -> bool:
     except ImportError:
         return False
     return True
+
+
+class JitUnavailableWarning(UserWarning):
+    """llvmlite is missing, so the host layers run on the numpy kernels (the same bits, slower)."""
+
+
+@functools.cache
+def _warn_unavailable() -> None:
+    warnings.warn("llvmlite is not installed (32-bit ARM boards have no wheel for it): the host layers run on the "
+                  "numpy kernels, with the same results, slower", JitUnavailableWarning, stacklevel=4)
+
+
+def available_or_notice() -> bool:
+    """``available()``, saying once per process (a ``JitUnavailableWarning``) that the host layers fall back to
+    the numpy kernels when it is False: what ``build(cpu="auto")`` calls before it picks any kernel."""
+    if available():
+        return True
+    _warn_unavailable()
+    return False
 
 
 # ---- one target machine and one MCJIT engine per process ----------------------------------------------------
