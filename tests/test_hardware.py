@@ -210,3 +210,10 @@ def test_hardware_imports_only_hw_config_and_simulator_never_imports_hardware():
 
     assert imported("hardware") <= {"hardware", "hw_config"}
     assert "hardware" not in imported("simulator") and "hardware" not in imported("hw_config")
+
+
+def test_a_missing_tool_names_the_hw_extra():
+    from hardware.toolchain import ToolchainMissing, require
+
+    with pytest.raises(ToolchainMissing, match=r"\[hw\]"):
+        require("no_such_module_for_vta_tests", "generating the RTL")
