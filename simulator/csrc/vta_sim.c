@@ -1232,6 +1232,11 @@ int vta_sim_map(vta_sim_t *s, uint64_t addr, uint64_t size, char *err, size_t er
     s->regions = r;
     s->cap_regions = cap;
   }
+#if SIZE_MAX < UINT64_MAX /* a 32-bit host (a Pynq board's ARM): (size_t)size would wrap and map a short buffer */
+  if (size > SIZE_MAX)
+    return fail(err, errlen, VTA_ERR_ARG, "out of host memory for %llu bytes (more than this host's %u-bit "
+                "address space)", (unsigned long long)size, (unsigned)(8 * sizeof(size_t)));
+#endif
   uint8_t *data = calloc(1, (size_t)size);
   if (!data) return fail(err, errlen, VTA_ERR_ARG, "out of host memory for %llu bytes", (unsigned long long)size);
   size_t at = (size_t)(i + 1);
@@ -2270,6 +2275,13 @@ static void sched_free(sched_t *S) {
   free(S->started);
 }
 
+/* malloc of n elements of `size` bytes, or NULL where n * size does not fit in a size_t (on a 32-bit host a
+ * count of up to 2^32 - 1 instructions times 8 bytes would wrap to a short buffer). */
+static void *malloc_n(uint64_t n, size_t size) {
+  if (size && n > SIZE_MAX / size) return NULL;
+  return malloc((size_t)(n * size));
+}
+
 static int sched_init(sched_t *S, const insn_t *in, uint32_t n) {
   memset(S, 0, sizeof *S);
   uint32_t pushes[NUM_QUEUES] = {0}, pops[NUM_QUEUES] = {0};
@@ -2281,14 +2293,15 @@ static int sched_init(sched_t *S, const insn_t *in, uint32_t n) {
     }
   }
   int ok = 1;
-  for (int m = 0; m < NUM_MODULES; m++) ok &= (S->order[m] = malloc(sizeof(uint32_t) * (S->count[m] + 1))) != NULL;
+  for (int m = 0; m < NUM_MODULES; m++)
+    ok &= (S->order[m] = malloc_n((uint64_t)S->count[m] + 1, sizeof(uint32_t))) != NULL;
   for (int q = 0; q < NUM_QUEUES; q++) {
-    ok &= (S->q[q].push_end = malloc(sizeof(uint64_t) * (pushes[q] + 1))) != NULL;
-    ok &= (S->q[q].pop_start = malloc(sizeof(uint64_t) * (pops[q] + 1))) != NULL;
+    ok &= (S->q[q].push_end = malloc_n((uint64_t)pushes[q] + 1, sizeof(uint64_t))) != NULL;
+    ok &= (S->q[q].pop_start = malloc_n((uint64_t)pops[q] + 1, sizeof(uint64_t))) != NULL;
   }
-  ok &= (S->pos = malloc(sizeof(uint32_t) * n)) != NULL;
-  ok &= (S->start = malloc(sizeof(uint64_t) * n)) != NULL;
-  ok &= (S->dispatch = malloc(sizeof(uint64_t) * n)) != NULL;
+  ok &= (S->pos = malloc_n(n, sizeof(uint32_t))) != NULL;
+  ok &= (S->start = malloc_n(n, sizeof(uint64_t))) != NULL;
+  ok &= (S->dispatch = malloc_n(n, sizeof(uint64_t))) != NULL;
   ok &= (S->started = calloc(n, 1)) != NULL;
   if (!ok) return 0;
   uint32_t fill[NUM_MODULES] = {0};
@@ -2434,7 +2447,7 @@ int vta_sim_run(vta_sim_t *s, const uint8_t *insns, uint32_t count, int compute,
   stats->error_index = -1;
   if (!insns || count == 0)
     return fail(err, errlen, VTA_ERR_INSN, "empty instruction stream (a stream ends with FINISH)");
-  insn_t *in = malloc(sizeof(insn_t) * count);
+  insn_t *in = malloc_n(count, sizeof(insn_t));
   if (!in) return fail(err, errlen, VTA_ERR_ARG, "out of host memory for %u instructions", count);
   int rc = decode_all(s, insns, count, in, stats, err, errlen);
   sched_t S;

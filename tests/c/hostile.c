@@ -7,6 +7,8 @@
  * Every call must return VTA_OK or an error code with a non-empty NUL-terminated message, outcomes that can
  * be predicted (DRAM mapping, SRAM ranges, argument checks) must match the prediction, and after any error
  * the simulator must still run a known-good program correctly. Exits nonzero on any violated expectation.
+ * Prints what happened and a digest of what the runs computed: every build (another kernel path, a 32-bit ARM
+ * build under qemu: tests/test_armv7.py) must print the same for the same arguments.
  */
 #include <stdint.h>
 #include <stdio.h>
@@ -59,6 +61,35 @@ static unsigned long long clean_rc[NCODES + 1], executed, gemm_ops, alu_ops; /* 
 
 static int rc_index(int rc) { return rc >= 0 && rc < NCODES ? rc : NCODES; }
 static const char *rc_name(int rc) { return rc >= 0 && rc < NCODES ? RC_NAMES[rc] : "invalid"; }
+
+/* ------------------------------------------------------------------ digest of what the runs computed */
+
+/* Each run's status and stats, and every DIGEST_EVERY iterations (and at the end) a simulator's SRAMs and mapped
+ * DRAM, folded 64 bits at a time into one word (each step is a bijection of the digest, so one differing word
+ * always shows). Words are read little-endian, as the simulator's DRAM is. */
+#define DIGEST_EVERY 32
+static uint64_t g_digest = UINT64_C(0xcbf29ce484222325);
+
+static void digest_u64(uint64_t v) {
+  g_digest = (g_digest ^ v) * UINT64_C(0x100000001b3);
+  g_digest ^= g_digest >> 29;
+}
+
+static void digest_bytes(const void *p, size_t n) {
+  const uint8_t *b = p;
+  digest_u64(n);
+  for (size_t i = 0; i < n; i += 8) {
+    uint64_t w = 0;
+    for (size_t k = 0; k < 8 && i + k < n; k++) w |= (uint64_t)b[i + k] << (8 * k);
+    digest_u64(w);
+  }
+}
+
+/* A run's outcome: the status and every counter (vta_stats_t is all 64-bit fields: one layout on every ABI). */
+static void digest_run(int rc, const vta_stats_t *st) {
+  digest_u64((uint64_t)rc);
+  digest_bytes(st, sizeof *st);
+}
 
 /* ------------------------------------------------------------------ PRNG (xorshift64*) */
 
@@ -312,6 +343,7 @@ static void known_good(ctx_t *c, const char *after) {
   clear_err();
   int rc = vta_sim_run(c->sim, prog, 3, 1, 1000000, NO_WORK_LIMIT, &st, NULL, g_err, sizeof g_err);
   count_api(rc);
+  digest_run(rc, &st);
   EXPECT(rc == VTA_OK, "%s: known-good program after %s failed: %s: %s", c->name, after, rc_name(rc), g_err);
   if (rc == VTA_OK) {
     EXPECT(st.insns[0] == 0 && st.insns[1] == 2 && st.insns[2] == 1 && st.error_index == -1,
@@ -547,6 +579,7 @@ static void run_expect_work(ctx_t *c, const uint8_t *prog, uint32_t n, uint64_t 
   clear_err();
   int rc = vta_sim_run(c->sim, prog, n, (int)rnd(2), max_cycles, max_work, &st, NULL, g_err, sizeof g_err);
   count_api(rc);
+  digest_run(rc, &st);
   check_message(rc, "vta_sim_run");
   EXPECT(rc == expect, "%s: probe '%s' returned %s, expected %s (%s)", c->name, what, rc_name(rc), rc_name(expect),
          rc ? g_err : "");
@@ -813,6 +846,7 @@ static void run_random_program(ctx_t *c) {
   int rc = vta_sim_run(c->sim, prog, n, compute, max_cycles, max_work, &st, use_trace ? trace : NULL, g_err,
                        sizeof g_err);
   prog_rc[rc_index(rc)]++;
+  digest_run(rc, &st);
   if (g_clean) clean_rc[rc_index(rc)]++;
   EXPECT(st.work <= max_work, "%s: host work %llu past max_work %llu (%s)", c->name, (unsigned long long)st.work,
          (unsigned long long)max_work, rc_name(rc));
@@ -849,7 +883,7 @@ static void run_random_program(ctx_t *c) {
 
 static void misuse(ctx_t *c) {
   g_phase = "misuse";
-  uint8_t buf[4 * 4096 + 64];
+  static uint8_t buf[4 * 4096 + 64]; /* never uninitialised: writes from it land in DRAM, which the digest reads */
   int rc = VTA_OK;
   const region_t *r = &c->reg[rnd((uint64_t)c->nreg)]; /* nreg >= 1: the known-good region */
   switch (rnd(16)) {
@@ -1186,6 +1220,61 @@ static void hostile_board_times(void) {
   }
 }
 
+/* Into the digest: every SRAM (raw element bytes) and every mapped DRAM region of `c`. */
+static void digest_state(ctx_t *c) {
+  const char *saved = g_phase;
+  g_phase = "digest";
+  for (uint32_t mem = MEM_UOP; mem <= MEM_ACC; mem++) {
+    const uint32_t depth = sram_depth(c, mem);
+    const size_t n = (size_t)depth * sram_elem(c, mem);
+    uint8_t *buf = malloc(n);
+    if (!buf) exit(2);
+    clear_err();
+    int rc = vta_sim_sram(c->sim, mem, 0, depth, buf, 0, g_err, sizeof g_err);
+    EXPECT(rc == VTA_OK, "%s: reading SRAM %u for the digest: %s", c->name, mem, g_err);
+    digest_u64(mem);
+    digest_bytes(buf, n);
+    free(buf);
+  }
+  for (int i = 0; i < c->nreg; i++) {
+    const region_t *r = &c->reg[i];
+    uint8_t *buf = malloc((size_t)r->size);
+    if (!buf) exit(2);
+    clear_err();
+    int rc = vta_sim_read(c->sim, r->base, buf, r->size, g_err, sizeof g_err);
+    EXPECT(rc == VTA_OK, "%s: reading region 0x%llx for the digest: %s", c->name, (unsigned long long)r->base, g_err);
+    digest_u64(r->base);
+    digest_bytes(buf, (size_t)r->size);
+    free(buf);
+  }
+  g_phase = saved;
+}
+
+/* Where size_t is narrower than DRAM addresses (a 32-bit host, as a Pynq board's ARM), a region larger than the
+ * address space is refused as out of host memory, and nothing is mapped (a truncated size would map a short
+ * buffer that later accesses overrun). A 64-bit host may well map these, so they are asked only on 32 bits;
+ * they are not counted among the API calls, whose counts every build prints alike. */
+static void huge_maps(ctx_t *c) {
+#if SIZE_MAX < UINT64_MAX
+  g_phase = "huge-map";
+  const uint64_t sizes[] = {(uint64_t)SIZE_MAX + 1, (uint64_t)SIZE_MAX + 1 + PAGE, (uint64_t)1 << 40};
+  const uint64_t addr = (uint64_t)1 << 44; /* far above the regions the driver maps */
+  for (int k = 0; k < 3; k++) {
+    clear_err();
+    int rc = vta_sim_map(c->sim, addr, sizes[k], g_err, sizeof g_err);
+    check_message(rc, "vta_sim_map");
+    EXPECT(rc == VTA_ERR_ARG, "%s: map of %llu bytes on a %u-bit host returned %s", c->name,
+           (unsigned long long)sizes[k], (unsigned)(8 * sizeof(size_t)), rc_name(rc));
+    if (rc == VTA_OK) vta_sim_unmap(c->sim, addr, g_err, sizeof g_err);
+    uint8_t byte;
+    EXPECT(vta_sim_read(c->sim, addr, &byte, 1, g_err, sizeof g_err) == VTA_ERR_MEM,
+           "%s: a refused map left something mapped", c->name);
+  }
+#else
+  (void)c;
+#endif
+}
+
 int main(int argc, char **argv) {
   if (argc != 4) {
     fprintf(stderr, "usage: %s PARAMS_FILE ITERATIONS SEED\n", argv[0]);
@@ -1213,6 +1302,7 @@ int main(int argc, char **argv) {
     }
     ctx_init(&ctx[i], names[i], &p);
   }
+  huge_maps(&ctx[0]);
 
   for (g_iter = 0; g_iter < iterations; g_iter++) {
     ctx_t *c = &ctx[chance(70) ? 0 : 1 + rnd(NCTX - 1)];
@@ -1229,8 +1319,12 @@ int main(int argc, char **argv) {
     if (chance(40)) probe(c);
     settle(c, "a probe");
     if (g_iter % 256 == 255) known_good(c, "a batch of iterations");
+    if (g_iter % DIGEST_EVERY == DIGEST_EVERY - 1) digest_state(c);
   }
-  for (int i = 0; i < NCTX; i++) vta_sim_destroy(ctx[i].sim);
+  for (int i = 0; i < NCTX; i++) {
+    digest_state(&ctx[i]);
+    vta_sim_destroy(ctx[i].sim);
+  }
 
   printf("hostile: %lu programs: ok=%llu, insn=%llu, mem=%llu, deadlock=%llu, budget=%llu, arg=%llu, work=%llu, "
          "other=%llu\n", iterations, prog_rc[0], prog_rc[1], prog_rc[2], prog_rc[3], prog_rc[4], prog_rc[5],
@@ -1241,6 +1335,7 @@ int main(int argc, char **argv) {
          "instructions executed=%llu, gemm uops=%llu, alu uops=%llu\n", clean_rc[0], clean_rc[1], clean_rc[2],
          clean_rc[3], clean_rc[4], clean_rc[6], executed, gemm_ops, alu_ops);
   printf("hostile: known-good checks after an error: %llu\n", g_known_good);
+  printf("hostile: digest %016llx\n", (unsigned long long)g_digest);
   printf("%llu passed, %llu failed\n", g_pass, g_fail);
   return g_fail ? 1 : 0;
 }
