@@ -67,6 +67,25 @@ def _tvm_venv() -> str:
     return str(python)
 
 
+PY310_VENV_SCRIPT = ".ci/py310-venv.sh"
+
+
+def _py310_venv() -> str:
+    """The python of the venv like a Pynq board's (Python 3.10, the image's numpy and cffi, no llvmlite) that
+    .ci/py310-venv.sh makes, checked to be a 3.10 with numpy and cffi."""
+    import subprocess
+    venv = Path(os.environ.get("VTA_PY310_VENV") or
+                Path(os.environ.get("XDG_CACHE_HOME") or Path.home() / ".cache") / "vta-stack" / "py310-venv")
+    python = venv / "bin" / "python"
+    if not python.is_file():
+        raise ImportError(f"no venv at {venv} (run bash {PY310_VENV_SCRIPT})")
+    probe = subprocess.run([str(python), "-c", "import sys, numpy, cffi; assert sys.version_info[:2] == (3, 10)"],
+                           capture_output=True, text=True, timeout=120, check=False)
+    if probe.returncode:
+        raise ImportError(f"{venv} is not a Python 3.10 with numpy and cffi: {probe.stderr.strip()[-200:]}")
+    return str(python)
+
+
 def _golden() -> Path:
     from golden_files import GOLDEN_DIR, SKIP_REASON
     if not GOLDEN_DIR.is_dir():
@@ -90,6 +109,7 @@ NEEDS: dict[str, tuple[Callable[[], object], str]] = {
     "cc": (_c_compiler, "a C compiler (gcc), needed by the install itself"),
     "golden": (_golden, "shared/golden beside the checkout"),
     "tvm-venv": (_tvm_venv, f"a separate venv with apache-tvm, made by `bash {TVM_VENV_SCRIPT}`"),
+    "py310-venv": (_py310_venv, f"a Python 3.10 venv like a Pynq board's, made by `bash {PY310_VENV_SCRIPT}`"),
 }
 _found: dict[str, object] = {}
 _missing: dict[str, str] = {}
