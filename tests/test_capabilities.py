@@ -4,6 +4,9 @@ never emitted by the compiler for such a config."""
 
 from __future__ import annotations
 
+import subprocess
+import sys
+
 import numpy as np
 import pytest
 
@@ -125,3 +128,24 @@ def test_networks_built_for_the_pynq_use_only_what_its_bitstream_has(model, imag
     reference = graph_pack.build(packed, PYNQ.replace(CAPABILITIES="fsim"), qparams)
     reference.run(**{graph.inputs[0]: x})
     np.testing.assert_array_equal(mod.get_output(0), reference.get_output(0))
+
+
+@pytest.mark.parametrize("preset, says", [
+    ("pynq", "bitstream: published by VTA: uwsampl/vta-distro bitstreams/pynq/0.0.2/1x16_i8w8a32_15_15_18_17.bit"),
+    ("ultra96", "bitstream: none published: VTA's distro has bitstreams for pynq 0.0.1/0.0.2"),
+    ("zcu104", "bitstream: none published"),
+    ("sim", "bitstream: none: TARGET 'sim' is not a Pynq-style board"),
+])
+def test_config_show_says_what_the_hardware_executes_and_whether_a_bitstream_exists(preset, says):
+    out = subprocess.run([sys.executable, "-m", "vta", "config", "show", preset], capture_output=True, text=True,
+                         timeout=60, check=True).stdout
+    assert says in out
+    assert f"executes: {load_config(preset).CAPABILITIES}: ALU MIN, MAX, ADD, SHR" in out
+
+
+def test_a_missing_bitstream_with_none_published_says_what_to_do(tmp_path):
+    done = subprocess.run([sys.executable, "-m", "vta", "board", "bitstream", "--config", "zcu104", "--cache-dir",
+                           str(tmp_path)], capture_output=True, text=True, timeout=60, check=False)
+    assert done.returncode != 0 and "Traceback" not in done.stderr
+    assert "none published" in done.stderr and "VTA's hardware flow" in done.stderr
+    assert "vta board bitstream --make-simulated --config zcu104" in done.stderr

@@ -194,8 +194,9 @@ SUBSTITUTIONS: dict[tuple[str, ...], tuple[tuple[str, ...], str]] = {
          "this rerun must resume from the log"),
     _argv("python -m tuning.tune_conv2d --layers C2,C5 --n-trial 100"):
         (_argv("python -m tuning.tune_conv2d --layers C2,C5 --n-trial 2"), "100 trials on each of two layers"),
-    _argv("python -m tuning.tune_alu --ops add,multiply"):
-        (_argv("python -m tuning.tune_alu --ops add,multiply --n-trial 2"), "8 ALU tasks x 50 trials (the default)"),
+    _argv("python -m tuning.tune_alu --config sim --ops add,multiply"):
+        (_argv("python -m tuning.tune_alu --config sim --ops add,multiply --n-trial 2"),
+         "8 ALU tasks x 50 trials (the default)"),
     _argv("python -m tuning.tune_network resnet-18"):
         (_argv("python -m tuning.tune_network resnet-18") + SMALL_TUNE, SMALL_TUNE_WHY.format(n="64 (the default)")),
 }

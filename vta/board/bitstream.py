@@ -26,9 +26,24 @@ SYNC_WORD = b"\xaa\x99\x55\x66"
 MAX_BITSTREAM_BYTES = 256 << 20    # the largest Zynq UltraScale+ bitstreams are ~30-60 MB
 # Targets whose VTA bitstream has the HLS register map (fetch/load/compute/store blocks, ap_ctrl, done).
 HLS_TARGETS = ("pynq", "ultra96", "zcu104")
-DISTRO_HINT = ("VTA's prebuilt bitstreams were published in the uwsampl/vta-distro repository under "
-               "bitstreams/<TARGET>/<HW_VER>/<bitstream>.bit; otherwise build one with VTA's hardware flow "
-               "(hardware/xilinx, Vivado 2020.1) for this config")
+
+# What VTA's distro (uwsampl/vta-distro, bitstreams/<TARGET>/<HW_VER>/) published: the Pynq's 1x16 design only
+# (its ultra96 0.0.1 entry has no file); every other config needs a bitstream built by its user.
+PUBLISHED_BITSTREAMS = {("pynq", "0.0.1"): ("1x16_i8w8a32_15_15_18_17",),
+                        ("pynq", "0.0.2"): ("1x16_i8w8a32_15_15_18_17",)}
+
+
+def availability(cfg: HwConfig) -> str:
+    """Whether a bitstream for ``cfg`` exists anywhere a user can get it, and if not, what to do instead."""
+    if cfg.bitstream in PUBLISHED_BITSTREAMS.get((cfg.TARGET, cfg.HW_VER), ()):
+        return (f"published by VTA: uwsampl/vta-distro bitstreams/{cfg.TARGET}/{cfg.HW_VER}/{cfg.bitstream}.bit "
+                f"(capability set {cfg.CAPABILITIES})")
+    if cfg.TARGET not in HLS_TARGETS:
+        return f"none: TARGET {cfg.TARGET!r} is not a Pynq-style board (simulate it, or pick --config pynq)"
+    return (f"none published: VTA's distro has bitstreams for pynq 0.0.1/0.0.2 "
+            f"(1x16_i8w8a32_15_15_18_17) only, not {cfg.TARGET} {cfg.HW_VER} {cfg.bitstream}. Build one with "
+            f"VTA's hardware flow (hardware/xilinx, Vivado) for this config and put it in the cache, or "
+            f"simulate it (--device sim, or a simulated board: vta board serve --simulated)")
 
 
 class BitstreamError(ValueError):
@@ -88,8 +103,8 @@ def find_bitstream(cfg: HwConfig, bitstream: str | os.PathLike | None = None,
     raise BitstreamError(
         f"no bitstream for {cfg.model}: looked for {path} (the {source}, laid out as "
         f"<cache>/<TARGET>/<HW_VER>/<bitstream>.bit). Put {cfg.bitstream}.bit there or pass bitstream=PATH "
-        f"(--bitstream PATH). {DISTRO_HINT}. For the simulated board: vta board bitstream --make-simulated "
-        f"--config {cfg.TARGET}")
+        f"(--bitstream PATH). Bitstream for this config: {availability(cfg)}. For the simulated board: "
+        f"vta board bitstream --make-simulated --config {cfg.TARGET}")
 
 
 def read_bit_header(path: str | os.PathLike) -> dict[str, object]:

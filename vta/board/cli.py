@@ -13,7 +13,14 @@ import sys
 
 from simulator.image import load_image, save_result
 from simulator.stats import format_stats
-from vta.board.bitstream import bitstream_path, cache_root, find_bitstream, make_placeholder, read_bit_header
+from vta.board.bitstream import (
+    availability,
+    bitstream_path,
+    cache_root,
+    find_bitstream,
+    make_placeholder,
+    read_bit_header,
+)
 from vta.cli import GROUP_HELP, _key_value, _load, arg, command, float_in, int_in
 
 GROUP_HELP["board"] = "FPGA boards: serve a simulated PYNQ board, bitstreams, run images on a board"
@@ -151,6 +158,7 @@ def board_bitstream(args: argparse.Namespace) -> int:
         path = make_placeholder(cfg, args.bitstream, args.cache_dir)
         print(f"wrote a simulated-board placeholder bitstream to {path}", file=sys.stderr)
     print(f"{cfg.model}: bitstream {cfg.bitstream}.bit, cache {cache_root(args.cache_dir)}")
+    print(f"  available: {availability(cfg)}")
     print(f"  looked for: {args.bitstream or bitstream_path(cfg, args.cache_dir)}")
     path = find_bitstream(cfg, args.bitstream, args.cache_dir)
     header = read_bit_header(path)
