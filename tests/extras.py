@@ -68,6 +68,7 @@ def _tvm_venv() -> str:
 
 
 PY310_VENV_SCRIPT = ".ci/py310-venv.sh"
+ARMV7_SCRIPT = ".ci/armv7.sh"
 
 
 def _py310_venv() -> str:
@@ -84,6 +85,14 @@ def _py310_venv() -> str:
     if probe.returncode:
         raise ImportError(f"{venv} is not a Python 3.10 with numpy and cffi: {probe.stderr.strip()[-200:]}")
     return str(python)
+
+
+def _armv7_toolchain() -> tuple[str, str]:
+    """The armv7 cross compiler and the emulator that runs its programs."""
+    found = tuple(shutil.which(name) for name in ("arm-linux-gnueabihf-gcc", "qemu-arm"))
+    if None in found:
+        raise ImportError(f"arm-linux-gnueabihf-gcc or qemu-arm is not on PATH (run bash {ARMV7_SCRIPT})")
+    return found
 
 
 def _golden() -> Path:
@@ -110,6 +119,7 @@ NEEDS: dict[str, tuple[Callable[[], object], str]] = {
     "golden": (_golden, "shared/golden beside the checkout"),
     "tvm-venv": (_tvm_venv, f"a separate venv with apache-tvm, made by `bash {TVM_VENV_SCRIPT}`"),
     "py310-venv": (_py310_venv, f"a Python 3.10 venv like a Pynq board's, made by `bash {PY310_VENV_SCRIPT}`"),
+    "armv7-toolchain": (_armv7_toolchain, f"Debian's gcc-arm-linux-gnueabihf and qemu-user, `bash {ARMV7_SCRIPT}`"),
 }
 _found: dict[str, object] = {}
 _missing: dict[str, str] = {}
