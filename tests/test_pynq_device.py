@@ -311,3 +311,29 @@ def test_pynqs_own_device_probe_on_the_default_port(cache, tmp_path):
         assert b.status()["memory"]["used_bytes"] == 0
     assert out["board"] == "vta-simulated-pynq at 127.0.0.1:7967"
     assert out["probed"] == ["vta-simulated-pynq"] and out["data"] == list(range(100))
+
+
+def test_local_buffers_are_cached_like_vtas(tmp_path):
+    """VTA's runtime stages data in cached CMA buffers (kAlwaysCache); pynq's local allocate defaults to uncached
+    ones, so the device asks for cacheable=True (on the real board pynq passes it to XRT's BO flags)."""
+    from simulator import Simulator
+    from vta.device_pynq import PynqDevice
+
+    class Buffer(np.ndarray):
+        physical_address = 0x1000_0000
+
+        def freebuffer(self):
+            pass
+
+    asked = []
+
+    class FakePynq:   # pynq.allocate's signature: allocate(shape, dtype, target, **kwargs)
+        @staticmethod
+        def allocate(shape, dtype, target=None, **kwargs):
+            asked.append(kwargs)
+            return np.zeros(shape, dtype).view(Buffer)
+
+    dev = PynqDevice.__new__(PynqDevice)
+    dev._pynq, dev._dev, dev.board, dev._timing = FakePynq, object(), "a local board", Simulator(CFG)
+    arr, addr = dev._allocate(4096)
+    assert asked == [{"cacheable": True}] and addr == 0x1000_0000 and arr.nbytes == 4096

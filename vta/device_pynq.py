@@ -10,11 +10,15 @@ Where it runs: on the board itself, ``pynq`` finds the local device. From anothe
 mode (``PYNQ_REMOTE_DEVICES=<board ip>``, port 7967) or ``board="host:port"`` (also ``$VTA_PYNQ_BOARD``)
 reach a board running PYNQ's remote server, or ``vta board serve --simulated``.
 
-- **Buffers** come from ``pynq.allocate`` (physically contiguous); their physical addresses go into the
-  instructions; the device keeps ``address -> pynq buffer``. Where the host copy is not the memory the
-  accelerator reads (a remote board, or a platform that is not ``cfg.COHERENT``) copies flush the buffer to
-  the device after writing (``sync_to_device``) and invalidate it before reading after a run
-  (``sync_from_device``).
+- **Buffers** come from ``pynq.allocate(..., cacheable=True)`` (physically contiguous, CPU-cached: VTA's
+  runtime allocates its CMA buffers cached too, ``kAlwaysCache``, so staging weights and activations is not
+  done through uncached memory); their physical addresses go into the instructions; the device keeps
+  ``address -> pynq buffer``. pynq marks cached buffers ``coherent=False``, as it cannot know the bitstream's
+  masters use the Zynq's coherent ACP port; on such a platform (``cfg.COHERENT``, VTA's
+  ``VTA_COHERENT_ACCESSES``) the accelerator sees the CPU caches and, as in VTA's runtime, no flush is needed.
+  Where the host copy is not the memory the accelerator reads (a remote board, or a platform that is not
+  ``cfg.COHERENT``) copies flush the buffer to the device after writing (``sync_to_device``) and invalidate it
+  before reading after a run (``sync_from_device``).
 - **Bitstreams** are looked up before anything else (``vta.board.bitstream``: VTA's cache layout, the
   config's name) and downloaded with ``pynq.Bitstream(path).download()``.
 - **Programs are checked before launch**, always: ``vta.program_check.check_program`` against the buffers
@@ -23,9 +27,10 @@ reach a board running PYNQ's remote server, or ``vta board serve --simulated``.
 - **Launch** follows VTA's ``VTADeviceRun`` register sequence on the four blocks (``pynq.MMIO`` at
   ``cfg.mmio_address(block)``), then polls compute's ``done`` with a timeout.
 
-**The ``done`` trap and the fix.** VTA's compute ``done`` (0x18) is a level register, not clear-on-read: only
-a GEMM/ALU instruction sets it to 0 and FINISH sets it to 1, so after a run it stays 1 until the next
-program's first GEMM/ALU executes, and a host cannot clear it (0x10 is HLS's separate ``done_i`` input;
+**The ``done`` trap and the fix.** VTA's compute ``done`` (0x18) is a level register, not clear-on-read: the
+HLS compute block writes 0 for every instruction it executes (LOAD UOP/ACC, GEMM, ALU) and 1 for FINISH, so
+after a run it stays 1 until the next program's first compute instruction executes, and a host cannot clear
+it (0x10 is HLS's separate ``done_i`` input;
 writing it does not touch ``done_o``). VTA's driver polls right after launch and can read the previous run's
 1 (apache/tvm discuss RFC 6743: wrong results on ZCU104). Here every launch runs one extra instruction
 first, a GEMM with no micro-ops, no iterations and no token flags (it touches no SRAM, no DRAM, no queue), and
@@ -268,7 +273,7 @@ class PynqDevice:
 
     def _allocate(self, n: int):
         try:
-            arr = self._pynq.allocate(shape=(n,), dtype=np.uint8, target=self._dev)
+            arr = self._pynq.allocate(shape=(n,), dtype=np.uint8, target=self._dev, cacheable=True)
             addr = int(arr.physical_address)
         except Exception as e:
             raise BoardError(f"{self.board}: cannot allocate {n} bytes: {_details(e)}") from e
