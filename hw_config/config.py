@@ -161,6 +161,13 @@ class HwConfig:
         _validate(self)
 
     @property
+    def dma_window(self) -> int:
+        """Bytes of physical memory from 0 the accelerator's AXI masters reach on the board (VTA's vivado.tcl
+        maps them to the Zynq-7000's ACP DDR window, 1 GiB, and UltraScale+'s HPC0 DDR_LOW, 2 GiB); 4 GiB, the
+        32-bit DRAM address field's reach, elsewhere."""
+        return {"pynq": 1 << 30, "ultra96": 2 << 30, "zcu104": 2 << 30}.get(self.TARGET, 1 << 32)
+
+    @property
     def capabilities(self) -> Capabilities:
         """The share of the ISA this config's hardware executes (``CAPABILITY_SETS[CAPABILITIES]``)."""
         return CAPABILITY_SETS[self.CAPABILITIES]

@@ -317,7 +317,7 @@ def test_local_buffers_are_cached_like_vtas(tmp_path):
     """VTA's runtime stages data in cached CMA buffers (kAlwaysCache); pynq's local allocate defaults to uncached
     ones, so the device asks for cacheable=True (on the real board pynq passes it to XRT's BO flags)."""
     from simulator import Simulator
-    from vta.device_pynq import PynqDevice
+    from vta.device_pynq import BoardError, PynqDevice
 
     class Buffer(np.ndarray):
         physical_address = 0x1000_0000
@@ -334,6 +334,10 @@ def test_local_buffers_are_cached_like_vtas(tmp_path):
             return np.zeros(shape, dtype).view(Buffer)
 
     dev = PynqDevice.__new__(PynqDevice)
-    dev._pynq, dev._dev, dev.board, dev._timing = FakePynq, object(), "a local board", Simulator(CFG)
+    dev.cfg, dev._pynq, dev._dev, dev.board, dev._timing = CFG, FakePynq, object(), "a local board", Simulator(CFG)
     arr, addr = dev._allocate(4096)
     assert asked == [{"cacheable": True}] and addr == 0x1000_0000 and arr.nbytes == 4096
+    # the Pynq's masters reach the ACP DDR window [0, 1 GiB) only (VTA's vivado.tcl): a buffer past it is refused
+    Buffer.physical_address = (1 << 30) - 2048
+    with pytest.raises(BoardError, match=r"ends past 0x40000000, beyond the DDR window VTA's AXI masters reach"):
+        dev._allocate(4096)

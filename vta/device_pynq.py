@@ -277,9 +277,11 @@ class PynqDevice:
             addr = int(arr.physical_address)
         except Exception as e:
             raise BoardError(f"{self.board}: cannot allocate {n} bytes: {_details(e)}") from e
-        if addr + n > 1 << 32:
+        if addr + n > self.cfg.dma_window:
             arr.freebuffer()
-            raise BoardError(f"{self.board}: buffer at 0x{addr:x} ends past 4 GiB; VTA's addresses are 32-bit")
+            raise BoardError(f"{self.board}: buffer at 0x{addr:x} ends past 0x{self.cfg.dma_window:x}, beyond the "
+                             f"DDR window VTA's AXI masters reach on a {self.cfg.TARGET} ({self.cfg.dma_window >> 20} MiB "
+                             f"from address 0)")
         try:
             self._timing.map(addr, n)
         except SimulatorError as e:
