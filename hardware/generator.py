@@ -20,10 +20,15 @@ def _config(cfg: HwConfig | str) -> HwConfig:
     return cfg if isinstance(cfg, HwConfig) else load_config(cfg)
 
 
+# hardware/ modules that change neither the RTL nor the harness's build
+NOT_BUILD_INPUTS = ("__init__.py", "device.py", "toolchain.py")
+
+
 def source_hash() -> str:
     """A hash of the generator's and the harness's sources: a change to either is a different build."""
     h = hashlib.sha256()
-    for path in sorted([*SOURCES.glob("*.py"), *SOURCES.glob("csrc/*")]):
+    files = [p for p in SOURCES.glob("*.py") if p.name not in NOT_BUILD_INPUTS] + list(SOURCES.glob("csrc/*"))
+    for path in sorted(files):
         h.update(path.name.encode())
         h.update(path.read_bytes())
     return h.hexdigest()[:16]

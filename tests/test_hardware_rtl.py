@@ -175,3 +175,41 @@ def test_dma_outside_the_written_dram_is_an_error_naming_the_address():
     dev = device("pynq")
     with pytest.raises(RtlError, match="0x2000"):
         dev.replay(ProgramImage(image.config, image.insns, image.insn_addr, kept))
+
+
+# ---------------------------------------------------------------------------------------------------------
+# the command line
+
+def test_vta_hw_generate_writes_the_cached_verilog_and_manifest(tmp_path, capsys):
+    import json
+
+    from hardware.build import build_dir, write_verilog
+    from vta.cli import main
+
+    hw_need("amaranth")
+    cfg = load_config("pynq")
+    build_dir(cfg).mkdir(parents=True, exist_ok=True)
+    cached = write_verilog(cfg, build_dir(cfg))[0]
+    assert main(["hw", "generate", "--config", "pynq", "--out", str(tmp_path / "rtl")]) == 0
+    assert "manifest.json" in capsys.readouterr().out
+    assert (tmp_path / "rtl" / "vta_core.v").read_text() == cached.read_text()
+    manifest = json.loads((tmp_path / "rtl" / "manifest.json").read_text())
+    assert manifest["fingerprint"] == cfg.fingerprint and manifest["top"] == "vta_core"
+    (tmp_path / "file").write_text("")
+    assert main(["hw", "generate", "--out", str(tmp_path / "file")]) != 0
+
+
+@requires_golden
+def test_vta_sim_replay_on_the_rtl_device(tmp_path, capsys):
+    from simulator.image import load_result
+    from vta.cli import main
+
+    device("pynq")                          # built (or found in the cache) before the command runs
+    out = tmp_path / "result.npz"
+    assert main(["sim", "replay", str(GOLDEN_DIR / "relu_0.npz"), "--device", "rtl", "--out", str(out)]) == 0
+    assert "RTL (Verilator)" in capsys.readouterr().out
+    result = load_result(out)
+    assert result.stats["device"] == "rtl" and result.stats["cycles"] > 0
+    assert_matches("relu_0", result.segments, replay(GOLDEN_DIR / "relu_0.npz").stats)
+    assert main(["sim", "replay", str(GOLDEN_DIR / "relu_0.npz"), "--device", "rtl", "--timing-only"]) != 0
+    assert "--timing-only" in capsys.readouterr().err

@@ -1,0 +1,88 @@
+"""``vta hw``: the accelerator's RTL for a config (hardware/), and ``vta sim replay --device rtl``.
+
+Imported by ``vta.cli`` (which registers every ``@command``); the hardware package and its toolchain (the
+``[hw]`` extra) are imported only inside the commands, so the rest of the command line works without them.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import shutil
+import sys
+import time
+from pathlib import Path
+
+from simulator.image import ProgramImage, ReplayResult, save_result
+from vta.cli import GROUP_HELP, _key_value, _load, arg, command
+
+GROUP_HELP["hw"] = "the accelerator's RTL, generated from a hardware config"
+
+
+def _say(text: str) -> None:
+    print(text, file=sys.stderr, flush=True)
+
+
+@command("hw", "generate", "write the accelerator's Verilog and manifest for a config", args=[
+    arg("--config", default=None, metavar="NAME|PATH", help="hardware preset or JSON file (default: pynq)"),
+    arg("--set", dest="sets", action="append", type=_key_value, metavar="KEY=VALUE",
+        help="override a config key (repeatable)"),
+    arg("--out", required=True, metavar="DIR", help="directory for vta_core.v and manifest.json (created)"),
+])
+def hw_generate(args: argparse.Namespace) -> int:
+    """Generate the RTL of the accelerator (Amaranth -> Verilog, module vta_core) and its manifest (config,
+    ports, register map, SRAM shapes). The output is deterministic for a config and a version of the
+    generator; it is cached under ~/.cache/vta-stack/rtl, so a second run copies it. Needs the [hw] extra."""
+    from hardware.build import build_dir, write_verilog
+
+    cfg = _load(args.config, args.sets)
+    out = Path(args.out)
+    if out.exists() and not out.is_dir():
+        raise ValueError(f"--out {out} is a file; give a directory")
+    directory = build_dir(cfg)
+    directory.mkdir(parents=True, exist_ok=True)
+    _say(f"generating the RTL of {cfg.model} (fingerprint {cfg.fingerprint}) ...")
+    verilog, took = write_verilog(cfg, directory)
+    out.mkdir(parents=True, exist_ok=True)
+    for name in (verilog.name, "manifest.json"):
+        tmp = out / (name + ".tmp")
+        shutil.copyfile(directory / name, tmp)
+        os.replace(tmp, out / name)
+    how = f"generated in {took:.1f} s" if took else "from the cache"
+    print(f"wrote {out / verilog.name} and {out / 'manifest.json'} ({how})")
+    return 0
+
+
+def replay_on_rtl(args: argparse.Namespace, image: ProgramImage) -> int:
+    """``vta sim replay IMAGE --device rtl``: the image on the RTL, simulated cycle by cycle by Verilator."""
+    unsupported = [flag for flag, given in (("--trace", args.trace is not None), ("--timing-only", args.timing_only),
+                                            ("--max-work", args.max_work is not None), ("--strict", args.strict))
+                   if given]
+    if unsupported:
+        raise ValueError(f"{', '.join(unsupported)}: not available with --device rtl (the RTL reports cycles "
+                         f"only; --out, --json and --max-cycles are)")
+    from hardware import RtlDevice, RtlError
+
+    device = RtlDevice(image.config, progress=_say)
+    options = {} if args.max_cycles is None else {"max_cycles": args.max_cycles}
+    t0 = time.perf_counter()
+    try:
+        segments, cycles = device.replay(image, **options)
+    except RtlError as e:
+        print(f"vta: error: {e}", file=sys.stderr)
+        return 1
+    seconds = time.perf_counter() - t0
+    stats = {"device": "rtl", "cycles": cycles, "host_seconds": round(seconds, 6),
+             "time_s": cycles / (image.config.CLOCK_MHZ * 1e6)}
+    if args.out is not None:
+        save_result(args.out, ReplayResult(segments, stats))
+    if args.json:
+        print(json.dumps(stats, indent=2))
+    else:
+        print(f"# {args.image}: {len(image.insns)} instructions on {image.config.model}, RTL (Verilator)")
+        print(f"  cycles  {cycles:,} ({stats['time_s'] * 1e6:.2f} us at {image.config.CLOCK_MHZ:g} MHz; "
+              f"simulated in {seconds:.3f} s, {cycles / max(seconds, 1e-9):,.0f} cycles/s)")
+    if args.out:
+        print(f"wrote result to {args.out}", file=sys.stderr)
+    return 0
