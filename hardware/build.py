@@ -10,6 +10,7 @@ from __future__ import annotations
 import fcntl
 import json
 import os
+import shutil
 import subprocess
 import sys
 import time
@@ -110,6 +111,7 @@ def ensure_built(cfg: HwConfig, progress=None) -> Path:
         obj = verilate(cfg, verilog, directory)
         say(f"verilated in {time.perf_counter() - t1:.1f} s")
         link(cfg, obj, directory)
+        shutil.rmtree(obj, ignore_errors=True)      # ~140 MB of objects the library no longer needs
         timings = {"generate_s": round(took, 2), "total_s": round(time.perf_counter() - t0, 2)}
         (directory / "build.json").write_text(json.dumps(timings) + "\n")
         say(f"built {lib} in {time.perf_counter() - t0:.1f} s")
