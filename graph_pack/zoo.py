@@ -83,6 +83,17 @@ _CALIBRATION_KERNELS = {
 }
 
 
+def _normals(rng: np.random.Generator, shape: tuple[int, ...], chunk: int = 1 << 22) -> np.ndarray:
+    """Standard normals as float32, drawn as float64 (numpy's float32 draws changed in 1.22, and a Pynq image has
+    1.21: float64 draws are the same on every numpy since 1.17), a chunk at a time so a large weight never holds
+    a float64 copy whole; the numbers do not depend on ``chunk``."""
+    out = np.empty(shape, np.float32)
+    flat = out.reshape(-1)
+    for i in range(0, flat.size, chunk):
+        flat[i:i + chunk] = rng.standard_normal(min(chunk, flat.size - i))
+    return out
+
+
 class _Net:
     """A GraphBuilder that can run what it has built so far on a random calibration batch, so a batch norm
     can take the real per-channel statistics of its input as its running mean and variance. Ops run lazily
@@ -128,7 +139,7 @@ class _Net:
 
     def he_normal(self, shape: tuple[int, ...], fan_in: float) -> np.ndarray:
         """Kaiming-normal: keeps the second moment of activations through conv + relu."""
-        return self.rng.standard_normal(shape, dtype=np.float32) * np.float32(math.sqrt(2.0 / fan_in))
+        return _normals(self.rng, shape) * np.float32(math.sqrt(2.0 / fan_in))
 
     def bias(self, x: str, name: str) -> str:
         b = self.const(f"{name}.bias", self.rng.normal(0.0, 0.01, self.channels(x)))
