@@ -52,19 +52,25 @@ def _c_compiler() -> str:
 TVM_VENV_SCRIPT = ".ci/tvm-venv.sh"
 
 
-def _tvm_venv() -> str:
-    """The python of the separate venv holding apache-tvm (the RPC tests' real peer), made by .ci/tvm-venv.sh."""
+def _cached_venv(env_var: str, name: str, script: str, probe: str, what: str) -> str:
+    """The python of a venv a .ci/ script makes (``$env_var``, else ~/.cache/vta-stack/``name``), once ``probe``
+    runs in it."""
     import subprocess
-    venv = Path(os.environ.get("VTA_TVM_VENV") or
-                Path(os.environ.get("XDG_CACHE_HOME") or Path.home() / ".cache") / "vta-stack" / "tvm-venv")
+    venv = Path(os.environ.get(env_var) or
+                Path(os.environ.get("XDG_CACHE_HOME") or Path.home() / ".cache") / "vta-stack" / name)
     python = venv / "bin" / "python"
     if not python.is_file():
-        raise ImportError(f"no venv at {venv} (run bash {TVM_VENV_SCRIPT})")
-    probe = subprocess.run([str(python), "-c", "import tvm.rpc.tracker, tvm.exec.query_rpc_tracker"],
-                           capture_output=True, text=True, timeout=120, check=False)
-    if probe.returncode:
-        raise ImportError(f"{venv} cannot import tvm.rpc: {probe.stderr.strip()[-200:]}")
+        raise ImportError(f"no venv at {venv} (run bash {script})")
+    done = subprocess.run([str(python), "-c", probe], capture_output=True, text=True, timeout=120, check=False)
+    if done.returncode:
+        raise ImportError(f"{venv} {what}: {done.stderr.strip()[-200:]}")
     return str(python)
+
+
+def _tvm_venv() -> str:
+    """The python of the separate venv holding apache-tvm (the RPC tests' real peer), made by .ci/tvm-venv.sh."""
+    return _cached_venv("VTA_TVM_VENV", "tvm-venv", TVM_VENV_SCRIPT,
+                        "import tvm.rpc.tracker, tvm.exec.query_rpc_tracker", "cannot import tvm.rpc")
 
 
 PY310_VENV_SCRIPT = ".ci/py310-venv.sh"
@@ -74,17 +80,9 @@ ARMV7_SCRIPT = ".ci/armv7.sh"
 def _py310_venv() -> str:
     """The python of the venv like a Pynq board's (Python 3.10, the image's numpy and cffi, no llvmlite) that
     .ci/py310-venv.sh makes, checked to be a 3.10 with numpy and cffi."""
-    import subprocess
-    venv = Path(os.environ.get("VTA_PY310_VENV") or
-                Path(os.environ.get("XDG_CACHE_HOME") or Path.home() / ".cache") / "vta-stack" / "py310-venv")
-    python = venv / "bin" / "python"
-    if not python.is_file():
-        raise ImportError(f"no venv at {venv} (run bash {PY310_VENV_SCRIPT})")
-    probe = subprocess.run([str(python), "-c", "import sys, numpy, cffi; assert sys.version_info[:2] == (3, 10)"],
-                           capture_output=True, text=True, timeout=120, check=False)
-    if probe.returncode:
-        raise ImportError(f"{venv} is not a Python 3.10 with numpy and cffi: {probe.stderr.strip()[-200:]}")
-    return str(python)
+    return _cached_venv("VTA_PY310_VENV", "py310-venv", PY310_VENV_SCRIPT,
+                        "import sys, numpy, cffi; assert sys.version_info[:2] == (3, 10)",
+                        "is not a Python 3.10 with numpy and cffi")
 
 
 def _armv7_toolchain() -> tuple[str, str]:
