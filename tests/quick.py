@@ -27,6 +27,7 @@ QUICK_TESTS: dict[str, dict[str, tuple[str, ...]]] = {
                   "test_threads.py": ("test_random_gemms_identical",),
                   "test_replay.py": ("test_replayed_program_with_many_streams",)},
     "vta": {"test_templates.py": ("test_alu_epilogue_ops",),
+            "test_capabilities.py": ("test_presets_name", "test_what_the_hardware_lacks", "test_strict_simulation"),
             "test_sim_board.py": ("test_registers_behave_as_vta_hls_blocks",),
             "test_pynq_device.py": ("test_missing_or_mismatched_bitstreams",)},
     "graph_pack": {"test_zoo.py": ("test_calibration_", "test_names_and_aliases", "test_bad_arguments"),
