@@ -424,9 +424,7 @@ def test_hostile_handshakes_are_dropped_and_do_not_block_the_board(board, attack
     BEFORE[attack](evil)
     with board.connect() as dev:   # served while the attacker is still connected (or stalling)
         dev.alloc(16)
-    t0 = time.monotonic()
-    assert _closed(evil), attack
-    assert time.monotonic() - t0 < 3
+    assert _closed(evil), attack   # dropped (a stall after the board's 1 s handshake timeout)
     board.wait_idle()
 
 
@@ -567,18 +565,38 @@ def test_graph_pack_build_runs_on_a_remote_board(tracked):
         assert mod.stats.cycles == local.stats.cycles
 
 
-def test_stalled_handshakes_cannot_lock_the_board_out(board):
+def test_stalled_handshakes_cannot_lock_the_board_out():
+    """More stalled handshakes than slots: each new connection drops the oldest unfinished one at once (the
+    handshake timeout, an hour here, never comes into it), so a client is served and stallers do not pile up."""
+    b = Board(handshake_timeout=3600)
+    slots = b.server.max_handshakes
     stallers = []
-    for _ in range(3 * board.server.max_handshakes):   # more stallers than handshake slots
-        s = socket.create_connection(("127.0.0.1", board.port), timeout=5)
-        s.sendall(b"VTAR\x10")
-        stallers.append(s)
-    t0 = time.monotonic()
-    with board.connect() as dev:   # served at once: the oldest unfinished handshakes make room
-        dev.alloc(16)
-    assert time.monotonic() - t0 < 1.0
-    assert all(_closed(s) for s in stallers)
-    board.wait_idle()
+    try:
+        for _ in range(3 * slots):
+            s = socket.create_connection(("127.0.0.1", b.port), timeout=5)
+            s.sendall(b"VTAR\x10")
+            stallers.append(s)
+        with b.connect() as dev:
+            dev.alloc(16)
+        # every connection after the first `slots` dropped the oldest: only the newest slots - 1 stallers are left
+        assert all(_closed(s) for s in stallers[:-(slots - 1)])
+        assert all(_still_open(s) for s in stallers[-(slots - 1):])
+        b.wait_idle()
+    finally:
+        for s in stallers:
+            s.close()
+        b.server.stop()
+
+
+def _still_open(sock: socket.socket) -> bool:
+    """Nothing to read and not closed (looked at without waiting)."""
+    sock.setblocking(False)
+    try:
+        return sock.recv(1) != b""
+    except BlockingIOError:
+        return True
+    except OSError:
+        return False
 
 
 def test_server_memory_stays_bounded_under_a_flood():
