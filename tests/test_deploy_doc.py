@@ -1,7 +1,9 @@
 """docs/deploy.md, run as a user runs it, against the simulated PYNQ board: its commands in order as
 subprocesses (the documented `vta board serve --simulated &` is started in the background, on pynq's fixed
 remote port 7967 as the doc says; `export` sets the environment of the commands after it), and its Python
-block twice in one interpreter. The doc's real-board steps (flashing an image, ssh) are prose, not commands."""
+block twice in one interpreter. The doc's real-board steps (flashing an image, ssh) are prose, not commands.
+The commands run in a fresh clone with nothing beside it (``test_docs.fresh_clone``): the program the doc
+replays is the repository's ``examples/gemm_0.npz``."""
 
 from __future__ import annotations
 
@@ -14,8 +16,7 @@ from pathlib import Path
 
 import pytest
 from extras import IN_CI, need
-from golden_files import GOLDEN_DIR
-from test_docs import ROOT, VTA, fenced_blocks, shell_commands
+from test_docs import ROOT, VTA, fenced_blocks, fresh_clone, shell_commands
 
 DOC = ROOT / "docs" / "deploy.md"
 BLOCKS = fenced_blocks(DOC)
@@ -43,9 +44,7 @@ def workspace(tmp_path_factory):
             pytest.fail(reason)
         pytest.skip(reason)
     root = tmp_path_factory.mktemp("deploy")
-    (root / "shared").symlink_to(GOLDEN_DIR.parent, target_is_directory=True)
-    work = root / "main"
-    work.mkdir()
+    work = fresh_clone(root / "clone")
     env = {**os.environ, "VTA_CACHE_PATH": str(root / "cache")}   # the bitstream cache, not the user's home
     env.pop("VTA_PYNQ_BOARD", None)
     env.pop("PYNQ_REMOTE_DEVICES", None)
@@ -73,7 +72,6 @@ def _wait_for_port(port: int, proc: subprocess.Popen, log: Path) -> None:
 
 
 def test_the_deploy_commands_run_in_order_against_the_simulated_board(workspace):
-    need("golden")   # the doc replays ../shared/golden/gemm_0.npz
     work, env, background = workspace
     assert len(COMMANDS) >= 6, [c.text for c in COMMANDS]
     ran = []
@@ -108,7 +106,9 @@ def test_the_deploy_commands_run_in_order_against_the_simulated_board(workspace)
             from test_pynq_device import stored_bytes_match
 
             from simulator.image import load_result
-            stored_bytes_match("gemm_0", load_result(work / argv[argv.index("--out") + 1]).segments)
+            image = work / argv[3]   # a VTA-compiled example, with what it must store beside it
+            stored_bytes_match(image.stem, load_result(work / argv[argv.index("--out") + 1]).segments,
+                               where=image.parent)
         ran.append(cmd.text)
     assert any("vta run resnet-18 --device pynq" in t for t in ran)
     status = subprocess.run([*VTA, "board", "status"], cwd=work, env=env, capture_output=True, text=True,

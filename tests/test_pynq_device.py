@@ -68,10 +68,12 @@ def client(code: str, board, cache: Path, *args: str, timeout: float = 60, **env
     return json.loads(done.stdout.strip().splitlines()[-1])
 
 
-def stored_bytes_match(name: str, segments) -> None:
-    """The bytes VTA's own run stored are identical; everything else is as the image had it."""
-    image = load_image(GOLDEN_DIR / f"{name}.npz")
-    with np.load(GOLDEN_DIR / f"{name}.expect.npz", allow_pickle=False) as z:
+def stored_bytes_match(name: str, segments, where: Path | None = None) -> None:
+    """The bytes VTA's own run stored are identical; everything else is as the image had it (the image and its
+    ``.expect.npz`` from ``where``, default the golden programs)."""
+    where = GOLDEN_DIR if where is None else where
+    image = load_image(where / f"{name}.npz")
+    with np.load(where / f"{name}.expect.npz", allow_pickle=False) as z:
         expect = [(int(a), z[f"seg_{i}"].copy()) for i, a in enumerate(z["seg_addr"])]
     assert [a for a, _ in segments] == [a for a, _ in image.segments]
     for (base, before), (_, after) in zip(image.segments, segments, strict=True):

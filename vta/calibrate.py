@@ -2,7 +2,7 @@
 
 Measurements are JSON lines in either of two formats:
 
-- **layer records** as in ``../shared/calibration/``: ``{"data": [N/B, C/BI, H, W, B, BI], "kernel": [O/BO,
+- **layer records** as in ``examples/pynq_conv2d_measured.jsonl``: ``{"data": [N/B, C/BI, H, W, B, BI], "kernel": [O/BO,
   I/BI, KH, KW, BO, BI], "strides": [sh, sw], "pad": [top, left, bottom, right], "cfg": {knobs}, "ms": time}``,
   VTA's ``conv2d_packed`` tuning task (conv2d, then right shift by 8 and clip to [0, 127], int8 out);
 - **tuning records** (``tuning/records.py``) written by a run whose runner measured on the board:
@@ -486,7 +486,8 @@ def _fit_keys(text: str) -> tuple[str, ...]:
 
 @command(None, "calibrate", "fit a config's board latency model to measurements from a board", args=[
     arg("measurements", metavar="MEASUREMENTS.jsonl",
-        help="measured calls: layer records (as in ../shared/calibration/) or tuning records from a board"),
+        help="measured calls: layer records (as in examples/pynq_conv2d_measured.jsonl) or tuning records from "
+             "a board"),
     arg("--config", default="pynq", metavar="NAME|PATH", help="the design that was measured (default: pynq)"),
     arg("--out", metavar="FILE.json", help="write the calibrated config here (loads like any preset)"),
     arg("--fit", type=_fit_keys, default=LATENCY_KEYS, metavar="KEY,KEY",
