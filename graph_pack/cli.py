@@ -16,6 +16,7 @@ from graph_pack.graph import Graph
 from graph_pack.pack import format_offload_report, graph_pack
 from graph_pack.quantize import MODES, quantize
 from graph_pack.reference import run_reference
+from graph_pack.schedule_log import read_schedules
 from vta.cli import _key_value, _load, arg, command, float_in, int_in, threads_arg
 from vta.device import SimDevice
 from vta.environment import Environment
@@ -167,6 +168,8 @@ def skip_conv_layers(values: list[int | None] | None) -> list[int]:
     arg("--fallback", choices=("warn", "error"), default="warn",
         help="a group the templates refuse: run it on the host and say so (warn, default) or stop (error)"),
     arg("--cpu", choices=CPU_BACKENDS, default="auto", help="host kernels (default auto: JIT if llvmlite)"),
+    arg("--log", metavar="FILE", help="a tuning log (vta tune --log): build each accelerator task with its best "
+                                      "record for this config; tasks without one keep the template's default"),
     threads_arg(),
     arg("--device", choices=("sim", "pynq"), default="sim",
         help="where the accelerator groups run: the simulator (default) or a Pynq board with a VTA bitstream "
@@ -196,6 +199,7 @@ def run_cmd(args: argparse.Namespace) -> int:
     """
     cfg = _load(args.config, args.sets)
     env = Environment(cfg)
+    schedules = read_schedules(args.log, cfg) if args.log else None   # a missing log fails before the work
     if args.device == "sim" and (args.board or args.bitstream):
         raise ValueError("--board and --bitstream apply to --device pynq")
     if args.rpc and args.device == "pynq":
@@ -222,7 +226,7 @@ def run_cmd(args: argparse.Namespace) -> int:
     packed = graph_pack(qgraph, env, start_name=args.start or start, stop_name=args.stop or stop)
     times["graph_pack"] = time.perf_counter() - t0
     t0 = time.perf_counter()
-    mod = build(packed, env, qparams, cpu=args.cpu, fallback="error" if args.fallback == "error" else "allow",
+    mod = build(packed, env, qparams, schedules, cpu=args.cpu, fallback="error" if args.fallback == "error" else "allow",
                 device=board if board is not None else _simulator(cfg, args.threads))
     times["build"] = time.perf_counter() - t0
     t0 = time.perf_counter()
@@ -233,6 +237,8 @@ def run_cmd(args: argparse.Namespace) -> int:
     where = f"the board {getattr(board, 'board', board)}" if board is not None else \
         f"the simulator: {sim.kernel_path} kernels, {sim.threads} GEMM thread(s)"
     print(f"{args.model} on {cfg.model} ({cfg.CLOCK_MHZ:g} MHz, {where}), batch {batch}, input {graph[data].shape}")
+    if schedules is not None:
+        print(schedules.summary())
     if args.report:
         print(format_offload_report(packed))
     for head, reason in mod.fallbacks.items():
@@ -249,7 +255,8 @@ def run_cmd(args: argparse.Namespace) -> int:
     if args.check:
         references = {"the numpy reference": run_reference(qgraph, qparams, {data: x})}
         if board is not None:   # the board against the simulator, bit for bit
-            sim_mod = build(packed, env, qparams, cpu=args.cpu, fallback="allow", device=_simulator(cfg, args.threads))
+            sim_mod = build(packed, env, qparams, schedules, cpu=args.cpu, fallback="allow",
+                            device=_simulator(cfg, args.threads))
             sim_mod.run(**{data: x})
             references["the simulator"] = sim_mod.get_output(0)
         differs = False

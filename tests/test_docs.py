@@ -196,6 +196,11 @@ SUBSTITUTIONS: dict[tuple[str, ...], tuple[tuple[str, ...], str]] = {
         (_argv("vta tune resnet-18 --log r18.jsonl") + SMALL_TUNE,
          SMALL_TUNE_WHY.format(n="64 (the default)") + "; the same sizes as README's run that wrote r18.jsonl, so "
          "this rerun must resume from the log"),
+    _argv("vta run resnet-18 --log r18.jsonl"):
+        (_argv("vta run resnet-18 --log r18.jsonl --image-size 32"),
+         "r18.jsonl was tuned on 32x32 inputs (above): the run takes the same size, whose tasks the log holds"),
+    _argv("vta tune resnet-18 --log r18.jsonl --fresh"):
+        (_argv("vta tune resnet-18 --log r18.jsonl --fresh") + SMALL_TUNE, SMALL_TUNE_WHY.format(n="64 (the default)")),
     _argv("python -m tuning.tune_conv2d --layers C2,C5 --n-trial 100"):
         (_argv("python -m tuning.tune_conv2d --layers C2,C5 --n-trial 2"), "100 trials on each of two layers"),
     _argv("python -m tuning.tune_alu --config sim --ops add,multiply"):
@@ -237,7 +242,8 @@ RUN_COMMANDS = [c for c in ALL_COMMANDS if runnable(c.argv) is not None]
 
 
 def output_files(argv: tuple[str, ...]) -> list[str]:
-    return [argv[i + 1] for i, a in enumerate(argv[:-1]) if a in ("--out", "--log", "--trace")]
+    written = ("--out", "--trace") if argv[:2] == ("vta", "run") else ("--out", "--log", "--trace")   # run reads a log
+    return [argv[i + 1] for i, a in enumerate(argv[:-1]) if a in written]
 
 
 # ------------------------------------------------------------------------------------------------------------
@@ -297,7 +303,7 @@ def options(argv: tuple[str, ...], name: str) -> list[str]:
 def positionals(argv: tuple[str, ...]) -> list[str]:
     """Arguments that are neither options nor option values (every option here takes one value, except the
     flags listed)."""
-    flags = {"--check", "--report", "--timing-only", "--json", "--no-layers", "--help", "--no-check"}
+    flags = {"--check", "--report", "--timing-only", "--json", "--no-layers", "--help", "--no-check", "--fresh"}
     out, skip = [], False
     for a in argv:
         if skip:
@@ -420,6 +426,9 @@ def check_run(cmd: DocCommand, out: str, work: Path) -> None:
         assert "check: output matches the numpy reference bit-exactly" in out
     if "--report" in argv:  # where every node runs, and why
         assert re.search(r"^node +op +where +why", out, re.MULTILINE) and " accelerator " in out
+    if "--log" in argv:  # every task tuned above has its best record applied
+        m = re.search(rf"^schedules: (\d+) of (\d+) task\(s\) from {re.escape(option(argv, '--log'))} ", out, re.MULTILINE)
+        assert m and m.group(1) == m.group(2) and int(m.group(1)) > 1, out[:1000]
 
 
 def log_of(out: str) -> str:
@@ -430,6 +439,13 @@ def log_of(out: str) -> str:
 
 def check_tune(cmd: DocCommand, out: str, work: Path) -> None:
     assert re.search(r"^ +# task +weight +default ms +best ms +speedup +trials$", out, re.MULTILINE), "no task table"
+    log = option(cmd.argv, "--log")
+    if "resume" in cmd.comment:   # what the log holds is said
+        assert re.search(rf"^resuming from \d+ records in {re.escape(log)}: ", out, re.MULTILINE), out[:1000]
+    if "--fresh" in cmd.argv:   # "the old log is moved aside, not deleted"
+        aside = sorted(work.glob(f"{Path(log).stem}.old-*{Path(log).suffix}"))
+        assert "resuming from" not in out
+        assert not aside or f"moved the earlier log {log} aside to {aside[-1].name}" in out, out[:1000]
     assert re.search(r"end-to-end simulated latency: untuned [\d,]+ cycles .* outputs identical", out), out[-500:]
     records = [json.loads(line) for line in (work / log_of(out)).read_text().splitlines()]
     assert records

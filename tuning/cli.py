@@ -4,10 +4,12 @@ from __future__ import annotations
 
 import argparse
 import contextlib
+import json
+import shlex
 from pathlib import Path
 
 from tuning.network import tune_network
-from tuning.records import check_log_path
+from tuning.records import check_log_path, move_aside
 from tuning.rpc_runner import RUNNER_FLAGS, runner_from_flags
 from tuning.tune import STRATEGIES
 from tuning.tuners import TUNERS
@@ -22,12 +24,19 @@ TRIALS = int_in(1, 10_000_000, "a trial count")
     arg("--set", dest="sets", action="append", type=_key_value, metavar="KEY=VALUE",
         help="override a config key (repeatable)"),
     arg("--tuner", choices=TUNERS, default="xgb", help="search strategy (default xgb)"),
-    arg("--n-trial", type=TRIALS, default=64, help="trials per task (default 64)"),
-    arg("--total-trials", type=TRIALS, default=None, help="trials shared by all tasks (gradient strategy)"),
+    arg("--n-trial", type=TRIALS, default=64,
+        help="trials per task, as AutoTVM's n_trial (default 64): --strategy sequential gives each task N; gradient "
+             "shares N x tasks among them, spending where the network gains most (a task may get more or fewer). "
+             "This tuner's trials in --log count; another tuner's are reused as results, not counted"),
+    arg("--total-trials", type=TRIALS, default=None,
+        help="with --strategy gradient: the trials shared by all tasks instead of N x tasks"),
     arg("--strategy", choices=STRATEGIES, default="gradient",
         help="gradient: spend trials where the network gains most (default); sequential: task by task"),
-    arg("--log", default=None, help="JSON-lines record log (default: <model>.<config>.tune.jsonl); rerunning "
-        "the same command resumes from it"),
+    arg("--log", default=None, help="JSON-lines record log (default: <model>.<config>.tune.jsonl); a log that "
+        "exists is resumed: what it holds is said, nothing in it is measured again, and tuning continues to the "
+        "budget; use it with vta run MODEL --log FILE"),
+    arg("--fresh", action="store_true", help="start a new log: an existing --log is moved aside to "
+        "<name>.old-<n>.jsonl first (never deleted)"),
     arg("--ops", default=None, help="comma-separated templates to tune (default: all), e.g. conv2d,dense"),
     arg("--timing-only", action="store_true", help="skip the data (cycles only, faster; no output check)"),
     arg("--no-check", dest="check", action="store_false", help="do not compare outputs with numpy"),
@@ -44,7 +53,13 @@ def tune_cmd(args: argparse.Namespace) -> int:
     cfg = _load(args.config, args.sets)
     log = args.log or f"{Path(args.model).stem}.{cfg.TARGET}.tune.jsonl"
     check_log_path(log, "--log")
+    if args.total_trials is not None and args.strategy != "gradient":
+        raise ValueError("--total-trials applies to --strategy gradient; sequential tunes each task --n-trial times")
     ops = tuple(args.ops.split(",")) if args.ops else None
+    if args.fresh:
+        aside = move_aside(log)
+        if aside is not None:
+            print(f"--fresh: moved the earlier log {log} aside to {aside}; starting a new log")
     remote = args.rpc or args.dask
     with runner_from_flags(args, check=args.check, timing_only=args.timing_only, n_parallel=args.parallel) \
             if remote else contextlib.nullcontext() as runner:
@@ -55,5 +70,8 @@ def tune_cmd(args: argparse.Namespace) -> int:
     if args.rpc:
         print(f"boards: {', '.join(f'{b} ({n} trials)' for b, n in sorted(runner.boards_used.items()))}"
               + (f"; trials lost with a board: {dict(runner.board_failures)}" if runner.board_failures else ""))
-    print(f"records: {log} (graph_pack.build(..., schedules=tuning.load_best({log!r}, env)))")
+    same = [*(["--config", args.config] if args.config else []), *(f"--set={k}={v if isinstance(v, str) else json.dumps(v)}" for k, v in args.sets or []),
+            *(["--image-size", str(args.image_size)] if args.image_size else [])]
+    print(f"records: {log} (run with them: {shlex.join(['vta', 'run', args.model, *same, '--log', log])}; "
+          f"in Python: graph_pack.build(..., schedules=tuning.load_best({log!r}, env)))")
     return 0

@@ -1,7 +1,8 @@
 """Tuning records: an append-only JSON-lines log, one measured config per line.
 
-Each line holds the workload key, the op, the config, the result (cycles, simulated latency, error,
-whether the output was checked), the hardware config's fingerprint, the template version and the time.
+Each line holds the workload key, the op, the config, the result (cycles, board latency, error, whether the
+output was checked, the device that measured it), the hardware config's fingerprint, the template version, the
+time and the tuner that proposed the config (``tuner``; absent in logs written before it existed).
 Lines are appended and fsync'ed per batch, so a killed run loses at most the batch in flight; a truncated
 last line is skipped with a warning. Records made for another hardware config or template version are
 never applied silently: ``load_best`` skips them and says how many it skipped.
@@ -45,6 +46,7 @@ class Record:
     template: str = TEMPLATE_VERSION
     time: float = 0.0
     version: int = FORMAT_VERSION
+    tuner: str = ""               # the tuner that proposed it ("" in older logs, and for records made by hand)
 
     @property
     def ok(self) -> bool:
@@ -65,10 +67,11 @@ class Record:
         return json.dumps(asdict(self), sort_keys=True, separators=(",", ":"))
 
 
-def make_record(task: Task, result: MeasureResult) -> Record:
+def make_record(task: Task, result: MeasureResult, tuner: str = "") -> Record:
     res = result.to_dict()
     res.pop("config")
-    return Record(task.key, task.op, _plain(result.config), res, task.cfg.fingerprint, TEMPLATE_VERSION, time.time())
+    return Record(task.key, task.op, _plain(result.config), res, task.cfg.fingerprint, TEMPLATE_VERSION, time.time(),
+                  tuner=tuner)
 
 
 def _plain(config: dict) -> dict:
@@ -94,6 +97,8 @@ def _check_schema(obj: dict) -> None:
             raise ValueError(f"{name} must be a string, got {type(obj[name]).__name__}")  # noqa: TRY004 - a bad line
     if not _is_number(obj["time"]):
         raise ValueError("time must be a finite number")
+    if not isinstance(obj.get("tuner", ""), str):
+        raise ValueError("tuner must be a string")  # noqa: TRY004 - a bad line is a ValueError for the reader
     if "version" in obj and obj["version"] != FORMAT_VERSION:
         raise ValueError(f"format version {obj['version']!r}; this reader knows version {FORMAT_VERSION}")
     config, result = obj["config"], obj["result"]
@@ -130,7 +135,7 @@ def parse_line(line: str) -> Record:
     if missing:
         raise ValueError(f"missing field(s) {missing}")
     _check_schema(obj)
-    return Record(**{k: obj[k] for k in (*FIELDS, "version") if k in obj})
+    return Record(**{k: obj[k] for k in (*FIELDS, "version", "tuner") if k in obj})
 
 
 def _lines(f) -> Iterable[tuple[int, str | None]]:
@@ -169,6 +174,23 @@ def check_log_path(path: str | os.PathLike, what: str = "record log") -> None:
         if b"\0" in head or (head and not head.lstrip().startswith(b"{")):
             raise ValueError(f"{what} {p}: not a JSON-lines record log (it does not start with a JSON object); "
                              "give a new file or an existing .jsonl log")
+
+
+def move_aside(path: str | os.PathLike) -> Path | None:
+    """Rename the log at ``path`` to the first free ``<stem>.old-<n><suffix>`` beside it (never over a file) and
+    return the new path; None when there is no log. Nothing is deleted: a fresh start keeps the old records."""
+    p = Path(path)
+    if not p.is_file():
+        return None
+    for n in range(1, 10_000):
+        aside = p.with_name(f"{p.stem}.old-{n}{p.suffix}")
+        try:
+            os.link(p, aside)   # fails if the name exists: never replaces a file
+        except FileExistsError:
+            continue
+        os.unlink(p)
+        return aside
+    raise ValueError(f"{p}: 9999 logs are already set aside beside it; move some away")
 
 
 class RecordLog:

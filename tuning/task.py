@@ -15,12 +15,13 @@ from typing import Any
 from graph_pack.build import workload_key
 from graph_pack.graph import Graph
 from graph_pack.pack import group_workload
+from graph_pack.schedule_log import workload_name
 from hw_config import HwConfig
 from vta.environment import config_of
 from vta.space import ConfigSpace, KnobError
-from vta.templates import CompiledOp, Template, compile_template, template_of
+from vta.templates import TEMPLATE_VERSION, CompiledOp, Template, compile_template, template_of
 
-TEMPLATE_VERSION = "1"   # bump when a template's emitted program changes for the same config
+__all__ = ["TEMPLATE_VERSION", "Task", "alu_task", "conv_task", "extract_tasks"]   # TEMPLATE_VERSION: vta.templates'
 CONV_WORKLOAD_ARGS = ("data_shape", "kernel_shape", "strides", "padding", "groups")
 
 
@@ -43,14 +44,7 @@ class Task:
 
     @property
     def name(self) -> str:
-        w = self.workload
-        shape = "x".join(map(str, w["data_shape"]))
-        if "kernel_shape" in w:
-            kernel = "x".join(map(str, w["kernel_shape"]))
-            extra = "".join(f"_{k[0]}{'x'.join(map(str, w[k])) if isinstance(w[k], (list, tuple)) else w[k]}"
-                            for k in ("strides", "padding") if k in w)
-            return f"{self.op}_{shape}_{kernel}{extra}"
-        return f"{self.op}_{shape}{'_tensor' if w.get('tensor_rhs') else ''}"
+        return workload_name(self.workload)
 
     # ---- compiling ----
     @cached_property

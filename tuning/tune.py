@@ -4,6 +4,12 @@ next batch where it is expected to cut the network's latency most (weights x lat
 Progress is printed as AutoTVM does, ``[Task  1/10]  Current/Best:  x/ y GFLOPS | Progress: (n/N) | t s``,
 followed by a summary table (per task: default vs best latency, trials) and the end-to-end latency
 estimate before and after.
+
+Budgets: ``n_trial`` is per task, as AutoTVM's: the sequential strategy gives each task ``n_trial`` trials, the
+gradient scheduler shares ``n_trial`` x tasks (or ``total_trials``) among them, spending where the network gains
+most. A log's records of these tasks are read first and said so (``resuming from N records in LOG``): the
+configs there are never measured again, the trials of this tuner (or of records that name none) count toward
+its budget, and another tuner's count as known results, not as this tuner's trials.
 """
 
 from __future__ import annotations
@@ -11,6 +17,7 @@ from __future__ import annotations
 import os
 import sys
 import time
+from collections import Counter
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 from typing import TextIO
@@ -40,7 +47,13 @@ class TaskState:
 
     @property
     def trials(self) -> int:
-        return self.tuner.trials
+        """The trials that count toward this run's budget (``Tuner.budget_used``)."""
+        return self.tuner.budget_used
+
+    @property
+    def earlier(self) -> int:
+        """The configs another tuner measured, read from the log."""
+        return self.tuner.earlier
 
 
 def _seconds(cost: float | None, task: Task) -> float:
@@ -51,6 +64,31 @@ def _seconds(cost: float | None, task: Task) -> float:
 def resume(tuner: Tuner, log: str | os.PathLike | None) -> int:
     """Feed the task's finished trials in ``log`` to ``tuner``; returns how many."""
     return tuner.feed_records(load_records(log, task=tuner.task)) if log is not None else 0
+
+
+def resume_line(tuners: Sequence[Tuner], log: str | os.PathLike, per_task: int | None, total: int) -> str:
+    """What a log holds for these tasks and what this run does with it: ``resuming from N records in LOG: ...``.
+    ``per_task``: each task's budget (sequential), else ``total`` is shared by all tasks."""
+    keys = {(t.task.key, t.task.cfg.fingerprint) for t in tuners}
+    records = [r for r in load_records(log, template=None) if (r.workload, r.hw) in keys]
+    by = Counter(r.tuner or "an unnamed tuner" for r in records)
+    name = tuners[0].name
+    measured = sum(1 for t in tuners if t.trials)
+    used = sum(t.budget_used for t in tuners)
+    line = (f"resuming from {len(records)} records in {log}: {measured} of {len(tuners)} tasks measured before ("
+            + ", ".join(f"{n} by {who}" for who, n in by.most_common()) + "; no config is measured twice); ")
+    if per_task is not None:
+        left = sum(max(0, per_task - t.budget_used) for t in tuners)
+        line += f"{name} tunes each task to {per_task} trials of its own ({used} done, {left} to go)"
+    else:
+        left = max(0, total - used)
+        line += f"{name} shares {total} trials among the tasks ({used} done, {left} to go)"
+    if any(t.earlier for t in tuners):
+        line += f"; trials of other tuners are known results, not {name}'s"
+    if not left:
+        line += ("; nothing left to measure: raise the budget to measure more (vta tune --n-trial), or start a new "
+                 "log (vta tune --fresh)")
+    return line
 
 
 def run_batch(tuner: Tuner, runner, n: int, log: str | os.PathLike | None) -> tuple[list[dict], list[MeasureResult]]:
@@ -113,7 +151,8 @@ class TuneSummary:
             cycles = s.tuner.best_cycles if s.best_s < s.default_s else s.default_cycles
             lines.append(f"{i:3d} {s.task.name[:54]:54} {s.task.weight:6d} {s.default_s * 1e3:11.3f} "
                          f"{best * 1e3:9.3f} {s.default_s / best if best else 0:7.2f}x {s.trials:7d}   "
-                         f"{cycles or 0:,} cycles")
+                         f"{cycles or 0:,} cycles" + (f"; +{s.earlier} by another tuner, from the log"
+                                                      if s.earlier else ""))
         before, after = self.latency_before_s, self.latency_after_s
         lines.append(f"end-to-end (tuned layers, weighted): {before * 1e3:.3f} ms -> {after * 1e3:.3f} ms "
                      f"({before / after if after else 0:.2f}x), board time (the config's board model, or measured)")
@@ -135,13 +174,18 @@ def tune_tasks(tasks: Sequence[Task], *, tuner: str = "xgb", n_trial: int = 200,
     runner = runner or LocalRunner()
     out = out if out is not None else sys.stdout
     states = []
-    for i, task in enumerate(tasks):
-        t = make_tuner(tuner, task, seed=seed + i)
+    tuners = [make_tuner(tuner, task, seed=seed + i) for i, task in enumerate(tasks)]
+    for t in tuners:
         if transfer and log is not None and hasattr(t, "load_history"):
-            others = [r for r in load_records(log, cfg=task.cfg) if r.workload != task.key]
+            others = [r for r in load_records(log, cfg=t.task.cfg) if r.workload != t.task.key]
             if others:
                 t.load_history(others)
         resume(t, log)
+    if log is not None and any(t.trials for t in tuners):
+        out.write(resume_line(tuners, log, n_trial if strategy == "sequential" else None,
+                              total_trials or n_trial * len(tasks)) + "\n")
+    for t in tuners:
+        task = t.task
         default = t.measure_default(runner, log)
         if default is None or not t.cost(default):
             raise RuntimeError(f"{task.name}: the template's default config failed to run")

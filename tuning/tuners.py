@@ -3,7 +3,10 @@
 Every tuner proposes only configs the task accepts (``task.check`` is None): invalid configs are marked
 visited without being measured (VTA's AutoTVM tuners spent trials on configs that could not run), and no
 config is proposed twice. ``tune`` resumes from a record log: the configs measured before a kill count as
-trials and are never measured again. All tuners are deterministic for a seed.
+trials and are never measured again. Records name the tuner that proposed them: records of another tuner in the
+log are results this one knows (never measured again, and its best may be among them) but not its own trials,
+so a tuner resuming another's log still measures its own budget (``earlier`` counts them). All tuners are
+deterministic for a seed.
 
 - ``RandomTuner``: uniform without replacement.
 - ``GridSearchTuner``: the space in index order.
@@ -70,6 +73,8 @@ class Tuner:
     may override ``_observe`` to learn from results.
     """
 
+    name = ""   # the name make_tuner knows it by (written into the records it makes)
+
     def __init__(self, task: Task, seed: int = 0):
         self.task = task
         self.seed = seed
@@ -77,6 +82,7 @@ class Tuner:
         self.rng = np.random.default_rng(seed)
         self.visited: set[int] = set()     # measured, or refused by task.check
         self.trials = 0                    # configs measured (including failures and resumed ones)
+        self.earlier = 0                   # of those, fed from records another tuner made (not this one's trials)
         self.best_config: dict | None = None
         self.best_cycles: int | None = None      # the accelerator cycles of the best config
         self.best_cost: float | None = None      # its objective (cost_cycles: board time in clock cycles)
@@ -211,10 +217,19 @@ class Tuner:
         mine = [r for r in records if r.workload == self.task.key and r.hw == self.task.cfg.fingerprint]
         self.feed_records(mine)
 
+    @property
+    def budget_used(self) -> int:
+        """Trials that count toward this tuner's budget: its own, and those of records that name no tuner (a
+        log written before records named one)."""
+        return self.trials - self.earlier
+
     def feed_records(self, records: Sequence[Record]) -> int:
         """Feed this task's records to ``update``; records whose config is not a valid point of the space
-        (unknown knobs, values not allowed, refused by the template) are skipped with a RecordWarning."""
+        (unknown knobs, values not allowed, refused by the template) are skipped with a RecordWarning. Records
+        another tuner made count in ``earlier``."""
         configs, results, bad = [], [], []
+        seen: set[int] = set()
+        others: set[int] = set()   # configs first seen in another tuner's record
         for rec in records:
             try:
                 config = self.space[self.space.index_of(rec.config)]
@@ -225,21 +240,27 @@ class Tuner:
             except (KnobError, TypeError, ValueError) as e:
                 bad.append(str(e))
                 continue
+            index = self.space.index_of(config)
+            if index not in seen and rec.tuner and rec.tuner != self.name:
+                others.add(index)
+            seen.add(index)
             configs.append(config)
             results.append(result)
         if bad:
             warnings.warn(f"{self.task.name}: skipped {len(bad)} record(s) whose config is not in this "
                           f"task's space: {'; '.join(bad[:2])}" + (" ..." if len(bad) > 2 else ""),
                           RecordWarning, stacklevel=3)
-        before = self.trials
+        before, visited = self.trials, set(self.visited)
         if configs:
             self.update(configs, results)
+        self.earlier += len(others - visited)
         return self.trials - before
 
     def tune(self, n_trial: int, runner, *, batch_size: int = 16, early_stopping: int | None = None,
              log: str | os.PathLike | None = None, callbacks: Sequence[Callback] = (),
              resume: bool = True, measure_default: bool = True) -> TuneResult:
-        """Measure until ``n_trial`` trials (resumed ones included), the space is exhausted, or
+        """Measure until ``n_trial`` trials (``budget_used``: resumed ones included, except another tuner's),
+        the space is exhausted, or
         ``early_stopping`` trials without improvement. With ``log``, this task's records there are
         loaded first (a killed run resumes without measuring anything twice) and every batch is
         appended (fsync'ed). The default config is measured first (a trial, logged) for ``default_cycles``,
@@ -253,15 +274,15 @@ class Tuner:
             self.feed_records(load_records(log, task=self.task))
 
         default = self.space[self.space.index_of(self.task.default_config)]
-        if measure_default and self.trials < n_trial:
+        if measure_default and self.budget_used < n_trial:
             self.measure_default(runner, log)
         default_result = self.result_of(default)
         default_cost = self.cost(default_result) if default_result is not None else 0.0
         default_cycles = int(default_result.cycles) if default_cost else None
-        while self.trials < n_trial and self.has_next():
+        while self.budget_used < n_trial and self.has_next():
             if early_stopping is not None and self.trials - self.best_trial >= early_stopping:
                 break
-            configs = self.next_batch(min(batch_size, n_trial - self.trials))
+            configs = self.next_batch(min(batch_size, n_trial - self.budget_used))
             if not configs:
                 break
             self.measure(runner, configs, log, callbacks)
@@ -274,7 +295,7 @@ class Tuner:
         results = list(runner.measure(self.task, configs))
         self.update(configs, results)
         if log is not None:
-            RecordLog(log).append([make_record(self.task, r) for r in results])
+            RecordLog(log).append([make_record(self.task, r, self.name) for r in results])
         for cb in callbacks:
             cb(self, configs, results)
         return results
@@ -325,6 +346,8 @@ def _result_of(config: dict, result: dict) -> MeasureResult:
 class RandomTuner(Tuner):
     """Uniform sampling without replacement (a seeded permutation of the space)."""
 
+    name = "random"
+
     def __init__(self, task: Task, seed: int = 0):
         super().__init__(task, seed)
         self._order: np.ndarray | None = None
@@ -343,6 +366,8 @@ class RandomTuner(Tuner):
 
 class GridSearchTuner(Tuner):
     """The space in index order (the last knob varies fastest)."""
+
+    name = "gridsearch"
 
     def __init__(self, task: Task, seed: int = 0):
         super().__init__(task, seed)
@@ -366,6 +391,8 @@ class GATuner(Tuner):
     ``mutation_prob``. The elites are never lost. The defaults suit VTA's spaces (hundreds to a few
     thousand valid configs): AutoTVM's pop_size=100 with plain throughput-proportional selection needed
     about 2x (1-3x) more trials to reach the optimum on ResNet-18's C2-C11 layers."""
+
+    name = "ga"
 
     def __init__(self, task: Task, seed: int = 0, pop_size: int = 32, elite_num: int = 3,
                  mutation_prob: float = 0.1, selection_power: float = 8.0):
@@ -465,6 +492,8 @@ class XGBTuner(Tuner):
     of best cycles / cycles with XGBoost's pairwise ranking, one query group per task. ``load_history``
     adds other tasks' records (transfer learning). Deterministic for a seed (nthread=1, seeded xgboost).
     """
+
+    name = "xgb"
 
     def __init__(self, task: Task, seed: int = 0, loss_type: str = "reg", plan_size: int = 64,
                  n_warmup: int = 0, epsilon: float = 0.05, num_boost_round: int = 60, max_depth: int = 4,
@@ -676,4 +705,6 @@ def make_tuner(name: str, task: Task, seed: int = 0, **kwargs) -> Tuner:
     }
     if name not in factories:
         raise ValueError(f"unknown tuner {name!r}; allowed: {', '.join(TUNERS)}")
-    return factories[name](task, seed=seed, **kwargs)
+    tuner = factories[name](task, seed=seed, **kwargs)
+    tuner.name = name
+    return tuner

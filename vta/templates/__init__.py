@@ -19,6 +19,9 @@ from vta.templates.base import (
 
 CONV_OPS = conv.ConvTemplate.ops
 ALU_OPS = alu.AluTemplate.ops
+# the version of the templates' programs, written into tuning records: bump when a template's emitted program
+# changes for the same config, so records measured on the old programs are never applied to the new ones
+TEMPLATE_VERSION = "1"
 
-__all__ = ["ALU_OPS", "CONV_OPS", "TEMPLATES", "CompiledOp", "Template", "compile_op", "compile_template",
-           "random_inputs", "register", "registered", "template_of"]
+__all__ = ["ALU_OPS", "CONV_OPS", "TEMPLATES", "TEMPLATE_VERSION", "CompiledOp", "Template", "compile_op",
+           "compile_template", "random_inputs", "register", "registered", "template_of"]

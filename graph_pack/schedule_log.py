@@ -1,0 +1,143 @@
+"""A tuning log applied at build: the best record per task, as AutoTVM's ``apply_history_best`` (``vta run
+MODEL --log FILE``).
+
+The tuning layer writes the log and holds its full reader (``tuning.records``, whose ``load_best`` gives the same
+schedules; a test checks that they agree). This layer sits below tuning and reads only what build needs from the
+JSON-lines format: per workload key, the fastest successful record (board latency, else cycles) made for this
+hardware config and template version whose config the workload's template accepts. ``LoggedSchedules`` is the
+``schedules`` argument of ``build`` (a function of the workload) and remembers which workloads build asked for,
+so the ones without a record can be named.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+import os
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from graph_pack.build import workload_key
+from hw_config import HwConfig
+from vta.templates import TEMPLATE_VERSION, template_of
+
+MAX_LINE_BYTES = 64 << 10   # as tuning.records: a record is a few hundred bytes
+
+
+def workload_name(workload: dict[str, Any]) -> str:
+    """A task's short name, e.g. ``conv2d_1x64x56x56_64x64x3x3_s1x1_p1x1`` (tuning's task names)."""
+    w = workload
+    shape = "x".join(map(str, w["data_shape"]))
+    if "kernel_shape" in w:
+        kernel = "x".join(map(str, w["kernel_shape"]))
+        extra = "".join(f"_{k[0]}{'x'.join(map(str, w[k])) if isinstance(w[k], (list, tuple)) else w[k]}"
+                        for k in ("strides", "padding") if k in w)
+        return f"{w['op']}_{shape}_{kernel}{extra}"
+    return f"{w['op']}_{shape}{'_tensor' if w.get('tensor_rhs') else ''}"
+
+
+def _number(v: Any) -> bool:
+    return isinstance(v, (int, float)) and not isinstance(v, bool) and math.isfinite(v)
+
+
+def record_rank(result: dict[str, Any]) -> tuple[int, float] | None:
+    """The objective of a record's result for ordering (board latency where the record has one, else cycles),
+    or None for a failed or malformed result."""
+    cycles, latency = result.get("cycles", 0), result.get("latency_s", 0.0)
+    if result.get("error") is not None or not isinstance(cycles, int) or isinstance(cycles, bool) or cycles <= 0:
+        return None
+    if not _number(latency) or latency < 0:
+        return None
+    return (0, float(latency)) if latency > 0 else (1, float(cycles))
+
+
+@dataclass
+class LoggedSchedules:
+    """The schedules of a log for one hardware config; call it with a workload (``build(..., schedules=it)``)."""
+
+    path: str
+    cfg: HwConfig
+    candidates: dict[str, list[dict]] = field(default_factory=dict)   # key -> configs, fastest first
+    records: int = 0       # successful records of this config and template version
+    foreign: int = 0       # records of another hardware config or template version
+    unreadable: int = 0    # lines that are not records
+    refused: int = 0       # records whose config the template refuses (a later one is taken)
+    asked: dict[str, dict] = field(default_factory=dict)      # every workload build asked about
+    applied: dict[str, dict] = field(default_factory=dict)    # key -> the config used
+
+    def __call__(self, workload: dict[str, Any]) -> dict | None:
+        key = workload_key(workload)
+        self.asked.setdefault(key, workload)
+        if key not in self.applied:
+            for config in self.candidates.get(key, []):
+                if _accepts(workload, config, self.cfg):
+                    self.applied[key] = config
+                    break
+                self.refused += 1
+            else:
+                return None
+        return self.applied[key]
+
+    def missing(self) -> list[str]:
+        """The names of the workloads build asked about that the log has no usable record for."""
+        return [workload_name(w) for k, w in self.asked.items() if k not in self.applied]
+
+    def summary(self) -> str:
+        """One line: how many tasks got a schedule from the log, and which kept their default."""
+        missing = self.missing()
+        line = (f"schedules: {len(self.applied)} of {len(self.asked)} task(s) from {self.path} (the best of "
+                f"{self.records} record(s) for {self.cfg.model})")
+        skipped = [f"{n} {what}" for n, what in ((self.foreign, "of another config or template version"),
+                                                  (self.unreadable, "unreadable"),
+                                                  (self.refused, "refused by the template")) if n]
+        if skipped:
+            line += "; records skipped: " + ", ".join(skipped)
+        if missing:
+            line += f"; no record for {len(missing)}, which keep the template's default: " + ", ".join(missing)
+        return line
+
+
+def _accepts(workload: dict[str, Any], config: dict, cfg: HwConfig) -> bool:
+    """Whether the workload's template takes ``config`` (checked without emitting anything)."""
+    try:
+        template = template_of(workload["op"]).from_task_workload(workload, cfg)
+        return template.check(template.space().normalize(config)) is None
+    except (ValueError, TypeError, KeyError):   # KnobError and ScheduleError are ValueErrors
+        return False
+
+
+def read_schedules(path: str | os.PathLike, cfg: HwConfig) -> LoggedSchedules:
+    """The best schedules of the log at ``path`` for ``cfg`` (FileNotFoundError naming it when absent)."""
+    p = Path(path)
+    if not p.is_file():
+        raise FileNotFoundError(f"--log {path}: no such tuning log")
+    out = LoggedSchedules(str(path), cfg)
+    ranked: dict[str, list[tuple[tuple[int, float], dict]]] = {}
+    with open(p, encoding="utf-8", errors="replace") as f:
+        while line := f.readline(MAX_LINE_BYTES + 1):
+            if len(line) > MAX_LINE_BYTES:
+                out.unreadable += 1
+                while line and not line.endswith("\n"):   # the rest of a long line, in bounded pieces
+                    line = f.readline(MAX_LINE_BYTES)
+                continue
+            if not line.strip():
+                continue
+            try:
+                rec = json.loads(line)
+            except (ValueError, RecursionError):
+                out.unreadable += 1
+                continue
+            if not (isinstance(rec, dict) and isinstance(rec.get("workload"), str) and isinstance(rec.get("config"), dict)
+                    and isinstance(rec.get("result"), dict)):
+                out.unreadable += 1
+                continue
+            if rec.get("hw") != cfg.fingerprint or rec.get("template") != TEMPLATE_VERSION:
+                out.foreign += 1
+                continue
+            rank = record_rank(rec["result"])
+            if rank is not None:
+                out.records += 1
+                ranked.setdefault(rec["workload"], []).append((rank, rec["config"]))
+    out.candidates = {key: [c for _, c in sorted(rs, key=lambda rc: rc[0])] for key, rs in ranked.items()}
+    return out
