@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from collections.abc import Iterable
+
 from amaranth import Module, Mux, Value
 from amaranth.lib import wiring
 from amaranth.lib.wiring import In, Out
@@ -10,11 +12,13 @@ from hw_config.isa_rules import SHIFT_MAX
 from hw_config.layout import ALU_OPCODE_BITS, ALU_OPCODES
 
 
-def alu_lane(op: Value, a: Value, b: Value, width: int) -> Value:
+def alu_lane(op: Value, a: Value, b: Value, width: int, opcodes: Iterable[str] = ALU_OPCODES) -> Value:
     """One lane of ALU ``op`` on signed ``width``-bit ``a`` (acc[dst]) and ``b`` (acc[src] or the immediate).
 
     MIN/MAX compare signed; ADD and MUL keep the low ``width`` bits; SHR shifts right arithmetically by
-    min(b, SHIFT_MAX) when b >= 0 and left by min(-b, SHIFT_MAX) when b < 0. Undefined opcodes leave ``a``.
+    min(b, SHIFT_MAX) when b >= 0 and left by min(-b, SHIFT_MAX) when b < 0. Only the ``opcodes`` named
+    (the config's capability set) are built; any other opcode leaves ``a``, as VTA's HLS ALU writes the
+    destination row back unchanged for an opcode it lacks (MUL).
     """
     a, b = a.as_signed(), b.as_signed()
     amount_bits = SHIFT_MAX.bit_length()
@@ -22,9 +26,10 @@ def alu_lane(op: Value, a: Value, b: Value, width: int) -> Value:
     left = Mux(b < -SHIFT_MAX, SHIFT_MAX, (-b)[:amount_bits])
     shifted = Mux(b < 0, (a << left)[:width], (a >> right)[:width])
     result = a[:width]
-    for name, value in (("MIN", Mux(a < b, a, b)), ("MAX", Mux(a > b, a, b)), ("ADD", (a + b)[:width]),
-                        ("SHR", shifted), ("MUL", (a * b)[:width])):
-        result = Mux(op == ALU_OPCODES[name], value[:width], result)
+    values = {"MIN": lambda: Mux(a < b, a, b), "MAX": lambda: Mux(a > b, a, b), "ADD": lambda: (a + b)[:width],
+              "SHR": lambda: shifted, "MUL": lambda: (a * b)[:width]}
+    for name in sorted(set(opcodes), key=ALU_OPCODES.get):
+        result = Mux(op == ALU_OPCODES[name], values[name]()[:width], result)
     return result.as_signed()
 
 

@@ -12,7 +12,7 @@ and the control registers.
 
 from __future__ import annotations
 
-from amaranth import Module, Signal
+from amaranth import Cat, Module, Signal
 from amaranth.lib import memory, wiring
 from amaranth.lib.wiring import In, Out
 
@@ -23,15 +23,21 @@ from hardware.modules import ComputeModule, LoadModule, StoreModule
 from hardware.params import REG_DATA_BITS, RtlParams
 from hardware.token_queue import TokenQueue
 from hw_config import HwConfig
-from hw_config.isa_rules import QUEUE_BETWEEN, QUEUES
+from hw_config.isa_rules import MODULES, QUEUE_BETWEEN, QUEUES
 
-# The DRAM clients, in arbiter order (a lower number wins when the port is free).
+# The DRAM clients, in the arbiter's round-robin order.
 DRAM_CLIENTS = ("store", "compute.acc", "compute.acc8", "compute.uop", "load.inp", "load.wgt", "fetch")
 
 
+# The ``events`` port's bits, two per module in MODULES order: it started an instruction (its tokens popped),
+# it finished one (its tokens pushed). For traces; nothing in the design reads them.
+EVENT_BITS = 2 * len(MODULES)
+
+
 def core_signature(p: RtlParams) -> wiring.Signature:
-    """The top level's ports: a DRAM master port and the host's register bus."""
-    return wiring.Signature({"mem": Out(dram_port(p.bus_bits)), "reg": In(reg_bus(p.reg_addr_bits))})
+    """The top level's ports: a DRAM master port, the host's register bus and the trace events."""
+    return wiring.Signature({"mem": Out(dram_port(p.bus_bits)), "reg": In(reg_bus(p.reg_addr_bits)),
+                             "events": Out(EVENT_BITS)})
 
 
 class VTACore(wiring.Component):
@@ -45,13 +51,14 @@ class VTACore(wiring.Component):
         m = Module()
         p = self.p
         cfg = p.cfg
-        m.submodules.fetch = fetch = Fetch(p.fmt("mem"), p.bus_bits)
+        m.submodules.fetch = fetch = Fetch(p.fmt("mem"), p.bus_bits, p.outstanding)
         m.submodules.load = load = LoadModule(p)
         m.submodules.compute = compute = ComputeModule(p)
         m.submodules.store = store = StoreModule(p)
         modules = {"load": load, "compute": compute, "store": store}
         for name, mod in modules.items():
             wiring.connect(m, getattr(fetch, name), mod.insn)
+        m.d.comb += self.events.eq(Cat(*[Cat(modules[name].issued, modules[name].retired) for name in MODULES]))
 
         # token queues: (producer, consumer) -> queue
         clear = Signal()
@@ -73,8 +80,7 @@ class VTACore(wiring.Component):
         ports = [(load.inp_wr, inp_w), (load.wgt_wr, wgt_w), (compute.uop_wr, uop_w), (compute.acc_wr, acc_w),
                  (compute.uop_rd, mems["uop"].read_port()), (compute.inp_rd, mems["inp"].read_port()),
                  (compute.wgt_rd, mems["wgt"].read_port()),
-                 (compute.acc_dst, mems["acc"].read_port(transparent_for=(acc_w,))),
-                 (compute.acc_src, mems["acc"].read_port(transparent_for=(acc_w,))),
+                 (compute.acc_rd, mems["acc"].read_port(transparent_for=(acc_w,))),
                  (store.acc_rd, mems["acc"].read_port())]
         for ours, port in ports:
             m.d.comb += [port.addr.eq(ours.addr), port.en.eq(ours.en)]
@@ -88,7 +94,7 @@ class VTACore(wiring.Component):
         clients = {"store": store.mem, "compute.acc": compute.mem_acc, "compute.acc8": compute.mem_acc8,
                    "compute.uop": compute.mem_uop, "load.inp": load.mem_inp, "load.wgt": load.mem_wgt,
                    "fetch": fetch.mem}
-        m.submodules.arbiter = arb = Arbiter(len(DRAM_CLIENTS), p.bus_bits)
+        m.submodules.arbiter = arb = Arbiter(len(DRAM_CLIENTS), p.bus_bits, 2 * p.outstanding)
         for i, name in enumerate(DRAM_CLIENTS):
             wiring.connect(m, clients[name], getattr(arb, f"client{i}"))
         wiring.connect(m, arb.mem, wiring.flipped(self.mem))

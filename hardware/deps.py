@@ -18,18 +18,25 @@ def token_members(module: str) -> dict[str, Out]:
     return out
 
 
-def tokens(m: Module, component, module: str, flags: dict[str, Value], action: str) -> Value:
-    """Drive the ``action`` ("pop" or "push") token ports of ``component`` for the instruction's ``flags``
-    (flag name -> 1-bit value; flags without a queue in ``module`` are ignored, as VTA's hardware does).
-    Returns a value that is 1 when every needed token moves this cycle (all at once, never some of them).
-    Call it inside the FSM state that waits for the tokens."""
-    needed = []
-    for flag, queue in DEP_QUEUES[module].items():
-        if queue is not None and flag.startswith(action):
-            needed.append((flags[flag], getattr(component, f"{action}_{queue}")))
-    ok = Const(1)
-    for want, port in needed:
-        ok = ok & (~want | port.ready)
-    for want, port in needed:
-        m.d.comb += port.valid.eq(want & ok)
-    return ok
+class Tokens:
+    """The token moves one instruction's ``flags`` ask of ``module`` for one ``action`` ("pop" or "push");
+    flags without a queue in ``module`` are ignored, as VTA's hardware does."""
+
+    def __init__(self, component, module: str, flags: dict[str, Value], action: str):
+        self.needed = [(flags[flag], getattr(component, f"{action}_{queue}"))
+                       for flag, queue in DEP_QUEUES[module].items()
+                       if queue is not None and flag.startswith(action)]
+
+    @property
+    def ready(self) -> Value:
+        """1 when every needed token can move this cycle."""
+        ok = Const(1)
+        for want, port in self.needed:
+            ok = ok & (~want | port.ready)
+        return ok
+
+    def fire(self, m: Module, enable: Value) -> None:
+        """Move every needed token in a cycle where ``enable`` (which must imply ``ready``) is high: all at
+        once, never some of them. Call it where the module's FSM decides."""
+        for want, port in self.needed:
+            m.d.comb += port.valid.eq(want & enable)

@@ -1,21 +1,31 @@
 """``RtlDevice``: the generated RTL, simulated cycle by cycle by Verilator, used like a board.
 
 The shared library (hardware/build.py) is loaded through cffi in ABI mode. The device holds DRAM as the
-harness's sparse pages; ``run`` writes the registers as VTA's driver does (instruction count and address, the
-modules' control words, then fetch's ap_start) and clocks the model until compute's ``done`` register is 1.
+harness's sparse pages; ``launch`` writes the registers as VTA's driver does (instruction count and address,
+the modules' control words, then fetch's ap_start) and clocks the model until compute's ``done`` register is 1.
+
+It offers the device surface of ``vta.device.SimDevice`` (``alloc/free/copy_in/copy_out/run -> stats``,
+``last_stats``, ``cfg``), so operators and whole networks run on it unchanged
+(``graph_pack.build(..., device=RtlDevice(cfg))``): buffers are placed first fit from page 1 as the
+simulator places them, instructions go to a region of their own above them, and ``run`` returns an
+``RtlRunStats`` (hardware/stats.py).
 """
 
 from __future__ import annotations
 
 import operator
+import time
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Protocol
 
 import numpy as np
 
 from hardware import registers as R
+from hardware.stats import RtlRunStats, program_counters
 from hardware.toolchain import require
 from hw_config import HwConfig, load_config
+from hw_config.isa_rules import MODULES, module_indices
 
 CDEF = """
 typedef struct vta_rtl vta_rtl;
@@ -31,10 +41,18 @@ uint32_t vta_rtl_reg_read(vta_rtl* r, uint32_t offset);
 int vta_rtl_run_until(vta_rtl* r, uint32_t offset, uint32_t mask, uint64_t max_cycles, uint64_t* cycles,
                       char* err, uint64_t errlen);
 uint64_t vta_rtl_cycle(vta_rtl* r);
+void vta_rtl_trace(vta_rtl* r, uint64_t limit);
+uint64_t vta_rtl_trace_read(vta_rtl* r, uint64_t* out, uint64_t n);
+void vta_rtl_dram_unmap(vta_rtl* r, uint64_t addr, uint64_t n);
+void vta_rtl_module_stats(vta_rtl* r, uint64_t* insns, uint64_t* busy);
 uint64_t vta_rtl_beats(vta_rtl* r, int written);
 """
 DEFAULT_MAX_CYCLES = 1 << 30
 INSN_BYTES = 16
+PAGE = 1 << 12
+BUFFER_LIMIT = 1 << 32          # buffers lie below 4 GiB (instructions address DRAM in 32-bit element indices)
+INSN_REGION = BUFFER_LIMIT      # where ``run`` puts instruction streams: above every buffer
+TRACE_LIMIT = 1 << 26           # events a traced run keeps (two per instruction)
 _LIBS: dict[Path, Any] = {}
 
 
@@ -51,6 +69,45 @@ class Image(Protocol):
     segments: list[tuple[int, np.ndarray]]
 
 
+@dataclass(frozen=True)
+class Buffer:
+    """A DRAM allocation: its physical byte address and size (vta.device.Buffer's surface)."""
+
+    addr: int
+    nbytes: int
+
+    def elem_offset(self, elem_bytes: int) -> int:
+        """The buffer's start in elements of ``elem_bytes`` (the unit of an instruction's dram_base)."""
+        if self.addr % elem_bytes:
+            raise ValueError(f"buffer at 0x{self.addr:x} is not aligned to {elem_bytes}-byte elements")
+        return self.addr // elem_bytes
+
+
+class _Space:
+    """Page-aligned regions placed first fit from page 1 (0 means null), as the simulator places buffers."""
+
+    def __init__(self) -> None:
+        self.sizes: dict[int, int] = {}
+
+    def place(self, nbytes: int) -> int:
+        need = -(-nbytes // PAGE) * PAGE
+        cand = PAGE
+        for base in sorted(self.sizes):
+            if cand + need <= base:
+                break
+            cand = max(cand, base + self.sizes[base])
+        if cand + need > BUFFER_LIMIT:
+            raise RtlError(f"cannot allocate {nbytes} bytes: the device's {BUFFER_LIMIT >> 30} GiB of buffers are "
+                           f"full")
+        self.sizes[cand] = need
+        return cand
+
+    def release(self, addr: int) -> int:
+        if addr not in self.sizes:
+            raise RtlError(f"cannot free 0x{addr:x}: no buffer starts there")
+        return self.sizes.pop(addr)
+
+
 def _library(path: Path) -> tuple[Any, Any]:
     cffi = require("cffi", "loading the RTL simulation")
     if path not in _LIBS:
@@ -61,11 +118,13 @@ def _library(path: Path) -> tuple[Any, Any]:
 
 
 class RtlDevice:
-    """The accelerator's RTL for ``cfg`` as a device: DRAM write/read, run, replay of program images.
+    """The accelerator's RTL for ``cfg`` as a device: the Device surface (alloc, free, copy_in, copy_out,
+    run), raw DRAM write/read, launch, replay of program images.
 
-    The first use of a config builds its model (about a minute; then cached, see hardware/build.py)."""
+    The first use of a config builds its model (about a minute; then cached, see hardware/build.py).
+    ``max_cycles`` bounds every ``run``."""
 
-    def __init__(self, cfg: HwConfig | str | None = None, progress=None):
+    def __init__(self, cfg: HwConfig | str | None = None, progress=None, max_cycles: int = DEFAULT_MAX_CYCLES):
         from hardware.build import ensure_built
 
         self.cfg = cfg if isinstance(cfg, HwConfig) else load_config(cfg)
@@ -79,6 +138,58 @@ class RtlDevice:
             raise RtlError("could not create the RTL model")
         self._handle = self._ffi.gc(handle, self._lib.vta_rtl_destroy)
         self.last_cycles = 0
+        self.max_cycles = max_cycles
+        self.last_stats: RtlRunStats | None = None
+        self._space = _Space()
+
+    # ---- the Device surface ----
+    def alloc(self, nbytes: int) -> Buffer:
+        """A zeroed, page-aligned DRAM buffer of ``nbytes`` bytes."""
+        n = max(1, int(nbytes))
+        addr = self._space.place(n)
+        self.write(addr, np.zeros(self._space.sizes[addr], np.uint8))
+        return Buffer(addr, int(nbytes))
+
+    def free(self, buf: Buffer) -> None:
+        size = self._space.release(buf.addr)
+        self._lib.vta_rtl_dram_unmap(self._handle, buf.addr, size)
+
+    def copy_in(self, buf: Buffer, data: np.ndarray | bytes, offset: int = 0) -> None:
+        raw = np.frombuffer(data, np.uint8) if isinstance(data, (bytes, bytearray)) else \
+            np.ascontiguousarray(data).reshape(-1).view(np.uint8)
+        if offset < 0 or offset + raw.size > buf.nbytes:
+            raise ValueError(f"copy of {raw.size} bytes at offset {offset} overruns a {buf.nbytes}-byte buffer")
+        self.write(buf.addr + offset, raw)
+
+    def copy_out(self, buf: Buffer, nbytes: int | None = None, offset: int = 0) -> np.ndarray:
+        n = buf.nbytes - offset if nbytes is None else nbytes
+        if offset < 0 or n < 0 or offset + n > buf.nbytes:
+            raise ValueError(f"read of {n} bytes at offset {offset} overruns a {buf.nbytes}-byte buffer")
+        return self.read(buf.addr + offset, n)
+
+    def run(self, insns: np.ndarray | bytes, *, compute: bool = True, trace: bool = False) -> RtlRunStats:
+        """Run an instruction stream (it is written above every buffer); returns the run's stats, with the
+        per-instruction (module, start, end) trace when ``trace``. The RTL always moves the data:
+        ``compute=False`` (the simulator's timing-only run) runs the program in full, with the same cycles."""
+        raw = _stream_bytes(insns)
+        rows = raw.reshape(-1, INSN_BYTES)
+        t0 = time.perf_counter()
+        self.write(INSN_REGION, raw)
+        try:
+            cycles, events = self._launch_traced(INSN_REGION, len(rows), self.max_cycles, trace)
+        finally:
+            self._lib.vta_rtl_dram_unmap(self._handle, INSN_REGION, -(-raw.size // PAGE) * PAGE)
+        stats = RtlRunStats(cycles=cycles, finish_cycle=cycles, clock_mhz=self.cfg.CLOCK_MHZ,
+                            host_seconds=time.perf_counter() - t0, **program_counters(rows, self.cfg))
+        stats.latency_s = stats.seconds
+        insns_n, busy = self._ffi.new("uint64_t[3]"), self._ffi.new("uint64_t[3]")
+        self._lib.vta_rtl_module_stats(self._handle, insns_n, busy)
+        stats.insns = {m: int(insns_n[i]) for i, m in enumerate(MODULES)}
+        stats.busy = {m: int(busy[i]) for i, m in enumerate(MODULES)}
+        if trace:
+            stats.trace = self._pair_events(rows, events)
+        self.last_stats = stats
+        return stats
 
     def _reg(self, block: str, offset: int) -> int:
         return R.register_offset(self.cfg, block, offset)
@@ -112,14 +223,21 @@ class RtlDevice:
     def read_register(self, block: str, offset: int) -> int:
         return int(self._lib.vta_rtl_reg_read(self._handle, self._reg(block, offset)))
 
-    def run(self, insn_addr: int, count: int, max_cycles: int = DEFAULT_MAX_CYCLES) -> int:
+    def launch(self, insn_addr: int, count: int, max_cycles: int = DEFAULT_MAX_CYCLES) -> int:
         """Run ``count`` instructions at DRAM byte address ``insn_addr``; returns the cycles from launch to done."""
+        return self._launch_traced(insn_addr, count, max_cycles, False)[0]
+
+    def _launch_traced(self, insn_addr: int, count: int, max_cycles: int, trace: bool) -> tuple[int, np.ndarray]:
+        """Launch as VTA's driver does; returns (cycles, the events port's record relative to the launch)."""
+        self._lib.vta_rtl_module_stats(self._handle, self._ffi.new("uint64_t[3]"), self._ffi.new("uint64_t[3]"))
+        self._lib.vta_rtl_trace(self._handle, TRACE_LIMIT if trace else 0)
         self.write_register("fetch", R.FETCH_INSN_COUNT, count)
         self.write_register("fetch", R.FETCH_INSN_ADDR, insn_addr)
         self.write_register("fetch", R.FETCH_INSN_ADDR + 4, insn_addr >> 32)
         for block in ("load", "compute", "store"):
             self.write_register(block, R.CTRL, R.AP_START | R.AUTO_RESTART)
         self.write_register("fetch", R.CTRL, R.AP_START)
+        start = int(self._lib.vta_rtl_cycle(self._handle))
         cycles = self._ffi.new("uint64_t*")
         err = self._ffi.new("char[]", 512)
         status = self._lib.vta_rtl_run_until(self._handle, self._reg("compute", R.COMPUTE_DONE_RD), 1,
@@ -131,16 +249,40 @@ class RtlDevice:
             self._lib.vta_rtl_reset(self._handle)
             raise RtlError(f"RTL run of {count} instructions at 0x{insn_addr:x}: {message} (fetch had dispatched "
                            f"{dispatched}); the model was reset")
-        return self.last_cycles
+        events = np.zeros(0, np.uint64)
+        if trace:
+            n = int(self._lib.vta_rtl_trace_read(self._handle, self._ffi.NULL, 0))
+            events = np.zeros(min(n, TRACE_LIMIT), np.uint64)
+            self._lib.vta_rtl_trace_read(self._handle, self._ffi.cast("uint64_t*", self._ffi.from_buffer(events)),
+                                         events.size)
+            self._lib.vta_rtl_trace(self._handle, 0)
+            events = np.stack([(events >> np.uint64(8)).astype(np.int64) - start,
+                               (events & np.uint64(0xFF)).astype(np.int64)], axis=1)
+        return self.last_cycles, events
+
+    def _pair_events(self, rows: np.ndarray, events: np.ndarray) -> list[tuple[str, int, int]]:
+        """(module, start, end) per instruction in program order, from the events port's record: the k-th
+        start and finish of a module belong to the k-th instruction routed to it (modules run in order)."""
+        mem = self.cfg.insn_formats["mem"].decode_rows(rows)
+        mods = module_indices(mem["opcode"], mem["memory_type"])
+        starts = {m: events[events[:, 1] == 2 * m, 0] for m in range(len(MODULES))}
+        ends = {m: events[events[:, 1] == 2 * m + 1, 0] + 1 for m in range(len(MODULES))}
+        seen = [0] * len(MODULES)
+        out = []
+        for m in mods:
+            k = seen[m]
+            seen[m] += 1
+            if k >= len(ends[m]):
+                raise RtlError(f"trace: {MODULES[m]} finished {len(ends[m])} instructions, the program routes more "
+                               f"to it (more than {TRACE_LIMIT} events?)")
+            out.append((MODULES[m], int(starts[m][k]), int(ends[m][k])))
+        return out
 
     def run_program(self, insns: np.ndarray | bytes, insn_addr: int, max_cycles: int = DEFAULT_MAX_CYCLES) -> int:
         """Write an instruction stream to DRAM at ``insn_addr`` and run it."""
-        raw = np.frombuffer(bytes(insns), np.uint8) if isinstance(insns, (bytes, bytearray)) else \
-            np.ascontiguousarray(insns, np.uint8).reshape(-1)
-        if raw.size % INSN_BYTES:
-            raise ValueError(f"an instruction stream is whole {INSN_BYTES}-byte instructions, got {raw.size} bytes")
+        raw = _stream_bytes(insns)
         self.write(insn_addr, raw)
-        return self.run(insn_addr, raw.size // INSN_BYTES, max_cycles)
+        return self.launch(insn_addr, raw.size // INSN_BYTES, max_cycles)
 
     def replay(self, image: Image, max_cycles: int = DEFAULT_MAX_CYCLES) -> tuple[list[tuple[int, np.ndarray]], int]:
         """Run a program image: write its segments and stream, run, read the segments back.
@@ -163,3 +305,11 @@ class RtlDevice:
         """A page-aligned address above every segment (for images whose insn_addr is 0, "anywhere")."""
         end = max([addr + data.size for addr, data in image.segments] + [0x1000])
         return (end + 0xFFF) & ~0xFFF
+
+
+def _stream_bytes(insns: np.ndarray | bytes) -> np.ndarray:
+    raw = np.frombuffer(bytes(insns), np.uint8) if isinstance(insns, (bytes, bytearray, memoryview)) else \
+        np.ascontiguousarray(insns, np.uint8).reshape(-1)
+    if raw.size % INSN_BYTES or not raw.size:
+        raise ValueError(f"an instruction stream is one or more {INSN_BYTES}-byte instructions, got {raw.size} bytes")
+    return raw

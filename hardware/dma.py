@@ -1,52 +1,91 @@
-"""The 2-D DMA engines of LOAD and STORE, with VTA's field semantics (simulator/reference.py).
+"""The 2-D DMA engines of LOAD and STORE, with VTA's field semantics (simulator/reference.py) and its timing.
 
 LOAD: an SRAM tile of (y_pad_0 + y_size + y_pad_1) x (x_pad_0 + x_size + x_pad_1) entries from ``sram_base``,
 zero in the padding, DRAM element ``dram_base + (y - y_pad_0) * x_stride + (x - x_pad_0)`` elsewhere (addresses
 and strides in elements of the memory type). STORE: accumulator entry ``sram_base + y * x_size + x`` narrowed
 to OUT_WIDTH bits per lane goes to OUT element ``dram_base + y * x_stride + x``.
+
+Timing, as VTA's HLS engines (hardware/xilinx/src/vta.cc) and the timing model (docs/simulator.md) have it:
+the DRAM reads are pipelined (the DRAM latency is paid once per transfer), paced in bursts (``Burst``), and a
+LOAD spends one cycle per padding entry on top (``load_pad_2d`` zeroes padding in loops of its own, around each
+row's ``memcpy``). A STORE is done when DRAM has acknowledged its last write.
 """
 
 from __future__ import annotations
 
 from collections.abc import Callable
 
-from amaranth import Cat, Module, Mux, Signal, Value
+from amaranth import Cat, Const, Module, Mux, Signal, Value
 from amaranth.lib import stream, wiring
 from amaranth.lib.wiring import In, Out
 
 from hardware.decode import field_values
 from hardware.dram import ElemReader, ElemWriter
 from hardware.interfaces import dram_port, sram_read, sram_write
-from hardware.params import DRAM_ADDR_BITS, Sram, log2
+from hardware.params import DRAM_ADDR_BITS, Burst, Sram, log2
 from hw_config.layout import INSN_BITS, Format
+
+
+class _Pacer:
+    """Burst pacing of one engine's beats: after ``burst.beats`` beats, or a row's last beat, ``burst.gap``
+    idle cycles. ``free`` is high when the engine may issue a beat."""
+
+    def __init__(self, m: Module, burst: Burst):
+        self.m, self.burst = m, burst
+        self.count = Signal(range(burst.beats + 1))
+        self.gap = Signal(range(burst.gap + 1))
+        self.free = (self.gap == 0) if burst.gap else Const(1)
+
+    def restart(self) -> None:
+        self.m.d.sync += [self.count.eq(0), self.gap.eq(0)]
+
+    def step(self, beat: Value, row_end: Value) -> None:
+        """``beat``: a beat went out this cycle; ``row_end``: it was the last of a row (a burst ends)."""
+        m, burst = self.m, self.burst
+        with m.If(self.gap != 0):
+            m.d.sync += self.gap.eq(self.gap - 1)
+        with m.If(beat):
+            with m.If(row_end | (self.count == burst.beats - 1)):
+                m.d.sync += [self.count.eq(0), self.gap.eq(burst.gap)]
+            with m.Else():
+                m.d.sync += self.count.eq(self.count + 1)
 
 
 class Load2D(wiring.Component):
     """Executes one LOAD into one SRAM: ``cmd`` takes the instruction, ``done`` pulses when the tile is written.
 
-    Two walkers run concurrently: one sends the data elements' DRAM addresses to an ``ElemReader``, the other
-    writes the whole padded tile in order, a zero per pad entry and a DRAM element (after ``widen``) per data
-    entry, one entry per cycle when data is there.
+    Two walkers go over the padded tile in order. The address walker spends a cycle on each padding entry and
+    sends each data element's DRAM address to an ``ElemReader`` (one cycle per beat, paced in bursts); the fill
+    walker writes each entry, a zero for padding and the element read (after ``widen``) for data, one entry per
+    cycle when its data is there.
     """
 
-    def __init__(self, fmt: Format, elem_bits: int, sram: Sram, bus_bits: int,
+    def __init__(self, fmt: Format, elem_bits: int, sram: Sram, bus_bits: int, burst: Burst, outstanding: int,
                  widen: Callable[[Value], Value] | None = None):
         self.fmt, self.elem_bits, self.sram, self.bus_bits = fmt, elem_bits, sram, bus_bits
+        self.burst, self.outstanding = burst, outstanding
         self.widen = widen or (lambda v: v)
         super().__init__({"cmd": In(stream.Signature(INSN_BITS)), "done": Out(1),
                           "mem": Out(dram_port(bus_bits)), "wr": Out(sram_write(sram.addr_bits, sram.width))})
 
+    def fields(self, insn: Value) -> dict[str, Value]:
+        """The instruction's fields as this engine executes them."""
+        return field_values(self.fmt, insn)
+
     def elaborate(self, platform) -> Module:
         m = Module()
-        m.submodules.reader = reader = ElemReader(self.elem_bits, self.bus_bits)
+        m.submodules.reader = reader = ElemReader(self.elem_bits, self.bus_bits, self.outstanding)
         wiring.connect(m, wiring.flipped(self.mem), reader.mem)
         f = self.fmt
         w = {name: f.field(name).width for name in f.names}
         insn = Signal(INSN_BITS)
-        v = field_values(f, insn)
+        v = self.fields(insn)
         size_bits = max(w["y_size"], w["x_size"]) + 2       # a size plus two pads
         y_end, x_end = v["y_pad_0"] + v["y_size"], v["x_pad_0"] + v["x_size"]
         y_total, x_total = y_end + v["y_pad_1"], x_end + v["x_pad_1"]
+
+        def in_data(y: Value, x: Value) -> Value:
+            return (y >= v["y_pad_0"]) & (y < y_end) & (x >= v["x_pad_0"]) & (x < x_end)
 
         issuing, filling, started = Signal(), Signal(), Signal()
         m.d.comb += self.cmd.ready.eq(~issuing & ~filling & ~started)
@@ -54,21 +93,37 @@ class Load2D(wiring.Component):
         with m.If(self.cmd.valid & self.cmd.ready):
             m.d.sync += [insn.eq(self.cmd.payload), started.eq(1)]
 
-        # address walker over the data entries
-        iy, ix = Signal(w["y_size"]), Signal(w["x_size"])
+        # address walker over the padded tile
+        ay, ax = Signal(size_bits), Signal(size_bits)
+        dx = Signal(w["x_size"])
         row = Signal(DRAM_ADDR_BITS)
+        pacer = _Pacer(m, self.burst)
+        data_here = in_data(ay, ax)
         elem_shift = log2(self.elem_bits // 8)
-        m.d.comb += [reader.addr.valid.eq(issuing), reader.addr.payload.eq((row + ix) << elem_shift)]
+        m.d.comb += [reader.addr.valid.eq(issuing & data_here & pacer.free),
+                     reader.addr.payload.eq((row + dx) << elem_shift)]
+        m.d.comb += reader.restart.eq(started)
         with m.If(started):
-            m.d.sync += [issuing.eq((v["x_size"] != 0) & (v["y_size"] != 0)), iy.eq(0), ix.eq(0),
+            m.d.sync += [issuing.eq((x_total != 0) & (y_total != 0)), ay.eq(0), ax.eq(0), dx.eq(0),
                          row.eq(v["dram_base"])]
-        with m.If(reader.addr.valid & reader.addr.ready):
-            with m.If(ix == v["x_size"] - 1):
-                m.d.sync += [ix.eq(0), iy.eq(iy + 1), row.eq(row + v["x_stride"])]
-                with m.If(iy == v["y_size"] - 1):
+            pacer.restart()
+        accepted = reader.addr.valid & reader.addr.ready
+        with m.If(issuing & pacer.free & (~data_here | reader.addr.ready)):
+            with m.If(ax == x_total - 1):
+                m.d.sync += [ax.eq(0), ay.eq(ay + 1)]
+                with m.If(ay == y_total - 1):
                     m.d.sync += issuing.eq(0)
             with m.Else():
-                m.d.sync += ix.eq(ix + 1)
+                m.d.sync += ax.eq(ax + 1)
+        row_done = dx == v["x_size"] - 1
+        with m.If(accepted):
+            with m.If(row_done):
+                m.d.sync += [dx.eq(0), row.eq(row + v["x_stride"])]
+            with m.Else():
+                m.d.sync += dx.eq(dx + 1)
+        contiguous = (v["y_size"] == 1) | (v["x_stride"] == v["x_size"])     # the rows make one burst run
+        last_row = ay == y_end - 1
+        pacer.step(self.mem.cmd_valid & self.mem.cmd_ready, accepted & row_done & (~contiguous | last_row))
 
         # fill walker over the whole padded tile
         fy, fx = Signal(size_bits), Signal(size_bits)
@@ -76,8 +131,7 @@ class Load2D(wiring.Component):
         with m.If(started):
             m.d.sync += [filling.eq((x_total != 0) & (y_total != 0)), fy.eq(0), fx.eq(0), addr.eq(v["sram_base"])]
         is_data, write = Signal(), Signal()
-        m.d.comb += [is_data.eq((fy >= v["y_pad_0"]) & (fy < y_end) & (fx >= v["x_pad_0"]) & (fx < x_end)),
-                     write.eq(filling & (~is_data | reader.data.valid))]
+        m.d.comb += [is_data.eq(in_data(fy, fx)), write.eq(filling & (~is_data | reader.data.valid))]
         m.d.comb += [reader.data.ready.eq(filling & is_data),
                      self.wr.en.eq(write), self.wr.addr.eq(addr),
                      self.wr.data.eq(Mux(is_data, self.widen(reader.data.payload), 0))]
@@ -97,10 +151,13 @@ class Load2D(wiring.Component):
 
 class Store2D(wiring.Component):
     """Executes one STORE: reads accumulator entries in order, keeps the low ``out_width`` bits of each of the
-    ``lanes`` lanes and writes the OUT elements to DRAM. ``done`` pulses when the last element is sent."""
+    ``lanes`` lanes and writes the OUT elements to DRAM, paced in bursts with at most ``outstanding`` writes
+    unacknowledged. ``done`` pulses when the last write is acknowledged."""
 
-    def __init__(self, fmt: Format, acc: Sram, lanes: int, out_width: int, bus_bits: int):
+    def __init__(self, fmt: Format, acc: Sram, lanes: int, out_width: int, bus_bits: int, burst: Burst,
+                 outstanding: int):
         self.fmt, self.acc, self.lanes, self.out_width, self.bus_bits = fmt, acc, lanes, out_width, bus_bits
+        self.burst, self.outstanding = burst, outstanding
         self.out_bits = lanes * out_width
         super().__init__({"cmd": In(stream.Signature(INSN_BITS)), "done": Out(1),
                           "mem": Out(dram_port(bus_bits)), "rd": Out(sram_read(acc.addr_bits, acc.width))})
@@ -120,6 +177,15 @@ class Store2D(wiring.Component):
         narrow = Cat(*[self.rd.data.word_select(i, lane_bits)[:self.out_width] for i in range(self.lanes)])
         m.d.comb += [writer.req.payload.addr.eq((row + ix) << log2(self.out_bits // 8)),
                      writer.req.payload.data.eq(narrow)]
+
+        wrote = self.mem.cmd_valid & self.mem.cmd_ready
+        pending = Signal(range(self.outstanding + 1))          # writes not yet acknowledged
+        m.d.sync += pending.eq(pending + wrote - self.mem.wack)
+        pacer = _Pacer(m, self.burst)
+        row_done = ix == v["x_size"] - 1
+        contiguous = (v["y_size"] == 1) | (v["x_stride"] == v["x_size"])
+        last_row = iy == v["y_size"] - 1
+        pacer.step(wrote, writer.req.valid & writer.req.ready & row_done & (~contiguous | last_row))
         with m.FSM():
             with m.State("IDLE"):
                 m.d.comb += self.cmd.ready.eq(1)
@@ -128,6 +194,7 @@ class Store2D(wiring.Component):
                     m.next = "START"
             with m.State("START"):
                 m.d.sync += [iy.eq(0), ix.eq(0), row.eq(v["dram_base"]), addr.eq(v["sram_base"])]
+                pacer.restart()
                 with m.If((v["x_size"] == 0) | (v["y_size"] == 0)):
                     m.d.comb += self.done.eq(1)
                     m.next = "IDLE"
@@ -137,15 +204,17 @@ class Store2D(wiring.Component):
                 m.d.comb += [self.rd.addr.eq(addr), self.rd.en.eq(1)]
                 m.next = "SEND"
             with m.State("SEND"):
-                m.d.comb += writer.req.valid.eq(1)
-                with m.If(writer.req.ready):
+                m.d.comb += writer.req.valid.eq(pacer.free & (pending < self.outstanding))
+                with m.If(writer.req.valid & writer.req.ready):
                     m.d.comb += [self.rd.addr.eq(addr + 1), self.rd.en.eq(1)]
                     m.d.sync += addr.eq(addr + 1)
-                    with m.If(ix == v["x_size"] - 1):
+                    with m.If(row_done):
                         m.d.sync += [ix.eq(0), iy.eq(iy + 1), row.eq(row + v["x_stride"])]
-                        with m.If(iy == v["y_size"] - 1):
-                            m.d.comb += self.done.eq(1)
-                            m.next = "IDLE"
+                        with m.If(last_row):
+                            m.next = "DRAIN"
                     with m.Else():
                         m.d.sync += ix.eq(ix + 1)
+            with m.State("DRAIN"), m.If((pending == 0) | ((pending == 1) & self.mem.wack)):
+                m.d.comb += self.done.eq(1)
+                m.next = "IDLE"
         return m

@@ -6,36 +6,38 @@ bytes and aligned to their size, so an element either spans whole bus beats or s
 
 from __future__ import annotations
 
-from amaranth import Cat, Const, Module, Signal
+from amaranth import Cat, Const, Module, Mux, Signal
 from amaranth.lib import data, fifo, stream, wiring
 from amaranth.lib.wiring import In, Out
 
 from hardware.interfaces import dram_port
-from hardware.params import DRAM_ADDR_BITS, MAX_OUTSTANDING, log2
+from hardware.params import DRAM_ADDR_BITS, log2
 
 
 class ElemReader(wiring.Component):
     """Reads whole elements: ``addr`` takes element byte addresses, ``data`` gives the elements in order.
 
-    At most MAX_OUTSTANDING beats are in flight; a response is accepted only when it has room, so a reader
-    whose consumer stalls keeps its beats in the DRAM model's queue (its owner keeps the port meanwhile).
+    At most ``outstanding`` beats are in flight; a response is accepted only when it has room, so a reader
+    whose consumer stalls holds the response stream meanwhile (briefly: its consumer never waits on another).
+    Elements narrower than a beat that follow one another in the same beat are served by one read; ``restart``
+    (a pulse at the start of each transfer) forgets the last beat, so DRAM written since is read again.
     """
 
-    def __init__(self, elem_bits: int, bus_bits: int):
-        self.elem_bits, self.bus_bits = elem_bits, bus_bits
+    def __init__(self, elem_bits: int, bus_bits: int, outstanding: int):
+        self.elem_bits, self.bus_bits, self.outstanding = elem_bits, bus_bits, outstanding
         super().__init__({"addr": In(stream.Signature(DRAM_ADDR_BITS)), "data": Out(stream.Signature(elem_bits)),
-                          "mem": Out(dram_port(bus_bits))})
+                          "restart": In(1), "mem": Out(dram_port(bus_bits))})
 
     def elaborate(self, platform) -> Module:
         m = Module()
         bus_bytes = self.bus_bits // 8
         mem = self.mem
         m.d.comb += [mem.cmd_write.eq(0), mem.cmd_strb.eq(0), mem.cmd_data.eq(0)]
-        outstanding = Signal(range(MAX_OUTSTANDING + 1))
+        outstanding = Signal(range(self.outstanding + 1))
         issued = mem.cmd_valid & mem.cmd_ready
         received = mem.rsp_valid & mem.rsp_ready
         m.d.sync += outstanding.eq(outstanding + issued - received)
-        room = outstanding < MAX_OUTSTANDING
+        room = outstanding < self.outstanding
         if self.elem_bits >= self.bus_bits:
             beats = self.elem_bits // self.bus_bits
             beat = Signal(range(beats))
@@ -60,18 +62,31 @@ class ElemReader(wiring.Component):
                 with m.Else():
                     m.d.sync += count.eq(count + 1)
         else:
+            # several elements per beat: consecutive elements in one beat share its read (as a burst would)
             lanes = self.bus_bits // self.elem_bits
             lo = log2(self.elem_bits // 8)
-            m.submodules.lanes = lane_fifo = fifo.SyncFIFOBuffered(width=log2(lanes), depth=MAX_OUTSTANDING)
-            m.d.comb += [mem.cmd_valid.eq(self.addr.valid & lane_fifo.w_rdy),
-                         mem.cmd_addr.eq(self.addr.payload & ~Const(bus_bytes - 1, DRAM_ADDR_BITS)),
-                         self.addr.ready.eq(issued),
-                         lane_fifo.w_en.eq(issued),
-                         lane_fifo.w_data.eq(self.addr.payload[lo:lo + log2(lanes)]),
-                         self.data.valid.eq(mem.rsp_valid & lane_fifo.r_rdy),
-                         self.data.payload.eq(mem.rsp_data.word_select(lane_fifo.r_data, self.elem_bits)),
-                         mem.rsp_ready.eq(self.data.ready & lane_fifo.r_rdy),
-                         lane_fifo.r_en.eq(received)]
+            lane_bits = log2(lanes)
+            # per element: its lane, and whether it reuses the beat of the element before it
+            m.submodules.lanes = lane_fifo = fifo.SyncFIFOBuffered(width=lane_bits + 1, depth=self.outstanding)
+            beat_addr = self.addr.payload & ~Const(bus_bytes - 1, DRAM_ADDR_BITS)
+            last_beat, have_last = Signal(DRAM_ADDR_BITS), Signal()
+            same = have_last & (beat_addr == last_beat)
+            m.d.comb += [mem.cmd_valid.eq(self.addr.valid & lane_fifo.w_rdy & ~same), mem.cmd_addr.eq(beat_addr),
+                         self.addr.ready.eq(lane_fifo.w_rdy & (same | mem.cmd_ready)),
+                         lane_fifo.w_en.eq(self.addr.valid & self.addr.ready),
+                         lane_fifo.w_data.eq(Cat(self.addr.payload[lo:lo + lane_bits], same))]
+            with m.If(issued):
+                m.d.sync += [last_beat.eq(beat_addr), have_last.eq(1)]
+            with m.If(self.restart):
+                m.d.sync += have_last.eq(0)
+            held = Signal(self.bus_bits)
+            lane, reuse = lane_fifo.r_data[:lane_bits], lane_fifo.r_data[lane_bits]
+            m.d.comb += [self.data.valid.eq(lane_fifo.r_rdy & (reuse | mem.rsp_valid)),
+                         self.data.payload.eq(Mux(reuse, held, mem.rsp_data).word_select(lane, self.elem_bits)),
+                         mem.rsp_ready.eq(lane_fifo.r_rdy & ~reuse & self.data.ready),
+                         lane_fifo.r_en.eq(self.data.valid & self.data.ready)]
+            with m.If(received):
+                m.d.sync += held.eq(mem.rsp_data)
         return m
 
 
@@ -116,11 +131,14 @@ class ElemWriter(wiring.Component):
 
 
 class Arbiter(wiring.Component):
-    """Shares one DRAM port among ``n`` clients. The port changes hands only when nothing is in flight for its
-    holder and the holder has no command waiting; then the lowest-numbered client with a command gets it."""
+    """Shares one DRAM port among ``n`` clients as the AXI interconnect in front of VTA's DRAM port does among
+    its masters (fetch, load, compute's two, store): each cycle one client's command goes out, chosen round
+    robin among those with one; several clients' reads and writes are in flight at once, and each in-order read
+    response or write acknowledgement goes to the client that issued it (FIFOs of client numbers, ``tags``
+    deep: a command goes out only with room for its tag)."""
 
-    def __init__(self, n: int, bus_bits: int):
-        self.n = n
+    def __init__(self, n: int, bus_bits: int, tags: int):
+        self.n, self.tags = n, tags
         super().__init__({**{f"client{i}": In(dram_port(bus_bits)) for i in range(n)},
                           "mem": Out(dram_port(bus_bits))})
 
@@ -129,24 +147,45 @@ class Arbiter(wiring.Component):
 
     def elaborate(self, platform) -> Module:
         m = Module()
+        n = self.n
         clients = self.clients()
-        owner = Signal(range(self.n))
-        outstanding = Signal(range(2 * MAX_OUTSTANDING * self.n + 1))
         mem = self.mem
-        issued_read = mem.cmd_valid & mem.cmd_ready & ~mem.cmd_write
-        received = mem.rsp_valid & mem.rsp_ready
-        m.d.sync += outstanding.eq(outstanding + issued_read - received)
-        with m.Switch(owner):
+        width = max(1, (n - 1).bit_length())
+        m.submodules.read_tags = rtags = fifo.SyncFIFO(width=width, depth=self.tags)
+        m.submodules.write_tags = wtags = fifo.SyncFIFO(width=width, depth=self.tags)
+        wants = [c.cmd_valid & Mux(c.cmd_write, wtags.w_rdy, rtags.w_rdy) for c in clients]
+        last = Signal(range(n))
+        grant = Signal(range(n))
+        granted = Signal()
+        with m.Switch(last):
+            for prev in range(n):
+                with m.Case(prev):
+                    for off in reversed(range(1, n + 1)):     # the client after ``prev`` wins: assigned last
+                        idx = (prev + off) % n
+                        with m.If(wants[idx]):
+                            m.d.comb += [grant.eq(idx), granted.eq(1)]
+        with m.Switch(grant):
             for i, c in enumerate(clients):
                 with m.Case(i):
-                    m.d.comb += [mem.cmd_valid.eq(c.cmd_valid), mem.cmd_addr.eq(c.cmd_addr),
-                                 mem.cmd_write.eq(c.cmd_write), mem.cmd_data.eq(c.cmd_data),
-                                 mem.cmd_strb.eq(c.cmd_strb), c.cmd_ready.eq(mem.cmd_ready),
-                                 c.rsp_valid.eq(mem.rsp_valid), mem.rsp_ready.eq(c.rsp_ready)]
-        for c in clients:
-            m.d.comb += c.rsp_data.eq(mem.rsp_data)
-        with m.If((outstanding == 0) & ~mem.cmd_valid):
-            for i in reversed(range(self.n)):
-                with m.If(clients[i].cmd_valid):
-                    m.d.sync += owner.eq(i)
+                    m.d.comb += [mem.cmd_addr.eq(c.cmd_addr), mem.cmd_write.eq(c.cmd_write),
+                                 mem.cmd_data.eq(c.cmd_data), mem.cmd_strb.eq(c.cmd_strb)]
+        m.d.comb += mem.cmd_valid.eq(granted)
+        sent = granted & mem.cmd_ready
+        for i, c in enumerate(clients):
+            m.d.comb += c.cmd_ready.eq(sent & (grant == i))
+        with m.If(sent):
+            m.d.sync += last.eq(grant)
+        m.d.comb += [rtags.w_en.eq(sent & ~mem.cmd_write), rtags.w_data.eq(grant),
+                     wtags.w_en.eq(sent & mem.cmd_write), wtags.w_data.eq(grant)]
+
+        reader = rtags.r_data
+        with m.Switch(reader):
+            for i, c in enumerate(clients):
+                with m.Case(i):
+                    m.d.comb += mem.rsp_ready.eq(rtags.r_rdy & c.rsp_ready)
+        writer = wtags.r_data
+        for i, c in enumerate(clients):
+            m.d.comb += [c.rsp_valid.eq(mem.rsp_valid & rtags.r_rdy & (reader == i)), c.rsp_data.eq(mem.rsp_data),
+                         c.wack.eq(mem.wack & wtags.r_rdy & (writer == i))]
+        m.d.comb += [rtags.r_en.eq(mem.rsp_valid & mem.rsp_ready), wtags.r_en.eq(mem.wack)]
         return m

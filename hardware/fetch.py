@@ -1,7 +1,8 @@
 """Fetch: reads ``insn_count`` instructions from DRAM at ``insn_addr`` and routes each to the command queue of
 the module that runs it (hw_config.isa_rules.module_of: LOAD INP/WGT to load, STORE to store, the rest to
-compute). Instructions are prefetched into a small buffer; a read is issued only when the buffer has room for
-it, so fetch never holds the DRAM port while it waits for a full command queue."""
+compute). Instructions are prefetched into a buffer (``prefetch`` deep: RtlParams.outstanding, enough to cover
+the DRAM latency); a read is issued only when the buffer has room for it, so fetch never holds the DRAM
+response stream while it waits for a full command queue."""
 
 from __future__ import annotations
 
@@ -11,7 +12,7 @@ from amaranth.lib.wiring import In, Out
 
 from hardware.dram import ElemReader
 from hardware.interfaces import dram_port
-from hardware.params import DRAM_ADDR_BITS, FETCH_BUFFER
+from hardware.params import DRAM_ADDR_BITS
 from hw_config.isa_rules import INSN_BYTES, MODULES, module_of
 from hw_config.layout import INSN_BITS, MEMOP_ID_BITS, OPCODE_BITS, Format
 
@@ -31,8 +32,8 @@ class Fetch(wiring.Component):
     """``launch`` (a pulse) starts a run with the current ``insn_count`` / ``insn_addr``; ``busy`` is high until
     the last instruction has been handed to its queue; ``dispatched`` counts them."""
 
-    def __init__(self, mem_fmt: Format, bus_bits: int):
-        self.mem_fmt, self.bus_bits = mem_fmt, bus_bits
+    def __init__(self, mem_fmt: Format, bus_bits: int, prefetch: int):
+        self.mem_fmt, self.bus_bits, self.prefetch = mem_fmt, bus_bits, prefetch
         super().__init__({
             "launch": In(1), "insn_count": In(COUNT_BITS), "insn_addr": In(DRAM_ADDR_BITS),
             "busy": Out(1), "dispatched": Out(COUNT_BITS),
@@ -42,19 +43,20 @@ class Fetch(wiring.Component):
 
     def elaborate(self, platform) -> Module:
         m = Module()
-        m.submodules.reader = reader = ElemReader(INSN_BITS, self.bus_bits)
+        m.submodules.reader = reader = ElemReader(INSN_BITS, self.bus_bits, self.prefetch)
         wiring.connect(m, wiring.flipped(self.mem), reader.mem)
-        m.submodules.buffer = buf = fifo.SyncFIFOBuffered(width=INSN_BITS, depth=FETCH_BUFFER)
+        m.submodules.buffer = buf = fifo.SyncFIFOBuffered(width=INSN_BITS, depth=self.prefetch)
 
-        count, issued, inflight = Signal(COUNT_BITS), Signal(COUNT_BITS), Signal(range(FETCH_BUFFER + 1))
+        count, issued, inflight = Signal(COUNT_BITS), Signal(COUNT_BITS), Signal(range(self.prefetch + 1))
         addr = Signal(DRAM_ADDR_BITS)
         running = Signal()
         m.d.comb += self.busy.eq(running)
+        m.d.comb += reader.restart.eq(self.launch)
         with m.If(self.launch):
             m.d.sync += [running.eq(1), count.eq(self.insn_count), addr.eq(self.insn_addr), issued.eq(0),
                          self.dispatched.eq(0)]
         # issue: one element read per instruction, only with room in the buffer for everything in flight
-        room = (inflight + buf.level) < FETCH_BUFFER
+        room = (inflight + buf.level) < self.prefetch
         m.d.comb += [reader.addr.valid.eq(running & (issued != count) & room), reader.addr.payload.eq(addr)]
         sent = reader.addr.valid & reader.addr.ready
         arrived = reader.data.valid & reader.data.ready

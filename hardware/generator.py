@@ -7,7 +7,7 @@ import re
 from pathlib import Path
 from typing import Any
 
-from hardware.params import DRAM_ADDR_BITS, FETCH_BUFFER, MAX_OUTSTANDING, RtlParams
+from hardware.params import DRAM_ADDR_BITS, RtlParams
 from hardware.registers import register_map
 from hardware.toolchain import require
 from hw_config import HwConfig, load_config
@@ -21,7 +21,7 @@ def _config(cfg: HwConfig | str) -> HwConfig:
 
 
 # hardware/ modules that change neither the RTL nor the harness's build
-NOT_BUILD_INPUTS = ("__init__.py", "device.py", "toolchain.py")
+NOT_BUILD_INPUTS = ("__init__.py", "device.py", "stats.py", "toolchain.py")
 
 
 def source_hash() -> str:
@@ -95,11 +95,11 @@ def manifest(cfg: HwConfig | str) -> dict[str, Any]:
         "registers": register_map(cfg),
         "srams": {name: {"depth": s.depth, "width": s.width, "bytes": s.depth * s.width // 8}
                   for name, s in p.srams.items()},
-        "dram_port": {"data_bits": p.bus_bits, "addr_bits": DRAM_ADDR_BITS, "max_outstanding": MAX_OUTSTANDING,
-                      "protocol": "valid/ready command (one beat, read or write with byte strobes) and in-order "
-                                  "read responses"},
+        "dram_port": {"data_bits": p.bus_bits, "addr_bits": DRAM_ADDR_BITS, "max_outstanding": p.outstanding,
+                      "protocol": "valid/ready command (one beat, read or write with byte strobes), in-order "
+                                  "read responses and in-order write acknowledgements"},
         "queues": {"insn_queue_depth": cfg.INSN_QUEUE_DEPTH, "token_queue_depth": cfg.TOKEN_QUEUE_DEPTH,
-                   "fetch_buffer": FETCH_BUFFER},
+                   "fetch_buffer": p.outstanding},
         "gemm": {"batch": cfg.BATCH, "block_in": cfg.BLOCK_IN, "block_out": cfg.BLOCK_OUT,
                  "macs_per_cycle": cfg.MACS_PER_CYCLE, "uops_per_cycle": 1},
     }

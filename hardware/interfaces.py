@@ -12,12 +12,14 @@ from hardware.params import DRAM_ADDR_BITS, REG_DATA_BITS
 
 
 def dram_port(bus_bits: int) -> wiring.Signature:
-    """A DRAM master: a command stream (one bus beat per command; reads and writes) and an in-order read
-    response stream. Byte addresses are aligned to the bus; ``cmd_strb`` selects the bytes a write changes."""
+    """A DRAM master: a command stream (one bus beat per command; reads and writes), an in-order read
+    response stream and an in-order write acknowledgement (``wack``, a pulse per write once it is done, as
+    AXI's write-response channel; always accepted). Byte addresses are aligned to the bus; ``cmd_strb``
+    selects the bytes a write changes."""
     return wiring.Signature({
         "cmd_valid": Out(1), "cmd_ready": In(1), "cmd_addr": Out(DRAM_ADDR_BITS), "cmd_write": Out(1),
         "cmd_data": Out(bus_bits), "cmd_strb": Out(bus_bits // 8),
-        "rsp_valid": In(1), "rsp_ready": Out(1), "rsp_data": In(bus_bits),
+        "rsp_valid": In(1), "rsp_ready": Out(1), "rsp_data": In(bus_bits), "wack": In(1),
     })
 
 

@@ -1,10 +1,21 @@
-"""GEMM and ALU: the micro-op loop and the BATCH x BLOCK_IN x BLOCK_OUT core, one micro-op per cycle.
+"""GEMM and ALU: the micro-op loop and the BATCH x BLOCK_IN x BLOCK_OUT core.
 
 For i < iter_out, j < iter_in, k in [uop_bgn, uop_end): with u = uop[k], d = u.dst_idx + i*dst_factor_out +
 j*dst_factor_in (src and wgt alike), GEMM does acc[d] += inp[s] . wgt[w]^T (acc[d] = 0 with reset_reg) and ALU
-acc[d] = op(acc[d], imm or acc[s]) lane-wise. Three pipeline stages: A reads the micro-op, B computes the
-indices and reads the SRAMs, C computes and writes acc[d]. The accumulator read ports are transparent to its
-write port, so a micro-op reads what the one just before it wrote (exactly the sequential semantics).
+acc[d] = op(acc[d], imm or acc[s]) lane-wise.
+
+VTA's HLS pipeline (hardware/xilinx/src/vta.cc): the GEMM micro-op loop at II=1, the ALU's at II=2, because an
+ALU micro-op reads two accumulator rows (acc[s], then acc[d]) through the register file's one read port. Here
+likewise: the accumulator SRAM has one read port for compute, and the stages are
+
+- A: read micro-op k (every cycle for GEMM, every other cycle for ALU);
+- B: add the loop offsets (running sums) to its indices; GEMM reads inp[s], wgt[w] and acc[d]; ALU reads acc[s];
+- B2 (ALU only): read acc[d], hold acc[s];
+- C: compute every lane and write acc[d].
+
+The read port is transparent to the write port, so a micro-op reads what the one before it wrote in the same
+cycle: back-to-back micro-ops on one accumulator row give the sequential result (VTA's HLS declares that
+dependence false and leaves it to the compiler to avoid).
 """
 
 from __future__ import annotations
@@ -17,11 +28,11 @@ from hardware.alu import alu_lane, dot_lane
 from hardware.decode import field_values
 from hardware.interfaces import sram_read, sram_write
 from hardware.params import RtlParams
-from hw_config.layout import INSN_BITS, LOOP_ITER_BITS, OPCODES
+from hw_config.layout import ALU_OPCODES, INSN_BITS, LOOP_ITER_BITS, OPCODES
 
 
 class LoopEngine(wiring.Component):
-    """Executes one GEMM or ALU instruction: ``cmd`` takes it, ``done`` pulses after its last write."""
+    """Executes one GEMM or ALU instruction: ``cmd`` takes it, ``done`` pulses in the cycle of its last write."""
 
     def __init__(self, p: RtlParams):
         self.p = p
@@ -31,8 +42,7 @@ class LoopEngine(wiring.Component):
             "uop": Out(sram_read(s["uop"].addr_bits, s["uop"].width)),
             "inp": Out(sram_read(s["inp"].addr_bits, s["inp"].width)),
             "wgt": Out(sram_read(s["wgt"].addr_bits, s["wgt"].width)),
-            "acc_dst": Out(sram_read(s["acc"].addr_bits, s["acc"].width)),
-            "acc_src": Out(sram_read(s["acc"].addr_bits, s["acc"].width)),
+            "acc": Out(sram_read(s["acc"].addr_bits, s["acc"].width)),
             "acc_wr": Out(sram_write(s["acc"].addr_bits, s["acc"].width)),
         })
 
@@ -49,16 +59,17 @@ class LoopEngine(wiring.Component):
         uop_bgn, uop_end = gemm["uop_bgn"], gemm["uop_end"]
         iter_out, iter_in = gemm["iter_out"], gemm["iter_in"]
         uop_f = {f.name: f for f in p.fmt("uop").fields}
-        idx_bits = {"dst": s["acc"].addr_bits, "src": uop_f["src_idx"].width, "wgt": s["wgt"].addr_bits}
+        acc_bits = s["acc"].addr_bits
+        idx_bits = {"dst": acc_bits, "src": uop_f["src_idx"].width, "wgt": s["wgt"].addr_bits}
 
         running, started = Signal(), Signal()
-        b_valid, c_valid = Signal(), Signal()
-        m.d.comb += self.cmd.ready.eq(~running & ~started & ~b_valid & ~c_valid)
+        b_valid, b2_valid, c_valid = Signal(), Signal(), Signal()
+        m.d.comb += self.cmd.ready.eq(~running & ~started & ~b_valid & ~b2_valid & ~c_valid)
         m.d.sync += started.eq(0)
         with m.If(self.cmd.valid & self.cmd.ready):
             m.d.sync += [insn.eq(self.cmd.payload), started.eq(1)]
 
-        # stage A: loop counters and micro-op read
+        # stage A: loop counters and micro-op read; an ALU micro-op issues every other cycle (``phase``)
         k = Signal(uop_end.shape().width)
         i, j = Signal(LOOP_ITER_BITS), Signal(LOOP_ITER_BITS)
         base = {r: Signal(idx_bits[r], name=f"{r}_base") for r in idx_bits}
@@ -66,13 +77,17 @@ class LoopEngine(wiring.Component):
         factor_out = {"dst": gemm["dst_factor_out"], "src": src_out, "wgt": gemm["wgt_factor_out"]}
         factor_in = {"dst": gemm["dst_factor_in"], "src": src_in, "wgt": gemm["wgt_factor_in"]}
         empty = (iter_out == 0) | (iter_in == 0) | (uop_end <= uop_bgn)
+        phase = Signal()
         with m.If(started):
-            m.d.sync += [running.eq(~empty), k.eq(uop_bgn), i.eq(0), j.eq(0)]
+            m.d.sync += [running.eq(~empty), k.eq(uop_bgn), i.eq(0), j.eq(0), phase.eq(1)]
             m.d.sync += [base[r].eq(0) for r in idx_bits] + [cur[r].eq(0) for r in idx_bits]
-        m.d.comb += [self.uop.addr.eq(k), self.uop.en.eq(running)]
+        issue = running & (~is_alu | phase)
+        with m.If(running & is_alu):
+            m.d.sync += phase.eq(~phase)
+        m.d.comb += [self.uop.addr.eq(k), self.uop.en.eq(issue)]
         b_off = {r: Signal(idx_bits[r], name=f"b_{r}_off") for r in idx_bits}
-        m.d.sync += b_valid.eq(running)
-        with m.If(running):
+        m.d.sync += b_valid.eq(issue)
+        with m.If(issue):
             m.d.sync += [b_off[r].eq(cur[r]) for r in idx_bits]
             with m.If(k == uop_end - 1):
                 m.d.sync += k.eq(uop_bgn)
@@ -89,31 +104,37 @@ class LoopEngine(wiring.Component):
             with m.Else():
                 m.d.sync += k.eq(k + 1)
 
-        # stage B: indices, SRAM reads
+        # stage B: indices and SRAM reads; stage B2 (ALU): the destination row through the same port
         u = {name: self.uop.data[f.offset:f.offset + f.width] for name, f in uop_f.items()}
-        d = (u["dst_idx"] + b_off["dst"])[:s["acc"].addr_bits]
+        d = (u["dst_idx"] + b_off["dst"])[:acc_bits]
         src = (u["src_idx"] + b_off["src"])[:idx_bits["src"]]
         w = (u["wgt_idx"] + b_off["wgt"])[:s["wgt"].addr_bits]
-        c_dst = Signal(s["acc"].addr_bits)
-        m.d.sync += [c_valid.eq(b_valid), c_dst.eq(d)]
-        m.d.comb += [self.inp.addr.eq(src), self.inp.en.eq(b_valid), self.wgt.addr.eq(w), self.wgt.en.eq(b_valid),
-                     self.acc_dst.addr.eq(d), self.acc_dst.en.eq(b_valid),
-                     self.acc_src.addr.eq(src), self.acc_src.en.eq(b_valid)]
+        b2_dst, c_dst = Signal(acc_bits), Signal(acc_bits)
+        src_row = Signal(s["acc"].width)
+        m.d.sync += [b2_valid.eq(b_valid & is_alu), b2_dst.eq(d),
+                     c_valid.eq((b_valid & ~is_alu) | b2_valid), c_dst.eq(Mux(b2_valid, b2_dst, d))]
+        with m.If(b2_valid):
+            m.d.sync += src_row.eq(self.acc.data)
+        m.d.comb += [self.inp.addr.eq(src), self.inp.en.eq(b_valid & ~is_alu),
+                     self.wgt.addr.eq(w), self.wgt.en.eq(b_valid & ~is_alu),
+                     self.acc.addr.eq(Mux(b2_valid, b2_dst, Mux(is_alu, src[:acc_bits], d))),
+                     self.acc.en.eq(b_valid | b2_valid)]
 
         # stage C: the lanes
         acc_w = p.acc_width
         imm = alu["imm"]
+        alu_ops = ALU_OPCODES
         lanes = []
         for b in range(p.batch):
             x = [self.inp.data.word_select(b * p.block_in + c, p.inp_width) for c in range(p.block_in)]
             for o in range(p.block_out):
                 lane = b * p.block_out + o
-                a = self.acc_dst.data.word_select(lane, acc_w)
+                a = self.acc.data.word_select(lane, acc_w)
                 wt = [self.wgt.data.word_select(o * p.block_in + c, p.wgt_width) for c in range(p.block_in)]
                 gemm_value = Mux(gemm["reset_reg"], 0, (a.as_signed() + dot_lane(x, wt))[:acc_w])
-                operand = Mux(alu["use_imm"], imm, self.acc_src.data.word_select(lane, acc_w).as_signed())
-                alu_value = alu_lane(alu["alu_opcode"], a, operand, acc_w)
+                operand = Mux(alu["use_imm"], imm, src_row.word_select(lane, acc_w).as_signed())
+                alu_value = alu_lane(alu["alu_opcode"], a, operand, acc_w, alu_ops)
                 lanes.append(Mux(is_alu, alu_value, gemm_value)[:acc_w])
         m.d.comb += [self.acc_wr.en.eq(c_valid), self.acc_wr.addr.eq(c_dst), self.acc_wr.data.eq(Cat(*lanes))]
-        m.d.comb += self.done.eq((c_valid & ~b_valid & ~running) | (started & empty))
+        m.d.comb += self.done.eq((c_valid & ~b2_valid & ~b_valid & ~running) | (started & empty))
         return m

@@ -8,7 +8,7 @@ from amaranth.lib import fifo, stream, wiring
 from amaranth.lib.wiring import In, Out
 
 from hardware.decode import field_values
-from hardware.deps import token_members, tokens
+from hardware.deps import Tokens, token_members
 from hardware.dma import Load2D, Store2D
 from hardware.interfaces import dram_port, sram_read, sram_write
 from hardware.loop_engine import LoopEngine
@@ -24,47 +24,66 @@ def _queue(m: Module, p: RtlParams, insn_port) -> fifo.SyncFIFOBuffered:
     return q
 
 
-def _retire(m: Module, q: fifo.SyncFIFOBuffered) -> None:
-    m.d.comb += q.r_en.eq(1)
+# Trace pulses every module drives (the top level gathers them into its ``events`` port).
+EVENT_MEMBERS = {"issued": Out(1), "retired": Out(1)}
 
 
-def _sequence(m: Module, component, module: str, head: Value, has_insn: Value,
-              engines: list[tuple[Value, object]], retire) -> None:
-    """The per-instruction sequence: wait for an instruction, pop its tokens, start the engine whose
-    condition holds (or none: a NOP), wait for its ``done``, push its tokens, retire it.
+def _sequence(m: Module, component, module: str, q: fifo.SyncFIFOBuffered,
+              engines: list[tuple[Value, object]], on_issue=None) -> None:
+    """The per-instruction sequence, VTA's: take the queue's head when its tokens can be popped and its engine
+    is free, pop them and start the engine (or none: a NOP, whose pushes happen in the same cycle), wait for
+    the engine's ``done``, push the instruction's tokens. An instruction leaves the queue when it starts (the
+    engine holds a copy), so the next one waits only for its own tokens and the engine: one cycle between two
+    instructions of a module.
 
-    ``engines``: (condition, engine with ``cmd`` stream and ``done``) in priority order."""
+    ``engines``: (condition, engine with ``cmd`` stream and ``done``) in priority order; ``on_issue(enable)``
+    adds what the module does when an instruction starts."""
+    head = q.r_data
     flags = field_values(component.p.fmt("finish"), head)
     dep = {flag: flags[flag] for flag in DEP_FLAGS}
+    held = Signal(len(DEP_FLAGS))                 # the running instruction's flags, for its pushes
+    pops = Tokens(component, module, dep, "pop")
+    nop_pushes = Tokens(component, module, dep, "push")
+    pushes = Tokens(component, module, {flag: held[i] for i, flag in enumerate(DEP_FLAGS)}, "push")
+
+    selected, taken = [], Const(0)
+    for cond, _ in engines:
+        selected.append(cond & ~taken)
+        taken = taken | cond
+    nop = ~taken
+    engine_free = nop
+    for sel, (_, engine) in zip(selected, engines, strict=True):
+        engine_free = engine_free | (sel & engine.cmd.ready)
+        m.d.comb += engine.cmd.payload.eq(head)
     waiting = Signal(len(engines) or 1)
+    finished = Const(0)
+    for n, (_, engine) in enumerate(engines):
+        finished = finished | (waiting[n] & engine.done)
+
     with m.FSM(name=f"{module}_fsm"):
-        with m.State("IDLE"), m.If(has_insn):
-            m.next = "POP"
-        with m.State("POP"), m.If(tokens(m, component, module, dep, "pop")):
-            m.next = "START"
-        with m.State("START"):
-            m.next = "PUSH"                     # no engine: a NOP, only its tokens matter
-            taken = Const(0)
-            for n, (cond, engine) in enumerate(engines):
-                chosen = cond & ~taken
-                taken = taken | cond
-                m.d.comb += engine.cmd.payload.eq(head)
-                with m.If(chosen):
-                    m.d.comb += engine.cmd.valid.eq(1)
-                    m.d.sync += waiting.eq(1 << n)
-                    m.next = "START"
-                    with m.If(engine.cmd.ready):
-                        m.next = "WAIT"
-        with m.State("WAIT"):
-            done = Signal()
-            for n, (_, engine) in enumerate(engines):
-                with m.If(waiting[n] & engine.done):
-                    m.d.comb += done.eq(1)
-            with m.If(done):
+        with m.State("ISSUE"):
+            go = q.r_rdy & pops.ready & engine_free & (~nop | nop_pushes.ready)
+            pops.fire(m, go)
+            nop_pushes.fire(m, go & nop)
+            m.d.comb += [q.r_en.eq(go), component.issued.eq(go), component.retired.eq(go & nop)]
+            if on_issue is not None:
+                on_issue(go)
+            for sel, (_, engine) in zip(selected, engines, strict=True):
+                m.d.comb += engine.cmd.valid.eq(go & sel)
+            with m.If(go & ~nop):
+                m.d.sync += [waiting.eq(Cat(*selected)), held.eq(Cat(*dep.values()))]
+                m.next = "WAIT"
+        with m.State("WAIT"), m.If(finished):
+            pushes.fire(m, pushes.ready)
+            m.d.comb += component.retired.eq(pushes.ready)
+            m.next = "ISSUE"
+            with m.If(~pushes.ready):
                 m.next = "PUSH"
-        with m.State("PUSH"), m.If(tokens(m, component, module, dep, "push")):
-            retire()
-            m.next = "IDLE"
+        with m.State("PUSH"):
+            pushes.fire(m, pushes.ready)
+            m.d.comb += component.retired.eq(pushes.ready)
+            with m.If(pushes.ready):
+                m.next = "ISSUE"
 
 
 class LoadModule(wiring.Component):
@@ -78,7 +97,7 @@ class LoadModule(wiring.Component):
             "mem_inp": Out(dram_port(p.bus_bits)), "mem_wgt": Out(dram_port(p.bus_bits)),
             "inp_wr": Out(sram_write(s["inp"].addr_bits, s["inp"].width)),
             "wgt_wr": Out(sram_write(s["wgt"].addr_bits, s["wgt"].width)),
-            **token_members("load"),
+            **token_members("load"), **EVENT_MEMBERS,
         })
 
     def elaborate(self, platform) -> Module:
@@ -86,8 +105,10 @@ class LoadModule(wiring.Component):
         p = self.p
         q = _queue(m, p, self.insn)
         fmt = p.fmt("mem")
-        m.submodules.inp = inp = Load2D(fmt, p.dram_elem_bits("INP"), p.srams["inp"], p.bus_bits)
-        m.submodules.wgt = wgt = Load2D(fmt, p.dram_elem_bits("WGT"), p.srams["wgt"], p.bus_bits)
+        m.submodules.inp = inp = Load2D(fmt, p.dram_elem_bits("INP"), p.srams["inp"], p.bus_bits, p.burst,
+                                        p.outstanding)
+        m.submodules.wgt = wgt = Load2D(fmt, p.dram_elem_bits("WGT"), p.srams["wgt"], p.bus_bits, p.burst,
+                                        p.outstanding)
         wiring.connect(m, wiring.flipped(self.mem_inp), inp.mem)
         wiring.connect(m, wiring.flipped(self.mem_wgt), wgt.mem)
         wiring.connect(m, wiring.flipped(self.inp_wr), inp.wr)
@@ -96,7 +117,7 @@ class LoadModule(wiring.Component):
         moves = v["x_size"] != 0
         engines = [(moves & (v["memory_type"] == MEM_TYPES["INP"]), inp),
                    (moves & (v["memory_type"] == MEM_TYPES["WGT"]), wgt)]
-        _sequence(m, self, "load", q.r_data, q.r_rdy, engines, lambda: _retire(m, q))
+        _sequence(m, self, "load", q, engines)
         return m
 
 
@@ -118,10 +139,9 @@ class ComputeModule(wiring.Component):
             "uop_rd": Out(sram_read(s["uop"].addr_bits, s["uop"].width)),
             "inp_rd": Out(sram_read(s["inp"].addr_bits, s["inp"].width)),
             "wgt_rd": Out(sram_read(s["wgt"].addr_bits, s["wgt"].width)),
-            "acc_dst": Out(sram_read(s["acc"].addr_bits, s["acc"].width)),
-            "acc_src": Out(sram_read(s["acc"].addr_bits, s["acc"].width)),
+            "acc_rd": Out(sram_read(s["acc"].addr_bits, s["acc"].width)),
             "acc_wr": Out(sram_write(s["acc"].addr_bits, s["acc"].width)),
-            **token_members("compute"),
+            **token_members("compute"), **EVENT_MEMBERS,
         })
 
     def elaborate(self, platform) -> Module:
@@ -130,9 +150,10 @@ class ComputeModule(wiring.Component):
         s = p.srams
         q = _queue(m, p, self.insn)
         fmt = p.fmt("mem")
-        m.submodules.uop = uop = Load2D(fmt, p.dram_elem_bits("UOP"), s["uop"], p.bus_bits)
-        m.submodules.acc = acc = Load2D(fmt, p.dram_elem_bits("ACC"), s["acc"], p.bus_bits)
-        m.submodules.acc8 = acc8 = Load2D(fmt, p.dram_elem_bits("ACC_8BIT"), s["acc"], p.bus_bits,
+        m.submodules.uop = uop = Load2D(fmt, p.dram_elem_bits("UOP"), s["uop"], p.bus_bits, p.burst, p.outstanding)
+        m.submodules.acc = acc = Load2D(fmt, p.dram_elem_bits("ACC"), s["acc"], p.bus_bits, p.burst, p.outstanding)
+        m.submodules.acc8 = acc8 = Load2D(fmt, p.dram_elem_bits("ACC_8BIT"), s["acc"], p.bus_bits, p.burst,
+                                          p.outstanding,
                                           widen=lambda v: Cat(*[_sext(v.word_select(i, p.inp_width), p.acc_width)
                                                                 for i in range(p.acc_lanes)]))
         m.submodules.loop = loop = LoopEngine(p)
@@ -143,8 +164,7 @@ class ComputeModule(wiring.Component):
         wiring.connect(m, wiring.flipped(self.uop_rd), loop.uop)
         wiring.connect(m, wiring.flipped(self.inp_rd), loop.inp)
         wiring.connect(m, wiring.flipped(self.wgt_rd), loop.wgt)
-        wiring.connect(m, wiring.flipped(self.acc_dst), loop.acc_dst)
-        wiring.connect(m, wiring.flipped(self.acc_src), loop.acc_src)
+        wiring.connect(m, wiring.flipped(self.acc_rd), loop.acc)
         writers = [acc.wr, acc8.wr, loop.acc_wr]      # one runs at a time
         m.d.comb += self.acc_wr.en.eq(writers[0].en | writers[1].en | writers[2].en)
         with m.If(acc.wr.en):
@@ -162,12 +182,10 @@ class ComputeModule(wiring.Component):
                    (load & (v["memory_type"] == MEM_TYPES["ACC_8BIT"]), acc8),
                    ((opcode == OPCODES["GEMM"]) | (opcode == OPCODES["ALU"]), loop)]
 
-        def retire() -> None:
-            m.d.comb += q.r_en.eq(1)
-            with m.If(opcode == OPCODES["FINISH"]):
-                m.d.comb += self.finished.eq(1)
+        def on_issue(go: Value) -> None:
+            m.d.comb += self.finished.eq(go & (opcode == OPCODES["FINISH"]))
 
-        _sequence(m, self, "compute", q.r_data, q.r_rdy, engines, retire)
+        _sequence(m, self, "compute", q, engines, on_issue)
         return m
 
 
@@ -180,7 +198,7 @@ class StoreModule(wiring.Component):
         super().__init__({
             "insn": In(stream.Signature(INSN_BITS)), "mem": Out(dram_port(p.bus_bits)),
             "acc_rd": Out(sram_read(s["acc"].addr_bits, s["acc"].width)),
-            **token_members("store"),
+            **token_members("store"), **EVENT_MEMBERS,
         })
 
     def elaborate(self, platform) -> Module:
@@ -188,10 +206,11 @@ class StoreModule(wiring.Component):
         p = self.p
         q = _queue(m, p, self.insn)
         fmt = p.fmt("mem")
-        m.submodules.store = store = Store2D(fmt, p.srams["acc"], p.acc_lanes, p.out_width, p.bus_bits)
+        m.submodules.store = store = Store2D(fmt, p.srams["acc"], p.acc_lanes, p.out_width, p.bus_bits, p.burst,
+                                             p.outstanding)
         wiring.connect(m, wiring.flipped(self.mem), store.mem)
         wiring.connect(m, wiring.flipped(self.acc_rd), store.rd)
         v = field_values(fmt, q.r_data)
         engines = [((v["opcode"] == OPCODES["STORE"]) & (v["x_size"] != 0), store)]
-        _sequence(m, self, "store", q.r_data, q.r_rdy, engines, lambda: _retire(m, q))
+        _sequence(m, self, "store", q, engines)
         return m

@@ -15,8 +15,8 @@ from hw_config.layout import INSN_BITS, MEM_TYPES, Format
 
 # The RTL's own parameters (not part of the ISA).
 DRAM_ADDR_BITS = 64          # byte address on the DRAM port (AXI4 allows 64)
-MAX_OUTSTANDING = 32         # read beats one DMA engine keeps in flight
-FETCH_BUFFER = 16            # instructions fetch prefetches ahead of dispatch
+MIN_OUTSTANDING = 32         # beats one DMA engine keeps in flight, at least ...
+MAX_OUTSTANDING = 4096       # ... and at most (see RtlParams.outstanding)
 REG_DATA_BITS = 32           # the AXI-lite register bus
 
 
@@ -40,6 +40,16 @@ class Sram:
         return log2(self.depth)
 
 
+@dataclass(frozen=True)
+class Burst:
+    """How a DMA engine paces its beats, as VTA's AXI masters do: bursts of at most ``beats`` beats, a new
+    burst at each row of a 2-D transfer (rows that are contiguous in DRAM make one), ``gap`` idle cycles
+    after each burst (the config's DMA_BURST_BEATS and DMA_BURST_GAP)."""
+
+    beats: int
+    gap: int
+
+
 class RtlParams:
     """A config's numbers as the RTL generator uses them."""
 
@@ -54,6 +64,7 @@ class RtlParams:
         self.batch = cfg.BATCH
         self.block_in = cfg.BLOCK_IN
         self.block_out = cfg.BLOCK_OUT
+        self.burst = Burst(cfg.DMA_BURST_BEATS, cfg.DMA_BURST_GAP)
 
     def fmt(self, name: str) -> Format:
         """An instruction format ('mem', 'gemm', 'alu', 'finish') or the micro-op format ('uop')."""
@@ -70,6 +81,14 @@ class RtlParams:
     def dram_elem_bits(self, mem_type: str) -> int:
         """Bits of one DRAM element of a memory type (the unit of dram_base and x_stride)."""
         return self.cfg.elem_bytes(MEM_TYPES[mem_type]) * 8
+
+    @property
+    def outstanding(self) -> int:
+        """Beats one DMA engine keeps in flight (reads awaiting data, writes awaiting their acknowledgement),
+        and the instructions fetch prefetches: enough to cover DRAM_LATENCY, so one engine alone can use every
+        beat of the bus, as the timing model assumes (a power of two, MIN_OUTSTANDING..MAX_OUTSTANDING)."""
+        need = max(MIN_OUTSTANDING, self.cfg.DRAM_LATENCY + 4)
+        return min(MAX_OUTSTANDING, 1 << (need - 1).bit_length())
 
     @property
     def acc_lanes(self) -> int:

@@ -2,7 +2,7 @@
 //
 // The model's DRAM port is served by a sparse byte-addressed DRAM (4 KiB pages, created by the host's writes):
 // every command is accepted at once; a read's beat is answered DRAM_LATENCY cycles later, in order; a write
-// changes the bytes its strobes select when it is accepted. A DMA to a page the host never wrote is a fault:
+// changes the bytes its strobes select when it is accepted and is acknowledged DRAM_LATENCY cycles later. A DMA to a page the host never wrote is a fault:
 // the run stops and reports the address. The host drives the register bus as VTA's driver does.
 // Plain C boundary: every function returns a status, never aborts, and keeps its state in the handle.
 #include <algorithm>
@@ -64,10 +64,30 @@ struct vta_rtl {
     std::unique_ptr<Vvta_core> top;
     std::unordered_map<uint64_t, std::unique_ptr<uint8_t[]>> pages;
     std::deque<Beat> responses;
+    std::deque<uint64_t> acks;   // when each accepted write is acknowledged
     uint64_t latency = 1;
     uint64_t cycle = 0;
     uint64_t beats_read = 0, beats_written = 0;
     std::string fault;
+    // trace: (cycle << 8 | event bit) for every bit of the model's events port seen high, while tracing
+    bool tracing = false;
+    uint64_t trace_limit = 0;
+    std::vector<uint64_t> trace;
+    // per module (load, compute, store): instructions started, cycles from start to finish, last start
+    uint64_t insns[3] = {0, 0, 0}, busy[3] = {0, 0, 0}, started_at[3] = {0, 0, 0};
+
+    void note_events(unsigned events) {
+        for (unsigned mod = 0; mod < 3; ++mod) {
+            if (events >> (2 * mod) & 1) {
+                ++insns[mod];
+                started_at[mod] = cycle;
+            }
+            if (events >> (2 * mod + 1) & 1) busy[mod] += cycle + 1 - started_at[mod];
+        }
+        if (tracing)
+            for (unsigned bit = 0; bit < 8; ++bit)
+                if ((events >> bit & 1) && trace.size() < trace_limit) trace.push_back(cycle << 8 | bit);
+    }
 
     uint8_t* page(uint64_t addr, bool create) {
         auto it = pages.find(addr >> PAGE_BITS);
@@ -93,9 +113,12 @@ struct vta_rtl {
         bool have = !responses.empty() && responses.front().ready <= cycle;
         t->MEM(rsp_valid) = have;
         if (have) put(t->MEM(rsp_data), responses.front().data, BUS);
+        bool ack = !acks.empty() && acks.front() <= cycle;
+        t->MEM(wack) = ack;
         t->MEM(cmd_ready) = 1;
         t->clk = 0;
         t->eval();
+        if (t->events) note_events(t->events);
         bool rsp_fire = have && t->MEM(rsp_ready);
         bool cmd_fire = t->MEM(cmd_valid);
         uint64_t addr = t->MEM(cmd_addr);
@@ -108,11 +131,13 @@ struct vta_rtl {
         t->clk = 1;
         t->eval();
         if (rsp_fire) responses.pop_front();
+        if (ack) acks.pop_front();
         if (cmd_fire) {
             uint8_t* p = page(addr, false);
             uint64_t off = addr & (PAGE - 1);
             if (write) {
                 ++beats_written;
+                acks.push_back(cycle + latency);
                 if (!p) note_fault("write", addr);
                 else
                     for (size_t i = 0; i < BUS; ++i)
@@ -139,6 +164,7 @@ struct vta_rtl {
         ctx = std::make_unique<VerilatedContext>();
         top = std::make_unique<Vvta_core>(ctx.get(), "top");
         responses.clear();
+        acks.clear();
         fault.clear();
         top->REG(we) = 0;
         top->rst = 1;
@@ -208,6 +234,12 @@ uint64_t vta_rtl_dram_read(vta_rtl* r, uint64_t addr, uint8_t* out, uint64_t n) 
 
 void vta_rtl_dram_clear(vta_rtl* r) { r->pages.clear(); }
 
+// Drops the pages wholly inside [addr, addr + n): a DMA there faults again, as before the host wrote them.
+void vta_rtl_dram_unmap(vta_rtl* r, uint64_t addr, uint64_t n) {
+    uint64_t first = (addr + PAGE - 1) >> PAGE_BITS, end = (addr + n) >> PAGE_BITS;
+    for (uint64_t page = first; page < end; ++page) r->pages.erase(page);
+}
+
 // One register write: a clock cycle with the bus's write enable high.
 void vta_rtl_reg_write(vta_rtl* r, uint32_t offset, uint32_t value) {
     r->top->REG(addr) = offset;
@@ -250,6 +282,29 @@ int vta_rtl_run_until(vta_rtl* r, uint32_t offset, uint32_t mask, uint64_t max_c
 }
 
 uint64_t vta_rtl_cycle(vta_rtl* r) { return r->cycle; }
+
+// Per module (load, compute, store): instructions started and busy cycles since the last call; clears them.
+void vta_rtl_module_stats(vta_rtl* r, uint64_t* insns, uint64_t* busy) {
+    for (int i = 0; i < 3; ++i) {
+        insns[i] = r->insns[i];
+        busy[i] = r->busy[i];
+        r->insns[i] = r->busy[i] = 0;
+    }
+}
+
+// Start (limit > 0: at most limit events kept) or stop (limit == 0) recording the events port; starting clears.
+void vta_rtl_trace(vta_rtl* r, uint64_t limit) {
+    r->tracing = limit != 0;
+    r->trace_limit = limit;
+    r->trace.clear();
+}
+
+// Copies up to n recorded events (cycle << 8 | bit) to out; returns how many were recorded in all.
+uint64_t vta_rtl_trace_read(vta_rtl* r, uint64_t* out, uint64_t n) {
+    uint64_t k = std::min<uint64_t>(n, r->trace.size());
+    if (k) std::memcpy(out, r->trace.data(), k * sizeof(uint64_t));
+    return r->trace.size();
+}
 uint64_t vta_rtl_beats(vta_rtl* r, int written) { return written ? r->beats_written : r->beats_read; }
 
 }  // extern "C"
