@@ -137,6 +137,7 @@ def replay_golden(name: str, compute: bool = True):
     return sim, image, expect, stats
 
 
+@requires_golden
 @pytest.mark.parametrize("name", GOLDEN_NAMES)
 def test_golden_replay_matches_vta(name):
     sim, _, expect, stats = replay_golden(name)
@@ -151,6 +152,7 @@ def test_golden_set_is_complete():
     assert len(GOLDEN_NAMES) == 16
 
 
+@requires_golden
 @pytest.mark.parametrize("name", GOLDEN_NAMES)
 def test_timing_only_mode_counts_and_times_like_a_full_run(name):
     _, _, _, full = replay_golden(name)
