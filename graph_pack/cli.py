@@ -17,7 +17,7 @@ from graph_pack.pack import format_offload_report, graph_pack
 from graph_pack.quantize import MODES, quantize
 from graph_pack.reference import run_reference
 from graph_pack.schedule_log import read_schedules
-from vta.cli import _key_value, _load, arg, command, float_in, int_in, threads_arg
+from vta.cli import Interrupted, _key_value, _load, arg, command, float_in, int_in, threads_arg
 from vta.device import SimDevice
 from vta.environment import Environment
 
@@ -197,6 +197,13 @@ def run_cmd(args: argparse.Namespace) -> int:
     and the per-layer table (simulated cycles, GOPS and DRAM traffic for accelerator layers; host time
     for CPU layers). Exit status 1 when --check finds a difference from the numpy reference.
     """
+    try:
+        return _run(args)
+    except KeyboardInterrupt:
+        raise Interrupted("nothing was written (vta run saves no files); run the command again") from None
+
+
+def _run(args: argparse.Namespace) -> int:
     cfg = _load(args.config, args.sets)
     env = Environment(cfg)
     schedules = read_schedules(args.log, cfg) if args.log else None   # a missing log fails before the work

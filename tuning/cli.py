@@ -5,17 +5,31 @@ from __future__ import annotations
 import argparse
 import contextlib
 import json
+import os
 import shlex
 from pathlib import Path
 
 from tuning.network import tune_network
-from tuning.records import check_log_path, move_aside
+from tuning.records import check_log_path, count_records, move_aside
 from tuning.rpc_runner import RUNNER_FLAGS, runner_from_flags
 from tuning.tune import STRATEGIES
 from tuning.tuners import TUNERS
-from vta.cli import _key_value, _load, arg, command, int_in
+from vta.cli import Interrupted, _key_value, _load, arg, command, int_in
 
 TRIALS = int_in(1, 10_000_000, "a trial count")
+
+
+@contextlib.contextmanager
+def resumable(log: str | os.PathLike):
+    """Ctrl-C while tuning into ``vta.cli.Interrupted``: how many records the log holds (and how many this run
+    added), and that the same command resumes from them."""
+    before = count_records(log)
+    try:
+        yield
+    except KeyboardInterrupt:
+        after = count_records(log)
+        raise Interrupted(f"{after} record(s) saved in {log} ({after - before} by this run); run the same command "
+                          "again to resume from them (nothing is measured twice)") from None
 
 
 @command(None, "tune", "tune a network's accelerator layers on the simulator (or on boards: --rpc)", args=[
@@ -61,8 +75,8 @@ def tune_cmd(args: argparse.Namespace) -> int:
         if aside is not None:
             print(f"--fresh: moved the earlier log {log} aside to {aside}; starting a new log")
     remote = args.rpc or args.dask
-    with runner_from_flags(args, check=args.check, timing_only=args.timing_only, n_parallel=args.parallel) \
-            if remote else contextlib.nullcontext() as runner:
+    with resumable(log), runner_from_flags(args, check=args.check, timing_only=args.timing_only,
+                                           n_parallel=args.parallel) if remote else contextlib.nullcontext() as runner:
         tune_network(args.model, cfg, tuner=args.tuner, n_trial=args.n_trial, total_trials=args.total_trials,
                      strategy=args.strategy, log=log, ops=ops, timing_only=args.timing_only, check=args.check,
                      n_parallel=args.parallel or 1, early_stopping=args.early_stopping, image_size=args.image_size,

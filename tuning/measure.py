@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import multiprocessing
 import os
+import signal
 import time
 import traceback
 from collections.abc import Sequence
@@ -102,9 +103,16 @@ def _measure_star(args: tuple) -> MeasureResult:
 
 
 def _worker_threads(threads: int) -> None:
-    """Worker-process initializer: simulators made here split GEMMs over ``threads`` (unless the user set
-    ``VTA_SIM_THREADS``), so that n workers x threads stay within the machine's CPUs."""
+    """Simulators made in this process split GEMMs over ``threads`` (unless the user set ``VTA_SIM_THREADS``), so
+    that n workers x threads stay within the machine's CPUs."""
     os.environ.setdefault("VTA_SIM_THREADS", str(threads))
+
+
+def _local_worker(threads: int) -> None:
+    """Initializer of a LocalRunner worker process: its threads, and Ctrl-C left to the parent (a terminal's Ctrl-C
+    reaches every process of its group; the parent stops the pool, so no worker prints a traceback)."""
+    _worker_threads(threads)
+    signal.signal(signal.SIGINT, signal.SIG_IGN)
 
 
 def _measure_on_cluster(args: tuple) -> MeasureResult:
@@ -147,7 +155,7 @@ class LocalRunner:
         from simulator.core import usable_cpus  # the C simulator loads when measuring, not at import
 
         threads = max(1, usable_cpus() // self.n_parallel)
-        return ProcessPoolExecutor(n, mp_context=multiprocessing.get_context("fork"), initializer=_worker_threads,
+        return ProcessPoolExecutor(n, mp_context=multiprocessing.get_context("fork"), initializer=_local_worker,
                                    initargs=(threads,))
 
     @staticmethod

@@ -10,9 +10,12 @@ never applied silently: ``load_best`` skips them and says how many it skipped.
 
 from __future__ import annotations
 
+import contextlib
 import json
 import math
 import os
+import signal
+import threading
 import time
 import warnings
 from collections.abc import Iterable
@@ -200,11 +203,12 @@ class RecordLog:
         self.path = Path(path)
 
     def append(self, records: Iterable[Record]) -> None:
+        """Append whole lines, fsync'ed; a Ctrl-C meanwhile takes effect once they are written."""
         lines = "".join(r.to_json() + "\n" for r in records)
         if not lines:
             return
         self.path.parent.mkdir(parents=True, exist_ok=True)
-        with open(self.path, "a", encoding="utf-8") as f:
+        with _sigint_deferred(), open(self.path, "a", encoding="utf-8") as f:
             if f.tell() > 0 and not _ends_with_newline(self.path):
                 f.write("\n")  # a killed writer left half a line: start ours on a fresh one
             f.write(lines)
@@ -213,6 +217,29 @@ class RecordLog:
 
     def read(self) -> list[Record]:
         return load_records(self.path)
+
+
+@contextlib.contextmanager
+def _sigint_deferred():
+    """Hold SIGINT (Ctrl-C) back while the body runs, in the main thread of a POSIX process: it is delivered, and
+    raises KeyboardInterrupt, as soon as the body is done (elsewhere the body simply runs)."""
+    if not hasattr(signal, "pthread_sigmask") or threading.current_thread() is not threading.main_thread():
+        yield
+        return
+    old = signal.pthread_sigmask(signal.SIG_BLOCK, {signal.SIGINT})
+    try:
+        yield
+    finally:
+        signal.pthread_sigmask(signal.SIG_SETMASK, old)
+
+
+def count_records(path: str | os.PathLike) -> int:
+    """The non-empty lines of a log (0 when there is none): what a run has saved, cheaply."""
+    try:
+        with open(path, "rb") as f:
+            return sum(1 for line in f if line.strip())
+    except FileNotFoundError:
+        return 0
 
 
 def _ends_with_newline(path: Path) -> bool:

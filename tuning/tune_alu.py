@@ -10,7 +10,7 @@ import argparse
 import sys
 
 from hw_config import load_config
-from tuning.cli import TRIALS
+from tuning.cli import TRIALS, resumable
 from tuning.rpc_runner import add_runner_flags, runner_from_flags
 from tuning.task import alu_task
 from tuning.tune import tune_tasks
@@ -54,7 +54,7 @@ def _tune(args: argparse.Namespace) -> int:
                   f"(--config sim tunes multiply too)", file=sys.stderr)
     else:
         ops = tuple(args.ops.split(","))
-    with runner_from_flags(args, timing_only=args.timing_only, n_parallel=args.parallel) as runner:
+    with resumable(args.log), runner_from_flags(args, timing_only=args.timing_only, n_parallel=args.parallel) as runner:
         tune_tasks(alu_tasks(cfg, ops), tuner=args.tuner, n_trial=args.n_trial,
                    runner=runner, log=args.log, seed=args.seed)
     return 0

@@ -8,7 +8,7 @@ from __future__ import annotations
 import argparse
 
 from hw_config import load_config
-from tuning.cli import TRIALS
+from tuning.cli import TRIALS, resumable
 from tuning.rpc_runner import add_runner_flags, runner_from_flags
 from tuning.task import conv_task
 from tuning.tune import STRATEGIES, tune_tasks
@@ -47,7 +47,7 @@ def main(argv: list[str] | None = None) -> int:
 def _tune(args: argparse.Namespace) -> int:
     cfg = load_config(args.config)
     tasks = resnet18_tasks(cfg, args.layers.split(",") if args.layers else None)
-    with runner_from_flags(args, timing_only=args.timing_only, n_parallel=args.parallel) as runner:
+    with resumable(args.log), runner_from_flags(args, timing_only=args.timing_only, n_parallel=args.parallel) as runner:
         tune_tasks(tasks, tuner=args.tuner, n_trial=args.n_trial, runner=runner, log=args.log,
                    strategy=args.strategy, early_stopping=args.early_stopping, seed=args.seed)
     return 0

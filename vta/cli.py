@@ -2,7 +2,9 @@
 
 Every subcommand is one function decorated with ``@command(group, name, help, args=[...])``; the parser is
 assembled from that registry, so adding ``vta sim replay`` or ``vta demo`` is one function. Expected
-failures (bad config, bad image, missing file) print ``vta: error: ...`` and exit with status 2.
+failures (bad config, bad image, missing file) print ``vta: error: ...`` and exit with status 2. Ctrl-C stops
+any command with one line instead of a traceback and exit status 130 (128 + SIGINT, as shells report it); a
+command that saves work as it goes raises ``Interrupted`` saying what was saved and how to resume.
 """
 
 from __future__ import annotations
@@ -135,17 +137,27 @@ _loaded_plugins: set[str] = set()
 
 def main(argv: list[str] | None = None) -> int:
     """Entry point of the ``vta`` console script; returns the exit status."""
-    load_plugins()
-    parser = build_parser()
-    try:
-        args = parser.parse_args(argv)
-    except SystemExit as e:  # --help (0) and usage errors (2)
-        return e.code if isinstance(e.code, int) else 2
-    return run_reporting_errors("vta", lambda: args.handler(args))
+    def parse_and_run() -> int | None:
+        load_plugins()
+        parser = build_parser()
+        try:
+            args = parser.parse_args(argv)
+        except SystemExit as e:  # --help (0) and usage errors (2)
+            return e.code if isinstance(e.code, int) else 2
+        return args.handler(args)
+    return run_reporting_errors("vta", parse_and_run)
+
+
+INTERRUPTED = 130   # the exit status of a command stopped by Ctrl-C (128 + SIGINT)
+
+
+class Interrupted(Exception):
+    """Ctrl-C stopped a command that saves as it goes; the message says what was saved and how to resume."""
 
 
 def run_reporting_errors(prog: str, fn: Callable[[], int | None]) -> int:
-    """Run a command body: an expected error (bad input) becomes one line on stderr and exit status 2."""
+    """Run a command body: an expected error (bad input) becomes one line on stderr and exit status 2; Ctrl-C one
+    line (``Interrupted``'s message, when the command says what it saved) and exit status 130."""
     try:
         return fn() or 0
     except BrokenPipeError:  # output piped into `head`: stop quietly
@@ -154,6 +166,21 @@ def run_reporting_errors(prog: str, fn: Callable[[], int | None]) -> int:
     except EXPECTED_ERRORS as e:
         print(f"{prog}: error: {e}", file=sys.stderr)
         return 2
+    except (KeyboardInterrupt, Interrupted) as e:
+        _end_progress_line()
+        detail = f": {e}" if isinstance(e, Interrupted) else ""
+        print(f"{prog}: interrupted{detail}", file=sys.stderr)
+        return INTERRUPTED
+
+
+def _end_progress_line() -> None:
+    """A progress line rewritten in place on a terminal is left open: end it before the message."""
+    try:
+        if sys.stdout.isatty():
+            sys.stdout.write("\n")
+        sys.stdout.flush()
+    except (OSError, ValueError):   # closed or broken stdout: nothing to end
+        pass
 
 
 # ------------------------------------------------------------------------------------------------------------
