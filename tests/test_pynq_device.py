@@ -343,3 +343,76 @@ def test_local_buffers_are_cached_like_vtas(tmp_path):
     Buffer.physical_address = (1 << 30) - 2048
     with pytest.raises(BoardError, match=r"ends past 0x40000000, beyond the DDR window VTA's AXI masters reach"):
         dev._allocate(4096)
+
+
+# ------------------------------------------------------------------------------------------------------------
+# the local path: pynq's own API over a faked hardware layer (tests/fake_zynq.py), no /dev/mem, no XRT
+
+@pytest.fixture
+def local_board(tmp_path, monkeypatch):
+    """PynqDevice on "the board itself": pynq's active device is FakeZynq; a non-placeholder .bit in the cache."""
+    need("pynq")
+    import pynq
+    from fake_zynq import FakeZynq
+
+    from vta.board.bitstream import PLACEHOLDER_DESIGN, bitstream_path, placeholder_bytes
+    fpga_design = "vta_1x16_i8w8a32_15_15_18_17_hls_bits"   # as long as the placeholder's name: one header field
+    assert len(fpga_design) == len(PLACEHOLDER_DESIGN)
+    path = bitstream_path(CFG, tmp_path)
+    path.parent.mkdir(parents=True)
+    path.write_bytes(placeholder_bytes(CFG).replace(PLACEHOLDER_DESIGN.encode(), fpga_design.encode()))
+    made = []
+
+    def install(cfg=CFG, time_scale=1.0):
+        fake = FakeZynq(cfg, time_scale)
+        monkeypatch.setattr(pynq.Device, "_active_device", fake, raising=False)
+        made.append(fake)
+        return fake
+
+    monkeypatch.delenv("VTA_PYNQ_BOARD", raising=False)
+    monkeypatch.delenv("PYNQ_REMOTE_DEVICES", raising=False)
+    yield install, tmp_path
+    for fake in made:
+        fake.close()
+
+
+@pytest.mark.parametrize("coherent", [True, False])
+def test_the_local_path_runs_bit_exactly_through_pynqs_own_api(local_board, coherent):
+    """Cached buffers as VTA allocates them; on the ACP-coherent Pynq no flush, elsewhere flush and invalidate
+    around each run (a missing one gives wrong results in the fake's two-copy memory)."""
+    from vta import compile_op
+    from vta.device_pynq import PynqDevice
+    from vta.templates import random_inputs
+    install, cache = local_board
+    cfg = CFG.replace(COHERENT=coherent)
+    fake = install(cfg)
+    wl = {"data_shape": (1, 32, 8, 8), "kernel_shape": (32, 32, 3, 3), "padding": (1, 1)}
+    epilogue = [("bias",), ("shr", 8), ("clip", -127, 127)]
+    reference = compile_op("conv2d", cfg, epilogue=epilogue, **wl)
+    inputs = random_inputs(reference, 3)
+    with PynqDevice(cfg, cache_dir=cache, timeout_s=30) as dev:
+        assert dev.board == f"local board {fake.name}" and not dev.remote
+        op = compile_op("conv2d", cfg, epilogue=epilogue, device=dev, **wl)
+        for _ in range(2):
+            np.testing.assert_array_equal(op.run(**inputs), reference.run(**inputs))
+    assert fake.allocations and all(a["cacheable"] for a in fake.allocations)
+    syncs = fake.calls["flush"] + fake.calls["invalidate"]
+    assert (syncs == 0) if coherent else (fake.calls["flush"] > 0 and fake.calls["invalidate"] > 0)
+
+
+def test_a_hung_local_board_is_reprogrammed_with_its_buffers_kept(local_board):
+    """Hang recovery on the local path: a program that waits forever times out; the next run downloads the
+    bitstream again while the buffers stay allocated, and their data survives (CMA memory outlives the PL)."""
+    from vta.device_pynq import BoardTimeout, PynqDevice
+    from vta.isa import FinishInsn, GemmInsn, assemble
+    install, cache = local_board
+    fake = install()
+    with PynqDevice(CFG, cache_dir=cache, timeout_s=1.0) as dev:
+        buf = dev.alloc(4096)
+        dev.copy_in(buf, bytes(range(256)) * 16)
+        assert fake.calls["download"] == 1
+        with pytest.raises(BoardTimeout):
+            dev.run(assemble([GemmInsn(pop_prev_dep=1), FinishInsn()], CFG))   # a token never pushed
+        after = dev.run(assemble([FinishInsn()], CFG))
+        assert after.launched and fake.calls["download"] == 2
+        assert dev.copy_out(buf, 4096).tolist() == list(range(256)) * 16
