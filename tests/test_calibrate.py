@@ -1,9 +1,11 @@
 """``vta calibrate`` (vta/calibrate.py): the fit recovers parameters from records the model itself made (with
-noise and an outlier), the calibrated config loads like a preset, bad records get clear errors, and the shipped
-pynq preset agrees with the shared Pynq-Z1 measurements."""
+noise and an outlier), the calibrated config loads like a preset, bad records get clear errors, simulator records
+never pass for board measurements, and the shipped pynq preset agrees with the public Pynq-Z1 measurements
+(examples/pynq_conv2d_measured.jsonl)."""
 
 from __future__ import annotations
 
+import io
 import json
 from pathlib import Path
 
@@ -13,9 +15,10 @@ from extras import IN_CI
 
 from hw_config import LATENCY_KEYS, load_config
 from hw_config.config import LATENCY_NEUTRAL
-from tuning.measure import MeasureResult
-from tuning.records import make_record
+from tuning.measure import LocalRunner, MeasureResult
+from tuning.records import load_records, make_record
 from tuning.task import alu_task, conv_task
+from tuning.tune import tune_tasks
 from vta.calibrate import (
     Measurement,
     MeasurementError,
@@ -29,7 +32,7 @@ from vta.calibrate import (
 from vta.cli import main
 from vta.templates import compile_op, conv
 
-SHARED = Path(__file__).resolve().parents[2] / "shared" / "calibration" / "pynq_conv2d_measured.jsonl"
+SHARED = Path(__file__).resolve().parents[1] / "examples" / "pynq_conv2d_measured.jsonl"
 SIM = load_config("sim")   # no board model: every key is fitted from scratch
 EPILOGUE = (("shr", 8), ("clip", 0, 127))
 TRUE = {"LAUNCH_US": 60.0, "HOST_INSN_NS": 700.0, "HOST_UOP_NS": 100.0, "CACHE_NS_PER_BYTE": 3.0,
@@ -43,8 +46,8 @@ LAYERS = [((1, 16, 4, 4), (16, 16, 1, 1), 1, 0), ((1, 16, 8, 8), (16, 16, 3, 3),
 def shared_records() -> Path:
     if not SHARED.exists():
         if IN_CI:
-            pytest.fail(f"the shared calibration records are missing: {SHARED}")
-        pytest.skip(f"the shared calibration records are not at {SHARED}")
+            pytest.fail(f"the Pynq calibration records are missing: {SHARED}")
+        pytest.skip(f"the Pynq calibration records are not at {SHARED}")
     return SHARED
 
 
@@ -301,3 +304,68 @@ def test_plot_needs_matplotlib_or_draws_a_png(capsys, tmp_path):
         status, _, err = run(capsys, "calibrate", str(path), "--config", "sim", "--plot", str(png))
         assert status == 0, err
         assert png.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
+
+
+@pytest.fixture(scope="module")
+def simulator_log(tmp_path_factory) -> Path:
+    """A real tuning log, measured on the simulator (pynq, whose board model predicts every latency_s)."""
+    cfg = load_config("pynq")
+    log = tmp_path_factory.mktemp("simlog") / "sim.jsonl"
+    tasks = [conv_task(cfg, (1, 32, 14, 14), (32, 32, 3, 3), 1, 1), conv_task(cfg, (1, 64, 7, 7), (64, 64, 1, 1), 1, 0)]
+    tune_tasks(tasks, tuner="random", n_trial=6, runner=LocalRunner(timing_only=True, check=False), log=log,
+               strategy="sequential", out=io.StringIO())
+    return log
+
+
+def test_simulator_records_say_so_and_calibrate_refuses_to_fit_them(simulator_log, capsys, tmp_path):
+    records = load_records(simulator_log)
+    assert len(records) == 12 and {r.result["device"] for r in records} == {"sim"}
+    out = tmp_path / "fit.json"
+    status, stdout, err = run(capsys, "calibrate", str(simulator_log), "--config", "pynq", "--out", str(out))
+    assert status == 2 and not stdout and not out.exists()
+    assert err.strip() == (f"vta: error: {simulator_log}: no board measurement to fit: all 12 record(s) are set aside "
+                           "(12: measured on the simulator (result.device sim): the board model's prediction, not a "
+                           "board's time); calibrate fits times measured on a board: layer records (as "
+                           "examples/pynq_conv2d_measured.jsonl) or the tuning records of a run on boards (vta tune "
+                           "--rpc)")
+
+
+def test_an_older_simulator_log_without_devices_is_set_aside_too(simulator_log, capsys, tmp_path):
+    """Logs written before records named their device: a time that is exactly the config's own prediction was
+    predicted, not measured (pynq's board model is calibrated, so it is not the cycles at the clock either)."""
+    old = tmp_path / "old.jsonl"
+    lines = [json.loads(line) for line in simulator_log.read_text().splitlines()]
+    for rec in lines:
+        del rec["result"]["device"]
+    old.write_text("".join(json.dumps(rec) + "\n" for rec in lines))
+    status, stdout, err = run(capsys, "calibrate", str(old), "--config", "pynq")
+    assert status == 2 and not stdout
+    assert "no board measurement to fit: all 12 record(s) are set aside (12: its latency_s is what the board model " \
+           "of pynq_1x16_i8w8a32_15_15_18_17 predicts for its program: a simulator measurement, not a board's)" in err
+    # with board measurements beside them, those are fitted and the simulator's set aside, in one line
+    mixed = tmp_path / "mixed.jsonl"
+    mixed.write_text(old.read_text() + shared_records().read_text())
+    status, stdout, err = run(capsys, "calibrate", str(mixed), "--config", "pynq")
+    assert status == 0, err
+    assert stdout.splitlines()[0] == f"calibrating the board model of pynq_1x16_i8w8a32_15_15_18_17 on 19 of 33 " \
+                                     f"record(s) from {mixed}"
+    assert "  set aside 12 lines: 1, 2, 3, 4, 5 and 7 more (tuning records): its latency_s is what the board " \
+           "model of pynq_1x16_i8w8a32_15_15_18_17 predicts" in stdout
+
+
+def test_records_of_simulated_boards_through_rpc_are_simulator_records_too(tmp_path, capsys):
+    """A simulated board measures nothing: the time it reports is the board model's, and its records say so."""
+    from tuning.rpc_runner import RPCRunner
+    from vta.rpc import LocalCluster
+
+    cfg = load_config("pynq")
+    task = conv_task(cfg, (1, 32, 14, 14), (32, 32, 3, 3), 1, 1)
+    log = tmp_path / "boards.jsonl"
+    with LocalCluster(boards=1, key="sim") as lab:
+        runner = RPCRunner("sim", *lab.tracker, timeout=60)
+        tune_tasks([task], tuner="random", n_trial=3, runner=runner, log=log, out=io.StringIO())
+    records = load_records(log)
+    assert len(records) == 3 and {r.result["device"] for r in records} == {"sim"}
+    assert all(r.result["board"] for r in records)   # measured on a board server, timed by its model
+    status, _, err = run(capsys, "calibrate", str(log), "--config", "pynq")
+    assert status == 2 and "all 3 record(s) are set aside (3: measured on the simulator (result.device sim)" in err

@@ -34,6 +34,9 @@ class MeasureResult:
     error: str | None = None      # why the config failed (refused, wrong output, crashed)
     checked: bool = False         # output compared with the numpy reference
     wall_s: float = 0.0           # host seconds spent measuring
+    # where latency_s comes from: "sim" (the board model's prediction from a simulator run), "board" (measured on
+    # a board), "" (nothing ran). vta calibrate fits only "board" times.
+    device: str = ""
 
     @property
     def ok(self) -> bool:
@@ -41,6 +44,9 @@ class MeasureResult:
 
     def to_dict(self) -> dict[str, Any]:
         return asdict(self)
+
+
+SIMULATED, MEASURED = "sim", "board"   # MeasureResult.device
 
 
 def cost_cycles(result: MeasureResult, clock_mhz: float) -> float:
@@ -70,8 +76,8 @@ def measure_one(task: Task, config: dict, check: bool = True, timing_only: bool 
         checked = check and not timing_only
         if checked and not np.array_equal(out, expected()):
             return MeasureResult(config, op.cycles, op.stats.latency_s, "wrong output: differs from the numpy "
-                                 "reference", True, time.perf_counter() - t0)
-        return MeasureResult(config, op.cycles, op.stats.latency_s, None, checked, time.perf_counter() - t0)
+                                 "reference", True, time.perf_counter() - t0, SIMULATED)
+        return MeasureResult(config, op.cycles, op.stats.latency_s, None, checked, time.perf_counter() - t0, SIMULATED)
     except Exception as e:  # noqa: BLE001 - a crashing config is a measurement result, never a crash of the tuner
         detail = "".join(traceback.format_exception_only(type(e), e)).strip()
         return MeasureResult(config, error=f"failed: {detail}", wall_s=time.perf_counter() - t0)

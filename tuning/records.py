@@ -120,6 +120,8 @@ def _check_schema(obj: dict) -> None:
         raise ValueError("result error must be a string or null")
     if "checked" in result and not isinstance(result["checked"], bool):
         raise ValueError("result checked must be true or false")
+    if "device" in result and not isinstance(result["device"], str):
+        raise ValueError("result device must be a string")
 
 
 def parse_line(line: str) -> Record:

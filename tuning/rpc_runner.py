@@ -27,7 +27,7 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
-from tuning.measure import MeasureResult, _inputs_and_reference
+from tuning.measure import MEASURED, SIMULATED, MeasureResult, _inputs_and_reference
 from tuning.task import Task
 from vta.rpc.base import AuthError, BoardFailure, BoardLost, ProtocolError, check_key, secret_from
 from vta.rpc.client import RemoteDevice
@@ -223,7 +223,7 @@ class RPCRunner:
             try:
                 op = task.compile(config, device=device)
                 inputs, expected = _inputs_and_reference(task, op, self.seed)
-                out, latency = self._timed(device, lambda: op.run(**inputs, compute=not self.timing_only), op)
+                out, latency, measured = self._timed(device, lambda: op.run(**inputs, compute=not self.timing_only), op)
                 cycles = op.cycles
                 if self.number * self.repeat > 1:
                     means = []
@@ -237,7 +237,7 @@ class RPCRunner:
                 if checked and not np.array_equal(out, expected()):
                     error = "wrong output: differs from the numpy reference"
                 return BoardResult(config, cycles, latency, error, checked, time.perf_counter() - t0,
-                                   board=device.board)
+                                   MEASURED if measured else SIMULATED, board=device.board)
             finally:
                 if device.connected:
                     device.reset()
@@ -249,15 +249,16 @@ class RPCRunner:
                                board=device.board)
 
     @staticmethod
-    def _timed(device: RemoteDevice, run, op=None) -> tuple[object, float]:
-        """(what ``run()`` returns, its latency): what the board measured when it measures (a Pynq board),
-        else the board latency the config's model predicts (as the local runner reports)."""
+    def _timed(device: RemoteDevice, run, op=None) -> tuple[object, float, bool]:
+        """(what ``run()`` returns, its latency, whether the board measured it): what the board measured when it
+        measures (a Pynq board), else the board latency the config's model predicts (a simulated board, as the
+        local runner reports)."""
         before_s, before_n = device.measured_s, device.measured_runs
         value = run()
         stats = op.stats if op is not None else value
         if device.measured_runs > before_n:
-            return value, device.measured_s - before_s
-        return value, stats.latency_s
+            return value, device.measured_s - before_s, True
+        return value, stats.latency_s, False
 
     # ---- context manager (nothing is held between batches) ----
     def close(self) -> None:

@@ -39,7 +39,7 @@ from vta.space import KnobError
 
 ENUMERATE_LIMIT = 100_000   # spaces up to this size get their validity computed once, up front
 _EST = feats.feature_names().index("log_est_cycles")
-RESULT_FIELDS = ("cycles", "latency_s", "error", "checked", "wall_s")
+RESULT_FIELDS = ("cycles", "latency_s", "error", "checked", "wall_s", "device")
 
 Callback = Callable[["Tuner", list[dict], list[MeasureResult]], Any]
 
@@ -337,7 +337,7 @@ def _result_of(config: dict, result: dict) -> MeasureResult:
     if error is not None and not isinstance(error, str):
         raise TypeError("the record's error is not a string")
     return MeasureResult(config, cycles, float(fields.get("latency_s", 0.0)), error,
-                         bool(fields.get("checked", False)), float(fields.get("wall_s", 0.0)))
+                         bool(fields.get("checked", False)), float(fields.get("wall_s", 0.0)), str(fields.get("device", "")))
 
 
 # ------------------------------------------------------------------------------------------------------------

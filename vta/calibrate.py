@@ -63,6 +63,7 @@ class Measurement:
     epilogue: tuple[tuple, ...]
     config: dict[str, Any]
     seconds: float
+    untagged: bool = False   # a tuning record that does not say where its time comes from (an older log)
 
     @property
     def label(self) -> str:
@@ -167,8 +168,11 @@ def _from_tuning_record(obj: dict, line: int, cfg: HwConfig) -> Measurement | st
         raise ValueError("workload is not a JSON object")  # noqa: TRY004 - a bad line is a ValueError
     if result.get("error") is not None:
         return f"a failed measurement ({str(result['error'])[:80]})"
-    if str(result.get("device", "")).lower() in ("sim", "simulator"):
-        return "measured on the simulator, not on a board"
+    device = result.get("device")
+    if device is not None and not isinstance(device, str):
+        raise ValueError("result device must be a string")
+    if (device or "").lower() in ("sim", "simulator"):
+        return SIMULATED_WHY
     seconds = _positive(result.get("latency_s"), "result latency_s")
     cycles = result.get("cycles")
     if isinstance(cycles, int) and cycles > 0 and math.isclose(seconds, cycles / (cfg.CLOCK_MHZ * 1e6),
@@ -176,7 +180,28 @@ def _from_tuning_record(obj: dict, line: int, cfg: HwConfig) -> Measurement | st
         return "its latency_s is its simulated cycles at the clock: a simulator measurement, not a board's"
     op, args, epilogue = record_program(workload)
     return Measurement(line, op, {**args, **({k: workload[k] for k in ("bias", "residual") if k in workload})},
-                       epilogue, dict(config), seconds)
+                       epilogue, dict(config), seconds, untagged=not device)
+
+
+SIMULATED_WHY = "measured on the simulator (result.device sim): the board model's prediction, not a board's time"
+PREDICTED_REL_TOL = 1e-6   # a time this close to the config's own prediction was predicted, not measured
+
+
+def set_aside_predicted(cases: Sequence[Case], cfg: HwConfig) -> tuple[list[Case], list[tuple[int, str, str]]]:
+    """Tuning records of older logs (no ``result.device``) whose time is exactly what ``cfg``'s board model
+    predicts for their program: a simulator's run under that model, not a board's measurement. Returns the
+    other cases and the set-aside lines."""
+    predicted = predict(cases, cfg)
+    keep, aside = [], []
+    for case, p in zip(cases, predicted, strict=True):
+        m = case.measurement
+        if m.untagged and math.isclose(m.seconds, float(p), rel_tol=PREDICTED_REL_TOL):
+            why = (f"its latency_s is what the board model of {cfg.model} predicts for its program: a simulator "
+                   "measurement, not a board's")
+            aside.append((m.line, "tuning record", why))
+        else:
+            keep.append(case)
+    return keep, aside
 
 
 def _no_constant(name: str):
@@ -475,6 +500,19 @@ def write_plot(path: str | Path, measured: np.ndarray, series: dict[str, np.ndar
 # ------------------------------------------------------------------------------------------------------------
 # the command
 
+def _by_reason(skipped: Sequence[tuple[int, str, str]]) -> dict[str, list[int]]:
+    """The set-aside lines grouped by why, in order of first line."""
+    out: dict[str, list[int]] = {}
+    for line, _, reason in sorted(skipped):
+        out.setdefault(reason, []).append(line)
+    return out
+
+
+def _set_aside_summary(skipped: Sequence[tuple[int, str, str]]) -> str:
+    return f"all {len(skipped)} record(s) are set aside (" + "; ".join(
+        f"{len(lines)}: {reason}" for reason, lines in _by_reason(skipped).items()) + ")"
+
+
 def _fit_keys(text: str) -> tuple[str, ...]:
     keys = tuple(k.strip() for k in text.split(",") if k.strip())
     unknown = [k for k in keys if k not in LATENCY_KEYS]
@@ -511,12 +549,20 @@ def calibrate_cmd(args: argparse.Namespace) -> int:
         _pyplot()   # a missing extra is reported before the work
     measurements, skipped = read_measurements(args.measurements, cfg)
     cases, refused = compile_cases(measurements, cfg)
-    print(f"calibrating the board model of {cfg.model} on {len(cases)} of {len(measurements) + len(skipped)} "
-          f"record(s) from {args.measurements}")
+    cases, predicted = set_aside_predicted(cases, cfg)
+    skipped = sorted(skipped + predicted)
+    total = len(measurements) + len(skipped) - len(predicted)
+    if not cases and not refused:
+        raise ValueError(f"{args.measurements}: no board measurement to fit: {_set_aside_summary(skipped)}; "
+                         "calibrate fits times measured on a board: layer records (as examples/pynq_conv2d_measured"
+                         ".jsonl) or the tuning records of a run on boards (vta tune --rpc)")
+    print(f"calibrating the board model of {cfg.model} on {len(cases)} of {total} record(s) from {args.measurements}")
     for m, reason in refused:
         print(f"  refused line {m.line} ({m.label}): the template rejects its schedule: {reason}")
-    for line, what, reason in skipped:
-        print(f"  set aside line {line} ({what}): {reason}")
+    for reason, lines in _by_reason(skipped).items():
+        shown = ", ".join(map(str, lines[:5])) + (f" and {len(lines) - 5} more" if len(lines) > 5 else "")
+        print(f"  set aside {'line' if len(lines) == 1 else f'{len(lines)} lines:'} {shown} (tuning record"
+              f"{'s' if len(lines) > 1 else ''}): {reason}")
     if args.strict and (refused or skipped):
         raise ValueError(f"{len(refused) + len(skipped)} record(s) refused or set aside (--strict)")
     if len(cases) < 2:
