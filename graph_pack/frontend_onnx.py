@@ -90,6 +90,7 @@ def from_onnx(model: onnx.ModelProto | str | os.PathLike[str],
 def _from_model(onnx, model, shape, batch, budget: _Budget) -> tuple[Graph, Params]:
     if not model.HasField("graph"):
         raise GraphError("the model has no graph (not an ONNX model, or an empty or truncated file)")
+    _check_text(model)
     if not model.graph.output:
         raise GraphError("the model's graph has no outputs (not an ONNX model, or an empty or truncated file)")
     _check_supported(model.graph)
@@ -174,6 +175,24 @@ def _all_tensors(graph):
                 yield from _all_tensors(a.g)
             for g in a.graphs:
                 yield from _all_tensors(g)
+
+
+def _check_text(message, where: str = "model") -> None:
+    """Every string field (tensor, node, attribute, input and output names, ...) must be UTF-8, as ONNX says:
+    protobuf hands a field that is not as bytes, which nothing downstream expects. A GraphError naming the
+    field otherwise."""
+    for fd, value in message.ListFields():
+        name = f"{where}.{fd.name}"
+        repeated = fd.label == fd.LABEL_REPEATED
+        if fd.type == fd.TYPE_STRING:
+            for i, text in enumerate(value if repeated else [value]):
+                if not isinstance(text, str):
+                    at = f"{name}[{i}]" if repeated else name
+                    raise GraphError(f"{at} = {bytes(text)[:80]!r} is not valid UTF-8 (ONNX names and strings are "
+                                     f"UTF-8 text)")
+        elif fd.type == fd.TYPE_MESSAGE:
+            for i, item in enumerate(value if repeated else [value]):
+                _check_text(item, f"{name}[{i}]" if repeated else name)
 
 
 def _load(onnx, path: Path, budget: _Budget):

@@ -513,3 +513,21 @@ def test_vta_run_input_file_shape_is_checked_before_reading(tmp_path, capsys):
     (tmp_path / "empty.npy").write_bytes(b"")
     assert vta_main(["run", str(path), "--input", str(tmp_path / "empty.npy")]) == 2
     assert "the file is empty or truncated, not a .npy array" in capsys.readouterr().err
+
+
+# ---- text that is not UTF-8 --------------------------------------------------------------------------------
+
+def test_a_name_that_is_not_utf8_is_a_one_line_error(tmp_path):
+    """Issue 25 item 9: one byte of a tensor name in the shipped digits CNN changed to invalid UTF-8 (protobuf
+    then hands the name over as bytes) ended `vta run` in a TypeError from deep in the frontend; now it is a
+    GraphError naming the field, and `vta run` says so in one line."""
+    data = (ROOT / "tests" / "data" / "digits_cnn.onnx").read_bytes()
+    name = b"/0/Conv_output_0"
+    assert name in data
+    path = tmp_path / "bad_name.onnx"
+    path.write_bytes(data.replace(name, name[:-1] + b"\xff", 1))
+    with pytest.raises(GraphError, match="is not valid UTF-8") as err:
+        from_onnx(path)
+    assert "\n" not in str(err.value) and str(err.value).startswith(f"{path}: model.graph.")
+    cli_refuses(["run", str(path)], tmp_path, f"vta: error: {path}: ", "b'/0/Conv_output_\\xff'",
+                "is not valid UTF-8")
