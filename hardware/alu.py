@@ -47,13 +47,13 @@ def dot_lane(inp: list[Value], wgt: list[Value]) -> Value:
 
 
 class AluLane(wiring.Component):
-    """One ALU lane as a component (for unit tests against numpy)."""
+    """One ALU lane as a component (for unit tests against numpy), with the ``opcodes`` of a capability set."""
 
-    def __init__(self, width: int):
-        self.width = width
+    def __init__(self, width: int, opcodes: Iterable[str] = ALU_OPCODES):
+        self.width, self.opcodes = width, frozenset(opcodes)
         super().__init__({"op": In(ALU_OPCODE_BITS), "a": In(width), "b": In(width), "result": Out(width)})
 
     def elaborate(self, platform) -> Module:
         m = Module()
-        m.d.comb += self.result.eq(alu_lane(self.op, self.a, self.b, self.width))
+        m.d.comb += self.result.eq(alu_lane(self.op, self.a, self.b, self.width, self.opcodes))
         return m

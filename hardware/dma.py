@@ -54,6 +54,7 @@ class _Pacer:
 class Load2D(wiring.Component):
     """Executes one LOAD into one SRAM: ``cmd`` takes the instruction, ``done`` pulses when the tile is written.
 
+    ``padded`` and ``rows`` say what the config's capability set executes for this memory type (``fields``).
     Two walkers go over the padded tile in order. The address walker spends a cycle on each padding entry and
     sends each data element's DRAM address to an ``ElemReader`` (one cycle per beat, paced in bursts); the fill
     walker writes each entry, a zero for padding and the element read (after ``widen``) for data, one entry per
@@ -61,16 +62,25 @@ class Load2D(wiring.Component):
     """
 
     def __init__(self, fmt: Format, elem_bits: int, sram: Sram, bus_bits: int, burst: Burst, outstanding: int,
-                 widen: Callable[[Value], Value] | None = None):
+                 widen: Callable[[Value], Value] | None = None, padded: bool = True, rows: bool = True):
         self.fmt, self.elem_bits, self.sram, self.bus_bits = fmt, elem_bits, sram, bus_bits
         self.burst, self.outstanding = burst, outstanding
         self.widen = widen or (lambda v: v)
+        self.padded, self.rows = padded, rows
         super().__init__({"cmd": In(stream.Signature(INSN_BITS)), "done": Out(1),
                           "mem": Out(dram_port(bus_bits)), "wr": Out(sram_write(sram.addr_bits, sram.width))})
 
     def fields(self, insn: Value) -> dict[str, Value]:
-        """The instruction's fields as this engine executes them."""
-        return field_values(self.fmt, insn)
+        """The instruction's fields as this engine executes them: without ``padded`` the four pads read as 0
+        (VTA's HLS ``load_2d``: rows of x_size entries from sram_base, pads ignored); without ``rows`` also
+        y_size reads as 1 (HLS's micro-op load: one ``memcpy`` of x_size micro-ops)."""
+        v = field_values(self.fmt, insn)
+        if not self.padded or not self.rows:
+            for name in ("y_pad_0", "y_pad_1", "x_pad_0", "x_pad_1"):
+                v[name] = Const(0, self.fmt.field(name).width)
+        if not self.rows:
+            v["y_size"] = Const(1, self.fmt.field("y_size").width)
+        return v
 
     def elaborate(self, platform) -> Module:
         m = Module()

@@ -28,7 +28,7 @@ from hardware.alu import alu_lane, dot_lane
 from hardware.decode import field_values
 from hardware.interfaces import sram_read, sram_write
 from hardware.params import RtlParams
-from hw_config.layout import ALU_OPCODES, INSN_BITS, LOOP_ITER_BITS, OPCODES
+from hw_config.layout import INSN_BITS, LOOP_ITER_BITS, OPCODES
 
 
 class LoopEngine(wiring.Component):
@@ -123,7 +123,7 @@ class LoopEngine(wiring.Component):
         # stage C: the lanes
         acc_w = p.acc_width
         imm = alu["imm"]
-        alu_ops = ALU_OPCODES
+        alu_ops = p.cfg.capabilities.alu_opcodes
         lanes = []
         for b in range(p.batch):
             x = [self.inp.data.word_select(b * p.block_in + c, p.inp_width) for c in range(p.block_in)]

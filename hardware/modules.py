@@ -105,10 +105,11 @@ class LoadModule(wiring.Component):
         p = self.p
         q = _queue(m, p, self.insn)
         fmt = p.fmt("mem")
+        padded = p.cfg.capabilities.padded_loads
         m.submodules.inp = inp = Load2D(fmt, p.dram_elem_bits("INP"), p.srams["inp"], p.bus_bits, p.burst,
-                                        p.outstanding)
+                                        p.outstanding, padded="INP" in padded)
         m.submodules.wgt = wgt = Load2D(fmt, p.dram_elem_bits("WGT"), p.srams["wgt"], p.bus_bits, p.burst,
-                                        p.outstanding)
+                                        p.outstanding, padded="WGT" in padded)
         wiring.connect(m, wiring.flipped(self.mem_inp), inp.mem)
         wiring.connect(m, wiring.flipped(self.mem_wgt), wgt.mem)
         wiring.connect(m, wiring.flipped(self.inp_wr), inp.wr)
@@ -126,7 +127,10 @@ def _sext(v: Value, width: int) -> Value:
 
 
 class ComputeModule(wiring.Component):
-    """LOAD UOP / ACC / ACC_8BIT into the micro-op and accumulator SRAMs, GEMM, ALU and FINISH."""
+    """LOAD UOP / ACC / ACC_8BIT into the micro-op and accumulator SRAMs, GEMM, ALU and FINISH, as the config's
+    capability set has them: a load of a type not in ``compute_loads`` is a NOP (its tokens move; VTA's HLS
+    compute skips it), pads only on ``padded_loads`` types, micro-op loads of one row without
+    ``uop_load_rows``, and ALU opcodes outside ``alu_opcodes`` leave the accumulator as it is."""
 
     def __init__(self, p: RtlParams):
         self.p = p
@@ -150,37 +154,43 @@ class ComputeModule(wiring.Component):
         s = p.srams
         q = _queue(m, p, self.insn)
         fmt = p.fmt("mem")
-        m.submodules.uop = uop = Load2D(fmt, p.dram_elem_bits("UOP"), s["uop"], p.bus_bits, p.burst, p.outstanding)
-        m.submodules.acc = acc = Load2D(fmt, p.dram_elem_bits("ACC"), s["acc"], p.bus_bits, p.burst, p.outstanding)
-        m.submodules.acc8 = acc8 = Load2D(fmt, p.dram_elem_bits("ACC_8BIT"), s["acc"], p.bus_bits, p.burst,
-                                          p.outstanding,
-                                          widen=lambda v: Cat(*[_sext(v.word_select(i, p.inp_width), p.acc_width)
-                                                                for i in range(p.acc_lanes)]))
+        caps = p.cfg.capabilities
+        # the compute module's loads, as the capability set has them (a load it lacks is a NOP: tokens only)
+
+        def widen8(v: Value) -> Value:
+            return Cat(*[_sext(v.word_select(i, p.inp_width), p.acc_width) for i in range(p.acc_lanes)])
+
+        shapes = {"UOP": ("uop", self.mem_uop, {"rows": caps.uop_load_rows}),
+                  "ACC": ("acc", self.mem_acc, {}), "ACC_8BIT": ("acc", self.mem_acc8, {"widen": widen8})}
+        loaders = {}
+        for kind, (sram, port, extra) in shapes.items():
+            if kind in caps.compute_loads:
+                eng = Load2D(fmt, p.dram_elem_bits(kind), s[sram], p.bus_bits, p.burst, p.outstanding,
+                             padded=kind in caps.padded_loads, **extra)
+                m.submodules[kind.lower()] = loaders[kind] = eng
+                wiring.connect(m, wiring.flipped(port), eng.mem)
         m.submodules.loop = loop = LoopEngine(p)
-        wiring.connect(m, wiring.flipped(self.mem_uop), uop.mem)
-        wiring.connect(m, wiring.flipped(self.mem_acc), acc.mem)
-        wiring.connect(m, wiring.flipped(self.mem_acc8), acc8.mem)
-        wiring.connect(m, wiring.flipped(self.uop_wr), uop.wr)
+        wiring.connect(m, wiring.flipped(self.uop_wr), loaders["UOP"].wr)
         wiring.connect(m, wiring.flipped(self.uop_rd), loop.uop)
         wiring.connect(m, wiring.flipped(self.inp_rd), loop.inp)
         wiring.connect(m, wiring.flipped(self.wgt_rd), loop.wgt)
         wiring.connect(m, wiring.flipped(self.acc_rd), loop.acc)
-        writers = [acc.wr, acc8.wr, loop.acc_wr]      # one runs at a time
-        m.d.comb += self.acc_wr.en.eq(writers[0].en | writers[1].en | writers[2].en)
-        with m.If(acc.wr.en):
-            m.d.comb += [self.acc_wr.addr.eq(acc.wr.addr), self.acc_wr.data.eq(acc.wr.data)]
-        with m.Elif(acc8.wr.en):
-            m.d.comb += [self.acc_wr.addr.eq(acc8.wr.addr), self.acc_wr.data.eq(acc8.wr.data)]
-        with m.Else():
-            m.d.comb += [self.acc_wr.addr.eq(loop.acc_wr.addr), self.acc_wr.data.eq(loop.acc_wr.data)]
+        # the accumulator's writers (one runs at a time): the loop engine, or an accumulator load while it writes
+        enable = loop.acc_wr.en
+        m.d.comb += [self.acc_wr.addr.eq(loop.acc_wr.addr), self.acc_wr.data.eq(loop.acc_wr.data)]
+        for kind in ("ACC", "ACC_8BIT"):
+            if kind in loaders:
+                wr = loaders[kind].wr
+                enable = enable | wr.en
+                with m.If(wr.en):
+                    m.d.comb += [self.acc_wr.addr.eq(wr.addr), self.acc_wr.data.eq(wr.data)]
+        m.d.comb += self.acc_wr.en.eq(enable)
 
         v = field_values(fmt, q.r_data)
         opcode = v["opcode"]
         load = (opcode == OPCODES["LOAD"]) & (v["x_size"] != 0)
-        engines = [(load & (v["memory_type"] == MEM_TYPES["UOP"]), uop),
-                   (load & (v["memory_type"] == MEM_TYPES["ACC"]), acc),
-                   (load & (v["memory_type"] == MEM_TYPES["ACC_8BIT"]), acc8),
-                   ((opcode == OPCODES["GEMM"]) | (opcode == OPCODES["ALU"]), loop)]
+        engines = [(load & (v["memory_type"] == MEM_TYPES[kind]), eng) for kind, eng in loaders.items()]
+        engines.append(((opcode == OPCODES["GEMM"]) | (opcode == OPCODES["ALU"]), loop))
 
         def on_issue(go: Value) -> None:
             m.d.comb += self.finished.eq(go & (opcode == OPCODES["FINISH"]))

@@ -17,9 +17,12 @@ from extras import need
 from hw_config import ALU_OPCODES, load_config
 
 # A second config beside pynq: BATCH=2, 8x8 blocks, a 256-bit bus (instructions, inputs and outputs are
-# narrower than a beat), small SRAMs and tight queues (fetch and token back-pressure).
+# narrower than a beat), small SRAMs and tight queues (fetch and token back-pressure), and the functional
+# simulator's whole ISA (ALU MUL, ACC_8BIT loads, padding on every load, micro-op loads of several rows),
+# where pynq has VTA's bitstream's capability set (vta-hls-0.0.2).
 SMALL = {"LOG_BATCH": 1, "LOG_BLOCK": 3, "LOG_BUS_WIDTH": 8, "LOG_INP_BUFF_SIZE": 12, "LOG_WGT_BUFF_SIZE": 14,
-         "LOG_ACC_BUFF_SIZE": 14, "LOG_UOP_BUFF_SIZE": 12, "TOKEN_QUEUE_DEPTH": 2, "INSN_QUEUE_DEPTH": 4}
+         "LOG_ACC_BUFF_SIZE": 14, "LOG_UOP_BUFF_SIZE": 12, "TOKEN_QUEUE_DEPTH": 2, "INSN_QUEUE_DEPTH": 4,
+         "CAPABILITIES": "fsim"}
 
 
 def small_config():
@@ -92,6 +95,36 @@ def test_alu_lane_matches_the_reference(op: str):
 
     simulate(dut, bench, clocked=False)
     np.testing.assert_array_equal(np.array(got, dtype=np.int64).astype(np.uint32).view(np.int32), want)
+
+
+def test_an_alu_without_mul_leaves_the_accumulator_for_mul():
+    """VTA's HLS ALU (capability set vta-hls) has no MUL: the lane writes acc[dst] back unchanged; with the
+    functional simulator's set (fsim) it multiplies."""
+    need("amaranth")
+    from hardware.alu import AluLane
+    from hw_config.capabilities import CAPABILITY_SETS
+
+    hls = CAPABILITY_SETS["vta-hls"].alu_opcodes
+    assert "MUL" not in hls
+    cases = [(7, -3), (-5, 9), (2**20, 2**12)]
+    got = {}
+    for name, opcodes in (("hls", hls), ("fsim", CAPABILITY_SETS["fsim"].alu_opcodes)):
+        dut = AluLane(32, opcodes)
+        out = got[name] = []
+
+        async def bench(ctx, dut=dut, out=out):
+            for op in ("MUL", "ADD"):
+                ctx.set(dut.op, ALU_OPCODES[op])
+                for a, b in cases:
+                    ctx.set(dut.a, a & 0xFFFFFFFF)
+                    ctx.set(dut.b, b & 0xFFFFFFFF)
+                    out.append(np.int64(ctx.get(dut.result)).astype(np.uint32).view(np.int32))
+
+        simulate(dut, bench, clocked=False)
+    n = len(cases)
+    assert got["hls"][:n] == [a for a, _ in cases]                                  # MUL: acc[dst] as it was
+    assert got["fsim"][:n] == [np.int64(a * b).astype(np.uint32).view(np.int32) for a, b in cases]
+    assert got["hls"][n:] == got["fsim"][n:] == [a + b for a, b in cases]          # ADD: both
 
 
 def test_register_offsets_are_the_simulated_boards():
