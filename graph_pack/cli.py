@@ -4,6 +4,7 @@ simulated accelerator; print the top-5, the timing and the per-layer table."""
 from __future__ import annotations
 
 import argparse
+import sys
 import time
 from pathlib import Path
 
@@ -171,9 +172,10 @@ def skip_conv_layers(values: list[int | None] | None) -> list[int]:
     arg("--log", metavar="FILE", help="a tuning log (vta tune --log): build each accelerator task with its best "
                                       "record for this config; tasks without one keep the template's default"),
     threads_arg(),
-    arg("--device", choices=("sim", "pynq"), default="sim",
-        help="where the accelerator groups run: the simulator (default) or a Pynq board with a VTA bitstream "
-             "(the [pynq] extra; on the board, or remote through PYNQ_REMOTE_DEVICES or --board)"),
+    arg("--device", choices=("sim", "pynq", "rtl"), default="sim",
+        help="where the accelerator groups run: the simulator (default), a Pynq board with a VTA bitstream "
+             "(the [pynq] extra; on the board, or remote through PYNQ_REMOTE_DEVICES or --board), or the "
+             "accelerator's RTL simulated cycle by cycle (the [hw] extra; docs/hardware.md)"),
     arg("--board", metavar="HOST[:PORT]", help="--device pynq: a remote PYNQ board (or `vta board serve "
                                                "--simulated`) instead of pynq's own choice"),
     arg("--bitstream", metavar="PATH", help="--device pynq: the .bit to program (default: the bitstream cache, "
@@ -207,12 +209,14 @@ def _run(args: argparse.Namespace) -> int:
     cfg = _load(args.config, args.sets)
     env = Environment(cfg)
     schedules = read_schedules(args.log, cfg) if args.log else None   # a missing log fails before the work
-    if args.device == "sim" and (args.board or args.bitstream):
+    if args.device != "pynq" and (args.board or args.bitstream):
         raise ValueError("--board and --bitstream apply to --device pynq")
-    if args.rpc and args.device == "pynq":
-        raise ValueError("--rpc and --device pynq: give one (a board through a tracker, or this machine's board)")
+    if args.rpc and args.device != "sim":
+        raise ValueError(f"--rpc and --device {args.device}: give one (a board through a tracker, or this "
+                         f"machine's {'board' if args.device == 'pynq' else 'RTL'})")
     # before any work, so a missing board fails fast
-    board = _board(cfg, args) if args.device == "pynq" else _remote(cfg, args) if args.rpc else None
+    board = _board(cfg, args) if args.device == "pynq" else _rtl(cfg) if args.device == "rtl" else \
+        _remote(cfg, args) if args.rpc else None
     batch = args.batch or cfg.BATCH
     t0 = time.perf_counter()
     graph, params, (start, stop) = load_model(args.model, batch, args.image_size, args.seed, _shapes(args.shapes),
@@ -241,7 +245,8 @@ def _run(args: argparse.Namespace) -> int:
     run_s = time.perf_counter() - t0
     y = mod.get_output(0)
     sim = getattr(mod.device, "sim", None)
-    where = f"the board {getattr(board, 'board', board)}" if board is not None else \
+    where = "the RTL, simulated cycle by cycle by Verilator" if args.device == "rtl" else \
+        f"the board {getattr(board, 'board', board)}" if board is not None else \
         f"the simulator: {sim.kernel_path} kernels, {sim.threads} GEMM thread(s)"
     print(f"{args.model} on {cfg.model} ({cfg.CLOCK_MHZ:g} MHz, {where}), batch {batch}, input {graph[data].shape}")
     if schedules is not None:
@@ -254,14 +259,15 @@ def _run(args: argparse.Namespace) -> int:
     compile_s = times["quantize"] + times["graph_pack"] + times["build"]
     print(f"compile {compile_s:.2f} s (" + ", ".join(f"{k} {v:.2f} s" for k, v in times.items()) + ")")
     s = mod.stats
+    rtl = f"RTL simulated in {board.wall_seconds:.1f} s" if args.device == "rtl" else None
     print(f"inference: {run_s * 1e3:.1f} ms wall (host {mod.host_seconds * 1e3:.1f} ms); accelerator "
-          f"{s.cycles:,} cycles = {s.seconds * 1e3:.2f} ms at {cfg.CLOCK_MHZ:g} MHz; board "
-          f"{s.latency_s * 1e3:.2f} ms {'measured' if board is not None else 'predicted'}")
+          f"{s.cycles:,} cycles = {s.seconds * 1e3:.2f} ms at {cfg.CLOCK_MHZ:g} MHz; " + (rtl or
+          f"board {s.latency_s * 1e3:.2f} ms {'measured' if board is not None else 'predicted'}"))
     if args.layers:
         print(mod.format_profile())
     if args.check:
         references = {"the numpy reference": run_reference(qgraph, qparams, {data: x})}
-        if board is not None:   # the board against the simulator, bit for bit
+        if board is not None:   # the board (or the RTL) against the simulator, bit for bit
             sim_mod = build(packed, env, qparams, schedules, cpu=args.cpu, fallback="allow",
                             device=_simulator(cfg, args.threads))
             sim_mod.run(**{data: x})
@@ -288,6 +294,13 @@ def _simulator(cfg, threads: int | None) -> SimDevice:
     from simulator.core import Simulator
 
     return SimDevice(cfg, Simulator(cfg, threads=threads))
+
+
+def _rtl(cfg):
+    """The RTL device for --device rtl (the [hw] extra is imported only here; the first use of a config builds
+    its model, about a minute, and says so on stderr)."""
+    from hardware import RtlDevice
+    return RtlDevice(cfg, progress=lambda text: print(text, file=sys.stderr, flush=True))
 
 
 def _board(cfg, args: argparse.Namespace):

@@ -140,6 +140,7 @@ class RtlDevice:
         self.last_cycles = 0
         self.max_cycles = max_cycles
         self.last_stats: RtlRunStats | None = None
+        self.wall_seconds = 0.0           # host time spent simulating runs (``run``), in all
         self._space = _Space()
 
     # ---- the Device surface ----
@@ -181,6 +182,7 @@ class RtlDevice:
             self._lib.vta_rtl_dram_unmap(self._handle, INSN_REGION, -(-raw.size // PAGE) * PAGE)
         stats = RtlRunStats(cycles=cycles, finish_cycle=cycles, clock_mhz=self.cfg.CLOCK_MHZ,
                             host_seconds=time.perf_counter() - t0, **program_counters(rows, self.cfg))
+        self.wall_seconds += stats.host_seconds
         stats.latency_s = stats.seconds
         insns_n, busy = self._ffi.new("uint64_t[3]"), self._ffi.new("uint64_t[3]")
         self._lib.vta_rtl_module_stats(self._handle, insns_n, busy)

