@@ -10,11 +10,13 @@ from __future__ import annotations
 import ipaddress
 import json
 import os
+import re
 import socket
 import struct
 import time
 from enum import IntEnum
 from pathlib import Path
+from typing import Any
 
 # TVM's magic numbers, sent as little-endian int32.
 TRACKER_MAGIC = 0x2F271          # RPC_TRACKER_MAGIC: the first 4 bytes each way on a tracker connection
@@ -30,6 +32,7 @@ MAX_TRACKER_REQUEST = 64 << 10   # the most our tracker reads from a client (PUT
 MAX_SUMMARY_FRAME = 16 << 20     # a summary reply from a tracker serving many boards
 MAX_KEY_CHARS = 128              # a device key ("pynq")
 MAX_MATCHKEY_CHARS = 256
+MAX_JSON_DEPTH = 32              # nesting of any JSON a peer sends (real messages nest 4 deep at most)
 SECRET_MIN_BYTES = 16
 SECRET_MAX_BYTES = 4096
 KEY_FILE_ENV = "VTA_RPC_KEY_FILE"
@@ -218,9 +221,41 @@ def recv_tracker_json(sock: socket.socket, deadline: float, max_bytes: int = MAX
         raise ProtocolError(f"tracker frame of {size} bytes refused (allowed 1..{max_bytes})")
     body = recv_exact(sock, size, deadline, "a tracker frame")
     try:
-        return json.loads(body.decode("utf-8"), parse_constant=_no_constant)
-    except (UnicodeDecodeError, ValueError, RecursionError) as e:
+        return loads_bounded(body)
+    except ValueError as e:
         raise ProtocolError(f"tracker frame is not JSON: {str(e)[:100]}") from None
+
+
+# ------------------------------------------------------------------------------------------------------------
+# JSON from the network: bounded nesting
+
+_JSON_TOKENS = re.compile(rb'"(?:[^"\\]|\\.)*"|[\[\]{}]', re.DOTALL)   # strings (skipped) and brackets
+
+
+def json_depth(data: bytes | bytearray) -> int:
+    """How deeply the arrays and objects of a JSON text nest (brackets inside strings do not count)."""
+    depth = peak = 0
+    for m in _JSON_TOKENS.finditer(data):
+        c = m.group()
+        if c in (b"[", b"{"):
+            depth += 1
+            peak = max(peak, depth)
+        elif c in (b"]", b"}"):
+            depth -= 1
+    return peak
+
+
+def loads_bounded(data: bytes | bytearray, max_depth: int = MAX_JSON_DEPTH) -> Any:
+    """JSON from a peer: UTF-8, no NaN/Infinity, arrays and objects nested at most ``max_depth`` deep, checked
+    before parsing, so that nothing deeper than Python's own recursion limit can be parsed and kept (it could
+    then never be serialised again); ``ValueError`` otherwise."""
+    depth = json_depth(data)
+    if depth > max_depth:
+        raise ValueError(f"JSON nested {depth} deep; at most {max_depth} is accepted")
+    try:
+        return json.loads(bytes(data).decode("utf-8"), parse_constant=_no_constant)
+    except (UnicodeDecodeError, RecursionError) as e:
+        raise ValueError(str(e)) from None
 
 
 def _no_constant(name: str):

@@ -51,10 +51,18 @@ def _until_interrupted(serve: Callable[[], None], stop: Callable[[], None]) -> i
     arg("--host", default="127.0.0.1", help="address to bind (default 127.0.0.1; 0.0.0.0 for the network)"),
     arg("--port", type=PORT, default=DEFAULT_TRACKER_PORT, help=f"port (default {DEFAULT_TRACKER_PORT}; 0: any)"),
     arg("--max-connections", type=int_in(1, 65536), default=1024, help="connections at once (default 1024)"),
+    arg("--max-connections-per-peer", type=int_in(1, 65536), default=64, metavar="N",
+        help="connections at once from one address (default 64)"),
     arg("--frame-timeout", type=_seconds, default=10.0, metavar="S",
         help="drop a connection that stalls in the middle of a message for S seconds (default 10)"),
-    arg("--idle-timeout", type=_seconds, default=None, metavar="S",
-        help="drop a connection that sends nothing for S seconds (default: never; boards are idle while busy)"),
+    arg("--idle-timeout", type=float_in(0.0, 7 * 24 * 3600, "a time in seconds"), default=60.0, metavar="S",
+        help="drop a connection that holds nothing (no board, no waiting request) and sends nothing for S seconds "
+             "(default 60; 0: never)"),
+    arg("--max-priority", type=float_in(0.0, 1e9, "a priority bound"), default=100.0, metavar="P",
+        help="clamp request priorities to [-P, P] (default 100)"),
+    arg("--unused-penalty", type=_seconds, default=30.0, metavar="S",
+        help="a peer that took a board and never used it is served after all others for S seconds, doubling "
+             "with each unused match up to 20 times S (default 30)"),
     arg("--quiet", action="store_true", help="log warnings only"),
 ])
 def rpc_tracker(args: argparse.Namespace) -> int:
@@ -63,7 +71,9 @@ def rpc_tracker(args: argparse.Namespace) -> int:
     Speaks TVM's tracker protocol, so TVM's servers and clients can use it too. Stops on Ctrl-C."""
     _logging(args.quiet)
     tracker = TrackerServer(args.host, args.port, max_connections=args.max_connections,
-                            frame_timeout=args.frame_timeout, idle_timeout=args.idle_timeout)
+                            max_connections_per_peer=args.max_connections_per_peer, frame_timeout=args.frame_timeout,
+                            idle_timeout=args.idle_timeout or None, max_priority=args.max_priority,
+                            penalty=args.unused_penalty, max_penalty=20 * args.unused_penalty)
     tracker.start()
     print(f"tracker listening on {tracker.host}:{tracker.port}", flush=True)
     return _until_interrupted(tracker.wait, tracker.stop)

@@ -42,7 +42,7 @@ from typing import Any
 import numpy as np
 
 from simulator.stats import MODULES, RunStats
-from vta.rpc.base import AuthError, ProtocolError, recv_exact, skip_exact
+from vta.rpc.base import AuthError, ProtocolError, loads_bounded, recv_exact, skip_exact
 
 PROTOCOL_VERSION = 1
 MAGIC = b"VTAR"
@@ -119,8 +119,8 @@ class Channel:
             raise ProtocolError(f"payload of {plen} bytes refused (limit {max_payload})")
         head = recv_exact(self.sock, hlen, time.monotonic() + self.read_timeout, "a message header")
         try:
-            header = json.loads(head.decode("utf-8"), parse_constant=_no_constant)
-        except (UnicodeDecodeError, ValueError, RecursionError) as e:
+            header = loads_bounded(head)
+        except ValueError as e:
             raise ProtocolError(f"message header is not JSON: {str(e)[:100]}") from None
         if not isinstance(header, dict):
             raise ProtocolError("message header is not a JSON object")
@@ -145,10 +145,6 @@ class Channel:
                 raise AuthError("a message failed authentication (altered, replayed or not from the peer)")
             self._recv_seq += 1
         return header, payload, refusal
-
-
-def _no_constant(name: str):
-    raise ValueError(f"{name} is not JSON")
 
 
 # ------------------------------------------------------------------------------------------------------------

@@ -54,7 +54,7 @@ from vta.rpc.protocol import (
     stats_to_wire,
     trace_to_wire,
 )
-from vta.rpc.tracker import TrackerClient
+from vta.rpc.tracker import UNUSED_MATCH, TrackerClient
 
 log = logging.getLogger("vta.rpc.server")
 TVM_RPC_CODE_MISMATCH = (0xFF271 + 2).to_bytes(4, "little", signed=True)
@@ -550,12 +550,16 @@ class BoardServer:
     def _registered_loop(self, client: TrackerClient) -> None:
         unmatched = 0
         offered = None
+        unused = None
         while not self._stop.is_set():
             with self._lock:
                 busy, current = self._busy, self._matchkey
                 if not busy and current is None:
                     current = self._matchkey = f"{self.key}:{secrets.token_hex(16)}"
             if not busy and current != offered:
+                if unused is not None:   # tell the tracker who took a match and never used it (ours penalises)
+                    client.update_info({UNUSED_MATCH: unused})
+                    unused = None
                 client.put(self.key, self.port, current, self.custom_addr)
                 offered, unmatched = current, 0
                 self.registered.set()
@@ -574,4 +578,5 @@ class BoardServer:
                     if not self._busy and self._matchkey == offered:
                         log.info("match %s was taken but never used: registering again", offered.rsplit(':', 1)[0])
                         self._matchkey = None
+                        unused = offered
 

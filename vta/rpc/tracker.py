@@ -21,10 +21,19 @@ whose requester is gone before the answer could be written goes back to the fron
 that took a match and never connected is the board's to notice: it sees its match key taken but unused and
 registers a new one, as TVM's server does).
 
-Robustness: frames are bounded (a size outside 1..64 KiB is refused before anything is allocated), every read
-has a timeout (the handshake, each frame once its first byte arrived, and optionally idle connections), a
-connection that breaks the protocol is dropped without touching the others, and connections, per-connection
-boards, requests and info are bounded. There is no pickle and no eval: JSON only.
+Robustness: frames are bounded (a size outside 1..64 KiB is refused before anything is allocated, JSON nested
+deeper than 32 is refused before it is parsed), every read has a timeout (the handshake, each frame once its
+first byte arrived, and a connection that holds nothing: no board, no waiting request), a connection that
+breaks the protocol is dropped without touching the others, every request gets an answer (``FAIL`` when the
+answer cannot be written, logged), and connections (in all and per peer address), per-connection boards,
+requests and info are bounded. There is no pickle and no eval: JSON only.
+
+Peers without a key: the tracker cannot authenticate anyone (TVM's protocol has no keys), so it limits what a
+peer can take instead. Priorities are clamped to ``[-max_priority, max_priority]``. A board of this stack
+reports a match that was never used (``UPDATE_INFO {"unused_match": matchkey}``, sent before it offers itself
+under a new key): the peer that took it is then served after every other peer for ``penalty`` seconds
+(doubling with each unused match, at most ``max_penalty``), so a peer that takes boards and never proves the
+boards' key cannot keep them from the clients that can.
 """
 
 from __future__ import annotations
@@ -32,7 +41,6 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import heapq
-import hmac
 import itertools
 import json
 import logging
@@ -43,7 +51,7 @@ import socket
 import struct
 import threading
 import time
-from collections import deque
+from collections import Counter, OrderedDict, deque
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -57,11 +65,14 @@ from vta.rpc.base import (
     TRACKER_MAGIC,
     ProtocolError,
     TrackerCode,
+    json_depth,
+    loads_bounded,
     parse_addr,
     recv_exact,
     recv_tracker_json,
     tracker_frame,
 )
+from vta.rpc.protocol import same_secret
 
 log = logging.getLogger("vta.rpc.tracker")
 
@@ -70,6 +81,10 @@ MAX_REQUESTS_PER_CONNECTION = 64   # requests one connection may have waiting
 MAX_INFO_BYTES = 4096              # UPDATE_INFO's dict, as JSON
 MAX_KEYS = 4096                    # device keys (queues) the tracker keeps
 MAX_WRITE_BUFFER = 4 << 20         # a peer that does not read its answers is dropped past this
+MAX_INFO_DEPTH = 8                 # nesting of an UPDATE_INFO dict (TVM's servers send a flat one)
+MAX_DELIVERED = 64                 # match keys per board connection remembered as taken (for unused reports)
+MAX_PENALISED = 4096               # peers remembered with an unused match
+UNUSED_MATCH = "unused_match"      # the UPDATE_INFO field in which our boards report a match nobody used
 
 
 class _Drop(Exception):
@@ -83,8 +98,13 @@ class _Conn:
     info: dict[str, Any] = field(default_factory=dict)
     puts: list[_Value] = field(default_factory=list)
     pending_matchkeys: set[str] = field(default_factory=set)
+    taken: OrderedDict[str, str] = field(default_factory=OrderedDict)   # its match keys taken: -> requester
     requests: int = 0
     closed: bool = False
+
+    def holds_something(self) -> bool:
+        """A registered board or a waiting request: idle by nature (a busy board says nothing), never timed out."""
+        return bool(self.requests or self.puts or str(self.info.get("key", "")).startswith("server"))
 
     def name(self) -> str:
         return f"{self.info.get('key', 'client')} at {self.peer}"
@@ -125,17 +145,26 @@ class TrackerServer:
 
     ``start()`` serves from a background thread (tests, embedding); ``serve_forever()`` serves in this thread
     until ``stop()`` or a STOP request with ``stop_key``. ``idle_timeout`` (seconds, None: never) drops a
-    connection that sends nothing for that long; boards and waiting requests are idle by nature (TVM's boards
-    send nothing while serving a session), so it is off by default and TCP keep-alive finds dead peers.
+    connection that sends nothing for that long while it holds nothing: boards and waiting requests are idle
+    by nature (TVM's boards send nothing while serving a session) and are never dropped for it; TCP keep-alive
+    finds those that died. ``max_connections_per_peer`` bounds the connections of one peer address, so one
+    peer cannot take every connection. ``max_priority`` clamps client-chosen priorities; ``penalty`` and
+    ``max_penalty`` (seconds) say how long a peer that took a board and never used it waits behind the others.
     """
 
     def __init__(self, host: str = "127.0.0.1", port: int = DEFAULT_TRACKER_PORT, *, max_connections: int = 1024,
-                 max_frame: int = MAX_TRACKER_REQUEST, handshake_timeout: float = 10.0, frame_timeout: float = 10.0,
-                 idle_timeout: float | None = None, stop_key: str | None = None):
+                 max_connections_per_peer: int = 64, max_frame: int = MAX_TRACKER_REQUEST,
+                 handshake_timeout: float = 10.0, frame_timeout: float = 10.0, idle_timeout: float | None = 60.0,
+                 max_priority: float = 100.0, penalty: float = 30.0, max_penalty: float = 600.0,
+                 stop_key: str | None = None):
         self.host, self.port = host, port
         self.max_connections, self.max_frame = max_connections, max_frame
+        self.max_connections_per_peer = max_connections_per_peer
         self.handshake_timeout, self.frame_timeout, self.idle_timeout = handshake_timeout, frame_timeout, idle_timeout
+        self.max_priority, self.penalty, self.max_penalty = float(max_priority), penalty, max_penalty
         self.stop_key = stop_key or f"tracker:{secrets.token_hex(16)}"
+        self._per_peer: Counter[str] = Counter()
+        self._penalised: OrderedDict[str, tuple[int, float]] = OrderedDict()   # peer -> (unused matches, until)
         self._queues: dict[str, _Queue] = {}
         self._conns: set[_Conn] = set()
         self._tasks: set[asyncio.Task] = set()
@@ -240,22 +269,29 @@ class TrackerServer:
             self.dropped += 1
             writer.close()
             return
+        if self._per_peer[conn.peer] >= self.max_connections_per_peer:
+            log.warning("refused a connection from %s: it has %d open (the limit per peer)", conn.peer,
+                        self._per_peer[conn.peer])
+            self.dropped += 1
+            writer.close()
+            return
         self._conns.add(conn)
+        self._per_peer[conn.peer] += 1
         try:
             magic = await asyncio.wait_for(reader.readexactly(4), self.handshake_timeout)
             if struct.unpack("<i", magic)[0] != TRACKER_MAGIC:
                 raise _Drop(f"bad magic {magic.hex()} (not a TVM tracker client)")
             writer.write(struct.pack("<i", TRACKER_MAGIC))
             while not conn.closed:
-                first = await asyncio.wait_for(reader.readexactly(1), self.idle_timeout)
+                first = await self._first_byte(conn, reader)
                 rest = await asyncio.wait_for(reader.readexactly(3), self.frame_timeout)
                 size = struct.unpack("<i", first + rest)[0]
                 if size <= 0 or size > self.max_frame:
                     raise _Drop(f"frame of {size} bytes refused (allowed 1..{self.max_frame})")
                 body = await asyncio.wait_for(reader.readexactly(size), self.frame_timeout)
                 try:
-                    message = json.loads(body.decode("utf-8"), parse_constant=_no_constant)
-                except (UnicodeDecodeError, ValueError, RecursionError) as e:
+                    message = loads_bounded(body)
+                except ValueError as e:
                     raise _Drop(f"frame is not JSON: {str(e)[:80]}") from None
                 self._handle(conn, message)
                 if writer.transport.get_write_buffer_size() > MAX_WRITE_BUFFER:
@@ -264,7 +300,7 @@ class TrackerServer:
         except _Drop as e:
             self.dropped += 1
             log.warning("dropped %s: %s", conn.name(), e)
-        except TimeoutError:
+        except (TimeoutError, asyncio.TimeoutError):   # distinct classes before Python 3.11
             self.dropped += 1
             log.warning("dropped %s: timed out in the middle of a message (or idle)", conn.name())
         except asyncio.IncompleteReadError:
@@ -277,11 +313,33 @@ class TrackerServer:
         finally:
             self._close(conn)
 
+    async def _first_byte(self, conn: _Conn, reader: asyncio.StreamReader) -> bytes:
+        """The first byte of the next frame; TimeoutError after ``idle_timeout`` of silence from a connection
+        that holds nothing (one that holds a board or a waiting request may stay silent)."""
+        if self.idle_timeout is None:
+            return await reader.readexactly(1)
+        read = asyncio.ensure_future(reader.readexactly(1))
+        try:
+            while True:
+                done, _ = await asyncio.wait({read}, timeout=self.idle_timeout)
+                if done:
+                    return read.result()
+                if not conn.holds_something():
+                    raise TimeoutError
+        finally:
+            if not read.done():
+                read.cancel()
+                with contextlib.suppress(asyncio.CancelledError, asyncio.IncompleteReadError):
+                    await read
+
     def _close(self, conn: _Conn) -> None:
         if conn.closed:
             return
         conn.closed = True
         self._conns.discard(conn)
+        self._per_peer[conn.peer] -= 1
+        if self._per_peer[conn.peer] <= 0:
+            del self._per_peer[conn.peer]
         conn.writer.close()
         for value in conn.puts:   # its boards leave their queues
             queue = self._queues.get(self._key_of(value))
@@ -305,10 +363,18 @@ class TrackerServer:
         return value.matchkey.rsplit(":", 1)[0]
 
     def _reply(self, conn: _Conn, value: Any) -> bool:
+        """Write one answer; an answer that cannot be serialised is logged and answered ``FAIL`` instead (every
+        request gets an answer). False when the connection is gone."""
         if conn.closed or conn.writer.is_closing():
             return False
         try:
-            conn.writer.write(tracker_frame(value))
+            frame = tracker_frame(value)
+        except (ValueError, TypeError, RecursionError) as e:
+            log.error("the answer to %s cannot be serialised (%s: %s): answered FAIL", conn.name(),
+                      type(e).__name__, str(e)[:200])
+            frame = tracker_frame(TrackerCode.FAIL)
+        try:
+            conn.writer.write(frame)
         except (OSError, RuntimeError):
             return False
         return True
@@ -331,8 +397,8 @@ class TrackerServer:
         elif code == TrackerCode.SUMMARY:
             self._reply(conn, [TrackerCode.SUCCESS, self._summary()])
         elif code == TrackerCode.STOP:
-            ok = len(message) == 2 and isinstance(message[1], str) and \
-                hmac.compare_digest(message[1].encode(), self.stop_key.encode())
+            ok = len(message) == 2 and isinstance(message[1], str) and message[1].isascii() and \
+                same_secret(message[1].encode(), self.stop_key.encode())
             self._reply(conn, TrackerCode.SUCCESS if ok else TrackerCode.FAIL)
             if ok:
                 log.info("STOP from %s", conn.peer)
@@ -343,9 +409,19 @@ class TrackerServer:
     def _update_info(self, conn: _Conn, message: list) -> None:
         if len(message) != 2 or not isinstance(message[1], dict):
             raise _Drop("UPDATE_INFO takes one JSON object")
-        info = {**conn.info, **message[1]}
-        if len(json.dumps(info)) > MAX_INFO_BYTES:
+        update = dict(message[1])
+        unused = update.pop(UNUSED_MATCH, None)
+        if unused is not None:
+            self._unused_match(conn, unused)
+        info = {**conn.info, **update}
+        try:   # what is stored must serialise again (SUMMARY sends it to everyone)
+            text = json.dumps(info)
+        except (ValueError, TypeError, RecursionError) as e:
+            raise _Drop(f"info cannot be serialised: {type(e).__name__}") from None
+        if len(text) > MAX_INFO_BYTES:
             raise _Drop(f"info over {MAX_INFO_BYTES} bytes")
+        if json_depth(text.encode()) > MAX_INFO_DEPTH:
+            raise _Drop(f"info nested deeper than {MAX_INFO_DEPTH}")
         addr = info.get("addr")
         if addr is not None:
             if not (isinstance(addr, list) and len(addr) == 2 and (addr[0] is None or isinstance(addr[0], str))):
@@ -392,6 +468,7 @@ class TrackerServer:
         _check_key(key)
         if not (_is_int(priority) or (isinstance(priority, float) and math.isfinite(priority))):
             raise _Drop("REQUEST's priority must be a number")
+        priority = max(-self.max_priority, min(self.max_priority, float(priority)))   # a bounded choice
         if conn.requests >= MAX_REQUESTS_PER_CONNECTION:
             raise _Drop(f"over {MAX_REQUESTS_PER_CONNECTION} requests waiting on one connection")
         queue = self._queue(key)
@@ -414,10 +491,10 @@ class TrackerServer:
 
     def _schedule(self, queue: _Queue) -> None:
         """Match free boards to waiting requests; a match that cannot be delivered goes back to the front."""
-        while queue.values and queue.requests:
-            req = heapq.heappop(queue.requests)
-            if req.cancelled:
-                continue
+        while queue.values:
+            req = self._next_request(queue)
+            if req is None:
+                return
             queue.live_requests -= 1
             req.conn.requests -= 1
             value = queue.values.popleft()
@@ -425,10 +502,55 @@ class TrackerServer:
                 value.conn.pending_matchkeys.discard(value.matchkey)
                 with contextlib.suppress(ValueError):
                     value.conn.puts.remove(value)
+                value.conn.taken[value.matchkey] = req.conn.peer
+                while len(value.conn.taken) > MAX_DELIVERED:
+                    value.conn.taken.popitem(last=False)
                 log.info("matched %s:%d (%s) to %s", value.host, value.port, value.matchkey.rsplit(":", 1)[0],
                          req.conn.peer)
             else:
                 queue.values.appendleft(value)   # the requester is gone: the board stays free
+
+    def _next_request(self, queue: _Queue) -> _Request | None:
+        """The waiting request to serve next: the highest priority, first come, among peers without an unused
+        match; only when none of those waits, the same among the others."""
+        behind: list[_Request] = []
+        chosen = None
+        while queue.requests:
+            req = heapq.heappop(queue.requests)
+            if req.cancelled:
+                continue
+            if self._is_penalised(req.conn.peer):
+                behind.append(req)
+                continue
+            chosen = req
+            break
+        if chosen is None and behind:
+            chosen = behind.pop(0)
+        for req in behind:
+            heapq.heappush(queue.requests, req)
+        return chosen
+
+    def _is_penalised(self, peer: str) -> bool:
+        entry = self._penalised.get(peer)
+        return entry is not None and time.monotonic() < entry[1]
+
+    def _unused_match(self, conn: _Conn, matchkey: Any) -> None:
+        """A board reports that a match of its own was taken and never used: the peer that took it waits
+        behind every other peer for a while (longer each time). Reports about other boards' matches, or
+        matches nobody took, are ignored."""
+        requester = conn.taken.pop(matchkey, None) if isinstance(matchkey, str) else None
+        if requester is None:
+            return
+        count, _ = self._penalised.pop(requester, (0, 0.0))
+        count = min(count + 1, 32)
+        seconds = min(self.max_penalty, self.penalty * 2 ** (count - 1))
+        self._penalised[requester] = (count, time.monotonic() + seconds)
+        while len(self._penalised) > MAX_PENALISED:
+            self._penalised.popitem(last=False)
+        log.warning("%s took the match %s of %s and never used it: its requests wait behind others' for %g s",
+                    requester, matchkey.rsplit(":", 1)[0], conn.name(), seconds)
+        for queue in self._queues.values():   # boards may be waiting for the others now
+            self._schedule(queue)
 
     def summary(self) -> dict[str, Any]:
         """TVM's summary: the queue of every key and the info of every connection whose key says ``server``
@@ -444,10 +566,6 @@ class TrackerServer:
         return {"queue_info": {k: q.summary() for k, q in self._queues.items()},
                 "server_info": [c.info for c in self._conns
                                 if str(c.info.get("key", "")).startswith("server") and "addr" in c.info]}
-
-
-def _no_constant(name: str):
-    raise ValueError(f"{name} is not JSON")
 
 
 def _is_int(v: Any) -> bool:

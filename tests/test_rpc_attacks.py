@@ -1,0 +1,281 @@
+"""Peers without the key against the tracker and the board servers (issue 25, items 1-4): each attack is
+generated here, bounded in count and time, on 127.0.0.1 (an attacking *peer* binds another loopback address,
+127.0.0.2, as a second machine would have its own), and every socket, thread and server is stopped at the end.
+"What a legitimate client gets" is asserted as "served at all while the attack runs", with generous hang guards,
+never as a time."""
+
+from __future__ import annotations
+
+import contextlib
+import logging
+import select
+import socket
+import struct
+import threading
+import time
+from collections.abc import Iterator
+
+import pytest
+
+from hw_config import load_config
+from vta.device import SimDevice
+from vta.rpc import (
+    BoardServer,
+    ProtocolError,
+    RemoteDevice,
+    TrackerClient,
+    TrackerCode,
+    TrackerServer,
+    connect_device,
+    request_board,
+)
+from vta.rpc.base import TRACKER_MAGIC, recv_tracker_json, tracker_frame
+from vta.rpc.client import expect_message
+from vta.rpc.protocol import PREFIX, Channel, new_nonce
+
+SECRET = b"0123456789abcdef0123456789abcdef"
+ATTACKER = "127.0.0.2"   # another loopback address: another peer of the same machine
+
+
+def _connect(port: int, source: str | None = None, magic: bool = True) -> socket.socket:
+    sock = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
+    sock.settimeout(5)
+    if source is not None:
+        sock.bind((source, 0))
+    sock.connect(("127.0.0.1", port))
+    if magic:
+        sock.sendall(struct.pack("<i", TRACKER_MAGIC))
+        assert struct.unpack("<i", sock.recv(4))[0] == TRACKER_MAGIC
+    return sock
+
+
+def _ask(sock: socket.socket, message, timeout: float = 5.0):
+    sock.sendall(tracker_frame(message))
+    return recv_tracker_json(sock, time.monotonic() + timeout)
+
+
+def _closed_by_peer(sock: socket.socket, within: float = 5.0) -> bool:
+    sock.settimeout(within)
+    try:
+        while sock.recv(4096):
+            pass
+    except (ConnectionResetError, BrokenPipeError):
+        pass
+    except TimeoutError:
+        return False
+    return True
+
+
+def _wait(predicate, timeout: float = 10.0) -> None:
+    end = time.monotonic() + timeout
+    while not predicate():
+        assert time.monotonic() < end, "condition not reached in time"
+        time.sleep(0.05)
+
+
+@contextlib.contextmanager
+def _sockets() -> Iterator[list[socket.socket]]:
+    held: list[socket.socket] = []
+    try:
+        yield held
+    finally:
+        for s in held:
+            s.close()
+
+
+# ------------------------------------------------------------------------------------------------------------
+# 1. connection exhaustion
+
+def test_one_peer_cannot_take_every_tracker_connection():
+    """The attack of the issue, scaled to a 100-connection tracker: one peer opens as many idle connections as
+    the tracker allows in all. Only max_connections_per_peer (64) of them are kept; a client on another address
+    is served while the attacker still holds them."""
+    with TrackerServer("127.0.0.1", 0, max_connections=100) as tracker, _sockets() as evil:
+        for _ in range(100):
+            s = _connect(tracker.port, ATTACKER, magic=False)
+            s.sendall(struct.pack("<i", TRACKER_MAGIC))   # past the handshake, then idle
+            evil.append(s)
+        with TrackerClient(tracker.address) as client:
+            assert "queue_info" in client.summary()
+        refused = [s for s in evil if _closed_by_peer(s, 0.5)]
+        assert len(refused) == 36
+
+
+def test_connections_that_hold_nothing_time_out_by_default():
+    """Idle connections are dropped by default (60 s; 0.5 s here), except a registered board and a waiting
+    request, which are idle by nature."""
+    assert TrackerServer().idle_timeout == 60.0
+    with TrackerServer("127.0.0.1", 0, idle_timeout=0.5) as tracker, _sockets() as held:
+        bare = _connect(tracker.port)
+        board = _connect(tracker.port)
+        assert _ask(board, [TrackerCode.UPDATE_INFO, {"key": "server:pynq", "addr": [None, 9091]}]) == 0
+        assert _ask(board, [TrackerCode.PUT, "pynq", [9091, "pynq:one"], None]) == 0
+        waiting = _connect(tracker.port)
+        waiting.sendall(tracker_frame([TrackerCode.REQUEST, "other", "", 1]))
+        held += [bare, board, waiting]
+        assert _closed_by_peer(bare, 10.0)
+        assert not _closed_by_peer(waiting, 1.5)          # three idle timeouts later: still waiting
+        assert _ask(board, [TrackerCode.PING]) == 0         # and the board still registered
+        assert _ask(board, [TrackerCode.PUT, "other", [9092, "other:two"], None]) == 0
+        assert recv_tracker_json(waiting, time.monotonic() + 5) == [0, ["127.0.0.1", 9092, "other:two"]]
+
+
+# ------------------------------------------------------------------------------------------------------------
+# 2. poisoned state: JSON nested deeper than anything can serialise again
+
+def _nested_info(depth: int) -> bytes:
+    return (b'[5, {"key": "server:x", "addr": [null, 1], "deep": ' + b"[" * depth + b"]" * depth + b"}]")
+
+
+def test_deeply_nested_info_is_refused_and_summary_keeps_answering():
+    """The issue's attack: UPDATE_INFO nested just under what Python's parser takes (it differs by a few levels
+    between builds, so every depth from 1000 down is tried until one is accepted, or 100 were refused). Before,
+    one was accepted and every SUMMARY went unanswered; now any nesting past 32 is refused before parsing."""
+    with TrackerServer("127.0.0.1", 0) as tracker:
+        accepted = None
+        for depth in range(1000, 900, -1):
+            with contextlib.closing(_connect(tracker.port, ATTACKER)) as s:
+                body = _nested_info(depth)
+                s.sendall(struct.pack("<i", len(body)) + body)
+                try:
+                    if recv_tracker_json(s, time.monotonic() + 5) == TrackerCode.SUCCESS:
+                        accepted = depth
+                except (ConnectionError, ProtocolError):
+                    continue
+                # keep the poisoned connection open while SUMMARY is asked
+                with TrackerClient(tracker.address, timeout=5) as client:
+                    client.summary()
+                break
+        assert accepted is None
+        with contextlib.closing(_connect(tracker.port)) as s:
+            body = _nested_info(32)                          # 34 deep in all: over the 32 allowed
+            s.sendall(struct.pack("<i", len(body)) + body)
+            assert _closed_by_peer(s)
+        with TrackerClient(tracker.address, timeout=5) as client:
+            assert client.summary()["server_info"] == []
+
+
+def test_every_request_gets_an_answer_even_one_that_cannot_be_serialised(monkeypatch, caplog):
+    with TrackerServer("127.0.0.1", 0) as tracker:
+        deep: list = []
+        for _ in range(5000):
+            deep = [deep]
+        monkeypatch.setattr(tracker, "_summary", lambda: {"queue_info": {}, "server_info": [deep]})
+        with caplog.at_level(logging.ERROR, logger="vta.rpc.tracker"), \
+                contextlib.closing(_connect(tracker.port)) as s:
+            assert _ask(s, [TrackerCode.SUMMARY]) == TrackerCode.FAIL
+            assert _ask(s, [TrackerCode.PING]) == TrackerCode.SUCCESS
+        assert "cannot be serialised" in caplog.text
+
+
+def test_session_headers_are_bounded_in_nesting_too():
+    a, b = socket.socketpair()
+    with a, b:
+        head = b'{"v": 1, "op": "hello", "x": ' + b"[" * 40 + b"]" * 40 + b"}"
+        a.sendall(PREFIX.pack(b"VTAR", len(head), 0) + head)
+        with pytest.raises(ProtocolError, match="nested 41 deep"):
+            Channel(b, read_timeout=5).recv(5, 0)
+
+
+# ------------------------------------------------------------------------------------------------------------
+# 3 and 4. a keyless peer that takes the board (directly, or through the tracker) and never proves the key
+
+@pytest.fixture
+def keyed_board():
+    tracker = TrackerServer("127.0.0.1", 0).start()
+    cfg = load_config("pynq")
+    board = BoardServer(lambda: SimDevice(cfg), key="sim", port=0, secret=SECRET, tracker=tracker.address,
+                        handshake_timeout=30.0, ping_period=0.2, unmatch_timeout=0.4).start()
+    try:
+        _wait(lambda: tracker.summary()["queue_info"].get("sim", {}).get("free") == 1)
+        yield tracker, board
+    finally:
+        board.stop()
+        tracker.stop()
+
+
+def _hello(host: str, port: int, matchkey: str | None) -> Channel:
+    """A client without the key: hello with the match key, read the challenge, then say nothing."""
+    sock = socket.socket()
+    sock.bind((ATTACKER, 0))
+    sock.settimeout(5)
+    sock.connect((host, port))
+    ch = Channel(sock, read_timeout=5)
+    ch.send({"op": "hello", "client_nonce": new_nonce().hex(), "matchkey": matchkey, "client": "attacker"})
+    expect_message(ch.recv(5, 0)[0], "challenge", f"{host}:{port}")
+    return ch
+
+
+def test_a_keyless_hello_with_the_match_key_does_not_take_the_board(keyed_board):
+    """Item 3: a peer without the key says hello with the board's match key and stalls (for the whole 30 s
+    handshake timeout here). Before, the board was busy and its match key consumed from the hello on, and the
+    keyed client holding the same match was told "busy"; now the board is taken only after the proof."""
+    tracker, _ = keyed_board
+    host, port, matchkey = request_board(tracker.address, "sim", timeout=10)
+    stalled = _hello(host, port, matchkey)
+    try:
+        with RemoteDevice(host, port, matchkey=matchkey, secret=SECRET, timeout=10) as dev:
+            dev.alloc(16)
+    finally:
+        stalled.sock.close()
+
+
+def test_a_peer_that_takes_every_match_and_never_proves_the_key_cannot_keep_the_board(keyed_board, tmp_path):
+    """Item 4: an attacker thread requests the board at priority 1e300 again and again, says hello with each
+    match key and stalls. A keyed client at priority 1 still gets the board: the priority is clamped, the board
+    reports each match it saw unused, and the tracker serves the peer that took it after every other peer.
+    Before, the attacker got every match and the keyed client waited until its request timed out."""
+    tracker, board = keyed_board
+    key_file = tmp_path / "lab.key"
+    key_file.write_bytes(SECRET)
+    stop = threading.Event()
+    matches = []
+    held: list[Channel] = []
+
+    def attack() -> None:
+        while not stop.is_set() and len(matches) < 100:
+            try:
+                with contextlib.closing(_connect(tracker.port, ATTACKER)) as s:
+                    s.sendall(tracker_frame([TrackerCode.REQUEST, "sim", "", 1e300]))
+                    ready, _, _ = select.select([s], [], [], 1.0)
+                    if not ready:
+                        continue
+                    _, (host, port, matchkey) = recv_tracker_json(s, time.monotonic() + 5)
+                matches.append(matchkey)
+                held.append(_hello(host, port, matchkey))
+            except (OSError, ProtocolError):
+                time.sleep(0.05)
+
+    thread = threading.Thread(target=attack, name="attacker", daemon=True)
+    thread.start()
+    try:
+        _wait(lambda: matches, timeout=20)           # the attacker has taken the board at least once
+        with connect_device(tracker.address, "sim", key_file=key_file, request_timeout=60, timeout=10) as dev:
+            dev.alloc(16)
+            assert dev.board == board.name
+    finally:
+        stop.set()
+        thread.join(20)
+        for ch in held:
+            ch.sock.close()
+    assert not thread.is_alive()
+
+
+def test_the_trackers_stop_key_is_compared_through_same_secret(monkeypatch):
+    """Like every secret comparison of the stack, the STOP key goes through protocol.same_secret (constant time),
+    and a STOP key that is not ASCII is refused like any other wrong one."""
+    import vta.rpc.tracker as tracker_module
+    from vta.rpc.protocol import same_secret
+    seen = []
+
+    def recording(given: bytes, expected: bytes) -> bool:
+        seen.append(given)
+        return same_secret(given, expected)
+
+    monkeypatch.setattr(tracker_module, "same_secret", recording)
+    with TrackerServer("127.0.0.1", 0, stop_key="tracker:right") as tracker, \
+            contextlib.closing(_connect(tracker.port)) as s:
+        assert _ask(s, [TrackerCode.STOP, "tracker:wrong"]) == TrackerCode.FAIL
+        assert _ask(s, [TrackerCode.STOP, "\ud800"]) == TrackerCode.FAIL
+        assert seen == [b"tracker:wrong"]
+        assert _ask(s, [TrackerCode.STOP, "tracker:right"]) == TrackerCode.SUCCESS
