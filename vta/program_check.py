@@ -116,3 +116,34 @@ def check_program(insns: np.ndarray, cfg: HwConfig, regions: Sequence[Region], i
             f"{int(f['dram_base'][j])}, y_size={int(f['y_size'][j])}, x_size={int(f['x_size'][j])}, x_stride="
             f"{int(f['x_stride'][j])}, {int(elem[j])}-byte elements) are not inside one buffer of this program "
             f"({_regions_text(regions)})", i)
+
+
+def check_dma_ranges(insns: np.ndarray, cfg: HwConfig, regions: Sequence[Region], insn_region: Region) -> None:
+    """Refuse (``ProgramRejected``, naming the instruction and the range) a stream whose instruction fetch
+    (``insn_region``: where it is read from, and how many bytes) or whose LOAD/STORE DRAM ranges leave
+    ``regions``. Only the ranges: a shared board (the simulated one) checks this for every launch, whatever
+    else the program does wrong (that is the program's own fault, reported when it runs)."""
+    rows = np.asarray(insns)
+    if rows.dtype != np.uint8 or rows.ndim != 2 or rows.shape[1] != INSN_BYTES:
+        raise ProgramRejected(f"instruction stream: expected uint8 of shape (N, {INSN_BYTES}), got {rows.dtype} "
+                              f"{rows.shape}")
+    addr, size = insn_region
+    if size and not _inside(np.array([addr]), np.array([addr + size]), regions)[0]:
+        raise ProgramRejected(f"instruction fetch of {size // INSN_BYTES} instructions, bytes [{addr:#x}, "
+                              f"{addr + size:#x}), is not inside one buffer ({_regions_text(regions) or 'none'})")
+    opcode = rows[:, 0] & ((1 << OPCODE_BITS) - 1)
+    mem = np.flatnonzero((opcode == OPCODES["LOAD"]) | (opcode == OPCODES["STORE"]))
+    if mem.size == 0:
+        return
+    f = cfg.insn_formats["mem"].decode_rows(rows[mem])
+    elem = cfg.elem_bytes_by_type[f["memory_type"]]
+    moves = (f["x_size"] > 0) & (f["y_size"] > 0) & (elem > 0)   # an undefined memory type moves nothing
+    first, end = dma_byte_ranges(f, elem)
+    outside = moves & ~_inside(first, end, regions)
+    if outside.any():
+        j = int(np.argmax(outside))
+        i = int(mem[j])
+        kind = "STORE" if opcode[i] == OPCODES["STORE"] else "LOAD"
+        raise ProgramRejected(
+            f"instruction {i} ({kind} {MEM_TYPE_NAMES[int(f['memory_type'][j])]}): DRAM bytes [{int(first[j]):#x}, "
+            f"{int(end[j]):#x}) are not inside one buffer ({_regions_text(regions) or 'none'})", i)

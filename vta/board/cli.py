@@ -68,6 +68,23 @@ CONFIG_ARGS = [
     arg("--workers", type=int_in(1, 256), default=16, metavar="N", help="RPC worker threads (default 16)"),
     arg("--max-concurrent-rpcs", type=int_in(1, 65536), default=64, metavar="N",
         help="RPCs in flight before new ones are refused (default 64)"),
+    arg("--max-upload-mb", type=int_in(1, 1 << 16), default=None, metavar="MB",
+        help="memory all uploads in progress (firmware files, bitstreams) may hold together; the stream that "
+             "would go past it is refused (default: twice --max-file-mb, 128)"),
+    arg("--client-timeout-s", type=_positive_float, default=10.0, metavar="S",
+        help="cancel an RPC that waits S seconds on its client: for a request message, or for the client to "
+             "read a response (default 10)"),
+    arg("--max-peer-rpcs", type=int_in(1, 1024), default=4, metavar="N",
+        help="RPCs one client connection may have in flight; more are refused (default 4)"),
+    arg("--max-waiting", type=int_in(1, 256), default=None, metavar="N",
+        help="RPCs that may wait on their clients at once (each holds a worker); a new one cancels the one "
+             "waiting longest (default: half of --workers, 8)"),
+    arg("--conn-idle-s", type=_positive_float, default=600.0, metavar="S",
+        help="close a client connection without an RPC for S seconds (default 600; its buffers stay, under "
+             "--lease-s, but a reconnecting client is a new client)"),
+    arg("--keepalive-s", type=_positive_float, default=60.0, metavar="S",
+        help="ping a connection silent for S seconds; one that does not answer within --client-timeout-s is "
+             "closed (default 60)"),
     arg("--log-level", default="info", choices=["debug", "info", "warning", "error"],
         help="server log on stderr (default info: one line per run with its simulated latency)"),
 ])
@@ -92,7 +109,11 @@ def board_serve(args: argparse.Namespace) -> int:
     limits = ServerLimits(mem_bytes=(args.mem_mb or cfg.BOARD_MEM_MB) * MiB, max_buffers=args.max_buffers,
                           max_message_bytes=args.max_message_mb * MiB, max_file_bytes=args.max_file_mb * MiB,
                           max_files_bytes=2 * args.max_file_mb * MiB, lease_s=args.lease_s,
-                          workers=args.workers, max_concurrent_rpcs=args.max_concurrent_rpcs)
+                          workers=args.workers, max_concurrent_rpcs=args.max_concurrent_rpcs,
+                          max_upload_bytes=(args.max_upload_mb or 2 * args.max_file_mb) * MiB,
+                          client_timeout_s=args.client_timeout_s, max_peer_rpcs=args.max_peer_rpcs,
+                          max_waiting=args.max_waiting or max(1, args.workers // 2), conn_idle_s=args.conn_idle_s,
+                          keepalive_s=args.keepalive_s)
     board = SimulatedBoard(cfg, limits, time_scale=args.time_scale, max_cycles=args.max_cycles,
                            max_work=args.max_work, log=log)
     if args.host not in ("127.0.0.1", "localhost", "::1"):
@@ -128,6 +149,10 @@ def board_status(args: argparse.Namespace) -> int:
           f"({mem['reclaimed_bytes']:,} bytes)")
     for peer, use in mem["by_client"].items():
         print(f"    {peer}: {use['buffers']} buffer(s), {use['bytes']:,} bytes, idle {use['idle_s']:.1f} s")
+    others = mem.get("other_clients") or {}
+    if others.get("clients"):
+        print(f"    {others['clients']} other client(s): {others['buffers']} buffer(s), {others['bytes']:,} bytes "
+              f"(shown to each client only)")
     print(f"  accelerator: {acc['state']}, done={acc['done']}, {acc['runs']} run(s), {acc['faults']} fault(s)")
     if acc["last_run"]:
         r = acc["last_run"]

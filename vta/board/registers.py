@@ -24,9 +24,13 @@ executes; a host that polls ``done`` right after a launch reads the previous run
 compute block runs once per instruction (auto_restart), so its ``ap_done`` latches at every compute
 instruction's completion, which is what ``vta.device_pynq`` uses to tell a fresh ``done`` from a stale one.
 
-A program the simulator refuses (deadlock, access outside the board's buffers, budget) leaves the
-accelerator hung, as on hardware: ``done`` and the control bits stay where the fault left them, the
-reason is logged and kept in ``status()``, and downloading the bitstream again resets the blocks.
+The board is shared by clients that do not trust each other (pynq's remote protocol has no keys), so, unlike
+a real board, it isolates them. A launch whose instruction fetch or whose LOAD/STORE DRAM ranges leave the
+launching client's own buffers (``regions_of(peer)``) is refused before it runs, naming the instruction and
+the range. A refused or faulting run (deadlock, budget, ...) hangs the accelerator *for its client only*: that
+client's register reads show the hang (fetch never idle, ``done`` where the fault left it), as a real board's
+would, and its status names the fault, until it launches again or a bitstream is downloaded; for everyone
+else the accelerator is reset at once (the next run starts from cleared SRAMs) and queued launches go on.
 """
 
 from __future__ import annotations
@@ -34,7 +38,8 @@ from __future__ import annotations
 import logging
 import threading
 import time
-from collections import deque
+from collections import OrderedDict, deque
+from collections.abc import Callable
 from dataclasses import dataclass, field
 
 import numpy as np
@@ -46,6 +51,7 @@ from hw_config.layout import OPCODE_BITS
 from simulator.core import Simulator
 from simulator.errors import SimulatorError
 from simulator.stats import RunStats
+from vta.program_check import ProgramRejected, check_dma_ranges
 
 CTRL, GIE, IER, ISR = 0x00, 0x04, 0x08, 0x0C
 AP_START, AP_DONE, AP_IDLE, AP_READY, AUTO_RESTART = 0x01, 0x02, 0x04, 0x08, 0x80
@@ -65,10 +71,21 @@ DATA_REGS = {"fetch": {FETCH_INSN_COUNT, FETCH_INSN_ADDR, FETCH_INSN_ADDR + 4},
              "store": {STORE_OUT_ADDR, STORE_OUT_ADDR + 4}}
 TRACE_LIMIT = 1 << 16   # runs up to this many instructions get per-instruction event times
 U32 = 0xFFFFFFFF
+MAX_FAULTED = 1024       # clients remembered with a faulted run (the oldest are forgotten past this)
 
 
 class RegisterError(ValueError):
     """A register access the board cannot perform (unprogrammed PL, bad offset)."""
+
+
+@dataclass
+class _Hang:
+    """What one client sees after its run faulted: the hung accelerator of that run."""
+
+    seq: int
+    fault: str
+    done: int                  # the level ``done`` the fault left
+    compute_done: bool         # compute's ap_done latched once (a compute instruction ran before the fault)
 
 
 class _Cor:
@@ -99,6 +116,7 @@ class _Outcome:
 
     fault: str | None = None
     done_after_fault: int = 0
+    refused: bool = False              # refused before it ran (it left its client's buffers)
     ran_compute: bool = False          # a faulting run executed a compute instruction before its fault
     stats: RunStats | None = None
     host_seconds: float = 0.0
@@ -136,7 +154,8 @@ class SimulatedVTA:
 
     def __init__(self, cfg: HwConfig, sim: Simulator, *, sim_lock: threading.Lock | None = None,
                  time_scale: float = 1.0, max_cycles: int | None = None, max_work: int | None = None,
-                 log: logging.Logger | None = None):
+                 log: logging.Logger | None = None,
+                 regions_of: Callable[[str], list[tuple[int, int]]] | None = None):
         if not time_scale > 0:
             raise ValueError(f"time_scale={time_scale!r}: need a positive number")
         self.cfg, self.sim = cfg, sim
@@ -152,6 +171,9 @@ class SimulatedVTA:
         self.faults_total = 0
         self.last_run: dict | None = None
         self.last_fault: str | None = None
+        self.regions_of = regions_of               # a client's buffers: (address, bytes); None: no isolation
+        self.hangs: OrderedDict[str, _Hang] = OrderedDict()       # clients whose last run faulted
+        self.peer_faults: OrderedDict[str, str] = OrderedDict()   # each client's last fault, for its status
         self._reset_state()
         self._worker = threading.Thread(target=self._work, name="vta-board-runner", daemon=True)
         self._worker.start()
@@ -179,6 +201,7 @@ class SimulatedVTA:
         """
         with self._cond:
             self._reset_state()
+            self.hangs.clear()
             self.programmed = bitstream
             self._cond.notify_all()
         self.log.info("PL programmed with %s: VTA register blocks reset", bitstream)
@@ -246,10 +269,13 @@ class SimulatedVTA:
         return value
 
     # ---- register access ----
-    def read(self, name: str, offset: int) -> int:
-        """A 32-bit register read (offset word aligned, inside the block)."""
+    def read(self, name: str, offset: int, peer: str = "") -> int:
+        """A 32-bit register read (offset word aligned, inside the block), as ``peer`` sees it."""
         self._check(name, offset)
         with self._cond:
+            hang = self.hangs.get(peer) if peer else None
+            if hang is not None:
+                return self._hung_value(hang, name, offset)
             t = self.now()
             if offset == CTRL:
                 return self._ctrl_value(name, t)
@@ -261,11 +287,31 @@ class SimulatedVTA:
                 return int(self.vld.read(self._events("done_vld"), t))
             return self.words.get((name, offset), 0)
 
+    def _hung_value(self, hang: _Hang, name: str, offset: int) -> int:
+        """A register as the client whose run faulted sees it: the accelerator hung where the fault left it."""
+        if offset == CTRL:
+            value = self.ctrl[name] & AUTO_RESTART
+            if name != "fetch":
+                value |= (AP_START if not self.single_shot[name] else 0) if self.started[name] else AP_IDLE
+            if name == "compute" and hang.compute_done:
+                hang.compute_done = False
+                value |= AP_DONE
+            return value
+        if offset in (GIE, IER, ISR):
+            return self.irq[name][(offset - GIE) // 4]
+        if name == "compute" and offset == COMPUTE_DONE_RD:
+            return hang.done
+        if name == "compute" and offset == COMPUTE_DONE_VLD:
+            return 0
+        return self.words.get((name, offset), 0)
+
     def write(self, name: str, offset: int, value: int, peer: str = "") -> None:
         """A 32-bit register write; fetch's ap_start launches a run."""
         self._check(name, offset)
         value &= U32
         with self._cond:
+            if offset == CTRL and name == "fetch" and value & AP_START:
+                self.hangs.pop(peer, None)   # a new launch: its client's view of the old hang ends
             if offset == CTRL:
                 self._write_ctrl(name, value, peer)
             elif offset == ISR:
@@ -361,9 +407,18 @@ class SimulatedVTA:
             if self._sram_reset:
                 self.sim.reset()
                 self._sram_reset = False
+            regions = self.regions_of(run.peer) if self.regions_of is not None else None
+            fetch = (run.insn_addr, run.count * 16)
             try:
+                if regions is not None:   # the fetch first: not a byte of another client's memory is read
+                    check_dma_ranges(rows, self.cfg, regions, fetch)
                 if run.count:
                     rows = self.sim.read(run.insn_addr, run.count * 16).reshape(-1, 16)
+                if regions is not None:
+                    check_dma_ranges(rows, self.cfg, regions, fetch)
+            except ProgramRejected as e:
+                return _Outcome(fault=f"launch refused: {e}: this board runs a program only inside the launching "
+                                      f"client's own buffers", done_after_fault=run.done_before, refused=True)
             except SimulatorError as e:
                 return _Outcome(fault=f"fetch of {run.count} instructions at 0x{run.insn_addr:x} reads outside the "
                                       f"board's buffers ({e})", done_after_fault=run.done_before)
@@ -426,13 +481,23 @@ class SimulatedVTA:
         ready = run.ready = self.now()
         run.stats, run.host_seconds = out.stats, out.host_seconds
         if out.fault is not None:
-            run.events = {"compute": np.array([ready]) if out.ran_compute else NO_EVENTS}
             run.done_after_fault = out.done_after_fault
             run.fault = out.fault
             self.faults_total += 1
             self.last_fault = f"run {run.seq} (from {run.peer or 'unknown'}): {run.fault}"
-            self.log.error("run %d from %s: %d instructions at 0x%x: %s; the accelerator hangs (done stays %d) "
-                           "until the bitstream is downloaded again", run.seq, run.peer or "?", run.count,
+            # the hang is its client's alone; for everyone else the accelerator is reset and goes on
+            self.hangs.pop(run.peer, None)
+            self.hangs[run.peer] = _Hang(run.seq, run.fault, out.done_after_fault, out.ran_compute)
+            self.peer_faults.pop(run.peer, None)
+            self.peer_faults[run.peer] = f"run {run.seq}: {run.fault}"
+            for table in (self.hangs, self.peer_faults):
+                while len(table) > MAX_FAULTED:
+                    table.popitem(last=False)
+            self.run = None
+            self.done = out.done_after_fault
+            self._sram_reset = True
+            self.log.error("run %d from %s: %d instructions at 0x%x: %s; the accelerator hangs for that client "
+                           "(done stays %d) and is reset for the others", run.seq, run.peer or "?", run.count,
                            run.insn_addr, run.fault, run.done_after_fault)
             return
         scale = self.time_scale / (self.cfg.CLOCK_MHZ * 1e6)
@@ -462,21 +527,28 @@ class SimulatedVTA:
                       simulated * 1e6, self.cfg.CLOCK_MHZ, self.time_scale, st.latency_s * 1e6,
                       run.host_seconds * 1e3)
 
-    def status(self) -> dict:
-        """The board's registers in words: programmed bitstream, the current run, totals, the last fault."""
+    def status(self, peer: str | None = None) -> dict:
+        """The board's registers in words: programmed bitstream, the current run, totals, the last fault. With
+        ``peer`` (a client asking), as that client sees them: its own last run and fault only."""
         with self._cond:
             t = self.now()
             r = self.run
+            hang = self.hangs.get(peer) if peer is not None else None
             state = "idle"
-            if self.queue and (r is None or r.t0 is not None):
+            if hang is not None:
+                state = "hung"
+            elif self.queue and (r is None or r.t0 is not None):
                 waiting = [m for m in MODULES if not self.started[m]]
                 state = f"launch queued (waiting for {', '.join(waiting)} to start)" if waiting else "launch queued"
-            elif r is not None and r.t0 is not None and r.fault is not None:
-                state = "hung"
             elif r is not None and self._in_flight(t):
                 state = "running"
-            return {"programmed": self.programmed, "state": state, "done": self._done_at(t),
-                    "runs": self.runs_total, "faults": self.faults_total, "last_run": self.last_run,
-                    "last_fault": self.last_fault, "time_scale": self.time_scale,
+            last_run, last_fault = self.last_run, self.last_fault
+            if peer is not None:
+                last_run = last_run if last_run is not None and last_run["peer"] == peer else None
+                last_fault = self.peer_faults.get(peer)
+            return {"programmed": self.programmed, "state": state,
+                    "done": hang.done if hang is not None else self._done_at(t),
+                    "runs": self.runs_total, "faults": self.faults_total, "last_run": last_run,
+                    "last_fault": last_fault, "time_scale": self.time_scale,
                     "modules_started": dict(self.started)}
 

@@ -14,15 +14,16 @@ PYNQ's remote server:
   config's bitstream (``<cfg.bitstream>.bit``, sent by pynq as ``.bin`` firmware) is accepted.
 
 The file ``/proc/vta-sim/status`` (readable through the same protocol, or ``vta board status``) holds the
-board's accounting as JSON: buffers and bytes per client, reclaimed bytes, runs, faults, the last run's
-*simulated* latency.
+board's accounting as JSON, as the reading client may see it: its own buffers and bytes, the others' only as
+totals, reclaimed bytes, runs, faults, its own last run (with the *simulated* latency) and fault.
 
 Limits, checked before any work: total buffer bytes (the board's memory, ``cfg.BOARD_MEM_MB``), the number
 of buffers, gRPC message sizes, firmware file sizes, concurrent RPCs. A client that disappears leaves its
 buffers behind (gRPC has no disconnect hook); when an allocation does not fit, buffers of clients idle for
 longer than the lease are reclaimed first. Every request is validated: a malformed one gets an error
-status, never a crash; a program the simulator refuses hangs the simulated accelerator (as the hardware
-would), is logged and reported, and the next bitstream download resets it.
+status, never a crash. Unlike a real board, the clients are isolated from each other (``ISOLATION``; see
+``vta.board.registers``): a launch that would fetch, load or store outside the launching client's own buffers
+is refused, and a faulted run hangs the accelerator for its own client only.
 """
 
 from __future__ import annotations
@@ -38,6 +39,7 @@ from collections import Counter
 from collections.abc import Callable, Iterator
 from concurrent import futures
 from dataclasses import dataclass
+from typing import Any
 
 from hw_config import HwConfig
 from simulator.core import Simulator
@@ -56,6 +58,10 @@ FPGA_MANAGER = "/sys/class/fpga_manager/fpga0/"
 CHUNK = 1 * MiB   # read streams: well under the client's default 4 MiB receive limit
 SIMULATED_BOARD_PREFIX = "vta-simulated-"
 MAX_PEERS = 4096   # clients remembered (last activity) before idle ones without buffers are forgotten
+ISOLATION = ("clients are isolated (a real PYNQ board does not do this): a launch whose instruction fetch or "
+             "LOAD/STORE ranges leave the launching client's own buffers is refused, naming the instruction; a "
+             "faulted run hangs the accelerator for its client only and is reset for the others; buffers, "
+             "runs and faults are shown to their own client only")
 
 
 @dataclass(frozen=True)
@@ -70,6 +76,12 @@ class ServerLimits:
     lease_s: float = 600.0               # idle time after which a client's buffers may be reclaimed
     max_concurrent_rpcs: int = 64
     workers: int = 16
+    max_upload_bytes: int = 128 * MiB    # bytes all uploads in progress (writefile, download) may hold at once
+    client_timeout_s: float = 10.0       # an RPC waiting this long on its client (a message, a read) is cancelled
+    max_peer_rpcs: int = 4               # RPCs one client connection may have in flight
+    max_waiting: int = 8                 # RPCs waiting on their clients at once (each holds a worker thread)
+    conn_idle_s: float = 600.0           # a connection with no RPC for this long is closed (gRPC's idle limit)
+    keepalive_s: float = 60.0            # the server pings a connection silent for this long; no answer: closed
 
 
 class Refused(Exception):
@@ -79,6 +91,37 @@ class Refused(Exception):
         super().__init__(message)
         self.code = code
         self.message = message
+
+
+class _Uploads:
+    """The memory that uploads in progress (firmware files, bitstreams) hold, bounded for all of them together:
+    the chunk that would take the total past ``limit`` ends its stream with RESOURCE_EXHAUSTED."""
+
+    def __init__(self, limit: int):
+        self.limit = limit
+        self.held = 0
+        self._lock = threading.Lock()
+
+    def receive(self, chunks: Iterator[bytes], what: str, max_bytes: int) -> bytearray:
+        """Every chunk of one upload in one buffer (at most ``max_bytes``), its bytes counted while it lasts."""
+        data = bytearray()
+        try:
+            for chunk in chunks:
+                n = len(chunk)
+                if len(data) + n > max_bytes:
+                    raise Refused("RESOURCE_EXHAUSTED", f"{what}: more than {max_bytes // MiB} MiB (--max-file-mb)")
+                with self._lock:
+                    if self.held + n > self.limit:
+                        raise Refused("RESOURCE_EXHAUSTED",
+                                      f"{what}: uploads in progress hold {self.held / MiB:.1f} MiB, and this "
+                                      f"{n}-byte chunk would take them past the board's {self.limit // MiB} MiB for "
+                                      f"uploads (--max-upload-mb); send it again when the others are done")
+                    self.held += n
+                data += chunk
+        finally:
+            with self._lock:
+                self.held -= len(data)
+        return data
 
 
 @dataclass
@@ -110,12 +153,14 @@ class SimulatedBoard:
         self.sim = Simulator(cfg, threads=1, **kwargs)
         self.sim_lock = threading.Lock()
         self.vta = SimulatedVTA(cfg, self.sim, sim_lock=self.sim_lock, time_scale=time_scale,
-                                max_cycles=max_cycles, max_work=max_work, log=self.log)
+                                max_cycles=max_cycles, max_work=max_work, log=self.log, regions_of=self.regions_of)
         self._lock = threading.Lock()          # Python tables; taken after sim_lock when both are needed
         self.buffers: dict[str, _Buffer] = {}
         self.used = 0
         self.peers: dict[str, float] = {}
-        self.firmware: dict[str, bytes] = {}
+        self.firmware: dict[str, bytes | bytearray] = {}
+        self.uploads = _Uploads(self.limits.max_upload_bytes)
+        self.on_close: list[Callable[[], None]] = []   # what else stops with the board (the server's RPC guard)
         self.fpga_flags = "0"
         self.fpga_firmware = ""
         self.pending_bitstream: tuple[str, bool] | None = None
@@ -250,6 +295,11 @@ class SimulatedBoard:
         with self._lock:
             return self._buffer(buffer_id).addr
 
+    def regions_of(self, peer: str) -> list[tuple[int, int]]:
+        """(address, bytes) of every buffer ``peer`` holds: all that a program it launches may touch."""
+        with self._lock:
+            return [(b.addr, b.footprint) for b in self.buffers.values() if b.owner == peer]
+
     # ---- MMIO ----
     def get_mmio(self, base: int, length: int) -> str:
         where = self.vta.block_at(base, length) if length > 0 else None
@@ -271,15 +321,15 @@ class SimulatedBoard:
                                           f"of 4 inside the 0x{length:x}-byte mapping")
         return block, base + offset
 
-    def mmio_read(self, mmio_id: str, offset: int, length: int, word_order: str) -> int:
+    def mmio_read(self, mmio_id: str, offset: int, length: int, word_order: str, peer: str = "") -> int:
         if length not in (1, 2, 4, 8):
             raise Refused("INVALID_ARGUMENT", f"MMIO read of {length} bytes: allowed 1, 2, 4 or 8")
         block, off = self._mmio(mmio_id, offset, max(length, 4))
         try:
             if length == 8:
-                lo, hi = self.vta.read(block, off), self.vta.read(block, off + 4)
+                lo, hi = self.vta.read(block, off, peer), self.vta.read(block, off + 4, peer)
                 return (hi << 32 | lo) if word_order != "big" else (lo << 32 | hi)
-            return self.vta.read(block, off) & ((1 << (8 * length)) - 1)
+            return self.vta.read(block, off, peer) & ((1 << (8 * length)) - 1)
         except RegisterError as e:
             raise Refused("FAILED_PRECONDITION", str(e)) from None
 
@@ -294,7 +344,7 @@ class SimulatedBoard:
             raise Refused("FAILED_PRECONDITION", str(e)) from None
 
     # ---- files and the FPGA manager ----
-    def _virtual_files(self) -> dict[str, Callable[[], bytes]]:
+    def _virtual_files(self, peer: str | None = None) -> dict[str, Callable[[], bytes]]:
         arch = "aarch64" if self.cfg.TARGET in ("ultra96", "zcu104") else "armv7l"
         return {
             "/proc/version": lambda: (f"Linux version 6.6.10-xilinx (vta-stack simulated {self.cfg.TARGET} board) "
@@ -303,7 +353,7 @@ class SimulatedBoard:
             FPGA_MANAGER + "state": lambda: b"operating\n",
             FPGA_MANAGER + "flags": lambda: self.fpga_flags.encode() + b"\n",
             FPGA_MANAGER + "firmware": lambda: self.fpga_firmware.encode() + b"\n",
-            STATUS_FILE: lambda: json.dumps(self.status(), indent=1).encode(),
+            STATUS_FILE: lambda: json.dumps(self.status(peer), indent=1).encode(),
         }
 
     def exists(self, path: str) -> bool:
@@ -312,8 +362,8 @@ class SimulatedBoard:
         with self._lock:
             return path.startswith(FIRMWARE_DIR) and path[len(FIRMWARE_DIR):] in self.firmware
 
-    def read_file(self, path: str) -> bytes:
-        files = self._virtual_files()
+    def read_file(self, path: str, peer: str | None = None) -> bytes | bytearray:
+        files = self._virtual_files(peer)
         if path in files:
             return files[path]()
         with self._lock:
@@ -322,22 +372,23 @@ class SimulatedBoard:
         raise Refused("NOT_FOUND", f"{str(path)[:200]}: no such file on the simulated board")
 
     def write_file(self, requests: Iterator, peer: str) -> None:
-        path, parts, total = None, [], 0
-        for req in requests:
-            if path is None:
-                path = req.file_path
-            elif req.file_path != path:
-                raise Refused("INVALID_ARGUMENT", "a writefile stream must name one file in every chunk")
-            total += len(req.data)
-            if total > self.limits.max_file_bytes:
-                raise Refused("RESOURCE_EXHAUSTED", f"{path}: more than {self.limits.max_file_bytes // MiB} MiB "
-                                                    f"(--max-file-mb)")
-            parts.append(req.data)
+        path = None
+
+        def chunks() -> Iterator[bytes]:
+            nonlocal path
+            for req in requests:
+                if path is None:
+                    path = req.file_path
+                elif req.file_path != path:
+                    raise Refused("INVALID_ARGUMENT", "a writefile stream must name one file in every chunk")
+                yield req.data
+
+        data = self.uploads.receive(chunks(), "writefile", self.limits.max_file_bytes)
         if path is None:
             raise Refused("INVALID_ARGUMENT", "empty writefile stream")
-        self.put_file(str(path), b"".join(parts), peer)
+        self.put_file(str(path), data, peer)
 
-    def put_file(self, path: str, data: bytes, peer: str) -> None:
+    def put_file(self, path: str, data: bytes | bytearray, peer: str) -> None:
         if path.startswith(FIRMWARE_DIR):
             name = path[len(FIRMWARE_DIR):]
             if not re.fullmatch(r"[A-Za-z0-9._-]{1,200}", name) or name in (".", ".."):
@@ -357,7 +408,7 @@ class SimulatedBoard:
         raise Refused("PERMISSION_DENIED", f"{path[:200]}: the simulated board accepts writes only to "
                                            f"{FIRMWARE_DIR} and {FPGA_MANAGER}{{flags,firmware}}")
 
-    def _store_firmware(self, name: str, data: bytes) -> None:
+    def _store_firmware(self, name: str, data: bytes | bytearray) -> None:
         self.firmware.pop(name, None)
         while self.firmware and sum(map(len, self.firmware.values())) + len(data) > self.limits.max_files_bytes:
             oldest = next(iter(self.firmware))
@@ -400,14 +451,16 @@ class SimulatedBoard:
             self.totals["programmed"] += 1
         self.log.info("%s programmed %s (%d bytes)", peer or "a client", name, len(data))
 
-    def download(self, data: bytes, peer: str) -> None:
+    def download(self, data: bytes | bytearray, peer: str) -> None:
         """The protocol's ``download`` call: firmware bytes for the name given by ``set_bitstream_attrs``."""
         name = self.pending_bitstream[0] if self.pending_bitstream else self.expected_firmware()
         self.put_file(FIRMWARE_DIR + name, data, peer)
         self.program(name, peer)
 
     # ---- status ----
-    def status(self) -> dict:
+    def status(self, peer: str | None = None) -> dict:
+        """The board's accounting. With ``peer`` (a client reading the status file), as that client may see it:
+        its own buffers, runs and faults; other clients only as totals, never their addresses or names."""
         with self._lock:
             now = time.monotonic()
             by_peer: dict[str, dict] = {}
@@ -415,25 +468,214 @@ class SimulatedBoard:
                 p = by_peer.setdefault(b.owner, {"buffers": 0, "bytes": 0})
                 p["buffers"] += 1
                 p["bytes"] += b.footprint
-            for peer, p in by_peer.items():
-                p["idle_s"] = round(now - self.peers.get(peer, now), 3)
+            for owner, p in by_peer.items():
+                p["idle_s"] = round(now - self.peers.get(owner, now), 3)
+            others = {"clients": 0, "buffers": 0, "bytes": 0}
+            if peer is not None:
+                for owner in [o for o in by_peer if o != peer]:
+                    p = by_peer.pop(owner)
+                    others["clients"] += 1
+                    others["buffers"] += p["buffers"]
+                    others["bytes"] += p["bytes"]
             memory = {"limit_bytes": self.limits.mem_bytes, "used_bytes": self.used, "buffers": len(self.buffers),
-                      "by_client": by_peer, "allocated_total": self.totals["allocated"],
+                      "by_client": by_peer, "other_clients": others, "allocated_total": self.totals["allocated"],
                       "freed_total": self.totals["freed"], "reclaimed_total": self.totals["reclaimed"],
                       "reclaimed_bytes": self.totals["reclaimed_bytes"], "lease_s": self.limits.lease_s,
                       "simulator_regions": len(self.sim.regions())}
             rpc = {"calls": dict(self.calls), "errors": dict(self.errors)}
         return {"board": _board_name(self.cfg), "config": self.cfg.model, "hw_ver": self.cfg.HW_VER,
                 "accepts_bitstream": f"{self.cfg.bitstream}.bit", "clock_mhz": self.cfg.CLOCK_MHZ,
-                "uptime_s": round(time.time() - self.started, 3), "memory": memory, "accelerator": self.vta.status(),
-                "rpc": rpc}
+                "uptime_s": round(time.time() - self.started, 3), "memory": memory,
+                "accelerator": self.vta.status(peer), "rpc": rpc, "isolation": ISOLATION}
 
     def close(self) -> None:
         self.vta.close()
+        for stop in self.on_close:
+            stop()
 
 
 # ------------------------------------------------------------------------------------------------------------
 # gRPC
+
+@dataclass(eq=False)
+class _Call:
+    """One RPC in flight: whose, and since when it waits on its client (None: it does not)."""
+
+    peer: str
+    method: str
+    context: Any
+    waiting_since: float | None = None
+    cancelled: str | None = None      # why the server cancelled it
+
+
+class RpcGuard:
+    """What clients can hold of the server's worker threads, which gRPC's sync server gives one per RPC for as
+    long as the RPC lasts, a client that stalls included.
+
+    Every RPC (unary ones too: they are served as streams, so that reading their request is watched as well)
+    is counted per client connection (``max_peer_rpcs``; more are refused at once). An RPC *waits on its
+    client* while it reads a request message or while a response chunk waits for the client to take it; one
+    that waits longer than ``client_timeout_s`` is cancelled. At most ``max_waiting`` RPCs wait on their clients
+    at once: a new RPC then cancels the one that has waited longest, so that ``workers - max_waiting`` threads
+    always serve clients that do not stall, and a stalled call cannot keep a new one out.
+    """
+
+    def __init__(self, limits: ServerLimits, log: logging.Logger):
+        self.limits, self.log = limits, log
+        self._lock = threading.Lock()
+        self._calls: set[_Call] = set()
+        self._per_peer: Counter[str] = Counter()
+        self._stop = threading.Event()
+        self.cancelled = 0
+        self._thread = threading.Thread(target=self._watch, name="vta-board-rpc-watchdog", daemon=True)
+        self._thread.start()
+
+    def close(self) -> None:
+        self._stop.set()
+        self._thread.join(5)
+
+    def begin(self, context, method: str) -> _Call:
+        peer = context.peer() or "unknown"
+        lim = self.limits
+        with self._lock:
+            if self._per_peer[peer] >= lim.max_peer_rpcs:
+                raise Refused("RESOURCE_EXHAUSTED", f"{method}: this connection has {lim.max_peer_rpcs} calls in "
+                                                    f"flight, the most one client may have (--max-peer-rpcs)")
+            waiting = [c for c in self._calls if c.waiting_since is not None and c.cancelled is None]
+            if len(waiting) >= lim.max_waiting:   # the call that has waited longest on its client makes room
+                oldest = min(waiting, key=lambda c: c.waiting_since)
+                self._cancel(oldest, f"it waited {time.monotonic() - oldest.waiting_since:.1f} s on its client "
+                                     f"while {lim.max_waiting} calls waited (--max-waiting) and another call came")
+            call = _Call(peer, method, context)
+            self._calls.add(call)
+            self._per_peer[peer] += 1
+        return call
+
+    def end(self, call: _Call) -> None:
+        with self._lock:
+            if call in self._calls:
+                self._calls.discard(call)
+                self._per_peer[call.peer] -= 1
+                if self._per_peer[call.peer] <= 0:
+                    del self._per_peer[call.peer]
+
+    def _cancel(self, call: _Call, reason: str) -> None:
+        """Cancel an RPC (lock held): its client gets CANCELLED; a read it waits in ends."""
+        call.cancelled = reason
+        self.cancelled += 1
+        self.log.warning("%s %s cancelled: %s", call.peer, call.method, reason)
+        try:
+            call.context.cancel()
+        except Exception as e:  # noqa: BLE001 - a call that ended meanwhile
+            self.log.debug("cancelling %s %s: %s", call.peer, call.method, e)
+
+    def _watch(self) -> None:
+        while not self._stop.wait(0.1):
+            now = time.monotonic()
+            with self._lock:
+                for call in list(self._calls):
+                    if call.cancelled is None and call.waiting_since is not None and \
+                            now - call.waiting_since > self.limits.client_timeout_s:
+                        self._cancel(call, f"it waited on its client for more than {self.limits.client_timeout_s:g} "
+                                           f"s (--client-timeout-s)")
+
+    def _waiting(self, call: _Call, waiting: bool) -> None:
+        with self._lock:
+            call.waiting_since = time.monotonic() if waiting else None
+
+    def requests(self, call: _Call, iterator: Iterator) -> Iterator:
+        """The RPC's request messages, each read under the watch."""
+        while True:
+            self._waiting(call, True)
+            try:
+                request = next(iterator)
+            except StopIteration:
+                break
+            except Exception:
+                if call.cancelled is not None:
+                    raise Refused("DEADLINE_EXCEEDED", f"{call.method} cancelled: {call.cancelled}") from None
+                raise
+            finally:
+                self._waiting(call, False)
+            if call.cancelled is not None:
+                break
+            yield request
+        if call.cancelled is not None:   # a cancelled stream looks ended: never take it for a complete one
+            raise Refused("DEADLINE_EXCEEDED", f"{call.method} cancelled: {call.cancelled}")
+
+    def responses(self, call: _Call, responses: Iterator) -> Iterator:
+        """The RPC's response messages; the wait for the client to take each is watched."""
+        for response in responses:
+            self._waiting(call, True)
+            yield response
+            self._waiting(call, False)
+            if call.cancelled is not None:
+                return
+
+
+def _guard_handler(grpc, guard: RpcGuard, method: str, handler):
+    """``handler`` served as a stream-request handler under ``guard`` (same wire format: a unary request is a
+    stream of one message)."""
+    inner = handler.unary_unary or handler.unary_stream or handler.stream_unary or handler.stream_stream
+
+    def argument(call: _Call, context, request_iterator):
+        requests = guard.requests(call, request_iterator)
+        if handler.request_streaming:
+            return requests
+        try:
+            return next(requests)
+        except StopIteration:
+            raise Refused("INVALID_ARGUMENT", f"{method}: no request message") from None
+
+    def begin(context) -> _Call:
+        try:
+            return guard.begin(context, method)
+        except Refused as e:
+            guard.log.info("%s %s refused: %s", context.peer(), method, e.message)
+            context.abort(getattr(grpc.StatusCode, e.code), e.message)
+            raise AssertionError("abort returned") from None
+
+    def refused(context, e: Refused):
+        guard.log.info("%s %s refused: %s", context.peer(), method, e.message)
+        context.abort(getattr(grpc.StatusCode, e.code), e.message)
+
+    def unary_response(request_iterator, context):
+        call = begin(context)
+        try:
+            return inner(argument(call, context, request_iterator), context)
+        except Refused as e:
+            refused(context, e)
+        finally:
+            guard.end(call)
+
+    def stream_response(request_iterator, context):
+        call = begin(context)
+        try:
+            yield from guard.responses(call, inner(argument(call, context, request_iterator), context))
+        except Refused as e:
+            refused(context, e)
+        finally:
+            guard.end(call)
+
+    if handler.response_streaming:
+        return grpc.stream_stream_rpc_method_handler(stream_response, handler.request_deserializer,
+                                                     handler.response_serializer)
+    return grpc.stream_unary_rpc_method_handler(unary_response, handler.request_deserializer,
+                                                handler.response_serializer)
+
+
+class _Collect:
+    """Stands in for a server to collect what a generated ``add_*Servicer_to_server`` registers."""
+
+    def __init__(self) -> None:
+        self.services: dict[str, dict] = {}
+
+    def add_generic_rpc_handlers(self, handlers) -> None:
+        pass
+
+    def add_registered_method_handlers(self, service: str, handlers: dict) -> None:
+        self.services[service] = handlers
+
 
 def _servicers(board: SimulatedBoard, grpc, pb: dict):
     """The three servicers pynq's client calls, each method validating and translating errors."""
@@ -489,13 +731,9 @@ def _servicers(board: SimulatedBoard, grpc, pb: dict):
 
         @guarded("download")
         def download(requests, context, peer):
-            parts, total = [], 0
-            for req in requests:
-                total += len(req.buffer)
-                if total > board.limits.max_file_bytes:
-                    raise Refused("RESOURCE_EXHAUSTED", f"bitstream over {board.limits.max_file_bytes // MiB} MiB")
-                parts.append(req.buffer)
-            board.download(b"".join(parts), peer)
+            data = board.uploads.receive((req.buffer for req in requests), "bitstream download",
+                                         board.limits.max_file_bytes)
+            board.download(data, peer)
             return rd.DownloadResponse(status=True)
 
         @guarded("set_pl_clk")
@@ -510,9 +748,9 @@ def _servicers(board: SimulatedBoard, grpc, pb: dict):
 
         @guarded_stream("readfile")
         def readfile(request, context, peer):
-            data = board.read_file(request.file_path)
+            data = board.read_file(request.file_path, peer)
             for pos in range(0, max(len(data), 1), CHUNK):
-                yield rd.ReadFileResponse(data=data[pos:pos + CHUNK])
+                yield rd.ReadFileResponse(data=bytes(data[pos:pos + CHUNK]))
 
         @guarded("writefile")
         def writefile(requests, context, peer):
@@ -530,7 +768,7 @@ def _servicers(board: SimulatedBoard, grpc, pb: dict):
 
         @guarded("mmio_read", lambda m: mm.ReadResponse(status=False, msg=m))
         def read(request, context, peer):
-            value = board.mmio_read(request.mmio_id, request.offset, request.length, request.word_order)
+            value = board.mmio_read(request.mmio_id, request.offset, request.length, request.word_order, peer)
             return mm.ReadResponse(status=True, data=value)
 
         @guarded("mmio_write", lambda m: mm.WriteResponse(status=False, msg=m))
@@ -585,18 +823,33 @@ def _servicers(board: SimulatedBoard, grpc, pb: dict):
 
 
 def start_server(board: SimulatedBoard, host: str = DEFAULT_HOST, port: int = DEFAULT_PORT):
-    """Start serving ``board`` on ``host:port``; returns (grpc server, bound port)."""
+    """Start serving ``board`` on ``host:port``; returns (grpc server, bound port). The server's ``guard`` (an
+    ``RpcGuard``) is stopped with ``board.close()``."""
     grpc, pb = import_remote()
     lim = board.limits
     options = [("grpc.max_receive_message_length", lim.max_message_bytes),
                ("grpc.max_send_message_length", lim.max_message_bytes),
-               ("grpc.so_reuseport", 0)]
+               ("grpc.so_reuseport", 0),
+               ("grpc.max_concurrent_streams", 2 * lim.max_peer_rpcs),   # per connection, in HTTP/2 itself
+               ("grpc.max_connection_idle_ms", int(lim.conn_idle_s * 1000)),
+               ("grpc.keepalive_time_ms", int(lim.keepalive_s * 1000)),
+               ("grpc.keepalive_timeout_ms", int(lim.client_timeout_s * 1000)),
+               ("grpc.http2.min_ping_interval_without_data_ms", 10_000),   # clients may ping every 10 s at most
+               ("grpc.http2.max_ping_strikes", 2)]
     server = grpc.server(futures.ThreadPoolExecutor(max_workers=lim.workers, thread_name_prefix="vta-board-rpc"),
                          options=options, maximum_concurrent_rpcs=lim.max_concurrent_rpcs)
+    guard = RpcGuard(lim, board.log)
+    board.on_close.append(guard.close)
     device, mmio, buffers = _servicers(board, grpc, pb)
-    pb["remote_device_grpc"].add_RemoteDeviceServicer_to_server(device, server)
-    pb["mmio_grpc"].add_MmioServicer_to_server(mmio, server)
-    pb["buffer_grpc"].add_RemoteBufferServicer_to_server(buffers, server)
+    collected = _Collect()
+    pb["remote_device_grpc"].add_RemoteDeviceServicer_to_server(device, collected)
+    pb["mmio_grpc"].add_MmioServicer_to_server(mmio, collected)
+    pb["buffer_grpc"].add_RemoteBufferServicer_to_server(buffers, collected)
+    server.add_generic_rpc_handlers(tuple(
+        grpc.method_handlers_generic_handler(service, {name: _guard_handler(grpc, guard, name, h)
+                                                        for name, h in handlers.items()})
+        for service, handlers in collected.services.items()))
+    server.guard = guard
     address = f"[{host}]:{port}" if ":" in host else f"{host}:{port}"
     try:
         bound = server.add_insecure_port(address)
