@@ -5,7 +5,9 @@ Each config is compiled here, for a buffer layout allocated on the board, run th
 ``repeat`` times), and its output checked against the numpy reference exactly as ``LocalRunner`` does.
 When no board can be had at all (the tracker is gone, no board of the key registers within
 ``request_timeout``, every board refuses the key), ``measure`` raises ``BoardLost`` instead of recording
-failures: the log keeps every finished batch and a rerun resumes from it.
+failures: the log keeps every finished batch and a rerun resumes from it. Until a board of the key has been seen,
+a tracker that has none registered is an error at once, with the tracker's boards by key (the usual cause is a
+wrong ``key``); afterwards a board that is away (rebooting) is waited for, up to ``request_timeout``.
 A board that fails or does not answer within ``timeout`` in the middle of a trial loses that trial: it goes
 back to the queue and runs on another board, ``max_attempts`` boards at most, so a trial is never lost, never
 measured twice, and never retried forever; the board is marked (``board_failures``) and is not used again
@@ -30,7 +32,7 @@ import numpy as np
 from tuning.measure import MEASURED, SIMULATED, MeasureResult, _inputs_and_reference
 from tuning.task import Task
 from vta.rpc.base import AuthError, BoardFailure, BoardLost, ProtocolError, check_key, secret_from
-from vta.rpc.client import RemoteDevice
+from vta.rpc.client import RemoteDevice, check_key_registered
 from vta.rpc.tracker import TrackerClient, servers_by_key
 
 BOARD_LOST = (BoardLost, BoardFailure, AuthError)   # the board's fault, not the config's: measure elsewhere
@@ -121,6 +123,7 @@ class RPCRunner:
         self.max_attempts, self.request_timeout, self.on_result = max_attempts, request_timeout, on_result
         self.boards_used: Counter[str] = Counter()       # trials measured per board
         self.board_failures: Counter[str] = Counter()    # trials lost per board
+        self._key_seen = False                           # a board of the key was registered at some point
 
     def __repr__(self) -> str:
         return f"RPCRunner({self.key!r}, {self.tracker[0]}:{self.tracker[1]}, n_parallel={self.n_parallel})"
@@ -132,6 +135,8 @@ class RPCRunner:
             reason = task.check(config)
             results.append(None if reason is None else BoardResult(config, error=f"invalid config: {reason}"))
         batch = _Batch(task, configs, results, self.max_attempts)
+        if not self._key_seen and batch.queue:
+            self._check_key()
         n = min(len(batch.queue), self._parallel())
         workers = [threading.Thread(target=self._worker, args=(batch,), daemon=True, name=f"rpc-runner-{i}")
                    for i in range(n)]
@@ -144,6 +149,18 @@ class RPCRunner:
             raise BoardLost(f"no usable {self.key!r} board at the tracker {self.tracker[0]}:{self.tracker[1]}: "
                             f"{why}"[:2000])
         return list(batch.results)
+
+    def _check_key(self) -> None:
+        """Fail at once when the tracker has no board of the key (BoardLost naming the keys it has); a tracker that
+        cannot be reached is left to the workers, which say so."""
+        try:
+            with TrackerClient(self.tracker, timeout=10.0) as client:
+                check_key_registered(client, self.key)
+        except BoardLost:
+            raise
+        except OSError:
+            return
+        self._key_seen = True
 
     def _parallel(self) -> int:
         if self.n_parallel is not None:

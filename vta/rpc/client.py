@@ -45,7 +45,7 @@ from vta.rpc.protocol import (
     stats_from_wire,
     trace_from_wire,
 )
-from vta.rpc.tracker import TrackerClient
+from vta.rpc.tracker import TrackerClient, servers_by_key
 
 BOARD_FAILURES = ("BoardError", "BoardTimeout")   # vta.device_pynq's errors: the board, not the program
 _SIM_ERRORS = {name: getattr(sim_errors, name) for name in
@@ -291,11 +291,33 @@ class RemoteDevice:
         return f"RemoteDevice({self.board}, {getattr(self, 'cfg', None) and self.cfg.model}, {state})"
 
 
+def boards_summary(summary: dict[str, Any]) -> str:
+    """A tracker's boards per key, as ``sim: 1 free of 2, pynq: 0 free of 1`` (``none`` without boards)."""
+    total, queues = servers_by_key(summary), summary.get("queue_info", {})
+    keys = sorted(set(total) | {k for k, q in queues.items() if isinstance(q, dict) and q.get("free")})
+    return ", ".join(f"{k}: {queues.get(k, {}).get('free', 0)} free of {total.get(k, 0)}" for k in keys) or "none"
+
+
+def check_key_registered(client: TrackerClient, key: str) -> None:
+    """``BoardLost`` at once, with the tracker's summary, when no board is registered under ``key``: a request
+    would wait for a board that is not coming. (A tracker that cannot summarise is not checked.)"""
+    try:
+        summary = client.summary()
+    except ProtocolError:
+        return
+    if servers_by_key(summary).get(key) or summary.get("queue_info", {}).get(key, {}).get("free"):
+        return
+    raise BoardLost(f"the tracker at {client.address} has no {key!r} board (boards by key: {boards_summary(summary)}); "
+                    f"register one (vta rpc server --tracker {client.address} --key {key} ...) or ask for a key it has")
+
+
 def request_board(tracker: str | tuple[str, int], key: str, *, priority: float = 1, timeout: float | None = 60.0,
                   cancel=None) -> tuple[str, int, str]:
-    """(host, port, matchkey) of a free board of ``key`` from a tracker (ours or TVM's)."""
+    """(host, port, matchkey) of a free board of ``key`` from a tracker (ours or TVM's); ``BoardLost`` at once
+    when the tracker has no board of ``key`` at all."""
     check_key(key)
     with TrackerClient(tracker) as client:
+        check_key_registered(client, key)
         return client.request(key, priority=priority, timeout=timeout, cancel=cancel)
 
 
