@@ -101,6 +101,7 @@ class FakeZynq(Device):
     # ---- the PL ----
     def download(self, bitstream, parser=None) -> None:
         self.calls["download"] += 1
+        self.running = False   # a reprogrammed PL ends any run: nothing of it reaches the host any more
         self.board.vta.reset(str(bitstream.bitfile_name).rsplit("/", 1)[-1])
 
     def close(self) -> None:

@@ -407,7 +407,7 @@ def test_a_hung_local_board_is_reprogrammed_with_its_buffers_kept(local_board):
     from vta.isa import FinishInsn, GemmInsn, assemble
     install, cache = local_board
     fake = install()
-    with PynqDevice(CFG, cache_dir=cache, timeout_s=1.0) as dev:
+    with PynqDevice(CFG, cache_dir=cache, timeout_s=3.0) as dev:
         buf = dev.alloc(4096)
         dev.copy_in(buf, bytes(range(256)) * 16)
         assert fake.calls["download"] == 1
