@@ -387,6 +387,33 @@ def test_a_launch_may_touch_only_its_own_clients_buffers(remote, board):
         b.close()
 
 
+def test_each_client_launches_with_the_registers_it_wrote(remote, board):
+    """Two clients launching at once interleave their register writes (the soak of issue 25 did): each launch
+    uses the instruction count and address its own client wrote, never the other's."""
+    a, b = Client(remote, board.address), Client(remote, board.address)
+    try:
+        a.program()
+        ia, ib = a.alloc(4096), b.alloc(4096)
+        a.write(ia, assemble([FinishInsn()], CFG).tobytes())
+        b.write(ib, assemble([GemmInsn(), GemmInsn(), FinishInsn()], CFG).tobytes())
+        a.wr("fetch", 0x10, 1)
+        a.wr("fetch", 0x18, a.addr(ia))
+        b.wr("fetch", 0x10, 3)                                       # B's writes land between A's
+        b.wr("fetch", 0x18, b.addr(ib))
+        a.wr("fetch", 0x0, 0x1)
+        for block in ("load", "compute", "store"):
+            a.wr(block, 0x0, 0x81)
+        a.wait_idle(timeout=10)
+        acc = a.status()["accelerator"]
+        assert acc["last_fault"] is None and acc["last_run"]["instructions"] == 1, acc
+        assert (a.rd("fetch", 0x10), b.rd("fetch", 0x10)) == (1, 3)
+        a.free(ia)
+        b.free(ib)
+    finally:
+        a.close()
+        b.close()
+
+
 def test_a_faulted_run_hangs_its_own_client_only(remote, board):
     """Issue 25 item 8: a run that faults (here a deadlock: a GEMM waiting for a token nobody pushes; and the
     issue's LOAD from an unmapped address, refused at launch) used to hang the accelerator for every client until

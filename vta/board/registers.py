@@ -27,7 +27,8 @@ instruction's completion, which is what ``vta.device_pynq`` uses to tell a fresh
 The board is shared by clients that do not trust each other (pynq's remote protocol has no keys), so, unlike
 a real board, it isolates them. A launch whose instruction fetch or whose LOAD/STORE DRAM ranges leave the
 launching client's own buffers (``regions_of(peer)``) is refused before it runs, naming the instruction and
-the range. A refused or faulting run (deadlock, budget, ...) hangs the accelerator *for its client only*: that
+the range. The data registers (instruction count and address, the pointer registers) are each client's own: a
+launch uses what its client wrote, so clients launching at the same time cannot mix their launches. A refused or faulting run (deadlock, budget, ...) hangs the accelerator *for its client only*: that
 client's register reads show the hang (fetch never idle, ``done`` where the fault left it), as a real board's
 would, and its status names the fault, until it launches again or a bitstream is downloaded; for everyone
 else the accelerator is reset at once (the next run starts from cleared SRAMs) and queued launches go on.
@@ -143,6 +144,7 @@ class Run:
     fault: str | None = None
     stats: RunStats | None = None
     host_seconds: float = 0.0
+    regs: dict[tuple[str, int], int] = field(default_factory=dict)   # the m_axi pointer registers at launch
 
 
 class SimulatedVTA:
@@ -180,7 +182,7 @@ class SimulatedVTA:
 
     # ---- state ----
     def _reset_state(self) -> None:
-        self.words: dict[tuple[str, int], int] = {}
+        self.words: OrderedDict[str, dict[tuple[str, int], int]] = OrderedDict()   # per client: its data registers
         self.ctrl = dict.fromkeys(BLOCKS, 0)
         self.irq = {b: [0, 0, 0] for b in BLOCKS}   # GIE, IER, ISR
         self.started = dict.fromkeys(MODULES, False)
@@ -275,7 +277,7 @@ class SimulatedVTA:
         with self._cond:
             hang = self.hangs.get(peer) if peer else None
             if hang is not None:
-                return self._hung_value(hang, name, offset)
+                return self._hung_value(hang, name, offset, peer)
             t = self.now()
             if offset == CTRL:
                 return self._ctrl_value(name, t)
@@ -285,9 +287,9 @@ class SimulatedVTA:
                 return self._done_at(t)
             if name == "compute" and offset == COMPUTE_DONE_VLD:
                 return int(self.vld.read(self._events("done_vld"), t))
-            return self.words.get((name, offset), 0)
+            return self._word(peer, name, offset)
 
-    def _hung_value(self, hang: _Hang, name: str, offset: int) -> int:
+    def _hung_value(self, hang: _Hang, name: str, offset: int, peer: str) -> int:
         """A register as the client whose run faulted sees it: the accelerator hung where the fault left it."""
         if offset == CTRL:
             value = self.ctrl[name] & AUTO_RESTART
@@ -303,7 +305,7 @@ class SimulatedVTA:
             return hang.done
         if name == "compute" and offset == COMPUTE_DONE_VLD:
             return 0
-        return self.words.get((name, offset), 0)
+        return self._word(peer, name, offset)
 
     def write(self, name: str, offset: int, value: int, peer: str = "") -> None:
         """A 32-bit register write; fetch's ap_start launches a run."""
@@ -319,7 +321,11 @@ class SimulatedVTA:
             elif offset in (GIE, IER):
                 self.irq[name][(offset - GIE) // 4] = value & 0x3
             elif offset in DATA_REGS[name]:
-                self.words[(name, offset)] = value
+                regs = self.words.pop(peer, {})   # each client's own: another's launch never uses them
+                regs[(name, offset)] = value
+                self.words[peer] = regs
+                while len(self.words) > MAX_FAULTED:
+                    self.words.popitem(last=False)
             # read-only (done_o, its ap_vld) and reserved offsets ignore writes, as the HLS decoder does
             self._cond.notify_all()
 
@@ -339,11 +345,13 @@ class SimulatedVTA:
             if value & AUTO_RESTART:
                 self.log.warning("fetch started with auto_restart (0x%x): it would re-run the program forever; "
                                  "the simulated board runs it once (VTA's driver writes 0x1)", value)
-            if value & AP_START:
-                count = self.words.get(("fetch", FETCH_INSN_COUNT), 0)
-                addr = self._pointer("fetch", FETCH_INSN_ADDR)
+            if value & AP_START:   # the launching client's own count, address and pointer registers
+                count = self._word(peer, "fetch", FETCH_INSN_COUNT)
+                addr = self._pointer("fetch", FETCH_INSN_ADDR, peer)
+                regs = {(b, off): self._pointer(b, off, peer) for b, offs in POINTERS.items() if b != "fetch"
+                        for off in offs}
                 self.runs_total += 1
-                self.queue.append(Run(self.runs_total, peer, count, addr, self.now()))
+                self.queue.append(Run(self.runs_total, peer, count, addr, self.now(), regs=regs))
             return
         if value & AP_START:
             self.started[name] = True
@@ -351,8 +359,11 @@ class SimulatedVTA:
         elif not value & AUTO_RESTART:
             self.started[name] = False
 
-    def _pointer(self, name: str, offset: int) -> int:
-        return self.words.get((name, offset), 0) | self.words.get((name, offset + 4), 0) << 32
+    def _word(self, peer: str, name: str, offset: int) -> int:
+        return self.words.get(peer, {}).get((name, offset), 0)
+
+    def _pointer(self, name: str, offset: int, peer: str) -> int:
+        return self._word(peer, name, offset) | self._word(peer, name, offset + 4) << 32
 
     # ---- the run worker ----
     def _work(self) -> None:
@@ -361,8 +372,7 @@ class SimulatedVTA:
                 run, gen = self._next_run()
                 if run is None:
                     return
-                regs = {(b, off): self._pointer(b, off) for b, offs in POINTERS.items() if b != "fetch"
-                        for off in offs}
+                regs = run.regs
                 single = [m for m in MODULES if self.single_shot[m]]
             try:
                 outcome = self._execute(run, regs, single)
