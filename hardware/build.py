@@ -1,6 +1,6 @@
 """Builds, once per config, the Verilator model of the generated RTL and its C++ harness into a shared
-library, in the cache: ~/.cache/vta-stack/rtl/<config fingerprint>/<build key>/ (the key adds the register
-spacing and a hash of the generator's and the harness's sources, so any change rebuilds).
+library, in the cache: ~/.cache/vta-stack/rtl/<config fingerprint>/<build key>/ (the key adds the capability
+set, the register spacing and a hash of the generator's and the harness's sources, so any change rebuilds).
 
 Every step is a function; a build holds a file lock, so concurrent processes build a config once, and a
 finished build is marked by its library's presence (written last, by rename)."""

@@ -35,8 +35,9 @@ def source_hash() -> str:
 
 
 def build_key(cfg: HwConfig) -> str:
-    """What the generated RTL depends on: the config's fingerprint, its register spacing and the sources."""
-    text = f"{cfg.fingerprint}/{cfg.MMIO_RANGE}/{source_hash()}"
+    """What the generated RTL depends on: the config's fingerprint, its capability set (which the fingerprint
+    leaves out: it changes no program, but it changes the hardware), its register spacing and the sources."""
+    text = f"{cfg.fingerprint}/{cfg.CAPABILITIES}/{cfg.MMIO_RANGE}/{source_hash()}"
     return hashlib.sha256(text.encode()).hexdigest()[:16]
 
 
