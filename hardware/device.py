@@ -288,7 +288,8 @@ class RtlDevice:
 
     def replay(self, image: Image, max_cycles: int = DEFAULT_MAX_CYCLES) -> tuple[list[tuple[int, np.ndarray]], int]:
         """Run a program image: write its segments and stream, run, read the segments back.
-        Returns (final segments, cycles). DRAM is cleared first and after, so replays do not leak."""
+        Returns (final segments, cycles). DRAM is cleared first and after, so replays do not leak: that
+        includes buffers from ``alloc``, so replay images on a device of their own, not one a network uses."""
         if image.config.fingerprint != self.cfg.fingerprint:
             raise RtlError(f"image is for {image.config.model} (fingerprint {image.config.fingerprint}) but this "
                            f"device is {self.cfg.model} (fingerprint {self.cfg.fingerprint})")
