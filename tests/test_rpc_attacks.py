@@ -16,6 +16,8 @@ import time
 from collections.abc import Iterator
 
 import pytest
+from test_rpc_server import _closed
+from test_rpc_tracker import ask
 
 from hw_config import load_config
 from vta.device import SimDevice
@@ -49,23 +51,6 @@ def _connect(port: int, source: str | None = None, magic: bool = True) -> socket
     return sock
 
 
-def _ask(sock: socket.socket, message, timeout: float = 5.0):
-    sock.sendall(tracker_frame(message))
-    return recv_tracker_json(sock, time.monotonic() + timeout)
-
-
-def _closed_by_peer(sock: socket.socket, within: float = 5.0) -> bool:
-    sock.settimeout(within)
-    try:
-        while sock.recv(4096):
-            pass
-    except (ConnectionResetError, BrokenPipeError):
-        pass
-    except TimeoutError:
-        return False
-    return True
-
-
 def _wait(predicate, timeout: float = 10.0) -> None:
     end = time.monotonic() + timeout
     while not predicate():
@@ -97,7 +82,7 @@ def test_one_peer_cannot_take_every_tracker_connection():
             evil.append(s)
         with TrackerClient(tracker.address) as client:
             assert "queue_info" in client.summary()
-        refused = [s for s in evil if _closed_by_peer(s, 0.5)]
+        refused = [s for s in evil if _closed(s, 0.5)]
         assert len(refused) == 36
 
 
@@ -108,15 +93,15 @@ def test_connections_that_hold_nothing_time_out_by_default():
     with TrackerServer("127.0.0.1", 0, idle_timeout=0.5) as tracker, _sockets() as held:
         bare = _connect(tracker.port)
         board = _connect(tracker.port)
-        assert _ask(board, [TrackerCode.UPDATE_INFO, {"key": "server:pynq", "addr": [None, 9091]}]) == 0
-        assert _ask(board, [TrackerCode.PUT, "pynq", [9091, "pynq:one"], None]) == 0
+        assert ask(board, [TrackerCode.UPDATE_INFO, {"key": "server:pynq", "addr": [None, 9091]}]) == 0
+        assert ask(board, [TrackerCode.PUT, "pynq", [9091, "pynq:one"], None]) == 0
         waiting = _connect(tracker.port)
         waiting.sendall(tracker_frame([TrackerCode.REQUEST, "other", "", 1]))
         held += [bare, board, waiting]
-        assert _closed_by_peer(bare, 10.0)
-        assert not _closed_by_peer(waiting, 1.5)          # three idle timeouts later: still waiting
-        assert _ask(board, [TrackerCode.PING]) == 0         # and the board still registered
-        assert _ask(board, [TrackerCode.PUT, "other", [9092, "other:two"], None]) == 0
+        assert _closed(bare, 10.0)
+        assert not _closed(waiting, 1.5)          # three idle timeouts later: still waiting
+        assert ask(board, [TrackerCode.PING]) == 0         # and the board still registered
+        assert ask(board, [TrackerCode.PUT, "other", [9092, "other:two"], None]) == 0
         assert recv_tracker_json(waiting, time.monotonic() + 5) == [0, ["127.0.0.1", 9092, "other:two"]]
 
 
@@ -150,7 +135,7 @@ def test_deeply_nested_info_is_refused_and_summary_keeps_answering():
         with contextlib.closing(_connect(tracker.port)) as s:
             body = _nested_info(32)                          # 34 deep in all: over the 32 allowed
             s.sendall(struct.pack("<i", len(body)) + body)
-            assert _closed_by_peer(s)
+            assert _closed(s)
         with TrackerClient(tracker.address, timeout=5) as client:
             assert client.summary()["server_info"] == []
 
@@ -163,8 +148,8 @@ def test_every_request_gets_an_answer_even_one_that_cannot_be_serialised(monkeyp
         monkeypatch.setattr(tracker, "_summary", lambda: {"queue_info": {}, "server_info": [deep]})
         with caplog.at_level(logging.ERROR, logger="vta.rpc.tracker"), \
                 contextlib.closing(_connect(tracker.port)) as s:
-            assert _ask(s, [TrackerCode.SUMMARY]) == TrackerCode.FAIL
-            assert _ask(s, [TrackerCode.PING]) == TrackerCode.SUCCESS
+            assert ask(s, [TrackerCode.SUMMARY]) == TrackerCode.FAIL
+            assert ask(s, [TrackerCode.PING]) == TrackerCode.SUCCESS
         assert "cannot be serialised" in caplog.text
 
 
@@ -275,7 +260,7 @@ def test_the_trackers_stop_key_is_compared_through_same_secret(monkeypatch):
     monkeypatch.setattr(tracker_module, "same_secret", recording)
     with TrackerServer("127.0.0.1", 0, stop_key="tracker:right") as tracker, \
             contextlib.closing(_connect(tracker.port)) as s:
-        assert _ask(s, [TrackerCode.STOP, "tracker:wrong"]) == TrackerCode.FAIL
-        assert _ask(s, [TrackerCode.STOP, "\ud800"]) == TrackerCode.FAIL
+        assert ask(s, [TrackerCode.STOP, "tracker:wrong"]) == TrackerCode.FAIL
+        assert ask(s, [TrackerCode.STOP, "\ud800"]) == TrackerCode.FAIL
         assert seen == [b"tracker:wrong"]
-        assert _ask(s, [TrackerCode.STOP, "tracker:right"]) == TrackerCode.SUCCESS
+        assert ask(s, [TrackerCode.STOP, "tracker:right"]) == TrackerCode.SUCCESS
