@@ -4,6 +4,7 @@ simulated accelerator; print the top-5, the timing and the per-layer table."""
 from __future__ import annotations
 
 import argparse
+import difflib
 import sys
 import time
 from pathlib import Path
@@ -52,7 +53,9 @@ def load_model(model: str, batch: int, image_size: int | None, seed: int,
     try:
         start_stop = zoo.pack_points(model)
     except (ValueError, KeyError):
-        raise ValueError(f"{model!r} is neither an ONNX file nor a zoo model; zoo models: "
+        near = difflib.get_close_matches(model.lower(), zoo.list_models(), n=1, cutoff=0.6)
+        hint = f" (did you mean {near[0]!r}?)" if near else ""
+        raise ValueError(f"{model!r} is neither an ONNX file nor a zoo model{hint}; zoo models: "
                          f"{', '.join(zoo.list_models())}") from None
     if shapes:
         raise ValueError("--shape applies to ONNX files; a zoo model takes --batch and --image-size")

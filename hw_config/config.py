@@ -6,6 +6,7 @@ bitstream and model strings, bus and timing parameters) is derived here and nowh
 
 from __future__ import annotations
 
+import difflib
 import hashlib
 import json
 import math
@@ -474,4 +475,7 @@ def load_config(name_or_path: str | Path | dict | HwConfig | None = None, **over
     path = Path(text)
     if path.is_file():
         return config_from_dict(_read_json(path), **overrides)
-    raise ConfigError("", f"hardware config {text!r}: neither a preset ({', '.join(presets())}) nor a JSON file")
+    near = difflib.get_close_matches(text, presets(), n=1, cutoff=0.6)
+    hint = f"; did you mean {near[0]!r}?" if near else ""
+    raise ConfigError("", f"hardware config {text!r}: neither a preset ({', '.join(presets())}) nor a JSON "
+                          f"file{hint}")

@@ -59,3 +59,22 @@ def test_tuning_scripts_refuse_cleanly(script, args, message, tmp_path):
     assert done.returncode == 2, done.stderr
     assert message in done.stderr and "Traceback" not in done.stderr
     assert not (tmp_path / "x.jsonl").exists()
+
+
+def test_vta_version_is_the_installed_packages():
+    from importlib.metadata import version
+    done = subprocess.run([sys.executable, "-m", "vta", "--version"], capture_output=True, text=True, timeout=60)
+    assert done.returncode == 0 and done.stdout.strip() == f"vta {version('vta-stack')} (vta-stack)"
+
+
+@pytest.mark.parametrize("argv, hint", [
+    (["config", "show", "pynqq"], "did you mean 'pynq'?"),
+    (["config", "show", "ultra69"], "did you mean 'ultra96'?"),
+    (["run", "resnet18"], "(did you mean 'resnet-18'?)"),
+    (["run", "xyzzy"], None),
+])
+def test_a_misspelt_preset_or_model_gets_a_suggestion(argv, hint):
+    done = subprocess.run([sys.executable, "-m", "vta", *argv], capture_output=True, text=True, timeout=120)
+    assert done.returncode != 0 and "Traceback" not in done.stderr
+    last = done.stderr.strip().splitlines()[-1]
+    assert (hint in last) if hint else "did you mean" not in last, last

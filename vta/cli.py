@@ -85,10 +85,20 @@ def command(group: str | None, name: str, help: str, args: list | None = None,
     return register
 
 
+def _version() -> str:
+    """The installed vta-stack's version (the package's metadata), or that it is not installed."""
+    from importlib.metadata import PackageNotFoundError, version
+    try:
+        return f"{version('vta-stack')} (vta-stack)"
+    except PackageNotFoundError:
+        return "(vta-stack, not installed: run from a source tree)"
+
+
 def build_parser() -> argparse.ArgumentParser:
     """The full parser, assembled from ``COMMANDS`` (groups appear in order of first use)."""
     parser = argparse.ArgumentParser(prog="vta", description="VTA-compatible accelerator stack: hardware "
                                      "configs, program images and the simulator.")
+    parser.add_argument("--version", action="version", version=f"%(prog)s {_version()}")
     top = parser.add_subparsers(dest="command", metavar="COMMAND", required=True)
     groups: dict[str, argparse._SubParsersAction] = {}
     for cmd in COMMANDS:
