@@ -114,6 +114,14 @@ def _load_input(path: str, graph: Graph, name: str) -> np.ndarray:
     return np.array(x)
 
 
+def _board_figure(board) -> str:
+    """How the board time was obtained: measured on hardware, modelled by a simulated board, or predicted."""
+    if board is None:
+        return "predicted by the board model"
+    simulated = str(getattr(board, "board", "")).startswith("vta-simulated-")
+    return "modelled by the simulated board" if simulated else "measured"
+
+
 def _top5(y: np.ndarray) -> str:
     if y.ndim != 2:
         return f"output shape {y.shape}, mean {y.mean():.4f}, std {y.std():.4f}"
@@ -260,12 +268,13 @@ def _run(args: argparse.Namespace) -> int:
         print(f"host fallback: accelerator group {head!r} runs on the CPU ({reason.removeprefix('CPU: ')})")
     print(_top5(y))
     compile_s = times["quantize"] + times["graph_pack"] + times["build"]
-    print(f"compile {compile_s:.2f} s (" + ", ".join(f"{k} {v:.2f} s" for k, v in times.items()) + ")")
+    print(f"import {times['import']:.2f} s; compile {compile_s:.2f} s (" +
+          ", ".join(f"{k} {v:.2f} s" for k, v in times.items() if k != "import") + ")")
     s = mod.stats
     rtl = f"RTL simulated in {board.wall_seconds:.1f} s" if args.device == "rtl" else None
     print(f"inference: {run_s * 1e3:.1f} ms wall (host {mod.host_seconds * 1e3:.1f} ms); accelerator "
           f"{s.cycles:,} cycles = {s.seconds * 1e3:.2f} ms at {cfg.CLOCK_MHZ:g} MHz; " + (rtl or
-          f"board {s.latency_s * 1e3:.2f} ms {'measured' if board is not None else 'predicted'}"))
+          f"board {s.latency_s * 1e3:.2f} ms {_board_figure(board)}"))
     if args.layers:
         print(mod.format_profile())
     if args.check:

@@ -100,6 +100,7 @@ def test_the_deploy_commands_run_in_order_against_the_simulated_board(workspace)
             assert "the board vta-simulated-pynq at 127.0.0.1:7967" in done.stdout
             assert "matches the numpy reference bit-exactly" in done.stdout
             assert "matches the simulator bit-exactly" in done.stdout
+            assert "ms modelled by the simulated board" in done.stdout and "measured" not in done.stdout
         if argv[1:3] == ["board", "status"]:
             assert "accepts 1x16_i8w8a32_15_15_18_17.bit" in done.stdout
         if argv[1:3] == ["board", "replay"]:
