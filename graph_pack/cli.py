@@ -122,14 +122,15 @@ def _board_figure(board) -> str:
     return "modelled by the simulated board" if simulated else "measured"
 
 
-def _top5(y: np.ndarray) -> str:
+def _top5(y: np.ndarray, random_weights: bool) -> str:
     if y.ndim != 2:
         return f"output shape {y.shape}, mean {y.mean():.4f}, std {y.std():.4f}"
     lines = []
     for n, row in enumerate(y[:4]):
         order = np.argsort(-row, kind="stable")[:5]
         lines.append(f"  image {n}: " + ", ".join(f"{int(i)} ({row[i]:.4f})" for i in order))
-    return "top-5 classes (score):\n" + "\n".join(lines)
+    note = " (the zoo's weights are random: class indices, not predictions)" if random_weights else ""
+    return f"top-5 classes (score){note}:\n" + "\n".join(lines)
 
 
 def _skip_conv(text: str) -> int | None:
@@ -266,7 +267,7 @@ def _run(args: argparse.Namespace) -> int:
         print(format_offload_report(packed))
     for head, reason in mod.fallbacks.items():
         print(f"host fallback: accelerator group {head!r} runs on the CPU ({reason.removeprefix('CPU: ')})")
-    print(_top5(y))
+    print(_top5(y, random_weights=not Path(args.model).is_file()))
     compile_s = times["quantize"] + times["graph_pack"] + times["build"]
     print(f"import {times['import']:.2f} s; compile {compile_s:.2f} s (" +
           ", ".join(f"{k} {v:.2f} s" for k, v in times.items() if k != "import") + ")")

@@ -119,6 +119,7 @@ def test_vta_run_cli_checks_and_prints(capsys):
     timing = next(line for line in out.splitlines() if line.startswith("import "))
     assert "; compile " in timing and "import" not in timing.split("; compile ", 1)[1]
     assert "ms predicted by the board model" in out and "measured" not in out
+    assert "top-5 classes (score) (the zoo's weights are random: class indices, not predictions):" in out
 
 
 def test_vta_run_threads_flag_sets_the_simulators_gemm_threads(capsys):
