@@ -78,3 +78,27 @@ def test_a_misspelt_preset_or_model_gets_a_suggestion(argv, hint):
     assert done.returncode != 0 and "Traceback" not in done.stderr
     last = done.stderr.strip().splitlines()[-1]
     assert (hint in last) if hint else "did you mean" not in last, last
+
+
+def test_an_option_typo_shows_the_subcommands_usage():
+    done = subprocess.run([sys.executable, "-m", "vta", "config", "show", "pynq", "--jsn"], capture_output=True,
+                          text=True, timeout=60)
+    lines = done.stderr.strip().splitlines()
+    assert done.returncode == 2 and lines[0].startswith("usage: vta config show ")
+    assert lines[-1] == "vta config show: error: unrecognized arguments: --jsn"
+
+
+def test_a_warning_is_one_line_once_without_python_source(tmp_path):
+    """A log with an unreadable line: tuning goes on, and says so once, as a CLI line (no source line)."""
+    log = tmp_path / "r.jsonl"
+    argv = [sys.executable, "-m", "vta", "tune", "resnet-18", "--image-size", "32", "--n-trial", "1",
+            "--timing-only", "--tuner", "random", "--log", str(log)]
+    assert subprocess.run(argv, capture_output=True, text=True, timeout=300).returncode == 0
+    with open(log, "a") as f:
+        f.write("garbage line\n")
+    done = subprocess.run(argv, capture_output=True, text=True, timeout=300)
+    assert done.returncode == 0, done.stderr
+    warned = [line for line in done.stderr.splitlines() if "unreadable" in line]
+    assert warned == [f"vta: warning: {log}: skipped 1 unreadable line(s): line {len(log.read_text().splitlines())}: "
+                      "not JSON (Expecting value)"]
+    assert "warnings.warn" not in done.stderr and ".py:" not in done.stderr

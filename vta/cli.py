@@ -14,6 +14,7 @@ import json
 import math
 import os
 import sys
+import warnings
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
@@ -113,7 +114,7 @@ def build_parser() -> argparse.ArgumentParser:
         p = sub.add_parser(cmd.name, help=cmd.help, description=cmd.description)
         for flags, options in cmd.args:
             p.add_argument(*flags, **options)
-        p.set_defaults(handler=cmd.handler)
+        p.set_defaults(handler=cmd.handler, parser=p)
     return parser
 
 
@@ -151,11 +152,27 @@ def main(argv: list[str] | None = None) -> int:
         load_plugins()
         parser = build_parser()
         try:
-            args = parser.parse_args(argv)
+            args, unknown = parser.parse_known_args(argv)
+            if unknown:   # a typo in a subcommand's option: its own usage, not the top level's
+                args.parser.error(f"unrecognized arguments: {' '.join(unknown)}")
         except SystemExit as e:  # --help (0) and usage errors (2)
             return e.code if isinstance(e.code, int) else 2
         return args.handler(args)
-    return run_reporting_errors("vta", parse_and_run)
+    with warnings.catch_warnings():
+        warnings.showwarning = _show_warning
+        return run_reporting_errors("vta", parse_and_run)
+
+
+def _show_warning(message, category, filename, lineno, file=None, line=None) -> None:
+    """A warning as one line for a command-line user (the default shows the Python source line that warned),
+    each text once per command."""
+    text = f"vta: warning: {message}"
+    if text not in _warned:
+        _warned.add(text)
+        print(text, file=file or sys.stderr)
+
+
+_warned: set[str] = set()
 
 
 INTERRUPTED = 130   # the exit status of a command stopped by Ctrl-C (128 + SIGINT)
