@@ -474,7 +474,10 @@ def load_config(name_or_path: str | Path | dict | HwConfig | None = None, **over
         return config_from_dict(_read_json(preset), **overrides)
     path = Path(text)
     if path.is_file():
-        return config_from_dict(_read_json(path), **overrides)
+        data = _read_json(path)
+        if set(data) == {"config", "derived"} and isinstance(data["config"], dict):
+            data = data["config"]   # what `vta config show --json` prints: its config part is the config
+        return config_from_dict(data, **overrides)
     near = difflib.get_close_matches(text, presets(), n=1, cutoff=0.6)
     hint = f"; did you mean {near[0]!r}?" if near else ""
     raise ConfigError("", f"hardware config {text!r}: neither a preset ({', '.join(presets())}) nor a JSON "

@@ -102,3 +102,15 @@ def test_a_warning_is_one_line_once_without_python_source(tmp_path):
     assert warned == [f"vta: warning: {log}: skipped 1 unreadable line(s): line {len(log.read_text().splitlines())}: "
                       "not JSON (Expecting value)"]
     assert "warnings.warn" not in done.stderr and ".py:" not in done.stderr
+
+
+def test_config_show_json_loads_back_as_the_same_config(tmp_path):
+    from hw_config import load_config
+    path = tmp_path / "mine.json"
+    done = subprocess.run([sys.executable, "-m", "vta", "config", "show", "pynq", "--set", "LOG_BLOCK=5", "--json"],
+                          capture_output=True, text=True, timeout=60, check=True)
+    path.write_text(done.stdout)
+    assert load_config(path) == load_config("pynq", LOG_BLOCK=5)
+    again = subprocess.run([sys.executable, "-m", "vta", "config", "show", str(path)], capture_output=True, text=True,
+                           timeout=60)
+    assert again.returncode == 0 and again.stdout.startswith("pynq_1x32_")
