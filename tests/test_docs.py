@@ -336,8 +336,13 @@ def check_config_show(cmd: DocCommand, out: str, work: Path) -> None:
     argv = cmd.argv
     name = positionals(argv[3:])[0] if positionals(argv[3:]) else "pynq"
     sets = {k: json.loads(v) for k, v in (s.split("=", 1) for s in options(argv, "--set"))}
-    config_part, derived_part = out.split("\nderived:\n")
     cfg = load_config(str(work / name) if name.endswith(".json") else name, **sets)
+    if "--json" in argv:   # the documented promise: saved to a file, it loads back as the same config
+        saved = work / "shown.json"
+        saved.write_text(out)
+        assert load_config(saved) == cfg and json.loads(out)["derived"]["bitstream"] == cfg.bitstream
+        return
+    config_part, derived_part = out.split("\nderived:\n")
     assert out.splitlines()[0].startswith(cfg.model), out.splitlines()[0]
     for key, value in {**(json.loads((work / name).read_text()) if name.endswith(".json") else {}),
                        **sets}.items():
