@@ -328,7 +328,9 @@ FIELD_NAMES = tuple(f.name for f in fields(HwConfig))
 def _check_keys(d: dict[str, Any]) -> None:
     for k in d:
         if k not in FIELD_NAMES:
-            raise ConfigError(k, f"hardware config: unknown key {k!r}; allowed keys: {', '.join(FIELD_NAMES)}")
+            near = difflib.get_close_matches(str(k), FIELD_NAMES, n=1, cutoff=0.7)
+            hint = f" (did you mean {near[0]!r}?)" if near else ""
+            raise ConfigError(k, f"hardware config: unknown key {k!r}{hint}; allowed keys: {', '.join(FIELD_NAMES)}")
 
 
 def _validate(c: HwConfig) -> None:

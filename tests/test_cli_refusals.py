@@ -70,6 +70,7 @@ def test_vta_version_is_the_installed_packages():
 @pytest.mark.parametrize("argv, hint", [
     (["config", "show", "pynqq"], "did you mean 'pynq'?"),
     (["config", "show", "ultra69"], "did you mean 'ultra96'?"),
+    (["config", "show", "pynq", "--set", "LOG_BLCK=5"], "unknown key 'LOG_BLCK' (did you mean 'LOG_BLOCK'?)"),
     (["run", "resnet18"], "(did you mean 'resnet-18'?)"),
     (["run", "xyzzy"], None),
 ])
