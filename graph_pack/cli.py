@@ -19,6 +19,7 @@ from graph_pack.pack import format_offload_report, graph_pack
 from graph_pack.quantize import MODES, quantize
 from graph_pack.reference import run_reference
 from graph_pack.schedule_log import read_schedules
+from simulator.files import check_output_path, write_atomic
 from vta.cli import Interrupted, _key_value, _load, arg, command, float_in, int_in, threads_arg
 from vta.device import SimDevice
 from vta.environment import Environment
@@ -199,6 +200,8 @@ def skip_conv_layers(values: list[int | None] | None) -> list[int]:
                                                          "$VTA_RPC_KEY_FILE)"),
     arg("--seed", type=int, default=0, help="seed of the random weights and input"),
     arg("--input", metavar="NPY", help="input array (.npy) instead of a random one"),
+    arg("--out", metavar="NPZ", help="save the outputs (output_0, ...: logits, DCGAN's images) and the input "
+                                     "(input) to this .npz, written whole or not at all"),
     arg("--check", action="store_true", help="also run the numpy reference (and, on a board, the simulator) and "
                                              "compare bit-exactly"),
     arg("--report", action="store_true", help="print where every node runs and why"),
@@ -214,10 +217,13 @@ def run_cmd(args: argparse.Namespace) -> int:
     try:
         return _run(args)
     except KeyboardInterrupt:
-        raise Interrupted("nothing was written (vta run saves no files); run the command again") from None
+        raise Interrupted("nothing was written (--out is written whole, after the run); run the command "
+                          "again") from None
 
 
 def _run(args: argparse.Namespace) -> int:
+    if args.out is not None:
+        check_output_path(args.out, "--out")   # before any work
     cfg = _load(args.config, args.sets)
     env = Environment(cfg)
     schedules = read_schedules(args.log, cfg) if args.log else None   # a missing log fails before the work
@@ -256,6 +262,10 @@ def _run(args: argparse.Namespace) -> int:
     mod.run(**{data: x})
     run_s = time.perf_counter() - t0
     y = mod.get_output(0)
+    if args.out is not None:
+        outputs = {f"output_{i}": mod.get_output(i) for i in range(len(graph.outputs))}
+        write_atomic(args.out, lambda f: np.savez(f, input=x, **outputs))
+        print(f"saved the input and {len(outputs)} output(s) to {args.out}")
     sim = getattr(mod.device, "sim", None)
     where = "the RTL, simulated cycle by cycle by Verilator" if args.device == "rtl" else \
         f"the board {getattr(board, 'board', board)}" if board is not None else \
