@@ -92,5 +92,6 @@ def test_ctrl_c_in_vta_run(tmp_path):
     status = _ctrl_c(proc, lambda: time.monotonic() - t0 > 1.5)
     assert status == INTERRUPTED
     assert err.read_text().splitlines() == [
-        "vta: interrupted: nothing was written (vta run saves no files); run the command again"], err.read_text()
+        "vta: interrupted: nothing was written (--out is written whole, after the run); run the command again"], \
+        err.read_text()
     assert sorted(p.name for p in tmp_path.iterdir()) == ["stderr.txt", "stdout.txt"]
