@@ -26,13 +26,16 @@ MAX_LINE_BYTES = 64 << 10   # as tuning.records: a record is a few hundred bytes
 
 
 def workload_name(workload: dict[str, Any]) -> str:
-    """A task's short name, e.g. ``conv2d_1x64x56x56_64x64x3x3_s1x1_p1x1`` (tuning's task names)."""
+    """A task's short name, e.g. ``conv2d_1x64x56x56_64x64x3x3_s1x1_p1x1`` (tuning's task names), with what
+    else sets tasks of one shape apart: ``_g4`` (groups), ``_res`` (a residual add fused), ``_nobias``."""
     w = workload
     shape = "x".join(map(str, w["data_shape"]))
     if "kernel_shape" in w:
         kernel = "x".join(map(str, w["kernel_shape"]))
         extra = "".join(f"_{k[0]}{'x'.join(map(str, w[k])) if isinstance(w[k], (list, tuple)) else w[k]}"
                         for k in ("strides", "padding") if k in w)
+        extra += f"_g{w['groups']}" if w.get("groups", 1) != 1 else ""
+        extra += ("_res" if w.get("residual") else "") + ("_nobias" if w.get("bias") is False else "")
         return f"{w['op']}_{shape}_{kernel}{extra}"
     return f"{w['op']}_{shape}{'_tensor' if w.get('tensor_rhs') else ''}"
 

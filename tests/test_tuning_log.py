@@ -154,3 +154,20 @@ def test_vta_run_missing_log_is_a_one_line_error(tmp_path, capsys):
     assert vta_main(["run", "resnet-18", "--image-size", "32", "--log", str(tmp_path / "none.jsonl")]) == 2
     err = capsys.readouterr().err
     assert err.strip() == f"vta: error: --log {tmp_path / 'none.jsonl'}: no such tuning log"
+
+
+@pytest.mark.parametrize("model", ["resnet-18", "mobilenet"])
+def test_task_names_tell_the_tasks_apart(model):
+    """The tune table shows one line per task by name: tasks of one shape (with and without a fused residual,
+    other groups) have names that say what differs."""
+    import graph_pack
+    from graph_pack.zoo import get_model, pack_points
+    from hw_config import load_config
+    from tuning import extract_tasks
+    cfg = load_config("pynq")
+    graph, params = get_model(model, image_shape=(3, 32, 32))
+    qgraph, _ = graph_pack.quantize(graph, params)
+    names = [t.name for t in extract_tasks(graph_pack.graph_pack(qgraph, cfg, *pack_points(model)), cfg)]
+    assert len(set(names)) == len(names), sorted(n for n in names if names.count(n) > 1)
+    if model == "resnet-18":
+        assert "conv2d_1x64x8x8_64x64x3x3_s1x1_p1x1" in names and "conv2d_1x64x8x8_64x64x3x3_s1x1_p1x1_res" in names
