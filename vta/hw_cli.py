@@ -54,6 +54,26 @@ def hw_generate(args: argparse.Namespace) -> int:
     return 0
 
 
+@command("hw", "estimate", "FPGA resources of a config's RTL per module against a part (Yosys estimates)", args=[
+    arg("--config", default=None, metavar="NAME|PATH", help="hardware preset or JSON file (default: pynq)"),
+    arg("--set", dest="sets", action="append", type=_key_value, metavar="KEY=VALUE",
+        help="override a config key (repeatable)"),
+    arg("--part", default=None, metavar="PART", help="FPGA part: xc7z020, xczu3eg, xczu7ev (default: the "
+        "config's board's)"),
+    arg("--synth", action="store_true", help="Yosys synth_xilinx of the RTL (cached; minutes the first time) "
+        "instead of the analytic model"),
+    arg("--json", action="store_true", help="print the estimate as JSON"),
+])
+def hw_estimate(args: argparse.Namespace) -> int:
+    """LUT, FF, block RAM and DSP per module of the config's accelerator, against the part's capacity, and
+    whether it fits: the analytic model fitted to Yosys (milliseconds), or Yosys's synthesis itself with --synth.
+    Both are Yosys estimates: vendor tools differ. See docs/co-design.md."""
+    from hardware.fpga.report import run
+
+    print(run(_load(args.config, args.sets), args.part, args.synth, args.json, progress=_say))
+    return 0
+
+
 def replay_on_rtl(args: argparse.Namespace, image: ProgramImage) -> int:
     """``vta sim replay IMAGE --device rtl``: the image on the RTL, simulated cycle by cycle by Verilator."""
     unsupported = [flag for flag, given in (("--trace", args.trace is not None), ("--timing-only", args.timing_only),

@@ -1,0 +1,29 @@
+"""What a config's accelerator costs on an FPGA: LUT, FF, block RAM, DSP per module, against a part.
+
+Two tiers, both Yosys estimates (vendor tools differ):
+
+- ``synth``: Yosys ``synth_xilinx`` of the generated Verilog (YoWASP, from PyPI), parsed per module; a minute
+  to several per config, cached in ~/.cache/vta-stack/synth;
+- ``model``: an analytic model of the same (memories mapped exactly as Yosys maps them, DSPs counted, the rest
+  linear per module class with coefficients fitted to Yosys by bench/fpga_fit.py); milliseconds.
+
+``estimate(cfg, part=None, synth=False)`` gives a ``Report`` (``render(report)`` is the table ``vta hw estimate``
+prints); ``PARTS`` holds the parts.
+"""
+
+from __future__ import annotations
+
+from hardware.fpga.parts import PARTS, Part, UnknownPart, get_part, part_for_target
+from hardware.fpga.report import Report, build, render
+from hardware.fpga.resources import Resources
+
+__all__ = ["PARTS", "Part", "Report", "Resources", "UnknownPart", "estimate", "get_part", "part_for_target",
+           "render"]
+
+
+def estimate(cfg, part: str | Part | None = None, synth: bool = False, progress=None) -> Report:
+    """The resources of ``cfg``'s RTL on ``part`` (default: the config's board's part), per module: the analytic
+    model, or with ``synth=True`` Yosys's synthesis (cached; minutes the first time; ``progress(text)`` hears
+    how it goes)."""
+    from hw_config import HwConfig, load_config
+    return build(cfg if isinstance(cfg, HwConfig) else load_config(cfg), part, synth, progress)

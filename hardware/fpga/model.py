@@ -1,0 +1,310 @@
+"""Tier 2 of the resource estimates: an analytic model of what Yosys's ``synth_xilinx`` makes of the generated
+RTL, in milliseconds.
+
+The model follows the generator's structure: ``instances(cfg)`` lists every module Amaranth writes (the names are
+Yosys's, ``vta_core.load.inp.reader``), each of a class (a DMA engine, an element reader, a FIFO, the GEMM/ALU
+loop, ...) with the parameters that size it (element and bus widths, SRAM address bits, depths, lanes). Then:
+
+- memories (the four SRAMs, the FIFOs' storage) are mapped exactly as Yosys's memory_libmap maps them
+  (hardware/fpga/memory.py): block RAM, distributed RAM or flip-flops;
+- DSP slices are counted: one per int8 x int8 product of the GEMM core (Yosys packs one multiplier per DSP48,
+  never two), and per ALU lane with MUL (only the fsim capability set builds it) what its 32 x 32 multiplier
+  takes (3, on both families; coefficients.py has the fitted figures);
+- the rest, LUTs and flip-flops of logic, is linear per class in a few features of its parameters (bits of a data
+  path, bits of a mux times its fan-in, address bits, a constant), with coefficients fitted by least squares to
+  Yosys's per-module figures over a sample of configs (bench/fpga_fit.py, which writes coefficients.py and
+  reports the accuracy on held-out configs).
+
+When a part has fewer DSP slices than the design's multipliers, a vendor flow would have to build the rest from
+LUTs (Vivado's ``-max_dsp``); ``fit_part`` moves GEMM multipliers first (about 200 LUTs each; an ALU lane's
+32-bit multiplier costs about 1,100 for the 3 DSPs it frees), then ALU lanes, at the per-multiplier LUT costs
+measured with ``synth_xilinx -nodsp``, and says so.
+
+The split of the GEMM/ALU loop's row into the GEMM core, the lanes and the micro-op loop is read off the fitted
+terms (Yosys synthesises the loop as one module). The ``alu_lane`` figures in coefficients.py (one AluLane
+synthesised alone) are a cross-check of the per-lane term, not used here.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass, field
+
+from hardware.fpga.memory import MemMapping, MemShape, map_memory
+from hardware.fpga.parts import Part
+from hardware.fpga.resources import SRAMS, Resources, row_of, total
+from hw_config import HwConfig
+
+INSN_BITS = 128
+ARBITER_CLIENTS = 7          # hardware/core.py's DRAM_CLIENTS
+
+
+@dataclass(frozen=True)
+class Instance:
+    """One module of the generated RTL: its Yosys name, its class, what sizes it, the memories inside it."""
+
+    module: str
+    cls: str
+    params: dict[str, float] = field(default_factory=dict)
+    memories: tuple[MemShape, ...] = ()
+
+    @property
+    def row(self) -> str:
+        return row_of(self.module)
+
+
+def _log2(n: int) -> int:
+    return max(0, (n - 1).bit_length())
+
+
+def rtl_structure(cfg: HwConfig) -> dict:
+    """The generator's own choices the model needs, read from hardware/params.py and the capability set (so a
+    change there shows here): DMA depth in flight, the accumulator SRAM's read ports, which compute loads and
+    ALU opcodes are built."""
+    from hardware.params import RtlParams
+    p = RtlParams(cfg)
+    caps = cfg.capabilities
+    return {"outstanding": p.outstanding,
+            # the accumulator SRAM's read ports (hardware/core.py): compute's (transparent to the write port) and
+            # store's
+            "acc_reads": 2, "acc_transparent": 1,
+            "compute_loads": tuple(k for k in ("UOP", "ACC", "ACC_8BIT") if k in caps.compute_loads),
+            "padded_loads": frozenset(caps.padded_loads), "uop_load_rows": caps.uop_load_rows,
+            "alu_mul": "MUL" in caps.alu_opcodes}
+
+
+def instances(cfg: HwConfig) -> list[Instance]:
+    """Every module of the RTL the generator writes for ``cfg`` (hardware/core.py, modules.py, dma.py, dram.py,
+    fetch.py, loop_engine.py, token_queue.py), with the parameters the model's classes use."""
+    from hardware.params import RtlParams
+    p = RtlParams(cfg)
+    rtl = rtl_structure(cfg)
+    bus, s = p.bus_bits, p.srams
+    outstanding = rtl["outstanding"]
+    burst = {"burst_bits": _log2(cfg.DMA_BURST_BEATS + 1) + _log2(cfg.DMA_BURST_GAP + 1)}
+    out: list[Instance] = []
+
+    def fifo(module: str, width: int, depth: int, cls: str = "fifo", buffered: bool = True) -> None:
+        """amaranth.lib.fifo: SyncFIFOBuffered keeps depth - 1 entries in a memory read synchronously (plus an
+        output register); SyncFIFO keeps depth entries read asynchronously."""
+        entries = depth - 1 if buffered else depth
+        mems = (MemShape(module, entries, width, sync=buffered),) if entries >= 1 and depth >= 2 else ()
+        out.append(Instance(module, cls, {"width": width, "depth": depth, "log_depth": _log2(depth),
+                                          "reg_bits": width if depth == 1 else 0}, mems))
+
+    def reader(module: str, elem: int) -> None:
+        lanes = bus // elem if elem < bus else 1
+        beats = elem // bus if elem >= bus else 1
+        out.append(Instance(module, "reader", {"elem": elem, "bus": bus, "lanes": lanes, "beats": beats,
+                                               "log_outstanding": _log2(outstanding + 1)}))
+        if lanes > 1:
+            fifo(module + ".lanes", _log2(lanes) + 1, outstanding, cls="lanes")
+
+    def load2d(module: str, kind: str, sram: str) -> None:
+        elem = p.dram_elem_bits(kind)
+        padded = kind in rtl["padded_loads"] and (kind != "UOP" or rtl["uop_load_rows"])
+        out.append(Instance(module, "load2d", {"elem": elem, "addr_bits": s[sram].addr_bits,
+                                               "padded": float(padded), **burst}))
+        reader(module + ".reader", elem)
+
+    srams = tuple(MemShape(name, s[name].depth, s[name].width,
+                           rtl["acc_reads"] if name == "acc" else 1,
+                           rtl["acc_transparent"] if name == "acc" else 0) for name in SRAMS)
+    out.append(Instance("vta_core", "top", {"acc_bits": s["acc"].width, "transparent": rtl["acc_transparent"],
+                                            "acc_addr_bits": s["acc"].addr_bits}, srams))
+    tag_bits = max(1, (ARBITER_CLIENTS - 1).bit_length())
+    # a client whose engine the capability set leaves out is constant: Amaranth's netlist drops its logic
+    clients = ARBITER_CLIENTS - sum(k not in rtl["compute_loads"] for k in ("UOP", "ACC", "ACC_8BIT"))
+    out.append(Instance("vta_core.arbiter", "arbiter", {"bus": bus, "clients": clients}))
+    for tags in ("read_tags", "write_tags"):
+        fifo(f"vta_core.arbiter.{tags}", tag_bits, 2 * outstanding, cls="tags", buffered=False)
+    out.append(Instance("vta_core.fetch", "fetch", {"bus": bus, "log_prefetch": _log2(outstanding + 1)}))
+    fifo("vta_core.fetch.buffer", INSN_BITS, outstanding)
+    reader("vta_core.fetch.reader", INSN_BITS)
+    for module in ("load", "compute", "store"):
+        fifo(f"vta_core.{module}.queue", INSN_BITS, cfg.INSN_QUEUE_DEPTH)
+    out.append(Instance("vta_core.load", "sequencer", {"engines": 2}))
+    load2d("vta_core.load.inp", "INP", "inp")
+    load2d("vta_core.load.wgt", "WGT", "wgt")
+    loads = rtl["compute_loads"]
+    acc_writers = sum(k in loads for k in ("ACC", "ACC_8BIT"))
+    out.append(Instance("vta_core.compute", "compute", {"acc_bits": s["acc"].width, "acc_writers": acc_writers,
+                                                        "acc_addr_bits": s["acc"].addr_bits,
+                                                        "engines": len(loads) + 1}))
+    for kind, sram in (("UOP", "uop"), ("ACC", "acc"), ("ACC_8BIT", "acc")):
+        if kind in loads:
+            load2d(f"vta_core.compute.{kind.lower()}", kind, sram)
+    lanes = p.batch * p.block_out
+    out.append(Instance("vta_core.compute.loop", "loop", {
+        "lanes": lanes, "macs": lanes * p.block_in, "alu_mul": float(rtl["alu_mul"]),
+        "acc_bits": s["acc"].width,
+        "idx_bits": s["acc"].addr_bits + s["inp"].addr_bits + s["wgt"].addr_bits + s["uop"].addr_bits}))
+    out.append(Instance("vta_core.store", "sequencer", {"engines": 1}))
+    out_bits = lanes * p.out_width
+    out.append(Instance("vta_core.store.store", "store2d", {"out_bits": out_bits, "addr_bits": s["acc"].addr_bits,
+                                                           "log_outstanding": _log2(outstanding + 1), **burst}))
+    out.append(Instance("vta_core.store.store.writer", "writer", {
+        "elem": out_bits, "bus": bus, "lanes": bus // out_bits if out_bits < bus else 1,
+        "beats": out_bits // bus if out_bits >= bus else 1}))
+    for q in ("g2l", "g2s", "l2g", "s2g"):
+        out.append(Instance(f"vta_core.tokens_{q}", "token", {"depth": cfg.TOKEN_QUEUE_DEPTH,
+                                                              "count_bits": _log2(cfg.TOKEN_QUEUE_DEPTH + 1)}))
+    return out
+
+
+def _mux(fan_in: float) -> float:
+    """LUT6s per output bit of a ``fan_in``:1 multiplexer as Yosys builds it without wide-mux cells (each
+    LUT6 merges 3 more inputs): 1 for 2-4 inputs, 3 for 8, 5 for 16."""
+    return math.ceil((fan_in - 1) / 3) if fan_in > 1 else 0
+
+
+def features(inst: Instance) -> tuple[dict[str, float], dict[str, float]]:
+    """(LUT features, FF features) of a module's logic, its memories aside."""
+    q = inst.params
+    one = {"1": 1.0}
+    match inst.cls:
+        case "top":
+            return {**one, "bypass": q["acc_bits"] * q["transparent"]}, one
+        case "arbiter":
+            # readers' write data is constant 0, so the command mux carries addresses and control, not data; the
+            # store's write data costs LUTs of its own only beside a seventh client (ACC_8BIT loads; measured)
+            return {**one, "clients": q["clients"], "bus_x_extra": q["bus"] * (q["clients"] - 6)}, one
+        case "fetch":
+            return {**one, "log_prefetch": q["log_prefetch"]}, {**one, "log_prefetch": q["log_prefetch"]}
+        case "sequencer":
+            return {**one, "engines": q["engines"]}, {**one, "engines": q["engines"]}
+        case "compute":
+            return ({**one, "acc_mux": q["acc_bits"], "engines": q["engines"]}, {**one, "engines": q["engines"]})
+        case "fifo" | "lanes" | "tags":
+            return ({**one, "log_depth": q["log_depth"]},
+                    {**one, "log_depth": q["log_depth"], "reg_bits": q["reg_bits"]})
+        case "reader":
+            narrow = q["elem"] < q["bus"]
+            # a narrow element is a lane of the beat just received or of the one held (a variable word select:
+            # Yosys spends about lanes - 1 LUTs per element bit on it)
+            return ({**one, "mux": q["elem"] * (q["lanes"] - 1) if narrow else 0.0, "narrow": float(narrow)},
+                    {**one, "buffer": 0.0 if narrow else q["elem"], "narrow": float(narrow),
+                     "held": q["bus"] if narrow else 0.0, "log_outstanding": q["log_outstanding"]})
+        case "load2d":
+            return ({**one, "data": q["elem"], "addr_bits": q["addr_bits"], "padded": q["padded"],
+                     "burst_bits": q["burst_bits"]},
+                    {**one, "addr_bits": q["addr_bits"], "burst_bits": q["burst_bits"]})
+        case "store2d":
+            return ({**one, "out_bits": q["out_bits"], "addr_bits": q["addr_bits"], "burst_bits": q["burst_bits"]},
+                    {**one, "addr_bits": q["addr_bits"], "log_outstanding": q["log_outstanding"],
+                     "burst_bits": q["burst_bits"]})
+        case "writer":
+            wide = q["elem"] > q["bus"]
+            return ({**one, "mux": q["bus"] * _mux(q["beats"]) if wide else 0.0, "lanes_log": _log2(int(q["lanes"]))},
+                    {**one, "beats_log": _log2(int(q["beats"]))})
+        case "loop":
+            return ({**one, "lanes": q["lanes"], "mul_lanes": q["lanes"] * q["alu_mul"], "macs": q["macs"]},
+                    {**one, "acc_bits": q["acc_bits"], "idx_bits": q["idx_bits"]})
+        case "token":
+            return {**one, "count_bits": q["count_bits"]}, {"count_bits": q["count_bits"]}
+    raise ValueError(f"no features for class {inst.cls!r} ({inst.module})")
+
+
+def dsp_count(cfg: HwConfig, family: str, coefficients: dict | None = None) -> tuple[int, int]:
+    """(GEMM core DSPs, ALU DSPs): one per int8 product, and the family's DSPs per ALU lane that has MUL (the
+    capability sets of VTA's bitstreams have none: only fsim's builds it)."""
+    c = (coefficients or _coefficients())[family]["dsp"]
+    lanes = cfg.BATCH * cfg.BLOCK_OUT
+    mul = "MUL" in cfg.capabilities.alu_opcodes
+    return int(c["per_mac"] * lanes * cfg.BLOCK_IN), int(c["per_alu_lane"] * lanes) if mul else 0
+
+
+def _coefficients() -> dict:
+    from hardware.fpga.coefficients import COEFFICIENTS
+    return COEFFICIENTS
+
+
+@dataclass(frozen=True)
+class Estimate:
+    """Resources per row (resources.ROWS), how the memories were mapped, and what was moved to fit a part."""
+
+    family: str
+    rows: dict[str, Resources]
+    memories: list[MemMapping]
+    notes: list[str] = field(default_factory=list)
+    split: dict[str, Resources] = field(default_factory=dict)   # the GEMM/ALU loop: "gemm", "lanes", "control"
+
+    def total(self) -> Resources:
+        return total(self.rows.values())
+
+
+def estimate(cfg: HwConfig, family: str, coefficients: dict | None = None) -> Estimate:
+    """The analytic estimate of what Yosys makes of ``cfg``'s RTL on ``family`` (xc7, xcup)."""
+    coef = (coefficients or _coefficients())
+    if family not in coef:
+        raise ValueError(f"no fitted coefficients for family {family!r}; fitted: {', '.join(sorted(coef))}")
+    classes = coef[family]["classes"]
+    rows: dict[str, Resources] = {}
+    mappings: list[MemMapping] = []
+    for inst in instances(cfg):
+        lut_f, ff_f = features(inst)
+        c = classes[inst.cls]
+        lut = sum(c["lut"].get(k, 0.0) * v for k, v in lut_f.items())
+        ff = sum(c["ff"].get(k, 0.0) * v for k, v in ff_f.items())
+        rows[inst.row] = rows.get(inst.row, Resources()) + Resources(lut=lut, ff=ff)
+        for shape in inst.memories:
+            m = map_memory(shape, family)
+            mappings.append(m)
+            # block RAM of the SRAMs in their own rows; their distributed RAM and registers stay with the top
+            # module, as Yosys's per-module figures have them
+            cells = Resources(bram36=m.bram36, bram18=m.bram18)
+            logic = Resources(lut=m.lut, lutram=m.lut, ff=m.ff)
+            if inst.cls == "top":
+                rows[f"sram.{shape.name}"] = rows.get(f"sram.{shape.name}", Resources()) + cells
+                rows["top"] = rows["top"] + logic
+            else:
+                rows[inst.row] = rows[inst.row] + cells + logic
+    gemm_dsp, alu_dsp = dsp_count(cfg, family, coef)
+    rows["gemm_alu"] = rows["gemm_alu"] + Resources(dsp=gemm_dsp + alu_dsp)
+    split = _loop_split(cfg, classes["loop"], gemm_dsp, alu_dsp)
+    return Estimate(family, rows, mappings, [], split)
+
+
+def _loop_split(cfg: HwConfig, c: dict, gemm_dsp: int, alu_dsp: int) -> dict[str, Resources]:
+    """The GEMM/ALU loop's row read off its fitted terms: the GEMM core (its products' DSPs and the LUTs per
+    product), the lanes (ALU, accumulate and write-back logic and registers per lane, the ALU's MUL DSPs) and the
+    micro-op loop (the rest: counters, indices, pipeline)."""
+    loop = next(i for i in instances(cfg) if i.cls == "loop")
+    lut_f, ff_f = features(loop)
+    lut = {k: c["lut"].get(k, 0.0) * v for k, v in lut_f.items()}
+    ff = {k: c["ff"].get(k, 0.0) * v for k, v in ff_f.items()}
+    return {"gemm": Resources(lut=lut.get("macs", 0.0), dsp=gemm_dsp),
+            "lanes": Resources(lut=lut.get("lanes", 0.0) + lut.get("mul_lanes", 0.0), ff=ff.get("acc_bits", 0.0),
+                               dsp=alu_dsp),
+            "control": Resources(lut=lut.get("1", 0.0), ff=ff.get("1", 0.0) + ff.get("idx_bits", 0.0))}
+
+
+def fit_part(est: Estimate, cfg: HwConfig, part: Part, coefficients: dict | None = None) -> Estimate:
+    """``est`` with the multipliers beyond ``part``'s DSP slices built from LUTs (GEMM products first, then ALU
+    lanes), and a note saying how many and what they cost; ``est`` itself when they fit."""
+    coef = (coefficients or _coefficients())[est.family]
+    need = est.total().dsp
+    if need <= part.dsp:
+        return est
+    over = need - part.dsp
+    per_lane = coef["dsp"]["per_alu_lane"]
+    gemm_dsp = est.split["gemm"].dsp
+    macs_moved = min(over, gemm_dsp)
+    lanes_moved = math.ceil((over - macs_moved) / per_lane) if over > macs_moved and per_lane else 0
+    fallback = coef["fallback"]
+    extra_lut = macs_moved * fallback["lut_per_mac"] + lanes_moved * fallback["lut_per_alu_lane"]
+    freed = macs_moved + lanes_moved * per_lane
+    rows = dict(est.rows)
+    rows["gemm_alu"] = rows["gemm_alu"] + Resources(lut=extra_lut, dsp=-freed)
+    split = dict(est.split)
+    split["gemm"] = split["gemm"] + Resources(lut=macs_moved * fallback["lut_per_mac"], dsp=-macs_moved)
+    split["lanes"] = split["lanes"] + Resources(lut=lanes_moved * fallback["lut_per_alu_lane"],
+                                                dsp=-lanes_moved * per_lane)
+    alu = (f"{est.split['lanes'].dsp} for the ALU lanes' 32-bit MUL" if est.split["lanes"].dsp else
+           f"the ALU has no MUL in capability set {cfg.CAPABILITIES}")
+    note = (f"DSP: the design needs {need} DSP slices ({gemm_dsp} for the GEMM core's int8 products; {alu}) and "
+            f"{part.name} has {part.dsp}: "
+            f"{macs_moved} GEMM products{f' and {lanes_moved} ALU lanes' if lanes_moved else ''} are counted as "
+            f"LUT logic instead (+{extra_lut:,.0f} LUT, ~{fallback['lut_per_mac']:.0f} per product, as "
+            f"synth_xilinx -nodsp builds them; Vivado does this with -max_dsp {part.dsp})")
+    return Estimate(est.family, rows, est.memories, est.notes + [note], split)

