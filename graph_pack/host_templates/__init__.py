@@ -1,0 +1,28 @@
+"""Tunable host (CPU) operator templates compiled through llvmlite: AutoTVM's x86 and ARM template families.
+
+    t = host_template_of("conv2d_NCHWc.x86").parse("conv2d_NCHWc.x86", None, (), {"data_shape": (1, 64, 56, 56),
+                                                  "kernel_shape": (64, 64, 3, 3), "padding": (1, 1)})
+    kernel = t.build(t.space()[5])          # or t.build() for the default config
+    y = kernel(x, w)
+
+Each template has the accelerator templates' interface (parse, space, check, default_config, estimate,
+reference, random_inputs, task_workload), so tuning's tuners, records and cost model take it as they are.
+"""
+
+from graph_pack.host_templates import conv2d, dense  # importing them registers the templates
+from graph_pack.host_templates.base import (
+    EPILOGUES,
+    HOST_TEMPLATE_VERSION,
+    HOST_TEMPLATES,
+    HostKernel,
+    HostTemplate,
+    host_template_of,
+)
+from graph_pack.host_templates.target import AARCH64, ARMV7, CROSS, CpuTarget, host, object_code
+
+CONV_TEMPLATES = {"x86": conv2d.Conv2dNCHWc.ops[0], "arm": conv2d.Conv2dSpatialPack.ops[0]}
+DENSE_TEMPLATES = {"x86": dense.DensePack.ops[0], "arm": dense.DensePack.ops[0]}
+
+__all__ = ["AARCH64", "ARMV7", "CONV_TEMPLATES", "CROSS", "DENSE_TEMPLATES", "EPILOGUES", "HOST_TEMPLATES",
+           "HOST_TEMPLATE_VERSION", "CpuTarget", "HostKernel", "HostTemplate", "host", "host_template_of",
+           "object_code"]

@@ -1,0 +1,400 @@
+"""conv2d on the CPU, float32, as two AutoTVM template families sharing one code generator.
+
+- ``conv2d_NCHWc.x86`` (AutoTVM's x86 template): input channels blocked by ``tile_ic`` (the NCHW[x]c layout),
+  output channels by ``tile_oc`` (the vector lanes), ``tile_ow`` output columns per register tile (reg_n),
+  ``unroll_kw`` unrolling the kernel columns.
+- ``conv2d_nchw_spatial_pack.arm`` (AutoTVM's ARM template): the input kept NCHW (no channel blocking), a
+  register tile of ``tile_co`` output channels (vectorised) x ``tile_oh`` rows x ``tile_ow`` columns,
+  ``reorder`` choosing whether the input-channel or the kernel-tap loop is outer, ``unroll_kw`` as above.
+
+The kernel takes the NCHW input and OIHW weights of the graph: it copies the input into its padded,
+channel-blocked scratch itself (padding written once), packs the weights once per weight array (a network's
+constant), keeps tile_oh x tile_ow vector accumulators of tile_oc lanes in registers, and accumulates with
+``llvm.fmuladd`` (one rounding per tap where the CPU fuses it). So its sums are reassociated: results are checked
+with ``np.allclose`` against a float64 reference, not bit for bit like graph_pack.jit's fixed-order kernels.
+An epilogue (bias, residual add, relu) is applied as each output is stored, in the graph's order.
+"""
+
+from __future__ import annotations
+
+from contextlib import ExitStack
+from dataclasses import dataclass
+from typing import Any, ClassVar
+
+import numpy as np
+
+from graph_pack import jit
+from graph_pack.host_templates.base import (
+    HostKernel,
+    HostTemplate,
+    check_arrays,
+    check_epilogue,
+    largest_divisor,
+    register_host,
+    timed_compile,
+)
+from graph_pack.host_templates.target import CpuTarget
+from vta.space import Config, ConfigSpace, Knob, divisors
+from vta.templates.base import as_ints, as_pair, only_known
+
+MAX_ACC_VECTORS = 28          # register tile: accumulators of one tile (AVX-512 and NEON have 32 vector registers)
+MAX_BODY_FMAS = 4096          # vector multiply-adds one reduction step unrolls (bounds code size and compile time)
+
+
+@dataclass(frozen=True)
+class ConvShape:
+    n: int
+    c: int
+    h: int
+    w: int
+    o: int
+    kh: int
+    kw: int
+    sh: int
+    sw: int
+    pt: int
+    pl: int
+    pb: int
+    pr: int
+    dh: int = 1
+    dw: int = 1
+
+    @property
+    def oh(self) -> int:
+        return (self.h + self.pt + self.pb - self.dh * (self.kh - 1) - 1) // self.sh + 1
+
+    @property
+    def ow(self) -> int:
+        return (self.w + self.pl + self.pr - self.dw * (self.kw - 1) - 1) // self.sw + 1
+
+    @property
+    def macs(self) -> int:
+        return self.n * self.o * self.oh * self.ow * self.c * self.kh * self.kw
+
+
+@dataclass(frozen=True)
+class ConvSched:
+    """The generator's schedule: both families' knobs map onto it."""
+
+    ic_bn: int        # input channels per block (unrolled in the reduction)
+    oc_bn: int        # output channels per vector
+    t_oh: int         # output rows per register tile
+    t_ow: int         # output columns per register tile
+    tap_outer: bool   # kernel taps outside the input-channel-block loop
+    unroll_kw: bool
+
+
+def _vector_count(lanes: int, oc_bn: int) -> int:
+    return -(-oc_bn // lanes)
+
+
+def conv_ir(name: str, p: ConvShape, s: ConvSched, epilogue: tuple[str, ...] = ()) -> str:
+    """conv2d(xin, x, w, bias, res, out): xin NCHW copied into the scratch x (N, C/ic_bn, Hp, Wp, ic_bn), w packed
+    (O/oc_bn, C/ic_bn, KH, KW, ic_bn, oc_bn), out NCHW; bias / res read only with those epilogue steps."""
+    f = jit._Fn(name, ["ptr noalias readonly %xin", "ptr noalias %x", "ptr noalias readonly %w",
+                       "ptr noalias readonly %bias", "ptr noalias readonly %res", "ptr noalias %out"])
+    oh, ow = p.oh, p.ow
+    hp, wp = p.h + p.pt + p.pb, p.w + p.pl + p.pr
+    bn, ob = s.ic_bn, s.oc_bn
+    ic_o, oc_o = p.c // bn, p.o // ob
+    xs_row, xs_c = wp * bn, hp * wp * bn
+    vt = f"<{ob} x float>"
+    fma = f"@llvm.fmuladd.v{ob}f32"
+    f.decls.add(f"declare {vt} {fma}({vt}, {vt}, {vt})")
+
+    # stage: x[n, ico, r + pt, col + pl, ici] = xin[n, ico * bn + ici, r, col]
+    with f.loop(p.n) as n, f.loop(ic_o) as ico, f.loop(bn) as ici, f.loop(p.h) as r:
+        src = f.gep("float", "%xin", f.lin(0, (p.c * p.h * p.w, n), (bn * p.h * p.w, ico), (p.h * p.w, ici), (p.w, r)))
+        dst = f.gep("float", "%x", f.lin(p.pt * xs_row + p.pl * bn, (ic_o * xs_c, n), (xs_c, ico), (xs_row, r), (1, ici)))
+        with f.loop(p.w) as col:
+            v = f.let(f"load float, ptr {f.gep('float', src, col)}, align 4")
+            f.emit(f"store float {v}, ptr {f.gep('float', dst, f.lin(0, (bn, col)))}, align 4")
+
+    tile = [(r, c) for r in range(s.t_oh) for c in range(s.t_ow)]
+    accs = {k: f.alloca(vt) for k in tile}
+    w_tap = bn * ob
+
+    def body(xbase: str, wbase: str) -> None:
+        """acc[r, c] += x[.., row r, col c, ici] * w[.., ici, :] for every ici of the block (unrolled)."""
+        cur = {k: f.let(f"load {vt}, ptr {a}, align 64") for k, a in accs.items()}
+        for ici in range(bn):
+            wv = f.let(f"load {vt}, ptr {f.gep('float', wbase, str(ici * ob))}, align 4")
+            for r, c in tile:
+                q = f.gep("float", xbase, str(r * p.sh * xs_row + c * p.sw * bn + ici))
+                xv = f.splat("float", ob, f.let(f"load float, ptr {q}, align 4"))
+                cur[r, c] = f.let(f"call {vt} {fma}({vt} {xv}, {vt} {wv}, {vt} {cur[r, c]})")
+        for k, a in accs.items():
+            f.emit(f"store {vt} {cur[k]}, ptr {a}, align 64")
+
+    def taps(inner) -> None:
+        """The kernel rows and columns (columns unrolled with unroll_kw), ``inner(i, j)`` inside."""
+        with f.loop(p.kh) as i:
+            cols = range(p.kw) if s.unroll_kw else [None]
+            for jj in cols:
+                with ExitStack() as st:
+                    j = str(jj) if jj is not None else st.enter_context(f.loop(p.kw))
+                    inner(i, j)
+
+    with ExitStack() as loops:
+        n = loops.enter_context(f.loop(p.n))
+        oco = loops.enter_context(f.loop(oc_o))
+        rb = loops.enter_context(f.loop(oh // s.t_oh))
+        cb = loops.enter_context(f.loop(ow // s.t_ow))
+        for a in accs.values():
+            f.emit(f"store {vt} zeroinitializer, ptr {a}, align 64")
+        tile_x = f.lin(0, (ic_o * xs_c, n), (s.t_oh * p.sh * xs_row, rb), (s.t_ow * p.sw * bn, cb))
+        wtile = f.lin(0, (ic_o * p.kh * p.kw * w_tap, oco))
+
+        def step(ico: str, i: str, j: str) -> None:
+            xoff = f.lin(0, (1, tile_x), (xs_c, ico), (p.dh * xs_row, i), (p.dw * bn, j))
+            woff = f.lin(0, (1, wtile), (p.kh * p.kw * w_tap, ico), (p.kw * w_tap, i), (w_tap, j))
+            body(f.gep("float", "%x", xoff), f.gep("float", "%w", woff))
+
+        if s.tap_outer:
+            def over_ic(i: str, j: str) -> None:
+                with f.loop(ic_o) as ico:
+                    step(ico, i, j)
+            taps(over_ic)
+        else:
+            with f.loop(ic_o) as ico:
+                taps(lambda i, j: step(ico, i, j))
+
+        # store: each lane is one output channel; bias (vector), residual, relu in the graph's order
+        bias = None
+        if "bias" in epilogue:
+            bias = f.let(f"load {vt}, ptr {f.gep('float', '%bias', f.lin(0, (ob, oco)))}, align 4")
+        obase = f.lin(0, (p.o * oh * ow, n), (ob * oh * ow, oco), (s.t_oh * ow, rb), (s.t_ow, cb))
+        for r, c in tile:
+            val = f.let(f"load {vt}, ptr {accs[r, c]}, align 64")
+            if bias is not None:
+                val = f.let(f"fadd {vt} {val}, {bias}")
+            if "relu" in epilogue and "residual" not in epilogue:
+                keep = f.let(f"fcmp ugt {vt} {val}, zeroinitializer")
+                val = f.let(f"select <{ob} x i1> {keep}, {vt} {val}, {vt} zeroinitializer")
+            for lane in range(ob):
+                off = f.lin(lane * oh * ow + r * ow + c, (1, obase))
+                e = f.let(f"extractelement {vt} {val}, i64 {lane}")
+                if "residual" in epilogue:
+                    rv = f.let(f"load float, ptr {f.gep('float', '%res', off)}, align 4")
+                    e = f.let(f"fadd float {e}, {rv}")
+                    if "relu" in epilogue:
+                        keep = f.let(f"fcmp ugt float {e}, 0.0")
+                        e = f.let(f"select i1 {keep}, float {e}, float 0.0")
+                f.emit(f"store float {e}, ptr {f.gep('float', '%out', off)}, align 4")
+    return f.text()
+
+
+def pack_weights(w: np.ndarray, ic_bn: int, oc_bn: int) -> np.ndarray:
+    """OIHW -> (O/oc_bn, I/ic_bn, KH, KW, ic_bn, oc_bn), contiguous float32."""
+    o, i, kh, kw = w.shape
+    blocked = w.reshape(o // oc_bn, oc_bn, i // ic_bn, ic_bn, kh, kw).transpose(0, 2, 4, 5, 3, 1)
+    return np.ascontiguousarray(blocked, dtype=np.float32)
+
+
+def conv_reference(x: np.ndarray, w: np.ndarray, p: ConvShape, bias=None, residual=None,
+                   relu: bool = False) -> np.ndarray:
+    """float64 conv2d (+ bias, + residual, relu) by im2col and one matrix product: the independent oracle."""
+    xp = np.pad(x.astype(np.float64), ((0, 0), (0, 0), (p.pt, p.pb), (p.pl, p.pr)))
+    cols = np.empty((p.n, p.c, p.kh, p.kw, p.oh, p.ow))
+    for i in range(p.kh):
+        for j in range(p.kw):
+            r0, c0 = i * p.dh, j * p.dw
+            cols[:, :, i, j] = xp[:, :, r0:r0 + p.sh * (p.oh - 1) + 1:p.sh, c0:c0 + p.sw * (p.ow - 1) + 1:p.sw]
+    out = np.einsum("nckjhw,ockj->nohw", cols, w.astype(np.float64), optimize=True)
+    if bias is not None:
+        out += np.asarray(bias, np.float64)[None, :, None, None]
+    if residual is not None:
+        out += residual
+    return np.maximum(out, 0) if relu else out
+
+
+class _Conv2d(HostTemplate):
+    """What both conv2d families share: the workload, the reference, the estimate, the compiled kernel."""
+
+    inputs: ClassVar[tuple[str, ...]] = ("data", "kernel", "bias", "residual")
+
+    def __init__(self, op: str, p: ConvShape, target: CpuTarget | None = None):
+        super().__init__(op, target)
+        self.p = p
+
+    @classmethod
+    def parse(cls, op: str, cfg: Any, epilogue: tuple, workload: dict[str, Any]) -> _Conv2d:
+        only_known(op, workload, {"data_shape", "kernel_shape", "strides", "padding", "dilation"},
+                   ("data_shape", "kernel_shape"))
+        n, c, h, w = as_ints("data_shape", workload["data_shape"], 4)
+        o, ci, kh, kw = as_ints("kernel_shape", workload["kernel_shape"], 4)
+        if ci != c:
+            raise ValueError(f"{op}: kernel_shape {workload['kernel_shape']} takes {ci} input channels, the data "
+                             f"has {c} (groups are not supported by this template)")
+        sh, sw = as_pair("strides", workload.get("strides", 1))
+        dh, dw = as_pair("dilation", workload.get("dilation", 1))
+        pad = workload.get("padding", 0)
+        pad = as_pair("padding", pad) if not isinstance(pad, (list, tuple)) or len(pad) == 2 else as_ints("padding", pad)
+        if len(pad) not in (2, 4):
+            raise ValueError(f"{op}: padding is (top/bottom, left/right) or (top, left, bottom, right), got {pad}")
+        pt, pl, pb, pr = pad if len(pad) == 4 else (pad[0], pad[1], pad[0], pad[1])
+        if min(n, c, h, w, o, kh, kw, sh, sw, dh, dw) < 1 or min(pt, pl, pb, pr) < 0:
+            raise ValueError(f"{op}: shapes, strides and dilation must be >= 1 and padding >= 0, got {workload}")
+        p = ConvShape(n, c, h, w, o, kh, kw, sh, sw, pt, pl, pb, pr, dh, dw)
+        if p.oh < 1 or p.ow < 1:
+            raise ValueError(f"{op}: the output would be empty ({p.oh} x {p.ow})")
+        return cls(op, p, cfg if isinstance(cfg, CpuTarget) else None)
+
+    def task_workload(self) -> dict[str, Any]:
+        p = self.p
+        return {"op": self.op, "data_shape": (p.n, p.c, p.h, p.w), "kernel_shape": (p.o, p.c, p.kh, p.kw),
+                "strides": (p.sh, p.sw), "padding": (p.pt, p.pl, p.pb, p.pr), "dilation": (p.dh, p.dw)}
+
+    @property
+    def macs(self) -> int:
+        return self.p.macs
+
+    @property
+    def flop(self) -> int:
+        return 2 * self.p.macs
+
+    @property
+    def out_shape(self) -> tuple[int, int, int, int]:
+        return (self.p.n, self.p.o, self.p.oh, self.p.ow)
+
+    # ---- schedule ----
+    def sched(self, config: Config) -> ConvSched:
+        raise NotImplementedError
+
+    def check(self, config: Config) -> str | None:
+        s = self.sched(config)
+        acc = s.t_oh * s.t_ow * _vector_count(self.target.lanes, s.oc_bn)
+        if acc > MAX_ACC_VECTORS:
+            return (f"a register tile of {s.t_oh} x {s.t_ow} x {s.oc_bn} channels needs {acc} vector accumulators; "
+                    f"at most {MAX_ACC_VECTORS} fit in the registers")
+        fmas = s.t_oh * s.t_ow * s.ic_bn * (self.p.kw if s.unroll_kw else 1)
+        if fmas > MAX_BODY_FMAS:
+            return f"the unrolled reduction step holds {fmas} multiply-adds; at most {MAX_BODY_FMAS} (code size)"
+        return None
+
+    def estimate(self, knobs: dict[str, tuple[np.ndarray, np.ndarray]]) -> dict[str, np.ndarray]:
+        """A roofline-like time in ns at 1 GHz per vector op: multiply-adds over the lanes actually used, plus the
+        loads of inputs and weights, the scalar stores, and a loop overhead per reduction step."""
+        p, lanes = self.p, self.target.lanes
+        s = self._sched_arrays(knobs)
+        vecs = np.ceil(s["oc_bn"] / lanes)
+        tiles = p.n * (p.o / s["oc_bn"]) * (p.oh / s["t_oh"]) * (p.ow / s["t_ow"])
+        steps = tiles * (p.c / s["ic_bn"]) * p.kh * p.kw
+        per_step = s["ic_bn"] * (s["t_oh"] * s["t_ow"] * vecs + s["t_oh"] * s["t_ow"] / 2 + vecs)
+        overhead = np.where(s["unroll_kw"] > 0, 2.0, 6.0) + 2 * s["t_oh"] * s["t_ow"] * vecs  # acc spills at loop edges
+        spill = np.maximum(0, s["t_oh"] * s["t_ow"] * vecs - 24) * 8
+        est = steps * (per_step / 2 + overhead / np.maximum(1, s["ic_bn"]) + spill) + p.n * p.o * p.oh * p.ow * 1.5
+        return {"est_cycles": est, "log_co_inner": np.log2(s["oc_bn"]), "log_ci_inner": np.log2(s["ic_bn"]),
+                "log_w_inner": np.log2(s["t_ow"]), "log_h_inner": np.log2(s["t_oh"]),
+                "threads": s["unroll_kw"], "log_tiles": np.log2(tiles), "log_chunks": np.log2(steps),
+                "kh_kw": float(p.kh * p.kw), "stride": float(p.sh), "is_conv": 1.0}
+
+    def _sched_arrays(self, knobs: dict[str, tuple[np.ndarray, np.ndarray]]) -> dict[str, np.ndarray]:
+        raise NotImplementedError
+
+    # ---- code ----
+    def ir(self, config: Config | None = None, target: CpuTarget | None = None, epilogue: tuple[str, ...] = (),
+           name: str = "kernel") -> str:
+        return conv_ir(name, self.p, self.sched(self.checked(config)), check_epilogue(epilogue))
+
+    def build(self, config: Config | None = None, epilogue: tuple[str, ...] = ()) -> HostKernel:
+        p, normal = self.p, self.checked(config)
+        epilogue = check_epilogue(epilogue)
+        s = self.sched(normal)
+        name = jit._fresh_name(self.op.split(".")[0])
+        cfn, seconds = timed_compile(lambda: jit._compile(conv_ir(name, p, s, epilogue), name, 6))
+        scratch = jit._Scratch((p.n, p.c // s.ic_bn, p.h + p.pt + p.pb, p.w + p.pl + p.pr, s.ic_bn), "float32", 0)
+        packed: list = [None, None]   # (the weight array given last, its packed copy)
+        zero = np.zeros(1, np.float32)
+        shapes = {"data": (p.n, p.c, p.h, p.w), "kernel": (p.o, p.c, p.kh, p.kw), "bias": (p.o,),
+                  "residual": self.out_shape}
+
+        def run(data: np.ndarray, kernel: np.ndarray, bias: np.ndarray | None = None,
+                residual: np.ndarray | None = None) -> np.ndarray:
+            given = {"data": data, "kernel": kernel, "bias": bias, "residual": residual}
+            check_arrays(self.op, given, shapes, ("data", "kernel", *(k for k in ("bias", "residual") if k in epilogue)))
+            if packed[0] is not kernel:
+                packed[:] = [kernel, pack_weights(kernel, s.ic_bn, s.oc_bn)]
+            x = np.ascontiguousarray(data)
+            b = np.ascontiguousarray(bias) if "bias" in epilogue else zero
+            res = np.ascontiguousarray(residual) if "residual" in epilogue else zero
+            out = np.empty(self.out_shape, np.float32)
+            cfn(jit._ptr(x), jit._ptr(scratch.get()), jit._ptr(packed[1]), jit._ptr(b), jit._ptr(res), jit._ptr(out))
+            return out
+
+        return HostKernel(self, normal, epilogue, run, seconds, {"sched": s})
+
+    # ---- data ----
+    def reference(self, **inputs: np.ndarray) -> np.ndarray:
+        return conv_reference(inputs["data"], inputs["kernel"], self.p, inputs.get("bias"), inputs.get("residual"),
+                              bool(inputs.get("relu", False)))
+
+    def random_inputs(self, rng: np.random.Generator) -> dict[str, np.ndarray]:
+        p = self.p
+        return {"data": rng.standard_normal((p.n, p.c, p.h, p.w)).astype(np.float32),
+                "kernel": rng.standard_normal((p.o, p.c, p.kh, p.kw)).astype(np.float32)}
+
+
+def _split(name: str, extent: int, limit: int) -> Knob:
+    return Knob(name, tuple((extent // f, f) for f in divisors(extent) if f <= limit))
+
+
+@register_host
+class Conv2dNCHWc(_Conv2d):
+    """AutoTVM's x86 conv2d_NCHWc knobs: tile_ic, tile_oc, tile_ow, unroll_kw."""
+
+    ops: ClassVar[tuple[str, ...]] = ("conv2d_NCHWc.x86",)
+    family: ClassVar[str] = "x86"
+
+    def space(self) -> ConfigSpace:
+        p = self.p
+        return ConfigSpace([_split("tile_ic", p.c, 64), _split("tile_oc", p.o, 64), _split("tile_ow", p.ow, 32),
+                            Knob.choice("unroll_kw", (0, 1))])
+
+    def sched(self, config: Config) -> ConvSched:
+        return ConvSched(config["tile_ic"][1], config["tile_oc"][1], 1, config["tile_ow"][1], False,
+                         bool(config["unroll_kw"]))
+
+    def _sched_arrays(self, knobs):
+        return {"ic_bn": knobs["tile_ic"][0], "oc_bn": knobs["tile_oc"][0], "t_oh": np.ones_like(knobs["tile_ow"][0]),
+                "t_ow": knobs["tile_ow"][0], "unroll_kw": knobs["unroll_kw"][0]}
+
+    def default_config(self) -> Config:
+        """AutoTVM's fallback for x86: one vector of output channels, input channels blocked likewise, the largest
+        register tile of output columns that fits (reg_n), kernel columns not unrolled."""
+        p, lanes = self.p, self.target.lanes
+        oc_bn = largest_divisor(p.o, lanes)
+        ic_bn = largest_divisor(p.c, lanes)
+        reg_n = largest_divisor(p.ow, MAX_ACC_VECTORS // _vector_count(lanes, oc_bn))
+        return {"tile_ic": [p.c // ic_bn, ic_bn], "tile_oc": [p.o // oc_bn, oc_bn], "tile_ow": [p.ow // reg_n, reg_n],
+                "unroll_kw": 0}
+
+
+@register_host
+class Conv2dSpatialPack(_Conv2d):
+    """AutoTVM's ARM conv2d_nchw_spatial_pack knobs: tile_co, tile_oh, tile_ow, reorder, unroll_kw."""
+
+    ops: ClassVar[tuple[str, ...]] = ("conv2d_nchw_spatial_pack.arm",)
+    family: ClassVar[str] = "arm"
+
+    def space(self) -> ConfigSpace:
+        p = self.p
+        return ConfigSpace([_split("tile_co", p.o, 32), _split("tile_oh", p.oh, 8), _split("tile_ow", p.ow, 16),
+                            Knob.choice("reorder", (0, 1)), Knob.choice("unroll_kw", (0, 1))])
+
+    def sched(self, config: Config) -> ConvSched:
+        return ConvSched(1, config["tile_co"][1], config["tile_oh"][1], config["tile_ow"][1],
+                         bool(config["reorder"]), bool(config["unroll_kw"]))
+
+    def _sched_arrays(self, knobs):
+        one = np.ones_like(knobs["tile_co"][0])
+        return {"ic_bn": one, "oc_bn": knobs["tile_co"][0], "t_oh": knobs["tile_oh"][0], "t_ow": knobs["tile_ow"][0],
+                "unroll_kw": knobs["unroll_kw"][0]}
+
+    def default_config(self) -> Config:
+        """The ARM template's fallback: one vector of output channels, a 2 x 4 spatial tile where it divides."""
+        p, lanes = self.p, self.target.lanes
+        co = largest_divisor(p.o, lanes)
+        th, tw = largest_divisor(p.oh, 2), largest_divisor(p.ow, 4)
+        return {"tile_co": [p.o // co, co], "tile_oh": [p.oh // th, th], "tile_ow": [p.ow // tw, tw],
+                "reorder": 0, "unroll_kw": 0}

@@ -1,0 +1,107 @@
+"""The CPUs the host templates generate code for: this host (its triple, CPU name and features, as llvmlite
+reports them) and the ARM boards a VTA deployment runs its host layers on (AArch64, ARMv7 with NEON).
+
+The host's kernels are JIT-compiled in this process (graph_pack.jit's engine); any target's are compiled to
+object code (``object_code``), which is how the ARM code generation is checked on an x86 machine and what a
+board's RPC server does for its own CPU.
+"""
+
+from __future__ import annotations
+
+import functools
+import hashlib
+from dataclasses import dataclass
+
+
+@dataclass(frozen=True)
+class CpuTarget:
+    """One CPU code is generated for. Tuning records made on it carry ``fingerprint`` (as an accelerator's
+    records carry its hardware config's), so a schedule tuned on one CPU is never applied to another."""
+
+    triple: str
+    cpu: str
+    features: str          # LLVM's "+avx2,+fma,..." (enabled features only)
+    vector_bits: int       # the widest float vector register: 512 (AVX-512), 256 (AVX2), 128 (NEON / SSE)
+
+    # what tuning's Task asks of a hardware config: records store cycles at this "clock" (1 cycle = 1 ns)
+    CLOCK_MHZ = 1000.0
+    TARGET = "cpu"
+
+    @property
+    def lanes(self) -> int:
+        """float32 lanes of one vector register."""
+        return self.vector_bits // 32
+
+    @property
+    def arch(self) -> str:
+        """"x86" or "arm": which template family suits this CPU (NCHWc for x86, spatial pack for ARM)."""
+        return "arm" if self.triple.startswith(("aarch64", "arm")) else "x86"
+
+    @property
+    def model(self) -> str:
+        return f"{self.cpu} ({self.triple})"
+
+    @property
+    def fingerprint(self) -> str:
+        digest = hashlib.sha256(f"{self.triple}|{self.cpu}|{self.features}".encode()).hexdigest()[:12]
+        return f"cpu:{self.triple}:{self.cpu}:{digest}"
+
+    def to_dict(self) -> dict[str, object]:
+        return {"triple": self.triple, "cpu": self.cpu, "features": self.features, "vector_bits": self.vector_bits}
+
+    @staticmethod
+    def from_dict(d: dict) -> CpuTarget:
+        try:
+            t = CpuTarget(str(d["triple"]), str(d["cpu"]), str(d["features"]), int(d["vector_bits"]))
+        except (KeyError, TypeError, ValueError) as e:
+            raise ValueError(f"a CPU target is {{triple, cpu, features, vector_bits}}, got {d!r}"[:200]) from e
+        if t.vector_bits not in (128, 256, 512):
+            raise ValueError(f"vector_bits must be 128, 256 or 512, got {t.vector_bits}")
+        return t
+
+
+def _llvm():
+    from graph_pack.jit import _jit  # the one llvmlite import point (its install hint when missing)
+
+    return _jit().llvm
+
+
+@functools.cache
+def host() -> CpuTarget:
+    """This machine's CPU as LLVM sees it."""
+    llvm = _llvm()
+    feats = llvm.get_host_cpu_features()
+    enabled = ",".join(sorted(f"+{k}" for k, v in feats.items() if v))
+    bits = 512 if feats.get("avx512f") else 256 if feats.get("avx2") or feats.get("avx") else 128
+    return CpuTarget(llvm.get_process_triple(), llvm.get_host_cpu_name(), enabled, bits)
+
+
+# the ARM boards of VTA deployments: a 64-bit Cortex-A53/A72 class board (RK3399, Raspberry Pi 3/4) and the
+# Pynq's 32-bit Cortex-A9 with NEON
+AARCH64 = CpuTarget("aarch64-unknown-linux-gnu", "cortex-a53", "+neon,+fp-armv8", 128)
+ARMV7 = CpuTarget("armv7a-unknown-linux-gnueabihf", "cortex-a9", "+neon,+vfp3", 128)
+CROSS = {"aarch64": AARCH64, "armv7": ARMV7}
+
+
+@functools.cache
+def _target_machine(t: CpuTarget):
+    llvm = _llvm()
+    llvm.initialize_all_targets()
+    llvm.initialize_all_asmprinters()
+    target = llvm.Target.from_triple(t.triple)
+    return target.create_target_machine(cpu=t.cpu, features=t.features, opt=3, reloc="pic", codemodel="default")
+
+
+def object_code(ir: str, t: CpuTarget) -> bytes:
+    """Optimised (O3) ELF object code of an LLVM IR module for ``t``."""
+    llvm = _llvm()
+    tm = _target_machine(t)
+    mod = llvm.parse_assembly(ir)
+    mod.triple = t.triple
+    mod.data_layout = str(tm.target_data)
+    mod.verify()
+    pto = llvm.create_pipeline_tuning_options(speed_level=3)
+    pto.loop_unrolling = False
+    pb = llvm.create_pass_builder(tm, pto)
+    pb.getModulePassManager().run(mod, pb)
+    return tm.emit_object(mod)
