@@ -18,7 +18,9 @@ from graph_pack.graph import Graph
 from graph_pack.pack import format_offload_report, graph_pack
 from graph_pack.quantize import MODES, quantize
 from graph_pack.reference import run_reference
+from graph_pack.report import write_report
 from graph_pack.schedule_log import read_schedules
+from graph_pack.svg import check_html_path
 from simulator.files import check_output_path, write_atomic
 from vta.cli import Interrupted, _key_value, _load, arg, command, float_in, int_in, threads_arg
 from vta.device import SimDevice
@@ -204,7 +206,9 @@ def skip_conv_layers(values: list[int | None] | None) -> list[int]:
                                      "(input) to this .npz, written whole or not at all"),
     arg("--check", action="store_true", help="also run the numpy reference (and, on a board, the simulator) and "
                                              "compare bit-exactly"),
-    arg("--report", action="store_true", help="print where every node runs and why"),
+    arg("--report", nargs="?", const=True, default=None, metavar="FILE.html",
+        help="print where every node runs and why; with FILE.html, write that and the run's pictures instead "
+             "(roofline, cycles per module, host ops, module timeline) to one self-contained page"),
     arg("--no-layers", dest="layers", action="store_false", help="omit the per-layer table"),
 ])
 def run_cmd(args: argparse.Namespace) -> int:
@@ -224,6 +228,9 @@ def run_cmd(args: argparse.Namespace) -> int:
 def _run(args: argparse.Namespace) -> int:
     if args.out is not None:
         check_output_path(args.out, "--out")   # before any work
+    page = args.report if isinstance(args.report, str) else None
+    if page is not None:
+        check_html_path(page, "--report")
     cfg = _load(args.config, args.sets)
     env = Environment(cfg)
     schedules = read_schedules(args.log, cfg) if args.log else None   # a missing log fails before the work
@@ -273,7 +280,7 @@ def _run(args: argparse.Namespace) -> int:
     print(f"{args.model} on {cfg.model} ({cfg.CLOCK_MHZ:g} MHz, {where}), batch {batch}, input {graph[data].shape}")
     if schedules is not None:
         print(schedules.summary())
-    if args.report:
+    if args.report is True:
         print(format_offload_report(packed))
     for head, reason in mod.fallbacks.items():
         print(f"host fallback: accelerator group {head!r} runs on the CPU ({reason.removeprefix('CPU: ')})")
@@ -288,6 +295,9 @@ def _run(args: argparse.Namespace) -> int:
           f"board {s.latency_s * 1e3:.2f} ms {_board_figure(board)}"))
     if args.layers:
         print(mod.format_profile())
+    if page is not None:
+        write_report(page, mod, args.model, device=where, wall_s=run_s, times=times)
+        print(f"report: {page} (open it in a browser; nothing in it is fetched)")
     if args.check:
         references = {"the numpy reference": run_reference(qgraph, qparams, {data: x})}
         if board is not None:   # the board (or the RTL) against the simulator, bit for bit

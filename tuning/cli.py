@@ -9,7 +9,9 @@ import os
 import shlex
 from pathlib import Path
 
+from graph_pack.svg import check_html_path
 from tuning.network import tune_network
+from tuning.plot import write_tuning_plot
 from tuning.records import check_log_path, count_records, move_aside
 from tuning.rpc_runner import RUNNER_FLAGS, runner_from_flags
 from tuning.tune import STRATEGIES
@@ -60,6 +62,8 @@ def resumable(log: str | os.PathLike):
     arg("--early-stopping", type=TRIALS, default=None, help="stop a task after this many trials without gain"),
     arg("--image-size", type=int, default=None, help="input height = width for zoo classifiers"),
     arg("--seed", type=int, default=0, help="seed of the tuners, weights and input"),
+    arg("--plot", metavar="FILE.html", help="after tuning, draw the log's tuning curves (best time per task "
+        "against trials) to this self-contained page; on a finished log nothing is measured again"),
 ])
 def tune_cmd(args: argparse.Namespace) -> int:
     """Extract the network's accelerator tasks, tune them against the simulator, then build with the best
@@ -67,6 +71,8 @@ def tune_cmd(args: argparse.Namespace) -> int:
     cfg = _load(args.config, args.sets)
     log = args.log or f"{Path(args.model).stem}.{cfg.TARGET}.tune.jsonl"
     check_log_path(log, "--log")
+    if args.plot is not None:
+        check_html_path(args.plot, "--plot")
     if args.total_trials is not None and args.strategy != "gradient":
         raise ValueError("--total-trials applies to --strategy gradient; sequential tunes each task --n-trial times")
     ops = tuple(args.ops.split(",")) if args.ops else None
@@ -77,13 +83,16 @@ def tune_cmd(args: argparse.Namespace) -> int:
     remote = args.rpc or args.dask
     with resumable(log), runner_from_flags(args, check=args.check, timing_only=args.timing_only,
                                            n_parallel=args.parallel) if remote else contextlib.nullcontext() as runner:
-        tune_network(args.model, cfg, tuner=args.tuner, n_trial=args.n_trial, total_trials=args.total_trials,
+        result = tune_network(args.model, cfg, tuner=args.tuner, n_trial=args.n_trial, total_trials=args.total_trials,
                      strategy=args.strategy, log=log, ops=ops, timing_only=args.timing_only, check=args.check,
                      n_parallel=args.parallel or 1, early_stopping=args.early_stopping, image_size=args.image_size,
                      seed=args.seed, runner=runner)
     if args.rpc:
         print(f"boards: {', '.join(f'{b} ({n} trials)' for b, n in sorted(runner.boards_used.items()))}"
               + (f"; trials lost with a board: {dict(runner.board_failures)}" if runner.board_failures else ""))
+    if args.plot is not None:
+        write_tuning_plot(args.plot, log, cfg, result.tasks)
+        print(f"plot: {args.plot} (tuning curves of {log}; open it in a browser)")
     same = [*(["--config", args.config] if args.config else []), *(f"--set={k}={v if isinstance(v, str) else json.dumps(v)}" for k, v in args.sets or []),
             *(["--image-size", str(args.image_size)] if args.image_size else [])]
     print(f"records: {log} (run with them: {shlex.join(['vta', 'run', args.model, *same, '--log', log])}; "
