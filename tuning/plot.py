@@ -40,7 +40,7 @@ def tuning_curves(log: str | os.PathLike, cfg: HwConfig, tasks: Sequence[Task] |
     curves: dict[str, dict[str, Any]] = {}
     for key in order:
         name = workload_name(json.loads(key))
-        curves[key] = {"name": name, "weight": weight[key], "seconds": [], "tuners": [], "best": []}
+        curves[key] = {"key": key, "name": name, "weight": weight[key], "seconds": [], "tuners": [], "best": []}
     network: list[list[float]] = []
     best: dict[str, float] = {}
     for n, r in enumerate(records, 1):
