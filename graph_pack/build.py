@@ -21,7 +21,7 @@ from typing import Any
 
 import numpy as np
 
-from graph_pack import jit
+from graph_pack import host_templates, jit
 from graph_pack.graph import Graph, GraphError
 from graph_pack.kernels import KERNELS, conv2d_transpose_direct
 from graph_pack.opdefs import packed_factors
@@ -343,8 +343,9 @@ def _packed_head_on_host(attrs: dict, x: np.ndarray, w: np.ndarray) -> np.ndarra
 
 class _Builder:
     def __init__(self, graph: Graph, cfg: HwConfig, consts: Constants, schedules: Schedules, cpu: str,
-                 max_insns: int, fallback: str, device: Device | None):
+                 max_insns: int, fallback: str, device: Device | None, host_schedules: Schedules = None):
         self.g, self.cfg, self.consts = graph, cfg, consts
+        self.host_schedules = host_schedules
         self.schedules, self.cpu, self.max_insns, self.fallback = schedules, cpu, max_insns, fallback
         self.device = device if device is not None else SimDevice(cfg)
         self.producer_buffer: dict[str, Buffer] = {}   # accelerator outputs by value name
@@ -421,6 +422,35 @@ class _Builder:
             return None
         return HostStep(node.name, node.op, fn, node.attrs, [*node.inputs, *extra], "jit", chain)
 
+    def tuned_host_step(self, node, member_of: dict) -> HostStep | None:
+        """A float conv2d / dense with a tuned host schedule (``host_schedules``) as a host template's kernel, with
+        the bias_add, residual add (conv2d) and relu that alone read it as its epilogue, or None."""
+        if self.host_schedules is None or self.cpu == "numpy" or not jit.available():
+            return None
+        found = host_templates.tuned_config(self.host_schedules, node, self.g, host_templates.host().arch)
+        if found is None:
+            return None
+        steps, chain, extra, last = [], [], [], node.name
+        bias = self.sole_reader(last, "nn.bias_add", member_of)
+        if bias is not None and bias.attrs.get("axis", 1) % len(self.g[last].shape) == 1 and \
+                self.g[bias.inputs[1]].shape == (self.g[last].shape[1],) and self.g[bias.inputs[1]].dtype == "float32":
+            steps, chain, extra, last = ["bias"], [bias.name], [bias.inputs[1]], bias.name
+            users = self.users[last]
+            add = self.g[users[0]] if len(users) == 1 and users[0] in self.g.nodes else None
+            if node.op == "nn.conv2d" and add is not None and add.op == "add" and add.name not in member_of and \
+                    last in add.inputs and len(add.inputs) == 2 and add.inputs[0] != add.inputs[1]:
+                other = add.inputs[1 - add.inputs.index(last)]
+                ready = other in self.g.inputs or other in self.consts or any(
+                    other in (s.output, s.name, *getattr(s, "fused", ())) for s in self.steps)   # computed before
+                if ready and self.g[other].shape == self.g[last].shape and self.g[other].dtype == "float32":
+                    steps, chain, extra, last = [*steps, "residual"], [*chain, add.name], [*extra, other], add.name
+        relu = self.sole_reader(last, "nn.relu", member_of)
+        if relu is not None:
+            steps, chain = [*steps, "relu"], [*chain, relu.name]
+        kernel = host_templates.tuned_kernel(*found, tuple(steps))
+        return HostStep(node.name, node.op, lambda attrs, *arrays: kernel(*arrays), node.attrs,
+                        [*node.inputs, *extra], "tuned", chain)
+
     def fused_pool_step(self, node, member_of: dict) -> HostStep | None:
         """max_pool2d -> qnn.quantize (-> layout_transform into the packed layout): ResNet's stem tail as one
         JIT kernel that stores packed int8 (one pass instead of four; the same bits)."""
@@ -456,7 +486,8 @@ class _Builder:
                 continue
             grp = member_of.get(node.name)
             if grp is None:
-                step = self.fused_host_step(node, member_of) or self.host_step(node)
+                step = (self.tuned_host_step(node, member_of) or self.fused_host_step(node, member_of)
+                        or self.host_step(node))
                 done.update(step.fused)
                 self.steps.append(step)
             elif node.name == grp.output:  # every operand of the chain is ready here
@@ -473,8 +504,8 @@ class _Builder:
 
 
 def build(graph: Graph, env, params: dict[str, np.ndarray], schedules: Schedules = None, *,
-          cpu: str = "auto", max_insns: int = 1 << 20, fallback: str = "warn", device: Device | None = None
-          ) -> GraphModule:
+          cpu: str = "auto", max_insns: int = 1 << 20, fallback: str = "warn", device: Device | None = None,
+          host_schedules: Schedules = None) -> GraphModule:
     """Compile a (packed) graph for ``env``'s accelerator; ``params`` are the quantized graph's params.
 
     ``schedules`` maps ``workload_key(workload)`` to a knob config (``tuning.load_best`` gives one) or is a
@@ -484,7 +515,9 @@ def build(graph: Graph, env, params: dict[str, np.ndarray], schedules: Schedules
     ``HostFallbackWarning``), "allow" (the same, silently) or "error" (raise ``HostFallbackError``); either
     way ``module.fallbacks`` names each such group and the reason. ``device`` runs the accelerator groups: the
     simulator by default, or any device of ``env``'s config (a Pynq board, a remote board); weights are staged
-    on it once, at build."""
+    on it once, at build. ``host_schedules`` does for the host's float conv2d / dense what ``schedules`` does for the
+    accelerator's groups, with the host templates' tuned configs (``tuning.load_best(log, "cpu")``); those without
+    one run graph_pack.jit's fixed kernels."""
     if cpu not in CPU_BACKENDS:
         raise ValueError(f"cpu={cpu!r}; allowed: {', '.join(CPU_BACKENDS)}")
     if cpu == "auto":
@@ -509,7 +542,7 @@ def build(graph: Graph, env, params: dict[str, np.ndarray], schedules: Schedules
         return out
 
     consts = timed("check params", lambda: Constants(graph, params))
-    builder = _Builder(graph, cfg, consts, schedules, cpu, max_insns, fallback, device)
+    builder = _Builder(graph, cfg, consts, schedules, cpu, max_insns, fallback, device, host_schedules)
     steps = timed("compile", lambda: builder.run(graph.meta.get("groups", {})))
     host_inputs = {i for s in steps for i in getattr(s, "inputs", ())}
     runtime_consts = timed("fold host constants", lambda: {k: consts[k] for k in host_inputs if k in consts})

@@ -37,6 +37,7 @@ class MeasureResult:
     # where latency_s comes from: "sim" (the board model's prediction from a simulator run), "board" (measured on
     # a board), "" (nothing ran). vta calibrate fits only "board" times.
     device: str = ""
+    std_s: float = 0.0            # the standard deviation of latency_s over the repeats (CPU measurements)
 
     @property
     def ok(self) -> bool:
@@ -46,7 +47,7 @@ class MeasureResult:
         return asdict(self)
 
 
-SIMULATED, MEASURED = "sim", "board"   # MeasureResult.device
+SIMULATED, MEASURED, CPU = "sim", "board", "cpu"   # MeasureResult.device
 
 
 def cost_cycles(result: MeasureResult, clock_mhz: float) -> float:

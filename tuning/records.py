@@ -23,10 +23,11 @@ from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import Any
 
+from graph_pack.host_templates import HOST_TEMPLATE_VERSION, CpuTarget, host
 from hw_config import HwConfig
 from simulator.files import write_atomic
 from tuning.measure import MeasureResult
-from tuning.task import TEMPLATE_VERSION, Task, _canonical
+from tuning.task import TEMPLATE_VERSION, Task, _canonical, task_of
 from vta.environment import config_of
 from vta.runtime import ScheduleError
 
@@ -73,8 +74,8 @@ class Record:
 def make_record(task: Task, result: MeasureResult, tuner: str = "") -> Record:
     res = result.to_dict()
     res.pop("config")
-    return Record(task.key, task.op, _plain(result.config), res, task.cfg.fingerprint, TEMPLATE_VERSION, time.time(),
-                  tuner=tuner)
+    return Record(task.key, task.op, _plain(result.config), res, task.cfg.fingerprint, task.template_version,
+                  time.time(), tuner=tuner)
 
 
 def _plain(config: dict) -> dict:
@@ -113,7 +114,7 @@ def _check_schema(obj: dict) -> None:
     cycles = result.get("cycles", 0)
     if not _is_int(cycles) or cycles < 0:
         raise ValueError(f"result cycles must be a non-negative integer, got {cycles!r}"[:200])
-    for name in ("latency_s", "wall_s"):
+    for name in ("latency_s", "wall_s", "std_s"):
         if name in result and (not _is_number(result[name]) or result[name] < 0):
             raise ValueError(f"result {name} must be a non-negative finite number")
     if result.get("error") is not None and not isinstance(result["error"], str):
@@ -275,7 +276,9 @@ def load_records(path: str | os.PathLike, *, task: Task | None = None, cfg: HwCo
             if task is not None and rec.workload != task.key:
                 continue
             if (hw is not None and rec.hw != hw) or (template is not None and rec.template != template):
-                foreign += 1
+                # a log may hold the accelerator's and the host CPU's records side by side: only records of the
+                # same kind made elsewhere (another config, CPU or version) are worth a word
+                foreign += hw is None or rec.hw.startswith("cpu:") == hw.startswith("cpu:")
                 continue
             records.append(rec)
     if bad:
@@ -299,10 +302,14 @@ def best_records(records: Iterable[Record]) -> dict[str, Record]:
 def load_best(path: str | os.PathLike, env) -> dict[str, dict]:
     """``{workload_key: config}`` of the fastest valid record per workload for ``env``'s hardware config:
     the ``schedules`` argument of ``graph_pack.build``. A record whose config the template refuses (an
-    edited or copied log) is skipped with a RecordWarning, and the next fastest one is taken."""
-    cfg = config_of(env)
+    edited or copied log) is skipped with a RecordWarning, and the next fastest one is taken.
+
+    ``env="cpu"`` (or a ``CpuTarget``): the host templates' records made on this CPU (that one), for
+    ``build``'s ``host_schedules``."""
+    cfg = target_of(env)
+    version = HOST_TEMPLATE_VERSION if isinstance(cfg, CpuTarget) else TEMPLATE_VERSION
     by_workload: dict[str, list[Record]] = {}
-    for r in load_records(path, cfg=cfg):
+    for r in load_records(path, cfg=cfg, template=version):
         if r.ok:
             by_workload.setdefault(r.workload, []).append(r)
     best, refused = {}, []
@@ -320,13 +327,20 @@ def load_best(path: str | os.PathLike, env) -> dict[str, dict]:
     return best
 
 
+def target_of(env) -> HwConfig | CpuTarget:
+    """The hardware config of ``env``, or the CPU target for "cpu" (this machine) or a ``CpuTarget``."""
+    if isinstance(env, CpuTarget):
+        return env
+    return host() if env == "cpu" else config_of(env)
+
+
 def _task_of(key: str, cfg: HwConfig) -> Task | None:
     """The task of a record's workload key, or None when no template takes it."""
     try:
         workload = json.loads(key, parse_constant=_no_constant)
         if not isinstance(workload, dict) or not isinstance(workload.get("op"), str):
             return None
-        task = Task(_canonical(workload), cfg)
+        task = task_of(_canonical(workload), cfg)
         task.space  # noqa: B018 - compiles the default: refuses shapes the template does not take
     except (ValueError, TypeError, KeyError, RecursionError, ScheduleError):
         return None

@@ -14,6 +14,7 @@ from typing import Any
 
 from graph_pack.build import workload_key
 from graph_pack.graph import Graph
+from graph_pack.host_templates import CpuTarget, host
 from graph_pack.pack import group_workload
 from graph_pack.schedule_log import workload_name
 from hw_config import HwConfig
@@ -41,6 +42,11 @@ class Task:
     @property
     def op(self) -> str:
         return self.workload["op"]
+
+    @property
+    def template_version(self) -> str:
+        """What the records of this task carry as the version of the code they measured."""
+        return TEMPLATE_VERSION
 
     @property
     def name(self) -> str:
@@ -96,9 +102,17 @@ class Task:
         return state
 
 
-def extract_tasks(packed: Graph, env, ops: tuple[str, ...] | None = None) -> list[Task]:
+def extract_tasks(packed: Graph, env=None, ops: tuple[str, ...] | None = None, target: str = "vta") -> list[Task]:
     """The accelerator workloads of a packed graph, deduplicated, each weighted by its occurrences (in
-    order of first use). ``ops`` filters by template name (e.g. ("conv2d", "group_conv2d"))."""
+    order of first use). ``ops`` filters by template name (e.g. ("conv2d", "group_conv2d")).
+
+    ``target="cpu"``: the host operators instead (float conv2d and dense of any graph, packed or not), as
+    tasks of the host templates for ``env`` (a ``CpuTarget``; default this machine's CPU): ``tuning.cpu``."""
+    if target not in ("vta", "cpu"):
+        raise ValueError(f"target={target!r}; allowed: 'vta' (the accelerator's tasks), 'cpu' (the host's)")
+    if target == "cpu":
+        from tuning.cpu import extract_cpu_tasks  # tuning.cpu builds on this module
+        return extract_cpu_tasks(packed, env, ops)
     cfg = config_of(env)
     if packed.meta.get("config") not in (None, cfg.fingerprint):
         raise ValueError("this graph was packed for another hardware config; pack it with this env")
@@ -133,6 +147,16 @@ def conv_task(env, data_shape, kernel_shape, strides=1, padding=0, groups: int =
 def alu_task(env, op: str, data_shape, tensor_rhs: bool = True) -> Task:
     """A task for one element-wise ALU op on an int32 tensor of ``data_shape`` (N, C, H, W)."""
     return Task(_canonical({"op": op, "data_shape": tuple(data_shape), "tensor_rhs": tensor_rhs}), config_of(env))
+
+
+def task_of(workload: dict, cfg) -> Task:
+    """The task of a workload: a host template's (``tuning.cpu.CpuTask``) when its op names one, else the
+    accelerator's."""
+    from graph_pack.host_templates import HOST_TEMPLATES
+    if workload.get("op") in HOST_TEMPLATES:
+        from tuning.cpu import CpuTask
+        return CpuTask(workload, cfg if isinstance(cfg, CpuTarget) else host())
+    return Task(workload, cfg)
 
 
 def _canonical(workload: dict) -> dict:

@@ -34,12 +34,12 @@ import numpy as np
 from tuning import features as feats
 from tuning.measure import MeasureResult, cost_cycles
 from tuning.records import Record, RecordLog, RecordWarning, load_records, make_record
-from tuning.task import Task
+from tuning.task import Task, task_of
 from vta.space import KnobError
 
 ENUMERATE_LIMIT = 100_000   # spaces up to this size get their validity computed once, up front
 _EST = feats.feature_names().index("log_est_cycles")
-RESULT_FIELDS = ("cycles", "latency_s", "error", "checked", "wall_s", "device")
+RESULT_FIELDS = ("cycles", "latency_s", "error", "checked", "wall_s", "device", "std_s")
 
 Callback = Callable[["Tuner", list[dict], list[MeasureResult]], Any]
 
@@ -337,7 +337,8 @@ def _result_of(config: dict, result: dict) -> MeasureResult:
     if error is not None and not isinstance(error, str):
         raise TypeError("the record's error is not a string")
     return MeasureResult(config, cycles, float(fields.get("latency_s", 0.0)), error,
-                         bool(fields.get("checked", False)), float(fields.get("wall_s", 0.0)), str(fields.get("device", "")))
+                         bool(fields.get("checked", False)), float(fields.get("wall_s", 0.0)), str(fields.get("device", "")),
+                         float(fields.get("std_s", 0.0)))
 
 
 # ------------------------------------------------------------------------------------------------------------
@@ -465,7 +466,7 @@ def _foreign_task(key: str, task: Task) -> tuple[Task, Any] | None:
     if k not in _FOREIGN:
         try:
             workload = {a: tuple(v) if isinstance(v, list) else v for a, v in json.loads(key).items()}
-            other = Task(workload, task.cfg)
+            other = task_of(workload, task.cfg)
             _FOREIGN[k] = (other, feats.task_info(other))
         except Exception:  # noqa: BLE001 - an unusable foreign record is skipped, never a crash
             _FOREIGN[k] = None

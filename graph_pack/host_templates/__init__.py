@@ -9,7 +9,7 @@ Each template has the accelerator templates' interface (parse, space, check, def
 reference, random_inputs, task_workload), so tuning's tuners, records and cost model take it as they are.
 """
 
-from graph_pack.host_templates import conv2d, dense  # importing them registers the templates
+from graph_pack.host_templates import conv2d, dense  # noqa: F401 - importing them registers the templates
 from graph_pack.host_templates.base import (
     EPILOGUES,
     HOST_TEMPLATE_VERSION,
@@ -18,11 +18,15 @@ from graph_pack.host_templates.base import (
     HostTemplate,
     host_template_of,
 )
+from graph_pack.host_templates.graph import (
+    CONV_TEMPLATES,
+    DENSE_TEMPLATES,
+    host_workload,
+    tuned_config,
+    tuned_kernel,
+)
 from graph_pack.host_templates.target import AARCH64, ARMV7, CROSS, CpuTarget, host, object_code
-
-CONV_TEMPLATES = {"x86": conv2d.Conv2dNCHWc.ops[0], "arm": conv2d.Conv2dSpatialPack.ops[0]}
-DENSE_TEMPLATES = {"x86": dense.DensePack.ops[0], "arm": dense.DensePack.ops[0]}
 
 __all__ = ["AARCH64", "ARMV7", "CONV_TEMPLATES", "CROSS", "DENSE_TEMPLATES", "EPILOGUES", "HOST_TEMPLATES",
            "HOST_TEMPLATE_VERSION", "CpuTarget", "HostKernel", "HostTemplate", "host", "host_template_of",
-           "object_code"]
+           "host_workload", "object_code", "tuned_config", "tuned_kernel"]

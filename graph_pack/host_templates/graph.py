@@ -1,0 +1,73 @@
+"""Which graph nodes the host templates take, and their kernels with a tuned schedule (``build``'s
+``host_schedules``): a float32 conv2d (groups 1, NCHW / OIHW) or dense, with the bias add, residual add and relu
+that alone read it fused as the kernel's epilogue."""
+
+from __future__ import annotations
+
+import json
+import threading
+from collections.abc import Callable
+from typing import Any
+
+from graph_pack.host_templates.base import HostKernel, host_template_of
+from graph_pack.host_templates.conv2d import Conv2dNCHWc, Conv2dSpatialPack
+from graph_pack.host_templates.dense import DensePack
+from graph_pack.opdefs import OPS, pair, quad
+
+CONV_TEMPLATES = {"x86": Conv2dNCHWc.ops[0], "arm": Conv2dSpatialPack.ops[0]}   # CPU family -> conv2d template
+DENSE_TEMPLATES = {"x86": DensePack.ops[0], "arm": DensePack.ops[0]}
+HostSchedules = dict[str, dict] | Callable[[dict], dict | None] | None
+_KERNELS: dict[tuple[str, str, tuple[str, ...]], HostKernel] = {}
+_LOCK = threading.Lock()
+
+
+def host_workload(node, graph, arch: str = "x86") -> dict[str, Any] | None:
+    """The host-template workload of a graph node for a CPU family ("x86" / "arm"), or None when no host template
+    takes it (another op, an integer or packed layout, groups)."""
+    if node.op not in ("nn.conv2d", "nn.dense") or len(node.inputs) != 2:
+        return None
+    x, w = graph[node.inputs[0]], graph[node.inputs[1]]
+    a = {**OPS[node.op].defaults, **node.attrs}
+    if (x.dtype, w.dtype, graph[node.name].dtype) != ("float32",) * 3:
+        return None
+    if node.op == "nn.dense":
+        if a.get("data_layout", "NC") != "NC" or a.get("kernel_layout", "OI") != "OI" or len(x.shape) != 2:
+            return None
+        return {"op": DENSE_TEMPLATES[arch], "data_shape": tuple(x.shape), "kernel_shape": tuple(w.shape)}
+    if (a.get("data_layout", "NCHW"), a.get("kernel_layout", "OIHW")) != ("NCHW", "OIHW") or int(a["groups"]) != 1:
+        return None
+    if len(x.shape) != 4 or len(w.shape) != 4 or w.shape[1] != x.shape[1]:
+        return None
+    return {"op": CONV_TEMPLATES[arch], "data_shape": tuple(x.shape), "kernel_shape": tuple(w.shape),
+            "strides": pair(a["strides"], "strides"), "padding": quad(a["padding"], "padding"),
+            "dilation": pair(a["dilation"], "dilation")}
+
+
+def _key(workload: dict) -> str:
+    return json.dumps({k: list(v) if isinstance(v, tuple) else v for k, v in workload.items()}, sort_keys=True,
+                      separators=(",", ":"))
+
+
+def tuned_config(schedules: HostSchedules, node, graph, arch: str) -> tuple[dict, dict] | None:
+    """(workload, config) of the node's tuned schedule in ``schedules`` (keyed like tuning records; this CPU's family
+    first, then the other's), or None."""
+    if schedules is None:
+        return None
+    for family in (arch, *(f for f in CONV_TEMPLATES if f != arch)):
+        workload = host_workload(node, graph, family)
+        if workload is None:
+            return None
+        config = schedules(workload) if callable(schedules) else schedules.get(_key(workload))
+        if config is not None:
+            return workload, config
+    return None
+
+
+def tuned_kernel(workload: dict, config: dict, epilogue: tuple[str, ...]) -> HostKernel:
+    """The compiled kernel of a workload under a tuned config, compiled once per process."""
+    key = (_key(workload), json.dumps(config, sort_keys=True), tuple(epilogue))
+    with _LOCK:
+        if key not in _KERNELS:
+            t = host_template_of(workload["op"]).from_task_workload(workload)
+            _KERNELS[key] = t.build(config, epilogue)
+        return _KERNELS[key]

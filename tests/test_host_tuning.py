@@ -1,0 +1,126 @@
+"""Tuning the host CPU's operators: tasks of a network's float conv2d / dense, measured on this CPU (mean and std
+in the record), the tuners and the log format of the accelerator, and build picking the tuned kernels from the log;
+the output checked against the numpy reference of the whole graph."""
+
+from __future__ import annotations
+
+import io
+import json
+import warnings
+
+import numpy as np
+import pytest
+from extras import need, needs
+
+import tuning
+from graph_pack import build
+from graph_pack.graph import GraphBuilder
+from graph_pack.host_templates import host
+from graph_pack.reference import run_reference
+from tuning.cpu import CpuRunner, CpuTask, MeasureOption, cpu_task, measure_cpu
+from tuning.records import RecordWarning, load_records
+
+pytestmark = needs("llvmlite")
+
+
+def small_net():
+    """conv -> bias -> relu -> conv -> bias -> + residual -> relu -> conv (same shape again) -> flatten -> dense."""
+    rng = np.random.default_rng(0)
+    b = GraphBuilder()
+    x = b.input("x", (1, 8, 6, 6), "float32")
+
+    def conv(name, inp, co, ci):
+        w = b.const(f"{name}.w", (rng.standard_normal((co, ci, 3, 3)) * 0.2).astype(np.float32))
+        c = b.op("nn.conv2d", [inp, w], name=name, padding=(1, 1, 1, 1))
+        return b.op("nn.bias_add", [c, b.const(f"{name}.b", rng.standard_normal(co).astype(np.float32))],
+                    name=f"{name}.bias", axis=1)
+
+    a = b.op("nn.relu", [conv("c1", x, 8, 8)], name="r1")
+    y = b.op("add", [conv("c2", a, 8, 8), a], name="res")
+    y = b.op("nn.relu", [y], name="r2")
+    y = b.op("nn.relu", [conv("c3", y, 8, 8)], name="r3")
+    f = b.op("nn.batch_flatten", [y], name="flat")
+    d = b.op("nn.dense", [f, b.const("fc.w", rng.standard_normal((10, 288)).astype(np.float32) * 0.1)], name="fc")
+    out = b.op("nn.bias_add", [d, b.const("fc.b", rng.standard_normal(10).astype(np.float32))], name="fc.bias",
+               axis=1)
+    graph, params = b.finish([out])
+    return graph, params, rng.standard_normal((1, 8, 6, 6)).astype(np.float32)
+
+
+def test_tasks_of_a_network_tuned_on_this_cpu_are_logged_and_build_uses_them(tmp_path):
+    graph, params, x = small_net()
+    tasks = tuning.extract_tasks(graph, target="cpu")
+    conv_op = "conv2d_NCHWc.x86" if host().arch == "x86" else "conv2d_nchw_spatial_pack.arm"
+    assert [(t.op, t.weight) for t in tasks] == [(conv_op, 3), ("dense_pack.x86", 1)]
+    assert tasks[0].names == ["c1", "c2", "c3"] and all(isinstance(t, CpuTask) for t in tasks)
+    log = tmp_path / "net.cpu.jsonl"
+    with CpuRunner(number=2, repeat=3) as runner:
+        summary = tuning.tune_tasks(tasks, tuner="random", n_trial=3, runner=runner, log=log, batch_size=3)
+    assert len(summary.states) == 2
+    records = load_records(log, template=None)
+    assert len(records) == 6 and all(r.ok for r in records)
+    for r in records:
+        assert r.hw == host().fingerprint and r.template == "cpu-1" and r.result["device"] == "cpu"
+        assert r.result["checked"] and r.result["latency_s"] > 0 and r.result["std_s"] >= 0
+        assert r.cycles == max(1, round(r.result["latency_s"] * 1e9))
+    best = tuning.load_best(log, "cpu")
+    assert set(best) == {t.key for t in tasks}
+    want = run_reference(graph, params, {"x": x})
+    for _ in range(2):   # twice in one process
+        mod = build(graph, "pynq", params, host_schedules=best)
+        tuned = {s.name: s.fused for s in mod.steps if getattr(s, "backend", "") == "tuned"}
+        assert tuned == {"c1": ["c1.bias", "r1"], "c2": ["c2.bias", "res", "r2"], "c3": ["c3.bias", "r3"],
+                         "fc": ["fc.bias"]}
+        mod.run(x=x)
+        np.testing.assert_allclose(mod.get_output(0), want, rtol=1e-4, atol=1e-5)
+    untuned = build(graph, "pynq", params)
+    assert not any(getattr(s, "backend", "") == "tuned" for s in untuned.steps)
+    with warnings.catch_warnings():   # the accelerator's reader passes over the CPU records without a word
+        warnings.simplefilter("error", RecordWarning)
+        assert tuning.load_best(log, "pynq") == {}
+
+
+def test_a_record_of_another_cpu_is_never_applied(tmp_path):
+    task = cpu_task("dense_pack.x86", data_shape=(1, 16), kernel_shape=(8, 16))
+    log = tmp_path / "other.jsonl"
+    tuning.tune_tasks([task], tuner="gridsearch", n_trial=2, runner=CpuRunner(isolate=False), log=log,
+                      out=io.StringIO())
+    lines = log.read_text().splitlines()
+    moved = [json.dumps({**json.loads(line), "hw": "cpu:aarch64-unknown-linux-gnu:cortex-a53:0"}) for line in lines]
+    log.write_text("\n".join(moved) + "\n")
+    with pytest.warns(RecordWarning, match="another hardware config"):
+        assert tuning.load_best(log, "cpu") == {}
+
+
+def test_measurement_checks_the_output_and_names_what_failed():
+    task = cpu_task("dense_pack.x86", data_shape=(1, 16), kernel_shape=(8, 16))
+    option = MeasureOption(number=1, repeat=2)
+    good = measure_cpu(task, task.default_config, option)
+    assert good.ok and good.checked and good.latency_s > 0 and good.device == "cpu"
+    refused = measure_cpu(task, {**task.default_config, "tile_x": [3, 3]}, option)
+    assert refused.error.startswith("invalid config: knob tile_x=[3, 3] is not allowed")
+    broken = CpuTask(task.workload, task.cfg)
+    real = broken.template.build
+
+    def off_by_a_little(config=None, epilogue=()):
+        kernel = real(config, epilogue)
+        return lambda **arrays: kernel(**arrays) + np.float32(1e-3)
+
+    broken.template.build = off_by_a_little
+    wrong = measure_cpu(broken, task.default_config, option)
+    assert wrong.error.startswith("wrong output") and not wrong.ok
+    for bad in ({"number": 0}, {"repeat": 0}, {"timeout": 0}, {"min_repeat_ms": -1}):
+        with pytest.raises(ValueError, match="must be"):
+            MeasureOption(**bad)
+    with pytest.raises(ValueError, match="target='gpu'; allowed: 'vta'"):
+        tuning.extract_tasks(small_net()[0], target="gpu")
+
+
+def test_the_cost_model_tuner_ranks_host_configs():
+    need("xgboost")
+    task = cpu_task("conv2d_NCHWc.x86", data_shape=(1, 8, 8, 8), kernel_shape=(16, 8, 3, 3), padding=(1, 1))
+    tuner = tuning.make_tuner("xgb", task, seed=0)
+    with CpuRunner(number=1, repeat=2) as runner:
+        result = tuner.tune(6, runner, batch_size=3)
+    assert result.trials == 6 and result.best_config is not None and task.check(result.best_config) is None
+    assert tuner.fits >= 1

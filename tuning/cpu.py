@@ -1,0 +1,240 @@
+"""Tuning the host CPU's operators, as AutoTVM tunes x86 and ARM CPUs: tasks of the host templates
+(graph_pack.host_templates), measured by timing the compiled kernel on this CPU.
+
+    tasks = tuning.extract_tasks(graph, target="cpu")            # float conv2d / dense of any network
+    runner = tuning.CpuRunner(number=4, repeat=3, min_repeat_ms=20, timeout=10)   # AutoTVM's measure_option
+    tuning.tune_tasks(tasks, tuner="xgb", n_trial=32, runner=runner, log="r18.cpu.jsonl")
+    mod = graph_pack.build(graph, env, params, host_schedules=tuning.load_best("r18.cpu.jsonl", "cpu"))
+
+Records are the accelerator's format: ``latency_s`` is the mean over ``repeat`` timings of ``number`` calls,
+``std_s`` their standard deviation, ``cycles`` the mean in ns (``CpuTarget.CLOCK_MHZ`` = 1000), ``hw`` the CPU's
+fingerprint (triple, CPU name, features), so a schedule is applied only on the CPU it was tuned on. Each
+measurement runs in a worker process: a config that hangs past ``timeout`` or crashes is a failed result.
+"""
+
+from __future__ import annotations
+
+import multiprocessing
+import signal
+import statistics
+import time
+import traceback
+from collections.abc import Sequence
+from dataclasses import dataclass
+from functools import cached_property
+from typing import Any
+
+import numpy as np
+
+from graph_pack.graph import Graph
+from graph_pack.host_templates import (
+    HOST_TEMPLATE_VERSION,
+    CpuTarget,
+    HostKernel,
+    HostTemplate,
+    host,
+    host_template_of,
+)
+from graph_pack.host_templates.graph import host_workload
+from tuning.measure import CPU, MeasureResult
+from tuning.task import Task, _canonical
+
+__all__ = ["CpuRunner", "CpuTask", "MeasureOption", "cpu_task", "extract_cpu_tasks", "measure_cpu"]
+
+
+class CpuTask(Task):
+    """A host template's workload on one CPU (``cfg`` is its ``CpuTarget``)."""
+
+    @cached_property
+    def template(self) -> HostTemplate:
+        return host_template_of(self.op).from_task_workload(self.workload, self.cfg)
+
+    @property
+    def template_version(self) -> str:
+        return HOST_TEMPLATE_VERSION
+
+    def compile(self, config: dict | None = None, **kwargs) -> HostKernel:
+        return self.template.build(config)
+
+    @property
+    def default_config(self) -> dict:
+        return self.template.default_config()
+
+
+def cpu_task(op: str, target: CpuTarget | None = None, **workload: Any) -> CpuTask:
+    """A task of one host template written by hand, e.g. ``cpu_task("conv2d_NCHWc.x86", data_shape=...)``."""
+    t = host_template_of(op).parse(op, target, (), workload)
+    return CpuTask(_canonical(t.task_workload()), target or host())
+
+
+def extract_cpu_tasks(graph: Graph, target: CpuTarget | None = None, ops: tuple[str, ...] | None = None
+                      ) -> list[CpuTask]:
+    """The float32 conv2d (groups 1, NCHW) and dense nodes of ``graph`` as tasks of ``target``'s template family
+    (x86: NCHWc; ARM: spatial pack), deduplicated and weighted, in order of first use. A packed graph's
+    accelerator groups are not host operators and are skipped. ``ops`` filters by template name."""
+    target = target if isinstance(target, CpuTarget) else host()
+    tasks: dict[str, CpuTask] = {}
+    for node in graph:
+        workload = host_workload(node, graph, target.arch)
+        if workload is None or (ops is not None and workload["op"] not in ops):
+            continue
+        task = CpuTask(_canonical(workload), target)
+        if task.key not in tasks:
+            tasks[task.key] = task
+        else:
+            tasks[task.key].weight += 1
+        tasks[task.key].names.append(node.name)
+    return list(tasks.values())
+
+
+# ---- measuring ---------------------------------------------------------------------------------------------
+
+@dataclass(frozen=True)
+class MeasureOption:
+    """AutoTVM's measure_option for a CPU: ``number`` calls per timing, ``repeat`` timings (mean and std kept),
+    ``number`` raised until one timing lasts ``min_repeat_ms``; ``timeout`` seconds per config (compile and
+    runs); outputs checked against the float64 reference with np.allclose (``check``)."""
+
+    number: int = 1
+    repeat: int = 3
+    min_repeat_ms: float = 0.0
+    timeout: float = 10.0
+    check: bool = True
+
+    def __post_init__(self) -> None:
+        if self.number < 1 or self.repeat < 1:
+            raise ValueError(f"number and repeat must be >= 1, got {self.number}, {self.repeat}")
+        if self.min_repeat_ms < 0 or not self.timeout > 0:
+            raise ValueError(f"min_repeat_ms must be >= 0 and timeout > 0, got {self.min_repeat_ms}, {self.timeout}")
+
+
+def close_to(got: np.ndarray, want: np.ndarray) -> bool:
+    """The host kernels' check: float32 output within 1e-5 of the float64 reference, relative to its largest value
+    (the sums are reassociated, so not bit for bit)."""
+    scale = float(np.abs(want).max()) if want.size else 0.0
+    return got.shape == want.shape and bool(np.allclose(got, want, rtol=1e-5, atol=1e-5 * max(scale, 1e-30)))
+
+
+_REFERENCES: dict[str, tuple[dict, np.ndarray]] = {}
+
+
+def measure_cpu(task: CpuTask, config: dict, option: MeasureOption, seed: int = 0) -> MeasureResult:
+    """Compile ``config``, check its output, time it: mean and std of ``repeat`` timings of ``number`` calls."""
+    t0 = time.perf_counter()
+    reason = task.check(config)
+    if reason:
+        return MeasureResult(config, error=f"invalid config: {reason}", wall_s=time.perf_counter() - t0)
+    try:
+        kernel = task.compile(config)
+        if task.key not in _REFERENCES:
+            inputs = task.template.random_inputs(np.random.default_rng(seed))
+            _REFERENCES.clear()
+            _REFERENCES[task.key] = (inputs, task.template.reference(**inputs))
+        inputs, want = _REFERENCES[task.key]
+        out = kernel(**inputs)
+        if option.check and not close_to(out, want):
+            return MeasureResult(config, error="wrong output: differs from the float64 numpy reference beyond 1e-5",
+                                 checked=True, wall_s=time.perf_counter() - t0, device=CPU)
+        number = option.number
+        while True:
+            start = time.perf_counter()
+            for _ in range(number):
+                kernel(**inputs)
+            once = time.perf_counter() - start
+            if once * 1e3 >= option.min_repeat_ms or number >= 1 << 20:
+                break
+            number = max(number * 2, int(number * option.min_repeat_ms / max(once * 1e3, 1e-3) * 1.1))
+        times = [once / number]
+        for _ in range(option.repeat - 1):
+            start = time.perf_counter()
+            for _ in range(number):
+                kernel(**inputs)
+            times.append((time.perf_counter() - start) / number)
+        mean = statistics.fmean(times)
+        std = statistics.pstdev(times) if len(times) > 1 else 0.0
+        return MeasureResult(config, max(1, round(mean * 1e9)), mean, None, option.check, time.perf_counter() - t0,
+                             CPU, std)
+    except Exception as e:  # noqa: BLE001 - a failing config is a measurement result, never a crash of the tuner
+        detail = "".join(traceback.format_exception_only(type(e), e)).strip()
+        return MeasureResult(config, error=f"failed: {detail}", wall_s=time.perf_counter() - t0)
+
+
+def _serve(conn) -> None:
+    """The worker process: measure what the parent sends until it closes the pipe."""
+    signal.signal(signal.SIGINT, signal.SIG_IGN)   # Ctrl-C is the parent's to handle
+    while True:
+        try:
+            job = conn.recv()
+        except EOFError:
+            return
+        conn.send(measure_cpu(*job))
+
+
+class _Worker:
+    """One measuring process (forked: it starts with this process's imports), replaced when a config hangs or
+    kills it."""
+
+    def __init__(self) -> None:
+        ctx = multiprocessing.get_context("fork")
+        self.conn, child = ctx.Pipe()
+        self.proc = ctx.Process(target=_serve, args=(child,), daemon=True)
+        self.proc.start()
+        child.close()
+
+    def call(self, job: tuple, timeout: float) -> MeasureResult | str:
+        """The result, or why there is none ("timed out ...", "the worker died ...")."""
+        try:
+            self.conn.send(job)
+            if self.conn.poll(timeout):
+                return self.conn.recv()
+        except (EOFError, OSError, BrokenPipeError):
+            return f"the measuring process died (exit code {self.proc.exitcode})"
+        return f"timed out after {timeout:g} s"
+
+    def close(self) -> None:
+        self.conn.close()
+        if self.proc.is_alive():
+            self.proc.kill()
+        self.proc.join(5)
+
+
+class CpuRunner:
+    """Measure host-template configs on this CPU, one at a time (timings on a shared CPU stay honest), each in a
+    worker process with ``timeout`` (AutoTVM's ``measure_option(builder=LocalBuilder(), runner=LocalRunner(
+    number, repeat, min_repeat_ms, timeout))``). ``isolate=False`` measures in this process (no timeout)."""
+
+    def __init__(self, number: int = 1, repeat: int = 3, min_repeat_ms: float = 0.0, timeout: float = 10.0,
+                 check: bool = True, seed: int = 0, isolate: bool = True):
+        self.option = MeasureOption(number, repeat, min_repeat_ms, timeout, check)
+        self.seed, self.isolate = seed, isolate
+        self._worker: _Worker | None = None
+
+    def measure(self, task: Task, configs: Sequence[dict]) -> list[MeasureResult]:
+        if not isinstance(task, CpuTask):
+            raise TypeError(f"CpuRunner measures host-template tasks (extract_tasks(..., target='cpu')), got {task!r}")
+        out = []
+        for config in configs:
+            job = (task, config, self.option, self.seed)
+            if not self.isolate:
+                out.append(measure_cpu(*job))
+                continue
+            if self._worker is None:
+                self._worker = _Worker()
+            got = self._worker.call(job, self.option.timeout)
+            if isinstance(got, str):
+                self._worker.close()
+                self._worker = None
+                got = MeasureResult(config, error=f"failed: {got}")
+            out.append(got)
+        return out
+
+    def close(self) -> None:
+        if self._worker is not None:
+            self._worker.close()
+            self._worker = None
+
+    def __enter__(self) -> CpuRunner:
+        return self
+
+    def __exit__(self, *exc) -> None:
+        self.close()
