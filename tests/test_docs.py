@@ -199,6 +199,9 @@ SUBSTITUTIONS: dict[tuple[str, ...], tuple[tuple[str, ...], str]] = {
     _argv("vta run resnet-18 --log r18.jsonl"):
         (_argv("vta run resnet-18 --log r18.jsonl --image-size 32"),
          "r18.jsonl was tuned on 32x32 inputs (above): the run takes the same size, whose tasks the log holds"),
+    _argv("vta tune resnet-18 --log r18.jsonl --plot r18-tuning.html"):
+        (_argv("vta tune resnet-18 --log r18.jsonl --plot r18-tuning.html") + SMALL_TUNE,
+         SMALL_TUNE_WHY.format(n="64 (the default)") + "; the sizes r18.jsonl was tuned with, so it is only drawn"),
     _argv("vta tune resnet-18 --log r18.jsonl --fresh"):
         (_argv("vta tune resnet-18 --log r18.jsonl --fresh") + SMALL_TUNE, SMALL_TUNE_WHY.format(n="64 (the default)")),
     _argv("python -m tuning.tune_conv2d --layers C2,C5 --n-trial 100"):
@@ -429,7 +432,12 @@ def check_run(cmd: DocCommand, out: str, work: Path) -> None:
         assert re.search(r"^\S+ +\S+ +VTA +\d+ +[\d,]+ ", out, re.MULTILINE)
     if "--check" in argv:
         assert "check: output matches the numpy reference bit-exactly" in out
-    if "--report" in argv:  # where every node runs, and why
+    page = next((a for a in options(argv, "--report") if a.endswith(".html")), None)
+    if page:  # the run's pictures, on one page that fetches nothing
+        text = (work / page).read_text()
+        assert f"report: {page} " in out and "<h2>Roofline</h2>" in text and "<h2>Module timeline</h2>" in text
+        assert not re.search(r"""(src|href)=["']?https?:""", text)
+    elif "--report" in argv:  # where every node runs, and why
         assert re.search(r"^node +op +where +why", out, re.MULTILINE) and " accelerator " in out
     if "--log" in argv:  # every task tuned above has its best record applied
         m = re.search(rf"^schedules: (\d+) of (\d+) task\(s\) from {re.escape(option(argv, '--log'))} ", out, re.MULTILINE)
@@ -454,6 +462,9 @@ def check_tune(cmd: DocCommand, out: str, work: Path) -> None:
     assert re.search(r"end-to-end simulated latency: untuned [\d,]+ cycles .* outputs identical", out), out[-500:]
     records = [json.loads(line) for line in (work / log_of(out)).read_text().splitlines()]
     assert records
+    plot = option(cmd.argv, "--plot")
+    if plot:  # the log's tuning curves
+        assert f"plot: {plot} " in out and "<h2>Tasks</h2>" in (work / plot).read_text()
 
 
 def check_tune_script(cmd: DocCommand, out: str, work: Path) -> None:
