@@ -118,10 +118,11 @@ def timeline(module: GraphModule, max_insns: int = MAX_TRACED_INSNS) -> dict[str
             offset += st.cycles
         spans.append([step.name, start, offset])
     arrays = {m: np.array(v, dtype=np.int64).reshape(-1, 2) for m, v in per_module.items()}
-    edges = np.linspace(0, offset, TIMELINE_BINS + 1)
+    bins = min(TIMELINE_BINS, offset)
+    edges = np.linspace(0, offset, bins + 1)
     width = np.diff(edges)
     busy = {m: (np.diff(_busy_before(a[:, 0], a[:, 1], edges)) / width).round(4).tolist() if len(a) else
-            [0.0] * TIMELINE_BINS for m, a in arrays.items()}
+            [0.0] * bins for m, a in arrays.items()}
     name, lo, hi = max(spans, key=lambda s: s[2] - s[1])
     px = (hi - lo) / GANTT_PX
     bars = {}
@@ -131,11 +132,11 @@ def timeline(module: GraphModule, max_insns: int = MAX_TRACED_INSNS) -> dict[str
     shown = sum(len(b) for b in bars.values())
     traced = sum(len(a) for a in arrays.values())
     detail = sum(b[2] for bs in bars.values() for b in bs)
-    return {"cycles": offset, "instructions": traced, "bins": TIMELINE_BINS, "busy": busy, "groups": spans,
+    return {"cycles": offset, "instructions": traced, "bins": bins, "busy": busy, "groups": spans,
             "detail": {"name": name, "start": lo, "cycles": hi - lo, "instructions": detail, "bars": bars,
                        "cycles_per_px": px},
             "note": (f"{traced:,} instructions traced; the whole run is shown as the busy fraction of each module "
-                     f"in {TIMELINE_BINS} bins of {offset / TIMELINE_BINS:,.0f} cycles; the longest group's "
+                     f"in {bins} bins of {offset / bins:,.1f} cycles; the longest group's "
                      f"{detail:,} instructions are drawn as {shown:,} bars"
                      + (f" (instructions less than one pixel = {px:,.1f} cycles apart are merged)"
                         if shown < detail else ""))}
@@ -183,7 +184,8 @@ def _summary(d: dict[str, Any]) -> str:
             ("host ops", f"{_ms(s['host_s'])} measured on this machine, {s['host_ops']} step(s)"),
             ("wall time of the run", _ms(s["wall_s"]) if s["wall_s"] is not None else "-"),
             ("compile", compile_s or "-"),
-            ("accelerator groups", f"{s['groups']}, of which {len(s['fallbacks'])} fell back to the host")]
+            ("accelerator groups", (f"{s['groups'] + len(s['fallbacks'])} planned by graph_pack: {s['groups']} ran "
+                                    f"on the accelerator, {len(s['fallbacks'])} fell back to the host"))]
     body = "".join(f"<tr><th>{esc(k)}</th><td>{esc(v)}</td></tr>" for k, v in rows)
     return f"<h2>Summary</h2><table>{body}</table>" + _time_split(d)
 
@@ -228,7 +230,8 @@ def _roofline(d: dict[str, Any]) -> str:
                    f"{name}: {si(bw)}B/s; compute peak {peak:g} GOPS")
     chart.text(x_hi, peak, f"compute peak {peak:g} GOPS ({r['batch']}x{r['block_in']}x{r['block_out']} MACs/cycle)",
                anchor="end", dy=-6)
-    at = x_lo * 1.3   # the foot of the memory roof, where groups rarely are; above the roof where the text ends
+    # the foot of the memory roof (where it enters the picture), where groups rarely are; above where the text ends
+    at = 1.3 * max(x_lo, y_lo * 1e9 / (2 * r["bus_bytes_per_s"]))
     chart.text(at, 2 * at * 2.5 * r["bus_bytes_per_s"] / 1e9, f"bus {si(r['bus_bytes_per_s'])}B/s", dy=-6)
     colors = _op_colors(layers)
     numbers: list[tuple[float, float, list[str]]] = []   # points closer than a label share one: "4,10"
@@ -312,7 +315,7 @@ def _host_section(d: dict[str, Any]) -> str:
     for r in sorted(rows, key=lambda r: -r["seconds"]):
         share = 100 * r["seconds"] / total
         bar = f'<span style="display:inline-block;width:{2 * share:.0f}px;height:9px;background:#76b7b2"></span>'
-        why = f"fallback of {esc(r['fallback_of'])}: {esc(r['why'])}" if r["fallback_of"] else ""
+        why = f"fallback of {esc(r['fallback_of'])}" if r["fallback_of"] else ""
         body.append(f"<tr><td>{esc(r['name'])}</td><td>{esc(r['op'])}</td><td class=num>{r['seconds'] * 1e3:.3f}</td>"
                     f"<td class=num>{share:.1f}%</td><td>{bar}</td><td class=warn>{why}</td></tr>")
     out.append("<table><tr><th>op</th><th>kind</th><th class=num>ms</th><th class=num>share</th><th></th><th></th></tr>"

@@ -226,7 +226,7 @@ td.num, th.num { text-align: right; font-variant-numeric: tabular-nums; } tr:nth
 .legend span { margin-right: 16px; font-size: 13px; }
 .legend i { display: inline-block; width: 12px; height: 12px; margin-right: 4px; vertical-align: -1px;
             border: 1px solid #999; }
-details summary { cursor: pointer; }
+details { margin-top: 8px; } details summary { cursor: pointer; }
 """
 
 

@@ -8,6 +8,7 @@ read as plain JSON. A page must be well-formed HTML that fetches nothing.
 
 from __future__ import annotations
 
+import html
 import itertools
 import json
 import math
@@ -188,6 +189,29 @@ def test_timeline_is_the_trace_of_the_run(cli_report):
         assert all(0 <= s < e <= detail["cycles"] for s, e, _ in bars)
         assert all(a[1] <= b[0] for a, b in itertools.pairwise(bars))
     assert "instructions traced" in t["note"]
+
+
+def test_host_fallbacks_are_named_with_their_reason(tmp_path):
+    """A group graph_pack planned but the template refused runs on the host: the page names it, with the reason
+    the run prints, and marks its ops among the host ops."""
+    from test_networks import _tiny_onnx  # a conv with too few output positions for VTA's pipeline
+
+    _tiny_onnx(tmp_path / "tiny.onnx")
+    page = tmp_path / "tiny.html"
+    proc = subprocess.run([sys.executable, "-m", "vta", "run", str(tmp_path / "tiny.onnx"), "--start", "qnn.quantize",
+                           "--stop", "nn.global_avg_pool2d", "--skip-conv", "none", "--report", str(page)],
+                          capture_output=True, text=True, check=False)
+    assert proc.returncode == 0, proc.stderr
+    data, _ = check_page(page)
+    printed = re.findall(r"^host fallback: accelerator group '(\S+)' runs on the CPU \((.*)\)$", proc.stdout, re.MULTILINE)
+    why = data["summary"]["fallbacks"]["c0"]
+    assert printed == [("c0", why.removeprefix("CPU: "))] and "no config of this template fits" in why
+    assert [r["name"] for r in data["layers"]] == ["c1"]
+    members = {r["name"] for r in data["host"] if r["fallback_of"] == "c0"}
+    assert "c0" in members and len(members) > 1
+    text = page.read_text()
+    assert f"host fallback: accelerator group c0 runs on the CPU: {html.escape(printed[0][1])}" in text
+    assert "2 planned by graph_pack: 1 ran on the accelerator, 1 fell back to the host" in text
 
 
 def _digits_module():
