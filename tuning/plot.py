@@ -21,6 +21,13 @@ from tuning.records import load_records
 from tuning.task import Task
 
 PANEL = (350, 220)   # pixels of one task's picture; three to a row
+TUNER_COLORS = {"xgb": "#4e79a7", "random": "#f28e2b", "gridsearch": "#59a14f", "ga": "#b07aa1", "xgb_rank": "#76b7b2"}
+
+
+def _tuner_colors(names) -> dict[str, str]:
+    """A colour per tuner, the same on every page; others (and "?" for older logs) take the palette's rest."""
+    rest = iter(c for c in PALETTE if c not in TUNER_COLORS.values())
+    return {name: TUNER_COLORS.get(name) or next(rest, "#999") for name in sorted(names)}
 
 
 def _seconds(result: dict[str, Any], cfg: HwConfig) -> float | None:
@@ -74,7 +81,7 @@ def _network_chart(d: dict[str, Any]) -> str:
     return chart.svg()
 
 
-def _task_chart(i: int, t: dict[str, Any]) -> str:
+def _task_chart(i: int, t: dict[str, Any], color: dict[str, str]) -> str:
     ok = [(n, s * 1e3) for n, s in enumerate(t["seconds"], 1) if s is not None]
     failed = len(t["seconds"]) - len(ok)
     title = f"#{i} {t['name']}"
@@ -84,8 +91,6 @@ def _task_chart(i: int, t: dict[str, Any]) -> str:
     lo, hi = min(values) / 1.1, max(values) * 1.25   # room above for the caption
     chart = Chart(*PANEL, Axis(0.5, len(t["seconds"]) + 0.5, "trial"), Axis(lo, hi, "ms", log=True), title,
                   margin=(50, 10, 26, 38), title_size=10)
-    tuners = sorted(set(t["tuners"]))
-    color = {name: PALETTE[(k + 1) % len(PALETTE)] for k, name in enumerate(tuners)}
     for n, ms in ok:
         chart.point(n, ms, color[t["tuners"][n - 1]], 2.5, f"trial {n} ({t['tuners'][n - 1]}): {ms:.4f} ms",
                     css="trial", opacity=0.6)
@@ -99,14 +104,13 @@ def _task_chart(i: int, t: dict[str, Any]) -> str:
 
 
 def render_tuning(d: dict[str, Any]) -> str:
-    tuners = sorted({name for t in d["tasks"] for name in t["tuners"]})
-    colors = " ".join(f'<span style="color:{PALETTE[(k + 1) % len(PALETTE)]}">&#9679; {esc(name)}</span>'
-                      for k, name in enumerate(tuners))
+    tuner_colors = _tuner_colors({n for t in d["tasks"] for n in t["tuners"]})
+    colors = " ".join(f'<span style="color:{color}">&#9679; {esc(name)}</span>' for name, color in tuner_colors.items())
     intro = (f'<p class="note">{d["records"]} record(s) of {esc(d["config"])} in {esc(d["log"])}, {len(d["tasks"])} '
              "task(s). Times are what the tuners minimise: one call on the board (the config's board model, or "
              "measured), else cycles at the clock. A point is one trial, coloured by the tuner that proposed it "
              f"({colors}); the black step line is the best so far.</p>")
-    panels = "".join(f'<div style="display:inline-block">{_task_chart(i, t)}</div>'
+    panels = "".join(f'<div style="display:inline-block">{_task_chart(i, t, tuner_colors)}</div>'
                      for i, t in enumerate(d["tasks"], 1))
     return page(f"Tuning: {d['log']}", [intro, "<h2>Network</h2>", _network_chart(d), "<h2>Tasks</h2>", panels],
                 json.dumps(d, sort_keys=True))
