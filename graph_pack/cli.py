@@ -11,10 +11,12 @@ from pathlib import Path
 
 import numpy as np
 
-from graph_pack import zoo
+from graph_pack import jit, zoo
 from graph_pack.build import CPU_BACKENDS, build
 from graph_pack.frontend_onnx import DEFAULT_MAX_MODEL_BYTES, DEFAULT_MAX_TENSOR_BYTES, from_onnx
 from graph_pack.graph import Graph
+from graph_pack.host_run import run_cpu
+from graph_pack.host_templates import host
 from graph_pack.pack import format_offload_report, graph_pack
 from graph_pack.quantize import MODES, quantize
 from graph_pack.reference import run_reference
@@ -185,7 +187,12 @@ def skip_conv_layers(values: list[int | None] | None) -> list[int]:
         help="a group the templates refuse: run it on the host and say so (warn, default) or stop (error)"),
     arg("--cpu", choices=CPU_BACKENDS, default="auto", help="host kernels (default auto: JIT if llvmlite)"),
     arg("--log", metavar="FILE", help="a tuning log (vta tune --log): build each accelerator task with its best "
-                                      "record for this config; tasks without one keep the template's default"),
+                                      "record for this config; tasks without one keep the template's default; "
+                                      "the host's float conv2d / dense with their best records for this CPU "
+                                      "(vta tune --target cpu)"),
+    arg("--target", choices=("vta", "cpu"), default="vta",
+        help="vta: quantize and offload to the accelerator (default); cpu: every layer of the float network on this "
+             "CPU (tuned kernels from --log), timed over several runs (mean and std)"),
     threads_arg(),
     arg("--device", choices=("sim", "pynq", "rtl"), default="sim",
         help="where the accelerator groups run: the simulator (default), a Pynq board with a VTA bitstream "
@@ -233,7 +240,11 @@ def _run(args: argparse.Namespace) -> int:
         check_html_path(page, "--report")
     cfg = _load(args.config, args.sets)
     env = Environment(cfg)
+    if args.target == "cpu":
+        return run_cpu(args, env, _float_model)
     schedules = read_schedules(args.log, cfg) if args.log else None   # a missing log fails before the work
+    # the host's tuned kernels from the same log (a board without llvmlite runs graph_pack's numpy kernels)
+    host_schedules = read_schedules(args.log, host()) if args.log and jit.available() else None
     if args.device != "pynq" and (args.board or args.bitstream):
         raise ValueError("--board and --bitstream apply to --device pynq")
     if args.rpc and args.device != "sim":
@@ -263,7 +274,7 @@ def _run(args: argparse.Namespace) -> int:
     times["graph_pack"] = time.perf_counter() - t0
     t0 = time.perf_counter()
     mod = build(packed, env, qparams, schedules, cpu=args.cpu, fallback="error" if args.fallback == "error" else "allow",
-                device=board if board is not None else _simulator(cfg, args.threads))
+                device=board if board is not None else _simulator(cfg, args.threads), host_schedules=host_schedules)
     times["build"] = time.perf_counter() - t0
     t0 = time.perf_counter()
     mod.run(**{data: x})
@@ -280,6 +291,8 @@ def _run(args: argparse.Namespace) -> int:
     print(f"{args.model} on {cfg.model} ({cfg.CLOCK_MHZ:g} MHz, {where}), batch {batch}, input {graph[data].shape}")
     if schedules is not None:
         print(schedules.summary())
+    if host_schedules is not None and host_schedules.applied:
+        print(host_schedules.summary())
     if args.report is True:
         print(format_offload_report(packed))
     for head, reason in mod.fallbacks.items():
@@ -314,6 +327,16 @@ def _run(args: argparse.Namespace) -> int:
         if differs:
             return 1
     return 0
+
+
+def _float_model(args: argparse.Namespace):
+    """(graph, params, input, top-5 formatter) of the float network, for --target cpu."""
+    graph, params, _ = load_model(args.model, args.batch or 1, args.image_size, args.seed, _shapes(args.shapes),
+                                  args.max_tensor_mb, args.max_model_mb)
+    data = graph.inputs[0]
+    x = _load_input(args.input, graph, data) if args.input else \
+        np.random.default_rng(args.seed).standard_normal(graph[data].shape).astype(np.float32)
+    return graph, params, x, lambda y: _top5(y, random_weights=not Path(args.model).is_file())
 
 
 def _remote(cfg, args: argparse.Namespace):

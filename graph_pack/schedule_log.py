@@ -19,6 +19,7 @@ from pathlib import Path
 from typing import Any
 
 from graph_pack.build import workload_key
+from graph_pack.host_templates import HOST_TEMPLATE_VERSION, CpuTarget, host_template_of
 from hw_config import HwConfig
 from vta.templates import TEMPLATE_VERSION, template_of
 
@@ -60,7 +61,7 @@ class LoggedSchedules:
     """The schedules of a log for one hardware config; call it with a workload (``build(..., schedules=it)``)."""
 
     path: str
-    cfg: HwConfig
+    cfg: HwConfig | CpuTarget
     candidates: dict[str, list[dict]] = field(default_factory=dict)   # key -> configs, fastest first
     records: int = 0       # successful records of this config and template version
     foreign: int = 0       # records of another hardware config or template version
@@ -97,21 +98,27 @@ class LoggedSchedules:
         if skipped:
             line += "; records skipped: " + ", ".join(skipped)
         if missing:
-            line += f"; no record for {len(missing)}, which keep the template's default: " + ", ".join(missing)
+            kept = "graph_pack.jit's fixed kernel" if isinstance(self.cfg, CpuTarget) else "the template's default"
+            line += f"; no record for {len(missing)}, which keep {kept}: " + ", ".join(missing)
         return line
 
 
-def _accepts(workload: dict[str, Any], config: dict, cfg: HwConfig) -> bool:
+def _accepts(workload: dict[str, Any], config: dict, cfg: HwConfig | CpuTarget) -> bool:
     """Whether the workload's template takes ``config`` (checked without emitting anything)."""
     try:
-        template = template_of(workload["op"]).from_task_workload(workload, cfg)
+        of = host_template_of if isinstance(cfg, CpuTarget) else template_of
+        template = of(workload["op"]).from_task_workload(workload, cfg)
         return template.check(template.space().normalize(config)) is None
     except (ValueError, TypeError, KeyError):   # KnobError and ScheduleError are ValueErrors
         return False
 
 
-def read_schedules(path: str | os.PathLike, cfg: HwConfig) -> LoggedSchedules:
-    """The best schedules of the log at ``path`` for ``cfg`` (FileNotFoundError naming it when absent)."""
+def read_schedules(path: str | os.PathLike, cfg: HwConfig | CpuTarget) -> LoggedSchedules:
+    """The best schedules of the log at ``path`` for ``cfg`` (FileNotFoundError naming it when absent); for a
+    ``CpuTarget``, the host templates' records made on that CPU (``build``'s ``host_schedules``). Records of the other
+    kind (the accelerator's beside the CPU's in one log) are passed over without being counted."""
+    cpu = isinstance(cfg, CpuTarget)
+    version = HOST_TEMPLATE_VERSION if cpu else TEMPLATE_VERSION
     p = Path(path)
     if not p.is_file():
         raise FileNotFoundError(f"--log {path}: no such tuning log")
@@ -135,8 +142,8 @@ def read_schedules(path: str | os.PathLike, cfg: HwConfig) -> LoggedSchedules:
                     and isinstance(rec.get("result"), dict)):
                 out.unreadable += 1
                 continue
-            if rec.get("hw") != cfg.fingerprint or rec.get("template") != TEMPLATE_VERSION:
-                out.foreign += 1
+            if rec.get("hw") != cfg.fingerprint or rec.get("template") != version:
+                out.foreign += str(rec.get("hw")).startswith("cpu:") == cpu
                 continue
             rank = record_rank(rec["result"])
             if rank is not None:

@@ -6,6 +6,8 @@ from __future__ import annotations
 
 import io
 import json
+import re
+import subprocess
 import warnings
 
 import numpy as np
@@ -50,7 +52,7 @@ def small_net():
 def test_tasks_of_a_network_tuned_on_this_cpu_are_logged_and_build_uses_them(tmp_path):
     graph, params, x = small_net()
     tasks = tuning.extract_tasks(graph, target="cpu")
-    conv_op = "conv2d_NCHWc.x86" if host().arch == "x86" else "conv2d_nchw_spatial_pack.arm"
+    conv_op = tuning.cpu.host_conv_op()
     assert [(t.op, t.weight) for t in tasks] == [(conv_op, 3), ("dense_pack.x86", 1)]
     assert tasks[0].names == ["c1", "c2", "c3"] and all(isinstance(t, CpuTask) for t in tasks)
     log = tmp_path / "net.cpu.jsonl"
@@ -63,6 +65,11 @@ def test_tasks_of_a_network_tuned_on_this_cpu_are_logged_and_build_uses_them(tmp
         assert r.hw == host().fingerprint and r.template == "cpu-1" and r.result["device"] == "cpu"
         assert r.result["checked"] and r.result["latency_s"] > 0 and r.result["std_s"] >= 0
         assert r.cycles == max(1, round(r.result["latency_s"] * 1e9))
+    again = io.StringIO()   # the same run again resumes: nothing is measured twice
+    with CpuRunner(number=2, repeat=3) as runner:
+        tuning.tune_tasks(tuning.extract_tasks(graph, target="cpu"), tuner="random", n_trial=3, runner=runner,
+                          log=log, batch_size=3, out=again)
+    assert "resuming from 6 records" in again.getvalue() and len(load_records(log, template=None)) == 6
     best = tuning.load_best(log, "cpu")
     assert set(best) == {t.key for t in tasks}
     want = run_reference(graph, params, {"x": x})
@@ -124,3 +131,54 @@ def test_the_cost_model_tuner_ranks_host_configs():
         result = tuner.tune(6, runner, batch_size=3)
     assert result.trials == 6 and result.best_config is not None and task.check(result.best_config) is None
     assert tuner.fits >= 1
+
+
+def _vta(*argv: str, cwd) -> subprocess.CompletedProcess:
+    return subprocess.run(["vta", *argv], capture_output=True, text=True, cwd=cwd, timeout=600, check=False)
+
+
+def test_vta_tune_and_run_target_cpu_use_the_log(tmp_path):
+    tuned = _vta("tune", "resnet-18", "--target", "cpu", "--image-size", "32", "--n-trial", "2", "--tuner", "random",
+                 "--ops", "dense_pack.x86", "--log", "r18.cpu.jsonl", "--repeat", "2", cwd=tmp_path)
+    assert tuned.returncode == 0, tuned.stderr
+    assert "resnet-18: 1 host task(s) on" in tuned.stdout and "outputs agree" in tuned.stdout
+    assert "vta run resnet-18 --target cpu --image-size 32 --log r18.cpu.jsonl" in tuned.stdout
+    records = load_records(tmp_path / "r18.cpu.jsonl", template=None)
+    assert len(records) == 2 and {r.op for r in records} == {"dense_pack.x86"}
+    ran = _vta("run", "resnet-18", "--target", "cpu", "--image-size", "32", "--log", "r18.cpu.jsonl", "--check",
+               "--no-layers", cwd=tmp_path)
+    assert ran.returncode == 0, ran.stderr
+    assert "schedules: 1 of 12 task(s) from r18.cpu.jsonl" in ran.stdout
+    assert "1 layer(s) with tuned host kernels" in ran.stdout
+    assert re.search(r"inference: mean [\d.]+ ms, std [\d.]+ ms over 10 runs", ran.stdout)
+    assert "check: output matches the numpy reference" in ran.stdout
+    # a VTA build runs its host part (the float stem and classifier) with the host's tuned kernels from the same log
+    packed = _packed_r18()
+    assert [t.op for t in tuning.extract_tasks(packed, target="cpu")] == [tuning.cpu.host_conv_op(), "dense_pack.x86"]
+    stem = tuning.extract_tasks(packed, target="cpu", ops=(tuning.cpu.host_conv_op(),))
+    with CpuRunner(number=1, repeat=2) as runner:
+        tuning.tune_tasks(stem, tuner="random", n_trial=1, runner=runner, log=tmp_path / "r18.cpu.jsonl",
+                          out=io.StringIO())
+    vta = _vta("run", "resnet-18", "--image-size", "32", "--log", "r18.cpu.jsonl", "--no-layers", cwd=tmp_path)
+    assert vta.returncode == 0, vta.stderr
+    assert "schedules: 2 of 2 task(s) from r18.cpu.jsonl" in vta.stdout
+
+
+def _packed_r18():
+    from graph_pack.cli import load_model
+    from graph_pack.pack import graph_pack
+    from graph_pack.quantize import quantize
+    graph, params, (start, stop) = load_model("resnet-18", 1, 32, 0)
+    qgraph, _ = quantize(graph, params)
+    return graph_pack(qgraph, "pynq", start_name=start, stop_name=stop)
+
+
+@pytest.mark.parametrize(("argv", "message"), [
+    (["run", "resnet-18", "--target", "cpu", "--device", "pynq"], "--target cpu runs the float network on this CPU"),
+    (["tune", "resnet-18", "--target", "cpu", "--dask", "local"], "--dask do(es) not apply"),
+    (["run", "resnet-18", "--target", "cpu", "--log", "missing.jsonl"], "--log missing.jsonl: no such tuning log"),
+])
+def test_the_cli_refuses_what_target_cpu_cannot_do(tmp_path, argv, message):
+    done = _vta(*argv, cwd=tmp_path)
+    assert done.returncode != 0 and message in done.stderr and "Traceback" not in done.stderr
+    assert len(done.stderr.strip().splitlines()) == 1, done.stderr

@@ -10,13 +10,14 @@ import shlex
 from pathlib import Path
 
 from graph_pack.svg import check_html_path
+from tuning.cpu_network import tune_cpu_cmd
 from tuning.network import tune_network
 from tuning.plot import write_tuning_plot
 from tuning.records import check_log_path, count_records, move_aside
 from tuning.rpc_runner import RUNNER_FLAGS, runner_from_flags
 from tuning.tune import STRATEGIES
 from tuning.tuners import TUNERS
-from vta.cli import Interrupted, _key_value, _load, arg, command, int_in
+from vta.cli import Interrupted, _key_value, _load, arg, command, float_in, int_in
 
 TRIALS = int_in(1, 10_000_000, "a trial count")
 
@@ -64,12 +65,22 @@ def resumable(log: str | os.PathLike):
     arg("--seed", type=int, default=0, help="seed of the tuners, weights and input"),
     arg("--plot", metavar="FILE.html", help="after tuning, draw the log's tuning curves (best time per task "
         "against trials) to this self-contained page; on a finished log nothing is measured again"),
+    arg("--target", choices=("vta", "cpu"), default="vta",
+        help="vta: the accelerator's layers (default); cpu: the float network's conv2d / dense on this CPU (with --rpc: "
+             "on the CPU of a `vta rpc server --device cpu`), timed by the measure options below"),
+    arg("--number", type=int_in(1, 1 << 20), default=1, help="--target cpu: calls per timing (default 1)"),
+    arg("--repeat", type=int_in(1, 1000), default=3, help="--target cpu: timings per config, mean and std kept "
+                                                           "(default 3)"),
+    arg("--min-repeat-ms", type=float_in(0, 60_000, "a time in ms", "0..60000"), default=10.0,
+        help="--target cpu: raise --number until one timing lasts this long (default 10)"),
+    arg("--timeout", type=float_in(0.1, 3600, "a time in seconds", "0.1..3600"), default=10.0,
+        help="--target cpu: seconds a config may take to compile and run (default 10)"),
 ])
 def tune_cmd(args: argparse.Namespace) -> int:
     """Extract the network's accelerator tasks, tune them against the simulator, then build with the best
     schedules and compare the simulated end-to-end latency with the untuned build (outputs must match)."""
     cfg = _load(args.config, args.sets)
-    log = args.log or f"{Path(args.model).stem}.{cfg.TARGET}.tune.jsonl"
+    log = args.log or f"{Path(args.model).stem}.{'cpu' if args.target == 'cpu' else cfg.TARGET}.tune.jsonl"
     check_log_path(log, "--log")
     if args.plot is not None:
         check_html_path(args.plot, "--plot")
@@ -80,6 +91,8 @@ def tune_cmd(args: argparse.Namespace) -> int:
         aside = move_aside(log)
         if aside is not None:
             print(f"--fresh: moved the earlier log {log} aside to {aside}; starting a new log")
+    if args.target == "cpu":
+        return tune_cpu_cmd(args, cfg, log, ops, resumable)
     remote = args.rpc or args.dask
     with resumable(log), runner_from_flags(args, check=args.check, timing_only=args.timing_only,
                                            n_parallel=args.parallel) if remote else contextlib.nullcontext() as runner:

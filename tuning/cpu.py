@@ -39,7 +39,7 @@ from graph_pack.host_templates.graph import host_workload
 from tuning.measure import CPU, MeasureResult
 from tuning.task import Task, _canonical
 
-__all__ = ["CpuRunner", "CpuTask", "MeasureOption", "cpu_task", "extract_cpu_tasks", "measure_cpu"]
+__all__ = ["CpuRunner", "CpuTask", "MeasureOption", "cpu_task", "extract_cpu_tasks", "host_conv_op", "measure_cpu"]
 
 
 class CpuTask(Task):
@@ -238,3 +238,9 @@ class CpuRunner:
 
     def __exit__(self, *exc) -> None:
         self.close()
+
+
+def host_conv_op(target: CpuTarget | None = None) -> str:
+    """The conv2d template of ``target``'s family (default this CPU): NCHWc on x86, spatial pack on ARM."""
+    from graph_pack.host_templates import CONV_TEMPLATES
+    return CONV_TEMPLATES[(target or host()).arch]

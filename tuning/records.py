@@ -259,6 +259,8 @@ def load_records(path: str | os.PathLike, *, task: Task | None = None, cfg: HwCo
     path = Path(path)
     if not path.exists():
         return []
+    if task is not None and template == TEMPLATE_VERSION:
+        template = task.template_version   # a host template's task: its own version
     hw = cfg.fingerprint if cfg is not None else (task.cfg.fingerprint if task is not None else None)
     records, bad, foreign = [], [], 0
     with open(path, encoding="utf-8", errors="replace") as f:

@@ -177,7 +177,8 @@ def tune_tasks(tasks: Sequence[Task], *, tuner: str = "xgb", n_trial: int = 200,
     tuners = [make_tuner(tuner, task, seed=seed + i) for i, task in enumerate(tasks)]
     for t in tuners:
         if transfer and log is not None and hasattr(t, "load_history"):
-            others = [r for r in load_records(log, cfg=t.task.cfg) if r.workload != t.task.key]
+            others = [r for r in load_records(log, cfg=t.task.cfg, template=t.task.template_version)
+                      if r.workload != t.task.key]
             if others:
                 t.load_history(others)
         resume(t, log)

@@ -49,18 +49,13 @@ def _key(workload: dict) -> str:
 
 
 def tuned_config(schedules: HostSchedules, node, graph, arch: str) -> tuple[dict, dict] | None:
-    """(workload, config) of the node's tuned schedule in ``schedules`` (keyed like tuning records; this CPU's family
-    first, then the other's), or None."""
-    if schedules is None:
+    """(workload, config) of the node's tuned schedule in ``schedules`` (keyed like tuning records, for this CPU's
+    template family), or None."""
+    workload = None if schedules is None else host_workload(node, graph, arch)
+    if workload is None:
         return None
-    for family in (arch, *(f for f in CONV_TEMPLATES if f != arch)):
-        workload = host_workload(node, graph, family)
-        if workload is None:
-            return None
-        config = schedules(workload) if callable(schedules) else schedules.get(_key(workload))
-        if config is not None:
-            return workload, config
-    return None
+    config = schedules(workload) if callable(schedules) else schedules.get(_key(workload))
+    return None if config is None else (workload, config)
 
 
 def tuned_kernel(workload: dict, config: dict, epilogue: tuple[str, ...]) -> HostKernel:

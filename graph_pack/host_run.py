@@ -1,0 +1,60 @@
+"""``vta run MODEL --target cpu``: every layer of the float network on this CPU, the float conv2d / dense with
+the host templates' tuned kernels from ``--log`` (graph_pack.jit's fixed kernels for those without a record), timed
+like TVM's ``module.benchmark`` (mean and std of repeated runs)."""
+
+from __future__ import annotations
+
+import argparse
+import time
+
+import numpy as np
+
+from graph_pack.build import build
+from graph_pack.host_templates import host
+from graph_pack.reference import run_reference
+from graph_pack.schedule_log import read_schedules
+
+REPEAT = 10   # timed runs after one warm-up run
+
+
+def refuse_accelerator_flags(args: argparse.Namespace) -> None:
+    """--target cpu runs no accelerator: its flags would be ignored, so they are refused before any work."""
+    given = [flag for flag, on in (("--device", args.device != "sim"), ("--rpc", args.rpc), ("--board", args.board),
+                                   ("--bitstream", args.bitstream), ("--start", args.start), ("--stop", args.stop),
+                                   ("--skip-conv", args.skip_conv), ("--calibrate", args.calibrate != "global_scale"),
+                                   ("--report", args.report), ("--out", args.out)) if on]
+    if given:
+        raise ValueError(f"--target cpu runs the float network on this CPU, without the accelerator: "
+                         f"{', '.join(given)} do(es) not apply")
+
+
+def run_cpu(args: argparse.Namespace, env, load) -> int:
+    """Build the float network for the CPU (tuned host kernels from --log), run it, print the top-5 and the time."""
+    refuse_accelerator_flags(args)
+    cpu = host()
+    schedules = read_schedules(args.log, cpu) if args.log else None   # a missing log fails before the work
+    graph, params, x, top5 = load(args)
+    data = graph.inputs[0]
+    t0 = time.perf_counter()
+    mod = build(graph, env, params, cpu=args.cpu, host_schedules=schedules)
+    build_s = time.perf_counter() - t0
+    mod.run(**{data: x})
+    y = mod.get_output(0)
+    bench = mod.benchmark(number=1, repeat=REPEAT, **{data: x})
+    tuned = sum(getattr(s, "backend", "") == "tuned" for s in mod.steps)
+    print(f"{args.model} on the CPU ({cpu.model}, {cpu.vector_bits}-bit vectors, one thread), input {graph[data].shape}")
+    if schedules is not None:
+        print(schedules.summary())
+    print(top5(y))
+    print(f"build {build_s:.2f} s; {tuned} layer(s) with tuned host kernels")
+    print(f"inference: mean {bench['mean_ms']:.2f} ms, std {bench['std_ms']:.2f} ms over {REPEAT} runs")
+    if args.layers:
+        print(mod.format_profile())
+    if args.check:
+        ref = run_reference(graph, params, {data: x})
+        scale = float(np.abs(ref).max())
+        same = bool(np.allclose(y, ref, rtol=1e-4, atol=1e-5 * max(scale, 1e-30)))
+        print(f"check: output {'matches' if same else 'DIFFERS from'} the numpy reference (np.allclose, rtol 1e-4; "
+              f"max |diff| {float(np.abs(ref - y).max()):.3g})")
+        return 0 if same else 1
+    return 0

@@ -1,0 +1,96 @@
+"""Tune a whole network's host operators on this CPU (the flow of TVM's tune_relay_x86 / tune_relay_arm): extract
+the float conv2d / dense tasks, tune them, build with the best kernels and compare the end-to-end time with the
+untuned build (graph_pack.jit's fixed kernels), outputs checked against each other."""
+
+from __future__ import annotations
+
+import contextlib
+import os
+import shlex
+import sys
+from dataclasses import dataclass
+from typing import TextIO
+
+import numpy as np
+
+from graph_pack.build import GraphModule, build
+from graph_pack.cli import load_model
+from graph_pack.host_templates import host
+from tuning.cpu import CpuRunner, CpuTask, close_to
+from tuning.records import load_best
+from tuning.task import extract_tasks
+from tuning.tune import TuneSummary, tune_tasks
+
+
+@dataclass
+class CpuNetworkTuning:
+    tasks: list[CpuTask]
+    summary: TuneSummary
+    untuned: dict[str, float]      # GraphModule.benchmark of the untuned build (mean_ms, std_ms)
+    tuned: dict[str, float]
+    module: GraphModule            # the tuned build
+
+    @property
+    def speedup(self) -> float:
+        return self.untuned["mean_ms"] / self.tuned["mean_ms"] if self.tuned["mean_ms"] else 0.0
+
+
+def tune_cpu_network(model: str, env, *, tuner: str = "xgb", n_trial: int = 32, total_trials: int | None = None,
+                     strategy: str = "gradient", log: str | os.PathLike | None = None, ops: tuple[str, ...] | None = None,
+                     early_stopping: int | None = None, image_size: int | None = None, seed: int = 0,
+                     runner=None, repeat: int = 10, out: TextIO | None = None) -> CpuNetworkTuning:
+    """Extract -> tune -> build with the best -> time against the untuned build. ``runner`` measures (a
+    ``CpuRunner``, the default, or an ``RPCRunner`` to a ``vta rpc server --device cpu``); ``env`` is the config the
+    build is made for (no accelerator group runs: the float network is on the CPU)."""
+    out = out if out is not None else sys.stdout
+    target = getattr(runner, "cpu_target", None) or host()
+    graph, params, _ = load_model(model, 1, image_size, seed)
+    tasks = extract_tasks(graph, target, ops=ops, target="cpu")
+    if not tasks:
+        raise ValueError(f"{model}: no float conv2d / dense for the host templates" + (f" among {ops}" if ops else ""))
+    out.write(f"{model}: {len(tasks)} host task(s) on {target.model}\n")
+    with (CpuRunner(number=1, repeat=3, min_repeat_ms=10) if runner is None
+          else contextlib.nullcontext(runner)) as measurer:
+        summary = tune_tasks(tasks, tuner=tuner, n_trial=n_trial, total_trials=total_trials, runner=measurer, log=log,
+                             strategy=strategy, early_stopping=early_stopping, seed=seed, out=out)
+    schedules = load_best(log, target) if log is not None else summary.best_configs()
+    if target != host():
+        out.write(f"tuned for {target.model}: build there with these records (this machine is {host().model})\n")
+        return CpuNetworkTuning(tasks, summary, {"mean_ms": 0.0, "std_ms": 0.0}, {"mean_ms": 0.0, "std_ms": 0.0},
+                                None)   # type: ignore[arg-type]
+    data = graph.inputs[0]
+    x = np.random.default_rng(seed).standard_normal(graph[data].shape).astype(np.float32)
+    untuned = build(graph, env, params)
+    tuned = build(graph, env, params, host_schedules=schedules)
+    untuned.run(**{data: x})
+    tuned.run(**{data: x})
+    if not close_to(tuned.get_output(0), untuned.get_output(0).astype(np.float64)):
+        raise RuntimeError("the tuned build's output differs from the untuned one beyond 1e-5: a host template bug")
+    a = untuned.benchmark(number=1, repeat=repeat, **{data: x})
+    b = tuned.benchmark(number=1, repeat=repeat, **{data: x})
+    result = CpuNetworkTuning(tasks, summary, a, b, tuned)
+    out.write(f"end-to-end on this CPU (one thread, {repeat} runs): untuned (graph_pack.jit) {a['mean_ms']:.2f} ms "
+              f"(std {a['std_ms']:.2f}), tuned {b['mean_ms']:.2f} ms (std {b['std_ms']:.2f}): {result.speedup:.2f}x; "
+              f"outputs agree (np.allclose)\n")
+    return result
+
+
+def tune_cpu_cmd(args, cfg, log: str, ops: tuple[str, ...] | None, resumable) -> int:
+    """``vta tune MODEL --target cpu`` after the flags common to both targets were checked (tuning.cli)."""
+    refused = [flag for flag, on in (("--dask", args.dask), ("--timing-only", args.timing_only),
+                                     ("--no-check", not args.check), ("--plot", args.plot is not None),
+                                     ("--parallel", args.parallel)) if on]
+    if refused:
+        raise ValueError(f"--target cpu measures one config at a time on a CPU, each output checked: "
+                         f"{', '.join(refused)} do(es) not apply")
+    option = {"number": args.number, "repeat": args.repeat, "min_repeat_ms": args.min_repeat_ms,
+              "timeout": args.timeout}
+    runner = CpuRunner(**option, seed=args.seed)
+    with resumable(log), runner:
+        tune_cpu_network(args.model, cfg, tuner=args.tuner, n_trial=args.n_trial, total_trials=args.total_trials,
+                         strategy=args.strategy, log=log, ops=ops, early_stopping=args.early_stopping,
+                         image_size=args.image_size, seed=args.seed, runner=runner)
+    size = ["--image-size", str(args.image_size)] if args.image_size else []
+    print(f"records: {log} (run with them: {shlex.join(['vta', 'run', args.model, '--target', 'cpu', *size, '--log', log])}"
+          f"; in Python: graph_pack.build(..., host_schedules=tuning.load_best({log!r}, 'cpu')))")
+    return 0
