@@ -335,9 +335,13 @@ def test_tune_plot_draws_the_log_and_redraws_a_finished_one(tmp_path):
     assert check_page(plot)[0] == data
 
 
-def test_bad_plot_path_is_refused_before_tuning(tmp_path):
-    proc = subprocess.run([sys.executable, "-m", "vta", "tune", "resnet-18", "--log", "x.jsonl", "--plot", "p.png"],
+@pytest.mark.parametrize("extra, why", [
+    (["--plot", "p.png"], "--plot p.png: the page is HTML; give a file name ending in .html"),
+    (["--plot", "p.html", "--target", "cpu"], "--plot draws the accelerator's tuning curves; --target cpu has none"),
+])
+def test_bad_plot_is_refused_before_tuning(tmp_path, extra, why):
+    proc = subprocess.run([sys.executable, "-m", "vta", "tune", "resnet-18", "--log", "x.jsonl", *extra],
                           capture_output=True, text=True, cwd=tmp_path, check=False)
     assert proc.returncode == 2 and proc.stdout == ""
-    assert proc.stderr.strip() == "vta: error: --plot p.png: the page is HTML; give a file name ending in .html"
+    assert proc.stderr.startswith(f"vta: error: {why}") and len(proc.stderr.strip().splitlines()) == 1
     assert list(tmp_path.iterdir()) == []

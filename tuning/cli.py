@@ -83,6 +83,8 @@ def tune_cmd(args: argparse.Namespace) -> int:
     log = args.log or f"{Path(args.model).stem}.{'cpu' if args.target == 'cpu' else cfg.TARGET}.tune.jsonl"
     check_log_path(log, "--log")
     if args.plot is not None:
+        if args.target == "cpu":
+            raise ValueError("--plot draws the accelerator's tuning curves; --target cpu has none yet (leave out --plot)")
         check_html_path(args.plot, "--plot")
     if args.total_trials is not None and args.strategy != "gradient":
         raise ValueError("--total-trials applies to --strategy gradient; sequential tunes each task --n-trial times")
