@@ -237,6 +237,9 @@ def _run(args: argparse.Namespace) -> int:
         check_output_path(args.out, "--out")   # before any work
     page = args.report if isinstance(args.report, str) else None
     if page is not None:
+        if args.target == "cpu":
+            raise ValueError("--report FILE.html draws the accelerator's run; --target cpu runs none (leave out the "
+                             "file name)")
         check_html_path(page, "--report")
     cfg = _load(args.config, args.sets)
     env = Environment(cfg)
