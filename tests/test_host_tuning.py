@@ -182,3 +182,42 @@ def test_the_cli_refuses_what_target_cpu_cannot_do(tmp_path, argv, message):
     done = _vta(*argv, cwd=tmp_path)
     assert done.returncode != 0 and message in done.stderr and "Traceback" not in done.stderr
     assert len(done.stderr.strip().splitlines()) == 1, done.stderr
+
+
+def test_tuning_over_rpc_on_a_cpu_server_writes_records_that_build_uses(tmp_path):
+    from vta.rpc import LocalCluster
+    from vta.rpc.client import RemoteDevice, request_board
+    graph, params, x = small_net()
+    with LocalCluster(boards=1, key="cpu", server_args=("--device", "cpu"), log_dir=tmp_path) as cluster:
+        runner = tuning.RPCCpuRunner("cpu", *cluster.tracker, number=1, repeat=2)
+        assert runner.cpu_target == host()   # the server reports its own CPU
+        tasks = tuning.extract_tasks(graph, runner.cpu_target, target="cpu")
+        log = tmp_path / "rpc.jsonl"
+        tuning.tune_tasks(tasks, tuner="random", n_trial=2, runner=runner, log=log, batch_size=2, out=io.StringIO())
+        assert sum(runner.boards_used.values()) == 4
+        address, port, matchkey = request_board(cluster.tracker, "cpu")
+        with RemoteDevice(address, port, matchkey=matchkey) as board:
+            workload = json.loads(tasks[1].key)
+            with pytest.raises(ValueError, match=r"measure option\(s\) \['rounds'\] unknown"):
+                board.measure_cpu(workload, tasks[1].default_config, {"rounds": 3})
+            with pytest.raises(ValueError, match="repeat=5000 is outside 0..1000"):
+                board.measure_cpu(workload, tasks[1].default_config, {"repeat": 5000})
+            with pytest.raises(ValueError, match="unknown host template 'conv9'"):
+                board.measure_cpu({**workload, "op": "conv9"}, {}, {})
+            bad = board.measure_cpu(workload, {**tasks[1].default_config, "tile_x": [7, 7]}, {})
+            assert bad["error"].startswith("invalid config")
+    records = load_records(log, template=None)
+    assert len(records) == 4 and all(r.ok and r.hw == host().fingerprint for r in records)
+    mod = build(graph, "pynq", params, host_schedules=tuning.load_best(log, "cpu"))
+    assert sum(getattr(s, "backend", "") == "tuned" for s in mod.steps) == 4
+    mod.run(x=x)
+    np.testing.assert_allclose(mod.get_output(0), run_reference(graph, params, {"x": x}), rtol=1e-4, atol=1e-5)
+
+
+def test_a_simulated_board_refuses_cpu_measurements(tmp_path):
+    from vta.rpc import BoardLost, LocalCluster
+    with LocalCluster(boards=1, key="sim", log_dir=tmp_path) as cluster:
+        runner = tuning.RPCCpuRunner("sim", *cluster.tracker)
+        with pytest.raises(BoardLost, match="is not a CPU server: start it with vta rpc server "
+                                                               "--device cpu"):
+            runner.cpu_target  # noqa: B018

@@ -210,17 +210,21 @@ class CpuRunner:
         self._worker: _Worker | None = None
 
     def measure(self, task: Task, configs: Sequence[dict]) -> list[MeasureResult]:
+        return self.measure_with(task, configs, self.option)
+
+    def measure_with(self, task: Task, configs: Sequence[dict], option: MeasureOption) -> list[MeasureResult]:
+        """``measure`` with another measure option (what a CPU server does for each client's request)."""
         if not isinstance(task, CpuTask):
             raise TypeError(f"CpuRunner measures host-template tasks (extract_tasks(..., target='cpu')), got {task!r}")
         out = []
         for config in configs:
-            job = (task, config, self.option, self.seed)
+            job = (task, config, option, self.seed)
             if not self.isolate:
                 out.append(measure_cpu(*job))
                 continue
             if self._worker is None:
                 self._worker = _Worker()
-            got = self._worker.call(job, self.option.timeout)
+            got = self._worker.call(job, option.timeout)
             if isinstance(got, str):
                 self._worker.close()
                 self._worker = None

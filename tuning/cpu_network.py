@@ -85,11 +85,18 @@ def tune_cpu_cmd(args, cfg, log: str, ops: tuple[str, ...] | None, resumable) ->
                          f"{', '.join(refused)} do(es) not apply")
     option = {"number": args.number, "repeat": args.repeat, "min_repeat_ms": args.min_repeat_ms,
               "timeout": args.timeout}
-    runner = CpuRunner(**option, seed=args.seed)
+    if args.rpc:   # the CPU of a `vta rpc server --device cpu` registered at the tracker under --key
+        from tuning.cpu_rpc import RPCCpuRunner
+        from vta.rpc.base import parse_addr
+        runner = RPCCpuRunner(args.key, *parse_addr(args.rpc), **option, seed=args.seed, key_file=args.key_file)
+    else:
+        runner = CpuRunner(**option, seed=args.seed)
     with resumable(log), runner:
         tune_cpu_network(args.model, cfg, tuner=args.tuner, n_trial=args.n_trial, total_trials=args.total_trials,
                          strategy=args.strategy, log=log, ops=ops, early_stopping=args.early_stopping,
                          image_size=args.image_size, seed=args.seed, runner=runner)
+    if args.rpc:
+        print(f"boards: {', '.join(f'{b} ({n} trials)' for b, n in sorted(runner.boards_used.items()))}")
     size = ["--image-size", str(args.image_size)] if args.image_size else []
     print(f"records: {log} (run with them: {shlex.join(['vta', 'run', args.model, '--target', 'cpu', *size, '--log', log])}"
           f"; in Python: graph_pack.build(..., host_schedules=tuning.load_best({log!r}, 'cpu')))")

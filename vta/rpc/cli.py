@@ -98,8 +98,13 @@ def rpc_query(args: argparse.Namespace) -> int:
 
 
 def device_factory(kind: str, cfg):
-    """``--device``: a fresh simulator per session, or the one Pynq board of this machine."""
-    if kind == "sim":
+    """``--device``: a fresh simulator per session, or the one Pynq board of this machine (``cpu``: a simulator too,
+    for the accelerator requests; the server measures host-template configs on this machine's CPU)."""
+    if kind == "cpu":
+        from vta.rpc.server import CPU_MEASURERS
+        if not CPU_MEASURERS:
+            raise ImportError("--device cpu needs the tuning layer (tuning.cpu) and llvmlite: reinstall the package")
+    if kind in ("sim", "cpu"):
         from vta.device import SimDevice
         return lambda: SimDevice(cfg)
     try:
@@ -115,8 +120,9 @@ def device_factory(kind: str, cfg):
     arg("--tracker", type=_address, default=None, metavar="HOST:PORT",
         help="register with this tracker (ours or TVM's); without it, take direct connections"),
     arg("--key", default="pynq", help="device key to register under (default pynq)"),
-    arg("--device", choices=("pynq", "sim"), default="pynq",
-        help="the Pynq board of this machine (default), or the simulator (boards-free work)"),
+    arg("--device", choices=("pynq", "sim", "cpu"), default="pynq",
+        help="the Pynq board of this machine (default), the simulator (boards-free work), or this machine's CPU "
+             "(cpu: vta tune --target cpu --rpc measures the host templates here, compiled for this CPU)"),
     arg("--config", default=None, metavar="NAME|PATH", help="hardware preset or JSON file (default: pynq)"),
     arg("--set", dest="sets", action="append", type=_key_value, metavar="KEY=VALUE",
         help="override a config key (repeatable)"),

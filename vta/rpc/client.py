@@ -172,6 +172,7 @@ class RemoteDevice:
             self.board = str(ready["board"])[:200]
             self.key = str(ready.get("key", ""))
             self.device_kind = str(ready.get("device", ""))
+            self.cpu = ready.get("cpu") if isinstance(ready.get("cpu"), dict) else None   # a --device cpu server
             limits = ready["limits"]
             self.limits = {k: int(limits[k]) for k in ("max_payload", "max_buffer", "max_session_bytes",
                                                       "max_buffers", "max_insns")}
@@ -262,6 +263,13 @@ class RemoteDevice:
             self.measured_runs += 1
         self.last_stats = stats
         return stats
+
+    def measure_cpu(self, workload: dict, config: dict, option: dict, seed: int = 0) -> dict[str, Any]:
+        """One host-template config measured on a ``--device cpu`` server's CPU: the MeasureResult fields."""
+        reply, _ = self._call("measure_cpu", workload=workload, config=config, option=option, seed=seed)
+        if not isinstance(reply.get("result"), dict):
+            raise ProtocolError(f"board {self.board}: measure_cpu answered without a result")
+        return reply["result"]
 
     def reset(self) -> int:
         """Free every buffer of this session on the board; returns how many."""

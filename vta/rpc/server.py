@@ -74,6 +74,18 @@ class SessionLimits:
         return asdict(self)
 
 
+@dataclass(frozen=True)
+class CpuMeasurer:
+    """What a ``--device cpu`` server does for ``measure_cpu``: compile a host template's config for this machine's
+    CPU, check and time it. The tuning layer (above this one) provides it when it is imported (``tuning.cpu``)."""
+
+    target: Callable[[], dict[str, Any]]    # this CPU: {triple, cpu, features, vector_bits}
+    measure: Callable[[dict, dict, dict, int], dict[str, Any]]   # (workload, config, option, seed) -> result
+
+
+CPU_MEASURERS: list[CpuMeasurer] = []
+
+
 class RequestError(Exception):
     """A request the session refuses (the session goes on): ``kind`` travels to the client."""
 
@@ -192,6 +204,17 @@ class _Session:
         out = trace_to_wire(stats.trace) if trace else b""
         return {"stats": stats_to_wire(stats), "wall_s": wall, "trace": len(insns) if trace else 0}, out
 
+    def op_measure_cpu(self, h: dict, _payload) -> tuple[dict, Any]:
+        """Measure one config of a host template on this server's CPU (``--device cpu``): JSON in, JSON out."""
+        if self.server.device_kind != "cpu" or not CPU_MEASURERS:
+            raise RequestError(f"board {self.server.name} serves a {self.server.device_kind} device: measure_cpu "
+                               "needs a server started with --device cpu")
+        for name in ("workload", "config", "option"):
+            if not isinstance(h.get(name), dict):
+                raise RequestError(f"measure_cpu: {name} must be a JSON object")
+        seed = _int(h, "seed", 0, (1 << 32) - 1)
+        return {"result": CPU_MEASURERS[-1].measure(h["workload"], h["config"], h["option"], seed)}, b""
+
     def op_reset(self, _h: dict, _payload) -> tuple[dict, Any]:
         freed = len(self.buffers)
         self.free_all()
@@ -217,7 +240,7 @@ class _Session:
         self.nbytes = 0
 
 
-OPS = ("alloc", "free", "copy_in", "copy_out", "run", "reset", "info", "ping", "close")
+OPS = ("alloc", "free", "copy_in", "copy_out", "run", "measure_cpu", "reset", "info", "ping", "close")
 _DEVICE_ERRORS = (ProgramRejected, SimulatorError, ValueError, MemoryError, RuntimeError, OSError)
 
 
@@ -281,8 +304,11 @@ class BoardServer:
         return self._cfg
 
     def board_info(self) -> dict[str, Any]:
-        return {"board": self.name, "key": self.key, "device": self.device_kind, "config": self.cfg.to_dict(),
+        info = {"board": self.name, "key": self.key, "device": self.device_kind, "config": self.cfg.to_dict(),
                 "limits": self.limits.to_dict()}
+        if self.device_kind == "cpu" and CPU_MEASURERS:
+            info["cpu"] = CPU_MEASURERS[-1].target()
+        return info
 
     # ---- life cycle ----
     def bind(self) -> None:

@@ -1,0 +1,158 @@
+"""Host CPU tuning: ResNet-18's float conv layers tuned on this CPU (the host templates, AutoTVM's x86 / ARM knobs)
+against their untuned schedules, and the tuned float network on one thread against onnxruntime's float inference
+of the same ONNX file, in the same run.
+
+1. Tunes every float conv2d / dense task of ResNet-18 (224 x 224, batch 1) with the XGBoost tuner (``--n-trial``
+   per task; records in ``--log``, resumed when it exists).
+2. Per conv layer, times in alternating rounds (median): the template's default config (AutoTVM's fallback
+   heuristic), the first config of its space (every tile 1: AutoTVM's fallback without a heuristic), graph_pack.jit's
+   fixed kernel (what the host ran before), and the tuned config; geometric means of the speed-ups, weighted by how
+   often the network runs each layer.
+3. The whole network: our build with the tuned kernels, our untuned build (graph_pack.jit) and onnxruntime (1 thread,
+   the same ONNX file our frontend imported), in alternating rounds; outputs checked against numpy and each other.
+
+    python bench/host_tuning.py [--n-trial 32] [--repeat 15] [--log host_tuning.jsonl]
+"""
+
+from __future__ import annotations
+
+import argparse
+import functools
+import math
+import os
+import statistics
+import sys
+import time
+from collections.abc import Callable
+
+# bench/_host.py and _onnx_export.py, imported while this directory is still on the path
+from _host import header
+from _onnx_export import to_onnx
+
+# bench/tuning.py shares its name with the tuning package: keep this directory off the import path from here on
+_HERE = os.path.dirname(os.path.abspath(__file__))
+sys.path[:] = [p for p in sys.path if os.path.abspath(p or os.curdir) != _HERE]
+
+import numpy as np
+import onnxruntime as ort
+
+import tuning
+from graph_pack import build, jit, zoo
+from graph_pack.frontend_onnx import from_onnx
+from graph_pack.host_templates import host
+from graph_pack.opdefs import OPS
+from graph_pack.reference import run_reference
+from tuning.cpu import CpuRunner, close_to
+
+
+def rounds(fns: list[Callable[[], object]], repeat: int, budget: float = 0.05) -> list[float]:
+    """Median seconds per call of each fn, timed in alternating rounds (a slow phase of a shared machine hits all)."""
+    numbers = []
+    for fn in fns:
+        fn()
+        t = time.perf_counter()
+        fn()
+        numbers.append(max(1, int(budget / max(time.perf_counter() - t, 1e-6))))
+    times: list[list[float]] = [[] for _ in fns]
+    for _ in range(repeat):
+        for fn, n, out in zip(fns, numbers, times):
+            t = time.perf_counter()
+            for _ in range(n):
+                fn()
+            out.append((time.perf_counter() - t) / n)
+    return [statistics.median(t) for t in times]
+
+
+def time_layer(task, tuned: dict | None, rng: np.random.Generator, repeat: int) -> list[float]:
+    """Seconds per call of a conv task's default config, its all-ones config, graph_pack.jit's fixed kernel and the
+    tuned config (each output checked against the float64 reference first)."""
+    t = task.template
+    inputs = t.random_inputs(rng)
+    want = t.reference(**inputs)
+    first = next(c for c in t.space() if t.check(c) is None)
+    p = t.p
+    attrs = OPS["nn.conv2d"].normalize({**OPS["nn.conv2d"].defaults, "strides": (p.sh, p.sw),
+                                       "padding": (p.pt, p.pl, p.pb, p.pr)}, [inputs["data"], inputs["kernel"]])
+    fixed = jit.get_kernel("nn.conv2d", attrs, [inputs["data"].shape, inputs["kernel"].shape], ["float32"] * 2)
+    fns = [functools.partial(t.build(c), **inputs) for c in (None, first)]
+    fns.append(functools.partial(fixed, attrs, inputs["data"], inputs["kernel"]))
+    fns.append(functools.partial(t.build(tuned), **inputs))
+    for fn in fns:
+        assert close_to(fn(), want), f"{task.name}: a kernel disagrees with the float64 reference"
+    return rounds(fns, repeat)
+
+
+def geomean(values: list[float], weights: list[int]) -> float:
+    return math.exp(sum(w * math.log(v) for v, w in zip(values, weights)) / sum(weights))
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--n-trial", type=int, default=32, help="trials per task (default 32)")
+    ap.add_argument("--tuner", default="xgb", help="tuner (default xgb)")
+    ap.add_argument("--repeat", type=int, default=15, help="timing rounds, median kept (default 15)")
+    ap.add_argument("--log", default="host_tuning.jsonl", help="record log (resumed; default host_tuning.jsonl)")
+    args = ap.parse_args()
+    cpu = host()
+    zoo_graph, zoo_params = zoo.get_model("resnet-18", batch_size=1)
+    model = to_onnx(zoo_graph, zoo_params)   # the file both onnxruntime and our flow start from
+    graph, params = from_onnx(model)
+    x = np.random.default_rng(0).standard_normal(graph["data"].shape).astype(np.float32)
+
+    tasks = tuning.extract_tasks(graph, target="cpu")
+    t0 = time.perf_counter()
+    with CpuRunner(number=1, repeat=3, min_repeat_ms=20) as runner:
+        tuning.tune_tasks(tasks, tuner=args.tuner, n_trial=args.n_trial, runner=runner, log=args.log,
+                          strategy="sequential", batch_size=8)
+    tune_s = time.perf_counter() - t0
+    best = tuning.load_best(args.log, "cpu")
+
+    print(header("host_tuning", f"ResNet-18 float on this CPU ({cpu.model}, {cpu.vector_bits}-bit vectors), one "
+                                "thread: tuned host templates vs untuned, and vs onnxruntime"))
+    print(f"tuning: {args.tuner}, {args.n_trial} trials per task, {len(tasks)} tasks, {tune_s:.0f} s (log {args.log})")
+    print("| conv layer (x runs) | template default ms | all-ones config ms | graph_pack.jit ms | tuned ms | "
+          "tuned vs default | vs all-ones | vs jit |")
+    print("|---|---|---|---|---|---|---|---|")
+    rng = np.random.default_rng(1)
+    ratios: dict[str, list[float]] = {"default": [], "ones": [], "jit": []}
+    weights = []
+    for task in tasks:
+        if not task.op.startswith("conv2d"):
+            continue
+        times = time_layer(task, best.get(task.key), rng, args.repeat)
+        for key, base in zip(ratios, times[:3]):
+            ratios[key].append(base / times[3])
+        weights.append(task.weight)
+        print(f"| {task.name} (x{task.weight}) | {times[0] * 1e3:.3f} | {times[1] * 1e3:.3f} | {times[2] * 1e3:.3f} | "
+              f"{times[3] * 1e3:.3f} | {times[0] / times[3]:.2f}x | {times[1] / times[3]:.2f}x | "
+              f"{times[2] / times[3]:.2f}x |")
+    g = {k: geomean(v, weights) for k, v in ratios.items()}
+    print(f"| **geometric mean (weighted by runs)** | | | | | **{g['default']:.2f}x** | **{g['ones']:.2f}x** | "
+          f"**{g['jit']:.2f}x** |")
+
+    tuned_mod = build(graph, "pynq", params, host_schedules=best)
+    untuned_mod = build(graph, "pynq", params)
+    options = ort.SessionOptions()
+    options.intra_op_num_threads = options.inter_op_num_threads = 1
+    options.log_severity_level = 3
+    session = ort.InferenceSession(model.SerializeToString(), options, providers=["CPUExecutionProvider"])
+    ref = run_reference(graph, params, {"data": x})
+    tuned_mod.run(data=x)
+    untuned_mod.run(data=x)
+    ort_out = session.run(None, {"data": x})[0]
+    agree = {name: bool(np.allclose(y, ref, rtol=1e-4, atol=1e-6)) for name, y in
+             (("tuned", tuned_mod.get_output(0)), ("untuned", untuned_mod.get_output(0)), ("onnxruntime", ort_out))}
+    times = rounds([lambda: tuned_mod.run(data=x), lambda: untuned_mod.run(data=x),
+                    lambda: session.run(None, {"data": x})], args.repeat, budget=0.0)
+    tuned_layers = sum(getattr(s, "backend", "") == "tuned" for s in tuned_mod.steps)
+    checks = ", ".join(f"{k} {'yes' if v else 'NO'}" for k, v in agree.items())
+    print(f"\nwhole network, one thread, median of {args.repeat} alternating rounds; outputs vs numpy (allclose, rtol "
+          f"1e-4): {checks}; {tuned_layers} layers tuned")
+    print("| ResNet-18 float, 1 x 3 x 224 x 224 | ms | vs onnxruntime |")
+    print("|---|---|---|")
+    for name, s in zip(("ours, tuned host kernels", "ours, untuned (graph_pack.jit)", "onnxruntime 1 thread"), times):
+        print(f"| {name} | {s * 1e3:.2f} | {s / times[2]:.2f}x |")
+
+
+if __name__ == "__main__":
+    main()
