@@ -18,7 +18,9 @@ module adds it, term by term, from the instruction stream and the config's LATEN
 
 The host, cache and launch terms are serial with the accelerator (VTA builds the whole stream, then launches
 it and waits), so they add. With every key at its neutral value the model is the simulator itself:
-``latency_s == cycles / clock`` exactly (the re-timer reproduces the simulator's cycles; tests check it).
+``latency_s == cycles / clock`` exactly. The re-timer times each transfer alone on the bus (the schedule of
+``ReferenceSimulator(cfg, shared_bus=False)``; tests check it): the board's fitted ``DMA_EFFICIENCY`` stands for
+the port's sustained rate, the sharing among DMA engines included.
 """
 
 from __future__ import annotations
@@ -232,7 +234,8 @@ class BoardProgram:
 
     def accel_cycles(self, extra: tuple[float, float, float] = (0.0, 0.0, 0.0)) -> float:
         """The schedule's length in cycles with ``extra`` = (cycles per beat, per DMA row, per loop iteration)
-        added to the simulator's durations; ``accel_cycles()`` is the simulator's own cycle count."""
+        added to the simulator's durations; ``accel_cycles()`` is the simulator's schedule with each transfer
+        alone on the bus."""
         return float(self._times(extra)[1].max()) if self.n else 0.0
 
     def accel_cycles_and_path(self, extra: tuple[float, float, float]) -> tuple[float, np.ndarray]:

@@ -123,7 +123,9 @@ class _Insn:
     module: str = "compute"
     pops: tuple[str, ...] = ()
     pushes: tuple[str, ...] = ()
-    duration: int = 1
+    duration: int = 1  # cycles with the DRAM bus to itself
+    beats: int = 0  # a LOAD/STORE's bus beats, issued over ``span`` cycles when alone (0: not on the bus)
+    span: int = 0
     work: int = 0  # host work units (docs/simulator.md, "Budgets")
     work_how: str = "bytes moved"  # how ``work`` is made up, for the budget's message
 
@@ -136,6 +138,28 @@ class _Insn:
         return self.opcode in (LOAD, STORE) and self.fields["x_size"] == 0
 
 
+# The shared DRAM bus (docs/simulator.md, "Timing model"): a transfer's progress counts in 2^-20 of a cycle of its
+# solo timeline, so a transfer alone on the bus takes exactly its solo duration; spans of 2^40 cycles or more
+# (beyond any real program) are timed alone.
+BUS_SCALE = 1 << 20
+BUS_MAX_SPAN = 1 << 40
+
+
+@dataclass
+class _Flight:
+    """A running instruction: when it started, and while its transfer is on the bus, its progress and share."""
+
+    insn: _Insn
+    start: int
+    end: int  # known once the transfer is done (at once for an instruction off the bus)
+    on_bus: bool = False
+    remaining: int = 0  # solo cycles left x BUS_SCALE
+    rate: int = BUS_SCALE  # progress per cycle x BUS_SCALE
+
+    def transfer_end(self, now: int) -> int:
+        return now + _ceil_div(self.remaining, self.rate)
+
+
 class _Pipeline:
     """Timing state of one run: fetch, the three in-order modules and the four token queues.
 
@@ -144,9 +168,10 @@ class _Pipeline:
     that order is what the functional effects and the errors depend on.
     """
 
-    def __init__(self, cfg: HwConfig, program: list[_Insn]):
+    def __init__(self, cfg: HwConfig, program: list[_Insn], shared_bus: bool = True):
         self.cfg = cfg
         self.program = program
+        self.shared_bus = shared_bus
         self.fetch_cycles = _ceil_div(INSN_BYTES, cfg.BUS_BYTES)
         self.sequence: dict[str, list[int]] = {m: [] for m in MODULES}
         self.position: list[int] = []  # place of each instruction in its module's sequence
@@ -160,6 +185,8 @@ class _Pipeline:
         self.end: list[int | None] = [None] * len(program)
         self.push_ends: dict[str, list[int]] = {q: [] for q in QUEUES}
         self.pop_starts: dict[str, list[int]] = {q: [] for q in QUEUES}
+        self.flights: dict[str, _Flight] = {}  # the instruction each busy module runs
+        self.now = 0  # the time of the last event
         self._fetch()
 
     def _room(self, i: int) -> int | None:
@@ -216,16 +243,17 @@ class _Pipeline:
                          f"never drains")
         return known, waits
 
-    def next_event(self) -> tuple[_Insn, int, str | None] | None:
-        """The head to execute next, its start and its stall cause (None if it did not stall).
+    def next_start(self) -> tuple[_Insn, int, str | None] | None:
+        """The idle module's head to start next, its start and its stall cause (None if it did not stall).
 
-        Returns None when every instruction has executed; raises DeadlockError when some remain but none can go.
+        Returns None when no head can start yet; raises DeadlockError when instructions remain but none can
+        start and none is running, so none ever will.
         """
         best: tuple[_Insn, int, str | None] | None = None
         stuck: list[tuple[str, _Insn, list[str]]] = []
         for m in MODULES:  # iteration order = the tie-break order load, compute, store
             insn = self.head_insn(m)
-            if insn is None:
+            if insn is None or m in self.flights:
                 continue
             known, waits = self.constraints(insn)
             if waits:
@@ -237,29 +265,88 @@ class _Pipeline:
                 cause = next(c for c, t in known if t == start)  # binding constraint; ties by list order
             if best is None or start < best[1]:
                 best = (insn, start, cause)
-        if best is None and stuck:
+        if best is None and stuck and not self.flights:
             parts = [f"{m} at instruction {insn.index} ({insn.label}) waits for {' and '.join(waits)}"
                      for m, insn, waits in stuck]
             raise DeadlockError("deadlock: " + "; ".join(parts), min(insn.index for _, insn, _ in stuck))
         return best
 
-    def commit(self, insn: _Insn, start: int, cause: str | None, stats: RunStats) -> None:
-        """Record an executed instruction: free its module, pop and push its tokens, fetch further."""
+    def next_end(self) -> tuple[str, int] | None:
+        """The running instruction whose transfer or whole run ends first (ties by module order), and when."""
+        ends = [(f.transfer_end(self.now) if f.on_bus else f.end, m) for m, f in self.flights.items()]
+        if not ends:
+            return None
+        t, m = min(ends, key=lambda e: (e[0], MODULES.index(e[1])))
+        return m, t
+
+    def _advance(self, t: int) -> None:
+        """Move the bus to time t: each transfer on it progresses at its share."""
+        if t <= self.now:
+            return
+        for f in self.flights.values():
+            if f.on_bus:
+                dt = t - self.now
+                f.remaining = 0 if dt >= _ceil_div(f.remaining, f.rate) else f.remaining - dt * f.rate
+        self.now = t
+
+    def _share_bus(self) -> None:
+        """Max-min fair shares of one beat per cycle among the transfers on the bus (docs/simulator.md)."""
+        on_bus = sorted((f for m in MODULES if (f := self.flights.get(m)) is not None and f.on_bus),
+                        key=lambda f: f.insn.beats / f.insn.span)  # stable: ties by module order
+        left, level = 1.0, None
+        for k, f in enumerate(on_bus):
+            demand = f.insn.beats / f.insn.span
+            if level is None and demand <= left / (len(on_bus) - k):
+                f.rate = BUS_SCALE   # asks less than an equal share: gets what it asks
+                left -= demand
+                continue
+            if level is None:
+                level = left / (len(on_bus) - k)
+            f.rate = int(level / demand * BUS_SCALE) or 1
+
+    def begin(self, insn: _Insn, start: int, cause: str | None, stats: RunStats) -> None:
+        """Start an instruction: occupy its module, pop its tokens, take its share of the bus, fetch further."""
         m = insn.module
-        end = start + insn.duration
         if cause is not None:
             stats.stalls[m][cause] += start - self.free[m]
-        stats.busy[m] += insn.duration
         stats.insns[m] += 1
-        stats.cycles = max(stats.cycles, end)
-        if insn.opcode == FINISH:
-            stats.finish_cycle = end
         self.start[insn.index] = start
-        self.end[insn.index] = end
-        self.free[m] = end
         self.head[m] += 1
         for q in insn.pops:
             self.pop_starts[q].append(start)
+        self._advance(start)
+        flight = _Flight(insn, start, end=start + insn.duration)
+        if self.shared_bus and insn.beats and insn.span < BUS_MAX_SPAN:
+            flight.on_bus = True
+            flight.remaining = insn.span * BUS_SCALE
+        self.flights[m] = flight
+        if flight.on_bus:
+            self._share_bus()
+        self._fetch()
+
+    def end_event(self, m: str, t: int) -> _Flight | None:
+        """Module m's event at time t: its transfer's last beat (the DRAM latency follows, off the bus; None),
+        or its instruction's end (returned, still running until ``finish``)."""
+        self._advance(t)
+        flight = self.flights[m]
+        if flight.on_bus:
+            flight.on_bus = False
+            flight.end = t + self.cfg.DRAM_LATENCY
+            self._share_bus()
+            return None
+        return flight
+
+    def finish(self, flight: _Flight, stats: RunStats) -> None:
+        """End an instruction: free its module and push its tokens."""
+        insn, end = flight.insn, flight.end
+        m = insn.module
+        del self.flights[m]
+        stats.busy[m] += end - flight.start
+        stats.cycles = max(stats.cycles, end)
+        if insn.opcode == FINISH:
+            stats.finish_cycle = end
+        self.end[insn.index] = end
+        self.free[m] = end
         for q in insn.pushes:
             self.push_ends[q].append(end)
         self._fetch()
@@ -269,7 +356,10 @@ class ReferenceSimulator:
     """Readable executor with the C ``Simulator``'s public API (DRAM, SRAM, run), for diffing the two."""
 
     def __init__(self, cfg: HwConfig | str | None = None, *, max_cycles: int = DEFAULT_MAX_CYCLES,
-                 max_work: int = DEFAULT_MAX_WORK):
+                 max_work: int = DEFAULT_MAX_WORK, shared_bus: bool = True):
+        """``shared_bus=False`` times every transfer alone, as if each engine had a DRAM port of its own: the
+        schedule the board latency model re-times (simulator/latency.py); the C simulator always shares."""
+        self.shared_bus = shared_bus
         self.max_cycles = budget_value("max_cycles", max_cycles)
         self.max_work = budget_value("max_work", max_work)
         self.cfg = cfg if isinstance(cfg, HwConfig) else load_config(cfg)
@@ -380,12 +470,24 @@ class ReferenceSimulator:
             raise InvalidInstruction(f"{last.where}: the stream must end with FINISH (VTA's runtime requires it), "
                                      f"but its last instruction is {last.label}", last.index)
         stats = RunStats(clock_mhz=self.cfg.CLOCK_MHZ)
-        pipeline = _Pipeline(self.cfg, program)
-        while (event := pipeline.next_event()) is not None:
-            insn, start, cause = event
-            if start + insn.duration > max_cycles:
+        pipeline = _Pipeline(self.cfg, program, self.shared_bus)
+        # Events in time order: ends (a transfer's last beat, an instruction's end) before starts at equal times.
+        while (start := pipeline.next_start()) is not None or pipeline.flights:
+            end = pipeline.next_end()
+            if end is not None and (start is None or end[1] <= start[1]):
+                flight = pipeline.end_event(*end)
+                if flight is None:
+                    continue
+                if flight.end > max_cycles:
+                    raise CycleBudgetExceeded(
+                        f"{flight.insn.where}: would run from cycle {flight.start} to {flight.end}, past "
+                        f"max_cycles={max_cycles}", flight.insn.index)
+                pipeline.finish(flight, stats)
+                continue
+            insn, begin, cause = start
+            if begin + insn.duration > max_cycles:
                 raise CycleBudgetExceeded(
-                    f"{insn.where}: would run from cycle {start} to {start + insn.duration}, past "
+                    f"{insn.where}: would run from cycle {begin} to {begin + insn.duration}, past "
                     f"max_cycles={max_cycles}", insn.index)
             if stats.work + insn.work > max_work:
                 raise WorkBudgetExceeded(
@@ -394,7 +496,7 @@ class ReferenceSimulator:
                     f"line, to run bigger programs)", insn.index)
             self._execute(insn, stats, compute)
             stats.work += insn.work
-            pipeline.commit(insn, start, cause, stats)
+            pipeline.begin(insn, begin, cause, stats)
         raw = np.frombuffer(bytes(insns), np.uint8) if isinstance(insns, (bytes, bytearray, memoryview)) else insns
         stats.latency_s = board_latency(self.cfg, np.asarray(raw), stats.cycles).total_s
         if trace:
@@ -508,15 +610,18 @@ class ReferenceSimulator:
         insn.work = x_total * y_total * sram_elem if insn.opcode == LOAD else f["x_size"] * f["y_size"] * elem
 
     def _dma_cycles(self, insn: _Insn, elem: int, padded: int) -> int:
-        """DRAM latency plus beats and burst gaps per row; contiguous transfers count as one row."""
+        """DRAM latency plus beats and burst gaps per row; contiguous transfers count as one row. Records the
+        transfer's bus demand (its beats, and the cycles it issues them over when alone) on ``insn``."""
         f = insn.fields
         c = self.cfg
         if f["y_size"] == 1 or f["x_stride"] == f["x_size"]:
             rows, row_bytes = 1, f["x_size"] * f["y_size"] * elem
         else:
             rows, row_bytes = f["y_size"], f["x_size"] * elem
-        dma = int(dma_cycles(c, rows, row_bytes))
-        return dma + padded if insn.opcode == LOAD else dma
+        dma = int(dma_cycles(c, rows, row_bytes)) + (padded if insn.opcode == LOAD else 0)
+        insn.beats = rows * _ceil_div(row_bytes, c.BUS_BYTES)
+        insn.span = dma - c.DRAM_LATENCY
+        return dma
 
     def _check_loop_insn(self, insn: _Insn) -> None:
         f = insn.fields

@@ -6,7 +6,8 @@ configs, dense / grouped / transposed convolutions, every ALU operator with epil
 feature vectors over whole spaces, and one ResNet-18 inference's output and cycles. ``tests/test_program_identity.py``
 recomputes them and compares with ``tests/data/program_digests.json``, written before the #14 refactor
 (the three network digests re-recorded when the zoo's calibration pass became machine-independent, issue #22:
-every digested value is the same on every x86-64 CPU, whichever kernel OpenBLAS picks).
+every digested value is the same on every x86-64 CPU, whichever kernel OpenBLAS picks; and again when the
+timing model gained the shared DRAM bus, issue #24: the same outputs and programs, 1-3 % more cycles).
 """
 
 from __future__ import annotations

@@ -1489,6 +1489,30 @@ static uint64_t iterations(const insn_t *in) {
   return (uint64_t)in->iter_out * in->iter_in * (in->uop_end - in->uop_bgn);
 }
 
+/* A LOAD or STORE's use of the shared DRAM bus (docs/simulator.md, "Timing model"): `beats` bus beats issued over
+ * `span` cycles when it has the bus to itself (its beats, the gap after each burst and, for a LOAD, a cycle per
+ * padding entry); the DRAM latency follows the last beat. Returns 0 for instructions that do not use the bus. */
+static int bus_demand(const vta_sim_t *s, const insn_t *in, uint64_t *beats, uint64_t *span) {
+  const vta_params_t *p = &s->p;
+  *beats = *span = 0;
+  if ((in->opcode != OP_LOAD && in->opcode != OP_STORE) || in->x_size == 0) return 0;
+  uint64_t e = dram_elem_bytes(s, in->mem_type);
+  int one_row = in->y_size == 1 || in->x_stride == in->x_size;
+  uint64_t rows = one_row ? 1 : in->y_size;
+  uint64_t row_bytes = (uint64_t)in->x_size * e * (one_row ? in->y_size : 1);
+  uint64_t row_beats = ceil_div(row_bytes, p->bus_bytes);
+  uint64_t bursts = ceil_div(row_beats, p->burst_beats);
+  *beats = rows * row_beats;
+  *span = rows * (row_beats + bursts * p->burst_gap);
+  if (in->opcode == OP_LOAD) {
+    uint64_t xt = (uint64_t)in->x_pad0 + in->x_size + in->x_pad1;
+    uint64_t yt = (uint64_t)in->y_pad0 + in->y_size + in->y_pad1;
+    *span += xt * yt - (uint64_t)in->x_size * in->y_size;
+  }
+  return 1;
+}
+
+/* Cycles of an instruction with the DRAM bus to itself. */
 static uint64_t duration(const vta_sim_t *s, const insn_t *in) {
   const vta_params_t *p = &s->p;
   if (in->opcode == OP_FINISH) return 1;
@@ -1496,20 +1520,9 @@ static uint64_t duration(const vta_sim_t *s, const insn_t *in) {
     uint64_t d = p->compute_latency + iterations(in) * (in->opcode == OP_GEMM ? p->gemm_ii : p->alu_ii);
     return d ? d : 1;
   }
-  if (in->x_size == 0) return 1;
-  uint64_t e = dram_elem_bytes(s, in->mem_type);
-  int one_row = in->y_size == 1 || in->x_stride == in->x_size;
-  uint64_t rows = one_row ? 1 : in->y_size;
-  uint64_t row_bytes = (uint64_t)in->x_size * e * (one_row ? in->y_size : 1);
-  uint64_t beats = ceil_div(row_bytes, p->bus_bytes);
-  uint64_t bursts = ceil_div(beats, p->burst_beats);
-  uint64_t d = p->dram_latency + rows * (beats + bursts * p->burst_gap);
-  if (in->opcode == OP_LOAD) {
-    uint64_t xt = (uint64_t)in->x_pad0 + in->x_size + in->x_pad1;
-    uint64_t yt = (uint64_t)in->y_pad0 + in->y_size + in->y_pad1;
-    d += xt * yt - (uint64_t)in->x_size * in->y_size;
-  }
-  return d;
+  uint64_t beats, span;
+  if (!bus_demand(s, in, &beats, &span)) return 1;
+  return p->dram_latency + span;
 }
 
 /* Host work of an instruction (docs/simulator.md, "Budgets"): one unit per multiply-accumulate of a GEMM, per
@@ -2440,6 +2453,77 @@ static int refuse_work(const insn_t *in, uint32_t idx, uint64_t work, uint64_t p
               how, (unsigned long long)stats->work, (unsigned long long)max_work);
 }
 
+/* The shared DRAM bus (docs/simulator.md, "Timing model"). The modules' DMA engines share one port, as VTA's
+ * masters share the Zynq's ACP port through an AXI interconnect: a LOAD or STORE in flight asks for its beats at
+ * its own pace (beats / span per cycle), and when the asks add up to more than a beat per cycle the bus is shared
+ * max-min fairly (round robin): the engines asking less than an equal share get what they ask, the others the
+ * same share of what is left. Progress is counted in 2^-20 of a cycle of the engine's solo timeline, so an engine
+ * alone on the bus takes exactly its solo duration. Transfers with a solo span of 2^40 cycles or more (beyond any
+ * real program) are timed alone. */
+#define BUS_SCALE 1048576u
+#define BUS_MAX_SPAN (1ull << 40)
+
+typedef struct flight {
+  int active, on_bus;
+  uint32_t idx;
+  uint64_t start, end;   /* end: known once the transfer is done (or at once for an instruction off the bus) */
+  uint64_t beats, span;  /* bus demand: beats over span solo cycles */
+  uint64_t rem, rate;    /* solo cycles left x BUS_SCALE; progress per cycle x BUS_SCALE */
+  int cause;
+} flight_t;
+
+/* Max-min fair shares of one beat per cycle among the engines on the bus (ties by module order). */
+static void share_bus(flight_t *f) {
+  int order[NUM_MODULES], n = 0;
+  for (int m = 0; m < NUM_MODULES; m++)
+    if (f[m].active && f[m].on_bus) {
+      int k = n++;
+      double r = (double)f[m].beats / (double)f[m].span;
+      while (k > 0 && (double)f[order[k - 1]].beats / (double)f[order[k - 1]].span > r) {
+        order[k] = order[k - 1];
+        k--;
+      }
+      order[k] = m;
+    }
+  double cap = 1.0, level = -1.0;
+  for (int k = 0; k < n; k++) {
+    flight_t *x = &f[order[k]];
+    double r = (double)x->beats / (double)x->span;
+    if (level < 0.0 && r <= cap / (double)(n - k)) {
+      x->rate = BUS_SCALE;
+      cap -= r;
+      continue;
+    }
+    if (level < 0.0) level = cap / (double)(n - k);
+    uint64_t rate = (uint64_t)(level / r * (double)BUS_SCALE);
+    x->rate = rate ? rate : 1;
+  }
+}
+
+/* When the transfer of an engine on the bus ends at its current rate. */
+static uint64_t transfer_end(const flight_t *x, uint64_t now) { return now + ceil_div(x->rem, x->rate); }
+
+static void advance_bus(flight_t *f, uint64_t *now, uint64_t t) {
+  if (t <= *now) return;
+  for (int m = 0; m < NUM_MODULES; m++) {
+    flight_t *x = &f[m];
+    if (!x->active || !x->on_bus) continue;
+    uint64_t dt = t - *now;
+    x->rem = dt >= ceil_div(x->rem, x->rate) ? 0 : x->rem - dt * x->rate;
+  }
+  *now = t;
+}
+
+static int over_budget(const insn_t *cur, uint32_t idx, uint64_t end, uint64_t max_cycles, vta_stats_t *stats,
+                       char *err, size_t errlen) {
+  char what[32];
+  describe(cur, what, sizeof what);
+  stats->error_index = idx;
+  return fail(err, errlen, VTA_ERR_BUDGET, "instruction %u (%s): would end at cycle %llu, past the budget of "
+              "max_cycles=%llu (raise max_cycles for longer programs)", idx, what, (unsigned long long)end,
+              (unsigned long long)max_cycles);
+}
+
 int vta_sim_run(vta_sim_t *s, const uint8_t *insns, uint32_t count, int compute, uint64_t max_cycles,
                 uint64_t max_work, vta_stats_t *stats, vta_trace_event_t *trace, char *err, size_t errlen) {
   if (!stats) return fail(err, errlen, VTA_ERR_ARG, "no stats buffer");
@@ -2469,13 +2553,19 @@ int vta_sim_run(vta_sim_t *s, const uint8_t *insns, uint32_t count, int compute,
   const uint64_t fetch_cost = ceil_div(VTA_INSN_BYTES, s->p.bus_bytes);
   const uint32_t tdepth = s->p.token_queue_depth, qdepth = s->p.insn_queue_depth;
   S.fetch_time = s->p.dram_latency;
+  flight_t fl[NUM_MODULES];
+  memset(fl, 0, sizeof fl);
+  uint64_t now = 0;
   uint32_t done = 0;
+  /* Events in time order: an instruction starts when its module is free and its constraints are known (the
+   * earliest start first, ties load < compute < store); a transfer ends and re-shares the bus; an instruction
+   * ends, freeing its module and pushing its tokens. At equal times ends come before starts. */
   while (done < count) {
     advance_fetch(&S, in, count, fetch_cost, qdepth);
     int pick = -1, pick_cause = -1;
     uint64_t pick_t = 0;
     for (int m = 0; m < NUM_MODULES; m++) {
-      if (S.next[m] >= S.count[m]) continue;
+      if (fl[m].active || S.next[m] >= S.count[m]) continue;
       uint32_t i = S.order[m][S.next[m]];
       uint64_t t;
       int cause;
@@ -2486,20 +2576,54 @@ int vta_sim_run(vta_sim_t *s, const uint8_t *insns, uint32_t count, int compute,
         pick_cause = cause;
       }
     }
-    if (pick < 0) {
+    int ev = -1;
+    uint64_t ev_t = 0;
+    for (int m = 0; m < NUM_MODULES; m++) {
+      if (!fl[m].active) continue;
+      uint64_t t = fl[m].on_bus ? transfer_end(&fl[m], now) : fl[m].end;
+      if (ev < 0 || t < ev_t) {
+        ev = m;
+        ev_t = t;
+      }
+    }
+    if (pick < 0 && ev < 0) {
       rc = report_deadlock(&S, in, tdepth, qdepth, stats, err, errlen);
       break;
     }
+    if (ev >= 0 && (pick < 0 || ev_t <= pick_t)) {
+      flight_t *x = &fl[ev];
+      advance_bus(fl, &now, ev_t);
+      if (x->on_bus) { /* the last beat is out: the DRAM latency follows, off the bus */
+        x->on_bus = 0;
+        x->end = ev_t + s->p.dram_latency;
+        share_bus(fl);
+        continue;
+      }
+      const insn_t *cur = &in[x->idx];
+      uint64_t end = x->end;
+      if (end > max_cycles) {
+        rc = over_budget(cur, x->idx, end, max_cycles, stats, err, errlen);
+        break;
+      }
+      for (int k = 0; k < 2; k++)
+        if (cur->push_q[k] != NO_QUEUE) {
+          queue_log_t *L = &S.q[cur->push_q[k]];
+          L->push_end[L->pushes++] = end;
+        }
+      S.free_at[ev] = end;
+      stats->busy[ev] += end - x->start;
+      if (end > stats->cycles) stats->cycles = end;
+      if (cur->opcode == OP_FINISH) stats->finish_cycle = end;
+      if (trace) trace[x->idx] = (vta_trace_event_t){x->start, end, (uint32_t)ev};
+      x->active = 0;
+      done++;
+      continue;
+    }
     uint32_t idx = S.order[pick][S.next[pick]];
     const insn_t *cur = &in[idx];
-    uint64_t end = pick_t + duration(s, cur);
-    if (end > max_cycles) {
-      char what[32];
-      describe(cur, what, sizeof what);
-      stats->error_index = idx;
-      rc = fail(err, errlen, VTA_ERR_BUDGET, "instruction %u (%s): would end at cycle %llu, past the budget of "
-                "max_cycles=%llu (raise max_cycles for longer programs)", idx, what, (unsigned long long)end,
-                (unsigned long long)max_cycles);
+    uint64_t solo_end = pick_t + duration(s, cur);
+    if (solo_end > max_cycles) {
+      rc = over_budget(cur, idx, solo_end, max_cycles, stats, err, errlen);
       break;
     }
     uint64_t per, work = host_work(s, cur, &per);
@@ -2511,26 +2635,23 @@ int vta_sim_run(vta_sim_t *s, const uint8_t *insns, uint32_t count, int compute,
     if (rc) break;
     stats->work += work;
     if (pick_cause >= 0) stats->stalls[pick][pick_cause] += pick_t - S.free_at[pick];
-    for (int k = 0; k < 2; k++) {
+    for (int k = 0; k < 2; k++)
       if (cur->pop_q[k] != NO_QUEUE) {
         queue_log_t *L = &S.q[cur->pop_q[k]];
         L->pop_start[L->pops++] = pick_t;
       }
-      if (cur->push_q[k] != NO_QUEUE) {
-        queue_log_t *L = &S.q[cur->push_q[k]];
-        L->push_end[L->pushes++] = end;
-      }
-    }
     S.start[idx] = pick_t;
     S.started[idx] = 1;
-    S.free_at[pick] = end;
     S.next[pick]++;
-    stats->busy[pick] += end - pick_t;
     stats->insns[pick]++;
-    if (end > stats->cycles) stats->cycles = end;
-    if (cur->opcode == OP_FINISH) stats->finish_cycle = end;
-    if (trace) trace[idx] = (vta_trace_event_t){pick_t, end, (uint32_t)pick};
-    done++;
+    advance_bus(fl, &now, pick_t);
+    flight_t *x = &fl[pick];
+    *x = (flight_t){.active = 1, .idx = idx, .start = pick_t, .end = solo_end};
+    if (bus_demand(s, cur, &x->beats, &x->span) && x->beats && x->span < BUS_MAX_SPAN) {
+      x->on_bus = 1;
+      x->rem = x->span * BUS_SCALE;
+      share_bus(fl);
+    }
   }
   sched_free(&S);
   free(in);

@@ -15,7 +15,7 @@ import numpy as np
 
 from hw_config import HwConfig
 from hw_config.isa_rules import INSN_BYTES, LOOP_MAX, SHIFT_MAX
-from simulator.timing import dma_cycles
+from simulator.timing import dma_beats, dma_cycles, shared_spans
 from vta.numerics import (
     blocks,
     broadcast_channels,
@@ -185,8 +185,15 @@ def _estimate(t: AluTemplate, kv: dict) -> dict[str, np.ndarray]:
     row_bytes = np.where(contiguous, h1 * w1, w1) * c.ACC_ELEM_BYTES
     load = dma_cycles(c, rows, row_bytes, co1 * operands)
     compute = n_ep * (c.COMPUTE_LATENCY + positions * c.ALU_II)
-    store = dma_cycles(c, rows, row_bytes / c.ACC_ELEM_BYTES * c.OUT_ELEM_BYTES, co1)
-    est = tiles * np.maximum(load + compute, store) + store
+    out_row_bytes = row_bytes / c.ACC_ELEM_BYTES * c.OUT_ELEM_BYTES
+    store = dma_cycles(c, rows, out_row_bytes, co1)
+    # a tile's store starts with the next tile's loads and shares the DRAM bus with them
+    load_span, store_span = load - co1 * operands * c.DRAM_LATENCY, store - co1 * c.DRAM_LATENCY
+    shared_load, shared_store = shared_spans(dma_beats(c, rows, row_bytes, co1 * operands), load_span,
+                                             dma_beats(c, rows, out_row_bytes, co1), store_span)
+    load_beside = load + shared_load - load_span
+    store_beside = store + shared_store - store_span
+    est = (tiles - 1) * np.maximum(load_beside + compute, store_beside) + load + compute + store
     insns = tiles * (co1 * (operands + 1) + n_ep + 4)
     fetch = insns * -(-INSN_BYTES // c.BUS_BYTES)
     est = np.maximum(est, fetch)
