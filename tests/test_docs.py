@@ -422,6 +422,12 @@ def check_run(cmd: DocCommand, out: str, work: Path) -> None:
     cfg = load_config(option(argv, "--config", "pynq"))
     model = argv[2]
     first = out.splitlines()[0]
+    if option(argv, "--target") == "cpu":   # the float network on this CPU, timed over runs
+        assert first.startswith(f"{model} on the CPU ("), first
+        assert "top-5 classes (score" in out and re.search(r"^inference: mean [\d.]+ ms, std [\d.]+ ms", out, re.MULTILINE)
+        assert "--check" not in argv or "check: output matches the numpy reference (np.allclose" in out
+        check_schedules(argv, out)
+        return
     assert first.startswith(f"{model} on {cfg.model} "), first
     size = option(argv, "--image-size")
     if size:
@@ -439,6 +445,10 @@ def check_run(cmd: DocCommand, out: str, work: Path) -> None:
         assert not re.search(r"""(src|href)=["']?https?:""", text)
     elif "--report" in argv:  # where every node runs, and why
         assert re.search(r"^node +op +where +why", out, re.MULTILINE) and " accelerator " in out
+    check_schedules(argv, out)
+
+
+def check_schedules(argv: tuple[str, ...], out: str) -> None:
     if "--log" in argv:  # every task tuned above has its best record applied
         m = re.search(rf"^schedules: (\d+) of (\d+) task\(s\) from {re.escape(option(argv, '--log'))} ", out, re.MULTILINE)
         assert m and m.group(1) == m.group(2) and int(m.group(1)) > 1, out[:1000]
@@ -459,7 +469,10 @@ def check_tune(cmd: DocCommand, out: str, work: Path) -> None:
         aside = sorted(work.glob(f"{Path(log).stem}.old-*{Path(log).suffix}"))
         assert "resuming from" not in out
         assert not aside or f"moved the earlier log {log} aside to {aside[-1].name}" in out, out[:1000]
-    assert re.search(r"end-to-end simulated latency: untuned [\d,]+ cycles .* outputs identical", out), out[-500:]
+    if option(cmd.argv, "--target") == "cpu":   # the float network on this CPU: untuned and tuned, timed
+        assert re.search(r"end-to-end on this CPU .* untuned .* ms .* tuned [\d.]+ ms .* outputs agree", out), out[-500:]
+    else:
+        assert re.search(r"end-to-end simulated latency: untuned [\d,]+ cycles .* outputs identical", out), out[-500:]
     records = [json.loads(line) for line in (work / log_of(out)).read_text().splitlines()]
     assert records
     plot = option(cmd.argv, "--plot")
