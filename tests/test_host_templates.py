@@ -20,8 +20,10 @@ pytestmark = needs("llvmlite")
 CONV = {"data_shape": (1, 8, 7, 9), "kernel_shape": (16, 8, 3, 3), "strides": (1, 1), "padding": (1, 1)}
 STRIDED = {"data_shape": (1, 3, 11, 12), "kernel_shape": (8, 3, 5, 5), "strides": (2, 2), "padding": (2, 1, 2, 1)}
 DENSE = {"data_shape": (2, 24), "kernel_shape": (40, 24)}
+DEPTHWISE = {"data_shape": (1, 32, 9, 8), "kernel_shape": (32, 1, 3, 3), "strides": (2, 1), "padding": (1, 1)}
 CASES = [("conv2d_NCHWc.x86", CONV), ("conv2d_NCHWc.x86", STRIDED), ("conv2d_nchw_spatial_pack.arm", CONV),
-         ("conv2d_nchw_spatial_pack.arm", STRIDED), ("dense_pack.x86", DENSE)]
+         ("conv2d_nchw_spatial_pack.arm", STRIDED), ("dense_pack.x86", DENSE),
+         ("depthwise_conv2d_NCHWc.x86", DEPTHWISE)]
 
 
 def _template(op: str, workload: dict):
@@ -49,14 +51,17 @@ def test_sampled_configs_agree_with_a_float64_numpy_oracle(op, workload):
     assert len(list(space)) == len(space) > 1   # enumerable: every index names a config
     inputs = t.random_inputs(np.random.default_rng(1))
     x, w = inputs["data"], inputs["kernel"]
-    if op.startswith("conv"):   # the oracle, independent of the template: a direct float64 loop
+    if "conv" in op:   # the oracle, independent of the template: a direct float64 loop
         p = t.p
         xp = np.pad(x.astype(np.float64), ((0, 0), (0, 0), (p.pt, p.pb), (p.pl, p.pr)))
         want = np.zeros(t.out_shape)
         for i in range(p.kh):
             for j in range(p.kw):
                 win = xp[:, :, i:i + p.sh * (p.oh - 1) + 1:p.sh, j:j + p.sw * (p.ow - 1) + 1:p.sw]
-                want += np.einsum("nchw,oc->nohw", win, w[:, :, i, j].astype(np.float64))
+                if op.startswith("depthwise"):
+                    want += win * w[None, :, 0, i, j, None, None].astype(np.float64)
+                else:
+                    want += np.einsum("nchw,oc->nohw", win, w[:, :, i, j].astype(np.float64))
     else:
         want = x.astype(np.float64) @ w.astype(np.float64).T
     np.testing.assert_allclose(t.reference(**inputs), want, rtol=1e-12, atol=1e-9)
@@ -66,17 +71,17 @@ def test_sampled_configs_agree_with_a_float64_numpy_oracle(op, workload):
             assert _close(got, want), (config, float(np.abs(got - want).max()))
 
 
-@pytest.mark.parametrize("op", ["conv2d_NCHWc.x86", "conv2d_nchw_spatial_pack.arm"])
+@pytest.mark.parametrize(("op", "workload"), [("conv2d_NCHWc.x86", CONV), ("conv2d_nchw_spatial_pack.arm", CONV),
+                                               ("depthwise_conv2d_NCHWc.x86", DEPTHWISE)])
 @pytest.mark.parametrize("epilogue", [("bias",), ("bias", "relu"), ("bias", "residual", "relu"), ("relu",)])
-def test_conv_epilogues_follow_the_graph_order(op, epilogue):
-    t = _template(op, CONV)
+def test_conv_epilogues_follow_the_graph_order(op, workload, epilogue):
+    t = _template(op, workload)
     rng = np.random.default_rng(2)
     inputs = t.random_inputs(rng)
-    bias = rng.standard_normal(16).astype(np.float32)
+    bias = rng.standard_normal(t.out_shape[1]).astype(np.float32)
     res = rng.standard_normal(t.out_shape).astype(np.float32)
     extra = {"bias": bias if "bias" in epilogue else None, "residual": res if "residual" in epilogue else None}
-    want = inputs["data"].astype(np.float64)
-    want = conv_reference(inputs["data"], inputs["kernel"], t.p)
+    want = conv_reference(inputs["data"], inputs["kernel"], t.p, depthwise=t.depthwise)
     if "bias" in epilogue:
         want = want + bias[None, :, None, None]
     if "residual" in epilogue:
@@ -124,7 +129,7 @@ ELF_MACHINE = {AARCH64.triple: (2, 183), ARMV7.triple: (1, 40)}   # (ELF class: 
 
 
 @pytest.mark.parametrize("target", [AARCH64, ARMV7], ids=["aarch64", "armv7"])
-@pytest.mark.parametrize(("op", "workload"), CASES[::2])
+@pytest.mark.parametrize(("op", "workload"), CASES[::2] + CASES[-1:])
 def test_the_same_kernels_compile_for_arm_targets(target, op, workload):
     t = _template(op, workload)
     for config in [None, _valid(t, 1, seed=5)[0]]:

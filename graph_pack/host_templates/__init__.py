@@ -21,12 +21,13 @@ from graph_pack.host_templates.base import (
 from graph_pack.host_templates.graph import (
     CONV_TEMPLATES,
     DENSE_TEMPLATES,
+    DEPTHWISE_TEMPLATES,
     host_workload,
     tuned_config,
     tuned_kernel,
 )
 from graph_pack.host_templates.target import AARCH64, ARMV7, CROSS, CpuTarget, host, object_code
 
-__all__ = ["AARCH64", "ARMV7", "CONV_TEMPLATES", "CROSS", "DENSE_TEMPLATES", "EPILOGUES", "HOST_TEMPLATES",
+__all__ = ["AARCH64", "ARMV7", "CONV_TEMPLATES", "CROSS", "DENSE_TEMPLATES", "DEPTHWISE_TEMPLATES", "EPILOGUES", "HOST_TEMPLATES",
            "HOST_TEMPLATE_VERSION", "CpuTarget", "HostKernel", "HostTemplate", "host", "host_template_of",
            "host_workload", "object_code", "tuned_config", "tuned_kernel"]

@@ -91,27 +91,13 @@ def _vector_count(lanes: int, oc_bn: int) -> int:
 def conv_ir(name: str, p: ConvShape, s: ConvSched, epilogue: tuple[str, ...] = ()) -> str:
     """conv2d(xin, x, w, bias, res, out): xin NCHW copied into the scratch x (N, C/ic_bn, Hp, Wp, ic_bn), w packed
     (O/oc_bn, C/ic_bn, KH, KW, ic_bn, oc_bn), out NCHW; bias / res read only with those epilogue steps."""
-    f = jit._Fn(name, ["ptr noalias readonly %xin", "ptr noalias %x", "ptr noalias readonly %w",
-                       "ptr noalias readonly %bias", "ptr noalias readonly %res", "ptr noalias %out"])
+    f, vt, fma, accs = _kernel_fn(name, p, s, s.ic_bn)
     oh, ow = p.oh, p.ow
     hp, wp = p.h + p.pt + p.pb, p.w + p.pl + p.pr
     bn, ob = s.ic_bn, s.oc_bn
     ic_o, oc_o = p.c // bn, p.o // ob
     xs_row, xs_c = wp * bn, hp * wp * bn
-    vt = f"<{ob} x float>"
-    fma = f"@llvm.fmuladd.v{ob}f32"
-    f.decls.add(f"declare {vt} {fma}({vt}, {vt}, {vt})")
-
-    # stage: x[n, ico, r + pt, col + pl, ici] = xin[n, ico * bn + ici, r, col]
-    with f.loop(p.n) as n, f.loop(ic_o) as ico, f.loop(bn) as ici, f.loop(p.h) as r:
-        src = f.gep("float", "%xin", f.lin(0, (p.c * p.h * p.w, n), (bn * p.h * p.w, ico), (p.h * p.w, ici), (p.w, r)))
-        dst = f.gep("float", "%x", f.lin(p.pt * xs_row + p.pl * bn, (ic_o * xs_c, n), (xs_c, ico), (xs_row, r), (1, ici)))
-        with f.loop(p.w) as col:
-            v = f.let(f"load float, ptr {f.gep('float', src, col)}, align 4")
-            f.emit(f"store float {v}, ptr {f.gep('float', dst, f.lin(0, (bn, col)))}, align 4")
-
-    tile = [(r, c) for r in range(s.t_oh) for c in range(s.t_ow)]
-    accs = {k: f.alloca(vt) for k in tile}
+    tile = list(accs)
     w_tap = bn * ob
 
     def body(xbase: str, wbase: str) -> None:
@@ -159,29 +145,61 @@ def conv_ir(name: str, p: ConvShape, s: ConvSched, epilogue: tuple[str, ...] = (
             with f.loop(ic_o) as ico:
                 taps(lambda i, j: step(ico, i, j))
 
-        # store: each lane is one output channel; bias (vector), residual, relu in the graph's order
-        bias = None
-        if "bias" in epilogue:
-            bias = f.let(f"load {vt}, ptr {f.gep('float', '%bias', f.lin(0, (ob, oco)))}, align 4")
         obase = f.lin(0, (p.o * oh * ow, n), (ob * oh * ow, oco), (s.t_oh * ow, rb), (s.t_ow, cb))
-        for r, c in tile:
-            val = f.let(f"load {vt}, ptr {accs[r, c]}, align 64")
-            if bias is not None:
-                val = f.let(f"fadd {vt} {val}, {bias}")
-            if "relu" in epilogue and "residual" not in epilogue:
-                keep = f.let(f"fcmp ugt {vt} {val}, zeroinitializer")
-                val = f.let(f"select <{ob} x i1> {keep}, {vt} {val}, {vt} zeroinitializer")
-            for lane in range(ob):
-                off = f.lin(lane * oh * ow + r * ow + c, (1, obase))
-                e = f.let(f"extractelement {vt} {val}, i64 {lane}")
-                if "residual" in epilogue:
-                    rv = f.let(f"load float, ptr {f.gep('float', '%res', off)}, align 4")
-                    e = f.let(f"fadd float {e}, {rv}")
-                    if "relu" in epilogue:
-                        keep = f.let(f"fcmp ugt float {e}, 0.0")
-                        e = f.let(f"select i1 {keep}, float {e}, float 0.0")
-                f.emit(f"store float {e}, ptr {f.gep('float', '%out', off)}, align 4")
+        emit_store(f, p, ob, accs, oco, obase, epilogue)
     return f.text()
+
+
+def _kernel_fn(name: str, p: ConvShape, s: ConvSched, stage_bn: int) -> tuple[jit._Fn, str, str, dict]:
+    """A conv kernel's function (xin, x, w, bias, res, out) with the input staged in blocks of ``stage_bn`` channels:
+    (function, vector type of oc_bn floats, the fmuladd intrinsic, the register tile's accumulators)."""
+    f = jit._Fn(name, ["ptr noalias readonly %xin", "ptr noalias %x", "ptr noalias readonly %w",
+                       "ptr noalias readonly %bias", "ptr noalias readonly %res", "ptr noalias %out"])
+    vt = f"<{s.oc_bn} x float>"
+    fma = f"@llvm.fmuladd.v{s.oc_bn}f32"
+    f.decls.add(f"declare {vt} {fma}({vt}, {vt}, {vt})")
+    emit_stage(f, p, stage_bn)
+    return f, vt, fma, {(r, c): f.alloca(vt) for r in range(s.t_oh) for c in range(s.t_ow)}
+
+
+def emit_stage(f: jit._Fn, p: ConvShape, bn: int) -> None:
+    """Copy %xin (NCHW) into the padded, channel-blocked scratch %x (N, C/bn, Hp, Wp, bn):
+    x[n, cb, r + pt, col + pl, ci] = xin[n, cb * bn + ci, r, col]; the padding stays as _Scratch wrote it."""
+    hp, wp = p.h + p.pt + p.pb, p.w + p.pl + p.pr
+    xs_row, xs_c, c_o = wp * bn, hp * wp * bn, p.c // bn
+    with f.loop(p.n) as n, f.loop(c_o) as ico, f.loop(bn) as ici, f.loop(p.h) as r:
+        src = f.gep("float", "%xin", f.lin(0, (p.c * p.h * p.w, n), (bn * p.h * p.w, ico), (p.h * p.w, ici), (p.w, r)))
+        dst = f.gep("float", "%x", f.lin(p.pt * xs_row + p.pl * bn, (c_o * xs_c, n), (xs_c, ico), (xs_row, r), (1, ici)))
+        with f.loop(p.w) as col:
+            v = f.let(f"load float, ptr {f.gep('float', src, col)}, align 4")
+            f.emit(f"store float {v}, ptr {f.gep('float', dst, f.lin(0, (bn, col)))}, align 4")
+
+
+def emit_store(f: jit._Fn, p: ConvShape, ob: int, accs: dict, oco: str, obase: str, epilogue: tuple[str, ...]) -> None:
+    """Store the register tile ``accs`` ((row, col) -> vector of ``ob`` output channels, channel block ``oco``) into
+    %out (NCHW) from ``obase``, each lane one channel; the bias (vector), residual and relu in the graph's order."""
+    oh, ow = p.oh, p.ow
+    vt = f"<{ob} x float>"
+    bias = None
+    if "bias" in epilogue:
+        bias = f.let(f"load {vt}, ptr {f.gep('float', '%bias', f.lin(0, (ob, oco)))}, align 4")
+    for (r, c), acc in accs.items():
+        val = f.let(f"load {vt}, ptr {acc}, align 64")
+        if bias is not None:
+            val = f.let(f"fadd {vt} {val}, {bias}")
+        if "relu" in epilogue and "residual" not in epilogue:
+            keep = f.let(f"fcmp ugt {vt} {val}, zeroinitializer")
+            val = f.let(f"select <{ob} x i1> {keep}, {vt} {val}, {vt} zeroinitializer")
+        for lane in range(ob):
+            off = f.lin(lane * oh * ow + r * ow + c, (1, obase))
+            e = f.let(f"extractelement {vt} {val}, i64 {lane}")
+            if "residual" in epilogue:
+                rv = f.let(f"load float, ptr {f.gep('float', '%res', off)}, align 4")
+                e = f.let(f"fadd float {e}, {rv}")
+                if "relu" in epilogue:
+                    keep = f.let(f"fcmp ugt float {e}, 0.0")
+                    e = f.let(f"select i1 {keep}, float {e}, float 0.0")
+            f.emit(f"store float {e}, ptr {f.gep('float', '%out', off)}, align 4")
 
 
 def pack_weights(w: np.ndarray, ic_bn: int, oc_bn: int) -> np.ndarray:
@@ -192,15 +210,19 @@ def pack_weights(w: np.ndarray, ic_bn: int, oc_bn: int) -> np.ndarray:
 
 
 def conv_reference(x: np.ndarray, w: np.ndarray, p: ConvShape, bias=None, residual=None,
-                   relu: bool = False) -> np.ndarray:
-    """float64 conv2d (+ bias, + residual, relu) by im2col and one matrix product: the independent oracle."""
+                   relu: bool = False, depthwise: bool = False) -> np.ndarray:
+    """float64 conv2d (+ bias, + residual, relu) by im2col and one tensor contraction (per channel when
+    ``depthwise``): the independent oracle."""
     xp = np.pad(x.astype(np.float64), ((0, 0), (0, 0), (p.pt, p.pb), (p.pl, p.pr)))
     cols = np.empty((p.n, p.c, p.kh, p.kw, p.oh, p.ow))
     for i in range(p.kh):
         for j in range(p.kw):
             r0, c0 = i * p.dh, j * p.dw
             cols[:, :, i, j] = xp[:, :, r0:r0 + p.sh * (p.oh - 1) + 1:p.sh, c0:c0 + p.sw * (p.ow - 1) + 1:p.sw]
-    out = np.einsum("nckjhw,ockj->nohw", cols, w.astype(np.float64), optimize=True)
+    if depthwise:
+        out = np.einsum("nckjhw,ckj->nchw", cols, w[:, 0].astype(np.float64), optimize=True)
+    else:
+        out = np.einsum("nckjhw,ockj->nohw", cols, w.astype(np.float64), optimize=True)
     if bias is not None:
         out += np.asarray(bias, np.float64)[None, :, None, None]
     if residual is not None:
@@ -212,6 +234,7 @@ class _Conv2d(HostTemplate):
     """What both conv2d families share: the workload, the reference, the estimate, the compiled kernel."""
 
     inputs: ClassVar[tuple[str, ...]] = ("data", "kernel", "bias", "residual")
+    depthwise: ClassVar[bool] = False    # one input channel per output channel (kernel (C, 1, KH, KW))
 
     def __init__(self, op: str, p: ConvShape, target: CpuTarget | None = None):
         super().__init__(op, target)
@@ -223,7 +246,10 @@ class _Conv2d(HostTemplate):
                    ("data_shape", "kernel_shape"))
         n, c, h, w = as_ints("data_shape", workload["data_shape"], 4)
         o, ci, kh, kw = as_ints("kernel_shape", workload["kernel_shape"], 4)
-        if ci != c:
+        if cls.depthwise and (o, ci) != (c, 1):
+            raise ValueError(f"{op}: a depthwise kernel_shape is ({c}, 1, KH, KW) for {c} channels, got "
+                             f"{workload['kernel_shape']}")
+        if not cls.depthwise and ci != c:
             raise ValueError(f"{op}: kernel_shape {workload['kernel_shape']} takes {ci} input channels, the data "
                              f"has {c} (groups are not supported by this template)")
         sh, sw = as_pair("strides", workload.get("strides", 1))
@@ -242,12 +268,17 @@ class _Conv2d(HostTemplate):
 
     def task_workload(self) -> dict[str, Any]:
         p = self.p
-        return {"op": self.op, "data_shape": (p.n, p.c, p.h, p.w), "kernel_shape": (p.o, p.c, p.kh, p.kw),
+        return {"op": self.op, "data_shape": (p.n, p.c, p.h, p.w), "kernel_shape": self.kernel_shape,
                 "strides": (p.sh, p.sw), "padding": (p.pt, p.pl, p.pb, p.pr), "dilation": (p.dh, p.dw)}
 
     @property
+    def kernel_shape(self) -> tuple[int, int, int, int]:
+        p = self.p
+        return (p.o, 1 if self.depthwise else p.c, p.kh, p.kw)
+
+    @property
     def macs(self) -> int:
-        return self.p.macs
+        return self.p.macs // (self.p.c if self.depthwise else 1)
 
     @property
     def flop(self) -> int:
@@ -279,7 +310,7 @@ class _Conv2d(HostTemplate):
         s = self._sched_arrays(knobs)
         vecs = np.ceil(s["oc_bn"] / lanes)
         tiles = p.n * (p.o / s["oc_bn"]) * (p.oh / s["t_oh"]) * (p.ow / s["t_ow"])
-        steps = tiles * (p.c / s["ic_bn"]) * p.kh * p.kw
+        steps = tiles * (1 if self.depthwise else p.c / s["ic_bn"]) * p.kh * p.kw
         per_step = s["ic_bn"] * (s["t_oh"] * s["t_ow"] * vecs + s["t_oh"] * s["t_ow"] / 2 + vecs)
         overhead = np.where(s["unroll_kw"] > 0, 2.0, 6.0) + 2 * s["t_oh"] * s["t_ow"] * vecs  # acc spills at loop edges
         spill = np.maximum(0, s["t_oh"] * s["t_ow"] * vecs - 24) * 8
@@ -295,18 +326,24 @@ class _Conv2d(HostTemplate):
     # ---- code ----
     def ir(self, config: Config | None = None, target: CpuTarget | None = None, epilogue: tuple[str, ...] = (),
            name: str = "kernel") -> str:
-        return conv_ir(name, self.p, self.sched(self.checked(config)), check_epilogue(epilogue))
+        return self._ir(name, self.sched(self.checked(config)), check_epilogue(epilogue))
+
+    def _ir(self, name: str, s: ConvSched, epilogue: tuple[str, ...]) -> str:
+        return conv_ir(name, self.p, s, epilogue)
+
+    def pack_kernel(self, w: np.ndarray, s: ConvSched) -> np.ndarray:
+        return pack_weights(w, s.ic_bn, s.oc_bn)
 
     def build(self, config: Config | None = None, epilogue: tuple[str, ...] = ()) -> HostKernel:
         p, normal = self.p, self.checked(config)
         epilogue = check_epilogue(epilogue)
         s = self.sched(normal)
         name = jit._fresh_name(self.op.split(".")[0])
-        cfn, seconds = timed_compile(lambda: jit._compile(conv_ir(name, p, s, epilogue), name, 6))
+        cfn, seconds = timed_compile(lambda: jit._compile(self._ir(name, s, epilogue), name, 6))
         scratch = jit._Scratch((p.n, p.c // s.ic_bn, p.h + p.pt + p.pb, p.w + p.pl + p.pr, s.ic_bn), "float32", 0)
         packed: list = [None, None]   # (the weight array given last, its packed copy)
         zero = np.zeros(1, np.float32)
-        shapes = {"data": (p.n, p.c, p.h, p.w), "kernel": (p.o, p.c, p.kh, p.kw), "bias": (p.o,),
+        shapes = {"data": (p.n, p.c, p.h, p.w), "kernel": self.kernel_shape, "bias": (p.o,),
                   "residual": self.out_shape}
 
         def run(data: np.ndarray, kernel: np.ndarray, bias: np.ndarray | None = None,
@@ -314,7 +351,7 @@ class _Conv2d(HostTemplate):
             given = {"data": data, "kernel": kernel, "bias": bias, "residual": residual}
             check_arrays(self.op, given, shapes, ("data", "kernel", *(k for k in ("bias", "residual") if k in epilogue)))
             if packed[0] is not kernel:
-                packed[:] = [kernel, pack_weights(kernel, s.ic_bn, s.oc_bn)]
+                packed[:] = [kernel, self.pack_kernel(kernel, s)]
             x = np.ascontiguousarray(data)
             b = np.ascontiguousarray(bias) if "bias" in epilogue else zero
             res = np.ascontiguousarray(residual) if "residual" in epilogue else zero
@@ -327,12 +364,12 @@ class _Conv2d(HostTemplate):
     # ---- data ----
     def reference(self, **inputs: np.ndarray) -> np.ndarray:
         return conv_reference(inputs["data"], inputs["kernel"], self.p, inputs.get("bias"), inputs.get("residual"),
-                              bool(inputs.get("relu", False)))
+                              bool(inputs.get("relu", False)), self.depthwise)
 
     def random_inputs(self, rng: np.random.Generator) -> dict[str, np.ndarray]:
         p = self.p
         return {"data": rng.standard_normal((p.n, p.c, p.h, p.w)).astype(np.float32),
-                "kernel": rng.standard_normal((p.o, p.c, p.kh, p.kw)).astype(np.float32)}
+                "kernel": rng.standard_normal(self.kernel_shape).astype(np.float32)}
 
 
 def _split(name: str, extent: int, limit: int) -> Knob:
@@ -398,3 +435,81 @@ class Conv2dSpatialPack(_Conv2d):
         th, tw = largest_divisor(p.oh, 2), largest_divisor(p.ow, 4)
         return {"tile_co": [p.o // co, co], "tile_oh": [p.oh // th, th], "tile_ow": [p.ow // tw, tw],
                 "reorder": 0, "unroll_kw": 0}
+
+
+def depthwise_ir(name: str, p: ConvShape, s: ConvSched, epilogue: tuple[str, ...] = ()) -> str:
+    """depthwise conv2d(xin, x, w, bias, res, out): the channels blocked by oc_bn into vector lanes, so every tap is
+    one vector load of the staged input (N, C/bn, Hp, Wp, bn) times one of the packed weights (C/bn, KH, KW, bn)."""
+    bn = s.oc_bn
+    f, vt, fma, accs = _kernel_fn(name, p, s, bn)
+    hp, wp = p.h + p.pt + p.pb, p.w + p.pl + p.pr
+    xs_row, xs_c = wp * bn, hp * wp * bn
+    tile = list(accs)
+    with ExitStack() as loops:
+        n = loops.enter_context(f.loop(p.n))
+        cb = loops.enter_context(f.loop(p.c // bn))
+        rb = loops.enter_context(f.loop(p.oh // s.t_oh))
+        wb = loops.enter_context(f.loop(p.ow // s.t_ow))
+        for a in accs.values():
+            f.emit(f"store {vt} zeroinitializer, ptr {a}, align 64")
+        xtile = f.lin(0, (p.c // bn * xs_c, n), (xs_c, cb), (s.t_oh * p.sh * xs_row, rb), (s.t_ow * p.sw * bn, wb))
+        with f.loop(p.kh) as i:
+            cur = {k: f.let(f"load {vt}, ptr {a}, align 64") for k, a in accs.items()}
+            for jj in range(p.kw) if s.unroll_kw else [None]:
+                with ExitStack() as st:
+                    j = str(jj) if jj is not None else st.enter_context(f.loop(p.kw))
+                    if jj is None:   # a loop over kernel columns: the accumulators round-trip through memory
+                        cur = {k: f.let(f"load {vt}, ptr {a}, align 64") for k, a in accs.items()}
+                    wv = f.let(f"load {vt}, ptr {f.gep('float', '%w', f.lin(0, (p.kh * p.kw * bn, cb), (p.kw * bn, i), (bn, j)))}, align 4")
+                    xb = f.gep("float", "%x", f.lin(0, (1, xtile), (p.dh * xs_row, i), (p.dw * bn, j)))
+                    for r, c in tile:
+                        q = f.gep("float", xb, str(r * p.sh * xs_row + c * p.sw * bn))
+                        xv = f.let(f"load {vt}, ptr {q}, align 4")
+                        cur[r, c] = f.let(f"call {vt} {fma}({vt} {xv}, {vt} {wv}, {vt} {cur[r, c]})")
+                    if jj is None:
+                        for k, a in accs.items():
+                            f.emit(f"store {vt} {cur[k]}, ptr {a}, align 64")
+            if s.unroll_kw:
+                for k, a in accs.items():
+                    f.emit(f"store {vt} {cur[k]}, ptr {a}, align 64")
+        obase = f.lin(0, (p.c * p.oh * p.ow, n), (bn * p.oh * p.ow, cb), (s.t_oh * p.ow, rb), (s.t_ow, wb))
+        emit_store(f, p, bn, accs, cb, obase, epilogue)
+    return f.text()
+
+
+@register_host
+class DepthwiseConv2dNCHWc(_Conv2d):
+    """AutoTVM's x86 depthwise_conv2d_NCHWc knobs: tile_c (channels per vector), tile_oh x tile_ow output positions
+    per register tile, unroll_kw. (Its ARM schedule vectorises the same way.)"""
+
+    ops: ClassVar[tuple[str, ...]] = ("depthwise_conv2d_NCHWc.x86",)
+    family: ClassVar[str] = "x86"
+    depthwise: ClassVar[bool] = True
+
+    def space(self) -> ConfigSpace:
+        p = self.p
+        return ConfigSpace([_split("tile_c", p.c, 64), _split("tile_oh", p.oh, 4), _split("tile_ow", p.ow, 16),
+                            Knob.choice("unroll_kw", (0, 1))])
+
+    def sched(self, config: Config) -> ConvSched:
+        return ConvSched(config["tile_c"][1], config["tile_c"][1], config["tile_oh"][1], config["tile_ow"][1], False,
+                         bool(config["unroll_kw"]))
+
+    def _sched_arrays(self, knobs):
+        return {"ic_bn": np.ones_like(knobs["tile_c"][0]), "oc_bn": knobs["tile_c"][0], "t_oh": knobs["tile_oh"][0],
+                "t_ow": knobs["tile_ow"][0], "unroll_kw": knobs["unroll_kw"][0]}
+
+    def default_config(self) -> Config:
+        p, lanes = self.p, self.target.lanes
+        bn = largest_divisor(p.c, lanes)
+        tw = largest_divisor(p.ow, 8)
+        return {"tile_c": [p.c // bn, bn], "tile_oh": [p.oh, 1], "tile_ow": [p.ow // tw, tw], "unroll_kw": 0}
+
+    def _ir(self, name: str, s: ConvSched, epilogue: tuple[str, ...]) -> str:
+        return depthwise_ir(name, self.p, s, epilogue)
+
+    def pack_kernel(self, w: np.ndarray, s: ConvSched) -> np.ndarray:
+        """(C, 1, KH, KW) -> (C/bn, KH, KW, bn)."""
+        c, _, kh, kw = w.shape
+        return np.ascontiguousarray(w[:, 0].reshape(c // s.oc_bn, s.oc_bn, kh, kw).transpose(0, 2, 3, 1),
+                                    dtype=np.float32)

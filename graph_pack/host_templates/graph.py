@@ -1,5 +1,5 @@
 """Which graph nodes the host templates take, and their kernels with a tuned schedule (``build``'s
-``host_schedules``): a float32 conv2d (groups 1, NCHW / OIHW) or dense, with the bias add, residual add and relu
+``host_schedules``): a float32 conv2d (groups 1 or depthwise, NCHW / OIHW) or dense, with the bias add, residual add and relu
 that alone read it fused as the kernel's epilogue."""
 
 from __future__ import annotations
@@ -10,12 +10,13 @@ from collections.abc import Callable
 from typing import Any
 
 from graph_pack.host_templates.base import HostKernel, host_template_of
-from graph_pack.host_templates.conv2d import Conv2dNCHWc, Conv2dSpatialPack
+from graph_pack.host_templates.conv2d import Conv2dNCHWc, Conv2dSpatialPack, DepthwiseConv2dNCHWc
 from graph_pack.host_templates.dense import DensePack
 from graph_pack.opdefs import OPS, pair, quad
 
 CONV_TEMPLATES = {"x86": Conv2dNCHWc.ops[0], "arm": Conv2dSpatialPack.ops[0]}   # CPU family -> conv2d template
 DENSE_TEMPLATES = {"x86": DensePack.ops[0], "arm": DensePack.ops[0]}
+DEPTHWISE_TEMPLATES = {"x86": DepthwiseConv2dNCHWc.ops[0], "arm": DepthwiseConv2dNCHWc.ops[0]}
 HostSchedules = dict[str, dict] | Callable[[dict], dict | None] | None
 _KERNELS: dict[tuple[str, str, tuple[str, ...]], HostKernel] = {}
 _LOCK = threading.Lock()
@@ -34,11 +35,18 @@ def host_workload(node, graph, arch: str = "x86") -> dict[str, Any] | None:
         if a.get("data_layout", "NC") != "NC" or a.get("kernel_layout", "OI") != "OI" or len(x.shape) != 2:
             return None
         return {"op": DENSE_TEMPLATES[arch], "data_shape": tuple(x.shape), "kernel_shape": tuple(w.shape)}
-    if (a.get("data_layout", "NCHW"), a.get("kernel_layout", "OIHW")) != ("NCHW", "OIHW") or int(a["groups"]) != 1:
+    if (a.get("data_layout", "NCHW"), a.get("kernel_layout", "OIHW")) != ("NCHW", "OIHW"):
         return None
-    if len(x.shape) != 4 or len(w.shape) != 4 or w.shape[1] != x.shape[1]:
+    if len(x.shape) != 4 or len(w.shape) != 4:
         return None
-    return {"op": CONV_TEMPLATES[arch], "data_shape": tuple(x.shape), "kernel_shape": tuple(w.shape),
+    groups = int(a["groups"])
+    if groups == 1 and w.shape[1] == x.shape[1]:
+        op = CONV_TEMPLATES[arch]
+    elif groups == x.shape[1] == w.shape[0] and w.shape[1] == 1:
+        op = DEPTHWISE_TEMPLATES[arch]
+    else:
+        return None
+    return {"op": op, "data_shape": tuple(x.shape), "kernel_shape": tuple(w.shape),
             "strides": pair(a["strides"], "strides"), "padding": quad(a["padding"], "padding"),
             "dilation": pair(a["dilation"], "dilation")}
 
