@@ -4,26 +4,37 @@ Measured in one run: quantize + graph_pack + build (compile), one inference with
 ``--repeat``), the simulated cycles and latency at the preset's clock, and two in-run references: the float
 numpy reference of the same network (``run_reference`` on the float graph) and onnxruntime's float inference
 (one thread) of the same network written as an ONNX file, which is also the file our flow is built from
-(``from_onnx``; issue #15's goal: one simulated inference within onnxruntime's float time), timed in rounds
-alternating with ours so that a slow phase of a shared machine hits both. Two figures
+(``from_onnx``; issue #15's goal: one simulated inference within onnxruntime's float time), and onnxruntime's
+int8 inference of that file quantized by ``onnxruntime.quantization.quantize_static`` (calibrated on a few random
+inputs; uint8 activations, int8 weights; QOperator and QDQ formats; issue #29's goal: within 2x, ideally 1x, of
+the best native int8 runtime), all timed in rounds alternating with ours so that a slow phase of a shared machine
+hits every side. Then the profile of one simulated inference: where its host time goes (GEMM, ALU, loads, stores,
+weight layouts, decoding and the timing model, host ops, Python per group). Two figures
 from elsewhere are printed as quoted, with their source and no ratio: VTA's cycle-accurate tsim at ~31 M
 cycles per ResNet-18 inference, and the tuned ResNet-18 on a board (Pynq implied) in VTA's tuning tutorial
 at 621.79 ms (whole network: ARM host layers plus the FPGA). No published figure was found for TVM-VTA's
 compile time or for its functional simulator's wall time, so none is printed.
 
-    python bench/network.py [--config pynq] [--model resnet-18] [--repeat 5] [--cpu auto]
+    python bench/network.py [--config pynq] [--model resnet-18] [--repeat 5] [--cpu auto] [--calibrate 4]
+
+``VTA_SIM_KERNEL`` (docs/simulator.md, "Kernel paths") picks the simulator's GEMM kernel path, ``VTA_SIM_THREADS``
+its threads.
 """
 
 from __future__ import annotations
 
 import argparse
+import os
 import statistics
+import tempfile
 import time
 
 import numpy as np
+import onnx
 import onnxruntime as ort
 from _host import header, quoted
 from _onnx_export import to_onnx
+from onnxruntime.quantization import CalibrationDataReader, QuantFormat, QuantType, quantize_static
 
 from graph_pack import zoo
 from graph_pack.build import build
@@ -34,6 +45,76 @@ from graph_pack.reference import run_reference
 from hw_config import load_config
 
 NOTES = "../shared/reference/vta-notes.md"
+INT8_FORMATS = {"QOperator": QuantFormat.QOperator, "QDQ": QuantFormat.QDQ}
+
+
+def ort_session(model: onnx.ModelProto | str) -> ort.InferenceSession:
+    """onnxruntime on one thread (CPU provider), from a model or an ONNX file."""
+    options = ort.SessionOptions()
+    options.intra_op_num_threads = options.inter_op_num_threads = 1
+    options.log_severity_level = 3
+    source = model if isinstance(model, str) else model.SerializeToString()
+    return ort.InferenceSession(source, options, providers=["CPUExecutionProvider"])
+
+
+class _Calibration(CalibrationDataReader):
+    def __init__(self, inputs: list[dict[str, np.ndarray]]):
+        self.items = iter(inputs)
+
+    def get_next(self) -> dict[str, np.ndarray] | None:
+        return next(self.items, None)
+
+
+def ort_int8_sessions(model: onnx.ModelProto, name: str, shape: tuple[int, ...],
+                      calibrate: int) -> dict[str, ort.InferenceSession]:
+    """The float model quantized to int8 by onnxruntime's static quantization (uint8 activations and int8 weights,
+    what onnxruntime's x86 kernels prefer; int8 activations took 2.5-20x longer here), calibrated on ``calibrate``
+    standard-normal inputs, one session per format. quantize_static rewrites a ModelProto it is given (its weights
+    become external data), so it reads a file."""
+    rng = np.random.default_rng(1)
+    inputs = [{name: rng.standard_normal(shape).astype(np.float32)} for _ in range(calibrate)]
+    sessions = {}
+    with tempfile.TemporaryDirectory() as tmp:
+        src = os.path.join(tmp, "float.onnx")
+        onnx.save(model, src)
+        for label, fmt in INT8_FORMATS.items():
+            out = os.path.join(tmp, f"int8_{label}.onnx")
+            quantize_static(src, out, _Calibration(inputs), quant_format=fmt, activation_type=QuantType.QUInt8,
+                            weight_type=QuantType.QInt8)
+            sessions[label] = ort_session(out)
+    return sessions
+
+
+def profile_one(mod, x: np.ndarray) -> tuple[float, dict[str, float]]:
+    """One simulated inference with the simulator's host-time profile on: its wall seconds and seconds by part."""
+    sim = mod.device.sim
+    runs = [0.0]
+    run = sim.run
+
+    def timed_run(*args, **kwargs):   # Python's side of each group's C run (wrapping, stats objects) too
+        t0 = time.perf_counter()
+        try:
+            return run(*args, **kwargs)
+        finally:
+            runs[0] += time.perf_counter() - t0
+
+    sim.set_profile(True)
+    sim.run = timed_run
+    try:
+        t0 = time.perf_counter()
+        mod.run(data=x)
+        wall = time.perf_counter() - t0
+    finally:
+        del sim.run
+        prof = sim.profile()
+        sim.set_profile(False)
+    c_parts = ("gemm", "alu", "load", "store", "weight_layout")
+    parts = {name: prof[name] for name in c_parts}
+    parts["decode, checks, timing model (C)"] = prof["run"] - sum(parts.values())
+    parts["host ops"] = mod.host_seconds
+    parts["Python: simulator.run wrapper"] = runs[0] - prof["run"]
+    parts["Python: the rest per group (staging, steps)"] = wall - runs[0] - mod.host_seconds
+    return wall, parts
 
 
 def main() -> None:
@@ -42,6 +123,7 @@ def main() -> None:
     ap.add_argument("--model", default="resnet-18", help="zoo model (default resnet-18)")
     ap.add_argument("--repeat", type=int, default=5, help="inferences to time (median reported)")
     ap.add_argument("--cpu", default="auto", choices=("auto", "jit", "numpy"), help="host kernels")
+    ap.add_argument("--calibrate", type=int, default=4, help="calibration inputs of onnxruntime's int8 model")
     args = ap.parse_args()
     cfg = load_config(args.config)
     zoo_graph, zoo_params = zoo.get_model(args.model, batch_size=cfg.BATCH)
@@ -64,23 +146,30 @@ def main() -> None:
     t = time.perf_counter()
     float_out = run_reference(graph, params, {"data": x})
     float_ref = time.perf_counter() - t
-    options = ort.SessionOptions()
-    options.intra_op_num_threads = options.inter_op_num_threads = 1
-    options.log_severity_level = 3
-    session = ort.InferenceSession(model.SerializeToString(), options, providers=["CPUExecutionProvider"])
+    session = ort_session(model)
     ort_out = session.run(None, {"data": x})[0]
-    # ours and onnxruntime in alternating rounds, so that a slow phase of a shared machine hits both sides
-    walls, ort_walls = [], []
+    int8 = ort_int8_sessions(model, "data", graph["data"].shape, args.calibrate)
+    int8_top1 = {label: int(np.argmax(s.run(None, {"data": x})[0])) for label, s in int8.items()}
+    # ours and onnxruntime's in alternating rounds, so that a slow phase of a shared machine hits every side
+    sides = {"ours": lambda: mod.run(data=x), "float": lambda: session.run(None, {"data": x}),
+             **{label: (lambda s=s: s.run(None, {"data": x})) for label, s in int8.items()}}
+    times: dict[str, list[float]] = {k: [] for k in sides}
     for _ in range(args.repeat):
-        t = time.perf_counter()
-        mod.run(data=x)
-        walls.append(time.perf_counter() - t)
-        t = time.perf_counter()
-        session.run(None, {"data": x})
-        ort_walls.append(time.perf_counter() - t)
-    wall, ort_wall = statistics.median(walls), statistics.median(ort_walls)
-    round_ratio = statistics.median(a / b for a, b in zip(walls, ort_walls))
+        for k, fn in sides.items():
+            t = time.perf_counter()
+            fn()
+            times[k].append(time.perf_counter() - t)
+    med = {k: statistics.median(v) for k, v in times.items()}
+    low = {k: min(v) for k, v in times.items()}
+    wall, ort_wall = med["ours"], med["float"]
+    walls = times["ours"]
+
+    def round_ratio(ref: str) -> float:
+        return statistics.median(a / b for a, b in zip(walls, times[ref]))
+
     same_file = np.allclose(ort_out, float_out, rtol=1e-3, atol=1e-5)
+    best8 = min(int8, key=lambda k: med[k])
+    prof_wall, parts = min((profile_one(mod, x) for _ in range(3)), key=lambda r: r[0])   # the fastest of 3
     backends = sorted({getattr(s, "backend", "") for s in mod.steps} - {""})
 
     s = mod.stats
@@ -101,13 +190,33 @@ def main() -> None:
     print(f"| onnxruntime float inference of the same ONNX file, 1 thread (median of {args.repeat}; agrees with "
           f"our float reference: {'yes' if same_file else 'NO'}) | | {ort_wall * 1e3:.1f} ms | |")
     print(f"| **ratio one simulated inference / onnxruntime float** (of the medians; median of the rounds' ratios "
-          f"{round_ratio:.2f}x) | **{wall / ort_wall:.2f}x** | | <= 1.0x (issue 15) |")
+          f"{round_ratio('float'):.2f}x; of the minima {low['ours'] / low['float']:.2f}x) | "
+          f"**{wall / ort_wall:.2f}x** | | <= 1.0x (issue 15) |")
+    our_top1 = int(np.argmax(mod.get_output(0)))
+    for label in int8:
+        print(f"| onnxruntime int8 inference ({label}, quantize_static, {args.calibrate} calibration inputs), "
+              f"1 thread (median of {args.repeat}, min {low[label] * 1e3:.1f} ms; top-1 class "
+              f"{int8_top1[label]}, ours {our_top1}) | | {med[label] * 1e3:.1f} ms | |")
+    print(f"| **ratio one simulated inference / onnxruntime int8** (the faster format, {best8}: of the medians; "
+          f"median of the rounds' ratios {round_ratio(best8):.2f}x; of the minima "
+          f"{low['ours'] / low[best8]:.2f}x) | **{wall / med[best8]:.2f}x** | | <= 2.0x, goal 1.0x (issue 29) |")
     print(f"| simulated accelerator cycles | {s.cycles:,} = {s.seconds * 1e3:.1f} ms at {cfg.CLOCK_MHZ:g} MHz | "
           f"{quoted('VTA tsim ~31 M cycles per ResNet-18 inference', f'apache/tvm#4694, via {NOTES} sec. 3')} | |")
     print(f"| TVM-VTA on a board (Pynq implied), tuned ResNet-18, whole network (ARM host + FPGA) | | "
           f"{quoted('621.79 ms mean', f'tune_relay_vta sample output, via {NOTES} sec. 6')} | |")
     groups = sum(1 for st in mod.steps if hasattr(st, "group"))
     print(f"| accelerator groups / host steps | {groups} / {len(mod.steps) - groups} | | |")
+
+    print()
+    ngroups = max(groups, 1)
+    print(f"profile of one simulated inference (the fastest of 3 profiled: {prof_wall * 1e3:.1f} ms with the "
+          "profile's clock reads; "
+          f"{groups} accelerator groups, {len(mod.steps) - groups} host steps):")
+    print("| part | ms | share |")
+    print("|---|---|---|")
+    for name, sec in parts.items():
+        per = f" ({sec / ngroups * 1e6:.0f} us per group)" if name.startswith("Python") else ""
+        print(f"| {name}{per} | {sec * 1e3:.2f} | {sec / prof_wall:.0%} |")
 
 
 if __name__ == "__main__":

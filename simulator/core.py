@@ -75,6 +75,7 @@ def default_threads() -> int:
 
 
 SRAM_IDS = {"uop": 0, "wgt": 1, "inp": 2, "acc": 3}
+PROFILE_CLASSES = ("load", "store", "gemm", "alu", "weight_layout", "run")   # vta_sim.h's vta_sim_profile
 
 
 def kernel_path() -> str:
@@ -157,6 +158,20 @@ class Simulator:
         threads = _threads_value("threads", threads)
         self._check(lib.vta_sim_set_threads(self._sim, threads, min_macs, self._err, ERR_LEN))
         self.threads = threads
+
+    def set_profile(self, on: bool = True) -> None:
+        """Count the host time of every later run by class (``profile``), from zero; off by default (it reads a
+        clock around each instruction). It never changes a result, counter or cycle."""
+        lib.vta_sim_set_profile(self._sim, int(bool(on)))
+
+    def profile(self) -> dict[str, float]:
+        """Host seconds the runs since ``set_profile(True)`` spent, by class: ``load`` / ``store`` (executing LOADs
+        and STOREs), ``gemm``, ``alu``, ``weight_layout`` (the GEMM kernels' layouts of weight tiles, built at a LOAD
+        or at a GEMM's first read of a tile) and ``run`` (whole ``run`` calls in C: the rest of it is decoding,
+        checks and the timing model)."""
+        ns = ffi.new("uint64_t[6]")
+        lib.vta_sim_profile(self._sim, ns)
+        return {name: ns[i] * 1e-9 for i, name in enumerate(PROFILE_CLASSES)}
 
     def _weight_layout(self, tile: int) -> set[str]:
         """For tests: the GEMM layouts of weight tile ``tile`` that are up to date ("own": the kernel path's;

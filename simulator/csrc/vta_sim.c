@@ -9,6 +9,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <time.h>
 #include <unistd.h>
 
 /* GEMM threads (vta_sim_set_threads); the defaults can be overridden at compile time (e.g. for a TSan build). */
@@ -107,7 +108,18 @@ struct vta_sim {
   uint32_t next_fields_max;
   region_t *regions;
   size_t nregions, cap_regions;
+  int profile;          /* vta_sim_set_profile: count host time per class in prof_ns */
+  uint64_t prof_ns[6];  /* PROF_LOAD, ... (vta_sim.h, vta_sim_profile) */
 };
+
+enum { PROF_LOAD, PROF_STORE, PROF_GEMM, PROF_ALU, PROF_LAYOUT, PROF_RUN };
+
+/* Monotonic wall time in nanoseconds (the profile's clock). */
+static uint64_t now_ns(void) {
+  struct timespec ts;
+  clock_gettime(CLOCK_MONOTONIC, &ts);
+  return (uint64_t)ts.tv_sec * UINT64_C(1000000000) + (uint64_t)ts.tv_nsec;
+}
 
 /* One decoded instruction plus what the scheduler derives from it. */
 typedef struct insn {
@@ -1092,6 +1104,13 @@ int vta_sim_set_threads(vta_sim_t *s, uint32_t threads, uint64_t min_macs, char 
 
 uint32_t vta_sim_threads(const vta_sim_t *s) { return s->threads; }
 
+void vta_sim_set_profile(vta_sim_t *s, int on) {
+  s->profile = on != 0;
+  memset(s->prof_ns, 0, sizeof s->prof_ns);
+}
+
+void vta_sim_profile(const vta_sim_t *s, uint64_t ns[6]) { memcpy(ns, s->prof_ns, sizeof s->prof_ns); }
+
 int vta_sim_tile_layout(const vta_sim_t *s, uint32_t tile) {
   return tile < s->p.wgt_depth ? s->wgt_t_built[tile] : -1;
 }
@@ -1573,7 +1592,9 @@ static void exec_load(vta_sim_t *s, const insn_t *in) {
   uint32_t xt = in->x_pad0 + in->x_size + in->x_pad1;
   uint32_t yt = in->y_pad0 + in->y_size + in->y_pad1;
   if (in->mem_type == MEM_WGT && s->gemm_row_unsigned && xt == in->x_size && yt == in->y_size) {
+    const uint64_t t0 = s->profile ? now_ns() : 0;
     load_weight_quads(s, in);
+    if (s->profile) s->prof_ns[PROF_LAYOUT] += now_ns() - t0;
     return;
   }
   uint32_t depth = 0, elem = 0;
@@ -2102,7 +2123,9 @@ static void exec_gemm(vta_sim_t *s, const insn_t *in) {
       job.stride = 256;
       kind = SHADOW_QUADS;
     }
+    const uint64_t t0 = s->profile ? now_ns() : 0;
     need_shadows(s, kind, (size_t)wgt.min, wgt_end);
+    if (s->profile) s->prof_ns[PROF_LAYOUT] += now_ns() - t0;
   }
   if (!job.nruns || !splits(s, in)) {
     gemm_part(s, &job, 0, INT64_MAX);
@@ -2526,6 +2549,7 @@ static int over_budget(const insn_t *cur, uint32_t idx, uint64_t end, uint64_t m
 
 int vta_sim_run(vta_sim_t *s, const uint8_t *insns, uint32_t count, int compute, uint64_t max_cycles,
                 uint64_t max_work, vta_stats_t *stats, vta_trace_event_t *trace, char *err, size_t errlen) {
+  const uint64_t run_t0 = s->profile ? now_ns() : 0; /* a run that fails before it starts is not profiled */
   if (!stats) return fail(err, errlen, VTA_ERR_ARG, "no stats buffer");
   memset(stats, 0, sizeof *stats);
   stats->error_index = -1;
@@ -2631,7 +2655,15 @@ int vta_sim_run(vta_sim_t *s, const uint8_t *insns, uint32_t count, int compute,
       rc = refuse_work(cur, idx, work, per, max_work, stats, err, errlen);
       break;
     }
-    rc = execute(s, cur, idx, compute, stats, err, errlen);
+    if (s->profile) { /* the instruction's class gets its time, less the weight layouts it built */
+      const uint64_t t0 = now_ns(), layout0 = s->prof_ns[PROF_LAYOUT];
+      rc = execute(s, cur, idx, compute, stats, err, errlen);
+      const int cls = cur->opcode == OP_LOAD ? PROF_LOAD : cur->opcode == OP_STORE ? PROF_STORE
+                      : cur->opcode == OP_GEMM ? PROF_GEMM : cur->opcode == OP_ALU ? PROF_ALU : -1;
+      if (cls >= 0) s->prof_ns[cls] += now_ns() - t0 - (s->prof_ns[PROF_LAYOUT] - layout0);
+    } else {
+      rc = execute(s, cur, idx, compute, stats, err, errlen);
+    }
     if (rc) break;
     stats->work += work;
     if (pick_cause >= 0) stats->stalls[pick][pick_cause] += pick_t - S.free_at[pick];
@@ -2655,5 +2687,6 @@ int vta_sim_run(vta_sim_t *s, const uint8_t *insns, uint32_t count, int compute,
   }
   sched_free(&S);
   free(in);
+  if (s->profile) s->prof_ns[PROF_RUN] += now_ns() - run_t0;
   return rc;
 }

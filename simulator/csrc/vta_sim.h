@@ -109,6 +109,13 @@ const char *vta_sim_kernels_supported(void);
 int vta_sim_set_threads(vta_sim_t *sim, uint32_t threads, uint64_t min_macs, char *err, size_t errlen);
 uint32_t vta_sim_threads(const vta_sim_t *sim);
 
+/* Host time profile (bench/network.py): with on != 0 every run of the simulator adds the wall nanoseconds it spends
+ * to ns[], by class: 0 LOAD execution (weight layouts apart), 1 STORE, 2 GEMM (weight layouts apart), 3 ALU, 4 weight
+ * layouts (the kernels' shadows of weight tiles, at a LOAD or at a GEMM's first read), 5 whole runs (decoding and
+ * the timing model included). vta_sim_set_profile zeroes the counters; profiling never changes a result. */
+void vta_sim_set_profile(vta_sim_t *sim, int on);
+void vta_sim_profile(const vta_sim_t *sim, uint64_t ns[6]);
+
 /* For tests: which GEMM layouts of weight tile `tile` are up to date (bits: 1 the path's own shadow, 2 the
  * unsigned-input kernels' quad layout, 4 and 16 its int16 sums of two and four quads exact on this tile, 8 the
  * SRAM bytes not yet written), or -1 past the weight SRAM. */
