@@ -431,6 +431,10 @@ class _Builder:
         if found is None:
             return None
         steps, chain, extra, last = [], [], [], node.name
+        if self.g[node.name].dtype != "float32":   # an int8 conv stores its int32 sums as they are
+            kernel = host_templates.tuned_kernel(*found, ())
+            return HostStep(node.name, node.op, lambda attrs, *arrays: kernel(*arrays), node.attrs, list(node.inputs),
+                            "tuned")
         bias = self.sole_reader(last, "nn.bias_add", member_of)
         if bias is not None and bias.attrs.get("axis", 1) % len(self.g[last].shape) == 1 and \
                 self.g[bias.inputs[1]].shape == (self.g[last].shape[1],) and self.g[bias.inputs[1]].dtype == "float32":

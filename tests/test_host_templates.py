@@ -23,7 +23,7 @@ DENSE = {"data_shape": (2, 24), "kernel_shape": (40, 24)}
 DEPTHWISE = {"data_shape": (1, 32, 9, 8), "kernel_shape": (32, 1, 3, 3), "strides": (2, 1), "padding": (1, 1)}
 CASES = [("conv2d_NCHWc.x86", CONV), ("conv2d_NCHWc.x86", STRIDED), ("conv2d_nchw_spatial_pack.arm", CONV),
          ("conv2d_nchw_spatial_pack.arm", STRIDED), ("dense_pack.x86", DENSE),
-         ("depthwise_conv2d_NCHWc.x86", DEPTHWISE)]
+         ("depthwise_conv2d_NCHWc.x86", DEPTHWISE), ("conv2d_NCHWc_int8.x86", CONV)]
 
 
 def _template(op: str, workload: dict):
@@ -31,6 +31,9 @@ def _template(op: str, workload: dict):
 
 
 def _close(got: np.ndarray, want: np.ndarray) -> bool:
+    """float32: within 1e-5 of the largest value of the float64 oracle; int32: exactly the oracle's sums."""
+    if np.issubdtype(want.dtype, np.integer):
+        return got.dtype == np.int32 and np.array_equal(got, want)
     return got.dtype == np.float32 and np.allclose(got, want, rtol=1e-5, atol=1e-5 * float(np.abs(want).max()))
 
 
@@ -51,20 +54,22 @@ def test_sampled_configs_agree_with_a_float64_numpy_oracle(op, workload):
     assert len(list(space)) == len(space) > 1   # enumerable: every index names a config
     inputs = t.random_inputs(np.random.default_rng(1))
     x, w = inputs["data"], inputs["kernel"]
-    if "conv" in op:   # the oracle, independent of the template: a direct float64 loop
+    calc = np.int64 if x.dtype == np.int8 else np.float64   # int8: exact sums (these never wrap)
+    if "conv" in op:   # the oracle, independent of the template: a direct loop in float64 (int64)
         p = t.p
-        xp = np.pad(x.astype(np.float64), ((0, 0), (0, 0), (p.pt, p.pb), (p.pl, p.pr)))
-        want = np.zeros(t.out_shape)
+        xp = np.pad(x.astype(calc), ((0, 0), (0, 0), (p.pt, p.pb), (p.pl, p.pr)))
+        want = np.zeros(t.out_shape, calc)
         for i in range(p.kh):
             for j in range(p.kw):
                 win = xp[:, :, i:i + p.sh * (p.oh - 1) + 1:p.sh, j:j + p.sw * (p.ow - 1) + 1:p.sw]
                 if op.startswith("depthwise"):
-                    want += win * w[None, :, 0, i, j, None, None].astype(np.float64)
+                    want += win * w[None, :, 0, i, j, None, None].astype(calc)
                 else:
-                    want += np.einsum("nchw,oc->nohw", win, w[:, :, i, j].astype(np.float64))
+                    want += np.einsum("nchw,oc->nohw", win, w[:, :, i, j].astype(calc))
     else:
         want = x.astype(np.float64) @ w.astype(np.float64).T
     np.testing.assert_allclose(t.reference(**inputs), want, rtol=1e-12, atol=1e-9)
+    assert t.reference(**inputs).dtype == (np.int32 if calc is np.int64 else np.float64)
     for config in [None, *_valid(t, 4)]:
         for _ in range(2):   # twice in one process: a fresh kernel each time
             got = t.build(config)(x, w)
@@ -122,6 +127,8 @@ def test_configs_and_workloads_the_template_refuses_name_why():
         host_template_of("conv9")
     with pytest.raises(ValueError, match="host epilogue"):
         t.build(None, ("residual", "bias"))
+    with pytest.raises(ValueError, match="stores its int32 sums as they are: no epilogue"):
+        _template("conv2d_NCHWc_int8.x86", CONV).build(None, ("relu",))
     assert set(HOST_TEMPLATES) >= {"conv2d_NCHWc.x86", "conv2d_nchw_spatial_pack.arm", "dense_pack.x86"}
 
 

@@ -221,3 +221,22 @@ def test_a_simulated_board_refuses_cpu_measurements(tmp_path):
         with pytest.raises(BoardLost, match="is not a CPU server: start it with vta rpc server "
                                                                "--device cpu"):
             runner.cpu_target  # noqa: B018
+
+
+def test_an_int8_conv_is_tuned_and_built_exactly():
+    rng = np.random.default_rng(3)
+    b = GraphBuilder()
+    x = b.input("x", (1, 16, 5, 5), "int8")
+    w = b.const("w", rng.integers(-128, 128, (32, 16, 3, 3), dtype=np.int8))
+    c = b.op("nn.conv2d", [x, w], name="conv", padding=(1, 1, 1, 1), out_dtype="int32")
+    graph, params = b.finish([b.op("nn.relu", [c], name="relu")])
+    tasks = tuning.extract_tasks(graph, target="cpu")
+    assert [t.op for t in tasks] == ["conv2d_NCHWc_int8.x86"]
+    with CpuRunner(number=1, repeat=2) as runner:
+        summary = tuning.tune_tasks(tasks, tuner="random", n_trial=2, runner=runner, out=io.StringIO())
+    assert all(r.ok and r.checked for _, r in summary.states[0].tuner.history)
+    mod = build(graph, "pynq", params, host_schedules={tasks[0].key: summary.states[0].tuner.best_config})
+    assert [getattr(s, "backend", "") for s in mod.steps][:1] == ["tuned"]
+    data = rng.integers(-128, 128, (1, 16, 5, 5), dtype=np.int8)
+    mod.run(x=data)
+    np.testing.assert_array_equal(mod.get_output(0), run_reference(graph, params, {"x": data}))

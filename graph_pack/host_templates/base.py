@@ -132,13 +132,14 @@ def check_epilogue(epilogue: tuple[str, ...]) -> tuple[str, ...]:
     return epilogue
 
 
-def check_arrays(op: str, given: dict[str, np.ndarray | None], shapes: dict[str, tuple], names) -> None:
-    """Each of ``names`` given as a float32 array of its shape (the kernel's workload), or a ValueError naming it."""
+def check_arrays(op: str, given: dict[str, np.ndarray | None], shapes: dict[str, tuple], names,
+                 dtype: str = "float32") -> None:
+    """Each of ``names`` given as a ``dtype`` array of its shape (the kernel's workload), or a ValueError naming it."""
     for key in names:
         a = given[key]
-        if a is None or a.shape != shapes[key] or a.dtype != np.float32:
+        if a is None or a.shape != shapes[key] or a.dtype != np.dtype(dtype):
             got = "nothing" if a is None else f"{a.shape} {a.dtype}"
-            raise ValueError(f"{op}: {key} must be {shapes[key]} float32 (this kernel's workload), got {got}")
+            raise ValueError(f"{op}: {key} must be {shapes[key]} {dtype} (this kernel's workload), got {got}")
 
 
 def timed_compile(fn: Callable[[], Any]) -> tuple[Any, float]:

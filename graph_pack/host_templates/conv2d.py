@@ -17,6 +17,7 @@ An epilogue (bias, residual add, relu) is applied as each output is stored, in t
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from contextlib import ExitStack
 from dataclasses import dataclass
 from typing import Any, ClassVar
@@ -34,6 +35,7 @@ from graph_pack.host_templates.base import (
     timed_compile,
 )
 from graph_pack.host_templates.target import CpuTarget
+from vta.numerics import wrap_int32
 from vta.space import Config, ConfigSpace, Knob, divisors
 from vta.templates.base import as_ints, as_pair, only_known
 
@@ -82,6 +84,12 @@ class ConvSched:
     t_ow: int         # output columns per register tile
     tap_outer: bool   # kernel taps outside the input-channel-block loop
     unroll_kw: bool
+    integer: bool = False   # int8 x int8 -> int32 (exact, wrapping) instead of float32
+
+    @property
+    def types(self) -> tuple[str, str]:
+        """(LLVM element type of the input and weights, of the accumulators and output)."""
+        return ("i8", "i32") if self.integer else ("float", "float")
 
 
 def _vector_count(lanes: int, oc_bn: int) -> int:
@@ -91,7 +99,8 @@ def _vector_count(lanes: int, oc_bn: int) -> int:
 def conv_ir(name: str, p: ConvShape, s: ConvSched, epilogue: tuple[str, ...] = ()) -> str:
     """conv2d(xin, x, w, bias, res, out): xin NCHW copied into the scratch x (N, C/ic_bn, Hp, Wp, ic_bn), w packed
     (O/oc_bn, C/ic_bn, KH, KW, ic_bn, oc_bn), out NCHW; bias / res read only with those epilogue steps."""
-    f, vt, fma, accs = _kernel_fn(name, p, s, s.ic_bn)
+    f, vt, madd, accs = _kernel_fn(name, p, s, s.ic_bn)
+    et = s.types[0]
     oh, ow = p.oh, p.ow
     hp, wp = p.h + p.pt + p.pb, p.w + p.pl + p.pr
     bn, ob = s.ic_bn, s.oc_bn
@@ -104,11 +113,10 @@ def conv_ir(name: str, p: ConvShape, s: ConvSched, epilogue: tuple[str, ...] = (
         """acc[r, c] += x[.., row r, col c, ici] * w[.., ici, :] for every ici of the block (unrolled)."""
         cur = {k: f.let(f"load {vt}, ptr {a}, align 64") for k, a in accs.items()}
         for ici in range(bn):
-            wv = f.let(f"load {vt}, ptr {f.gep('float', wbase, str(ici * ob))}, align 4")
+            wv = _load_vector(f, s, ob, f.gep(et, wbase, str(ici * ob)))
             for r, c in tile:
-                q = f.gep("float", xbase, str(r * p.sh * xs_row + c * p.sw * bn + ici))
-                xv = f.splat("float", ob, f.let(f"load float, ptr {q}, align 4"))
-                cur[r, c] = f.let(f"call {vt} {fma}({vt} {xv}, {vt} {wv}, {vt} {cur[r, c]})")
+                xv = _load_splat(f, s, ob, f.gep(et, xbase, str(r * p.sh * xs_row + c * p.sw * bn + ici)))
+                cur[r, c] = madd(xv, wv, cur[r, c])
         for k, a in accs.items():
             f.emit(f"store {vt} {cur[k]}, ptr {a}, align 64")
 
@@ -134,7 +142,7 @@ def conv_ir(name: str, p: ConvShape, s: ConvSched, epilogue: tuple[str, ...] = (
         def step(ico: str, i: str, j: str) -> None:
             xoff = f.lin(0, (1, tile_x), (xs_c, ico), (p.dh * xs_row, i), (p.dw * bn, j))
             woff = f.lin(0, (1, wtile), (p.kh * p.kw * w_tap, ico), (p.kw * w_tap, i), (w_tap, j))
-            body(f.gep("float", "%x", xoff), f.gep("float", "%w", woff))
+            body(f.gep(et, "%x", xoff), f.gep(et, "%w", woff))
 
         if s.tap_outer:
             def over_ic(i: str, j: str) -> None:
@@ -146,40 +154,65 @@ def conv_ir(name: str, p: ConvShape, s: ConvSched, epilogue: tuple[str, ...] = (
                 taps(lambda i, j: step(ico, i, j))
 
         obase = f.lin(0, (p.o * oh * ow, n), (ob * oh * ow, oco), (s.t_oh * ow, rb), (s.t_ow, cb))
-        emit_store(f, p, ob, accs, oco, obase, epilogue)
+        emit_store(f, p, ob, accs, oco, obase, epilogue, s.types[1])
     return f.text()
 
 
-def _kernel_fn(name: str, p: ConvShape, s: ConvSched, stage_bn: int) -> tuple[jit._Fn, str, str, dict]:
+def _kernel_fn(name: str, p: ConvShape, s: ConvSched, stage_bn: int) -> tuple[jit._Fn, str, Callable, dict]:
     """A conv kernel's function (xin, x, w, bias, res, out) with the input staged in blocks of ``stage_bn`` channels:
-    (function, vector type of oc_bn floats, the fmuladd intrinsic, the register tile's accumulators)."""
+    (function, vector type of oc_bn accumulators, ``madd(x, w, acc)`` emitting acc + x * w, the register tile's
+    accumulators). Floats: ``llvm.fmuladd`` (fused where the CPU has FMA); int8: exact products, wrapping sums."""
     f = jit._Fn(name, ["ptr noalias readonly %xin", "ptr noalias %x", "ptr noalias readonly %w",
                        "ptr noalias readonly %bias", "ptr noalias readonly %res", "ptr noalias %out"])
-    vt = f"<{s.oc_bn} x float>"
-    fma = f"@llvm.fmuladd.v{s.oc_bn}f32"
-    f.decls.add(f"declare {vt} {fma}({vt}, {vt}, {vt})")
-    emit_stage(f, p, stage_bn)
-    return f, vt, fma, {(r, c): f.alloca(vt) for r in range(s.t_oh) for c in range(s.t_ow)}
+    et, at = s.types
+    vt = f"<{s.oc_bn} x {at}>"
+    if s.integer:
+        def madd(x: str, w: str, acc: str) -> str:
+            return f.let(f"add {vt} {acc}, {f.let(f'mul {vt} {x}, {w}')}")
+    else:
+        fma = f"@llvm.fmuladd.v{s.oc_bn}f32"
+        f.decls.add(f"declare {vt} {fma}({vt}, {vt}, {vt})")
+
+        def madd(x: str, w: str, acc: str) -> str:
+            return f.let(f"call {vt} {fma}({vt} {x}, {vt} {w}, {vt} {acc})")
+    emit_stage(f, p, stage_bn, et)
+    return f, vt, madd, {(r, c): f.alloca(vt) for r in range(s.t_oh) for c in range(s.t_ow)}
 
 
-def emit_stage(f: jit._Fn, p: ConvShape, bn: int) -> None:
+def _load_vector(f: jit._Fn, s: ConvSched, lanes: int, ptr: str) -> str:
+    """``lanes`` consecutive inputs or weights at ``ptr``, widened to the accumulator type."""
+    et = s.types[0]
+    v = f.let(f"load <{lanes} x {et}>, ptr {ptr}, align 1")
+    return f.let(f"sext <{lanes} x i8> {v} to <{lanes} x i32>") if s.integer else v
+
+
+def _load_splat(f: jit._Fn, s: ConvSched, lanes: int, ptr: str) -> str:
+    """The input at ``ptr``, widened and broadcast to ``lanes`` lanes."""
+    et, at = s.types
+    v = f.let(f"load {et}, ptr {ptr}, align 1")
+    return f.splat(at, lanes, f.let(f"sext i8 {v} to i32") if s.integer else v)
+
+
+def emit_stage(f: jit._Fn, p: ConvShape, bn: int, et: str = "float") -> None:
     """Copy %xin (NCHW) into the padded, channel-blocked scratch %x (N, C/bn, Hp, Wp, bn):
     x[n, cb, r + pt, col + pl, ci] = xin[n, cb * bn + ci, r, col]; the padding stays as _Scratch wrote it."""
     hp, wp = p.h + p.pt + p.pb, p.w + p.pl + p.pr
     xs_row, xs_c, c_o = wp * bn, hp * wp * bn, p.c // bn
     with f.loop(p.n) as n, f.loop(c_o) as ico, f.loop(bn) as ici, f.loop(p.h) as r:
-        src = f.gep("float", "%xin", f.lin(0, (p.c * p.h * p.w, n), (bn * p.h * p.w, ico), (p.h * p.w, ici), (p.w, r)))
-        dst = f.gep("float", "%x", f.lin(p.pt * xs_row + p.pl * bn, (c_o * xs_c, n), (xs_c, ico), (xs_row, r), (1, ici)))
+        src = f.gep(et, "%xin", f.lin(0, (p.c * p.h * p.w, n), (bn * p.h * p.w, ico), (p.h * p.w, ici), (p.w, r)))
+        dst = f.gep(et, "%x", f.lin(p.pt * xs_row + p.pl * bn, (c_o * xs_c, n), (xs_c, ico), (xs_row, r), (1, ici)))
         with f.loop(p.w) as col:
-            v = f.let(f"load float, ptr {f.gep('float', src, col)}, align 4")
-            f.emit(f"store float {v}, ptr {f.gep('float', dst, f.lin(0, (bn, col)))}, align 4")
+            v = f.let(f"load {et}, ptr {f.gep(et, src, col)}, align 1")
+            f.emit(f"store {et} {v}, ptr {f.gep(et, dst, f.lin(0, (bn, col)))}, align 1")
 
 
-def emit_store(f: jit._Fn, p: ConvShape, ob: int, accs: dict, oco: str, obase: str, epilogue: tuple[str, ...]) -> None:
+def emit_store(f: jit._Fn, p: ConvShape, ob: int, accs: dict, oco: str, obase: str, epilogue: tuple[str, ...],
+               at: str = "float") -> None:
     """Store the register tile ``accs`` ((row, col) -> vector of ``ob`` output channels, channel block ``oco``) into
-    %out (NCHW) from ``obase``, each lane one channel; the bias (vector), residual and relu in the graph's order."""
+    %out (NCHW) from ``obase``, each lane one channel; the bias (vector), residual and relu in the graph's order
+    (float only: an int32 output is stored as it is)."""
     oh, ow = p.oh, p.ow
-    vt = f"<{ob} x float>"
+    vt = f"<{ob} x {at}>"
     bias = None
     if "bias" in epilogue:
         bias = f.let(f"load {vt}, ptr {f.gep('float', '%bias', f.lin(0, (ob, oco)))}, align 4")
@@ -199,30 +232,34 @@ def emit_store(f: jit._Fn, p: ConvShape, ob: int, accs: dict, oco: str, obase: s
                 if "relu" in epilogue:
                     keep = f.let(f"fcmp ugt float {e}, 0.0")
                     e = f.let(f"select i1 {keep}, float {e}, float 0.0")
-            f.emit(f"store float {e}, ptr {f.gep('float', '%out', off)}, align 4")
+            f.emit(f"store {at} {e}, ptr {f.gep(at, '%out', off)}, align 4")
 
 
 def pack_weights(w: np.ndarray, ic_bn: int, oc_bn: int) -> np.ndarray:
-    """OIHW -> (O/oc_bn, I/ic_bn, KH, KW, ic_bn, oc_bn), contiguous float32."""
+    """OIHW -> (O/oc_bn, I/ic_bn, KH, KW, ic_bn, oc_bn), contiguous, of the same dtype."""
     o, i, kh, kw = w.shape
     blocked = w.reshape(o // oc_bn, oc_bn, i // ic_bn, ic_bn, kh, kw).transpose(0, 2, 4, 5, 3, 1)
-    return np.ascontiguousarray(blocked, dtype=np.float32)
+    return np.ascontiguousarray(blocked)
 
 
 def conv_reference(x: np.ndarray, w: np.ndarray, p: ConvShape, bias=None, residual=None,
                    relu: bool = False, depthwise: bool = False) -> np.ndarray:
     """float64 conv2d (+ bias, + residual, relu) by im2col and one tensor contraction (per channel when
-    ``depthwise``): the independent oracle."""
-    xp = np.pad(x.astype(np.float64), ((0, 0), (0, 0), (p.pt, p.pb), (p.pl, p.pr)))
-    cols = np.empty((p.n, p.c, p.kh, p.kw, p.oh, p.ow))
+    ``depthwise``): the independent oracle. Integer inputs: exact int64 sums, wrapped to int32."""
+    integer = np.issubdtype(x.dtype, np.integer)
+    calc = np.int64 if integer else np.float64
+    xp = np.pad(x.astype(calc), ((0, 0), (0, 0), (p.pt, p.pb), (p.pl, p.pr)))
+    cols = np.empty((p.n, p.c, p.kh, p.kw, p.oh, p.ow), calc)
     for i in range(p.kh):
         for j in range(p.kw):
             r0, c0 = i * p.dh, j * p.dw
             cols[:, :, i, j] = xp[:, :, r0:r0 + p.sh * (p.oh - 1) + 1:p.sh, c0:c0 + p.sw * (p.ow - 1) + 1:p.sw]
     if depthwise:
-        out = np.einsum("nckjhw,ckj->nchw", cols, w[:, 0].astype(np.float64), optimize=True)
+        out = np.einsum("nckjhw,ckj->nchw", cols, w[:, 0].astype(calc), optimize=True)
     else:
-        out = np.einsum("nckjhw,ockj->nohw", cols, w.astype(np.float64), optimize=True)
+        out = np.einsum("nckjhw,ockj->nohw", cols, w.astype(calc), optimize=True)
+    if integer:
+        return wrap_int32(out)
     if bias is not None:
         out += np.asarray(bias, np.float64)[None, :, None, None]
     if residual is not None:
@@ -235,6 +272,7 @@ class _Conv2d(HostTemplate):
 
     inputs: ClassVar[tuple[str, ...]] = ("data", "kernel", "bias", "residual")
     depthwise: ClassVar[bool] = False    # one input channel per output channel (kernel (C, 1, KH, KW))
+    integer: ClassVar[bool] = False      # int8 data and kernel, int32 output (exact, wrapping like the accelerator)
 
     def __init__(self, op: str, p: ConvShape, target: CpuTarget | None = None):
         super().__init__(op, target)
@@ -326,7 +364,14 @@ class _Conv2d(HostTemplate):
     # ---- code ----
     def ir(self, config: Config | None = None, target: CpuTarget | None = None, epilogue: tuple[str, ...] = (),
            name: str = "kernel") -> str:
-        return self._ir(name, self.sched(self.checked(config)), check_epilogue(epilogue))
+        return self._ir(name, self.sched(self.checked(config)), self._epilogue(epilogue))
+
+    def _epilogue(self, epilogue: tuple[str, ...]) -> tuple[str, ...]:
+        epilogue = check_epilogue(epilogue)
+        if epilogue and self.integer:
+            raise ValueError(f"{self.op} stores its int32 sums as they are: no epilogue (the graph's requantizing ops "
+                             f"run after it), got {list(epilogue)}")
+        return epilogue
 
     def _ir(self, name: str, s: ConvSched, epilogue: tuple[str, ...]) -> str:
         return conv_ir(name, self.p, s, epilogue)
@@ -336,11 +381,12 @@ class _Conv2d(HostTemplate):
 
     def build(self, config: Config | None = None, epilogue: tuple[str, ...] = ()) -> HostKernel:
         p, normal = self.p, self.checked(config)
-        epilogue = check_epilogue(epilogue)
+        epilogue = self._epilogue(epilogue)
         s = self.sched(normal)
         name = jit._fresh_name(self.op.split(".")[0])
         cfn, seconds = timed_compile(lambda: jit._compile(self._ir(name, s, epilogue), name, 6))
-        scratch = jit._Scratch((p.n, p.c // s.ic_bn, p.h + p.pt + p.pb, p.w + p.pl + p.pr, s.ic_bn), "float32", 0)
+        dtype, out_dtype = ("int8", "int32") if self.integer else ("float32", "float32")
+        scratch = jit._Scratch((p.n, p.c // s.ic_bn, p.h + p.pt + p.pb, p.w + p.pl + p.pr, s.ic_bn), dtype, 0)
         packed: list = [None, None]   # (the weight array given last, its packed copy)
         zero = np.zeros(1, np.float32)
         shapes = {"data": (p.n, p.c, p.h, p.w), "kernel": self.kernel_shape, "bias": (p.o,),
@@ -349,13 +395,14 @@ class _Conv2d(HostTemplate):
         def run(data: np.ndarray, kernel: np.ndarray, bias: np.ndarray | None = None,
                 residual: np.ndarray | None = None) -> np.ndarray:
             given = {"data": data, "kernel": kernel, "bias": bias, "residual": residual}
-            check_arrays(self.op, given, shapes, ("data", "kernel", *(k for k in ("bias", "residual") if k in epilogue)))
+            check_arrays(self.op, given, shapes, ("data", "kernel"), dtype)
+            check_arrays(self.op, given, shapes, [k for k in ("bias", "residual") if k in epilogue])
             if packed[0] is not kernel:
                 packed[:] = [kernel, self.pack_kernel(kernel, s)]
             x = np.ascontiguousarray(data)
             b = np.ascontiguousarray(bias) if "bias" in epilogue else zero
             res = np.ascontiguousarray(residual) if "residual" in epilogue else zero
-            out = np.empty(self.out_shape, np.float32)
+            out = np.empty(self.out_shape, out_dtype)
             cfn(jit._ptr(x), jit._ptr(scratch.get()), jit._ptr(packed[1]), jit._ptr(b), jit._ptr(res), jit._ptr(out))
             return out
 
@@ -368,6 +415,9 @@ class _Conv2d(HostTemplate):
 
     def random_inputs(self, rng: np.random.Generator) -> dict[str, np.ndarray]:
         p = self.p
+        if self.integer:
+            return {"data": rng.integers(-128, 128, (p.n, p.c, p.h, p.w), dtype=np.int8),
+                    "kernel": rng.integers(-128, 128, self.kernel_shape, dtype=np.int8)}
         return {"data": rng.standard_normal((p.n, p.c, p.h, p.w)).astype(np.float32),
                 "kernel": rng.standard_normal(self.kernel_shape).astype(np.float32)}
 
@@ -441,7 +491,7 @@ def depthwise_ir(name: str, p: ConvShape, s: ConvSched, epilogue: tuple[str, ...
     """depthwise conv2d(xin, x, w, bias, res, out): the channels blocked by oc_bn into vector lanes, so every tap is
     one vector load of the staged input (N, C/bn, Hp, Wp, bn) times one of the packed weights (C/bn, KH, KW, bn)."""
     bn = s.oc_bn
-    f, vt, fma, accs = _kernel_fn(name, p, s, bn)
+    f, vt, madd, accs = _kernel_fn(name, p, s, bn)
     hp, wp = p.h + p.pt + p.pb, p.w + p.pl + p.pr
     xs_row, xs_c = wp * bn, hp * wp * bn
     tile = list(accs)
@@ -465,7 +515,7 @@ def depthwise_ir(name: str, p: ConvShape, s: ConvSched, epilogue: tuple[str, ...
                     for r, c in tile:
                         q = f.gep("float", xb, str(r * p.sh * xs_row + c * p.sw * bn))
                         xv = f.let(f"load {vt}, ptr {q}, align 4")
-                        cur[r, c] = f.let(f"call {vt} {fma}({vt} {xv}, {vt} {wv}, {vt} {cur[r, c]})")
+                        cur[r, c] = madd(xv, wv, cur[r, c])
                     if jj is None:
                         for k, a in accs.items():
                             f.emit(f"store {vt} {cur[k]}, ptr {a}, align 64")
@@ -513,3 +563,16 @@ class DepthwiseConv2dNCHWc(_Conv2d):
         c, _, kh, kw = w.shape
         return np.ascontiguousarray(w[:, 0].reshape(c // s.oc_bn, s.oc_bn, kh, kw).transpose(0, 2, 3, 1),
                                     dtype=np.float32)
+
+
+@register_host
+class Conv2dNCHWcInt8(Conv2dNCHWc):
+    """The x86 NCHWc template on int8 data and kernels with int32 sums (exact; a quantized graph's host conv):
+    the same knobs, sign-extended products in int32 lanes (no VNNI dot products yet)."""
+
+    ops: ClassVar[tuple[str, ...]] = ("conv2d_NCHWc_int8.x86",)
+    integer: ClassVar[bool] = True
+
+    def sched(self, config: Config) -> ConvSched:
+        s = super().sched(config)
+        return ConvSched(s.ic_bn, s.oc_bn, s.t_oh, s.t_ow, s.tap_outer, s.unroll_kw, integer=True)

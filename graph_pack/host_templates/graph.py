@@ -1,5 +1,5 @@
 """Which graph nodes the host templates take, and their kernels with a tuned schedule (``build``'s
-``host_schedules``): a float32 conv2d (groups 1 or depthwise, NCHW / OIHW) or dense, with the bias add, residual add and relu
+``host_schedules``): a float32 conv2d (groups 1 or depthwise, NCHW / OIHW) or dense, or an int8 conv2d (int32 out), with the bias add, residual add and relu
 that alone read it fused as the kernel's epilogue."""
 
 from __future__ import annotations
@@ -10,13 +10,19 @@ from collections.abc import Callable
 from typing import Any
 
 from graph_pack.host_templates.base import HostKernel, host_template_of
-from graph_pack.host_templates.conv2d import Conv2dNCHWc, Conv2dSpatialPack, DepthwiseConv2dNCHWc
+from graph_pack.host_templates.conv2d import (
+    Conv2dNCHWc,
+    Conv2dNCHWcInt8,
+    Conv2dSpatialPack,
+    DepthwiseConv2dNCHWc,
+)
 from graph_pack.host_templates.dense import DensePack
 from graph_pack.opdefs import OPS, pair, quad
 
 CONV_TEMPLATES = {"x86": Conv2dNCHWc.ops[0], "arm": Conv2dSpatialPack.ops[0]}   # CPU family -> conv2d template
 DENSE_TEMPLATES = {"x86": DensePack.ops[0], "arm": DensePack.ops[0]}
 DEPTHWISE_TEMPLATES = {"x86": DepthwiseConv2dNCHWc.ops[0], "arm": DepthwiseConv2dNCHWc.ops[0]}
+INT8_CONV_TEMPLATES = {"x86": Conv2dNCHWcInt8.ops[0], "arm": Conv2dNCHWcInt8.ops[0]}
 HostSchedules = dict[str, dict] | Callable[[dict], dict | None] | None
 _KERNELS: dict[tuple[str, str, tuple[str, ...]], HostKernel] = {}
 _LOCK = threading.Lock()
@@ -29,7 +35,8 @@ def host_workload(node, graph, arch: str = "x86") -> dict[str, Any] | None:
         return None
     x, w = graph[node.inputs[0]], graph[node.inputs[1]]
     a = {**OPS[node.op].defaults, **node.attrs}
-    if (x.dtype, w.dtype, graph[node.name].dtype) != ("float32",) * 3:
+    dtypes = (x.dtype, w.dtype, graph[node.name].dtype)
+    if dtypes not in (("float32",) * 3, ("int8", "int8", "int32")) or (dtypes[0] == "int8" and node.op != "nn.conv2d"):
         return None
     if node.op == "nn.dense":
         if a.get("data_layout", "NC") != "NC" or a.get("kernel_layout", "OI") != "OI" or len(x.shape) != 2:
@@ -41,7 +48,7 @@ def host_workload(node, graph, arch: str = "x86") -> dict[str, Any] | None:
         return None
     groups = int(a["groups"])
     if groups == 1 and w.shape[1] == x.shape[1]:
-        op = CONV_TEMPLATES[arch]
+        op = (INT8_CONV_TEMPLATES if x.dtype == "int8" else CONV_TEMPLATES)[arch]
     elif groups == x.shape[1] == w.shape[0] and w.shape[1] == 1:
         op = DEPTHWISE_TEMPLATES[arch]
     else:
