@@ -75,7 +75,7 @@ def link(cfg: HwConfig, obj: Path, directory: Path) -> Path:
     out = directory / LIBRARY
     tmp = directory / (LIBRARY + ".tmp")
     cxx = os.environ.get("CXX", "g++")
-    _run([cxx, "-shared", "-fPIC", "-O2", "-std=c++17", f"-DVTA_BUS_BYTES={cfg.BUS_BYTES}",
+    _run([cxx, "-shared", "-fPIC", "-O2", "-std=c++17", f"-DVTA_BUS_BYTES={cfg.BUS_BYTES}", f"-DVTA_MMIO_RANGE={cfg.MMIO_RANGE}",
           f"-I{obj}", f"-I{root / 'include'}", f"-I{root / 'include' / 'vltstd'}",
           str(HARNESS), str(obj / "Vvta_core__ALL.a"), str(obj / "libverilated.a"), "-o", str(tmp),
           "-lpthread", "-latomic"], None, "linking the harness", directory / "link.log")

@@ -1,28 +1,34 @@
 """The accelerator's top level: fetch, the three modules, the four token queues, the SRAMs, the DRAM arbiter
-and the control registers.
+and its AXI4 master, the control registers and their AXI4-Lite slaves.
 
 ```
- host regs --> [registers] --launch--> [fetch] --insn--> load / compute / store command queues
-                                         |
-   DRAM <== [arbiter] <== fetch, load.inp, load.wgt, compute.uop, compute.acc, compute.acc8, store
+ host --AXI4-Lite x4--> [axi_lite] --> [registers] --launch--> [fetch] --insn--> load / compute / store queues
+                                                                  |
+   DRAM <==AXI4== [axi] <== [arbiter] <== fetch, load.inp, load.wgt, compute.uop, compute.acc, compute.acc8, store
                  load --l2g--> compute --g2s--> store ;  compute --g2l--> load ; store --s2g--> compute
    SRAMs: inp, wgt (load writes, compute reads); uop (compute); acc (compute reads/writes, store reads)
 ```
+
+The ports are flat and named as Vivado's interface inference expects: ``m_axi_*`` (AXI4 master),
+``s_axi_fetch_*``, ``s_axi_load_*``, ``s_axi_compute_*``, ``s_axi_store_*`` (AXI4-Lite slaves, one per
+register block, VTA's offsets within each), ``clk``, ``rst`` (synchronous, active high) and ``events``
+(trace pulses, for simulation; leave it unconnected).
 """
 
 from __future__ import annotations
 
-from amaranth import Cat, Module, Signal
+from amaranth import Cat, Module, Mux, Signal
 from amaranth.lib import memory, wiring
-from amaranth.lib.wiring import In, Out
+from amaranth.lib.wiring import Out
 
 from hardware import registers as R
+from hardware.axi import AXI_ADDR_BITS, AxiLiteRegs, AxiMaster, axi4, axi4_lite
 from hardware.fetch import Fetch
-from hardware.interfaces import dram_port, reg_bus
 from hardware.modules import ComputeModule, LoadModule, StoreModule
 from hardware.params import REG_DATA_BITS, RtlParams
 from hardware.token_queue import TokenQueue
 from hw_config import HwConfig
+from hw_config.config import MMIO_BLOCKS
 from hw_config.isa_rules import MODULES, QUEUE_BETWEEN, QUEUES
 
 # The DRAM clients, in the arbiter's round-robin order.
@@ -34,10 +40,37 @@ DRAM_CLIENTS = ("store", "compute.acc", "compute.acc8", "compute.uop", "load.inp
 EVENT_BITS = 2 * len(MODULES)
 
 
+def lite_addr_bits(p: RtlParams) -> int:
+    """Address bits of each AXI4-Lite slave port: offsets within one register block (MMIO_RANGE bytes)."""
+    return (p.cfg.MMIO_RANGE - 1).bit_length()
+
+
+def bus_ports(p: RtlParams) -> dict[str, tuple[str, str, wiring.Signature]]:
+    """prefix -> (bus name, protocol, the interface's signature as the top level has it)."""
+    out = {"m_axi": ("dram", "AXI4", axi4(AXI_ADDR_BITS, p.bus_bits))}
+    for block in MMIO_BLOCKS:
+        out[f"s_axi_{block}"] = (block, "AXI4-Lite", axi4_lite(lite_addr_bits(p)).flip())
+    return out
+
+
 def core_signature(p: RtlParams) -> wiring.Signature:
-    """The top level's ports: a DRAM master port, the host's register bus and the trace events."""
-    return wiring.Signature({"mem": Out(dram_port(p.bus_bits)), "reg": In(reg_bus(p.reg_addr_bits)),
-                             "events": Out(EVENT_BITS)})
+    """The top level's ports, flat: the AXI4 master, the four AXI4-Lite slaves, the trace events."""
+    members = {}
+    for prefix, (_, _, sig) in bus_ports(p).items():
+        for name, member in sig.members.items():
+            members[f"{prefix}_{name}"] = member
+    members["events"] = Out(EVENT_BITS)
+    return wiring.Signature(members)
+
+
+def _connect_flat(m: Module, top, prefix: str, inner) -> None:
+    """Wire an interface (``inner``, a sub-component's port) to the top level's flat ``<prefix>_<name>`` ports."""
+    for name in inner.signature.members:
+        outer, sig = getattr(top, f"{prefix}_{name}"), getattr(inner, name)
+        if top.signature.members[f"{prefix}_{name}"].flow == Out:
+            m.d.comb += outer.eq(sig)
+        else:
+            m.d.comb += sig.eq(outer)
 
 
 class VTACore(wiring.Component):
@@ -94,18 +127,22 @@ class VTACore(wiring.Component):
         clients = {"store": store.mem, "compute.acc": compute.mem_acc, "compute.acc8": compute.mem_acc8,
                    "compute.uop": compute.mem_uop, "load.inp": load.mem_inp, "load.wgt": load.mem_wgt,
                    "fetch": fetch.mem}
-        m.submodules.arbiter = arb = Arbiter(len(DRAM_CLIENTS), p.bus_bits, 2 * p.outstanding)
+        m.submodules.arbiter = arb = Arbiter(len(DRAM_CLIENTS), p.bus_bits)
         for i, name in enumerate(DRAM_CLIENTS):
             wiring.connect(m, clients[name], getattr(arb, f"client{i}"))
-        wiring.connect(m, arb.mem, wiring.flipped(self.mem))
+        m.submodules.axi = axi = AxiMaster(p.bus_bits, AXI_ADDR_BITS, coherent=cfg.COHERENT)
+        wiring.connect(m, arb.mem, axi.mem)
+        _connect_flat(m, self, "m_axi", axi.axi)
 
-        # registers
-        self._registers(m, fetch, compute, clear)
+        # registers, behind the AXI4-Lite slaves
+        m.submodules.axi_lite = lite = AxiLiteRegs(MMIO_BLOCKS, lite_addr_bits(p), cfg.MMIO_RANGE, p.reg_addr_bits)
+        for block in MMIO_BLOCKS:
+            _connect_flat(m, self, f"s_axi_{block}", getattr(lite, block))
+        self._registers(m, lite.reg, fetch, modules, clear)
         return m
 
-    def _registers(self, m: Module, fetch: Fetch, compute: ComputeModule, clear: Signal) -> None:
+    def _registers(self, m: Module, reg, fetch: Fetch, modules: dict, clear: Signal) -> None:
         cfg = self.p.cfg
-        reg = self.reg
         stored = {(block, off): Signal(REG_DATA_BITS, name=f"reg_{block}_{name}")
                   for block, off, name, access, _ in R.REGISTERS if access == "rw" and not (block == "fetch" and off == R.CTRL)}
         done = Signal()
@@ -114,8 +151,10 @@ class VTACore(wiring.Component):
         with m.If(reg.we):
             for key, sig in stored.items():
                 with m.If(reg.addr == addr[key]):
-                    m.d.sync += sig.eq(reg.wdata)
-            with m.If((reg.addr == R.register_offset(cfg, "fetch", R.CTRL)) & reg.wdata[0] & ~fetch.busy):
+                    m.d.sync += sig.eq(Cat(*[Mux(reg.strb[b], reg.wdata[8 * b:8 * b + 8], sig[8 * b:8 * b + 8])
+                                             for b in range(REG_DATA_BITS // 8)]))
+            with m.If((reg.addr == R.register_offset(cfg, "fetch", R.CTRL)) & reg.strb[0] & reg.wdata[0] &
+                      ~fetch.busy):
                 m.d.comb += launch.eq(1)
         insn_addr = stored[("fetch", R.FETCH_INSN_ADDR)]
         insn_addr_hi = stored[("fetch", R.FETCH_INSN_ADDR + 4)]
@@ -124,15 +163,28 @@ class VTACore(wiring.Component):
                      fetch.insn_addr.eq((insn_addr_hi << REG_DATA_BITS) | insn_addr)]
         with m.If(launch):
             m.d.sync += done.eq(0)
-        with m.If(compute.finished):
+        with m.If(modules["compute"].finished):
             m.d.sync += done.eq(1)
+        # ap_done of the three modules' blocks: raised each time the module finishes an instruction (VTA's HLS
+        # modules run once per instruction, auto-restarted), cleared when the host reads the block's CTRL
+        ap_done = {}
+        for name, mod in modules.items():
+            ctrl = R.register_offset(cfg, name, R.CTRL)
+            ap_done[name] = flag = Signal(name=f"ap_done_{name}")
+            with m.If(reg.re & (reg.addr == ctrl)):
+                m.d.sync += flag.eq(0)
+            with m.If(mod.retired):
+                m.d.sync += flag.eq(1)
         fetch_status = (fetch.busy * R.AP_START) | (done * R.AP_DONE) | (~fetch.busy * R.AP_IDLE)
         reads = {R.register_offset(cfg, "fetch", R.CTRL): fetch_status,
                  R.register_offset(cfg, "fetch", R.FETCH_DISPATCHED): fetch.dispatched,
                  R.register_offset(cfg, "compute", R.COMPUTE_DONE_RD): done,
                  R.register_offset(cfg, "compute", R.COMPUTE_DONE_VLD): done}
         for key, sig in stored.items():
-            reads[addr[key]] = sig | (R.AP_IDLE if key[1] == R.CTRL else 0)
+            if key[1] == R.CTRL:
+                reads[addr[key]] = (sig & ~R.AP_DONE) | R.AP_IDLE | (ap_done[key[0]] * R.AP_DONE)
+            else:
+                reads[addr[key]] = sig
         with m.Switch(reg.addr):
             for offset, value in reads.items():
                 with m.Case(offset):

@@ -36,7 +36,7 @@ int vta_rtl_reset(vta_rtl* r);
 int vta_rtl_dram_write(vta_rtl* r, uint64_t addr, const uint8_t* data, uint64_t n);
 uint64_t vta_rtl_dram_read(vta_rtl* r, uint64_t addr, uint8_t* out, uint64_t n);
 void vta_rtl_dram_clear(vta_rtl* r);
-void vta_rtl_reg_write(vta_rtl* r, uint32_t offset, uint32_t value);
+int vta_rtl_reg_write(vta_rtl* r, uint32_t offset, uint32_t value);
 uint32_t vta_rtl_reg_read(vta_rtl* r, uint32_t offset);
 int vta_rtl_run_until(vta_rtl* r, uint32_t offset, uint32_t mask, uint64_t max_cycles, uint64_t* cycles,
                       char* err, uint64_t errlen);
@@ -46,12 +46,14 @@ uint64_t vta_rtl_trace_read(vta_rtl* r, uint64_t* out, uint64_t n);
 void vta_rtl_dram_unmap(vta_rtl* r, uint64_t addr, uint64_t n);
 void vta_rtl_module_stats(vta_rtl* r, uint64_t* insns, uint64_t* busy);
 uint64_t vta_rtl_beats(vta_rtl* r, int written);
+void vta_rtl_axi_stats(vta_rtl* r, uint64_t* out);
+void vta_rtl_stress(vta_rtl* r, uint64_t seed, unsigned percent);
 """
 DEFAULT_MAX_CYCLES = 1 << 30
 INSN_BYTES = 16
 PAGE = 1 << 12
-BUFFER_LIMIT = 1 << 32          # buffers lie below 4 GiB (instructions address DRAM in 32-bit element indices)
-INSN_REGION = BUFFER_LIMIT      # where ``run`` puts instruction streams: above every buffer
+BUFFER_LIMIT = 3 << 30          # buffers lie below 3 GiB (the AXI4 master's addresses are 32 bits) ...
+INSN_REGION = BUFFER_LIMIT      # ... and ``run`` puts instruction streams above them, below 4 GiB
 TRACE_LIMIT = 1 << 26           # events a traced run keeps (two per instruction)
 _LIBS: dict[Path, Any] = {}
 
@@ -220,10 +222,44 @@ class RtlDevice:
 
     # ---- registers and runs ----
     def write_register(self, block: str, offset: int, value: int) -> None:
-        self._lib.vta_rtl_reg_write(self._handle, self._reg(block, offset), value & 0xFFFFFFFF)
+        """Write a register through its block's AXI4-Lite port (a few clock cycles of the model)."""
+        self.write_mmio(self._reg(block, offset), value)
 
     def read_register(self, block: str, offset: int) -> int:
-        return int(self._lib.vta_rtl_reg_read(self._handle, self._reg(block, offset)))
+        """Read a register through its block's AXI4-Lite port (reading a CTRL clears its ap_done)."""
+        return self.read_mmio(self._reg(block, offset))
+
+    def write_mmio(self, offset: int, value: int) -> None:
+        """Write the register at byte ``offset`` from MMIO_BASE (block ``offset // MMIO_RANGE``) over AXI4-Lite."""
+        if self._lib.vta_rtl_reg_write(self._handle, operator.index(offset), value & 0xFFFFFFFF):
+            raise RtlError(f"the AXI4-Lite write of register 0x{offset:x} got no response")
+
+    def read_mmio(self, offset: int) -> int:
+        """Read the register at byte ``offset`` from MMIO_BASE over AXI4-Lite."""
+        return int(self._lib.vta_rtl_reg_read(self._handle, operator.index(offset)))
+
+    def run_until_done(self, max_cycles: int) -> tuple[bool, int]:
+        """Clock the model, polling compute's ``done`` over AXI4-Lite, for at most ``max_cycles`` cycles;
+        returns (done, cycles). A DMA fault or an AXI violation raises ``RtlError``."""
+        cycles = self._ffi.new("uint64_t*")
+        err = self._ffi.new("char[]", 512)
+        status = self._lib.vta_rtl_run_until(self._handle, self._reg("compute", R.COMPUTE_DONE_RD), 1, max_cycles,
+                                             cycles, err, 512)
+        if status == 2:
+            raise RtlError(self._ffi.string(err).decode())
+        return status == 0, int(cycles[0])
+
+    def axi_stats(self) -> dict[str, int]:
+        """The AXI4 master's traffic since the model was made: bursts and beats each way, longest bursts."""
+        out = self._ffi.new("uint64_t[6]")
+        self._lib.vta_rtl_axi_stats(self._handle, out)
+        keys = ("read_bursts", "write_bursts", "read_beats", "write_beats", "longest_read", "longest_write")
+        return {k: int(out[i]) for i, k in enumerate(keys)}
+
+    def stress(self, percent: int, seed: int = 0) -> None:
+        """Make the DRAM model stall its AXI4 ready signals and responses at random (``percent`` of cycles
+        each; 0 stops it), to exercise the master's back-pressure."""
+        self._lib.vta_rtl_stress(self._handle, seed, percent)
 
     def launch(self, insn_addr: int, count: int, max_cycles: int = DEFAULT_MAX_CYCLES) -> int:
         """Run ``count`` instructions at DRAM byte address ``insn_addr``; returns the cycles from launch to done."""

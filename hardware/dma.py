@@ -20,7 +20,7 @@ from amaranth.lib import stream, wiring
 from amaranth.lib.wiring import In, Out
 
 from hardware.decode import field_values
-from hardware.dram import ElemReader, ElemWriter
+from hardware.dram import ElemReader, ElemWriter, block_beats
 from hardware.interfaces import dram_port, sram_read, sram_write
 from hardware.params import DRAM_ADDR_BITS, Burst, Sram, log2
 from hw_config.layout import INSN_BITS, Format
@@ -84,7 +84,8 @@ class Load2D(wiring.Component):
 
     def elaborate(self, platform) -> Module:
         m = Module()
-        m.submodules.reader = reader = ElemReader(self.elem_bits, self.bus_bits, self.outstanding)
+        block = block_beats(self.bus_bits // 8, self.burst.beats, self.outstanding)
+        m.submodules.reader = reader = ElemReader(self.elem_bits, self.bus_bits, self.outstanding, block)
         wiring.connect(m, wiring.flipped(self.mem), reader.mem)
         f = self.fmt
         w = {name: f.field(name).width for name in f.names}
@@ -133,6 +134,8 @@ class Load2D(wiring.Component):
                 m.d.sync += dx.eq(dx + 1)
         contiguous = (v["y_size"] == 1) | (v["x_stride"] == v["x_size"])     # the rows make one burst run
         last_row = ay == y_end - 1
+        # AXI bursts end at each row's end (a contiguous tile's rows are one paced burst, in bursts of a row)
+        m.d.comb += reader.elems_left.eq(v["x_size"] - dx)
         pacer.step(self.mem.cmd_valid & self.mem.cmd_ready, accepted & row_done & (~contiguous | last_row))
 
         # fill walker over the whole padded tile
@@ -161,8 +164,8 @@ class Load2D(wiring.Component):
 
 class Store2D(wiring.Component):
     """Executes one STORE: reads accumulator entries in order, keeps the low ``out_width`` bits of each of the
-    ``lanes`` lanes and writes the OUT elements to DRAM, paced in bursts with at most ``outstanding`` writes
-    unacknowledged. ``done`` pulses when the last write is acknowledged."""
+    ``lanes`` lanes and writes the OUT elements to DRAM, paced in bursts with at most ``outstanding`` write
+    bursts unacknowledged. ``done`` pulses when the last burst is acknowledged."""
 
     def __init__(self, fmt: Format, acc: Sram, lanes: int, out_width: int, bus_bits: int, burst: Burst,
                  outstanding: int):
@@ -174,7 +177,8 @@ class Store2D(wiring.Component):
 
     def elaborate(self, platform) -> Module:
         m = Module()
-        m.submodules.writer = writer = ElemWriter(self.out_bits, self.bus_bits)
+        unit = min(self.out_bits, self.bus_bits) // 8
+        m.submodules.writer = writer = ElemWriter(self.out_bits, self.bus_bits, block_beats(unit, self.burst.beats))
         wiring.connect(m, wiring.flipped(self.mem), writer.mem)
         f = self.fmt
         w = {name: f.field(name).width for name in f.names}
@@ -189,9 +193,10 @@ class Store2D(wiring.Component):
                      writer.req.payload.data.eq(narrow)]
 
         wrote = self.mem.cmd_valid & self.mem.cmd_ready
-        pending = Signal(range(self.outstanding + 1))          # writes not yet acknowledged
-        m.d.sync += pending.eq(pending + wrote - self.mem.wack)
+        pending = Signal(range(self.outstanding + 1))          # write bursts not yet acknowledged
+        m.d.sync += pending.eq(pending + (wrote & self.mem.cmd_first) - self.mem.wack)
         pacer = _Pacer(m, self.burst)
+        m.d.comb += writer.elems_left.eq(v["x_size"] - ix)
         row_done = ix == v["x_size"] - 1
         contiguous = (v["y_size"] == 1) | (v["x_stride"] == v["x_size"])
         last_row = iy == v["y_size"] - 1

@@ -2,47 +2,107 @@
 
 DRAM elements (a micro-op, an input or weight tile, an accumulator row, an instruction) are powers of two
 bytes and aligned to their size, so an element either spans whole bus beats or sits in one lane of a beat.
+
+Beats go out in AXI4 bursts (``dram_port``): a burst runs to the end of the contiguous run its first element
+belongs to (each reader and writer is told, with each element, how many elements of the run are left
+including it: ``elems_left``: the rest of a 2-D transfer's row, of an instruction stream) or to the next
+boundary of ``block`` beats, whichever comes first. ``block`` is a power of two no larger than AXI's 256
+beats, than 4 KiB and than the engine's DMA burst (DMA_BURST_BEATS), so no burst crosses 4 KiB and bursts
+are the engine's bursts cut at aligned boundaries. A reader reserves room for a whole burst's responses when
+it starts one.
 """
 
 from __future__ import annotations
 
-from amaranth import Cat, Const, Module, Mux, Signal
+from amaranth import Cat, Const, Module, Mux, Signal, Value
 from amaranth.lib import data, fifo, stream, wiring
 from amaranth.lib.wiring import In, Out
 
 from hardware.interfaces import dram_port
 from hardware.params import DRAM_ADDR_BITS, log2
 
+MAX_BURST = 256          # AXI4: beats per INCR burst, at most
+PAGE_BYTES = 4096        # AXI4: no burst crosses a 4 KiB boundary
+LEFT_BITS = 16           # ``elems_left``: a row's elements (x_size is 16 bits); more saturates
+
+
+def block_beats(unit_bytes: int, *caps: int) -> int:
+    """The aligned block of beats of ``unit_bytes`` a burst stays inside: the largest power of two no larger
+    than AXI's 256 beats, 4 KiB and each of ``caps``."""
+    limit = min(MAX_BURST, PAGE_BYTES // unit_bytes, *caps)
+    return 1 << (max(1, limit).bit_length() - 1)
+
+
+def burst_beats(m: Module, addr: Value, lane: Value, elems_left: Value, elem_bytes: int, unit_bytes: int,
+                block: int) -> Value:
+    """Beats of ``unit_bytes`` (1 .. ``block``) of a burst whose first beat is at byte address ``addr``
+    (aligned to the unit), starting with an element in lane ``lane`` of that beat (0 when elements span whole
+    beats), with ``elems_left`` elements of the run left from it on: up to the run's end or the next boundary
+    of ``block`` beats, whichever is first."""
+    if block == 1:
+        return Const(1, 1)
+    unit_log, block_log = log2(unit_bytes), log2(block)
+    n = Signal(block_log + 1)
+    to_boundary = Signal(block_log + 1)
+    m.d.comb += to_boundary.eq(block - addr[unit_log:unit_log + block_log])
+    if elem_bytes >= unit_bytes:
+        beats_per_elem = elem_bytes // unit_bytes
+        if block <= beats_per_elem:
+            return Const(block, block_log + 1)           # inside one element: a whole aligned block
+        to_end = elems_left << log2(beats_per_elem)
+    else:
+        to_end = ((lane + elems_left - 1) >> log2(unit_bytes // elem_bytes)) + 1
+    m.d.comb += n.eq(Mux(to_end < to_boundary, to_end, to_boundary))
+    return n
+
 
 class ElemReader(wiring.Component):
     """Reads whole elements: ``addr`` takes element byte addresses, ``data`` gives the elements in order.
 
-    At most ``outstanding`` beats are in flight; a response is accepted only when it has room, so a reader
-    whose consumer stalls holds the response stream meanwhile (briefly: its consumer never waits on another).
-    Elements narrower than a beat that follow one another in the same beat are served by one read; ``restart``
-    (a pulse at the start of each transfer) forgets the last beat, so DRAM written since is read again.
+    Beats go out in bursts (module docstring). The first beat of a burst waits until ``outstanding`` beats can
+    take all of the burst's responses (it reserves them); a response is accepted only when it has room, so a
+    reader whose consumer stalls holds the response stream meanwhile (briefly: its consumer never waits on
+    another). Elements narrower than a beat that follow one another in the same beat are served by one read;
+    ``restart`` (a pulse at the start of each transfer) forgets the last beat, so DRAM written since is read
+    again.
     """
 
-    def __init__(self, elem_bits: int, bus_bits: int, outstanding: int):
-        self.elem_bits, self.bus_bits, self.outstanding = elem_bits, bus_bits, outstanding
+    def __init__(self, elem_bits: int, bus_bits: int, outstanding: int, block: int):
+        self.elem_bits, self.bus_bits, self.outstanding, self.block = elem_bits, bus_bits, outstanding, block
+        assert block <= outstanding
         super().__init__({"addr": In(stream.Signature(DRAM_ADDR_BITS)), "data": Out(stream.Signature(elem_bits)),
-                          "restart": In(1), "mem": Out(dram_port(bus_bits))})
+                          "restart": In(1), "elems_left": In(LEFT_BITS), "burst_start": Out(1),
+                          "mem": Out(dram_port(bus_bits))})
 
     def elaborate(self, platform) -> Module:
         m = Module()
         bus_bytes = self.bus_bits // 8
+        lb = log2(bus_bytes)
         mem = self.mem
         m.d.comb += [mem.cmd_write.eq(0), mem.cmd_strb.eq(0), mem.cmd_data.eq(0)]
-        outstanding = Signal(range(self.outstanding + 1))
         issued = mem.cmd_valid & mem.cmd_ready
         received = mem.rsp_valid & mem.rsp_ready
-        m.d.sync += outstanding.eq(outstanding + issued - received)
-        room = outstanding < self.outstanding
+        # bursts: ``left`` beats of the current one are still to come; the next command starts one when 0
+        left = Signal(range(self.block))
+        first = left == 0
+        beat_addr = Signal(DRAM_ADDR_BITS)
+        narrow = self.elem_bits < self.bus_bits
+        lane = self.addr.payload[log2(self.elem_bits // 8):lb] if narrow else Const(0, 1)
+        n = burst_beats(m, beat_addr, lane, self.elems_left, self.elem_bits // 8, bus_bytes, self.block)
+        m.d.comb += [mem.cmd_addr.eq(beat_addr), mem.cmd_first.eq(first), mem.cmd_len.eq(n - 1),
+                     mem.cmd_size.eq(lb), self.burst_start.eq(first)]
+        with m.If(issued):
+            m.d.sync += left.eq(Mux(first, n - 1, left - 1))
+        with m.If(self.restart):
+            m.d.sync += left.eq(0)
         if self.elem_bits >= self.bus_bits:
             beats = self.elem_bits // self.bus_bits
             beat = Signal(range(beats))
+            outstanding = Signal(range(self.outstanding + 1))        # beats reserved, not yet received
+            m.d.sync += outstanding.eq(outstanding + Mux(issued & first, n, 0) - received)
+            room = ~first | (outstanding + n <= self.outstanding)
             m.d.comb += [mem.cmd_valid.eq(self.addr.valid & room),
-                         mem.cmd_addr.eq(self.addr.payload + (beat << log2(bus_bytes))),
+                         beat_addr.eq(self.addr.payload + (beat << lb)),
                          self.addr.ready.eq(issued & (beat == beats - 1))]
             with m.If(issued):
                 m.d.sync += beat.eq(0 if beats == 1 else beat + 1)
@@ -62,16 +122,17 @@ class ElemReader(wiring.Component):
                 with m.Else():
                     m.d.sync += count.eq(count + 1)
         else:
-            # several elements per beat: consecutive elements in one beat share its read (as a burst would)
+            # several elements per beat: consecutive elements in one beat share its read; the lane FIFO (one
+            # entry per element) bounds what is in flight, and a response waits for its element's entry
             lanes = self.bus_bits // self.elem_bits
             lo = log2(self.elem_bits // 8)
             lane_bits = log2(lanes)
             # per element: its lane, and whether it reuses the beat of the element before it
             m.submodules.lanes = lane_fifo = fifo.SyncFIFOBuffered(width=lane_bits + 1, depth=self.outstanding)
-            beat_addr = self.addr.payload & ~Const(bus_bytes - 1, DRAM_ADDR_BITS)
+            m.d.comb += beat_addr.eq(self.addr.payload & ~Const(bus_bytes - 1, DRAM_ADDR_BITS))
             last_beat, have_last = Signal(DRAM_ADDR_BITS), Signal()
             same = have_last & (beat_addr == last_beat)
-            m.d.comb += [mem.cmd_valid.eq(self.addr.valid & lane_fifo.w_rdy & ~same), mem.cmd_addr.eq(beat_addr),
+            m.d.comb += [mem.cmd_valid.eq(self.addr.valid & lane_fifo.w_rdy & ~same),
                          self.addr.ready.eq(lane_fifo.w_rdy & (same | mem.cmd_ready)),
                          lane_fifo.w_en.eq(self.addr.valid & self.addr.ready),
                          lane_fifo.w_data.eq(Cat(self.addr.payload[lo:lo + lane_bits], same))]
@@ -95,22 +156,34 @@ def write_request(elem_bits: int) -> data.StructLayout:
 
 
 class ElemWriter(wiring.Component):
-    """Writes whole elements: ``req`` takes (element byte address, element); each becomes one or more beats."""
+    """Writes whole elements: ``req`` takes (element byte address, element); each becomes one or more beats, in
+    bursts (module docstring). An element narrower than the bus is one narrow beat (``cmd_size`` its bytes, at
+    its own address, its lanes strobed), so a run of them is one burst, as AXI4's narrow transfers have it."""
 
-    def __init__(self, elem_bits: int, bus_bits: int):
-        self.elem_bits, self.bus_bits = elem_bits, bus_bits
-        super().__init__({"req": In(stream.Signature(write_request(elem_bits))), "mem": Out(dram_port(bus_bits))})
+    def __init__(self, elem_bits: int, bus_bits: int, block: int):
+        self.elem_bits, self.bus_bits, self.block = elem_bits, bus_bits, block
+        super().__init__({"req": In(stream.Signature(write_request(elem_bits))), "elems_left": In(LEFT_BITS),
+                          "mem": Out(dram_port(bus_bits))})
 
     def elaborate(self, platform) -> Module:
         m = Module()
         bus_bytes = self.bus_bits // 8
+        lb = log2(bus_bytes)
         mem, req = self.mem, self.req
         issued = mem.cmd_valid & mem.cmd_ready
         m.d.comb += [mem.cmd_valid.eq(req.valid), mem.cmd_write.eq(1), mem.rsp_ready.eq(0)]
+        unit_log = lb if self.elem_bits >= self.bus_bits else log2(self.elem_bits // 8)
+        left = Signal(range(self.block))
+        first = left == 0
+        n = burst_beats(m, mem.cmd_addr, Const(0, 1), self.elems_left, self.elem_bits // 8, 1 << unit_log,
+                        self.block)
+        m.d.comb += [mem.cmd_first.eq(first), mem.cmd_len.eq(n - 1), mem.cmd_size.eq(unit_log)]
+        with m.If(issued):
+            m.d.sync += left.eq(Mux(first, n - 1, left - 1))
         if self.elem_bits >= self.bus_bits:
             beats = self.elem_bits // self.bus_bits
             beat = Signal(range(beats))
-            m.d.comb += [mem.cmd_addr.eq(req.payload.addr + (beat << log2(bus_bytes))),
+            m.d.comb += [mem.cmd_addr.eq(req.payload.addr + (beat << lb)),
                          mem.cmd_data.eq(req.payload.data.word_select(beat, self.bus_bits)),
                          mem.cmd_strb.eq(Const((1 << bus_bytes) - 1, bus_bytes)),
                          req.ready.eq(issued & (beat == beats - 1))]
@@ -123,7 +196,7 @@ class ElemWriter(wiring.Component):
             elem_bytes = self.elem_bits // 8
             lo = log2(elem_bytes)
             lane = req.payload.addr[lo:lo + log2(lanes)]
-            m.d.comb += [mem.cmd_addr.eq(req.payload.addr & ~Const(bus_bytes - 1, DRAM_ADDR_BITS)),
+            m.d.comb += [mem.cmd_addr.eq(req.payload.addr),
                          mem.cmd_data.eq(Cat(*[req.payload.data] * lanes)),
                          mem.cmd_strb.eq(Const((1 << elem_bytes) - 1, bus_bytes) << (lane << lo)),
                          req.ready.eq(issued)]
@@ -132,13 +205,14 @@ class ElemWriter(wiring.Component):
 
 class Arbiter(wiring.Component):
     """Shares one DRAM port among ``n`` clients as the AXI interconnect in front of VTA's DRAM port does among
-    its masters (fetch, load, compute's two, store): each cycle one client's command goes out, chosen round
-    robin among those with one; several clients' reads and writes are in flight at once, and each in-order read
-    response or write acknowledgement goes to the client that issued it (FIFOs of client numbers, ``tags``
-    deep: a command goes out only with room for its tag)."""
+    its masters (fetch, load, compute's two, store): each cycle one client's beat goes out, chosen round robin
+    among those with one, tagged with the client's number as its AXI ID; several clients' bursts are in flight
+    at once, and each read response or write acknowledgement goes to the client its ID names (a client's own
+    come in order). A beat offered and not taken is offered again, unchanged, the next cycle (the grant
+    holds), as AXI asks of a valid that is not yet ready."""
 
-    def __init__(self, n: int, bus_bits: int, tags: int):
-        self.n, self.tags = n, tags
+    def __init__(self, n: int, bus_bits: int):
+        self.n = n
         super().__init__({**{f"client{i}": In(dram_port(bus_bits)) for i in range(n)},
                           "mem": Out(dram_port(bus_bits))})
 
@@ -150,42 +224,38 @@ class Arbiter(wiring.Component):
         n = self.n
         clients = self.clients()
         mem = self.mem
-        width = max(1, (n - 1).bit_length())
-        m.submodules.read_tags = rtags = fifo.SyncFIFO(width=width, depth=self.tags)
-        m.submodules.write_tags = wtags = fifo.SyncFIFO(width=width, depth=self.tags)
-        wants = [c.cmd_valid & Mux(c.cmd_write, wtags.w_rdy, rtags.w_rdy) for c in clients]
         last = Signal(range(n))
         grant = Signal(range(n))
         granted = Signal()
-        with m.Switch(last):
+        holding, held = Signal(), Signal(range(n))       # a beat offered last cycle and not taken
+        with m.If(holding & Cat(*[c.cmd_valid for c in clients]).bit_select(held, 1)):
+            m.d.comb += [grant.eq(held), granted.eq(1)]
+        with m.Else(), m.Switch(last):
             for prev in range(n):
                 with m.Case(prev):
                     for off in reversed(range(1, n + 1)):     # the client after ``prev`` wins: assigned last
                         idx = (prev + off) % n
-                        with m.If(wants[idx]):
+                        with m.If(clients[idx].cmd_valid):
                             m.d.comb += [grant.eq(idx), granted.eq(1)]
         with m.Switch(grant):
             for i, c in enumerate(clients):
                 with m.Case(i):
                     m.d.comb += [mem.cmd_addr.eq(c.cmd_addr), mem.cmd_write.eq(c.cmd_write),
-                                 mem.cmd_data.eq(c.cmd_data), mem.cmd_strb.eq(c.cmd_strb)]
-        m.d.comb += mem.cmd_valid.eq(granted)
+                                 mem.cmd_data.eq(c.cmd_data), mem.cmd_strb.eq(c.cmd_strb),
+                                 mem.cmd_first.eq(c.cmd_first), mem.cmd_len.eq(c.cmd_len),
+                                 mem.cmd_size.eq(c.cmd_size)]
+        m.d.comb += [mem.cmd_valid.eq(granted), mem.cmd_id.eq(grant)]
         sent = granted & mem.cmd_ready
+        m.d.sync += [holding.eq(granted & ~mem.cmd_ready), held.eq(grant)]
         for i, c in enumerate(clients):
             m.d.comb += c.cmd_ready.eq(sent & (grant == i))
         with m.If(sent):
             m.d.sync += last.eq(grant)
-        m.d.comb += [rtags.w_en.eq(sent & ~mem.cmd_write), rtags.w_data.eq(grant),
-                     wtags.w_en.eq(sent & mem.cmd_write), wtags.w_data.eq(grant)]
-
-        reader = rtags.r_data
-        with m.Switch(reader):
+        with m.Switch(mem.rsp_id):
             for i, c in enumerate(clients):
                 with m.Case(i):
-                    m.d.comb += mem.rsp_ready.eq(rtags.r_rdy & c.rsp_ready)
-        writer = wtags.r_data
+                    m.d.comb += mem.rsp_ready.eq(c.rsp_ready)
         for i, c in enumerate(clients):
-            m.d.comb += [c.rsp_valid.eq(mem.rsp_valid & rtags.r_rdy & (reader == i)), c.rsp_data.eq(mem.rsp_data),
-                         c.wack.eq(mem.wack & wtags.r_rdy & (writer == i))]
-        m.d.comb += [rtags.r_en.eq(mem.rsp_valid & mem.rsp_ready), wtags.r_en.eq(mem.wack)]
+            m.d.comb += [c.rsp_valid.eq(mem.rsp_valid & (mem.rsp_id == i)), c.rsp_data.eq(mem.rsp_data),
+                         c.rsp_last.eq(mem.rsp_last), c.wack.eq(mem.wack & (mem.wack_id == i))]
         return m

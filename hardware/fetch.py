@@ -1,16 +1,17 @@
 """Fetch: reads ``insn_count`` instructions from DRAM at ``insn_addr`` and routes each to the command queue of
 the module that runs it (hw_config.isa_rules.module_of: LOAD INP/WGT to load, STORE to store, the rest to
 compute). Instructions are prefetched into a buffer (``prefetch`` deep: RtlParams.outstanding, enough to cover
-the DRAM latency); a read is issued only when the buffer has room for it, so fetch never holds the DRAM
-response stream while it waits for a full command queue."""
+the DRAM latency), in bursts of up to ``prefetch // 4`` instructions; a read that starts a burst is issued only
+when the buffer has room for all of the burst, the others when it has room for one, so fetch never holds the
+DRAM response stream while it waits for a full command queue."""
 
 from __future__ import annotations
 
-from amaranth import Const, Module, Signal
+from amaranth import Const, Module, Mux, Signal
 from amaranth.lib import fifo, stream, wiring
 from amaranth.lib.wiring import In, Out
 
-from hardware.dram import ElemReader
+from hardware.dram import LEFT_BITS, ElemReader, block_beats
 from hardware.interfaces import dram_port
 from hardware.params import DRAM_ADDR_BITS
 from hw_config.isa_rules import INSN_BYTES, MODULES, module_of
@@ -43,25 +44,31 @@ class Fetch(wiring.Component):
 
     def elaborate(self, platform) -> Module:
         m = Module()
-        m.submodules.reader = reader = ElemReader(INSN_BITS, self.bus_bits, self.prefetch)
+        bus_bytes = self.bus_bits // 8
+        block = block_beats(bus_bytes, self.prefetch, max(1, (self.prefetch // 4) * INSN_BYTES // bus_bytes))
+        per_burst = max(1, block * bus_bytes // INSN_BYTES)      # instructions a burst holds, at most
+        m.submodules.reader = reader = ElemReader(INSN_BITS, self.bus_bits, self.prefetch, block)
         wiring.connect(m, wiring.flipped(self.mem), reader.mem)
         m.submodules.buffer = buf = fifo.SyncFIFOBuffered(width=INSN_BITS, depth=self.prefetch)
 
-        count, issued, inflight = Signal(COUNT_BITS), Signal(COUNT_BITS), Signal(range(self.prefetch + 1))
+        count, remaining, inflight = Signal(COUNT_BITS), Signal(COUNT_BITS), Signal(range(self.prefetch + 1))
         addr = Signal(DRAM_ADDR_BITS)
         running = Signal()
         m.d.comb += self.busy.eq(running)
         m.d.comb += reader.restart.eq(self.launch)
         with m.If(self.launch):
-            m.d.sync += [running.eq(1), count.eq(self.insn_count), addr.eq(self.insn_addr), issued.eq(0),
-                         self.dispatched.eq(0)]
-        # issue: one element read per instruction, only with room in the buffer for everything in flight
-        room = (inflight + buf.level) < self.prefetch
-        m.d.comb += [reader.addr.valid.eq(running & (issued != count) & room), reader.addr.payload.eq(addr)]
+            m.d.sync += [running.eq(1), count.eq(self.insn_count), addr.eq(self.insn_addr),
+                         remaining.eq(self.insn_count), self.dispatched.eq(0)]
+        # issue: one element read per instruction, with room in the buffer for everything in flight and, for one
+        # that starts a burst, for all the burst may hold
+        held = inflight + buf.level
+        room = Mux(reader.burst_start, held + per_burst <= self.prefetch, held < self.prefetch)
+        m.d.comb += [reader.addr.valid.eq(running & (remaining != 0) & room), reader.addr.payload.eq(addr),
+                     reader.elems_left.eq(Mux(remaining[LEFT_BITS:] != 0, (1 << LEFT_BITS) - 1, remaining))]
         sent = reader.addr.valid & reader.addr.ready
         arrived = reader.data.valid & reader.data.ready
         with m.If(sent):
-            m.d.sync += [issued.eq(issued + 1), addr.eq(addr + INSN_BYTES)]
+            m.d.sync += [remaining.eq(remaining - 1), addr.eq(addr + INSN_BYTES)]
         m.d.sync += inflight.eq(inflight + sent - arrived)
         m.d.comb += [buf.w_data.eq(reader.data.payload), buf.w_en.eq(reader.data.valid),
                      reader.data.ready.eq(buf.w_rdy)]

@@ -7,7 +7,7 @@ import re
 from pathlib import Path
 from typing import Any
 
-from hardware.params import DRAM_ADDR_BITS, RtlParams
+from hardware.params import RtlParams
 from hardware.registers import register_map
 from hardware.toolchain import require
 from hw_config import HwConfig, load_config
@@ -83,6 +83,32 @@ def ports(cfg: HwConfig | str) -> list[dict[str, Any]]:
     return out
 
 
+def axi_interfaces(cfg: HwConfig | str) -> dict[str, Any]:
+    """The top level's bus interfaces: the AXI4 master to DRAM and the four AXI4-Lite register slaves, with the
+    base addresses VTA's block design gives them (MMIO_BASE + i * MMIO_RANGE) and their ports."""
+    require("amaranth", "generating the RTL")
+    from hardware.axi import AXI_ADDR_BITS
+    from hardware.core import bus_ports, lite_addr_bits
+    from hardware.dram import MAX_BURST
+    cfg = _config(cfg)
+    p = RtlParams(cfg)
+    out: dict[str, Any] = {}
+    for prefix, (name, protocol, sig) in bus_ports(p).items():
+        entry: dict[str, Any] = {"protocol": protocol, "mode": "master" if prefix.startswith("m_") else "slave",
+                                 "ports": [f"{prefix}_{n}" for n in sig.members]}
+        if protocol == "AXI4":
+            entry.update({"data_bits": p.bus_bits, "addr_bits": AXI_ADDR_BITS, "burst": "INCR",
+                          "max_burst_beats": MAX_BURST, "boundary_bytes": 4096, "ids": None,
+                          "outstanding_beats_per_engine": p.outstanding,
+                          "cache": "0b1111, AxUSER 1 (coherent, ACP)" if cfg.COHERENT else "0b0011, AxUSER 0",
+                          "narrow_writes": "stores of elements narrower than the bus are narrow INCR bursts"})
+        else:
+            entry.update({"data_bits": 32, "addr_bits": lite_addr_bits(p), "block": name,
+                          "base_address": cfg.mmio_address(name), "range_bytes": cfg.MMIO_RANGE})
+        out[prefix] = entry
+    return out
+
+
 def manifest(cfg: HwConfig | str) -> dict[str, Any]:
     """What the generated design is: config, top module, ports, register map, SRAMs, DRAM port."""
     cfg = _config(cfg)
@@ -96,9 +122,9 @@ def manifest(cfg: HwConfig | str) -> dict[str, Any]:
         "registers": register_map(cfg),
         "srams": {name: {"depth": s.depth, "width": s.width, "bytes": s.depth * s.width // 8}
                   for name, s in p.srams.items()},
-        "dram_port": {"data_bits": p.bus_bits, "addr_bits": DRAM_ADDR_BITS, "max_outstanding": p.outstanding,
-                      "protocol": "valid/ready command (one beat, read or write with byte strobes), in-order "
-                                  "read responses and in-order write acknowledgements"},
+        "clock": {"port": "clk", "mhz": cfg.CLOCK_MHZ},
+        "reset": {"port": "rst", "polarity": "active high", "synchronous": True},
+        "axi": axi_interfaces(cfg),
         "queues": {"insn_queue_depth": cfg.INSN_QUEUE_DEPTH, "token_queue_depth": cfg.TOKEN_QUEUE_DEPTH,
                    "fetch_buffer": p.outstanding},
         "gemm": {"batch": cfg.BATCH, "block_in": cfg.BLOCK_IN, "block_out": cfg.BLOCK_OUT,

@@ -1,5 +1,6 @@
 """The control registers: VTA's HLS register map (four blocks at MMIO_BASE + i * MMIO_RANGE, in the order of
-hw_config.config.MMIO_BLOCKS), as the Pynq driver writes them.
+hw_config.config.MMIO_BLOCKS), as the Pynq driver writes them, each block behind its own AXI4-Lite slave port
+(hardware/axi.py; byte strobes honoured).
 
 Offsets within a block are VTA's (vta/board/registers.py holds the same numbers for the simulated board; a test
 checks they agree). What this RTL does with each is in ``REGISTERS``' descriptions and docs/hardware.md.
@@ -24,18 +25,23 @@ REGISTERS: tuple[tuple[str, int, str, str, str], ...] = (
     ("fetch", CTRL, "ctrl", "rw", "write bit 0 to launch a run; reads bit 0 running, bit 1 done, bit 2 idle"),
     ("fetch", FETCH_INSN_COUNT, "insn_count", "rw", "instructions in the stream"),
     ("fetch", FETCH_INSN_ADDR, "insn_addr", "rw", "DRAM byte address of the stream, low word"),
-    ("fetch", FETCH_INSN_ADDR + 4, "insn_addr_hi", "rw", "high word"),
+    ("fetch", FETCH_INSN_ADDR + 4, "insn_addr_hi", "rw", ("high word (stored; the AXI4 master's addresses are 32 "
+                                                          "bits)")),
     ("fetch", FETCH_DISPATCHED, "dispatched", "r", "instructions dispatched in this run (an addition)"),
-    ("load", CTRL, "ctrl", "rw", "stored (the module always runs); reads back with bit 2 idle"),
+    ("load", CTRL, "ctrl", "rw", ("stored (the module always runs); reads back with bit 2 idle and bit 1 ap_done: "
+                                 "set when the module finishes an instruction, cleared by reading this register")),
     ("load", LOAD_INP_ADDR, "inp_addr", "rw", "stored, unused: instructions carry absolute addresses"),
     ("load", LOAD_WGT_ADDR, "wgt_addr", "rw", "stored, unused"),
-    ("compute", CTRL, "ctrl", "rw", "stored (the module always runs); reads back with bit 2 idle"),
+    ("compute", CTRL, "ctrl", "rw", ("stored (the module always runs); reads back with bit 2 idle and bit 1 "
+                                    "ap_done: set when the module finishes an instruction, cleared by reading this "
+                                    "register")),
     ("compute", COMPUTE_DONE_WR, "done_i", "rw", "stored, no effect (as in VTA's HLS)"),
     ("compute", COMPUTE_DONE_RD, "done_o", "r", "1 once FINISH has executed; cleared by a launch"),
     ("compute", COMPUTE_DONE_VLD, "done_o_vld", "r", "same as done_o"),
     ("compute", COMPUTE_UOP_ADDR, "uop_addr", "rw", "stored, unused"),
     ("compute", COMPUTE_BIAS_ADDR, "bias_addr", "rw", "stored, unused"),
-    ("store", CTRL, "ctrl", "rw", "stored (the module always runs); reads back with bit 2 idle"),
+    ("store", CTRL, "ctrl", "rw", ("stored (the module always runs); reads back with bit 2 idle and bit 1 ap_done: "
+                                  "set when the module finishes an instruction, cleared by reading this register")),
     ("store", STORE_OUT_ADDR, "out_addr", "rw", "stored, unused"),
 )
 

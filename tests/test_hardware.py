@@ -162,10 +162,21 @@ def test_manifest_describes_the_config(preset: str):
     assert man["srams"]["acc"] == {"depth": cfg.ACC_BUFF_DEPTH, "width": cfg.ACC_ELEM_BITS,
                                    "bytes": cfg.ACC_BUFF_SIZE}
     assert man["srams"]["wgt"]["bytes"] == cfg.WGT_BUFF_SIZE and man["srams"]["inp"]["bytes"] == cfg.INP_BUFF_SIZE
+    # the top level's ports: an AXI4 master of the bus's width, four AXI4-Lite slaves at VTA's base addresses
     ports = {p["name"]: p for p in man["ports"]}
-    assert ports["mem__cmd_data"]["width"] == cfg.BUS_WIDTH and ports["mem__cmd_data"]["dir"] == "out"
-    assert ports["mem__rsp_data"]["dir"] == "in" and ports["reg__rdata"]["dir"] == "out"
-    assert {"clk", "rst", "mem__cmd_valid", "mem__cmd_ready", "reg__addr", "reg__we"} <= set(ports)
+    assert ports["m_axi_wdata"]["width"] == cfg.BUS_WIDTH and ports["m_axi_wdata"]["dir"] == "out"
+    assert ports["m_axi_rdata"]["dir"] == "in" and ports["m_axi_araddr"]["width"] == 32
+    assert ports["m_axi_arlen"]["width"] == 8 and ports["m_axi_wstrb"]["width"] == cfg.BUS_BYTES
+    assert {"clk", "rst", "m_axi_arvalid", "m_axi_arready", "m_axi_rlast", "m_axi_wlast", "m_axi_bvalid"} <= set(ports)
+    axi = man["axi"]
+    assert axi["m_axi"]["protocol"] == "AXI4" and axi["m_axi"]["data_bits"] == cfg.BUS_WIDTH
+    assert axi["m_axi"]["max_burst_beats"] == 256 and set(axi["m_axi"]["ports"]) <= set(ports)
+    for block in ("fetch", "load", "compute", "store"):
+        lite = axi[f"s_axi_{block}"]
+        assert lite["protocol"] == "AXI4-Lite" and lite["base_address"] == cfg.mmio_address(block)
+        assert ports[f"s_axi_{block}_rdata"] == {"name": f"s_axi_{block}_rdata", "dir": "out", "width": 32}
+        assert ports[f"s_axi_{block}_awaddr"]["dir"] == "in" and set(lite["ports"]) <= set(ports)
+    assert {r["address"] for r in man["registers"]} >= {cfg.MMIO_BASE + 0x10, cfg.MMIO_BASE + 2 * cfg.MMIO_RANGE + 0x18}
 
 
 # ---------------------------------------------------------------------------------------------------------

@@ -1,9 +1,16 @@
 // A cycle-by-cycle host for the Verilator model of the generated accelerator (hardware/generator.py).
 //
-// The model's DRAM port is served by a sparse byte-addressed DRAM (4 KiB pages, created by the host's writes):
-// every command is accepted at once; a read's beat is answered DRAM_LATENCY cycles later, in order; a write
-// changes the bytes its strobes select when it is accepted and is acknowledged DRAM_LATENCY cycles later. A DMA to a page the host never wrote is a fault:
-// the run stops and reports the address. The host drives the register bus as VTA's driver does.
+// The model's AXI4 master (m_axi_*) is served by an AXI4 slave over a sparse byte-addressed DRAM (4 KiB pages,
+// created by the host's writes): AR and AW are taken at once; beat k of a read burst is ready DRAM_LATENCY + k
+// cycles after its AR, and the R channel carries one ready beat a cycle, taking turns among the IDs that have
+// one (each ID's bursts in order, RLAST on each burst's last beat), as a DRAM controller serving several
+// masters does; W beats are taken as they come (once their AW is known) and change the bytes their strobes
+// select, and a write burst is acknowledged (B) DRAM_LATENCY cycles after its last beat. Every burst is checked against AXI4's rules (INCR, at most 256 beats, aligned to its
+// size, inside one 4 KiB page, WLAST on the last beat only, strobes inside the beat's lanes, valid held with
+// its payload until ready); a violation, or a DMA to a page the host never wrote, stops the run with a message.
+// ``vta_rtl_stress`` makes the slave stall its ready signals and its responses at random.
+// The host reaches the registers through the four AXI4-Lite slaves (s_axi_<block>_*), as VTA's driver does:
+// a write is AW+W then B, a read AR then R, each a few cycles of the clock the accelerator runs on.
 // Plain C boundary: every function returns a status, never aborts, and keeps its state in the handle.
 #include <algorithm>
 #include <cstdint>
@@ -11,6 +18,7 @@
 #include <cstring>
 #include <deque>
 #include <memory>
+#include <random>
 #include <string>
 #include <type_traits>
 #include <unordered_map>
@@ -22,16 +30,17 @@
 #ifndef VTA_BUS_BYTES
 #error "VTA_BUS_BYTES must be defined by the build"
 #endif
-
-// Amaranth names the ports mem__cmd_valid, reg__addr, ...; Verilator escapes the double underscore.
-#define MEM(name) mem___05F##name
-#define REG(name) reg___05F##name
+#ifndef VTA_MMIO_RANGE
+#error "VTA_MMIO_RANGE must be defined by the build"
+#endif
 
 namespace {
 
 constexpr uint64_t PAGE_BITS = 12;
 constexpr uint64_t PAGE = uint64_t(1) << PAGE_BITS;
 constexpr size_t BUS = VTA_BUS_BYTES;
+constexpr uint32_t MMIO_RANGE = VTA_MMIO_RANGE;
+constexpr size_t STRB_BYTES = (BUS + 7) / 8;
 
 template <class T> void put(T& port, const uint8_t* src, size_t n) {
     if constexpr (std::is_integral_v<T>) {
@@ -52,22 +61,101 @@ template <class T> void get(const T& port, uint8_t* dst, size_t n) {
     }
 }
 
-struct Beat {
-    uint64_t ready;
+struct Burst {
+    uint64_t addr;
+    unsigned len, size;   // beats - 1, log2 bytes per beat
+    uint64_t ready;       // reads: the cycle its first beat may go out; writes' B: when it may be sent
+    unsigned beat;        // beats done
+    unsigned id;
+};
+
+struct WBeat {
     uint8_t data[BUS];
+    uint8_t strb[STRB_BYTES];
+    bool last;
+};
+
+// One AXI4-Lite access by the host: a write (AW+W, then B) or a read (AR, then R).
+struct Access {
+    int kind = 0;         // 0 none, 1 write, 2 read
+    int block = 0;
+    uint32_t addr = 0, data = 0, result = 0;
+    bool addr_done = false, data_done = false, finished = false;
+};
+
+// What an AXI channel offered and was not taken, to check it is offered again unchanged.
+struct Offer {
+    bool pending = false;
+    uint64_t addr = 0;
+    unsigned len = 0, size = 0, burst = 0, id = 0;
+    uint8_t data[BUS] = {};
+    uint8_t strb[STRB_BYTES] = {};
+    bool last = false;
 };
 
 }  // namespace
+
+// The four register blocks' AXI4-Lite ports, by block index (hw_config MMIO_BLOCKS order).
+#define LITE_DRIVE(P)                                                                   \
+    t->P##_awaddr = a.addr; t->P##_awvalid = a.kind == 1 && !a.addr_done;              \
+    t->P##_wdata = a.data; t->P##_wstrb = 0xF; t->P##_wvalid = a.kind == 1 && !a.data_done; \
+    t->P##_bready = a.kind == 1; t->P##_araddr = a.addr;                                \
+    t->P##_arvalid = a.kind == 2 && !a.addr_done; t->P##_rready = a.kind == 2;
+#define LITE_SAMPLE(P)                                                                  \
+    aw = t->P##_awvalid && t->P##_awready; w = t->P##_wvalid && t->P##_wready;        \
+    b = t->P##_bvalid && t->P##_bready; ar = t->P##_arvalid && t->P##_arready;        \
+    r = t->P##_rvalid && t->P##_rready; rdata = t->P##_rdata;
+
+static void lite_drive(Vvta_core* t, const Access& a) {
+    switch (a.block) {
+        case 0: LITE_DRIVE(s_axi_fetch) break;
+        case 1: LITE_DRIVE(s_axi_load) break;
+        case 2: LITE_DRIVE(s_axi_compute) break;
+        default: LITE_DRIVE(s_axi_store) break;
+    }
+}
+
+static void lite_sample(Vvta_core* t, Access& a) {
+    bool aw = false, w = false, b = false, ar = false, r = false;
+    uint32_t rdata = 0;
+    switch (a.block) {
+        case 0: LITE_SAMPLE(s_axi_fetch) break;
+        case 1: LITE_SAMPLE(s_axi_load) break;
+        case 2: LITE_SAMPLE(s_axi_compute) break;
+        default: LITE_SAMPLE(s_axi_store) break;
+    }
+    if (a.kind == 1) {
+        a.addr_done |= aw;
+        a.data_done |= w;
+        if (b) a.finished = true;
+    } else if (a.kind == 2) {
+        a.addr_done |= ar;
+        if (r) {
+            a.result = rdata;
+            a.finished = true;
+        }
+    }
+}
 
 struct vta_rtl {
     std::unique_ptr<VerilatedContext> ctx;
     std::unique_ptr<Vvta_core> top;
     std::unordered_map<uint64_t, std::unique_ptr<uint8_t[]>> pages;
-    std::deque<Beat> responses;
-    std::deque<uint64_t> acks;   // when each accepted write is acknowledged
+    std::vector<Burst> reads;          // accepted AR, in order
+    std::deque<Burst> writes;          // accepted AW, in order
+    std::deque<WBeat> wbeats;          // W beats taken before their AW (none from this master; kept general)
+    std::deque<Burst> bresps;          // completed write bursts: when each is acknowledged, its ID
+    int r_current = -1;                // the read burst whose beat R offers (held until RREADY)
+    unsigned r_last_id = 0;
+    Offer offered_ar, offered_aw, offered_w;
+    Access access;                     // the host's AXI4-Lite access in progress
     uint64_t latency = 1;
     uint64_t cycle = 0;
     uint64_t beats_read = 0, beats_written = 0;
+    uint64_t bursts[2] = {0, 0}, max_beats[2] = {0, 0};   // [read, write]
+    // stress: stall ready signals and responses with probability stall_pct / 100
+    unsigned stall_pct = 0;
+    std::mt19937_64 rng;
     std::string fault;
     // trace: (cycle << 8 | event bit) for every bit of the model's events port seen high, while tracing
     bool tracing = false;
@@ -108,54 +196,201 @@ struct vta_rtl {
         fault = buf;
     }
 
+    void violation(const std::string& what) {
+        if (!fault.empty()) return;
+        fault = "AXI4 protocol violation by the accelerator's master at cycle " + std::to_string(cycle) + ": " + what;
+    }
+
+    bool stall() { return stall_pct && (rng() % 100) < stall_pct; }
+
+    void check_burst(const char* kind, uint64_t addr, unsigned len, unsigned size, unsigned burst) {
+        char buf[200];
+        uint64_t nbytes = uint64_t(1) << size;
+        if (burst != 1) {
+            std::snprintf(buf, sizeof buf, "%s burst type %u, not INCR", kind, burst);
+            violation(buf);
+        } else if (nbytes > BUS) {
+            std::snprintf(buf, sizeof buf, "%s beats of %llu bytes on a %zu-byte bus", kind,
+                          (unsigned long long)nbytes, BUS);
+            violation(buf);
+        } else if (addr % nbytes) {
+            std::snprintf(buf, sizeof buf, "%s at 0x%llx not aligned to its %llu-byte beats", kind,
+                          (unsigned long long)addr, (unsigned long long)nbytes);
+            violation(buf);
+        } else if ((addr & (PAGE - 1)) + (len + 1) * nbytes > PAGE) {
+            std::snprintf(buf, sizeof buf, "%s of %u beats of %llu bytes at 0x%llx crosses a 4 KiB boundary", kind,
+                          len + 1, (unsigned long long)nbytes, (unsigned long long)addr);
+            violation(buf);
+        }
+    }
+
+    void apply_write(const WBeat& wb) {
+        Burst& bu = writes.front();
+        uint64_t nbytes = uint64_t(1) << bu.size;
+        uint64_t at = bu.addr + bu.beat * nbytes;
+        uint64_t base = at & ~uint64_t(BUS - 1);
+        size_t lane = at & (BUS - 1);
+        bool last = bu.beat == bu.len;
+        if (wb.last != last) violation(std::string("WLAST ") + (wb.last ? "on a beat before the last" : "missing"));
+        for (size_t i = 0; i < BUS; ++i)
+            if ((wb.strb[i / 8] >> (i % 8) & 1) && (i < lane || i >= lane + nbytes)) {
+                violation("a write strobe outside the beat's lanes");
+                break;
+            }
+        ++beats_written;
+        uint8_t* p = page(base, false);
+        if (!p) note_fault("write", at);
+        else
+            for (size_t i = 0; i < BUS; ++i)
+                if (wb.strb[i / 8] >> (i % 8) & 1) p[(base & (PAGE - 1)) + i] = wb.data[i];
+        if (++bu.beat > bu.len) {
+            Burst done = bu;
+            done.ready = cycle + latency;
+            writes.pop_front();
+            bresps.push_back(done);
+        }
+    }
+
     void tick() {
         Vvta_core* t = top.get();
-        bool have = !responses.empty() && responses.front().ready <= cycle;
-        t->MEM(rsp_valid) = have;
-        if (have) put(t->MEM(rsp_data), responses.front().data, BUS);
-        bool ack = !acks.empty() && acks.front() <= cycle;
-        t->MEM(wack) = ack;
-        t->MEM(cmd_ready) = 1;
+        // the slave's side of this cycle
+        bool arready = !stall(), awready = !stall(), wready = !stall();
+        t->m_axi_arready = arready;
+        t->m_axi_awready = awready;
+        t->m_axi_wready = wready;
+        if (r_current < 0 && !stall()) r_current = pick_read();
+        bool rvalid = r_current >= 0;
+        t->m_axi_rvalid = rvalid;
+        if (rvalid) {
+            Burst& bu = reads[r_current];
+            t->m_axi_rid = bu.id;
+            uint64_t at = bu.addr + bu.beat * (uint64_t(1) << bu.size);
+            uint64_t base = at & ~uint64_t(BUS - 1);
+            uint8_t* p = page(base, false);
+            uint8_t data[BUS];
+            if (!p) {
+                note_fault("read", at);
+                std::memset(data, 0, BUS);
+            } else {
+                std::memcpy(data, p + (base & (PAGE - 1)), BUS);
+            }
+            put(t->m_axi_rdata, data, BUS);
+            t->m_axi_rlast = bu.beat == bu.len;
+            t->m_axi_rresp = 0;
+        }
+        bool bvalid = !bresps.empty() && bresps.front().ready <= cycle && !stall();
+        t->m_axi_bvalid = bvalid;
+        t->m_axi_bresp = 0;
+        if (bvalid) t->m_axi_bid = bresps.front().id;
+        if (access.kind) lite_drive(t, access);
         t->clk = 0;
         t->eval();
         if (t->events) note_events(t->events);
-        bool rsp_fire = have && t->MEM(rsp_ready);
-        bool cmd_fire = t->MEM(cmd_valid);
-        uint64_t addr = t->MEM(cmd_addr);
-        bool write = t->MEM(cmd_write);
-        uint8_t data[BUS], strb[(BUS + 7) / 8];
-        if (cmd_fire && write) {
-            get(t->MEM(cmd_data), data, BUS);
-            get(t->MEM(cmd_strb), strb, sizeof strb);
+        // the master's side, settled
+        bool ar = t->m_axi_arvalid, aw = t->m_axi_awvalid, w = t->m_axi_wvalid;
+        Offer now_ar, now_aw, now_w;
+        if (ar) {
+            now_ar.addr = t->m_axi_araddr, now_ar.len = t->m_axi_arlen, now_ar.size = t->m_axi_arsize;
+            now_ar.burst = t->m_axi_arburst, now_ar.id = t->m_axi_arid;
         }
+        if (aw) {
+            now_aw.addr = t->m_axi_awaddr, now_aw.len = t->m_axi_awlen, now_aw.size = t->m_axi_awsize;
+            now_aw.burst = t->m_axi_awburst, now_aw.id = t->m_axi_awid;
+        }
+        if (w) {
+            get(t->m_axi_wdata, now_w.data, BUS);
+            get(t->m_axi_wstrb, now_w.strb, STRB_BYTES);
+            now_w.last = t->m_axi_wlast;
+        }
+        check_held("AR", offered_ar, ar, now_ar);
+        check_held("AW", offered_aw, aw, now_aw);
+        check_held("W", offered_w, w, now_w);
+        bool ar_fire = ar && arready, aw_fire = aw && awready, w_fire = w && wready;
+        bool r_fire = rvalid && t->m_axi_rready, b_fire = bvalid && t->m_axi_bready;
+        offered_ar.pending = ar && !ar_fire;
+        offered_aw.pending = aw && !aw_fire;
+        offered_w.pending = w && !w_fire;
+        if (access.kind) lite_sample(t, access);
         t->clk = 1;
         t->eval();
-        if (rsp_fire) responses.pop_front();
-        if (ack) acks.pop_front();
-        if (cmd_fire) {
-            uint8_t* p = page(addr, false);
-            uint64_t off = addr & (PAGE - 1);
-            if (write) {
-                ++beats_written;
-                acks.push_back(cycle + latency);
-                if (!p) note_fault("write", addr);
-                else
-                    for (size_t i = 0; i < BUS; ++i)
-                        if (strb[i / 8] >> (i % 8) & 1) p[off + i] = data[i];
-            } else {
-                ++beats_read;
-                Beat b;
-                b.ready = cycle + latency;
-                if (!p) {
-                    note_fault("read", addr);
-                    std::memset(b.data, 0, BUS);
-                } else {
-                    std::memcpy(b.data, p + off, BUS);
-                }
-                responses.push_back(b);
-            }
+        // the slave takes what was handed over at this edge
+        if (ar_fire) {
+            check_burst("AR", now_ar.addr, now_ar.len, now_ar.size, now_ar.burst);
+            reads.push_back({now_ar.addr, now_ar.len, now_ar.size, cycle + latency, 0, now_ar.id});
+            ++bursts[0];
+            max_beats[0] = std::max<uint64_t>(max_beats[0], now_ar.len + 1);
         }
+        if (aw_fire) {
+            check_burst("AW", now_aw.addr, now_aw.len, now_aw.size, now_aw.burst);
+            writes.push_back({now_aw.addr, now_aw.len, now_aw.size, 0, 0, now_aw.id});
+            ++bursts[1];
+            max_beats[1] = std::max<uint64_t>(max_beats[1], now_aw.len + 1);
+        }
+        if (w_fire) {
+            WBeat wb;
+            std::memcpy(wb.data, now_w.data, BUS);
+            std::memcpy(wb.strb, now_w.strb, STRB_BYTES);
+            wb.last = now_w.last;
+            wbeats.push_back(wb);
+        }
+        while (!wbeats.empty() && !writes.empty()) {
+            apply_write(wbeats.front());
+            wbeats.pop_front();
+        }
+        if (r_fire) {
+            Burst& bu = reads[r_current];
+            ++beats_read;
+            r_last_id = bu.id;
+            if (++bu.beat > bu.len) reads.erase(reads.begin() + r_current);
+            r_current = -1;
+        }
+        if (b_fire) bresps.pop_front();
         ++cycle;
+    }
+
+    void check_held(const char* ch, Offer& before, bool valid, const Offer& now) {
+        if (!before.pending) {
+            if (valid) before = now;   // remembered in case it is not taken
+            return;
+        }
+        bool same = valid && before.addr == now.addr && before.len == now.len && before.size == now.size &&
+                    before.burst == now.burst && before.id == now.id && before.last == now.last &&
+                    !std::memcmp(before.data, now.data, BUS) && !std::memcmp(before.strb, now.strb, STRB_BYTES);
+        if (!same) violation(std::string(ch) + (valid ? " payload changed" : "VALID dropped") + " before READY");
+        before = now;
+    }
+
+    // The read burst whose next beat R carries this cycle: among each ID's oldest burst, those whose next beat
+    // is ready, the first ID after the last one served; -1 if none.
+    int pick_read() {
+        int best = -1;
+        unsigned best_rank = ~0u;
+        uint32_t seen = 0;
+        for (size_t i = 0; i < reads.size(); ++i) {
+            const Burst& bu = reads[i];
+            uint32_t bit = uint32_t(1) << (bu.id & 31);
+            if (seen & bit) continue;   // a younger burst of an ID waits for the older
+            seen |= bit;
+            if (bu.ready + bu.beat > cycle) continue;
+            unsigned rank = (bu.id - r_last_id - 1) & 0xFF;
+            if (rank < best_rank) best = int(i), best_rank = rank;
+        }
+        return best;
+    }
+
+    // Run one AXI4-Lite access to completion (the accelerator runs meanwhile); false if it never completes.
+    bool lite(int kind, uint32_t offset, uint32_t value, uint32_t* result) {
+        access = Access();
+        access.kind = kind;
+        access.block = std::min<uint32_t>(offset / MMIO_RANGE, 3);
+        access.addr = offset - access.block * MMIO_RANGE;
+        access.data = value;
+        for (int i = 0; i < 1000 && !access.finished; ++i) tick();
+        bool ok = access.finished;
+        if (result) *result = access.result;
+        access.kind = 0;
+        lite_drive(top.get(), access);   // every valid and ready of the port low again
+        return ok;
     }
 
     void reset() {
@@ -163,10 +398,19 @@ struct vta_rtl {
         ctx.reset();
         ctx = std::make_unique<VerilatedContext>();
         top = std::make_unique<Vvta_core>(ctx.get(), "top");
-        responses.clear();
-        acks.clear();
+        reads.clear();
+        r_current = -1;
+        r_last_id = 0;
+        writes.clear();
+        wbeats.clear();
+        bresps.clear();
+        offered_ar = offered_aw = offered_w = Offer();
+        access = Access();
+        for (int block = 0; block < 4; ++block) {
+            access.block = block;
+            lite_drive(top.get(), access);
+        }
         fault.clear();
-        top->REG(we) = 0;
         top->rst = 1;
         for (int i = 0; i < 4; ++i) tick();
         top->rst = 0;
@@ -240,45 +484,47 @@ void vta_rtl_dram_unmap(vta_rtl* r, uint64_t addr, uint64_t n) {
     for (uint64_t page = first; page < end; ++page) r->pages.erase(page);
 }
 
-// One register write: a clock cycle with the bus's write enable high.
-void vta_rtl_reg_write(vta_rtl* r, uint32_t offset, uint32_t value) {
-    r->top->REG(addr) = offset;
-    r->top->REG(wdata) = value;
-    r->top->REG(we) = 1;
-    r->tick();
-    r->top->REG(we) = 0;
+// One register write through the block's AXI4-Lite port (offset from MMIO_BASE): AW+W, then B.
+// Returns 0, or -1 when the slave never answered.
+int vta_rtl_reg_write(vta_rtl* r, uint32_t offset, uint32_t value) {
+    return r->lite(1, offset, value, nullptr) ? 0 : -1;
 }
 
+// One register read through the block's AXI4-Lite port: AR, then R (a read of CTRL clears its ap_done).
 uint32_t vta_rtl_reg_read(vta_rtl* r, uint32_t offset) {
-    r->top->REG(addr) = offset;
-    r->top->eval();
-    return r->top->REG(rdata);
+    uint32_t value = 0;
+    r->lite(2, offset, 0, &value);
+    return value;
 }
 
-// Clock the model until (register at offset & mask) != 0, at most max_cycles cycles.
-// Returns 0 with *cycles set; 1 when max_cycles passed; 2 at a DMA fault (message in err).
+// Clock the model, reading the register at offset through AXI4-Lite back to back, until (value & mask) != 0,
+// at most max_cycles cycles. Returns 0 with *cycles set (to the cycle the read that saw it returned); 1 when
+// max_cycles passed; 2 at a DMA fault or an AXI violation (message in err).
 int vta_rtl_run_until(vta_rtl* r, uint32_t offset, uint32_t mask, uint64_t max_cycles, uint64_t* cycles,
                       char* err, uint64_t errlen) {
     uint64_t start = r->cycle;
-    r->top->REG(addr) = offset;
-    r->top->REG(we) = 0;
     for (;;) {
-        r->top->eval();
-        if (r->top->REG(rdata) & mask) break;
+        uint32_t value = 0;
+        bool answered = r->lite(2, offset, 0, &value);
         if (!r->fault.empty()) {
             *cycles = r->cycle - start;
             std::snprintf(err, errlen, "%s", r->fault.c_str());
             return 2;
         }
+        if (!answered) {
+            *cycles = r->cycle - start;
+            std::snprintf(err, errlen, "the AXI4-Lite read of register 0x%x got no response", offset);
+            return 2;
+        }
+        if (value & mask) break;
         if (r->cycle - start >= max_cycles) {
             *cycles = r->cycle - start;
             std::snprintf(err, errlen, "not done after max_cycles=%llu cycles", (unsigned long long)max_cycles);
             return 1;
         }
-        r->tick();
     }
     *cycles = r->cycle - start;
-    return r->fault.empty() ? 0 : (std::snprintf(err, errlen, "%s", r->fault.c_str()), 2);
+    return 0;
 }
 
 uint64_t vta_rtl_cycle(vta_rtl* r) { return r->cycle; }
@@ -306,5 +552,18 @@ uint64_t vta_rtl_trace_read(vta_rtl* r, uint64_t* out, uint64_t n) {
     return r->trace.size();
 }
 uint64_t vta_rtl_beats(vta_rtl* r, int written) { return written ? r->beats_written : r->beats_read; }
+
+// AXI4 traffic since the model was created: [read bursts, write bursts, beats read, beats written,
+// longest read burst, longest write burst] (beats).
+void vta_rtl_axi_stats(vta_rtl* r, uint64_t* out) {
+    out[0] = r->bursts[0], out[1] = r->bursts[1], out[2] = r->beats_read, out[3] = r->beats_written;
+    out[4] = r->max_beats[0], out[5] = r->max_beats[1];
+}
+
+// Stall the DRAM's AXI4 ready signals and responses at random, each with probability percent/100 (0: never).
+void vta_rtl_stress(vta_rtl* r, uint64_t seed, unsigned percent) {
+    r->rng.seed(seed);
+    r->stall_pct = std::min(percent, 99u);
+}
 
 }  // extern "C"

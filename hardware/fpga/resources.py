@@ -96,6 +96,8 @@ ROWS = (
     ("store", "store (acc to DRAM)"),
     ("queues", "queues (3 insn + 4 token)"),
     ("arbiter", "DRAM arbiter"),
+    ("axi", "AXI4 master (DRAM)"),
+    ("axi_lite", "AXI4-Lite register slaves"),
     ("top", "registers, SRAM read ports"),
     ("sram.uop", "SRAM uop"),
     ("sram.inp", "SRAM inp"),

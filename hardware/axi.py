@@ -1,0 +1,157 @@
+"""The accelerator's bus interfaces, as VTA's block design connects them: one AXI4 master to DRAM and four
+AXI4-Lite slaves (fetch, load, compute, store) holding VTA's register map.
+
+- ``AxiMaster`` turns the DRAM arbiter's port (``interfaces.dram_port``: beats in bursts, the first carrying
+  the burst's length) into AXI4: an AR per read burst, an AW per write burst with its W beats (WLAST on the
+  last), R and B back. INCR bursts of at most 256 beats that never cross 4 KiB (the DMA engines cut them so,
+  hardware/dram.py), 32-bit addresses, the DRAM client's number as the ID (fetch, load's two engines, compute's
+  three, store: each one's bursts answer in order, different ones' may interleave). Its logic is combinational but for the
+  write bookkeeping: a beat is offered until each channel it needs has taken it, and the arbiter keeps
+  offering the same beat meanwhile, so AxVALID/WVALID never drop and their payload never changes before
+  AxREADY/WREADY.
+- ``AxiLiteRegs`` serves the four AXI4-Lite slave ports on the register file's port (``interfaces.reg_bus``):
+  a write when a port has both its AW and W (the slave waits for both, as AXI allows), its B the next cycle; a
+  read answers the next cycle from one read-data register (one read in flight across the four ports: one host
+  drives them). One access a cycle; writes before reads, fetch's port before load's, compute's and store's.
+  Responses are OKAY; an offset outside the map reads 0 and ignores writes, as VTA's HLS blocks do.
+"""
+
+from __future__ import annotations
+
+from amaranth import Cat, Const, Module, Mux, Signal
+from amaranth.lib import wiring
+from amaranth.lib.wiring import In, Out
+
+from hardware.interfaces import ID_BITS, dram_port, reg_bus
+from hardware.params import REG_DATA_BITS, log2
+
+AXI_ADDR_BITS = 32       # the AXI4 master's addresses (Zynq's HP/ACP ports, VTA's HLS masters)
+INCR = 0b01              # AxBURST
+
+
+def axi4(addr_bits: int, data_bits: int, id_bits: int = ID_BITS) -> wiring.Signature:
+    """An AXI4 master's signals (no locks, QoS or regions), named as Vivado's interface inference expects after
+    a prefix (``m_axi_araddr``). AxUSER is ACP's coherence bit."""
+    return wiring.Signature({
+        "awid": Out(id_bits), "awaddr": Out(addr_bits), "awlen": Out(8), "awsize": Out(3), "awburst": Out(2), "awcache": Out(4),
+        "awprot": Out(3), "awuser": Out(1), "awvalid": Out(1), "awready": In(1),
+        "wdata": Out(data_bits), "wstrb": Out(data_bits // 8), "wlast": Out(1), "wvalid": Out(1), "wready": In(1),
+        "bid": In(id_bits), "bresp": In(2), "bvalid": In(1), "bready": Out(1),
+        "arid": Out(id_bits), "araddr": Out(addr_bits), "arlen": Out(8), "arsize": Out(3), "arburst": Out(2), "arcache": Out(4),
+        "arprot": Out(3), "aruser": Out(1), "arvalid": Out(1), "arready": In(1),
+        "rid": In(id_bits), "rdata": In(data_bits), "rresp": In(2), "rlast": In(1), "rvalid": In(1),
+        "rready": Out(1),
+    })
+
+
+def axi4_lite(addr_bits: int) -> wiring.Signature:
+    """An AXI4-Lite master's signals (32-bit data), named as Vivado expects after a prefix (``s_axi_fetch_``)."""
+    return wiring.Signature({
+        "awaddr": Out(addr_bits), "awvalid": Out(1), "awready": In(1),
+        "wdata": Out(REG_DATA_BITS), "wstrb": Out(REG_DATA_BITS // 8), "wvalid": Out(1), "wready": In(1),
+        "bresp": In(2), "bvalid": In(1), "bready": Out(1),
+        "araddr": Out(addr_bits), "arvalid": Out(1), "arready": In(1),
+        "rdata": In(REG_DATA_BITS), "rresp": In(2), "rvalid": In(1), "rready": Out(1),
+    })
+
+
+class AxiMaster(wiring.Component):
+    """The DRAM port (``mem``, from the arbiter) as an AXI4 master (``axi``). ``cache``/``user``: the AxCACHE
+    and AxUSER every burst carries (0b1111 and 1 for coherent access through the Zynq's ACP port, as VTA's
+    Pynq design sets them; 0b0011 and 0 otherwise)."""
+
+    def __init__(self, bus_bits: int, addr_bits: int = AXI_ADDR_BITS, coherent: bool = False):
+        self.bus_bits, self.addr_bits, self.coherent = bus_bits, addr_bits, coherent
+        super().__init__({"mem": In(dram_port(bus_bits)), "axi": Out(axi4(addr_bits, bus_bits))})
+
+    def elaborate(self, platform) -> Module:
+        m = Module()
+        mem, axi = self.mem, self.axi
+        cache, user = (0b1111, 1) if self.coherent else (0b0011, 0)
+        read = mem.cmd_valid & ~mem.cmd_write
+        write = mem.cmd_valid & mem.cmd_write
+        # read: the first beat of a burst is the AR; its other beats pace the engine only
+        m.d.comb += [axi.arid.eq(mem.cmd_id), axi.araddr.eq(mem.cmd_addr[:self.addr_bits]), axi.arlen.eq(mem.cmd_len),
+                     axi.arsize.eq(log2(self.bus_bits // 8)), axi.arburst.eq(INCR), axi.arcache.eq(cache),
+                     axi.arprot.eq(0), axi.aruser.eq(user), axi.arvalid.eq(read & mem.cmd_first)]
+        # write: the first beat is the AW and a W, the others a W each; a beat waits for both to be taken
+        aw_done, w_done = Signal(), Signal()          # taken in an earlier cycle of this beat's offer
+        left = Signal(8)                              # W beats of the burst after the last one taken
+        m.d.comb += [axi.awid.eq(mem.cmd_id), axi.awaddr.eq(mem.cmd_addr[:self.addr_bits]), axi.awlen.eq(mem.cmd_len),
+                     axi.awsize.eq(mem.cmd_size), axi.awburst.eq(INCR), axi.awcache.eq(cache), axi.awprot.eq(0),
+                     axi.awuser.eq(user), axi.awvalid.eq(write & mem.cmd_first & ~aw_done),
+                     axi.wdata.eq(mem.cmd_data), axi.wstrb.eq(mem.cmd_strb),
+                     axi.wlast.eq(Mux(mem.cmd_first, mem.cmd_len == 0, left == 1)),
+                     axi.wvalid.eq(write & ~w_done)]
+        aw_ok = ~mem.cmd_first | aw_done | axi.awready
+        w_ok = w_done | axi.wready
+        m.d.comb += mem.cmd_ready.eq(Mux(mem.cmd_write, aw_ok & w_ok, ~mem.cmd_first | axi.arready))
+        with m.If(axi.wvalid & axi.wready):
+            m.d.sync += left.eq(Mux(mem.cmd_first, mem.cmd_len, left - 1))
+        with m.If(mem.cmd_valid & mem.cmd_ready):
+            m.d.sync += [aw_done.eq(0), w_done.eq(0)]
+        with m.Elif(write):
+            m.d.sync += [aw_done.eq(aw_done | (axi.awvalid & axi.awready)),
+                         w_done.eq(w_done | (axi.wvalid & axi.wready))]
+        # responses (RRESP/BRESP are not checked: VTA's HLS masters do not either)
+        m.d.comb += [mem.rsp_valid.eq(axi.rvalid), mem.rsp_data.eq(axi.rdata), mem.rsp_last.eq(axi.rlast),
+                     mem.rsp_id.eq(axi.rid), axi.rready.eq(mem.rsp_ready),
+                     mem.wack.eq(axi.bvalid), mem.wack_id.eq(axi.bid), axi.bready.eq(1)]
+        return m
+
+
+class AxiLiteRegs(wiring.Component):
+    """AXI4-Lite slave ports, one per register block (``blocks``, in MMIO_BLOCKS order), on the register file's
+    port ``reg``: block ``i``'s offset ``a`` is the register at ``i * spacing + a`` (``spacing``: MMIO_RANGE).
+    Ports are ``addr_bits`` wide; offsets at or past ``spacing`` are outside the map."""
+
+    def __init__(self, blocks: tuple[str, ...], addr_bits: int, spacing: int, reg_addr_bits: int):
+        self.blocks, self.addr_bits, self.spacing = blocks, addr_bits, spacing
+        super().__init__({**{name: In(axi4_lite(addr_bits)) for name in blocks}, "reg": Out(reg_bus(reg_addr_bits))})
+
+    def elaborate(self, platform) -> Module:
+        m = Module()
+        ports = [getattr(self, name) for name in self.blocks]
+        reg = self.reg
+        rdata = Signal(REG_DATA_BITS)
+        b_pending = [Signal(name=f"b_pending_{name}") for name in self.blocks]
+        r_pending = [Signal(name=f"r_pending_{name}") for name in self.blocks]
+        reading = Const(0)
+        for r in r_pending:
+            reading = reading | r
+        wants_w = [p.awvalid & p.wvalid & ~b for p, b in zip(ports, b_pending, strict=True)]
+        wants_r = [p.arvalid & ~reading for p in ports]
+        taken = Const(0)
+        picks_w, picks_r = [], []
+        for want in wants_w:
+            picks_w.append(want & ~taken)
+            taken = taken | want
+        for want in wants_r:
+            picks_r.append(want & ~taken)
+            taken = taken | want
+
+        def inside(offset) -> object:
+            return offset < self.spacing if self.spacing < (1 << self.addr_bits) else Const(1)
+
+        for i, (p, pick_w, pick_r) in enumerate(zip(ports, picks_w, picks_r, strict=True)):
+            base = i * self.spacing
+            word_w = Cat(Const(0, 2), p.awaddr[2:])
+            word_r = Cat(Const(0, 2), p.araddr[2:])
+            with m.If(pick_w):
+                m.d.comb += [reg.addr.eq(base + word_w), reg.wdata.eq(p.wdata), reg.strb.eq(p.wstrb),
+                             reg.we.eq(inside(p.awaddr))]
+            with m.If(pick_r):
+                m.d.comb += [reg.addr.eq(base + word_r), reg.re.eq(inside(p.araddr))]
+                m.d.sync += rdata.eq(Mux(inside(p.araddr), reg.rdata, 0))
+            m.d.comb += [p.awready.eq(pick_w), p.wready.eq(pick_w), p.arready.eq(pick_r),
+                         p.bvalid.eq(b_pending[i]), p.bresp.eq(0),
+                         p.rvalid.eq(r_pending[i]), p.rdata.eq(rdata), p.rresp.eq(0)]
+            with m.If(p.bvalid & p.bready):
+                m.d.sync += b_pending[i].eq(0)
+            with m.If(pick_w):
+                m.d.sync += b_pending[i].eq(1)
+            with m.If(p.rvalid & p.rready):
+                m.d.sync += r_pending[i].eq(0)
+            with m.If(pick_r):
+                m.d.sync += r_pending[i].eq(1)
+        return m
