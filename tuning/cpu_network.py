@@ -64,8 +64,8 @@ def tune_cpu_network(model: str, env, *, tuner: str = "xgb", n_trial: int = 32, 
     tuned = build(graph, env, params, host_schedules=schedules)
     untuned.run(**{data: x})
     tuned.run(**{data: x})
-    if not close_to(tuned.get_output(0), untuned.get_output(0).astype(np.float64)):
-        raise RuntimeError("the tuned build's output differs from the untuned one beyond 1e-5: a host template bug")
+    if not close_to(tuned.get_output(0), untuned.get_output(0).astype(np.float64), tol=1e-4):
+        raise RuntimeError("the tuned build's output differs from the untuned one beyond 1e-4: a host template bug")
     a = untuned.benchmark(number=1, repeat=repeat, **{data: x})
     b = tuned.benchmark(number=1, repeat=repeat, **{data: x})
     result = CpuNetworkTuning(tasks, summary, a, b, tuned)
