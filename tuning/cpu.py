@@ -215,13 +215,14 @@ class CpuRunner:
     def measure(self, task: Task, configs: Sequence[dict]) -> list[MeasureResult]:
         return self.measure_with(task, configs, self.option)
 
-    def measure_with(self, task: Task, configs: Sequence[dict], option: MeasureOption) -> list[MeasureResult]:
-        """``measure`` with another measure option (what a CPU server does for each client's request)."""
+    def measure_with(self, task: Task, configs: Sequence[dict], option: MeasureOption,
+                     seed: int | None = None) -> list[MeasureResult]:
+        """``measure`` with another measure option and seed (what a CPU server does for each client's request)."""
         if not isinstance(task, CpuTask):
             raise TypeError(f"CpuRunner measures host-template tasks (extract_tasks(..., target='cpu')), got {task!r}")
         out = []
         for config in configs:
-            job = (task, config, option, self.seed)
+            job = (task, config, option, self.seed if seed is None else seed)
             if not self.isolate:
                 out.append(measure_cpu(*job))
                 continue

@@ -29,6 +29,8 @@ from vta.rpc.server import CPU_MEASURERS, CpuMeasurer
 
 # what one request may ask of the board's CPU (its time is the server's to bound)
 OPTION_LIMITS = {"number": 1 << 20, "repeat": 1000, "min_repeat_ms": 60_000.0, "timeout": 600.0, "check": 1}
+MAX_ELEMENTS = 1 << 26    # elements of one input or output a request may make the board allocate (256 MB of float32)
+MAX_MACS = 1 << 36        # multiply-adds of one call
 _SERVER_RUNNER: list[CpuRunner] = []
 
 
@@ -49,10 +51,14 @@ def serve_measure(workload: dict, config: dict, option: dict, seed: int) -> dict
     opt = _option(option)
     host_template_of(str(workload.get("op")))   # names the allowed templates when unknown
     task = CpuTask(_canonical(workload), host())
-    task.template  # noqa: B018 - parses the workload: a ValueError names what is wrong
+    t = task.template   # parses the workload: a ValueError names what is wrong
+    sizes = [math.prod(s) for s in (workload.get("data_shape", ()), workload.get("kernel_shape", ()))]
+    if max(sizes) > MAX_ELEMENTS or t.macs > MAX_MACS:
+        raise ValueError(f"measure_cpu: a workload of {max(sizes)} elements and {t.macs} multiply-adds; this server "
+                         f"takes at most {MAX_ELEMENTS} and {MAX_MACS}")
     if not _SERVER_RUNNER:
-        _SERVER_RUNNER.append(CpuRunner(seed=seed))
-    result = _SERVER_RUNNER[0].measure_with(task, [config], opt)[0]
+        _SERVER_RUNNER.append(CpuRunner())
+    result = _SERVER_RUNNER[0].measure_with(task, [config], opt, seed)[0]
     out = result.to_dict()
     out.pop("config")
     return out
