@@ -280,7 +280,7 @@ def test_gemm_runs_follow_micro_op_writes() -> None:
 
 def test_gemm_kernel_follows_input_signs_and_weight_writes() -> None:
     """A GEMM whose reachable inputs are all >= 0 may take the unsigned-input kernel over its own weight shadow
-    (avx2, avx512), and its sum2 / sum4 variants on tiles with small enough weights, any other the path's kernel;
+    (avx2, avx512, avx512vnni), and its sum2 / sum4 variants (avx2, avx512) on tiles with small enough weights, any other the path's kernel;
     shadows are built when a GEMM first reads a tile after its write. So: the same tiles alternate between the two
     kinds of GEMM, a negative byte appears in and then leaves the inputs a GEMM reaches (and one lies just outside
     them), and tiles are rewritten through the API and by a LOAD between GEMMs, small-weight tiles becoming wide
@@ -326,7 +326,7 @@ def test_gemm_kernel_follows_input_signs_and_weight_writes() -> None:
             np.testing.assert_array_equal(sim.read_sram("acc", 0, 16), wrap32(want),
                                           err_msg=f"{threads} threads, {label}")
             quads = _assert_sum_marks(sim, w, f"{threads} threads, {label}")
-            if label.startswith("unsigned") and sim.kernel_path in ("avx2", "avx512"):
+            if label.startswith("unsigned") and sim.kernel_path in ("avx2", "avx512", "avx512vnni"):
                 assert quads == len({k for _, _, k in triples}), f"{label}: the unsigned-input kernel did not run"
             # a LOAD may leave a tile in the unsigned kernel's layout only: a read still gives its bytes
             np.testing.assert_array_equal(sim.read_sram("wgt", 0, len(w)), w, err_msg=f"{threads} threads, {label}")
