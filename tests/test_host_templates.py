@@ -183,3 +183,19 @@ def test_an_armv7_conv_kernel_runs_under_qemu_and_agrees_with_numpy(tmp_path):
     assert done.returncode == 0, done.stderr
     got = np.frombuffer(done.stdout, np.float32).reshape(t.out_shape)
     assert _close(got, t.reference(**inputs))
+
+
+@pytest.mark.parametrize("workload", [CONV, STRIDED], ids=["stride1", "stride2"])
+def test_the_arm_template_vectorises_output_channels_or_output_columns(workload):
+    t = _template("conv2d_nchw_spatial_pack.arm", workload)
+    rng = np.random.default_rng(8)
+    inputs = t.random_inputs(rng)
+    bias = rng.standard_normal(t.out_shape[1]).astype(np.float32)
+    res = rng.standard_normal(t.out_shape).astype(np.float32)
+    want = np.maximum(conv_reference(inputs["data"], inputs["kernel"], t.p) + bias[None, :, None, None] + res, 0)
+    for vectorize in (0, 1):
+        configs = [c for c in _valid(t, 60, seed=9) if c["vectorize"] == vectorize][:3]
+        assert configs
+        for config in configs:
+            got = t.build(config, ("bias", "residual", "relu"))(inputs["data"], inputs["kernel"], bias, res)
+            assert _close(got, want), config

@@ -85,6 +85,13 @@ class ConvSched:
     tap_outer: bool   # kernel taps outside the input-channel-block loop
     unroll_kw: bool
     integer: bool = False   # int8 x int8 -> int32 (exact, wrapping) instead of float32
+    vec_ow: bool = False    # vectorise output columns (t_ow lanes) instead of output channels (oc_bn lanes)
+
+    def acc_vectors(self, lanes: int) -> int:
+        """Vector registers the register tile's accumulators take."""
+        if self.vec_ow:
+            return self.oc_bn * self.t_oh * _vector_count(lanes, self.t_ow)
+        return self.t_oh * self.t_ow * _vector_count(lanes, self.oc_bn)
 
     @property
     def types(self) -> tuple[str, str]:
@@ -120,15 +127,6 @@ def conv_ir(name: str, p: ConvShape, s: ConvSched, epilogue: tuple[str, ...] = (
         for k, a in accs.items():
             f.emit(f"store {vt} {cur[k]}, ptr {a}, align 64")
 
-    def taps(inner) -> None:
-        """The kernel rows and columns (columns unrolled with unroll_kw), ``inner(i, j)`` inside."""
-        with f.loop(p.kh) as i:
-            cols = range(p.kw) if s.unroll_kw else [None]
-            for jj in cols:
-                with ExitStack() as st:
-                    j = str(jj) if jj is not None else st.enter_context(f.loop(p.kw))
-                    inner(i, j)
-
     with ExitStack() as loops:
         n = loops.enter_context(f.loop(p.n))
         oco = loops.enter_context(f.loop(oc_o))
@@ -144,18 +142,100 @@ def conv_ir(name: str, p: ConvShape, s: ConvSched, epilogue: tuple[str, ...] = (
             woff = f.lin(0, (1, wtile), (p.kh * p.kw * w_tap, ico), (p.kw * w_tap, i), (w_tap, j))
             body(f.gep(et, "%x", xoff), f.gep(et, "%w", woff))
 
-        if s.tap_outer:
-            def over_ic(i: str, j: str) -> None:
-                with f.loop(ic_o) as ico:
-                    step(ico, i, j)
-            taps(over_ic)
-        else:
-            with f.loop(ic_o) as ico:
-                taps(lambda i, j: step(ico, i, j))
+        _reduce(f, p, s, ic_o, step)
 
         obase = f.lin(0, (p.o * oh * ow, n), (ob * oh * ow, oco), (s.t_oh * ow, rb), (s.t_ow, cb))
         emit_store(f, p, ob, accs, oco, obase, epilogue, s.types[1])
     return f.text()
+
+
+def _reduce(f: jit._Fn, p: ConvShape, s: ConvSched, ic_blocks: int, step: Callable[[str, str, str], None]) -> None:
+    """The reduction loops around ``step(ico, i, j)``: input-channel blocks and kernel taps (the taps outermost with
+    ``s.tap_outer``), the kernel columns unrolled with ``s.unroll_kw``."""
+    def taps(inner: Callable[[str, str], None]) -> None:
+        with f.loop(p.kh) as i:
+            for jj in range(p.kw) if s.unroll_kw else [None]:
+                with ExitStack() as st:
+                    inner(i, str(jj) if jj is not None else st.enter_context(f.loop(p.kw)))
+
+    if s.tap_outer:
+        def over_ic(i: str, j: str) -> None:
+            with f.loop(ic_blocks) as ico:
+                step(ico, i, j)
+        taps(over_ic)
+    else:
+        with f.loop(ic_blocks) as ico:
+            taps(lambda i, j: step(ico, i, j))
+
+
+def spatial_ow_ir(name: str, p: ConvShape, s: ConvSched, epilogue: tuple[str, ...] = ()) -> str:
+    """conv2d vectorised over output columns (the ARM template's ``vectorize=1``): a register tile of oc_bn channels x
+    t_oh rows, each one vector of t_ow consecutive outputs; per tap, one (strided: loaded wide and shuffled) input
+    row segment per row times a broadcast weight per channel. The input stays NCHW (staged with its padding); the
+    outputs are stored as whole row segments, the epilogue applied on vectors."""
+    f = jit._Fn(name, ["ptr noalias readonly %xin", "ptr noalias %x", "ptr noalias readonly %w",
+                       "ptr noalias readonly %bias", "ptr noalias readonly %res", "ptr noalias %out"])
+    tw, ob = s.t_ow, s.oc_bn
+    vt = f"<{tw} x float>"
+    fma = f"@llvm.fmuladd.v{tw}f32"
+    f.decls.add(f"declare {vt} {fma}({vt}, {vt}, {vt})")
+    emit_stage(f, p, 1)
+    hp, wp = p.h + p.pt + p.pb, p.w + p.pl + p.pr
+    xs_c = hp * wp
+    span = (tw - 1) * p.sw + 1
+    pick = ", ".join(f"i32 {k * p.sw}" for k in range(tw))
+    accs = {(co, r): f.alloca(vt) for co in range(ob) for r in range(s.t_oh)}
+    with ExitStack() as loops:
+        n = loops.enter_context(f.loop(p.n))
+        oco = loops.enter_context(f.loop(p.o // ob))
+        rb = loops.enter_context(f.loop(p.oh // s.t_oh))
+        cb = loops.enter_context(f.loop(p.ow // tw))
+        for a in accs.values():
+            f.emit(f"store {vt} zeroinitializer, ptr {a}, align 64")
+        tile_x = f.lin(0, (p.c * xs_c, n), (s.t_oh * p.sh * wp, rb), (tw * p.sw, cb))
+        wtile = f.lin(0, (p.c * p.kh * p.kw * ob, oco))
+
+        def step(ic: str, i: str, j: str) -> None:
+            cur = {k: f.let(f"load {vt}, ptr {a}, align 64") for k, a in accs.items()}
+            xb = f.gep("float", "%x", f.lin(0, (1, tile_x), (xs_c, ic), (p.dh * wp, i), (p.dw, j)))
+            wb = f.gep("float", "%w", f.lin(0, (1, wtile), (p.kh * p.kw * ob, ic), (p.kw * ob, i), (ob, j)))
+            rows = []
+            for r in range(s.t_oh):
+                q = f.gep("float", xb, str(r * p.sh * wp))
+                if p.sw == 1:
+                    rows.append(f.let(f"load {vt}, ptr {q}, align 4"))
+                else:   # every sw-th of a wider load
+                    wide = f.let(f"load <{span} x float>, ptr {q}, align 4")
+                    rows.append(f.let(f"shufflevector <{span} x float> {wide}, <{span} x float> poison, "
+                                      f"<{tw} x i32> <{pick}>"))
+            for co in range(ob):
+                ws = f.splat("float", tw, f.let(f"load float, ptr {f.gep('float', wb, str(co))}, align 4"))
+                for r in range(s.t_oh):
+                    cur[co, r] = f.let(f"call {vt} {fma}({vt} {rows[r]}, {vt} {ws}, {vt} {cur[co, r]})")
+            for k, a in accs.items():
+                f.emit(f"store {vt} {cur[k]}, ptr {a}, align 64")
+
+        _reduce(f, p, s, p.c, step)
+        obase = f.lin(0, (p.o * p.oh * p.ow, n), (ob * p.oh * p.ow, oco), (s.t_oh * p.ow, rb), (tw, cb))
+        for (co, r), acc in accs.items():
+            val = f.let(f"load {vt}, ptr {acc}, align 64")
+            off = f.lin(co * p.oh * p.ow + r * p.ow, (1, obase))
+            if "bias" in epilogue:
+                b = f.let(f"load float, ptr {f.gep('float', '%bias', f.lin(co, (ob, oco)))}, align 4")
+                val = f.let(f"fadd {vt} {val}, {f.splat('float', tw, b)}")
+            if "residual" in epilogue:
+                res = f.let(f"load {vt}, ptr {f.gep('float', '%res', off)}, align 4")
+                val = f.let(f"fadd {vt} {val}, {res}")
+            if "relu" in epilogue:
+                val = relu(f, vt, val)
+            f.emit(f"store {vt} {val}, ptr {f.gep('float', '%out', off)}, align 4")
+    return f.text()
+
+
+def relu(f: jit._Fn, ty: str, val: str) -> str:
+    """numpy's maximum(x, 0) on a float or a float vector of type ``ty``: x where x > 0 or NaN, else +0.0."""
+    keep = f.let(f"fcmp ugt {ty} {val}, zeroinitializer")
+    return f.let(f"select {ty.replace('float', 'i1')} {keep}, {ty} {val}, {ty} zeroinitializer")
 
 
 def _kernel_fn(name: str, p: ConvShape, s: ConvSched, stage_bn: int) -> tuple[jit._Fn, str, Callable, dict]:
@@ -221,8 +301,7 @@ def emit_store(f: jit._Fn, p: ConvShape, ob: int, accs: dict, oco: str, obase: s
         if bias is not None:
             val = f.let(f"fadd {vt} {val}, {bias}")
         if "relu" in epilogue and "residual" not in epilogue:
-            keep = f.let(f"fcmp ugt {vt} {val}, zeroinitializer")
-            val = f.let(f"select <{ob} x i1> {keep}, {vt} {val}, {vt} zeroinitializer")
+            val = relu(f, vt, val)
         for lane in range(ob):
             off = f.lin(lane * oh * ow + r * ow + c, (1, obase))
             e = f.let(f"extractelement {vt} {val}, i64 {lane}")
@@ -230,8 +309,7 @@ def emit_store(f: jit._Fn, p: ConvShape, ob: int, accs: dict, oco: str, obase: s
                 rv = f.let(f"load float, ptr {f.gep('float', '%res', off)}, align 4")
                 e = f.let(f"fadd float {e}, {rv}")
                 if "relu" in epilogue:
-                    keep = f.let(f"fcmp ugt float {e}, 0.0")
-                    e = f.let(f"select i1 {keep}, float {e}, float 0.0")
+                    e = relu(f, "float", e)
             f.emit(f"store {at} {e}, ptr {f.gep(at, '%out', off)}, align 4")
 
 
@@ -332,11 +410,11 @@ class _Conv2d(HostTemplate):
 
     def check(self, config: Config) -> str | None:
         s = self.sched(config)
-        acc = s.t_oh * s.t_ow * _vector_count(self.target.lanes, s.oc_bn)
+        acc = s.acc_vectors(self.target.lanes)
         if acc > MAX_ACC_VECTORS:
             return (f"a register tile of {s.t_oh} x {s.t_ow} x {s.oc_bn} channels needs {acc} vector accumulators; "
                     f"at most {MAX_ACC_VECTORS} fit in the registers")
-        fmas = s.t_oh * s.t_ow * s.ic_bn * (self.p.kw if s.unroll_kw else 1)
+        fmas = acc * s.ic_bn * (self.p.kw if s.unroll_kw else 1)
         if fmas > MAX_BODY_FMAS:
             return f"the unrolled reduction step holds {fmas} multiply-adds; at most {MAX_BODY_FMAS} (code size)"
         return None
@@ -346,12 +424,15 @@ class _Conv2d(HostTemplate):
         loads of inputs and weights, the scalar stores, and a loop overhead per reduction step."""
         p, lanes = self.p, self.target.lanes
         s = self._sched_arrays(knobs)
-        vecs = np.ceil(s["oc_bn"] / lanes)
+        vec_ow = s.get("vec_ow", 0) > 0
+        vecs = np.where(vec_ow, np.ceil(s["t_ow"] / lanes), np.ceil(s["oc_bn"] / lanes))
+        acc = np.where(vec_ow, s["oc_bn"] * s["t_oh"] * vecs, s["t_oh"] * s["t_ow"] * vecs)
+        loads = np.where(vec_ow, s["t_oh"] * vecs + s["oc_bn"], s["t_oh"] * s["t_ow"] + vecs)
         tiles = p.n * (p.o / s["oc_bn"]) * (p.oh / s["t_oh"]) * (p.ow / s["t_ow"])
         steps = tiles * (1 if self.depthwise else p.c / s["ic_bn"]) * p.kh * p.kw
-        per_step = s["ic_bn"] * (s["t_oh"] * s["t_ow"] * vecs + s["t_oh"] * s["t_ow"] / 2 + vecs)
-        overhead = np.where(s["unroll_kw"] > 0, 2.0, 6.0) + 2 * s["t_oh"] * s["t_ow"] * vecs  # acc spills at loop edges
-        spill = np.maximum(0, s["t_oh"] * s["t_ow"] * vecs - 24) * 8
+        per_step = s["ic_bn"] * (acc + loads / 2)
+        overhead = np.where(s["unroll_kw"] > 0, 2.0, 6.0) + 2 * acc  # accumulators spilled at loop edges
+        spill = np.maximum(0, acc - 24) * 8
         est = steps * (per_step / 2 + overhead / np.maximum(1, s["ic_bn"]) + spill) + p.n * p.o * p.oh * p.ow * 1.5
         return {"est_cycles": est, "log_co_inner": np.log2(s["oc_bn"]), "log_ci_inner": np.log2(s["ic_bn"]),
                 "log_w_inner": np.log2(s["t_ow"]), "log_h_inner": np.log2(s["t_oh"]),
@@ -374,7 +455,7 @@ class _Conv2d(HostTemplate):
         return epilogue
 
     def _ir(self, name: str, s: ConvSched, epilogue: tuple[str, ...]) -> str:
-        return conv_ir(name, self.p, s, epilogue)
+        return (spatial_ow_ir if s.vec_ow else conv_ir)(name, self.p, s, epilogue)
 
     def pack_kernel(self, w: np.ndarray, s: ConvSched) -> np.ndarray:
         return pack_weights(w, s.ic_bn, s.oc_bn)
@@ -459,7 +540,9 @@ class Conv2dNCHWc(_Conv2d):
 
 @register_host
 class Conv2dSpatialPack(_Conv2d):
-    """AutoTVM's ARM conv2d_nchw_spatial_pack knobs: tile_co, tile_oh, tile_ow, reorder, unroll_kw."""
+    """AutoTVM's ARM conv2d_nchw_spatial_pack knobs: tile_co, tile_oh, tile_ow, reorder (input channels or kernel taps
+    outermost), unroll_kw (its ann_reduce), vectorize (its ann_spatial: 0 the output channels, 1 the output columns
+    into the vector lanes)."""
 
     ops: ClassVar[tuple[str, ...]] = ("conv2d_nchw_spatial_pack.arm",)
     family: ClassVar[str] = "arm"
@@ -467,16 +550,17 @@ class Conv2dSpatialPack(_Conv2d):
     def space(self) -> ConfigSpace:
         p = self.p
         return ConfigSpace([_split("tile_co", p.o, 32), _split("tile_oh", p.oh, 8), _split("tile_ow", p.ow, 16),
-                            Knob.choice("reorder", (0, 1)), Knob.choice("unroll_kw", (0, 1))])
+                            Knob.choice("reorder", (0, 1)), Knob.choice("unroll_kw", (0, 1)),
+                            Knob.choice("vectorize", (0, 1))])
 
     def sched(self, config: Config) -> ConvSched:
         return ConvSched(1, config["tile_co"][1], config["tile_oh"][1], config["tile_ow"][1],
-                         bool(config["reorder"]), bool(config["unroll_kw"]))
+                         bool(config["reorder"]), bool(config["unroll_kw"]), vec_ow=bool(config["vectorize"]))
 
     def _sched_arrays(self, knobs):
         one = np.ones_like(knobs["tile_co"][0])
         return {"ic_bn": one, "oc_bn": knobs["tile_co"][0], "t_oh": knobs["tile_oh"][0], "t_ow": knobs["tile_ow"][0],
-                "unroll_kw": knobs["unroll_kw"][0]}
+                "unroll_kw": knobs["unroll_kw"][0], "vec_ow": knobs["vectorize"][0]}
 
     def default_config(self) -> Config:
         """The ARM template's fallback: one vector of output channels, a 2 x 4 spatial tile where it divides."""
@@ -484,7 +568,7 @@ class Conv2dSpatialPack(_Conv2d):
         co = largest_divisor(p.o, lanes)
         th, tw = largest_divisor(p.oh, 2), largest_divisor(p.ow, 4)
         return {"tile_co": [p.o // co, co], "tile_oh": [p.oh // th, th], "tile_ow": [p.ow // tw, tw],
-                "reorder": 0, "unroll_kw": 0}
+                "reorder": 0, "unroll_kw": 0, "vectorize": 0}
 
 
 def depthwise_ir(name: str, p: ConvShape, s: ConvSched, epilogue: tuple[str, ...] = ()) -> str:

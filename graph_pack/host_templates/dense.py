@@ -20,7 +20,7 @@ from graph_pack.host_templates.base import (
     register_host,
     timed_compile,
 )
-from graph_pack.host_templates.conv2d import MAX_ACC_VECTORS, _split, _vector_count
+from graph_pack.host_templates.conv2d import MAX_ACC_VECTORS, _split, _vector_count, relu
 from graph_pack.host_templates.target import CpuTarget
 from vta.space import Config, ConfigSpace
 from vta.templates.base import as_ints, only_known
@@ -59,8 +59,7 @@ def dense_ir(name: str, n: int, k: int, m: int, ty: int, bn: int, tk: int, epilo
             if bias is not None:
                 val = f.let(f"fadd {vt} {val}, {bias}")
             if "relu" in epilogue:
-                keep = f.let(f"fcmp ugt {vt} {val}, zeroinitializer")
-                val = f.let(f"select <{bn} x i1> {keep}, {vt} {val}, {vt} zeroinitializer")
+                val = relu(f, vt, val)
             q = f.gep("float", "%out", f.lin(y * m, (ty * m, yb), (bn, mb)))
             f.emit(f"store {vt} {val}, ptr {q}, align 4")
     return f.text()
