@@ -204,6 +204,10 @@ SUBSTITUTIONS: dict[tuple[str, ...], tuple[tuple[str, ...], str]] = {
          SMALL_TUNE_WHY.format(n="64 (the default)") + "; the sizes r18.jsonl was tuned with, so it is only drawn"),
     _argv("vta tune resnet-18 --log r18.jsonl --fresh"):
         (_argv("vta tune resnet-18 --log r18.jsonl --fresh") + SMALL_TUNE, SMALL_TUNE_WHY.format(n="64 (the default)")),
+    _argv("vta dse resnet-18 --part xc7z020 --space examples/dse_space.json --out dse"):
+        (_argv("vta dse resnet-18 --part xc7z020 --space examples/dse_space.json --out dse --image-size 32 "
+               "--trials 1"), ("tunes 14 ResNet-18 tasks at 224x224 on each of 5 configs (minutes); the same search "
+                               "on 32x32 inputs, one ranked schedule per task beside the default")),
     _argv("python -m tuning.tune_conv2d --layers C2,C5 --n-trial 100"):
         (_argv("python -m tuning.tune_conv2d --layers C2,C5 --n-trial 2"), "100 trials on each of two layers"),
     _argv("python -m tuning.tune_alu --config sim --ops add,multiply"):
@@ -283,7 +287,8 @@ def ensure_inputs(cmd: DocCommand, work: Path) -> None:
         reads += options(cmd.argv, "--log")
     for earlier in RUN_COMMANDS[:RUN_COMMANDS.index(cmd)]:
         for name in output_files(as_run(earlier)):
-            if name in reads and not (work / name).exists():
+            inside = any(r.startswith(name + "/") for r in reads)   # a file in a directory it writes (--out DIR)
+            if (name in reads or inside) and not (work / name).exists():
                 proc = run(runnable(as_run(earlier)), work)
                 assert proc.returncode == 0, f"{earlier.text} (needed by {cmd.text}):\n{proc.stderr}"
 
@@ -414,12 +419,38 @@ def check_replay(cmd: DocCommand, out: str, work: Path) -> None:
         check_trace(work / option(cmd.argv, "--trace"))
 
 
+def config_in(work: Path, name: str):
+    """A documented --config: a preset, or a file in the working directory (one an earlier command wrote)."""
+    return load_config(str(work / name) if (work / name).exists() else name)
+
+
+def check_dse(cmd: DocCommand, out: str, work: Path) -> None:
+    """The search's summary, and its directory: a record per config counted, the front's config files, the page."""
+    directory = work / option(cmd.argv, "--out", "dse")
+    n = int(re.search(r"^(\d+) configs: (\d+) tuned and timed", out, re.MULTILINE).group(1))
+    assert len((directory / "records.jsonl").read_text().splitlines()) == n
+    front = json.loads((directory / "front.json").read_text())["front"]
+    files = sorted((directory / "front").glob("*.json"))
+    assert front and len(files) == len(front) and "Pareto front (latency against the mean share of" in out
+    assert [load_config(str(f)).fingerprint for f in files] == \
+        [load_config(option(cmd.argv, "--config", "pynq"), **r["point"]).fingerprint for r in front]
+    page = (directory / "report.html").read_text()
+    assert "<h2>The front</h2>" in page and not re.search(r"""(src|href)=["']?https?:""", page)
+
+
+def check_hw_estimate(cmd: DocCommand, out: str, work: Path) -> None:
+    cfg = config_in(work, option(cmd.argv, "--config", "pynq"))
+    from hardware.fpga import estimate
+    report = estimate(cfg, part=option(cmd.argv, "--part"))
+    assert f"fits {report.part.name}: {'yes' if report.fits else 'no'}" in out
+
+
 def check_run(cmd: DocCommand, out: str, work: Path) -> None:
     argv = cmd.argv
     if "--help" in argv:
         assert out.startswith("usage: vta run") and "--skip-conv" in out
         return
-    cfg = load_config(option(argv, "--config", "pynq"))
+    cfg = config_in(work, option(argv, "--config", "pynq"))
     model = argv[2]
     first = out.splitlines()[0]
     if option(argv, "--target") == "cpu":   # the float network on this CPU, timed over runs
@@ -510,9 +541,9 @@ def check_calibrate(cmd: DocCommand, out: str, work: Path) -> None:
 def checker(argv: tuple[str, ...]):
     if argv[0] == "vta":
         table = {("config", "list"): check_config_list, ("config", "show"): check_config_show,
-                 ("sim", "disasm"): check_disasm, ("sim", "replay"): check_replay}
+                 ("sim", "disasm"): check_disasm, ("sim", "replay"): check_replay, ("hw", "estimate"): check_hw_estimate}
         top = {"demo": check_demo, "compile": check_compile, "run": check_run, "tune": check_tune,
-               "calibrate": check_calibrate}
+               "calibrate": check_calibrate, "dse": check_dse}
         return table.get(argv[1:3]) or top[argv[1]]
     if argv[1:3] == ("-m", "tuning.tune_network"):
         return check_tune

@@ -1,0 +1,246 @@
+"""The co-design search (tuning/dse.py, ``vta dse``): spaces refused before any work, the Pareto front against a
+brute-force dominance check, each point's schedules and cycles against the simulator, the command line as a
+subprocess (records, CSV, front, report), resume after a kill -9, and the points on a Dask cluster whose worker
+is killed mid-search.
+
+Oracles: the simulator (a network built with a record's schedules runs in exactly the recorded cycles; a task's
+chosen config measures the recorded cycles), the analytic resource model (hardware.fpga), brute force.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import numpy as np
+import pytest
+from test_faults import _cluster, _measure_and_kill
+
+from graph_pack.build import build
+from graph_pack.pack import graph_pack
+from hardware.fpga import estimate
+from hw_config import load_config
+from tuning.dse import (
+    RECORDS,
+    Search,
+    evaluate,
+    pareto_front,
+    point_key,
+    read_records,
+    read_space,
+    run_search,
+)
+from tuning.task import extract_tasks
+
+# A search small enough for the suite: ResNet-18 on 32x32 images; one point VTA's ISA cannot encode (an 8-wide
+# block with pynq's buffers), one that does not fit an xc7z020 (a 32-wide block), three that run.
+NET, IMAGE = "resnet-18", 32
+SPACE = {"LOG_BLOCK": [3, 4, 5], "LOG_BUS_WIDTH": [6, 7]}
+SEARCH = Search(NET, "pynq", "xc7z020", trials=2, image_size=IMAGE)
+
+
+def vta(*args: str, cwd: Path, timeout: float = 600) -> subprocess.CompletedProcess:
+    return subprocess.run([sys.executable, "-m", "vta", *args], cwd=cwd, capture_output=True, text=True,
+                          timeout=timeout, check=False)
+
+
+@pytest.fixture(scope="module")
+def searched(tmp_path_factory):
+    out = tmp_path_factory.mktemp("dse")
+    return out, run_search(SEARCH, SPACE, out)
+
+
+# ---- spaces ----------------------------------------------------------------------------------------------------
+
+@pytest.mark.parametrize("text, message", [
+    ('{"LOG_BLOK": [3]}', "space axis 'LOG_BLOK': not one a search varies; axes: LOG_BATCH"),
+    ('{"LOG_BLOCK": [3.5]}', "space axis LOG_BLOCK: give a non-empty list of integers"),
+    ('{"LOG_BLOCK": []}', "space axis LOG_BLOCK: give a non-empty list of integers"),
+    ('{"LOG_BLOCK": [4, 4]}', "repeats a value"),
+    ("[1, 2]", "a space is a JSON object of config keys to value lists"),
+    ("{not json", "not a JSON object"),
+    ('{"LOG_BLOCK": [3, 4, 5], "LOG_BUS_WIDTH": [5, 6, 7], "CLOCK_MHZ": [100, 150, 200, 250]}',
+     "the space has 36 points, more than --max-points 20"),
+])
+def test_a_bad_space_is_refused_naming_what_is_wrong(tmp_path, text, message):
+    path = tmp_path / "space.json"
+    path.write_text(text)
+    with pytest.raises(ValueError, match=message.replace("[", r"\[").replace("(", r"\(")):
+        read_space(path, max_points=20)
+
+
+def test_the_default_space_has_over_a_hundred_configs_that_fit_the_pynqs_part():
+    from tuning.dse import points_of
+    fit = 0
+    for point in points_of(read_space(None)):
+        try:
+            fit += estimate(load_config("pynq", **point), part="xc7z020").fits
+        except ValueError:
+            continue
+    assert fit >= 100
+
+
+# ---- the front -------------------------------------------------------------------------------------------------
+
+def test_the_pareto_front_is_exactly_the_undominated_records():
+    rng = np.random.default_rng(3)
+    for _ in range(20):
+        records = [{"status": "ok", "point": {"i": i}, "latency_ms": float(rng.integers(1, 30)),
+                    "cost": float(rng.integers(1, 30)) / 30,
+                    "usage": {k: float(rng.random()) for k in ("lut", "ff", "bram36", "dsp")}}
+                   for i in range(40)]
+        records.append({"status": "does-not-fit", "point": {"i": 99}})
+        for cost in ("cost", "lut", "dsp"):
+            def c(r, cost=cost):
+                return r["cost"] if cost == "cost" else r["usage"][cost]
+            ok = [r for r in records if r["status"] == "ok"]
+            undominated = [r for r in ok if not any(
+                (c(o) <= c(r) and o["latency_ms"] <= r["latency_ms"]) and (c(o) < c(r) or o["latency_ms"] <
+                                                                           r["latency_ms"]) for o in ok)]
+            front = pareto_front(records, cost)
+            # ties (same cost and latency) keep one representative: compare the (cost, latency) pairs
+            assert sorted({(c(r), r["latency_ms"]) for r in front}) == sorted({(c(r), r["latency_ms"])
+                                                                                 for r in undominated})
+
+
+# ---- points against the simulator -------------------------------------------------------------------------------
+
+def test_each_point_is_what_the_simulator_and_the_resource_model_say(searched):
+    from tuning.dse import _network
+    _, outcome = searched
+    by_status = {s: [r["point"] for r in outcome.of_status(s)] for s in ("ok", "invalid", "does-not-fit", "failed")}
+    assert by_status["invalid"] == [{"LOG_BLOCK": 3, "LOG_BUS_WIDTH": 6}, {"LOG_BLOCK": 3, "LOG_BUS_WIDTH": 7}]
+    assert by_status["does-not-fit"] == [{"LOG_BLOCK": 5, "LOG_BUS_WIDTH": 6}, {"LOG_BLOCK": 5, "LOG_BUS_WIDTH": 7}]
+    assert by_status["ok"] == [{"LOG_BLOCK": 4, "LOG_BUS_WIDTH": 6}, {"LOG_BLOCK": 4, "LOG_BUS_WIDTH": 7}]
+    assert not by_status["failed"]
+    graph, qgraph, qparams, (start, stop), x = _network(SEARCH, 1)
+    for rec in outcome.of_status("ok"):
+        cfg = load_config("pynq", **rec["point"])
+        report = estimate(cfg, part="xc7z020")
+        assert rec["fits"] and rec["resources"]["dsp"] == report.total.dsp
+        assert rec["usage"]["bram36"] == pytest.approx(report.usage()["bram36"][0] / 140, abs=1e-4)
+        packed = graph_pack(qgraph, cfg, start_name=start, stop_name=stop)
+        tasks = {t.name: t for t in extract_tasks(packed, cfg)}
+        assert sorted(t["task"] for t in rec["tasks"]) == sorted(tasks)
+        schedules = {}
+        for row in rec["tasks"]:
+            task = tasks[row["task"]]
+            assert task.compile(row["config"]).program.run(compute=False).cycles == row["cycles"]
+            assert row["cycles"] <= row["default_cycles"]
+            schedules[task.key] = row["config"]
+        mod = build(packed, cfg, qparams, schedules, fallback="allow")
+        mod.run(compute=False, **{graph.inputs[0]: x})
+        assert mod.cycles == rec["accel_cycles"]
+        assert rec["accel_ms"] == pytest.approx(mod.cycles / (cfg.CLOCK_MHZ * 1e3), abs=1e-4)
+        assert rec["latency_ms"] == pytest.approx(rec["accel_ms"] + rec["host_ms"], abs=2e-3)
+    # a wider bus moves the same bytes in fewer beats: never slower on the accelerator
+    ok = {r["point"]["LOG_BUS_WIDTH"]: r for r in outcome.of_status("ok")}
+    assert ok[7]["accel_cycles"] < ok[6]["accel_cycles"]
+    assert outcome.front and all(r["status"] == "ok" for r in outcome.front)
+
+
+def test_the_base_config_is_measured_even_outside_the_space(tmp_path):
+    outcome = run_search(SEARCH, {"LOG_BUS_WIDTH": [7]}, tmp_path)
+    points = [r["point"] for r in outcome.records]
+    assert points == [{"LOG_BUS_WIDTH": 7}, {"LOG_BUS_WIDTH": 6}]   # pynq's own 64-bit bus, added
+    assert outcome.base_point == {"LOG_BUS_WIDTH": 6}
+    page = (tmp_path / "report.html").read_text()
+    assert "The base config <b>pynq</b>" in page and "faster) using" in page
+
+
+# ---- the command line ------------------------------------------------------------------------------------------
+
+def test_vta_dse_writes_records_csv_front_and_a_self_contained_report(searched, tmp_path):
+    (tmp_path / "space.json").write_text(json.dumps(SPACE))
+    proc = vta("dse", NET, "--image-size", str(IMAGE), "--space", "space.json", "--trials", "2", "--out", "out",
+               cwd=tmp_path)
+    assert proc.returncode == 0, proc.stderr
+    out = tmp_path / "out"
+    assert "6 configs: 2 tuned and timed, 2 do not fit xc7z020, 2 not encodable, 0 failed" in proc.stdout
+    records = [json.loads(line) for line in (out / RECORDS).read_text().splitlines()]
+    assert len(records) == 6
+    _, reference = searched
+    by_point = {point_key(r["point"]): r for r in reference.records}
+    for rec in records:   # the same search through the API: the same cycles and resources
+        ref = by_point[point_key(rec["point"])]
+        assert (rec["status"], rec.get("accel_cycles"), rec.get("resources")) == \
+            (ref["status"], ref.get("accel_cycles"), ref.get("resources"))
+    rows = (out / "results.csv").read_text().splitlines()
+    assert len(rows) == 7 and rows[0].startswith("status,LOG_BATCH,LOG_BLOCK")
+    front = json.loads((out / "front.json").read_text())["front"]
+    assert [r["point"] for r in front] == [r["point"] for r in pareto_front(records)]
+    files = sorted((out / "front").glob("*.json"))
+    assert [load_config(str(f)).fingerprint for f in files] == \
+        [load_config("pynq", **r["point"]).fingerprint for r in front]
+    page = (out / "report.html").read_text()
+    assert page.startswith("<!DOCTYPE html>") and "http://" not in page.replace("http://www.w3.org/2000/svg", "")
+    assert "https://" not in page and "<script src" not in page
+    data = json.loads(page.split('<script type="application/json" id="data">')[1].split("</script>")[0])
+    assert data["counts"] == {"ok": 2, "does-not-fit": 2, "invalid": 2, "failed": 0}
+    assert data["base"]["point"] == {"LOG_BLOCK": 4, "LOG_BUS_WIDTH": 6}
+    assert data["best"]["point"] == {"LOG_BLOCK": 4, "LOG_BUS_WIDTH": 7}
+
+
+@pytest.mark.parametrize("args, message", [
+    (["--part", "xc7z010"], "unknown FPGA part 'xc7z010'"),
+    (["--config", "nosuch"], "nosuch"),
+    (["--space", "missing.json"], "--space missing.json: no such file"),
+    (["--trials", "0"], "--trials"),
+    (["--max-points", "3"], "more than --max-points 3"),
+])
+def test_vta_dse_refuses_bad_input_with_one_line_before_any_work(tmp_path, args, message):
+    proc = vta("dse", NET, "--out", "out", *args, cwd=tmp_path, timeout=120)
+    assert proc.returncode == 2, proc.stderr
+    assert message in proc.stderr and "Traceback" not in proc.stderr
+    assert not (tmp_path / "out").exists()
+
+
+def test_a_search_killed_with_sigkill_resumes_without_measuring_twice(tmp_path):
+    (tmp_path / "space.json").write_text(json.dumps({"LOG_BUS_WIDTH": [6, 7, 8]}))
+    cmd = [sys.executable, "-m", "vta", "dse", NET, "--image-size", str(IMAGE), "--space", "space.json",
+           "--trials", "1", "--out", "out"]
+    proc = subprocess.Popen(cmd, cwd=tmp_path, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    records = tmp_path / "out" / RECORDS
+    deadline = time.monotonic() + 300
+    while not (records.exists() and records.read_text().count("\n") >= 1):
+        assert proc.poll() is None, "the search ended before it could be killed"
+        assert time.monotonic() < deadline
+        time.sleep(0.05)
+    proc.send_signal(signal.SIGKILL)
+    proc.wait(timeout=60)
+    with open(records, "a") as f:
+        f.write('{"search": "torn')   # as if killed while writing a line
+    kept = read_records(records, Search(NET, "pynq", "xc7z020", 1, IMAGE))
+    assert 1 <= len(kept) < 3
+    again = subprocess.run(cmd, cwd=tmp_path, capture_output=True, text=True, timeout=600, check=False)
+    assert again.returncode == 0, again.stderr
+    assert f"resuming: {len(kept)} of 3 points already in" in again.stderr
+    final = read_records(records, Search(NET, "pynq", "xc7z020", 1, IMAGE))
+    assert len(final) == 3 and all(r["status"] == "ok" for r in final.values())
+    for key, rec in kept.items():
+        assert final[key] == rec   # not measured again
+
+
+# ---- Dask ------------------------------------------------------------------------------------------------------
+
+def test_points_on_a_dask_cluster_with_a_worker_killed_are_all_run(searched, tmp_path):
+    _, reference = searched
+    by_point = {point_key(r["point"]): r for r in reference.records}
+    with _cluster() as client:
+        address = client.scheduler.address
+        pids = client.run(os.getpid)
+
+        def search():
+            return run_search(SEARCH, SPACE, tmp_path, dask=address).records
+
+        records, _ = _measure_and_kill(client, search, lambda worker: os.kill(pids[worker], signal.SIGKILL))
+    assert len(records) == 6
+    for rec in records:
+        ref = by_point[point_key(rec["point"])]
+        assert (rec["status"], rec.get("accel_cycles")) == (ref["status"], ref.get("accel_cycles"))
+    assert evaluate(SEARCH, {"LOG_BLOCK": 3})["status"] == "invalid"

@@ -1,0 +1,402 @@
+"""Co-design search (``vta dse``): hardware configs and their schedules together, and the Pareto front of a
+network's latency against what each config costs on an FPGA part.
+
+For every point of a space (config keys -> values, over a base config) the search
+
+1. builds the config (``hw_config`` refuses what VTA's ISA cannot encode: the point is recorded as invalid);
+2. estimates its resources on the part with the analytic model (``hardware.fpga``, milliseconds; a point that
+   does not fit is recorded and not tuned);
+3. tunes each accelerator task of the network: the template's analytic estimate ranks the task's whole space
+   (about a millisecond for thousands of configs), and the ``trials`` best-ranked configs, with the template's
+   default, are measured exactly on the simulator (timing only);
+4. builds the network with the best schedules and runs it timing-only: the accelerator's cycles (the shared-bus
+   timing model) at the config's clock, plus the host part measured on this CPU (the fastest of three runs).
+
+Records are JSON lines, one per point, appended and flushed as each point ends, so a search killed at any moment
+resumes where it stopped (a torn last line is ignored). Points run in worker processes (``parallel``) or on a Dask
+cluster (``dask``), the same integration as tuning's ``DaskRunner``; a lost worker's points run again.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import itertools
+import json
+import math
+import os
+import time
+from collections.abc import Callable, Iterable, Sequence
+from concurrent.futures import ProcessPoolExecutor, as_completed
+from concurrent.futures.process import BrokenProcessPool
+from dataclasses import asdict, dataclass, field
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+from hw_config import ConfigError, HwConfig, load_config
+
+# Axes a search may vary: integer config keys (the rest of a config is the base's).
+AXES = ("LOG_BATCH", "LOG_BLOCK", "LOG_UOP_BUFF_SIZE", "LOG_INP_BUFF_SIZE", "LOG_WGT_BUFF_SIZE",
+        "LOG_ACC_BUFF_SIZE", "LOG_BUS_WIDTH", "CLOCK_MHZ", "INSN_QUEUE_DEPTH", "TOKEN_QUEUE_DEPTH")
+# The default space: 216 points around VTA's Pynq config, 140 of which VTA's ISA can encode (all fit an xc7z020).
+DEFAULT_SPACE: dict[str, list[int]] = {
+    "LOG_BLOCK": [3, 4], "LOG_BUS_WIDTH": [6, 7], "LOG_UOP_BUFF_SIZE": [13, 15], "LOG_INP_BUFF_SIZE": [13, 14, 15],
+    "LOG_WGT_BUFF_SIZE": [16, 17, 18], "LOG_ACC_BUFF_SIZE": [15, 16, 17]}
+DEFAULT_TRIALS = 8          # measured configs per task beyond the default schedule
+DEFAULT_MAX_POINTS = 5000   # a space larger than this is refused before any work (--max-points)
+HOST_REPEATS = 3            # timing-only runs of a config's network; its host part is the fastest one's
+RESOURCES = ("lut", "ff", "bram36", "dsp")
+RECORDS, CSV, FRONT, REPORT = "records.jsonl", "results.csv", "front.json", "report.html"   # in --out
+
+
+@dataclass(frozen=True)
+class Search:
+    """What one search is: the network, the base config, the part and the tuning budget. Its ``key`` is in
+    every record, so a directory's records of another search are never mixed in."""
+
+    network: str
+    base: str = "pynq"
+    part: str = "xc7z020"
+    trials: int = DEFAULT_TRIALS
+    image_size: int | None = None
+    seed: int = 0
+
+    @property
+    def key(self) -> str:
+        return hashlib.sha256(json.dumps(asdict(self), sort_keys=True).encode()).hexdigest()[:16]
+
+
+def read_space(path: str | os.PathLike | None, max_points: int = DEFAULT_MAX_POINTS) -> dict[str, list[int]]:
+    """The space of a JSON file ``{"KEY": [values...], ...}`` (default: DEFAULT_SPACE), checked: known axes,
+    integer values, at most ``max_points`` points."""
+    if path is None:
+        space = DEFAULT_SPACE
+    else:
+        try:
+            space = json.loads(Path(path).read_text())
+        except FileNotFoundError:
+            raise FileNotFoundError(f"--space {path}: no such file") from None
+        except (OSError, UnicodeDecodeError, json.JSONDecodeError) as e:
+            raise ValueError(f"--space {path}: not a JSON object of config keys to value lists ({e})") from None
+    if not isinstance(space, dict) or not space:
+        raise ValueError("a space is a JSON object of config keys to value lists, e.g. "
+                         '{"LOG_BLOCK": [3, 4], "LOG_BUS_WIDTH": [6, 7]}')
+    for key, values in space.items():
+        if key not in AXES:
+            raise ValueError(f"space axis {key!r}: not one a search varies; axes: {', '.join(AXES)}")
+        if not isinstance(values, list) or not values or not all(
+                isinstance(v, int) and not isinstance(v, bool) for v in values):
+            raise ValueError(f"space axis {key}: give a non-empty list of integers, not {values!r}")
+        if len(set(values)) != len(values):
+            raise ValueError(f"space axis {key}: {values} repeats a value")
+    n = math.prod(len(v) for v in space.values())
+    if n > max_points:
+        raise ValueError(f"the space has {n:,} points, more than --max-points {max_points:,}: narrow an axis or "
+                         "raise the limit")
+    return {k: list(v) for k, v in space.items()}
+
+
+def points_of(space: dict[str, list[int]]) -> list[dict[str, int]]:
+    return [dict(zip(space, values, strict=True)) for values in itertools.product(*space.values())]
+
+
+def point_key(point: dict[str, int]) -> str:
+    return json.dumps(point, sort_keys=True)
+
+
+# ---- one point ---------------------------------------------------------------------------------------------------
+
+_NETWORKS: dict[tuple, tuple] = {}   # per process: (network, batch, image size, seed) -> quantized graph
+
+
+def _network(search: Search, batch: int):
+    from graph_pack.cli import load_model
+    from graph_pack.quantize import quantize
+
+    key = (search.network, batch, search.image_size, search.seed)
+    if key not in _NETWORKS:
+        graph, params, points = load_model(search.network, batch, search.image_size, search.seed)
+        qgraph, qparams = quantize(graph, params)
+        x = np.random.default_rng(search.seed).standard_normal(graph[graph.inputs[0]].shape).astype(np.float32)
+        _NETWORKS.clear()
+        _NETWORKS[key] = (graph, qgraph, qparams, points, x)
+    return _NETWORKS[key]
+
+
+def tune_task_ranked(task, trials: int) -> tuple[dict, int, int, int]:
+    """The fastest of the template's default and the ``trials`` configs its analytic estimate ranks best, each
+    measured on the simulator (timing only). Returns (config, cycles, default cycles, configs measured)."""
+    from tuning.features import feature_names, features_of_indices
+    from tuning.measure import measure_one
+
+    default = task.default_config
+    est = features_of_indices(task, np.arange(len(task.space)))[:, feature_names().index("log_est_cycles")]
+    candidates: list[dict] = []
+    for i in np.argsort(est, kind="stable"):
+        config = task.space[int(i)]
+        if task.check(config) is None:
+            candidates.append(config)
+        if len(candidates) == trials:
+            break
+    base = measure_one(task, default, check=False, timing_only=True)
+    best_config = base.config if base.ok else None
+    best = base.cycles if base.ok else 0
+    for config in candidates:
+        r = measure_one(task, config, check=False, timing_only=True)
+        if r.ok and (best_config is None or r.cycles < best):
+            best_config, best = r.config, r.cycles
+    if best_config is None:
+        raise RuntimeError(f"task {task.name}: no config ran ({base.error})")
+    return best_config, int(best), int(base.cycles if base.ok else 0), len(candidates) + 1
+
+
+def evaluate(search: Search, point: dict[str, int]) -> dict[str, Any]:
+    """One point of the search, as its record."""
+    t0 = time.perf_counter()
+    rec: dict[str, Any] = {"search": search.key, "point": point, "status": "ok"}
+    try:
+        cfg = load_config(search.base, **point)
+    except ConfigError as e:
+        return {**rec, "status": "invalid", "reason": str(e), "wall_s": time.perf_counter() - t0}
+    from hardware.fpga import estimate
+    report = estimate(cfg, part=search.part)
+    usage = report.usage()
+    rec.update(model=cfg.model, fingerprint=cfg.fingerprint, clock_mhz=cfg.CLOCK_MHZ, batch=cfg.BATCH,
+               resources={k: round(float(usage[k][0]), 1) for k in RESOURCES},
+               usage={k: round(float(usage[k][0]) / usage[k][1], 4) for k in RESOURCES}, fits=report.fits)
+    rec["cost"] = round(sum(rec["usage"].values()) / len(RESOURCES), 4)   # the mean share: one cost to rank by
+    if not report.fits:
+        over = [k for k in RESOURCES if usage[k][0] > usage[k][1]]
+        return {**rec, "status": "does-not-fit", "reason": f"needs more {', '.join(over)} than {search.part} has",
+                "wall_s": time.perf_counter() - t0}
+    try:
+        rec.update(_tune_and_time(search, cfg))
+    except Exception as e:  # noqa: BLE001 - a point that fails is a result of the search, never its end
+        rec.update(status="failed", reason=f"{type(e).__name__}: {e}")
+    rec["wall_s"] = round(time.perf_counter() - t0, 3)
+    return rec
+
+
+def _tune_and_time(search: Search, cfg: HwConfig) -> dict[str, Any]:
+    from graph_pack.build import build
+    from graph_pack.pack import graph_pack
+    from tuning.task import extract_tasks
+
+    graph, qgraph, qparams, (start, stop), x = _network(search, cfg.BATCH)
+    packed = graph_pack(qgraph, cfg, start_name=start, stop_name=stop)
+    tasks = extract_tasks(packed, cfg)
+    schedules, rows, trials = {}, [], 0
+    for task in tasks:
+        config, cycles, default_cycles, n = tune_task_ranked(task, search.trials)
+        schedules[task.key] = config
+        trials += n
+        rows.append({"task": task.name, "weight": task.weight, "cycles": cycles, "default_cycles": default_cycles,
+                     "config": config})
+    mod = build(packed, cfg, qparams, schedules, fallback="allow")
+    host_s = []
+    for _ in range(HOST_REPEATS):   # the host part's best of a few runs: other work on the machine only slows it
+        mod.run(compute=False, **{graph.inputs[0]: x})
+        host_s.append(mod.host_seconds)
+    accel_ms = mod.cycles / (cfg.CLOCK_MHZ * 1e3)
+    host_ms = min(host_s) * 1e3
+    groups = sum(r.where == "accelerator" for r in mod.records)
+    return {"accel_cycles": int(mod.cycles), "accel_ms": round(accel_ms, 4), "host_ms": round(host_ms, 3),
+            "latency_ms": round(accel_ms + host_ms, 4), "per_image_ms": round((accel_ms + host_ms) / cfg.BATCH, 4),
+            "groups": groups, "tasks": rows, "trials": trials}
+
+
+# ---- records -----------------------------------------------------------------------------------------------------
+
+def read_records(path: Path, search: Search) -> dict[str, dict]:
+    """This search's records in a JSON-lines file, by point; a torn or foreign line is skipped."""
+    out: dict[str, dict] = {}
+    if not path.exists():
+        return out
+    with open(path, encoding="utf-8", errors="replace") as f:
+        for line in f:
+            try:
+                rec = json.loads(line)
+            except json.JSONDecodeError:
+                continue   # the last line of a search killed while writing it
+            if isinstance(rec, dict) and rec.get("search") == search.key and isinstance(rec.get("point"), dict):
+                out[point_key(rec["point"])] = rec
+    return out
+
+
+def append_record(path: Path, rec: dict) -> None:
+    """One line, flushed and synced: a kill -9 loses at most the point being written."""
+    with open(path, "a", encoding="utf-8") as f:
+        if f.tell() and not _ends_with_newline(path):
+            f.write("\n")   # after a torn line, start a fresh one
+        f.write(json.dumps(rec, sort_keys=True) + "\n")
+        f.flush()
+        os.fsync(f.fileno())
+
+
+def _ends_with_newline(path: Path) -> bool:
+    with open(path, "rb") as f:
+        f.seek(-1, os.SEEK_END)
+        return f.read(1) == b"\n"
+
+
+# ---- the front ---------------------------------------------------------------------------------------------------
+
+def pareto_front(records: Iterable[dict], cost: str = "cost", latency: str = "latency_ms") -> list[dict]:
+    """The records no other record beats on both ``latency`` and ``cost`` (a resource's share of the part, or
+    ``cost``: the mean share of LUT, FF, block RAM and DSP), by increasing cost."""
+    def value(r: dict) -> float:
+        return r["usage"][cost] if cost in RESOURCES else r[cost]
+
+    ok = sorted((r for r in records if r.get("status") == "ok"), key=lambda r: (value(r), r[latency]))
+    front, best = [], math.inf
+    for r in ok:
+        if r[latency] < best:
+            front.append(r)
+            best = r[latency]
+    return front
+
+
+# ---- running -----------------------------------------------------------------------------------------------------
+
+@dataclass
+class Outcome:
+    search: Search
+    space: dict[str, list[int]]
+    records: list[dict]                 # one per point of the space (and the base config's own point)
+    measured: int                       # points evaluated in this run (the others were in the records)
+    seconds: float
+    base_point: dict[str, int] = field(default_factory=dict)
+    front: list[dict] = field(default_factory=list)
+
+    def of_status(self, status: str) -> list[dict]:
+        return [r for r in self.records if r.get("status") == status]
+
+
+def run_search(search: Search, space: dict[str, list[int]], out: str | os.PathLike, *, parallel: int = 1,
+               dask: str | None = None, progress: Callable[[str], None] | None = None) -> Outcome:
+    """Evaluate every point of ``space`` not yet in ``out``/records.jsonl, then write the CSV, the front and the
+    report there. ``parallel`` worker processes, or the Dask scheduler at ``dask``."""
+    say = progress or (lambda _text: None)
+    directory = Path(out)
+    directory.mkdir(parents=True, exist_ok=True)
+    path = directory / RECORDS
+    done = read_records(path, search)
+    points = points_of(space)
+    base = reference_point(search, space)
+    if point_key(base) not in {point_key(p) for p in points}:
+        points.append(base)   # the base design is always measured, to stand against the front
+    todo = [p for p in points if point_key(p) not in done]
+    if done:
+        say(f"resuming: {len(points) - len(todo)} of {len(points)} points already in {path}")
+    t0 = time.perf_counter()
+    n = 0
+    for rec in _evaluate_all(search, todo, parallel, dask):
+        append_record(path, rec)
+        done[point_key(rec["point"])] = rec
+        n += 1
+        took = time.perf_counter() - t0
+        what = (f"{rec['latency_ms']:.2f} ms, {rec['cost']:.0%} of {search.part}" if rec["status"] == "ok"
+                else rec["status"])
+        say(f"[{n}/{len(todo)}] {point_key(rec['point'])}: {what} ({took:.0f} s, "
+            f"~{took / n * (len(todo) - n):.0f} s left)")
+    records = [done[point_key(p)] for p in points]
+    outcome = Outcome(search, space, records, n, time.perf_counter() - t0, base)
+    outcome.front = pareto_front(records)
+    write_outputs(outcome, directory)
+    return outcome
+
+
+def _evaluate_all(search: Search, points: Sequence[dict], parallel: int, dask: str | None):
+    if not points:
+        return
+    if dask is not None:
+        yield from _on_dask(search, points, dask)
+    elif parallel <= 1:
+        for p in points:
+            yield evaluate(search, p)
+    else:
+        yield from _in_processes(search, points, parallel)
+
+
+def _in_processes(search: Search, points: Sequence[dict], parallel: int):
+    """Points in worker processes; when a worker dies (killed, out of memory) the unfinished points run again in
+    a fresh pool."""
+    left = list(points)
+    for _attempt in range(3):
+        if not left:
+            return
+        with ProcessPoolExecutor(max_workers=parallel) as pool:
+            futures = {pool.submit(evaluate, search, p): p for p in left}
+            finished: list[dict] = []
+            try:
+                for fut in as_completed(futures):
+                    rec = fut.result()
+                    finished.append(futures[fut])
+                    yield rec
+            except BrokenProcessPool:
+                pass
+        gone = {point_key(p) for p in finished}
+        left = [p for p in left if point_key(p) not in gone]
+    for p in left:   # a point that kills its worker every time
+        yield {"search": search.key, "point": p, "status": "failed", "reason": "its worker process died 3 times"}
+
+
+def _on_dask(search: Search, points: Sequence[dict], address: str):
+    from tuning.measure import dask_client
+
+    client = dask_client(address)
+    from distributed import as_completed as dask_completed
+    futures = {client.submit(evaluate, search, p, pure=False): p for p in points}
+    try:
+        for fut in dask_completed(futures):
+            try:
+                yield fut.result()   # a point whose worker died is run again by the scheduler (allowed-failures)
+            except Exception as e:  # noqa: BLE001 - e.g. KilledWorker once the scheduler gives up: a failed point
+                yield {"search": search.key, "point": futures[fut], "status": "failed",
+                       "reason": f"failed on the Dask cluster: {type(e).__name__}: {e}"}
+    finally:
+        client.close()
+
+
+# ---- outputs -----------------------------------------------------------------------------------------------------
+
+CSV_COLUMNS = ("status", *AXES, "model", "clock_mhz", "batch", "lut", "ff", "bram36", "dsp", "cost", "fits",
+               "accel_cycles", "accel_ms", "host_ms", "latency_ms", "per_image_ms", "trials", "wall_s", "reason")
+
+
+def csv_rows(records: Sequence[dict]) -> list[list[str]]:
+    rows = [list(CSV_COLUMNS)]
+    for r in records:
+        flat = {**r.get("point", {}), **r.get("resources", {}), **r}
+        rows.append(["" if flat.get(c) is None or (c in AXES and c not in r["point"]) else str(flat.get(c, ""))
+                     for c in CSV_COLUMNS])
+    return rows
+
+
+def write_outputs(outcome: Outcome, directory: Path) -> None:
+    import csv
+    import io
+
+    from simulator.files import write_atomic
+    from tuning.dse_report import render
+
+    buf = io.StringIO()
+    csv.writer(buf, lineterminator="\n").writerows(csv_rows(outcome.records))
+    write_atomic(directory / CSV, lambda f: f.write(buf.getvalue().encode()))
+    front = {"search": asdict(outcome.search), "front": outcome.front}
+    write_atomic(directory / FRONT, lambda f: f.write(json.dumps(front, indent=1, sort_keys=True).encode()))
+    write_atomic(directory / REPORT, lambda f: f.write(render(outcome).encode("utf-8")))
+    configs = directory / "front"
+    configs.mkdir(exist_ok=True)
+    for stale in configs.glob("*.json"):   # an earlier front's files
+        stale.unlink()
+    for i, rec in enumerate(outcome.front):   # each front config as a file every vta command takes (--config)
+        text = load_config(outcome.search.base, **rec["point"]).to_json()
+        write_atomic(configs / f"{i:02d}.json", lambda f, text=text: f.write(text.encode()))
+
+
+def reference_point(search: Search, space: dict[str, list[int]]) -> dict[str, int]:
+    """The base config's own values on the space's axes (VTA's default design, where the report marks it)."""
+    base = load_config(search.base)
+    return {k: int(getattr(base, k)) for k in space}
