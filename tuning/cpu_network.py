@@ -78,8 +78,7 @@ def tune_cpu_network(model: str, env, *, tuner: str = "xgb", n_trial: int = 32, 
 def tune_cpu_cmd(args, cfg, log: str, ops: tuple[str, ...] | None, resumable) -> int:
     """``vta tune MODEL --target cpu`` after the flags common to both targets were checked (tuning.cli)."""
     refused = [flag for flag, on in (("--dask", args.dask), ("--timing-only", args.timing_only),
-                                     ("--no-check", not args.check), ("--plot", args.plot is not None),
-                                     ("--parallel", args.parallel)) if on]
+                                     ("--no-check", not args.check), ("--parallel", args.parallel)) if on]
     if refused:
         raise ValueError(f"--target cpu measures one config at a time on a CPU, each output checked: "
                          f"{', '.join(refused)} do(es) not apply")
