@@ -242,3 +242,27 @@ def test_an_int8_conv_is_tuned_and_built_exactly():
     data = rng.integers(-128, 128, (1, 16, 5, 5), dtype=np.int8)
     mod.run(x=data)
     np.testing.assert_array_equal(mod.get_output(0), run_reference(graph, params, {"x": data}))
+
+
+def test_a_config_that_hangs_or_kills_its_worker_is_a_failed_trial(monkeypatch):
+    import os
+    import time as time_
+
+    import tuning.cpu as cpu_module
+    task = cpu_task("dense_pack.x86", data_shape=(1, 16), kernel_shape=(8, 16))
+    real = cpu_module.measure_cpu
+
+    def misbehave(task, config, option, seed=0):   # the forked worker inherits it
+        if config["tile_x"][1] == 8:
+            time_.sleep(30)
+        if config["tile_x"][1] == 4:
+            os._exit(3)
+        return real(task, config, option, seed)
+
+    monkeypatch.setattr(cpu_module, "measure_cpu", misbehave)
+    configs = [{**task.default_config, "tile_x": [8 // b, b]} for b in (8, 4, 2)]
+    with CpuRunner(timeout=1.0) as runner:
+        hung, died, fine = runner.measure(task, configs)
+    assert hung.error == "failed: timed out after 1 s"
+    assert died.error == "failed: the measuring process died (exit code 3)"
+    assert fine.ok and fine.latency_s > 0

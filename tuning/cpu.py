@@ -190,7 +190,8 @@ class _Worker:
             self.conn.send(job)
             if self.conn.poll(timeout):
                 return self.conn.recv()
-        except (EOFError, OSError, BrokenPipeError):
+        except (EOFError, OSError):
+            self.proc.join(5)
             return f"the measuring process died (exit code {self.proc.exitcode})"
         return f"timed out after {timeout:g} s"
 
