@@ -56,6 +56,15 @@ class TaskState:
         return self.tuner.earlier
 
 
+def _on_cpu(task: Task) -> bool:
+    """A host template's task (measured on a CPU, its "cycles" nanoseconds) rather than the accelerator's."""
+    return getattr(task.cfg, "TARGET", "") == "cpu"
+
+
+def _cycles_text(cycles: int | None, task: Task) -> str:
+    return f"{cycles or 0:,} ns" if _on_cpu(task) else f"{cycles or 0:,} cycles"
+
+
 def _seconds(cost: float | None, task: Task) -> float:
     """Board seconds of an objective value (``cost_cycles``: board time in clock cycles)."""
     return cost / (task.cfg.CLOCK_MHZ * 1e6) if cost else float("inf")
@@ -113,7 +122,8 @@ class Progress:
         best = state.task.flop / state.best_s / 1e9 if state.best_s != float("inf") else 0.0
         line = (f"[Task {index + 1:2d}/{self.n_tasks:2d}]  Current/Best: {cur:7.2f}/{best:7.2f} GFLOPS | "
                 f"Progress: ({done}/{budget}) | {time.perf_counter() - self.t0:.2f} s | best "
-                f"{state.tuner.best_cycles or 0:,} cycles, {state.best_s * 1e3:.3f} board ms")
+                f"{_cycles_text(state.tuner.best_cycles, state.task)}, {state.best_s * 1e3:.3f} "
+                f"{'CPU' if _on_cpu(state.task) else 'board'} ms")
         self.out.write(("\r" + line) if self.tty else line + "\n")
         self.out.flush()
         self._open = self.tty
@@ -151,11 +161,13 @@ class TuneSummary:
             cycles = s.tuner.best_cycles if s.best_s < s.default_s else s.default_cycles
             lines.append(f"{i:3d} {s.task.name[:54]:54} {s.task.weight:6d} {s.default_s * 1e3:11.3f} "
                          f"{best * 1e3:9.3f} {s.default_s / best if best else 0:7.2f}x {s.trials:7d}   "
-                         f"{cycles or 0:,} cycles" + (f"; +{s.earlier} by another tuner, from the log"
-                                                      if s.earlier else ""))
+                         f"{_cycles_text(cycles, s.task)}" + (f"; +{s.earlier} by another tuner, from the log"
+                                                             if s.earlier else ""))
         before, after = self.latency_before_s, self.latency_after_s
+        where = ("time on the CPU, measured" if self.states and all(_on_cpu(s.task) for s in self.states) else
+                 "board time (the config's board model, or measured)")
         lines.append(f"end-to-end (tuned layers, weighted): {before * 1e3:.3f} ms -> {after * 1e3:.3f} ms "
-                     f"({before / after if after else 0:.2f}x), board time (the config's board model, or measured)")
+                     f"({before / after if after else 0:.2f}x), {where}")
         return "\n".join(lines)
 
 
