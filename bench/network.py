@@ -43,6 +43,8 @@ from graph_pack.pack import graph_pack
 from graph_pack.quantize import quantize
 from graph_pack.reference import run_reference
 from hw_config import load_config
+from simulator.core import Simulator, kernels_supported
+from vta.device import SimDevice
 
 NOTES = "../shared/reference/vta-notes.md"
 INT8_FORMATS = {"QOperator": QuantFormat.QOperator, "QDQ": QuantFormat.QDQ}
@@ -85,6 +87,20 @@ def ort_int8_sessions(model: onnx.ModelProto, name: str, shape: tuple[int, ...],
     return sessions
 
 
+def path_module(packed, cfg, qparams, cpu: str, path: str, threads: int):
+    """The network built on a simulator of GEMM kernel path ``path`` (docs/simulator.md, "Kernel paths")."""
+    saved = os.environ.get("VTA_SIM_KERNEL")
+    os.environ["VTA_SIM_KERNEL"] = path   # read when a Simulator is created
+    try:
+        sim = Simulator(cfg, threads=threads)
+    finally:
+        if saved is None:
+            del os.environ["VTA_SIM_KERNEL"]
+        else:
+            os.environ["VTA_SIM_KERNEL"] = saved
+    return build(packed, cfg, qparams, cpu=cpu, device=SimDevice(cfg, sim))
+
+
 def profile_one(mod, x: np.ndarray) -> tuple[float, dict[str, float]]:
     """One simulated inference with the simulator's host-time profile on: its wall seconds and seconds by part."""
     sim = mod.device.sim
@@ -124,6 +140,8 @@ def main() -> None:
     ap.add_argument("--repeat", type=int, default=5, help="inferences to time (median reported)")
     ap.add_argument("--cpu", default="auto", choices=("auto", "jit", "numpy"), help="host kernels")
     ap.add_argument("--calibrate", type=int, default=4, help="calibration inputs of onnxruntime's int8 model")
+    ap.add_argument("--paths", default="all", choices=("all", "default"),
+                    help="also time every other GEMM kernel path this CPU supports in the same rounds (default all)")
     args = ap.parse_args()
     cfg = load_config(args.config)
     zoo_graph, zoo_params = zoo.get_model(args.model, batch_size=cfg.BATCH)
@@ -150,9 +168,17 @@ def main() -> None:
     ort_out = session.run(None, {"data": x})[0]
     int8 = ort_int8_sessions(model, "data", graph["data"].shape, args.calibrate)
     int8_top1 = {label: int(np.argmax(s.run(None, {"data": x})[0])) for label, s in int8.items()}
+    own = mod.device.sim.kernel_path
+    others = {p: path_module(packed, cfg, qparams, args.cpu, p, mod.device.sim.threads)
+              for p in (kernels_supported() if args.paths == "all" else ()) if p != own}
+    for other in others.values():
+        other.run(data=x)
+    same_paths = all(np.array_equal(o.get_output(0), mod.get_output(0)) and o.stats == mod.stats
+                     for o in others.values())
     # ours and onnxruntime's in alternating rounds, so that a slow phase of a shared machine hits every side
     sides = {"ours": lambda: mod.run(data=x), "float": lambda: session.run(None, {"data": x}),
-             **{label: (lambda s=s: s.run(None, {"data": x})) for label, s in int8.items()}}
+             **{label: (lambda s=s: s.run(None, {"data": x})) for label, s in int8.items()},
+             **{p: (lambda o=o: o.run(data=x)) for p, o in others.items()}}
     times: dict[str, list[float]] = {k: [] for k in sides}
     for _ in range(args.repeat):
         for k, fn in sides.items():
@@ -200,6 +226,10 @@ def main() -> None:
     print(f"| **ratio one simulated inference / onnxruntime int8** (the faster format, {best8}: of the medians; "
           f"median of the rounds' ratios {round_ratio(best8):.2f}x; of the minima "
           f"{low['ours'] / low[best8]:.2f}x) | **{wall / med[best8]:.2f}x** | | <= 2.0x, goal 1.0x (issue 29) |")
+    for p in others:
+        print(f"| one inference on the {p} GEMM kernel path (same rounds; same outputs and cycles as {own}: "
+              f"{'yes' if same_paths else 'NO'}) | {med[p] * 1e3:.0f} ms (min {low[p] * 1e3:.0f}), "
+              f"{med[p] / wall:.2f}x {own}'s median, {med[p] / med[best8]:.2f}x onnxruntime int8 | | |")
     print(f"| simulated accelerator cycles | {s.cycles:,} = {s.seconds * 1e3:.1f} ms at {cfg.CLOCK_MHZ:g} MHz | "
           f"{quoted('VTA tsim ~31 M cycles per ResNet-18 inference', f'apache/tvm#4694, via {NOTES} sec. 3')} | |")
     print(f"| TVM-VTA on a board (Pynq implied), tuned ResNet-18, whole network (ARM host + FPGA) | | "
