@@ -22,10 +22,19 @@ def refuse_accelerator_flags(args: argparse.Namespace) -> None:
     given = [flag for flag, on in (("--device", args.device != "sim"), ("--rpc", args.rpc), ("--board", args.board),
                                    ("--bitstream", args.bitstream), ("--start", args.start), ("--stop", args.stop),
                                    ("--skip-conv", args.skip_conv), ("--calibrate", args.calibrate != "global_scale"),
-                                   ("--report", args.report), ("--out", args.out)) if on]
+                                   ("--out", args.out)) if on]
     if given:
         raise ValueError(f"--target cpu runs the float network on this CPU, without the accelerator: "
                          f"{', '.join(given)} do(es) not apply")
+
+
+def kernel_report(mod) -> str:
+    """Which kernel runs every step of a CPU build: a tuned host template's (with the ops it fuses), graph_pack.jit's
+    fixed one, or the numpy reference."""
+    lines = [f"{'node':34} {'op':18} {'kernel':8} fused"]
+    for s in mod.steps:
+        lines.append(f"{s.name[:34]:34} {s.op[:18]:18} {getattr(s, 'backend', ''):8} {', '.join(getattr(s, 'fused', []))}")
+    return "\n".join(lines)
 
 
 def run_cpu(args: argparse.Namespace, env, load) -> int:
@@ -48,6 +57,8 @@ def run_cpu(args: argparse.Namespace, env, load) -> int:
     print(top5(y))
     print(f"build {build_s:.2f} s; {tuned} layer(s) with tuned host kernels")
     print(f"inference: mean {bench['mean_ms']:.2f} ms, std {bench['std_ms']:.2f} ms over {REPEAT} runs")
+    if args.report is True:
+        print(kernel_report(mod))
     if args.layers:
         print(mod.format_profile())
     if args.check:

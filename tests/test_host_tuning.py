@@ -146,12 +146,14 @@ def test_vta_tune_and_run_target_cpu_use_the_log(tmp_path):
     records = load_records(tmp_path / "r18.cpu.jsonl", template=None)
     assert len(records) == 2 and {r.op for r in records} == {"dense_pack.x86"}
     ran = _vta("run", "resnet-18", "--target", "cpu", "--image-size", "32", "--log", "r18.cpu.jsonl", "--check",
-               "--no-layers", cwd=tmp_path)
+               "--no-layers", "--report", cwd=tmp_path)
     assert ran.returncode == 0, ran.stderr
     assert "schedules: 1 of 12 task(s) from r18.cpu.jsonl" in ran.stdout
     assert "1 layer(s) with tuned host kernels" in ran.stdout
     assert re.search(r"inference: mean [\d.]+ ms, std [\d.]+ ms over 10 runs", ran.stdout)
     assert "check: output matches the numpy reference" in ran.stdout
+    assert re.search(r"^fc +nn.dense +tuned +fc.bias", ran.stdout, re.MULTILINE)   # which kernel runs each node
+    assert re.search(r"^stem.conv +nn.conv2d +jit +stem.bn, stem.relu", ran.stdout, re.MULTILINE)
     # a VTA build runs its host part (the float stem and classifier) with the host's tuned kernels from the same log
     packed = _packed_r18()
     assert [t.op for t in tuning.extract_tasks(packed, target="cpu")] == [tuning.cpu.host_conv_op(), "dense_pack.x86"]
