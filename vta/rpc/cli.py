@@ -163,8 +163,9 @@ def rpc_server(args: argparse.Namespace) -> int:
         print(f"vta rpc server: {server.notice}", file=sys.stderr, flush=True)
     server.start()
     where = f"registered with {args.tracker} as {args.key!r}" if args.tracker else "taking direct connections"
-    print(f"board {server.name} ({args.device}, {cfg.model}) listening on {server.host}:{server.port}, {where}",
-          flush=True)
+    cpu = server.board_info().get("cpu")
+    what = f"cpu: {cpu['cpu']} ({cpu['triple']}, {cpu['vector_bits']}-bit vectors)" if cpu else f"{args.device}, {cfg.model}"
+    print(f"board {server.name} ({what}) listening on {server.host}:{server.port}, {where}", flush=True)
     return _until_interrupted(server.serve_forever, server.stop)
 
 
