@@ -9,7 +9,7 @@ Each template has the accelerator templates' interface (parse, space, check, def
 reference, random_inputs, task_workload), so tuning's tuners, records and cost model take it as they are.
 """
 
-from graph_pack.host_templates import conv2d, dense  # noqa: F401 - importing them registers the templates
+from graph_pack.host_templates import conv2d, dense, depthwise, spatial_pack  # noqa: F401 - importing them registers the templates
 from graph_pack.host_templates.base import (
     EPILOGUES,
     HOST_TEMPLATE_VERSION,

@@ -1,6 +1,6 @@
 """Which graph nodes the host templates take, and their kernels with a tuned schedule (``build``'s
-``host_schedules``): a float32 conv2d (groups 1 or depthwise, NCHW / OIHW) or dense, or an int8 conv2d (int32 out), with the bias add, residual add and relu
-that alone read it fused as the kernel's epilogue."""
+``host_schedules``): a float32 conv2d (groups 1 or depthwise, NCHW / OIHW) or dense, or an int8 conv2d (int32
+out), with the bias add, residual add and relu that alone read it fused as the kernel's epilogue."""
 
 from __future__ import annotations
 
@@ -10,13 +10,10 @@ from collections.abc import Callable
 from typing import Any
 
 from graph_pack.host_templates.base import HostKernel, host_template_of
-from graph_pack.host_templates.conv2d import (
-    Conv2dNCHWc,
-    Conv2dNCHWcInt8,
-    Conv2dSpatialPack,
-    DepthwiseConv2dNCHWc,
-)
+from graph_pack.host_templates.conv2d import Conv2dNCHWc, Conv2dNCHWcInt8
 from graph_pack.host_templates.dense import DensePack
+from graph_pack.host_templates.depthwise import DepthwiseConv2dNCHWc
+from graph_pack.host_templates.spatial_pack import Conv2dSpatialPack
 from graph_pack.opdefs import OPS, pair, quad
 
 CONV_TEMPLATES = {"x86": Conv2dNCHWc.ops[0], "arm": Conv2dSpatialPack.ops[0]}   # CPU family -> conv2d template
