@@ -267,6 +267,8 @@ class RtlDevice:
 
     def _launch_traced(self, insn_addr: int, count: int, max_cycles: int, trace: bool) -> tuple[int, np.ndarray]:
         """Launch as VTA's driver does; returns (cycles, the events port's record relative to the launch)."""
+        if insn_addr < 0 or insn_addr + count * INSN_BYTES > 1 << 32:
+            raise RtlError(f"instructions at 0x{insn_addr:x}: the AXI4 master reaches the first 4 GiB of DRAM only")
         self._lib.vta_rtl_module_stats(self._handle, self._ffi.new("uint64_t[3]"), self._ffi.new("uint64_t[3]"))
         self._lib.vta_rtl_trace(self._handle, TRACE_LIMIT if trace else 0)
         self.write_register("fetch", R.FETCH_INSN_COUNT, count)
