@@ -348,7 +348,8 @@ class _Conv2d(HostTemplate):
         if acc > MAX_ACC_VECTORS:
             return (f"a register tile of {s.t_oh} x {s.t_ow} x {s.oc_bn} channels needs {acc} vector accumulators; "
                     f"at most {MAX_ACC_VECTORS} fit in the registers")
-        fmas = acc * s.ic_bn * (self.p.kw if s.unroll_kw else 1)
+        calls = s.oc_bn * s.t_oh if s.vec_ow else s.t_oh * s.t_ow   # multiply-adds (one IR vector each) per input channel
+        fmas = calls * s.ic_bn * (self.p.kw if s.unroll_kw else 1)
         if fmas > MAX_BODY_FMAS:
             return f"the unrolled reduction step holds {fmas} multiply-adds; at most {MAX_BODY_FMAS} (code size)"
         return None
