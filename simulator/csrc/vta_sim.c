@@ -522,7 +522,10 @@ __attribute__((target("avx2"), always_inline)) static inline void unsigned_rows_
 UNSIGNED_KERNELS(avx2, __attribute__((target("avx2"))))
 
 /* The unsigned-input kernels of the portable path, where the CPU has SSSE3 (every x86-64 CPU since about 2011):
- * unsigned_rows_avx2 at half the width, four outputs per register, weights read from the (L1-resident) tile. */
+ * unsigned_rows_avx2 at half the width, four outputs per register, weights read from the (L1-resident) tile. Its
+ * tile rows and accumulators are 16-byte aligned (vta_sim_create checks), so aligned loads let the compiler fold
+ * them into pmaddubsw / paddd as memory operands (legacy SSE encodings take only aligned ones): 3.5 instead of
+ * 4.2 ns per micro-op on this Zen 4, a quarter fewer instructions. */
 __attribute__((target("ssse3"), always_inline)) static inline void unsigned_rows_ssse3(
     int32_t *acc, ptrdiff_t dstep, ptrdiff_t drow, const int8_t *inp, ptrdiff_t sstep, ptrdiff_t srow,
     const uint8_t *tile, uint32_t n, uint32_t rows, uint32_t batch, const int sums) {
@@ -532,12 +535,12 @@ __attribute__((target("ssse3"), always_inline)) static inline void unsigned_rows
     BROADCAST_QUADS(__m128i, BROADCAST_SSE, x);
     __m128i *d = (__m128i *)(void *)a;
     for (int g = 0; g < 4; g++) {
-      const __m128i p0 = _mm_maddubs_epi16(q0, _mm_loadu_si128(t + g)),
-                    p1 = _mm_maddubs_epi16(q1, _mm_loadu_si128(t + 4 + g)),
-                    p2 = _mm_maddubs_epi16(q2, _mm_loadu_si128(t + 8 + g)),
-                    p3 = _mm_maddubs_epi16(q3, _mm_loadu_si128(t + 12 + g));
+      const __m128i p0 = _mm_maddubs_epi16(q0, _mm_load_si128(t + g)),
+                    p1 = _mm_maddubs_epi16(q1, _mm_load_si128(t + 4 + g)),
+                    p2 = _mm_maddubs_epi16(q2, _mm_load_si128(t + 8 + g)),
+                    p3 = _mm_maddubs_epi16(q3, _mm_load_si128(t + 12 + g));
       const __m128i sum = WIDEN_QUADS(_mm, p0, p1, p2, p3, ones, sums);
-      _mm_storeu_si128(d + g, _mm_add_epi32(_mm_loadu_si128(d + g), sum));
+      _mm_store_si128(d + g, _mm_add_epi32(_mm_load_si128(d + g), sum));
     }
   )
 }
@@ -1126,6 +1129,8 @@ vta_sim_t *vta_sim_create(const vta_params_t *params, char *err, size_t errlen) 
     fail(err, errlen, VTA_ERR_ARG, "out of host memory for the SRAMs");
     return NULL;
   }
+  if (kernel == K_PORTABLE && s->gemm_row_unsigned && ((uintptr_t)s->acc | (uintptr_t)s->wgt_q) % 16)
+    s->gemm_row_unsigned = s->gemm_row_sum2 = s->gemm_row_sum4 = NULL; /* its aligned loads need 16-byte rows */
   if (vta_sim_set_threads(s, VTA_SIM_DEFAULT_THREADS, VTA_SIM_PAR_MIN_MACS, err, errlen)) {
     vta_sim_destroy(s);
     return NULL;
