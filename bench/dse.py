@@ -40,6 +40,9 @@ from tuning.tune import tune_tasks
 
 
 def sample(front: list[dict], n: int) -> list[dict]:
+    """``n`` records spread evenly over the front, its cheapest and fastest among them."""
+    if n <= 0:
+        return []
     if len(front) <= n:
         return front
     return [front[round(i * (len(front) - 1) / (n - 1))] for i in range(n)] if n > 1 else [front[-1]]
@@ -70,11 +73,14 @@ def long_tuning(search: Search, rec: dict, trials: int) -> tuple[int, int, float
 
 
 def scaling(search: Search, points: list[dict]) -> list[tuple[int, float]]:
+    import dask
     import distributed
     out = []
     for workers in (1, 2):
-        with distributed.LocalCluster(processes=True, n_workers=workers, threads_per_worker=1,
-                                      dashboard_address=":0") as cluster, tempfile.TemporaryDirectory() as tmp:
+        # forked workers: a spawned one would import this script again, without the bench directory on its path
+        with dask.config.set({"distributed.worker.multiprocessing-method": "fork"}), \
+                distributed.LocalCluster(processes=True, n_workers=workers, threads_per_worker=1,
+                                         dashboard_address=":0") as cluster, tempfile.TemporaryDirectory() as tmp:
             space = {k: sorted({p[k] for p in points}) for k in points[0]}
             t0 = time.perf_counter()
             run_search(search, space, tmp, dask=cluster.scheduler_address)
