@@ -306,12 +306,12 @@ def test_transfer_learning_changes_first_proposals(exhaustive):
         t, tab = exhaustive[other]
         history += [make_record(t, MeasureResult(t.space[i], c)) for i, c in list(tab.items())[::2]]
 
-    def first_batch(seed: int, warm: bool, **kwargs) -> list[dict]:
+    def first_batch(seed: int, warm: bool, batch: int = 8, **kwargs) -> list[dict]:
         tuner = XGBTuner(task, seed=seed, **kwargs)
         if warm:
             tuner.load_history(history)
             assert tuner.trials == 0  # other tasks' records are not this task's trials
-        return tuner.next_batch(8)
+        return tuner.next_batch(batch)
 
     def best(batch) -> float:
         return min(table[task.space.index_of(c)] for c in batch) / opt
@@ -320,8 +320,9 @@ def test_transfer_learning_changes_first_proposals(exhaustive):
     cold = [best(first_batch(seed, False, prior=False)) for seed in SEEDS]
     warm = [best(first_batch(seed, True, prior=False)) for seed in SEEDS]
     assert np.mean(warm) < np.mean(cold) and max(warm) <= 1.05, (cold, warm)
-    # with the prior: the corrections learned on other layers change the ranking
-    assert first_batch(0, True) != first_batch(0, False)
+    # with the prior: the corrections learned on other layers change the ranking (of 16: the prior alone, which
+    # the shared-bus timing model made closer to the truth, already picks the first 8 as the warm model does)
+    assert first_batch(0, True, batch=16) != first_batch(0, False, batch=16)
     assert best(first_batch(0, True)) <= 1.05
 
 
