@@ -85,18 +85,20 @@ def _tile_at_limit(rng: np.random.Generator, shape: tuple[int, int], quads: int,
 
 
 def _gemm_check(name: str, overrides: dict, seed: int, runs: bool = False, threads: int = 1,
-                unsigned: bool = False, sums: int = 1) -> None:
+                unsigned: bool = False, sums: int = 1, fused: bool = False) -> None:
     """Random GEMMs (several micro-ops, both loops, extreme operands) against numpy with int32 wrap-around; with
     ``runs`` the micro-ops come in runs (``_run_triples``), with ``threads`` every GEMM is split over that many,
     with ``unsigned`` every input is in [0, 127] (what the unsigned-input kernel takes: ReLU outputs), with
     ``sums`` 2 or 4 most weight tiles allow that many quads' int16 sums (small weights) and four sit at the limit,
     two just inside it (a lane's sum of |w| is 258) and two just outside (259), each sign. Where the unsigned-input
-    kernels built a tile's quad layout, its sum2 / sum4 marks must be what numpy computes."""
+    kernels built a tile's quad layout, its sum2 / sum4 marks must be what numpy computes. With ``fused`` the inner
+    loop's iterations (5 of them: more than the avx512vnni kernel's four tiles a call) all add into the same
+    accumulators (dst_factor_in 0), which that path's unsigned kernel takes in one call per run."""
     from test_semantics import finish, gemm, uops, wrap32
 
     cfg = load_config("pynq", **overrides)
     rng = np.random.default_rng(seed)
-    n_inp, n_wgt, n_acc = 24, 12, 16
+    n_inp, n_wgt, n_acc = (24 + 4 * 24, 12 + 4 * 2, 16) if fused else (24, 12, 16)
     x = rng.integers(0 if unsigned else -128, 128, (n_inp, cfg.BATCH, cfg.BLOCK_IN)).astype(np.int8)
     bound = {1: 128, 2: 65, 4: 33}[sums]
     w = rng.integers(-bound, min(bound, 128), (n_wgt, cfg.BLOCK_OUT, cfg.BLOCK_IN)).astype(np.int8)
@@ -112,6 +114,8 @@ def _gemm_check(name: str, overrides: dict, seed: int, runs: bool = False, threa
     iters, dst, src, wf = (2, 3), (4, 1), (6, 2), (3, 1)
     if runs:
         triples, iters, dst, src, wf = _run_triples(rng), (2, 1), (1, 0), (1, 0), (3, 0)
+    if fused:   # 5 inner iterations into the same accumulators, each with its own inputs and tile
+        iters, dst, src, wf = (2, 5), (dst[0], 0), (1, 24), (1, 2)
     sim = Simulator(cfg, threads=threads)
     sim._set_threads(threads, 0)
     assert sim.kernel_path == os.environ["VTA_SIM_KERNEL"]
@@ -154,6 +158,9 @@ def _child() -> None:
             _gemm_check(name, overrides, 100 * i + seed, runs=True, threads=2 + seed)
             _gemm_check(name, overrides, 100 * i + seed, unsigned=True)
             _gemm_check(name, overrides, 100 * i + seed, runs=True, threads=1 + seed, unsigned=True)
+            _gemm_check(name, overrides, 100 * i + seed, unsigned=True, fused=True)
+            _gemm_check(name, overrides, 100 * i + seed, runs=True, threads=1 + seed, unsigned=True, fused=True)
+            _gemm_check(name, overrides, 100 * i + seed, runs=True, threads=2, fused=True)
             for sums in (2, 4) if overrides.get("LOG_BLOCK", 4) == 4 else ():   # the quad kernels: 16x16 blocks
                 _gemm_check(name, overrides, 100 * i + seed, unsigned=True, sums=sums)
                 _gemm_check(name, overrides, 100 * i + seed, runs=True, threads=1 + seed, unsigned=True, sums=sums)
