@@ -181,9 +181,9 @@ def evaluate(search: Search, point: dict[str, int]) -> dict[str, Any]:
 def _tune_and_time(search: Search, cfg: HwConfig) -> dict[str, Any]:
     from graph_pack.build import build
     from graph_pack.pack import graph_pack
+    from hw_config.config import LATENCY_NEUTRAL
     from tuning.task import extract_tasks
 
-    from hw_config.config import LATENCY_NEUTRAL
     cfg = cfg.replace(**LATENCY_NEUTRAL)   # cycles are the objective: no board model to evaluate per trial
     graph, qgraph, qparams, (start, stop), x = _network(search, cfg.BATCH)
     packed = graph_pack(qgraph, cfg, start_name=start, stop_name=stop)
