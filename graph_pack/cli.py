@@ -17,6 +17,7 @@ from graph_pack.frontend_onnx import DEFAULT_MAX_MODEL_BYTES, DEFAULT_MAX_TENSOR
 from graph_pack.graph import Graph
 from graph_pack.host_run import run_cpu
 from graph_pack.host_templates import host
+from graph_pack.labels import IMAGENET_CLASSES, imagenet_class_names
 from graph_pack.pack import format_offload_report, graph_pack
 from graph_pack.quantize import MODES, quantize
 from graph_pack.reference import run_reference
@@ -128,13 +129,17 @@ def _board_figure(board) -> str:
 
 
 def _top5(y: np.ndarray, random_weights: bool) -> str:
+    """The top-5 classes of each of the first four images: ImageNet's class names where the output has its 1000
+    classes, indices otherwise; said to be no prediction where the weights are the zoo's random ones."""
     if y.ndim != 2:
         return f"output shape {y.shape}, mean {y.mean():.4f}, std {y.std():.4f}"
+    names = imagenet_class_names() if y.shape[1] == IMAGENET_CLASSES else None
     lines = []
     for n, row in enumerate(y[:4]):
         order = np.argsort(-row, kind="stable")[:5]
-        lines.append(f"  image {n}: " + ", ".join(f"{int(i)} ({row[i]:.4f})" for i in order))
-    note = " (the zoo's weights are random: class indices, not predictions)" if random_weights else ""
+        lines.append(f"  image {n}: " + ", ".join(
+            f"{names[i]} #{int(i)} ({row[i]:.4f})" if names else f"{int(i)} ({row[i]:.4f})" for i in order))
+    note = " (random weights: the zoo's models are untrained, so these are not predictions)" if random_weights else ""
     return f"top-5 classes (score){note}:\n" + "\n".join(lines)
 
 

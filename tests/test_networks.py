@@ -119,7 +119,22 @@ def test_vta_run_cli_checks_and_prints(capsys):
     timing = next(line for line in out.splitlines() if line.startswith("import "))
     assert "; compile " in timing and "import" not in timing.split("; compile ", 1)[1]
     assert "ms predicted by the board model" in out and "measured" not in out
-    assert "top-5 classes (score) (the zoo's weights are random: class indices, not predictions):" in out
+    assert "top-5 classes (score) (random weights: the zoo's models are untrained, so these are not predictions):" \
+        in out
+
+
+def test_top5_names_imagenet_classes_and_says_which_weights_are_random():
+    """A 1000-class output is printed with ImageNet's class names (class 0 is the tench, 1 the goldfish, 999
+    toilet tissue, as in ImageNet's synset list), beside the index; another width with indices only."""
+    from graph_pack.cli import _top5
+    y = np.zeros((1, 1000), np.float32)
+    y[0, [0, 1, 999, 417, 2]] = [5, 4, 3, 2, 1]
+    out = _top5(y, random_weights=False)
+    first = ("  image 0: tench #0 (5.0000), goldfish #1 (4.0000), toilet tissue #999 (3.0000), balloon #417 (2.0000), "
+             "great white shark #2 (1.0000)")
+    assert out.splitlines() == ["top-5 classes (score):", first]
+    assert "not predictions" in _top5(y, random_weights=True)
+    assert _top5(np.eye(1, 10, 3, dtype=np.float32), False).splitlines()[1].startswith("  image 0: 3 (1.0000), 0 (")
 
 
 def test_vta_run_threads_flag_sets_the_simulators_gemm_threads(capsys):
