@@ -8,7 +8,9 @@ import io
 import json
 import re
 import subprocess
+import time
 import warnings
+from pathlib import Path
 
 import numpy as np
 import pytest
@@ -186,11 +188,26 @@ def test_the_cli_refuses_what_target_cpu_cannot_do(tmp_path, argv, message):
     assert len(done.stderr.strip().splitlines()) == 1, done.stderr
 
 
+def processes_running(text: str) -> list[str]:
+    """The command lines of this machine's processes that contain ``text`` (Linux /proc)."""
+    out = []
+    for d in Path("/proc").iterdir():
+        if d.name.isdigit():
+            try:
+                cmd = (d / "cmdline").read_bytes().replace(b"\0", b" ").decode(errors="replace")
+            except OSError:
+                continue
+            if text in cmd:
+                out.append(f"{d.name}: {cmd}")
+    return out
+
+
 def test_tuning_over_rpc_on_a_cpu_server_writes_records_that_build_uses(tmp_path):
     from vta.rpc import LocalCluster
     from vta.rpc.client import RemoteDevice, request_board
     graph, params, x = small_net()
     with LocalCluster(boards=1, key="cpu", server_args=("--device", "cpu"), log_dir=tmp_path) as cluster:
+        tracker = f"--tracker {cluster.address} "
         runner = tuning.RPCCpuRunner("cpu", *cluster.tracker, number=1, repeat=2)
         assert runner.cpu_target == host()   # the server reports its own CPU
         tasks = tuning.extract_tasks(graph, runner.cpu_target, target="cpu")
@@ -210,6 +227,11 @@ def test_tuning_over_rpc_on_a_cpu_server_writes_records_that_build_uses(tmp_path
                 board.measure_cpu({**workload, "data_shape": [1, 1 << 27], "kernel_shape": [10, 1 << 27]}, {}, {})
             bad = board.measure_cpu(workload, {**tasks[1].default_config, "tile_x": [7, 7]}, {})
             assert bad["error"].startswith("invalid config")
+        assert processes_running(tracker)   # the server, and the worker it measures in
+    deadline = time.monotonic() + 15
+    while processes_running(tracker):   # a stopped server leaves no measuring worker behind
+        assert time.monotonic() < deadline, f"left running: {processes_running(tracker)}"
+        time.sleep(0.1)
     records = load_records(log, template=None)
     assert len(records) == 4 and all(r.ok and r.hw == host().fingerprint for r in records)
     mod = build(graph, "pynq", params, host_schedules=tuning.load_best(log, "cpu"))

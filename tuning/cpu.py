@@ -162,8 +162,11 @@ def measure_cpu(task: CpuTask, config: dict, option: MeasureOption, seed: int = 
         return MeasureResult(config, error=f"failed: {detail}", wall_s=time.perf_counter() - t0)
 
 
-def _serve(conn) -> None:
-    """The worker process: measure what the parent sends until it closes the pipe."""
+def _serve(conn, parent_end) -> None:
+    """The worker process: measure what the parent sends until it closes the pipe (or dies: the fork's copy of
+    the parent's end is closed first, else the pipe would never report the parent gone and the worker would
+    outlive a killed server)."""
+    parent_end.close()
     signal.signal(signal.SIGINT, signal.SIG_IGN)   # Ctrl-C is the parent's to handle
     while True:
         try:
@@ -180,7 +183,7 @@ class _Worker:
     def __init__(self) -> None:
         ctx = multiprocessing.get_context("fork")
         self.conn, child = ctx.Pipe()
-        self.proc = ctx.Process(target=_serve, args=(child,), daemon=True)
+        self.proc = ctx.Process(target=_serve, args=(child, self.conn), daemon=True)
         self.proc.start()
         child.close()
 
