@@ -226,6 +226,31 @@ def test_a_search_killed_with_sigkill_resumes_without_measuring_twice(tmp_path):
         assert final[key] == rec   # not measured again
 
 
+def test_worker_processes_rerun_the_points_a_dead_worker_lost(searched, tmp_path, monkeypatch):
+    """--parallel 2: a point whose worker dies every time fails alone (its worker died twice: in the pool, then
+    alone); the points the broken pool lost with it run again and equal the in-process search."""
+    from tuning import dse
+    _, reference = searched
+    by_point = {point_key(r["point"]): r for r in reference.records}
+    killer = {"LOG_BLOCK": 5, "LOG_BUS_WIDTH": 7}
+    real = dse.evaluate
+
+    def evaluate(search, point):   # the forked workers inherit this
+        if point == killer:
+            os._exit(9)
+        return real(search, point)
+
+    monkeypatch.setattr(dse, "evaluate", evaluate)
+    records = run_search(SEARCH, SPACE, tmp_path, parallel=2).records
+    assert len(records) == 6
+    for rec in records:
+        if rec["point"] == killer:
+            assert (rec["status"], rec["reason"]) == ("failed", "its worker process died twice")
+            continue
+        ref = by_point[point_key(rec["point"])]
+        assert (rec["status"], rec.get("accel_cycles")) == (ref["status"], ref.get("accel_cycles"))
+
+
 # ---- Dask ------------------------------------------------------------------------------------------------------
 
 def test_points_on_a_dask_cluster_with_a_worker_killed_are_all_run(searched, tmp_path):

@@ -23,11 +23,11 @@ import hashlib
 import itertools
 import json
 import math
+import multiprocessing
 import os
 import time
 from collections.abc import Callable, Iterable, Sequence
-from concurrent.futures import ProcessPoolExecutor, as_completed
-from concurrent.futures.process import BrokenProcessPool
+from concurrent.futures import ProcessPoolExecutor
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any
@@ -35,6 +35,7 @@ from typing import Any
 import numpy as np
 
 from hw_config import ConfigError, HwConfig, load_config
+from tuning.measure import completed_in
 
 # Axes a search may vary: integer config keys (the rest of a config is the base's).
 AXES = ("LOG_BATCH", "LOG_BLOCK", "LOG_UOP_BUFF_SIZE", "LOG_INP_BUFF_SIZE", "LOG_WGT_BUFF_SIZE",
@@ -321,27 +322,27 @@ def _evaluate_all(search: Search, points: Sequence[dict], parallel: int, dask: s
         yield from _in_processes(search, points, parallel)
 
 
+def _evaluate_star(job: tuple[Search, dict]) -> dict:
+    return evaluate(*job)
+
+
 def _in_processes(search: Search, points: Sequence[dict], parallel: int):
-    """Points in worker processes; when a worker dies (killed, out of memory) the unfinished points run again in
-    a fresh pool."""
-    left = list(points)
-    for _attempt in range(3):
-        if not left:
-            return
-        with ProcessPoolExecutor(max_workers=parallel) as pool:
-            futures = {pool.submit(evaluate, search, p): p for p in left}
-            finished: list[dict] = []
-            try:
-                for fut in as_completed(futures):
-                    rec = fut.result()
-                    finished.append(futures[fut])
-                    yield rec
-            except BrokenProcessPool:
-                pass
-        gone = {point_key(p) for p in finished}
-        left = [p for p in left if point_key(p) not in gone]
-    for p in left:   # a point that kills its worker every time
-        yield {"search": search.key, "point": p, "status": "failed", "reason": "its worker process died 3 times"}
+    """Points in forked worker processes, each record as it finishes. A worker that dies (killed, out of memory)
+    breaks the pool: the points it lost then run again each in a process of its own, as LocalRunner reruns lost
+    configs, so a point that kills its worker every time fails alone."""
+    jobs = [(search, p) for p in points]
+    lost = []
+    with ProcessPoolExecutor(parallel, mp_context=multiprocessing.get_context("fork")) as pool:
+        for i, rec in completed_in(pool, _evaluate_star, jobs, range(len(jobs))):
+            if rec is None:
+                lost.append(i)
+            else:
+                yield rec
+    for i in lost:
+        with ProcessPoolExecutor(1, mp_context=multiprocessing.get_context("fork")) as alone:
+            rec = next(r for _, r in completed_in(alone, _evaluate_star, jobs, [i]))
+        yield rec or {"search": search.key, "point": points[i], "status": "failed",
+                      "reason": "its worker process died twice"}
 
 
 def _on_dask(search: Search, points: Sequence[dict], address: str):

@@ -14,7 +14,7 @@ import os
 import signal
 import time
 import traceback
-from collections.abc import Sequence
+from collections.abc import Callable, Iterable, Iterator, Sequence
 from concurrent.futures import ProcessPoolExecutor, as_completed
 from concurrent.futures.process import BrokenProcessPool
 from dataclasses import asdict, dataclass
@@ -128,6 +128,23 @@ def _measure_on_cluster(args: tuple) -> MeasureResult:
     return measure_one(*args)
 
 
+def completed_in(pool: ProcessPoolExecutor, fn: Callable[[Any], Any], jobs: Sequence[Any],
+                 which: Iterable[int]) -> Iterator[tuple[int, Any]]:
+    """``(i, fn(jobs[i]))`` for each ``i`` of ``which`` as it finishes in ``pool``, and ``(i, None)`` for each job a
+    broken pool (a worker that died) lost: the caller reruns those (``LocalRunner``, ``vta dse``)."""
+    which = list(which)
+    try:
+        futures = {pool.submit(fn, jobs[i]): i for i in which}
+    except BrokenProcessPool:
+        yield from ((i, None) for i in which)
+        return
+    for future in as_completed(futures):
+        try:
+            yield futures[future], future.result()
+        except BrokenProcessPool:
+            yield futures[future], None
+
+
 class LocalRunner:
     """Measure on the simulator, in ``n_parallel`` worker processes (1: in this process).
 
@@ -168,15 +185,8 @@ class LocalRunner:
     @staticmethod
     def _run(pool: ProcessPoolExecutor, jobs: list[tuple], which) -> list[MeasureResult | None]:
         results: list[MeasureResult | None] = [None] * len(jobs)
-        try:
-            futures = {pool.submit(_measure_star, jobs[i]): i for i in which}
-        except BrokenProcessPool:
-            return results
-        for future in as_completed(futures):
-            try:
-                results[futures[future]] = future.result()
-            except BrokenProcessPool:
-                pass
+        for i, result in completed_in(pool, _measure_star, jobs, which):
+            results[i] = result
         return results
 
     def close(self) -> None:
