@@ -11,14 +11,19 @@ def dma_cycles(cfg: HwConfig, rows, row_bytes, transfers=1):
     """Cycles of ``transfers`` 2D DMA transfers of ``rows`` rows of ``row_bytes`` bytes each (a contiguous transfer
     is one row): per transfer the DRAM latency, then per row its bus beats plus a gap after every burst. Integers
     or numpy arrays (a float array of fractional bytes rounds each row up to whole beats, as the hardware does)."""
-    beats = -(-np.asarray(row_bytes) // cfg.BUS_BYTES)
+    beats = _row_beats(cfg, row_bytes)
     bursts = -(-beats // cfg.DMA_BURST_BEATS)
     return transfers * (cfg.DRAM_LATENCY + rows * (beats + bursts * cfg.DMA_BURST_GAP))
 
 
 def dma_beats(cfg: HwConfig, rows, row_bytes, transfers=1):
     """Bus beats of ``transfers`` 2D DMA transfers (what ``dma_cycles`` counts besides latency and gaps)."""
-    return transfers * rows * -(-np.asarray(row_bytes) // cfg.BUS_BYTES)
+    return transfers * rows * _row_beats(cfg, row_bytes)
+
+
+def _row_beats(cfg: HwConfig, row_bytes):
+    """Bus beats of a row: its bytes rounded up to whole beats."""
+    return -(-np.asarray(row_bytes) // cfg.BUS_BYTES)
 
 
 def shared_spans(a_beats, a_span, b_beats, b_span):

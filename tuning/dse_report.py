@@ -138,6 +138,6 @@ def render(outcome: Outcome) -> str:
     sections += ["<h2>Against each resource</h2>", f"<div>{panels}</div>",
                  "<h2>What each axis buys</h2>", axis_table(outcome),
                  "<h2>The front's configs</h2>", front_table(outcome)]
-    data = json.dumps({"search": s.__dict__, "front": outcome.front,
-                       "base": base_and_best(outcome)[0], "best": base_and_best(outcome)[1], "counts": counts})
+    base, best = base_and_best(outcome)
+    data = json.dumps({"search": s.__dict__, "front": outcome.front, "base": base, "best": best, "counts": counts})
     return page(f"Co-design search: {s.network} on {s.part}", sections, data)
