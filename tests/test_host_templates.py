@@ -1,7 +1,7 @@
 """The host (CPU) templates: every space enumerable, every config sampled here agreeing with a float64 numpy
 oracle (np.allclose, tight tolerance: the kernels reassociate sums), the epilogues, the refusals, and the same
-kernels compiled for AArch64 and ARMv7 object code (run under qemu-arm and checked against numpy where the armhf
-cross compiler is installed)."""
+kernels compiled to AArch64 and ARMv7 object code, linked by Debian's cross gcc and run under qemu-aarch64 and
+qemu-arm against numpy (`bash .ci/arm-cross.sh` installs them)."""
 
 from __future__ import annotations
 
@@ -11,8 +11,9 @@ import numpy as np
 import pytest
 from extras import need, needs
 
-from graph_pack.host_templates import AARCH64, ARMV7, HOST_TEMPLATES, host_template_of
-from graph_pack.host_templates.conv2d import conv_reference, pack_weights
+from graph_pack.host_templates import AARCH64, ARMV7, HOST_TEMPLATES, host_template_of, object_code
+from graph_pack.host_templates.conv2d import conv_reference
+from graph_pack.host_templates.dense import DensePack
 from vta.runtime import ScheduleError
 
 pytestmark = needs("llvmlite")
@@ -147,42 +148,146 @@ def test_the_same_kernels_compile_for_arm_targets(target, op, workload):
         assert b"kernel" in obj   # the symbol the board's harness calls
 
 
-HARNESS = r"""
+# Running ARM kernels: each target's cross gcc links the kernels' object code with DRIVER into one static program,
+# which qemu-user runs on the target's own CPU model (so an instruction that CPU lacks fails the run).
+CROSS_TOOLCHAIN = {AARCH64: "aarch64-toolchain", ARMV7: "armv7-toolchain"}   # the test need giving gcc and qemu
+CROSS_TARGETS = [pytest.param(t, id=name.split("-")[0], marks=needs(name)) for t, name in CROSS_TOOLCHAIN.items()]
+GUARD = 64   # bytes after each buffer that the kernel must leave alone
+DRIVER = r"""
 #include <stdio.h>
 #include <stdlib.h>
-void kernel(float *, float *, float *, float *, float *, float *);
+#include <string.h>
+#define ARGS %(arity)d
+#define GUARD %(guard)d
+typedef void kernel_fn(%(params)s);
+kernel_fn %(names)s;
+static kernel_fn *const KERNELS[] = {%(names)s};
+/* argv: which kernel, then each argument's size in bytes; stdin: every argument but the last (the output), which
+   starts as 0xff bytes (NaN, -1) so an output the kernel never writes is caught; stdout: the output. */
 int main(int argc, char **argv) {
-    long n[4];
-    for (int i = 0; i < 4; i++) n[i] = atol(argv[i + 1]);   /* input, scratch, packed weights, output */
-    float *x = malloc(4 * n[0]), *s = calloc(n[1], 4), *w = malloc(4 * n[2]), *o = malloc(4 * n[3]), z = 0;
-    if (fread(x, 4, n[0], stdin) != (size_t)n[0] || fread(w, 4, n[2], stdin) != (size_t)n[2]) return 2;
-    kernel(x, s, w, &z, &z, o);
-    fwrite(o, 4, n[3], stdout);
+    size_t size[ARGS];
+    unsigned char *a[ARGS];
+    if (argc != ARGS + 2) {
+        fprintf(stderr, "usage: %%s KERNEL_INDEX then %%d argument sizes in bytes\n", argv[0], ARGS);
+        return 64;
+    }
+    for (int i = 0; i < ARGS; i++) {
+        size[i] = strtoul(argv[i + 2], NULL, 10);
+        a[i] = malloc(size[i] + GUARD);
+        memset(a[i], 0xff, size[i]);
+        memset(a[i] + size[i], 0xa5, GUARD);
+        if (i < ARGS - 1 && fread(a[i], 1, size[i], stdin) != size[i]) {
+            fprintf(stderr, "stdin ended before argument %%d\n", i);
+            return 65;
+        }
+    }
+    KERNELS[atoi(argv[1])](%(call)s);
+    for (int i = 0; i < ARGS; i++)
+        for (int j = 0; j < GUARD; j++)
+            if (a[i][size[i] + j] != 0xa5) {
+                fprintf(stderr, "the kernel wrote past argument %%d (%%zu bytes)\n", i, size[i]);
+                return 66;
+            }
+    fwrite(a[ARGS - 1], 1, size[ARGS - 1], stdout);
     return 0;
 }
 """
 
 
-def test_an_armv7_conv_kernel_runs_under_qemu_and_agrees_with_numpy(tmp_path):
-    cross, qemu = need("armv7-toolchain")
-    t = _template("conv2d_nchw_spatial_pack.arm", STRIDED)
-    config = _valid(t, 1, seed=6)[0]
-    (tmp_path / "conv.o").write_bytes(t.object_code(config, ARMV7))
-    (tmp_path / "main.c").write_text(HARNESS)
-    exe = tmp_path / "conv"
-    subprocess.run([cross, "-O1", "-static", "-o", str(exe), str(tmp_path / "main.c"), str(tmp_path / "conv.o")],
-                   check=True, capture_output=True, timeout=120)
-    inputs = t.random_inputs(np.random.default_rng(7))
-    s = t.sched(config)
-    wp = pack_weights(inputs["kernel"], s.ic_bn, s.oc_bn)
-    p = t.p
-    sizes = [inputs["data"].size, p.n * p.c * (p.h + p.pt + p.pb) * (p.w + p.pl + p.pr), wp.size,
-             int(np.prod(t.out_shape))]
-    done = subprocess.run([qemu, str(exe), *map(str, sizes)], input=inputs["data"].tobytes() + wp.tobytes(),
+def _cross_program(target, irs: list[str], arity: int, where) -> str:
+    """One static program for ``target`` holding the kernels ``irs`` (their functions named kernel0, kernel1, ...,
+    each taking ``arity`` pointers), run by ``_run_under_qemu``."""
+    cross, _ = need(CROSS_TOOLCHAIN[target])
+    objects = []
+    for i, ir in enumerate(irs):
+        objects.append(where / f"kernel{i}.o")
+        objects[-1].write_bytes(object_code(ir, target))
+    names = ", ".join(f"kernel{i}" for i in range(len(irs)))
+    (where / "driver.c").write_text(DRIVER % {"arity": arity, "guard": GUARD, "names": names,
+                                              "params": ", ".join(["void *"] * arity),
+                                              "call": ", ".join(f"a[{i}]" for i in range(arity))})
+    exe = where / "kernels"
+    done = subprocess.run([cross, "-O1", "-static", "-Wall", "-Werror", "-o", str(exe), str(where / "driver.c"),
+                           *map(str, objects)], capture_output=True, text=True, timeout=120, check=False)
+    assert done.returncode == 0, f"{cross} could not link the kernels:\n{done.stderr}"
+    return str(exe)
+
+
+def _run_under_qemu(target, exe: str, index: int, args: list[np.ndarray], out: np.ndarray) -> np.ndarray:
+    """kernel<index>(*args, out) run under qemu-user; returns what it wrote into ``out``'s shape and dtype."""
+    _, qemu = need(CROSS_TOOLCHAIN[target])
+    sizes = [a.nbytes for a in args] + [out.nbytes]
+    done = subprocess.run([qemu, "-cpu", target.cpu, exe, str(index), *map(str, sizes)],
+                          input=b"".join(np.ascontiguousarray(a).tobytes() for a in args),
                           capture_output=True, timeout=120, check=False)
-    assert done.returncode == 0, done.stderr
-    got = np.frombuffer(done.stdout, np.float32).reshape(t.out_shape)
-    assert _close(got, t.reference(**inputs))
+    assert done.returncode == 0, f"kernel{index} under {qemu}: exit {done.returncode}, {done.stderr.decode()[-500:]}"
+    assert len(done.stdout) == out.nbytes
+    return np.frombuffer(done.stdout, out.dtype).reshape(out.shape)
+
+
+def _kernel_args(t, config, inputs: dict, epilogue: tuple) -> tuple[list[np.ndarray], np.ndarray]:
+    """A kernel's arguments but the output, in its order, as its build() passes them (packed weights, a zeroed
+    staging scratch for conv, one float for an unused bias or residual), and an empty output."""
+    unused = np.zeros(1, np.float32)
+    bias = inputs["bias"] if "bias" in epilogue else unused
+    if isinstance(t, DensePack):
+        wp = t.pack_kernel(inputs["kernel"], t.checked(config)["tile_x"][1])
+        return [inputs["data"], wp, bias], np.empty((t.n, t.m), np.float32)
+    p, s = t.p, t.sched(t.checked(config))
+    scratch = np.zeros(p.n * p.c * (p.h + p.pt + p.pb) * (p.w + p.pl + p.pr), inputs["data"].dtype)
+    residual = inputs["residual"] if "residual" in epilogue else unused
+    out = np.empty(t.out_shape, np.int32 if t.integer else np.float32)
+    return [inputs["data"], scratch, t.pack_kernel(inputs["kernel"], s), bias, residual], out
+
+
+def _covering(t, seed: int = 0) -> list[dict]:
+    """The default config, then valid configs picked greedily until every value of every knob that some valid
+    config takes (each tile size, vectorize, unroll_kw, reorder) has been run."""
+    space = t.space()
+
+    def values(config: dict) -> set:
+        return {(name, repr(v)) for name, v in config.items()}
+
+    picked = [space.normalize(t.default_config())]
+    seen = values(picked[0])
+    for i in np.random.default_rng(seed).permutation(len(space)):
+        config = space.normalize(space[int(i)])
+        if not values(config) <= seen and t.check(config) is None:
+            picked.append(config)
+            seen |= values(config)
+    return picked
+
+
+# what the ARM boards run: the ARM conv2d (stride 1 and 2: the wide loads and shuffles of vectorize=1), and the
+# depthwise, dense and int8 conv templates that an ARM CPU's tasks take too; float ones with their epilogues
+QEMU_RUNS = [("conv2d_nchw_spatial_pack.arm", CONV, ("bias", "residual", "relu")),
+             ("conv2d_nchw_spatial_pack.arm", STRIDED, ("bias", "relu")),
+             ("depthwise_conv2d_NCHWc.x86", DEPTHWISE, ("bias", "residual", "relu")),
+             ("dense_pack.x86", DENSE, ("bias", "relu")),
+             ("conv2d_NCHWc_int8.x86", CONV, ())]
+
+
+@pytest.mark.parametrize("target", CROSS_TARGETS)
+@pytest.mark.parametrize(("op", "workload", "epilogue"), QEMU_RUNS,
+                         ids=["spatial-pack", "spatial-pack-stride2", "depthwise", "dense", "int8-conv"])
+def test_arm_kernels_run_under_qemu_and_agree_with_numpy(target, op, workload, epilogue, tmp_path):
+    t = host_template_of(op).parse(op, target, (), dict(workload))   # the ARM CPU's lanes, registers, default
+    configs = _covering(t)
+    if op == "conv2d_nchw_spatial_pack.arm":
+        assert all({c[knob] for c in configs} == {0, 1} for knob in ("vectorize", "unroll_kw", "reorder"))
+    rng = np.random.default_rng(7)
+    inputs = t.random_inputs(rng)
+    out_shape = (t.n, t.m) if isinstance(t, DensePack) else t.out_shape
+    inputs |= {"bias": rng.standard_normal(out_shape[1]).astype(np.float32),
+               "residual": rng.standard_normal(out_shape).astype(np.float32)}
+    want = t.reference(**{k: v for k, v in inputs.items() if k in ("data", "kernel", *epilogue)},
+                       relu="relu" in epilogue)
+    calls = [_kernel_args(t, config, inputs, epilogue) for config in configs]
+    exe = _cross_program(target, [t.ir(c, target, epilogue, name=f"kernel{i}") for i, c in enumerate(configs)],
+                         len(calls[0][0]) + 1, tmp_path)
+    for i, (config, (args, out)) in enumerate(zip(configs, calls)):
+        got = _run_under_qemu(target, exe, i, args, out)
+        assert _close(got, want), (config, float(np.abs(got.astype(np.float64) - want).max()))
 
 
 @pytest.mark.parametrize("workload", [CONV, STRIDED], ids=["stride1", "stride2"])

@@ -142,8 +142,7 @@ class DensePack(HostTemplate):
             given = {"data": data, "kernel": kernel, "bias": bias}
             check_arrays(self.op, given, shapes, ("data", "kernel", *(("bias",) if "bias" in epilogue else ())))
             if packed[0] is not kernel:
-                blocked = kernel.reshape(self.m // bn, bn, self.k).transpose(0, 2, 1)
-                packed[:] = [kernel, np.ascontiguousarray(blocked, dtype=np.float32)]
+                packed[:] = [kernel, self.pack_kernel(kernel, bn)]
             x = np.ascontiguousarray(data)
             b = np.ascontiguousarray(bias) if "bias" in epilogue else zero
             out = np.empty((self.n, self.m), np.float32)
@@ -151,6 +150,10 @@ class DensePack(HostTemplate):
             return out
 
         return HostKernel(self, normal, epilogue, run, seconds)
+
+    def pack_kernel(self, w: np.ndarray, bn: int) -> np.ndarray:
+        """(M, K) -> (M/bn, K, bn): ``bn`` (tile_x) output features contiguous per k."""
+        return np.ascontiguousarray(w.reshape(self.m // bn, bn, self.k).transpose(0, 2, 1), dtype=np.float32)
 
     def reference(self, **inputs: np.ndarray) -> np.ndarray:
         out = inputs["data"].astype(np.float64) @ inputs["kernel"].astype(np.float64).T
