@@ -43,6 +43,8 @@ ACCEL_KEYS = ("DMA_EFFICIENCY", "DMA_ROW_CYCLES", "COMPUTE_LOOP_CYCLES")      # 
 HOST_UNIT_S = {"LAUNCH_US": 1e-6, "HOST_INSN_NS": 1e-9, "HOST_UOP_NS": 1e-9, "CACHE_NS_PER_BYTE": 1e-9}
 # (module, dependency flag) -> the queue it pops or pushes, -1: none (hw_config.isa_rules.DEP_QUEUES as numbers)
 _QUEUE_OF_FLAG = queue_table()
+_MEM_FIELDS = ("memory_type", "dram_base", "x_size", "y_size", "x_stride", "y_pad_0", "y_pad_1", "x_pad_0", "x_pad_1")
+_LOOP_FIELDS = ("iter_out", "iter_in", "uop_bgn", "uop_end")
 
 
 @dataclass(frozen=True)
@@ -91,9 +93,9 @@ class BoardProgram:
         rows = np.ascontiguousarray(insns, dtype=np.uint8).reshape(-1, INSN_BYTES)
         self.cfg = cfg
         n = self.n = rows.shape[0]
-        head = cfg.insn_formats["finish"].decode_rows(rows)
-        mem = cfg.insn_formats["mem"].decode_rows(rows)
-        loop = cfg.insn_formats["gemm"].decode_rows(rows)   # the loop fields sit alike in GEMM and ALU
+        head = cfg.insn_formats["finish"].decode_rows(rows, ("opcode", *DEP_FLAGS))
+        mem = cfg.insn_formats["mem"].decode_rows(rows, _MEM_FIELDS)
+        loop = cfg.insn_formats["gemm"].decode_rows(rows, _LOOP_FIELDS)   # they sit alike in GEMM and ALU
         op, mt = head["opcode"], mem["memory_type"]
         is_mem = (op == LOAD) | (op == STORE)
         module = module_indices(op, mt)   # index into MODULES
@@ -140,51 +142,45 @@ class BoardProgram:
         pop_ref = np.full((n, 2), -1, dtype=np.int64)     # the push whose end a pop waits for
         space_ref = np.full((n, 2), -1, dtype=np.int64)   # the pop whose start frees room for a push
         # slot 0: the prev flag, 1: the next flag (DEP_FLAGS = pop_prev, pop_next, push_prev, push_next)
-        flags = [head[f] for f in DEP_FLAGS]
+        # the queue each flag of each instruction pops or pushes (-1: the flag is clear or names no queue)
+        queue_of = np.where(np.stack([head[f] for f in DEP_FLAGS], axis=1) == 1, _QUEUE_OF_FLAG[module], -1)
         for q in range(len(QUEUES)):
-            pops = np.zeros(n, dtype=bool)
-            pushes = np.zeros(n, dtype=bool)
-            pop_slot = np.zeros(n, dtype=np.int64)
-            push_slot = np.zeros(n, dtype=np.int64)
-            for m in range(len(MODULES)):
-                for slot in range(2):
-                    if _QUEUE_OF_FLAG[m, slot] == q:
-                        sel = (module == m) & (flags[slot] == 1)
-                        pops |= sel
-                        pop_slot[sel] = slot
-                    if _QUEUE_OF_FLAG[m, 2 + slot] == q:
-                        sel = (module == m) & (flags[2 + slot] == 1)
-                        pushes |= sel
-                        push_slot[sel] = slot
-            pop_idx, push_idx = np.flatnonzero(pops), np.flatnonzero(pushes)
+            pop_idx, pop_slot = np.nonzero(queue_of[:, :2] == q)      # an instruction pops a queue by one flag
+            push_idx, push_slot = np.nonzero(queue_of[:, 2:] == q)
             if pop_idx.size > push_idx.size:
                 raise ValueError(f"instruction {int(pop_idx[push_idx.size])} pops a token that is never pushed: "
                                  "the board model needs a stream the simulator runs to completion")
-            pop_ref[pop_idx, pop_slot[pop_idx]] = push_idx[:pop_idx.size]
+            pop_ref[pop_idx, pop_slot] = push_idx[:pop_idx.size]
             tq = cfg.TOKEN_QUEUE_DEPTH
             waiting = push_idx[tq:]
             if waiting.size > pop_idx.size:
                 raise ValueError(f"instruction {int(waiting[pop_idx.size])} pushes onto a full token queue that "
                                  "is never popped: the board model needs a stream the simulator runs to completion")
-            space_ref[waiting, push_slot[waiting]] = pop_idx[:waiting.size]
-        self._module, self._prev, self._room = module.tolist(), prev.tolist(), room.tolist()
-        self._pop_a, self._pop_b = pop_ref[:, 0].tolist(), pop_ref[:, 1].tolist()
-        self._space_a, self._space_b = space_ref[:, 0].tolist(), space_ref[:, 1].tolist()
+            space_ref[waiting, push_slot[tq:]] = pop_idx[:waiting.size]
+        self._module, self._prev_a, self._room_a, self._pop_ref, self._space_ref = module, prev, room, pop_ref, space_ref
         ar = np.arange(n)
         in_order = bool((pop_ref < ar[:, None]).all() and (space_ref < ar[:, None]).all())
-        self._order = range(n) if in_order else self._event_order()
-        # the same, as the C re-timer takes them
+        self._in_order = in_order   # else an order is found by running the modules (_event_order)
+        self._order = ar if in_order else np.asarray(self._event_order(), dtype=np.int64)
+        # as the C re-timer takes them
         self._refs = [np.ascontiguousarray(a, dtype=np.int64) for a in
-                      (np.asarray(self._order, dtype=np.int64), prev, room, pop_ref[:, 0], pop_ref[:, 1],
-                       space_ref[:, 0], space_ref[:, 1])]
+                      (self._order, prev, room, pop_ref[:, 0], pop_ref[:, 1], space_ref[:, 0], space_ref[:, 1])]
+
+    def _lists(self) -> tuple[list[int], ...]:
+        """prev, room, pop_a, pop_b, space_a, space_b as Python lists, for the walks done in Python."""
+        if not hasattr(self, "_as_lists"):
+            self._as_lists = tuple(a.tolist() for a in (self._prev_a, self._room_a, self._pop_ref[:, 0],
+                                                        self._pop_ref[:, 1], self._space_ref[:, 0],
+                                                        self._space_ref[:, 1]))
+        return self._as_lists
 
     def _event_order(self) -> list[int]:
         """An order in which every instruction comes after those its start depends on (found once, by
         running the modules as the simulator does; it serves every duration)."""
-        n, prev, room = self.n, self._prev, self._room
-        pop_a, pop_b, space_a, space_b = self._pop_a, self._pop_b, self._space_a, self._space_b
+        n = self.n
+        prev, room, pop_a, pop_b, space_a, space_b = self._lists()
         seq: list[list[int]] = [[] for _ in MODULES]
-        for i, m in enumerate(self._module):
+        for i, m in enumerate(self._module.tolist()):
             seq[m].append(i)
         done = [False] * n
         order: list[int] = []
@@ -247,8 +243,7 @@ class BoardProgram:
         i = max(range(self.n), key=end.__getitem__)
         length = end[i]
         on_path: list[int] = []
-        prev, room = self._prev, self._room
-        pop_a, pop_b, space_a, space_b = self._pop_a, self._pop_b, self._space_a, self._space_b
+        prev, room, pop_a, pop_b, space_a, space_b = self._lists()
         node, k = "end", i
         while True:
             if node == "end":

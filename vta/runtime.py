@@ -244,7 +244,8 @@ class CommandQueue:
         self._stream_no = getattr(self, "_stream_no", -1) + 1   # recordings never cross streams (state())
         self.insns: list[_Insn | _Block] = []   # instructions, or replayed blocks of them
         self._count = 0                          # instructions in self.insns
-        self._pending: dict[int, set[str]] = {LOAD: set(), COMPUTE: set(), STORE: set()}
+        # pending pop flags per stage, immutable so that a recording's end state is shared, not copied
+        self._pending: dict[int, frozenset[str]] = dict.fromkeys((LOAD, COMPUTE, STORE), frozenset())
         self._tokens = dict.fromkeys(QUEUES.values(), 0)  # pushed minus popped, per queue
         self._uop_words: list[np.ndarray] = []
         self._uop_dram_used = 0
@@ -267,7 +268,7 @@ class CommandQueue:
             slot = self._slot[fmt]
             for flag in pending:
                 values[slot[flag]] = 1
-            self._pending[stage] = set()
+            self._pending[stage] = frozenset()
         insn = _Insn(fmt, stage, values)
         self.insns.append(insn)
         self._count += 1
@@ -290,7 +291,7 @@ class CommandQueue:
         flag = _POP_FLAG[(frm, to)]
         if flag in self._pending[to]:
             self._commit_pending(to)
-        self._pending[to].add(flag)
+        self._pending[to] = self._pending[to] | {flag}
         self._tokens[queue] -= 1
 
     def dep_push(self, frm: int, to: int) -> None:
@@ -321,7 +322,7 @@ class CommandQueue:
     def state(self) -> tuple:
         """What decides how the next instructions come out, besides the template's own arguments: the stream,
         pending dependency flags, resident micro-op kernels and where the next one goes, micro-op DRAM in use."""
-        return (self._stream_no, tuple(frozenset(self._pending[st]) for st in (LOAD, COMPUTE, STORE)),
+        return (self._stream_no, (self._pending[LOAD], self._pending[COMPUTE], self._pending[STORE]),
                 frozenset(self._resident.items()), self._uop_ptr, self._uop_dram_used)
 
     def mark(self) -> tuple:
@@ -354,23 +355,25 @@ class CommandQueue:
                 tag = next((i for i, b in enumerate(buffers) if b is not None and b.addr <= addr < b.addr + b.nbytes),
                            -1)
             out.append((insn.fmt, insn.stage, insn.values.copy(), tag))
-        end = ({st: set(p) for st, p in self._pending.items()}, dict(self._resident), self._uop_ptr,
+        end = (dict(self._pending), dict(self._resident), self._uop_ptr,
                self._uop_dram_used)
         return Recording(start, out, end, {q: n - tokens0[q] for q, n in self._tokens.items()})
 
-    def replay(self, rec: Recording, deltas: list[int]) -> None:
+    def replay(self, rec: Recording, deltas: list[int], *, checked: bool = True) -> None:
         """Emit ``rec``'s instructions again, each DRAM address moved by ``deltas[its buffer]`` elements; the
-        queue must be in the state the recording started from."""
-        if self.state() != rec.start:
+        queue must be in the state the recording started from (``checked=False``: the caller knows it is, e.g.
+        because the last thing emitted was a replay ending in that state)."""
+        if checked and self.state() != rec.start:
             raise ScheduleError("replay: the queue is not in the state the recording started from")
         if rec.insns:
             self.insns.append(_Block(rec, tuple(deltas), len(rec.insns)))
             self._count += len(rec.insns)
         pending, resident, self._uop_ptr, _ = rec.end
-        self._pending = {st: set(p) for st, p in pending.items()}
+        self._pending = dict(pending)
         self._resident = dict(resident)
+        tokens = self._tokens
         for q, n in rec.tokens.items():
-            self._tokens[q] += n
+            tokens[q] += n
 
     # ---- DMA ----
     def load_2d(self, buf: Buffer, elem_offset: int, x_size: int, y_size: int, x_stride: int, sram: int, mem: str,
@@ -430,7 +433,10 @@ class CommandQueue:
 
     # ---- streams ----
     def assemble(self) -> np.ndarray:
-        """The stream so far as uint8 (N, 16), encoded one format at a time (replayed blocks as whole tables)."""
+        """The stream so far as uint8 (N, 16): instructions emitted one by one are encoded one format at a time;
+        a recording is encoded once and copied to each of its replays, whose DRAM addresses are then moved in
+        the encoded words (the field never straddles a 64-bit word, and a moved address is range-checked as
+        encoding it would be)."""
         out = np.zeros((self._count, 16), dtype=np.uint8)
         singles: dict[str, tuple[list[int], list[list[int]]]] = {fmt: ([], []) for fmt in self._slot}
         blocks: dict[int, tuple[Recording, list[int], list[tuple[int, ...]], list[int]]] = {}
@@ -447,36 +453,69 @@ class CommandQueue:
                 deltas.append((*e.deltas, 0))   # tag -1 (no buffer) reads the trailing 0
                 ns.append(e.n)
                 p += e.n
-        for fmt in ("mem", "gemm", "alu", "finish"):
-            names = self.cfg.insn_formats[fmt].names
-            rows, values = singles[fmt]
-            row_parts = [np.array(rows, dtype=np.int64)]
-            table_parts = [np.array(values, dtype=np.int64).reshape(len(rows), len(names))]
-            for rec, starts, deltas, ns in blocks.values():
-                pos, base, tags = rec.table(fmt, len(names))
-                if not pos.size:
-                    continue
-                tab = np.repeat(base[None], len(starts), axis=0)
-                if fmt == "mem":
-                    tab[:, :, self._slot["mem"]["dram_base"]] += np.array(deltas, dtype=np.int64)[:, tags]
-                keep = pos[None, :] < np.array(ns)[:, None]
-                row_parts.append((np.array(starts, dtype=np.int64)[:, None] + pos[None, :])[keep])
-                table_parts.append(tab[keep])
-            rows = np.concatenate(row_parts)
-            if not rows.size:
+        self._encode_singles_and_recordings(out, singles, [rec for rec, *_ in blocks.values()])
+        words = out.view("<u8")
+        dram = self.cfg.insn_formats["mem"].field("dram_base")
+        word, shift = dram.offset // 64, np.uint64(dram.offset % 64)
+        for rec, starts, deltas, ns in blocks.values():
+            encoded = rec._tables["encoded"]
+            at, base, tags = self._moving(rec, len(self.cfg.insn_formats["mem"].names), self._slot["mem"]["dram_base"])
+            n = len(rec.insns)
+            starts_a, ns_a = np.array(starts, dtype=np.int64), np.array(ns, dtype=np.int64)
+            keep = np.arange(n)[None, :] < ns_a[:, None]          # a block may hold the first n of its recording
+            out[(starts_a[:, None] + np.arange(n)[None, :])[keep]] = np.broadcast_to(encoded, (len(starts), n, 16))[keep]
+            if not at.size:
                 continue
-            table = np.concatenate(table_parts)
-            columns = {n: table[:, j] for j, n in enumerate(names)}
-            try:
-                out[rows] = self.cfg.insn_formats[fmt].encode_rows(columns)
-            except ValueError as e:
-                raise ScheduleError(f"instruction field out of range: {e}") from None
+            moved = base[None, :] + np.array(deltas, dtype=np.int64)[:, tags]
+            inside = at[None, :] < ns_a[:, None]
+            bad = inside & ((moved < dram.min_value) | (moved > dram.max_value))
+            if bad.any():
+                value = int(moved[bad][0])
+                raise ScheduleError(f"instruction field out of range: mem.dram_base={value} is out of range: allowed "
+                                    f"[{dram.min_value}, {dram.max_value}] ({dram.width} bits)")
+            rows = (starts_a[:, None] + at[None, :])[inside]
+            keep_bits = ~(np.uint64(dram.mask) << shift)
+            words[rows, word] = (words[rows, word] & keep_bits) | (moved[inside].astype(np.uint64) << shift)
         return out
 
-    def checkpoint(self) -> None:
-        """Flush when the stream is near ``max_insns`` (called by templates at tile boundaries)."""
+    def _encode_singles_and_recordings(self, out: np.ndarray, singles: dict, recs: list[Recording]) -> None:
+        """Encode the instructions emitted one by one into ``out`` and each recording not yet encoded into its
+        cache (``_encoded``), one ``encode_rows`` per format for all of them."""
+        new = [rec for rec in recs if "encoded" not in rec._tables]
+        for rec in new:
+            rec._tables["encoded"] = np.zeros((len(rec.insns), 16), dtype=np.uint8)
+        for fmt, (rows, values) in singles.items():
+            width = len(self.cfg.insn_formats[fmt].names)
+            parts = [np.array(values, dtype=np.int64).reshape(len(rows), width)]
+            parts += [rec.table(fmt, width)[1] for rec in new]
+            table = np.concatenate(parts)
+            if not len(table):
+                continue
+            columns = {n: table[:, j] for j, n in enumerate(self.cfg.insn_formats[fmt].names)}
+            try:
+                encoded = self.cfg.insn_formats[fmt].encode_rows(columns)
+            except ValueError as e:
+                raise ScheduleError(f"instruction field out of range: {e}") from None
+            out[rows] = encoded[:len(rows)]
+            k = len(rows)
+            for rec in new:
+                pos = rec.table(fmt, width)[0]
+                rec._tables["encoded"][pos] = encoded[k:k + len(pos)]
+                k += len(pos)
+
+    @staticmethod
+    def _moving(rec: Recording, width: int, dram_slot: int) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+        """``rec``'s instructions with a DRAM address in a buffer: positions, addresses as recorded, buffer tags."""
+        pos, values, tags = rec.table("mem", width)
+        tagged = tags >= 0
+        return pos[tagged], values[tagged, dram_slot], tags[tagged]
+
+    def checkpoint(self) -> bool:
+        """Flush when the stream is near ``max_insns`` (called by templates at tile boundaries); whether it did."""
         if self._count + 16 >= self.max_insns:
             self.flush(restore=True)
+            return True
+        return False
 
     def flush(self, *, restore: bool = False, compute: bool = True, trace: bool = False) -> RunStats | None:
         """End the stream like VTA's Synchronize, run it, and start a new one.

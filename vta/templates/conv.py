@@ -332,26 +332,41 @@ def emit_conv(q: CommandQueue, g: ConvGeometry, t: Tiling, ep: Epilogue, bufs: C
     first_group = True
     # Groups of tiles alike (same windows, same queue state) emit the same instructions but for DRAM offsets:
     # the first is recorded, the others replayed with shifted offsets (tests/test_replay.py: bit-identical).
+    # A group's key is small integers: its class (``_group_class``, split by loop axis and interned) and an
+    # interned queue state; after a replay the state is the recording's end state, so it is not recomputed.
     buffers = [bufs.data, bufs.kernel, bufs.bias, bufs.residual, bufs.out]
-    recordings: dict[tuple, Recording] = {}
+    recordings: dict[tuple, tuple[Recording, int]] = {}   # key -> the recording and the state id it ends in
     n_co_tiles, n_h_tiles, n_w_tiles = g.cob // t.co1, oh // t.h1, ow // t.w1
     rows_of = {o0: _window(g, t, o0, True) for o0 in range(0, n_h_tiles * t.h1, t.h1)}
     cols_of = {o0: _window(g, t, o0, False) for o0 in range(0, n_w_tiles * t.w1, t.w1)}
+    ids: dict[tuple, int] = {}
+
+    def intern(value: tuple) -> int:
+        return ids.setdefault(value, len(ids))
+
+    row_class, col_class, co_class = _group_classes(g, t, rows_of, cols_of, intern)
+    state = None   # the interned q.state(), None when unknown
     for bo in range(g.nb // t.b1):
         for i0 in range(n_h_tiles // t.th):
             for c0 in range(n_co_tiles // t.tc):
                 for j0 in range(n_w_tiles):
+                    first = (bo, i0 * t.th * t.h1, c0 * t.tc * t.co1, j0 * t.w1)
+                    if not g.transpose:
+                        if state is None:
+                            state = intern(("state", q.state()))
+                        key = (first_group, row_class[i0], co_class[c0], col_class[j0], state)
+                        known = recordings.get(key)
+                        if known is not None:
+                            rec, state = known
+                            q.replay(rec, [a - b for a, b in zip(_anchors(g, t, first), rec.anchors)],
+                                     checked=False)
+                            first_group = False
+                            if q.checkpoint():
+                                state = None
+                            continue
                     tiles = [(bo, (i0 * t.th + th) * t.h1, (c0 * t.tc + tc) * t.co1, j0 * t.w1) for th, tc in threads]
                     windows = [rows_of[tile[1]] + cols_of[tile[3]] for tile in tiles]
-                    key = None if g.transpose else (_group_class(g, tiles, windows, first_group), q.state())
-                    rec = recordings.get(key) if key else None
-                    anchors = _anchors(g, t, tiles[0]) if key else ()
-                    if rec is not None:
-                        q.replay(rec, [a - b for a, b in zip(anchors, rec.anchors)])
-                        first_group = False
-                        q.checkpoint()
-                        continue
-                    mark = q.mark() if key else None
+                    mark = None if g.transpose else q.mark()
                     for k, _ in enumerate(tiles):
                         if not first_group:
                             q.dep_pop(STORE, COMPUTE)  # this thread's accumulators were stored
@@ -374,13 +389,30 @@ def emit_conv(q: CommandQueue, g: ConvGeometry, t: Tiling, ep: Epilogue, bufs: C
                         q.dep_pop(COMPUTE, STORE)
                         _store_tile(q, g, t, bufs, tile, acc_base[k])
                         q.dep_push(STORE, COMPUTE)
-                    if key:
+                    state = None
+                    if mark is not None:
                         rec = q.recording(mark, buffers)
                         if rec is not None:
-                            rec.anchors = anchors
-                            recordings[key] = rec
+                            rec.anchors = _anchors(g, t, first)
+                            state = intern(("state", q.state()))
+                            recordings[key] = (rec, state)
                     first_group = False
-                    q.checkpoint()
+                    if q.checkpoint():
+                        state = None
+
+
+def _group_classes(g: ConvGeometry, t: Tiling, rows_of: dict, cols_of: dict, intern) -> tuple[list, list, list]:
+    """``_group_class`` by loop axis, as interned ids: per row-group index (each thread row's window shape and
+    padding), per channel-group index (each thread's channel group relative to the first's), per column tile.
+    Together with whether the group is the first they decide the same as ``_group_class``."""
+    rows = [intern(("rows", *(rows_of[(i0 * t.th + th) * t.h1][1:4] for th in range(t.th))))
+            for i0 in range(g.out_h // t.h1 // t.th)]
+    cols = [intern(("cols", *cols_of[j0 * t.w1][1:4])) for j0 in range(g.out_w // t.w1)]
+    per_group = g.cob_per_group
+    cos = [intern(("co", *(((c0 * t.tc + tc) * t.co1) // per_group - (c0 * t.tc * t.co1) // per_group
+                           for tc in range(t.tc))))
+           for c0 in range(g.cob // t.co1 // t.tc)]
+    return rows, cols, cos
 
 
 def _group_class(g: ConvGeometry, tiles: list, windows: list, first_group: bool) -> tuple:
