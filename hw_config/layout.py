@@ -9,6 +9,7 @@ single table that encode, decode, disassembly, the C simulator and ``docs/isa.md
 from __future__ import annotations
 
 from dataclasses import dataclass
+from functools import cached_property
 
 import numpy as np
 
@@ -94,18 +95,36 @@ class Format:
         if unknown:
             raise ValueError(f"{self.name}: unknown field(s) {sorted(unknown)}; fields are {list(self.names)}")
         n = len(next(iter(columns.values()))) if columns else 0
-        words = np.zeros((n, max(1, nbytes // 8)), dtype=np.uint64)
-        for f in self.fields:
-            if f.name not in columns:
-                continue
-            v = np.asarray(columns[f.name], dtype=np.int64)
-            bad = (v < f.min_value) | (v > f.max_value)
-            if bad.any():
-                i = int(np.argmax(bad))
-                raise ValueError(f"row {i}: {self.name}.{f.name}={int(v[i])} is out of range: allowed "
-                                 f"[{f.min_value}, {f.max_value}] ({f.width} bits{', signed' if f.signed else ''})")
-            words[:, f.offset // 64] |= (v.astype(np.uint64) & np.uint64(f.mask)) << np.uint64(f.offset % 64)
+        table = np.zeros((n, len(self.fields)), dtype=np.int64)
+        for j, f in enumerate(self.fields):
+            if f.name in columns:
+                table[:, j] = columns[f.name]
+        return self.encode_table(table, nbytes)
+
+    def encode_table(self, table: np.ndarray, nbytes: int = 16) -> np.ndarray:
+        """``encode_rows`` of a table: one row per word, one column per field in declaration order."""
+        table = np.asarray(table, dtype=np.int64).reshape(-1, len(self.fields))
+        low, high, word, shift, mask = self._packing
+        bad = (table < low) | (table > high)
+        if bad.any():
+            j = int(np.argmax(bad.any(axis=0)))
+            i, f = int(np.argmax(bad[:, j])), self.fields[j]
+            raise ValueError(f"row {i}: {self.name}.{f.name}={int(table[i, j])} is out of range: allowed "
+                             f"[{f.min_value}, {f.max_value}] ({f.width} bits{', signed' if f.signed else ''})")
+        packed = (table.astype(np.uint64) & mask) << shift
+        words = np.zeros((table.shape[0], max(1, nbytes // 8)), dtype=np.uint64)
+        for w in np.unique(word):
+            words[:, w] = np.bitwise_or.reduce(packed[:, word == w], axis=1)
         return words.view(np.uint8)[:, :nbytes].copy()
+
+    @cached_property
+    def _packing(self) -> tuple[np.ndarray, ...]:
+        """Per field: lowest and highest value, 64-bit word, shift within it, mask (``encode_table``)."""
+        return (np.array([f.min_value for f in self.fields], dtype=np.int64),
+                np.array([f.max_value for f in self.fields], dtype=np.int64),
+                np.array([f.offset // 64 for f in self.fields]),
+                np.array([f.offset % 64 for f in self.fields], dtype=np.uint64),
+                np.array([f.mask for f in self.fields], dtype=np.uint64))
 
     def decode_rows(self, rows: np.ndarray, names: tuple[str, ...] | None = None) -> dict[str, np.ndarray]:
         """Vectorised ``decode``: uint8 (N, total_bits // 8) -> one int64 array per field (signed ones extended),

@@ -143,10 +143,18 @@ class BoardProgram:
         space_ref = np.full((n, 2), -1, dtype=np.int64)   # the pop whose start frees room for a push
         # slot 0: the prev flag, 1: the next flag (DEP_FLAGS = pop_prev, pop_next, push_prev, push_next)
         # the queue each flag of each instruction pops or pushes (-1: the flag is clear or names no queue)
-        queue_of = np.where(np.stack([head[f] for f in DEP_FLAGS], axis=1) == 1, _QUEUE_OF_FLAG[module], -1)
+        queue_of = [np.where(head[f] == 1, _QUEUE_OF_FLAG[:, k].take(module), -1) for k, f in enumerate(DEP_FLAGS)]
+
+        def users(q: int, first: int) -> tuple[np.ndarray, np.ndarray]:
+            """The instructions popping (first=0) or pushing (2) queue q, and by which slot (an instruction
+            pops or pushes a queue by one flag at most: its two neighbours' queues differ)."""
+            by_next = queue_of[first + 1] == q
+            idx = np.flatnonzero((queue_of[first] == q) | by_next)
+            return idx, by_next[idx].astype(np.int64)
+
         for q in range(len(QUEUES)):
-            pop_idx, pop_slot = np.nonzero(queue_of[:, :2] == q)      # an instruction pops a queue by one flag
-            push_idx, push_slot = np.nonzero(queue_of[:, 2:] == q)
+            pop_idx, pop_slot = users(q, 0)
+            push_idx, push_slot = users(q, 2)
             if pop_idx.size > push_idx.size:
                 raise ValueError(f"instruction {int(pop_idx[push_idx.size])} pops a token that is never pushed: "
                                  "the board model needs a stream the simulator runs to completion")

@@ -88,3 +88,24 @@ def test_replay_refuses_a_queue_in_another_state() -> None:
 def test_recording_refuses_overlapping_buffers() -> None:
     q, buf, mark = _one_load()
     assert q.recording(mark, [buf, Buffer(buf.addr + 64, 64)]) is None   # an address would have two buffers
+
+
+def test_a_run_of_replays_assembles_as_replays_one_by_one() -> None:
+    """``replay_run`` (the conv emitter's back-to-back replays, one queue element) against ``replay`` once per
+    recording, with a push that lands on the run's last instruction (the run gives up its last recording)."""
+    streams = []
+    for batched in (False, True):
+        q, buf, mark = _one_load()
+        rec = q.recording(mark, [buf])
+        deltas = np.array([[16], [48], [80]])
+        if batched:
+            q.replay_run([rec] * 3, deltas)
+        else:
+            for d in deltas:
+                q.replay(rec, list(d))
+        q.dep_push(LOAD, LOAD + 1)   # rides on the last replayed load
+        streams.append(q.program().streams[0].insns)
+    assert streams[0].tobytes() == streams[1].tobytes()
+    mem = CFG.insn_formats["mem"].decode_rows(streams[1])
+    assert [int(d - mem["dram_base"][0]) for d in mem["dram_base"][:4]] == [0, 16, 48, 80]
+    assert mem["push_next_dep"][:4].tolist() == [0, 0, 0, 1]

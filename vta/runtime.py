@@ -160,6 +160,15 @@ class _Block:
 
 
 @dataclass
+class _Run:
+    """Whole recordings replayed one after another (``replay_run``): ``recs[k]`` with DRAM addresses moved by
+    ``deltas[k]`` (per buffer)."""
+
+    recs: list[Recording]
+    deltas: np.ndarray   # (len(recs), buffers) int64
+
+
+@dataclass
 class Stream:
     """One flushed stream: its instructions and the micro-op words it loads from the uop DRAM buffer."""
 
@@ -242,7 +251,7 @@ class CommandQueue:
 
     def _reset_stream(self) -> None:
         self._stream_no = getattr(self, "_stream_no", -1) + 1   # recordings never cross streams (state())
-        self.insns: list[_Insn | _Block] = []   # instructions, or replayed blocks of them
+        self.insns: list[_Insn | _Block | _Run] = []   # instructions, or replayed blocks of them
         self._count = 0                          # instructions in self.insns
         # pending pop flags per stage, immutable so that a recording's end state is shared, not copied
         self._pending: dict[int, frozenset[str]] = dict.fromkeys((LOAD, COMPUTE, STORE), frozenset())
@@ -310,6 +319,11 @@ class CommandQueue:
         if not self.insns:
             return None
         last = self.insns[-1]
+        if isinstance(last, _Run):   # its last recording becomes a block of its own
+            rec, deltas = last.recs[-1], tuple(int(d) for d in last.deltas[-1])
+            self.insns[-1:] = [_Run(last.recs[:-1], last.deltas[:-1])] if len(last.recs) > 1 else []
+            self.insns.append(_Block(rec, deltas, len(rec.insns)))
+            last = self.insns[-1]
         if isinstance(last, _Block):
             rec = last.rec
             fmt, stage, _, _ = rec.insns[last.n - 1]
@@ -339,7 +353,7 @@ class CommandQueue:
         if insns is not self.insns or (n0 and (self.insns[n0 - 1] is not last or  # a block is never changed
                                               (isinstance(last, _Insn) and last.values != values))) or \
                 self._uop_dram_used != start[-1] or \
-                any(isinstance(e, _Block) for e in self.insns[n0:]):   # only instructions emitted one by one
+                any(isinstance(e, (_Block, _Run)) for e in self.insns[n0:]):   # only instructions emitted one by one
             return None
         spans = sorted((b.addr, b.addr + b.nbytes) for b in buffers if b is not None)
         if any(a_end > b_start for (_, a_end), (b_start, _) in pairwise(spans)):
@@ -374,6 +388,28 @@ class CommandQueue:
         tokens = self._tokens
         for q, n in rec.tokens.items():
             tokens[q] += n
+
+    def replay_run(self, recs: list[Recording], deltas: np.ndarray) -> None:
+        """``replay(recs[k], deltas[k], checked=False)`` for each k, as one element: the queue must be in the state
+        ``recs[0]`` starts from and each recording must start from the state the one before ends in."""
+        if not recs:
+            return
+        self.insns.append(_Run(list(recs), np.asarray(deltas, dtype=np.int64).reshape(len(recs), -1)))
+        counts: dict[int, list] = {}
+        for rec in recs:
+            counts.setdefault(id(rec), [rec, 0])[1] += 1
+        tokens = self._tokens
+        for rec, times in counts.values():
+            self._count += times * len(rec.insns)
+            for q, n in rec.tokens.items():
+                tokens[q] += times * n
+        pending, resident, self._uop_ptr, _ = recs[-1].end
+        self._pending = dict(pending)
+        self._resident = dict(resident)
+
+    def near_full(self, extra: int = 0) -> bool:
+        """Whether ``checkpoint`` would flush with ``extra`` more instructions in the stream."""
+        return self._count + extra + 16 >= self.max_insns
 
     # ---- DMA ----
     def load_2d(self, buf: Buffer, elem_offset: int, x_size: int, y_size: int, x_stride: int, sram: int, mem: str,
@@ -439,7 +475,15 @@ class CommandQueue:
         encoding it would be)."""
         out = np.zeros((self._count, 16), dtype=np.uint8)
         singles: dict[str, tuple[list[int], list[list[int]]]] = {fmt: ([], []) for fmt in self._slot}
-        blocks: dict[int, tuple[Recording, list[int], list[tuple[int, ...]], list[int]]] = {}
+        # per recording: its replays' first rows, DRAM deltas per buffer, lengths
+        blocks: dict[int, tuple[Recording, list[np.ndarray], list[np.ndarray], list[np.ndarray]]] = {}
+
+        def add(rec: Recording, starts: np.ndarray, deltas: np.ndarray, ns: np.ndarray) -> None:
+            _, s, d, n = blocks.setdefault(id(rec), (rec, [], [], []))
+            s.append(starts)
+            d.append(deltas)
+            n.append(ns)
+
         p = 0
         for e in self.insns:
             if isinstance(e, _Insn):
@@ -447,12 +491,19 @@ class CommandQueue:
                 rows.append(p)
                 values.append(e.values)
                 p += 1
-            else:
-                _, starts, deltas, ns = blocks.setdefault(id(e.rec), (e.rec, [], [], []))
-                starts.append(p)
-                deltas.append((*e.deltas, 0))   # tag -1 (no buffer) reads the trailing 0
-                ns.append(e.n)
+            elif isinstance(e, _Block):
+                add(e.rec, np.array([p]), np.array([e.deltas], dtype=np.int64), np.array([e.n]))
                 p += e.n
+            else:
+                index: dict[int, int] = {}
+                which = np.array([index.setdefault(id(rec), len(index)) for rec in e.recs])
+                distinct = list({id(rec): rec for rec in e.recs}.values())
+                lengths = np.array([len(rec.insns) for rec in distinct], dtype=np.int64)[which]
+                starts = p + np.cumsum(lengths) - lengths
+                for j, rec in enumerate(distinct):
+                    mine = which == j
+                    add(rec, starts[mine], e.deltas[mine], lengths[mine])
+                p += int(lengths.sum())
         self._encode_singles_and_recordings(out, singles, [rec for rec, *_ in blocks.values()])
         words = out.view("<u8")
         dram = self.cfg.insn_formats["mem"].field("dram_base")
@@ -461,12 +512,12 @@ class CommandQueue:
             encoded = rec._tables["encoded"]
             at, base, tags = self._moving(rec, len(self.cfg.insn_formats["mem"].names), self._slot["mem"]["dram_base"])
             n = len(rec.insns)
-            starts_a, ns_a = np.array(starts, dtype=np.int64), np.array(ns, dtype=np.int64)
+            starts_a, ns_a, deltas_a = np.concatenate(starts), np.concatenate(ns), np.concatenate(deltas)
             keep = np.arange(n)[None, :] < ns_a[:, None]          # a block may hold the first n of its recording
-            out[(starts_a[:, None] + np.arange(n)[None, :])[keep]] = np.broadcast_to(encoded, (len(starts), n, 16))[keep]
+            out[(starts_a[:, None] + np.arange(n)[None, :])[keep]] = np.broadcast_to(encoded, (len(starts_a), n, 16))[keep]
             if not at.size:
                 continue
-            moved = base[None, :] + np.array(deltas, dtype=np.int64)[:, tags]
+            moved = base[None, :] + deltas_a[:, tags]
             inside = at[None, :] < ns_a[:, None]
             bad = inside & ((moved < dram.min_value) | (moved > dram.max_value))
             if bad.any():
@@ -480,7 +531,7 @@ class CommandQueue:
 
     def _encode_singles_and_recordings(self, out: np.ndarray, singles: dict, recs: list[Recording]) -> None:
         """Encode the instructions emitted one by one into ``out`` and each recording not yet encoded into its
-        cache (``_encoded``), one ``encode_rows`` per format for all of them."""
+        cache (``rec._tables["encoded"]``), one ``encode_table`` per format for all of them."""
         new = [rec for rec in recs if "encoded" not in rec._tables]
         for rec in new:
             rec._tables["encoded"] = np.zeros((len(rec.insns), 16), dtype=np.uint8)
@@ -491,9 +542,8 @@ class CommandQueue:
             table = np.concatenate(parts)
             if not len(table):
                 continue
-            columns = {n: table[:, j] for j, n in enumerate(self.cfg.insn_formats[fmt].names)}
             try:
-                encoded = self.cfg.insn_formats[fmt].encode_rows(columns)
+                encoded = self.cfg.insn_formats[fmt].encode_table(table)
             except ValueError as e:
                 raise ScheduleError(f"instruction field out of range: {e}") from None
             out[rows] = encoded[:len(rows)]
@@ -512,7 +562,7 @@ class CommandQueue:
 
     def checkpoint(self) -> bool:
         """Flush when the stream is near ``max_insns`` (called by templates at tile boundaries); whether it did."""
-        if self._count + 16 >= self.max_insns:
+        if self.near_full():
             self.flush(restore=True)
             return True
         return False

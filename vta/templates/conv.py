@@ -346,6 +346,19 @@ def emit_conv(q: CommandQueue, g: ConvGeometry, t: Tiling, ep: Epilogue, bufs: C
 
     row_class, col_class, co_class = _group_classes(g, t, rows_of, cols_of, intern)
     state = None   # the interned q.state(), None when unknown
+    run: list[Recording] = []   # recordings to replay back to back (one queue element), with their groups' tiles
+    run_tiles: list[tuple[int, int, int, int]] = []
+    run_insns = 0
+
+    def replay_run() -> None:
+        nonlocal run_insns
+        if run:
+            anchors = np.stack(_anchors(g, t, tuple(np.array(run_tiles, dtype=np.int64).T)), axis=1)
+            q.replay_run(run, anchors - np.array([rec.anchors for rec in run], dtype=np.int64))
+            run.clear()
+            run_tiles.clear()
+            run_insns = 0
+
     for bo in range(g.nb // t.b1):
         for i0 in range(n_h_tiles // t.th):
             for c0 in range(n_co_tiles // t.tc):
@@ -358,12 +371,16 @@ def emit_conv(q: CommandQueue, g: ConvGeometry, t: Tiling, ep: Epilogue, bufs: C
                         known = recordings.get(key)
                         if known is not None:
                             rec, state = known
-                            q.replay(rec, [a - b for a, b in zip(_anchors(g, t, first), rec.anchors)],
-                                     checked=False)
+                            run.append(rec)
+                            run_tiles.append(first)
+                            run_insns += len(rec.insns)
                             first_group = False
-                            if q.checkpoint():
+                            if q.near_full(run_insns):
+                                replay_run()
+                                q.checkpoint()
                                 state = None
                             continue
+                    replay_run()
                     tiles = [(bo, (i0 * t.th + th) * t.h1, (c0 * t.tc + tc) * t.co1, j0 * t.w1) for th, tc in threads]
                     windows = [rows_of[tile[1]] + cols_of[tile[3]] for tile in tiles]
                     mark = None if g.transpose else q.mark()
@@ -399,6 +416,7 @@ def emit_conv(q: CommandQueue, g: ConvGeometry, t: Tiling, ep: Epilogue, bufs: C
                     first_group = False
                     if q.checkpoint():
                         state = None
+    replay_run()
 
 
 def _group_classes(g: ConvGeometry, t: Tiling, rows_of: dict, cols_of: dict, intern) -> tuple[list, list, list]:
