@@ -29,22 +29,17 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from hw_config import MEM_TYPES, OPCODES, HwConfig
+from hw_config import HwConfig
 from hw_config.config import LATENCY_KEYS, LATENCY_NEUTRAL
-from hw_config.isa_rules import DEP_FLAGS, INSN_BYTES, MODULES, QUEUES, module_indices, queue_table
-from hw_config.layout import dma_byte_ranges
-from simulator import timing
+from hw_config.isa_rules import INSN_BYTES, MODULES, module_indices, queue_table
 
 __all__ = ["ACCEL_KEYS", "HOST_KEYS", "BoardProgram", "LatencyBreakdown", "accel_extra", "beat_extra", "board_latency"]
 
-LOAD, STORE, GEMM, ALU = OPCODES["LOAD"], OPCODES["STORE"], OPCODES["GEMM"], OPCODES["ALU"]
 HOST_KEYS = ("LAUNCH_US", "HOST_INSN_NS", "HOST_UOP_NS", "CACHE_NS_PER_BYTE")   # additive, per stream
 ACCEL_KEYS = ("DMA_EFFICIENCY", "DMA_ROW_CYCLES", "COMPUTE_LOOP_CYCLES")      # re-time the schedule
 HOST_UNIT_S = {"LAUNCH_US": 1e-6, "HOST_INSN_NS": 1e-9, "HOST_UOP_NS": 1e-9, "CACHE_NS_PER_BYTE": 1e-9}
 # (module, dependency flag) -> the queue it pops or pushes, -1: none (hw_config.isa_rules.DEP_QUEUES as numbers)
 _QUEUE_OF_FLAG = queue_table()
-_MEM_FIELDS = ("memory_type", "dram_base", "x_size", "y_size", "x_stride", "y_pad_0", "y_pad_1", "x_pad_0", "x_pad_1")
-_LOOP_FIELDS = ("iter_out", "iter_in", "uop_bgn", "uop_end")
 
 
 @dataclass(frozen=True)
@@ -90,89 +85,43 @@ class BoardProgram:
     """
 
     def __init__(self, cfg: HwConfig, insns: np.ndarray):
+        from simulator.core import _params, ffi, lib  # the C library, loaded with the simulator
+
         rows = np.ascontiguousarray(insns, dtype=np.uint8).reshape(-1, INSN_BYTES)
         self.cfg = cfg
         n = self.n = rows.shape[0]
-        head = cfg.insn_formats["finish"].decode_rows(rows, ("opcode", *DEP_FLAGS))
-        mem = cfg.insn_formats["mem"].decode_rows(rows, _MEM_FIELDS)
-        loop = cfg.insn_formats["gemm"].decode_rows(rows, _LOOP_FIELDS)   # they sit alike in GEMM and ALU
-        op, mt = head["opcode"], mem["memory_type"]
-        is_mem = (op == LOAD) | (op == STORE)
-        module = module_indices(op, mt)   # index into MODULES
-
-        # ---- durations: the simulator's (docs/simulator.md, "Timing model") and the board's extra terms ----
-        x, y, stride = mem["x_size"], mem["y_size"], mem["x_stride"]
-        dma = is_mem & (x > 0)
-        elem = cfg.elem_bytes_by_type[mt]
-        one_row = (y == 1) | (stride == x)
-        n_rows = np.where(one_row, 1, y)
-        row_bytes = np.where(one_row, x * y * elem, x * elem)
-        beats = -(-row_bytes // cfg.BUS_BYTES)   # bus beats per row (a model feature below)
-        padded = (mem["y_pad_0"] + y + mem["y_pad_1"]) * (mem["x_pad_0"] + x + mem["x_pad_1"]) - x * y
-        dma_cycles = timing.dma_cycles(cfg, n_rows, row_bytes) + np.where(op == LOAD, padded, 0)
-        is_loop = (op == GEMM) | (op == ALU)
-        outer = loop["iter_out"] * loop["iter_in"]
-        uops = loop["uop_end"] - loop["uop_bgn"]
-        ii = np.where(op == GEMM, cfg.GEMM_II, cfg.ALU_II)
-        duration = np.ones(n, dtype=np.float64)
-        duration[dma] = dma_cycles[dma]
-        duration[is_loop] = np.maximum(1, cfg.COMPUTE_LATENCY + outer * uops * ii)[is_loop]
-        self.duration = duration
-        # per instruction: bus beats and rows of a DMA, loop iterations of a GEMM/ALU running micro-ops
-        features = np.zeros((n, 3), dtype=np.float64)
-        features[dma, 0] = (n_rows * beats)[dma]
-        features[dma, 1] = n_rows[dma]
-        features[is_loop, 2] = np.where(uops > 0, outer, 0)[is_loop]
-        self.features = features
-
-        # ---- host counts ----
-        uop_load = dma & (op == LOAD) & (mt == MEM_TYPES["UOP"])
-        self.uop_words = int((x * y)[uop_load].sum())
-        first, end = dma_byte_ranges(mem, elem)
+        # durations (the simulator's, docs/simulator.md "Timing model"), features, host counts and the schedule's
+        # dependencies (the equations of docs/simulator.md), read from the stream in C (vta_board_program;
+        # tests/test_latency_model.py holds the same definition in numpy)
+        self.duration = np.empty(n, dtype=np.float64)
+        self.features = np.empty((n, 3), dtype=np.float64)   # bus beats and rows of a DMA, loop iterations
+        refs = np.empty((6, n), dtype=np.int64)
+        first, end = np.empty(n, dtype=np.int64), np.empty(n, dtype=np.int64)
+        dma = np.empty(n, dtype=np.uint8)
+        words = ffi.new("uint64_t *")
+        err = ffi.new("char[]", 256)
+        elem = np.ascontiguousarray(cfg.elem_bytes_by_type, dtype=np.int64)
+        status = lib.vta_board_program(
+            _params(cfg), ffi.from_buffer(rows), n, ffi.from_buffer("int64_t[]", elem),
+            ffi.from_buffer("int64_t[]", _QUEUE_OF_FLAG), ffi.from_buffer("double[]", self.duration),
+            ffi.from_buffer("double[]", self.features), *(ffi.from_buffer("int64_t[]", r) for r in refs),
+            ffi.from_buffer("int64_t[]", first), ffi.from_buffer("int64_t[]", end), ffi.from_buffer("uint8_t[]", dma),
+            words, err, 256)
+        if status:
+            raise ValueError(ffi.string(err).decode())
+        self.uop_words = int(words[0])
+        self._rows = rows   # for _event_order
+        dma = dma.view(bool)
         self.cache_bytes = INSN_BYTES * n + _footprint(first[dma], end[dma])
-
-        # ---- the schedule's dependencies (the equations of docs/simulator.md) ----
-        prev = np.full(n, -1, dtype=np.int64)
-        room = np.full(n, -1, dtype=np.int64)
-        for m in range(len(MODULES)):
-            idx = np.flatnonzero(module == m)
-            prev[idx[1:]] = idx[:-1]
-            depth = cfg.INSN_QUEUE_DEPTH
-            room[idx[depth:]] = idx[:-depth] if idx.size > depth else idx[:0]
-        pop_ref = np.full((n, 2), -1, dtype=np.int64)     # the push whose end a pop waits for
-        space_ref = np.full((n, 2), -1, dtype=np.int64)   # the pop whose start frees room for a push
-        # slot 0: the prev flag, 1: the next flag (DEP_FLAGS = pop_prev, pop_next, push_prev, push_next)
-        # the queue each flag of each instruction pops or pushes (-1: the flag is clear or names no queue)
-        queue_of = [np.where(head[f] == 1, _QUEUE_OF_FLAG[:, k].take(module), -1) for k, f in enumerate(DEP_FLAGS)]
-
-        def users(q: int, first: int) -> tuple[np.ndarray, np.ndarray]:
-            """The instructions popping (first=0) or pushing (2) queue q, and by which slot (an instruction
-            pops or pushes a queue by one flag at most: its two neighbours' queues differ)."""
-            by_next = queue_of[first + 1] == q
-            idx = np.flatnonzero((queue_of[first] == q) | by_next)
-            return idx, by_next[idx].astype(np.int64)
-
-        for q in range(len(QUEUES)):
-            pop_idx, pop_slot = users(q, 0)
-            push_idx, push_slot = users(q, 2)
-            if pop_idx.size > push_idx.size:
-                raise ValueError(f"instruction {int(pop_idx[push_idx.size])} pops a token that is never pushed: "
-                                 "the board model needs a stream the simulator runs to completion")
-            pop_ref[pop_idx, pop_slot] = push_idx[:pop_idx.size]
-            tq = cfg.TOKEN_QUEUE_DEPTH
-            waiting = push_idx[tq:]
-            if waiting.size > pop_idx.size:
-                raise ValueError(f"instruction {int(waiting[pop_idx.size])} pushes onto a full token queue that "
-                                 "is never popped: the board model needs a stream the simulator runs to completion")
-            space_ref[waiting, push_slot[tq:]] = pop_idx[:waiting.size]
-        self._module, self._prev_a, self._room_a, self._pop_ref, self._space_ref = module, prev, room, pop_ref, space_ref
+        prev, room = refs[0], refs[1]
+        pop_ref, space_ref = refs[2:4].T, refs[4:6].T   # slot 0: the prev flag's queue, 1: the next flag's
+        self._prev_a, self._room_a, self._pop_ref, self._space_ref = prev, room, pop_ref, space_ref
         ar = np.arange(n)
         in_order = bool((pop_ref < ar[:, None]).all() and (space_ref < ar[:, None]).all())
         self._in_order = in_order   # else an order is found by running the modules (_event_order)
         self._order = ar if in_order else np.asarray(self._event_order(), dtype=np.int64)
         # as the C re-timer takes them
-        self._refs = [np.ascontiguousarray(a, dtype=np.int64) for a in
-                      (self._order, prev, room, pop_ref[:, 0], pop_ref[:, 1], space_ref[:, 0], space_ref[:, 1])]
+        self._refs = [self._order, *refs]
 
     def _lists(self) -> tuple[list[int], ...]:
         """prev, room, pop_a, pop_b, space_a, space_b as Python lists, for the walks done in Python."""
@@ -188,7 +137,8 @@ class BoardProgram:
         n = self.n
         prev, room, pop_a, pop_b, space_a, space_b = self._lists()
         seq: list[list[int]] = [[] for _ in MODULES]
-        for i, m in enumerate(self._module.tolist()):
+        fmt = self.cfg.insn_formats["mem"].decode_rows(self._rows, ("opcode", "memory_type"))
+        for i, m in enumerate(module_indices(fmt["opcode"], fmt["memory_type"]).tolist()):
             seq[m].append(i)
         done = [False] * n
         order: list[int] = []

@@ -22,7 +22,7 @@ from hw_config import ALU_OPCODES, LATENCY_KEYS, MEM_TYPES, OPCODES, ConfigError
 from hw_config.config import LATENCY_NEUTRAL
 from simulator import Simulator, SimulatorError
 from simulator.image import load_image
-from simulator.latency import BoardProgram, board_latency
+from simulator.latency import BoardProgram, _footprint, board_latency
 from simulator.reference import ReferenceSimulator
 from simulator.stats import format_stats
 from vta.isa import AluInsn, FinishInsn, GemmInsn, MemInsn, assemble
@@ -78,6 +78,90 @@ def python_times(program: BoardProgram, extra) -> tuple[list[float], list[float]
             s = max(s, start[j]) if j >= 0 else s
         start[i], end[i] = s, s + duration[i]
     return start, end, disp
+
+
+def numpy_board_program(cfg, insns: np.ndarray) -> dict[str, np.ndarray]:
+    """What BoardProgram reads from a stream (vta_board_program does it in C), defined in numpy from the decoded
+    fields: durations and features, micro-op words, DMA byte ranges, the module and queue references."""
+    from hw_config.isa_rules import DEP_FLAGS, QUEUES, module_indices, queue_table
+    from hw_config.layout import dma_byte_ranges
+    from simulator import timing
+
+    rows = np.ascontiguousarray(insns, dtype=np.uint8).reshape(-1, 16)
+    n = rows.shape[0]
+    head = cfg.insn_formats["finish"].decode_rows(rows)
+    mem = cfg.insn_formats["mem"].decode_rows(rows)
+    loop = cfg.insn_formats["gemm"].decode_rows(rows)   # the loop fields sit alike in GEMM and ALU
+    op, mt = head["opcode"], mem["memory_type"]
+    load, store, gemm, alu = (OPCODES[k] for k in ("LOAD", "STORE", "GEMM", "ALU"))
+    module = module_indices(op, mt)
+    x, y, stride = mem["x_size"], mem["y_size"], mem["x_stride"]
+    dma = ((op == load) | (op == store)) & (x > 0)
+    elem = cfg.elem_bytes_by_type[mt]
+    one_row = (y == 1) | (stride == x)
+    n_rows = np.where(one_row, 1, y)
+    row_bytes = np.where(one_row, x * y * elem, x * elem)
+    beats = -(-row_bytes // cfg.BUS_BYTES)
+    padded = (mem["y_pad_0"] + y + mem["y_pad_1"]) * (mem["x_pad_0"] + x + mem["x_pad_1"]) - x * y
+    dma_cycles = timing.dma_cycles(cfg, n_rows, row_bytes) + np.where(op == load, padded, 0)
+    is_loop = (op == gemm) | (op == alu)
+    outer = loop["iter_out"] * loop["iter_in"]
+    uops = loop["uop_end"] - loop["uop_bgn"]
+    duration = np.ones(n)
+    duration[dma] = dma_cycles[dma]
+    duration[is_loop] = np.maximum(1, cfg.COMPUTE_LATENCY + outer * uops * np.where(op == gemm, cfg.GEMM_II,
+                                                                                     cfg.ALU_II))[is_loop]
+    features = np.zeros((n, 3))
+    features[dma, 0] = (n_rows * beats)[dma]
+    features[dma, 1] = n_rows[dma]
+    features[is_loop, 2] = np.where(uops > 0, outer, 0)[is_loop]
+    first, end = dma_byte_ranges(mem, elem)
+    refs = np.full((6, n), -1, dtype=np.int64)   # prev, room, pop_a, pop_b, space_a, space_b
+    for m in range(3):
+        idx = np.flatnonzero(module == m)
+        refs[0, idx[1:]] = idx[:-1]
+        depth = cfg.INSN_QUEUE_DEPTH
+        refs[1, idx[depth:]] = idx[:-depth] if idx.size > depth else idx[:0]
+    table = queue_table()
+    for q in range(len(QUEUES)):
+        for kind, slots in (("pop", (0, 1)), ("push", (2, 3))):
+            hits = [(i, k) for k in slots for i in np.flatnonzero((table[module, k] == q) & (head[DEP_FLAGS[k]] == 1))]
+            hits.sort()
+            if kind == "pop":
+                pops = hits
+            else:
+                pushes = hits
+        assert len(pops) <= len(pushes)
+        for (i, k), (j, _) in zip(pops, pushes):
+            refs[2 + k, i] = j
+        for (i, k), (j, _) in zip(pushes[cfg.TOKEN_QUEUE_DEPTH:], pops):
+            refs[4 + k - 2, i] = j
+    uop_load = dma & (op == load) & (mt == MEM_TYPES["UOP"])
+    return {"duration": duration, "features": features, "refs": refs, "first": first[dma], "end": end[dma],
+            "uop_words": int((x * y)[uop_load].sum())}
+
+
+def test_c_board_program_equals_its_numpy_definition():
+    """vta_board_program against numpy_board_program on template programs and random streams the simulator
+    finishes (the board model's inputs: durations, features, references, DMA ranges, micro-op words)."""
+    streams = [(NEUTRAL, insns) for insns, _ in streams_of(conv(NEUTRAL, SCHEDULES[1], 300))]
+    streams += [(PYNQ, insns) for schedule in SCHEDULES for insns, _ in streams_of(conv(PYNQ, schedule))]
+    for seed in range(40):
+        cfg = CONFIGS["pynq"]
+        stream = random_stream(cfg, np.random.default_rng([seed, 99]))
+        try:
+            _prepared(Simulator, cfg, seed).run(stream, compute=False, max_cycles=20_000)
+        except SimulatorError:
+            continue
+        streams.append((cfg, np.frombuffer(stream, np.uint8)))
+    assert len(streams) > 12
+    for cfg, insns in streams:
+        program, want = BoardProgram(cfg, insns), numpy_board_program(cfg, insns)
+        np.testing.assert_array_equal(program.duration, want["duration"])
+        np.testing.assert_array_equal(program.features, want["features"])
+        np.testing.assert_array_equal(np.stack(program._refs[1:]), want["refs"])
+        assert program.uop_words == want["uop_words"]
+        assert program.cache_bytes == 16 * program.n + _footprint(want["first"], want["end"])
 
 
 def test_c_retimer_equals_the_python_recurrence_bit_for_bit():

@@ -1,8 +1,14 @@
-/* The board latency model's re-timing loop (simulator/latency.py, BoardProgram._times): the simulator's
- * schedule as a dependency graph, timed with given durations. Sequential by nature (each start depends on
- * earlier ends), so it lives in C; the arithmetic is the same IEEE double additions and comparisons as the
- * Python definition it replaces, so the results are bit-identical (tests/test_latency_model.py). */
+/* The board latency model's two loops over a stream (simulator/latency.py, BoardProgram):
+ * - vta_board_program: each instruction's module, duration, features and dependency references, read from the
+ *   stream once (a trial of every tuning run builds one, so it lives here rather than in numpy);
+ * - vta_board_times: the simulator's schedule as a dependency graph, timed with given durations. Sequential by
+ *   nature (each start depends on earlier ends); the arithmetic is the same IEEE double additions and comparisons
+ *   as the Python definition it replaces, so the results are bit-identical (tests/test_latency_model.py). */
 #include "vta_sim.h"
+
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
 
 /* A reference to another instruction: -1 (none) or an index below n. */
 static int bad_ref(int64_t j, uint64_t n) { return j < -1 || (j >= 0 && (uint64_t)j >= n); }
@@ -41,4 +47,154 @@ int vta_board_times(uint64_t n, const int64_t *order, const int64_t *prev, const
     end[i] = s + duration[i];
   }
   return VTA_OK;
+}
+
+/* VTA's opcodes and memory types (hw_config/layout.py), and the modules as numbered in hw_config's MODULES. */
+enum { OP_LOAD = 0, OP_STORE = 1, OP_GEMM = 2, OP_ALU = 4 };
+enum { MT_UOP = 0, MT_WGT = 1, MT_INP = 2 };
+enum { MOD_LOAD = 0, MOD_COMPUTE = 1, MOD_STORE = 2, NMOD = 3, NQUEUE = 4 };
+
+static int64_t field_of(const uint8_t *insn, vta_field_t f) {
+  uint64_t w[2];
+  memcpy(w, insn, sizeof w); /* little-endian bytes, as the simulator reads them */
+  return (int64_t)((w[f.offset / 64] >> (f.offset % 64)) & ((f.width >= 64 ? 0 : (uint64_t)1 << f.width) - 1));
+}
+
+/* hw_config.isa_rules.module_of: stores to the store module, input and weight loads to the load module, the rest
+ * (micro-op and accumulator loads, GEMM, ALU, FINISH) to the compute module */
+static int module_of(int64_t op, int64_t mt) {
+  return op == OP_STORE ? MOD_STORE : op == OP_LOAD && (mt == MT_INP || mt == MT_WGT) ? MOD_LOAD : MOD_COMPUTE;
+}
+
+static void say(char *err, size_t errlen, const char *fmt, uint64_t i) {
+  if (err && errlen) snprintf(err, errlen, fmt, (unsigned long long)i);
+}
+
+int vta_board_program(const vta_params_t *p, const uint8_t *insns, uint64_t n, const int64_t *elem_bytes,
+                      const int64_t *queue_of_flag, double *duration, double *features, int64_t *prev, int64_t *room,
+                      int64_t *pop_a, int64_t *pop_b, int64_t *space_a, int64_t *space_b, int64_t *dma_first,
+                      int64_t *dma_end, uint8_t *is_dma, uint64_t *uop_words, char *err, size_t errlen) {
+  if (p->bus_bytes == 0 || p->burst_beats == 0 || p->insn_queue_depth == 0 || n > ((uint64_t)1 << 40)) {
+    say(err, errlen, "board program: bad parameters or %llu instructions", n);
+    return VTA_ERR_ARG;
+  }
+  for (int k = 0; k < NMOD * 4; k++)
+    if (queue_of_flag[k] < -1 || queue_of_flag[k] >= NQUEUE) {
+      say(err, errlen, "board program: queue table entry %llu out of range", (uint64_t)k);
+      return VTA_ERR_ARG;
+    }
+  /* per queue, in program order: the instructions popping it (and by which slot) and pushing it; counted first,
+   * so that the lists take what the stream needs (at most two pops and two pushes per instruction) */
+  uint64_t n_pop[NQUEUE] = {0}, n_push[NQUEUE] = {0}, n_mod[NMOD] = {0}, total = 0;
+  for (uint64_t i = 0; i < n; i++) {
+    const uint8_t *in = insns + 16 * i;
+    const int module = module_of(field_of(in, p->mem[VTA_MEM_OPCODE]), field_of(in, p->mem[VTA_MEM_MEMORY_TYPE]));
+    n_mod[module]++;
+    for (int f = 0; f < 4; f++) {
+      const int64_t q = queue_of_flag[module * 4 + f];
+      if (q >= 0 && field_of(in, p->mem[VTA_MEM_POP_PREV + f])) (f < 2 ? n_pop : n_push)[q]++, total++;
+    }
+  }
+  int64_t *lists = malloc(sizeof(int64_t) * (total + n) + 1);
+  uint8_t *slots = malloc(total + 1);
+  if (!lists || !slots) {
+    free(lists);
+    free(slots);
+    say(err, errlen, "board program: out of memory for %llu instructions", n);
+    return VTA_ERR_ARG;
+  }
+  int64_t *pops[NQUEUE], *pushes[NQUEUE], *of_module[NMOD];
+  uint8_t *pop_slot[NQUEUE], *push_slot[NQUEUE];
+  uint64_t at = 0;
+  for (int q = 0; q < NQUEUE; q++) {
+    pops[q] = lists + at, pop_slot[q] = slots + at, at += n_pop[q];
+    pushes[q] = lists + at, push_slot[q] = slots + at, at += n_push[q];
+    n_pop[q] = n_push[q] = 0;   /* counted again as they are filled */
+  }
+  for (int m = 0; m < NMOD; m++) {   /* per module, its instructions in order (n in all) */
+    of_module[m] = lists + at;
+    at += n_mod[m];
+    n_mod[m] = 0;
+  }
+
+  uint64_t words = 0;
+  for (uint64_t i = 0; i < n; i++) {
+    const uint8_t *in = insns + 16 * i;
+    const int64_t op = field_of(in, p->mem[VTA_MEM_OPCODE]), mt = field_of(in, p->mem[VTA_MEM_MEMORY_TYPE]);
+    const int module = module_of(op, mt);
+    /* durations: the simulator's (docs/simulator.md, "Timing model"), each transfer alone on the bus */
+    const int64_t x = field_of(in, p->mem[VTA_MEM_X_SIZE]), y = field_of(in, p->mem[VTA_MEM_Y_SIZE]);
+    const int64_t stride = field_of(in, p->mem[VTA_MEM_X_STRIDE]), elem = elem_bytes[mt & 7];
+    double *feat = features + 3 * i;
+    feat[0] = feat[1] = feat[2] = 0.0;
+    duration[i] = 1.0;
+    is_dma[i] = (op == OP_LOAD || op == OP_STORE) && x > 0;
+    dma_first[i] = dma_end[i] = 0;
+    if (is_dma[i]) {
+      const int one_row = y == 1 || stride == x;
+      const int64_t rows = one_row ? 1 : y, row_bytes = one_row ? x * y * elem : x * elem;
+      const int64_t beats = (row_bytes + p->bus_bytes - 1) / p->bus_bytes;
+      const int64_t bursts = (beats + p->burst_beats - 1) / p->burst_beats;
+      int64_t cycles = p->dram_latency + rows * (beats + bursts * (int64_t)p->burst_gap);
+      if (op == OP_LOAD) {
+        const int64_t pad_y = field_of(in, p->mem[VTA_MEM_Y_PAD_0]) + y + field_of(in, p->mem[VTA_MEM_Y_PAD_1]);
+        const int64_t pad_x = field_of(in, p->mem[VTA_MEM_X_PAD_0]) + x + field_of(in, p->mem[VTA_MEM_X_PAD_1]);
+        cycles += pad_y * pad_x - x * y;
+        if (mt == MT_UOP) words += (uint64_t)(x * y);
+      }
+      duration[i] = (double)cycles;
+      feat[0] = (double)(rows * beats);
+      feat[1] = (double)rows;
+      dma_first[i] = field_of(in, p->mem[VTA_MEM_DRAM_BASE]) * elem;
+      dma_end[i] = dma_first[i] + ((y - 1) * stride + x) * elem;
+    } else if (op == OP_GEMM || op == OP_ALU) {
+      const int64_t outer = field_of(in, p->gemm[VTA_LOOP_ITER_OUT]) * field_of(in, p->gemm[VTA_LOOP_ITER_IN]);
+      const int64_t uops = field_of(in, p->gemm[VTA_LOOP_UOP_END]) - field_of(in, p->gemm[VTA_LOOP_UOP_BGN]);
+      const int64_t d = (int64_t)p->compute_latency + outer * uops * (op == OP_GEMM ? p->gemm_ii : p->alu_ii);
+      duration[i] = (double)(d > 1 ? d : 1);
+      feat[2] = uops > 0 ? (double)outer : 0.0;
+    }
+    /* the module's previous instruction, and the one `insn_queue_depth` back whose start frees a queue slot */
+    const uint64_t k = n_mod[module]++;
+    of_module[module][k] = (int64_t)i;
+    prev[i] = k ? of_module[module][k - 1] : -1;
+    room[i] = k >= p->insn_queue_depth ? of_module[module][k - p->insn_queue_depth] : -1;
+    pop_a[i] = pop_b[i] = space_a[i] = space_b[i] = -1;
+    for (int f = 0; f < 4; f++) {   /* pop_prev, pop_next, push_prev, push_next */
+      const int64_t q = queue_of_flag[module * 4 + f];
+      if (q < 0 || !field_of(in, p->mem[VTA_MEM_POP_PREV + f])) continue;
+      if (f < 2) {
+        pop_slot[q][n_pop[q]] = (uint8_t)f;
+        pops[q][n_pop[q]++] = (int64_t)i;
+      } else {
+        push_slot[q][n_push[q]] = (uint8_t)(f - 2);
+        pushes[q][n_push[q]++] = (int64_t)i;
+      }
+    }
+  }
+  /* the k-th pop of a queue waits for the end of its k-th push; a push past the token queue's depth waits for
+   * the start of the pop that frees its place */
+  int rc = VTA_OK;
+  for (int q = 0; q < NQUEUE && rc == VTA_OK; q++) {
+    if (n_pop[q] > n_push[q]) {
+      say(err, errlen, "instruction %llu pops a token that is never pushed: the board model needs a stream the "
+          "simulator runs to completion", (uint64_t)pops[q][n_push[q]]);
+      rc = VTA_ERR_ARG;
+      break;
+    }
+    for (uint64_t k = 0; k < n_pop[q]; k++) (pop_slot[q][k] ? pop_b : pop_a)[pops[q][k]] = pushes[q][k];
+    const uint64_t depth = p->token_queue_depth;
+    if (n_push[q] > depth && n_push[q] - depth > n_pop[q]) {
+      say(err, errlen, "instruction %llu pushes onto a full token queue that is never popped: the board model needs "
+          "a stream the simulator runs to completion", (uint64_t)pushes[q][depth + n_pop[q]]);
+      rc = VTA_ERR_ARG;
+      break;
+    }
+    for (uint64_t k = depth; k < n_push[q]; k++)
+      (push_slot[q][k] ? space_b : space_a)[pushes[q][k]] = pops[q][k - depth];
+  }
+  *uop_words = words;
+  free(lists);
+  free(slots);
+  return rc;
 }

@@ -128,4 +128,16 @@ int vta_board_times(uint64_t n, const int64_t *order, const int64_t *prev, const
                     const int64_t *pop_b, const int64_t *space_a, const int64_t *space_b, const double *duration,
                     double fetch, double dram_latency, double *start, double *end, double *disp);
 
+/* The board model's view of n 16-byte instructions (simulator/latency.py, BoardProgram; board_times.c): per
+ * instruction its duration in the simulator's timing model with each transfer alone on the bus, its features (bus
+ * beats and rows of a DMA, loop iterations of a GEMM/ALU: features[3 * i + k]), the module's previous instruction,
+ * the instruction whose start frees its queue slot, the pushes its pops wait for and the pops that free room for its
+ * pushes (-1: none), and a DMA's byte range [dma_first, dma_end) (is_dma); the micro-op words loaded. elem_bytes:
+ * 8 entries by memory type; queue_of_flag: 3 x 4, (module, flag) -> queue or -1. Returns VTA_ERR_ARG with a message
+ * for a pop never pushed or a push onto a queue never popped (a stream the simulator would not finish). */
+int vta_board_program(const vta_params_t *p, const uint8_t *insns, uint64_t n, const int64_t *elem_bytes,
+                      const int64_t *queue_of_flag, double *duration, double *features, int64_t *prev, int64_t *room,
+                      int64_t *pop_a, int64_t *pop_b, int64_t *space_a, int64_t *space_b, int64_t *dma_first,
+                      int64_t *dma_end, uint8_t *is_dma, uint64_t *uop_words, char *err, size_t errlen);
+
 #endif

@@ -1220,6 +1220,45 @@ static void hostile_board_times(void) {
   }
 }
 
+/* The board model's stream reader (board_times.c) on random instruction bytes: it reads exactly n instructions,
+ * writes every output of every instruction, never indexes outside the stream (each reference -1 or below n), and
+ * either succeeds or refuses with a message (a pop never pushed, a push onto a queue never popped). */
+static void hostile_board_program(const vta_params_t *p) {
+  g_phase = "board_program";
+  enum { N = 96 };
+  static const int64_t elem[8] = {4, 256, 16, 64, 16, 16, 0, 0};
+  static const int64_t queues[12] = {-1, 1, -1, 0, 0, 2, 1, 3, 3, -1, 2, -1};
+  uint8_t *insns = malloc(16 * N);   /* exactly n instructions: ASan sees any read past them */
+  double duration[N], features[3 * N];
+  int64_t ref[6][N], first[N], end[N];
+  uint8_t is_dma[N];
+  if (!insns) exit(2);
+  for (unsigned trial = 0; trial < 400; trial++) {
+    const uint64_t n = rnd(N + 1);
+    uint8_t *stream = insns + 16 * (N - n);   /* the buffer's last n instructions */
+    for (uint64_t i = 0; i < 16 * n; i++) stream[i] = (uint8_t)next64();
+    for (uint64_t i = 0; i < n; i++) {   /* mostly real opcodes, and dependency flags half the time */
+      if (chance(80)) stream[16 * i] = (uint8_t)((stream[16 * i] & ~7u) | rnd(5));
+      if (chance(50)) stream[16 * i] &= (uint8_t)~0x78u;
+    }
+    uint64_t words = 7;
+    for (uint64_t i = 0; i < n; i++) ref[0][i] = ref[5][i] = -7;
+    clear_err();
+    const int rc = vta_board_program(p, stream, n, elem, queues, duration, features, ref[0],
+                                      ref[1], ref[2], ref[3], ref[4], ref[5], first, end, is_dma, &words, g_err,
+                                      sizeof g_err);
+    EXPECT(rc == VTA_OK || (rc == VTA_ERR_ARG && g_err[0] != 0x5a), "board program: rc=%d", rc);
+    if (rc != VTA_OK) continue;
+    for (uint64_t i = 0; i < n; i++) {
+      int ok = duration[i] >= 1.0 && is_dma[i] <= 1;
+      for (int r = 0; r < 6; r++) ok &= ref[r][i] >= -1 && ref[r][i] < (int64_t)n && ref[r][i] != (int64_t)i;
+      EXPECT(ok, "board program: instruction %llu of %llu has a bad duration or reference", (unsigned long long)i,
+             (unsigned long long)n);
+    }
+  }
+  free(insns);
+}
+
 /* Into the digest: every SRAM (raw element bytes) and every mapped DRAM region of `c`. */
 static void digest_state(ctx_t *c) {
   const char *saved = g_phase;
@@ -1289,6 +1328,7 @@ int main(int argc, char **argv) {
 
   bad_params(&base);
   hostile_board_times();
+  hostile_board_program(&base);
   static ctx_t ctx[NCTX];
   static const char *const names[NCTX] = {"preset", "variant1", "variant2", "variant3"};
   g_phase = "create";

@@ -316,6 +316,13 @@ class CompiledOp:
         self.stats = self.program.run(compute=compute)
         return self.template.unpack_output(self.device.copy_out(self.buffers.out))
 
+    def time(self) -> RunStats:
+        """Run the program with the timing model only: cycles and the board model's latency depend on the stream
+        alone, not on data (docs/simulator.md), so nothing is staged and no output is read (what tuning measures
+        in ``timing_only`` mode)."""
+        self.stats = self.program.run(compute=False)
+        return self.stats
+
     def reference(self, *args: np.ndarray, **inputs: np.ndarray) -> np.ndarray:
         """numpy result of the same computation, independent of the template's emitter."""
         return self.template.reference(**self.template.check_inputs(self._named(args, inputs)))
