@@ -1110,6 +1110,18 @@ static int check_fields(const vta_field_t *f, int n, uint32_t total) {
   return 1;
 }
 
+/* Zeroed memory for n elements of `size` bytes at a 64-byte boundary (free() releases it). calloc's large blocks
+ * (mmap'd) start 16 bytes past a page, so every 64-byte accumulator row straddled two cache lines and the
+ * kernels' 32- and 64-byte accesses split across lines. */
+static void *calloc_lines(size_t n, size_t size) {
+  void *mem = NULL;
+  if (size && n > SIZE_MAX / size) return NULL;
+  const size_t bytes = n * size;
+  if (posix_memalign(&mem, 64, bytes ? bytes : 1)) return NULL;
+  memset(mem, 0, bytes);
+  return mem;
+}
+
 vta_sim_t *vta_sim_create(const vta_params_t *params, char *err, size_t errlen) {
   const uint16_t probe = 1;
   if (*(const uint8_t *)&probe != 1) {
@@ -1162,19 +1174,19 @@ vta_sim_t *vta_sim_create(const vta_params_t *params, char *err, size_t errlen) 
   s->acc_elem = p->batch * p->block_out * 4;
   s->out_elem = p->batch * p->block_out;
   s->uop = calloc(p->uop_depth, sizeof(uint32_t));
-  s->inp = calloc(p->inp_depth, s->inp_elem);
-  s->wgt = calloc(p->wgt_depth, s->wgt_elem);
-  s->acc = calloc(p->acc_depth, s->acc_elem);
+  s->inp = calloc_lines(p->inp_depth, s->inp_elem);
+  s->wgt = calloc_lines(p->wgt_depth, s->wgt_elem);
+  s->acc = calloc_lines(p->acc_depth, s->acc_elem);
   s->kernel = kernel;
   s->gemm = kernel_gemm(kernel);
   s->gemm_row = kernel_gemm_row(kernel, p->block_out, p->block_in);
   s->runs = calloc(p->uop_depth, sizeof *s->runs);
   s->threads = 1;
   s->wgt_t_stride = shadow_bytes(kernel, p->block_out, p->block_in);
-  s->wgt_t = calloc(p->wgt_depth, s->wgt_t_stride);
+  s->wgt_t = calloc_lines(p->wgt_depth, s->wgt_t_stride);
   if (kernel_unsigned(kernel, p->block_out, p->block_in, &s->gemm_row_unsigned, &s->gemm_row_sum2,
                       &s->gemm_row_sum4))
-    s->wgt_q = calloc(p->wgt_depth, 256); /* apart from wgt_t, so that each kind of shadow stays dense in cache */
+    s->wgt_q = calloc_lines(p->wgt_depth, 256); /* apart from wgt_t, so that each kind of shadow stays dense in cache */
   s->wgt_t_built = calloc(p->wgt_depth, 1);
   if (!s->uop || !s->inp || !s->wgt || !s->acc || !s->wgt_t || !s->wgt_t_built || !s->runs ||
       (s->gemm_row_unsigned && !s->wgt_q)) {
