@@ -262,12 +262,15 @@ class HwConfig:
     def elem_bytes(self, mem_type: int | str) -> int:
         """Bytes of one DRAM element of a memory type (the unit of an instruction's dram_base)."""
         name = mem_type if isinstance(mem_type, str) else {v: k for k, v in MEM_TYPES.items()}.get(mem_type)
-        table = {"UOP": self.UOP_ELEM_BYTES, "WGT": self.WGT_ELEM_BYTES, "INP": self.INP_ELEM_BYTES,
-                 "ACC": self.ACC_ELEM_BYTES, "OUT": self.OUT_ELEM_BYTES,
-                 "ACC_8BIT": self.BATCH * self.BLOCK_OUT * self.INP_WIDTH // 8}
-        if name not in table:
+        if name not in self._elem_bytes:
             raise ValueError(f"unknown memory type {mem_type!r}; allowed: {sorted(MEM_TYPES)}")
-        return table[name]
+        return self._elem_bytes[name]
+
+    @cached_property
+    def _elem_bytes(self) -> dict[str, int]:
+        return {"UOP": self.UOP_ELEM_BYTES, "WGT": self.WGT_ELEM_BYTES, "INP": self.INP_ELEM_BYTES,
+                "ACC": self.ACC_ELEM_BYTES, "OUT": self.OUT_ELEM_BYTES,
+                "ACC_8BIT": self.BATCH * self.BLOCK_OUT * self.INP_WIDTH // 8}
 
     # ---- serialisation ----
     def to_dict(self) -> dict[str, Any]:

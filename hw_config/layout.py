@@ -112,17 +112,20 @@ class Format:
             raise ValueError(f"row {i}: {self.name}.{f.name}={int(table[i, j])} is out of range: allowed "
                              f"[{f.min_value}, {f.max_value}] ({f.width} bits{', signed' if f.signed else ''})")
         packed = (table.astype(np.uint64) & mask) << shift
-        words = np.zeros((table.shape[0], max(1, nbytes // 8)), dtype=np.uint64)
-        for w in np.unique(word):
-            words[:, w] = np.bitwise_or.reduce(packed[:, word == w], axis=1)
+        words = np.empty((table.shape[0], max(1, nbytes // 8)), dtype=np.uint64)
+        for w, columns in enumerate(word):   # fields never overlap: within a word, OR is a sum
+            words[:, w] = packed[:, columns].sum(axis=1, dtype=np.uint64)
         return words.view(np.uint8)[:, :nbytes].copy()
 
     @cached_property
-    def _packing(self) -> tuple[np.ndarray, ...]:
-        """Per field: lowest and highest value, 64-bit word, shift within it, mask (``encode_table``)."""
+    def _packing(self) -> tuple:
+        """Per field: lowest and highest value, shift within its 64-bit word, mask; per word, its fields' columns
+        (``encode_table``)."""
+        words = max(1, -(-self.total_bits // 64))
         return (np.array([f.min_value for f in self.fields], dtype=np.int64),
                 np.array([f.max_value for f in self.fields], dtype=np.int64),
-                np.array([f.offset // 64 for f in self.fields]),
+                [np.array([j for j, f in enumerate(self.fields) if f.offset // 64 == w], dtype=np.int64)
+                 for w in range(words)],
                 np.array([f.offset % 64 for f in self.fields], dtype=np.uint64),
                 np.array([f.mask for f in self.fields], dtype=np.uint64))
 

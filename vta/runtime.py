@@ -18,6 +18,7 @@
 
 from __future__ import annotations
 
+from bisect import bisect_right
 from dataclasses import dataclass, field
 from itertools import pairwise
 
@@ -355,9 +356,10 @@ class CommandQueue:
                 self._uop_dram_used != start[-1] or \
                 any(isinstance(e, (_Block, _Run)) for e in self.insns[n0:]):   # only instructions emitted one by one
             return None
-        spans = sorted((b.addr, b.addr + b.nbytes) for b in buffers if b is not None)
-        if any(a_end > b_start for (_, a_end), (b_start, _) in pairwise(spans)):
+        spans = sorted((b.addr, b.addr + b.nbytes, i) for i, b in enumerate(buffers) if b is not None)
+        if any(a_end > b_start for (_, a_end, _), (b_start, _, _) in pairwise(spans)):
             return None
+        starts = [span[0] for span in spans]
         slot = self._slot["mem"]
         dram, mem_type = slot["dram_base"], slot["memory_type"]
         elem = {MEM_TYPES[name]: nbytes for name, nbytes in self._elem_bytes.items()}
@@ -366,8 +368,9 @@ class CommandQueue:
             tag = -1
             if insn.fmt == "mem":
                 addr = insn.values[dram] * elem[insn.values[mem_type]]
-                tag = next((i for i, b in enumerate(buffers) if b is not None and b.addr <= addr < b.addr + b.nbytes),
-                           -1)
+                k = bisect_right(starts, addr) - 1   # the one buffer that can hold it: they do not overlap
+                if k >= 0 and addr < spans[k][1]:
+                    tag = spans[k][2]
             out.append((insn.fmt, insn.stage, insn.values.copy(), tag))
         end = (dict(self._pending), dict(self._resident), self._uop_ptr,
                self._uop_dram_used)
@@ -454,9 +457,8 @@ class CommandQueue:
         return begin, end
 
     def _encode_uops(self, uops: np.ndarray) -> np.ndarray:
-        fmt = self.cfg.insn_formats["uop"]
-        return fmt.encode_rows({"dst_idx": uops[:, 0], "src_idx": uops[:, 1], "wgt_idx": uops[:, 2]},
-                               nbytes=4).view("<u4").reshape(-1)
+        fmt = self.cfg.insn_formats["uop"]   # fields dst_idx, src_idx, wgt_idx: a kernel's columns, in order
+        return fmt.encode_table(uops, nbytes=4).view("<u4").reshape(-1)
 
     def push_kernel(self, kernel: UopKernel) -> None:
         """Emit the GEMM or ALU instruction running ``kernel`` (loading its micro-ops first if needed)."""
