@@ -385,12 +385,9 @@ class CommandQueue:
         if rec.insns:
             self.insns.append(_Block(rec, tuple(deltas), len(rec.insns)))
             self._count += len(rec.insns)
-        pending, resident, self._uop_ptr, _ = rec.end
-        self._pending = dict(pending)
-        self._resident = dict(resident)
-        tokens = self._tokens
         for q, n in rec.tokens.items():
-            tokens[q] += n
+            self._tokens[q] += n
+        self._enter_end_state(rec)
 
     def replay_run(self, recs: list[Recording], deltas: np.ndarray) -> None:
         """``replay(recs[k], deltas[k], checked=False)`` for each k, as one element: the queue must be in the state
@@ -406,7 +403,11 @@ class CommandQueue:
             self._count += times * len(rec.insns)
             for q, n in rec.tokens.items():
                 tokens[q] += times * n
-        pending, resident, self._uop_ptr, _ = recs[-1].end
+        self._enter_end_state(recs[-1])
+
+    def _enter_end_state(self, rec: Recording) -> None:
+        """The pending flags, resident kernels and micro-op ring pointer ``rec`` ends with (after replaying it)."""
+        pending, resident, self._uop_ptr, _ = rec.end
         self._pending = dict(pending)
         self._resident = dict(resident)
 

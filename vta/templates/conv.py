@@ -332,8 +332,8 @@ def emit_conv(q: CommandQueue, g: ConvGeometry, t: Tiling, ep: Epilogue, bufs: C
     first_group = True
     # Groups of tiles alike (same windows, same queue state) emit the same instructions but for DRAM offsets:
     # the first is recorded, the others replayed with shifted offsets (tests/test_replay.py: bit-identical).
-    # A group's key is small integers: its class (``_group_class``, split by loop axis and interned) and an
-    # interned queue state; after a replay the state is the recording's end state, so it is not recomputed.
+    # A group's key is small integers: whether it is the first, its class by loop axis (``_group_classes``) and
+    # the interned queue state; after a replay the state is the recording's end state, so it is not recomputed.
     buffers = [bufs.data, bufs.kernel, bufs.bias, bufs.residual, bufs.out]
     recordings: dict[tuple, tuple[Recording, int]] = {}   # key -> the recording and the state id it ends in
     n_co_tiles, n_h_tiles, n_w_tiles = g.cob // t.co1, oh // t.h1, ow // t.w1
@@ -420,9 +420,9 @@ def emit_conv(q: CommandQueue, g: ConvGeometry, t: Tiling, ep: Epilogue, bufs: C
 
 
 def _group_classes(g: ConvGeometry, t: Tiling, rows_of: dict, cols_of: dict, intern) -> tuple[list, list, list]:
-    """``_group_class`` by loop axis, as interned ids: per row-group index (each thread row's window shape and
-    padding), per channel-group index (each thread's channel group relative to the first's), per column tile.
-    Together with whether the group is the first they decide the same as ``_group_class``."""
+    """What, besides DRAM offsets, the queue state and whether it is the first, decides a tile group's
+    instructions, by loop axis, as interned ids: per row-group index each thread row's window shape and padding,
+    per column tile its window's, per channel-group index each thread's channel group relative to the first's."""
     rows = [intern(("rows", *(rows_of[(i0 * t.th + th) * t.h1][1:4] for th in range(t.th))))
             for i0 in range(g.out_h // t.h1 // t.th)]
     cols = [intern(("cols", *cols_of[j0 * t.w1][1:4])) for j0 in range(g.out_w // t.w1)]
@@ -433,17 +433,9 @@ def _group_classes(g: ConvGeometry, t: Tiling, rows_of: dict, cols_of: dict, int
     return rows, cols, cos
 
 
-def _group_class(g: ConvGeometry, tiles: list, windows: list, first_group: bool) -> tuple:
-    """What, besides DRAM offsets and the queue state, decides a tile group's instructions: each tile's window
-    shape and padding, its channel group relative to the first tile's, and whether it is the first group."""
-    group0 = tiles[0][2] // g.cob_per_group
-    return first_group, tuple((w[1], w[2], w[3], w[5], w[6], w[7], tile[2] // g.cob_per_group - group0)
-                              for w, tile in zip(windows, tiles))
-
-
 def _anchors(g: ConvGeometry, t: Tiling, tile) -> tuple[int, ...]:
     """DRAM element offsets that move with the tile group, one per buffer of ``emit_conv``'s ``buffers`` (data,
-    kernel, bias, residual, out): within one group class (``_group_class``) every load or store of a buffer
+    kernel, bias, residual, out): within one group class (``_group_classes``) every load or store of a buffer
     sits at its anchor plus a constant, because window starts are the unclipped o0 * stride - pad then."""
     bo, oh0, co0, ow0 = tile
     group = co0 // g.cob_per_group
