@@ -66,6 +66,12 @@ static int module_of(int64_t op, int64_t mt) {
   return op == OP_STORE ? MOD_STORE : op == OP_LOAD && (mt == MT_INP || mt == MT_WGT) ? MOD_LOAD : MOD_COMPUTE;
 }
 
+/* A field inside the 128-bit instruction, within one 64-bit word, at most `max_width` bits wide. */
+static int field_fits(vta_field_t f, uint32_t max_width) {
+  return f.width >= 1 && f.width <= max_width && f.offset + f.width <= 128 &&
+         f.offset / 64 == (f.offset + f.width - 1) / 64;
+}
+
 static void say(char *err, size_t errlen, const char *fmt, uint64_t i) {
   if (err && errlen) snprintf(err, errlen, fmt, (unsigned long long)i);
 }
@@ -74,15 +80,29 @@ int vta_board_program(const vta_params_t *p, const uint8_t *insns, uint64_t n, c
                       const int64_t *queue_of_flag, double *duration, double *features, int64_t *prev, int64_t *room,
                       int64_t *pop_a, int64_t *pop_b, int64_t *space_a, int64_t *space_b, int64_t *dma_first,
                       int64_t *dma_end, uint8_t *is_dma, uint64_t *uop_words, char *err, size_t errlen) {
-  if (p->bus_bytes == 0 || p->burst_beats == 0 || p->insn_queue_depth == 0 || n > ((uint64_t)1 << 40)) {
-    say(err, errlen, "board program: bad parameters or %llu instructions", n);
+  /* hw_config's ranges (LATENCY and platform keys; the ISA's 16-bit sizes and loop fields): within them no
+   * product below overflows */
+  if (p->bus_bytes == 0 || p->burst_beats == 0 || p->burst_gap > 10000 || p->dram_latency > 100000 ||
+      p->gemm_ii > 64 || p->alu_ii > 64 || p->compute_latency > 10000 || p->insn_queue_depth == 0 ||
+      n > ((uint64_t)1 << 40)) {
+    say(err, errlen, "board program: timing parameters out of hw_config's ranges (%llu instructions)", n);
     return VTA_ERR_ARG;
   }
-  for (int k = 0; k < NMOD * 4; k++)
-    if (queue_of_flag[k] < -1 || queue_of_flag[k] >= NQUEUE) {
-      say(err, errlen, "board program: queue table entry %llu out of range", (uint64_t)k);
-      return VTA_ERR_ARG;
-    }
+  static const int narrow[] = {VTA_MEM_X_SIZE, VTA_MEM_Y_SIZE, VTA_MEM_X_STRIDE, VTA_MEM_Y_PAD_0, VTA_MEM_Y_PAD_1,
+                               VTA_MEM_X_PAD_0, VTA_MEM_X_PAD_1};
+  static const int loop_narrow[] = {VTA_LOOP_ITER_OUT, VTA_LOOP_ITER_IN, VTA_LOOP_UOP_BGN, VTA_LOOP_UOP_END};
+  int fields_ok = 1;
+  for (int f = 0; f < VTA_MEM_NFIELDS; f++) fields_ok &= field_fits(p->mem[f], 32);
+  for (size_t f = 0; f < sizeof narrow / sizeof *narrow; f++) fields_ok &= field_fits(p->mem[narrow[f]], 16);
+  for (size_t f = 0; f < sizeof loop_narrow / sizeof *loop_narrow; f++)
+    fields_ok &= field_fits(p->gemm[loop_narrow[f]], 16);
+  for (int t = 0; t < 8; t++) fields_ok &= elem_bytes[t] >= 0 && elem_bytes[t] <= 65536;
+  for (int k = 0; k < NMOD * 4; k++) fields_ok &= queue_of_flag[k] >= -1 && queue_of_flag[k] < NQUEUE;
+  if (!fields_ok) {
+    if (err && errlen)
+      snprintf(err, errlen, "board program: a field layout, element size or queue table entry is out of range");
+    return VTA_ERR_ARG;
+  }
   /* per queue, in program order: the instructions popping it (and by which slot) and pushing it; counted first,
    * so that the lists take what the stream needs (at most two pops and two pushes per instruction) */
   uint64_t n_pop[NQUEUE] = {0}, n_push[NQUEUE] = {0}, n_mod[NMOD] = {0}, total = 0;
@@ -132,14 +152,16 @@ int vta_board_program(const vta_params_t *p, const uint8_t *insns, uint64_t n, c
     dma_first[i] = dma_end[i] = 0;
     if (is_dma[i]) {
       const int one_row = y == 1 || stride == x;
-      const int64_t rows = one_row ? 1 : y, row_bytes = one_row ? x * y * elem : x * elem;
-      const int64_t beats = (row_bytes + p->bus_bytes - 1) / p->bus_bytes;
-      const int64_t bursts = (beats + p->burst_beats - 1) / p->burst_beats;
-      int64_t cycles = p->dram_latency + rows * (beats + bursts * (int64_t)p->burst_gap);
+      /* at most 2^48 bytes a row (16-bit sizes, elements of at most 2^16 bytes): no product wraps */
+      const uint64_t rows = one_row ? 1 : (uint64_t)y;
+      const uint64_t row_bytes = (uint64_t)x * (one_row ? (uint64_t)y : 1) * (uint64_t)elem;
+      const uint64_t beats = (row_bytes + p->bus_bytes - 1) / p->bus_bytes;
+      const uint64_t bursts = (beats + p->burst_beats - 1) / p->burst_beats;
+      uint64_t cycles = p->dram_latency + rows * (beats + bursts * p->burst_gap);
       if (op == OP_LOAD) {
         const int64_t pad_y = field_of(in, p->mem[VTA_MEM_Y_PAD_0]) + y + field_of(in, p->mem[VTA_MEM_Y_PAD_1]);
         const int64_t pad_x = field_of(in, p->mem[VTA_MEM_X_PAD_0]) + x + field_of(in, p->mem[VTA_MEM_X_PAD_1]);
-        cycles += pad_y * pad_x - x * y;
+        cycles += (uint64_t)(pad_y * pad_x - x * y);
         if (mt == MT_UOP) words += (uint64_t)(x * y);
       }
       duration[i] = (double)cycles;

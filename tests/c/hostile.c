@@ -1233,6 +1233,18 @@ static void hostile_board_program(const vta_params_t *p) {
   int64_t ref[6][N], first[N], end[N];
   uint8_t is_dma[N];
   if (!insns) exit(2);
+  for (int bad = 0; bad < 4; bad++) {   /* parameters outside hw_config's ranges are refused before any work */
+    vta_params_t q = *p;
+    if (bad == 0) q.burst_gap = 10001;
+    if (bad == 1) q.bus_bytes = 0;
+    if (bad == 2) q.mem[VTA_MEM_X_SIZE].width = 17;
+    if (bad == 3) q.gemm[VTA_LOOP_ITER_OUT].offset = 120;   /* would straddle the instruction's end */
+    uint64_t words = 0;
+    clear_err();
+    const int rc = vta_board_program(&q, insns, N, elem, queues, duration, features, ref[0], ref[1], ref[2], ref[3],
+                                      ref[4], ref[5], first, end, is_dma, &words, g_err, sizeof g_err);
+    EXPECT(rc == VTA_ERR_ARG && g_err[0] != 0x5a, "board program: bad parameters %d: rc=%d", bad, rc);
+  }
   for (unsigned trial = 0; trial < 400; trial++) {
     const uint64_t n = rnd(N + 1);
     uint8_t *stream = insns + 16 * (N - n);   /* the buffer's last n instructions */
