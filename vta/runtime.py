@@ -131,16 +131,10 @@ class Recording:
     end: tuple                         # the state after, as (pending, resident, uop_ptr, uop_dram_used)
     tokens: dict[str, int]             # tokens pushed minus popped per queue
     anchors: tuple[int, ...] = ()      # the template's DRAM anchor per buffer (replay shifts by the difference)
-    _tables: dict = field(default_factory=dict, repr=False)
-
-    def table(self, fmt: str, width: int) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
-        """Positions, field values (rows x ``width``) and buffer tags of this format's instructions."""
-        if fmt not in self._tables:
-            pos = [i for i, insn in enumerate(self.insns) if insn[0] == fmt]
-            values = np.array([self.insns[i][2] for i in pos], dtype=np.int64).reshape(len(pos), width)
-            self._tables[fmt] = (np.array(pos, dtype=np.int64), values,
-                                 np.array([self.insns[i][3] for i in pos], dtype=np.int64))
-        return self._tables[fmt]
+    # filled by the first assembly that replays it (CommandQueue._encode_singles_and_recordings): the instructions
+    # encoded as recorded (uint8 rows), and those whose DRAM address lies in a buffer (positions, addresses, tags)
+    encoded: np.ndarray | None = field(default=None, repr=False)
+    moving: tuple[np.ndarray, np.ndarray, np.ndarray] | None = field(default=None, repr=False)
 
     def values(self, i: int, deltas: tuple[int, ...], dram_slot: int) -> list[int]:
         """Instruction ``i``'s field values with its DRAM address moved by ``deltas``."""
@@ -512,12 +506,15 @@ class CommandQueue:
         dram = self.cfg.insn_formats["mem"].field("dram_base")
         word, shift = dram.offset // 64, np.uint64(dram.offset % 64)
         for rec, starts, deltas, ns in blocks.values():
-            encoded = rec._tables["encoded"]
-            at, base, tags = self._moving(rec, len(self.cfg.insn_formats["mem"].names), self._slot["mem"]["dram_base"])
+            at, base, tags = rec.moving
             n = len(rec.insns)
             starts_a, ns_a, deltas_a = np.concatenate(starts), np.concatenate(ns), np.concatenate(deltas)
-            keep = np.arange(n)[None, :] < ns_a[:, None]          # a block may hold the first n of its recording
-            out[(starts_a[:, None] + np.arange(n)[None, :])[keep]] = np.broadcast_to(encoded, (len(starts_a), n, 16))[keep]
+            rows = starts_a[:, None] + np.arange(n)[None, :]
+            if (ns_a == n).all():
+                out[rows] = rec.encoded
+            else:   # a block may hold the first n of its recording
+                keep = np.arange(n)[None, :] < ns_a[:, None]
+                out[rows[keep]] = np.broadcast_to(rec.encoded, (len(starts_a), n, 16))[keep]
             if not at.size:
                 continue
             moved = base[None, :] + deltas_a[:, tags]
@@ -533,35 +530,39 @@ class CommandQueue:
         return out
 
     def _encode_singles_and_recordings(self, out: np.ndarray, singles: dict, recs: list[Recording]) -> None:
-        """Encode the instructions emitted one by one into ``out`` and each recording not yet encoded into its
-        cache (``rec._tables["encoded"]``), one ``encode_table`` per format for all of them."""
-        new = [rec for rec in recs if "encoded" not in rec._tables]
+        """Encode the instructions emitted one by one into ``out``, and each recording not yet encoded into its
+        ``encoded`` rows and ``moving`` addresses: one table and one ``encode_table`` per format for all of them."""
+        new = [rec for rec in recs if rec.encoded is None]
         for rec in new:
-            rec._tables["encoded"] = np.zeros((len(rec.insns), 16), dtype=np.uint8)
+            rec.encoded = np.zeros((len(rec.insns), 16), dtype=np.uint8)
+        dram_slot = self._slot["mem"]["dram_base"]
         for fmt, (rows, values) in singles.items():
-            width = len(self.cfg.insn_formats[fmt].names)
-            parts = [np.array(values, dtype=np.int64).reshape(len(rows), width)]
-            parts += [rec.table(fmt, width)[1] for rec in new]
-            table = np.concatenate(parts)
-            if not len(table):
+            owned = []   # per new recording: its instructions of this format, by position
+            values = list(values)
+            for rec in new:
+                pos = [i for i, insn in enumerate(rec.insns) if insn[0] == fmt]
+                values.extend(rec.insns[i][2] for i in pos)
+                owned.append(pos)
+            if not values:
                 continue
+            table = np.array(values, dtype=np.int64).reshape(len(values), len(self._slot[fmt]))
             try:
                 encoded = self.cfg.insn_formats[fmt].encode_table(table)
             except ValueError as e:
                 raise ScheduleError(f"instruction field out of range: {e}") from None
             out[rows] = encoded[:len(rows)]
             k = len(rows)
-            for rec in new:
-                pos = rec.table(fmt, width)[0]
-                rec._tables["encoded"][pos] = encoded[k:k + len(pos)]
+            for rec, pos in zip(new, owned):
+                rec.encoded[pos] = encoded[k:k + len(pos)]
+                if fmt == "mem":
+                    tags = np.array([rec.insns[i][3] for i in pos], dtype=np.int64)
+                    tagged = tags >= 0
+                    rec.moving = (np.array(pos, dtype=np.int64)[tagged], table[k:k + len(pos), dram_slot][tagged],
+                                  tags[tagged])
                 k += len(pos)
-
-    @staticmethod
-    def _moving(rec: Recording, width: int, dram_slot: int) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
-        """``rec``'s instructions with a DRAM address in a buffer: positions, addresses as recorded, buffer tags."""
-        pos, values, tags = rec.table("mem", width)
-        tagged = tags >= 0
-        return pos[tagged], values[tagged, dram_slot], tags[tagged]
+        for rec in new:
+            if rec.moving is None:   # no mem instruction
+                rec.moving = (np.zeros(0, dtype=np.int64),) * 3
 
     def checkpoint(self) -> bool:
         """Flush when the stream is near ``max_insns`` (called by templates at tile boundaries); whether it did."""
