@@ -31,15 +31,13 @@ import numpy as np
 
 from hw_config import HwConfig
 from hw_config.config import LATENCY_KEYS, LATENCY_NEUTRAL
-from hw_config.isa_rules import INSN_BYTES, MODULES, module_indices, queue_table
+from hw_config.isa_rules import INSN_BYTES, MODULES, module_indices
 
 __all__ = ["ACCEL_KEYS", "HOST_KEYS", "BoardProgram", "LatencyBreakdown", "accel_extra", "beat_extra", "board_latency"]
 
 HOST_KEYS = ("LAUNCH_US", "HOST_INSN_NS", "HOST_UOP_NS", "CACHE_NS_PER_BYTE")   # additive, per stream
 ACCEL_KEYS = ("DMA_EFFICIENCY", "DMA_ROW_CYCLES", "COMPUTE_LOOP_CYCLES")      # re-time the schedule
 HOST_UNIT_S = {"LAUNCH_US": 1e-6, "HOST_INSN_NS": 1e-9, "HOST_UOP_NS": 1e-9, "CACHE_NS_PER_BYTE": 1e-9}
-# (module, dependency flag) -> the queue it pops or pushes, -1: none (hw_config.isa_rules.DEP_QUEUES as numbers)
-_QUEUE_OF_FLAG = queue_table()
 
 
 @dataclass(frozen=True)
@@ -103,7 +101,7 @@ class BoardProgram:
         elem = np.ascontiguousarray(cfg.elem_bytes_by_type, dtype=np.int64)
         status = lib.vta_board_program(
             _params(cfg), ffi.from_buffer(rows), n, ffi.from_buffer("int64_t[]", elem),
-            ffi.from_buffer("int64_t[]", _QUEUE_OF_FLAG), ffi.from_buffer("double[]", self.duration),
+            ffi.from_buffer("double[]", self.duration),
             ffi.from_buffer("double[]", self.features), *(ffi.from_buffer("int64_t[]", r) for r in refs),
             ffi.from_buffer("int64_t[]", first), ffi.from_buffer("int64_t[]", end), ffi.from_buffer("uint8_t[]", dma),
             words, err, 256)

@@ -5,6 +5,7 @@
  *   nature (each start depends on earlier ends); the arithmetic is the same IEEE double additions and comparisons
  *   as the Python definition it replaces, so the results are bit-identical (tests/test_latency_model.py). */
 #include "vta_sim.h"
+#include "vta_isa.h" /* opcodes, memory types, modules, DEP_QUEUE: generated from hw_config */
 
 #include <stdio.h>
 #include <stdlib.h>
@@ -49,70 +50,42 @@ int vta_board_times(uint64_t n, const int64_t *order, const int64_t *prev, const
   return VTA_OK;
 }
 
-/* VTA's opcodes and memory types (hw_config/layout.py), and the modules as numbered in hw_config's MODULES. */
-enum { OP_LOAD = 0, OP_STORE = 1, OP_GEMM = 2, OP_ALU = 4 };
-enum { MT_UOP = 0, MT_WGT = 1, MT_INP = 2 };
-enum { MOD_LOAD = 0, MOD_COMPUTE = 1, MOD_STORE = 2, NMOD = 3, NQUEUE = 4 };
-
 static int64_t field_of(const uint8_t *insn, vta_field_t f) {
   uint64_t w[2];
   memcpy(w, insn, sizeof w); /* little-endian bytes, as the simulator reads them */
   return (int64_t)((w[f.offset / 64] >> (f.offset % 64)) & ((f.width >= 64 ? 0 : (uint64_t)1 << f.width) - 1));
 }
 
-/* hw_config.isa_rules.module_of: stores to the store module, input and weight loads to the load module, the rest
- * (micro-op and accumulator loads, GEMM, ALU, FINISH) to the compute module */
-static int module_of(int64_t op, int64_t mt) {
-  return op == OP_STORE ? MOD_STORE : op == OP_LOAD && (mt == MT_INP || mt == MT_WGT) ? MOD_LOAD : MOD_COMPUTE;
-}
-
-/* A field inside the 128-bit instruction, within one 64-bit word, at most `max_width` bits wide. */
-static int field_fits(vta_field_t f, uint32_t max_width) {
-  return f.width >= 1 && f.width <= max_width && f.offset + f.width <= 128 &&
-         f.offset / 64 == (f.offset + f.width - 1) / 64;
-}
+/* hw_config.isa_rules.module_of (MODULE_OF), an opcode past VTA's five going to the compute module as there */
+static int module_of(int64_t op, int64_t mt) { return op < NUM_OPCODES ? MODULE_OF[op][mt & 7] : MOD_COMPUTE; }
 
 static void say(char *err, size_t errlen, const char *fmt, uint64_t i) {
   if (err && errlen) snprintf(err, errlen, fmt, (unsigned long long)i);
 }
 
 int vta_board_program(const vta_params_t *p, const uint8_t *insns, uint64_t n, const int64_t *elem_bytes,
-                      const int64_t *queue_of_flag, double *duration, double *features, int64_t *prev, int64_t *room,
-                      int64_t *pop_a, int64_t *pop_b, int64_t *space_a, int64_t *space_b, int64_t *dma_first,
-                      int64_t *dma_end, uint8_t *is_dma, uint64_t *uop_words, char *err, size_t errlen) {
-  /* hw_config's ranges (LATENCY and platform keys; the ISA's 16-bit sizes and loop fields): within them no
-   * product below overflows */
-  if (p->bus_bytes == 0 || p->burst_beats == 0 || p->burst_gap > 10000 || p->dram_latency > 100000 ||
-      p->gemm_ii > 64 || p->alu_ii > 64 || p->compute_latency > 10000 || p->insn_queue_depth == 0 ||
-      n > ((uint64_t)1 << 40)) {
-    say(err, errlen, "board program: timing parameters out of hw_config's ranges (%llu instructions)", n);
-    return VTA_ERR_ARG;
-  }
-  static const int narrow[] = {VTA_MEM_X_SIZE, VTA_MEM_Y_SIZE, VTA_MEM_X_STRIDE, VTA_MEM_Y_PAD_0, VTA_MEM_Y_PAD_1,
-                               VTA_MEM_X_PAD_0, VTA_MEM_X_PAD_1};
-  static const int loop_narrow[] = {VTA_LOOP_ITER_OUT, VTA_LOOP_ITER_IN, VTA_LOOP_UOP_BGN, VTA_LOOP_UOP_END};
-  int fields_ok = 1;
-  for (int f = 0; f < VTA_MEM_NFIELDS; f++) fields_ok &= field_fits(p->mem[f], 32);
-  for (size_t f = 0; f < sizeof narrow / sizeof *narrow; f++) fields_ok &= field_fits(p->mem[narrow[f]], 16);
-  for (size_t f = 0; f < sizeof loop_narrow / sizeof *loop_narrow; f++)
-    fields_ok &= field_fits(p->gemm[loop_narrow[f]], 16);
-  for (int t = 0; t < 8; t++) fields_ok &= elem_bytes[t] >= 0 && elem_bytes[t] <= 65536;
-  for (int k = 0; k < NMOD * 4; k++) fields_ok &= queue_of_flag[k] >= -1 && queue_of_flag[k] < NQUEUE;
-  if (!fields_ok) {
-    if (err && errlen)
-      snprintf(err, errlen, "board program: a field layout, element size or queue table entry is out of range");
+                      double *duration, double *features, int64_t *prev, int64_t *room, int64_t *pop_a, int64_t *pop_b,
+                      int64_t *space_a, int64_t *space_b, int64_t *dma_first, int64_t *dma_end, uint8_t *is_dma,
+                      uint64_t *uop_words, char *err, size_t errlen) {
+  /* what the simulator accepts (hw_config's ranges and field widths), uop_bgn as narrow as uop_end, elements of at
+   * most 2^16 bytes: then no product below overflows */
+  if (vta_params_check(p, err, errlen) != VTA_OK) return VTA_ERR_ARG;
+  int ok = p->gemm[VTA_LOOP_UOP_BGN].width <= VTA_UOP_END_MAX_BITS && n <= ((uint64_t)1 << 40);
+  for (int t = 0; t < 8; t++) ok &= elem_bytes[t] >= 0 && elem_bytes[t] <= 65536;
+  if (!ok) {
+    say(err, errlen, "board program: a uop_bgn field, element size or stream length (%llu) out of range", n);
     return VTA_ERR_ARG;
   }
   /* per queue, in program order: the instructions popping it (and by which slot) and pushing it; counted first,
    * so that the lists take what the stream needs (at most two pops and two pushes per instruction) */
-  uint64_t n_pop[NQUEUE] = {0}, n_push[NQUEUE] = {0}, n_mod[NMOD] = {0}, total = 0;
+  uint64_t n_pop[NUM_QUEUES] = {0}, n_push[NUM_QUEUES] = {0}, n_mod[NUM_MODULES] = {0}, total = 0;
   for (uint64_t i = 0; i < n; i++) {
     const uint8_t *in = insns + 16 * i;
     const int module = module_of(field_of(in, p->mem[VTA_MEM_OPCODE]), field_of(in, p->mem[VTA_MEM_MEMORY_TYPE]));
     n_mod[module]++;
     for (int f = 0; f < 4; f++) {
-      const int64_t q = queue_of_flag[module * 4 + f];
-      if (q >= 0 && field_of(in, p->mem[VTA_MEM_POP_PREV + f])) (f < 2 ? n_pop : n_push)[q]++, total++;
+      const unsigned q = DEP_QUEUE[module][f];
+      if (q != NO_QUEUE && field_of(in, p->mem[VTA_MEM_POP_PREV + f])) (f < 2 ? n_pop : n_push)[q]++, total++;
     }
   }
   int64_t *lists = malloc(sizeof(int64_t) * (total + n) + 1);
@@ -123,15 +96,15 @@ int vta_board_program(const vta_params_t *p, const uint8_t *insns, uint64_t n, c
     say(err, errlen, "board program: out of memory for %llu instructions", n);
     return VTA_ERR_ARG;
   }
-  int64_t *pops[NQUEUE], *pushes[NQUEUE], *of_module[NMOD];
-  uint8_t *pop_slot[NQUEUE], *push_slot[NQUEUE];
+  int64_t *pops[NUM_QUEUES], *pushes[NUM_QUEUES], *of_module[NUM_MODULES];
+  uint8_t *pop_slot[NUM_QUEUES], *push_slot[NUM_QUEUES];
   uint64_t at = 0;
-  for (int q = 0; q < NQUEUE; q++) {
+  for (int q = 0; q < NUM_QUEUES; q++) {
     pops[q] = lists + at, pop_slot[q] = slots + at, at += n_pop[q];
     pushes[q] = lists + at, push_slot[q] = slots + at, at += n_push[q];
     n_pop[q] = n_push[q] = 0;   /* counted again as they are filled */
   }
-  for (int m = 0; m < NMOD; m++) {   /* per module, its instructions in order (n in all) */
+  for (int m = 0; m < NUM_MODULES; m++) {   /* per module, its instructions in order (n in all) */
     of_module[m] = lists + at;
     at += n_mod[m];
     n_mod[m] = 0;
@@ -162,7 +135,7 @@ int vta_board_program(const vta_params_t *p, const uint8_t *insns, uint64_t n, c
         const int64_t pad_y = field_of(in, p->mem[VTA_MEM_Y_PAD_0]) + y + field_of(in, p->mem[VTA_MEM_Y_PAD_1]);
         const int64_t pad_x = field_of(in, p->mem[VTA_MEM_X_PAD_0]) + x + field_of(in, p->mem[VTA_MEM_X_PAD_1]);
         cycles += (uint64_t)(pad_y * pad_x - x * y);
-        if (mt == MT_UOP) words += (uint64_t)(x * y);
+        if (mt == MEM_UOP) words += (uint64_t)(x * y);
       }
       duration[i] = (double)cycles;
       feat[0] = (double)(rows * beats);
@@ -183,8 +156,8 @@ int vta_board_program(const vta_params_t *p, const uint8_t *insns, uint64_t n, c
     room[i] = k >= p->insn_queue_depth ? of_module[module][k - p->insn_queue_depth] : -1;
     pop_a[i] = pop_b[i] = space_a[i] = space_b[i] = -1;
     for (int f = 0; f < 4; f++) {   /* pop_prev, pop_next, push_prev, push_next */
-      const int64_t q = queue_of_flag[module * 4 + f];
-      if (q < 0 || !field_of(in, p->mem[VTA_MEM_POP_PREV + f])) continue;
+      const unsigned q = DEP_QUEUE[module][f];
+      if (q == NO_QUEUE || !field_of(in, p->mem[VTA_MEM_POP_PREV + f])) continue;
       if (f < 2) {
         pop_slot[q][n_pop[q]] = (uint8_t)f;
         pops[q][n_pop[q]++] = (int64_t)i;
@@ -197,7 +170,7 @@ int vta_board_program(const vta_params_t *p, const uint8_t *insns, uint64_t n, c
   /* the k-th pop of a queue waits for the end of its k-th push; a push past the token queue's depth waits for
    * the start of the pop that frees its place */
   int rc = VTA_OK;
-  for (int q = 0; q < NQUEUE && rc == VTA_OK; q++) {
+  for (int q = 0; q < NUM_QUEUES && rc == VTA_OK; q++) {
     if (n_pop[q] > n_push[q]) {
       say(err, errlen, "instruction %llu pops a token that is never pushed: the board model needs a stream the "
           "simulator runs to completion", (uint64_t)pops[q][n_push[q]]);

@@ -1122,25 +1122,14 @@ static void *calloc_lines(size_t n, size_t size) {
   return mem;
 }
 
-vta_sim_t *vta_sim_create(const vta_params_t *params, char *err, size_t errlen) {
-  const uint16_t probe = 1;
-  if (*(const uint8_t *)&probe != 1) {
-    fail(err, errlen, VTA_ERR_ARG, "the simulator needs a little-endian host");
-    return NULL;
-  }
-  const vta_params_t *p = params;
-  if (!p) {
-    fail(err, errlen, VTA_ERR_ARG, "no simulator parameters");
-    return NULL;
-  }
+int vta_params_check(const vta_params_t *p, char *err, size_t errlen) {
+  if (!p) return fail(err, errlen, VTA_ERR_ARG, "no simulator parameters");
   /* hw_config's ranges (VTA_PARAM_LIMITS): they keep every duration below 2^60, so cycle arithmetic cannot wrap.
    * v - lo > hi - lo in unsigned arithmetic is v < lo || v > hi. */
-#define VTA_CHECK_LIMIT(member, lo, hi)                                                                          \
-  if (p->member - (lo) > (hi) - (lo)) {                                                                          \
-    fail(err, errlen, VTA_ERR_ARG, "invalid simulator parameter %s=%u (allowed: %u to %u)", #member, p->member, \
-         (lo), (hi));                                                                                           \
-    return NULL;                                                                                                 \
-  }
+#define VTA_CHECK_LIMIT(member, lo, hi)                                                                            \
+  if (p->member - (lo) > (hi) - (lo))                                                                              \
+    return fail(err, errlen, VTA_ERR_ARG, "invalid simulator parameter %s=%u (allowed: %u to %u)", #member,      \
+                p->member, (lo), (hi));
   VTA_PARAM_LIMITS(VTA_CHECK_LIMIT)
 #undef VTA_CHECK_LIMIT
   /* Loop and size fields are bounded too (VTA's 14-bit loops and 16-bit sizes): a GEMM then has at most
@@ -1157,10 +1146,19 @@ vta_sim_t *vta_sim_create(const vta_params_t *params, char *err, size_t errlen) 
                p->mem[VTA_MEM_Y_PAD_0].width <= VTA_MEMOP_PAD_BITS && p->mem[VTA_MEM_Y_PAD_1].width <= VTA_MEMOP_PAD_BITS &&
                p->mem[VTA_MEM_X_PAD_0].width <= VTA_MEMOP_PAD_BITS && p->mem[VTA_MEM_X_PAD_1].width <= VTA_MEMOP_PAD_BITS;
   if (!narrow || !check_fields(p->mem, VTA_MEM_NFIELDS, 128) || !check_fields(p->gemm, VTA_GEMM_NFIELDS, 128) ||
-      !check_fields(p->alu, VTA_ALU_NFIELDS, 128) || !check_fields(p->uop, VTA_UOP_NFIELDS, 32)) {
-    fail(err, errlen, VTA_ERR_ARG, "invalid instruction field layout");
+      !check_fields(p->alu, VTA_ALU_NFIELDS, 128) || !check_fields(p->uop, VTA_UOP_NFIELDS, 32))
+    return fail(err, errlen, VTA_ERR_ARG, "invalid instruction field layout");
+  return VTA_OK;
+}
+
+vta_sim_t *vta_sim_create(const vta_params_t *params, char *err, size_t errlen) {
+  const uint16_t probe = 1;
+  if (*(const uint8_t *)&probe != 1) {
+    fail(err, errlen, VTA_ERR_ARG, "the simulator needs a little-endian host");
     return NULL;
   }
+  const vta_params_t *p = params;
+  if (vta_params_check(p, err, errlen) != VTA_OK) return NULL;
   int kernel = select_kernel(err, errlen);
   if (kernel < 0) return NULL;
   vta_sim_t *s = calloc(1, sizeof *s);

@@ -74,6 +74,9 @@ typedef struct vta_trace_event {
 
 typedef struct vta_sim vta_sim_t;
 
+/* Whether params are within hw_config's ranges and describe a valid field layout (what vta_sim_create and
+ * vta_board_program accept): VTA_OK, or VTA_ERR_ARG with the reason in err. */
+int vta_params_check(const vta_params_t *params, char *err, size_t errlen);
 vta_sim_t *vta_sim_create(const vta_params_t *params, char *err, size_t errlen);
 void vta_sim_destroy(vta_sim_t *sim);
 void vta_sim_reset(vta_sim_t *sim);
@@ -133,11 +136,11 @@ int vta_board_times(uint64_t n, const int64_t *order, const int64_t *prev, const
  * beats and rows of a DMA, loop iterations of a GEMM/ALU: features[3 * i + k]), the module's previous instruction,
  * the instruction whose start frees its queue slot, the pushes its pops wait for and the pops that free room for its
  * pushes (-1: none), and a DMA's byte range [dma_first, dma_end) (is_dma); the micro-op words loaded. elem_bytes:
- * 8 entries by memory type; queue_of_flag: 3 x 4, (module, flag) -> queue or -1. Returns VTA_ERR_ARG with a message
- * for a pop never pushed or a push onto a queue never popped (a stream the simulator would not finish). */
+ * 8 entries by memory type (hw_config's). Returns VTA_ERR_ARG with a message for parameters vta_params_check refuses,
+ * a pop never pushed or a push onto a queue never popped (a stream the simulator would not finish). */
 int vta_board_program(const vta_params_t *p, const uint8_t *insns, uint64_t n, const int64_t *elem_bytes,
-                      const int64_t *queue_of_flag, double *duration, double *features, int64_t *prev, int64_t *room,
-                      int64_t *pop_a, int64_t *pop_b, int64_t *space_a, int64_t *space_b, int64_t *dma_first,
-                      int64_t *dma_end, uint8_t *is_dma, uint64_t *uop_words, char *err, size_t errlen);
+                      double *duration, double *features, int64_t *prev, int64_t *room, int64_t *pop_a, int64_t *pop_b,
+                      int64_t *space_a, int64_t *space_b, int64_t *dma_first, int64_t *dma_end, uint8_t *is_dma,
+                      uint64_t *uop_words, char *err, size_t errlen);
 
 #endif

@@ -1227,7 +1227,6 @@ static void hostile_board_program(const vta_params_t *p) {
   g_phase = "board_program";
   enum { N = 96 };
   static const int64_t elem[8] = {4, 256, 16, 64, 16, 16, 0, 0};
-  static const int64_t queues[12] = {-1, 1, -1, 0, 0, 2, 1, 3, 3, -1, 2, -1};
   uint8_t *insns = malloc(16 * N);   /* exactly n instructions: ASan sees any read past them */
   double duration[N], features[3 * N];
   int64_t ref[6][N], first[N], end[N];
@@ -1241,7 +1240,7 @@ static void hostile_board_program(const vta_params_t *p) {
     if (bad == 3) q.gemm[VTA_LOOP_ITER_OUT].offset = 120;   /* would straddle the instruction's end */
     uint64_t words = 0;
     clear_err();
-    const int rc = vta_board_program(&q, insns, N, elem, queues, duration, features, ref[0], ref[1], ref[2], ref[3],
+    const int rc = vta_board_program(&q, insns, N, elem, duration, features, ref[0], ref[1], ref[2], ref[3],
                                       ref[4], ref[5], first, end, is_dma, &words, g_err, sizeof g_err);
     EXPECT(rc == VTA_ERR_ARG && g_err[0] != 0x5a, "board program: bad parameters %d: rc=%d", bad, rc);
   }
@@ -1256,7 +1255,7 @@ static void hostile_board_program(const vta_params_t *p) {
     uint64_t words = 7;
     for (uint64_t i = 0; i < n; i++) ref[0][i] = ref[5][i] = -7;
     clear_err();
-    const int rc = vta_board_program(p, stream, n, elem, queues, duration, features, ref[0],
+    const int rc = vta_board_program(p, stream, n, elem, duration, features, ref[0],
                                       ref[1], ref[2], ref[3], ref[4], ref[5], first, end, is_dma, &words, g_err,
                                       sizeof g_err);
     EXPECT(rc == VTA_OK || (rc == VTA_ERR_ARG && g_err[0] != 0x5a), "board program: rc=%d", rc);
