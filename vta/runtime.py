@@ -370,25 +370,23 @@ class CommandQueue:
                self._uop_dram_used)
         return Recording(start, out, end, {q: n - tokens0[q] for q, n in self._tokens.items()})
 
-    def replay(self, rec: Recording, deltas: list[int], *, checked: bool = True) -> None:
+    def replay(self, rec: Recording, deltas: list[int]) -> None:
         """Emit ``rec``'s instructions again, each DRAM address moved by ``deltas[its buffer]`` elements; the
-        queue must be in the state the recording started from (``checked=False``: the caller knows it is, e.g.
-        because the last thing emitted was a replay ending in that state)."""
-        if checked and self.state() != rec.start:
+        queue must be in the state the recording started from."""
+        if self.state() != rec.start:
             raise ScheduleError("replay: the queue is not in the state the recording started from")
-        if rec.insns:
-            self.insns.append(_Block(rec, tuple(deltas), len(rec.insns)))
-            self._count += len(rec.insns)
-        for q, n in rec.tokens.items():
-            self._tokens[q] += n
-        self._enter_end_state(rec)
+        self.replay_run([rec], [deltas])
 
-    def replay_run(self, recs: list[Recording], deltas: np.ndarray) -> None:
-        """``replay(recs[k], deltas[k], checked=False)`` for each k, as one element: the queue must be in the state
-        ``recs[0]`` starts from and each recording must start from the state the one before ends in."""
+    def replay_run(self, recs: list[Recording], deltas) -> None:
+        """``replay(recs[k], deltas[k])`` for each k, as one queue element and unchecked: the queue must be in the
+        state ``recs[0]`` starts from and each recording must start from the state the one before ends in (the
+        caller knows: it keyed them by those states)."""
         if not recs:
             return
-        self.insns.append(_Run(list(recs), np.asarray(deltas, dtype=np.int64).reshape(len(recs), -1)))
+        emitting = [k for k, rec in enumerate(recs) if rec.insns]   # an empty recording only moves the state
+        if emitting:
+            deltas = np.asarray(deltas, dtype=np.int64).reshape(len(recs), -1)
+            self.insns.append(_Run([recs[k] for k in emitting], deltas[emitting]))
         counts: dict[int, list] = {}
         for rec in recs:
             counts.setdefault(id(rec), [rec, 0])[1] += 1
