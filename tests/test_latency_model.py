@@ -80,6 +80,21 @@ def python_times(program: BoardProgram, extra) -> tuple[list[float], list[float]
     return start, end, disp
 
 
+def finished_random_streams(count: int = 40) -> list[tuple]:
+    """(config, instructions) of the seeded random pynq streams the simulator runs to completion (the board model
+    needs those; some of them are out of program order)."""
+    cfg = CONFIGS["pynq"]
+    out = []
+    for seed in range(count):
+        stream = random_stream(cfg, np.random.default_rng([seed, 99]))
+        try:
+            _prepared(Simulator, cfg, seed).run(stream, compute=False, max_cycles=20_000)
+        except SimulatorError:
+            continue
+        out.append((cfg, np.frombuffer(stream, np.uint8)))
+    return out
+
+
 def numpy_board_program(cfg, insns: np.ndarray) -> dict[str, np.ndarray]:
     """What BoardProgram reads from a stream (vta_board_program does it in C), defined in numpy from the decoded
     fields: durations and features, micro-op words, DMA byte ranges, the module and queue references."""
@@ -123,14 +138,13 @@ def numpy_board_program(cfg, insns: np.ndarray) -> dict[str, np.ndarray]:
         depth = cfg.INSN_QUEUE_DEPTH
         refs[1, idx[depth:]] = idx[:-depth] if idx.size > depth else idx[:0]
     table = queue_table()
+
+    def users(q: int, slots: tuple[int, int]) -> list[tuple[int, int]]:
+        """(instruction, flag) of each pop (slots 0, 1) or push (2, 3) of queue q, in program order."""
+        return sorted((i, k) for k in slots for i in np.flatnonzero((table[module, k] == q) & (head[DEP_FLAGS[k]] == 1)))
+
     for q in range(len(QUEUES)):
-        for kind, slots in (("pop", (0, 1)), ("push", (2, 3))):
-            hits = [(i, k) for k in slots for i in np.flatnonzero((table[module, k] == q) & (head[DEP_FLAGS[k]] == 1))]
-            hits.sort()
-            if kind == "pop":
-                pops = hits
-            else:
-                pushes = hits
+        pops, pushes = users(q, (0, 1)), users(q, (2, 3))
         assert len(pops) <= len(pushes)
         for (i, k), (j, _) in zip(pops, pushes):
             refs[2 + k, i] = j
@@ -146,14 +160,7 @@ def test_c_board_program_equals_its_numpy_definition():
     finishes (the board model's inputs: durations, features, references, DMA ranges, micro-op words)."""
     streams = [(NEUTRAL, insns) for insns, _ in streams_of(conv(NEUTRAL, SCHEDULES[1], 300))]
     streams += [(PYNQ, insns) for schedule in SCHEDULES for insns, _ in streams_of(conv(PYNQ, schedule))]
-    for seed in range(40):
-        cfg = CONFIGS["pynq"]
-        stream = random_stream(cfg, np.random.default_rng([seed, 99]))
-        try:
-            _prepared(Simulator, cfg, seed).run(stream, compute=False, max_cycles=20_000)
-        except SimulatorError:
-            continue
-        streams.append((cfg, np.frombuffer(stream, np.uint8)))
+    streams += finished_random_streams()
     assert len(streams) > 12
     for cfg, insns in streams:
         program, want = BoardProgram(cfg, insns), numpy_board_program(cfg, insns)
@@ -168,14 +175,7 @@ def test_c_retimer_equals_the_python_recurrence_bit_for_bit():
     """Board durations (non-neutral extras), template programs and random streams (some out of program order)."""
     rng = np.random.default_rng(7)
     programs = [BoardProgram(NEUTRAL, insns) for insns, _ in streams_of(conv(NEUTRAL, SCHEDULES[1], 300))]
-    for seed in range(40):
-        cfg = CONFIGS["pynq"]
-        stream = random_stream(cfg, np.random.default_rng([seed, 99]))
-        try:
-            _prepared(Simulator, cfg, seed).run(stream, compute=False, max_cycles=20_000)
-        except SimulatorError:
-            continue
-        programs.append(BoardProgram(cfg, np.frombuffer(stream, np.uint8)))
+    programs += [BoardProgram(cfg, insns) for cfg, insns in finished_random_streams()]
     assert len(programs) > 10 and any(not p._in_order for p in programs)
     for program in programs:
         for extra in ((0.0, 0.0, 0.0), tuple(rng.uniform(0, 40, 3)), (0.37, 11.0, 3.5)):
