@@ -63,18 +63,6 @@ def beat_extra(efficiency: float) -> float:
     return 1.0 / efficiency - 1.0
 
 
-def _footprint(first: np.ndarray, end: np.ndarray) -> int:
-    """Bytes covered by the union of the ranges [first, end)."""
-    if first.size == 0:
-        return 0
-    order = np.argsort(first, kind="stable")
-    first, end = first[order], end[order]
-    reach = np.maximum.accumulate(end)
-    starts = np.flatnonzero(first > np.concatenate(([-1], reach[:-1])))   # a range starting past all before
-    last = np.concatenate((starts[1:] - 1, [first.size - 1]))
-    return int((reach[last] - first[starts]).sum())
-
-
 class BoardProgram:
     """One instruction stream, decoded once for the board model: what the host terms count, and the
     simulator's schedule as a dependency graph that ``accel_cycles`` re-times for any board durations.
@@ -109,13 +97,16 @@ class BoardProgram:
             raise ValueError(ffi.string(err).decode())
         self.uop_words = int(words[0])
         self._rows = rows   # for _event_order
-        dma = dma.view(bool)
-        self.cache_bytes = INSN_BYTES * n + _footprint(first[dma], end[dma])
+        footprint = ffi.new("int64_t *")
+        if lib.vta_dma_footprint(n, ffi.from_buffer("int64_t[]", first), ffi.from_buffer("int64_t[]", end),
+                                 ffi.from_buffer("uint8_t[]", dma), footprint):
+            raise MemoryError(f"the board model's DMA footprint of {n} instructions: out of host memory")
+        self.cache_bytes = INSN_BYTES * n + int(footprint[0])   # the stream and the union of the bytes it moves
         prev, room = refs[0], refs[1]
         pop_ref, space_ref = refs[2:4].T, refs[4:6].T   # slot 0: the prev flag's queue, 1: the next flag's
         self._prev_a, self._room_a, self._pop_ref, self._space_ref = prev, room, pop_ref, space_ref
         ar = np.arange(n)
-        in_order = bool((pop_ref < ar[:, None]).all() and (space_ref < ar[:, None]).all())
+        in_order = bool((refs[2:6] < ar).all())   # every pop's push and every push's freeing pop comes earlier
         self._in_order = in_order   # else an order is found by running the modules (_event_order)
         self._order = ar if in_order else np.asarray(self._event_order(), dtype=np.int64)
         # as the C re-timer takes them

@@ -22,7 +22,7 @@ from hw_config import ALU_OPCODES, LATENCY_KEYS, MEM_TYPES, OPCODES, ConfigError
 from hw_config.config import LATENCY_NEUTRAL
 from simulator import Simulator, SimulatorError
 from simulator.image import load_image
-from simulator.latency import BoardProgram, _footprint, board_latency
+from simulator.latency import BoardProgram, board_latency
 from simulator.reference import ReferenceSimulator
 from simulator.stats import format_stats
 from vta.isa import AluInsn, FinishInsn, GemmInsn, MemInsn, assemble
@@ -93,6 +93,18 @@ def finished_random_streams(count: int = 40) -> list[tuple]:
             continue
         out.append((cfg, np.frombuffer(stream, np.uint8)))
     return out
+
+
+def numpy_footprint(first: np.ndarray, end: np.ndarray) -> int:
+    """Bytes covered by the union of the ranges [first, end) (vta_dma_footprint does it in C)."""
+    if first.size == 0:
+        return 0
+    order = np.argsort(first, kind="stable")
+    first, end = first[order], end[order]
+    reach = np.maximum.accumulate(end)
+    starts = np.flatnonzero(first > np.concatenate(([-1], reach[:-1])))   # a range starting past all before
+    last = np.concatenate((starts[1:] - 1, [first.size - 1]))
+    return int((reach[last] - first[starts]).sum())
 
 
 def numpy_board_program(cfg, insns: np.ndarray) -> dict[str, np.ndarray]:
@@ -168,7 +180,31 @@ def test_c_board_program_equals_its_numpy_definition():
         np.testing.assert_array_equal(program.features, want["features"])
         np.testing.assert_array_equal(np.stack(program._refs[1:]), want["refs"])
         assert program.uop_words == want["uop_words"]
-        assert program.cache_bytes == 16 * program.n + _footprint(want["first"], want["end"])
+        assert program.cache_bytes == 16 * program.n + numpy_footprint(want["first"], want["end"])
+
+
+def test_c_footprint_equals_its_numpy_definition():
+    """vta_dma_footprint (a radix sort, 11 bits a pass) against the numpy definition on random ranges: addresses
+    from a few bits to 2^47 (one to five passes), repeated starts, empty and reversed ranges, ranges not DMA."""
+    from simulator.core import ffi, lib
+
+    rng = np.random.default_rng(11)
+    for trial in range(300):
+        n = int(rng.integers(0, 400))
+        top = 1 << int(rng.integers(1, 48))
+        first = rng.integers(0, top, n, dtype=np.int64)
+        if trial % 3 == 0:
+            first = np.repeat(first[: max(1, n // 8)], 8)[:n]   # replays: the same starts again
+        end = first + rng.integers(-50, 5000, first.size, dtype=np.int64)
+        dma = (rng.random(first.size) < 0.8).astype(np.uint8)
+        got = ffi.new("int64_t *")
+        assert lib.vta_dma_footprint(first.size, ffi.from_buffer("int64_t[]", first),
+                                     ffi.from_buffer("int64_t[]", end), ffi.from_buffer("uint8_t[]", dma), got) == 0
+        mask = dma.view(bool)
+        assert got[0] == numpy_footprint(first[mask], end[mask]), (trial, n, top)
+    one = np.array([-4], dtype=np.int64)
+    assert lib.vta_dma_footprint(1, ffi.from_buffer("int64_t[]", one), ffi.from_buffer("int64_t[]", one),
+                                 ffi.from_buffer("uint8_t[]", np.ones(1, np.uint8)), got) != 0   # not a byte address
 
 
 def test_c_retimer_equals_the_python_recurrence_bit_for_bit():
@@ -495,6 +531,25 @@ def test_a_simulator_reuses_a_streams_board_latency_and_keeps_its_cache_bounded(
     assert len(evaluated) == 2 * len(HAND)   # once per stream and pass: seven streams overflow a cache of two
     figures = sorted(h.total_s for h in HAND.values())
     assert all(b > a * (1 + 1e-9) for a, b in itertools.pairwise(figures))   # a wrong hit could not pass
+
+
+def test_a_fresh_simulators_first_stream_is_hashed_only_when_a_second_runs(monkeypatch):
+    """A tuning trial runs one stream on a fresh simulator: its cache key (a hash of the stream) is not computed
+    until a second run needs the cache, and is the stream as it ran, even if the caller's array changed since."""
+    from simulator import core
+    hashed = []
+    real = core.hashlib.blake2b
+    monkeypatch.setattr(core.hashlib, "blake2b", lambda data, **kw: hashed.append(1) or real(data, **kw))
+    by_length: dict[int, list] = {}
+    for hand in HAND.values():
+        by_length.setdefault(len(hand.insns), []).append(hand)
+    a, b = next(hands for hands in by_length.values() if len(hands) > 1)[:2]
+    sim = hand_sim(PYNQ)
+    stream = np.array(a.insns, dtype=np.uint8)
+    assert sim.run(stream).latency_s == pytest.approx(a.total_s, rel=1e-12) and not hashed
+    stream[:] = np.asarray(b.insns, dtype=np.uint8)   # the same array, now holding another stream
+    assert sim.run(stream).latency_s == pytest.approx(b.total_s, rel=1e-12) and len(hashed) == 2
+    assert sim.run(np.array(a.insns, dtype=np.uint8)).latency_s == pytest.approx(a.total_s, rel=1e-12)
 
 
 def test_a_stream_that_never_finishes_is_refused():

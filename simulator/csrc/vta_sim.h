@@ -143,4 +143,11 @@ int vta_board_program(const vta_params_t *p, const uint8_t *insns, uint64_t n, c
                       int64_t *space_a, int64_t *space_b, int64_t *dma_first, int64_t *dma_end, uint8_t *is_dma,
                       uint64_t *uop_words, char *err, size_t errlen);
 
+/* Bytes covered by the union of the byte ranges [first[i], end[i]) with is_dma[i] (the cache term of the board
+ * model: what a call flushes and invalidates), as simulator/latency.py's definition computes it: the ranges in
+ * order of first (stable), a new stretch wherever one starts past all the ends before it, each stretch from its
+ * first start to the furthest end within it, into *bytes. Returns VTA_ERR_ARG for a negative first (not a byte
+ * address) or without host memory. */
+int vta_dma_footprint(uint64_t n, const int64_t *first, const int64_t *end, const uint8_t *is_dma, int64_t *bytes);
+
 #endif

@@ -1260,6 +1260,12 @@ static void hostile_board_program(const vta_params_t *p) {
                                       sizeof g_err);
     EXPECT(rc == VTA_OK || (rc == VTA_ERR_ARG && g_err[0] != 0x5a), "board program: rc=%d", rc);
     if (rc != VTA_OK) continue;
+    int64_t bytes = -1;   /* the DMA ranges it read, and random ones (negative starts refused) */
+    EXPECT(vta_dma_footprint(n, first, end, is_dma, &bytes) == VTA_OK, "footprint of a board program refused");
+    for (uint64_t i = 0; i < n; i++) first[i] = chance(5) ? -1 - (int64_t)rnd(99) : (int64_t)(next64() >> (17 + rnd(47)));
+    for (uint64_t i = 0; i < n; i++) end[i] = first[i] + (int64_t)rnd(1 << 20) - 512;
+    const int fp = vta_dma_footprint(n, first, end, is_dma, &bytes);
+    EXPECT(fp == VTA_OK || fp == VTA_ERR_ARG, "footprint: rc=%d", fp);
     for (uint64_t i = 0; i < n; i++) {
       int ok = duration[i] >= 1.0 && is_dma[i] <= 1;
       for (int r = 0; r < 6; r++) ok &= ref[r][i] >= -1 && ref[r][i] < (int64_t)n && ref[r][i] != (int64_t)i;
