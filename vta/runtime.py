@@ -519,7 +519,8 @@ class CommandQueue:
                 cut.append((len(replayed), e.n))
                 replayed.append(e.rec)
                 deltas.append(np.array(e.deltas, dtype=np.int64).reshape(1, -1))
-        distinct = dict(zip(map(id, replayed), replayed)).values()
+        ids = list(map(id, replayed))
+        distinct = dict(zip(ids, replayed)).values()
         new = [rec for rec in distinct if rec.encoded is None]
         old = [rec for rec in distinct if rec.encoded is not None]   # encoded by an earlier assembly of the stream
         words, tags, bases = self._encode(singles, new)
@@ -533,7 +534,7 @@ class CommandQueue:
         lengths = np.fromiter(map(len, map(_rec_insns, order)), np.int64, len(order))
         first = len(singles) + np.cumsum(lengths) - lengths   # each recording's first row in ``words``
         slot = dict(zip(map(id, order), range(len(order))))
-        which = np.fromiter(map(slot.__getitem__, map(id, replayed)), np.int64, len(replayed))
+        which = np.fromiter(map(slot.__getitem__, ids), np.int64, len(replayed))
         sizes = lengths[which]
         for r, n in cut:
             sizes[r] = n
@@ -561,18 +562,19 @@ class CommandQueue:
         if tagged.size and cnt.any():
             m = int(cnt.sum())
             offset = np.cumsum(cnt) - cnt
-            e = tagged.take(np.repeat(lo - offset, cnt) + np.arange(m))   # rows of ``words``
-            rows = e + np.repeat(starts[is_replay] - first_r, cnt)      # the output rows they went to
+            g = np.repeat(lo - offset, cnt) + np.arange(m)   # per moved address: its place in ``tagged``
+            rows = tagged.take(g) + np.repeat(starts[is_replay] - first_r, cnt)   # the output rows it went to
             delta = np.concatenate(deltas) if len({d.shape[1] for d in deltas}) == 1 else _pad_columns(deltas)
-            moved = bases.take(e) + delta.take(np.repeat(np.arange(len(replayed)) * delta.shape[1], cnt) + tags.take(e))
+            delta = delta.take(np.repeat(np.arange(len(replayed)) * delta.shape[1], cnt) + tags.take(tagged).take(g))
+            moved = bases.take(tagged).take(g) + delta
             dram = self.cfg.insn_formats["mem"].field("dram_base")
-            bad = (moved < dram.min_value) | (moved > dram.max_value)
-            if bad.any():
-                raise ScheduleError(f"instruction field out of range: mem.dram_base={int(moved[bad][0])} is out of "
-                                    f"range: allowed [{dram.min_value}, {dram.max_value}] ({dram.width} bits)")
-            shift = np.uint64(dram.offset % 64)
+            if moved.min() < dram.min_value or moved.max() > dram.max_value:
+                value = int(moved[(moved < dram.min_value) | (moved > dram.max_value)][0])
+                raise ScheduleError(f"instruction field out of range: mem.dram_base={value} is out of range: allowed "
+                                    f"[{dram.min_value}, {dram.max_value}] ({dram.width} bits)")
+            # in range before and after, so moving the field is adding the delta to its word (mod 2**64)
             column = out[:, dram.offset // 64]
-            column[rows] = (column.take(rows) & ~(np.uint64(dram.mask) << shift)) | (moved.view(np.uint64) << shift)
+            column[rows] = column.take(rows) + (delta.view(np.uint64) << np.uint64(dram.offset % 64))
         return out.view(np.uint8)
 
     def _encode(self, singles: list[_Insn], new: list[Recording]) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
