@@ -159,6 +159,60 @@ class Format:
         return out
 
 
+@dataclass(frozen=True)
+class FormatSet:
+    """Several formats encoded together: rows of any of them in one flat array of field values (``encode_flat``),
+    so that a stream mixing formats takes one pass of numpy calls instead of one per format."""
+
+    formats: tuple[Format, ...]
+
+    def encode_flat(self, which: np.ndarray, values: np.ndarray, nbytes: int = 16) -> np.ndarray:
+        """Row ``i`` is a word of ``formats[which[i]]``, its field values the next ones of ``values`` (rows one
+        after another, fields in declaration order) -> uint8 (N, nbytes), as ``encode_table`` of each row."""
+        count, first, low, span, shift, mask, bounds = self._packing
+        which = np.asarray(which, dtype=np.int64)
+        values = np.asarray(values, dtype=np.int64)
+        if not which.size:
+            return np.zeros((0, nbytes), dtype=np.uint8)
+        lens = count[which]
+        ends = np.cumsum(lens)
+        starts = ends - lens
+        if values.shape != (int(ends[-1]),):
+            raise ValueError(f"{values.size} field values for rows of {int(ends[-1])} fields")
+        param = np.repeat(first[which] - starts, lens) + np.arange(values.size)   # each value's field, all formats
+        bad = (values - low.take(param)).view(np.uint64) > span.take(param)   # below or above: one unsigned compare
+        if bad.any():
+            k = int(np.argmax(bad))
+            i = int(np.searchsorted(ends, k, side="right"))
+            fmt = self.formats[int(which[i])]
+            f = fmt.fields[k - int(starts[i])]
+            raise ValueError(f"row {i}: {fmt.name}.{f.name}={int(values[k])} is out of range: allowed "
+                             f"[{f.min_value}, {f.max_value}] ({f.width} bits{', signed' if f.signed else ''})")
+        # fields never overlap and come in offset order, so each 64-bit word is the sum of one contiguous run of a
+        # row's values: reduceat over the runs' starts (an empty run, e.g. FINISH's second word, is set to 0)
+        packed = np.zeros(values.size + 1, dtype=np.uint64)
+        np.left_shift(values.view(np.uint64) & mask.take(param), shift.take(param), out=packed[:-1])
+        cuts = (starts[:, None] + bounds.take(which, axis=0)).reshape(-1)
+        words = np.add.reduceat(packed, cuts)
+        words[:-1][cuts[:-1] == cuts[1:]] = 0   # (the last run, if empty, is the padding 0)
+        return words.reshape(len(which), -1).view(np.uint8)[:, :nbytes].copy()
+
+    @cached_property
+    def _packing(self) -> tuple:
+        """Per format: field count, index of its first field in the per-field arrays, and where each 64-bit word's
+        fields start; per field of all formats: lowest value, range, shift within its word, mask."""
+        fields = [f for fmt in self.formats for f in fmt.fields]
+        words = max(1, -(-max(fmt.total_bits for fmt in self.formats) // 64))
+        return (np.array([len(fmt.fields) for fmt in self.formats], dtype=np.int64),
+                np.cumsum([0] + [len(fmt.fields) for fmt in self.formats[:-1]]).astype(np.int64),
+                np.array([f.min_value for f in fields], dtype=np.int64),
+                np.array([f.max_value - f.min_value for f in fields], dtype=np.uint64),
+                np.array([f.offset % 64 for f in fields], dtype=np.uint64),
+                np.array([f.mask for f in fields], dtype=np.uint64),
+                np.array([[sum(f.offset // 64 < w for f in fmt.fields) for w in range(words)]
+                          for fmt in self.formats], dtype=np.int64))
+
+
 def pack_bitfields(name: str, spec: list[tuple[str, int, bool]], unit_bits: int, total_bits: int) -> Format:
     """Place fields like C bit-fields in ``unit_bits``-wide storage units (GCC, little-endian)."""
     fields = []

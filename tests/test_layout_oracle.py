@@ -34,6 +34,7 @@ import numpy as np
 import pytest
 
 from hw_config import ConfigError, load_config, presets
+from hw_config.layout import FormatSet
 from simulator import Simulator
 from vta.isa import (
     AluInsn,
@@ -385,9 +386,11 @@ def test_encoded_bytes_match_the_oracle_both_ways(name):
     cfg = make(name)
     layout = oracle_layout(cfg)
     rng = random.Random(f"layout-oracle-{name}")
+    mixed = []   # (format, field values, oracle bytes) of every format, for FormatSet.encode_flat
     for fmt in CLASSES:
         fields = layout[fmt][0]
         batch = [random_values(rng, fields, fmt) for _ in range(300)]
+        mixed += [(fmt, [v[n] for n, *_ in fields], oracle_encode(fields, v).to_bytes(16, "little")) for v in batch]
         for values in batch:
             insn = as_insn(fmt, values)
             raw = encode(insn, cfg)
@@ -401,6 +404,12 @@ def test_encoded_bytes_match_the_oracle_both_ways(name):
         rows = cfg.insn_formats[fmt].encode_rows(columns)
         want = np.array([list(oracle_encode(fields, v).to_bytes(16, "little")) for v in batch], dtype=np.uint8)
         np.testing.assert_array_equal(rows, want)
+    # the formats mixed in one flat table, as the runtime assembles a stream
+    rng.shuffle(mixed)
+    formats = FormatSet(tuple(cfg.insn_formats[fmt] for fmt in CLASSES))
+    which = np.array([list(CLASSES).index(fmt) for fmt, *_ in mixed])
+    flat = np.array([x for _, values, _ in mixed for x in values], dtype=np.int64)
+    assert formats.encode_flat(which, flat).tobytes() == b"".join(raw for *_, raw in mixed)
     fields = layout["uop"][0]
     uops = [random_values(rng, fields, "uop") for _ in range(500)]
     for values in uops:
@@ -426,6 +435,11 @@ def test_fields_refuse_values_one_past_the_oracle_width(name):
             too_big = 1 << (width - 1) if signed else 1 << width
             with pytest.raises(ValueError, match=fname):
                 cfg.insn_formats[fmt].encode({n: 0 for n, *_ in fields} | {fname: too_big})
+            for bad in (too_big, -(1 << (width - 1)) - 1 if signed else -1):   # the runtime's encoder too
+                values = np.array([0] * len(fields) + [bad if n == fname else 0 for n, *_ in fields], dtype=np.int64)
+                formats = FormatSet((cfg.insn_formats["finish"], cfg.insn_formats[fmt]))
+                with pytest.raises(ValueError, match=rf"row 1: {fmt}\.{fname}={bad} is out of range"):
+                    formats.encode_flat(np.array([1, 1]), values)
     d = log_depths(raw_keys(cfg))
     assert cfg.insn_formats["gemm"].field("uop_end").max_value == (1 << (d["uop"] + 1)) - 1
 

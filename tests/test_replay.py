@@ -109,3 +109,24 @@ def test_a_run_of_replays_assembles_as_replays_one_by_one() -> None:
     mem = CFG.insn_formats["mem"].decode_rows(streams[1])
     assert [int(d - mem["dram_base"][0]) for d in mem["dram_base"][:4]] == [0, 16, 48, 80]
     assert mem["push_next_dep"][:4].tolist() == [0, 0, 0, 1]
+
+
+def test_assembly_reuses_encoded_recordings_pads_delta_tables_and_range_checks_moved_addresses() -> None:
+    """Assembling again gives the same stream (the recordings' rows are encoded once); replays of recordings
+    tagged against different numbers of buffers move each address by its own buffer's delta; a moved address
+    out of the field's range is refused."""
+    q, buf, mark = _one_load()
+    rec = q.recording(mark, [buf])
+    mark = q.mark()
+    q.load_2d(buf, 4, 4, 1, 4, 0, "INP")
+    rec2 = q.recording(mark, [None, buf])
+    assert [tag for *_, tag in rec2.insns] == [1]
+    q.replay_run([rec, rec], np.array([[16], [48]]))
+    q.replay(rec2, [7, 32])
+    first = q.assemble()
+    assert rec.encoded is not None and q.assemble().tobytes() == first.tobytes()
+    base = CFG.insn_formats["mem"].decode_rows(first)["dram_base"]
+    assert (base - base[0]).tolist() == [0, 4, 16, 48, 36]
+    q.replay(rec, [-int(base[0]) - 1])
+    with pytest.raises(ScheduleError, match=r"mem\.dram_base=-1 is out of range"):
+        q.assemble()

@@ -18,14 +18,17 @@
 
 from __future__ import annotations
 
+import struct
 from bisect import bisect_right
 from dataclasses import dataclass, field
-from itertools import pairwise
+from itertools import chain, pairwise
+from operator import attrgetter
 
 import numpy as np
 
 from hw_config import ALU_OPCODES, MEM_TYPES, OPCODES, HwConfig
 from hw_config.isa_rules import QUEUE_BETWEEN, dep_flag, module_of
+from hw_config.layout import FormatSet
 from simulator.stats import VTA_COUNTERS, RunStats
 from vta.device import Buffer, SimDevice
 
@@ -51,6 +54,31 @@ _FIELD_ORDER = {
     "gemm": (*_HEAD, *_LOOP, "wgt_factor_out", "wgt_factor_in"),
     "alu": (*_HEAD, *_LOOP, "alu_opcode", "use_imm", "imm"),
 }
+
+
+_ENCODED = ("mem", "gemm", "alu", "finish")   # the formats a stream's instructions come in
+_FORMAT_SETS: dict[int, tuple[dict, FormatSet]] = {}   # id(cfg.insn_formats) -> (it, kept so the id stays its own; set)
+_rec_insns, _insn_fmt, _insn_values = attrgetter("insns"), attrgetter("fmt"), attrgetter("values")
+
+
+def _format_set(formats: dict) -> FormatSet:
+    """The ``FormatSet`` of a config's instruction formats, built once per config (a few live at a time)."""
+    hit = _FORMAT_SETS.get(id(formats))
+    if hit is None:
+        if len(_FORMAT_SETS) >= 16:
+            _FORMAT_SETS.pop(next(iter(_FORMAT_SETS)))
+        hit = _FORMAT_SETS[id(formats)] = (formats, FormatSet(tuple(formats[fmt] for fmt in _ENCODED)))
+    return hit[1]
+
+
+def _pad_columns(deltas: list[np.ndarray]) -> np.ndarray:
+    """Per-buffer delta tables of different widths stacked, missing buffers 0 (no instruction is tagged with one)."""
+    out = np.zeros((sum(len(d) for d in deltas), max(d.shape[1] for d in deltas)), dtype=np.int64)
+    k = 0
+    for d in deltas:
+        out[k:k + len(d), :d.shape[1]] = d
+        k += len(d)
+    return out
 
 
 class ScheduleError(ValueError):
@@ -131,10 +159,10 @@ class Recording:
     end: tuple                         # the state after, as (pending, resident, uop_ptr, uop_dram_used)
     tokens: dict[str, int]             # tokens pushed minus popped per queue
     anchors: tuple[int, ...] = ()      # the template's DRAM anchor per buffer (replay shifts by the difference)
-    # filled by the first assembly that replays it (CommandQueue._encode_singles_and_recordings): the instructions
-    # encoded as recorded (uint8 rows), and those whose DRAM address lies in a buffer (positions, addresses, tags)
+    # filled by the first assembly that replays it (CommandQueue._encode): the instructions encoded as recorded
+    # (uint8 rows), and per instruction the buffer its DRAM address lies in (-1: none) and that address
     encoded: np.ndarray | None = field(default=None, repr=False)
-    moving: tuple[np.ndarray, np.ndarray, np.ndarray] | None = field(default=None, repr=False)
+    moving: tuple[np.ndarray, np.ndarray] | None = field(default=None, repr=False)
 
     def values(self, i: int, deltas: tuple[int, ...], dram_slot: int) -> list[int]:
         """Instruction ``i``'s field values with its DRAM address moved by ``deltas``."""
@@ -232,8 +260,10 @@ class CommandQueue:
         self.streams: list[Stream] = []
         self._uop_dram = device.alloc(4 * UOP_DRAM_WORDS)
         # each format's field positions, from the layout table (instructions are built as lists in that order)
-        self._slot = {fmt: {name: i for i, name in enumerate(self.cfg.insn_formats[fmt].names)}
-                      for fmt in ("mem", "gemm", "alu", "finish")}
+        self._slot = {fmt: {name: i for i, name in enumerate(self.cfg.insn_formats[fmt].names)} for fmt in _ENCODED}
+        self._formats = _format_set(self.cfg.insn_formats)   # assemble's encoder: format k is _ENCODED[k]
+        self._fmt_id = {fmt: k for k, fmt in enumerate(_ENCODED)}
+        self._fmt_size = np.array([len(self._slot[fmt]) for fmt in _ENCODED], dtype=np.int64)
         for fmt, order in _FIELD_ORDER.items():   # the order load_2d / store_2d / push_kernel write values in
             if self.cfg.insn_formats[fmt].names != order:
                 raise AssertionError(f"{fmt}: the layout table's field order changed: {self.cfg.insn_formats[fmt].names}")
@@ -464,103 +494,123 @@ class CommandQueue:
 
     # ---- streams ----
     def assemble(self) -> np.ndarray:
-        """The stream so far as uint8 (N, 16): instructions emitted one by one are encoded one format at a time;
-        a recording is encoded once and copied to each of its replays, whose DRAM addresses are then moved in
-        the encoded words (the field never straddles a 64-bit word, and a moved address is range-checked as
+        """The stream so far as uint8 (N, 16). The instructions emitted one by one and the rows of recordings not
+        yet encoded are encoded together (one flat table of field values, ``FormatSet.encode_flat``); the output is
+        then one gather from those rows (each replay copies its recording's), after which replayed DRAM addresses
+        are moved in the encoded 64-bit words (the field never straddles one; a moved address is range-checked as
         encoding it would be)."""
-        out = np.zeros((self._count, 16), dtype=np.uint8)
-        singles: dict[str, tuple[list[int], list[list[int]]]] = {fmt: ([], []) for fmt in self._slot}
-        # per recording: its replays' first rows, DRAM deltas per buffer, lengths
-        blocks: dict[int, tuple[Recording, list[np.ndarray], list[np.ndarray], list[np.ndarray]]] = {}
-
-        def add(rec: Recording, starts: np.ndarray, deltas: np.ndarray, ns: np.ndarray) -> None:
-            _, s, d, n = blocks.setdefault(id(rec), (rec, [], [], []))
-            s.append(starts)
-            d.append(deltas)
-            n.append(ns)
-
-        p = 0
+        singles: list[_Insn] = []
+        before: list[int] = []           # per replaying element (_Block, _Run): instructions emitted one by one before it
+        per: list[int] = []              # its replays
+        replayed: list[Recording] = []   # per replay, in stream order
+        deltas: list[np.ndarray] = []    # per replaying element: DRAM deltas per replay and buffer
+        cut: list[tuple[int, int]] = []  # blocks: (replay, instructions it keeps)
         for e in self.insns:
             if isinstance(e, _Insn):
-                rows, values = singles[e.fmt]
-                rows.append(p)
-                values.append(e.values)
-                p += 1
-            elif isinstance(e, _Block):
-                add(e.rec, np.array([p]), np.array([e.deltas], dtype=np.int64), np.array([e.n]))
-                p += e.n
-            else:
-                index: dict[int, int] = {}
-                which = np.array([index.setdefault(id(rec), len(index)) for rec in e.recs])
-                distinct = list({id(rec): rec for rec in e.recs}.values())
-                lengths = np.array([len(rec.insns) for rec in distinct], dtype=np.int64)[which]
-                starts = p + np.cumsum(lengths) - lengths
-                for j, rec in enumerate(distinct):
-                    mine = which == j
-                    add(rec, starts[mine], e.deltas[mine], lengths[mine])
-                p += int(lengths.sum())
-        self._encode_singles_and_recordings(out, singles, [rec for rec, *_ in blocks.values()])
-        words = out.view("<u8")
-        dram = self.cfg.insn_formats["mem"].field("dram_base")
-        word, shift = dram.offset // 64, np.uint64(dram.offset % 64)
-        for rec, starts, deltas, ns in blocks.values():
-            at, base, tags = rec.moving
-            n = len(rec.insns)
-            starts_a, ns_a, deltas_a = np.concatenate(starts), np.concatenate(ns), np.concatenate(deltas)
-            rows = starts_a[:, None] + np.arange(n)[None, :]
-            if (ns_a == n).all():
-                out[rows] = rec.encoded
-            else:   # a block may hold the first n of its recording
-                keep = np.arange(n)[None, :] < ns_a[:, None]
-                out[rows[keep]] = np.broadcast_to(rec.encoded, (len(starts_a), n, 16))[keep]
-            if not at.size:
+                singles.append(e)
                 continue
-            moved = base[None, :] + deltas_a[:, tags]
-            inside = at[None, :] < ns_a[:, None]
-            bad = inside & ((moved < dram.min_value) | (moved > dram.max_value))
-            if bad.any():
-                value = int(moved[bad][0])
+            before.append(len(singles))
+            if isinstance(e, _Run):
+                per.append(len(e.recs))
+                replayed.extend(e.recs)
+                deltas.append(e.deltas)
+            else:
+                per.append(1)
+                cut.append((len(replayed), e.n))
+                replayed.append(e.rec)
+                deltas.append(np.array(e.deltas, dtype=np.int64).reshape(1, -1))
+        ids = list(map(id, replayed))
+        distinct = dict(zip(ids, replayed)).values()
+        new = [rec for rec in distinct if rec.encoded is None]
+        old = [rec for rec in distinct if rec.encoded is not None]   # encoded by an earlier assembly of the stream
+        words, tags, bases = self._encode(singles, new)
+        if old:
+            words = np.concatenate([words, *(rec.encoded.view("<u8") for rec in old)])
+            tags = np.concatenate([tags, *(rec.moving[0] for rec in old)])
+            bases = np.concatenate([bases, *(rec.moving[1] for rec in old)])
+        if not replayed:
+            return words.view(np.uint8)
+        order = new + old   # the recordings' rows follow the singles' in ``words`` in this order
+        lengths = np.fromiter(map(len, map(_rec_insns, order)), np.int64, len(order))
+        first = len(singles) + np.cumsum(lengths) - lengths   # each recording's first row in ``words``
+        slot = dict(zip(map(id, order), range(len(order))))
+        which = np.fromiter(map(slot.__getitem__, ids), np.int64, len(replayed))
+        sizes = lengths[which]
+        for r, n in cut:
+            sizes[r] = n
+        # pieces in stream order: a stretch of instructions emitted one by one before each replaying element (and
+        # one after the last), each element's replays; src: each output row's row in ``words``
+        before_a = np.array(before + [len(singles)], dtype=np.int64)
+        stretch = np.arange(len(before_a))
+        stretch[1:] += np.cumsum(np.array(per, dtype=np.int64))   # the stretches' places among the pieces
+        is_replay = np.ones(len(before_a) + len(replayed), dtype=bool)
+        is_replay[stretch] = False
+        size, origin = np.empty((2, len(is_replay)), dtype=np.int64)
+        size[stretch] = before_a
+        size[stretch[1:]] -= before_a[:-1]
+        size[is_replay] = sizes
+        origin[stretch] = before_a - size[stretch]
+        first_r = first.take(which)   # each replay's recording's first row in ``words``
+        origin[is_replay] = first_r
+        ends = np.cumsum(size)
+        starts = ends - size
+        out = np.take(words, np.repeat(origin - starts, size) + np.arange(int(ends[-1])), axis=0)
+        # replayed DRAM addresses: replay r moves the tagged rows of its recording among its first sizes[r]
+        tagged = np.flatnonzero(tags >= 0)
+        lo = np.searchsorted(tagged, first_r)
+        cnt = np.searchsorted(tagged, first_r + sizes) - lo
+        if tagged.size and cnt.any():
+            m = int(cnt.sum())
+            offset = np.cumsum(cnt) - cnt
+            g = np.repeat(lo - offset, cnt) + np.arange(m)   # per moved address: its place in ``tagged``
+            rows = tagged.take(g) + np.repeat(starts[is_replay] - first_r, cnt)   # the output rows it went to
+            delta = np.concatenate(deltas) if len({d.shape[1] for d in deltas}) == 1 else _pad_columns(deltas)
+            delta = delta.take(np.repeat(np.arange(len(replayed)) * delta.shape[1], cnt) + tags.take(tagged).take(g))
+            moved = bases.take(tagged).take(g) + delta
+            dram = self.cfg.insn_formats["mem"].field("dram_base")
+            if moved.min() < dram.min_value or moved.max() > dram.max_value:
+                value = int(moved[(moved < dram.min_value) | (moved > dram.max_value)][0])
                 raise ScheduleError(f"instruction field out of range: mem.dram_base={value} is out of range: allowed "
                                     f"[{dram.min_value}, {dram.max_value}] ({dram.width} bits)")
-            rows = (starts_a[:, None] + at[None, :])[inside]
-            keep_bits = ~(np.uint64(dram.mask) << shift)
-            words[rows, word] = (words[rows, word] & keep_bits) | (moved[inside].astype(np.uint64) << shift)
-        return out
+            # in range before and after, so moving the field is adding the delta to its word (mod 2**64)
+            column = out[:, dram.offset // 64]
+            column[rows] = column.take(rows) + (delta.view(np.uint64) << np.uint64(dram.offset % 64))
+        return out.view(np.uint8)
 
-    def _encode_singles_and_recordings(self, out: np.ndarray, singles: dict, recs: list[Recording]) -> None:
-        """Encode the instructions emitted one by one into ``out``, and each recording not yet encoded into its
-        ``encoded`` rows and ``moving`` addresses: one table and one ``encode_table`` per format for all of them."""
-        new = [rec for rec in recs if rec.encoded is None]
+    def _encode(self, singles: list[_Insn], new: list[Recording]) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+        """Encode ``singles`` and the rows of the recordings in ``new`` (filling their ``encoded`` and ``moving``)
+        as one table: its 64-bit words (N, 2), and per row the buffer its DRAM address moves with (-1: none) and
+        that address."""
+        rows = list(chain.from_iterable(map(_rec_insns, new)))
+        fmts, _, values, tagged = zip(*rows) if rows else ((), (), (), ())
+        fmt_id = self._fmt_id
+        which = np.fromiter(chain(map(fmt_id.__getitem__, map(_insn_fmt, singles)), map(fmt_id.__getitem__, fmts)),
+                            np.int64, len(singles) + len(rows))
+        singles_values = list(map(_insn_values, singles))
+        n = sum(map(len, singles_values)) + sum(map(len, values))
+        try:   # struct converts Python ints about twice as fast as numpy.fromiter
+            flat = np.frombuffer(struct.pack(f"<{n}q", *chain.from_iterable(singles_values),
+                                             *chain.from_iterable(values)), dtype=np.int64)
+        except struct.error as e:
+            raise ScheduleError(f"instruction field out of range: {e}") from None
+        try:
+            words = self._formats.encode_flat(which, flat).view("<u8")
+        except ValueError as e:
+            raise ScheduleError(f"instruction field out of range: {e}") from None
+        tags = np.full(len(which), -1, dtype=np.int64)
+        tags[len(singles):] = tagged
+        bases = np.zeros(len(which), dtype=np.int64)
+        if rows:
+            at = np.flatnonzero(tags >= 0)   # only mem instructions are tagged
+            starts = np.cumsum(self._fmt_size[which]) - self._fmt_size[which]
+            bases[at] = flat[starts[at] + self._slot["mem"]["dram_base"]]
+        k = len(singles)
         for rec in new:
-            rec.encoded = np.zeros((len(rec.insns), 16), dtype=np.uint8)
-        dram_slot = self._slot["mem"]["dram_base"]
-        for fmt, (rows, values) in singles.items():
-            owned = []   # per new recording: its instructions of this format, by position
-            values = list(values)
-            for rec in new:
-                pos = [i for i, insn in enumerate(rec.insns) if insn[0] == fmt]
-                values.extend(rec.insns[i][2] for i in pos)
-                owned.append(pos)
-            if not values:
-                continue
-            table = np.array(values, dtype=np.int64).reshape(len(values), len(self._slot[fmt]))
-            try:
-                encoded = self.cfg.insn_formats[fmt].encode_table(table)
-            except ValueError as e:
-                raise ScheduleError(f"instruction field out of range: {e}") from None
-            out[rows] = encoded[:len(rows)]
-            k = len(rows)
-            for rec, pos in zip(new, owned):
-                rec.encoded[pos] = encoded[k:k + len(pos)]
-                if fmt == "mem":
-                    tags = np.array([rec.insns[i][3] for i in pos], dtype=np.int64)
-                    tagged = tags >= 0
-                    rec.moving = (np.array(pos, dtype=np.int64)[tagged], table[k:k + len(pos), dram_slot][tagged],
-                                  tags[tagged])
-                k += len(pos)
-        for rec in new:
-            if rec.moving is None:   # no mem instruction
-                rec.moving = (np.zeros(0, dtype=np.int64),) * 3
+            n = len(rec.insns)
+            rec.encoded = words[k:k + n].view(np.uint8)
+            rec.moving = (tags[k:k + n], bases[k:k + n])
+            k += n
+        return words, tags, bases
 
     def checkpoint(self) -> bool:
         """Flush when the stream is near ``max_insns`` (called by templates at tile boundaries); whether it did."""
