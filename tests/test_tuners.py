@@ -87,6 +87,24 @@ def tiny():
     return conv_task(CFG, (1, 32, 8, 8), (32, 32, 3, 3), 1, 1)
 
 
+def test_worker_processes_measure_what_this_process_measures_across_tasks(tiny):
+    """LocalRunner's workers keep each task unpickled once (by its pickle): batches of two tasks measured in
+    turn come back with the cycles and board latencies ``measure_one`` gives here, each task's its own."""
+    from tuning.measure import measure_one
+
+    other = conv_task(CFG, (1, 32, 8, 8), (64, 32, 3, 3), 1, 1)   # same space size, other cycles
+    batches = [(task, [task.space[i] for i in valid_indices(task)[:6]]) for task in (tiny, other, tiny, other)]
+    measured = []
+    with LocalRunner(n_parallel=2, timing_only=True, check=False) as runner:
+        for task, configs in batches:
+            got = [(r.cycles, r.latency_s) for r in runner.measure(task, configs)]
+            want = [(r.cycles, r.latency_s) for r in (measure_one(task, c, check=False, timing_only=True)
+                                                      for c in configs)]
+            assert got == want and all(c > 0 for c, _ in got)
+            measured.append(got)
+    assert measured[0] == measured[2] != measured[1] == measured[3]   # a mix-up of the two could not pass
+
+
 def search(name: str, task, table, seed: int, budget: int, batch_size: int = 8, **kwargs) -> list[int]:
     """Best cycles after each trial of a tuner's own search (the default config not measured)."""
     tuner = make_tuner(name, task, seed=seed, **kwargs)
