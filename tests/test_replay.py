@@ -109,3 +109,18 @@ def test_a_run_of_replays_assembles_as_replays_one_by_one() -> None:
     mem = CFG.insn_formats["mem"].decode_rows(streams[1])
     assert [int(d - mem["dram_base"][0]) for d in mem["dram_base"][:4]] == [0, 16, 48, 80]
     assert mem["push_next_dep"][:4].tolist() == [0, 0, 0, 1]
+
+
+def test_replay_flushes_where_one_by_one_emission_does_at_every_stream_limit(monkeypatch: pytest.MonkeyPatch) -> None:
+    """A run of replays is cut where ``checkpoint`` would flush after one of its groups: over this range of
+    ``max_insns``, several runs reach the limit exactly (``near_full``'s boundary; e.g. 90, 132, 170)."""
+    workload = {"data_shape": (1, 16, 16, 16), "kernel_shape": (16, 16, 3, 3), "strides": 1, "padding": 1}
+    epilogue = (("bias",), ("shr", 8), ("clip", -127, 127))
+    config = {"tile_b": (1, 1), "tile_h": (8, 2), "tile_w": (4, 4), "tile_ci": (1, 1), "tile_co": (1, 1),
+              "oc_nthread": 1, "h_nthread": 2}
+    for max_insns in range(80, 180):
+        plain = _compile(monkeypatch, False, "conv2d", CFG, config=config, epilogue=epilogue, max_insns=max_insns,
+                         **workload)
+        replayed = _compile(monkeypatch, True, "conv2d", CFG, config=config, epilogue=epilogue, max_insns=max_insns,
+                            **workload)
+        assert _streams(replayed) == _streams(plain), f"max_insns={max_insns}"
