@@ -407,6 +407,10 @@ class CommandQueue:
         """Whether ``checkpoint`` would flush with ``extra`` more instructions in the stream."""
         return self._count + extra + 16 >= self.max_insns
 
+    def room(self) -> int:
+        """The fewest more instructions with which ``near_full`` holds (``near_full(extra)`` is ``extra >= room()``)."""
+        return self.max_insns - 16 - self._count
+
     # ---- DMA ----
     def load_2d(self, buf: Buffer, elem_offset: int, x_size: int, y_size: int, x_stride: int, sram: int, mem: str,
                 pad: tuple[int, int, int, int] = (0, 0, 0, 0)) -> None:

@@ -329,13 +329,12 @@ def emit_conv(q: CommandQueue, g: ConvGeometry, t: Tiling, ep: Epilogue, bufs: C
 
     for k in range(t.threads):  # credits: each thread's input buffers start free
         q.dep_push(COMPUTE, LOAD)
-    first_group = True
     # Groups of tiles alike (same windows, same queue state) emit the same instructions but for DRAM offsets:
     # the first is recorded, the others replayed with shifted offsets (tests/test_replay.py: bit-identical).
-    # A group's key is small integers: whether it is the first, its class by loop axis (``_group_classes``) and
-    # the interned queue state; after a replay the state is the recording's end state, so it is not recomputed.
+    # A group's key is two small integers: its class by loop axis (``_group_classes``) and the interned queue
+    # state; after a replay the state is the recording's end state, so it is not recomputed. The first group
+    # (no store to wait for) is never recorded: no other group emits like it.
     buffers = [bufs.data, bufs.kernel, bufs.bias, bufs.residual, bufs.out]
-    recordings: dict[tuple, tuple[Recording, int]] = {}   # key -> the recording and the state id it ends in
     n_co_tiles, n_h_tiles, n_w_tiles = g.cob // t.co1, oh // t.h1, ow // t.w1
     rows_of = {o0: _window(g, t, o0, True) for o0 in range(0, n_h_tiles * t.h1, t.h1)}
     cols_of = {o0: _window(g, t, o0, False) for o0 in range(0, n_w_tiles * t.w1, t.w1)}
@@ -344,78 +343,88 @@ def emit_conv(q: CommandQueue, g: ConvGeometry, t: Tiling, ep: Epilogue, bufs: C
     def intern(value: tuple) -> int:
         return ids.setdefault(value, len(ids))
 
-    row_class, col_class, co_class = _group_classes(g, t, rows_of, cols_of, intern)
+    # the groups in emission order (batch, row, channel, column group), as index arrays
+    group_shape = (g.nb // t.b1, n_h_tiles // t.th, n_co_tiles // t.tc, n_w_tiles)
+    bo, i0, c0, j0 = (a.reshape(-1) for a in np.indices(group_shape))
+    group_anchors = np.stack(_anchors(g, t, (bo, i0 * t.th * t.h1, c0 * t.tc * t.co1, j0 * t.w1)), axis=1)
+    row_class, col_class, co_class = (np.array(c) for c in _group_classes(g, t, rows_of, cols_of, intern))
+    radix = len(ids)   # every class id is below it
+    group_class = ((row_class[i0] * radix + co_class[c0]) * radix + col_class[j0]).tolist()
+    # (class, state) -> the recording, the state id it ends in, the group it was recorded at
+    recordings: dict[tuple[int, int], tuple[Recording, int, int]] = {}
     state = None   # the interned q.state(), None when unknown
-    run: list[Recording] = []   # recordings to replay back to back (one queue element), with their groups' tiles
-    run_tiles: list[tuple[int, int, int, int]] = []
-    run_insns = 0
+    # recordings to replay back to back (one queue element) for the groups from run_start on, where each was made
+    run: list[Recording] = []
+    run_origins: list[int] = []
+    run_start = run_insns = room = 0
 
     def replay_run() -> None:
         nonlocal run_insns
         if run:
-            anchors = np.stack(_anchors(g, t, tuple(np.array(run_tiles, dtype=np.int64).T)), axis=1)
-            q.replay_run(run, anchors - np.array([rec.anchors for rec in run], dtype=np.int64))
+            stop = run_start + len(run)
+            q.replay_run(run, group_anchors[run_start:stop] - group_anchors[run_origins])
             run.clear()
-            run_tiles.clear()
+            run_origins.clear()
             run_insns = 0
 
-    for bo in range(g.nb // t.b1):
-        for i0 in range(n_h_tiles // t.th):
-            for c0 in range(n_co_tiles // t.tc):
-                for j0 in range(n_w_tiles):
-                    first = (bo, i0 * t.th * t.h1, c0 * t.tc * t.co1, j0 * t.w1)
-                    if not g.transpose:
-                        if state is None:
-                            state = intern(("state", q.state()))
-                        key = (first_group, row_class[i0], co_class[c0], col_class[j0], state)
-                        known = recordings.get(key)
-                        if known is not None:
-                            rec, state = known
-                            run.append(rec)
-                            run_tiles.append(first)
-                            run_insns += len(rec.insns)
-                            first_group = False
-                            if q.near_full(run_insns):
-                                replay_run()
-                                q.checkpoint()
-                                state = None
-                            continue
+    def emit_group(index: int) -> None:
+        """Emit group ``index`` instruction by instruction."""
+        b, i, c, j = (int(a[index]) for a in (bo, i0, c0, j0))
+        tiles = [(b, (i * t.th + th) * t.h1, (c * t.tc + tc) * t.co1, j * t.w1) for th, tc in threads]
+        windows = [rows_of[tile[1]] + cols_of[tile[3]] for tile in tiles]
+        for k, _ in enumerate(tiles):
+            if index:
+                q.dep_pop(STORE, COMPUTE)  # this thread's accumulators were stored
+            q.push_kernel(reset[k])
+        for chunk in range(g.cib // t.ci1):
+            for k, tile in enumerate(tiles):
+                q.dep_pop(COMPUTE, LOAD)
+                has_input = _load_chunk(q, g, t, bufs, tile, chunk, inp_base[k], wgt_base[k], rows, cols,
+                                        windows[k])
+                q.dep_push(LOAD, COMPUTE)
+                q.dep_pop(LOAD, COMPUTE)
+                if has_input:  # a window of padding only adds nothing to the reset accumulators
+                    q.push_kernel(gemm_kernel(k, (tile[1], tile[3])))
+                q.dep_push(COMPUTE, LOAD)
+        for k, tile in enumerate(tiles):
+            _load_epilogue_operands(q, g, t, ep, bufs, tile, bias_base[k], res_base[k])
+            for kernel in epilogue[k]:
+                q.push_kernel(kernel)
+            q.dep_push(COMPUTE, STORE)
+            q.dep_pop(COMPUTE, STORE)
+            _store_tile(q, g, t, bufs, tile, acc_base[k])
+            q.dep_push(STORE, COMPUTE)
+
+    for index, cls in enumerate(group_class):
+        if not g.transpose and index:
+            if state is None:
+                state = intern(("state", q.state()))
+            key = (cls, state)
+            known = recordings.get(key)
+            if known is not None:
+                rec, state, origin = known
+                if not run:
+                    run_start, room = index, q.room()
+                run.append(rec)
+                run_origins.append(origin)
+                run_insns += len(rec.insns)
+                if run_insns >= room:   # q.near_full(run_insns)
                     replay_run()
-                    tiles = [(bo, (i0 * t.th + th) * t.h1, (c0 * t.tc + tc) * t.co1, j0 * t.w1) for th, tc in threads]
-                    windows = [rows_of[tile[1]] + cols_of[tile[3]] for tile in tiles]
-                    mark = None if g.transpose else q.mark()
-                    for k, _ in enumerate(tiles):
-                        if not first_group:
-                            q.dep_pop(STORE, COMPUTE)  # this thread's accumulators were stored
-                        q.push_kernel(reset[k])
-                    for chunk in range(g.cib // t.ci1):
-                        for k, tile in enumerate(tiles):
-                            q.dep_pop(COMPUTE, LOAD)
-                            has_input = _load_chunk(q, g, t, bufs, tile, chunk, inp_base[k], wgt_base[k], rows, cols,
-                                                    windows[k])
-                            q.dep_push(LOAD, COMPUTE)
-                            q.dep_pop(LOAD, COMPUTE)
-                            if has_input:  # a window of padding only adds nothing to the reset accumulators
-                                q.push_kernel(gemm_kernel(k, (tile[1], tile[3])))
-                            q.dep_push(COMPUTE, LOAD)
-                    for k, tile in enumerate(tiles):
-                        _load_epilogue_operands(q, g, t, ep, bufs, tile, bias_base[k], res_base[k])
-                        for kernel in epilogue[k]:
-                            q.push_kernel(kernel)
-                        q.dep_push(COMPUTE, STORE)
-                        q.dep_pop(COMPUTE, STORE)
-                        _store_tile(q, g, t, bufs, tile, acc_base[k])
-                        q.dep_push(STORE, COMPUTE)
+                    q.checkpoint()
                     state = None
-                    if mark is not None:
-                        rec = q.recording(mark, buffers)
-                        if rec is not None:
-                            rec.anchors = _anchors(g, t, first)
-                            state = intern(("state", q.state()))
-                            recordings[key] = (rec, state)
-                    first_group = False
-                    if q.checkpoint():
-                        state = None
+                continue
+        replay_run()
+        mark = None if g.transpose or not index else q.mark()
+        emit_group(index)
+        state = None
+        if mark is not None:
+            rec = q.recording(mark, buffers)
+            if rec is not None:
+                rec.anchors = tuple(group_anchors[index].tolist())
+                state = intern(("state", q.state()))
+                recordings[key] = (rec, state, index)
+        if q.checkpoint():
+            state = None
     replay_run()
 
 
