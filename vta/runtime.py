@@ -251,7 +251,7 @@ class CommandQueue:
         # pending pop flags per stage, immutable so that a recording's end state is shared, not copied
         self._pending: dict[int, frozenset[str]] = dict.fromkeys((LOAD, COMPUTE, STORE), frozenset())
         self._tokens = dict.fromkeys(QUEUES.values(), 0)  # pushed minus popped, per queue
-        self._uop_words: list[np.ndarray] = []
+        self._uop_rows: list[np.ndarray] = []   # micro-ops put in the uop DRAM buffer, encoded at flush (at once)
         self._uop_dram_used = 0
         self._uop_dram_of: dict[tuple, int] = {}  # kernel key -> word offset in the uop DRAM buffer
         self._resident: dict[tuple, tuple[int, int]] = {}  # kernel key -> [begin, end) in uop SRAM
@@ -446,7 +446,7 @@ class CommandQueue:
             if self._uop_dram_used + n > UOP_DRAM_WORDS:
                 raise ScheduleError("micro-op DRAM buffer full: flush the queue more often")
             offset = self._uop_dram_used
-            self._uop_words.append(self._encode_uops(kernel.uops))
+            self._uop_rows.append(kernel.uops)
             self._uop_dram_of[kernel.key] = offset
             self._uop_dram_used += n
         self.load_2d(self._uop_dram, offset, n, 1, n, begin, "UOP")
@@ -594,7 +594,7 @@ class CommandQueue:
         unbalanced = {q: n for q, n in self._tokens.items() if n}
         if unbalanced:  # a template bug: pops without pushes
             raise ScheduleError(f"unbalanced dependency tokens at flush: {unbalanced}")
-        stream = Stream(self.assemble(), np.concatenate(self._uop_words) if self._uop_words
+        stream = Stream(self.assemble(), self._encode_uops(np.concatenate(self._uop_rows)) if self._uop_rows
                         else np.zeros(0, dtype=np.uint32))
         self._reset_stream()
         stats = None
