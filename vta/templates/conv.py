@@ -162,15 +162,17 @@ def _window(g: ConvGeometry, t: Tiling, o0: int, along_h: bool) -> tuple[int, in
 def _gemm_uops(g: ConvGeometry, t: Tiling, inp_base: int, wgt_base: int, acc_base: int, o0: tuple[int, int]):
     """Micro-ops of one thread's GEMM for the output tile at rows/cols ``o0``, and its two loops."""
     rows, cols = rows_in(g, t, True), rows_in(g, t, False)
-    kw, b, co, h, w = np.meshgrid(np.arange(g.kw), np.arange(t.b1), np.arange(t.co1), np.arange(t.h1),
-                                  np.arange(t.w1), indexing="ij")
-    kw, b, co, h, w = (a.reshape(-1) for a in (kw, b, co, h, w))
+    shape = (g.kw, t.b1, t.co1, t.h1, t.w1)
+    kw, b, co, h, w = np.ix_(*(np.arange(n) for n in shape))   # open grids: the formulas broadcast to ``shape``
     dst = acc_base + ((b * t.co1 + co) * t.h1 + h) * t.w1 + w
     if not g.transpose:
-        src = inp_base + b * t.ci1 * rows * cols + (h * g.sh) * cols + w * g.sw + kw
-        wgt = wgt_base + co * t.ci1 * g.kh * g.kw + kw
+        columns = np.empty((3, *shape), dtype=np.int64)   # (dst, src, wgt), each written whole
+        columns[0] = dst
+        columns[1] = inp_base + b * t.ci1 * rows * cols + (h * g.sh) * cols + w * g.sw + kw
+        columns[2] = wgt_base + co * t.ci1 * g.kh * g.kw + kw
         loops = ((t.ci1, 0, rows * cols, g.kh * g.kw), (g.kh, 0, cols, g.kw))
-        return np.stack([dst, src, wgt], axis=1), loops
+        return columns.reshape(3, -1).T, loops
+    kw, b, co, h, w, dst = (np.broadcast_to(a, shape).reshape(-1) for a in (kw, b, co, h, w, dst))
     # transposed: one micro-op per (kh, kw, position) whose dilated input is a real element
     first_r = _window(g, t, o0[0], True)[0]
     first_c = _window(g, t, o0[1], False)[0]
