@@ -124,3 +124,13 @@ def test_replay_flushes_where_one_by_one_emission_does_at_every_stream_limit(mon
         replayed = _compile(monkeypatch, True, "conv2d", CFG, config=config, epilogue=epilogue, max_insns=max_insns,
                             **workload)
         assert _streams(replayed) == _streams(plain), f"max_insns={max_insns}"
+
+
+def test_a_recording_keeps_its_last_instruction_as_recorded() -> None:
+    """A push that later rides on the recorded stretch's last instruction is not part of the recording."""
+    q, buf, mark = _one_load()
+    rec = q.recording(mark, [buf])
+    q.dep_push(LOAD, LOAD + 1)   # rides on the recorded load
+    q.replay(rec, [16])
+    mem = CFG.insn_formats["mem"].decode_rows(q.program().streams[0].insns)
+    assert mem["push_next_dep"][:2].tolist() == [1, 0]
