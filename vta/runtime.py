@@ -38,6 +38,8 @@ QUEUES = dict(sorted(((_STAGE_OF[a], _STAGE_OF[b]), q) for (a, b), q in QUEUE_BE
 # (from, to) -> the flag with which ``to`` pops a token from ``from`` / ``from`` pushes one to ``to``
 _POP_FLAG = {(a, b): dep_flag(STAGE_NAMES[b], STAGE_NAMES[a], "pop") for a, b in QUEUES}
 _PUSH_FLAG = {(a, b): dep_flag(STAGE_NAMES[a], STAGE_NAMES[b], "push") for a, b in QUEUES}
+# (from, to) -> (token queue, pop flag, the pop flag as a pending set of one), for dep_pop
+_POP = {edge: (queue, _POP_FLAG[edge], frozenset((_POP_FLAG[edge],))) for edge, queue in QUEUES.items()}
 UOP_DRAM_WORDS = 1 << 18  # micro-ops a stream may load from DRAM before it is flushed
 _LOAD_OP, _STORE_OP, _GEMM_OP, _ALU_OP = (OPCODES[n] for n in ("LOAD", "STORE", "GEMM", "ALU"))
 _OUT_MEM = MEM_TYPES["OUT"]
@@ -238,10 +240,12 @@ class CommandQueue:
             if self.cfg.insn_formats[fmt].names != order:
                 raise AssertionError(f"{fmt}: the layout table's field order changed: {self.cfg.insn_formats[fmt].names}")
         self._elem_bytes = {name: self.cfg.elem_bytes(name) for name in MEM_TYPES}
+        self._elem_bytes_of_type = {MEM_TYPES[name]: nbytes for name, nbytes in self._elem_bytes.items()}
         self._load_stage = {name: _STAGE_OF[module_of(OPCODES["LOAD"], value)] for name, value in MEM_TYPES.items()}
         caps = self.cfg.capabilities   # what the target executes: loads it would skip or pad wrongly are refused
         self._padded_loads = caps.padded_loads
         self._loadable = {"INP", "WGT"} | caps.compute_loads
+        self._alu_opcodes = caps.alu_opcodes
         self._reset_stream()
 
     def _reset_stream(self) -> None:
@@ -291,20 +295,24 @@ class CommandQueue:
 
     def dep_pop(self, frm: int, to: int) -> None:
         """Stage ``to`` waits for a token from ``frm`` before its next instruction."""
-        queue = QUEUES[(frm, to)]
-        flag = _POP_FLAG[(frm, to)]
-        if flag in self._pending[to]:
+        queue, flag, alone = _POP[(frm, to)]
+        pending = self._pending[to]
+        if flag in pending:
             self._commit_pending(to)
-        self._pending[to] = self._pending[to] | {flag}
+            pending = self._pending[to]
+        self._pending[to] = pending | alone if pending else alone
         self._tokens[queue] -= 1
 
     def dep_push(self, frm: int, to: int) -> None:
         """Stage ``frm`` signals ``to`` once its last instruction so far is done."""
-        self._commit_pending(frm)
+        if self._pending[frm]:
+            self._nop(frm)
         flag = _PUSH_FLAG[(frm, to)]
-        last = self._last_insn()
-        if last is not None and last.stage == frm and not last.values[self._slot[last.fmt][flag]]:
-            last.values[self._slot[last.fmt][flag]] = 1
+        last = self.insns[-1] if self.insns else None
+        if type(last) is not _Insn:   # none, or a replayed block: it gives up its last instruction
+            last = self._last_insn()
+        if last is not None and last.stage == frm and not last.values[slot := self._slot[last.fmt][flag]]:
+            last.values[slot] = 1
         else:
             self._nop(frm, **{flag: 1})
         self._tokens[QUEUES[(frm, to)]] += 1
@@ -347,8 +355,7 @@ class CommandQueue:
         insns, n0, start, tokens0, last, values = mark
         if insns is not self.insns or (n0 and (self.insns[n0 - 1] is not last or  # a block is never changed
                                               (isinstance(last, _Insn) and last.values != values))) or \
-                self._uop_dram_used != start[-1] or \
-                any(isinstance(e, (_Block, _Run)) for e in self.insns[n0:]):   # only instructions emitted one by one
+                self._uop_dram_used != start[-1]:
             return None
         spans = sorted((b.addr, b.addr + b.nbytes, i) for i, b in enumerate(buffers) if b is not None)
         if any(a_end > b_start for (_, a_end, _), (b_start, _, _) in pairwise(spans)):
@@ -356,16 +363,22 @@ class CommandQueue:
         starts = [span[0] for span in spans]
         slot = self._slot["mem"]
         dram, mem_type = slot["dram_base"], slot["memory_type"]
-        elem = {MEM_TYPES[name]: nbytes for name, nbytes in self._elem_bytes.items()}
+        elem = self._elem_bytes_of_type
         out = []
         for insn in self.insns[n0:]:
+            if type(insn) is not _Insn:   # only instructions emitted one by one
+                return None
+            values = insn.values
             tag = -1
             if insn.fmt == "mem":
-                addr = insn.values[dram] * elem[insn.values[mem_type]]
+                addr = values[dram] * elem[values[mem_type]]
                 k = bisect_right(starts, addr) - 1   # the one buffer that can hold it: they do not overlap
                 if k >= 0 and addr < spans[k][1]:
                     tag = spans[k][2]
-            out.append((insn.fmt, insn.stage, insn.values.copy(), tag))
+            out.append((insn.fmt, insn.stage, values, tag))
+        if out:   # only the last instruction can still change (a push riding on it): keep it as it is now
+            fmt, stage, values, tag = out[-1]
+            out[-1] = (fmt, stage, values.copy(), tag)
         end = (dict(self._pending), dict(self._resident), self._uop_ptr,
                self._uop_dram_used)
         return Recording(start, out, end, {q: n - tokens0[q] for q, n in self._tokens.items()})
@@ -430,8 +443,9 @@ class CommandQueue:
 
     # ---- micro-op kernels ----
     def _make_resident(self, kernel: UopKernel) -> tuple[int, int]:
-        if kernel.key in self._resident:
-            return self._resident[kernel.key]
+        where = self._resident.get(kernel.key)
+        if where is not None:
+            return where
         n = len(kernel.uops)
         depth = self.cfg.UOP_BUFF_DEPTH
         if n > depth:
@@ -459,7 +473,7 @@ class CommandQueue:
 
     def push_kernel(self, kernel: UopKernel) -> None:
         """Emit the GEMM or ALU instruction running ``kernel`` (loading its micro-ops first if needed)."""
-        if kernel.mode == "alu" and kernel.alu_op not in self.cfg.capabilities.alu_opcodes:
+        if kernel.mode == "alu" and kernel.alu_op not in self._alu_opcodes:
             raise ScheduleError(f"ALU {kernel.alu_op}: capability set {self.cfg.CAPABILITIES} has no such ALU op "
                                 f"({self.cfg.capabilities.describe()})")
         begin, end = self._make_resident(kernel)
