@@ -134,3 +134,23 @@ def test_a_recording_keeps_its_last_instruction_as_recorded() -> None:
     q.replay(rec, [16])
     mem = CFG.insn_formats["mem"].decode_rows(q.program().streams[0].insns)
     assert mem["push_next_dep"][:2].tolist() == [1, 0]
+
+
+def test_a_run_with_empty_recordings_assembles_as_replays_one_by_one() -> None:
+    """Empty recordings in a run only move the queue state: the run holds the others, and assembles as each
+    replayed on its own."""
+    streams = []
+    for batched in (False, True):
+        q, buf, mark = _one_load()
+        rec = q.recording(mark, [buf])
+        empty = q.recording(q.mark(), [buf])
+        recs, deltas = [empty, rec, empty, rec], np.array([[0], [16], [0], [48]])
+        if batched:
+            q.replay_run(recs, deltas)
+        else:
+            for r, d in zip(recs, deltas):
+                q.replay(r, list(d))
+        streams.append(q.program().streams[0].insns)
+    assert streams[0].tobytes() == streams[1].tobytes()
+    mem = CFG.insn_formats["mem"].decode_rows(streams[1])
+    assert [int(d - mem["dram_base"][0]) for d in mem["dram_base"][:3]] == [0, 16, 48]
