@@ -19,6 +19,7 @@
 from __future__ import annotations
 
 from bisect import bisect_right
+from collections import Counter
 from dataclasses import dataclass, field
 from itertools import pairwise
 
@@ -396,15 +397,17 @@ class CommandQueue:
         caller knows: it keyed them by those states)."""
         if not recs:
             return
-        emitting = [k for k, rec in enumerate(recs) if rec.insns]   # an empty recording only moves the state
-        if emitting:
-            deltas = np.asarray(deltas, dtype=np.int64).reshape(len(recs), -1)
-            self.insns.append(_Run([recs[k] for k in emitting], deltas[emitting]))
-        counts: dict[int, list] = {}
-        for rec in recs:
-            counts.setdefault(id(rec), [rec, 0])[1] += 1
+        deltas = np.array(deltas, dtype=np.int64).reshape(len(recs), -1)   # a copy: the run keeps it
+        distinct = {id(rec): rec for rec in recs}
+        if all(rec.insns for rec in distinct.values()):
+            self.insns.append(_Run(list(recs), deltas))
+        else:   # an empty recording only moves the state
+            emitting = [k for k, rec in enumerate(recs) if rec.insns]
+            if emitting:
+                self.insns.append(_Run([recs[k] for k in emitting], deltas[emitting]))
         tokens = self._tokens
-        for rec, times in counts.values():
+        for key, times in Counter(map(id, recs)).items():
+            rec = distinct[key]
             self._count += times * len(rec.insns)
             for q, n in rec.tokens.items():
                 tokens[q] += times * n
