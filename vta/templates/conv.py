@@ -320,6 +320,7 @@ def emit_conv(q: CommandQueue, g: ConvGeometry, t: Tiling, ep: Epilogue, bufs: C
     reset = [UopKernel("gemm", [[acc_base[k], 0, 0]], loops=((t.b1 * t.co1 * t.h1, t.w1, 0, 0), (t.w1, 1, 0, 0)),
                        reset=True) for k in range(t.threads)]
     epilogue = [_epilogue_kernels(ep, t, acc_base[k], bias_base[k], res_base[k]) for k in range(t.threads)]
+    out_runs = _output_runs(g, t)
     gemm_cache: dict[tuple, UopKernel] = {}
 
     def gemm_kernel(k: int, o0: tuple[int, int]) -> UopKernel:
@@ -378,23 +379,26 @@ def emit_conv(q: CommandQueue, g: ConvGeometry, t: Tiling, ep: Epilogue, bufs: C
             if index:
                 q.dep_pop(STORE, COMPUTE)  # this thread's accumulators were stored
             q.push_kernel(reset[k])
+        loads = [_chunk_loads(g, t, bufs, tile, inp_base[k], wgt_base[k], rows, cols, windows[k])
+                 for k, tile in enumerate(tiles)]
         for chunk in range(g.cib // t.ci1):
             for k, tile in enumerate(tiles):
                 q.dep_pop(COMPUTE, LOAD)
-                has_input = _load_chunk(q, g, t, bufs, tile, chunk, inp_base[k], wgt_base[k], rows, cols,
-                                        windows[k])
+                for buf, offset, step, x, y, stride, sram, mem, pad in loads[k]:
+                    q.load_2d(buf, offset + chunk * step, x, y, stride, sram, mem, pad)
                 q.dep_push(LOAD, COMPUTE)
                 q.dep_pop(LOAD, COMPUTE)
-                if has_input:  # a window of padding only adds nothing to the reset accumulators
+                if loads[k]:  # a window of padding only adds nothing to the reset accumulators
                     q.push_kernel(gemm_kernel(k, (tile[1], tile[3])))
                 q.dep_push(COMPUTE, LOAD)
         for k, tile in enumerate(tiles):
-            _load_epilogue_operands(q, g, t, ep, bufs, tile, bias_base[k], res_base[k])
+            out = _output_offset(g, t, tile)
+            _load_epilogue_operands(q, t, ep, bufs, tile[2], out_runs, out, bias_base[k], res_base[k])
             for kernel in epilogue[k]:
                 q.push_kernel(kernel)
             q.dep_push(COMPUTE, STORE)
             q.dep_pop(COMPUTE, STORE)
-            _store_tile(q, g, t, bufs, tile, acc_base[k])
+            _store_tile(q, bufs, out_runs, out, acc_base[k])
             q.dep_push(STORE, COMPUTE)
 
     for index, cls in enumerate(group_class):
@@ -451,81 +455,79 @@ def _anchors(g: ConvGeometry, t: Tiling, tile) -> tuple[int, ...]:
     bo, oh0, co0, ow0 = tile
     group = co0 // g.cob_per_group
     data = (((bo * t.b1) * g.cib_total + group * g.cib) * g.height + oh0 * g.sh - g.ph) * g.width + ow0 * g.sw - g.pw
-    out = (((bo * t.b1) * g.cob + co0) * g.out_h + oh0) * g.out_w + ow0
+    out = _output_offset(g, t, tile)
     return data, co0 * g.cib * g.kh * g.kw, co0, out, out
 
 
-def _load_chunk(q, g: ConvGeometry, t: Tiling, bufs: ConvBuffers, tile, chunk: int, inp: int, wgt: int,
-                rows: int, cols: int, window: tuple[int, ...]) -> bool:
-    """Load one chunk's input window (``_window`` along rows, then columns, for the tile) and weights; False when
-    the window holds only padding (nothing loaded)."""
+def _chunk_loads(g: ConvGeometry, t: Tiling, bufs: ConvBuffers, tile, inp: int, wgt: int, rows: int, cols: int,
+                 window: tuple[int, ...]) -> list[tuple]:
+    """The loads of one input-channel chunk of the tile: its input window (``_window`` along rows, then columns)
+    and its weights, as ``load_2d`` arguments (buffer, DRAM offset of chunk 0, the offset's step per chunk, x,
+    y, x_stride, SRAM, memory, pad); none when the window holds only padding."""
     bo, _, co0, _ = tile
-    group = co0 // g.cob_per_group
     r0, nr, pt, pb, c0, nc, pl, pr = window
     if nr <= 0 or nc <= 0:
-        return False
-    first_block = group * g.cib + chunk * t.ci1
+        return []
+    first_block = (co0 // g.cob_per_group) * g.cib   # the tile's group's first input channel block
+    step = t.ci1 * g.height * g.width   # a chunk further: ci1 channel blocks on
+    no_pad = (0, 0, 0, 0)
 
     def offset(b: int, cblock: int) -> int:
         return (((bo * t.b1 + b) * g.cib_total + cblock) * g.height + r0) * g.width + c0
 
+    # weights of the tile's channel blocks: one 2D load, a row per output channel block
+    per_k = g.kh * g.kw
+    weights = (bufs.kernel, co0 * g.cib * per_k, t.ci1 * per_k, t.ci1 * per_k, t.co1, g.cib * per_k, wgt, "WGT",
+               no_pad)
     if g.height == g.width == rows == cols == 1:  # dense: one load, a row of channel blocks per batch block
-        q.load_2d(bufs.data, offset(0, first_block), t.ci1, t.b1, g.cib_total, inp, "INP")
-        _load_weights(q, g, t, bufs, co0, chunk, wgt)
-        return True
-    whole_rows = nc == cols == g.width and nr == rows
+        return [(bufs.data, offset(0, first_block), step, t.ci1, t.b1, g.cib_total, inp, "INP", no_pad), weights]
+    loads = []
     for b in range(t.b1):
-        if whole_rows:  # each channel block's window is one contiguous run: one load per batch block
-            q.load_2d(bufs.data, offset(b, first_block), nr * nc, t.ci1, g.height * g.width,
-                      inp + b * t.ci1 * rows * cols, "INP")
+        if nc == cols == g.width and nr == rows:  # each channel block's window is one contiguous run
+            loads.append((bufs.data, offset(b, first_block), step, nr * nc, t.ci1, g.height * g.width,
+                          inp + b * t.ci1 * rows * cols, "INP", no_pad))
             continue
         for ci in range(t.ci1):
-            q.load_2d(bufs.data, offset(b, first_block + ci), nc, nr, g.width, inp + (b * t.ci1 + ci) * rows * cols,
-                      "INP", pad=(pt, pb, pl, pr))
-    _load_weights(q, g, t, bufs, co0, chunk, wgt)
-    return True
+            loads.append((bufs.data, offset(b, first_block + ci), step, nc, nr, g.width,
+                          inp + (b * t.ci1 + ci) * rows * cols, "INP", (pt, pb, pl, pr)))
+    return [*loads, weights]
 
 
-def _load_weights(q, g: ConvGeometry, t: Tiling, bufs: ConvBuffers, co0: int, chunk: int, wgt: int) -> None:
-    # weights of the tile's channel blocks for this chunk: one 2D load, a row per output channel block
-    per_k = g.kh * g.kw
-    q.load_2d(bufs.kernel, (co0 * g.cib + chunk * t.ci1) * per_k, t.ci1 * per_k, t.co1, g.cib * per_k, wgt, "WGT")
-
-
-def _load_epilogue_operands(q, g: ConvGeometry, t: Tiling, ep: Epilogue, bufs: ConvBuffers, tile, bias: int,
-                            res: int) -> None:
-    co0 = tile[2]
+def _load_epilogue_operands(q, t: Tiling, ep: Epilogue, bufs: ConvBuffers, co0: int, out_runs: list[tuple],
+                            out: int, bias: int, res: int) -> None:
     if ep.bias:
         q.load_2d(bufs.bias, co0, t.co1, 1, t.co1, bias, "ACC")
     if ep.residual:
-        for sram, offset, x, y, stride in _output_runs(g, t, tile):
-            q.load_2d(bufs.residual, offset, x, y, stride, res + sram, "ACC")
+        for sram, offset, x, y, stride in out_runs:
+            q.load_2d(bufs.residual, out + offset, x, y, stride, res + sram, "ACC")
 
 
-def _output_runs(g: ConvGeometry, t: Tiling, tile) -> list[tuple[int, int, int, int, int]]:
-    """The output tile as few 2D transfers as its shape allows: (sram offset, dram offset, x, y, x_stride)."""
+def _output_offset(g: ConvGeometry, t: Tiling, tile) -> int:
+    """The DRAM element offset of the tile's first output element (batch block, channel block, row, column)."""
     bo, oh0, co0, ow0 = tile
+    return (((bo * t.b1) * g.cob + co0) * g.out_h + oh0) * g.out_w + ow0
+
+
+def _output_runs(g: ConvGeometry, t: Tiling) -> list[tuple[int, int, int, int, int]]:
+    """An output tile as few 2D transfers as its shape allows: (sram offset, dram offset from the tile's
+    ``_output_offset``, x, y, x_stride); the same for every tile."""
     hw, out_hw = t.h1 * t.w1, g.out_h * g.out_w
-
-    def dram(b: int, co: int) -> int:
-        return (((bo * t.b1 + b) * g.cob + co0 + co) * g.out_h + oh0) * g.out_w + ow0
-
     if hw == out_hw:  # whole images: a row per batch block holds all its channel blocks
-        return [(0, dram(0, 0), t.co1 * hw, t.b1, g.cob * out_hw)]
+        return [(0, 0, t.co1 * hw, t.b1, g.cob * out_hw)]
     runs = []
     for b in range(t.b1):
         for co in range(t.co1):
-            sram = (b * t.co1 + co) * hw
+            sram, dram = (b * t.co1 + co) * hw, (b * g.cob + co) * out_hw
             if t.w1 == g.out_w:  # whole rows: one contiguous run
-                runs.append((sram, dram(b, co), hw, 1, hw))
+                runs.append((sram, dram, hw, 1, hw))
             else:
-                runs.append((sram, dram(b, co), t.w1, t.h1, g.out_w))
+                runs.append((sram, dram, t.w1, t.h1, g.out_w))
     return runs
 
 
-def _store_tile(q, g: ConvGeometry, t: Tiling, bufs: ConvBuffers, tile, acc: int) -> None:
-    for sram, offset, x, y, stride in _output_runs(g, t, tile):
-        q.store_2d(acc + sram, bufs.out, offset, x, y, stride)
+def _store_tile(q, bufs: ConvBuffers, out_runs: list[tuple], out: int, acc: int) -> None:
+    for sram, offset, x, y, stride in out_runs:
+        q.store_2d(acc + sram, bufs.out, out + offset, x, y, stride)
 
 
 def default_config(cfg: HwConfig, g: ConvGeometry, ep: Epilogue, space: ConfigSpace) -> Config:
@@ -574,7 +576,7 @@ def _estimate(tmpl: ConvTemplate, kv: dict) -> dict[str, np.ndarray]:
     need = sram_needs(g, t, ep)
     inp, wgt, acc = need["inp"], need["wgt"], need["acc"]
 
-    # loads of one chunk, as _load_chunk emits them
+    # loads of one chunk, as _chunk_loads gives them
     dense = g.height == g.width == 1 and g.kh == g.kw == 1
     whole_rows = (real_cols == g.width) & (cols == g.width) & (real_rows == rows)
     inp_transfers = np.where(dense | whole_rows, b1, b1 * ci1)
