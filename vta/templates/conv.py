@@ -322,12 +322,17 @@ def emit_conv(q: CommandQueue, g: ConvGeometry, t: Tiling, ep: Epilogue, bufs: C
     epilogue = [_epilogue_kernels(ep, t, acc_base[k], bias_base[k], res_base[k]) for k in range(t.threads)]
     out_runs = _output_runs(g, t)
     gemm_cache: dict[tuple, UopKernel] = {}
+    # a GEMM's micro-ops from SRAM base 0, per tile offset (transposed) or for all tiles; threads add their bases
+    gemm_uops: dict[tuple[int, int] | None, tuple[np.ndarray, tuple]] = {}
 
     def gemm_kernel(k: int, o0: tuple[int, int]) -> UopKernel:
         key = (k, o0) if g.transpose else (k,)
         if key not in gemm_cache:
-            uops, loops = _gemm_uops(g, t, inp_base[k], wgt_base[k], acc_base[k], o0)
-            gemm_cache[key] = UopKernel("gemm", uops, loops=loops)
+            at = o0 if g.transpose else None
+            if at not in gemm_uops:
+                gemm_uops[at] = _gemm_uops(g, t, 0, 0, 0, o0)
+            uops, loops = gemm_uops[at]
+            gemm_cache[key] = UopKernel("gemm", uops + (acc_base[k], inp_base[k], wgt_base[k]), loops=loops)
         return gemm_cache[key]
 
     for k in range(t.threads):  # credits: each thread's input buffers start free
@@ -353,8 +358,8 @@ def emit_conv(q: CommandQueue, g: ConvGeometry, t: Tiling, ep: Epilogue, bufs: C
     row_class, col_class, co_class = (np.array(c) for c in _group_classes(g, t, rows_of, cols_of, intern))
     radix = len(ids)   # every class id is below it
     group_class = ((row_class[i0] * radix + co_class[c0]) * radix + col_class[j0]).tolist()
-    # (class, state) -> the recording, the state id it ends in, the group it was recorded at
-    recordings: dict[tuple[int, int], tuple[Recording, int, int]] = {}
+    # (class, state) -> the recording, the state id it ends in, the group it was recorded at, its length
+    recordings: dict[tuple[int, int], tuple[Recording, int, int, int]] = {}
     state = None   # the interned q.state(), None when unknown
     # recordings to replay back to back (one queue element) for the groups from run_start on, where each was made
     run: list[Recording] = []
@@ -401,34 +406,39 @@ def emit_conv(q: CommandQueue, g: ConvGeometry, t: Tiling, ep: Epilogue, bufs: C
             _store_tile(q, bufs, out_runs, out, acc_base[k])
             q.dep_push(STORE, COMPUTE)
 
-    for index, cls in enumerate(group_class):
-        if not g.transpose and index:
-            if state is None:
-                state = intern(("state", q.state()))
-            key = (cls, state)
-            known = recordings.get(key)
-            if known is not None:
-                rec, state, origin = known
-                if not run:
-                    run_start, room = index, q.room()
-                run.append(rec)
-                run_origins.append(origin)
-                run_insns += len(rec.insns)
-                if run_insns >= room:   # q.near_full(run_insns)
-                    replay_run()
-                    q.checkpoint()
-                    state = None
-                continue
+    if g.transpose:   # micro-ops depend on each tile's offset: every group is emitted one by one
+        for index in range(len(group_class)):
+            emit_group(index)
+            q.checkpoint()
+        return
+    emit_group(0)
+    q.checkpoint()
+    for index in range(1, len(group_class)):
+        if state is None:
+            state = intern(("state", q.state()))
+        key = (group_class[index], state)
+        known = recordings.get(key)
+        if known is not None:
+            rec, state, origin, n_insns = known
+            if not run:
+                run_start, room = index, q.room()
+            run.append(rec)
+            run_origins.append(origin)
+            run_insns += n_insns
+            if run_insns >= room:   # q.near_full(run_insns)
+                replay_run()
+                q.checkpoint()
+                state = None
+            continue
         replay_run()
-        mark = None if g.transpose or not index else q.mark()
+        mark = q.mark()
         emit_group(index)
         state = None
-        if mark is not None:
-            rec = q.recording(mark, buffers)
-            if rec is not None:
-                rec.anchors = tuple(group_anchors[index].tolist())
-                state = intern(("state", q.state()))
-                recordings[key] = (rec, state, index)
+        rec = q.recording(mark, buffers)
+        if rec is not None:
+            rec.anchors = tuple(group_anchors[index].tolist())
+            state = intern(("state", q.state()))
+            recordings[key] = (rec, state, index, len(rec.insns))
         if q.checkpoint():
             state = None
     replay_run()
