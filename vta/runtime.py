@@ -87,13 +87,15 @@ class UopKernel:
         if len(self.uops) == 0:
             raise ScheduleError("a micro-op kernel needs at least one micro-op")
         dst = self.uops[:, 0]
-        # VTA's VerifyDep: the accumulator pipeline has no forwarding between back-to-back micro-ops.
-        clash = np.nonzero(dst[1:] == dst[:-1])[0]
-        clash2 = np.nonzero(dst[2:] == dst[:-2])[0]
-        if len(clash) or len(clash2):
-            i = int(clash[0]) + 1 if len(clash) else int(clash2[0]) + 2
-            raise ScheduleError(f"micro-op {i} writes accumulator row {int(dst[i])}, which one of the two "
-                                f"micro-ops before it also writes (VTA's GEMM/ALU pipeline hazard)")
+        # VTA's VerifyDep: the accumulator pipeline has no forwarding between back-to-back micro-ops (one micro-op,
+        # as most ALU kernels have, cannot clash: skip the numpy calls)
+        if len(dst) > 1:
+            clash = np.nonzero(dst[1:] == dst[:-1])[0]
+            clash2 = np.nonzero(dst[2:] == dst[:-2])[0]
+            if len(clash) or len(clash2):
+                i = int(clash[0]) + 1 if len(clash) else int(clash2[0]) + 2
+                raise ScheduleError(f"micro-op {i} writes accumulator row {int(dst[i])}, which one of the two "
+                                    f"micro-ops before it also writes (VTA's GEMM/ALU pipeline hazard)")
         self.key = (self.mode, self.reset, self.alu_op, self.use_imm, self.imm, self.loops, self.uops.tobytes())
         # the instruction's field values around [uop_bgn, uop_end), in the layout table's order (_FIELD_ORDER)
         loops = list(self.loops)
@@ -123,7 +125,7 @@ class _Insn:
     values: list[int]   # one per field of the format, in the layout table's order
 
 
-@dataclass
+@dataclass(eq=False)   # compared and hashed by identity: a run of replays counts its recordings
 class Recording:
     """Instructions a template emitted for one stretch of its work, kept to be emitted again for a stretch that
     differs only in DRAM offsets (``CommandQueue.replay``): each instruction with the index of the buffer its
@@ -398,19 +400,18 @@ class CommandQueue:
         if not recs:
             return
         deltas = np.array(deltas, dtype=np.int64).reshape(len(recs), -1)   # a copy: the run keeps it
-        distinct = {id(rec): rec for rec in recs}
-        if all(rec.insns for rec in distinct.values()):
+        times = Counter(recs)
+        if all(rec.insns for rec in times):
             self.insns.append(_Run(list(recs), deltas))
         else:   # an empty recording only moves the state
             emitting = [k for k, rec in enumerate(recs) if rec.insns]
             if emitting:
                 self.insns.append(_Run([recs[k] for k in emitting], deltas[emitting]))
         tokens = self._tokens
-        for key, times in Counter(map(id, recs)).items():
-            rec = distinct[key]
-            self._count += times * len(rec.insns)
+        for rec, k in times.items():
+            self._count += k * len(rec.insns)
             for q, n in rec.tokens.items():
-                tokens[q] += times * n
+                tokens[q] += k * n
         self._enter_end_state(recs[-1])
 
     def _enter_end_state(self, rec: Recording) -> None:
