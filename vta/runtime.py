@@ -249,6 +249,9 @@ class CommandQueue:
         self._padded_loads = caps.padded_loads
         self._loadable = {"INP", "WGT"} | caps.compute_loads
         self._alu_opcodes = caps.alu_opcodes
+        # what load_2d needs per memory the target loads: element bytes, stage, memory type, whether it may pad
+        self._load_kind = {name: (self._elem_bytes[name], self._load_stage[name], MEM_TYPES[name],
+                                  name in self._padded_loads) for name in self._loadable}
         self._reset_stream()
 
     def _reset_stream(self) -> None:
@@ -432,12 +435,14 @@ class CommandQueue:
     def load_2d(self, buf: Buffer, elem_offset: int, x_size: int, y_size: int, x_stride: int, sram: int, mem: str,
                 pad: tuple[int, int, int, int] = (0, 0, 0, 0)) -> None:
         """DMA a 2D tile of DRAM elements into SRAM; ``pad`` = (y_before, y_after, x_before, x_after) zeros."""
-        if (mem not in self._padded_loads and any(pad)) or mem not in self._loadable:
+        kind = self._load_kind.get(mem)
+        if kind is None or (not kind[3] and any(pad)):
             raise ScheduleError(f"LOAD {mem}{' with padding' if any(pad) else ''}: capability set "
                                 f"{self.cfg.CAPABILITIES} cannot ({self.cfg.capabilities.describe()})")
-        dram = buf.elem_offset(self._elem_bytes[mem]) + elem_offset
-        self._append_values("mem", self._load_stage[mem], [
-            _LOAD_OP, 0, 0, 0, 0, MEM_TYPES[mem], sram, dram, y_size, x_size, x_stride, *pad])
+        elem_bytes, stage, mem_type, _ = kind
+        self._append_values("mem", stage, [
+            _LOAD_OP, 0, 0, 0, 0, mem_type, sram, buf.elem_offset(elem_bytes) + elem_offset, y_size, x_size, x_stride,
+            *pad])
 
     def store_2d(self, sram: int, buf: Buffer, elem_offset: int, x_size: int, y_size: int, x_stride: int) -> None:
         """DMA accumulator rows (low 8 bits of each lane) out to DRAM."""
@@ -480,7 +485,7 @@ class CommandQueue:
         if kernel.mode == "alu" and kernel.alu_op not in self._alu_opcodes:
             raise ScheduleError(f"ALU {kernel.alu_op}: capability set {self.cfg.CAPABILITIES} has no such ALU op "
                                 f"({self.cfg.capabilities.describe()})")
-        begin, end = self._make_resident(kernel)
+        begin, end = self._resident.get(kernel.key) or self._make_resident(kernel)
         head, tail = kernel.fields
         self._append_values(kernel.mode, COMPUTE, [*head, begin, end, *tail])
 
