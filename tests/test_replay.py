@@ -130,3 +130,48 @@ def test_assembly_reuses_encoded_recordings_pads_delta_tables_and_range_checks_m
     q.replay(rec, [-int(base[0]) - 1])
     with pytest.raises(ScheduleError, match=r"mem\.dram_base=-1 is out of range"):
         q.assemble()
+
+
+def test_replay_flushes_where_one_by_one_emission_does_at_every_stream_limit(monkeypatch: pytest.MonkeyPatch) -> None:
+    """A run of replays is cut where ``checkpoint`` would flush after one of its groups: over this range of
+    ``max_insns``, several runs reach the limit exactly (``near_full``'s boundary; e.g. 90, 132, 170)."""
+    workload = {"data_shape": (1, 16, 16, 16), "kernel_shape": (16, 16, 3, 3), "strides": 1, "padding": 1}
+    epilogue = (("bias",), ("shr", 8), ("clip", -127, 127))
+    config = {"tile_b": (1, 1), "tile_h": (8, 2), "tile_w": (4, 4), "tile_ci": (1, 1), "tile_co": (1, 1),
+              "oc_nthread": 1, "h_nthread": 2}
+    for max_insns in range(80, 180):
+        plain = _compile(monkeypatch, False, "conv2d", CFG, config=config, epilogue=epilogue, max_insns=max_insns,
+                         **workload)
+        replayed = _compile(monkeypatch, True, "conv2d", CFG, config=config, epilogue=epilogue, max_insns=max_insns,
+                            **workload)
+        assert _streams(replayed) == _streams(plain), f"max_insns={max_insns}"
+
+
+def test_a_recording_keeps_its_last_instruction_as_recorded() -> None:
+    """A push that later rides on the recorded stretch's last instruction is not part of the recording."""
+    q, buf, mark = _one_load()
+    rec = q.recording(mark, [buf])
+    q.dep_push(LOAD, LOAD + 1)   # rides on the recorded load
+    q.replay(rec, [16])
+    mem = CFG.insn_formats["mem"].decode_rows(q.program().streams[0].insns)
+    assert mem["push_next_dep"][:2].tolist() == [1, 0]
+
+
+def test_a_run_with_empty_recordings_assembles_as_replays_one_by_one() -> None:
+    """Empty recordings in a run only move the queue state: the run holds the others, and assembles as each
+    replayed on its own."""
+    streams = []
+    for batched in (False, True):
+        q, buf, mark = _one_load()
+        rec = q.recording(mark, [buf])
+        empty = q.recording(q.mark(), [buf])
+        recs, deltas = [empty, rec, empty, rec], np.array([[0], [16], [0], [48]])
+        if batched:
+            q.replay_run(recs, deltas)
+        else:
+            for r, d in zip(recs, deltas):
+                q.replay(r, list(d))
+        streams.append(q.program().streams[0].insns)
+    assert streams[0].tobytes() == streams[1].tobytes()
+    mem = CFG.insn_formats["mem"].decode_rows(streams[1])
+    assert [int(d - mem["dram_base"][0]) for d in mem["dram_base"][:3]] == [0, 16, 48]

@@ -20,6 +20,7 @@ from __future__ import annotations
 
 import struct
 from bisect import bisect_right
+from collections import Counter
 from dataclasses import dataclass, field
 from itertools import chain, pairwise
 from operator import attrgetter
@@ -41,6 +42,8 @@ QUEUES = dict(sorted(((_STAGE_OF[a], _STAGE_OF[b]), q) for (a, b), q in QUEUE_BE
 # (from, to) -> the flag with which ``to`` pops a token from ``from`` / ``from`` pushes one to ``to``
 _POP_FLAG = {(a, b): dep_flag(STAGE_NAMES[b], STAGE_NAMES[a], "pop") for a, b in QUEUES}
 _PUSH_FLAG = {(a, b): dep_flag(STAGE_NAMES[a], STAGE_NAMES[b], "push") for a, b in QUEUES}
+# (from, to) -> (token queue, pop flag, the pop flag as a pending set of one), for dep_pop
+_POP = {edge: (queue, _POP_FLAG[edge], frozenset((_POP_FLAG[edge],))) for edge, queue in QUEUES.items()}
 UOP_DRAM_WORDS = 1 << 18  # micro-ops a stream may load from DRAM before it is flushed
 _LOAD_OP, _STORE_OP, _GEMM_OP, _ALU_OP = (OPCODES[n] for n in ("LOAD", "STORE", "GEMM", "ALU"))
 _OUT_MEM = MEM_TYPES["OUT"]
@@ -112,13 +115,15 @@ class UopKernel:
         if len(self.uops) == 0:
             raise ScheduleError("a micro-op kernel needs at least one micro-op")
         dst = self.uops[:, 0]
-        # VTA's VerifyDep: the accumulator pipeline has no forwarding between back-to-back micro-ops.
-        clash = np.nonzero(dst[1:] == dst[:-1])[0]
-        clash2 = np.nonzero(dst[2:] == dst[:-2])[0]
-        if len(clash) or len(clash2):
-            i = int(clash[0]) + 1 if len(clash) else int(clash2[0]) + 2
-            raise ScheduleError(f"micro-op {i} writes accumulator row {int(dst[i])}, which one of the two "
-                                f"micro-ops before it also writes (VTA's GEMM/ALU pipeline hazard)")
+        # VTA's VerifyDep: the accumulator pipeline has no forwarding between back-to-back micro-ops (one micro-op,
+        # as most ALU kernels have, cannot clash: skip the numpy calls)
+        if len(dst) > 1:
+            clash = np.nonzero(dst[1:] == dst[:-1])[0]
+            clash2 = np.nonzero(dst[2:] == dst[:-2])[0]
+            if len(clash) or len(clash2):
+                i = int(clash[0]) + 1 if len(clash) else int(clash2[0]) + 2
+                raise ScheduleError(f"micro-op {i} writes accumulator row {int(dst[i])}, which one of the two "
+                                    f"micro-ops before it also writes (VTA's GEMM/ALU pipeline hazard)")
         self.key = (self.mode, self.reset, self.alu_op, self.use_imm, self.imm, self.loops, self.uops.tobytes())
         # the instruction's field values around [uop_bgn, uop_end), in the layout table's order (_FIELD_ORDER)
         loops = list(self.loops)
@@ -148,7 +153,7 @@ class _Insn:
     values: list[int]   # one per field of the format, in the layout table's order
 
 
-@dataclass
+@dataclass(eq=False)   # compared and hashed by identity: a run of replays counts its recordings
 class Recording:
     """Instructions a template emitted for one stretch of its work, kept to be emitted again for a stretch that
     differs only in DRAM offsets (``CommandQueue.replay``): each instruction with the index of the buffer its
@@ -268,10 +273,15 @@ class CommandQueue:
             if self.cfg.insn_formats[fmt].names != order:
                 raise AssertionError(f"{fmt}: the layout table's field order changed: {self.cfg.insn_formats[fmt].names}")
         self._elem_bytes = {name: self.cfg.elem_bytes(name) for name in MEM_TYPES}
+        self._elem_bytes_of_type = {MEM_TYPES[name]: nbytes for name, nbytes in self._elem_bytes.items()}
         self._load_stage = {name: _STAGE_OF[module_of(OPCODES["LOAD"], value)] for name, value in MEM_TYPES.items()}
         caps = self.cfg.capabilities   # what the target executes: loads it would skip or pad wrongly are refused
         self._padded_loads = caps.padded_loads
         self._loadable = {"INP", "WGT"} | caps.compute_loads
+        self._alu_opcodes = caps.alu_opcodes
+        # what load_2d needs per memory the target loads: element bytes, stage, memory type, whether it may pad
+        self._load_kind = {name: (self._elem_bytes[name], self._load_stage[name], MEM_TYPES[name],
+                                  name in self._padded_loads) for name in self._loadable}
         self._reset_stream()
 
     def _reset_stream(self) -> None:
@@ -281,7 +291,7 @@ class CommandQueue:
         # pending pop flags per stage, immutable so that a recording's end state is shared, not copied
         self._pending: dict[int, frozenset[str]] = dict.fromkeys((LOAD, COMPUTE, STORE), frozenset())
         self._tokens = dict.fromkeys(QUEUES.values(), 0)  # pushed minus popped, per queue
-        self._uop_words: list[np.ndarray] = []
+        self._uop_rows: list[np.ndarray] = []   # micro-ops put in the uop DRAM buffer, encoded at flush (at once)
         self._uop_dram_used = 0
         self._uop_dram_of: dict[tuple, int] = {}  # kernel key -> word offset in the uop DRAM buffer
         self._resident: dict[tuple, tuple[int, int]] = {}  # kernel key -> [begin, end) in uop SRAM
@@ -321,20 +331,24 @@ class CommandQueue:
 
     def dep_pop(self, frm: int, to: int) -> None:
         """Stage ``to`` waits for a token from ``frm`` before its next instruction."""
-        queue = QUEUES[(frm, to)]
-        flag = _POP_FLAG[(frm, to)]
-        if flag in self._pending[to]:
+        queue, flag, alone = _POP[(frm, to)]
+        pending = self._pending[to]
+        if flag in pending:
             self._commit_pending(to)
-        self._pending[to] = self._pending[to] | {flag}
+            pending = self._pending[to]
+        self._pending[to] = pending | alone if pending else alone
         self._tokens[queue] -= 1
 
     def dep_push(self, frm: int, to: int) -> None:
         """Stage ``frm`` signals ``to`` once its last instruction so far is done."""
-        self._commit_pending(frm)
+        if self._pending[frm]:
+            self._nop(frm)
         flag = _PUSH_FLAG[(frm, to)]
-        last = self._last_insn()
-        if last is not None and last.stage == frm and not last.values[self._slot[last.fmt][flag]]:
-            last.values[self._slot[last.fmt][flag]] = 1
+        last = self.insns[-1] if self.insns else None
+        if type(last) is not _Insn:   # none, or a replayed block: it gives up its last instruction
+            last = self._last_insn()
+        if last is not None and last.stage == frm and not last.values[slot := self._slot[last.fmt][flag]]:
+            last.values[slot] = 1
         else:
             self._nop(frm, **{flag: 1})
         self._tokens[QUEUES[(frm, to)]] += 1
@@ -377,8 +391,7 @@ class CommandQueue:
         insns, n0, start, tokens0, last, values = mark
         if insns is not self.insns or (n0 and (self.insns[n0 - 1] is not last or  # a block is never changed
                                               (isinstance(last, _Insn) and last.values != values))) or \
-                self._uop_dram_used != start[-1] or \
-                any(isinstance(e, (_Block, _Run)) for e in self.insns[n0:]):   # only instructions emitted one by one
+                self._uop_dram_used != start[-1]:
             return None
         spans = sorted((b.addr, b.addr + b.nbytes, i) for i, b in enumerate(buffers) if b is not None)
         if any(a_end > b_start for (_, a_end, _), (b_start, _, _) in pairwise(spans)):
@@ -386,16 +399,22 @@ class CommandQueue:
         starts = [span[0] for span in spans]
         slot = self._slot["mem"]
         dram, mem_type = slot["dram_base"], slot["memory_type"]
-        elem = {MEM_TYPES[name]: nbytes for name, nbytes in self._elem_bytes.items()}
+        elem = self._elem_bytes_of_type
         out = []
         for insn in self.insns[n0:]:
+            if type(insn) is not _Insn:   # only instructions emitted one by one
+                return None
+            values = insn.values
             tag = -1
             if insn.fmt == "mem":
-                addr = insn.values[dram] * elem[insn.values[mem_type]]
+                addr = values[dram] * elem[values[mem_type]]
                 k = bisect_right(starts, addr) - 1   # the one buffer that can hold it: they do not overlap
                 if k >= 0 and addr < spans[k][1]:
                     tag = spans[k][2]
-            out.append((insn.fmt, insn.stage, insn.values.copy(), tag))
+            out.append((insn.fmt, insn.stage, values, tag))
+        if out:   # only the last instruction can still change (a push riding on it): keep it as it is now
+            fmt, stage, values, tag = out[-1]
+            out[-1] = (fmt, stage, values.copy(), tag)
         end = (dict(self._pending), dict(self._resident), self._uop_ptr,
                self._uop_dram_used)
         return Recording(start, out, end, {q: n - tokens0[q] for q, n in self._tokens.items()})
@@ -413,18 +432,19 @@ class CommandQueue:
         caller knows: it keyed them by those states)."""
         if not recs:
             return
-        emitting = [k for k, rec in enumerate(recs) if rec.insns]   # an empty recording only moves the state
-        if emitting:
-            deltas = np.asarray(deltas, dtype=np.int64).reshape(len(recs), -1)
-            self.insns.append(_Run([recs[k] for k in emitting], deltas[emitting]))
-        counts: dict[int, list] = {}
-        for rec in recs:
-            counts.setdefault(id(rec), [rec, 0])[1] += 1
+        deltas = np.array(deltas, dtype=np.int64).reshape(len(recs), -1)   # a copy: the run keeps it
+        times = Counter(recs)
+        if all(rec.insns for rec in times):
+            self.insns.append(_Run(list(recs), deltas))
+        else:   # an empty recording only moves the state
+            emitting = [k for k, rec in enumerate(recs) if rec.insns]
+            if emitting:
+                self.insns.append(_Run([recs[k] for k in emitting], deltas[emitting]))
         tokens = self._tokens
-        for rec, times in counts.values():
-            self._count += times * len(rec.insns)
+        for rec, k in times.items():
+            self._count += k * len(rec.insns)
             for q, n in rec.tokens.items():
-                tokens[q] += times * n
+                tokens[q] += k * n
         self._enter_end_state(recs[-1])
 
     def _enter_end_state(self, rec: Recording) -> None:
@@ -437,16 +457,22 @@ class CommandQueue:
         """Whether ``checkpoint`` would flush with ``extra`` more instructions in the stream."""
         return self._count + extra + 16 >= self.max_insns
 
+    def room(self) -> int:
+        """The fewest more instructions with which ``near_full`` holds (``near_full(extra)`` is ``extra >= room()``)."""
+        return self.max_insns - 16 - self._count
+
     # ---- DMA ----
     def load_2d(self, buf: Buffer, elem_offset: int, x_size: int, y_size: int, x_stride: int, sram: int, mem: str,
                 pad: tuple[int, int, int, int] = (0, 0, 0, 0)) -> None:
         """DMA a 2D tile of DRAM elements into SRAM; ``pad`` = (y_before, y_after, x_before, x_after) zeros."""
-        if (mem not in self._padded_loads and any(pad)) or mem not in self._loadable:
+        kind = self._load_kind.get(mem)
+        if kind is None or (not kind[3] and any(pad)):
             raise ScheduleError(f"LOAD {mem}{' with padding' if any(pad) else ''}: capability set "
                                 f"{self.cfg.CAPABILITIES} cannot ({self.cfg.capabilities.describe()})")
-        dram = buf.elem_offset(self._elem_bytes[mem]) + elem_offset
-        self._append_values("mem", self._load_stage[mem], [
-            _LOAD_OP, 0, 0, 0, 0, MEM_TYPES[mem], sram, dram, y_size, x_size, x_stride, *pad])
+        elem_bytes, stage, mem_type, _ = kind
+        self._append_values("mem", stage, [
+            _LOAD_OP, 0, 0, 0, 0, mem_type, sram, buf.elem_offset(elem_bytes) + elem_offset, y_size, x_size, x_stride,
+            *pad])
 
     def store_2d(self, sram: int, buf: Buffer, elem_offset: int, x_size: int, y_size: int, x_stride: int) -> None:
         """DMA accumulator rows (low 8 bits of each lane) out to DRAM."""
@@ -456,8 +482,9 @@ class CommandQueue:
 
     # ---- micro-op kernels ----
     def _make_resident(self, kernel: UopKernel) -> tuple[int, int]:
-        if kernel.key in self._resident:
-            return self._resident[kernel.key]
+        where = self._resident.get(kernel.key)
+        if where is not None:
+            return where
         n = len(kernel.uops)
         depth = self.cfg.UOP_BUFF_DEPTH
         if n > depth:
@@ -472,7 +499,7 @@ class CommandQueue:
             if self._uop_dram_used + n > UOP_DRAM_WORDS:
                 raise ScheduleError("micro-op DRAM buffer full: flush the queue more often")
             offset = self._uop_dram_used
-            self._uop_words.append(self._encode_uops(kernel.uops))
+            self._uop_rows.append(kernel.uops)
             self._uop_dram_of[kernel.key] = offset
             self._uop_dram_used += n
         self.load_2d(self._uop_dram, offset, n, 1, n, begin, "UOP")
@@ -485,10 +512,10 @@ class CommandQueue:
 
     def push_kernel(self, kernel: UopKernel) -> None:
         """Emit the GEMM or ALU instruction running ``kernel`` (loading its micro-ops first if needed)."""
-        if kernel.mode == "alu" and kernel.alu_op not in self.cfg.capabilities.alu_opcodes:
+        if kernel.mode == "alu" and kernel.alu_op not in self._alu_opcodes:
             raise ScheduleError(f"ALU {kernel.alu_op}: capability set {self.cfg.CAPABILITIES} has no such ALU op "
                                 f"({self.cfg.capabilities.describe()})")
-        begin, end = self._make_resident(kernel)
+        begin, end = self._resident.get(kernel.key) or self._make_resident(kernel)
         head, tail = kernel.fields
         self._append_values(kernel.mode, COMPUTE, [*head, begin, end, *tail])
 
@@ -640,7 +667,7 @@ class CommandQueue:
         unbalanced = {q: n for q, n in self._tokens.items() if n}
         if unbalanced:  # a template bug: pops without pushes
             raise ScheduleError(f"unbalanced dependency tokens at flush: {unbalanced}")
-        stream = Stream(self.assemble(), np.concatenate(self._uop_words) if self._uop_words
+        stream = Stream(self.assemble(), self._encode_uops(np.concatenate(self._uop_rows)) if self._uop_rows
                         else np.zeros(0, dtype=np.uint32))
         self._reset_stream()
         stats = None

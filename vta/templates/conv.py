@@ -162,15 +162,17 @@ def _window(g: ConvGeometry, t: Tiling, o0: int, along_h: bool) -> tuple[int, in
 def _gemm_uops(g: ConvGeometry, t: Tiling, inp_base: int, wgt_base: int, acc_base: int, o0: tuple[int, int]):
     """Micro-ops of one thread's GEMM for the output tile at rows/cols ``o0``, and its two loops."""
     rows, cols = rows_in(g, t, True), rows_in(g, t, False)
-    kw, b, co, h, w = np.meshgrid(np.arange(g.kw), np.arange(t.b1), np.arange(t.co1), np.arange(t.h1),
-                                  np.arange(t.w1), indexing="ij")
-    kw, b, co, h, w = (a.reshape(-1) for a in (kw, b, co, h, w))
+    shape = (g.kw, t.b1, t.co1, t.h1, t.w1)
+    kw, b, co, h, w = np.ix_(*(np.arange(n) for n in shape))   # open grids: the formulas broadcast to ``shape``
     dst = acc_base + ((b * t.co1 + co) * t.h1 + h) * t.w1 + w
     if not g.transpose:
-        src = inp_base + b * t.ci1 * rows * cols + (h * g.sh) * cols + w * g.sw + kw
-        wgt = wgt_base + co * t.ci1 * g.kh * g.kw + kw
+        columns = np.empty((3, *shape), dtype=np.int64)   # (dst, src, wgt), each written whole
+        columns[0] = dst
+        columns[1] = inp_base + b * t.ci1 * rows * cols + (h * g.sh) * cols + w * g.sw + kw
+        columns[2] = wgt_base + co * t.ci1 * g.kh * g.kw + kw
         loops = ((t.ci1, 0, rows * cols, g.kh * g.kw), (g.kh, 0, cols, g.kw))
-        return np.stack([dst, src, wgt], axis=1), loops
+        return columns.reshape(3, -1).T, loops
+    kw, b, co, h, w, dst = (np.broadcast_to(a, shape).reshape(-1) for a in (kw, b, co, h, w, dst))
     # transposed: one micro-op per (kh, kw, position) whose dilated input is a real element
     first_r = _window(g, t, o0[0], True)[0]
     first_c = _window(g, t, o0[1], False)[0]
@@ -318,24 +320,29 @@ def emit_conv(q: CommandQueue, g: ConvGeometry, t: Tiling, ep: Epilogue, bufs: C
     reset = [UopKernel("gemm", [[acc_base[k], 0, 0]], loops=((t.b1 * t.co1 * t.h1, t.w1, 0, 0), (t.w1, 1, 0, 0)),
                        reset=True) for k in range(t.threads)]
     epilogue = [_epilogue_kernels(ep, t, acc_base[k], bias_base[k], res_base[k]) for k in range(t.threads)]
+    out_runs = _output_runs(g, t)
     gemm_cache: dict[tuple, UopKernel] = {}
+    # a GEMM's micro-ops from SRAM base 0, per tile offset (transposed) or for all tiles; threads add their bases
+    gemm_uops: dict[tuple[int, int] | None, tuple[np.ndarray, tuple]] = {}
 
     def gemm_kernel(k: int, o0: tuple[int, int]) -> UopKernel:
         key = (k, o0) if g.transpose else (k,)
         if key not in gemm_cache:
-            uops, loops = _gemm_uops(g, t, inp_base[k], wgt_base[k], acc_base[k], o0)
-            gemm_cache[key] = UopKernel("gemm", uops, loops=loops)
+            at = o0 if g.transpose else None
+            if at not in gemm_uops:
+                gemm_uops[at] = _gemm_uops(g, t, 0, 0, 0, o0)
+            uops, loops = gemm_uops[at]
+            gemm_cache[key] = UopKernel("gemm", uops + (acc_base[k], inp_base[k], wgt_base[k]), loops=loops)
         return gemm_cache[key]
 
     for k in range(t.threads):  # credits: each thread's input buffers start free
         q.dep_push(COMPUTE, LOAD)
-    first_group = True
     # Groups of tiles alike (same windows, same queue state) emit the same instructions but for DRAM offsets:
     # the first is recorded, the others replayed with shifted offsets (tests/test_replay.py: bit-identical).
-    # A group's key is small integers: whether it is the first, its class by loop axis (``_group_classes``) and
-    # the interned queue state; after a replay the state is the recording's end state, so it is not recomputed.
+    # A group's key is two small integers: its class by loop axis (``_group_classes``) and the interned queue
+    # state; after a replay the state is the recording's end state, so it is not recomputed. The first group
+    # (no store to wait for) is never recorded: no other group emits like it.
     buffers = [bufs.data, bufs.kernel, bufs.bias, bufs.residual, bufs.out]
-    recordings: dict[tuple, tuple[Recording, int]] = {}   # key -> the recording and the state id it ends in
     n_co_tiles, n_h_tiles, n_w_tiles = g.cob // t.co1, oh // t.h1, ow // t.w1
     rows_of = {o0: _window(g, t, o0, True) for o0 in range(0, n_h_tiles * t.h1, t.h1)}
     cols_of = {o0: _window(g, t, o0, False) for o0 in range(0, n_w_tiles * t.w1, t.w1)}
@@ -344,78 +351,96 @@ def emit_conv(q: CommandQueue, g: ConvGeometry, t: Tiling, ep: Epilogue, bufs: C
     def intern(value: tuple) -> int:
         return ids.setdefault(value, len(ids))
 
-    row_class, col_class, co_class = _group_classes(g, t, rows_of, cols_of, intern)
+    # the groups in emission order (batch, row, channel, column group), as index arrays
+    group_shape = (g.nb // t.b1, n_h_tiles // t.th, n_co_tiles // t.tc, n_w_tiles)
+    bo, i0, c0, j0 = (a.reshape(-1) for a in np.indices(group_shape))
+    group_anchors = np.stack(_anchors(g, t, (bo, i0 * t.th * t.h1, c0 * t.tc * t.co1, j0 * t.w1)), axis=1)
+    row_class, col_class, co_class = (np.array(c) for c in _group_classes(g, t, rows_of, cols_of, intern))
+    radix = len(ids)   # every class id is below it
+    group_class = ((row_class[i0] * radix + co_class[c0]) * radix + col_class[j0]).tolist()
+    # (class, state) -> the recording, the state id it ends in, the group it was recorded at, its length
+    recordings: dict[tuple[int, int], tuple[Recording, int, int, int]] = {}
     state = None   # the interned q.state(), None when unknown
-    run: list[Recording] = []   # recordings to replay back to back (one queue element), with their groups' tiles
-    run_tiles: list[tuple[int, int, int, int]] = []
-    run_insns = 0
+    # recordings to replay back to back (one queue element) for the groups from run_start on, where each was made
+    run: list[Recording] = []
+    run_origins: list[int] = []
+    run_start = run_insns = room = 0
 
     def replay_run() -> None:
         nonlocal run_insns
         if run:
-            anchors = np.stack(_anchors(g, t, tuple(np.array(run_tiles, dtype=np.int64).T)), axis=1)
-            q.replay_run(run, anchors - np.array([rec.anchors for rec in run], dtype=np.int64))
+            stop = run_start + len(run)
+            q.replay_run(run, group_anchors[run_start:stop] - group_anchors[run_origins])
             run.clear()
-            run_tiles.clear()
+            run_origins.clear()
             run_insns = 0
 
-    for bo in range(g.nb // t.b1):
-        for i0 in range(n_h_tiles // t.th):
-            for c0 in range(n_co_tiles // t.tc):
-                for j0 in range(n_w_tiles):
-                    first = (bo, i0 * t.th * t.h1, c0 * t.tc * t.co1, j0 * t.w1)
-                    if not g.transpose:
-                        if state is None:
-                            state = intern(("state", q.state()))
-                        key = (first_group, row_class[i0], co_class[c0], col_class[j0], state)
-                        known = recordings.get(key)
-                        if known is not None:
-                            rec, state = known
-                            run.append(rec)
-                            run_tiles.append(first)
-                            run_insns += len(rec.insns)
-                            first_group = False
-                            if q.near_full(run_insns):
-                                replay_run()
-                                q.checkpoint()
-                                state = None
-                            continue
-                    replay_run()
-                    tiles = [(bo, (i0 * t.th + th) * t.h1, (c0 * t.tc + tc) * t.co1, j0 * t.w1) for th, tc in threads]
-                    windows = [rows_of[tile[1]] + cols_of[tile[3]] for tile in tiles]
-                    mark = None if g.transpose else q.mark()
-                    for k, _ in enumerate(tiles):
-                        if not first_group:
-                            q.dep_pop(STORE, COMPUTE)  # this thread's accumulators were stored
-                        q.push_kernel(reset[k])
-                    for chunk in range(g.cib // t.ci1):
-                        for k, tile in enumerate(tiles):
-                            q.dep_pop(COMPUTE, LOAD)
-                            has_input = _load_chunk(q, g, t, bufs, tile, chunk, inp_base[k], wgt_base[k], rows, cols,
-                                                    windows[k])
-                            q.dep_push(LOAD, COMPUTE)
-                            q.dep_pop(LOAD, COMPUTE)
-                            if has_input:  # a window of padding only adds nothing to the reset accumulators
-                                q.push_kernel(gemm_kernel(k, (tile[1], tile[3])))
-                            q.dep_push(COMPUTE, LOAD)
-                    for k, tile in enumerate(tiles):
-                        _load_epilogue_operands(q, g, t, ep, bufs, tile, bias_base[k], res_base[k])
-                        for kernel in epilogue[k]:
-                            q.push_kernel(kernel)
-                        q.dep_push(COMPUTE, STORE)
-                        q.dep_pop(COMPUTE, STORE)
-                        _store_tile(q, g, t, bufs, tile, acc_base[k])
-                        q.dep_push(STORE, COMPUTE)
-                    state = None
-                    if mark is not None:
-                        rec = q.recording(mark, buffers)
-                        if rec is not None:
-                            rec.anchors = _anchors(g, t, first)
-                            state = intern(("state", q.state()))
-                            recordings[key] = (rec, state)
-                    first_group = False
-                    if q.checkpoint():
-                        state = None
+    def emit_group(index: int) -> None:
+        """Emit group ``index`` instruction by instruction."""
+        b, i, c, j = (int(a[index]) for a in (bo, i0, c0, j0))
+        tiles = [(b, (i * t.th + th) * t.h1, (c * t.tc + tc) * t.co1, j * t.w1) for th, tc in threads]
+        windows = [rows_of[tile[1]] + cols_of[tile[3]] for tile in tiles]
+        for k, _ in enumerate(tiles):
+            if index:
+                q.dep_pop(STORE, COMPUTE)  # this thread's accumulators were stored
+            q.push_kernel(reset[k])
+        loads = [_chunk_loads(g, t, bufs, tile, inp_base[k], wgt_base[k], rows, cols, windows[k])
+                 for k, tile in enumerate(tiles)]
+        for chunk in range(g.cib // t.ci1):
+            for k, tile in enumerate(tiles):
+                q.dep_pop(COMPUTE, LOAD)
+                for buf, offset, step, x, y, stride, sram, mem, pad in loads[k]:
+                    q.load_2d(buf, offset + chunk * step, x, y, stride, sram, mem, pad)
+                q.dep_push(LOAD, COMPUTE)
+                q.dep_pop(LOAD, COMPUTE)
+                if loads[k]:  # a window of padding only adds nothing to the reset accumulators
+                    q.push_kernel(gemm_kernel(k, (tile[1], tile[3])))
+                q.dep_push(COMPUTE, LOAD)
+        for k, tile in enumerate(tiles):
+            out = _output_offset(g, t, tile)
+            _load_epilogue_operands(q, t, ep, bufs, tile[2], out_runs, out, bias_base[k], res_base[k])
+            for kernel in epilogue[k]:
+                q.push_kernel(kernel)
+            q.dep_push(COMPUTE, STORE)
+            q.dep_pop(COMPUTE, STORE)
+            _store_tile(q, bufs, out_runs, out, acc_base[k])
+            q.dep_push(STORE, COMPUTE)
+
+    if g.transpose:   # micro-ops depend on each tile's offset: every group is emitted one by one
+        for index in range(len(group_class)):
+            emit_group(index)
+            q.checkpoint()
+        return
+    emit_group(0)
+    q.checkpoint()
+    for index in range(1, len(group_class)):
+        if state is None:
+            state = intern(("state", q.state()))
+        key = (group_class[index], state)
+        known = recordings.get(key)
+        if known is not None:
+            rec, state, origin, n_insns = known
+            if not run:
+                run_start, room = index, q.room()
+            run.append(rec)
+            run_origins.append(origin)
+            run_insns += n_insns
+            if run_insns >= room:   # q.near_full(run_insns)
+                replay_run()
+                q.checkpoint()
+                state = None
+            continue
+        replay_run()
+        mark = q.mark()
+        emit_group(index)
+        state = None
+        rec = q.recording(mark, buffers)
+        if rec is not None:
+            rec.anchors = tuple(group_anchors[index].tolist())
+            state = intern(("state", q.state()))
+            recordings[key] = (rec, state, index, len(rec.insns))
+        if q.checkpoint():
+            state = None
     replay_run()
 
 
@@ -440,81 +465,79 @@ def _anchors(g: ConvGeometry, t: Tiling, tile) -> tuple[int, ...]:
     bo, oh0, co0, ow0 = tile
     group = co0 // g.cob_per_group
     data = (((bo * t.b1) * g.cib_total + group * g.cib) * g.height + oh0 * g.sh - g.ph) * g.width + ow0 * g.sw - g.pw
-    out = (((bo * t.b1) * g.cob + co0) * g.out_h + oh0) * g.out_w + ow0
+    out = _output_offset(g, t, tile)
     return data, co0 * g.cib * g.kh * g.kw, co0, out, out
 
 
-def _load_chunk(q, g: ConvGeometry, t: Tiling, bufs: ConvBuffers, tile, chunk: int, inp: int, wgt: int,
-                rows: int, cols: int, window: tuple[int, ...]) -> bool:
-    """Load one chunk's input window (``_window`` along rows, then columns, for the tile) and weights; False when
-    the window holds only padding (nothing loaded)."""
+def _chunk_loads(g: ConvGeometry, t: Tiling, bufs: ConvBuffers, tile, inp: int, wgt: int, rows: int, cols: int,
+                 window: tuple[int, ...]) -> list[tuple]:
+    """The loads of one input-channel chunk of the tile: its input window (``_window`` along rows, then columns)
+    and its weights, as ``load_2d`` arguments (buffer, DRAM offset of chunk 0, the offset's step per chunk, x,
+    y, x_stride, SRAM, memory, pad); none when the window holds only padding."""
     bo, _, co0, _ = tile
-    group = co0 // g.cob_per_group
     r0, nr, pt, pb, c0, nc, pl, pr = window
     if nr <= 0 or nc <= 0:
-        return False
-    first_block = group * g.cib + chunk * t.ci1
+        return []
+    first_block = (co0 // g.cob_per_group) * g.cib   # the tile's group's first input channel block
+    step = t.ci1 * g.height * g.width   # a chunk further: ci1 channel blocks on
+    no_pad = (0, 0, 0, 0)
 
     def offset(b: int, cblock: int) -> int:
         return (((bo * t.b1 + b) * g.cib_total + cblock) * g.height + r0) * g.width + c0
 
+    # weights of the tile's channel blocks: one 2D load, a row per output channel block
+    per_k = g.kh * g.kw
+    weights = (bufs.kernel, co0 * g.cib * per_k, t.ci1 * per_k, t.ci1 * per_k, t.co1, g.cib * per_k, wgt, "WGT",
+               no_pad)
     if g.height == g.width == rows == cols == 1:  # dense: one load, a row of channel blocks per batch block
-        q.load_2d(bufs.data, offset(0, first_block), t.ci1, t.b1, g.cib_total, inp, "INP")
-        _load_weights(q, g, t, bufs, co0, chunk, wgt)
-        return True
-    whole_rows = nc == cols == g.width and nr == rows
+        return [(bufs.data, offset(0, first_block), step, t.ci1, t.b1, g.cib_total, inp, "INP", no_pad), weights]
+    loads = []
     for b in range(t.b1):
-        if whole_rows:  # each channel block's window is one contiguous run: one load per batch block
-            q.load_2d(bufs.data, offset(b, first_block), nr * nc, t.ci1, g.height * g.width,
-                      inp + b * t.ci1 * rows * cols, "INP")
+        if nc == cols == g.width and nr == rows:  # each channel block's window is one contiguous run
+            loads.append((bufs.data, offset(b, first_block), step, nr * nc, t.ci1, g.height * g.width,
+                          inp + b * t.ci1 * rows * cols, "INP", no_pad))
             continue
         for ci in range(t.ci1):
-            q.load_2d(bufs.data, offset(b, first_block + ci), nc, nr, g.width, inp + (b * t.ci1 + ci) * rows * cols,
-                      "INP", pad=(pt, pb, pl, pr))
-    _load_weights(q, g, t, bufs, co0, chunk, wgt)
-    return True
+            loads.append((bufs.data, offset(b, first_block + ci), step, nc, nr, g.width,
+                          inp + (b * t.ci1 + ci) * rows * cols, "INP", (pt, pb, pl, pr)))
+    return [*loads, weights]
 
 
-def _load_weights(q, g: ConvGeometry, t: Tiling, bufs: ConvBuffers, co0: int, chunk: int, wgt: int) -> None:
-    # weights of the tile's channel blocks for this chunk: one 2D load, a row per output channel block
-    per_k = g.kh * g.kw
-    q.load_2d(bufs.kernel, (co0 * g.cib + chunk * t.ci1) * per_k, t.ci1 * per_k, t.co1, g.cib * per_k, wgt, "WGT")
-
-
-def _load_epilogue_operands(q, g: ConvGeometry, t: Tiling, ep: Epilogue, bufs: ConvBuffers, tile, bias: int,
-                            res: int) -> None:
-    co0 = tile[2]
+def _load_epilogue_operands(q, t: Tiling, ep: Epilogue, bufs: ConvBuffers, co0: int, out_runs: list[tuple],
+                            out: int, bias: int, res: int) -> None:
     if ep.bias:
         q.load_2d(bufs.bias, co0, t.co1, 1, t.co1, bias, "ACC")
     if ep.residual:
-        for sram, offset, x, y, stride in _output_runs(g, t, tile):
-            q.load_2d(bufs.residual, offset, x, y, stride, res + sram, "ACC")
+        for sram, offset, x, y, stride in out_runs:
+            q.load_2d(bufs.residual, out + offset, x, y, stride, res + sram, "ACC")
 
 
-def _output_runs(g: ConvGeometry, t: Tiling, tile) -> list[tuple[int, int, int, int, int]]:
-    """The output tile as few 2D transfers as its shape allows: (sram offset, dram offset, x, y, x_stride)."""
+def _output_offset(g: ConvGeometry, t: Tiling, tile) -> int:
+    """The DRAM element offset of the tile's first output element (batch block, channel block, row, column)."""
     bo, oh0, co0, ow0 = tile
+    return (((bo * t.b1) * g.cob + co0) * g.out_h + oh0) * g.out_w + ow0
+
+
+def _output_runs(g: ConvGeometry, t: Tiling) -> list[tuple[int, int, int, int, int]]:
+    """An output tile as few 2D transfers as its shape allows: (sram offset, dram offset from the tile's
+    ``_output_offset``, x, y, x_stride); the same for every tile."""
     hw, out_hw = t.h1 * t.w1, g.out_h * g.out_w
-
-    def dram(b: int, co: int) -> int:
-        return (((bo * t.b1 + b) * g.cob + co0 + co) * g.out_h + oh0) * g.out_w + ow0
-
     if hw == out_hw:  # whole images: a row per batch block holds all its channel blocks
-        return [(0, dram(0, 0), t.co1 * hw, t.b1, g.cob * out_hw)]
+        return [(0, 0, t.co1 * hw, t.b1, g.cob * out_hw)]
     runs = []
     for b in range(t.b1):
         for co in range(t.co1):
-            sram = (b * t.co1 + co) * hw
+            sram, dram = (b * t.co1 + co) * hw, (b * g.cob + co) * out_hw
             if t.w1 == g.out_w:  # whole rows: one contiguous run
-                runs.append((sram, dram(b, co), hw, 1, hw))
+                runs.append((sram, dram, hw, 1, hw))
             else:
-                runs.append((sram, dram(b, co), t.w1, t.h1, g.out_w))
+                runs.append((sram, dram, t.w1, t.h1, g.out_w))
     return runs
 
 
-def _store_tile(q, g: ConvGeometry, t: Tiling, bufs: ConvBuffers, tile, acc: int) -> None:
-    for sram, offset, x, y, stride in _output_runs(g, t, tile):
-        q.store_2d(acc + sram, bufs.out, offset, x, y, stride)
+def _store_tile(q, bufs: ConvBuffers, out_runs: list[tuple], out: int, acc: int) -> None:
+    for sram, offset, x, y, stride in out_runs:
+        q.store_2d(acc + sram, bufs.out, out + offset, x, y, stride)
 
 
 def default_config(cfg: HwConfig, g: ConvGeometry, ep: Epilogue, space: ConfigSpace) -> Config:
@@ -563,7 +586,7 @@ def _estimate(tmpl: ConvTemplate, kv: dict) -> dict[str, np.ndarray]:
     need = sram_needs(g, t, ep)
     inp, wgt, acc = need["inp"], need["wgt"], need["acc"]
 
-    # loads of one chunk, as _load_chunk emits them
+    # loads of one chunk, as _chunk_loads gives them
     dense = g.height == g.width == 1 and g.kh == g.kw == 1
     whole_rows = (real_cols == g.width) & (cols == g.width) & (real_rows == rows)
     inp_transfers = np.where(dense | whole_rows, b1, b1 * ci1)
