@@ -5,7 +5,9 @@ with the timing model only; with a board model (``pynq`` as it is) the board lat
 too, without one (the DSE's ``LATENCY_NEUTRAL`` keys) it does not. Measured on ResNet-18's conv layers (C2 by
 default; a seeded sample of valid configs, the same for every side):
 
-- trials per second of ``LocalRunner(timing_only=True, check=False)`` with 1 and 2 workers;
+- trials per second of ``LocalRunner(timing_only=True, check=False)`` with 1 and 2 workers, the fastest of
+  ``PASSES`` passes over the sample after a warm-up pass (a worker's first trial of a task costs ~20 ms more:
+  with a few dozen ~4 ms trials, which worker got the warm-up decided a third of the figure);
 - one trial's compile and run time on one core (mean over the sample; "run" is what ``measure_one`` does in
   timing-only mode: ``CompiledOp.time()`` now, staging the inputs and reading the output before it existed);
 - whether every config's cycles and board latency equal this checkout's (they must for a reference after the
@@ -38,6 +40,7 @@ from _host import header, quoted
 ROOT = Path(__file__).resolve().parent.parent
 DEFAULT_REFERENCE = "eb89180"
 MODES = ("board model", "no board model")
+PASSES = 3   # timed passes over the sample per worker count (the fastest is kept)
 
 
 def measure(layer: str, n_configs: int) -> dict:
@@ -64,10 +67,13 @@ def measure(layer: str, n_configs: int) -> dict:
         rates = {}
         for workers in (1, 2):
             with LocalRunner(n_parallel=workers, timing_only=True, check=False) as runner:
-                runner.measure(task, sample[:workers])   # warm-up: workers started, inputs made
-                t0 = time.perf_counter()
-                results = runner.measure(task, sample)
-                rates[workers] = len(sample) / (time.perf_counter() - t0)
+                runner.measure(task, sample)   # warm-up: every worker started and past its first trial of the task
+                best = 0.0
+                for _ in range(PASSES):   # the fastest pass: the host's other work only slows one down
+                    t0 = time.perf_counter()
+                    results = runner.measure(task, sample)
+                    best = max(best, len(sample) / (time.perf_counter() - t0))
+                rates[workers] = best
             if not all(r.ok for r in results):
                 raise SystemExit(f"a config failed: {[r.error for r in results if not r.ok][:2]}")
         compile_s = run_s = 0.0
