@@ -26,6 +26,18 @@ from vta.board.server import SimulatedBoard
 FAKE_NAME = "Pynq-Z1 (hardware layer faked for tests)"
 
 
+def cache_board_bitstream(cfg: HwConfig, cache_dir) -> None:
+    """A non-placeholder .bit for ``cfg`` in the bitstream cache at ``cache_dir``: the placeholder with a VTA
+    design name of the same length (one header field) in place of its own."""
+    from vta.board.bitstream import PLACEHOLDER_DESIGN, bitstream_path, placeholder_bytes
+
+    fpga_design = "vta_1x16_i8w8a32_15_15_18_17_hls_bits"
+    assert len(fpga_design) == len(PLACEHOLDER_DESIGN)
+    path = bitstream_path(cfg, cache_dir)
+    path.parent.mkdir(parents=True)
+    path.write_bytes(placeholder_bytes(cfg).replace(PLACEHOLDER_DESIGN.encode(), fpga_design.encode()))
+
+
 class FakeZynq(Device):
     _probe_priority_ = 917   # never probed: tests install it as the active device
 

