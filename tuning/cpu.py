@@ -18,7 +18,6 @@ import multiprocessing
 import signal
 import statistics
 import time
-import traceback
 from collections.abc import Sequence
 from dataclasses import dataclass
 from functools import cached_property
@@ -36,7 +35,7 @@ from graph_pack.host_templates import (
     host_template_of,
 )
 from graph_pack.host_templates.graph import host_workload
-from tuning.measure import CPU, MeasureResult
+from tuning.measure import CPU, MeasureResult, guarded
 from tuning.task import Task, _canonical
 
 __all__ = ["CpuRunner", "CpuTask", "MeasureOption", "cpu_task", "extract_cpu_tasks", "host_conv_op", "measure_cpu"]
@@ -123,11 +122,7 @@ _REFERENCES: dict[str, tuple[dict, np.ndarray]] = {}
 
 def measure_cpu(task: CpuTask, config: dict, option: MeasureOption, seed: int = 0) -> MeasureResult:
     """Compile ``config``, check its output, time it: mean and std of ``repeat`` timings of ``number`` calls."""
-    t0 = time.perf_counter()
-    reason = task.check(config)
-    if reason:
-        return MeasureResult(config, error=f"invalid config: {reason}", wall_s=time.perf_counter() - t0)
-    try:
+    def measure(t0: float) -> MeasureResult:
         kernel = task.compile(config)
         if task.key not in _REFERENCES:
             inputs = task.template.random_inputs(np.random.default_rng(seed))
@@ -157,9 +152,8 @@ def measure_cpu(task: CpuTask, config: dict, option: MeasureOption, seed: int = 
         std = statistics.pstdev(times) if len(times) > 1 else 0.0
         return MeasureResult(config, max(1, round(mean * 1e9)), mean, None, option.check, time.perf_counter() - t0,
                              CPU, std)
-    except Exception as e:  # noqa: BLE001 - a failing config is a measurement result, never a crash of the tuner
-        detail = "".join(traceback.format_exception_only(type(e), e)).strip()
-        return MeasureResult(config, error=f"failed: {detail}", wall_s=time.perf_counter() - t0)
+
+    return guarded(task, config, measure)
 
 
 def _serve(conn, parent_end) -> None:

@@ -67,11 +67,7 @@ class Runner(Protocol):
 def measure_one(task: Task, config: dict, check: bool = True, timing_only: bool = False,
                 seed: int = 0) -> MeasureResult:
     """Compile ``config``, run it once on the simulator and (unless timing only) check the output."""
-    t0 = time.perf_counter()
-    reason = task.check(config)
-    if reason:
-        return MeasureResult(config, error=f"invalid config: {reason}", wall_s=time.perf_counter() - t0)
-    try:
+    def measure(t0: float) -> MeasureResult:
         op = task.compile(config)
         if timing_only:
             stats = op.time()
@@ -83,7 +79,21 @@ def measure_one(task: Task, config: dict, check: bool = True, timing_only: bool 
             return MeasureResult(config, op.cycles, op.stats.latency_s, "wrong output: differs from the numpy "
                                  "reference", True, time.perf_counter() - t0, SIMULATED)
         return MeasureResult(config, op.cycles, op.stats.latency_s, None, check, time.perf_counter() - t0, SIMULATED)
-    except Exception as e:  # noqa: BLE001 - a crashing config is a measurement result, never a crash of the tuner
+
+    return guarded(task, config, measure)
+
+
+def guarded(task: Any, config: dict, measure: Callable[[float], MeasureResult]) -> MeasureResult:
+    """``measure(t0)`` (t0: when the measurement started) for a config ``task.check`` accepts; a refused config,
+    or one whose measurement raises, comes back as a failed result: a bad config is a measurement result, never a
+    crash of the tuner (every runner's one measurement: the simulator's here, the host CPU's in tuning.cpu)."""
+    t0 = time.perf_counter()
+    reason = task.check(config)
+    if reason:
+        return MeasureResult(config, error=f"invalid config: {reason}", wall_s=time.perf_counter() - t0)
+    try:
+        return measure(t0)
+    except Exception as e:  # noqa: BLE001 - see the docstring
         detail = "".join(traceback.format_exception_only(type(e), e)).strip()
         return MeasureResult(config, error=f"failed: {detail}", wall_s=time.perf_counter() - t0)
 
