@@ -112,12 +112,22 @@ def _as_bytes(data: bytes | bytearray | np.ndarray) -> np.ndarray:
     return np.ascontiguousarray(data).reshape(-1).view(np.uint8)
 
 
+_PARAM_BYTES: dict[HwConfig, bytes] = {}   # per config (equal configs, equal parameters): built once, ~30 us
+PARAM_CONFIGS_KEPT = 64
+
+
 def _params(cfg: HwConfig):
-    values = np.array(param_values(cfg), dtype=np.uint32)
+    raw = _PARAM_BYTES.get(cfg)
+    if raw is None:
+        values = np.array(param_values(cfg), dtype=np.uint32)
+        if ffi.sizeof("vta_params_t") != values.nbytes:
+            raise SimulatorError("simulator/params.py and vta_sim.h disagree on vta_params_t; rebuild with pip "
+                                 "install -e .")
+        if len(_PARAM_BYTES) >= PARAM_CONFIGS_KEPT:
+            del _PARAM_BYTES[next(iter(_PARAM_BYTES))]
+        raw = _PARAM_BYTES[cfg] = values.tobytes()
     p = ffi.new("vta_params_t *")
-    if ffi.sizeof("vta_params_t") != values.nbytes:
-        raise SimulatorError("simulator/params.py and vta_sim.h disagree on vta_params_t; rebuild with pip install -e .")
-    ffi.memmove(p, ffi.from_buffer(values), values.nbytes)
+    ffi.memmove(p, raw, len(raw))
     return p
 
 
