@@ -202,6 +202,9 @@ class FormatSet:
         """Per format: field count, index of its first field in the per-field arrays, and where each 64-bit word's
         fields start; per field of all formats: lowest value, range, shift within its word, mask."""
         fields = [f for fmt in self.formats for f in fmt.fields]
+        straddling = [f.name for f in fields if f.width and f.offset // 64 != (f.offset + f.width - 1) // 64]
+        if straddling:   # each word is packed on its own (the simulator refuses such layouts too)
+            raise ValueError(f"fields {straddling} straddle a 64-bit word: encode these formats with encode_table")
         words = max(1, -(-max(fmt.total_bits for fmt in self.formats) // 64))
         return (np.array([len(fmt.fields) for fmt in self.formats], dtype=np.int64),
                 np.cumsum([0] + [len(fmt.fields) for fmt in self.formats[:-1]]).astype(np.int64),

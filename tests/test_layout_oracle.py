@@ -444,6 +444,17 @@ def test_fields_refuse_values_one_past_the_oracle_width(name):
     assert cfg.insn_formats["gemm"].field("uop_end").max_value == (1 << (d["uop"] + 1)) - 1
 
 
+def test_a_format_set_refuses_fields_that_straddle_a_64_bit_word():
+    """encode_flat packs each 64-bit word from its own fields: a layout with a field across bit 64 is refused
+    (the simulator refuses it too), not encoded with its high bits lost."""
+    from hw_config.layout import pack_bitfields
+
+    straddling = pack_bitfields("wide", [("a", 60, False), ("b", 10, False)], 128, 128)
+    assert straddling.field("b").offset == 60
+    with pytest.raises(ValueError, match=r"\['b'\] straddle a 64-bit word"):
+        FormatSet((straddling,)).encode_flat(np.array([0]), np.array([1, 2]))
+
+
 # ------------------------------------------------------------------------------------------------------------
 # 3. the C simulator runs a program the oracle encoded
 
