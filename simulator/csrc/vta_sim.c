@@ -2615,11 +2615,12 @@ typedef struct flight {
   uint64_t start, end;   /* end: known once the transfer is done (or at once for an instruction off the bus) */
   uint64_t beats, span;  /* bus demand: beats over span solo cycles */
   uint64_t rem, rate;    /* solo cycles left x BUS_SCALE; progress per cycle x BUS_SCALE */
+  uint64_t bus_end;      /* when the transfer ends at this rate (share_bus): rem falls by rate a cycle until then */
   int cause;
 } flight_t;
 
 /* Max-min fair shares of one beat per cycle among the engines on the bus (ties by module order). */
-static void share_bus(flight_t *f) {
+static void share_bus(flight_t *f, uint64_t now) {
   int order[NUM_MODULES], n = 0;
   for (int m = 0; m < NUM_MODULES; m++)
     if (f[m].active && f[m].on_bus) {
@@ -2644,18 +2645,19 @@ static void share_bus(flight_t *f) {
     uint64_t rate = (uint64_t)(level / r * (double)BUS_SCALE);
     x->rate = rate ? rate : 1;
   }
+  for (int k = 0; k < n; k++) f[order[k]].bus_end = now + ceil_div(f[order[k]].rem, f[order[k]].rate);
 }
 
-/* When the transfer of an engine on the bus ends at its current rate. */
-static uint64_t transfer_end(const flight_t *x, uint64_t now) { return now + ceil_div(x->rem, x->rate); }
+/* When the transfer of an engine on the bus ends at its current rate: now + ceil(rem / rate), which stays bus_end
+ * while the rate holds (rem falls by rate a cycle), so the event loop divides only when the bus is re-shared. */
+static uint64_t transfer_end(const flight_t *x, uint64_t now) { return x->bus_end > now ? x->bus_end : now; }
 
 static void advance_bus(flight_t *f, uint64_t *now, uint64_t t) {
   if (t <= *now) return;
   for (int m = 0; m < NUM_MODULES; m++) {
     flight_t *x = &f[m];
     if (!x->active || !x->on_bus) continue;
-    uint64_t dt = t - *now;
-    x->rem = dt >= ceil_div(x->rem, x->rate) ? 0 : x->rem - dt * x->rate;
+    x->rem = t >= x->bus_end ? 0 : x->rem - (t - *now) * x->rate;   /* t - now >= ceil(rem / rate): done */
   }
   *now = t;
 }
@@ -2743,7 +2745,7 @@ int vta_sim_run(vta_sim_t *s, const uint8_t *insns, uint32_t count, int compute,
       if (x->on_bus) { /* the last beat is out: the DRAM latency follows, off the bus */
         x->on_bus = 0;
         x->end = ev_t + s->p.dram_latency;
-        share_bus(fl);
+        share_bus(fl, now);
         continue;
       }
       const insn_t *cur = &in[x->idx];
@@ -2805,7 +2807,7 @@ int vta_sim_run(vta_sim_t *s, const uint8_t *insns, uint32_t count, int compute,
     if (bus_demand(s, cur, &x->beats, &x->span) && x->beats && x->span < BUS_MAX_SPAN) {
       x->on_bus = 1;
       x->rem = x->span * BUS_SCALE;
-      share_bus(fl);
+      share_bus(fl, now);
     }
   }
   sched_free(&S);
