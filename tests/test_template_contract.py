@@ -106,6 +106,50 @@ TASKS.update({
 })
 
 
+def test_a_space_column_is_each_configs_knob_value():
+    """ConfigSpace.column: a knob's value at every index, as space[i] holds it (splits as [outer, inner])."""
+    from vta.space import KnobError
+
+    space = conv_task(SIM, (2, 64, 14, 14), (64, 64, 3, 3), 1, 1).space
+    for knob in space.knobs:
+        column = space.column(knob.name)
+        assert column.tolist() == [space[i][knob.name] for i in range(len(space))], knob.name
+    with pytest.raises(KnobError, match="unknown knob 'tile_x'"):
+        space.column("tile_x")
+
+
+def _default_config_by_definition(template):
+    """The conv default by its definition, config by config: of the configs that fit, the first of the space
+    among those it prefers most (two threads, then the most work a chunk, channels, row width, fewest batch rows)."""
+    from vta.templates.conv import check_config, tiling_of
+
+    g = template.geometry
+
+    def preference(config):
+        t = tiling_of(config)
+        return (t.threads == 2, t.positions * t.ci1 * g.kh * g.kw, t.ci1, t.w1, -t.b1)
+
+    fitting = [c for c in template.space() if check_config(template.cfg, g, tiling_of(c), template.epilogue) is None]
+    return max(fitting, key=preference)   # max: the first of the space among equals
+
+
+@pytest.mark.parametrize("preset", ["pynq", "batch4", "block32", "ultra96"])
+def test_the_conv_default_config_is_its_definitions(preset):
+    """default_config sorts the whole space's knob columns at once: the same config as checking every config
+    of the space and taking the most preferred that fits, on ResNet-18's layers, dense, grouped, residual and
+    transposed convolutions and two batch blocks, for configs with other batch, block and buffer sizes."""
+    cfg = load_config(preset)
+    b = cfg.BATCH
+    tasks = [conv_task(cfg, (b, ci, h, w), (co, ci, k, k), s, p) for h, w, ci, co, k, p, s in RESNET18.values()]
+    tasks += [conv_task(cfg, (b, 512), (1000, 512), op="dense"),
+              conv_task(cfg, (b, 256, 14, 14), (256, 64, 3, 3), 1, 1, groups=4),
+              conv_task(cfg, (b, 64, 28, 28), (64, 64, 3, 3), 1, 1, residual=True),
+              conv_task(cfg, (b, 64, 8, 8), (64, 32, 4, 4), 2, 1, op="conv2d_transpose"),
+              conv_task(cfg, (2 * b, 64, 14, 14), (64, 64, 3, 3), 1, 1)]   # two batch blocks: tile_b varies
+    for task in tasks:
+        assert task.template.default_config() == _default_config_by_definition(task.template), task.name
+
+
 @pytest.mark.parametrize("name", list(TASKS))
 def test_the_analytical_estimate_is_within_the_stated_tolerance_of_simulated_cycles(name):
     task = TASKS[name]()

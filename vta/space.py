@@ -74,6 +74,17 @@ class ConfigSpace:
     def __iter__(self) -> Iterator[Config]:
         return (self[i] for i in range(len(self)))
 
+    def column(self, name: str) -> np.ndarray:
+        """Knob ``name``'s value at every index of the space, in index order: shape (len,) for a choice of
+        numbers, (len, 2) [outer, inner] for a split (what ``space[i][name]`` holds, for all i at once)."""
+        stride = 1
+        for knob in reversed(self.knobs):   # the last knob varies fastest
+            if knob.name == name:
+                options = np.asarray(knob.options)
+                return options[np.arange(len(self)) // stride % len(options)]
+            stride *= len(knob.options)
+        raise KnobError(f"unknown knob {name!r}; this space's knobs: {[k.name for k in self.knobs]}")
+
     def index_of(self, config: Config) -> int:
         norm = self.normalize(config)
         index = 0

@@ -541,13 +541,20 @@ def _store_tile(q, bufs: ConvBuffers, out_runs: list[tuple], out: int, acc: int)
 
 
 def default_config(cfg: HwConfig, g: ConvGeometry, ep: Epilogue, space: ConfigSpace) -> Config:
-    """A heuristic config that fits: double buffered if possible, then the largest tiles (fewest DMAs)."""
-    def preference(config: Config) -> tuple:
-        t = tiling_of(config)
-        return (t.threads == 2, t.positions * t.ci1 * g.kh * g.kw, t.ci1, t.w1, -t.b1)
+    """A heuristic config that fits: double buffered if possible, then the largest tiles (fewest DMAs); among
+    equals, the first in the space. The preference is computed on the whole space's knob columns at once and the
+    configs are checked in its order until one fits (a task's thousands of configs are not each checked)."""
+    def inner(name: str) -> np.ndarray:
+        return space.column(name)[:, 1] if name in {k.name for k in space.knobs} else np.ones(len(space), np.int64)
 
-    cheap_ok = [c for c in space if _check_arithmetic(cfg, g, tiling_of(c), ep) is None]
-    for config in sorted(cheap_ok, key=preference, reverse=True):  # the slow checks only until one passes
+    t = Tiling(b1=inner("tile_b"), h1=inner("tile_h"), w1=inner("tile_w"), ci1=inner("tile_ci"),
+               co1=inner("tile_co"), tc=space.column("oc_nthread"),
+               th=space.column("h_nthread") if "h_nthread" in {k.name for k in space.knobs} else 1)
+    # preference, highest first: two threads, then the most work a chunk, the most channels, the widest rows and
+    # the fewest batch rows; lexsort is stable (its last key first), so equal configs keep the space's order
+    order = np.lexsort((t.b1, -t.w1, -t.ci1, -(t.positions * t.ci1 * g.kh * g.kw), t.threads != 2))
+    for i in order.tolist():
+        config = space[i]
         if check_config(cfg, g, tiling_of(config), ep) is None:
             return config
     raise ScheduleError("no config of this template fits the hardware for this workload")
