@@ -102,22 +102,17 @@ class BoardProgram:
                                  ffi.from_buffer("uint8_t[]", dma), footprint):
             raise MemoryError(f"the board model's DMA footprint of {n} instructions: out of host memory")
         self.cache_bytes = INSN_BYTES * n + int(footprint[0])   # the stream and the union of the bytes it moves
-        prev, room = refs[0], refs[1]
-        pop_ref, space_ref = refs[2:4].T, refs[4:6].T   # slot 0: the prev flag's queue, 1: the next flag's
-        self._prev_a, self._room_a, self._pop_ref, self._space_ref = prev, room, pop_ref, space_ref
-        ar = np.arange(n)
-        in_order = bool((refs[2:6] < ar).all())   # every pop's push and every push's freeing pop comes earlier
-        self._in_order = in_order   # else an order is found by running the modules (_event_order)
-        self._order = ar if in_order else np.asarray(self._event_order(), dtype=np.int64)
-        # as the C re-timer takes them
-        self._refs = [self._order, *refs]
+        # as the C re-timer takes them: the order, then prev, room, pop_a, pop_b, space_a, space_b (a and b: the
+        # prev and the next flag's queue)
+        self._refs = [np.arange(n, dtype=np.int64), *refs]
+        self._in_order = bool((refs[2:6] < self._refs[0]).all())   # every pop's push, every freeing pop earlier
+        if not self._in_order:   # an order found by running the modules
+            self._refs[0] = np.asarray(self._event_order(), dtype=np.int64)
 
     def _lists(self) -> tuple[list[int], ...]:
         """prev, room, pop_a, pop_b, space_a, space_b as Python lists, for the walks done in Python."""
         if not hasattr(self, "_as_lists"):
-            self._as_lists = tuple(a.tolist() for a in (self._prev_a, self._room_a, self._pop_ref[:, 0],
-                                                        self._pop_ref[:, 1], self._space_ref[:, 0],
-                                                        self._space_ref[:, 1]))
+            self._as_lists = tuple(a.tolist() for a in self._refs[1:])
         return self._as_lists
 
     def _event_order(self) -> list[int]:

@@ -64,7 +64,7 @@ def python_times(program: BoardProgram, extra) -> tuple[list[float], list[float]
     last, d = float(program.cfg.DRAM_LATENCY), 0
     fetch = float(-(-16 // program.cfg.BUS_BYTES))
     prev, room, pop_a, pop_b, space_a, space_b = program._lists()
-    for i in program._order.tolist():
+    for i in program._refs[0].tolist():
         while d <= i:
             r = room[d]
             last = max(last, start[r]) if r >= 0 else last
