@@ -22,6 +22,7 @@ import struct
 from bisect import bisect_right
 from collections import Counter
 from dataclasses import dataclass, field
+from functools import lru_cache
 from itertools import chain, pairwise
 from operator import attrgetter
 
@@ -60,18 +61,13 @@ _FIELD_ORDER = {
 
 
 _ENCODED = ("mem", "gemm", "alu", "finish")   # the formats a stream's instructions come in
-_FORMAT_SETS: dict[int, tuple[dict, FormatSet]] = {}   # id(cfg.insn_formats) -> (it, kept so the id stays its own; set)
 _rec_insns, _insn_fmt, _insn_values = attrgetter("insns"), attrgetter("fmt"), attrgetter("values")
 
 
-def _format_set(formats: dict) -> FormatSet:
+@lru_cache(maxsize=16)
+def _format_set(cfg: HwConfig) -> FormatSet:
     """The ``FormatSet`` of a config's instruction formats, built once per config (a few live at a time)."""
-    hit = _FORMAT_SETS.get(id(formats))
-    if hit is None:
-        if len(_FORMAT_SETS) >= 16:
-            _FORMAT_SETS.pop(next(iter(_FORMAT_SETS)))
-        hit = _FORMAT_SETS[id(formats)] = (formats, FormatSet(tuple(formats[fmt] for fmt in _ENCODED)))
-    return hit[1]
+    return FormatSet(tuple(cfg.insn_formats[fmt] for fmt in _ENCODED))
 
 
 def _pad_columns(deltas: list[np.ndarray]) -> np.ndarray:
@@ -266,7 +262,7 @@ class CommandQueue:
         self._uop_dram = device.alloc(4 * UOP_DRAM_WORDS)
         # each format's field positions, from the layout table (instructions are built as lists in that order)
         self._slot = {fmt: {name: i for i, name in enumerate(self.cfg.insn_formats[fmt].names)} for fmt in _ENCODED}
-        self._formats = _format_set(self.cfg.insn_formats)   # assemble's encoder: format k is _ENCODED[k]
+        self._formats = _format_set(self.cfg)   # assemble's encoder: format k is _ENCODED[k]
         self._fmt_id = {fmt: k for k, fmt in enumerate(_ENCODED)}
         self._fmt_size = np.array([len(self._slot[fmt]) for fmt in _ENCODED], dtype=np.int64)
         for fmt, order in _FIELD_ORDER.items():   # the order load_2d / store_2d / push_kernel write values in
