@@ -19,6 +19,7 @@ from collections.abc import Callable, Iterable, Iterator, Sequence
 from concurrent.futures import ProcessPoolExecutor, as_completed
 from concurrent.futures.process import BrokenProcessPool
 from dataclasses import asdict, dataclass
+from functools import lru_cache
 from typing import Any, Protocol
 
 import numpy as np
@@ -119,19 +120,17 @@ def _inputs_and_reference(task: Task, op, seed: int):
     return inputs, expected
 
 
-WORKER_TASKS = 8   # tasks a LocalRunner worker keeps unpickled
-_worker_tasks: dict[bytes, Task] = {}   # in a worker: by their pickle
+@lru_cache(maxsize=8)
+def _unpickled(blob: bytes) -> Task:
+    """A task from its pickle, once per LocalRunner worker (the 8 latest kept)."""
+    return pickle.loads(blob)
 
 
 def _measure_pickled(args: tuple) -> MeasureResult:
     """A LocalRunner job whose task comes as its pickle, made once per batch: a worker unpickles each task once
     (a task's pickle and unpickle cost ~0.25 ms, a twentieth of a timing-only trial)."""
     blob, *rest = args
-    task = _worker_tasks.get(blob)
-    if task is None:
-        if len(_worker_tasks) >= WORKER_TASKS:
-            del _worker_tasks[next(iter(_worker_tasks))]
-        task = _worker_tasks[blob] = pickle.loads(blob)
+    task = _unpickled(blob)
     return measure_one(task, *rest)
 
 

@@ -451,10 +451,10 @@ class CommandQueue:
 
     def near_full(self, extra: int = 0) -> bool:
         """Whether ``checkpoint`` would flush with ``extra`` more instructions in the stream."""
-        return self._count + extra + 16 >= self.max_insns
+        return extra >= self.room()
 
     def room(self) -> int:
-        """The fewest more instructions with which ``near_full`` holds (``near_full(extra)`` is ``extra >= room()``)."""
+        """The fewest more instructions with which ``near_full`` holds (16 are kept for the stream's end)."""
         return self.max_insns - 16 - self._count
 
     # ---- DMA ----
