@@ -34,6 +34,7 @@ ffibuilder.set_source(
     "simulator._vta_sim",
     '#include "vta_sim.h"',
     sources=[os.path.relpath(CSRC / "vta_sim.c"), os.path.relpath(CSRC / "board_times.c")],
+    depends=[os.path.relpath(h) for h in sorted(CSRC.glob("*.h"))],   # a header edit rebuilds too
     include_dirs=include_dirs,
     extra_compile_args=extra,
     extra_link_args=["-pthread"],  # the GEMM threads (docs/simulator.md, "Threads")

@@ -6,6 +6,7 @@
  *   as the Python definition it replaces, so the results are bit-identical (tests/test_latency_model.py). */
 #include "vta_sim.h"
 #include "vta_isa.h" /* opcodes, memory types, modules, DEP_QUEUE: generated from hw_config */
+#include "vta_timing.h" /* a DMA's cycles, as the simulator times it */
 
 #include <stdio.h>
 #include <stdlib.h>
@@ -124,22 +125,19 @@ int vta_board_program(const vta_params_t *p, const uint8_t *insns, uint64_t n, c
     is_dma[i] = (op == OP_LOAD || op == OP_STORE) && x > 0;
     dma_first[i] = dma_end[i] = 0;
     if (is_dma[i]) {
-      const int one_row = y == 1 || stride == x;
-      /* at most 2^48 bytes a row (16-bit sizes, elements of at most 2^16 bytes): no product wraps */
-      const uint64_t rows = one_row ? 1 : (uint64_t)y;
-      const uint64_t row_bytes = (uint64_t)x * (one_row ? (uint64_t)y : 1) * (uint64_t)elem;
-      const uint64_t beats = (row_bytes + p->bus_bytes - 1) / p->bus_bytes;
-      const uint64_t bursts = (beats + p->burst_beats - 1) / p->burst_beats;
-      uint64_t cycles = p->dram_latency + rows * (beats + bursts * p->burst_gap);
+      uint64_t pad_cells = 0;
       if (op == OP_LOAD) {
         const int64_t pad_y = field_of(in, p->mem[VTA_MEM_Y_PAD_0]) + y + field_of(in, p->mem[VTA_MEM_Y_PAD_1]);
         const int64_t pad_x = field_of(in, p->mem[VTA_MEM_X_PAD_0]) + x + field_of(in, p->mem[VTA_MEM_X_PAD_1]);
-        cycles += (uint64_t)(pad_y * pad_x - x * y);
+        pad_cells = (uint64_t)(pad_y * pad_x - x * y);
         if (mt == MEM_UOP) words += (uint64_t)(x * y);
       }
-      duration[i] = (double)cycles;
-      feat[0] = (double)(rows * beats);
-      feat[1] = (double)rows;
+      /* 16-bit sizes, elements of at most 2^16 bytes (checked above): no product wraps */
+      const vta_dma_demand_t d =
+          vta_dma_demand(p, (uint64_t)x, (uint64_t)y, (uint64_t)stride, (uint64_t)elem, pad_cells);
+      duration[i] = (double)(p->dram_latency + d.span);
+      feat[0] = (double)d.beats;
+      feat[1] = (double)d.rows;
       dma_first[i] = field_of(in, p->mem[VTA_MEM_DRAM_BASE]) * elem;
       dma_end[i] = dma_first[i] + ((y - 1) * stride + x) * elem;
     } else if (op == OP_GEMM || op == OP_ALU) {

@@ -2,6 +2,7 @@
 #define _POSIX_C_SOURCE 200112L /* getpid */
 #include "vta_sim.h"
 #include "vta_isa.h" /* opcodes, memory types, modules, queues, routing tables, limits: generated from hw_config */
+#include "vta_timing.h"
 
 #include <pthread.h>
 #include <sched.h>
@@ -1624,22 +1625,15 @@ static uint64_t iterations(const insn_t *in) {
  * `span` cycles when it has the bus to itself (its beats, the gap after each burst and, for a LOAD, a cycle per
  * padding entry); the DRAM latency follows the last beat. Returns 0 for instructions that do not use the bus. */
 static int bus_demand(const vta_sim_t *s, const insn_t *in, uint64_t *beats, uint64_t *span) {
-  const vta_params_t *p = &s->p;
   *beats = *span = 0;
   if ((in->opcode != OP_LOAD && in->opcode != OP_STORE) || in->x_size == 0) return 0;
-  uint64_t e = dram_elem_bytes(s, in->mem_type);
-  int one_row = in->y_size == 1 || in->x_stride == in->x_size;
-  uint64_t rows = one_row ? 1 : in->y_size;
-  uint64_t row_bytes = (uint64_t)in->x_size * e * (one_row ? in->y_size : 1);
-  uint64_t row_beats = ceil_div(row_bytes, p->bus_bytes);
-  uint64_t bursts = ceil_div(row_beats, p->burst_beats);
-  *beats = rows * row_beats;
-  *span = rows * (row_beats + bursts * p->burst_gap);
-  if (in->opcode == OP_LOAD) {
-    uint64_t xt = (uint64_t)in->x_pad0 + in->x_size + in->x_pad1;
-    uint64_t yt = (uint64_t)in->y_pad0 + in->y_size + in->y_pad1;
-    *span += xt * yt - (uint64_t)in->x_size * in->y_size;
-  }
+  const uint64_t pad_cells = in->opcode != OP_LOAD ? 0
+      : ((uint64_t)in->x_pad0 + in->x_size + in->x_pad1) * ((uint64_t)in->y_pad0 + in->y_size + in->y_pad1) -
+            (uint64_t)in->x_size * in->y_size;
+  const vta_dma_demand_t d = vta_dma_demand(&s->p, in->x_size, in->y_size, in->x_stride,
+                                            dram_elem_bytes(s, in->mem_type), pad_cells);
+  *beats = d.beats;
+  *span = d.span;
   return 1;
 }
 
