@@ -120,7 +120,11 @@ class Format:
     @cached_property
     def _packing(self) -> tuple:
         """Per field: lowest and highest value, shift within its 64-bit word, mask; per word, its fields' columns
-        (``encode_table``)."""
+        (``encode_table``, and ``FormatSet``'s packing). Each word is packed and read on its own: a field across
+        two is refused (pack_bitfields never places one so in 64-bit units; the simulator refuses it too)."""
+        straddling = [f.name for f in self.fields if f.width and f.offset // 64 != (f.offset + f.width - 1) // 64]
+        if straddling:
+            raise ValueError(f"{self.name}: fields {straddling} straddle a 64-bit word")
         words = max(1, -(-self.total_bits // 64))
         return (np.array([f.min_value for f in self.fields], dtype=np.int64),
                 np.array([f.max_value for f in self.fields], dtype=np.int64),
@@ -200,20 +204,19 @@ class FormatSet:
     @cached_property
     def _packing(self) -> tuple:
         """Per format: field count, index of its first field in the per-field arrays, and where each 64-bit word's
-        fields start; per field of all formats: lowest value, range, shift within its word, mask."""
-        fields = [f for fmt in self.formats for f in fmt.fields]
-        straddling = [f.name for f in fields if f.width and f.offset // 64 != (f.offset + f.width - 1) // 64]
-        if straddling:   # each word is packed on its own (the simulator refuses such layouts too)
-            raise ValueError(f"fields {straddling} straddle a 64-bit word: encode these formats with encode_table")
-        words = max(1, -(-max(fmt.total_bits for fmt in self.formats) // 64))
+        fields start; per field of all formats: lowest value, range, shift within its word, mask (each format's
+        own ``Format._packing``, which refuses a field across two words)."""
+        packs = [fmt._packing for fmt in self.formats]   # (low, high, columns per word, shift, mask)
+        low = np.concatenate([low for low, *_ in packs])
+        words = max(len(columns) for _, _, columns, _, _ in packs)
         return (np.array([len(fmt.fields) for fmt in self.formats], dtype=np.int64),
                 np.cumsum([0] + [len(fmt.fields) for fmt in self.formats[:-1]]).astype(np.int64),
-                np.array([f.min_value for f in fields], dtype=np.int64),
-                np.array([f.max_value - f.min_value for f in fields], dtype=np.uint64),
-                np.array([f.offset % 64 for f in fields], dtype=np.uint64),
-                np.array([f.mask for f in fields], dtype=np.uint64),
-                np.array([[sum(f.offset // 64 < w for f in fmt.fields) for w in range(words)]
-                          for fmt in self.formats], dtype=np.int64))
+                low,
+                (np.concatenate([high for _, high, *_ in packs]) - low).astype(np.uint64),
+                np.concatenate([shift for *_, shift, _ in packs]),
+                np.concatenate([mask for *_, mask in packs]),
+                np.array([[sum(len(c) for c in columns[:w]) for w in range(words)] for _, _, columns, _, _ in packs],
+                         dtype=np.int64))
 
 
 def pack_bitfields(name: str, spec: list[tuple[str, int, bool]], unit_bits: int, total_bits: int) -> Format:
