@@ -136,8 +136,9 @@ def numpy_board_program(cfg, insns: np.ndarray) -> dict[str, np.ndarray]:
     uops = loop["uop_end"] - loop["uop_bgn"]
     duration = np.ones(n)
     duration[dma] = dma_cycles[dma]
-    duration[is_loop] = np.maximum(1, cfg.COMPUTE_LATENCY + outer * uops * np.where(op == gemm, cfg.GEMM_II,
-                                                                                     cfg.ALU_II))[is_loop]
+    iterations = outer * np.maximum(uops, 0)   # uop_end <= uop_bgn: the loop does not run
+    ii = np.where(op == gemm, cfg.GEMM_II, cfg.ALU_II)
+    duration[is_loop] = np.maximum(1, cfg.COMPUTE_LATENCY + iterations * ii)[is_loop]
     features = np.zeros((n, 3))
     features[dma, 0] = (n_rows * beats)[dma]
     features[dma, 1] = n_rows[dma]
@@ -181,6 +182,18 @@ def test_c_board_program_equals_its_numpy_definition():
         np.testing.assert_array_equal(np.stack(program._refs[1:]), want["refs"])
         assert program.uop_words == want["uop_words"]
         assert program.cache_bytes == 16 * program.n + numpy_footprint(want["first"], want["end"])
+
+
+def test_a_loop_with_uop_end_before_uop_bgn_runs_no_iteration_on_the_board_model():
+    """A stream the simulator refuses at decode can still reach the board model (it times what a board would
+    run): a GEMM / ALU whose uop_end is below its uop_bgn runs its loop zero times, so it takes COMPUTE_LATENCY."""
+    insns = assemble([GemmInsn(uop_bgn=5, uop_end=2, iter_out=3, iter_in=4),
+                      AluInsn(uop_bgn=7, uop_end=1, iter_out=2, iter_in=2, alu_opcode=ALU_OPCODES["MAX"]),
+                      GemmInsn(uop_bgn=1, uop_end=3, iter_out=3, iter_in=4), FinishInsn()], PYNQ)
+    program = BoardProgram(PYNQ, insns)
+    np.testing.assert_array_equal(program.duration, numpy_board_program(PYNQ, insns)["duration"])
+    assert list(program.duration) == [PYNQ.COMPUTE_LATENCY, PYNQ.COMPUTE_LATENCY,
+                                      PYNQ.COMPUTE_LATENCY + 24 * PYNQ.GEMM_II, 1]
 
 
 def test_c_footprint_equals_its_numpy_definition():

@@ -143,8 +143,7 @@ int vta_board_program(const vta_params_t *p, const uint8_t *insns, uint64_t n, c
     } else if (op == OP_GEMM || op == OP_ALU) {
       const int64_t outer = field_of(in, p->gemm[VTA_LOOP_ITER_OUT]) * field_of(in, p->gemm[VTA_LOOP_ITER_IN]);
       const int64_t uops = field_of(in, p->gemm[VTA_LOOP_UOP_END]) - field_of(in, p->gemm[VTA_LOOP_UOP_BGN]);
-      const int64_t d = (int64_t)p->compute_latency + outer * uops * (op == OP_GEMM ? p->gemm_ii : p->alu_ii);
-      duration[i] = (double)(d > 1 ? d : 1);
+      duration[i] = (double)vta_compute_cycles(p, op == OP_GEMM, uops > 0 ? (uint64_t)(outer * uops) : 0);
       feat[2] = uops > 0 ? (double)outer : 0.0;
     }
     /* the module's previous instruction, and the one `insn_queue_depth` back whose start frees a queue slot */

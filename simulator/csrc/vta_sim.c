@@ -1641,10 +1641,8 @@ static int bus_demand(const vta_sim_t *s, const insn_t *in, uint64_t *beats, uin
 static uint64_t duration(const vta_sim_t *s, const insn_t *in) {
   const vta_params_t *p = &s->p;
   if (in->opcode == OP_FINISH) return 1;
-  if (in->opcode == OP_GEMM || in->opcode == OP_ALU) {
-    uint64_t d = p->compute_latency + iterations(in) * (in->opcode == OP_GEMM ? p->gemm_ii : p->alu_ii);
-    return d ? d : 1;
-  }
+  if (in->opcode == OP_GEMM || in->opcode == OP_ALU)
+    return vta_compute_cycles(p, in->opcode == OP_GEMM, iterations(in));
   uint64_t beats, span;
   if (!bus_demand(s, in, &beats, &span)) return 1;
   return p->dram_latency + span;

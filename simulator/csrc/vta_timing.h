@@ -1,5 +1,5 @@
-/* One 2D DMA with the DRAM bus to itself, in the simulator's timing model (docs/simulator.md, "Timing model"):
- * the one definition the simulator (vta_sim.c) and the board model (board_times.c) both time transfers with. */
+/* The simulator's timing model (docs/simulator.md, "Timing model") of one instruction with the DRAM bus to itself:
+ * the one definition the simulator (vta_sim.c) and the board model (board_times.c) both time instructions with. */
 #ifndef VTA_TIMING_H
 #define VTA_TIMING_H
 
@@ -22,6 +22,13 @@ static inline vta_dma_demand_t vta_dma_demand(const vta_params_t *p, uint64_t x,
   const uint64_t row_beats = (x * elem * (one_row ? y : 1) + p->bus_bytes - 1) / p->bus_bytes;
   const uint64_t bursts = (row_beats + p->burst_beats - 1) / p->burst_beats;
   return (vta_dma_demand_t){rows, rows * row_beats, rows * (row_beats + bursts * p->burst_gap) + pad_cells};
+}
+
+/* A GEMM or ALU of `iterations` micro-op iterations (iter_out x iter_in x micro-ops, 0 when uop_end <= uop_bgn:
+ * the loop does not run): the pipeline fill, then one initiation interval each; at least one cycle. */
+static inline uint64_t vta_compute_cycles(const vta_params_t *p, int is_gemm, uint64_t iterations) {
+  const uint64_t d = p->compute_latency + iterations * (is_gemm ? p->gemm_ii : p->alu_ii);
+  return d ? d : 1;
 }
 
 #endif
