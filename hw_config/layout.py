@@ -135,18 +135,20 @@ class Format:
 
     def decode_rows(self, rows: np.ndarray, names: tuple[str, ...] | None = None) -> dict[str, np.ndarray]:
         """Vectorised ``decode``: uint8 (N, total_bits // 8) -> one int64 array per field (signed ones extended),
-        every field or only ``names``. Fields never straddle a storage unit (the packing rule), so each comes
-        from one 64-bit word."""
+        every field or only ``names``. Each field comes from one 64-bit word: a layout with a field across two is
+        refused, as the encoders refuse it."""
+        *_, shifts, masks = self._packing   # refuses a field across two 64-bit words
         nbytes = self.total_bits // 8
         raw = np.ascontiguousarray(rows, dtype=np.uint8).reshape(-1, nbytes)
         if nbytes % 8:
-            words = np.zeros((raw.shape[0], max(1, nbytes // 8) * 8), dtype=np.uint8)
+            words = np.zeros((raw.shape[0], -(-nbytes // 8) * 8), dtype=np.uint8)
             words[:, :nbytes] = raw
             raw = words
         words64 = raw.view("<u8")
         out = {}
         for f in self.fields if names is None else map(self.field, names):
-            v = ((words64[:, f.offset // 64] >> np.uint64(f.offset % 64)) & np.uint64(f.mask)).astype(np.int64)
+            j = self.fields.index(f)
+            v = ((words64[:, f.offset // 64] >> shifts[j]) & masks[j]).astype(np.int64)
             if f.signed:
                 v = np.where(v >> (f.width - 1), v - (1 << f.width), v)
             out[f.name] = v

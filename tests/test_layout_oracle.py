@@ -445,8 +445,8 @@ def test_fields_refuse_values_one_past_the_oracle_width(name):
 
 
 def test_a_format_set_refuses_fields_that_straddle_a_64_bit_word():
-    """encode_flat and encode_table pack each 64-bit word from its own fields: a layout with a field across bit 64
-    is refused (the simulator refuses it too), not encoded with its high bits lost."""
+    """encode_flat, encode_table and decode_rows pack and read each 64-bit word on its own: a layout with a field
+    across bit 64 is refused (the simulator refuses it too), not encoded or read with its high bits lost."""
     from hw_config.layout import pack_bitfields
 
     straddling = pack_bitfields("wide", [("a", 60, False), ("b", 10, False)], 128, 128)
@@ -455,6 +455,8 @@ def test_a_format_set_refuses_fields_that_straddle_a_64_bit_word():
         FormatSet((straddling,)).encode_flat(np.array([0]), np.array([1, 2]))
     with pytest.raises(ValueError, match=r"wide: fields \['b'\] straddle a 64-bit word"):
         straddling.encode_table(np.array([[1, 2]]))
+    with pytest.raises(ValueError, match=r"wide: fields \['b'\] straddle a 64-bit word"):
+        straddling.decode_rows(np.zeros((1, 16), dtype=np.uint8))
 
 
 # ------------------------------------------------------------------------------------------------------------
