@@ -177,13 +177,19 @@ def _all_tensors(graph):
                 yield from _all_tensors(g)
 
 
+def _is_repeated(fd) -> bool:
+    """Whether a protobuf field is repeated: protobuf 7 has only ``is_repeated``, protobuf 5 only ``label``."""
+    is_repeated = getattr(fd, "is_repeated", None)
+    return is_repeated if isinstance(is_repeated, bool) else fd.label == fd.LABEL_REPEATED
+
+
 def _check_text(message, where: str = "model") -> None:
     """Every string field (tensor, node, attribute, input and output names, ...) must be UTF-8, as ONNX says:
     protobuf hands a field that is not as bytes, which nothing downstream expects. A GraphError naming the
     field otherwise."""
     for fd, value in message.ListFields():
         name = f"{where}.{fd.name}"
-        repeated = fd.label == fd.LABEL_REPEATED
+        repeated = _is_repeated(fd)
         if fd.type == fd.TYPE_STRING:
             for i, text in enumerate(value if repeated else [value]):
                 if not isinstance(text, str):

@@ -13,6 +13,7 @@ import resource
 import subprocess
 import sys
 from pathlib import Path
+from types import SimpleNamespace
 
 import numpy as np
 import pytest
@@ -531,3 +532,35 @@ def test_a_name_that_is_not_utf8_is_a_one_line_error(tmp_path):
     assert "\n" not in str(err.value) and str(err.value).startswith(f"{path}: model.graph.")
     cli_refuses(["run", str(path)], tmp_path, f"vta: error: {path}: ", "b'/0/Conv_output_\\xff'",
                 "is not valid UTF-8")
+
+
+class _AsProtobuf7:
+    """A message as protobuf 7 shows it: its field descriptors have ``is_repeated`` and no ``label``."""
+
+    def __init__(self, message):
+        self.message = message
+
+    def ListFields(self):   # protobuf's name
+        for fd, value in self.message.ListFields():
+            repeated = fd.label == fd.LABEL_REPEATED
+            seven = SimpleNamespace(name=fd.name, type=fd.type, TYPE_STRING=fd.TYPE_STRING,
+                                    TYPE_MESSAGE=fd.TYPE_MESSAGE, is_repeated=repeated)
+            if fd.type == fd.TYPE_MESSAGE:
+                value = [_AsProtobuf7(v) for v in value] if repeated else _AsProtobuf7(value)
+            yield seven, value
+
+
+def test_the_text_check_reads_protobuf_7_descriptors():
+    """protobuf 7 (what `pip install 'vta-stack[onnx]'` alone brings) dropped FieldDescriptor.label: the UTF-8
+    check ended every ONNX load in an AttributeError. It reads is_repeated where there is one."""
+    from graph_pack.frontend_onnx import _check_text
+
+    data = (ROOT / "tests" / "data" / "digits_cnn.onnx").read_bytes()
+    _check_text(_AsProtobuf7(onnx.load_from_string(data)))
+    name = b"/0/Conv_output_0"
+    bad = onnx.load_from_string(data.replace(name, name[:-1] + b"\xff", 1))
+    with pytest.raises(GraphError, match="is not valid UTF-8") as want:
+        _check_text(bad)
+    with pytest.raises(GraphError) as got:
+        _check_text(_AsProtobuf7(bad))
+    assert str(got.value) == str(want.value)
