@@ -126,6 +126,20 @@ def test_vta_tune_small_network_end_to_end(tmp_path, capsys):
     assert len(log.read_text().splitlines()) == 8 * len(tasks)
 
 
+def test_vta_tune_without_xgboost_names_the_extra_and_the_tuners_that_need_nothing(tmp_path, monkeypatch, capsys):
+    """The default tuner is xgb, which the core install lacks: `vta tune` says in one line how to get it and
+    which tuners run without it, before it measures anything."""
+    import sys
+
+    monkeypatch.setitem(sys.modules, "xgboost", None)   # as if not installed
+    log = tmp_path / "r18.jsonl"
+    assert vta_main(["tune", "resnet-18", "--image-size", "32", "--n-trial", "2", "--log", str(log)]) == 2
+    err = capsys.readouterr().err.strip()
+    assert err.startswith("vta: error: XGBTuner") and "\n" not in err
+    assert "pip install 'vta-stack[tuning]'" in err and "'random', 'gridsearch' and 'ga'" in err
+    assert not log.exists() or log.read_text() == ""
+
+
 def test_tuned_schedules_are_used_by_build(tmp_path):
     from graph_pack.build import AccelStep, workload_key
     from tuning.network import tune_network

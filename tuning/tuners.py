@@ -509,7 +509,9 @@ class XGBTuner(Tuner):
         try:
             import xgboost
         except ImportError:
-            raise ImportError("XGBTuner needs xgboost: pip install xgboost-cpu") from None
+            raise ImportError("XGBTuner (the default tuner, 'xgb') needs xgboost: pip install 'vta-stack[tuning]' "
+                              "(or pip install xgboost-cpu); the 'random', 'gridsearch' and 'ga' tuners need "
+                              "nothing more") from None
         self._xgb = xgboost
         self.loss_type, self.plan_size, self.n_warmup, self.epsilon = loss_type, plan_size, n_warmup, epsilon
         self.num_boost_round, self.max_depth = num_boost_round, max_depth
