@@ -108,6 +108,26 @@ def ensure_built(cfg: HwConfig, progress=None) -> Path:
     return lib
 
 
-if __name__ == "__main__":   # python -m hardware.build PRESET: build (or find) a config's library
-    from hw_config import load_config
-    print(ensure_built(load_config(sys.argv[1] if len(sys.argv) > 1 else None), progress=print))
+def main(argv: list[str] | None = None) -> int:
+    """``python -m hardware.build [CONFIG]`` (what ``vta hw build --config CONFIG`` does): build or find a
+    config's library and print its path; a bad config or a missing toolchain is a one-line error (exit 2)."""
+    import argparse
+
+    from hw_config import ConfigError, load_config
+
+    parser = argparse.ArgumentParser(prog="python -m hardware.build", description="Build (or find in the cache) the "
+                                     "Verilator model of a config's RTL, ahead of its first --device rtl run; print "
+                                     "the library's path. The same as `vta hw build --config CONFIG`.")
+    parser.add_argument("config", nargs="?", default=None, metavar="CONFIG",
+                        help="hardware preset or JSON file (default: pynq)")
+    args = parser.parse_args(argv)
+    try:
+        print(ensure_built(load_config(args.config), progress=print))
+    except (ConfigError, ImportError, BuildError, OSError) as e:
+        print(f"{parser.prog}: error: {e}", file=sys.stderr)
+        return 2
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

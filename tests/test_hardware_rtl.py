@@ -438,3 +438,33 @@ def test_vta_sim_replay_on_the_rtl_device(tmp_path, capsys):
     assert_matches("relu_0", result.segments, replay(GOLDEN_DIR / "relu_0.npz").stats)
     assert main(["sim", "replay", str(GOLDEN_DIR / "relu_0.npz"), "--device", "rtl", "--timing-only"]) != 0
     assert "--timing-only" in capsys.readouterr().err
+
+
+def test_vta_hw_build_and_python_m_hardware_build_print_the_library_a_device_loads():
+    """`vta hw build` and `python -m hardware.build` as a user runs them (the pynq build is cached by then):
+    the library path printed is the one RtlDevice loads; --help and a bad config are one-liners, no traceback."""
+    import subprocess
+    import sys
+    from pathlib import Path
+
+    from hardware.build import LIBRARY, build_dir
+
+    device("pynq")
+    want = str(build_dir(load_config("pynq")) / LIBRARY)
+    root = Path(__file__).resolve().parents[1]
+
+    def run(*argv: str) -> subprocess.CompletedProcess:
+        return subprocess.run([sys.executable, *argv], cwd=root, capture_output=True, text=True, timeout=600,
+                              check=False)
+
+    for argv in (("-m", "vta", "hw", "build", "--config", "pynq"), ("-m", "hardware.build", "pynq")):
+        proc = run(*argv)
+        assert proc.returncode == 0 and proc.stdout.strip().splitlines()[-1] == want, proc.stderr[-2000:]
+    for argv in (("-m", "vta", "hw", "build", "--help"), ("-m", "hardware.build", "--help")):
+        proc = run(*argv)
+        assert proc.returncode == 0 and proc.stdout.startswith("usage:") and "cache" in proc.stdout
+    for argv, prefix in (((("-m", "vta", "hw", "build", "--config", "nosuch")), "vta: error: "),
+                         (("-m", "hardware.build", "nosuch"), "python -m hardware.build: error: ")):
+        proc = run(*argv)
+        err = proc.stderr.strip()
+        assert proc.returncode == 2 and err.startswith(prefix) and "'nosuch'" in err and "\n" not in err, err

@@ -74,6 +74,22 @@ def hw_estimate(args: argparse.Namespace) -> int:
     return 0
 
 
+@command("hw", "build", "build (or find in the cache) the Verilator model of a config's RTL ahead of its first "
+         "--device rtl run", args=[
+    arg("--config", default=None, metavar="NAME|PATH", help="hardware preset or JSON file (default: pynq)"),
+    arg("--set", dest="sets", action="append", type=_key_value, metavar="KEY=VALUE",
+        help="override a config key (repeatable)"),
+])
+def hw_build(args: argparse.Namespace) -> int:
+    """Generate the config's RTL, verilate it and link its C++ harness into the shared library that
+    ``--device rtl`` loads (about a minute on two cores the first time; cached per config). Prints the
+    library's path. Needs the [hw] extra."""
+    from hardware.build import ensure_built
+
+    print(ensure_built(_load(args.config, args.sets), progress=_say))
+    return 0
+
+
 def replay_on_rtl(args: argparse.Namespace, image: ProgramImage) -> int:
     """``vta sim replay IMAGE --device rtl``: the image on the RTL, simulated cycle by cycle by Verilator."""
     unsupported = [flag for flag, given in (("--trace", args.trace is not None), ("--timing-only", args.timing_only),
