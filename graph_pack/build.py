@@ -223,8 +223,15 @@ class GraphModule:
             raise GraphError("no run to check yet: call run() first")
         return {step.name: step.check(self) for step in self.steps if isinstance(step, AccelStep)}
 
-    def benchmark(self, number: int = 1, repeat: int = 3, **inputs: np.ndarray) -> dict[str, float]:
-        """Wall time of ``run`` (mean/std over ``repeat`` groups of ``number`` runs) and the simulated latency."""
+    def benchmark(self, number: int = 1, repeat: int = 3, warmup: int = 1, **inputs: np.ndarray) -> dict[str, float]:
+        """Wall time of ``run`` (mean/std over ``repeat`` groups of ``number`` runs, after ``warmup`` untimed runs:
+        the first run pays for first touches of memory and caches, as TVM's time_evaluator skips its first call)
+        and the simulated latency."""
+        for name, value, least in (("number", number, 1), ("repeat", repeat, 1), ("warmup", warmup, 0)):
+            if not isinstance(value, int) or isinstance(value, bool) or value < least:
+                raise ValueError(f"benchmark: {name}={value!r}; allowed: an integer >= {least}")
+        for _ in range(warmup):
+            self.run(**inputs)
         times = []
         for _ in range(repeat):
             t0 = time.perf_counter()

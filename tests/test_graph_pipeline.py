@@ -659,6 +659,17 @@ def test_compute_false_profile_and_benchmark():
     assert set(bench) == {"mean_ms", "std_ms", "cycles", "accelerator_ms", "host_ms"}
     assert bench["cycles"] == cycles and bench["mean_ms"] > 0
     assert bench["accelerator_ms"] == pytest.approx(cycles / (SIM.CLOCK_MHZ * 1e3))
+    calls = []
+    run = mod.run
+    mod.run = lambda **kw: calls.append(kw) or run(**kw)
+    mod.benchmark(number=2, repeat=3, **x)          # one untimed warm-up run (the default), then 2 x 3 timed
+    assert len(calls) == 7 and all(c.keys() == x.keys() for c in calls)
+    mod.benchmark(number=1, repeat=1, warmup=0, **x)
+    assert len(calls) == 8
+    for bad in ({"number": 0}, {"repeat": -1}, {"warmup": -1}, {"number": 1.5}, {"repeat": True}):
+        with pytest.raises(ValueError, match=f"benchmark: {next(iter(bad))}="):
+            mod.benchmark(**bad, **x)
+    assert len(calls) == 8                          # refused before running anything
 
 
 def test_schedules_change_the_config():
