@@ -61,6 +61,20 @@ def test_tuning_scripts_refuse_cleanly(script, args, message, tmp_path):
     assert not (tmp_path / "x.jsonl").exists()
 
 
+@pytest.mark.parametrize(("script", "says"), [
+    ("tuning.tune_alu", ("workloads of VTA's tune_alu_vta (ResNet feature-map shapes).", "(default alu.tune.jsonl)",
+                         "trials per task (default 50)", "--ops")),
+    ("tuning.tune_conv2d", ("as VTA's tune_conv2d.py did on boards.", "(default conv2d.tune.jsonl)",
+                            "trials per layer (default 100)", "--layers")),
+])
+def test_tuning_scripts_help_says_what_they_tune_and_where_they_log(script, says):
+    done = subprocess.run([sys.executable, "-m", script, "--help"], capture_output=True, text=True, timeout=120,
+                          check=False)
+    text = " ".join(done.stdout.split())
+    assert done.returncode == 0 and done.stdout.startswith(f"usage: python -m {script} ")
+    assert all(s in text for s in says), text
+
+
 def test_vta_version_is_the_installed_packages():
     from importlib.metadata import version
     done = subprocess.run([sys.executable, "-m", "vta", "--version"], capture_output=True, text=True, timeout=60, check=False)

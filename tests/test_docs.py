@@ -521,7 +521,8 @@ def check_tune_script(cmd: DocCommand, out: str, work: Path) -> None:
         assert {r.split("_")[0] for r in rows} == set(option(cmd.argv, "--ops").split(",")), rows
         log = option(cmd.argv, "--log", "alu.tune.jsonl")
     assert "end-to-end (tuned layers, weighted)" in out
-    assert [json.loads(line) for line in (work / log).read_text().splitlines()]
+    records = [json.loads(line) for line in (work / log).read_text().splitlines()]
+    assert records and f"records: {log} ({len(records)} in all; " in out.splitlines()[-1]
 
 
 def check_calibrate(cmd: DocCommand, out: str, work: Path) -> None:

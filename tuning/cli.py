@@ -14,12 +14,36 @@ from tuning.cpu_network import tune_cpu_cmd
 from tuning.network import tune_network
 from tuning.plot import write_tuning_plot
 from tuning.records import check_log_path, count_records, move_aside
-from tuning.rpc_runner import RUNNER_FLAGS, runner_from_flags
+from tuning.rpc_runner import RUNNER_FLAGS, add_runner_flags, runner_from_flags
 from tuning.tune import STRATEGIES
 from tuning.tuners import TUNERS
 from vta.cli import Interrupted, _key_value, _load, arg, command, float_in, int_in
 
 TRIALS = int_in(1, 10_000_000, "a trial count")
+
+
+def script_parser(module: str, doc: str, log: str, n_trial: int, per: str) -> argparse.ArgumentParser:
+    """The flags ``python -m tuning.tune_conv2d`` and ``tuning.tune_alu`` share; the description is the
+    module docstring's first paragraph."""
+    description = " ".join(doc.split("\n\n")[0].split())
+    ap = argparse.ArgumentParser(prog=f"python -m {module}", description=description)
+    ap.add_argument("--config", default="pynq", help="preset name or JSON path (default: pynq)")
+    ap.add_argument("--tuner", choices=TUNERS, default="xgb", help="search strategy (default xgb)")
+    ap.add_argument("--n-trial", type=TRIALS, default=n_trial, help=f"trials per {per} (default {n_trial})")
+    ap.add_argument("--log", default=log, help=f"JSON-lines record log; a run resumes from the records it holds "
+                                               f"(default {log})")
+    ap.add_argument("--timing-only", action="store_true", help="cycles only, no output check")
+    ap.add_argument("--parallel", type=int_in(1, 1024), default=None,
+                    help="measurement worker processes (default 1); with --rpc, boards at once (default: all)")
+    add_runner_flags(ap)
+    ap.add_argument("--seed", type=int, default=0)
+    return ap
+
+
+def records_line(log: str | os.PathLike) -> str:
+    """The last line of a tuning run: where its records are and how to use them."""
+    return (f"records: {log} ({count_records(log)} in all; in Python: tuning.load_best({str(log)!r}, env); "
+            f"the same command resumes from them)")
 
 
 @contextlib.contextmanager

@@ -95,8 +95,8 @@ def resume_line(tuners: Sequence[Tuner], log: str | os.PathLike, per_task: int |
     if any(t.earlier for t in tuners):
         line += f"; trials of other tuners are known results, not {name}'s"
     if not left:
-        line += ("; nothing left to measure: raise the budget to measure more (vta tune --n-trial), or start a new "
-                 "log (vta tune --fresh)")
+        line += ("; nothing left to measure: raise the budget to measure more (--n-trial), or start a new log "
+                 "(another --log; vta tune --fresh moves this one aside)")
     return line
 
 

@@ -10,12 +10,11 @@ import argparse
 import sys
 
 from hw_config import load_config
-from tuning.cli import TRIALS, resumable
-from tuning.rpc_runner import add_runner_flags, runner_from_flags
+from tuning.cli import records_line, resumable, script_parser
+from tuning.rpc_runner import runner_from_flags
 from tuning.task import alu_task
 from tuning.tune import tune_tasks
-from tuning.tuners import TUNERS
-from vta.cli import int_in, run_reporting_errors
+from vta.cli import run_reporting_errors
 from vta.templates import alu
 
 SHAPES = [(64, 56, 56), (128, 28, 28), (256, 14, 14), (512, 7, 7)]   # (C, H, W) of ResNet's stages
@@ -29,18 +28,9 @@ def alu_tasks(cfg, ops=("add", "multiply")) -> list:
 
 
 def main(argv: list[str] | None = None) -> int:
-    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    ap.add_argument("--config", default="pynq", help="preset name or JSON path (default: pynq)")
-    ap.add_argument("--tuner", choices=TUNERS, default="xgb")
-    ap.add_argument("--n-trial", type=TRIALS, default=50, help="trials per task (default 50)")
+    ap = script_parser("tuning.tune_alu", __doc__, log="alu.tune.jsonl", n_trial=50, per="task")
     ap.add_argument("--ops", default=None, help="comma-separated ALU ops (default add,multiply; add alone where "
                                                 "the config's hardware has no ALU MUL, e.g. the Pynq bitstream)")
-    ap.add_argument("--log", default="alu.tune.jsonl", help="JSON-lines record log (resumes)")
-    ap.add_argument("--timing-only", action="store_true", help="cycles only, no output check")
-    ap.add_argument("--parallel", type=int_in(1, 1024), default=None,
-                    help="measurement worker processes (default 1); with --rpc, boards at once (default: all)")
-    add_runner_flags(ap)
-    ap.add_argument("--seed", type=int, default=0)
     args = ap.parse_args(argv)
     return run_reporting_errors("tune_alu", lambda: _tune(args))
 
@@ -57,6 +47,7 @@ def _tune(args: argparse.Namespace) -> int:
     with resumable(args.log), runner_from_flags(args, timing_only=args.timing_only, n_parallel=args.parallel) as runner:
         tune_tasks(alu_tasks(cfg, ops), tuner=args.tuner, n_trial=args.n_trial,
                    runner=runner, log=args.log, seed=args.seed)
+    print(records_line(args.log))
     return 0
 
 

@@ -8,12 +8,11 @@ from __future__ import annotations
 import argparse
 
 from hw_config import load_config
-from tuning.cli import TRIALS, resumable
-from tuning.rpc_runner import add_runner_flags, runner_from_flags
+from tuning.cli import TRIALS, records_line, resumable, script_parser
+from tuning.rpc_runner import runner_from_flags
 from tuning.task import conv_task
 from tuning.tune import STRATEGIES, tune_tasks
-from tuning.tuners import TUNERS
-from vta.cli import int_in, run_reporting_errors
+from vta.cli import run_reporting_errors
 from vta.workloads import RESNET18
 
 
@@ -26,20 +25,11 @@ def resnet18_tasks(cfg, layers=None) -> list:
 
 
 def main(argv: list[str] | None = None) -> int:
-    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    ap.add_argument("--config", default="pynq", help="preset name or JSON path (default: pynq)")
-    ap.add_argument("--tuner", choices=TUNERS, default="xgb")
-    ap.add_argument("--n-trial", type=TRIALS, default=100, help="trials per layer (default 100)")
+    ap = script_parser("tuning.tune_conv2d", __doc__, log="conv2d.tune.jsonl", n_trial=100, per="layer")
     ap.add_argument("--strategy", choices=STRATEGIES, default="sequential")
     ap.add_argument("--layers", default=None, help="comma-separated subset, e.g. C2,C5 (default: all)")
-    ap.add_argument("--log", default="conv2d.tune.jsonl", help="JSON-lines record log (resumes)")
-    ap.add_argument("--timing-only", action="store_true", help="cycles only, no output check")
-    ap.add_argument("--parallel", type=int_in(1, 1024), default=None,
-                    help="measurement worker processes (default 1); with --rpc, boards at once (default: all)")
-    add_runner_flags(ap)
     ap.add_argument("--early-stopping", type=TRIALS, default=None, help="stop a task after this many trials "
                     "without gain")
-    ap.add_argument("--seed", type=int, default=0)
     args = ap.parse_args(argv)
     return run_reporting_errors("tune_conv2d", lambda: _tune(args))
 
@@ -50,6 +40,7 @@ def _tune(args: argparse.Namespace) -> int:
     with resumable(args.log), runner_from_flags(args, timing_only=args.timing_only, n_parallel=args.parallel) as runner:
         tune_tasks(tasks, tuner=args.tuner, n_trial=args.n_trial, runner=runner, log=args.log,
                    strategy=args.strategy, early_stopping=args.early_stopping, seed=args.seed)
+    print(records_line(args.log))
     return 0
 
 
