@@ -261,22 +261,47 @@ class GraphModule:
             rows.append(row)
         return rows
 
+    @property
+    def board_figure(self) -> str | None:
+        """How ``stats.latency_s`` (the profile's ``board_ms``) was obtained: "predicted by the board model",
+        "measured" (a board), "modelled by the simulated board"; None where there is no board figure (the RTL,
+        or the simulator on a config without a board model: latency_s is then the accelerator's own time)."""
+        if isinstance(self.device, SimDevice):
+            return "predicted by the board model" if self.cfg.board_model else None
+        board = getattr(self.device, "board", None)
+        if board is None:
+            return None
+        return "modelled by the simulated board" if str(board).startswith("vta-simulated-") else "measured"
+
     def format_profile(self, min_host_ms: float = 0.0) -> str:
-        lines = [(f"{'layer':34} {'op':18} {'where':11} {'fused':>5} {'cycles':>11} {'time ms':>9} {'GOPS':>7} "
-                 f"{'DRAM KB':>9} {'board ms':>9}")]
-        for row in self.profile():
+        """The profile as a table: the accelerator's columns where accelerator layers ran, the board's where
+        there is a board figure (``board_figure``), and the totals."""
+        rows = self.profile()
+        accel = any(row["where"] == "accelerator" for row in rows)
+        figure = self.board_figure if accel else None
+        head = f"{'layer':34} {'op':18} {'where':11}"
+        if accel:
+            head += f" {'fused':>5} {'cycles':>11} {'time ms':>9} {'GOPS':>7} {'DRAM KB':>9}"
+            head += f" {'board ms':>9}" if figure else ""
+        else:
+            head += f" {'time ms':>9}"
+        lines = [head]
+        for row in rows:
+            start = f"{row['name'][:34]:34} {row['op'][:18]:18}"
             if row["where"] == "accelerator":
-                lines.append(f"{row['name'][:34]:34} {row['op'][:18]:18} {'VTA':11} {row['fused']:5d} "
-                             f"{row['cycles']:11,d} {row['time_ms']:9.3f} {row['gops']:7.1f} "
-                             f"{row['dram_bytes'] / 1024:9.1f} {row['board_ms']:9.3f}")
+                lines.append(f"{start} {'VTA':11} {row['fused']:5d} {row['cycles']:11,d} {row['time_ms']:9.3f} "
+                             f"{row['gops']:7.1f} {row['dram_bytes'] / 1024:9.1f}"
+                             + (f" {row['board_ms']:9.3f}" if figure else ""))
             elif row["host_ms"] >= min_host_ms:
-                lines.append(f"{row['name'][:34]:34} {row['op'][:18]:18} {'CPU':11} {'':5} {'':11} "
-                             f"{row['host_ms']:9.3f}")
+                lines.append(f"{start} {'CPU':11} " + (f"{'':5} {'':11} " if accel else "")
+                             + f"{row['host_ms']:9.3f}")
         s = self.stats
-        if s is not None:
+        if s is not None and accel:
+            board = f" ({s.latency_s * 1e3:.3f} ms on the board, {figure})" if figure else ""
             lines.append(f"total: {s.cycles:,} cycles = {s.seconds * 1e3:.3f} ms on the accelerator at "
-                         f"{self.cfg.CLOCK_MHZ:g} MHz ({s.latency_s * 1e3:.3f} ms on the board, predicted); "
-                         f"host {self.host_seconds * 1e3:.2f} ms")
+                         f"{self.cfg.CLOCK_MHZ:g} MHz{board}; host {self.host_seconds * 1e3:.2f} ms")
+        else:
+            lines.append(f"total: host {self.host_seconds * 1e3:.2f} ms (no accelerator layer)")
         return "\n".join(lines)
 
 

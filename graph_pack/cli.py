@@ -120,14 +120,6 @@ def _load_input(path: str, graph: Graph, name: str) -> np.ndarray:
     return np.array(x)
 
 
-def _board_figure(board) -> str:
-    """How the board time was obtained: measured on hardware, modelled by a simulated board, or predicted."""
-    if board is None:
-        return "predicted by the board model"
-    simulated = str(getattr(board, "board", "")).startswith("vta-simulated-")
-    return "modelled by the simulated board" if simulated else "measured"
-
-
 def _top5(y: np.ndarray, random_weights: bool) -> str:
     """The top-5 classes of each of the first four images: ImageNet's class names where the output has its 1000
     classes, indices otherwise; said to be no prediction where the weights are the zoo's random ones."""
@@ -310,10 +302,10 @@ def _run(args: argparse.Namespace) -> int:
     print(f"import {times['import']:.2f} s; compile {compile_s:.2f} s (" +
           ", ".join(f"{k} {v:.2f} s" for k, v in times.items() if k != "import") + ")")
     s = mod.stats
-    rtl = f"RTL simulated in {board.wall_seconds:.1f} s" if args.device == "rtl" else None
+    last = f"; RTL simulated in {board.wall_seconds:.1f} s" if args.device == "rtl" else \
+        f"; board {s.latency_s * 1e3:.2f} ms {mod.board_figure}" if mod.board_figure else ""
     print(f"inference: {run_s * 1e3:.1f} ms wall (host {mod.host_seconds * 1e3:.1f} ms); accelerator "
-          f"{s.cycles:,} cycles = {s.seconds * 1e3:.2f} ms at {cfg.CLOCK_MHZ:g} MHz; " + (rtl or
-          f"board {s.latency_s * 1e3:.2f} ms {_board_figure(board)}"))
+          f"{s.cycles:,} cycles = {s.seconds * 1e3:.2f} ms at {cfg.CLOCK_MHZ:g} MHz" + last)
     if args.layers:
         print(mod.format_profile())
     if page is not None:

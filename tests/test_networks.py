@@ -3,6 +3,8 @@ numpy run of the same quantized graph (the issue's acceptance list)."""
 
 from __future__ import annotations
 
+import re
+
 import numpy as np
 import pytest
 from extras import need
@@ -121,6 +123,30 @@ def test_vta_run_cli_checks_and_prints(capsys):
     assert "ms predicted by the board model" in out and "measured" not in out
     assert "top-5 classes (score) (random weights: the zoo's models are untrained, so these are not predictions):" \
         in out
+
+
+def test_vta_run_claims_a_board_figure_only_where_there_is_one(capsys):
+    """pynq has a board model: its board column and totals say "predicted by the board model". sim has none (the
+    'board' figure would only repeat the accelerator's time): no board column, no board claim. --target cpu runs no
+    accelerator layer: no accelerator columns or cycles."""
+    base = ["run", "resnet-18", "--image-size", "32", "--cpu", "numpy"]
+    assert vta_main([*base, "--config", "pynq"]) == 0
+    out = capsys.readouterr().out
+    table = out[out.index("layer "):]
+    assert "board ms" in table.splitlines()[0] and "ms on the board, predicted by the board model);" in table
+    assert vta_main([*base, "--config", "sim"]) == 0
+    out = capsys.readouterr().out
+    table = out[out.index("layer "):]
+    assert "board ms" not in table.splitlines()[0] and "cycles" in table.splitlines()[0]
+    assert "board" not in out[out.index("inference: "):]
+    total = r"^total: [\d,]+ cycles = [\d.]+ ms on the accelerator at [\d.]+ MHz; host "
+    assert re.search(total, table, re.MULTILINE)
+    assert vta_main([*base, "--target", "cpu"]) == 0
+    out = capsys.readouterr().out
+    table = out[out.index("layer "):]
+    assert table.splitlines()[0].split() == ["layer", "op", "where", "time", "ms"]
+    assert "cycles" not in table
+    assert re.search(r"^total: host [\d.]+ ms \(no accelerator layer\)$", table, re.MULTILINE)
 
 
 def test_top5_names_imagenet_classes_and_says_which_weights_are_random():
