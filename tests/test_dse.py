@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import json
 import os
+import re
 import signal
 import subprocess
 import sys
@@ -49,10 +50,31 @@ def vta(*args: str, cwd: Path, timeout: float = 600) -> subprocess.CompletedProc
                           timeout=timeout, check=False)
 
 
+PROGRESS: list[str] = []
+
+
 @pytest.fixture(scope="module")
 def searched(tmp_path_factory):
     out = tmp_path_factory.mktemp("dse")
-    return out, run_search(SEARCH, SPACE, out)
+    return out, run_search(SEARCH, SPACE, out, progress=PROGRESS.append)
+
+
+def test_progress_records_the_untunable_points_first_and_estimates_the_time_left_from_the_tuned(searched):
+    """The points that are not configs or do not fit are recorded at once (one line); the progress lines count the
+    points to tune only, and give a time left once three have finished (the first ones say little), or all of them
+    where there are fewer."""
+    _, outcome = searched
+    tuned = [r for r in outcome.records if r["status"] in ("ok", "failed")]
+    final = len(outcome.records) - len(tuned)
+    assert 0 < final and len(tuned) > 1
+    assert PROGRESS[0] == (f"{final} of {len(outcome.records)} points are not configs or do not fit xc7z020: "
+                           f"recorded without tuning; tuning {len(tuned)}")
+    steps = PROGRESS[1:]
+    assert [line.split("]")[0] for line in steps] == [f"[{k}/{len(tuned)}" for k in range(1, len(tuned) + 1)]
+    first_estimate = min(len(tuned), 3)   # after three points, or all of them if fewer (one worker)
+    assert all(line.endswith("estimating the time left)") for line in steps[:first_estimate - 1]), steps
+    assert all(re.search(r"\(\d+ s, ~\d+ s left\)$", line) for line in steps[first_estimate - 1:]), steps
+    assert outcome.measured == len(outcome.records)
 
 
 # ---- spaces ----------------------------------------------------------------------------------------------------
@@ -232,7 +254,8 @@ def test_worker_processes_rerun_the_points_a_dead_worker_lost(searched, tmp_path
     from tuning import dse
     _, reference = searched
     by_point = {point_key(r["point"]): r for r in reference.records}
-    killer = {"LOG_BLOCK": 5, "LOG_BUS_WIDTH": 7}
+    killer = {"LOG_BLOCK": 4, "LOG_BUS_WIDTH": 7}   # a point that fits, so that a worker tunes it
+    assert by_point[point_key(killer)]["status"] == "ok"
     real = dse.evaluate
 
     def evaluate(search, point):   # the forked workers inherit this

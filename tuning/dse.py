@@ -152,14 +152,15 @@ def tune_task_ranked(task, trials: int) -> tuple[dict, int, int, int]:
     return best_config, int(best), int(base.cycles if base.ok else 0), len(candidates) + 1
 
 
-def evaluate(search: Search, point: dict[str, int]) -> dict[str, Any]:
-    """One point of the search, as its record."""
+def screen(search: Search, point: dict[str, int]) -> tuple[dict[str, Any], HwConfig | None]:
+    """A point's record as far as it goes without tuning (milliseconds): "invalid" (not a config), "does-not-fit"
+    (the analytic estimate against the part), both final; or "ok" so far, with its config to tune and time."""
     t0 = time.perf_counter()
     rec: dict[str, Any] = {"search": search.key, "point": point, "status": "ok"}
     try:
         cfg = load_config(search.base, **point)
     except ConfigError as e:
-        return {**rec, "status": "invalid", "reason": str(e), "wall_s": time.perf_counter() - t0}
+        return {**rec, "status": "invalid", "reason": str(e), "wall_s": time.perf_counter() - t0}, None
     from hardware.fpga import estimate
     report = estimate(cfg, part=search.part)
     usage = report.usage()
@@ -170,7 +171,16 @@ def evaluate(search: Search, point: dict[str, int]) -> dict[str, Any]:
     if not report.fits:
         over = [k for k in RESOURCES if usage[k][0] > usage[k][1]]
         return {**rec, "status": "does-not-fit", "reason": f"needs more {', '.join(over)} than {search.part} has",
-                "wall_s": time.perf_counter() - t0}
+                "wall_s": time.perf_counter() - t0}, None
+    return rec, cfg
+
+
+def evaluate(search: Search, point: dict[str, int]) -> dict[str, Any]:
+    """One point of the search, as its record: screened, then (if it fits) tuned and timed."""
+    t0 = time.perf_counter()
+    rec, cfg = screen(search, point)
+    if cfg is None:
+        return rec
     try:
         rec.update(_tune_and_time(search, cfg))
     except Exception as e:  # noqa: BLE001 - a point that fails is a result of the search, never its end
@@ -293,16 +303,30 @@ def run_search(search: Search, space: dict[str, list[int]], out: str | os.PathLi
     if done:
         say(f"resuming: {len(points) - len(todo)} of {len(points)} points already in {path}")
     t0 = time.perf_counter()
-    n = 0
-    for rec in _evaluate_all(search, todo, parallel, dask):
+    # the points that are not configs or do not fit are final in milliseconds: recorded first, so that the workers
+    # get only points to tune, and the time left is estimated from those alone
+    screened = [screen(search, p) for p in todo]
+    to_tune = [rec["point"] for rec, cfg in screened if cfg is not None]
+    final = [rec for rec, cfg in screened if cfg is None]
+    if final:
+        say(f"{len(final)} of {len(todo)} points are not configs or do not fit {search.part}: recorded without "
+            f"tuning; tuning {len(to_tune)}")
+    for rec in final:
+        append_record(path, rec)
+        done[point_key(rec["point"])] = rec
+    t_tune, n = time.perf_counter(), 0
+    for rec in _evaluate_all(search, to_tune, parallel, dask):
         append_record(path, rec)
         done[point_key(rec["point"])] = rec
         n += 1
-        took = time.perf_counter() - t0
+        took = time.perf_counter() - t_tune
         what = (f"{rec['latency_ms']:.2f} ms, {rec['cost']:.0%} of {search.part}" if rec["status"] == "ok"
                 else rec["status"])
-        say(f"[{n}/{len(todo)}] {point_key(rec['point'])}: {what} ({took:.0f} s, "
-            f"~{took / n * (len(todo) - n):.0f} s left)")
+        # workers finish their first points together: until each has finished one, a rate says little
+        left = (f"~{took / n * (len(to_tune) - n):.0f} s left" if n >= min(len(to_tune), max(parallel, 3))
+                else "estimating the time left")
+        say(f"[{n}/{len(to_tune)}] {point_key(rec['point'])}: {what} ({took:.0f} s, {left})")
+    n += len(final)
     records = [done[point_key(p)] for p in points]
     outcome = Outcome(search, space, records, n, time.perf_counter() - t0, base)
     outcome.front = pareto_front(records)

@@ -74,13 +74,13 @@ def dse_cmd(args: argparse.Namespace) -> int:
           f"failed; {outcome.measured} evaluated in {outcome.seconds:.0f} s")
     base, best = base_and_best(outcome)
     if base is not None and base.get("status") == "ok":
-        print(f"base config {args.config}: {base['latency_ms']:.3f} ms, mean share of {part} {base['cost']:.1%}")
+        print(f"base config {args.config}: {base['latency_ms']:.3f} ms, mean share of {part} {base['cost']:.2%}")
     if best is not None:
         print(f"fastest that fits: {best['latency_ms']:.3f} ms with "
-              f"{', '.join(f'{k}={v}' for k, v in best['point'].items())} ({best['cost']:.1%})")
+              f"{', '.join(f'{k}={v}' for k, v in best['point'].items())} ({best['cost']:.2%})")
     print(f"Pareto front (latency against the mean share of {part}): {len(outcome.front)} configs")
     for i, r in enumerate(outcome.front):
-        print(f"  front/{i:02d}.json  {r['latency_ms']:9.3f} ms  {r['cost']:6.1%}  "
+        print(f"  front/{i:02d}.json  {r['latency_ms']:9.3f} ms  {r['cost']:7.2%}  "
               + ", ".join(f"{k}={v}" for k, v in r["point"].items()))
     print(f"wrote {out / RECORDS}, {out / 'results.csv'}, {out / 'front.json'}, {out / REPORT} and the front's "
           f"configs in {out / 'front'} (vta ... --config FILE)")
