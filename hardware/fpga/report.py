@@ -66,7 +66,7 @@ def _dsp_fallback_note(total_dsp: int, part: Part, coef: dict) -> str:
     over = total_dsp - part.dsp
     return (f"DSP: Yosys put every multiplier in a DSP slice ({total_dsp}), more than {part.name}'s {part.dsp}: a "
             f"vendor flow limited to the part (Vivado -max_dsp {part.dsp}) builds the {over} over from LUTs, about "
-            f"{coef['fallback']['lut_per_mac']:.0f} LUT per int8 product (synth_xilinx -nodsp); the totals below "
+            f"{coef['fallback']['lut_per_mac']:.0f} LUT per int8 product (synth_xilinx -nodsp); the totals above "
             f"count them so")
 
 
