@@ -22,7 +22,7 @@ from hw_config.capabilities import violations
 from hw_config.layout import ALU_OPCODES, MEM_TYPES, OPCODES
 from simulator.image import ProgramImage, load_image
 from simulator.replay import replay
-from vta.isa import MemInsn, Uop, assemble, encode_uop, uops_to_bytes
+from vta.isa import FinishInsn, MemInsn, Uop, assemble, encode_uop, uops_to_bytes
 
 pytestmark = pytest.mark.slow
 DEVICES: dict[str, object] = {}
@@ -438,6 +438,31 @@ def test_vta_sim_replay_on_the_rtl_device(tmp_path, capsys):
     assert_matches("relu_0", result.segments, replay(GOLDEN_DIR / "relu_0.npz").stats)
     assert main(["sim", "replay", str(GOLDEN_DIR / "relu_0.npz"), "--device", "rtl", "--timing-only"]) != 0
     assert "--timing-only" in capsys.readouterr().err
+
+
+@requires_golden
+def test_vta_sim_replay_on_the_rtl_refuses_what_would_spin_and_bounds_the_run(tmp_path, capsys):
+    """An image whose stream has no FINISH, or waits for a token nothing pushes, kept the RTL clocking until 2^30
+    cycles (~23 minutes): the C simulator refuses it first, in milliseconds. A run that ends is bounded by twice the
+    simulator's cycles plus slack, or by --max-cycles, which must be a positive count."""
+    from vta.cli import main
+
+    image = dict(np.load(GOLDEN_DIR / "alu_0.npz"))
+    cases = {"no_finish": np.zeros((3, 16), np.uint8),
+             "deadlock": assemble([gemm((0, 1), pop_prev_dep=1), FinishInsn()], load_config("pynq"))}
+    for name, insns in cases.items():
+        path = tmp_path / f"{name}.npz"
+        np.savez(path, **{**image, "insns": insns})
+        assert main(["sim", "replay", str(path), "--device", "rtl"]) == 2
+        err = capsys.readouterr().err
+        assert err.startswith(f"vta: error: {path}: the C simulator refuses this program, so it does not go to "
+                              "the RTL: ") and err.count("\n") == 1, err
+    device("pynq")
+    golden = str(GOLDEN_DIR / "relu_0.npz")
+    assert main(["sim", "replay", golden, "--device", "rtl", "--max-cycles", "10"]) != 0
+    assert "not done after max_cycles=10 cycles" in capsys.readouterr().err
+    assert main(["sim", "replay", golden, "--device", "rtl", "--max-cycles", "-1"]) == 2
+    assert "argument --max-cycles: -1 is out of range" in capsys.readouterr().err
 
 
 def test_vta_hw_build_and_python_m_hardware_build_print_the_library_a_device_loads():

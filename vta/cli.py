@@ -395,8 +395,9 @@ def sim_disasm(args: argparse.Namespace) -> int:
     arg("--out", metavar="RESULT", help="write the final segments and stats to this .npz"),
     arg("--trace", metavar="JSON", help="write a Chrome/Perfetto trace of the run"),
     arg("--timing-only", action="store_true", help="skip data work: counters and cycles only"),
-    arg("--max-cycles", type=int, default=None, metavar="N",
-        help=f"stop with an error past N simulated cycles (default {DEFAULT_MAX_CYCLES:,})"),
+    arg("--max-cycles", type=int_in(1, 2**64 - 1, "a cycle count"), default=None, metavar="N",
+        help=f"stop with an error past N simulated cycles (default {DEFAULT_MAX_CYCLES:,}; with --device rtl, "
+             "twice the C simulator's cycles for the image plus 100,000)"),
     arg("--max-work", type=int, default=None, metavar="N",
         help=f"stop with an error past N units of host work (default {DEFAULT_MAX_WORK:,}; docs/simulator.md)"),
     arg("--json", action="store_true", help="print the stats as JSON"),

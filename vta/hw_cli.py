@@ -18,6 +18,7 @@ from simulator.image import ProgramImage, ReplayResult, save_result
 from vta.cli import GROUP_HELP, _key_value, _load, arg, command
 
 GROUP_HELP["hw"] = "the accelerator's RTL, generated from a hardware config"
+RTL_SLACK_CYCLES = 100_000   # beyond twice the C simulator's cycles, a replay on the RTL is stopped as hung
 
 
 def _say(text: str) -> None:
@@ -98,10 +99,21 @@ def replay_on_rtl(args: argparse.Namespace, image: ProgramImage) -> int:
     if unsupported:
         raise ValueError(f"{', '.join(unsupported)}: not available with --device rtl (the RTL reports cycles "
                          f"only; --out, --json and --max-cycles are)")
+    from simulator import SimulatorError
+    from simulator.replay import replay
+
+    # the C simulator first (milliseconds, timing only): it refuses at once what the RTL would spin on until its
+    # cycle limit (no FINISH, a deadlock on tokens, an access outside the image's segments), and its cycles bound
+    # the RTL's run (they agree within a few per cent: docs/benchmarks.md)
+    try:
+        model = replay(image, compute=False).stats["cycles"]
+    except SimulatorError as e:
+        raise ValueError(f"{args.image}: the C simulator refuses this program, so it does not go to the RTL: {e}") \
+            from None
     from hardware import RtlDevice, RtlError
 
     device = RtlDevice(image.config, progress=_say)
-    options = {} if args.max_cycles is None else {"max_cycles": args.max_cycles}
+    options = {"max_cycles": args.max_cycles if args.max_cycles is not None else 2 * model + RTL_SLACK_CYCLES}
     t0 = time.perf_counter()
     try:
         segments, cycles = device.replay(image, **options)
