@@ -15,7 +15,6 @@ from __future__ import annotations
 
 import operator
 import time
-from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Protocol
 
@@ -25,6 +24,7 @@ from hardware import registers as R
 from hardware.stats import RtlRunStats, program_counters
 from hardware.toolchain import require
 from hw_config import HwConfig, load_config
+from hw_config.buffer import Buffer, alloc_size, checked_buffer
 from hw_config.isa_rules import MODULES, module_indices
 
 CDEF = """
@@ -69,20 +69,6 @@ class Image(Protocol):
     insns: np.ndarray
     insn_addr: int
     segments: list[tuple[int, np.ndarray]]
-
-
-@dataclass(frozen=True)
-class Buffer:
-    """A DRAM allocation: its physical byte address and size (vta.device.Buffer's surface)."""
-
-    addr: int
-    nbytes: int
-
-    def elem_offset(self, elem_bytes: int) -> int:
-        """The buffer's start in elements of ``elem_bytes`` (the unit of an instruction's dram_base)."""
-        if self.addr % elem_bytes:
-            raise ValueError(f"buffer at 0x{self.addr:x} is not aligned to {elem_bytes}-byte elements")
-        return self.addr // elem_bytes
 
 
 class _Space:
@@ -148,13 +134,13 @@ class RtlDevice:
     # ---- the Device surface ----
     def alloc(self, nbytes: int) -> Buffer:
         """A zeroed, page-aligned DRAM buffer of ``nbytes`` bytes."""
-        n = max(1, int(nbytes))
-        addr = self._space.place(n)
+        n = alloc_size(nbytes)
+        addr = self._space.place(max(1, n))
         self.write(addr, np.zeros(self._space.sizes[addr], np.uint8))
-        return Buffer(addr, int(nbytes))
+        return Buffer(addr, n)
 
     def free(self, buf: Buffer) -> None:
-        size = self._space.release(buf.addr)
+        size = self._space.release(checked_buffer(buf).addr)
         self._lib.vta_rtl_dram_unmap(self._handle, buf.addr, size)
 
     def copy_in(self, buf: Buffer, data: np.ndarray | bytes, offset: int = 0) -> None:

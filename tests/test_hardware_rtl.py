@@ -493,3 +493,9 @@ def test_vta_hw_build_and_python_m_hardware_build_print_the_library_a_device_loa
         proc = run(*argv)
         err = proc.stderr.strip()
         assert proc.returncode == 2 and err.startswith(prefix) and "'nosuch'" in err and "\n" not in err, err
+
+
+def test_the_rtl_device_refuses_a_bad_alloc_size_or_free_argument():
+    from devices import assert_alloc_and_free_refuse_what_is_not_a_size_or_a_buffer
+
+    assert_alloc_and_free_refuse_what_is_not_a_size_or_a_buffer(device("pynq"))

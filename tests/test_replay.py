@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import numpy as np
 import pytest
+from devices import assert_alloc_and_free_refuse_what_is_not_a_size_or_a_buffer
 from program_digests import _cases
 
 from hw_config import load_config
@@ -175,3 +176,7 @@ def test_a_run_with_empty_recordings_assembles_as_replays_one_by_one() -> None:
     assert streams[0].tobytes() == streams[1].tobytes()
     mem = CFG.insn_formats["mem"].decode_rows(streams[1])
     assert [int(d - mem["dram_base"][0]) for d in mem["dram_base"][:3]] == [0, 16, 48]
+
+
+def test_the_simulator_device_refuses_a_bad_alloc_size_or_free_argument():
+    assert_alloc_and_free_refuse_what_is_not_a_size_or_a_buffer(SimDevice(CFG))

@@ -14,6 +14,7 @@ from pathlib import Path
 
 import numpy as np
 import pytest
+from devices import assert_alloc_and_free_refuse_what_is_not_a_size_or_a_buffer
 
 from hw_config import load_config
 from simulator.errors import DeadlockError
@@ -133,6 +134,7 @@ def test_programs_are_checked_against_the_sessions_buffers(board):
         with pytest.raises(ValueError):
             dev.free(buf)                                       # not a buffer of this session
         assert dev.run(_load_at(dev, dev.alloc(64).addr)).inp_load_nbytes == 64   # the session goes on
+        assert_alloc_and_free_refuse_what_is_not_a_size_or_a_buffer(dev)
     board.wait_idle()
 
 

@@ -6,30 +6,18 @@ above never asks which one it holds.
 
 from __future__ import annotations
 
-from dataclasses import dataclass
 from typing import TYPE_CHECKING, Protocol, runtime_checkable
 
 import numpy as np
 
 from hw_config import HwConfig
+from hw_config.buffer import Buffer, alloc_size, checked_buffer
 from simulator.stats import RunStats
+
+__all__ = ["Buffer", "Device", "SimDevice"]
 
 if TYPE_CHECKING:   # the C simulator is loaded when a SimDevice is made, not when vta is imported
     from simulator.core import Simulator
-
-
-@dataclass(frozen=True)
-class Buffer:
-    """A DRAM allocation: its physical byte address and size."""
-
-    addr: int
-    nbytes: int
-
-    def elem_offset(self, elem_bytes: int) -> int:
-        """The buffer's start in elements of ``elem_bytes`` (the unit of an instruction's dram_base)."""
-        if self.addr % elem_bytes:
-            raise ValueError(f"buffer at 0x{self.addr:x} is not aligned to {elem_bytes}-byte elements")
-        return self.addr // elem_bytes
 
 
 @runtime_checkable
@@ -56,10 +44,11 @@ class SimDevice:
         self.last_stats: RunStats | None = None
 
     def alloc(self, nbytes: int) -> Buffer:
-        return Buffer(self.sim.alloc(max(1, int(nbytes))), int(nbytes))
+        n = alloc_size(nbytes)
+        return Buffer(self.sim.alloc(max(1, n)), n)
 
     def free(self, buf: Buffer) -> None:
-        self.sim.free(buf.addr)
+        self.sim.free(checked_buffer(buf).addr)
 
     def copy_in(self, buf: Buffer, data: np.ndarray | bytes, offset: int = 0) -> None:
         raw = np.frombuffer(data, np.uint8) if isinstance(data, (bytes, bytearray)) else \

@@ -55,6 +55,7 @@ from pathlib import Path
 import numpy as np
 
 from hw_config import HwConfig
+from hw_config.buffer import alloc_size, checked_buffer
 from hw_config.isa_rules import INSN_BYTES
 from simulator.core import Simulator
 from simulator.errors import SimulatorError
@@ -257,7 +258,7 @@ class PynqDevice:
 
     # ---- buffers ----
     def _array(self, buf: Buffer):
-        arr = self._arrays.get(buf.addr)
+        arr = self._arrays.get(checked_buffer(buf).addr)
         if arr is None:
             raise ValueError(f"buffer at 0x{buf.addr:x} is not allocated on this device ({self.board})")
         return arr
@@ -265,11 +266,12 @@ class PynqDevice:
     def alloc(self, nbytes: int) -> Buffer:
         """A physically contiguous board buffer (``pynq.allocate``) of ``nbytes`` bytes."""
         self._check_open()
-        n = max(1, int(nbytes))
+        size = alloc_size(nbytes)
+        n = max(1, size)
         arr, addr = self._allocate(n)
         self._arrays[addr] = arr
         self._sizes[addr] = n
-        return Buffer(addr, int(nbytes))
+        return Buffer(addr, size)
 
     def _allocate(self, n: int):
         try:

@@ -18,6 +18,7 @@ from typing import Any
 import numpy as np
 
 from hw_config import HwConfig, load_config
+from hw_config.buffer import alloc_size, checked_buffer
 from simulator import errors as sim_errors
 from simulator.stats import RunStats
 from vta.device import Buffer
@@ -212,14 +213,15 @@ class RemoteDevice:
         return self._ch is not None
 
     def alloc(self, nbytes: int) -> Buffer:
-        reply, _ = self._call("alloc", nbytes=max(1, int(nbytes)))
+        n = alloc_size(nbytes)
+        reply, _ = self._call("alloc", nbytes=max(1, n))
         addr, size = reply.get("addr"), reply.get("nbytes")
-        if not isinstance(addr, int) or not isinstance(size, int) or size < int(nbytes):
+        if not isinstance(addr, int) or not isinstance(size, int) or size < n:
             raise BoardLost(f"board {self.board}: malformed alloc answer")
-        return Buffer(addr, int(nbytes))
+        return Buffer(addr, n)
 
     def free(self, buf: Buffer) -> None:
-        self._call("free", addr=buf.addr)
+        self._call("free", addr=checked_buffer(buf).addr)
 
     def copy_in(self, buf: Buffer, data: np.ndarray | bytes, offset: int = 0) -> None:
         raw = np.frombuffer(data, np.uint8) if isinstance(data, (bytes, bytearray, memoryview)) else \
