@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import os
 import secrets
+import tempfile
 from collections.abc import Callable
 from pathlib import Path
 from typing import IO
@@ -21,8 +22,42 @@ def check_output_path(path: str | os.PathLike, what: str = "output") -> None:
     parent = target.parent
     if not parent.is_dir():
         raise ValueError(f"{what} {text}: the directory {parent} does not exist")
-    if not os.access(parent, os.W_OK | os.X_OK):
-        raise ValueError(f"{what} {text}: the directory {parent} is not writable")
+    _check_writable(parent, what, text)
+
+
+def check_output_dir(path: str | os.PathLike, what: str = "output directory",
+                     entries: dict[str, str] | None = None) -> None:
+    """Refuse, before any work, a directory results could not be written into: empty, an existing file, in a
+    directory that does not exist (one level is created, not a chain), not writable, or holding one of
+    ``entries`` (name -> "file" or "dir": what will be written there) as the other kind."""
+    text = os.fspath(path)
+    if not text:
+        raise ValueError(f"{what} '': empty path; give the directory to write into")
+    target = Path(text)
+    if target.exists() and not target.is_dir():
+        raise ValueError(f"{what} {text}: is a file; give a directory")
+    if not target.exists():
+        if not target.parent.is_dir():
+            raise ValueError(f"{what} {text}: the directory {target.parent} does not exist")
+        _check_writable(target.parent, what, text)
+        return
+    _check_writable(target, what, text)
+    for name, kind in (entries or {}).items():
+        entry = target / name
+        if entry.exists() and entry.is_dir() != (kind == "dir"):
+            raise ValueError(f"{what} {text}: {entry} is a {'directory' if entry.is_dir() else 'file'}, where "
+                             f"a {'directory' if kind == 'dir' else 'file'} of that name will be written; move it "
+                             f"or give another {what}")
+
+
+def _check_writable(directory: Path, what: str, text: str) -> None:
+    """A file can be created in ``directory`` (tried: permissions alone do not say, e.g. for root or in /proc)."""
+    try:
+        fd, probe = tempfile.mkstemp(prefix=".write-probe.", dir=directory)
+    except OSError as e:
+        raise ValueError(f"{what} {text}: cannot write in the directory {directory} ({e.strerror})") from None
+    os.close(fd)
+    os.unlink(probe)
 
 
 def write_atomic(path: str | os.PathLike, write: Callable[[IO[bytes]], None]) -> None:

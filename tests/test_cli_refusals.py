@@ -129,3 +129,41 @@ def test_config_show_json_loads_back_as_the_same_config(tmp_path):
     again = subprocess.run([sys.executable, "-m", "vta", "config", "show", str(path)], capture_output=True, text=True,
                            timeout=60, check=False)
     assert again.returncode == 0 and again.stdout.startswith("pynq_1x32_")
+
+
+UNWRITABLE = "/proc"   # no file can be created there, whoever runs the test (root ignores permission bits)
+
+
+@pytest.mark.parametrize(("argv", "message"), [
+    (["hw", "generate", "--out", ""], "--out '': empty path; give the directory to write into"),
+    (["hw", "generate", "--out", "{tmp}/no/such"], "--out {tmp}/no/such: the directory {tmp}/no does not exist"),
+    (["hw", "generate", "--out", "{unwritable}/x"], "--out {unwritable}/x: cannot write in the directory"),
+    (["hw", "generate", "--out", "{tmp}/clash"], "{tmp}/clash/manifest.json is a directory, where a file"),
+    (["dse", "resnet-18", "--out", ""], "--out '': empty path; give the directory to write into"),
+    (["dse", "resnet-18", "--out", "{unwritable}/x"], "--out {unwritable}/x: cannot write in the directory"),
+    (["dse", "resnet-18", "--out", "{tmp}/clash"], "{tmp}/clash/front.json is a directory, where a file"),
+    (["dse", "resnet-18", "--out", "{tmp}/fronts"], "{tmp}/fronts/front is a file, where a directory"),
+    ([*TUNE, "--log", ""], "--log: an empty path; give a file name such as tune.jsonl"),
+    ([*TUNE, "--log", "{unwritable}/x.jsonl"], "--log {unwritable}/x.jsonl: cannot write in the directory"),
+    ([*TUNE, "--log", "{tmp}/no/x.jsonl"], "--log {tmp}/no/x.jsonl: the directory {tmp}/no does not exist"),
+    ([*TUNE, "--ops", ""], "--ops '': an empty op name"),
+    ([*TUNE, "--ops", "conv2d,,dense"], "--ops 'conv2d,,dense': an empty op name"),
+    (["calibrate", "examples/pynq_conv2d_measured.jsonl", "--out", "{unwritable}/x.json"],
+     "--out {unwritable}/x.json: cannot write in the directory"),
+])
+def test_output_paths_are_checked_before_any_work(argv, message, tmp_path, capsys, monkeypatch):
+    """An output a command could not write is refused before it works (a search or a fit used to run first and
+    fail at the end), naming the flag; an empty --out / --log / --ops is refused instead of meaning the current
+    directory, the default log or every op; a missing directory chain is not created."""
+    from pathlib import Path
+    monkeypatch.chdir(Path(__file__).resolve().parents[1])
+    (tmp_path / "clash" / "manifest.json").mkdir(parents=True)
+    (tmp_path / "clash" / "front.json").mkdir()
+    (tmp_path / "fronts").mkdir()
+    (tmp_path / "fronts" / "front").write_text("")
+    fill = {"tmp": str(tmp_path), "unwritable": UNWRITABLE}
+    before = sorted(p.relative_to(tmp_path) for p in tmp_path.rglob("*"))
+    assert vta_main([a.format(**fill) for a in argv]) == 2
+    err = capsys.readouterr().err
+    assert err.startswith("vta: error: ") and message.format(**fill) in err and err.count("\n") == 1, err
+    assert sorted(p.relative_to(tmp_path) for p in tmp_path.rglob("*")) == before

@@ -104,7 +104,8 @@ def tune_cmd(args: argparse.Namespace) -> int:
     """Extract the network's accelerator tasks, tune them against the simulator, then build with the best
     schedules and compare the simulated end-to-end latency with the untuned build (outputs must match)."""
     cfg = _load(args.config, args.sets)
-    log = args.log or f"{Path(args.model).stem}.{'cpu' if args.target == 'cpu' else cfg.TARGET}.tune.jsonl"
+    log = args.log if args.log is not None else \
+        f"{Path(args.model).stem}.{'cpu' if args.target == 'cpu' else cfg.TARGET}.tune.jsonl"
     check_log_path(log, "--log")
     if args.plot is not None:
         if args.target == "cpu":
@@ -112,7 +113,10 @@ def tune_cmd(args: argparse.Namespace) -> int:
         check_html_path(args.plot, "--plot")
     if args.total_trials is not None and args.strategy != "gradient":
         raise ValueError("--total-trials applies to --strategy gradient; sequential tunes each task --n-trial times")
-    ops = tuple(args.ops.split(",")) if args.ops else None
+    if args.ops is not None and not all(args.ops.split(",")):
+        raise ValueError(f"--ops {args.ops!r}: an empty op name; give op names separated by commas (see --help), or "
+                         "leave --ops out for every op")
+    ops = tuple(args.ops.split(",")) if args.ops is not None else None
     if args.fresh:
         aside = move_aside(log)
         if aside is not None:

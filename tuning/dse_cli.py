@@ -6,9 +6,12 @@ import argparse
 import sys
 from pathlib import Path
 
+from simulator.files import check_output_dir
 from tuning.dse import (
+    CSV,
     DEFAULT_MAX_POINTS,
     DEFAULT_TRIALS,
+    FRONT,
     RECORDS,
     REPORT,
     Search,
@@ -17,6 +20,9 @@ from tuning.dse import (
     run_search,
 )
 from vta.cli import Interrupted, arg, command, int_in
+
+# what a search writes into --out: each must not stand there as the other kind (checked before the search)
+OUTPUT_ENTRIES = {RECORDS: "file", CSV: "file", FRONT: "file", REPORT: "file", "front": "dir"}
 
 
 def _say(text: str) -> None:
@@ -55,8 +61,7 @@ def dse_cmd(args: argparse.Namespace) -> int:
     load_config(args.config)                     # so does an unknown base config
     space = read_space(args.space, args.max_points)
     out = Path(args.out)
-    if out.exists() and not out.is_dir():
-        raise ValueError(f"--out {out} is a file; give a directory")
+    check_output_dir(args.out, "--out", OUTPUT_ENTRIES)
     search = Search(args.model, args.config, part, args.trials, args.image_size)
     from graph_pack.cli import load_model
     load_model(args.model, 1, args.image_size, 0)   # a wrong model name or file fails before the search

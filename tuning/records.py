@@ -25,7 +25,7 @@ from typing import Any
 
 from graph_pack.host_templates import HOST_TEMPLATE_VERSION, CpuTarget, host
 from hw_config import HwConfig
-from simulator.files import write_atomic
+from simulator.files import check_output_path, write_atomic
 from tuning.measure import MeasureResult
 from tuning.task import TEMPLATE_VERSION, Task, _canonical, task_of
 from vta.environment import config_of
@@ -168,6 +168,7 @@ def check_log_path(path: str | os.PathLike, what: str = "record log") -> None:
     p = Path(path)
     if p.is_dir():
         raise ValueError(f"{what} {p}: is a directory; give a file name such as {p / 'tune.jsonl'}")
+    check_output_path(p, what)   # its directory exists and takes new files
     if p.is_file():
         with open(p, "rb") as f:
             head = f.read(4096)

@@ -14,6 +14,7 @@ import sys
 import time
 from pathlib import Path
 
+from simulator.files import check_output_dir
 from simulator.image import ProgramImage, ReplayResult, save_result
 from vta.cli import GROUP_HELP, _key_value, _load, arg, command
 
@@ -39,8 +40,7 @@ def hw_generate(args: argparse.Namespace) -> int:
 
     cfg = _load(args.config, args.sets)
     out = Path(args.out)
-    if out.exists() and not out.is_dir():
-        raise ValueError(f"--out {out} is a file; give a directory")
+    check_output_dir(args.out, "--out", {"vta_core.v": "file", "manifest.json": "file"})
     directory = build_dir(cfg)
     directory.mkdir(parents=True, exist_ok=True)
     _say(f"generating the RTL of {cfg.model} (fingerprint {cfg.fingerprint}) ...")
