@@ -25,7 +25,7 @@ from graph_pack.report import write_report
 from graph_pack.schedule_log import read_schedules
 from graph_pack.svg import check_html_path
 from simulator.files import check_output_path, write_atomic
-from vta.cli import Interrupted, _key_value, _load, arg, command, float_in, int_in, threads_arg
+from vta.cli import SEED, Interrupted, _key_value, _load, arg, command, float_in, int_in, threads_arg
 from vta.device import SimDevice
 from vta.environment import Environment
 
@@ -204,7 +204,7 @@ def skip_conv_layers(values: list[int | None] | None) -> list[int]:
     arg("--key", default="pynq", help="with --rpc: the boards' device key (default pynq)"),
     arg("--key-file", default=None, metavar="FILE", help="with --rpc: the boards' shared key (default "
                                                          "$VTA_RPC_KEY_FILE)"),
-    arg("--seed", type=int, default=0, help="seed of the random weights and input"),
+    arg("--seed", type=SEED, default=0, help="seed of the random weights and input"),
     arg("--input", metavar="NPY", help="input array (.npy) instead of a random one"),
     arg("--out", metavar="NPZ", help="save the outputs (output_0, ...: logits, DCGAN's images) and the input "
                                      "(input) to this .npz, written whole or not at all"),

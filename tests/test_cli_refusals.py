@@ -19,6 +19,7 @@ TUNE = ["tune", "resnet-18", "--image-size", "32", "--n-trial", "1", "--timing-o
     ("--n-trial", "0", "argument --n-trial: 0 is out of range"),
     ("--parallel", "0", "argument --parallel: 0 is out of range"),
     ("--n-trial", "many", "argument --n-trial: 'many' is not an integer"),
+    ("--seed", "-1", "argument --seed: -1 is out of range; a seed is 0..4294967295"),
 ])
 def test_vta_tune_refuses_bad_numbers(flag, value, message, capsys, tmp_path):
     assert vta_main([*TUNE, "--log", str(tmp_path / "t.jsonl"), flag, value]) == 2
@@ -167,3 +168,12 @@ def test_output_paths_are_checked_before_any_work(argv, message, tmp_path, capsy
     err = capsys.readouterr().err
     assert err.startswith("vta: error: ") and message.format(**fill) in err and err.count("\n") == 1, err
     assert sorted(p.relative_to(tmp_path) for p in tmp_path.rglob("*")) == before
+
+
+def test_an_unknown_host_template_in_ops_lists_the_networks_own(capsys):
+    """--target cpu --ops conv2d (the accelerator's name) matches no host task: the error lists the host templates
+    the network has, which is what --ops takes there."""
+    assert vta_main(["tune", "resnet-18", "--target", "cpu", "--image-size", "32", "--n-trial", "1",
+                     "--ops", "conv2d"]) == 2
+    err = capsys.readouterr().err
+    assert "among --ops conv2d; this network's host templates are conv2d_" in err, err   # x86 or ARM family

@@ -17,7 +17,7 @@ from tuning.records import check_log_path, count_records, move_aside
 from tuning.rpc_runner import RUNNER_FLAGS, add_runner_flags, runner_from_flags
 from tuning.tune import STRATEGIES
 from tuning.tuners import TUNERS
-from vta.cli import Interrupted, _key_value, _load, arg, command, float_in, int_in
+from vta.cli import SEED, Interrupted, _key_value, _load, arg, command, float_in, int_in
 
 TRIALS = int_in(1, 10_000_000, "a trial count")
 
@@ -36,7 +36,7 @@ def script_parser(module: str, doc: str, log: str, n_trial: int, per: str) -> ar
     ap.add_argument("--parallel", type=int_in(1, 1024), default=None,
                     help="measurement worker processes (default 1); with --rpc, boards at once (default: all)")
     add_runner_flags(ap)
-    ap.add_argument("--seed", type=int, default=0)
+    ap.add_argument("--seed", type=SEED, default=0, help="seed of the tuners (default 0)")
     return ap
 
 
@@ -78,7 +78,8 @@ def resumable(log: str | os.PathLike):
         "budget; use it with vta run MODEL --log FILE"),
     arg("--fresh", action="store_true", help="start a new log: an existing --log is moved aside to "
         "<name>.old-<n>.jsonl first (never deleted)"),
-    arg("--ops", default=None, help="comma-separated templates to tune (default: all), e.g. conv2d,dense"),
+    arg("--ops", default=None, help="comma-separated templates to tune (default: all), e.g. conv2d,dense; with "
+        "--target cpu the host templates', e.g. conv2d_NCHWc.x86,dense_pack.x86"),
     arg("--timing-only", action="store_true", help="skip the data (cycles only, faster; no output check)"),
     arg("--no-check", dest="check", action="store_false", help="do not compare outputs with numpy"),
     arg("--parallel", type=int_in(1, 1024), default=None,
@@ -86,7 +87,7 @@ def resumable(log: str | os.PathLike):
     *RUNNER_FLAGS,
     arg("--early-stopping", type=TRIALS, default=None, help="stop a task after this many trials without gain"),
     arg("--image-size", type=int, default=None, help="input height = width for zoo classifiers"),
-    arg("--seed", type=int, default=0, help="seed of the tuners, weights and input"),
+    arg("--seed", type=SEED, default=0, help="seed of the tuners, weights and input"),
     arg("--plot", metavar="FILE.html", help="after tuning, draw the log's tuning curves (best time per task "
         "against trials) to this self-contained page; on a finished log nothing is measured again"),
     arg("--target", choices=("vta", "cpu"), default="vta",

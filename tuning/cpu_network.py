@@ -47,7 +47,10 @@ def tune_cpu_network(model: str, env, *, tuner: str = "xgb", n_trial: int = 32, 
     graph, params, _ = load_model(model, 1, image_size, seed)
     tasks = extract_tasks(graph, target, ops=ops, target="cpu")
     if not tasks:
-        raise ValueError(f"{model}: no float conv2d / dense for the host templates" + (f" among {ops}" if ops else ""))
+        known = sorted({t.op for t in extract_tasks(graph, target, target="cpu")}) if ops is not None else []
+        raise ValueError(f"{model}: no float conv2d / dense for the host templates"
+                         + (f" among --ops {','.join(ops)}; this network's host templates are {', '.join(known)}"
+                            if known else ""))
     out.write(f"{model}: {len(tasks)} host task(s) on {target.model}\n")
     with (CpuRunner(number=1, repeat=3, min_repeat_ms=10) if runner is None
           else contextlib.nullcontext(runner)) as measurer:

@@ -244,6 +244,9 @@ def int_in(lo: int, hi: int, what: str = "the value") -> Callable[[str], int]:
     return parse
 
 
+SEED = int_in(0, 2**32 - 1, "a seed")   # numpy's seeds: a negative one was refused by numpy without the flag's name
+
+
 def float_in(lo: float, hi: float, what: str = "the value", shown: str | None = None, *,
              above: bool = False) -> Callable[[str], float]:
     """An argparse type: a finite number in [lo, hi], or (lo, hi] with ``above`` (``shown`` says the range in
@@ -453,7 +456,7 @@ def sim_replay(args: argparse.Namespace) -> int:
     arg("-m", type=int, default=64, help="rows of A (default 64)"),
     arg("-k", type=int, default=256, help="columns of A = columns of W (default 256)"),
     arg("-n", type=int, default=256, help="rows of W (default 256)"),
-    arg("--seed", type=int, default=0, help="random seed of the matrices"),
+    arg("--seed", type=SEED, default=0, help="random seed of the matrices"),
     arg("--trace", metavar="JSON", help="write a Chrome/Perfetto trace of the run"),
 ])
 def demo(args: argparse.Namespace) -> int:
@@ -513,7 +516,7 @@ def _epilogue(text: str) -> list[tuple]:
         help="knob values as JSON, e.g. '{\"tile_h\": [14, 4], ...}' (default: the template's heuristic)"),
     arg("--config", default=None, metavar="NAME|PATH", help="hardware preset or JSON file (default: pynq)"),
     arg("--set", dest="sets", action="append", type=_key_value, metavar="KEY=VALUE", help="override a config key"),
-    arg("--seed", type=int, default=0, help="seed of the random inputs staged in the image"),
+    arg("--seed", type=SEED, default=0, help="seed of the random inputs staged in the image"),
     arg("--out", metavar="IMAGE", help="write the program image (.npz) here"),
 ])
 def compile_cmd(args: argparse.Namespace) -> int:
