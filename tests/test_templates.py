@@ -519,3 +519,29 @@ def test_ambiguous_workload_arguments_are_refused(case):
     args = {"data_shape": (1, 16, 4, 4), "kernel_shape": (16, 16, 3, 3), "padding": 1, **SILENT_WORKLOADS[case]}
     with pytest.raises(ValueError):
         compile_op("conv2d", load_config("pynq"), **args)
+
+
+def test_divisors_are_the_definitions_in_its_order():
+    """``divisors`` finds the pairs (d, n // d) up to sqrt(n): the same list, in the same increasing order, as
+    the O(n) definition it replaced (which hung on a workload of height 10^30)."""
+    from vta.space import divisors
+
+    def definition(n):
+        return [d for d in range(1, n + 1) if n % d == 0]
+
+    rng = np.random.default_rng(7)
+    for n in [*range(-2, 2000), 4096, 65536, 720720, 999983, 1 << 20, *rng.integers(2000, 300_000, 40).tolist()]:
+        assert divisors(n) == definition(n), n
+    import signal
+
+    def too_slow(*_):
+        raise TimeoutError("divisors(2^40) took over 5 s: not O(sqrt(n))")
+
+    previous = signal.signal(signal.SIGALRM, too_slow)
+    signal.alarm(5)
+    try:
+        assert len(divisors(1 << 40)) == 41 and divisors((1 << 32) - 1)[-1] == (1 << 32) - 1   # milliseconds
+    finally:
+        signal.alarm(0)
+        signal.signal(signal.SIGALRM, previous)
+

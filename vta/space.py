@@ -9,7 +9,7 @@ from __future__ import annotations
 
 from collections.abc import Iterator, Sequence
 from dataclasses import dataclass
-from math import prod
+from math import isqrt, prod
 from typing import Any
 
 import numpy as np
@@ -22,7 +22,9 @@ class KnobError(ValueError):
 
 
 def divisors(n: int) -> list[int]:
-    return [d for d in range(1, n + 1) if n % d == 0]
+    """The divisors of ``n`` in increasing order, found in O(sqrt(n)) steps (pairs ``d``, ``n // d``)."""
+    small = [d for d in range(1, isqrt(n) + 1) if n % d == 0] if n > 0 else []
+    return small + [n // d for d in reversed(small) if d * d != n]
 
 
 @dataclass(frozen=True)
