@@ -10,6 +10,8 @@ program reuse and argument checking of ``compile_op``'s ops.
 
 from __future__ import annotations
 
+import re
+
 import numpy as np
 import pytest
 
@@ -545,3 +547,39 @@ def test_divisors_are_the_definitions_in_its_order():
         signal.alarm(0)
         signal.signal(signal.SIGALRM, previous)
 
+
+HUGE_WORKLOADS = {   # (op, workload, what the one-line refusal names)
+    "conv2d height 10^30": ("conv2d", {"data_shape": (1, 64, 10**30, 8), "kernel_shape": (64, 64, 3, 3)},
+                            "data_shape H=1000000000000000000000000000000 is above the limit 4294967295"),
+    "conv2d width 2^32": ("conv2d", {"data_shape": (1, 16, 8, 1 << 32), "kernel_shape": (16, 16, 1, 1)},
+                          "data_shape W=4294967296 is above the limit 4294967295"),
+    "conv2d kernel height": ("conv2d", {"data_shape": (1, 16, 8, 8), "kernel_shape": (16, 16, 1 << 40, 1)},
+                             "kernel_shape KH=1099511627776 is above the limit"),
+    "conv2d padding": ("conv2d", {"data_shape": (1, 16, 8, 8), "kernel_shape": (16, 16, 3, 3), "padding": 10**30},
+                       "padding H=1000000000000000000000000000000 is above the limit"),
+    "conv2d of a 2^37-byte input": ("conv2d", {"data_shape": (1, 64, 1 << 28, 8), "kernel_shape": (64, 64, 3, 3)},
+                                    "its data tensor would take 137438953472 bytes, above the limit 4294967296"),
+    "dense K 10^30": ("dense", {"data_shape": (1, 10**30), "kernel_shape": (16, 10**30)},
+                      "data_shape K=1000000000000000000000000000000 is above the limit"),
+    "add channels 2^33": ("add", {"data_shape": (1, 1 << 33, 1, 1), "imm": 1},
+                          "data_shape C=8589934592 is above the limit"),
+    "relu of a 2^36-byte input": ("relu", {"data_shape": (1, 16, 1 << 16, 1 << 16)},
+                                  "its lhs tensor would take 274877906944 bytes, above the limit 4294967296"),
+}
+
+
+@pytest.mark.parametrize("case", list(HUGE_WORKLOADS))
+def test_a_dimension_past_what_a_dram_address_reaches_is_refused_when_parsed(case):
+    """A shape no 32-bit VTA DRAM address reaches is one ValueError naming the dimension and the limit, raised
+    before any knob space is built (one of height 10^30 took forever enumerating its height's divisors)."""
+    op, workload, message = HUGE_WORKLOADS[case]
+    with pytest.raises(ValueError, match=re.escape(message)) as refusal:
+        compile_op(op, load_config("pynq"), **workload)
+    assert "\n" not in str(refusal.value) and len(str(refusal.value)) < 200
+
+
+def test_shapes_within_the_limit_still_compile():
+    """The bound refuses nothing that compiled: a dense of K = 100352 (2048 x 7 x 7) and a conv of height 2^20."""
+    cfg = load_config("pynq")
+    assert compile_op("dense", cfg, data_shape=(1, 100352), kernel_shape=(1024, 100352)).config
+    assert compile_op("conv2d", cfg, data_shape=(1, 64, 1 << 20, 8), kernel_shape=(64, 64, 3, 3), padding=1).config
