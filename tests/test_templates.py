@@ -583,3 +583,20 @@ def test_shapes_within_the_limit_still_compile():
     cfg = load_config("pynq")
     assert compile_op("dense", cfg, data_shape=(1, 100352), kernel_shape=(1024, 100352)).config
     assert compile_op("conv2d", cfg, data_shape=(1, 64, 1 << 20, 8), kernel_shape=(64, 64, 3, 3), padding=1).config
+
+
+@pytest.mark.parametrize("knob, value", [("h_nthread", 2.0), ("oc_nthread", True), ("h_nthread", "2"),
+                                         ("tile_w", [2.9, 28.9]), ("tile_w", ["2", "28"]), ("tile_w", [[2], 28]),
+                                         ("tile_w", None)])
+def test_a_knob_value_that_is_not_an_integer_is_refused_naming_the_knob(knob, value):
+    """2.0, True and "2" name no option (they were coerced, or failed later with a TypeError): compile_op refuses
+    them with a ScheduleError naming the knob and the allowed values; the space raises KnobError (a ValueError)."""
+    cfg = load_config("pynq")
+    with pytest.raises(ScheduleError, match=re.escape(f"knob {knob}={value!r} is not allowed (knob values are "
+                                                      "integers); allowed: [")):
+        compile_op("conv2d", cfg, config={**C2_CONFIG, knob: value}, **C2)
+    with pytest.raises(KnobError, match=f"knob {knob}="):
+        compile_op("conv2d", cfg, **C2).space.normalize({**C2_CONFIG, knob: value})
+    numpy_ints = {k: np.array(v, np.int64) if isinstance(v, list) else np.int32(v) for k, v in C2_CONFIG.items()}
+    numpy_ints = {k: list(v) if isinstance(v, np.ndarray) else v for k, v in numpy_ints.items()}
+    assert compile_op("conv2d", cfg, config=numpy_ints, **C2).config == C2_CONFIG   # numpy integers are integers
