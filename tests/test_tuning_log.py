@@ -195,3 +195,19 @@ def test_vta_run_refuses_a_record_whose_knob_is_not_an_integer_and_applies_what_
     assert all(type(v) is int for x in applied.values() for v in (x if isinstance(x, list) else [x]))
     assert "records skipped: 1 refused by the template" in logged.summary()
 
+
+def test_logged_schedules_apply_the_config_as_normalised():
+    """What LoggedSchedules hands build is the config the template checked (plain ints, splits as lists), not the
+    record's raw values."""
+    import numpy as np
+
+    from graph_pack.build import workload_key
+    from graph_pack.schedule_log import LoggedSchedules
+    task = conv_task(CFG, (1, 32, 8, 8), (32, 32, 3, 3), 1, 1)
+    good = next(c for c in task.space if task.check(c) is None)
+    raw = {k: tuple(np.int64(x) for x in v) if isinstance(v, list) else np.int16(v) for k, v in good.items()}
+    logged = LoggedSchedules("log", CFG, candidates={workload_key(task.workload): [raw]})
+    applied = logged(task.workload)
+    assert applied == good and logged.refused == 0
+    assert all(type(v) is int for x in applied.values() for v in (x if isinstance(x, list) else [x]))
+    assert all(type(v) is list for v in applied.values() if not isinstance(v, int))
