@@ -75,8 +75,9 @@ class LoggedSchedules:
         self.asked.setdefault(key, workload)
         if key not in self.applied:
             for config in self.candidates.get(key, []):
-                if _accepts(workload, config, self.cfg):
-                    self.applied[key] = config
+                normal = _accepted(workload, config, self.cfg)
+                if normal is not None:
+                    self.applied[key] = normal
                     break
                 self.refused += 1
             else:
@@ -103,14 +104,18 @@ class LoggedSchedules:
         return line
 
 
-def _accepts(workload: dict[str, Any], config: dict, cfg: HwConfig | CpuTarget) -> bool:
-    """Whether the workload's template takes ``config`` (checked without emitting anything)."""
+def _accepted(workload: dict[str, Any], config: dict, cfg: HwConfig | CpuTarget) -> dict | None:
+    """``config`` as the workload's template normalises it (splits as [outer, inner] lists of ints), or None when
+    the template refuses it (checked without emitting anything): what is applied is what was checked."""
     try:
         of = host_template_of if isinstance(cfg, CpuTarget) else template_of
         template = of(workload["op"]).from_task_workload(workload, cfg)
-        return template.check(template.space().normalize(config)) is None
+        normal = template.space().normalize(config)
+        if template.check(normal) is not None:
+            return None
     except (ValueError, TypeError, KeyError):   # KnobError and ScheduleError are ValueErrors
-        return False
+        return None
+    return {k: list(v) if isinstance(v, tuple) else v for k, v in normal.items()}
 
 
 def read_schedules(path: str | os.PathLike, cfg: HwConfig | CpuTarget) -> LoggedSchedules:

@@ -209,3 +209,22 @@ def test_pick_best_never_writes_through_a_planted_file(tmp_path, task):
     assert victim.read_text() == "precious" and not out.is_symlink()
     assert [r.cycles for r in load_records(out)] == [900]
     assert {p.name for p in tmp_path.iterdir()} == {"in.jsonl", "victim.txt", "best.jsonl", "best.jsonl.tmp"}
+
+
+def test_a_record_of_a_workload_past_the_dimension_limit_is_skipped_not_hung_on(tmp_path):
+    """A record whose workload has a height of 10^30 (its key edited or poisoned) is skipped by load_best with a
+    RecordWarning naming the dimension and the limit, as any record no template takes; the others are kept.
+    (Enumerating that height's divisors for the knob space hung.)"""
+    from tuning.task import conv_task
+    cfg = load_config("pynq")
+    conv = conv_task(cfg, (1, 32, 8, 8), (32, 32, 3, 3), 1, 1)
+    good = make_record(conv, MeasureResult(conv.default_config, 5000))
+    huge = make_record(conv, MeasureResult(conv.default_config, 10))
+    workload = json.loads(huge.workload)
+    workload["data_shape"] = [1, 32, 10**30, 8]
+    huge.workload = json.dumps(workload, sort_keys=True, separators=(",", ":"))
+    log = RecordLog(tmp_path / "huge.jsonl")
+    log.append([good, huge])
+    with pytest.warns(RecordWarning, match=r"data_shape H=1000000000000000000000000000000 is above the limit 4294967295"):
+        best = load_best(log.path, cfg)
+    assert best == {conv.key: json.loads(json.dumps(conv.default_config))}

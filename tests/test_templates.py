@@ -10,6 +10,8 @@ program reuse and argument checking of ``compile_op``'s ops.
 
 from __future__ import annotations
 
+import re
+
 import numpy as np
 import pytest
 
@@ -519,3 +521,82 @@ def test_ambiguous_workload_arguments_are_refused(case):
     args = {"data_shape": (1, 16, 4, 4), "kernel_shape": (16, 16, 3, 3), "padding": 1, **SILENT_WORKLOADS[case]}
     with pytest.raises(ValueError):
         compile_op("conv2d", load_config("pynq"), **args)
+
+
+def test_divisors_are_the_definitions_in_its_order():
+    """``divisors`` finds the pairs (d, n // d) up to sqrt(n): the same list, in the same increasing order, as
+    the O(n) definition it replaced (which hung on a workload of height 10^30)."""
+    from vta.space import divisors
+
+    def definition(n):
+        return [d for d in range(1, n + 1) if n % d == 0]
+
+    rng = np.random.default_rng(7)
+    for n in [*range(-2, 2000), 4096, 65536, 720720, 999983, 1 << 20, *rng.integers(2000, 300_000, 40).tolist()]:
+        assert divisors(n) == definition(n), n
+    import signal
+
+    def too_slow(*_):
+        raise TimeoutError("divisors(2^40) took over 5 s: not O(sqrt(n))")
+
+    previous = signal.signal(signal.SIGALRM, too_slow)
+    signal.alarm(5)
+    try:
+        assert len(divisors(1 << 40)) == 41 and divisors((1 << 32) - 1)[-1] == (1 << 32) - 1   # milliseconds
+    finally:
+        signal.alarm(0)
+        signal.signal(signal.SIGALRM, previous)
+
+
+HUGE_WORKLOADS = {   # (op, workload, what the one-line refusal names)
+    "conv2d height 10^30": ("conv2d", {"data_shape": (1, 64, 10**30, 8), "kernel_shape": (64, 64, 3, 3)},
+                            "data_shape H=1000000000000000000000000000000 is above the limit 4294967295"),
+    "conv2d width 2^32": ("conv2d", {"data_shape": (1, 16, 8, 1 << 32), "kernel_shape": (16, 16, 1, 1)},
+                          "data_shape W=4294967296 is above the limit 4294967295"),
+    "conv2d kernel height": ("conv2d", {"data_shape": (1, 16, 8, 8), "kernel_shape": (16, 16, 1 << 40, 1)},
+                             "kernel_shape KH=1099511627776 is above the limit"),
+    "conv2d padding": ("conv2d", {"data_shape": (1, 16, 8, 8), "kernel_shape": (16, 16, 3, 3), "padding": 10**30},
+                       "padding H=1000000000000000000000000000000 is above the limit"),
+    "conv2d of a 2^37-byte input": ("conv2d", {"data_shape": (1, 64, 1 << 28, 8), "kernel_shape": (64, 64, 3, 3)},
+                                    "its data tensor would take 137438953472 bytes, above the limit 4294967296"),
+    "dense K 10^30": ("dense", {"data_shape": (1, 10**30), "kernel_shape": (16, 10**30)},
+                      "data_shape K=1000000000000000000000000000000 is above the limit"),
+    "add channels 2^33": ("add", {"data_shape": (1, 1 << 33, 1, 1), "imm": 1},
+                          "data_shape C=8589934592 is above the limit"),
+    "relu of a 2^36-byte input": ("relu", {"data_shape": (1, 16, 1 << 16, 1 << 16)},
+                                  "its lhs tensor would take 274877906944 bytes, above the limit 4294967296"),
+}
+
+
+@pytest.mark.parametrize("case", list(HUGE_WORKLOADS))
+def test_a_dimension_past_what_a_dram_address_reaches_is_refused_when_parsed(case):
+    """A shape no 32-bit VTA DRAM address reaches is one ValueError naming the dimension and the limit, raised
+    before any knob space is built (one of height 10^30 took forever enumerating its height's divisors)."""
+    op, workload, message = HUGE_WORKLOADS[case]
+    with pytest.raises(ValueError, match=re.escape(message)) as refusal:
+        compile_op(op, load_config("pynq"), **workload)
+    assert "\n" not in str(refusal.value) and len(str(refusal.value)) < 200
+
+
+def test_shapes_within_the_limit_still_compile():
+    """The bound refuses nothing that compiled: a dense of K = 100352 (2048 x 7 x 7) and a conv of height 2^20."""
+    cfg = load_config("pynq")
+    assert compile_op("dense", cfg, data_shape=(1, 100352), kernel_shape=(1024, 100352)).config
+    assert compile_op("conv2d", cfg, data_shape=(1, 64, 1 << 20, 8), kernel_shape=(64, 64, 3, 3), padding=1).config
+
+
+@pytest.mark.parametrize("knob, value", [("h_nthread", 2.0), ("oc_nthread", True), ("h_nthread", "2"),
+                                         ("tile_w", [2.9, 28.9]), ("tile_w", ["2", "28"]), ("tile_w", [[2], 28]),
+                                         ("tile_w", None)])
+def test_a_knob_value_that_is_not_an_integer_is_refused_naming_the_knob(knob, value):
+    """2.0, True and "2" name no option (they were coerced, or failed later with a TypeError): compile_op refuses
+    them with a ScheduleError naming the knob and the allowed values; the space raises KnobError (a ValueError)."""
+    cfg = load_config("pynq")
+    with pytest.raises(ScheduleError, match=re.escape(f"knob {knob}={value!r} is not allowed (knob values are "
+                                                      "integers); allowed: [")):
+        compile_op("conv2d", cfg, config={**C2_CONFIG, knob: value}, **C2)
+    with pytest.raises(KnobError, match=f"knob {knob}="):
+        compile_op("conv2d", cfg, **C2).space.normalize({**C2_CONFIG, knob: value})
+    numpy_ints = {k: np.array(v, np.int64) if isinstance(v, list) else np.int32(v) for k, v in C2_CONFIG.items()}
+    numpy_ints = {k: list(v) if isinstance(v, np.ndarray) else v for k, v in numpy_ints.items()}
+    assert compile_op("conv2d", cfg, config=numpy_ints, **C2).config == C2_CONFIG   # numpy integers are integers

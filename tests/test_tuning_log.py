@@ -171,3 +171,43 @@ def test_task_names_tell_the_tasks_apart(model):
     assert len(set(names)) == len(names), sorted(n for n in names if names.count(n) > 1)
     if model == "resnet-18":
         assert "conv2d_1x64x8x8_64x64x3x3_s1x1_p1x1" in names and "conv2d_1x64x8x8_64x64x3x3_s1x1_p1x1_res" in names
+
+
+@pytest.mark.parametrize("knob, value", [("h_nthread", 2.0), ("h_nthread", True), ("tile_h", [2.9, 4.9]),
+                                         ("tile_h", ["2", "4"]), ("tile_h", [[1], 8])])
+def test_vta_run_refuses_a_record_whose_knob_is_not_an_integer_and_applies_what_it_checked(tmp_path, knob, value):
+    """A record edited to h_nthread 2.0 (faster than every other) made emit_conv fail with a TypeError, and
+    tile_h [2.9, 4.9] or ["2", "4"] were applied as ints: such a record is refused like any the template refuses
+    (counted in the summary), the next one is taken, and what is applied is the config as the template normalised it."""
+    from tuning.measure import MeasureResult
+    from tuning.records import RecordLog, make_record
+    task = conv_task(CFG, (1, 32, 8, 8), (32, 32, 3, 3), 1, 1)
+    good = next(c for c in task.space if task.check(c) is None and c["h_nthread"] == 2 and c["tile_h"] == [2, 4])
+    bad = make_record(task, MeasureResult(good, 1, 1e-12))
+    bad.config = {**bad.config, knob: value}
+    log = tmp_path / "edited.jsonl"
+    RecordLog(log).append([make_record(task, MeasureResult(good, 5000, 5e-5))])
+    with open(log, "a") as f:
+        f.write(bad.to_json() + "\n")
+    logged = read_schedules(log, CFG)
+    applied = logged(task.workload)
+    assert applied == good and logged.refused == 1
+    assert all(type(v) is int for x in applied.values() for v in (x if isinstance(x, list) else [x]))
+    assert "records skipped: 1 refused by the template" in logged.summary()
+
+
+def test_logged_schedules_apply_the_config_as_normalised():
+    """What LoggedSchedules hands build is the config the template checked (plain ints, splits as lists), not the
+    record's raw values."""
+    import numpy as np
+
+    from graph_pack.build import workload_key
+    from graph_pack.schedule_log import LoggedSchedules
+    task = conv_task(CFG, (1, 32, 8, 8), (32, 32, 3, 3), 1, 1)
+    good = next(c for c in task.space if task.check(c) is None)
+    raw = {k: tuple(np.int64(x) for x in v) if isinstance(v, list) else np.int16(v) for k, v in good.items()}
+    logged = LoggedSchedules("log", CFG, candidates={workload_key(task.workload): [raw]})
+    applied = logged(task.workload)
+    assert applied == good and logged.refused == 0
+    assert all(type(v) is int for x in applied.values() for v in (x if isinstance(x, list) else [x]))
+    assert all(type(v) is list for v in applied.values() if not isinstance(v, int))

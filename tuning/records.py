@@ -319,7 +319,7 @@ def load_best(path: str | os.PathLike, env) -> dict[str, dict]:
     for key, records in by_workload.items():
         task = _task_of(key, cfg)
         for r in sorted(records, key=lambda r: r.rank):
-            reason = "not a workload of any template" if task is None else task.check(r.config)
+            reason = task if isinstance(task, str) else task.check(r.config)
             if reason is None:
                 best[key] = r.config
                 break
@@ -337,16 +337,17 @@ def target_of(env) -> HwConfig | CpuTarget:
     return host() if env == "cpu" else config_of(env)
 
 
-def _task_of(key: str, cfg: HwConfig) -> Task | None:
-    """The task of a record's workload key, or None when no template takes it."""
+def _task_of(key: str, cfg: HwConfig) -> Task | str:
+    """The task of a record's workload key, or why no template takes it (the template's own reason: e.g. a
+    dimension past its limit, which is refused before any knob space is built)."""
     try:
         workload = json.loads(key, parse_constant=_no_constant)
         if not isinstance(workload, dict) or not isinstance(workload.get("op"), str):
-            return None
+            return "not a workload of any template"
         task = task_of(_canonical(workload), cfg)
         task.space  # noqa: B018 - compiles the default: refuses shapes the template does not take
-    except (ValueError, TypeError, KeyError, RecursionError, ScheduleError):
-        return None
+    except (ValueError, TypeError, KeyError, RecursionError, ScheduleError) as e:
+        return f"not a workload of any template ({e})"[:200]
     return task
 
 

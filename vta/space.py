@@ -9,7 +9,7 @@ from __future__ import annotations
 
 from collections.abc import Iterator, Sequence
 from dataclasses import dataclass
-from math import prod
+from math import isqrt, prod
 from typing import Any
 
 import numpy as np
@@ -22,7 +22,9 @@ class KnobError(ValueError):
 
 
 def divisors(n: int) -> list[int]:
-    return [d for d in range(1, n + 1) if n % d == 0]
+    """The divisors of ``n`` in increasing order, found in O(sqrt(n)) steps (pairs ``d``, ``n // d``)."""
+    small = [d for d in range(1, isqrt(n) + 1) if n % d == 0] if n > 0 else []
+    return small + [n // d for d in reversed(small) if d * d != n]
 
 
 @dataclass(frozen=True)
@@ -43,11 +45,29 @@ class Knob:
         return bool(self.options) and isinstance(self.options[0], tuple)
 
     def normalize(self, value: Any) -> Any:
-        v = tuple(int(x) for x in value) if self.is_split and isinstance(value, (list, tuple)) else value
-        if v not in self.options:
+        """``value`` as the option it names (a split as an (outer, inner) tuple), or a KnobError naming the knob
+        and the allowed values. Only integers name options (numpy's too): 2.0, "2" and True are refused, not
+        coerced, so a config is applied as written or not at all."""
+        if self.is_split:
+            ok = isinstance(value, (list, tuple)) and all(_is_int(x) for x in value)
+            v = tuple(int(x) for x in value) if ok else None
+        else:   # (every template's choices are integers; a space of other values takes them as they are)
+            ok = _is_int(value) or not all(_is_int(o) for o in self.options)
+            v = int(value) if _is_int(value) else value
+        if not ok or v not in self.options:
             shown = [list(o) for o in self.options] if self.is_split else list(self.options)
-            raise KnobError(f"knob {self.name}={value!r} is not allowed; allowed: {shown}")
+            kind = " (knob values are integers)" if not ok else ""
+            raise KnobError(f"knob {self.name}={_short(value)} is not allowed{kind}; allowed: {shown}")
         return v
+
+
+def _is_int(x: Any) -> bool:
+    return isinstance(x, (int, np.integer)) and not isinstance(x, (bool, np.bool_))
+
+
+def _short(value: Any) -> str:
+    text = repr(value)
+    return text if len(text) <= 80 else text[:77] + "..."
 
 
 class ConfigSpace:

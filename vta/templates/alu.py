@@ -32,6 +32,8 @@ from vta.templates.base import (
     Template,
     as_int,
     as_ints,
+    check_buffer_sizes,
+    check_extents,
     checked_array,
     only_known,
     present_inputs,
@@ -256,6 +258,7 @@ class AluTemplate(Template):
         shape = as_ints("data_shape", workload["data_shape"])
         if len(shape) != 4 or min(shape) <= 0:
             raise ValueError(f"{op}: data_shape needs 4 positive dims (N, C, H, W), got {shape}")
+        check_extents(op, "data_shape", shape, ("N", "C", "H", "W"))
         imm = None if workload.get("imm") is None else as_int("imm", workload["imm"])
         if imm is not None and op not in BINARY:
             raise ValueError(f"{op}: imm= applies only to {', '.join(BINARY)}")
@@ -270,7 +273,9 @@ class AluTemplate(Template):
         n, c, h, w = shape
         geometry = AluGeometry(nb=blocks(n, cfg.BATCH), cob=blocks(c, cfg.BLOCK_OUT), height=h, width=w, op=op,
                                rhs_imm=imm, args=args)
-        return cls(op, cfg, Epilogue(epilogue), geometry, shape)
+        template = cls(op, cfg, Epilogue(epilogue), geometry, shape)
+        check_buffer_sizes(template)
+        return template
 
     def task_workload(self) -> dict:
         return {"op": self.op, "data_shape": self.shape, "tensor_rhs": self.geometry.tensor_rhs}

@@ -27,6 +27,7 @@ from typing import Any, ClassVar
 import numpy as np
 
 from hw_config import HwConfig
+from hw_config.layout import MEMOP_DRAM_ADDR_BITS
 from simulator.image import ProgramImage
 from simulator.stats import RunStats
 from vta.device import SimDevice
@@ -213,6 +214,35 @@ def as_pair(name: str, v) -> tuple[int, int]:
         return as_ints(name, v, 2)  # type: ignore[return-value]
     n = as_int(name, v)
     return n, n
+
+
+# The most a workload may ask for: what the 32-bit DRAM address of a VTA LOAD or STORE reaches (docs/limits.md).
+# A tensor dimension past MAX_EXTENT elements, or a tensor past MAX_TENSOR_BYTES, cannot be addressed by any
+# instruction (a board's own DMA window is smaller still: 1 GiB on a PYNQ); refusing it when the workload is
+# parsed keeps the work that follows (its knob spaces, buffers and program) bounded.
+MAX_EXTENT = (1 << MEMOP_DRAM_ADDR_BITS) - 1
+MAX_TENSOR_BYTES = 1 << MEMOP_DRAM_ADDR_BITS
+
+
+def _shown(n: int) -> str:
+    text = str(n)
+    return text if len(text) <= 40 else f"{text[:12]}... ({len(text)} digits)"
+
+
+def check_extents(op: str, name: str, shape: tuple[int, ...], axes: tuple[str, ...]) -> None:
+    """Refuse a dimension of ``shape`` (``axes`` names them, e.g. ("N", "C", "H", "W")) past ``MAX_EXTENT``."""
+    for axis, n in zip(axes, shape):
+        if n > MAX_EXTENT:
+            raise ValueError(f"{op}: {name} {axis}={_shown(n)} is above the limit {MAX_EXTENT} (2^32 - 1, what a "
+                             "32-bit VTA DRAM address reaches)")
+
+
+def check_buffer_sizes(t: Template) -> None:
+    """Refuse a workload one of whose DRAM tensors is larger than ``MAX_TENSOR_BYTES``."""
+    for name, n in t.buffer_bytes().items():
+        if n > MAX_TENSOR_BYTES:
+            raise ValueError(f"{t.op}: its {name} tensor would take {n} bytes, above the limit {MAX_TENSOR_BYTES} "
+                             "(4 GiB, what a 32-bit VTA DRAM address reaches)")
 
 
 def only_known(op: str, workload: dict, known: set[str], required: tuple[str, ...] = ()) -> None:

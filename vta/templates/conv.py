@@ -43,6 +43,8 @@ from vta.templates.base import (
     as_int,
     as_ints,
     as_pair,
+    check_buffer_sizes,
+    check_extents,
     checked_array,
     only_known,
     present_inputs,
@@ -724,6 +726,12 @@ class ConvTemplate(Template):
             raise ValueError(f"{op}: data_shape and kernel_shape need 4 positive dims, got {data_shape}, {kernel_shape}")
         n, ci, h, w = data4
         transpose = op == "conv2d_transpose"
+        dense = op == "dense"
+        check_extents(op, "data_shape", data_shape, ("N", "K") if dense else ("N", "C", "H", "W"))
+        check_extents(op, "kernel_shape", kernel_shape, ("M", "K") if dense else
+                      ("CI", "CO", "KH", "KW") if transpose else ("CO", "CI", "KH", "KW"))
+        check_extents(op, "strides", strides, ("H", "W"))
+        check_extents(op, "padding", padding, ("H", "W"))
         if transpose:
             ci_k, co, kh, kw = kernel4
             if groups != 1:
@@ -747,7 +755,9 @@ class ConvTemplate(Template):
             raise ValueError(f"{op}: the output would be empty ({geometry.out_h} x {geometry.out_w})")
         out_shape = (n, co) if op == "dense" else (n, co, geometry.out_h, geometry.out_w)
         shapes = {"data": data_shape, "kernel": kernel_shape, "out": out_shape}
-        return cls(op, cfg, Epilogue(epilogue), geometry, shapes)
+        template = cls(op, cfg, Epilogue(epilogue), geometry, shapes)
+        check_buffer_sizes(template)
+        return template
 
     # the epilogue tuning measures with: like a network's (bias / residual, then shift, clip, int8 store)
     def task_workload(self) -> dict:
