@@ -5,6 +5,7 @@ qemu-arm against numpy (`bash .ci/arm-cross.sh` installs them)."""
 
 from __future__ import annotations
 
+import re
 import subprocess
 
 import numpy as np
@@ -304,3 +305,29 @@ def test_the_arm_template_vectorises_output_channels_or_output_columns(workload)
         for config in configs:
             got = t.build(config, ("bias", "residual", "relu"))(inputs["data"], inputs["kernel"], bias, res)
             assert _close(got, want), config
+
+
+@pytest.mark.parametrize(("op", "workload", "field"), [
+    ("conv2d_NCHWc.x86", {**CONV, "data_shape": (1, 8, 10**30, 9)}, "data_shape H="),
+    ("conv2d_nchw_spatial_pack.arm", {**CONV, "kernel_shape": (2**31, 8, 3, 3), "data_shape": (1, 8, 7, 9)},
+     "kernel_shape O=2147483648"),
+    ("conv2d_NCHWc_int8.x86", {**CONV, "padding": (2**40, 1)}, "strides / dilation / padding PT="),
+    ("depthwise_conv2d_NCHWc.x86", {**DEPTHWISE, "data_shape": (1, 32, 9, 10**20)}, "data_shape W="),
+    ("dense_pack.x86", {"data_shape": (2, 10**30), "kernel_shape": (40, 10**30)}, "data_shape / kernel_shape K="),
+])
+def test_a_host_dimension_past_the_limit_is_refused_when_parsed(op, workload, field):
+    """A host workload (from a log, say) with a dimension of 10^30 hung building its knob space from divisors:
+    each dimension is at most 2^31 - 1, refused in one line naming it."""
+    import signal
+
+    def hung(*_):
+        raise TimeoutError(f"{op}: parsing took over 5 s")
+    old = signal.signal(signal.SIGALRM, hung)
+    signal.alarm(5)
+    try:
+        with pytest.raises(ValueError, match=rf"{op}: {re.escape(field)}.* is above the limit 2147483647 "
+                                             r"\(2\^31 - 1, the host templates' limit\)"):
+            _template(op, workload).space()
+    finally:
+        signal.alarm(0)
+        signal.signal(signal.SIGALRM, old)

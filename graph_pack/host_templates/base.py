@@ -20,7 +20,15 @@ import numpy as np
 from graph_pack.host_templates.target import CpuTarget, host, object_code
 from vta.runtime import ScheduleError
 from vta.space import Config, ConfigSpace, KnobError
-from vta.templates.base import Template
+from vta.templates.base import Template, check_extents
+
+# The most a host workload's dimension may be: 2^31 - 1 (a float32 tensor of that many elements is 8 GiB); it keeps
+# a task parsed from a log bounded (its knob space is built from the dimensions' divisors). docs/limits.md
+HOST_MAX_EXTENT = (1 << 31) - 1
+
+
+def check_host_extents(op: str, name: str, shape: tuple[int, ...], axes: tuple[str, ...]) -> None:
+    check_extents(op, name, shape, axes, HOST_MAX_EXTENT, "2^31 - 1, the host templates' limit")
 
 HOST_TEMPLATES: dict[str, type[HostTemplate]] = {}   # task op name -> host template class
 # the version of the host templates' code, written into their tuning records: bump it when a config's

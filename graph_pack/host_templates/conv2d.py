@@ -28,6 +28,7 @@ from graph_pack.host_templates.base import (
     HostTemplate,
     check_arrays,
     check_epilogue,
+    check_host_extents,
     largest_divisor,
     register_host,
     timed_compile,
@@ -311,6 +312,10 @@ class _Conv2d(HostTemplate):
         pt, pl, pb, pr = pad if len(pad) == 4 else (pad[0], pad[1], pad[0], pad[1])
         if min(n, c, h, w, o, kh, kw, sh, sw, dh, dw) < 1 or min(pt, pl, pb, pr) < 0:
             raise ValueError(f"{op}: shapes, strides and dilation must be >= 1 and padding >= 0, got {workload}")
+        check_host_extents(op, "data_shape", (n, c, h, w), ("N", "C", "H", "W"))
+        check_host_extents(op, "kernel_shape", (o, ci, kh, kw), ("O", "I", "KH", "KW"))
+        check_host_extents(op, "strides / dilation / padding", (sh, sw, dh, dw, pt, pl, pb, pr),
+                           ("SH", "SW", "DH", "DW", "PT", "PL", "PB", "PR"))
         p = ConvShape(n, c, h, w, o, kh, kw, sh, sw, pt, pl, pb, pr, dh, dw)
         if p.oh < 1 or p.ow < 1:
             raise ValueError(f"{op}: the output would be empty ({p.oh} x {p.ow})")

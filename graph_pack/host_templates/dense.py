@@ -16,6 +16,7 @@ from graph_pack.host_templates.base import (
     HostTemplate,
     check_arrays,
     check_epilogue,
+    check_host_extents,
     largest_divisor,
     register_host,
     timed_compile,
@@ -84,6 +85,7 @@ class DensePack(HostTemplate):
         m, k2 = as_ints("kernel_shape", workload["kernel_shape"], 2)
         if k != k2 or min(n, k, m) < 1:
             raise ValueError(f"{op}: data (N, K) {(n, k)} and kernel (M, K) {(m, k2)} must agree on K >= 1")
+        check_host_extents(op, "data_shape / kernel_shape", (n, k, m), ("N", "K", "M"))
         return cls(op, n, k, m, cfg if isinstance(cfg, CpuTarget) else None)
 
     def task_workload(self) -> dict[str, Any]:

@@ -229,12 +229,12 @@ def _shown(n: int) -> str:
     return text if len(text) <= 40 else f"{text[:12]}... ({len(text)} digits)"
 
 
-def check_extents(op: str, name: str, shape: tuple[int, ...], axes: tuple[str, ...]) -> None:
-    """Refuse a dimension of ``shape`` (``axes`` names them, e.g. ("N", "C", "H", "W")) past ``MAX_EXTENT``."""
+def check_extents(op: str, name: str, shape: tuple[int, ...], axes: tuple[str, ...], limit: int = MAX_EXTENT,
+                  why: str = "2^32 - 1, what a 32-bit VTA DRAM address reaches") -> None:
+    """Refuse a dimension of ``shape`` (``axes`` names them, e.g. ("N", "C", "H", "W")) past ``limit``."""
     for axis, n in zip(axes, shape):
-        if n > MAX_EXTENT:
-            raise ValueError(f"{op}: {name} {axis}={_shown(n)} is above the limit {MAX_EXTENT} (2^32 - 1, what a "
-                             "32-bit VTA DRAM address reaches)")
+        if n > limit:
+            raise ValueError(f"{op}: {name} {axis}={_shown(n)} is above the limit {limit} ({why})")
 
 
 def check_buffer_sizes(t: Template) -> None:
