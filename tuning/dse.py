@@ -35,6 +35,7 @@ from typing import Any
 import numpy as np
 
 from hw_config import ConfigError, HwConfig, load_config
+from hw_config.reading import bounded_lines, read_bounded
 from tuning.measure import completed_in
 
 # Axes a search may vary: integer config keys (the rest of a config is the base's).
@@ -46,6 +47,8 @@ DEFAULT_SPACE: dict[str, list[int]] = {
     "LOG_WGT_BUFF_SIZE": [16, 17, 18], "LOG_ACC_BUFF_SIZE": [15, 16, 17]}
 DEFAULT_TRIALS = 8          # measured configs per task beyond the default schedule
 DEFAULT_MAX_POINTS = 5000   # a space larger than this is refused before any work (--max-points)
+MAX_SPACE_BYTES = 1 << 20   # a space file is a few hundred bytes (read_space(max_bytes=))
+MAX_RECORD_BYTES = 1 << 20  # a record is a few KB (a row per task); a longer line is not one (read_records)
 HOST_REPEATS = 3            # timing-only runs of a config's network; its host part is the fastest one's
 RESOURCES = ("lut", "ff", "bram36", "dsp")
 RECORDS, CSV, FRONT, REPORT = "records.jsonl", "results.csv", "front.json", "report.html"   # in --out
@@ -68,18 +71,24 @@ class Search:
         return hashlib.sha256(json.dumps(asdict(self), sort_keys=True).encode()).hexdigest()[:16]
 
 
-def read_space(path: str | os.PathLike | None, max_points: int = DEFAULT_MAX_POINTS) -> dict[str, list[int]]:
+def read_space(path: str | os.PathLike | None, max_points: int = DEFAULT_MAX_POINTS,
+               max_bytes: int = MAX_SPACE_BYTES) -> dict[str, list[int]]:
     """The space of a JSON file ``{"KEY": [values...], ...}`` (default: DEFAULT_SPACE), checked: known axes,
-    integer values, at most ``max_points`` points."""
+    integer values, at most ``max_points`` points; a file of more than ``max_bytes`` is refused before it is
+    read."""
     if path is None:
         space = DEFAULT_SPACE
     else:
         try:
-            space = json.loads(Path(path).read_text())
+            data = read_bounded(path, max_bytes, f"--space {path}",
+                                f"a space file is at most {max_bytes:,} bytes (a space is a few hundred)")
+            space = json.loads(data.decode())
         except FileNotFoundError:
             raise FileNotFoundError(f"--space {path}: no such file") from None
-        except (OSError, UnicodeDecodeError, json.JSONDecodeError) as e:
-            raise ValueError(f"--space {path}: not a JSON object of config keys to value lists ({e})") from None
+        except (OSError, ValueError, RecursionError) as e:   # ValueError: the size, UTF-8 or JSON
+            why = str(e) if str(e).startswith(f"--space {path}:") else \
+                f"--space {path}: not a JSON object of config keys to value lists ({e or type(e).__name__})"
+            raise ValueError(why) from None
     if not isinstance(space, dict) or not space:
         raise ValueError("a space is a JSON object of config keys to value lists, e.g. "
                          '{"LOG_BLOCK": [3, 4], "LOG_BUS_WIDTH": [6, 7]}')
@@ -243,13 +252,18 @@ def share_host_time(records: Sequence[dict]) -> list[dict]:
 
 # ---- records -----------------------------------------------------------------------------------------------------
 
-def read_records(path: Path, search: Search) -> dict[str, dict]:
-    """This search's records in a JSON-lines file, by point; a torn or foreign line is skipped."""
+def read_records(path: Path, search: Search, max_line_bytes: int = MAX_RECORD_BYTES) -> dict[str, dict]:
+    """This search's records in a JSON-lines file, by point; a torn or foreign line is skipped, and so is one
+    longer than ``max_line_bytes`` (passed over in bounded pieces)."""
     out: dict[str, dict] = {}
     if not path.exists():
         return out
+    if not path.is_file():
+        raise ValueError(f"{path}: not a regular file; the search keeps its records in a file there")
     with open(path, encoding="utf-8", errors="replace") as f:
-        for line in f:
+        for _, line in bounded_lines(f, max_line_bytes):
+            if line is None:
+                continue
             try:
                 rec = json.loads(line)
             except json.JSONDecodeError:

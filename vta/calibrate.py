@@ -32,6 +32,7 @@ import numpy as np
 
 from hw_config import LATENCY_KEYS, HwConfig, load_config
 from hw_config.config import LATENCY_RANGES
+from hw_config.reading import bounded_lines
 from simulator.files import check_output_path, write_atomic
 from simulator.latency import HOST_KEYS, HOST_UNIT_S, BoardProgram, accel_extra, beat_extra
 from vta.cli import arg, command
@@ -208,22 +209,24 @@ def _no_constant(name: str):
     raise ValueError(f"{name} is not a JSON number")
 
 
-def read_measurements(path: str | Path, cfg: HwConfig) -> tuple[list[Measurement], list[tuple[int, str, str]]]:
+def read_measurements(path: str | Path, cfg: HwConfig, *, max_line_bytes: int = MAX_LINE_BYTES,
+                      max_records: int = MAX_RECORDS) -> tuple[list[Measurement], list[tuple[int, str, str]]]:
     """The measurements of a JSON-lines file, and the lines set aside (line, what, why): failed or simulated
-    tuning records. A line that is not a valid record raises MeasurementError naming it."""
+    tuning records. A line that is not a valid record (one longer than ``max_line_bytes`` is refused after
+    reading that much of it) raises MeasurementError naming it; so do more than ``max_records``."""
     path = Path(path)
     if not path.is_file():
         raise MeasurementError(f"measurements {path}: no such file")
     out: list[Measurement] = []
     skipped: list[tuple[int, str, str]] = []
     with open(path, encoding="utf-8", errors="replace") as f:
-        for number, text in enumerate(f, 1):
-            if len(text) > MAX_LINE_BYTES:
-                raise MeasurementError(f"{path}, line {number}: longer than {MAX_LINE_BYTES} bytes; not a record")
+        for number, text in bounded_lines(f, max_line_bytes):
+            if text is None:
+                raise MeasurementError(f"{path}, line {number}: longer than {max_line_bytes:,} bytes; not a record")
             if not text.strip():
                 continue
-            if len(out) + len(skipped) >= MAX_RECORDS:
-                raise MeasurementError(f"{path}: more than {MAX_RECORDS} records; split the file")
+            if len(out) + len(skipped) >= max_records:
+                raise MeasurementError(f"{path}: more than {max_records:,} records; split the file")
             try:
                 try:
                     obj = json.loads(text, parse_constant=_no_constant)
