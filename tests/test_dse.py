@@ -198,6 +198,44 @@ def test_the_base_config_is_measured_even_outside_the_space(tmp_path):
     assert "The base config <b>pynq</b>" in page and "faster) using" in page
 
 
+# ---- resuming ----------------------------------------------------------------------------------------------------
+
+def test_a_changed_base_config_file_is_another_search_and_an_unchanged_one_resumes(tmp_path):
+    """The search key holds the base config's content, not only its path: after the file changes (a faster clock
+    and a wider bus), its records are another search's and every point is measured again; while it does not,
+    they are resumed."""
+    base = tmp_path / "base.json"
+    base.write_text(load_config("pynq").to_json())
+    space, out = {"LOG_BLOCK": [4]}, tmp_path / "out"
+
+    def search() -> Search:
+        return Search(NET, str(base), "xc7z020", trials=1, image_size=IMAGE)
+
+    first = run_search(search(), space, out)
+    assert first.measured == 1
+    said: list[str] = []
+    again = run_search(search(), space, out, progress=said.append)
+    assert again.measured == 0 and again.records == first.records
+    assert said[0].startswith("resuming: 1 of 1 points already in")
+    base.write_text(json.dumps({**json.loads(base.read_text()), "CLOCK_MHZ": 200, "LOG_BUS_WIDTH": 7}))
+    said.clear()
+    changed = run_search(search(), space, out, progress=said.append)
+    assert changed.measured == 1 and not any(line.startswith("resuming") for line in said)
+    assert changed.records[0]["latency_ms"] < first.records[0]["latency_ms"]
+    assert changed.records[0]["fingerprint"] == load_config(str(base), LOG_BLOCK=4).fingerprint
+    assert run_search(search(), space, out).measured == 0   # and the changed one resumes in turn
+
+
+def test_an_onnx_model_files_content_is_in_the_search_key(tmp_path):
+    model = tmp_path / "net.onnx"
+    model.write_bytes(b"a model")
+    key = Search(str(model)).key
+    assert Search(str(model)).key == key
+    model.write_bytes(b"another model")
+    assert Search(str(model)).key != key
+    assert Search("resnet-18").key != Search("resnet-18", trials=3).key
+
+
 # ---- the command line ------------------------------------------------------------------------------------------
 
 def test_vta_dse_writes_records_csv_front_and_a_self_contained_report(searched, tmp_path):

@@ -29,6 +29,7 @@ import time
 from collections.abc import Callable, Iterable, Sequence
 from concurrent.futures import ProcessPoolExecutor
 from dataclasses import asdict, dataclass, field
+from functools import cached_property
 from pathlib import Path
 from typing import Any
 
@@ -66,9 +67,24 @@ class Search:
     image_size: int | None = None
     seed: int = 0
 
-    @property
+    @cached_property
     def key(self) -> str:
-        return hashlib.sha256(json.dumps(asdict(self), sort_keys=True).encode()).hexdigest()[:16]
+        """The hash of the search's fields, the base config's content (its fingerprint: every key, wherever the
+        config comes from) and an ONNX model file's content: a record made before any of them changed is another
+        search's, never resumed."""
+        ident: dict[str, Any] = {**asdict(self), "base_fingerprint": load_config(self.base).fingerprint}
+        model = Path(self.network)
+        if model.is_file():   # as load_model tells a file from a zoo name
+            ident["model_sha256"] = _file_sha256(model)
+        return hashlib.sha256(json.dumps(ident, sort_keys=True).encode()).hexdigest()[:16]
+
+
+def _file_sha256(path: Path) -> str:
+    h = hashlib.sha256()
+    with open(path, "rb") as f:
+        while chunk := f.read(1 << 20):
+            h.update(chunk)
+    return h.hexdigest()
 
 
 def read_space(path: str | os.PathLike | None, max_points: int = DEFAULT_MAX_POINTS,
@@ -328,6 +344,7 @@ def run_search(search: Search, space: dict[str, list[int]], out: str | os.PathLi
     report there. ``parallel`` worker processes, or the Dask scheduler at ``dask``."""
     say = progress or (lambda _text: None)
     directory = Path(out)
+    search.key   # noqa: B018 - the base config and the model file are read (and refused) before any work
     directory.mkdir(parents=True, exist_ok=True)
     path = directory / RECORDS
     done = read_records(path, search)
