@@ -28,7 +28,9 @@ from hardware.fpga import estimate
 from hw_config import load_config
 from tuning.dse import (
     RECORDS,
+    RESOURCES,
     Search,
+    csv_rows,
     evaluate,
     pareto_front,
     point_key,
@@ -224,6 +226,63 @@ def test_a_changed_base_config_file_is_another_search_and_an_unchanged_one_resum
     assert changed.records[0]["latency_ms"] < first.records[0]["latency_ms"]
     assert changed.records[0]["fingerprint"] == load_config(str(base), LOG_BLOCK=4).fingerprint
     assert run_search(search(), space, out).measured == 0   # and the changed one resumes in turn
+
+
+GOOD_OK = {"search": SEARCH.key, "point": {"LOG_BLOCK": 4}, "status": "ok", "cost": 0.5, "batch": 1,
+           "usage": dict.fromkeys(RESOURCES, 0.5), "resources": dict.fromkeys(RESOURCES, 10.0), "latency_ms": 5.0,
+           "accel_ms": 4.0, "host_ms": 1.0, "per_image_ms": 5.0, "host_key": "k", "tasks": [], "trials": 3}
+
+
+@pytest.mark.parametrize("line, why", [
+    ("[" * 200_000, "not JSON"),
+    (json.dumps({k: v for k, v in GOOD_OK.items() if k != "latency_ms"}), "a timed record without latency_ms"),
+    (json.dumps({k: v for k, v in GOOD_OK.items() if k != "usage"}), "a timed record without usage"),
+    (json.dumps({**GOOD_OK, "latency_ms": "5"}), "latency_ms is not a finite number >= 0"),
+    (json.dumps({**GOOD_OK, "latency_ms": float("nan")}), "not JSON"),
+    (json.dumps({**GOOD_OK, "cost": 1e400}).replace("Infinity", "1e400"), "cost is not a finite number >= 0"),
+    (json.dumps({**GOOD_OK, "latency_ms": -1.0}), "latency_ms is not a finite number >= 0"),
+    (json.dumps({**GOOD_OK, "cost": -0.5}), "cost is not a finite number >= 0"),
+    (json.dumps({**GOOD_OK, "resources": None}), "resources is not an object of lut, ff, bram36, dsp to numbers >= 0"),
+    (json.dumps({**GOOD_OK, "usage": {"lut": 0.5}}), "usage is not an object of lut, ff, bram36, dsp to numbers >= 0"),
+    (json.dumps({**GOOD_OK, "status": 5}), "status is not one of ok, invalid, does-not-fit, failed"),
+    (json.dumps({**GOOD_OK, "point": [4]}), "point is not an object of axes to integers"),
+    (json.dumps({**GOOD_OK, "point": {"LOG_BLOCK": "4"}}), "point is not an object of axes to integers"),
+    (json.dumps({**GOOD_OK, "batch": 0}), "batch is not an integer >= 1"),
+    (json.dumps({**GOOD_OK, "reason": ["x"]}), "reason is not a string"),
+    ('{"search": "' + SEARCH.key + '", "latency_ms": ' + "9" * 5000 + "}", "not JSON"),
+    ("null", "not a JSON object"),
+])
+def test_a_record_that_is_not_usable_counts_as_absent_and_is_reported_once(tmp_path, line, why):
+    """A line of this search whose fields the front, the CSV or the report could not use is skipped (its point is
+    measured again), never a traceback there nor a silently wrong front; one progress line says how many and why."""
+    path = tmp_path / RECORDS
+    good = {**GOOD_OK, "point": {"LOG_BLOCK": 3}}
+    path.write_text(json.dumps(good) + "\n" + line + "\n" + json.dumps({**GOOD_OK, "search": "other"}) + "\n")
+    said: list[str] = []
+    records = read_records(path, SEARCH, report=said.append)
+    assert list(records) == [point_key(good["point"])]
+    assert said == [(f"{path}: skipped 1 line(s) that are not usable records (1: {why}); a point without one is "
+                    "measured again"),
+                    (f"{path}: 1 record(s) of another search (network, base config or its content, part, trials, "
+                    "image size or model file changed) are kept but not used")]
+    shared = share_host_time(list(records.values()))
+    assert pareto_front(shared) == shared and len(csv_rows(shared)) == 2
+
+
+def test_a_search_measures_again_the_points_whose_records_are_not_usable(tmp_path):
+    search, space = Search(NET, "pynq", "xc7z020", trials=1, image_size=IMAGE), {"LOG_BLOCK": [4]}
+    first = run_search(search, space, tmp_path)
+    path = tmp_path / RECORDS
+    rec = json.loads(path.read_text())
+    path.write_text("[" * 200_000 + "\n" + json.dumps({**rec, "resources": None}) + "\n"
+                    + json.dumps({**rec, "latency_ms": -rec["latency_ms"]}) + "\n")
+    said: list[str] = []
+    again = run_search(search, space, tmp_path, progress=said.append)
+    assert again.measured == 1 and again.records[0]["accel_cycles"] == first.records[0]["accel_cycles"]
+    assert said[0].endswith("skipped 3 line(s) that are not usable records (1: not JSON; 1: resources is not an "
+                            "object of lut, ff, bram36, dsp to numbers >= 0; 1: latency_ms is not a finite number "
+                            ">= 0); a point without one is measured again")
+    assert run_search(search, space, tmp_path).measured == 0   # the new record is used
 
 
 def test_an_onnx_model_files_content_is_in_the_search_key(tmp_path):

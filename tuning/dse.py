@@ -268,24 +268,104 @@ def share_host_time(records: Sequence[dict]) -> list[dict]:
 
 # ---- records -----------------------------------------------------------------------------------------------------
 
-def read_records(path: Path, search: Search, max_line_bytes: int = MAX_RECORD_BYTES) -> dict[str, dict]:
-    """This search's records in a JSON-lines file, by point; a torn or foreign line is skipped, and so is one
-    longer than ``max_line_bytes`` (passed over in bounded pieces)."""
+STATUSES = ("ok", "invalid", "does-not-fit", "failed")
+_NUMBERS = ("cost", "latency_ms", "accel_ms", "host_ms", "host_ms_measured", "per_image_ms", "clock_mhz", "wall_s")
+_COUNTS = ("accel_cycles", "trials", "groups", "batch")
+_TEXTS = ("reason", "model", "fingerprint", "host_key")
+_OK_NEEDS = ("cost", "usage", "resources", "latency_ms", "accel_ms", "host_ms", "per_image_ms", "batch")
+
+
+def _is_int(v: Any) -> bool:
+    return isinstance(v, int) and not isinstance(v, bool)
+
+
+def _number(v: Any) -> bool:
+    return isinstance(v, (int, float)) and not isinstance(v, bool) and math.isfinite(v) and v >= 0
+
+
+def record_problem(rec: Any) -> str | None:
+    """Why ``rec`` (a parsed line of this search) is not a record the search can use, or None: the fields the
+    front, the CSV and the report read, each of its type and range (numbers finite and >= 0)."""
+    if not isinstance(rec.get("point"), dict) or not all(
+            k in AXES and _is_int(v) for k, v in rec["point"].items()):
+        return "point is not an object of axes to integers"
+    if rec.get("status") not in STATUSES:
+        return f"status is not one of {', '.join(STATUSES)}"
+    if rec["status"] == "ok":
+        missing = [k for k in _OK_NEEDS if k not in rec]
+        if missing:
+            return f"a timed record without {', '.join(missing)}"
+    for k in _NUMBERS:
+        if k in rec and not _number(rec[k]):
+            return f"{k} is not a finite number >= 0"
+    for k in _COUNTS:
+        least = 1 if k == "batch" else 0
+        if k in rec and not (_is_int(rec[k]) and rec[k] >= least):
+            return f"{k} is not an integer >= {least}"
+    for k in _TEXTS:
+        if k in rec and not isinstance(rec[k], str):
+            return f"{k} is not a string"
+    for k in ("resources", "usage"):
+        if k in rec and not (isinstance(rec[k], dict) and all(_number(rec[k].get(r)) for r in RESOURCES)):
+            return f"{k} is not an object of {', '.join(RESOURCES)} to numbers >= 0"
+    if "fits" in rec and not isinstance(rec["fits"], bool):
+        return "fits is not true or false"
+    if "tasks" in rec and not isinstance(rec["tasks"], list):
+        return "tasks is not a list"
+    return None
+
+
+def _no_constant(name: str):
+    raise ValueError(f"{name} is not a JSON number")
+
+
+def _record_of(line: str | None, key: str, max_line_bytes: int) -> tuple[dict | None, str | None]:
+    """(the record, None) of a usable line of search ``key``; (None, why) of a line that is not one; (None, None)
+    of another search's record."""
+    if line is None:
+        return None, f"longer than {max_line_bytes:,} bytes"
+    try:
+        rec = json.loads(line, parse_constant=_no_constant)
+    except (ValueError, RecursionError):   # a torn last line, NaN, digits past Python's limit, deep nesting
+        return None, "not JSON"
+    if not isinstance(rec, dict):
+        return None, "not a JSON object"
+    if rec.get("search") != key:
+        return None, None
+    why = record_problem(rec)
+    return (None, why) if why else (rec, None)
+
+
+def read_records(path: Path, search: Search, report: Callable[[str], None] | None = None,
+                 max_line_bytes: int = MAX_RECORD_BYTES) -> dict[str, dict]:
+    """This search's records in a JSON-lines file, by point. A line that is not a usable record of this search
+    (torn by a kill, longer than ``max_line_bytes``, not JSON, a field of the wrong type or range:
+    ``record_problem``) counts as absent, so its point is measured again; ``report`` is told once how many lines
+    were skipped and why, and how many records are another search's."""
     out: dict[str, dict] = {}
     if not path.exists():
         return out
     if not path.is_file():
         raise ValueError(f"{path}: not a regular file; the search keeps its records in a file there")
+    skipped: dict[str, int] = {}
+    foreign = 0
     with open(path, encoding="utf-8", errors="replace") as f:
         for _, line in bounded_lines(f, max_line_bytes):
-            if line is None:
+            if line is not None and not line.strip():
                 continue
-            try:
-                rec = json.loads(line)
-            except json.JSONDecodeError:
-                continue   # the last line of a search killed while writing it
-            if isinstance(rec, dict) and rec.get("search") == search.key and isinstance(rec.get("point"), dict):
+            rec, why = _record_of(line, search.key, max_line_bytes)
+            if rec is not None:
                 out[point_key(rec["point"])] = rec
+            elif why is None:
+                foreign += 1
+            else:
+                skipped[why] = skipped.get(why, 0) + 1
+    if report is not None and skipped:
+        report(f"{path}: skipped {sum(skipped.values())} line(s) that are not usable records ("
+               + "; ".join(f"{n}: {why}" for why, n in skipped.items()) + "); a point without one is measured again")
+    if report is not None and foreign:
+        report(f"{path}: {foreign} record(s) of another search (network, base config or its content, part, trials, "
+               "image size or model file changed) are kept but not used")
     return out
 
 
@@ -347,7 +427,7 @@ def run_search(search: Search, space: dict[str, list[int]], out: str | os.PathLi
     search.key   # noqa: B018 - the base config and the model file are read (and refused) before any work
     directory.mkdir(parents=True, exist_ok=True)
     path = directory / RECORDS
-    done = read_records(path, search)
+    done = read_records(path, search, report=say)
     points = points_of(space)
     base = reference_point(search, space)
     if point_key(base) not in {point_key(p) for p in points}:
