@@ -48,9 +48,14 @@ SPACE = {"LOG_BLOCK": [3, 4, 5], "LOG_BUS_WIDTH": [6, 7]}
 SEARCH = Search(NET, "pynq", "xc7z020", trials=2, image_size=IMAGE)
 
 
+# the commands run this checkout's code, wherever the package is installed from (a git worktree beside it)
+ENV = {**os.environ, "PYTHONPATH": os.pathsep.join([str(Path(__file__).resolve().parents[1]),
+                                                     os.environ.get("PYTHONPATH", "")])}
+
+
 def vta(*args: str, cwd: Path, timeout: float = 600) -> subprocess.CompletedProcess:
     return subprocess.run([sys.executable, "-m", "vta", *args], cwd=cwd, capture_output=True, text=True,
-                          timeout=timeout, check=False)
+                          timeout=timeout, check=False, env=ENV)
 
 
 PROGRESS: list[str] = []
@@ -346,7 +351,7 @@ def test_a_search_killed_with_sigkill_resumes_without_measuring_twice(tmp_path):
     (tmp_path / "space.json").write_text(json.dumps({"LOG_BUS_WIDTH": [6, 7, 8]}))
     cmd = [sys.executable, "-m", "vta", "dse", NET, "--image-size", str(IMAGE), "--space", "space.json",
            "--trials", "1", "--out", "out"]
-    proc = subprocess.Popen(cmd, cwd=tmp_path, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    proc = subprocess.Popen(cmd, cwd=tmp_path, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, env=ENV)
     records = tmp_path / "out" / RECORDS
     deadline = time.monotonic() + 300
     while not (records.exists() and records.read_text().count("\n") >= 1):
@@ -359,7 +364,7 @@ def test_a_search_killed_with_sigkill_resumes_without_measuring_twice(tmp_path):
         f.write('{"search": "torn')   # as if killed while writing a line
     kept = read_records(records, Search(NET, "pynq", "xc7z020", 1, IMAGE))
     assert 1 <= len(kept) < 3
-    again = subprocess.run(cmd, cwd=tmp_path, capture_output=True, text=True, timeout=600, check=False)
+    again = subprocess.run(cmd, cwd=tmp_path, capture_output=True, text=True, timeout=600, check=False, env=ENV)
     assert again.returncode == 0, again.stderr
     assert f"resuming: {len(kept)} of 3 points already in" in again.stderr
     final = read_records(records, Search(NET, "pynq", "xc7z020", 1, IMAGE))
