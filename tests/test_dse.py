@@ -126,6 +126,58 @@ def test_a_bad_space_is_refused_naming_what_is_wrong(tmp_path, text, message):
         read_space(path, max_points=20)
 
 
+@pytest.mark.parametrize("space, message", [
+    ({"FOO": [4]}, "space axis 'FOO': not one a search varies; axes: LOG_BATCH"),
+    ({"LOG_BLOCK": 4}, "space axis LOG_BLOCK: give a non-empty list of integers, not 4"),
+    ({"LOG_BLOCK": [True]}, "space axis LOG_BLOCK: give a non-empty list of integers, not [True]"),
+    ({"LOG_BLOCK": [4, 4]}, "space axis LOG_BLOCK: [4, 4] repeats a value"),
+    ({}, "a space is a JSON object of config keys to value lists"),
+    ([("LOG_BLOCK", [4])], "a space is a JSON object of config keys to value lists"),
+    ({"LOG_BLOCK": [3, 4, 5], "LOG_BUS_WIDTH": [5, 6, 7]}, "the space has 9 points, more than --max-points 4"),
+])
+def test_run_search_checks_a_space_as_read_space_does_before_any_work(tmp_path, space, message):
+    with pytest.raises(ValueError, match=re.escape(message)):
+        run_search(SEARCH, space, tmp_path / "out", max_points=4)
+    assert not (tmp_path / "out").exists()
+
+
+@pytest.mark.parametrize("fields, message", [
+    ({"trials": 0}, "Search trials=0: an integer >= 1 (configs measured per task)"),
+    ({"trials": -5}, "Search trials=-5: an integer >= 1"),
+    ({"trials": 2.5}, "Search trials=2.5: an integer >= 1"),
+    ({"trials": True}, "Search trials=True: an integer >= 1"),
+    ({"image_size": 4}, "Search image_size=4: None (the model's own) or an integer 8..4096"),
+    ({"seed": -1}, "Search seed=-1: an integer >= 0"),
+    ({"network": ""}, "Search network='': a zoo model name or an .onnx file"),
+    ({"base": 3}, "Search base=3: a preset name or a config file's path"),
+    ({"part": "xc7z010"}, "unknown FPGA part 'xc7z010'; known parts: xc7z020"),
+])
+def test_a_search_with_a_bad_field_is_refused_naming_it(fields, message):
+    with pytest.raises(ValueError, match=re.escape(message)):
+        Search(**{"network": NET, **fields})
+
+
+def test_a_search_takes_paths_as_strings(tmp_path):
+    assert Search(tmp_path / "net.onnx", base=tmp_path / "base.json").base == str(tmp_path / "base.json")
+
+
+def test_vta_dse_passes_its_max_points_to_the_search(tmp_path, monkeypatch):
+    """A space the command's --max-points allows is not refused by run_search's default."""
+    import tuning.dse_cli
+    from vta.cli import main
+    seen = {}
+
+    def fake(search, space, out, **options):
+        seen.update(options)
+        raise KeyboardInterrupt
+
+    monkeypatch.setattr(tuning.dse_cli, "run_search", fake)
+    monkeypatch.setattr("graph_pack.cli.load_model", lambda *args: None)
+    (tmp_path / "space.json").write_text(json.dumps({"CLOCK_MHZ": list(range(1, 6001))}))
+    main(["dse", NET, "--space", str(tmp_path / "space.json"), "--max-points", "6000", "--out", str(tmp_path / "o")])
+    assert seen["max_points"] == 6000
+
+
 def test_the_default_space_has_over_a_hundred_configs_that_fit_the_pynqs_part():
     from tuning.dse import points_of
     fit = 0

@@ -67,6 +67,24 @@ class Search:
     image_size: int | None = None
     seed: int = 0
 
+    def __post_init__(self) -> None:
+        def need(ok: bool, name: str, allowed: str) -> None:
+            if not ok:
+                raise ValueError(f"Search {name}={getattr(self, name)!r}: {allowed}")
+
+        for name in ("network", "base"):   # a path as a string: the key hashes it, the records store it
+            if isinstance(getattr(self, name), os.PathLike):
+                object.__setattr__(self, name, os.fspath(getattr(self, name)))
+        need(isinstance(self.network, str) and bool(self.network), "network", "a zoo model name or an .onnx file")
+        need(isinstance(self.base, str) and bool(self.base), "base", "a preset name or a config file's path")
+        need(isinstance(self.part, str), "part", "an FPGA part's name, e.g. xc7z020")
+        from hardware.fpga import get_part
+        get_part(self.part)   # an unknown part: ValueError naming the known ones
+        need(_is_int(self.trials) and self.trials >= 1, "trials", "an integer >= 1 (configs measured per task)")
+        need(self.image_size is None or (_is_int(self.image_size) and 8 <= self.image_size <= 4096), "image_size",
+             "None (the model's own) or an integer 8..4096")
+        need(_is_int(self.seed) and self.seed >= 0, "seed", "an integer >= 0")
+
     @cached_property
     def key(self) -> str:
         """The hash of the search's fields, the base config's content (its fingerprint: every key, wherever the
@@ -89,33 +107,37 @@ def _file_sha256(path: Path) -> str:
 
 def read_space(path: str | os.PathLike | None, max_points: int = DEFAULT_MAX_POINTS,
                max_bytes: int = MAX_SPACE_BYTES) -> dict[str, list[int]]:
-    """The space of a JSON file ``{"KEY": [values...], ...}`` (default: DEFAULT_SPACE), checked: known axes,
-    integer values, at most ``max_points`` points; a file of more than ``max_bytes`` is refused before it is
-    read."""
+    """The space of a JSON file ``{"KEY": [values...], ...}`` (default: DEFAULT_SPACE), checked by
+    ``check_space``; a file of more than ``max_bytes`` is refused before it is read."""
     if path is None:
-        space = DEFAULT_SPACE
-    else:
-        try:
-            data = read_bounded(path, max_bytes, f"--space {path}",
-                                f"a space file is at most {max_bytes:,} bytes (a space is a few hundred)")
-            space = json.loads(data.decode())
-        except FileNotFoundError:
-            raise FileNotFoundError(f"--space {path}: no such file") from None
-        except (OSError, ValueError, RecursionError) as e:   # ValueError: the size, UTF-8 or JSON
-            why = str(e) if str(e).startswith(f"--space {path}:") else \
-                f"--space {path}: not a JSON object of config keys to value lists ({e or type(e).__name__})"
-            raise ValueError(why) from None
+        return check_space(DEFAULT_SPACE, max_points)
+    try:
+        data = read_bounded(path, max_bytes, f"--space {path}",
+                            f"a space file is at most {max_bytes:,} bytes (a space is a few hundred)")
+        space = json.loads(data.decode())
+    except FileNotFoundError:
+        raise FileNotFoundError(f"--space {path}: no such file") from None
+    except (OSError, ValueError, RecursionError) as e:   # ValueError: a size, UTF-8 or JSON error
+        why = str(e) if str(e).startswith(f"--space {path}:") else \
+            f"--space {path}: not a JSON object of config keys to value lists ({e or type(e).__name__})"
+        raise ValueError(why) from None
+    return check_space(space, max_points)
+
+
+def check_space(space: Any, max_points: int = DEFAULT_MAX_POINTS) -> dict[str, list[int]]:
+    """``space`` as a search takes it (a copy), or ValueError naming what is wrong: a non-empty dict of known
+    axes (AXES) to non-empty lists of distinct integers, of at most ``max_points`` points. ``read_space`` and
+    ``run_search`` both check with it."""
     if not isinstance(space, dict) or not space:
         raise ValueError("a space is a JSON object of config keys to value lists, e.g. "
                          '{"LOG_BLOCK": [3, 4], "LOG_BUS_WIDTH": [6, 7]}')
     for key, values in space.items():
         if key not in AXES:
-            raise ValueError(f"space axis {key!r}: not one a search varies; axes: {', '.join(AXES)}")
-        if not isinstance(values, list) or not values or not all(
-                isinstance(v, int) and not isinstance(v, bool) for v in values):
-            raise ValueError(f"space axis {key}: give a non-empty list of integers, not {values!r}")
+            raise ValueError(f"space axis {str(key)[:40]!r}: not one a search varies; axes: {', '.join(AXES)}")
+        if not isinstance(values, list) or not values or not all(_is_int(v) for v in values):
+            raise ValueError(f"space axis {key}: give a non-empty list of integers, not {str(values)[:80]}")
         if len(set(values)) != len(values):
-            raise ValueError(f"space axis {key}: {values} repeats a value")
+            raise ValueError(f"space axis {key}: {str(values)[:80]} repeats a value")
     n = math.prod(len(v) for v in space.values())
     if n > max_points:
         raise ValueError(f"the space has {n:,} points, more than --max-points {max_points:,}: narrow an axis or "
@@ -419,9 +441,16 @@ class Outcome:
 
 
 def run_search(search: Search, space: dict[str, list[int]], out: str | os.PathLike, *, parallel: int = 1,
-               dask: str | None = None, progress: Callable[[str], None] | None = None) -> Outcome:
-    """Evaluate every point of ``space`` not yet in ``out``/records.jsonl, then write the CSV, the front and the
-    report there. ``parallel`` worker processes, or the Dask scheduler at ``dask``."""
+               dask: str | None = None, progress: Callable[[str], None] | None = None,
+               max_points: int = DEFAULT_MAX_POINTS) -> Outcome:
+    """Evaluate every point of ``space`` (checked as ``read_space`` checks a file's: ``check_space``) not yet in
+    ``out``/records.jsonl, then write the CSV, the front and the report there. ``parallel`` worker processes, or
+    the Dask scheduler at ``dask``."""
+    if not isinstance(search, Search):
+        raise TypeError(f"search: a tuning.dse.Search, not {type(search).__name__}")
+    space = check_space(space, max_points)
+    if not (_is_int(parallel) and parallel >= 1):
+        raise ValueError(f"parallel={parallel!r}: an integer >= 1 (worker processes)")
     say = progress or (lambda _text: None)
     directory = Path(out)
     search.key   # noqa: B018 - the base config and the model file are read (and refused) before any work
