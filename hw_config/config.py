@@ -20,6 +20,7 @@ import numpy as np
 
 from hw_config.capabilities import CAPABILITY_SETS, Capabilities, default_capabilities
 from hw_config.layout import MEM_TYPES, MEMOP_ID_BITS, MEMOP_SRAM_ADDR_BITS, Format, instruction_formats
+from hw_config.reading import read_bounded
 
 PRESET_DIR = Path(__file__).with_name("presets")
 DEFAULT_PRESET = "pynq"
@@ -424,12 +425,13 @@ MAX_CONFIG_BYTES = 1 << 20   # a config is a few hundred bytes; anything this la
 
 
 def _read_json(path: Path) -> dict[str, Any]:
-    size = path.stat().st_size
-    if size > MAX_CONFIG_BYTES:
-        raise ConfigError("", f"hardware config {path}: {size:,} bytes; a config file is at most "
-                              f"{MAX_CONFIG_BYTES:,} bytes")
     try:
-        data = json.loads(path.read_text())
+        text = read_bounded(path, MAX_CONFIG_BYTES, f"hardware config {path}",
+                            f"a config file is at most {MAX_CONFIG_BYTES:,} bytes")
+    except ValueError as e:
+        raise ConfigError("", str(e)) from None
+    try:
+        data = json.loads(text.decode())
     except (ValueError, UnicodeDecodeError) as e:   # JSONDecodeError, and ints past Python's digit limit
         raise ConfigError("", f"hardware config {path}: not valid JSON ({e})") from None
     except RecursionError:

@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import io
 import json
+import re
 from pathlib import Path
 
 import numpy as np
@@ -166,6 +167,8 @@ GOOD = {"data": [1, 2, 8, 8, 1, 16], "kernel": [2, 2, 3, 3, 16, 16], "strides": 
     (json.dumps({k: v for k, v in GOOD.items() if k != "ms"}), "missing field(s) ms"),
     (json.dumps({**GOOD, "ms": -1}), "ms must be a positive number"),
     (json.dumps({**GOOD, "ms": 0.5}).replace("0.5", "NaN"), "NaN is not a JSON number"),
+    (json.dumps({**GOOD, "ms": 1e308}), "ms 1e+308 is not a board's time: a measured call takes 0.001 to 3.6e+06 ms"),
+    (json.dumps({**GOOD, "ms": 1e-300}), "ms 1e-300 is not a board's time: a measured call takes 0.001 to 3.6e+06 ms"),
     (json.dumps({**GOOD, "data": [1, 2, 8, 8]}), "data must be a list of 6 integers"),
     (json.dumps({**GOOD, "data": [1, 1, 8, 8, 1, 32], "kernel": [1, 1, 3, 3, 32, 32]}), "packed for a 1x32x32 core"),
     (json.dumps({**GOOD, "pad": [1, 1, 0, 0]}), "not symmetric"),
@@ -195,13 +198,38 @@ def test_records_the_template_rejects_are_refused_naming_them(capsys, tmp_path):
 @pytest.mark.parametrize(("argv", "message"), [
     (["--fit", "CLOCK_MHZ"], "unknown key(s) CLOCK_MHZ"),
     (["--out", "."], "is a directory"),
-    (["--prior-weight", "-1"], "--prior-weight"),
+    (["--prior-weight", "-1"], "--prior-weight: -1 is out of range; a prior weight is 0..1000"),
+    (["--prior-weight", "1e308"], "--prior-weight: 1e308 is out of range; a prior weight is 0..1000"),
+    (["--prior-weight", "nan"], "--prior-weight: 'nan' is not a finite number; a prior weight is 0..1000"),
 ])
 def test_bad_options_are_refused_before_any_work(capsys, tmp_path, argv, message):
     path = tmp_path / "m.jsonl"
     path.write_text(json.dumps(GOOD) + "\n")
     status, _, err = run(capsys, "calibrate", str(path), "--config", "sim", *argv)
-    assert status == 2 and message in err
+    assert status == 2 and message in err and "Traceback" not in err
+
+
+@pytest.mark.parametrize(("options", "message"), [
+    ({"prior_weight": 1e308}, "prior_weight=1e+308: a number 0..1000"),
+    ({"prior_weight": float("nan")}, "prior_weight=nan: a number 0..1000"),
+    ({"loss_scale": 0.0}, "loss_scale=0.0: a number 1e-06..1000 (log units)"),
+    ({"max_iter": 0}, "max_iter=0: an integer >= 1"),
+])
+def test_fit_refuses_options_out_of_range(options, message):
+    with pytest.raises(ValueError, match=re.escape(message)):
+        fit([], SIM, **options)
+
+
+def test_a_tuning_records_time_must_be_a_boards_too(tmp_path):
+    task = conv_task(SIM, (1, 32, 8, 8), (32, 32, 3, 3), 1, 1)
+    op = task.compile(None)
+    record = json.loads(make_record(task, MeasureResult(op.config, 1000, 1.7e-3, None, True)).to_json())
+    record["result"].update(latency_s=1e-9, device="board")
+    path = tmp_path / "log.jsonl"
+    path.write_text(json.dumps(record) + "\n")
+    with pytest.raises(MeasurementError, match=re.escape("line 1: result latency_s 1e-09 is not a board's time: a "
+                                                         "measured call takes 1e-06 to 3600 s")):
+        read_measurements(path, SIM)
 
 
 def test_missing_and_empty_files(capsys, tmp_path):

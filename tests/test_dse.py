@@ -28,7 +28,9 @@ from hardware.fpga import estimate
 from hw_config import load_config
 from tuning.dse import (
     RECORDS,
+    RESOURCES,
     Search,
+    csv_rows,
     evaluate,
     pareto_front,
     point_key,
@@ -46,9 +48,14 @@ SPACE = {"LOG_BLOCK": [3, 4, 5], "LOG_BUS_WIDTH": [6, 7]}
 SEARCH = Search(NET, "pynq", "xc7z020", trials=2, image_size=IMAGE)
 
 
+# the commands run this checkout's code, wherever the package is installed from (a git worktree beside it)
+ENV = {**os.environ, "PYTHONPATH": os.pathsep.join([str(Path(__file__).resolve().parents[1]),
+                                                     os.environ.get("PYTHONPATH", "")])}
+
+
 def vta(*args: str, cwd: Path, timeout: float = 600) -> subprocess.CompletedProcess:
     return subprocess.run([sys.executable, "-m", "vta", *args], cwd=cwd, capture_output=True, text=True,
-                          timeout=timeout, check=False)
+                          timeout=timeout, check=False, env=ENV)
 
 
 PROGRESS: list[str] = []
@@ -117,6 +124,58 @@ def test_a_bad_space_is_refused_naming_what_is_wrong(tmp_path, text, message):
     path.write_text(text)
     with pytest.raises(ValueError, match=message.replace("[", r"\[").replace("(", r"\(")):
         read_space(path, max_points=20)
+
+
+@pytest.mark.parametrize("space, message", [
+    ({"FOO": [4]}, "space axis 'FOO': not one a search varies; axes: LOG_BATCH"),
+    ({"LOG_BLOCK": 4}, "space axis LOG_BLOCK: give a non-empty list of integers, not 4"),
+    ({"LOG_BLOCK": [True]}, "space axis LOG_BLOCK: give a non-empty list of integers, not [True]"),
+    ({"LOG_BLOCK": [4, 4]}, "space axis LOG_BLOCK: [4, 4] repeats a value"),
+    ({}, "a space is a JSON object of config keys to value lists"),
+    ([("LOG_BLOCK", [4])], "a space is a JSON object of config keys to value lists"),
+    ({"LOG_BLOCK": [3, 4, 5], "LOG_BUS_WIDTH": [5, 6, 7]}, "the space has 9 points, more than --max-points 4"),
+])
+def test_run_search_checks_a_space_as_read_space_does_before_any_work(tmp_path, space, message):
+    with pytest.raises(ValueError, match=re.escape(message)):
+        run_search(SEARCH, space, tmp_path / "out", max_points=4)
+    assert not (tmp_path / "out").exists()
+
+
+@pytest.mark.parametrize("fields, message", [
+    ({"trials": 0}, "Search trials=0: an integer >= 1 (configs measured per task)"),
+    ({"trials": -5}, "Search trials=-5: an integer >= 1"),
+    ({"trials": 2.5}, "Search trials=2.5: an integer >= 1"),
+    ({"trials": True}, "Search trials=True: an integer >= 1"),
+    ({"image_size": 4}, "Search image_size=4: None (the model's own) or an integer 8..4096"),
+    ({"seed": -1}, "Search seed=-1: an integer >= 0"),
+    ({"network": ""}, "Search network='': a zoo model name or an .onnx file"),
+    ({"base": 3}, "Search base=3: a preset name or a config file's path"),
+    ({"part": "xc7z010"}, "unknown FPGA part 'xc7z010'; known parts: xc7z020"),
+])
+def test_a_search_with_a_bad_field_is_refused_naming_it(fields, message):
+    with pytest.raises(ValueError, match=re.escape(message)):
+        Search(**{"network": NET, **fields})
+
+
+def test_a_search_takes_paths_as_strings(tmp_path):
+    assert Search(tmp_path / "net.onnx", base=tmp_path / "base.json").base == str(tmp_path / "base.json")
+
+
+def test_vta_dse_passes_its_max_points_to_the_search(tmp_path, monkeypatch):
+    """A space the command's --max-points allows is not refused by run_search's default."""
+    import tuning.dse_cli
+    from vta.cli import main
+    seen = {}
+
+    def fake(search, space, out, **options):
+        seen.update(options)
+        raise KeyboardInterrupt
+
+    monkeypatch.setattr(tuning.dse_cli, "run_search", fake)
+    monkeypatch.setattr("graph_pack.cli.load_model", lambda *args: None)
+    (tmp_path / "space.json").write_text(json.dumps({"CLOCK_MHZ": list(range(1, 6001))}))
+    main(["dse", NET, "--space", str(tmp_path / "space.json"), "--max-points", "6000", "--out", str(tmp_path / "o")])
+    assert seen["max_points"] == 6000
 
 
 def test_the_default_space_has_over_a_hundred_configs_that_fit_the_pynqs_part():
@@ -198,6 +257,101 @@ def test_the_base_config_is_measured_even_outside_the_space(tmp_path):
     assert "The base config <b>pynq</b>" in page and "faster) using" in page
 
 
+# ---- resuming ----------------------------------------------------------------------------------------------------
+
+def test_a_changed_base_config_file_is_another_search_and_an_unchanged_one_resumes(tmp_path):
+    """The search key holds the base config's content, not only its path: after the file changes (a faster clock
+    and a wider bus), its records are another search's and every point is measured again; while it does not,
+    they are resumed."""
+    base = tmp_path / "base.json"
+    base.write_text(load_config("pynq").to_json())
+    space, out = {"LOG_BLOCK": [4]}, tmp_path / "out"
+
+    def search() -> Search:
+        return Search(NET, str(base), "xc7z020", trials=1, image_size=IMAGE)
+
+    first = run_search(search(), space, out)
+    assert first.measured == 1
+    said: list[str] = []
+    again = run_search(search(), space, out, progress=said.append)
+    assert again.measured == 0 and again.records == first.records
+    assert said[0].startswith("resuming: 1 of 1 points already in")
+    base.write_text(json.dumps({**json.loads(base.read_text()), "CLOCK_MHZ": 200, "LOG_BUS_WIDTH": 7}))
+    said.clear()
+    changed = run_search(search(), space, out, progress=said.append)
+    assert changed.measured == 1 and not any(line.startswith("resuming") for line in said)
+    assert changed.records[0]["latency_ms"] < first.records[0]["latency_ms"]
+    assert changed.records[0]["fingerprint"] == load_config(str(base), LOG_BLOCK=4).fingerprint
+    assert run_search(search(), space, out).measured == 0   # and the changed one resumes in turn
+
+
+GOOD_OK = {"search": SEARCH.key, "point": {"LOG_BLOCK": 4}, "status": "ok", "cost": 0.5, "batch": 1,
+           "usage": dict.fromkeys(RESOURCES, 0.5), "resources": dict.fromkeys(RESOURCES, 10.0), "latency_ms": 5.0,
+           "accel_ms": 4.0, "host_ms": 1.0, "per_image_ms": 5.0, "host_key": "k", "tasks": [], "trials": 3}
+
+
+@pytest.mark.parametrize("line, why", [
+    ("[" * 200_000, "not JSON"),
+    (json.dumps({k: v for k, v in GOOD_OK.items() if k != "latency_ms"}), "a timed record without latency_ms"),
+    (json.dumps({k: v for k, v in GOOD_OK.items() if k != "usage"}), "a timed record without usage"),
+    (json.dumps({**GOOD_OK, "latency_ms": "5"}), "latency_ms is not a finite number >= 0"),
+    (json.dumps({**GOOD_OK, "latency_ms": float("nan")}), "not JSON"),
+    (json.dumps({**GOOD_OK, "cost": 1e400}).replace("Infinity", "1e400"), "cost is not a finite number >= 0"),
+    (json.dumps({**GOOD_OK, "latency_ms": -1.0}), "latency_ms is not a finite number >= 0"),
+    (json.dumps({**GOOD_OK, "cost": -0.5}), "cost is not a finite number >= 0"),
+    (json.dumps({**GOOD_OK, "resources": None}), "resources is not an object of lut, ff, bram36, dsp to numbers >= 0"),
+    (json.dumps({**GOOD_OK, "usage": {"lut": 0.5}}), "usage is not an object of lut, ff, bram36, dsp to numbers >= 0"),
+    (json.dumps({**GOOD_OK, "status": 5}), "status is not one of ok, invalid, does-not-fit, failed"),
+    (json.dumps({**GOOD_OK, "point": [4]}), "point is not an object of axes to integers"),
+    (json.dumps({**GOOD_OK, "point": {"LOG_BLOCK": "4"}}), "point is not an object of axes to integers"),
+    (json.dumps({**GOOD_OK, "batch": 0}), "batch is not an integer >= 1"),
+    (json.dumps({**GOOD_OK, "reason": ["x"]}), "reason is not a string"),
+    ('{"search": "' + SEARCH.key + '", "latency_ms": ' + "9" * 5000 + "}", "not JSON"),
+    ("null", "not a JSON object"),
+])
+def test_a_record_that_is_not_usable_counts_as_absent_and_is_reported_once(tmp_path, line, why):
+    """A line of this search whose fields the front, the CSV or the report could not use is skipped (its point is
+    measured again), never a traceback there nor a silently wrong front; one progress line says how many and why."""
+    path = tmp_path / RECORDS
+    good = {**GOOD_OK, "point": {"LOG_BLOCK": 3}}
+    path.write_text(json.dumps(good) + "\n" + line + "\n" + json.dumps({**GOOD_OK, "search": "other"}) + "\n")
+    said: list[str] = []
+    records = read_records(path, SEARCH, report=said.append)
+    assert list(records) == [point_key(good["point"])]
+    assert said == [(f"{path}: skipped 1 line(s) that are not usable records (1: {why}); a point without one is "
+                    "measured again"),
+                    (f"{path}: 1 record(s) of another search (network, base config or its content, part, trials, "
+                    "image size or model file changed) are kept but not used")]
+    shared = share_host_time(list(records.values()))
+    assert pareto_front(shared) == shared and len(csv_rows(shared)) == 2
+
+
+def test_a_search_measures_again_the_points_whose_records_are_not_usable(tmp_path):
+    search, space = Search(NET, "pynq", "xc7z020", trials=1, image_size=IMAGE), {"LOG_BLOCK": [4]}
+    first = run_search(search, space, tmp_path)
+    path = tmp_path / RECORDS
+    rec = json.loads(path.read_text())
+    path.write_text("[" * 200_000 + "\n" + json.dumps({**rec, "resources": None}) + "\n"
+                    + json.dumps({**rec, "latency_ms": -rec["latency_ms"]}) + "\n")
+    said: list[str] = []
+    again = run_search(search, space, tmp_path, progress=said.append)
+    assert again.measured == 1 and again.records[0]["accel_cycles"] == first.records[0]["accel_cycles"]
+    assert said[0].endswith("skipped 3 line(s) that are not usable records (1: not JSON; 1: resources is not an "
+                            "object of lut, ff, bram36, dsp to numbers >= 0; 1: latency_ms is not a finite number "
+                            ">= 0); a point without one is measured again")
+    assert run_search(search, space, tmp_path).measured == 0   # the new record is used
+
+
+def test_an_onnx_model_files_content_is_in_the_search_key(tmp_path):
+    model = tmp_path / "net.onnx"
+    model.write_bytes(b"a model")
+    key = Search(str(model)).key
+    assert Search(str(model)).key == key
+    model.write_bytes(b"another model")
+    assert Search(str(model)).key != key
+    assert Search("resnet-18").key != Search("resnet-18", trials=3).key
+
+
 # ---- the command line ------------------------------------------------------------------------------------------
 
 def test_vta_dse_writes_records_csv_front_and_a_self_contained_report(searched, tmp_path):
@@ -249,7 +403,7 @@ def test_a_search_killed_with_sigkill_resumes_without_measuring_twice(tmp_path):
     (tmp_path / "space.json").write_text(json.dumps({"LOG_BUS_WIDTH": [6, 7, 8]}))
     cmd = [sys.executable, "-m", "vta", "dse", NET, "--image-size", str(IMAGE), "--space", "space.json",
            "--trials", "1", "--out", "out"]
-    proc = subprocess.Popen(cmd, cwd=tmp_path, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    proc = subprocess.Popen(cmd, cwd=tmp_path, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, env=ENV)
     records = tmp_path / "out" / RECORDS
     deadline = time.monotonic() + 300
     while not (records.exists() and records.read_text().count("\n") >= 1):
@@ -262,7 +416,7 @@ def test_a_search_killed_with_sigkill_resumes_without_measuring_twice(tmp_path):
         f.write('{"search": "torn')   # as if killed while writing a line
     kept = read_records(records, Search(NET, "pynq", "xc7z020", 1, IMAGE))
     assert 1 <= len(kept) < 3
-    again = subprocess.run(cmd, cwd=tmp_path, capture_output=True, text=True, timeout=600, check=False)
+    again = subprocess.run(cmd, cwd=tmp_path, capture_output=True, text=True, timeout=600, check=False, env=ENV)
     assert again.returncode == 0, again.stderr
     assert f"resuming: {len(kept)} of 3 points already in" in again.stderr
     final = read_records(records, Search(NET, "pynq", "xc7z020", 1, IMAGE))

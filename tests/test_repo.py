@@ -108,7 +108,10 @@ def test_limits_page_states_the_defaults_the_code_uses():
         DEFAULT_MAX_TEXT_CHARS,
     )
     from simulator.trace import DEFAULT_MAX_TRACE_EVENTS
+    from tuning.dse import MAX_RECORD_BYTES, MAX_SPACE_BYTES
     from tuning.records import MAX_LINE_BYTES
+    from vta.calibrate import MAX_LINE_BYTES as MEASUREMENT_LINE_BYTES
+    from vta.calibrate import MAX_RECORDS as MAX_MEASUREMENTS
     page = (ROOT / "docs" / "limits.md").read_text()
     rows = {line.split("|")[1].strip(): line.split("|")[2].strip() for line in page.splitlines()
             if line.startswith("| ") and not line.startswith("| what")}
@@ -132,6 +135,10 @@ def test_limits_page_states_the_defaults_the_code_uses():
                 "one tensor of an imported or zoo model": DEFAULT_MAX_TENSOR_BYTES,
                 "an ONNX file plus all its constants": DEFAULT_MAX_MODEL_BYTES,
                 "a hardware config file": MAX_CONFIG_BYTES,
-                "one line of a tuning log": MAX_LINE_BYTES}
+                "one line of a tuning log": MAX_LINE_BYTES,
+                "a co-design space file (`vta dse --space`)": MAX_SPACE_BYTES,
+                "one line of co-design records (`vta dse --out DIR`: `records.jsonl`)": MAX_RECORD_BYTES,
+                "one line of a measurements file (`vta calibrate`)": MEASUREMENT_LINE_BYTES,
+                "records of a measurements file": MAX_MEASUREMENTS}
     for name, default in expected.items():
         assert value(rows[name]) == default, (name, rows[name], default)

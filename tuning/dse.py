@@ -29,12 +29,14 @@ import time
 from collections.abc import Callable, Iterable, Sequence
 from concurrent.futures import ProcessPoolExecutor
 from dataclasses import asdict, dataclass, field
+from functools import cached_property
 from pathlib import Path
 from typing import Any
 
 import numpy as np
 
 from hw_config import ConfigError, HwConfig, load_config
+from hw_config.reading import bounded_lines, read_bounded
 from tuning.measure import completed_in
 
 # Axes a search may vary: integer config keys (the rest of a config is the base's).
@@ -46,6 +48,8 @@ DEFAULT_SPACE: dict[str, list[int]] = {
     "LOG_WGT_BUFF_SIZE": [16, 17, 18], "LOG_ACC_BUFF_SIZE": [15, 16, 17]}
 DEFAULT_TRIALS = 8          # measured configs per task beyond the default schedule
 DEFAULT_MAX_POINTS = 5000   # a space larger than this is refused before any work (--max-points)
+MAX_SPACE_BYTES = 1 << 20   # a space file is a few hundred bytes (read_space(max_bytes=))
+MAX_RECORD_BYTES = 1 << 20  # a record is a few KB (a row per task); a longer line is not one (read_records)
 HOST_REPEATS = 3            # timing-only runs of a config's network; its host part is the fastest one's
 RESOURCES = ("lut", "ff", "bram36", "dsp")
 RECORDS, CSV, FRONT, REPORT = "records.jsonl", "results.csv", "front.json", "report.html"   # in --out
@@ -63,34 +67,77 @@ class Search:
     image_size: int | None = None
     seed: int = 0
 
-    @property
+    def __post_init__(self) -> None:
+        def need(ok: bool, name: str, allowed: str) -> None:
+            if not ok:
+                raise ValueError(f"Search {name}={getattr(self, name)!r}: {allowed}")
+
+        for name in ("network", "base"):   # a path as a string: the key hashes it, the records store it
+            if isinstance(getattr(self, name), os.PathLike):
+                object.__setattr__(self, name, os.fspath(getattr(self, name)))
+        need(isinstance(self.network, str) and bool(self.network), "network", "a zoo model name or an .onnx file")
+        need(isinstance(self.base, str) and bool(self.base), "base", "a preset name or a config file's path")
+        need(isinstance(self.part, str), "part", "an FPGA part's name, e.g. xc7z020")
+        from hardware.fpga import get_part
+        get_part(self.part)   # an unknown part: ValueError naming the known ones
+        need(_is_int(self.trials) and self.trials >= 1, "trials", "an integer >= 1 (configs measured per task)")
+        need(self.image_size is None or (_is_int(self.image_size) and 8 <= self.image_size <= 4096), "image_size",
+             "None (the model's own) or an integer 8..4096")
+        need(_is_int(self.seed) and self.seed >= 0, "seed", "an integer >= 0")
+
+    @cached_property
     def key(self) -> str:
-        return hashlib.sha256(json.dumps(asdict(self), sort_keys=True).encode()).hexdigest()[:16]
+        """The hash of the search's fields, the base config's content (its fingerprint: every key, wherever the
+        config comes from) and an ONNX model file's content: a record made before any of them changed is another
+        search's, never resumed."""
+        ident: dict[str, Any] = {**asdict(self), "base_fingerprint": load_config(self.base).fingerprint}
+        model = Path(self.network)
+        if model.is_file():   # as load_model tells a file from a zoo name
+            ident["model_sha256"] = _file_sha256(model)
+        return hashlib.sha256(json.dumps(ident, sort_keys=True).encode()).hexdigest()[:16]
 
 
-def read_space(path: str | os.PathLike | None, max_points: int = DEFAULT_MAX_POINTS) -> dict[str, list[int]]:
-    """The space of a JSON file ``{"KEY": [values...], ...}`` (default: DEFAULT_SPACE), checked: known axes,
-    integer values, at most ``max_points`` points."""
+def _file_sha256(path: Path) -> str:
+    h = hashlib.sha256()
+    with open(path, "rb") as f:
+        while chunk := f.read(1 << 20):
+            h.update(chunk)
+    return h.hexdigest()
+
+
+def read_space(path: str | os.PathLike | None, max_points: int = DEFAULT_MAX_POINTS,
+               max_bytes: int = MAX_SPACE_BYTES) -> dict[str, list[int]]:
+    """The space of a JSON file ``{"KEY": [values...], ...}`` (default: DEFAULT_SPACE), checked by
+    ``check_space``; a file of more than ``max_bytes`` is refused before it is read."""
     if path is None:
-        space = DEFAULT_SPACE
-    else:
-        try:
-            space = json.loads(Path(path).read_text())
-        except FileNotFoundError:
-            raise FileNotFoundError(f"--space {path}: no such file") from None
-        except (OSError, UnicodeDecodeError, json.JSONDecodeError) as e:
-            raise ValueError(f"--space {path}: not a JSON object of config keys to value lists ({e})") from None
+        return check_space(DEFAULT_SPACE, max_points)
+    try:
+        data = read_bounded(path, max_bytes, f"--space {path}",
+                            f"a space file is at most {max_bytes:,} bytes (a space is a few hundred)")
+        space = json.loads(data.decode())
+    except FileNotFoundError:
+        raise FileNotFoundError(f"--space {path}: no such file") from None
+    except (OSError, ValueError, RecursionError) as e:   # ValueError: a size, UTF-8 or JSON error
+        why = str(e) if str(e).startswith(f"--space {path}:") else \
+            f"--space {path}: not a JSON object of config keys to value lists ({e or type(e).__name__})"
+        raise ValueError(why) from None
+    return check_space(space, max_points)
+
+
+def check_space(space: Any, max_points: int = DEFAULT_MAX_POINTS) -> dict[str, list[int]]:
+    """``space`` as a search takes it (a copy), or ValueError naming what is wrong: a non-empty dict of known
+    axes (AXES) to non-empty lists of distinct integers, of at most ``max_points`` points. ``read_space`` and
+    ``run_search`` both check with it."""
     if not isinstance(space, dict) or not space:
         raise ValueError("a space is a JSON object of config keys to value lists, e.g. "
                          '{"LOG_BLOCK": [3, 4], "LOG_BUS_WIDTH": [6, 7]}')
     for key, values in space.items():
         if key not in AXES:
-            raise ValueError(f"space axis {key!r}: not one a search varies; axes: {', '.join(AXES)}")
-        if not isinstance(values, list) or not values or not all(
-                isinstance(v, int) and not isinstance(v, bool) for v in values):
-            raise ValueError(f"space axis {key}: give a non-empty list of integers, not {values!r}")
+            raise ValueError(f"space axis {str(key)[:40]!r}: not one a search varies; axes: {', '.join(AXES)}")
+        if not isinstance(values, list) or not values or not all(_is_int(v) for v in values):
+            raise ValueError(f"space axis {key}: give a non-empty list of integers, not {str(values)[:80]}")
         if len(set(values)) != len(values):
-            raise ValueError(f"space axis {key}: {values} repeats a value")
+            raise ValueError(f"space axis {key}: {str(values)[:80]} repeats a value")
     n = math.prod(len(v) for v in space.values())
     if n > max_points:
         raise ValueError(f"the space has {n:,} points, more than --max-points {max_points:,}: narrow an axis or "
@@ -243,19 +290,104 @@ def share_host_time(records: Sequence[dict]) -> list[dict]:
 
 # ---- records -----------------------------------------------------------------------------------------------------
 
-def read_records(path: Path, search: Search) -> dict[str, dict]:
-    """This search's records in a JSON-lines file, by point; a torn or foreign line is skipped."""
+STATUSES = ("ok", "invalid", "does-not-fit", "failed")
+_NUMBERS = ("cost", "latency_ms", "accel_ms", "host_ms", "host_ms_measured", "per_image_ms", "clock_mhz", "wall_s")
+_COUNTS = ("accel_cycles", "trials", "groups", "batch")
+_TEXTS = ("reason", "model", "fingerprint", "host_key")
+_OK_NEEDS = ("cost", "usage", "resources", "latency_ms", "accel_ms", "host_ms", "per_image_ms", "batch")
+
+
+def _is_int(v: Any) -> bool:
+    return isinstance(v, int) and not isinstance(v, bool)
+
+
+def _number(v: Any) -> bool:
+    return isinstance(v, (int, float)) and not isinstance(v, bool) and math.isfinite(v) and v >= 0
+
+
+def record_problem(rec: Any) -> str | None:
+    """Why ``rec`` (a parsed line of this search) is not a record the search can use, or None: the fields the
+    front, the CSV and the report read, each of its type and range (numbers finite and >= 0)."""
+    if not isinstance(rec.get("point"), dict) or not all(
+            k in AXES and _is_int(v) for k, v in rec["point"].items()):
+        return "point is not an object of axes to integers"
+    if rec.get("status") not in STATUSES:
+        return f"status is not one of {', '.join(STATUSES)}"
+    if rec["status"] == "ok":
+        missing = [k for k in _OK_NEEDS if k not in rec]
+        if missing:
+            return f"a timed record without {', '.join(missing)}"
+    for k in _NUMBERS:
+        if k in rec and not _number(rec[k]):
+            return f"{k} is not a finite number >= 0"
+    for k in _COUNTS:
+        least = 1 if k == "batch" else 0
+        if k in rec and not (_is_int(rec[k]) and rec[k] >= least):
+            return f"{k} is not an integer >= {least}"
+    for k in _TEXTS:
+        if k in rec and not isinstance(rec[k], str):
+            return f"{k} is not a string"
+    for k in ("resources", "usage"):
+        if k in rec and not (isinstance(rec[k], dict) and all(_number(rec[k].get(r)) for r in RESOURCES)):
+            return f"{k} is not an object of {', '.join(RESOURCES)} to numbers >= 0"
+    if "fits" in rec and not isinstance(rec["fits"], bool):
+        return "fits is not true or false"
+    if "tasks" in rec and not isinstance(rec["tasks"], list):
+        return "tasks is not a list"
+    return None
+
+
+def _no_constant(name: str):
+    raise ValueError(f"{name} is not a JSON number")
+
+
+def _record_of(line: str | None, key: str, max_line_bytes: int) -> tuple[dict | None, str | None]:
+    """(the record, None) of a usable line of search ``key``; (None, why) of a line that is not one; (None, None)
+    of another search's record."""
+    if line is None:
+        return None, f"longer than {max_line_bytes:,} bytes"
+    try:
+        rec = json.loads(line, parse_constant=_no_constant)
+    except (ValueError, RecursionError):   # a torn last line, NaN, digits past Python's limit, deep nesting
+        return None, "not JSON"
+    if not isinstance(rec, dict):
+        return None, "not a JSON object"
+    if rec.get("search") != key:
+        return None, None
+    why = record_problem(rec)
+    return (None, why) if why else (rec, None)
+
+
+def read_records(path: Path, search: Search, report: Callable[[str], None] | None = None,
+                 max_line_bytes: int = MAX_RECORD_BYTES) -> dict[str, dict]:
+    """This search's records in a JSON-lines file, by point. A line that is not a usable record of this search
+    (torn by a kill, longer than ``max_line_bytes``, not JSON, a field of the wrong type or range:
+    ``record_problem``) counts as absent, so its point is measured again; ``report`` is told once how many lines
+    were skipped and why, and how many records are another search's."""
     out: dict[str, dict] = {}
     if not path.exists():
         return out
+    if not path.is_file():
+        raise ValueError(f"{path}: not a regular file; the search keeps its records in a file there")
+    skipped: dict[str, int] = {}
+    foreign = 0
     with open(path, encoding="utf-8", errors="replace") as f:
-        for line in f:
-            try:
-                rec = json.loads(line)
-            except json.JSONDecodeError:
-                continue   # the last line of a search killed while writing it
-            if isinstance(rec, dict) and rec.get("search") == search.key and isinstance(rec.get("point"), dict):
+        for _, line in bounded_lines(f, max_line_bytes):
+            if line is not None and not line.strip():
+                continue
+            rec, why = _record_of(line, search.key, max_line_bytes)
+            if rec is not None:
                 out[point_key(rec["point"])] = rec
+            elif why is None:
+                foreign += 1
+            else:
+                skipped[why] = skipped.get(why, 0) + 1
+    if report is not None and skipped:
+        report(f"{path}: skipped {sum(skipped.values())} line(s) that are not usable records ("
+               + "; ".join(f"{n}: {why}" for why, n in skipped.items()) + "); a point without one is measured again")
+    if report is not None and foreign:
+        report(f"{path}: {foreign} record(s) of another search (network, base config or its content, part, trials, "
+               "image size or model file changed) are kept but not used")
     return out
 
 
@@ -309,14 +441,22 @@ class Outcome:
 
 
 def run_search(search: Search, space: dict[str, list[int]], out: str | os.PathLike, *, parallel: int = 1,
-               dask: str | None = None, progress: Callable[[str], None] | None = None) -> Outcome:
-    """Evaluate every point of ``space`` not yet in ``out``/records.jsonl, then write the CSV, the front and the
-    report there. ``parallel`` worker processes, or the Dask scheduler at ``dask``."""
+               dask: str | None = None, progress: Callable[[str], None] | None = None,
+               max_points: int = DEFAULT_MAX_POINTS) -> Outcome:
+    """Evaluate every point of ``space`` (checked as ``read_space`` checks a file's: ``check_space``) not yet in
+    ``out``/records.jsonl, then write the CSV, the front and the report there. ``parallel`` worker processes, or
+    the Dask scheduler at ``dask``."""
+    if not isinstance(search, Search):
+        raise TypeError(f"search: a tuning.dse.Search, not {type(search).__name__}")
+    space = check_space(space, max_points)
+    if not (_is_int(parallel) and parallel >= 1):
+        raise ValueError(f"parallel={parallel!r}: an integer >= 1 (worker processes)")
     say = progress or (lambda _text: None)
     directory = Path(out)
+    search.key   # noqa: B018 - the base config and the model file are read (and refused) before any work
     directory.mkdir(parents=True, exist_ok=True)
     path = directory / RECORDS
-    done = read_records(path, search)
+    done = read_records(path, search, report=say)
     points = points_of(space)
     base = reference_point(search, space)
     if point_key(base) not in {point_key(p) for p in points}:

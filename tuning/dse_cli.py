@@ -67,7 +67,8 @@ def dse_cmd(args: argparse.Namespace) -> int:
     load_model(args.model, 1, args.image_size, 0)   # a wrong model name or file fails before the search
     before = len(read_records(out / RECORDS, search))
     try:
-        outcome = run_search(search, space, out, parallel=args.parallel, dask=args.dask, progress=_say)
+        outcome = run_search(search, space, out, parallel=args.parallel, dask=args.dask, progress=_say,
+                             max_points=args.max_points)
     except KeyboardInterrupt:
         after = len(read_records(out / RECORDS, search))
         raise Interrupted(f"{after} point(s) saved in {out / RECORDS} ({after - before} by this run); run the "

@@ -32,9 +32,10 @@ import numpy as np
 
 from hw_config import LATENCY_KEYS, HwConfig, load_config
 from hw_config.config import LATENCY_RANGES
+from hw_config.reading import bounded_lines
 from simulator.files import check_output_path, write_atomic
 from simulator.latency import HOST_KEYS, HOST_UNIT_S, BoardProgram, accel_extra, beat_extra
-from vta.cli import arg, command
+from vta.cli import arg, command, float_in
 from vta.runtime import ScheduleError
 from vta.templates import TEMPLATES, compile_op
 
@@ -47,6 +48,8 @@ LOSS_SCALE = 0.1        # soft-L1 scale on log(pred / meas): quadratic within ~1
 SHARED_EPILOGUE = (("shr", 8), ("clip", 0, 127))   # VTA's conv2d_packed tuning task
 MAX_LINE_BYTES = 1 << 16
 MAX_RECORDS = 100_000
+MEASURED_RANGE_S = (1e-6, 3600.0)   # a board call takes microseconds to seconds: outside this, not a measurement
+PRIOR_WEIGHT_RANGE = (0.0, 1000.0)  # at 1000 the prior pins every parameter to typical; beyond, it overflows
 
 
 class MeasurementError(ValueError):
@@ -208,22 +211,27 @@ def _no_constant(name: str):
     raise ValueError(f"{name} is not a JSON number")
 
 
-def read_measurements(path: str | Path, cfg: HwConfig) -> tuple[list[Measurement], list[tuple[int, str, str]]]:
+def read_measurements(path: str | Path, cfg: HwConfig, *, max_line_bytes: int = MAX_LINE_BYTES,
+                      max_records: int = MAX_RECORDS, seconds_range: tuple[float, float] = MEASURED_RANGE_S
+                      ) -> tuple[list[Measurement], list[tuple[int, str, str]]]:
     """The measurements of a JSON-lines file, and the lines set aside (line, what, why): failed or simulated
-    tuning records. A line that is not a valid record raises MeasurementError naming it."""
+    tuning records. A line that is not a valid record (one longer than ``max_line_bytes`` is refused after
+    reading that much of it; a time outside ``seconds_range``, not a board's) raises MeasurementError naming it;
+    so do more than ``max_records``."""
     path = Path(path)
     if not path.is_file():
         raise MeasurementError(f"measurements {path}: no such file")
     out: list[Measurement] = []
     skipped: list[tuple[int, str, str]] = []
+    lo, hi = seconds_range
     with open(path, encoding="utf-8", errors="replace") as f:
-        for number, text in enumerate(f, 1):
-            if len(text) > MAX_LINE_BYTES:
-                raise MeasurementError(f"{path}, line {number}: longer than {MAX_LINE_BYTES} bytes; not a record")
+        for number, text in bounded_lines(f, max_line_bytes):
+            if text is None:
+                raise MeasurementError(f"{path}, line {number}: longer than {max_line_bytes:,} bytes; not a record")
             if not text.strip():
                 continue
-            if len(out) + len(skipped) >= MAX_RECORDS:
-                raise MeasurementError(f"{path}: more than {MAX_RECORDS} records; split the file")
+            if len(out) + len(skipped) >= max_records:
+                raise MeasurementError(f"{path}: more than {max_records:,} records; split the file")
             try:
                 try:
                     obj = json.loads(text, parse_constant=_no_constant)
@@ -233,6 +241,10 @@ def read_measurements(path: str | Path, cfg: HwConfig) -> tuple[list[Measurement
                     raise ValueError("not a JSON object")  # noqa: TRY004 - a bad line is a ValueError here
                 got = _from_tuning_record(obj, number, cfg) if "workload" in obj else \
                     _from_layer_record(obj, number, cfg)
+                if isinstance(got, Measurement) and not lo <= got.seconds <= hi:
+                    name, unit, scale = ("result latency_s", "s", 1.0) if "workload" in obj else ("ms", "ms", 1e3)
+                    raise ValueError(f"{name} {got.seconds * scale:.6g} is not a board's time: a measured call "
+                                     f"takes {lo * scale:g} to {hi * scale:g} {unit}")
             except RecursionError:
                 raise MeasurementError(f"{path}, line {number}: nested too deeply to be a record") from None
             except ValueError as e:
@@ -333,6 +345,13 @@ def fit(cases: Sequence[Case], cfg: HwConfig, keys: Sequence[str] = LATENCY_KEYS
         prior_weight: float = PRIOR_WEIGHT, loss_scale: float = LOSS_SCALE, max_iter: int = 200) -> FitResult:
     """Fit ``keys`` of the board model to the cases' measured seconds (the others keep ``cfg``'s values)."""
     keys = tuple(keys)
+    lo, hi = PRIOR_WEIGHT_RANGE
+    if isinstance(prior_weight, bool) or not isinstance(prior_weight, (int, float)) or not lo <= prior_weight <= hi:
+        raise ValueError(f"prior_weight={prior_weight!r}: a number {lo:g}..{hi:g}")
+    if isinstance(loss_scale, bool) or not isinstance(loss_scale, (int, float)) or not 1e-6 <= loss_scale <= 1e3:
+        raise ValueError(f"loss_scale={loss_scale!r}: a number 1e-06..1000 (log units)")
+    if isinstance(max_iter, bool) or not isinstance(max_iter, int) or max_iter < 1:
+        raise ValueError(f"max_iter={max_iter!r}: an integer >= 1")
     unknown = [k for k in keys if k not in LATENCY_KEYS]
     if unknown:
         raise ValueError(f"cannot fit {', '.join(unknown)}; the board model's keys are {', '.join(LATENCY_KEYS)}")
@@ -530,8 +549,9 @@ def _fit_keys(text: str) -> tuple[str, ...]:
     arg("--out", metavar="FILE.json", help="write the calibrated config here (loads like any preset)"),
     arg("--fit", type=_fit_keys, default=LATENCY_KEYS, metavar="KEY,KEY",
         help=f"the keys to fit (default: all of {', '.join(LATENCY_KEYS)}); the others keep --config's values"),
-    arg("--prior-weight", type=float, default=PRIOR_WEIGHT, metavar="W",
-        help=f"weight of the pull toward typical values per parameter (default {PRIOR_WEIGHT})"),
+    arg("--prior-weight", type=float_in(*PRIOR_WEIGHT_RANGE, "a prior weight"), default=PRIOR_WEIGHT, metavar="W",
+        help=f"weight of the pull toward typical values per parameter, {PRIOR_WEIGHT_RANGE[0]:g}.."
+             f"{PRIOR_WEIGHT_RANGE[1]:g} (default {PRIOR_WEIGHT})"),
     arg("--strict", action="store_true", help="fail (status 2) when any record is refused or set aside"),
     arg("--plot", metavar="FILE.png", help="also draw predicted vs measured (needs the [plot] extra: matplotlib)"),
 ])
@@ -542,8 +562,6 @@ def calibrate_cmd(args: argparse.Namespace) -> int:
     for path, what in ((args.out, "--out"), (args.plot, "--plot")):
         if path is not None:
             check_output_path(path, what)
-    if not (math.isfinite(args.prior_weight) and args.prior_weight >= 0):
-        raise ValueError(f"--prior-weight {args.prior_weight}: must be a finite number >= 0")
     cfg = load_config(args.config)
     if args.plot is not None:
         _pyplot()   # a missing extra is reported before the work
