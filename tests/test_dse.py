@@ -171,6 +171,8 @@ def test_vta_dse_passes_its_max_points_to_the_search(tmp_path, monkeypatch):
         seen.update(options)
         raise KeyboardInterrupt
 
+    import tuning.cli  # tuning.network and tuning.cpu_network bind load_model when imported: before the patch
+
     monkeypatch.setattr(tuning.dse_cli, "run_search", fake)
     monkeypatch.setattr("graph_pack.cli.load_model", lambda *args: None)
     (tmp_path / "space.json").write_text(json.dumps({"CLOCK_MHZ": list(range(1, 6001))}))
