@@ -189,7 +189,13 @@ def test_records_the_template_rejects_are_refused_naming_them(capsys, tmp_path):
     lines = [GOOD, {**GOOD, "ms": 0.7, "cfg": {**GOOD["cfg"], "oc_nthread": 1}}, rejected]
     path.write_text("".join(json.dumps(x) + "\n" for x in lines))
     status, out, _ = run(capsys, "calibrate", str(path), "--config", "sim", "--fit", "LAUNCH_US")
-    assert status == 0 and "refused line 3 (conv2d 1x32x8x8 k32x32x3x3 s1 p1)" in out and "tile_co" in out
+    assert status == 0 and "refused line 3 (conv2d 1x32x8x8 k32x32x3x3 s1 p1): the template rejects its schedule: " \
+        in out and "tile_co" in out
+    huge = {**GOOD, "data": [1, GOOD["data"][1], 10**30, *GOOD["data"][3:]]}   # a workload past the limits
+    path.write_text("".join(json.dumps(x) + "\n" for x in [*lines[:2], huge]))
+    status, out, _ = run(capsys, "calibrate", str(path), "--config", "sim", "--fit", "LAUNCH_US")
+    assert status == 0 and "refused line 3 (" in out and "): the template refuses its workload: " in out
+    assert "is above the limit 4294967295" in out
     path.write_text(json.dumps(rejected) + "\n")
     status, _, err = run(capsys, "calibrate", str(path), "--config", "sim")
     assert status == 2 and "0 usable record(s)" in err

@@ -261,14 +261,17 @@ def read_measurements(path: str | Path, cfg: HwConfig, *, max_line_bytes: int = 
 def compile_cases(measurements: Sequence[Measurement], cfg: HwConfig
                   ) -> tuple[list[Case], list[tuple[Measurement, str]]]:
     """Each measurement compiled for ``cfg`` and run once on the simulator (timing only); the ones whose
-    schedule the template rejects come back separately with the template's reason."""
+    schedule or workload the template refuses come back separately with the reason."""
     cases, refused = [], []
     for m in measurements:
         try:
             op = compile_op(m.op, cfg, config=m.config, epilogue=m.epilogue,
                             **{k: v for k, v in m.workload.items() if k not in ("bias", "residual")})
-        except (ScheduleError, ValueError) as e:
-            refused.append((m, str(e)))
+        except ScheduleError as e:
+            refused.append((m, f"the template rejects its schedule: {e}"))
+            continue
+        except ValueError as e:   # the workload itself (a shape past the limits, say)
+            refused.append((m, f"the template refuses its workload: {e}"))
             continue
         stats = op.program.run(compute=False)   # checks the program runs; its cycles are the 'before' figure
         cases.append(Case(m, [BoardProgram(cfg, s.insns) for s in op.program.streams], stats.cycles))
@@ -576,7 +579,7 @@ def calibrate_cmd(args: argparse.Namespace) -> int:
                          ".jsonl) or the tuning records of a run on boards (vta tune --rpc)")
     print(f"calibrating the board model of {cfg.model} on {len(cases)} of {total} record(s) from {args.measurements}")
     for m, reason in refused:
-        print(f"  refused line {m.line} ({m.label}): the template rejects its schedule: {reason}")
+        print(f"  refused line {m.line} ({m.label}): {reason}")
     for reason, lines in _by_reason(skipped).items():
         shown = ", ".join(map(str, lines[:5])) + (f" and {len(lines) - 5} more" if len(lines) > 5 else "")
         print(f"  set aside {'line' if len(lines) == 1 else f'{len(lines)} lines:'} {shown} (tuning record"
