@@ -39,11 +39,29 @@ def _run(cmd: list[str], env: dict[str, str] | None, what: str, log: Path) -> No
         raise BuildError(f"{what} failed (exit {proc.returncode}); full log in {log}:\n{tail}")
 
 
-def write_verilog(cfg: HwConfig, directory: Path) -> tuple[Path, float]:
-    """The generated Verilog and manifest in ``directory``; returns the Verilog's path and seconds taken."""
+# The largest GEMM core (BATCH x BLOCK_IN x BLOCK_OUT int8 products) generated without being asked: the time and
+# memory of generation grow with it (pynq's 256 products: ~15 s; 65,536 products: 4 min 14 s and 2.2 GB of RAM,
+# 18 MB of Verilog, measured on a 2-core machine); a cached config is not generated again, whatever its size.
+DEFAULT_MAX_PRODUCTS = 8192
+
+
+def check_core_size(cfg: HwConfig, max_products: int = DEFAULT_MAX_PRODUCTS) -> None:
+    """Refuse (ValueError) to generate a GEMM core of more than ``max_products`` int8 products."""
+    products = cfg.BATCH * cfg.BLOCK_IN * cfg.BLOCK_OUT
+    if products > max_products:
+        raise ValueError(f"{cfg.model}: its {cfg.BATCH}x{cfg.BLOCK_IN}x{cfg.BLOCK_OUT} GEMM core has {products:,} int8 "
+                         f"products, more than the {max_products:,} generated without asking (its RTL takes minutes "
+                         f"and gigabytes to generate: 65,536 products took 4 min and 2.2 GB); to generate it anyway, "
+                         f"vta hw build (or generate) --max-products {products}")
+
+
+def write_verilog(cfg: HwConfig, directory: Path, max_products: int = DEFAULT_MAX_PRODUCTS) -> tuple[Path, float]:
+    """The generated Verilog and manifest in ``directory``; returns the Verilog's path and seconds taken. A
+    config not yet generated whose core is larger than ``max_products`` is refused first (check_core_size)."""
     path = directory / f"{TOP}.v"
     if path.is_file():
         return path, 0.0
+    check_core_size(cfg, max_products)
     t0 = time.perf_counter()
     text = generate(cfg)
     (directory / "manifest.json").write_text(json.dumps(manifest(cfg), indent=2) + "\n")
@@ -83,19 +101,22 @@ def link(cfg: HwConfig, obj: Path, directory: Path) -> Path:
     return out
 
 
-def ensure_built(cfg: HwConfig, progress=None) -> Path:
-    """The shared library for ``cfg``, building it first if the cache lacks it. ``progress(text)`` (optional)
-    hears each step with its time."""
+def ensure_built(cfg: HwConfig, progress=None, max_products: int = DEFAULT_MAX_PRODUCTS) -> Path:
+    """The shared library for ``cfg``, building it first if the cache lacks it (a core of more than
+    ``max_products`` int8 products is refused first: check_core_size). ``progress(text)`` (optional) hears each
+    step with its time."""
     directory = build_dir(cfg)
     lib = directory / LIBRARY
     if lib.is_file():
         return lib
+    if not (directory / f"{TOP}.v").is_file():
+        check_core_size(cfg, max_products)
     say = progress or (lambda text: None)
     with locked_dir(directory):
         if lib.is_file():
             return lib
         t0 = time.perf_counter()
-        verilog, took = write_verilog(cfg, directory)
+        verilog, took = write_verilog(cfg, directory, max_products)
         say(f"generated {verilog.name} in {took:.1f} s")
         t1 = time.perf_counter()
         obj = verilate(cfg, verilog, directory)
@@ -120,9 +141,11 @@ def main(argv: list[str] | None = None) -> int:
                                      "the library's path. The same as `vta hw build --config CONFIG`.")
     parser.add_argument("config", nargs="?", default=None, metavar="CONFIG",
                         help="hardware preset or JSON file (default: pynq)")
+    parser.add_argument("--max-products", type=int, default=DEFAULT_MAX_PRODUCTS, metavar="N",
+                        help=f"refuse a GEMM core of more than N int8 products (default {DEFAULT_MAX_PRODUCTS:,})")
     args = parser.parse_args(argv)
     try:
-        print(ensure_built(load_config(args.config), progress=print))
+        print(ensure_built(load_config(args.config), progress=print, max_products=args.max_products))
     except (ConfigError, ImportError, BuildError, OSError) as e:
         print(f"{parser.prog}: error: {e}", file=sys.stderr)
         return 2

@@ -499,3 +499,23 @@ def test_the_rtl_device_refuses_a_bad_alloc_size_or_free_argument():
     from devices import assert_alloc_and_free_refuse_what_is_not_a_size_or_a_buffer
 
     assert_alloc_and_free_refuse_what_is_not_a_size_or_a_buffer(device("pynq"))
+
+
+def test_a_gemm_core_past_max_products_is_refused_before_generating(tmp_path, capsys):
+    """A 16x64x64 core took 4 minutes and 2.2 GB to generate with no limit: past --max-products (default
+    DEFAULT_MAX_PRODUCTS, the same in the CLI) it is refused at once, naming the flag; nothing is written."""
+    from hardware.build import DEFAULT_MAX_PRODUCTS, ensure_built
+    from vta.cli import main
+
+    big = ["--set", "LOG_BLOCK=6", "--set", "LOG_BATCH=4"]
+    for argv in (["hw", "generate", *big, "--out", str(tmp_path / "rtl")], ["hw", "build", *big]):
+        assert main(argv) == 2
+        err = capsys.readouterr().err
+        assert "16x64x64 GEMM core has 65,536 int8 products, more than the 8,192" in err and "--max-products 65536" \
+            in err and err.count("\n") == 1, err
+    assert not (tmp_path / "rtl").exists()
+    assert main(["hw", "build", "--help"]) == 0 and "(BATCH x BLOCK_IN x BLOCK_OUT; default 8,192" in \
+        " ".join(capsys.readouterr().out.split())
+    assert DEFAULT_MAX_PRODUCTS == 8192
+    with pytest.raises(ValueError, match="more than the 100 generated without asking"):
+        ensure_built(load_config("pynq", LOG_BLOCK=4, LOG_BATCH=1).replace(CLOCK_MHZ=99), max_products=100)

@@ -16,9 +16,13 @@ from pathlib import Path
 
 from simulator.files import check_output_dir
 from simulator.image import ProgramImage, ReplayResult, save_result
-from vta.cli import GROUP_HELP, _key_value, _load, arg, command
+from vta.cli import GROUP_HELP, _key_value, _load, arg, command, int_in
 
 GROUP_HELP["hw"] = "the accelerator's RTL, generated from a hardware config"
+# default: hardware.build.DEFAULT_MAX_PRODUCTS (not imported here: the hardware package is the [hw] extra's)
+MAX_PRODUCTS_ARG = arg("--max-products", type=int_in(1, 1 << 24, "a count of int8 products"), default=8192,
+                       metavar="N", help="refuse to generate a GEMM core of more than N int8 products (BATCH x "
+                       "BLOCK_IN x BLOCK_OUT; default 8,192: larger ones take minutes and gigabytes)")
 RTL_SLACK_CYCLES = 100_000   # beyond twice the C simulator's cycles, a replay on the RTL is stopped as hung
 
 
@@ -31,20 +35,22 @@ def _say(text: str) -> None:
     arg("--set", dest="sets", action="append", type=_key_value, metavar="KEY=VALUE",
         help="override a config key (repeatable)"),
     arg("--out", required=True, metavar="DIR", help="directory for vta_core.v and manifest.json (created)"),
+    MAX_PRODUCTS_ARG,
 ])
 def hw_generate(args: argparse.Namespace) -> int:
     """Generate the RTL of the accelerator (Amaranth -> Verilog, module vta_core) and its manifest (config,
     ports, register map, SRAM shapes). The output is deterministic for a config and a version of the
     generator; it is cached under ~/.cache/vta-stack/rtl, so a second run copies it. Needs the [hw] extra."""
-    from hardware.build import build_dir, write_verilog
+    from hardware.build import build_dir, check_core_size, write_verilog
 
     cfg = _load(args.config, args.sets)
     out = Path(args.out)
     check_output_dir(args.out, "--out", {"vta_core.v": "file", "manifest.json": "file"})
     directory = build_dir(cfg)
+    check_core_size(cfg, args.max_products)   # before saying it generates (a cached one would be copied)
     directory.mkdir(parents=True, exist_ok=True)
     _say(f"generating the RTL of {cfg.model} (fingerprint {cfg.fingerprint}) ...")
-    verilog, took = write_verilog(cfg, directory)
+    verilog, took = write_verilog(cfg, directory, args.max_products)
     out.mkdir(parents=True, exist_ok=True)
     for name in (verilog.name, "manifest.json"):
         tmp = out / (name + ".tmp")
@@ -80,6 +86,7 @@ def hw_estimate(args: argparse.Namespace) -> int:
     arg("--config", default=None, metavar="NAME|PATH", help="hardware preset or JSON file (default: pynq)"),
     arg("--set", dest="sets", action="append", type=_key_value, metavar="KEY=VALUE",
         help="override a config key (repeatable)"),
+    MAX_PRODUCTS_ARG,
 ])
 def hw_build(args: argparse.Namespace) -> int:
     """Generate the config's RTL, verilate it and link its C++ harness into the shared library that
@@ -87,7 +94,7 @@ def hw_build(args: argparse.Namespace) -> int:
     library's path. Needs the [hw] extra."""
     from hardware.build import ensure_built
 
-    print(ensure_built(_load(args.config, args.sets), progress=_say))
+    print(ensure_built(_load(args.config, args.sets), progress=_say, max_products=args.max_products))
     return 0
 
 
