@@ -10,43 +10,23 @@ from __future__ import annotations
 
 import os
 import re
-import shutil
 import subprocess
 from pathlib import Path
 
 import pytest
+from checkout_install import ROOT, install_checkout
 from extras import need, needs
 
-ROOT = Path(__file__).resolve().parent.parent
-PACKAGES = ("hw_config", "simulator", "vta", "graph_pack", "tuning")
-TOP_FILES = ("pyproject.toml", "setup.py", "MANIFEST.in", "README.md")
 BOARD = {"numpy": "1.21.5", "cffi": "1.15.0"}   # Ubuntu 22.04's python3-numpy and python3-cffi (docs/deploy.md)
 
 pytestmark = needs("py310-venv", "cc")
-
-
-def _copy_checkout(dst: Path) -> Path:
-    """The files an install reads, without build products (the checkout's own simulator build is not used)."""
-    dst.mkdir()
-    for name in TOP_FILES:
-        shutil.copy2(ROOT / name, dst / name)
-    skip = shutil.ignore_patterns("__pycache__", "*.so", "*.pyc", "_vta_sim.c")
-    for name in PACKAGES:
-        shutil.copytree(ROOT / name, dst / name, ignore=skip)
-    return dst
 
 
 @pytest.fixture(scope="module")
 def installed(tmp_path_factory: pytest.TempPathFactory) -> tuple[str, Path]:
     """(the venv's python, the directory the checkout is installed into)."""
     python = need("py310-venv")
-    tmp = tmp_path_factory.mktemp("py310")
-    src, site = _copy_checkout(tmp / "src"), tmp / "site"
-    cmd = [python, "-m", "pip", "install", "-q", "--no-deps", "--no-build-isolation", "--no-index",
-           "--target", str(site), str(src)]
-    env = {**os.environ, "PIP_DISABLE_PIP_VERSION_CHECK": "1", "PIP_ROOT_USER_ACTION": "ignore"}
-    res = subprocess.run(cmd, capture_output=True, text=True, timeout=600, check=False, env=env)
-    assert res.returncode == 0, f"{' '.join(cmd)}: exit {res.returncode}\n{res.stdout}{res.stderr}"
+    site = install_checkout(python, tmp_path_factory.mktemp("py310"))
     return python, site
 
 
