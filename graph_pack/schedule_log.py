@@ -21,6 +21,7 @@ from typing import Any
 from graph_pack.build import workload_key
 from graph_pack.host_templates import HOST_TEMPLATE_VERSION, CpuTarget, host_template_of
 from hw_config import HwConfig
+from hw_config.reading import bounded_lines
 from vta.templates import TEMPLATE_VERSION, template_of
 
 MAX_LINE_BYTES = 64 << 10   # as tuning.records: a record is a few hundred bytes
@@ -130,11 +131,9 @@ def read_schedules(path: str | os.PathLike, cfg: HwConfig | CpuTarget) -> Logged
     out = LoggedSchedules(str(path), cfg)
     ranked: dict[str, list[tuple[tuple[int, float], dict]]] = {}
     with open(p, encoding="utf-8", errors="replace") as f:
-        while line := f.readline(MAX_LINE_BYTES + 1):
-            if len(line) > MAX_LINE_BYTES:
+        for _, line in bounded_lines(f, MAX_LINE_BYTES):
+            if line is None:   # a line past MAX_LINE_BYTES, passed over in bounded pieces
                 out.unreadable += 1
-                while line and not line.endswith("\n"):   # the rest of a long line, in bounded pieces
-                    line = f.readline(MAX_LINE_BYTES)
                 continue
             if not line.strip():
                 continue

@@ -25,6 +25,7 @@ from typing import Any
 
 from graph_pack.host_templates import HOST_TEMPLATE_VERSION, CpuTarget, host
 from hw_config import HwConfig
+from hw_config.reading import bounded_lines
 from simulator.files import check_output_path, write_atomic
 from tuning.measure import MeasureResult
 from tuning.task import TEMPLATE_VERSION, Task, _canonical, task_of
@@ -144,22 +145,6 @@ def parse_line(line: str) -> Record:
     return Record(**{k: obj[k] for k in (*FIELDS, "version", "tuner") if k in obj})
 
 
-def _lines(f) -> Iterable[tuple[int, str | None]]:
-    """(number, text) per line, text None for a line past MAX_LINE_BYTES, which is skipped without being held."""
-    number = 0
-    while True:
-        line = f.readline(MAX_LINE_BYTES + 1)
-        if not line:
-            return
-        number += 1
-        if len(line) > MAX_LINE_BYTES and not line.endswith("\n"):
-            while line and not line.endswith("\n"):   # drain the rest of the long line in bounded pieces
-                line = f.readline(MAX_LINE_BYTES)
-            yield number, None
-        else:
-            yield number, line
-
-
 def check_log_path(path: str | os.PathLike, what: str = "record log") -> None:
     """Refuse, before any work, a log path that is not (or cannot become) a JSON-lines text file: an empty
     name, a directory, or an existing file whose first bytes are binary (an image, an archive)."""
@@ -265,7 +250,7 @@ def load_records(path: str | os.PathLike, *, task: Task | None = None, cfg: HwCo
     hw = cfg.fingerprint if cfg is not None else (task.cfg.fingerprint if task is not None else None)
     records, bad, foreign = [], [], 0
     with open(path, encoding="utf-8", errors="replace") as f:
-        for number, line in _lines(f):
+        for number, line in bounded_lines(f, MAX_LINE_BYTES):
             if line is None:
                 bad.append(f"line {number}: longer than {MAX_LINE_BYTES} bytes")
                 continue
