@@ -20,6 +20,7 @@ from pathlib import Path
 
 import numpy as np
 import pytest
+from extras import need
 from test_faults import _cluster, _measure_and_kill
 
 from graph_pack.build import build
@@ -352,6 +353,26 @@ def test_an_onnx_model_files_content_is_in_the_search_key(tmp_path):
     model.write_bytes(b"another model")
     assert Search(str(model)).key != key
     assert Search("resnet-18").key != Search("resnet-18", trials=3).key
+
+
+def test_an_onnx_models_external_data_is_in_the_search_key(tmp_path):
+    """A model whose weights live in an external data file: new weights in that file are another search."""
+    onnx = need("onnx")
+    from onnx import helper, numpy_helper
+
+    weight = numpy_helper.from_array(np.full((4, 4), 0.5, np.float32), "w")   # raw data: it goes external
+    graph = helper.make_graph([helper.make_node("MatMul", ["x", "w"], ["y"])], "g",
+                              [helper.make_tensor_value_info("x", onnx.TensorProto.FLOAT, (1, 4))],
+                              [helper.make_tensor_value_info("y", onnx.TensorProto.FLOAT, (1, 4))], [weight])
+    model = tmp_path / "net.onnx"
+    onnx.save(helper.make_model(graph), str(model), save_as_external_data=True, all_tensors_to_one_file=True,
+              location="weights.bin", size_threshold=0)
+    key = Search(str(model)).key
+    assert (tmp_path / "weights.bin").is_file() and Search(str(model)).key == key
+    data = bytearray((tmp_path / "weights.bin").read_bytes())
+    data[0] ^= 1
+    (tmp_path / "weights.bin").write_bytes(bytes(data))
+    assert Search(str(model)).key != key
 
 
 # ---- the command line ------------------------------------------------------------------------------------------

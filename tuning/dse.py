@@ -94,6 +94,8 @@ class Search:
         model = Path(self.network)
         if model.is_file():   # as load_model tells a file from a zoo name
             ident["model_sha256"] = _file_sha256(model)
+            ident["external_data_sha256"] = {name: _file_sha256(model.parent / name)
+                                             for name in _external_data_files(model)}
         return hashlib.sha256(json.dumps(ident, sort_keys=True).encode()).hexdigest()[:16]
 
 
@@ -103,6 +105,22 @@ def _file_sha256(path: Path) -> str:
         while chunk := f.read(1 << 20):
             h.update(chunk)
     return h.hexdigest()
+
+
+def _external_data_files(model: Path) -> list[str]:
+    """The external data files an ONNX model's tensors name, those that exist beside it (in its directory):
+    their content is the model's too. None for a file that does not parse (loading it fails later, saying why)."""
+    try:
+        import onnx
+
+        from graph_pack.frontend_onnx import _all_tensors
+        proto = onnx.load(str(model), load_external_data=False)
+    except Exception:   # noqa: BLE001 - not an ONNX model (or no onnx package): the search's load says so
+        return []
+    names = {e.value for t in _all_tensors(proto.graph) if t.data_location == onnx.TensorProto.EXTERNAL
+             for e in t.external_data if e.key == "location"}
+    base = model.parent.resolve()
+    return sorted(n for n in names if (base / n).resolve().is_relative_to(base) and (base / n).is_file())
 
 
 def read_space(path: str | os.PathLike | None, max_points: int = DEFAULT_MAX_POINTS,
