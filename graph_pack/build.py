@@ -266,7 +266,8 @@ class GraphModule:
         """How ``stats.latency_s`` (the profile's ``board_ms``) was obtained: "predicted by the board model",
         "measured" (a board), "modelled by the simulated board"; None where there is no board figure (the RTL,
         or the simulator on a config without a board model: latency_s is then the accelerator's own time)."""
-        if isinstance(self.device, SimDevice):
+        if isinstance(self.device, SimDevice) or getattr(self.device, "device_kind", None) == "sim":
+            # the simulator here, or an RPC board server's (`vta rpc server --device sim`): a prediction either way
             return "predicted by the board model" if self.cfg.board_model else None
         board = getattr(self.device, "board", None)
         if board is None:

@@ -279,6 +279,8 @@ def test_vta_run_deploys_through_the_tracker(healthy):
                           timeout=300, check=False, cwd=ROOT)
     assert done.returncode == 0, done.stderr[-3000:]
     assert "the board sim-" in done.stdout and "matches the numpy reference bit-exactly" in done.stdout
+    # a --device sim board server measures nothing: its board time is the board model's prediction
+    assert "ms predicted by the board model" in done.stdout and "measured" not in done.stdout
     healthy.wait_free(4, timeout=30)
     refused = subprocess.run([sys.executable, "-m", "vta", "run", "resnet-18", "--rpc", healthy.address,
                               "--device", "pynq"], capture_output=True, text=True, timeout=120, check=False)
