@@ -276,7 +276,8 @@ def test_board_replay_and_status_commands(board, cache, tmp_path, capsys):
             "--out", str(out)]
     assert main(argv) == 0, capsys.readouterr().err
     text = capsys.readouterr().out
-    assert "host-measured latency" in text and "timing model" in text and "vta-simulated-pynq" in text
+    assert "ms per call measured by the host (launch to done)" in text and "predicted" not in text
+    assert "timing model" in text and "vta-simulated-pynq" in text
     stored_bytes_match("relu_0", load_result(out).segments)
     host, port = board.address.split(":")
     assert main(["board", "status", "--host", host, "--port", port]) == 0

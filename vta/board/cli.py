@@ -216,8 +216,8 @@ def board_replay(args: argparse.Namespace) -> int:
                     board=args.board) as dev:
         result, stats = replay_on_device(dev, image)
         print(f"# {args.image}: {len(image.insns)} instructions on {dev.board} ({image.config.model})")
-        print(f"  host-measured latency {stats.host_seconds * 1e3:.2f} ms (launch to done)")
-        print(format_stats(stats, image.config))
+        measured = "measured by the host (launch to done)" if stats.launched else None   # else the model's
+        print(format_stats(stats, image.config, board=measured))
         print(f"  (counters and cycles: {stats.cycles_from})")
     if args.out:
         save_result(args.out, result)
