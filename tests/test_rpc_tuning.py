@@ -172,6 +172,9 @@ def test_the_tuning_scripts_take_the_rpc_flags(healthy, tmp_path, capsys):
                              "--log", str(tmp_path / "c.jsonl")]) == 0
     assert tune_alu.main(["--ops", "add", "--n-trial", "3", "--rpc", healthy.address, "--key", "sim",
                           "--log", str(tmp_path / "a.jsonl")]) == 0
+    out = capsys.readouterr().out
+    used = re.findall(r"^boards: (.*)$", out, re.MULTILINE)   # each script says which boards it used, as vta tune
+    assert len(used) == 2 and all(b.split(" (")[0] in BOARDS for line in used for b in line.split(", ")), used
     for log in ("c.jsonl", "a.jsonl"):
         records = load_records(tmp_path / log)
         assert records and all(r.result.get("board") in BOARDS for r in records)

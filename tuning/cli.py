@@ -40,6 +40,12 @@ def script_parser(module: str, doc: str, log: str, n_trial: int, per: str) -> ar
     return ap
 
 
+def boards_line(runner) -> str:
+    """What a tuning run through an RPC tracker says last but one: the boards it used, and trials lost with one."""
+    return (f"boards: {', '.join(f'{b} ({n} trials)' for b, n in sorted(runner.boards_used.items()))}"
+            + (f"; trials lost with a board: {dict(runner.board_failures)}" if runner.board_failures else ""))
+
+
 def records_line(log: str | os.PathLike) -> str:
     """The last line of a tuning run: where its records are and how to use them."""
     return (f"records: {log} ({count_records(log)} in all; in Python: tuning.load_best({str(log)!r}, env); "
@@ -132,8 +138,7 @@ def tune_cmd(args: argparse.Namespace) -> int:
                      n_parallel=args.parallel or 1, early_stopping=args.early_stopping, image_size=args.image_size,
                      seed=args.seed, runner=runner)
     if args.rpc:
-        print(f"boards: {', '.join(f'{b} ({n} trials)' for b, n in sorted(runner.boards_used.items()))}"
-              + (f"; trials lost with a board: {dict(runner.board_failures)}" if runner.board_failures else ""))
+        print(boards_line(runner))
     if args.plot is not None:
         write_tuning_plot(args.plot, log, cfg, result.tasks)
         print(f"plot: {args.plot} (tuning curves of {log}; open it in a browser)")

@@ -10,7 +10,7 @@ import argparse
 import sys
 
 from hw_config import load_config
-from tuning.cli import records_line, resumable, script_parser
+from tuning.cli import boards_line, records_line, resumable, script_parser
 from tuning.rpc_runner import runner_from_flags
 from tuning.task import alu_task
 from tuning.tune import tune_tasks
@@ -47,6 +47,8 @@ def _tune(args: argparse.Namespace) -> int:
     with resumable(args.log), runner_from_flags(args, timing_only=args.timing_only, n_parallel=args.parallel) as runner:
         tune_tasks(alu_tasks(cfg, ops), tuner=args.tuner, n_trial=args.n_trial,
                    runner=runner, log=args.log, seed=args.seed)
+    if args.rpc:
+        print(boards_line(runner))
     print(records_line(args.log))
     return 0
 

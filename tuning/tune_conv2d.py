@@ -8,7 +8,7 @@ from __future__ import annotations
 import argparse
 
 from hw_config import load_config
-from tuning.cli import TRIALS, records_line, resumable, script_parser
+from tuning.cli import TRIALS, boards_line, records_line, resumable, script_parser
 from tuning.rpc_runner import runner_from_flags
 from tuning.task import conv_task
 from tuning.tune import STRATEGIES, tune_tasks
@@ -40,6 +40,8 @@ def _tune(args: argparse.Namespace) -> int:
     with resumable(args.log), runner_from_flags(args, timing_only=args.timing_only, n_parallel=args.parallel) as runner:
         tune_tasks(tasks, tuner=args.tuner, n_trial=args.n_trial, runner=runner, log=args.log,
                    strategy=args.strategy, early_stopping=args.early_stopping, seed=args.seed)
+    if args.rpc:
+        print(boards_line(runner))
     print(records_line(args.log))
     return 0
 
