@@ -112,6 +112,9 @@ ALU_OPS: dict[int, Callable[[np.ndarray, np.ndarray], np.ndarray]] = {
 }
 
 
+MORE_CYCLES = "(raise max_cycles, or --max-cycles on the command line, for longer programs)"
+
+
 @dataclass
 class _Insn:
     """One statically checked instruction: its fields, route, token queues and duration."""
@@ -481,14 +484,14 @@ class ReferenceSimulator:
                 if flight.end > max_cycles:
                     raise CycleBudgetExceeded(
                         f"{flight.insn.where}: would run from cycle {flight.start} to {flight.end}, past "
-                        f"max_cycles={max_cycles}", flight.insn.index)
+                        f"max_cycles={max_cycles} {MORE_CYCLES}", flight.insn.index)
                 pipeline.finish(flight, stats)
                 continue
             insn, begin, cause = start
             if begin + insn.duration > max_cycles:
                 raise CycleBudgetExceeded(
                     f"{insn.where}: would run from cycle {begin} to {begin + insn.duration}, past "
-                    f"max_cycles={max_cycles}", insn.index)
+                    f"max_cycles={max_cycles} {MORE_CYCLES}", insn.index)
             if stats.work + insn.work > max_work:
                 raise WorkBudgetExceeded(
                     f"{insn.where}: needs {insn.work} units of host work ({insn.work_how}), and the run has done "

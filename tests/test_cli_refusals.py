@@ -177,3 +177,21 @@ def test_an_unknown_host_template_in_ops_lists_the_networks_own(capsys):
                      "--ops", "conv2d"]) == 2
     err = capsys.readouterr().err
     assert "among --ops conv2d; this network's host templates are conv2d_" in err, err   # x86 or ARM family
+
+
+def test_a_cycle_budget_error_names_the_flag_that_raises_it(capsys, monkeypatch):
+    """As the work budget's error names --max-work, the cycle budget's names --max-cycles (the C simulator's and
+    the reference simulator's alike)."""
+    from pathlib import Path
+
+    from simulator.errors import CycleBudgetExceeded
+    from simulator.image import load_image
+    from simulator.reference import ReferenceSimulator
+
+    root = Path(__file__).resolve().parents[1]
+    assert vta_main(["sim", "replay", str(root / "examples" / "gemm_0.npz"), "--max-cycles", "100"]) != 0
+    err = capsys.readouterr().err
+    assert "past the budget of max_cycles=100 (raise max_cycles, or --max-cycles on the command line" in err, err
+    image = load_image(root / "examples" / "gemm_0.npz")
+    with pytest.raises(CycleBudgetExceeded, match=r"max_cycles=100 \(raise max_cycles, or --max-cycles on the"):
+        ReferenceSimulator(image.config, max_cycles=100).replay(image)

@@ -2660,8 +2660,8 @@ static int over_budget(const insn_t *cur, uint32_t idx, uint64_t end, uint64_t m
   describe(cur, what, sizeof what);
   stats->error_index = idx;
   return fail(err, errlen, VTA_ERR_BUDGET, "instruction %u (%s): would end at cycle %llu, past the budget of "
-              "max_cycles=%llu (raise max_cycles for longer programs)", idx, what, (unsigned long long)end,
-              (unsigned long long)max_cycles);
+              "max_cycles=%llu (raise max_cycles, or --max-cycles on the command line, for longer programs)", idx,
+              what, (unsigned long long)end, (unsigned long long)max_cycles);
 }
 
 int vta_sim_run(vta_sim_t *s, const uint8_t *insns, uint32_t count, int compute, uint64_t max_cycles,
