@@ -148,6 +148,11 @@ def test_vta_calibrate_writes_a_config_that_loads_like_a_preset(capsys, tmp_path
     assert cfg.board_model and cfg.fingerprint != SIM.fingerprint
     assert {k: getattr(cfg, k) for k in ("TARGET", "LOG_BLOCK", "CLOCK_MHZ")} == {"TARGET": "sim", "LOG_BLOCK": 4,
                                                                                   "CLOCK_MHZ": 100}
+    said = "board model calibrated on 19 records of pynq_conv2d_measured.jsonl"
+    assert cfg.DESCRIPTION.endswith(said)
+    again = tmp_path / "again.json"   # recalibrating says what it is calibrated on now, once
+    assert run(capsys, "calibrate", str(shared_records()), "--config", str(out), "--out", str(again))[0] == 0
+    assert load_config(str(again)).DESCRIPTION == cfg.DESCRIPTION
     assert load_config(json.loads(out.read_text())) == cfg
     status, shown, _ = run(capsys, "config", "show", str(out), "--json")
     assert status == 0 and json.loads(shown)["config"]["COMPUTE_LOOP_CYCLES"] == cfg.COMPUTE_LOOP_CYCLES

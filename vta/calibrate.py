@@ -22,6 +22,7 @@ from __future__ import annotations
 import argparse
 import json
 import math
+import re
 import sys
 from collections.abc import Sequence
 from dataclasses import dataclass, field
@@ -595,9 +596,10 @@ def calibrate_cmd(args: argparse.Namespace) -> int:
     result = fit(cases, cfg, args.fit, prior_weight=args.prior_weight)
     after = predict(cases, cfg, result.params)
     print(format_report(cases, before, after, cfg, result))
-    calibrated = cfg.replace(**result.params, DESCRIPTION=(
-        f"{cfg.DESCRIPTION}; board model calibrated on {len(cases)} records of {Path(args.measurements).name}"
-        if cfg.DESCRIPTION else f"board model calibrated on {len(cases)} records of {Path(args.measurements).name}"))
+    # a recalibrated config says what its board model is calibrated on now, not every time it was
+    before = re.sub(r"(^|; )board model calibrated on \d+ records of [^;]*$", "", cfg.DESCRIPTION)
+    said = f"board model calibrated on {len(cases)} records of {Path(args.measurements).name}"
+    calibrated = cfg.replace(**result.params, DESCRIPTION=f"{before}; {said}" if before else said)
     if args.out is not None:
         text = calibrated.to_json() + "\n"
         write_atomic(args.out, lambda f: f.write(text.encode()))
