@@ -13,10 +13,12 @@ if TYPE_CHECKING:
 __all__ = ["RtlDevice", "RtlError", "ToolchainMissing", "generate", "manifest"]
 
 
-def generate(cfg: HwConfig | str) -> str:
-    """Verilog of the accelerator for ``cfg``."""
+def generate(cfg: HwConfig | str, max_products: int | None = None) -> str:
+    """Verilog of the accelerator for ``cfg``; a GEMM core of more than ``max_products`` int8 products (default
+    8,192: larger ones take minutes and gigabytes) is refused first."""
+    from hardware.generator import DEFAULT_MAX_PRODUCTS
     from hardware.generator import generate as _generate
-    return _generate(cfg)
+    return _generate(cfg, DEFAULT_MAX_PRODUCTS if max_products is None else max_products)
 
 
 def manifest(cfg: HwConfig | str) -> dict:

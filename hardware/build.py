@@ -15,7 +15,7 @@ import sys
 import time
 from pathlib import Path
 
-from hardware.generator import TOP, build_key, generate, manifest
+from hardware.generator import DEFAULT_MAX_PRODUCTS, TOP, build_key, check_core_size, generate, manifest
 from hardware.toolchain import cache_root, locked_dir, verilator_command, verilator_root
 from hw_config import HwConfig
 
@@ -39,31 +39,14 @@ def _run(cmd: list[str], env: dict[str, str] | None, what: str, log: Path) -> No
         raise BuildError(f"{what} failed (exit {proc.returncode}); full log in {log}:\n{tail}")
 
 
-# The largest GEMM core (BATCH x BLOCK_IN x BLOCK_OUT int8 products) generated without being asked: the time and
-# memory of generation grow with it (pynq's 256 products: ~15 s; 65,536 products: 4 min 14 s and 2.2 GB of RAM,
-# 18 MB of Verilog, measured on a 2-core machine); a cached config is not generated again, whatever its size.
-DEFAULT_MAX_PRODUCTS = 8192
-
-
-def check_core_size(cfg: HwConfig, max_products: int = DEFAULT_MAX_PRODUCTS) -> None:
-    """Refuse (ValueError) to generate a GEMM core of more than ``max_products`` int8 products."""
-    products = cfg.BATCH * cfg.BLOCK_IN * cfg.BLOCK_OUT
-    if products > max_products:
-        raise ValueError(f"{cfg.model}: its {cfg.BATCH}x{cfg.BLOCK_IN}x{cfg.BLOCK_OUT} GEMM core has {products:,} int8 "
-                         f"products, more than the {max_products:,} generated without asking (its RTL takes minutes "
-                         f"and gigabytes to generate: 65,536 products took 4 min and 2.2 GB); to generate it anyway, "
-                         f"vta hw build (or generate) --max-products {products}")
-
-
 def write_verilog(cfg: HwConfig, directory: Path, max_products: int = DEFAULT_MAX_PRODUCTS) -> tuple[Path, float]:
     """The generated Verilog and manifest in ``directory``; returns the Verilog's path and seconds taken. A
     config not yet generated whose core is larger than ``max_products`` is refused first (check_core_size)."""
     path = directory / f"{TOP}.v"
     if path.is_file():
         return path, 0.0
-    check_core_size(cfg, max_products)
     t0 = time.perf_counter()
-    text = generate(cfg)
+    text = generate(cfg, max_products)   # refuses a core past max_products first
     (directory / "manifest.json").write_text(json.dumps(manifest(cfg), indent=2) + "\n")
     tmp = path.with_suffix(".v.tmp")
     tmp.write_text(text)

@@ -13,6 +13,7 @@ simulator places them, instructions go to a region of their own above them, and 
 
 from __future__ import annotations
 
+import numbers
 import operator
 import time
 from pathlib import Path
@@ -26,6 +27,7 @@ from hardware.toolchain import require
 from hw_config import HwConfig, load_config
 from hw_config.buffer import Buffer, alloc_size, checked_buffer
 from hw_config.isa_rules import MODULES, module_indices
+from hw_config.layout import OPCODE_BITS, OPCODES
 
 CDEF = """
 typedef struct vta_rtl vta_rtl;
@@ -49,7 +51,10 @@ uint64_t vta_rtl_beats(vta_rtl* r, int written);
 void vta_rtl_axi_stats(vta_rtl* r, uint64_t* out);
 void vta_rtl_stress(vta_rtl* r, uint64_t seed, unsigned percent);
 """
-DEFAULT_MAX_CYCLES = 1 << 30
+# A run not done after this many cycles is stopped: ~3 minutes of Verilator here (1.3 s a million cycles), where
+# one accelerator group of ResNet-18 takes ~1 M; the C simulator's 2^30 would leave a hung program clocking ~25 min
+DEFAULT_MAX_CYCLES = 1 << 27
+ADDRESS_LIMIT = 1 << 32         # the AXI4 master's addresses are 32 bits: DRAM is [0, 4 GiB)
 INSN_BYTES = 16
 PAGE = 1 << 12
 BUFFER_LIMIT = 3 << 30          # buffers lie below 3 GiB (the AXI4 master's addresses are 32 bits) ...
@@ -126,7 +131,7 @@ class RtlDevice:
             raise RtlError("could not create the RTL model")
         self._handle = self._ffi.gc(handle, self._lib.vta_rtl_destroy)
         self.last_cycles = 0
-        self.max_cycles = max_cycles
+        self.max_cycles = _whole(max_cycles, "max_cycles", 1, 2**64 - 1)
         self.last_stats: RtlRunStats | None = None
         self.wall_seconds = 0.0           # host time spent simulating runs (``run``), in all
         self._space = _Space()
@@ -144,6 +149,7 @@ class RtlDevice:
         self._lib.vta_rtl_dram_unmap(self._handle, buf.addr, size)
 
     def copy_in(self, buf: Buffer, data: np.ndarray | bytes, offset: int = 0) -> None:
+        checked_buffer(buf)
         raw = np.frombuffer(data, np.uint8) if isinstance(data, (bytes, bytearray)) else \
             np.ascontiguousarray(data).reshape(-1).view(np.uint8)
         if offset < 0 or offset + raw.size > buf.nbytes:
@@ -151,7 +157,7 @@ class RtlDevice:
         self.write(buf.addr + offset, raw)
 
     def copy_out(self, buf: Buffer, nbytes: int | None = None, offset: int = 0) -> np.ndarray:
-        n = buf.nbytes - offset if nbytes is None else nbytes
+        n = checked_buffer(buf).nbytes - offset if nbytes is None else nbytes
         if offset < 0 or n < 0 or offset + n > buf.nbytes:
             raise ValueError(f"read of {n} bytes at offset {offset} overruns a {buf.nbytes}-byte buffer")
         return self.read(buf.addr + offset, n)
@@ -186,16 +192,19 @@ class RtlDevice:
 
     # ---- DRAM ----
     def write(self, addr: int, data: bytes | np.ndarray) -> None:
+        """Write ``data``'s bytes into the model's DRAM at byte ``addr`` (inside [0, 4 GiB))."""
         raw = np.ascontiguousarray(np.frombuffer(bytes(data), np.uint8) if isinstance(data, (bytes, bytearray))
                                    else np.asarray(data)).view(np.uint8).reshape(-1)
+        addr = _dram_range(addr, raw.size, "write")
         buf = self._ffi.from_buffer("uint8_t[]", raw)
-        if self._lib.vta_rtl_dram_write(self._handle, operator.index(addr), buf, raw.size):
+        if self._lib.vta_rtl_dram_write(self._handle, addr, buf, raw.size):
             raise RtlError(f"DRAM write of {raw.size} bytes at 0x{addr:x} failed")
 
     def read(self, addr: int, nbytes: int) -> np.ndarray:
-        out = np.zeros(operator.index(nbytes), np.uint8)
-        self._lib.vta_rtl_dram_read(self._handle, operator.index(addr), self._ffi.from_buffer("uint8_t[]", out),
-                                    out.size)
+        """``nbytes`` bytes of the model's DRAM from byte ``addr`` (inside [0, 4 GiB); never written: zeros)."""
+        addr = _dram_range(addr, nbytes, "read")   # before the buffer is allocated
+        out = np.zeros(int(nbytes), np.uint8)
+        self._lib.vta_rtl_dram_read(self._handle, addr, self._ffi.from_buffer("uint8_t[]", out), out.size)
         return out
 
     def clear_dram(self) -> None:
@@ -253,8 +262,9 @@ class RtlDevice:
 
     def _launch_traced(self, insn_addr: int, count: int, max_cycles: int, trace: bool) -> tuple[int, np.ndarray]:
         """Launch as VTA's driver does; returns (cycles, the events port's record relative to the launch)."""
-        if insn_addr < 0 or insn_addr + count * INSN_BYTES > 1 << 32:
-            raise RtlError(f"instructions at 0x{insn_addr:x}: the AXI4 master reaches the first 4 GiB of DRAM only")
+        count = _whole(count, "count", 1, (ADDRESS_LIMIT - 1) // INSN_BYTES)   # fetch's count register is 32 bits
+        max_cycles = _whole(max_cycles, "max_cycles", 1, 2**64 - 1)
+        _dram_range(insn_addr, count * INSN_BYTES, "instruction fetch")
         self._lib.vta_rtl_module_stats(self._handle, self._ffi.new("uint64_t[3]"), self._ffi.new("uint64_t[3]"))
         self._lib.vta_rtl_trace(self._handle, TRACE_LIMIT if trace else 0)
         self.write_register("fetch", R.FETCH_INSN_COUNT, count)
@@ -314,6 +324,9 @@ class RtlDevice:
         """Run a program image: write its segments and stream, run, read the segments back.
         Returns (final segments, cycles). DRAM is cleared first and after, so replays do not leak: that
         includes buffers from ``alloc``, so replay images on a device of their own, not one a network uses."""
+        if not all(hasattr(image, k) for k in ("config", "insns", "segments", "insn_addr")):
+            raise TypeError(f"replay takes a program image (simulator.image.load_image(path)), not "
+                            f"{type(image).__name__}")
         if image.config.fingerprint != self.cfg.fingerprint:
             raise RtlError(f"image is for {image.config.model} (fingerprint {image.config.fingerprint}) but this "
                            f"device is {self.cfg.model} (fingerprint {self.cfg.fingerprint})")
@@ -335,8 +348,33 @@ class RtlDevice:
 
 
 def _stream_bytes(insns: np.ndarray | bytes) -> np.ndarray:
-    raw = np.frombuffer(bytes(insns), np.uint8) if isinstance(insns, (bytes, bytearray, memoryview)) else \
-        np.ascontiguousarray(insns, np.uint8).reshape(-1)
+    """The stream as bytes, refused (ValueError/TypeError) unless it is whole instructions ending with FINISH: the
+    model would run until its cycle limit on a stream whose end never signals done."""
+    if isinstance(insns, (bytes, bytearray, memoryview)):
+        raw = np.frombuffer(bytes(insns), np.uint8)
+    elif isinstance(insns, np.ndarray) and insns.dtype == np.uint8:
+        raw = np.ascontiguousarray(insns).reshape(-1)
+    else:
+        raise TypeError(f"an instruction stream is bytes or a uint8 array (N, {INSN_BYTES}), not "
+                        f"{getattr(insns, 'dtype', type(insns).__name__)}")
     if raw.size % INSN_BYTES or not raw.size:
         raise ValueError(f"an instruction stream is one or more {INSN_BYTES}-byte instructions, got {raw.size} bytes")
+    if raw[-INSN_BYTES] & ((1 << OPCODE_BITS) - 1) != OPCODES["FINISH"]:
+        raise ValueError(f"instruction {raw.size // INSN_BYTES - 1}: the stream does not end with FINISH, so the "
+                         "accelerator would never signal done")
     return raw
+
+
+def _whole(value: object, name: str, least: int, most: int) -> int:
+    """``value`` as an int in [least, most], or a ValueError naming ``name`` and the range."""
+    if isinstance(value, bool) or not isinstance(value, numbers.Integral) or not least <= value <= most:
+        raise ValueError(f"{name}={value!r}: an integer {least}..{most}")
+    return int(value)
+
+
+def _dram_range(addr: object, nbytes: object, what: str) -> int:
+    """``addr`` once [addr, addr + nbytes) is checked to lie in the model's DRAM, [0, 4 GiB)."""
+    addr, n = _whole(addr, f"{what} addr", 0, ADDRESS_LIMIT - 1), _whole(nbytes, f"{what} nbytes", 0, ADDRESS_LIMIT)
+    if addr + n > ADDRESS_LIMIT:
+        raise ValueError(f"{what} of {n} bytes at 0x{addr:x}: past the model's 4 GiB of DRAM (32-bit addresses)")
+    return addr

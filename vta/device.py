@@ -51,6 +51,7 @@ class SimDevice:
         self.sim.free(checked_buffer(buf).addr)
 
     def copy_in(self, buf: Buffer, data: np.ndarray | bytes, offset: int = 0) -> None:
+        checked_buffer(buf)
         raw = np.frombuffer(data, np.uint8) if isinstance(data, (bytes, bytearray)) else \
             np.ascontiguousarray(data).reshape(-1).view(np.uint8)
         if offset < 0 or offset + raw.size > buf.nbytes:
@@ -58,7 +59,7 @@ class SimDevice:
         self.sim.write(buf.addr + offset, raw)
 
     def copy_out(self, buf: Buffer, nbytes: int | None = None, offset: int = 0) -> np.ndarray:
-        n = buf.nbytes - offset if nbytes is None else nbytes
+        n = checked_buffer(buf).nbytes - offset if nbytes is None else nbytes
         if offset < 0 or offset + n > buf.nbytes:
             raise ValueError(f"read of {n} bytes at offset {offset} overruns a {buf.nbytes}-byte buffer")
         return self.sim.read(buf.addr + offset, n)

@@ -41,7 +41,8 @@ def hw_generate(args: argparse.Namespace) -> int:
     """Generate the RTL of the accelerator (Amaranth -> Verilog, module vta_core) and its manifest (config,
     ports, register map, SRAM shapes). The output is deterministic for a config and a version of the
     generator; it is cached under ~/.cache/vta-stack/rtl, so a second run copies it. Needs the [hw] extra."""
-    from hardware.build import build_dir, check_core_size, write_verilog
+    from hardware.build import build_dir, write_verilog
+    from hardware.generator import check_core_size
 
     cfg = _load(args.config, args.sets)
     out = Path(args.out)
