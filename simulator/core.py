@@ -17,7 +17,6 @@ from simulator.errors import (
     DEFAULT_MAX_WORK,
     ERROR_CLASSES,
     InvalidInstruction,
-    MemoryAccessError,
     SimulatorError,
     budget_value,
 )
@@ -228,15 +227,13 @@ class Simulator:
 
     def write(self, addr: int, data: bytes | np.ndarray) -> None:
         buf = _as_bytes(data)
-        if addr < 0:
-            raise MemoryAccessError(f"DRAM write at negative address {addr}")
-        self._check(lib.vta_sim_write(self._sim, addr, ffi.from_buffer(buf), buf.size, self._err, ERR_LEN))
+        self._space.locate(addr, buf.size)   # inside one mapped region (MemoryAccessError otherwise)
+        self._check(lib.vta_sim_write(self._sim, int(addr), ffi.from_buffer(buf), buf.size, self._err, ERR_LEN))
 
     def read(self, addr: int, nbytes: int) -> np.ndarray:
-        if addr < 0 or nbytes < 0:
-            raise MemoryAccessError(f"DRAM read of {nbytes} bytes at {addr}: need non-negative values")
-        out = np.empty(nbytes, dtype=np.uint8)
-        self._check(lib.vta_sim_read(self._sim, addr, ffi.from_buffer(out), nbytes, self._err, ERR_LEN))
+        self._space.locate(addr, nbytes)     # checked before the buffer is allocated
+        out = np.empty(int(nbytes), dtype=np.uint8)
+        self._check(lib.vta_sim_read(self._sim, int(addr), ffi.from_buffer(out), int(nbytes), self._err, ERR_LEN))
         return out
 
     # ---- SRAM (for tests and debugging) ----

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import bisect
+import numbers
 
 from simulator.errors import MemoryAccessError
 
@@ -40,8 +41,9 @@ class AddressSpace:
 
     def place(self, size: int) -> int:
         """First fit: the lowest page-aligned address from page 1 up where ``size`` bytes fit."""
-        if not isinstance(size, int) or size <= 0:
+        if not _whole(size) or size <= 0:
             raise MemoryAccessError(f"cannot allocate {size!r} bytes: need a positive integer")
+        size = int(size)
         need = -(-size // PAGE_BYTES) * PAGE_BYTES
         cand = PAGE_BYTES
         for b in self._bases:
@@ -56,13 +58,17 @@ class AddressSpace:
 
     def release(self, base: int) -> int:
         """Unmap the region starting at ``base``; returns its size."""
-        if base not in self._sizes:
-            raise MemoryAccessError(f"cannot free 0x{base:x}: no region starts there")
+        if not _whole(base) or base not in self._sizes:
+            shown = f"0x{base:x}" if _whole(base) else repr(base)
+            raise MemoryAccessError(f"cannot free {shown}: no region starts there")
         self._bases.remove(base)
         return self._sizes.pop(base)
 
     def locate(self, addr: int, nbytes: int) -> tuple[int, int]:
         """The region holding ``[addr, addr + nbytes)`` entirely, as (base, offset); raises otherwise."""
+        if not (_whole(addr) and _whole(nbytes)) or addr < 0 or nbytes < 0:
+            raise MemoryAccessError(f"DRAM range of {nbytes!r} bytes at {addr!r}: need non-negative integers")
+        addr, nbytes = int(addr), int(nbytes)
         i = bisect.bisect_right(self._bases, addr) - 1
         if i >= 0 and nbytes >= 0:
             base = self._bases[i]
@@ -76,3 +82,8 @@ class AddressSpace:
             return "none"
         parts = [f"[0x{b:x}, 0x{b + self._sizes[b]:x})" for b in self._bases[:6]]
         return ", ".join(parts) + (", ..." if len(self._bases) > 6 else "")
+
+
+def _whole(v: object) -> bool:
+    """An integer (numpy's too), not a bool."""
+    return isinstance(v, numbers.Integral) and not isinstance(v, bool)

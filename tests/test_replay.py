@@ -180,3 +180,22 @@ def test_a_run_with_empty_recordings_assembles_as_replays_one_by_one() -> None:
 
 def test_the_simulator_device_refuses_a_bad_alloc_size_or_free_argument():
     assert_alloc_and_free_refuse_what_is_not_a_size_or_a_buffer(SimDevice(CFG))
+
+
+def test_the_simulators_dram_calls_check_their_range_before_allocating():
+    """Simulator.read of 10^12 bytes allocated 931 GiB before the C side refused it; 2^64 and 1.5 were an
+    OverflowError and a TypeError; free(None) a format error; numpy integers were refused as sizes."""
+    from simulator import Simulator
+    from simulator.errors import MemoryAccessError
+
+    sim = Simulator(CFG)
+    addr = sim.alloc(np.int64(16))
+    for a, n in ((addr, 10**12), (2**64, 4), (1.5, 4), (-1, 4), (addr, -1)):
+        with pytest.raises(MemoryAccessError, match="DRAM range"):
+            sim.read(a, n)
+    with pytest.raises(MemoryAccessError, match="DRAM range"):
+        sim.write(2**64, b"1234")
+    with pytest.raises(MemoryAccessError, match="cannot free None"):
+        sim.free(None)
+    sim.write(np.int64(addr), b"12345678")
+    assert bytes(sim.read(addr, np.int64(8))) == b"12345678"
