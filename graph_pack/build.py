@@ -13,6 +13,7 @@ host steps copy device values out only when they need them.
 from __future__ import annotations
 
 import json
+import numbers
 import time
 import warnings
 from collections.abc import Callable, Mapping
@@ -26,7 +27,7 @@ from graph_pack.graph import Graph, GraphError
 from graph_pack.kernels import KERNELS, conv2d_transpose_direct
 from graph_pack.opdefs import packed_factors
 from graph_pack.pack import Group
-from graph_pack.reference import check_inputs
+from graph_pack.reference import check_input, check_inputs
 from hw_config import HwConfig
 from simulator.stats import RunStats
 from vta.device import Buffer, Device, SimDevice
@@ -159,20 +160,26 @@ class GraphModule:
 
     # ---- inputs and outputs ----
     def set_input(self, name: str | None = None, value: np.ndarray | None = None, **inputs: np.ndarray) -> None:
+        """Set inputs by name (``set_input("data", x)`` or ``set_input(data=x)``); every one is checked (name,
+        shape, dtype) before any is kept, so a refused call changes nothing."""
         if name is not None:
             inputs[name] = value
+        elif value is not None:
+            raise GraphError(f"set_input(name=None, value=...): give the input's name, one of {self.graph.inputs}")
+        checked = {}
         for k, v in inputs.items():
             if k not in self.graph.inputs:
                 raise GraphError(f"unknown input {k!r}; the graph's inputs: {self.graph.inputs}")
-            self.inputs[k] = v
+            checked[k] = check_input(self.graph, k, v)
+        self.inputs.update(checked)
 
     def get_num_outputs(self) -> int:
         return len(self.graph.outputs)
 
     def get_output(self, index: int = 0) -> np.ndarray:
         if not self.outputs:
-            raise GraphError("no outputs yet: call run() first")
-        if not 0 <= index < len(self.outputs):
+            raise GraphError("no outputs yet: call run() first (or the last run was refused)")
+        if isinstance(index, bool) or not isinstance(index, numbers.Integral) or not 0 <= index < len(self.outputs):
             raise GraphError(f"output index {index} out of range: the graph has {len(self.outputs)} output(s)")
         return self.outputs[index]
 
@@ -189,6 +196,7 @@ class GraphModule:
         """Run once. ``compute=False`` simulates timing only (accelerator outputs are then meaningless)."""
         self.set_input(**inputs)
         values = check_inputs(self.graph, self.inputs)
+        self.outputs, self.records = [], []   # a run that fails from here leaves no earlier run's outputs behind
         self.values = {**self.consts, **values}
         records, runs = [], []
         host_total = 0.0

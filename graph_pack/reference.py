@@ -20,15 +20,20 @@ def check_inputs(graph: Graph, inputs: dict[str, np.ndarray]) -> dict[str, np.nd
     for name in names:
         if name not in inputs:
             raise GraphError(f"missing input {name!r} of shape {graph[name].shape} {graph[name].dtype}")
-        node, value = graph[name], np.asarray(inputs[name])
-        if value.shape != node.shape:
-            raise GraphError(f"input {name!r}: expected shape {node.shape}, got {value.shape}")
-        if value.dtype != np.dtype(node.dtype):
-            if not (np.issubdtype(value.dtype, np.floating) and np.issubdtype(np.dtype(node.dtype), np.floating)):
-                raise GraphError(f"input {name!r}: expected dtype {node.dtype}, got {value.dtype}")
-            value = value.astype(node.dtype)
-        out[name] = value
+        out[name] = check_input(graph, name, inputs[name])
     return out
+
+
+def check_input(graph: Graph, name: str, value) -> np.ndarray:
+    """One input as an array of its declared shape and dtype (a float input is converted; others must match)."""
+    node, value = graph[name], np.asarray(value)
+    if value.shape != node.shape:
+        raise GraphError(f"input {name!r}: expected shape {node.shape}, got {value.shape}")
+    if value.dtype != np.dtype(node.dtype):
+        if not (np.issubdtype(value.dtype, np.floating) and np.issubdtype(np.dtype(node.dtype), np.floating)):
+            raise GraphError(f"input {name!r}: expected dtype {node.dtype}, got {value.dtype}")
+        value = value.astype(node.dtype)
+    return value
 
 
 def evaluate(graph: Graph, params: dict[str, np.ndarray], inputs: dict[str, np.ndarray],

@@ -730,6 +730,21 @@ def test_module_input_output_errors():
         mod.get_output(1)
     with pytest.raises(GraphError, match="out of range"):
         mod.get_output(-1)
+    for index in ("0", None, 0.5, True):
+        with pytest.raises(GraphError, match=r"output index .* out of range"):
+            mod.get_output(index)
+    first = mod.get_output(0).copy()
+    with pytest.raises(GraphError, match=r"expected shape \(1, 16, 8, 8\)"):   # a refused input is not kept ...
+        mod.run(data=np.zeros((1, 16, 8, 9), np.float32))
+    mod.run()                                                              # ... so this runs the last good one
+    np.testing.assert_array_equal(mod.get_output(0), first)
+    with pytest.raises(GraphError, match="give the input's name"):
+        mod.set_input(None, n.inputs()["data"])
+    mod.device.copy_in = None   # a run that fails part way leaves no earlier run's outputs behind
+    with pytest.raises(TypeError):
+        mod.run()
+    with pytest.raises(GraphError, match="no outputs yet"):
+        mod.get_output(0)
     with pytest.raises(ValueError, match="cpu='gpu'"):
         build(packed, SIM, qp, cpu="gpu")
 
