@@ -600,3 +600,15 @@ def test_a_knob_value_that_is_not_an_integer_is_refused_naming_the_knob(knob, va
     numpy_ints = {k: np.array(v, np.int64) if isinstance(v, list) else np.int32(v) for k, v in C2_CONFIG.items()}
     numpy_ints = {k: list(v) if isinstance(v, np.ndarray) else v for k, v in numpy_ints.items()}
     assert compile_op("conv2d", cfg, config=numpy_ints, **C2).config == C2_CONFIG   # numpy integers are integers
+
+
+def test_an_env_that_is_not_a_config_is_a_type_error_naming_what_env_takes(tmp_path):
+    """compile_op, build and load_best all take ``env`` through config_of: 3 was an AttributeError deep inside."""
+    import tuning
+    from graph_pack import build
+
+    (tmp_path / "empty.jsonl").write_text("")
+    for call in (lambda: compile_op("conv2d", 3, data_shape=(1, 16, 8, 8), kernel_shape=(16, 16, 3, 3)),
+                 lambda: tuning.load_best(tmp_path / "empty.jsonl", 3), lambda: build(None, 3, {})):
+        with pytest.raises(TypeError, match="env: an Environment, a HwConfig, a preset name or a config file's path"):
+            call()

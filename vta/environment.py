@@ -59,4 +59,8 @@ def config_of(env: Environment | HwConfig | str | None) -> HwConfig:
         return env
     if isinstance(env, (str, os.PathLike)):
         return load_config(env)
-    return env.cfg  # an Environment (or anything carrying one, as the old ``env.cfg`` callers accepted)
+    cfg = getattr(env, "cfg", None)   # an Environment (or anything carrying one, as the old ``env.cfg`` callers took)
+    if not isinstance(cfg, HwConfig):
+        raise TypeError(f"env: an Environment, a HwConfig, a preset name or a config file's path (or None for the "
+                        f"current one), not {type(env).__name__} {env!r:.60}")
+    return cfg
