@@ -455,10 +455,11 @@ BAD_INPUTS = {  # change to the good arguments, expected start of the ValueError
     "data list": ({"data": np.zeros((1, 32, 8, 8), np.int8).tolist()}, "data"),
     "kernel shape": ({"kernel": np.zeros((32, 32, 1, 1), np.int8)}, "kernel"),
     "kernel dtype": ({"kernel": np.zeros((32, 32, 3, 3), np.uint8)}, "kernel"),
-    "missing bias": ({"bias": None}, "this op's epilogue has ('bias',): pass bias="),
+    "missing bias": ({"bias": None}, "bias: this conv2d has an epilogue with ('bias',): pass bias="),
     "bias shape": ({"bias": np.zeros(16, np.int32)}, "bias"),
     "bias dtype": ({"bias": np.zeros(32, np.int64)}, "bias"),
-    "missing residual": ({"residual": None}, "this op's epilogue has ('residual',): pass residual="),
+    "missing residual": ({"residual": None}, ("residual: this conv2d has an epilogue with ('residual',): pass "
+                                              "residual=")),
     "residual shape": ({"residual": np.zeros((1, 32, 8), np.int8)}, "residual"),
     "residual dtype": ({"residual": np.zeros((1, 32, 8, 8), np.float32)}, "residual"),
 }
@@ -612,3 +613,18 @@ def test_an_env_that_is_not_a_config_is_a_type_error_naming_what_env_takes(tmp_p
                  lambda: tuning.load_best(tmp_path / "empty.jsonl", 3), lambda: build(None, 3, {})):
         with pytest.raises(TypeError, match="env: an Environment, a HwConfig, a preset name or a config file's path"):
             call()
+
+
+def test_an_operand_the_op_does_not_read_is_refused_in_plain_words():
+    """residual= to a conv without a residual epilogue (the message read "... this op's epilogue has ('residual',)
+    has no such operand"), rhs= to an ALU op with an immediate."""
+    name, wl = EPILOGUE_CASES["conv2d"]
+    op = compile_op(name, load_config("pynq"), epilogue=(("clip", -128, 127),), **wl)
+    x = {"data": np.zeros((1, 32, 8, 8), np.int8), "kernel": np.zeros((32, 32, 3, 3), np.int8)}
+    with pytest.raises(ValueError, match=r"^residual= given, but only an epilogue with \('residual',\) reads it and "
+                                         r"this conv2d has none: it would be ignored$"):
+        op.run(**x, residual=np.zeros((1, 32, 8, 8), np.int8))
+    add = compile_op("add", load_config("pynq"), data_shape=(1, 16, 4, 4), imm=3)
+    with pytest.raises(ValueError, match=r"^rhs= given, but only a tensor operand \(no imm=\) reads it and this add "
+                                         "has none"):
+        add.run(lhs=np.zeros((1, 16, 4, 4), np.int32), rhs=np.zeros((1, 16, 4, 4), np.int32))

@@ -347,7 +347,7 @@ class AluTemplate(Template):
         emit_alu(queue, self.geometry, alu_tiling(config), self.instructions, buffers)
 
     def check_inputs(self, inputs: dict) -> dict:
-        present = present_inputs(self, inputs, {"rhs": f"{self.op} with a tensor operand"})
+        present = present_inputs(self, inputs, {"rhs": "a tensor operand (no imm=)"})
         return {k: checked_array(k, v, self.shape, ("int8", "int32")) for k, v in present.items()}
 
     def pack(self, name: str, value: np.ndarray) -> np.ndarray:

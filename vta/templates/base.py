@@ -264,16 +264,18 @@ def checked_array(name: str, a: np.ndarray, shape: tuple[int, ...], dtypes: tupl
 
 
 def present_inputs(t: Template, inputs: dict[str, Any], hints: dict[str, str]) -> dict[str, Any]:
-    """The inputs a workload takes, refusing a missing one and one it would ignore (``hints`` say why)."""
+    """The inputs a workload takes, refusing a missing one and one it would ignore; ``hints`` name, per optional
+    input, what reads it (e.g. "an epilogue with ('bias',)")."""
     out = {}
     for name in t.inputs:
         value = inputs.get(name)
         if t.required(name):
             if value is None:
-                raise ValueError(f"{hints.get(name, t.op)}: pass {name}=")
+                raise ValueError(f"{name}: this {t.op} has {hints.get(name, 'it as an operand')}: pass {name}=")
             out[name] = value
         elif value is not None:
-            raise ValueError(f"{name}= given but {hints.get(name, 'this op')} has no such operand: it would be ignored")
+            raise ValueError(f"{name}= given, but only {hints.get(name, 'another op')} reads it and this {t.op} has "
+                             "none: it would be ignored")
     return out
 
 

@@ -849,8 +849,8 @@ class ConvTemplate(Template):
 
     def check_inputs(self, inputs: dict) -> dict:
         s = self.shapes
-        present = present_inputs(self, inputs, {"bias": "this op's epilogue has ('bias',)",
-                                                "residual": "this op's epilogue has ('residual',)"})
+        present = present_inputs(self, inputs, {"bias": "an epilogue with ('bias',)",
+                                                "residual": "an epilogue with ('residual',)"})
         out = {"data": checked_array("data", present["data"], s["data"], ("int8",)),
                "kernel": checked_array("kernel", present["kernel"], s["kernel"], ("int8",))}
         if "bias" in present:
