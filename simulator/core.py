@@ -279,6 +279,8 @@ class Simulator:
         would pass either is refused before it executes (``CycleBudgetExceeded``, ``WorkBudgetExceeded``),
         so that no program can hang the host.
         """
+        if not isinstance(compute, (bool, np.bool_)) or not isinstance(trace, (bool, np.bool_)):
+            raise TypeError(f"compute={compute!r}, trace={trace!r}: each True or False")
         max_cycles = self.max_cycles if max_cycles is None else budget_value("max_cycles", max_cycles)
         max_work = self.max_work if max_work is None else budget_value("max_work", max_work)
         raw = _as_insn_bytes(insns)

@@ -628,3 +628,13 @@ def test_an_operand_the_op_does_not_read_is_refused_in_plain_words():
     with pytest.raises(ValueError, match=r"^rhs= given, but only a tensor operand \(no imm=\) reads it and this add "
                                          "has none"):
         add.run(lhs=np.zeros((1, 16, 4, 4), np.int32), rhs=np.zeros((1, 16, 4, 4), np.int32))
+
+
+def test_compute_and_max_insns_take_what_they_say():
+    """compute="no" was int("no")'s ValueError from deep inside the simulator; max_insns 0, -1 or 1.5 were ignored."""
+    op = compile_op("add", load_config("pynq"), data_shape=(1, 16, 4, 4), imm=3)
+    with pytest.raises(TypeError, match=r"compute='no', trace=False: each True or False"):
+        op.run(lhs=np.zeros((1, 16, 4, 4), np.int32), compute="no")
+    for bad in (0, -1, 1.5, True, None):
+        with pytest.raises(ValueError, match=r"max_insns=.*: an integer 1\.\.2\^32-1"):
+            compile_op("add", load_config("pynq"), data_shape=(1, 16, 4, 4), imm=3, max_insns=bad)

@@ -18,6 +18,7 @@
 
 from __future__ import annotations
 
+import numbers
 import struct
 from bisect import bisect_right
 from collections import Counter
@@ -253,9 +254,13 @@ class CommandQueue:
 
     def __init__(self, device: SimDevice, max_insns: int = 1 << 20, record: bool = False):
         """``record=True`` keeps flushed streams in ``self.streams`` (see ``program()``) instead of running them."""
+        if isinstance(max_insns, bool) or not isinstance(max_insns, numbers.Integral) or \
+                not 1 <= max_insns <= 2**32 - 1:
+            raise ValueError(f"max_insns={max_insns!r}: an integer 1..2^32-1 (the instructions a stream is flushed "
+                             "near, at a tile boundary)")
         self.device = device
         self.cfg: HwConfig = device.cfg
-        self.max_insns = max_insns
+        self.max_insns = int(max_insns)
         self.record = record
         self.stats: list[RunStats] = []
         self.streams: list[Stream] = []
