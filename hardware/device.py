@@ -14,7 +14,6 @@ simulator places them, instructions go to a region of their own above them, and 
 from __future__ import annotations
 
 import numbers
-import operator
 import time
 from pathlib import Path
 from typing import Any, Protocol
@@ -226,12 +225,17 @@ class RtlDevice:
 
     def write_mmio(self, offset: int, value: int) -> None:
         """Write the register at byte ``offset`` from MMIO_BASE (block ``offset // MMIO_RANGE``) over AXI4-Lite."""
-        if self._lib.vta_rtl_reg_write(self._handle, operator.index(offset), value & 0xFFFFFFFF):
+        offset = self._mmio(offset)
+        if self._lib.vta_rtl_reg_write(self._handle, offset, _whole(value, "value", -(2**31), 2**32 - 1) & 0xFFFFFFFF):
             raise RtlError(f"the AXI4-Lite write of register 0x{offset:x} got no response")
 
     def read_mmio(self, offset: int) -> int:
         """Read the register at byte ``offset`` from MMIO_BASE over AXI4-Lite."""
-        return int(self._lib.vta_rtl_reg_read(self._handle, operator.index(offset)))
+        return int(self._lib.vta_rtl_reg_read(self._handle, self._mmio(offset)))
+
+    def _mmio(self, offset: object) -> int:
+        """An MMIO byte offset inside the four register blocks."""
+        return _whole(offset, "MMIO offset", 0, len(R.MMIO_BLOCKS) * self.cfg.MMIO_RANGE - 1)
 
     def run_until_done(self, max_cycles: int) -> tuple[bool, int]:
         """Clock the model, polling compute's ``done`` over AXI4-Lite, for at most ``max_cycles`` cycles;
@@ -254,7 +258,7 @@ class RtlDevice:
     def stress(self, percent: int, seed: int = 0) -> None:
         """Make the DRAM model stall its AXI4 ready signals and responses at random (``percent`` of cycles
         each; 0 stops it), to exercise the master's back-pressure."""
-        self._lib.vta_rtl_stress(self._handle, seed, percent)
+        self._lib.vta_rtl_stress(self._handle, _whole(seed, "seed", 0, 2**64 - 1), _whole(percent, "percent", 0, 100))
 
     def launch(self, insn_addr: int, count: int, max_cycles: int = DEFAULT_MAX_CYCLES) -> int:
         """Run ``count`` instructions at DRAM byte address ``insn_addr``; returns the cycles from launch to done."""

@@ -47,7 +47,12 @@ REGISTERS: tuple[tuple[str, int, str, str, str], ...] = (
 
 
 def register_offset(cfg: HwConfig, block: str, offset: int) -> int:
-    """Byte offset of a register from MMIO_BASE."""
+    """Byte offset of a register from MMIO_BASE; a block that is not one of MMIO_BLOCKS, or an offset that is not
+    a word inside the block's range (which would reach the next block's registers), is a ValueError."""
+    if block not in MMIO_BLOCKS:
+        raise ValueError(f"register block {block!r}: one of {', '.join(MMIO_BLOCKS)}")
+    if isinstance(offset, bool) or not isinstance(offset, int) or not 0 <= offset < cfg.MMIO_RANGE or offset % 4:
+        raise ValueError(f"register offset {offset!r} of block {block}: a multiple of 4 in [0, 0x{cfg.MMIO_RANGE:x})")
     return MMIO_BLOCKS.index(block) * cfg.MMIO_RANGE + offset
 
 

@@ -555,3 +555,23 @@ def test_the_rtl_device_refuses_what_would_spin_wrap_or_allocate_before_it_clock
     assert DEFAULT_MAX_CYCLES == 1 << 27   # a hung program that ends with FINISH stops after ~3 minutes, not ~25
     dev.write(0x1000, b"01234567")   # and the device goes on
     assert bytes(dev.read(0x1000, 8)) == b"01234567"
+
+
+def test_register_and_mmio_calls_refuse_what_is_not_a_register():
+    """write_register("bogus", ...) was tuple.index's message; write_register("fetch", 0x1000, v) silently wrote
+    load's CTRL; read_mmio(-4), write_mmio(2**33, 1) and stress(-1) were cffi OverflowErrors."""
+    from hardware import registers as R
+
+    dev = device("pynq")
+    with pytest.raises(ValueError, match="register block 'bogus': one of fetch, load, compute, store"):
+        dev.write_register("bogus", 0, 1)
+    for offset in (0x1000, 2, -4):
+        with pytest.raises(ValueError, match=r"register offset .* of block fetch: a multiple of 4 in \[0, 0x1000\)"):
+            dev.write_register("fetch", offset, 1)
+    with pytest.raises(ValueError, match="MMIO offset=-4"):
+        dev.read_mmio(-4)
+    with pytest.raises(ValueError, match="MMIO offset=8589934592"):
+        dev.write_mmio(2**33, 1)
+    with pytest.raises(ValueError, match="percent=-1"):
+        dev.stress(-1)
+    assert dev.read_register("fetch", R.FETCH_INSN_COUNT) >= 0   # and the device goes on
