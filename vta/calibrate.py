@@ -33,7 +33,7 @@ import numpy as np
 
 from hw_config import LATENCY_KEYS, HwConfig, load_config
 from hw_config.config import LATENCY_RANGES
-from hw_config.reading import bounded_lines
+from hw_config.reading import bounded_lines, regular_file
 from simulator.files import check_output_path, write_atomic
 from simulator.latency import HOST_KEYS, HOST_UNIT_S, BoardProgram, accel_extra, beat_extra
 from vta.cli import arg, command, float_in
@@ -220,8 +220,10 @@ def read_measurements(path: str | Path, cfg: HwConfig, *, max_line_bytes: int = 
     reading that much of it; a time outside ``seconds_range``, not a board's) raises MeasurementError naming it;
     so do more than ``max_records``."""
     path = Path(path)
-    if not path.is_file():
-        raise MeasurementError(f"measurements {path}: no such file")
+    try:
+        regular_file(path, "measurements")
+    except (OSError, ValueError) as e:
+        raise MeasurementError(str(e)) from None
     out: list[Measurement] = []
     skipped: list[tuple[int, str, str]] = []
     lo, hi = seconds_range
