@@ -21,7 +21,7 @@ from typing import Any
 from graph_pack.build import workload_key
 from graph_pack.host_templates import HOST_TEMPLATE_VERSION, CpuTarget, host_template_of
 from hw_config import HwConfig
-from hw_config.reading import bounded_lines
+from hw_config.reading import bounded_lines, regular_file
 from vta.templates import TEMPLATE_VERSION, template_of
 
 MAX_LINE_BYTES = 64 << 10   # as tuning.records: a record is a few hundred bytes
@@ -120,13 +120,14 @@ def _accepted(workload: dict[str, Any], config: dict, cfg: HwConfig | CpuTarget)
 
 
 def read_schedules(path: str | os.PathLike, cfg: HwConfig | CpuTarget) -> LoggedSchedules:
-    """The best schedules of the log at ``path`` for ``cfg`` (FileNotFoundError naming it when absent); for a
+    """The best schedules of the log at ``path`` for ``cfg`` (FileNotFoundError naming it when absent, ValueError
+    when it is not a regular file: a directory, /dev/zero); for a
     ``CpuTarget``, the host templates' records made on that CPU (``build``'s ``host_schedules``). Records of the other
     kind (the accelerator's beside the CPU's in one log) are passed over without being counted."""
     cpu = isinstance(cfg, CpuTarget)
     version = HOST_TEMPLATE_VERSION if cpu else TEMPLATE_VERSION
     p = Path(path)
-    if not p.is_file():
+    if not regular_file(p, "--log", missing_ok=True):
         raise FileNotFoundError(f"--log {path}: no such tuning log")
     out = LoggedSchedules(str(path), cfg)
     ranked: dict[str, list[tuple[tuple[int, float], dict]]] = {}

@@ -24,6 +24,28 @@ def read_bounded(path: str | os.PathLike, max_bytes: int, what: str, allowed: st
     return data
 
 
+def regular_file(path: str | os.PathLike, what: str, *, missing_ok: bool = False) -> bool:
+    """True when ``path`` is a regular file (a symlink to one counts), before it is opened: a reader of lines
+    would never reach the end of a device such as /dev/zero or /dev/urandom, and opening a FIFO blocks.
+    ValueError ``"{what} {path}: not a regular file (...)"`` for a directory, device, FIFO or socket; a missing
+    path is FileNotFoundError naming it, or False with ``missing_ok``."""
+    try:
+        st = os.stat(path)
+    except FileNotFoundError:
+        if missing_ok:
+            return False
+        raise FileNotFoundError(f"{what} {os.fspath(path)}: no such file") from None
+    except NotADirectoryError:
+        if missing_ok:
+            return False
+        raise FileNotFoundError(f"{what} {os.fspath(path)}: no such file (a part of the path is not a directory)") \
+            from None
+    if not stat.S_ISREG(st.st_mode):
+        kind = "a directory" if stat.S_ISDIR(st.st_mode) else "a device, FIFO or socket"
+        raise ValueError(f"{what} {os.fspath(path)}: not a regular file ({kind}); give a file")
+    return True
+
+
 def bounded_lines(f: IO[str], max_bytes: int) -> Iterator[tuple[int, str | None]]:
     """(number from 1, text) per line of the text file ``f``; text is None for a line longer than ``max_bytes``,
     which is passed over in pieces of at most that size (once the caller asks for the next line), never held

@@ -408,3 +408,61 @@ def test_records_of_simulated_boards_through_rpc_are_simulator_records_too(tmp_p
     assert all(r.result["board"] for r in records)   # measured on a board server, timed by its model
     status, _, err = run(capsys, "calibrate", str(log), "--config", "pynq")
     assert status == 2 and "all 3 record(s) are set aside (3: measured on the simulator (result.device sim)" in err
+
+
+def test_the_api_takes_a_config_name_or_path_and_refuses_anything_else(synthetic_cases, tmp_path):
+    """fit / predict / read_measurements / compile_cases take "sim" as load_config does (they gave
+    AttributeError); something that is not a config is a TypeError naming the argument."""
+    cases = synthetic_cases[:3]
+    assert np.array_equal(predict(cases, "sim"), predict(cases, SIM))
+    assert np.array_equal(predict(cases, _sim_file(tmp_path)), predict(cases, SIM))
+    measurements = [c.measurement for c in cases]
+    assert len(compile_cases(measurements, "sim")[0]) == 3
+    assert fit(cases, "sim", ("LAUNCH_US",), max_iter=2).fitted == ("LAUNCH_US",)
+    log = tmp_path / "m.jsonl"
+    log.write_text(Path(SHARED).read_text())
+    assert read_measurements(log, "pynq")[0] == read_measurements(log, load_config("pynq"))[0]
+    for call in (lambda: predict(cases, 3), lambda: fit(cases, None), lambda: compile_cases(measurements, 1.5),
+                 lambda: read_measurements(log, ["pynq"])):
+        with pytest.raises(TypeError, match="cfg: an HwConfig, a preset name such as 'pynq' or a config file's path"):
+            call()
+
+
+def _sim_file(tmp_path):   # a config file's path standing for the "sim" preset
+    path = tmp_path / "sim.json"
+    path.write_text(json.dumps(SIM.to_dict()))
+    return path
+
+
+@pytest.mark.parametrize(("keys", "error", "message"), [
+    ((), ValueError, "keys=(): give at least one board-model key to fit"),
+    ([], ValueError, "keys=(): give at least one"),
+    (None, TypeError, "keys=None: a sequence of board-model keys"),
+    ("DMA_EFFICIENCY", TypeError, "keys='DMA_EFFICIENCY': a sequence of board-model keys"),
+    ((1,), TypeError, "keys=(1,): a sequence"),
+])
+def test_fit_refuses_keys_that_are_not_a_non_empty_sequence_of_names(synthetic_cases, keys, error, message):
+    with pytest.raises(error, match=re.escape(message)):
+        fit(synthetic_cases, SIM, keys)
+
+
+def test_fit_takes_numpy_numbers_for_its_options(synthetic_cases):
+    got = fit(synthetic_cases[:4], SIM, ("LAUNCH_US",), prior_weight=np.int64(1), loss_scale=np.float32(0.5),
+              max_iter=np.int64(3))
+    want = fit(synthetic_cases[:4], SIM, ("LAUNCH_US",), prior_weight=1.0, loss_scale=float(np.float32(0.5)), max_iter=3)
+    assert got.params == want.params
+
+
+@pytest.mark.parametrize(("params", "error", "message"), [
+    ({"DMA_EFFICIENCY": 0.0}, ValueError, "params DMA_EFFICIENCY=0.0: a number in (0, 1]"),
+    ({"DMA_EFFICIENCY": -1}, ValueError, "params DMA_EFFICIENCY=-1: a number in (0, 1]"),
+    ({"LAUNCH_US": float("nan")}, ValueError, "params LAUNCH_US=nan: a number 0..1e+06"),
+    ({"LAUNCH_US": -1}, ValueError, "params LAUNCH_US=-1: a number 0..1e+06"),
+    ({"CACHE_NS_PER_BYTE": "3"}, TypeError, "params CACHE_NS_PER_BYTE='3': a number 0..1000"),
+    ({"BOGUS": 1.0}, ValueError, "params key 'BOGUS': not a board-model key; allowed: LAUNCH_US"),
+    ([("LAUNCH_US", 1.0)], TypeError, "params: a dict of board-model keys"),
+])
+def test_predict_refuses_board_parameters_outside_the_configs_ranges(synthetic_cases, params, error, message):
+    with pytest.raises(error, match=re.escape(message)):
+        predict(synthetic_cases[:2], SIM, params)
+    assert predict(synthetic_cases[:2], SIM, {"DMA_EFFICIENCY": np.float64(0.5)}).all()

@@ -31,6 +31,7 @@ from tuning.dse import (
     RECORDS,
     RESOURCES,
     Search,
+    check_space,
     csv_rows,
     evaluate,
     pareto_front,
@@ -152,6 +153,9 @@ def test_run_search_checks_a_space_as_read_space_does_before_any_work(tmp_path, 
     ({"network": ""}, "Search network='': a zoo model name or an .onnx file"),
     ({"base": 3}, "Search base=3: a preset name or a config file's path"),
     ({"part": "xc7z010"}, "unknown FPGA part 'xc7z010'; known parts: xc7z020"),
+    ({"network": "bogus-net"}, "Search network='bogus-net': neither an ONNX file nor a zoo model; zoo models: resnet-18"),
+    ({"network": "/nonexistent/net.onnx"}, "Search network='/nonexistent/net.onnx': no such ONNX file"),
+    ({"network": "/"}, "Search network='/': not a regular file"),
 ])
 def test_a_search_with_a_bad_field_is_refused_naming_it(fields, message):
     with pytest.raises(ValueError, match=re.escape(message)):
@@ -159,6 +163,7 @@ def test_a_search_with_a_bad_field_is_refused_naming_it(fields, message):
 
 
 def test_a_search_takes_paths_as_strings(tmp_path):
+    (tmp_path / "net.onnx").write_bytes(b"")   # (an existing file: it is not read until the search runs)
     assert Search(tmp_path / "net.onnx", base=tmp_path / "base.json").base == str(tmp_path / "base.json")
 
 
@@ -492,3 +497,22 @@ def test_points_on_a_dask_cluster_with_a_worker_killed_are_all_run(searched, tmp
         ref = by_point[point_key(rec["point"])]
         assert (rec["status"], rec.get("accel_cycles")) == (ref["status"], ref.get("accel_cycles"))
     assert evaluate(SEARCH, {"LOG_BLOCK": 3})["status"] == "invalid"
+
+
+def test_a_search_takes_numpy_integers_as_plain_ones():
+    s = Search(NET, trials=np.int64(2), image_size=np.int32(IMAGE), seed=np.uint8(1))
+    assert (s.trials, s.image_size, s.seed) == (2, IMAGE, 1) and type(s.trials) is int
+    assert s.key == Search(NET, trials=2, image_size=IMAGE, seed=1).key
+    assert check_space({"LOG_BLOCK": [np.int64(4)]}) == {"LOG_BLOCK": [4]}
+
+
+@pytest.mark.parametrize("kwargs, error, message", [
+    ({"max_points": None}, TypeError, "max_points=None: an integer >= 1"),
+    ({"max_points": "5"}, TypeError, "max_points='5': an integer >= 1"),
+    ({"max_points": 0}, ValueError, "max_points=0: an integer >= 1"),
+    ({"progress": 3}, TypeError, "progress=3: None or a callable"),
+])
+def test_run_search_refuses_bad_keywords_before_any_work(tmp_path, kwargs, error, message):
+    with pytest.raises(error, match=re.escape(message)):
+        run_search(SEARCH, {"LOG_BLOCK": [4]}, tmp_path / "out", **kwargs)
+    assert not (tmp_path / "out").exists()

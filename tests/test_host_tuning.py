@@ -119,7 +119,7 @@ def test_measurement_checks_the_output_and_names_what_failed():
     wrong = measure_cpu(broken, task.default_config, option)
     assert wrong.error.startswith("wrong output") and not wrong.ok
     for bad in ({"number": 0}, {"repeat": 0}, {"timeout": 0}, {"min_repeat_ms": -1}):
-        with pytest.raises(ValueError, match="must be"):
+        with pytest.raises(ValueError, match=f"{next(iter(bad))}="):
             MeasureOption(**bad)
     with pytest.raises(ValueError, match="target='gpu'; allowed: 'vta'"):
         tuning.extract_tasks(small_net()[0], target="gpu")
@@ -290,3 +290,32 @@ def test_a_config_that_hangs_or_kills_its_worker_is_a_failed_trial(monkeypatch):
     assert hung.error == "failed: timed out after 1 s"
     assert died.error == "failed: the measuring process died (exit code 3)"
     assert fine.ok and fine.latency_s > 0
+
+
+@pytest.mark.parametrize("bad, error, message", [
+    ({"number": 1.5}, TypeError, "number=1.5: an integer 1..1,048,576"),
+    ({"number": float("nan")}, TypeError, "number=nan: an integer"),
+    ({"number": "2"}, TypeError, "number='2': an integer"),
+    ({"number": None}, TypeError, "number=None: an integer"),
+    ({"number": True}, TypeError, "number=True: an integer"),
+    ({"number": 1 << 21}, ValueError, "number=2097152: an integer 1..1,048,576"),
+    ({"repeat": 1001}, ValueError, "repeat=1001: an integer 1..1,000"),
+    ({"min_repeat_ms": float("inf")}, ValueError, "min_repeat_ms=inf: a number of ms, 0..60000"),
+    ({"min_repeat_ms": float("nan")}, ValueError, "min_repeat_ms=nan: a number of ms, 0..60000"),
+    ({"min_repeat_ms": "10"}, TypeError, "min_repeat_ms='10': a number of ms"),
+    ({"timeout": 1e30}, ValueError, "timeout=1e+30: a number of seconds, 0.1..3600"),
+    ({"timeout": float("inf")}, ValueError, "timeout=inf: a number of seconds, 0.1..3600"),
+    ({"timeout": None}, TypeError, "timeout=None: a number of seconds"),
+])
+def test_measure_options_are_refused_by_type_and_range_as_the_cli_flags_are(bad, error, message):
+    with pytest.raises(error, match=re.escape(message)):
+        CpuRunner(isolate=False, **bad)
+    with pytest.raises(error, match=re.escape(message)):
+        MeasureOption(**bad)
+
+
+def test_measure_options_take_numpy_numbers():
+    option = MeasureOption(number=np.int64(2), repeat=np.int32(3), min_repeat_ms=np.float32(0.5),
+                           timeout=np.int64(5))
+    assert (option.number, option.repeat, option.min_repeat_ms, option.timeout) == (2, 3, 0.5, 5.0)
+    assert type(option.number) is int and type(option.timeout) is float

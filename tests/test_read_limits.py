@@ -111,3 +111,64 @@ def test_dse_records_that_are_not_a_file_are_refused(tmp_path):
     (tmp_path / "records.jsonl").symlink_to("/dev/null")
     with pytest.raises(ValueError, match="records.jsonl: not a regular file"):
         read_records(tmp_path / "records.jsonl", Search("resnet-18"))
+
+
+def test_load_best_of_dev_zero_is_refused_not_read_forever(tmp_path):
+    """/dev/zero is one line that never ends: read a bounded piece at a time, forever (and /dev/urandom's bad
+    lines piled up in a list); a log that is not a regular file is refused before it is opened."""
+    code = ("import tuning\ntry:\n    tuning.load_best('/dev/zero', 'pynq')\nexcept ValueError as e:\n    print(e)")
+    proc = limited([sys.executable, "-c", code], tmp_path)
+    assert proc.returncode == 0, proc.stderr[-2000:]
+    assert proc.stdout.strip() == "record log /dev/zero: not a regular file (a device, FIFO or socket); give a file"
+
+
+@pytest.mark.parametrize("reader", ["load_best", "load_records", "count_records", "pick_best", "check_log_path",
+                                    "read_schedules", "read_measurements"])
+def test_log_readers_refuse_a_device(tmp_path, reader):
+    """(/dev/null stands for /dev/zero safely: it was read as an empty log.)"""
+    from graph_pack.schedule_log import read_schedules
+    from tuning import records
+    from vta.calibrate import read_measurements
+    from vta.environment import config_of
+    log = tmp_path / "r.jsonl"
+    log.symlink_to("/dev/null")
+    call = {"load_best": lambda: records.load_best(log, "pynq"), "load_records": lambda: records.load_records(log),
+            "count_records": lambda: records.count_records(log),
+            "pick_best": lambda: records.pick_best(log, tmp_path / "best.jsonl"),
+            "check_log_path": lambda: records.check_log_path(log),
+            "read_schedules": lambda: read_schedules(log, config_of("pynq")),
+            "read_measurements": lambda: read_measurements(log, config_of("pynq"))}[reader]
+    with pytest.raises(ValueError, match=r"r\.jsonl: not a regular file \(a device, FIFO or socket\)"):
+        call()
+
+
+def test_load_best_refuses_a_missing_log_or_a_directory_and_load_records_resumes_from_nothing(tmp_path):
+    from tuning import records
+    with pytest.raises(FileNotFoundError, match=r"record log .*typo\.jsonl: no such file"):
+        records.load_best(tmp_path / "typo.jsonl", "pynq")
+    with pytest.raises(FileNotFoundError, match=r"typo\.jsonl: no such file"):
+        records.pick_best(tmp_path / "typo.jsonl", tmp_path / "best.jsonl")
+    with pytest.raises(ValueError, match=r"not a regular file \(a directory\)"):
+        records.load_best(tmp_path, "pynq")
+    assert records.load_records(tmp_path / "new.jsonl") == []   # a run resuming into a new log
+
+
+def test_load_records_keeps_a_few_bad_lines_and_counts_the_rest(tmp_path):
+    """Memory for a log of bad lines stays bounded: the warning quotes 3 and counts them all."""
+    import tracemalloc
+    import warnings
+
+    from tuning import records
+    log = tmp_path / "r.jsonl"
+    log.write_text("x\n" * 50_000)
+    tracemalloc.start()
+    try:
+        with warnings.catch_warnings(record=True) as caught:
+            warnings.simplefilter("always")
+            assert records.load_records(log) == []
+        peak = tracemalloc.get_traced_memory()[1]
+    finally:
+        tracemalloc.stop()
+    text = str(caught[0].message)
+    assert "skipped 50000 unreadable line(s): line 1: " in text and text.count("line ") == 3 and text.endswith(" ...")
+    assert peak < 2 << 20, peak

@@ -403,3 +403,37 @@ def test_tuners_minimise_board_latency_not_cycles(name, tiny):
     fastest = min(measured, key=lambda r: r.latency_s)
     assert res.best_cycles == fastest.cycles == max(r.cycles for r in measured)
     assert res.best_cost == pytest.approx(fastest.latency_s * CFG.CLOCK_MHZ * 1e6)
+
+
+class _NoRunner:
+    def measure(self, task, configs):
+        raise AssertionError("a refused argument reached the measurement")
+
+
+@pytest.mark.parametrize(("kwargs", "error", "message"), [
+    ({"n_trial": 1.5}, TypeError, "n_trial=1.5: an integer 1..10,000,000"),
+    ({"n_trial": True}, TypeError, "n_trial=True: an integer"),
+    ({"n_trial": 10**30}, ValueError, "n_trial=1000000000000000000000000000000: an integer 1..10,000,000"),
+    ({"n_trial": 0}, ValueError, "n_trial=0: an integer"),
+    ({"total_trials": 2.0}, TypeError, "total_trials=2.0: an integer 1..10,000,000 or None"),
+    ({"total_trials": 0}, ValueError, "total_trials=0"),
+    ({"batch_size": "16"}, TypeError, "batch_size='16'"),
+    ({"batch_size": 10**8}, ValueError, "batch_size=100000000"),
+    ({"early_stopping": -1}, ValueError, "early_stopping=-1: an integer 1..10,000,000 or None"),
+    ({"early_stopping": False}, TypeError, "early_stopping=False"),
+])
+def test_tune_tasks_refuses_a_trial_count_that_is_not_an_integer_in_range(kwargs, error, message):
+    from tuning.tune import tune_tasks
+    task = alu_task(CFG, "add", (1, 16, 4, 4))
+    with pytest.raises(error, match=message.replace("(", r"\(").replace(".", r"\.")):
+        tune_tasks([task], tuner="random", runner=_NoRunner(), **kwargs)
+
+
+def test_tune_tasks_takes_numpy_integer_trial_counts():
+    import io
+
+    from tuning.tune import tune_tasks
+    task = alu_task(CFG, "add", (1, 16, 4, 4))
+    summary = tune_tasks([task], tuner="random", n_trial=np.int64(2), batch_size=np.int32(1),
+                         early_stopping=np.int64(5), runner=LocalRunner(n_parallel=1), out=io.StringIO())
+    assert summary.states[0].tuner.trials == 2

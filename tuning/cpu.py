@@ -15,6 +15,7 @@ measurement runs in a worker process: a config that hangs past ``timeout`` or cr
 from __future__ import annotations
 
 import multiprocessing
+import numbers
 import signal
 import statistics
 import time
@@ -88,6 +89,12 @@ def extract_cpu_tasks(graph: Graph, target: CpuTarget | None = None, ops: tuple[
 
 # ---- measuring ---------------------------------------------------------------------------------------------
 
+MAX_NUMBER = 1 << 20          # calls per timing (the CLI's --number)
+MAX_REPEAT = 1000             # timings per config (--repeat)
+MAX_MIN_REPEAT_MS = 60_000.0  # --min-repeat-ms
+MIN_TIMEOUT_S, MAX_TIMEOUT_S = 0.1, 3600.0   # seconds per config (--timeout)
+
+
 @dataclass(frozen=True)
 class MeasureOption:
     """AutoTVM's measure_option for a CPU: ``number`` calls per timing, ``repeat`` timings (mean and std kept),
@@ -101,10 +108,23 @@ class MeasureOption:
     check: bool = True
 
     def __post_init__(self) -> None:
-        if self.number < 1 or self.repeat < 1:
-            raise ValueError(f"number and repeat must be >= 1, got {self.number}, {self.repeat}")
-        if self.min_repeat_ms < 0 or not self.timeout > 0:
-            raise ValueError(f"min_repeat_ms must be >= 0 and timeout > 0, got {self.min_repeat_ms}, {self.timeout}")
+        """Each field's type and range, as the CLI flags take them (--number, --repeat, --min-repeat-ms,
+        --timeout): refused naming it (TypeError, ValueError) before a config is measured; stored as int / float."""
+        for name, (lo, hi) in {"number": (1, MAX_NUMBER), "repeat": (1, MAX_REPEAT)}.items():
+            v = getattr(self, name)
+            if isinstance(v, bool) or not isinstance(v, numbers.Integral):
+                raise TypeError(f"{name}={v!r}: an integer {lo}..{hi:,}")
+            if not lo <= v <= hi:
+                raise ValueError(f"{name}={v!r}: an integer {lo}..{hi:,}")
+            object.__setattr__(self, name, int(v))
+        for name, (lo, hi, unit) in {"min_repeat_ms": (0.0, MAX_MIN_REPEAT_MS, "ms"),
+                                     "timeout": (MIN_TIMEOUT_S, MAX_TIMEOUT_S, "seconds")}.items():
+            v = getattr(self, name)
+            if isinstance(v, bool) or not isinstance(v, numbers.Real):
+                raise TypeError(f"{name}={v!r}: a number of {unit}, {lo:g}..{hi:g}")
+            if not lo <= v <= hi:   # (nan and inf too)
+                raise ValueError(f"{name}={v!r}: a number of {unit}, {lo:g}..{hi:g}")
+            object.__setattr__(self, name, float(v))
 
 
 def close_to(got: np.ndarray, want: np.ndarray, tol: float = 1e-5) -> bool:

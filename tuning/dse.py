@@ -24,6 +24,7 @@ import itertools
 import json
 import math
 import multiprocessing
+import numbers
 import os
 import time
 from collections.abc import Callable, Iterable, Sequence
@@ -84,6 +85,10 @@ class Search:
         need(self.image_size is None or (_is_int(self.image_size) and 8 <= self.image_size <= 4096), "image_size",
              "None (the model's own) or an integer 8..4096")
         need(_is_int(self.seed) and self.seed >= 0, "seed", "an integer >= 0")
+        for name in ("trials", "image_size", "seed"):   # a numpy integer as a plain one: the key and records are JSON
+            if getattr(self, name) is not None:
+                object.__setattr__(self, name, int(getattr(self, name)))
+        _check_network(self.network)
 
     @cached_property
     def key(self) -> str:
@@ -146,6 +151,8 @@ def check_space(space: Any, max_points: int = DEFAULT_MAX_POINTS) -> dict[str, l
     """``space`` as a search takes it (a copy), or ValueError naming what is wrong: a non-empty dict of known
     axes (AXES) to non-empty lists of distinct integers, of at most ``max_points`` points. ``read_space`` and
     ``run_search`` both check with it."""
+    if not _is_int(max_points) or max_points < 1:
+        raise (ValueError if _is_int(max_points) else TypeError)(f"max_points={max_points!r}: an integer >= 1")
     if not isinstance(space, dict) or not space:
         raise ValueError("a space is a JSON object of config keys to value lists, e.g. "
                          '{"LOG_BLOCK": [3, 4], "LOG_BUS_WIDTH": [6, 7]}')
@@ -160,7 +167,7 @@ def check_space(space: Any, max_points: int = DEFAULT_MAX_POINTS) -> dict[str, l
     if n > max_points:
         raise ValueError(f"the space has {n:,} points, more than --max-points {max_points:,}: narrow an axis or "
                          "raise the limit")
-    return {k: list(v) for k, v in space.items()}
+    return {k: [int(x) for x in v] for k, v in space.items()}   # (a numpy integer as a plain one: JSON)
 
 
 def points_of(space: dict[str, list[int]]) -> list[dict[str, int]]:
@@ -315,8 +322,26 @@ _TEXTS = ("reason", "model", "fingerprint", "host_key")
 _OK_NEEDS = ("cost", "usage", "resources", "latency_ms", "accel_ms", "host_ms", "per_image_ms", "batch")
 
 
+def _check_network(network: str) -> None:
+    """Refuse, cheaply (the model is not loaded), a network that is neither an existing model file nor a zoo model
+    name, as load_model tells them apart: ValueError naming it and the zoo's models."""
+    from graph_pack import zoo
+    path = Path(network)
+    if path.suffix == ".onnx" or path.exists():
+        if not path.is_file():
+            raise ValueError(f"Search network={network!r}: no such ONNX file" if not path.exists() else
+                             f"Search network={network!r}: not a regular file; give an .onnx file or a zoo model name")
+        return
+    try:
+        zoo.pack_points(network)
+    except (ValueError, KeyError):
+        raise ValueError(f"Search network={network!r}: neither an ONNX file nor a zoo model; zoo models: "
+                         f"{', '.join(zoo.list_models())}") from None
+
+
 def _is_int(v: Any) -> bool:
-    return isinstance(v, int) and not isinstance(v, bool)
+    """An integer, numpy's too (numbers.Integral), not a bool."""
+    return isinstance(v, numbers.Integral) and not isinstance(v, bool)
 
 
 def _number(v: Any) -> bool:
@@ -466,6 +491,8 @@ def run_search(search: Search, space: dict[str, list[int]], out: str | os.PathLi
     the Dask scheduler at ``dask``."""
     if not isinstance(search, Search):
         raise TypeError(f"search: a tuning.dse.Search, not {type(search).__name__}")
+    if progress is not None and not callable(progress):
+        raise TypeError(f"progress={progress!r}: None or a callable taking a line of text")
     space = check_space(space, max_points)
     if not (_is_int(parallel) and parallel >= 1):
         raise ValueError(f"parallel={parallel!r}: an integer >= 1 (worker processes)")

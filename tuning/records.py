@@ -25,7 +25,7 @@ from typing import Any
 
 from graph_pack.host_templates import HOST_TEMPLATE_VERSION, CpuTarget, host
 from hw_config import HwConfig
-from hw_config.reading import bounded_lines
+from hw_config.reading import bounded_lines, regular_file
 from simulator.files import check_output_path, write_atomic
 from tuning.measure import MeasureResult
 from tuning.task import TEMPLATE_VERSION, Task, _canonical, task_of
@@ -35,6 +35,7 @@ from vta.runtime import ScheduleError
 FORMAT_VERSION = 1
 FIELDS = ("workload", "op", "config", "result", "hw", "template", "time")
 MAX_LINE_BYTES = 64 << 10   # a record is a few hundred bytes; longer lines are skipped unread
+MAX_BAD_EXAMPLES = 3         # unreadable lines quoted in the warning; the rest are only counted
 
 
 class RecordWarning(UserWarning):
@@ -153,6 +154,7 @@ def check_log_path(path: str | os.PathLike, what: str = "record log") -> None:
     p = Path(path)
     if p.is_dir():
         raise ValueError(f"{what} {p}: is a directory; give a file name such as {p / 'tune.jsonl'}")
+    regular_file(p, what, missing_ok=True)   # a device (/dev/zero) or FIFO is never a log
     check_output_path(p, what)   # its directory exists and takes new files
     if p.is_file():
         with open(p, "rb") as f:
@@ -223,7 +225,10 @@ def _sigint_deferred():
 
 
 def count_records(path: str | os.PathLike) -> int:
-    """The non-empty lines of a log (0 when there is none): what a run has saved, cheaply."""
+    """The non-empty lines of a log (0 when there is none): what a run has saved, cheaply. ValueError for a
+    path that is not a regular file (a directory, /dev/zero)."""
+    if not regular_file(path, "record log", missing_ok=True):
+        return 0
     try:
         with open(path, "rb") as f:
             return sum(1 for line in f if line.strip())
@@ -241,25 +246,31 @@ def load_records(path: str | os.PathLike, *, task: Task | None = None, cfg: HwCo
                  template: str | None = TEMPLATE_VERSION) -> list[Record]:
     """The readable records of a log (unreadable lines skipped with a RecordWarning naming the line).
     ``task`` keeps that task's workload; ``cfg`` / ``template`` keep matching records and warn how many
-    others were skipped. A missing file is an empty log."""
+    others were skipped. A missing file is an empty log (a run resuming into a new log); a path that is not a
+    regular file (a directory, a device such as /dev/zero, a FIFO) is refused with a ValueError naming it. The
+    warning quotes the first few unreadable lines and counts the rest (never a list of them all)."""
     path = Path(path)
-    if not path.exists():
+    if not regular_file(path, "record log", missing_ok=True):
         return []
     if task is not None and template == TEMPLATE_VERSION:
         template = task.template_version   # a host template's task: its own version
     hw = cfg.fingerprint if cfg is not None else (task.cfg.fingerprint if task is not None else None)
-    records, bad, foreign = [], [], 0
+    records, bad, n_bad, foreign = [], [], 0, 0
     with open(path, encoding="utf-8", errors="replace") as f:
         for number, line in bounded_lines(f, MAX_LINE_BYTES):
             if line is None:
-                bad.append(f"line {number}: longer than {MAX_LINE_BYTES} bytes")
+                n_bad += 1
+                if len(bad) < MAX_BAD_EXAMPLES:
+                    bad.append(f"line {number}: longer than {MAX_LINE_BYTES} bytes")
                 continue
             if not line.strip():
                 continue
             try:
                 rec = parse_line(line)
             except ValueError as e:
-                bad.append(f"line {number}: {e}")
+                n_bad += 1
+                if len(bad) < MAX_BAD_EXAMPLES:
+                    bad.append(f"line {number}: {e}"[:300])
                 continue
             if task is not None and rec.workload != task.key:
                 continue
@@ -269,9 +280,9 @@ def load_records(path: str | os.PathLike, *, task: Task | None = None, cfg: HwCo
                 foreign += hw is None or rec.hw.startswith("cpu:") == hw.startswith("cpu:")
                 continue
             records.append(rec)
-    if bad:
-        warnings.warn(f"{path}: skipped {len(bad)} unreadable line(s): {'; '.join(bad[:3])}"
-                      + (" ..." if len(bad) > 3 else ""), RecordWarning, stacklevel=2)
+    if n_bad:
+        warnings.warn(f"{path}: skipped {n_bad} unreadable line(s): {'; '.join(bad)}"
+                      + (" ..." if n_bad > len(bad) else ""), RecordWarning, stacklevel=2)
     if foreign:
         warnings.warn(f"{path}: skipped {foreign} record(s) made for another hardware config or template "
                       f"version (they are never applied to this one)", RecordWarning, stacklevel=2)
@@ -293,7 +304,9 @@ def load_best(path: str | os.PathLike, env) -> dict[str, dict]:
     edited or copied log) is skipped with a RecordWarning, and the next fastest one is taken.
 
     ``env="cpu"`` (or a ``CpuTarget``): the host templates' records made on this CPU (that one), for
-    ``build``'s ``host_schedules``."""
+    ``build``'s ``host_schedules``. A missing log is FileNotFoundError naming it (a mistyped name would
+    otherwise build untuned), a directory or device ValueError."""
+    regular_file(path, "record log")
     cfg = target_of(env)
     version = HOST_TEMPLATE_VERSION if isinstance(cfg, CpuTarget) else TEMPLATE_VERSION
     by_workload: dict[str, list[Record]] = {}
@@ -339,7 +352,8 @@ def _task_of(key: str, cfg: HwConfig) -> Task | str:
 def pick_best(in_path: str | os.PathLike, out_path: str | os.PathLike) -> int:
     """Write the best record of every (hardware config, workload) of ``in_path`` to ``out_path``
     (replacing it atomically, through a fresh temporary file: never through a planted one); returns how
-    many were written."""
+    many were written. A missing ``in_path`` is FileNotFoundError, a directory or device ValueError."""
+    regular_file(in_path, "record log")
     by_hw: dict[tuple[str, str], Record] = {}
     for r in load_records(in_path, template=None):
         k = (r.hw, r.workload)

@@ -14,6 +14,7 @@ its budget, and another tuner's count as known results, not as this tuner's tria
 
 from __future__ import annotations
 
+import numbers
 import os
 import sys
 import time
@@ -171,16 +172,35 @@ class TuneSummary:
         return "\n".join(lines)
 
 
+MAX_TRIALS = 10_000_000   # the CLI's --n-trial / --total-trials / --early-stopping bound (tuning.cli.TRIALS)
+
+
+def _check_count(name: str, value, *, none_ok: bool = False) -> None:
+    """Refuse, before any work, a trial count that is not an integer 1..MAX_TRIALS (None where ``none_ok``): a float
+    (1.5), a bool (True) or 10**30 would tune a different budget than the one asked for."""
+    if value is None and none_ok:
+        return
+    allowed = f"an integer 1..{MAX_TRIALS:,}" + (" or None" if none_ok else "")
+    if isinstance(value, bool) or not isinstance(value, numbers.Integral):
+        raise TypeError(f"{name}={value!r}: {allowed}")
+    if not 1 <= value <= MAX_TRIALS:
+        raise ValueError(f"{name}={value!r}: {allowed}")
+
+
 def tune_tasks(tasks: Sequence[Task], *, tuner: str = "xgb", n_trial: int = 200, total_trials: int | None = None,
                runner=None, log: str | os.PathLike | None = None, early_stopping: int | None = None,
                strategy: str = "sequential", batch_size: int = 16, seed: int = 0, transfer: bool = True,
                out: TextIO | None = None) -> TuneSummary:
     """Tune ``tasks``; ``n_trial`` per task (sequential) or ``total_trials`` shared by the scheduler
-    (gradient; default n_trial x tasks). Resumes from ``log``; prints progress and the summary to ``out``."""
+    (gradient; default n_trial x tasks). Resumes from ``log``; prints progress and the summary to ``out``.
+    ``n_trial``, ``total_trials``, ``batch_size`` and ``early_stopping`` are integers 1..10,000,000 (``total_trials``
+    and ``early_stopping`` may be None), refused naming them before any work (TypeError, ValueError)."""
     if strategy not in STRATEGIES:
         raise ValueError(f"strategy={strategy!r}; allowed: {', '.join(STRATEGIES)}")
-    if n_trial < 1 or batch_size < 1:
-        raise ValueError(f"n_trial and batch_size must be >= 1, got {n_trial}, {batch_size}")
+    _check_count("n_trial", n_trial)
+    _check_count("total_trials", total_trials, none_ok=True)
+    _check_count("batch_size", batch_size)
+    _check_count("early_stopping", early_stopping, none_ok=True)
     if log is not None:
         check_log_path(log)
     runner = runner or LocalRunner()

@@ -22,6 +22,8 @@ from __future__ import annotations
 import argparse
 import json
 import math
+import numbers
+import os
 import re
 import sys
 from collections.abc import Sequence
@@ -33,7 +35,7 @@ import numpy as np
 
 from hw_config import LATENCY_KEYS, HwConfig, load_config
 from hw_config.config import LATENCY_RANGES
-from hw_config.reading import bounded_lines
+from hw_config.reading import bounded_lines, regular_file
 from simulator.files import check_output_path, write_atomic
 from simulator.latency import HOST_KEYS, HOST_UNIT_S, BoardProgram, accel_extra, beat_extra
 from vta.cli import arg, command, float_in
@@ -195,6 +197,7 @@ def set_aside_predicted(cases: Sequence[Case], cfg: HwConfig) -> tuple[list[Case
     """Tuning records of older logs (no ``result.device``) whose time is exactly what ``cfg``'s board model
     predicts for their program: a simulator's run under that model, not a board's measurement. Returns the
     other cases and the set-aside lines."""
+    cfg = _config(cfg)
     predicted = predict(cases, cfg)
     keep, aside = [], []
     for case, p in zip(cases, predicted, strict=True):
@@ -208,6 +211,37 @@ def set_aside_predicted(cases: Sequence[Case], cfg: HwConfig) -> tuple[list[Case
     return keep, aside
 
 
+def _config(cfg: Any, name: str = "cfg") -> HwConfig:
+    """``cfg`` as an HwConfig: one as is, a preset name or a config file's path loaded (``load_config``), anything
+    else a TypeError naming the argument."""
+    if isinstance(cfg, HwConfig):
+        return cfg
+    if isinstance(cfg, (str, os.PathLike)):
+        return load_config(cfg)
+    raise TypeError(f"{name}: an HwConfig, a preset name such as 'pynq' or a config file's path, "
+                    f"not {type(cfg).__name__}")
+
+
+def _check_params(params: Any) -> dict[str, float]:
+    """Board parameters for ``predict``: LATENCY_KEYS to finite numbers in the config's ranges (LATENCY_RANGES;
+    DMA_EFFICIENCY above 0), or ValueError / TypeError naming the key and what is allowed."""
+    if not isinstance(params, dict):
+        raise TypeError(f"params: a dict of board-model keys ({', '.join(LATENCY_KEYS)}) to numbers, "
+                        f"not {type(params).__name__}")
+    out = {}
+    for k, v in params.items():
+        if k not in LATENCY_RANGES:
+            raise ValueError(f"params key {str(k)[:40]!r}: not a board-model key; allowed: {', '.join(LATENCY_KEYS)}")
+        lo, hi, meaning = LATENCY_RANGES[k]
+        allowed = f"a number {'in (0, 1]' if k == 'DMA_EFFICIENCY' else f'{lo:g}..{hi:g}'} ({meaning})"
+        if isinstance(v, bool) or not isinstance(v, numbers.Real):
+            raise TypeError(f"params {k}={v!r}: {allowed}")
+        if not lo <= v <= hi or (k == "DMA_EFFICIENCY" and not v > 0):   # (nan too)
+            raise ValueError(f"params {k}={v!r}: {allowed}")
+        out[k] = float(v)
+    return out
+
+
 def _no_constant(name: str):
     raise ValueError(f"{name} is not a JSON number")
 
@@ -218,10 +252,13 @@ def read_measurements(path: str | Path, cfg: HwConfig, *, max_line_bytes: int = 
     """The measurements of a JSON-lines file, and the lines set aside (line, what, why): failed or simulated
     tuning records. A line that is not a valid record (one longer than ``max_line_bytes`` is refused after
     reading that much of it; a time outside ``seconds_range``, not a board's) raises MeasurementError naming it;
-    so do more than ``max_records``."""
+    so do more than ``max_records``. ``cfg``: an HwConfig, a preset name or a config file's path."""
+    cfg = _config(cfg)
     path = Path(path)
-    if not path.is_file():
-        raise MeasurementError(f"measurements {path}: no such file")
+    try:
+        regular_file(path, "measurements")
+    except (OSError, ValueError) as e:
+        raise MeasurementError(str(e)) from None
     out: list[Measurement] = []
     skipped: list[tuple[int, str, str]] = []
     lo, hi = seconds_range
@@ -262,7 +299,9 @@ def read_measurements(path: str | Path, cfg: HwConfig, *, max_line_bytes: int = 
 def compile_cases(measurements: Sequence[Measurement], cfg: HwConfig
                   ) -> tuple[list[Case], list[tuple[Measurement, str]]]:
     """Each measurement compiled for ``cfg`` and run once on the simulator (timing only); the ones whose
-    schedule or workload the template refuses come back separately with the reason."""
+    schedule or workload the template refuses come back separately with the reason. ``cfg``: an HwConfig, a
+    preset name or a config file's path."""
+    cfg = _config(cfg)
     cases, refused = [], []
     for m in measurements:
         try:
@@ -283,8 +322,10 @@ def compile_cases(measurements: Sequence[Measurement], cfg: HwConfig
 # the model over many cases, and the fit
 
 def predict(cases: Sequence[Case], cfg: HwConfig, params: dict[str, float] | None = None) -> np.ndarray:
-    """Predicted seconds of each case with board parameters ``params`` (default: the config's)."""
-    p = cfg.latency_params() if params is None else {**cfg.latency_params(), **params}
+    """Predicted seconds of each case with board parameters ``params`` (default: the config's; a dict of
+    LATENCY_KEYS to numbers in the config's ranges, DMA_EFFICIENCY above 0, refused naming the key otherwise)."""
+    cfg = _config(cfg)
+    p = cfg.latency_params() if params is None else {**cfg.latency_params(), **_check_params(params)}
     return np.array([sum(s.latency(p).total_s for s in c.streams) for c in cases])
 
 
@@ -345,17 +386,31 @@ def _bounds(keys: Sequence[str]) -> tuple[np.ndarray, np.ndarray]:
     return np.array(lo), np.array(hi)
 
 
+def _not_real(v: Any) -> bool:
+    return isinstance(v, bool) or not isinstance(v, numbers.Real)
+
+
 def fit(cases: Sequence[Case], cfg: HwConfig, keys: Sequence[str] = LATENCY_KEYS, *,
         prior_weight: float = PRIOR_WEIGHT, loss_scale: float = LOSS_SCALE, max_iter: int = 200) -> FitResult:
-    """Fit ``keys`` of the board model to the cases' measured seconds (the others keep ``cfg``'s values)."""
+    """Fit ``keys`` of the board model to the cases' measured seconds (the others keep ``cfg``'s values).
+    ``cfg``: an HwConfig, a preset name or a config file's path; ``keys`` a non-empty sequence of LATENCY_KEYS;
+    numpy numbers count as numbers."""
+    cfg = _config(cfg)
+    all_keys = ", ".join(LATENCY_KEYS)
+    if isinstance(keys, (str, bytes)) or not isinstance(keys, (Sequence, set, frozenset)) or \
+            not all(isinstance(k, str) for k in keys):
+        raise TypeError(f"keys={keys!r}: a sequence of board-model keys ({all_keys}), e.g. ('DMA_EFFICIENCY',)")
     keys = tuple(keys)
+    if not keys:
+        raise ValueError(f"keys=(): give at least one board-model key to fit ({all_keys})")
     lo, hi = PRIOR_WEIGHT_RANGE
-    if isinstance(prior_weight, bool) or not isinstance(prior_weight, (int, float)) or not lo <= prior_weight <= hi:
+    if _not_real(prior_weight) or not lo <= prior_weight <= hi:
         raise ValueError(f"prior_weight={prior_weight!r}: a number {lo:g}..{hi:g}")
-    if isinstance(loss_scale, bool) or not isinstance(loss_scale, (int, float)) or not 1e-6 <= loss_scale <= 1e3:
+    if _not_real(loss_scale) or not 1e-6 <= loss_scale <= 1e3:
         raise ValueError(f"loss_scale={loss_scale!r}: a number 1e-06..1000 (log units)")
-    if isinstance(max_iter, bool) or not isinstance(max_iter, int) or max_iter < 1:
+    if isinstance(max_iter, bool) or not isinstance(max_iter, numbers.Integral) or max_iter < 1:
         raise ValueError(f"max_iter={max_iter!r}: an integer >= 1")
+    prior_weight, loss_scale, max_iter = float(prior_weight), float(loss_scale), int(max_iter)
     unknown = [k for k in keys if k not in LATENCY_KEYS]
     if unknown:
         raise ValueError(f"cannot fit {', '.join(unknown)}; the board model's keys are {', '.join(LATENCY_KEYS)}")
@@ -454,6 +509,7 @@ def agreement(pred: np.ndarray, measured: np.ndarray) -> tuple[float, float]:
 def leave_one_out(cases: Sequence[Case], cfg: HwConfig, keys: Sequence[str] = LATENCY_KEYS,
                   **options: Any) -> np.ndarray:
     """Held-out predictions: case i predicted by the model fitted to all the others."""
+    cfg = _config(cfg)
     out = np.zeros(len(cases))
     for i in range(len(cases)):
         rest = [c for j, c in enumerate(cases) if j != i]
