@@ -60,7 +60,7 @@ def config_of(env: Environment | HwConfig | str | None) -> HwConfig:
     if isinstance(env, (str, os.PathLike)):
         return load_config(env)
     cfg = getattr(env, "cfg", None)   # an Environment (or anything carrying one, as the old ``env.cfg`` callers took)
-    if not isinstance(cfg, HwConfig):
+    if cfg is None:
         raise TypeError(f"env: an Environment, a HwConfig, a preset name or a config file's path (or None for the "
                         f"current one), not {type(env).__name__} {env!r:.60}")
     return cfg
