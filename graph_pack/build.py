@@ -563,6 +563,15 @@ def build(graph: Graph, env, params: dict[str, np.ndarray], schedules: Schedules
     on it once, at build. ``host_schedules`` does for the host's float conv2d / dense what ``schedules`` does for the
     accelerator's groups, with the host templates' tuned configs (``tuning.load_best(log, "cpu")``); those without
     one run graph_pack.jit's fixed kernels."""
+    cfg = config_of(env)
+    if not isinstance(graph, Graph):
+        raise TypeError(f"graph: a (packed) Graph from graph_pack, not {type(graph).__name__}")
+    if not isinstance(params, Mapping):
+        raise TypeError(f"params: a mapping of names to arrays (quantize's params), not {type(params).__name__}")
+    for name, given in (("schedules", schedules), ("host_schedules", host_schedules)):
+        if given is not None and not isinstance(given, Mapping) and not callable(given):
+            raise TypeError(f"{name}: a mapping of workload keys to configs (tuning.load_best gives one), a "
+                            f"function of a workload, or None; not {type(given).__name__}")
     if cpu not in CPU_BACKENDS:
         raise ValueError(f"cpu={cpu!r}; allowed: {', '.join(CPU_BACKENDS)}")
     if cpu == "auto":
@@ -571,7 +580,6 @@ def build(graph: Graph, env, params: dict[str, np.ndarray], schedules: Schedules
         raise ValueError(f"fallback={fallback!r}; allowed: {', '.join(FALLBACKS)}")
     if device is not None and not isinstance(device, Device):
         raise TypeError(f"device={device!r} is not a device (alloc/free/copy_in/copy_out/run, as vta.device.SimDevice)")
-    cfg = config_of(env)
     if device is not None and device.cfg.fingerprint != cfg.fingerprint:
         raise GraphError(f"the device is a {device.cfg.model}, the build is for {cfg.model}: give a device of the "
                          "build's config")

@@ -747,6 +747,11 @@ def test_module_input_output_errors():
         mod.get_output(0)
     with pytest.raises(ValueError, match="cpu='gpu'"):
         build(packed, SIM, qp, cpu="gpu")
+    for bad, match in (({"graph": None}, "graph: a .packed. Graph"), ({"params": None}, "params: a mapping"),
+                       ({"schedules": "abc"}, "schedules: a mapping of workload keys"),
+                       ({"host_schedules": [1, 2]}, "host_schedules: a mapping of workload keys")):
+        with pytest.raises(TypeError, match=match):
+            build(**{"graph": packed, "env": SIM, "params": qp, **bad})
 
 
 def test_build_errors():

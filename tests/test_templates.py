@@ -638,3 +638,10 @@ def test_compute_and_max_insns_take_what_they_say():
     for bad in (0, -1, 1.5, True, None):
         with pytest.raises(ValueError, match=r"max_insns=.*: an integer 1\.\.2\^32-1"):
             compile_op("add", load_config("pynq"), data_shape=(1, 16, 4, 4), imm=3, max_insns=bad)
+
+
+def test_clip_bounds_are_finite_integers_in_order():
+    for bounds, match in (((float("nan"), 1), "bounds: expected an integer, got nan"),
+                          ((5, -5), r"clip: bounds=\(lo, hi\) with lo <= hi, got \(5, -5\)")):
+        with pytest.raises(ValueError, match=match):
+            compile_op("clip", load_config("pynq"), data_shape=(1, 16, 4, 4), bounds=bounds)

@@ -266,6 +266,8 @@ class AluTemplate(Template):
             if "bounds" not in workload:
                 raise ValueError("clip: pass bounds=(lo, hi)")
             args = as_ints("bounds", workload["bounds"], 2)
+            if args[0] > args[1]:
+                raise ValueError(f"clip: bounds=(lo, hi) with lo <= hi, got {args}")
         elif "bounds" in workload:
             raise ValueError(f"{op}: bounds= applies only to clip")
         else:

@@ -19,6 +19,7 @@ Adding an operator is writing one such class and decorating it with ``@register`
 
 from __future__ import annotations
 
+import math
 from collections.abc import Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass, field
@@ -194,7 +195,8 @@ class GraphHead:
 
 def as_int(name: str, v) -> int:
     """An exact integer (bools and fractions refused, so nothing is silently reinterpreted)."""
-    if isinstance(v, (bool, np.bool_)) or not isinstance(v, (int, np.integer, float, np.floating)) or v != int(v):
+    if isinstance(v, (bool, np.bool_)) or not isinstance(v, (int, np.integer, float, np.floating)) or \
+            (isinstance(v, (float, np.floating)) and not math.isfinite(v)) or v != int(v):
         raise ValueError(f"{name}: expected an integer, got {v!r}")
     return int(v)
 
