@@ -19,7 +19,7 @@ from simulator.image import ProgramImage, ReplayResult, save_result
 from vta.cli import GROUP_HELP, _key_value, _load, arg, command, int_in
 
 GROUP_HELP["hw"] = "the accelerator's RTL, generated from a hardware config"
-# default: hardware.build.DEFAULT_MAX_PRODUCTS (not imported here: the hardware package is the [hw] extra's)
+# default: hardware.generator.DEFAULT_MAX_PRODUCTS (not imported here: the hardware package is the [hw] extra's)
 MAX_PRODUCTS_ARG = arg("--max-products", type=int_in(1, 1 << 24, "a count of int8 products"), default=8192,
                        metavar="N", help="refuse to generate a GEMM core of more than N int8 products (BATCH x "
                        "BLOCK_IN x BLOCK_OUT; default 8,192: larger ones take minutes and gigabytes)")
