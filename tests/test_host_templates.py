@@ -331,3 +331,16 @@ def test_a_host_dimension_past_the_limit_is_refused_when_parsed(op, workload, fi
     finally:
         signal.alarm(0)
         signal.signal(signal.SIGALRM, old)
+
+
+@pytest.mark.parametrize(("op", "workload", "tensor"), [
+    ("conv2d_NCHWc.x86", {**CONV, "padding": (10**7, 1)}, "padded input"),
+    ("dense_pack.x86", {"data_shape": (2**15, 2**15), "kernel_shape": (40, 2**15)}, "data"),
+    ("depthwise_conv2d_NCHWc.x86", {**DEPTHWISE, "data_shape": (1, 32, 2**14, 2**14)}, "padded input"),
+])
+def test_a_host_tensor_past_the_limit_is_refused_when_parsed(op, workload, tensor):
+    """Dimensions under 2^31 can still make a tensor of terabytes (a padding of 10^6 asked for a 12.9 GiB float64
+    reference when measured): each tensor is at most 2^29 elements, refused in one line naming it."""
+    with pytest.raises(ValueError, match=rf"{op}: its {tensor} would have [\d,]+ elements, above the limit "
+                                         r"536,870,912 \(2\^29"):
+        _template(op, workload)

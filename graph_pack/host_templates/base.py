@@ -27,8 +27,21 @@ from vta.templates.base import Template, check_extents
 HOST_MAX_EXTENT = (1 << 31) - 1
 
 
+# ... and a tensor's elements (the padded input, the kernel, the output): 2^29, 2 GiB of float32 and the 4 GiB of
+# its float64 check; a padding of 10^6 on a 32 x 32 input asked for a 12.9 GiB reference before any check
+HOST_MAX_ELEMENTS = 1 << 29
+
+
 def check_host_extents(op: str, name: str, shape: tuple[int, ...], axes: tuple[str, ...]) -> None:
     check_extents(op, name, shape, axes, HOST_MAX_EXTENT, "2^31 - 1, the host templates' limit")
+
+
+def check_host_tensors(op: str, elements: dict[str, int]) -> None:
+    """Refuse a workload one of whose tensors (name -> element count) has more than HOST_MAX_ELEMENTS elements."""
+    for name, n in elements.items():
+        if n > HOST_MAX_ELEMENTS:
+            raise ValueError(f"{op}: its {name} would have {n:,} elements, above the limit {HOST_MAX_ELEMENTS:,} "
+                             "(2^29: 2 GiB of float32, the host templates' limit)")
 
 HOST_TEMPLATES: dict[str, type[HostTemplate]] = {}   # task op name -> host template class
 # the version of the host templates' code, written into their tuning records: bump it when a config's

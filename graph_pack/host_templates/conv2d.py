@@ -29,6 +29,7 @@ from graph_pack.host_templates.base import (
     check_arrays,
     check_epilogue,
     check_host_extents,
+    check_host_tensors,
     largest_divisor,
     register_host,
     timed_compile,
@@ -319,6 +320,8 @@ class _Conv2d(HostTemplate):
         p = ConvShape(n, c, h, w, o, kh, kw, sh, sw, pt, pl, pb, pr, dh, dw)
         if p.oh < 1 or p.ow < 1:
             raise ValueError(f"{op}: the output would be empty ({p.oh} x {p.ow})")
+        check_host_tensors(op, {"padded input": n * c * (h + pt + pb) * (w + pl + pr), "kernel": o * ci * kh * kw,
+                                "output": n * o * p.oh * p.ow})
         return cls(op, p, cfg if isinstance(cfg, CpuTarget) else None)
 
     def task_workload(self) -> dict[str, Any]:

@@ -17,6 +17,7 @@ from graph_pack.host_templates.base import (
     check_arrays,
     check_epilogue,
     check_host_extents,
+    check_host_tensors,
     largest_divisor,
     register_host,
     timed_compile,
@@ -86,6 +87,7 @@ class DensePack(HostTemplate):
         if k != k2 or min(n, k, m) < 1:
             raise ValueError(f"{op}: data (N, K) {(n, k)} and kernel (M, K) {(m, k2)} must agree on K >= 1")
         check_host_extents(op, "data_shape / kernel_shape", (n, k, m), ("N", "K", "M"))
+        check_host_tensors(op, {"data": n * k, "kernel": m * k, "output": n * m})
         return cls(op, n, k, m, cfg if isinstance(cfg, CpuTarget) else None)
 
     def task_workload(self) -> dict[str, Any]:
