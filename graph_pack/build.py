@@ -13,7 +13,6 @@ host steps copy device values out only when they need them.
 from __future__ import annotations
 
 import json
-import numbers
 import time
 import warnings
 from collections.abc import Callable, Mapping
@@ -29,6 +28,7 @@ from graph_pack.opdefs import packed_factors
 from graph_pack.pack import Group
 from graph_pack.reference import check_input, check_inputs
 from hw_config import HwConfig
+from hw_config.checks import is_whole
 from simulator.stats import RunStats
 from vta.device import Buffer, Device, SimDevice
 from vta.environment import config_of
@@ -179,7 +179,7 @@ class GraphModule:
     def get_output(self, index: int = 0) -> np.ndarray:
         if not self.outputs:
             raise GraphError("no outputs yet: call run() first (or the last run was refused)")
-        if isinstance(index, bool) or not isinstance(index, numbers.Integral) or not 0 <= index < len(self.outputs):
+        if not is_whole(index) or not 0 <= index < len(self.outputs):
             raise GraphError(f"output index {index} out of range: the graph has {len(self.outputs)} output(s)")
         return self.outputs[index]
 

@@ -13,7 +13,6 @@ simulator places them, instructions go to a region of their own above them, and 
 
 from __future__ import annotations
 
-import numbers
 import time
 from pathlib import Path
 from typing import Any, Protocol
@@ -25,6 +24,7 @@ from hardware.stats import RtlRunStats, program_counters
 from hardware.toolchain import require
 from hw_config import HwConfig, load_config
 from hw_config.buffer import Buffer, alloc_size, checked_buffer
+from hw_config.checks import is_whole
 from hw_config.isa_rules import MODULES, module_indices
 from hw_config.layout import OPCODE_BITS, OPCODES
 
@@ -371,7 +371,7 @@ def _stream_bytes(insns: np.ndarray | bytes) -> np.ndarray:
 
 def _whole(value: object, name: str, least: int, most: int) -> int:
     """``value`` as an int in [least, most], or a ValueError naming ``name`` and the range."""
-    if isinstance(value, bool) or not isinstance(value, numbers.Integral) or not least <= value <= most:
+    if not is_whole(value) or not least <= value <= most:
         raise ValueError(f"{name}={value!r}: an integer {least}..{most}")
     return int(value)
 

@@ -3,8 +3,9 @@ and size. Here, below both ``vta`` and ``hardware``, so that each device shares 
 
 from __future__ import annotations
 
-import numbers
 from dataclasses import dataclass
+
+from hw_config.checks import is_whole
 
 
 @dataclass(frozen=True)
@@ -24,7 +25,7 @@ class Buffer:
 def alloc_size(nbytes: object) -> int:
     """The byte count a device's ``alloc(nbytes)`` asks for: a whole number >= 0 (a zero-byte buffer still takes one
     byte, so that it has an address of its own); a ValueError naming what was given otherwise."""
-    if isinstance(nbytes, bool) or not isinstance(nbytes, numbers.Integral) or nbytes < 0:
+    if not is_whole(nbytes) or nbytes < 0:
         raise ValueError(f"alloc(nbytes={nbytes!r}): nbytes must be a whole number of bytes >= 0")
     return int(nbytes)
 

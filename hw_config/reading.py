@@ -59,3 +59,9 @@ def bounded_lines(f: IO[str], max_bytes: int) -> Iterator[tuple[int, str | None]
                 line = f.readline(max_bytes)
         else:
             yield number, line
+
+
+def no_json_constant(name: str):
+    """``json.loads(..., parse_constant=no_json_constant)``: NaN and Infinity are not JSON, so not a number a
+    record may hold."""
+    raise ValueError(f"{name} is not a JSON number")

@@ -3,8 +3,8 @@
 from __future__ import annotations
 
 import bisect
-import numbers
 
+from hw_config.checks import is_whole
 from simulator.errors import MemoryAccessError
 
 PAGE_BYTES = 4096
@@ -41,7 +41,7 @@ class AddressSpace:
 
     def place(self, size: int) -> int:
         """First fit: the lowest page-aligned address from page 1 up where ``size`` bytes fit."""
-        if not _whole(size) or size <= 0:
+        if not is_whole(size) or size <= 0:
             raise MemoryAccessError(f"cannot allocate {size!r} bytes: need a positive integer")
         size = int(size)
         need = -(-size // PAGE_BYTES) * PAGE_BYTES
@@ -58,15 +58,15 @@ class AddressSpace:
 
     def release(self, base: int) -> int:
         """Unmap the region starting at ``base``; returns its size."""
-        if not _whole(base) or base not in self._sizes:
-            shown = f"0x{base:x}" if _whole(base) else repr(base)
+        if not is_whole(base) or base not in self._sizes:
+            shown = f"0x{base:x}" if is_whole(base) else repr(base)
             raise MemoryAccessError(f"cannot free {shown}: no region starts there")
         self._bases.remove(base)
         return self._sizes.pop(base)
 
     def locate(self, addr: int, nbytes: int) -> tuple[int, int]:
         """The region holding ``[addr, addr + nbytes)`` entirely, as (base, offset); raises otherwise."""
-        if not (_whole(addr) and _whole(nbytes)) or addr < 0 or nbytes < 0:
+        if not (is_whole(addr) and is_whole(nbytes)) or addr < 0 or nbytes < 0:
             raise MemoryAccessError(f"DRAM range of {nbytes!r} bytes at {addr!r}: need non-negative integers")
         addr, nbytes = int(addr), int(nbytes)
         i = bisect.bisect_right(self._bases, addr) - 1
@@ -82,8 +82,3 @@ class AddressSpace:
             return "none"
         parts = [f"[0x{b:x}, 0x{b + self._sizes[b]:x})" for b in self._bases[:6]]
         return ", ".join(parts) + (", ..." if len(self._bases) > 6 else "")
-
-
-def _whole(v: object) -> bool:
-    """An integer (numpy's too), not a bool."""
-    return isinstance(v, numbers.Integral) and not isinstance(v, bool)

@@ -36,6 +36,7 @@ from graph_pack.host_templates import (
     host_template_of,
 )
 from graph_pack.host_templates.graph import host_workload
+from hw_config.checks import is_whole
 from tuning.measure import CPU, MeasureResult, guarded
 from tuning.task import Task, _canonical
 
@@ -112,7 +113,7 @@ class MeasureOption:
         --timeout): refused naming it (TypeError, ValueError) before a config is measured; stored as int / float."""
         for name, (lo, hi) in {"number": (1, MAX_NUMBER), "repeat": (1, MAX_REPEAT)}.items():
             v = getattr(self, name)
-            if isinstance(v, bool) or not isinstance(v, numbers.Integral):
+            if not is_whole(v):
                 raise TypeError(f"{name}={v!r}: an integer {lo}..{hi:,}")
             if not lo <= v <= hi:
                 raise ValueError(f"{name}={v!r}: an integer {lo}..{hi:,}")

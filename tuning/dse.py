@@ -24,7 +24,6 @@ import itertools
 import json
 import math
 import multiprocessing
-import numbers
 import os
 import time
 from collections.abc import Callable, Iterable, Sequence
@@ -37,7 +36,8 @@ from typing import Any
 import numpy as np
 
 from hw_config import ConfigError, HwConfig, load_config
-from hw_config.reading import bounded_lines, read_bounded
+from hw_config.checks import is_whole
+from hw_config.reading import bounded_lines, no_json_constant, read_bounded
 from tuning.measure import completed_in
 
 # Axes a search may vary: integer config keys (the rest of a config is the base's).
@@ -81,10 +81,10 @@ class Search:
         need(isinstance(self.part, str), "part", "an FPGA part's name, e.g. xc7z020")
         from hardware.fpga import get_part
         get_part(self.part)   # an unknown part: ValueError naming the known ones
-        need(_is_int(self.trials) and self.trials >= 1, "trials", "an integer >= 1 (configs measured per task)")
-        need(self.image_size is None or (_is_int(self.image_size) and 8 <= self.image_size <= 4096), "image_size",
+        need(is_whole(self.trials) and self.trials >= 1, "trials", "an integer >= 1 (configs measured per task)")
+        need(self.image_size is None or (is_whole(self.image_size) and 8 <= self.image_size <= 4096), "image_size",
              "None (the model's own) or an integer 8..4096")
-        need(_is_int(self.seed) and self.seed >= 0, "seed", "an integer >= 0")
+        need(is_whole(self.seed) and self.seed >= 0, "seed", "an integer >= 0")
         for name in ("trials", "image_size", "seed"):   # a numpy integer as a plain one: the key and records are JSON
             if getattr(self, name) is not None:
                 object.__setattr__(self, name, int(getattr(self, name)))
@@ -151,15 +151,15 @@ def check_space(space: Any, max_points: int = DEFAULT_MAX_POINTS) -> dict[str, l
     """``space`` as a search takes it (a copy), or ValueError naming what is wrong: a non-empty dict of known
     axes (AXES) to non-empty lists of distinct integers, of at most ``max_points`` points. ``read_space`` and
     ``run_search`` both check with it."""
-    if not _is_int(max_points) or max_points < 1:
-        raise (ValueError if _is_int(max_points) else TypeError)(f"max_points={max_points!r}: an integer >= 1")
+    if not is_whole(max_points) or max_points < 1:
+        raise (ValueError if is_whole(max_points) else TypeError)(f"max_points={max_points!r}: an integer >= 1")
     if not isinstance(space, dict) or not space:
         raise ValueError("a space is a JSON object of config keys to value lists, e.g. "
                          '{"LOG_BLOCK": [3, 4], "LOG_BUS_WIDTH": [6, 7]}')
     for key, values in space.items():
         if key not in AXES:
             raise ValueError(f"space axis {str(key)[:40]!r}: not one a search varies; axes: {', '.join(AXES)}")
-        if not isinstance(values, list) or not values or not all(_is_int(v) for v in values):
+        if not isinstance(values, list) or not values or not all(is_whole(v) for v in values):
             raise ValueError(f"space axis {key}: give a non-empty list of integers, not {str(values)[:80]}")
         if len(set(values)) != len(values):
             raise ValueError(f"space axis {key}: {str(values)[:80]} repeats a value")
@@ -339,11 +339,6 @@ def _check_network(network: str) -> None:
                          f"{', '.join(zoo.list_models())}") from None
 
 
-def _is_int(v: Any) -> bool:
-    """An integer, numpy's too (numbers.Integral), not a bool."""
-    return isinstance(v, numbers.Integral) and not isinstance(v, bool)
-
-
 def _number(v: Any) -> bool:
     return isinstance(v, (int, float)) and not isinstance(v, bool) and math.isfinite(v) and v >= 0
 
@@ -352,7 +347,7 @@ def record_problem(rec: Any) -> str | None:
     """Why ``rec`` (a parsed line of this search) is not a record the search can use, or None: the fields the
     front, the CSV and the report read, each of its type and range (numbers finite and >= 0)."""
     if not isinstance(rec.get("point"), dict) or not all(
-            k in AXES and _is_int(v) for k, v in rec["point"].items()):
+            k in AXES and is_whole(v) for k, v in rec["point"].items()):
         return "point is not an object of axes to integers"
     if rec.get("status") not in STATUSES:
         return f"status is not one of {', '.join(STATUSES)}"
@@ -365,7 +360,7 @@ def record_problem(rec: Any) -> str | None:
             return f"{k} is not a finite number >= 0"
     for k in _COUNTS:
         least = 1 if k == "batch" else 0
-        if k in rec and not (_is_int(rec[k]) and rec[k] >= least):
+        if k in rec and not (is_whole(rec[k]) and rec[k] >= least):
             return f"{k} is not an integer >= {least}"
     for k in _TEXTS:
         if k in rec and not isinstance(rec[k], str):
@@ -380,17 +375,13 @@ def record_problem(rec: Any) -> str | None:
     return None
 
 
-def _no_constant(name: str):
-    raise ValueError(f"{name} is not a JSON number")
-
-
 def _record_of(line: str | None, key: str, max_line_bytes: int) -> tuple[dict | None, str | None]:
     """(the record, None) of a usable line of search ``key``; (None, why) of a line that is not one; (None, None)
     of another search's record."""
     if line is None:
         return None, f"longer than {max_line_bytes:,} bytes"
     try:
-        rec = json.loads(line, parse_constant=_no_constant)
+        rec = json.loads(line, parse_constant=no_json_constant)
     except (ValueError, RecursionError):   # a torn last line, NaN, digits past Python's limit, deep nesting
         return None, "not JSON"
     if not isinstance(rec, dict):
@@ -494,7 +485,7 @@ def run_search(search: Search, space: dict[str, list[int]], out: str | os.PathLi
     if progress is not None and not callable(progress):
         raise TypeError(f"progress={progress!r}: None or a callable taking a line of text")
     space = check_space(space, max_points)
-    if not (_is_int(parallel) and parallel >= 1):
+    if not (is_whole(parallel) and parallel >= 1):
         raise ValueError(f"parallel={parallel!r}: an integer >= 1 (worker processes)")
     say = progress or (lambda _text: None)
     directory = Path(out)

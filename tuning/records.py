@@ -25,7 +25,8 @@ from typing import Any
 
 from graph_pack.host_templates import HOST_TEMPLATE_VERSION, CpuTarget, host
 from hw_config import HwConfig
-from hw_config.reading import bounded_lines, regular_file
+from hw_config.checks import is_whole
+from hw_config.reading import bounded_lines, no_json_constant, regular_file
 from simulator.files import check_output_path, write_atomic
 from tuning.measure import MeasureResult
 from tuning.task import TEMPLATE_VERSION, Task, _canonical, task_of
@@ -84,16 +85,8 @@ def _plain(config: dict) -> dict:
     return {k: list(v) if isinstance(v, tuple) else v for k, v in config.items()}
 
 
-def _no_constant(name: str):
-    raise ValueError(f"{name} is not a JSON number")
-
-
-def _is_int(v: Any) -> bool:
-    return isinstance(v, int) and not isinstance(v, bool)
-
-
 def _is_number(v: Any) -> bool:
-    return (_is_int(v) or isinstance(v, float)) and math.isfinite(v)
+    return (is_whole(v) or isinstance(v, float)) and math.isfinite(v)
 
 
 def _check_schema(obj: dict) -> None:
@@ -111,10 +104,10 @@ def _check_schema(obj: dict) -> None:
     if not isinstance(config, dict) or not isinstance(result, dict):
         raise ValueError("config and result must be JSON objects")  # noqa: TRY004 - a bad line is a ValueError
     for knob, value in config.items():
-        if not (_is_int(value) or (isinstance(value, list) and value and all(_is_int(v) for v in value))):
+        if not (is_whole(value) or (isinstance(value, list) and value and all(is_whole(v) for v in value))):
             raise ValueError(f"config knob {knob!r} must be an integer or a list of integers")
     cycles = result.get("cycles", 0)
-    if not _is_int(cycles) or cycles < 0:
+    if not is_whole(cycles) or cycles < 0:
         raise ValueError(f"result cycles must be a non-negative integer, got {cycles!r}"[:200])
     for name in ("latency_s", "wall_s", "std_s"):
         if name in result and (not _is_number(result[name]) or result[name] < 0):
@@ -132,7 +125,7 @@ def parse_line(line: str) -> Record:
     if len(line) > MAX_LINE_BYTES:
         raise ValueError(f"longer than {MAX_LINE_BYTES} bytes")
     try:
-        obj = json.loads(line, parse_constant=_no_constant)
+        obj = json.loads(line, parse_constant=no_json_constant)
     except json.JSONDecodeError as e:
         raise ValueError(f"not JSON ({e.msg})") from None
     except RecursionError:
@@ -339,7 +332,7 @@ def _task_of(key: str, cfg: HwConfig) -> Task | str:
     """The task of a record's workload key, or why no template takes it (the template's own reason: e.g. a
     dimension past its limit, which is refused before any knob space is built)."""
     try:
-        workload = json.loads(key, parse_constant=_no_constant)
+        workload = json.loads(key, parse_constant=no_json_constant)
         if not isinstance(workload, dict) or not isinstance(workload.get("op"), str):
             return "not a workload of any template"
         task = task_of(_canonical(workload), cfg)

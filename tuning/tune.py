@@ -14,7 +14,6 @@ its budget, and another tuner's count as known results, not as this tuner's tria
 
 from __future__ import annotations
 
-import numbers
 import os
 import sys
 import time
@@ -23,6 +22,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass, field
 from typing import TextIO
 
+from hw_config.checks import is_whole
 from tuning.measure import LocalRunner, MeasureResult
 from tuning.records import check_log_path, load_records
 from tuning.task import Task
@@ -181,7 +181,7 @@ def _check_count(name: str, value, *, none_ok: bool = False) -> None:
     if value is None and none_ok:
         return
     allowed = f"an integer 1..{MAX_TRIALS:,}" + (" or None" if none_ok else "")
-    if isinstance(value, bool) or not isinstance(value, numbers.Integral):
+    if not is_whole(value):
         raise TypeError(f"{name}={value!r}: {allowed}")
     if not 1 <= value <= MAX_TRIALS:
         raise ValueError(f"{name}={value!r}: {allowed}")

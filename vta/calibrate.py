@@ -34,8 +34,9 @@ from typing import Any
 import numpy as np
 
 from hw_config import LATENCY_KEYS, HwConfig, load_config
+from hw_config.checks import is_whole
 from hw_config.config import LATENCY_RANGES
-from hw_config.reading import bounded_lines, regular_file
+from hw_config.reading import bounded_lines, no_json_constant, regular_file
 from simulator.files import check_output_path, write_atomic
 from simulator.latency import HOST_KEYS, HOST_UNIT_S, BoardProgram, accel_extra, beat_extra
 from vta.cli import arg, command, float_in
@@ -242,10 +243,6 @@ def _check_params(params: Any) -> dict[str, float]:
     return out
 
 
-def _no_constant(name: str):
-    raise ValueError(f"{name} is not a JSON number")
-
-
 def read_measurements(path: str | Path, cfg: HwConfig, *, max_line_bytes: int = MAX_LINE_BYTES,
                       max_records: int = MAX_RECORDS, seconds_range: tuple[float, float] = MEASURED_RANGE_S
                       ) -> tuple[list[Measurement], list[tuple[int, str, str]]]:
@@ -272,7 +269,7 @@ def read_measurements(path: str | Path, cfg: HwConfig, *, max_line_bytes: int = 
                 raise MeasurementError(f"{path}: more than {max_records:,} records; split the file")
             try:
                 try:
-                    obj = json.loads(text, parse_constant=_no_constant)
+                    obj = json.loads(text, parse_constant=no_json_constant)
                 except json.JSONDecodeError as e:
                     raise ValueError(f"not JSON ({e.msg})") from None
                 if not isinstance(obj, dict):
@@ -408,7 +405,7 @@ def fit(cases: Sequence[Case], cfg: HwConfig, keys: Sequence[str] = LATENCY_KEYS
         raise ValueError(f"prior_weight={prior_weight!r}: a number {lo:g}..{hi:g}")
     if _not_real(loss_scale) or not 1e-6 <= loss_scale <= 1e3:
         raise ValueError(f"loss_scale={loss_scale!r}: a number 1e-06..1000 (log units)")
-    if isinstance(max_iter, bool) or not isinstance(max_iter, numbers.Integral) or max_iter < 1:
+    if not is_whole(max_iter) or max_iter < 1:
         raise ValueError(f"max_iter={max_iter!r}: an integer >= 1")
     prior_weight, loss_scale, max_iter = float(prior_weight), float(loss_scale), int(max_iter)
     unknown = [k for k in keys if k not in LATENCY_KEYS]

@@ -18,7 +18,6 @@
 
 from __future__ import annotations
 
-import numbers
 import struct
 from bisect import bisect_right
 from collections import Counter
@@ -30,6 +29,7 @@ from operator import attrgetter
 import numpy as np
 
 from hw_config import ALU_OPCODES, MEM_TYPES, OPCODES, HwConfig
+from hw_config.checks import is_whole
 from hw_config.isa_rules import QUEUE_BETWEEN, dep_flag, module_of
 from hw_config.layout import FormatSet
 from simulator.stats import VTA_COUNTERS, RunStats
@@ -254,8 +254,7 @@ class CommandQueue:
 
     def __init__(self, device: SimDevice, max_insns: int = 1 << 20, record: bool = False):
         """``record=True`` keeps flushed streams in ``self.streams`` (see ``program()``) instead of running them."""
-        if isinstance(max_insns, bool) or not isinstance(max_insns, numbers.Integral) or \
-                not 1 <= max_insns <= 2**32 - 1:
+        if not is_whole(max_insns) or not 1 <= max_insns <= 2**32 - 1:
             raise ValueError(f"max_insns={max_insns!r}: an integer 1..2^32-1 (the instructions a stream is flushed "
                              "near, at a tile boundary)")
         self.device = device

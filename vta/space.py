@@ -14,6 +14,8 @@ from typing import Any
 
 import numpy as np
 
+from hw_config.checks import is_whole
+
 Config = dict[str, Any]
 
 
@@ -49,20 +51,16 @@ class Knob:
         and the allowed values. Only integers name options (numpy's too): 2.0, "2" and True are refused, not
         coerced, so a config is applied as written or not at all."""
         if self.is_split:
-            ok = isinstance(value, (list, tuple)) and all(_is_int(x) for x in value)
+            ok = isinstance(value, (list, tuple)) and all(is_whole(x) for x in value)
             v = tuple(int(x) for x in value) if ok else None
         else:   # (every template's choices are integers; a space of other values takes them as they are)
-            ok = _is_int(value) or not all(_is_int(o) for o in self.options)
-            v = int(value) if _is_int(value) else value
+            ok = is_whole(value) or not all(is_whole(o) for o in self.options)
+            v = int(value) if is_whole(value) else value
         if not ok or v not in self.options:
             shown = [list(o) for o in self.options] if self.is_split else list(self.options)
             kind = " (knob values are integers)" if not ok else ""
             raise KnobError(f"knob {self.name}={_short(value)} is not allowed{kind}; allowed: {shown}")
         return v
-
-
-def _is_int(x: Any) -> bool:
-    return isinstance(x, (int, np.integer)) and not isinstance(x, (bool, np.bool_))
 
 
 def _short(value: Any) -> str:
