@@ -37,7 +37,7 @@ import numpy as np
 
 from hw_config import ConfigError, HwConfig, load_config
 from hw_config.checks import is_whole
-from hw_config.reading import bounded_lines, no_json_constant, read_bounded
+from hw_config.reading import bounded_lines, no_json_constant, read_bounded, regular_file
 from tuning.measure import completed_in
 
 # Axes a search may vary: integer config keys (the rest of a config is the base's).
@@ -399,10 +399,8 @@ def read_records(path: Path, search: Search, report: Callable[[str], None] | Non
     ``record_problem``) counts as absent, so its point is measured again; ``report`` is told once how many lines
     were skipped and why, and how many records are another search's."""
     out: dict[str, dict] = {}
-    if not path.exists():
+    if not regular_file(path, "the search's records", missing_ok=True):   # a directory or a device is refused
         return out
-    if not path.is_file():
-        raise ValueError(f"{path}: not a regular file; the search keeps its records in a file there")
     skipped: dict[str, int] = {}
     foreign = 0
     with open(path, encoding="utf-8", errors="replace") as f:
