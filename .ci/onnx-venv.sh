@@ -9,19 +9,10 @@
 #   bash .ci/onnx-venv.sh           # creates ${VTA_ONNX_VENV:-~/.cache/vta-stack/onnx-venv}
 set -euo pipefail
 export PIP_DISABLE_PIP_VERSION_CHECK=1 PIP_ROOT_USER_ACTION=ignore
+source "$(dirname "$0")/cached-venv.sh"
 VENV="${VTA_ONNX_VENV:-${XDG_CACHE_HOME:-$HOME/.cache}/vta-stack/onnx-venv}"
-PY="$VENV/bin/python"
 
-probe='import onnx, onnxruntime, google.protobuf, numpy, cffi, llvmlite, setuptools'
-versions='import onnx, onnxruntime, google.protobuf as p, numpy; print(f"onnx {onnx.__version__}, onnxruntime {onnxruntime.__version__}, protobuf {p.__version__}, numpy {numpy.__version__}")'
-if [ -x "$PY" ] && "$PY" -c "$probe" >/dev/null 2>&1; then
-    echo "onnx-venv: $VENV already holds $("$PY" -c "$versions")"
-    exit 0
-fi
-rm -rf "$VENV"
-mkdir -p "$(dirname "$VENV")"
-python3 -m venv "$VENV"
 # the [onnx] extra's and the core's requirements as pyproject.toml states them, nothing pinned further
-"$PY" -m pip install -q "onnx>=1.16" "onnxruntime>=1.18" "numpy>=1.21" "cffi>=1.15" llvmlite setuptools wheel
-"$PY" -c "$probe"
-echo "onnx-venv: created $VENV with $("$PY" -c "$versions")"
+cached_venv onnx-venv "$VENV" 'import onnx, onnxruntime, google.protobuf, numpy, cffi, llvmlite, setuptools' \
+    'import onnx, onnxruntime, google.protobuf as p, numpy; print(f"onnx {onnx.__version__}, onnxruntime {onnxruntime.__version__}, protobuf {p.__version__}, numpy {numpy.__version__}")' \
+    "onnx>=1.16" "onnxruntime>=1.18" "numpy>=1.21" "cffi>=1.15" llvmlite setuptools wheel

@@ -6,18 +6,10 @@
 #   bash .ci/tvm-venv.sh            # creates ${VTA_TVM_VENV:-~/.cache/vta-stack/tvm-venv}
 set -euo pipefail
 export PIP_DISABLE_PIP_VERSION_CHECK=1 PIP_ROOT_USER_ACTION=ignore
+source "$(dirname "$0")/cached-venv.sh"
 VENV="${VTA_TVM_VENV:-${XDG_CACHE_HOME:-$HOME/.cache}/vta-stack/tvm-venv}"
 TVM_VERSION="${VTA_TVM_VERSION:-0.27.0.post1}"
-PY="$VENV/bin/python"
 
-probe='import tvm.rpc.tracker, tvm.exec.query_rpc_tracker, tvm.exec.rpc_tracker'
-if [ -x "$PY" ] && "$PY" -c "$probe" >/dev/null 2>&1; then
-    echo "tvm-venv: $VENV already holds apache-tvm ($("$PY" -c 'import tvm; print(tvm.__version__)'))"
-    exit 0
-fi
-rm -rf "$VENV"
-mkdir -p "$(dirname "$VENV")"
-python3 -m venv "$VENV"
-"$PY" -m pip install -q "apache-tvm==$TVM_VERSION" tornado psutil cloudpickle
-"$PY" -c "$probe"
-echo "tvm-venv: created $VENV with apache-tvm $("$PY" -c 'import tvm; print(tvm.__version__)')"
+cached_venv tvm-venv "$VENV" 'import tvm.rpc.tracker, tvm.exec.query_rpc_tracker, tvm.exec.rpc_tracker' \
+    'import tvm; print(f"apache-tvm {tvm.__version__}")' \
+    "apache-tvm==$TVM_VERSION" tornado psutil cloudpickle
