@@ -140,5 +140,6 @@ def write_chrome_trace(path: str | Path, stats: RunStats, insns: np.ndarray, cfg
 
 
 def write_json_atomic(path: str | Path, payload: Any) -> None:
-    """Write JSON atomically (no half-written file is ever left)."""
-    write_atomic(path, lambda f: f.write(json.dumps(payload).encode()))
+    """Write JSON atomically (no half-written file is ever left); NaN / Infinity are refused (not JSON)."""
+    text = json.dumps(payload, allow_nan=False)    # before the file: a refused payload leaves nothing behind
+    write_atomic(path, lambda f: f.write(text.encode()))

@@ -49,6 +49,16 @@ def test_an_unknown_part_is_refused_naming_the_known_ones():
         estimate("pynq", part="virtex")
 
 
+@pytest.mark.parametrize("kwargs, match", [
+    ({"synth": "no"}, "synth must be True or False, not 'no'"),     # truthy: it ran minutes of Yosys
+    ({"synth": 1}, "synth must be True or False"),
+    ({"progress": 3}, "progress must be a function"),
+])
+def test_estimate_refuses_arguments_of_the_wrong_kind(kwargs, match):
+    with pytest.raises(TypeError, match=match):
+        estimate("pynq", **kwargs)
+
+
 @pytest.mark.parametrize("shape, family, want", [
     # 1024 x 32: one RAMB36 as 1024 x 36
     (MemShape("uop", 1024, 32), "xc7", (1, 0, 0)),

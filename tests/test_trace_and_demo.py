@@ -8,7 +8,7 @@ import numpy as np
 import pytest
 
 from hw_config import load_config
-from simulator.trace import chrome_trace
+from simulator.trace import chrome_trace, write_json_atomic
 from vta.cli import main
 from vta.demo import reference, run_demo
 
@@ -61,6 +61,15 @@ def test_chrome_trace_needs_a_traced_run():
     r = run_demo(cfg, m=16, k=16, n=16)
     with pytest.raises(ValueError, match="trace=True"):
         chrome_trace(r.stats, r.insns, cfg)
+
+
+def test_write_json_atomic_refuses_nan_and_leaves_nothing(tmp_path):
+    out = tmp_path / "t.json"
+    with pytest.raises(ValueError, match="not JSON compliant"):
+        write_json_atomic(out, {"dur": float("nan")})
+    assert list(tmp_path.iterdir()) == []      # neither the file nor a temporary one
+    write_json_atomic(out, {"dur": 1.5})
+    assert json.loads(out.read_text()) == {"dur": 1.5}
 
 
 def test_vta_demo_command_prints_report_and_writes_trace(tmp_path, capsys):

@@ -26,4 +26,8 @@ def estimate(cfg, part: str | Part | None = None, synth: bool = False, progress=
     model, or with ``synth=True`` Yosys's synthesis (cached; minutes the first time; ``progress(text)`` hears
     how it goes)."""
     from hw_config import HwConfig, load_config
+    if not isinstance(synth, bool):      # "no" is truthy: it would start minutes of synthesis
+        raise TypeError(f"synth must be True or False, not {synth!r}")
+    if progress is not None and not callable(progress):
+        raise TypeError(f"progress must be a function of one str or None, not {progress!r}")
     return build(cfg if isinstance(cfg, HwConfig) else load_config(cfg), part, synth, progress)
