@@ -306,6 +306,8 @@ def test_a_config_that_hangs_or_kills_its_worker_is_a_failed_trial(monkeypatch):
     ({"timeout": 1e30}, ValueError, "timeout=1e+30: a number of seconds, 0.1..3600"),
     ({"timeout": float("inf")}, ValueError, "timeout=inf: a number of seconds, 0.1..3600"),
     ({"timeout": None}, TypeError, "timeout=None: a number of seconds"),
+    ({"check": "no"}, TypeError, "check='no': True or False"),     # truthy: it checked
+    ({"check": 0}, TypeError, "check=0: True or False"),
 ])
 def test_measure_options_are_refused_by_type_and_range_as_the_cli_flags_are(bad, error, message):
     with pytest.raises(error, match=re.escape(message)):
@@ -316,6 +318,7 @@ def test_measure_options_are_refused_by_type_and_range_as_the_cli_flags_are(bad,
 
 def test_measure_options_take_numpy_numbers():
     option = MeasureOption(number=np.int64(2), repeat=np.int32(3), min_repeat_ms=np.float32(0.5),
-                           timeout=np.int64(5))
+                           timeout=np.int64(5), check=np.bool_(False))
+    assert option.check is False
     assert (option.number, option.repeat, option.min_repeat_ms, option.timeout) == (2, 3, 0.5, 5.0)
     assert type(option.number) is int and type(option.timeout) is float

@@ -4,6 +4,7 @@ bad log lines, early stopping, transfer learning, and the cost model's features.
 from __future__ import annotations
 
 import json
+import re
 import warnings
 
 import numpy as np
@@ -427,6 +428,19 @@ def test_tune_tasks_refuses_a_trial_count_that_is_not_an_integer_in_range(kwargs
     task = alu_task(CFG, "add", (1, 16, 4, 4))
     with pytest.raises(error, match=message.replace("(", r"\(").replace(".", r"\.")):
         tune_tasks([task], tuner="random", runner=_NoRunner(), **kwargs)
+
+
+@pytest.mark.parametrize("kwargs, error, message", [
+    ({"n_trial": 1.5}, TypeError, "n_trial=1.5: an integer"),
+    ({"tuner": "xgbb"}, ValueError, "unknown tuner 'xgbb'; allowed: random, gridsearch"),
+    ({"strategy": "fastest"}, ValueError, "strategy='fastest'; allowed"),
+])
+def test_the_network_tuners_refuse_their_arguments_before_loading_the_model(kwargs, error, message):
+    from tuning.cpu_network import tune_cpu_network
+    from tuning.network import tune_network
+    for tune in (tune_network, tune_cpu_network):   # a model that does not exist: the argument is named first
+        with pytest.raises(error, match=re.escape(message)):
+            tune("no-such-model.onnx", CFG, **kwargs)
 
 
 def test_tune_tasks_takes_numpy_integer_trial_counts():

@@ -110,7 +110,8 @@ class MeasureOption:
 
     def __post_init__(self) -> None:
         """Each field's type and range, as the CLI flags take them (--number, --repeat, --min-repeat-ms,
-        --timeout): refused naming it (TypeError, ValueError) before a config is measured; stored as int / float."""
+        --timeout, check): refused naming it (TypeError, ValueError) before a config is measured; stored as int /
+        float / bool."""
         for name, (lo, hi) in {"number": (1, MAX_NUMBER), "repeat": (1, MAX_REPEAT)}.items():
             v = getattr(self, name)
             if not is_whole(v):
@@ -126,6 +127,9 @@ class MeasureOption:
             if not lo <= v <= hi:   # (nan and inf too)
                 raise ValueError(f"{name}={v!r}: a number of {unit}, {lo:g}..{hi:g}")
             object.__setattr__(self, name, float(v))
+        if not isinstance(self.check, (bool, np.bool_)):    # "no" is truthy: it would check
+            raise TypeError(f"check={self.check!r}: True or False")
+        object.__setattr__(self, "check", bool(self.check))
 
 
 def close_to(got: np.ndarray, want: np.ndarray, tol: float = 1e-5) -> bool:

@@ -19,7 +19,7 @@ from graph_pack.host_templates import host
 from tuning.cpu import CpuRunner, CpuTask, close_to
 from tuning.records import load_best
 from tuning.task import extract_tasks
-from tuning.tune import TuneSummary, tune_tasks
+from tuning.tune import TuneSummary, check_tuning_arguments, tune_tasks
 
 
 @dataclass
@@ -42,6 +42,8 @@ def tune_cpu_network(model: str, env, *, tuner: str = "xgb", n_trial: int = 32, 
     """Extract -> tune -> build with the best -> time against the untuned build. ``runner`` measures (a
     ``CpuRunner``, the default, or an ``RPCRunner`` to a ``vta rpc server --device cpu``); ``env`` is the config the
     build is made for (no accelerator group runs: the float network is on the CPU)."""
+    check_tuning_arguments(tuner=tuner, strategy=strategy, n_trial=n_trial, total_trials=total_trials,
+                           early_stopping=early_stopping, log=log)   # before the model is loaded
     out = out if out is not None else sys.stdout
     target = getattr(runner, "cpu_target", None) or host()
     graph, params, _ = load_model(model, 1, image_size, seed)

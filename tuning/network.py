@@ -18,7 +18,7 @@ from graph_pack.quantize import quantize
 from tuning.measure import LocalRunner
 from tuning.records import load_best
 from tuning.task import Task, extract_tasks
-from tuning.tune import TuneSummary, tune_tasks
+from tuning.tune import TuneSummary, check_tuning_arguments, tune_tasks
 from vta.environment import config_of
 
 
@@ -43,6 +43,8 @@ def tune_network(model: str, env, *, tuner: str = "xgb", n_trial: int = 100, tot
                  out: TextIO | None = None, runner=None) -> NetworkTuning:
     """Extract -> tune -> build with the best -> compare with the untuned build (same output, fewer cycles).
     ``runner`` measures (an RPCRunner, a DaskRunner; default a LocalRunner of ``n_parallel`` processes)."""
+    check_tuning_arguments(tuner=tuner, strategy=strategy, n_trial=n_trial, total_trials=total_trials,
+                           early_stopping=early_stopping, log=log)   # before the model is loaded
     out = out if out is not None else sys.stdout
     cfg = config_of(env)
     graph, params, (start, stop) = load_model(model, batch or cfg.BATCH, image_size, seed)

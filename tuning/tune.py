@@ -26,7 +26,7 @@ from hw_config.checks import is_whole
 from tuning.measure import LocalRunner, MeasureResult
 from tuning.records import check_log_path, load_records
 from tuning.task import Task
-from tuning.tuners import Tuner, make_tuner
+from tuning.tuners import TUNERS, Tuner, make_tuner
 
 STRATEGIES = ("sequential", "gradient")
 
@@ -187,14 +187,12 @@ def _check_count(name: str, value, *, none_ok: bool = False) -> None:
         raise ValueError(f"{name}={value!r}: {allowed}")
 
 
-def tune_tasks(tasks: Sequence[Task], *, tuner: str = "xgb", n_trial: int = 200, total_trials: int | None = None,
-               runner=None, log: str | os.PathLike | None = None, early_stopping: int | None = None,
-               strategy: str = "sequential", batch_size: int = 16, seed: int = 0, transfer: bool = True,
-               out: TextIO | None = None) -> TuneSummary:
-    """Tune ``tasks``; ``n_trial`` per task (sequential) or ``total_trials`` shared by the scheduler
-    (gradient; default n_trial x tasks). Resumes from ``log``; prints progress and the summary to ``out``.
-    ``n_trial``, ``total_trials``, ``batch_size`` and ``early_stopping`` are integers 1..10,000,000 (``total_trials``
-    and ``early_stopping`` may be None), refused naming them before any work (TypeError, ValueError)."""
+def check_tuning_arguments(*, tuner: str, strategy: str, n_trial, total_trials=None, batch_size=16,
+                           early_stopping=None, log: str | os.PathLike | None = None) -> None:
+    """``tune_tasks``' arguments checked (TypeError, ValueError naming them): also called first by the whole-network
+    tuners, so a bad count is refused before a model is loaded and packed."""
+    if tuner not in TUNERS:
+        raise ValueError(f"unknown tuner {tuner!r}; allowed: {', '.join(TUNERS)}")
     if strategy not in STRATEGIES:
         raise ValueError(f"strategy={strategy!r}; allowed: {', '.join(STRATEGIES)}")
     _check_count("n_trial", n_trial)
@@ -203,6 +201,18 @@ def tune_tasks(tasks: Sequence[Task], *, tuner: str = "xgb", n_trial: int = 200,
     _check_count("early_stopping", early_stopping, none_ok=True)
     if log is not None:
         check_log_path(log)
+
+
+def tune_tasks(tasks: Sequence[Task], *, tuner: str = "xgb", n_trial: int = 200, total_trials: int | None = None,
+               runner=None, log: str | os.PathLike | None = None, early_stopping: int | None = None,
+               strategy: str = "sequential", batch_size: int = 16, seed: int = 0, transfer: bool = True,
+               out: TextIO | None = None) -> TuneSummary:
+    """Tune ``tasks``; ``n_trial`` per task (sequential) or ``total_trials`` shared by the scheduler
+    (gradient; default n_trial x tasks). Resumes from ``log``; prints progress and the summary to ``out``.
+    ``n_trial``, ``total_trials``, ``batch_size`` and ``early_stopping`` are integers 1..10,000,000 (``total_trials``
+    and ``early_stopping`` may be None), refused naming them before any work (TypeError, ValueError)."""
+    check_tuning_arguments(tuner=tuner, strategy=strategy, n_trial=n_trial, total_trials=total_trials,
+                           batch_size=batch_size, early_stopping=early_stopping, log=log)
     runner = runner or LocalRunner()
     out = out if out is not None else sys.stdout
     states = []
