@@ -57,8 +57,12 @@ def test_config_show_set_and_json(capsys, tmp_path):
     path = tmp_path / "mine.json"
     path.write_text(json.dumps(data["config"]))
     status, out, _ = run(capsys, "config", "show", str(path), "--json")
-    expected = load_config("pynq", LOG_BLOCK=5, TARGET="sim").to_dict()
-    assert status == 0 and json.loads(out)["config"] == expected
+    base = load_config("pynq")
+    expected = base.replace(LOG_BLOCK=5, TARGET="sim", DESCRIPTION=f"pynq with LOG_BLOCK=5, TARGET=sim; the base: "
+                                                                    f"{base.DESCRIPTION}").to_dict()
+    assert status == 0 and json.loads(out)["config"] == expected   # the preset's description is not claimed as is
+    status, out, _ = run(capsys, "config", "show", "pynq", "--set", "LOG_BLOCK=5", "--set", "DESCRIPTION=mine")
+    assert status == 0 and out.splitlines()[0] == "pynq_1x32_i8w8a32_15_15_18_17  (mine)"
 
 
 def test_sim_disasm_golden(capsys):

@@ -310,6 +310,13 @@ def config_list(args: argparse.Namespace) -> int:
 def config_show(args: argparse.Namespace) -> int:
     """Show a hardware configuration (its keys, then every value derived from them)."""
     cfg = _load(args.name, args.sets)
+    sets = dict(args.sets or [])
+    if sets and "DESCRIPTION" not in sets:
+        # the preset's description names its bitstream and calibration, which the overrides may not keep: say so
+        # (in --json too, which users save as their config file)
+        said = ", ".join(f"{k}={v}" for k, v in sets.items())
+        cfg = cfg.replace(DESCRIPTION=f"{args.name or 'pynq'} with {said}" +
+                          (f"; the base: {cfg.DESCRIPTION}" if cfg.DESCRIPTION else ""))
     if args.json:
         print(json.dumps({"config": cfg.to_dict(), "derived": cfg.derived()}, indent=2))
         return 0
