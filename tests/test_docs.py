@@ -349,7 +349,10 @@ def check_config_show(cmd: DocCommand, out: str, work: Path) -> None:
     if "--json" in argv:   # the documented promise: saved to a file, it loads back as the same config
         saved = work / "shown.json"
         saved.write_text(out)
-        assert load_config(saved) == cfg and json.loads(out)["derived"]["bitstream"] == cfg.bitstream
+        loaded = load_config(saved)   # the same config; its description says what --set changed
+        assert loaded.replace(DESCRIPTION=cfg.DESCRIPTION) == cfg and json.loads(out)["derived"]["bitstream"] == \
+            cfg.bitstream
+        assert all(f"{k}={v}" in loaded.DESCRIPTION for k, v in sets.items()), loaded.DESCRIPTION
         return
     config_part, derived_part = out.split("\nderived:\n")
     assert out.splitlines()[0].startswith(cfg.model), out.splitlines()[0]
