@@ -102,6 +102,9 @@ def ensure_built(cfg: HwConfig, progress=None, max_products: int = DEFAULT_MAX_P
         verilog, took = write_verilog(cfg, directory, max_products)
         say(f"generated {verilog.name} in {took:.1f} s")
         t1 = time.perf_counter()
+        # objects left by a build that was killed are not reused: make takes a truncated one, newer than its
+        # source, for done, and the library linked from it fails to load (an undefined symbol) from then on
+        shutil.rmtree(directory / "obj", ignore_errors=True)
         obj = verilate(cfg, verilog, directory)
         say(f"verilated in {time.perf_counter() - t1:.1f} s")
         link(cfg, obj, directory)

@@ -1,0 +1,47 @@
+"""The RTL and synthesis caches (hardware/build.py, hardware/fpga/synth.py) when builds are killed, run side by side
+or meet an unusual cache directory: a killed build leaves nothing a later one takes for done, two writers of one
+entry never share a temporary file, and a cache that cannot be used is one line naming it and the variable that
+moves it. Generation, Verilator and the link are stood in for (each takes a minute), so these need no [hw] extra."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+
+from hardware import build
+from hw_config import load_config
+
+VERILOG = "module vta_core(input clk); endmodule\n"
+
+
+@pytest.fixture
+def cache(tmp_path, monkeypatch) -> Path:
+    """An empty RTL cache, and the generator stood in for by a fixed module."""
+    root = tmp_path / "rtl"
+    monkeypatch.setenv("VTA_RTL_CACHE", str(root))
+    monkeypatch.setattr(build, "generate", lambda cfg, max_products=0: VERILOG)
+    monkeypatch.setattr(build, "manifest", lambda cfg: {"top": "vta_core"})
+    return root
+
+
+def test_a_build_killed_midway_leaves_no_object_the_next_build_takes_for_done(cache, monkeypatch):
+    """A `vta hw build` killed (kill -9, out of memory) while the C++ compiler wrote an object left it truncated and
+    newer than its source in obj/: the next build's make took it for done, archived it, and cached a library that
+    every --device rtl run then failed to load (undefined symbol: _ZTI14VerilatedModel). The next build starts
+    from an empty obj/."""
+    cfg = load_config("pynq")
+    directory = build.build_dir(cfg)
+    (directory / "obj").mkdir(parents=True)
+    (directory / "obj" / "verilated.o").write_bytes(b"\x7fELF truncated by a kill")
+    seen = []
+
+    def verilate(cfg, verilog, directory):
+        seen.append(sorted(p.name for p in (directory / "obj").glob("*")) if (directory / "obj").exists() else [])
+        (directory / "obj").mkdir(exist_ok=True)
+        return directory / "obj"
+
+    monkeypatch.setattr(build, "verilate", verilate)
+    monkeypatch.setattr(build, "link", lambda cfg, obj, directory: (directory / build.LIBRARY).write_bytes(b"so"))
+    assert build.ensure_built(cfg) == directory / build.LIBRARY
+    assert seen == [[]], f"Verilator's make started with the killed build's objects: {seen}"
