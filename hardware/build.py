@@ -16,7 +16,7 @@ import time
 from pathlib import Path
 
 from hardware.generator import DEFAULT_MAX_PRODUCTS, TOP, build_key, check_core_size, generate, manifest
-from hardware.toolchain import cache_root, locked_dir, verilator_command, verilator_root
+from hardware.toolchain import cache_root, locked_dir, verilator_command, verilator_root, write_text_atomic
 from hw_config import HwConfig
 
 HARNESS = Path(__file__).resolve().parent / "csrc" / "harness.cpp"
@@ -47,10 +47,10 @@ def write_verilog(cfg: HwConfig, directory: Path, max_products: int = DEFAULT_MA
         return path, 0.0
     t0 = time.perf_counter()
     text = generate(cfg, max_products)   # refuses a core past max_products first
-    (directory / "manifest.json").write_text(json.dumps(manifest(cfg), indent=2) + "\n")
-    tmp = path.with_suffix(".v.tmp")
-    tmp.write_text(text)
-    os.replace(tmp, path)
+    # each file whole, by rename, the Verilog (the mark of a finished entry) last: `vta hw generate`, `vta hw
+    # estimate --synth` and a build may write one entry at the same time
+    write_text_atomic(directory / "manifest.json", json.dumps(manifest(cfg), indent=2) + "\n")
+    write_text_atomic(path, text)
     return path, time.perf_counter() - t0
 
 

@@ -45,3 +45,23 @@ def test_a_build_killed_midway_leaves_no_object_the_next_build_takes_for_done(ca
     monkeypatch.setattr(build, "link", lambda cfg, obj, directory: (directory / build.LIBRARY).write_bytes(b"so"))
     assert build.ensure_built(cfg) == directory / build.LIBRARY
     assert seen == [[]], f"Verilator's make started with the killed build's objects: {seen}"
+
+
+def test_two_writers_of_one_cache_entry_never_write_through_each_other(cache):
+    """`vta hw generate`, `vta hw build` and `vta hw estimate --synth` of one config write its Verilog and manifest
+    at the same time (only a build holds the entry's lock). They wrote the Verilog through one fixed temporary
+    name, so one truncated the other's and the other's rename then failed, and rewrote manifest.json in place while
+    another copied it. Each writer now has a temporary of its own, and a file is replaced whole."""
+    cfg = load_config("pynq")
+    directory = build.build_dir(cfg)
+    directory.mkdir(parents=True)
+    other = directory / "vta_core.v.tmp"          # another process's temporary, half written
+    other.write_text("module vta_core(")
+    (directory / "manifest.json").write_text('{"top": "vta_core", "old": true}\n')
+    with open(directory / "manifest.json") as reader:   # a `vta hw generate` copying it meanwhile
+        path, _ = build.write_verilog(cfg, directory)
+        assert reader.read() == '{"top": "vta_core", "old": true}\n'
+    assert other.read_text() == "module vta_core("
+    assert path.read_text() == VERILOG
+    assert (directory / "manifest.json").read_text().startswith('{\n  "top": "vta_core"')
+    assert sorted(p.name for p in directory.iterdir()) == ["manifest.json", "vta_core.v", "vta_core.v.tmp"]
