@@ -16,7 +16,14 @@ import time
 from pathlib import Path
 
 from hardware.generator import DEFAULT_MAX_PRODUCTS, TOP, build_key, check_core_size, generate, manifest
-from hardware.toolchain import cache_root, locked_dir, verilator_command, verilator_root, write_text_atomic
+from hardware.toolchain import (
+    RTL_CACHE_VARIABLE,
+    cache_root,
+    locked_dir,
+    verilator_command,
+    verilator_root,
+    write_text_atomic,
+)
 from hw_config import HwConfig
 
 HARNESS = Path(__file__).resolve().parent / "csrc" / "harness.cpp"
@@ -95,7 +102,7 @@ def ensure_built(cfg: HwConfig, progress=None, max_products: int = DEFAULT_MAX_P
     if not (directory / f"{TOP}.v").is_file():
         check_core_size(cfg, max_products)
     say = progress or (lambda text: None)
-    with locked_dir(directory):
+    with locked_dir(directory, RTL_CACHE_VARIABLE):
         if lib.is_file():
             return lib
         t0 = time.perf_counter()

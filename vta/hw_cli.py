@@ -41,13 +41,14 @@ def hw_generate(args: argparse.Namespace) -> int:
     generator; it is cached under ~/.cache/vta-stack/rtl, so a second run copies it. Needs the [hw] extra."""
     from hardware.build import build_dir, write_verilog
     from hardware.generator import check_core_size
+    from hardware.toolchain import RTL_CACHE_VARIABLE, cache_dir
 
     cfg = _load(args.config, args.sets)
     out = Path(args.out)
     check_output_dir(args.out, "--out", {"vta_core.v": "file", "manifest.json": "file"})
     directory = build_dir(cfg)
     check_core_size(cfg, args.max_products)   # before saying it generates (a cached one would be copied)
-    directory.mkdir(parents=True, exist_ok=True)
+    cache_dir(directory, RTL_CACHE_VARIABLE)
     _say(f"generating the RTL of {cfg.model} (fingerprint {cfg.fingerprint}) ...")
     verilog, took = write_verilog(cfg, directory, args.max_products)
     out.mkdir(parents=True, exist_ok=True)
