@@ -99,6 +99,9 @@ def ensure_built(cfg: HwConfig, progress=None, max_products: int = DEFAULT_MAX_P
     lib = directory / LIBRARY
     if lib.is_file():
         return lib
+    if len(str(directory).split()) != 1:   # verilated.mk's own check: $(words $(CURDIR))
+        raise ValueError(f"the RTL cache {cache_root()} has a space in its path, where Verilator's build (GNU Make) "
+                         f"cannot run; set {RTL_CACHE_VARIABLE} to a directory without one")
     if not (directory / f"{TOP}.v").is_file():
         check_core_size(cfg, max_products)
     say = progress or (lambda text: None)

@@ -93,3 +93,20 @@ def test_a_synthesis_cache_that_cannot_be_written_is_named_with_its_variable(tmp
     with pytest.raises(OSError, match=r"cannot write the cache directory .*/file/synth/.* \(Not a directory\); set "
                                       r"VTA_SYNTH_CACHE to a writable directory"):
         synth.synthesize(load_config("pynq"))
+
+
+def test_an_rtl_cache_with_a_space_in_its_path_is_refused_before_building(cache, tmp_path, capsys, monkeypatch):
+    """Verilator's make cannot build in a directory with a space (verilated.mk stops), so `vta hw build` with
+    VTA_RTL_CACHE (or HOME) under "My Documents" generated for a minute, then ended in a BuildError traceback."""
+    from vta.cli import main
+
+    def verilate(*args):
+        raise AssertionError("went on to Verilator's make, which refuses a directory with a space")
+
+    monkeypatch.setattr(build, "verilate", verilate)
+    monkeypatch.setenv("VTA_RTL_CACHE", str(tmp_path / "My Documents" / "rtl"))
+    assert main(["hw", "build"]) == 2
+    err = capsys.readouterr().err
+    assert err == (f"vta: error: the RTL cache {tmp_path / 'My Documents' / 'rtl'} has a space in its path, where "
+                   "Verilator's build (GNU Make) cannot run; set VTA_RTL_CACHE to a directory without one\n")
+    assert not (tmp_path / "My Documents").exists()
