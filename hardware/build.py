@@ -30,8 +30,9 @@ HARNESS = Path(__file__).resolve().parent / "csrc" / "harness.cpp"
 LIBRARY = "libvta_rtl.so"
 
 
-class BuildError(RuntimeError):
-    """Verilator or the C++ compiler failed; the message holds the end of its output."""
+class BuildError(ChildProcessError):
+    """Verilator or the C++ compiler failed; the message holds the end of its output. (An OSError, as the failure
+    of a tool this machine runs: a command line reports it in one message, as it does a file it cannot write.)"""
 
 
 def build_dir(cfg: HwConfig) -> Path:

@@ -110,3 +110,18 @@ def test_an_rtl_cache_with_a_space_in_its_path_is_refused_before_building(cache,
     assert err == (f"vta: error: the RTL cache {tmp_path / 'My Documents' / 'rtl'} has a space in its path, where "
                    "Verilator's build (GNU Make) cannot run; set VTA_RTL_CACHE to a directory without one\n")
     assert not (tmp_path / "My Documents").exists()
+
+
+def test_a_failed_build_is_an_error_message_not_a_traceback(cache, tmp_path, capsys, monkeypatch):
+    """When Verilator or the C++ compiler failed (a full disk, a broken compiler), `vta hw build`, `vta sim replay
+    --device rtl` and `vta run --device rtl` ended in a BuildError traceback; the message with the end of the tool's
+    log is what the user needs."""
+    from vta.cli import main
+
+    def verilate(cfg, verilog, directory):
+        build._run(["false"], None, "verilator", directory / "verilator.log")
+
+    monkeypatch.setattr(build, "verilate", verilate)
+    assert main(["hw", "build"]) == 2
+    err = capsys.readouterr().err
+    assert "\nvta: error: verilator failed (exit 1); full log in " in err and "Traceback" not in err, err

@@ -56,8 +56,9 @@ def yosys_script(family: str, verilog: str = "vta_core.v", nodsp: bool = False) 
     ])
 
 
-class SynthError(RuntimeError):
-    """Yosys failed; the message holds the end of its log."""
+class SynthError(ChildProcessError):
+    """Yosys failed; the message holds the end of its log. (An OSError, as BuildError is: a command line reports
+    it in one message.)"""
 
 
 def yosys_version() -> str:
