@@ -106,7 +106,7 @@ def ensure_built(cfg: HwConfig, progress=None, max_products: int = DEFAULT_MAX_P
     if not (directory / f"{TOP}.v").is_file():
         check_core_size(cfg, max_products)
     say = progress or (lambda text: None)
-    with locked_dir(directory, RTL_CACHE_VARIABLE):
+    with locked_dir(directory, RTL_CACHE_VARIABLE, say):
         if lib.is_file():
             return lib
         t0 = time.perf_counter()

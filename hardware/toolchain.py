@@ -7,7 +7,7 @@ import fcntl
 import importlib
 import os
 import tempfile
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from pathlib import Path
 
@@ -81,16 +81,21 @@ def _cache_error(e: OSError, directory: Path, variable: str) -> OSError:
 
 
 @contextmanager
-def locked_dir(directory: Path, variable: str) -> Iterator[None]:
+def locked_dir(directory: Path, variable: str, progress: Callable[[str], None] | None = None) -> Iterator[None]:
     """Hold an exclusive lock on ``directory`` (created if missing: ``cache_dir``), so two processes building the
-    same cache entry take turns instead of writing one file twice."""
+    same cache entry take turns instead of writing one file twice; ``progress(text)`` hears when this one waits."""
     cache_dir(directory, variable)
     try:
         lock = open(directory / ".lock", "w")  # noqa: SIM115 - closed below, after the error is named
     except OSError as e:
         raise _cache_error(e, directory, variable) from None
     with lock:
-        fcntl.flock(lock, fcntl.LOCK_EX)
+        try:
+            fcntl.flock(lock, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        except BlockingIOError:
+            if progress is not None:
+                progress(f"waiting for another process that is writing {directory} (it holds {lock.name}) ...")
+            fcntl.flock(lock, fcntl.LOCK_EX)
         try:
             yield
         finally:

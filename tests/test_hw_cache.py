@@ -125,3 +125,31 @@ def test_a_failed_build_is_an_error_message_not_a_traceback(cache, tmp_path, cap
     assert main(["hw", "build"]) == 2
     err = capsys.readouterr().err
     assert "\nvta: error: verilator failed (exit 1); full log in " in err and "Traceback" not in err, err
+
+
+def test_a_second_build_of_one_config_says_it_waits_for_the_first_then_takes_its_library(cache, monkeypatch):
+    """Two `vta hw build` (or --device rtl runs) of one config: the second waited on the first's lock for a minute
+    without a word. It says whom it waits for, then finds the first's library (built once). The first build's lock
+    is held here, and released once the second has said so."""
+    import fcntl
+    import threading
+
+    cfg = load_config("pynq")
+    directory = build.build_dir(cfg)
+    directory.mkdir(parents=True)
+    heard, said = [], threading.Event()
+
+    def progress(text):
+        heard.append(text)
+        said.set()
+
+    monkeypatch.setattr(build, "verilate", lambda *args: pytest.fail("built twice"))
+    with open(directory / ".lock", "w") as first:
+        fcntl.flock(first, fcntl.LOCK_EX)
+        second = threading.Thread(target=lambda: heard.append(build.ensure_built(cfg, progress)))
+        second.start()
+        assert said.wait(60), "the second build never said it waits"
+        (directory / build.LIBRARY).write_bytes(b"so")    # the first build's library, then its lock released
+    second.join(60)
+    assert heard == [f"waiting for another process that is writing {directory} (it holds {directory / '.lock'}) ...",
+                     directory / build.LIBRARY]

@@ -255,7 +255,7 @@ def synthesize(cfg: HwConfig, family: str = "xc7", progress: Callable[[str], Non
 
     say = progress or (lambda text: None)
     directory = result_dir(cfg, family, nodsp)
-    with locked_dir(directory, SYNTH_CACHE_VARIABLE):
+    with locked_dir(directory, SYNTH_CACHE_VARIABLE, say):
         found = cached(cfg, family, nodsp)
         if found is not None:
             return found
