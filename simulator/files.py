@@ -1,11 +1,14 @@
-"""Atomic file writes: a temporary file beside the target, then a rename, so no half-written file exists."""
+"""Atomic file writes: a temporary file beside the target, then a rename, so no half-written file exists; checks of
+an output path before any work; a lock that keeps a second process from writing the same output."""
 
 from __future__ import annotations
 
+import contextlib
+import fcntl
 import os
 import secrets
 import tempfile
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import IO
 
@@ -77,3 +80,19 @@ def write_atomic(path: str | os.PathLike, write: Callable[[IO[bytes]], None]) ->
     except BaseException:
         tmp.unlink(missing_ok=True)
         raise
+
+
+@contextlib.contextmanager
+def write_lock(path: str | os.PathLike, what: str, hint: str) -> Iterator[None]:
+    """Hold an exclusive lock on the file ``path`` (created if missing, never truncated) while the body runs, so that
+    two processes never write one output at the same time; when another process holds it, a ValueError at once,
+    ``"{what} {path}: another process is writing it; {hint}"``. The lock ends with the process, however it ends."""
+    fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_APPEND, 0o666)
+    try:
+        try:
+            fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        except BlockingIOError:
+            raise ValueError(f"{what} {os.fspath(path)}: another process is writing it; {hint}") from None
+        yield
+    finally:
+        os.close(fd)

@@ -453,6 +453,31 @@ def test_a_search_killed_with_sigkill_resumes_without_measuring_twice(tmp_path):
         assert final[key] == rec   # not measured again
 
 
+def test_a_second_search_into_the_same_out_is_refused_while_the_first_runs(tmp_path, capsys):
+    """Two `vta dse` with one --out (the same command started twice) both measured every point, appended each
+    twice, and wrote the CSV, the front and the report over each other's, emptying front/ under the other (which
+    could then fail on a file gone). The second is refused at once, naming the directory; the first's lock is held
+    here, as a running search holds it."""
+    import fcntl
+
+    from vta.cli import main
+
+    (tmp_path / "space.json").write_text(json.dumps({"LOG_BUS_WIDTH": [6]}))
+    out = tmp_path / "out"
+    out.mkdir()
+    with open(out / RECORDS, "a") as running:
+        fcntl.flock(running, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        assert main(["dse", NET, "--image-size", str(IMAGE), "--space", str(tmp_path / "space.json"), "--trials",
+                     "1", "--out", str(out)]) == 2
+        err = capsys.readouterr().err
+        assert err == (f"vta: error: --out {out / RECORDS}: another process is writing it; a search into {out} is "
+                       "still running (the same command twice?); wait for it to finish (a search resumes from its "
+                       "records), or give another --out\n"), err
+        with pytest.raises(ValueError, match="another process is writing it"):
+            run_search(SEARCH, {"LOG_BUS_WIDTH": [6]}, out)
+    assert sorted(p.name for p in out.iterdir()) == [RECORDS] and (out / RECORDS).read_text() == ""
+
+
 def test_worker_processes_rerun_the_points_a_dead_worker_lost(searched, tmp_path, monkeypatch):
     """--parallel 2: a point whose worker dies every time fails alone (its worker died twice: in the pool, then
     alone); the points the broken pool lost with it run again and equal the in-process search."""

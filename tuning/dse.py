@@ -38,6 +38,7 @@ import numpy as np
 from hw_config import ConfigError, HwConfig, load_config
 from hw_config.checks import is_whole
 from hw_config.reading import bounded_lines, no_json_constant, read_bounded, regular_file
+from simulator.files import write_lock
 from tuning.measure import completed_in
 
 # Axes a search may vary: integer config keys (the rest of a config is the base's).
@@ -489,6 +490,15 @@ def run_search(search: Search, space: dict[str, list[int]], out: str | os.PathLi
     directory = Path(out)
     search.key   # noqa: B018 - the base config and the model file are read (and refused) before any work
     directory.mkdir(parents=True, exist_ok=True)
+    # one search at a time per directory: a second one would measure the same points again and write its CSV, front
+    # and report over the first's as it goes
+    with write_lock(directory / RECORDS, "--out", f"a search into {directory} is still running (the same command "
+                    "twice?); wait for it to finish (a search resumes from its records), or give another --out"):
+        return _search(search, space, directory, parallel, dask, say)
+
+
+def _search(search: Search, space: dict[str, list[int]], directory: Path, parallel: int, dask: str | None,
+            say: Callable[[str], None]) -> Outcome:
     path = directory / RECORDS
     done = read_records(path, search, report=say)
     points = points_of(space)

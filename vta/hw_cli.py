@@ -8,13 +8,11 @@ from __future__ import annotations
 
 import argparse
 import json
-import os
-import shutil
 import sys
 import time
 from pathlib import Path
 
-from simulator.files import check_output_dir
+from simulator.files import check_output_dir, write_atomic
 from simulator.image import ProgramImage, ReplayResult, save_result
 from vta.cli import GROUP_HELP, _key_value, _load, arg, command, int_in
 
@@ -43,20 +41,20 @@ def hw_generate(args: argparse.Namespace) -> int:
     generator; it is cached under ~/.cache/vta-stack/rtl, so a second run copies it. Needs the [hw] extra."""
     from hardware.build import build_dir, write_verilog
     from hardware.generator import check_core_size
+    from hardware.toolchain import RTL_CACHE_VARIABLE, cache_dir
 
     cfg = _load(args.config, args.sets)
     out = Path(args.out)
     check_output_dir(args.out, "--out", {"vta_core.v": "file", "manifest.json": "file"})
     directory = build_dir(cfg)
     check_core_size(cfg, args.max_products)   # before saying it generates (a cached one would be copied)
-    directory.mkdir(parents=True, exist_ok=True)
+    cache_dir(directory, RTL_CACHE_VARIABLE)
     _say(f"generating the RTL of {cfg.model} (fingerprint {cfg.fingerprint}) ...")
     verilog, took = write_verilog(cfg, directory, args.max_products)
     out.mkdir(parents=True, exist_ok=True)
     for name in (verilog.name, "manifest.json"):
-        tmp = out / (name + ".tmp")
-        shutil.copyfile(directory / name, tmp)
-        os.replace(tmp, out / name)
+        data = (directory / name).read_bytes()
+        write_atomic(out / name, lambda f, data=data: f.write(data))
     how = f"generated in {took:.1f} s" if took else "from the cache"
     print(f"wrote {out / verilog.name} and {out / 'manifest.json'} ({how})")
     return 0

@@ -37,11 +37,12 @@ from hardware.fpga.resources import (
     total,
     uncounted_cells,
 )
-from hardware.toolchain import locked_dir, require
+from hardware.toolchain import RTL_CACHE_VARIABLE, cache_dir, locked_dir, require
 from hw_config import HwConfig
 
 FLOW_VERSION = "1"      # bump when the script or the parsing below changes what a cached result means
 RESULT = "result.json"
+SYNTH_CACHE_VARIABLE = "VTA_SYNTH_CACHE"
 RAM_TYPES = ("RAMB36E1", "RAMB18E1", "RAMB36E2", "RAMB18E2", "URAM288")
 
 
@@ -55,8 +56,9 @@ def yosys_script(family: str, verilog: str = "vta_core.v", nodsp: bool = False) 
     ])
 
 
-class SynthError(RuntimeError):
-    """Yosys failed; the message holds the end of its log."""
+class SynthError(ChildProcessError):
+    """Yosys failed; the message holds the end of its log. (An OSError, as BuildError is: a command line reports
+    it in one message.)"""
 
 
 def yosys_version() -> str:
@@ -70,8 +72,8 @@ def yosys_version() -> str:
 
 def cache_root() -> Path:
     """~/.cache/vta-stack/synth (XDG_CACHE_HOME honoured; VTA_SYNTH_CACHE overrides)."""
-    if os.environ.get("VTA_SYNTH_CACHE"):
-        return Path(os.environ["VTA_SYNTH_CACHE"])
+    if os.environ.get(SYNTH_CACHE_VARIABLE):
+        return Path(os.environ[SYNTH_CACHE_VARIABLE])
     base = Path(os.environ.get("XDG_CACHE_HOME") or Path.home() / ".cache")
     return base / "vta-stack" / "synth"
 
@@ -253,13 +255,11 @@ def synthesize(cfg: HwConfig, family: str = "xc7", progress: Callable[[str], Non
 
     say = progress or (lambda text: None)
     directory = result_dir(cfg, family, nodsp)
-    with locked_dir(directory):
+    with locked_dir(directory, SYNTH_CACHE_VARIABLE, say):
         found = cached(cfg, family, nodsp)
         if found is not None:
             return found
-        rtl = build_dir(cfg)
-        rtl.mkdir(parents=True, exist_ok=True)
-        verilog, took = write_verilog(cfg, rtl)
+        verilog, took = write_verilog(cfg, cache_dir(build_dir(cfg), RTL_CACHE_VARIABLE))
         if took:
             say(f"generated the Verilog of {cfg.model} in {took:.1f} s")
         say(f"synthesising {cfg.model} with Yosys synth_xilinx -family {family}{' -nodsp' if nodsp else ''} "
