@@ -24,7 +24,8 @@ from graph_pack.reference import run_reference
 from graph_pack.report import write_report
 from graph_pack.schedule_log import read_schedules
 from graph_pack.svg import check_html_path
-from simulator.files import check_output_path, write_atomic
+from hw_config.writing import write_atomic
+from simulator.files import check_output_path
 from vta.cli import SEED, Interrupted, _key_value, _load, arg, command, float_in, int_in, threads_arg
 from vta.device import SimDevice
 from vta.environment import Environment

@@ -14,7 +14,8 @@ import os
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 
-from simulator.files import check_output_path, write_atomic
+from hw_config.writing import write_atomic
+from simulator.files import check_output_path
 
 # one colour per accelerator module and per state, used by every picture of a report
 MODULE_COLORS = {"load": "#4e79a7", "compute": "#e15759", "store": "#59a14f"}

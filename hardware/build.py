@@ -22,9 +22,9 @@ from hardware.toolchain import (
     locked_dir,
     verilator_command,
     verilator_root,
-    write_text_atomic,
 )
 from hw_config import HwConfig
+from hw_config.writing import write_text_atomic
 
 HARNESS = Path(__file__).resolve().parent / "csrc" / "harness.cpp"
 LIBRARY = "libvta_rtl.so"

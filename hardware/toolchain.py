@@ -6,7 +6,6 @@ from __future__ import annotations
 import fcntl
 import importlib
 import os
-import tempfile
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from pathlib import Path
@@ -101,17 +100,3 @@ def locked_dir(directory: Path, variable: str, progress: Callable[[str], None] |
         finally:
             fcntl.flock(lock, fcntl.LOCK_UN)
 
-
-def write_text_atomic(path: Path, text: str) -> None:
-    """``text`` into ``path`` through a temporary file of its own beside it, then a rename: a reader (or a second
-    process writing the same cache entry) never sees the file half-written, and no two writers share a temporary."""
-    fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".tmp", dir=path.parent)
-    try:
-        with os.fdopen(fd, "w") as f:
-            f.write(text)
-            f.flush()
-            os.fsync(f.fileno())
-        os.replace(tmp, path)
-    except BaseException:
-        Path(tmp).unlink(missing_ok=True)
-        raise

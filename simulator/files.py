@@ -1,16 +1,14 @@
-"""Atomic file writes: a temporary file beside the target, then a rename, so no half-written file exists; checks of
-an output path before any work; a lock that keeps a second process from writing the same output."""
+"""Checks of an output path before any work, and a lock that keeps a second process from writing the same output
+(the writes themselves, whole or not at all: ``hw_config.writing``)."""
 
 from __future__ import annotations
 
 import contextlib
 import fcntl
 import os
-import secrets
 import tempfile
-from collections.abc import Callable, Iterator
+from collections.abc import Iterator
 from pathlib import Path
-from typing import IO
 
 
 def check_output_path(path: str | os.PathLike, what: str = "output") -> None:
@@ -61,25 +59,6 @@ def _check_writable(directory: Path, what: str, text: str) -> None:
         raise ValueError(f"{what} {text}: cannot write in the directory {directory} ({e.strerror})") from None
     os.close(fd)
     os.unlink(probe)
-
-
-def write_atomic(path: str | os.PathLike, write: Callable[[IO[bytes]], None]) -> None:
-    """Call ``write(f)`` on a temporary binary file, fsync it, then rename it to exactly ``path``."""
-    target = Path(path)
-    tmp = target.with_name(f".{target.name}.{secrets.token_hex(4)}.tmp")
-    try:
-        fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o666)
-    except OSError as e:   # name the file the caller asked for, not our temporary one
-        raise OSError(e.errno, f"cannot write {target}: {e.strerror}") from None
-    try:
-        with os.fdopen(fd, "wb") as f:
-            write(f)
-            f.flush()
-            os.fsync(f.fileno())
-        os.replace(tmp, target)
-    except BaseException:
-        tmp.unlink(missing_ok=True)
-        raise
 
 
 @contextlib.contextmanager

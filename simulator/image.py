@@ -33,8 +33,8 @@ import numpy as np
 
 from hw_config import ConfigError, HwConfig, config_from_dict
 from hw_config.isa_rules import INSN_BYTES
+from hw_config.writing import write_atomic
 from simulator.dram import MAX_ADDRESS
-from simulator.files import write_atomic
 
 _SEG_KEY = re.compile(r"seg_(0|[1-9][0-9]*)")
 PathOrFile = str | os.PathLike | IO[bytes]

@@ -17,7 +17,7 @@ import numpy as np
 
 from hw_config import HwConfig
 from hw_config.isa_rules import MEM_TYPE_NAMES, OPCODE_NAMES
-from simulator.files import write_atomic
+from hw_config.writing import write_atomic
 from simulator.stats import MODULES, RunStats
 
 DEFAULT_MAX_TRACE_EVENTS = 1 << 18  # instruction events (~45 MB of JSON); --max-trace-events

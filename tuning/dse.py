@@ -620,7 +620,7 @@ def write_outputs(outcome: Outcome, directory: Path) -> None:
     import csv
     import io
 
-    from simulator.files import write_atomic
+    from hw_config.writing import write_atomic
     from tuning.dse_report import render
 
     buf = io.StringIO()

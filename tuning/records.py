@@ -27,7 +27,8 @@ from graph_pack.host_templates import HOST_TEMPLATE_VERSION, CpuTarget, host
 from hw_config import HwConfig
 from hw_config.checks import is_whole
 from hw_config.reading import bounded_lines, no_json_constant, regular_file
-from simulator.files import check_output_path, write_atomic
+from hw_config.writing import write_atomic
+from simulator.files import check_output_path
 from tuning.measure import MeasureResult
 from tuning.task import TEMPLATE_VERSION, Task, _canonical, task_of
 from vta.environment import config_of

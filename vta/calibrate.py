@@ -37,7 +37,8 @@ from hw_config import LATENCY_KEYS, HwConfig, load_config
 from hw_config.checks import is_whole
 from hw_config.config import LATENCY_RANGES
 from hw_config.reading import bounded_lines, no_json_constant, regular_file
-from simulator.files import check_output_path, write_atomic
+from hw_config.writing import write_atomic
+from simulator.files import check_output_path
 from simulator.latency import HOST_KEYS, HOST_UNIT_S, BoardProgram, accel_extra, beat_extra
 from vta.cli import arg, command, float_in
 from vta.runtime import ScheduleError

@@ -12,7 +12,8 @@ import sys
 import time
 from pathlib import Path
 
-from simulator.files import check_output_dir, write_atomic
+from hw_config.writing import write_atomic
+from simulator.files import check_output_dir
 from simulator.image import ProgramImage, ReplayResult, save_result
 from vta.cli import GROUP_HELP, _key_value, _load, arg, command, int_in
 

@@ -39,6 +39,7 @@ from hardware.fpga.resources import (
 )
 from hardware.toolchain import RTL_CACHE_VARIABLE, cache_dir, locked_dir, require
 from hw_config import HwConfig
+from hw_config.writing import write_text_atomic
 
 FLOW_VERSION = "1"      # bump when the script or the parsing below changes what a cached result means
 RESULT = "result.json"
@@ -273,9 +274,7 @@ def synthesize(cfg: HwConfig, family: str = "xc7", progress: Callable[[str], Non
         if result.uncounted():
             say(f"note: Yosys used cell types the estimates do not count: {', '.join(sorted(result.uncounted()))}")
         (directory / "synth.log").write_bytes((work / "synth.log").read_bytes())
-        tmp = directory / (RESULT + ".tmp")
-        tmp.write_text(json.dumps({**result.to_json(), "config": cfg.to_dict()}, indent=1) + "\n")
-        os.replace(tmp, directory / RESULT)
+        write_text_atomic(directory / RESULT, json.dumps({**result.to_json(), "config": cfg.to_dict()}, indent=1) + "\n")
         shutil.rmtree(work, ignore_errors=True)
         say(f"synthesised in {result.seconds:.0f} s; cached in {directory}")
     return result

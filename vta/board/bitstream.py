@@ -19,6 +19,7 @@ import struct
 from pathlib import Path
 
 from hw_config import HwConfig
+from hw_config.writing import write_atomic
 
 PLACEHOLDER_DESIGN = "vta_stack_simulated_board_placeholder"
 BIT_MAGIC = b"\x00\x09\x0f\xf0\x0f\xf0\x0f\xf0\x0f\xf0\x00\x00\x01"
@@ -172,7 +173,6 @@ def make_placeholder(cfg: HwConfig, path: str | os.PathLike | None = None,
     target = Path(path) if path is not None else bitstream_path(cfg, cache_dir)
     check_name(cfg, target)
     target.parent.mkdir(parents=True, exist_ok=True)
-    tmp = target.with_name(target.name + ".tmp")
-    tmp.write_bytes(placeholder_bytes(cfg))
-    os.replace(tmp, target)
+    data = placeholder_bytes(cfg)
+    write_atomic(target, lambda f: f.write(data))   # two processes may make the same one: no shared temporary
     return target
