@@ -30,7 +30,7 @@ from graph_pack.reference import check_input, check_inputs
 from hw_config import HwConfig
 from hw_config.checks import is_whole
 from simulator.stats import RunStats
-from vta.device import Buffer, Device, SimDevice
+from vta.device import Buffer, Device, SimDevice, free_all
 from vta.environment import config_of
 from vta.numerics import pack_blocks, unpack_blocks
 from vta.runtime import ScheduleError, combine_stats
@@ -140,14 +140,25 @@ class AccelStep:
                 f"{int(got[first])} instead of {int(want[first])}")
 
 
+def release(device: Device, steps: list, owned: list[Buffer]) -> None:
+    """Free the accelerator steps' own buffers (their micro-op kernels; the ops are closed) and ``owned``."""
+    ops = [step.op for step in steps if isinstance(step, AccelStep)]
+    buffers = [buf for op in ops for buf in op.owned] + owned
+    for op in ops:
+        op.owned, op.closed = [], True
+    free_all(device, buffers)
+
+
 # ---- the module -------------------------------------------------------------------------------------------------
 
 class GraphModule:
     """A built network: ``set_input``, ``run``, ``get_output``, ``benchmark``, ``profile``."""
 
     def __init__(self, graph: Graph, cfg: HwConfig, device: Device, steps: list, consts: dict[str, np.ndarray],
-                 build_times: dict[str, float]):
+                 build_times: dict[str, float], owned: list[Buffer] | None = None):
         self.graph, self.cfg, self.device, self.steps = graph, cfg, device, steps
+        self._owned = list(owned or [])   # the groups' buffers on the device (the ops own their micro-op buffers)
+        self.closed = False
         self.consts = consts
         self.build_times = build_times
         self.inputs: dict[str, np.ndarray] = {}
@@ -191,9 +202,25 @@ class GraphModule:
             self.values[name] = v
         return v
 
+    def close(self) -> None:
+        """Free what the module holds on its device (weights, activations, micro-op kernels); ``run`` then raises
+        GraphError. A module on the default device (a simulator of its own) needs no close; one built on a board,
+        a remote session or a shared simulator holds that device's memory until it is closed. Safe to call twice."""
+        self.closed = True
+        owned, self._owned = self._owned, []
+        release(self.device, self.steps, owned)
+
+    def __enter__(self) -> GraphModule:
+        return self
+
+    def __exit__(self, *exc) -> None:
+        self.close()
+
     # ---- running ----
     def run(self, compute: bool = True, **inputs: np.ndarray) -> None:
         """Run once. ``compute=False`` simulates timing only (accelerator outputs are then meaningless)."""
+        if self.closed:
+            raise GraphError("this module was closed (its device buffers are freed): build it again")
         self.set_input(**inputs)
         values = check_inputs(self.graph, self.inputs)
         self.outputs, self.records = [], []   # a run that fails from here leaves no earlier run's outputs behind
@@ -389,6 +416,7 @@ class _Builder:
         self.host_schedules = host_schedules
         self.schedules, self.cpu, self.max_insns, self.fallback = schedules, cpu, max_insns, fallback
         self.device = device if device is not None else SimDevice(cfg)
+        self.owned: list[Buffer] = []                  # what the groups' buffers took on the device (close frees it)
         self.producer_buffer: dict[str, Buffer] = {}   # accelerator outputs by value name
         self.steps: list = []
         self.fallbacks: dict[str, str] = {}
@@ -409,17 +437,31 @@ class _Builder:
         t = template.parse(group.op, self.cfg, tuple(epilogue), workload)
         buffers: dict[str, Buffer | None] = {}
         staged: list[tuple[str, Buffer, str]] = []
-        for name, nbytes in t.buffer_bytes().items():
-            value = group.operands.get(name)   # None for the output
-            chained = value not in consts and t.input_dtypes.get(name) == "int8" and value in self.producer_buffer
-            buffers[name] = self.producer_buffer[value] if chained else self.device.alloc(nbytes) if nbytes else None
-            if value is not None and value not in consts and not chained:
-                staged.append((value, buffers[name], t.input_dtypes[name]))
-        op = compile_template(t, self.schedule_for(group.task), device=self.device, max_insns=self.max_insns,
-                              buffers=template.Buffers(**buffers))
-        for name, value in group.operands.items():
-            if value in consts:   # packed once, from the param, straight into the template's layout
-                op.write(name, t.pack(name, consts[value]))
+        fresh: list[Buffer] = []
+        try:   # a group the template refuses (it then runs on the host) leaves nothing on the device
+            for name, nbytes in t.buffer_bytes().items():
+                value = group.operands.get(name)   # None for the output
+                chained = value not in consts and t.input_dtypes.get(name) == "int8" and value in self.producer_buffer
+                if chained:
+                    buffers[name] = self.producer_buffer[value]
+                else:
+                    buffers[name] = self.device.alloc(nbytes) if nbytes else None
+                    fresh += [buffers[name]] if nbytes else []
+                if value is not None and value not in consts and not chained:
+                    staged.append((value, buffers[name], t.input_dtypes[name]))
+            op = compile_template(t, self.schedule_for(group.task), device=self.device, max_insns=self.max_insns,
+                                  buffers=template.Buffers(**buffers))
+            try:
+                for name, value in group.operands.items():
+                    if value in consts:   # packed once, from the param, straight into the template's layout
+                        op.write(name, t.pack(name, consts[value]))
+            except BaseException:
+                op.close()
+                raise
+        except BaseException:
+            free_all(self.device, fresh)
+            raise
+        self.owned += fresh
         self.producer_buffer[group.output] = buffers["out"]
         return AccelStep(group, op, staged, group.output, self.g[group.output].shape, group.task, t.macs)
 
@@ -596,9 +638,13 @@ def build(graph: Graph, env, params: dict[str, np.ndarray], schedules: Schedules
 
     consts = timed("check params", lambda: Constants(graph, params))
     builder = _Builder(graph, cfg, consts, schedules, cpu, max_insns, fallback, device, host_schedules)
-    steps = timed("compile", lambda: builder.run(graph.meta.get("groups", {})))
+    try:
+        steps = timed("compile", lambda: builder.run(graph.meta.get("groups", {})))
+    except BaseException:   # a build that fails leaves nothing on the device
+        release(builder.device, builder.steps, builder.owned)
+        raise
     host_inputs = {i for s in steps for i in getattr(s, "inputs", ())}
     runtime_consts = timed("fold host constants", lambda: {k: consts[k] for k in host_inputs if k in consts})
-    module = GraphModule(graph, cfg, builder.device, steps, runtime_consts, times)
+    module = GraphModule(graph, cfg, builder.device, steps, runtime_consts, times, builder.owned)
     module.fallbacks.update(builder.fallbacks)
     return module

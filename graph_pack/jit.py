@@ -70,15 +70,22 @@ def available_or_notice() -> bool:
     return False
 
 
-# ---- one target machine and one MCJIT engine per process ----------------------------------------------------
+# ---- one target machine per process, one MCJIT engine per compiled kernel ---------------------------------
 
 @dataclass
 class _Jit:
     llvm: object
-    tm: object
+    tm: object          # the optimiser's target machine (its data layout, its cost model)
+    target: object      # the host's llvm Target: each engine takes a target machine of its own
+    cpu: str
+    features: str
     pto: object
-    engine: object
     avx512: bool
+
+    def engine(self, mod):
+        """An MCJIT engine owning ``mod`` (and a target machine of its own, which the engine takes over)."""
+        tm = self.target.create_target_machine(cpu=self.cpu, features=self.features, opt=3, jit=True)
+        return self.llvm.create_mcjit_compiler(mod, tm)
 
 
 _STATE: _Jit | None = None
@@ -88,7 +95,7 @@ _COUNTER = [0]
 
 
 def _jit() -> _Jit:
-    """The process-wide host target machine and execution engine, created on first use."""
+    """The process-wide host target, created on first use."""
     global _STATE
     with _LOCK:
         if _STATE is None:
@@ -100,16 +107,20 @@ def _jit() -> _Jit:
             llvm.initialize_native_asmprinter()
             features = llvm.get_host_cpu_features().flatten()
             target = llvm.Target.from_triple(llvm.get_process_triple())
-            tm = target.create_target_machine(cpu=llvm.get_host_cpu_name(), features=features, opt=3, jit=True)
-            engine = llvm.create_mcjit_compiler(llvm.parse_assembly(""), tm)
+            cpu = llvm.get_host_cpu_name()
+            tm = target.create_target_machine(cpu=cpu, features=features, opt=3, jit=True)
             pto = llvm.create_pipeline_tuning_options(speed_level=3)
             pto.loop_unrolling = False  # the IR is unrolled where it pays; LLVM's unrolling doubled compile time
-            _STATE = _Jit(llvm, tm, pto, engine, "+avx512f" in features.split(","))
+            _STATE = _Jit(llvm, tm, target, cpu, features, pto, "+avx512f" in features.split(","))
         return _STATE
 
 
 def _compile(ir: str, name: str, nargs: int) -> Callable[..., None]:
-    """Optimise (O3, no fast-math) and JIT one module; the C function taking ``nargs`` pointers."""
+    """Optimise (O3, no fast-math) and JIT one module; the C function taking ``nargs`` pointers.
+
+    The function owns its engine (the module's IR and machine code): both are freed with the last reference to
+    it, so a process compiling config after config (host tuning: ``tuning.cpu``) keeps only the kernels in use.
+    One engine for the whole process kept every module it was ever given, ~65 KB per kernel."""
     st = _jit()
     llvm = st.llvm
     with _LOCK:
@@ -119,12 +130,14 @@ def _compile(ir: str, name: str, nargs: int) -> Callable[..., None]:
         mod.verify()
         pb = llvm.create_pass_builder(st.tm, st.pto)
         pb.getModulePassManager().run(mod, pb)
-        st.engine.add_module(mod)
-        st.engine.finalize_object()
-        addr = st.engine.get_function_address(name)
+        engine = st.engine(mod)
+        engine.finalize_object()
+        addr = engine.get_function_address(name)
     if not addr:
         raise RuntimeError(f"graph_pack.jit: no address for compiled function {name}")
-    return ctypes.CFUNCTYPE(None, *[ctypes.c_void_p] * nargs)(addr)
+    fn = ctypes.CFUNCTYPE(None, *[ctypes.c_void_p] * nargs)(addr)
+    fn.engine = engine   # the code at addr lives as long as its engine, which lives as long as fn
+    return fn
 
 
 def _fresh_name(op: str) -> str:

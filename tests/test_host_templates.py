@@ -5,6 +5,7 @@ qemu-arm against numpy (`bash .ci/arm-cross.sh` installs them)."""
 
 from __future__ import annotations
 
+import gc
 import re
 import subprocess
 
@@ -344,3 +345,25 @@ def test_a_host_tensor_past_the_limit_is_refused_when_parsed(op, workload, tenso
     with pytest.raises(ValueError, match=rf"{op}: its {tensor} would have [\d,]+ elements, above the limit "
                                          r"536,870,912 \(2\^29"):
         _template(op, workload)
+
+
+def test_a_dropped_kernel_takes_its_compiled_module_with_it():
+    """Host tuning compiles config after config in one process (a CpuRunner's worker, a --device cpu server):
+    no LLVM module (IR and machine code, ~65 KB each) may outlive its kernel. One engine for the process kept
+    every module it was ever given."""
+    import llvmlite.binding as llvm
+
+    def modules() -> int:
+        gc.collect()
+        return sum(isinstance(o, llvm.ModuleRef) for o in gc.get_objects())
+
+    t = _template("conv2d_NCHWc.x86", CONV)
+    inputs = t.random_inputs(np.random.default_rng(0))
+    configs = _valid(t, 6, seed=1)
+    t.build(configs[0])(inputs["data"], inputs["kernel"])   # the first compile creates what lives per process
+    before = modules()
+    for config in configs[1:]:
+        kernel = t.build(config)
+        assert _close(kernel(inputs["data"], inputs["kernel"]), t.reference(**inputs))
+        del kernel
+    assert modules() == before

@@ -288,3 +288,16 @@ def test_vta_run_deploys_through_the_tracker(healthy):
     refused = subprocess.run([sys.executable, "-m", "vta", "run", "resnet-18", "--rpc", healthy.address,
                               "--device", "pynq"], capture_output=True, text=True, timeout=120, check=False)
     assert refused.returncode == 2 and "--rpc and --device pynq" in refused.stderr
+
+
+def test_a_local_cluster_leaves_nothing_behind(tmp_path, monkeypatch):
+    """LocalCluster (the docs' way to try the RPC flow) writes its logs to a temporary directory of its own when
+    not given one, and stop() removes it: each cluster used to leave one in TMPDIR, and its processes end."""
+    import tempfile
+    monkeypatch.setattr(tempfile, "tempdir", str(tmp_path))
+    with LocalCluster(boards=1, key="sim") as lab:
+        assert lab.log_dir.parent == tmp_path and lab.log_dir.is_dir()
+        procs = [lab.tracker_proc, *lab.boards.values()]
+        with connect_device(lab.address, "sim", CFG) as board:
+            board.alloc(4096)
+    assert list(tmp_path.iterdir()) == [] and all(p.poll() is not None for p in procs)

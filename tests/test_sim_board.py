@@ -541,6 +541,34 @@ def test_allocating_past_the_boards_memory_is_refused(remote, board):
         b.close()
 
 
+def test_vanished_clients_buffers_are_reclaimed_when_the_buffer_count_is_full_too():
+    """gRPC has no disconnect hook: a vanished client's buffers stay until an allocation needs room, and then
+    those of clients idle past the lease are reclaimed, whole, longest idle first: when the board's buffer
+    *count* (--max-buffers) is what is full too, not only its memory (small buffers of vanished clients once
+    filled the count for good, and every allocation was refused however long their owners had been gone)."""
+    from vta.board.server import Refused, ServerLimits, SimulatedBoard
+    board = SimulatedBoard(CFG, ServerLimits(mem_bytes=64 * MiB, max_buffers=8, lease_s=60.0))
+    try:
+        for client in ("gone-1", "gone-2"):
+            board.touch(client, "allocate")
+            for _ in range(4):
+                board.allocate(4096, "|u1", client)
+        for client in ("gone-1", "gone-2"):
+            board.peers[client] -= 120.0    # both idle past the lease; gone-1 the longest
+        board.touch("new", "allocate")
+        board.allocate(4096, "|u1", "new")
+        assert sorted({b.owner for b in board.buffers.values()}) == ["gone-2", "new"]
+        assert board.status()["memory"]["reclaimed_total"] == 4
+        for _ in range(7):   # gone-2's go too when the count is full again; then only this client's remain
+            board.allocate(4096, "|u1", "new")
+        assert {b.owner for b in board.buffers.values()} == {"new"} and len(board.buffers) == 8
+        with pytest.raises(Refused, match=r"holds 8 buffers, the most it keeps \(--max-buffers 8\)"):
+            board.allocate(4096, "|u1", "new")   # a client's own buffers are never reclaimed for it
+        assert len(board.sim.regions()) == 8 and board.used == 8 * 4096
+    finally:
+        board.close()
+
+
 STALE_DONE_CLIENT = """
 import json
 from hw_config import MEM_TYPES, OPCODES, load_config

@@ -94,6 +94,10 @@ MAX_NUMBER = 1 << 20          # calls per timing (the CLI's --number)
 MAX_REPEAT = 1000             # timings per config (--repeat)
 MAX_MIN_REPEAT_MS = 60_000.0  # --min-repeat-ms
 MIN_TIMEOUT_S, MAX_TIMEOUT_S = 0.1, 3600.0   # seconds per config (--timeout)
+# configs one worker process measures before a fresh one replaces it: llvmlite (0.50) keeps ~110 KB of every
+# optimisation run for good (each PassBuilder's instrumentation callbacks are never deleted), so a worker that
+# measured 100,000 configs would hold ~11 GB; a fork per 256 configs costs well under 1% of their compile time
+MEASUREMENTS_PER_WORKER = 256
 
 
 @dataclass(frozen=True)
@@ -205,9 +209,11 @@ class _Worker:
         self.proc = ctx.Process(target=_serve, args=(child, self.conn), daemon=True)
         self.proc.start()
         child.close()
+        self.measured = 0
 
     def call(self, job: tuple, timeout: float) -> MeasureResult | str:
         """The result, or why there is none ("timed out ...", "the worker died ...")."""
+        self.measured += 1
         try:
             self.conn.send(job)
             if self.conn.poll(timeout):
@@ -227,7 +233,8 @@ class _Worker:
 class CpuRunner:
     """Measure host-template configs on this CPU, one at a time (timings on a shared CPU stay honest), each in a
     worker process with ``timeout`` (AutoTVM's ``measure_option(builder=LocalBuilder(), runner=LocalRunner(
-    number, repeat, min_repeat_ms, timeout))``). ``isolate=False`` measures in this process (no timeout)."""
+    number, repeat, min_repeat_ms, timeout))``), replaced every ``MEASUREMENTS_PER_WORKER`` configs.
+    ``isolate=False`` measures in this process (no timeout; llvmlite's ~110 KB per compile stays in it)."""
 
     def __init__(self, number: int = 1, repeat: int = 3, min_repeat_ms: float = 0.0, timeout: float = 10.0,
                  check: bool = True, seed: int = 0, isolate: bool = True):
@@ -252,9 +259,10 @@ class CpuRunner:
             if self._worker is None:
                 self._worker = _Worker()
             got = self._worker.call(job, option.timeout)
-            if isinstance(got, str):
-                self._worker.close()
+            if isinstance(got, str) or self._worker.measured >= MEASUREMENTS_PER_WORKER:
+                self._worker.close()   # hung, died, or holds what llvmlite never frees (MEASUREMENTS_PER_WORKER)
                 self._worker = None
+            if isinstance(got, str):
                 got = MeasureResult(config, error=f"failed: {got}")
             out.append(got)
         return out

@@ -14,7 +14,7 @@ from hw_config import HwConfig
 from hw_config.buffer import Buffer, alloc_size, checked_buffer
 from simulator.stats import RunStats
 
-__all__ = ["Buffer", "Device", "SimDevice"]
+__all__ = ["Buffer", "Device", "SimDevice", "free_all"]
 
 if TYPE_CHECKING:   # the C simulator is loaded when a SimDevice is made, not when vta is imported
     from simulator.core import Simulator
@@ -67,3 +67,15 @@ class SimDevice:
     def run(self, insns: np.ndarray, *, compute: bool = True, trace: bool = False) -> RunStats:
         self.last_stats = self.sim.run(insns, compute=compute, trace=trace)
         return self.last_stats
+
+
+def free_all(device: Device, buffers: list[Buffer]) -> None:
+    """Free each of ``buffers`` on ``device``, every one even when one fails (the first error is raised then)."""
+    error = None
+    for buf in buffers:
+        try:
+            device.free(buf)
+        except Exception as e:  # noqa: BLE001 - free the rest, then raise the first
+            error = error or e
+    if error is not None:
+        raise error

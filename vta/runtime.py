@@ -690,5 +690,10 @@ class CommandQueue:
         self.flush()
         return Program(self.device, self.streams, self._uop_dram)
 
+    @property
+    def uop_buffer(self) -> Buffer:
+        """The device buffer the streams' micro-op kernels are loaded from (the queue allocated it)."""
+        return self._uop_dram
+
     def close(self) -> None:
         self.device.free(self._uop_dram)

@@ -26,6 +26,7 @@ from graph_pack import jit
 from graph_pack.host_templates.base import (
     HostKernel,
     HostTemplate,
+    PackedWeights,
     check_arrays,
     check_epilogue,
     check_host_extents,
@@ -411,7 +412,7 @@ class _Conv2d(HostTemplate):
         cfn, seconds = timed_compile(lambda: jit._compile(self._ir(name, s, epilogue), name, 6))
         dtype, out_dtype = ("int8", "int32") if self.integer else ("float32", "float32")
         scratch = jit._Scratch((p.n, p.c // s.ic_bn, p.h + p.pt + p.pb, p.w + p.pl + p.pr, s.ic_bn), dtype, 0)
-        packed: list = [None, None]   # (the weight array given last, its packed copy)
+        packed = PackedWeights(lambda w: self.pack_kernel(w, s))
         zero = np.zeros(1, np.float32)
         shapes = {"data": (p.n, p.c, p.h, p.w), "kernel": self.kernel_shape, "bias": (p.o,),
                   "residual": self.out_shape}
@@ -421,13 +422,12 @@ class _Conv2d(HostTemplate):
             given = {"data": data, "kernel": kernel, "bias": bias, "residual": residual}
             check_arrays(self.op, given, shapes, ("data", "kernel"), dtype)
             check_arrays(self.op, given, shapes, [k for k in ("bias", "residual") if k in epilogue])
-            if packed[0] is not kernel:
-                packed[:] = [kernel, self.pack_kernel(kernel, s)]
             x = np.ascontiguousarray(data)
             b = np.ascontiguousarray(bias) if "bias" in epilogue else zero
             res = np.ascontiguousarray(residual) if "residual" in epilogue else zero
             out = np.empty(self.out_shape, out_dtype)
-            cfn(jit._ptr(x), jit._ptr(scratch.get()), jit._ptr(packed[1]), jit._ptr(b), jit._ptr(res), jit._ptr(out))
+            cfn(jit._ptr(x), jit._ptr(scratch.get()), jit._ptr(packed.get(kernel)), jit._ptr(b), jit._ptr(res),
+                jit._ptr(out))
             return out
 
         return HostKernel(self, normal, epilogue, run, seconds, {"sched": s})

@@ -14,6 +14,7 @@ from graph_pack import jit
 from graph_pack.host_templates.base import (
     HostKernel,
     HostTemplate,
+    PackedWeights,
     check_arrays,
     check_epilogue,
     check_host_extents,
@@ -138,19 +139,17 @@ class DensePack(HostTemplate):
         name = jit._fresh_name("dense_pack")
         ir = dense_ir(name, self.n, self.k, self.m, normal["tile_y"][1], bn, normal["tile_k"][1], epilogue)
         cfn, seconds = timed_compile(lambda: jit._compile(ir, name, 4))
-        packed: list = [None, None]
+        packed = PackedWeights(lambda w: self.pack_kernel(w, bn))
         zero = np.zeros(1, np.float32)
         shapes = {"data": (self.n, self.k), "kernel": (self.m, self.k), "bias": (self.m,)}
 
         def run(data: np.ndarray, kernel: np.ndarray, bias: np.ndarray | None = None) -> np.ndarray:
             given = {"data": data, "kernel": kernel, "bias": bias}
             check_arrays(self.op, given, shapes, ("data", "kernel", *(("bias",) if "bias" in epilogue else ())))
-            if packed[0] is not kernel:
-                packed[:] = [kernel, self.pack_kernel(kernel, bn)]
             x = np.ascontiguousarray(data)
             b = np.ascontiguousarray(bias) if "bias" in epilogue else zero
             out = np.empty((self.n, self.m), np.float32)
-            cfn(jit._ptr(x), jit._ptr(packed[1]), jit._ptr(b), jit._ptr(out))
+            cfn(jit._ptr(x), jit._ptr(packed.get(kernel)), jit._ptr(b), jit._ptr(out))
             return out
 
         return HostKernel(self, normal, epilogue, run, seconds)

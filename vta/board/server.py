@@ -19,8 +19,8 @@ totals, reclaimed bytes, runs, faults, its own last run (with the *simulated* la
 
 Limits, checked before any work: total buffer bytes (the board's memory, ``cfg.BOARD_MEM_MB``), the number
 of buffers, gRPC message sizes, firmware file sizes, concurrent RPCs. A client that disappears leaves its
-buffers behind (gRPC has no disconnect hook); when an allocation does not fit, buffers of clients idle for
-longer than the lease are reclaimed first. Every request is validated: a malformed one gets an error
+buffers behind (gRPC has no disconnect hook); when an allocation does not fit (the memory or the number of
+buffers), buffers of clients idle for longer than the lease are reclaimed first. Every request is validated: a malformed one gets an error
 status, never a crash. Unlike a real board, the clients are isolated from each other (``ISOLATION``; see
 ``vta.board.registers``): a launch that would fetch, load or store outside the launching client's own buffers
 is refused, and a faulted run hangs the accelerator for its own client only.
@@ -199,11 +199,11 @@ class SimulatedBoard:
                           f"{lim.mem_bytes // MiB} MiB for buffers)")
         footprint = -(-size // PAGE_BYTES) * PAGE_BYTES
         with self.sim_lock, self._lock:
+            if len(self.buffers) >= lim.max_buffers or self.used + footprint > lim.mem_bytes:
+                self._reclaim(footprint, peer)
             if len(self.buffers) >= lim.max_buffers:
                 raise Refused("RESOURCE_EXHAUSTED", f"the board holds {len(self.buffers)} buffers, the most it "
                                                     f"keeps (--max-buffers {lim.max_buffers}); free some")
-            if self.used + footprint > lim.mem_bytes:
-                self._reclaim(footprint, peer)
             if self.used + footprint > lim.mem_bytes:
                 mine = sum(b.footprint for b in self.buffers.values() if b.owner == peer)
                 raise Refused("RESOURCE_EXHAUSTED",
@@ -221,7 +221,8 @@ class SimulatedBoard:
         return buf
 
     def _reclaim(self, need: int, peer: str) -> None:
-        """Free every buffer of clients idle past the lease, longest idle first, until ``need`` bytes fit.
+        """Free every buffer of clients idle past the lease, longest idle first, until ``need`` more bytes and one
+        more buffer fit (``mem_bytes``, ``max_buffers``: vanished clients' buffers count against both).
 
         A client is reclaimed whole: a buffer without the rest of its program is of no use to anyone.
         """
@@ -229,7 +230,7 @@ class SimulatedBoard:
         owners = {b.owner for b in self.buffers.values() if b.owner != peer}
         idle = sorted((self.peers.get(o, 0.0), o) for o in owners if now - self.peers.get(o, 0.0) > self.limits.lease_s)
         for seen, owner in idle:
-            if self.used + need <= self.limits.mem_bytes:
+            if self.used + need <= self.limits.mem_bytes and len(self.buffers) < self.limits.max_buffers:
                 break
             mine = [b for b in self.buffers.values() if b.owner == owner]
             for buf in mine:

@@ -12,6 +12,7 @@ from __future__ import annotations
 import contextlib
 import os
 import selectors
+import shutil
 import signal
 import subprocess
 import sys
@@ -42,7 +43,8 @@ def _first_line(proc: subprocess.Popen, timeout: float, what: str) -> str:
 class LocalCluster:
     """A tracker (ours, unless ``tracker`` names a running one, e.g. TVM's) and ``boards`` simulated board
     servers registered under ``key``. ``key_file`` makes the boards require that shared key. Logs go to
-    ``log_dir`` (default: a temporary directory), one file per process."""
+    ``log_dir`` (default: a temporary directory, removed by ``stop``; kept when ``start`` fails, whose error
+    names it), one file per process."""
 
     def __init__(self, boards: int = 4, key: str = "sim", *, config: str | None = None, tracker: str | None = None,
                  key_file: str | os.PathLike | None = None, log_dir: str | os.PathLike | None = None,
@@ -81,6 +83,7 @@ class LocalCluster:
                 _first_line(self.boards[name], self.startup_timeout, f"board {name}")
             self.wait_free(self.n_boards)
         except BaseException:
+            self._own_logs = False   # kept: what went wrong is in them (wait_free's error names the directory)
             self.stop()
             raise
         return self
@@ -150,6 +153,8 @@ class LocalCluster:
                 proc.stdout.close()
         self.boards.clear()
         self.tracker_proc = None
+        if self._own_logs:
+            shutil.rmtree(self.log_dir, ignore_errors=True)
 
     def __enter__(self) -> LocalCluster:
         return self.start()

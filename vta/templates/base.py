@@ -31,7 +31,7 @@ from hw_config import HwConfig
 from hw_config.layout import MEMOP_DRAM_ADDR_BITS
 from simulator.image import ProgramImage
 from simulator.stats import RunStats
-from vta.device import SimDevice
+from vta.device import Buffer, SimDevice, free_all
 from vta.environment import Environment, config_of
 from vta.runtime import CommandQueue, Program, ScheduleError
 from vta.space import Config, ConfigSpace, KnobError
@@ -286,7 +286,9 @@ def present_inputs(t: Template, inputs: dict[str, Any], hints: dict[str, str]) -
 @dataclass
 class CompiledOp:
     """A template compiled for a config: ``run(**inputs)`` packs, runs and unpacks; ``stage`` only packs and
-    copies in; ``write(name, packed)`` copies an operand already in the packed layout (what a graph does)."""
+    copies in; ``write(name, packed)`` copies an operand already in the packed layout (what a graph does).
+    ``close()`` frees the device buffers it allocated (``owned``): an op on a device that outlives it (a board, a
+    remote session, a shared simulator) holds them until then; one on a device of its own needs no close."""
 
     template: Template
     config: Config
@@ -295,6 +297,8 @@ class CompiledOp:
     buffers: Any
     stats: RunStats | None = None
     info: dict[str, Any] = field(default_factory=dict)
+    owned: list[Buffer] = field(default_factory=list)   # what compile_template allocated: close() frees it
+    closed: bool = False
 
     @property
     def name(self) -> str:
@@ -337,7 +341,25 @@ class CompiledOp:
 
     def write(self, name: str, packed: np.ndarray) -> None:
         """Copy an operand, already in the template's packed layout, into its device buffer."""
+        self._check_open()
         self.device.copy_in(getattr(self.buffers, name), packed)
+
+    def _check_open(self) -> None:
+        if self.closed:   # its buffers may belong to someone else by now
+            raise ScheduleError(f"this {self.name} op was closed: its device buffers are freed; compile it again")
+
+    def close(self) -> None:
+        """Free the device buffers this op allocated (its micro-op buffer, and its operand buffers unless they were
+        given); running it afterwards raises ScheduleError. Safe to call twice."""
+        self.closed = True
+        owned, self.owned = self.owned, []
+        free_all(self.device, owned)
+
+    def __enter__(self) -> CompiledOp:
+        return self
+
+    def __exit__(self, *exc) -> None:
+        self.close()
 
     def stage(self, *args: np.ndarray, **inputs: np.ndarray) -> None:
         """Pack the inputs into the device buffers (what ``run`` does before running)."""
@@ -354,6 +376,7 @@ class CompiledOp:
         """Run the program with the timing model only: cycles and the board model's latency depend on the stream
         alone, not on data (docs/simulator.md), so nothing is staged and no output is read (what tuning measures
         in ``timing_only`` mode)."""
+        self._check_open()
         self.stats = self.program.run(compute=False)
         return self.stats
 
@@ -378,7 +401,14 @@ def bind_buffers(t: Template, device: SimDevice, given: Any = None) -> Any:
     """``given`` buffers checked against what the template reads and writes, or fresh ones."""
     need = t.buffer_bytes()
     if given is None:
-        return t.Buffers(**{k: device.alloc(n) if n else None for k, n in need.items()})
+        fresh: dict[str, Buffer | None] = {}
+        try:
+            for k, n in need.items():
+                fresh[k] = device.alloc(n) if n else None
+        except BaseException:
+            free_all(device, [b for b in fresh.values() if b is not None])
+            raise
+        return t.Buffers(**fresh)
     for k, n in need.items():
         buf = getattr(given, k)
         if n and (buf is None or buf.nbytes < n):
@@ -401,9 +431,16 @@ def compile_template(t: Template, config: Config | None = None, *, device: SimDe
         raise ScheduleError(f"{t.op} config refused: {reason}")
     device = device or SimDevice(t.cfg)
     bufs = bind_buffers(t, device, buffers)
-    queue = CommandQueue(device, max_insns=max_insns, record=True)
-    t.emit(queue, config, bufs)
-    return CompiledOp(t, config, queue.program(), device, bufs)
+    owned = [b for b in vars(bufs).values() if b is not None] if buffers is None else []
+    try:
+        queue = CommandQueue(device, max_insns=max_insns, record=True)
+        owned.append(queue.uop_buffer)
+        t.emit(queue, config, bufs)
+        program = queue.program()
+    except BaseException:   # nothing this call allocated stays on the device
+        free_all(device, owned)
+        raise
+    return CompiledOp(t, config, program, device, bufs, owned=owned)
 
 
 def compile_op(name: str, env: Environment | HwConfig | str | None = None, *, config: Config | None = None,
