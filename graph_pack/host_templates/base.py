@@ -71,19 +71,22 @@ class PackedWeights:
 
     def __init__(self, pack: Callable[[np.ndarray], np.ndarray]):
         self.pack = pack
-        self._of: weakref.ref | None = None
-        self._packed: np.ndarray | None = None
+        self._last: tuple[weakref.ref, np.ndarray] | None = None   # one attribute: read and replaced atomically
 
     def get(self, w: np.ndarray) -> np.ndarray:
-        """``pack(w)``, packed again only when ``w`` is not the array of the last call."""
-        if self._of is None or self._of() is not w or self._packed is None:
-            packed = self.pack(w)
-            self._of, self._packed = weakref.ref(w, self._forget), packed
-        return self._packed
+        """``pack(w)``, packed again only when ``w`` is not the array of the last call. Thread-safe: two threads
+        running one kernel with different weights each get their own (read once, returned as read)."""
+        last = self._last
+        if last is not None and last[0]() is w:
+            return last[1]
+        packed = self.pack(w)
+        self._last = (weakref.ref(w, self._forget), packed)
+        return packed
 
     def _forget(self, ref: weakref.ref) -> None:
-        if self._of is ref:
-            self._of, self._packed = None, None
+        last = self._last
+        if last is not None and last[0] is ref:
+            self._last = None
 
 
 @dataclass
