@@ -25,9 +25,11 @@ import struct
 import threading
 import time
 import warnings
+from collections import OrderedDict
 from collections.abc import Callable, Iterator, Sequence
 from contextlib import ExitStack, contextmanager
 from dataclasses import dataclass
+from typing import Any
 
 import numpy as np
 
@@ -88,9 +90,38 @@ class _Jit:
         return self.llvm.create_mcjit_compiler(mod, tm)
 
 
+class KernelCache:
+    """Compiled kernels by key, the ``limit`` most recently used kept (default: ``MAX_CACHED_KERNELS`` as it is when
+    one is added, so setting that module attribute applies at once). Each holds its machine code and per-thread
+    staging buffers: a notebook or server that builds network after network, size after size, stays bounded; a
+    kernel dropped here lives on in the modules that use it and is compiled again when asked for again."""
+
+    def __init__(self, limit: int | None = None):
+        self.limit = limit
+        self._entries: OrderedDict[tuple, Any] = OrderedDict()
+        self._lock = threading.Lock()
+
+    def get(self, key: tuple, make: Callable[[], Any]) -> Any:
+        """The kernel of ``key``, made by ``make()`` (once, under the cache's lock) when missing."""
+        with self._lock:
+            if key in self._entries:
+                self._entries.move_to_end(key)
+                return self._entries[key]
+            made = self._entries[key] = make()
+            limit = MAX_CACHED_KERNELS if self.limit is None else self.limit
+            while len(self._entries) > max(limit, 1):
+                self._entries.popitem(last=False)
+            return made
+
+    def __len__(self) -> int:
+        return len(self._entries)
+
+
+# compiled host kernels kept per process, per cache (a network has tens of distinct ones: ResNet-50 on the CPU ~25)
+MAX_CACHED_KERNELS = 256
 _STATE: _Jit | None = None
 _LOCK = threading.RLock()
-_CACHE: dict[tuple, Kernel] = {}
+_CACHE = KernelCache()
 _COUNTER = [0]
 
 
@@ -1042,9 +1073,5 @@ def get_kernel(op: str, attrs: dict, in_shapes: Sequence[tuple], in_dtypes: Sequ
         return None
     params, build = spec
     key = (op, tuple(shapes), tuple(dtypes), params, epilogue)
-    with _LOCK:
-        fn = _CACHE.get(key)
-        if fn is None:
-            _jit()  # ImportError with the install hint before any work
-            fn = _CACHE[key] = build()
-        return fn
+    _jit()  # ImportError with the install hint before any work
+    return _CACHE.get(key, build)

@@ -124,7 +124,7 @@ def test_plans_for_a_host_without_avx512(monkeypatch):
     """16 registers and at most 8 float lanes: other tiles, the same bits (LLVM lowers them on any x86)."""
     jit._jit()
     monkeypatch.setattr(jit._STATE, "avx512", False)
-    monkeypatch.setattr(jit, "_CACHE", {})
+    monkeypatch.setattr(jit, "_CACHE", jit.KernelCache())
     rng = np.random.default_rng(11)
     _check("nn.conv2d", [_floats(rng, (1, 5, 19, 21)), _floats(rng, (12, 5, 3, 3))], padding=1, strides=(1, 2))
     _check("nn.max_pool2d", [_data(rng, (1, 3, 19, 21), "int8")], pool_size=3, strides=2)
@@ -310,10 +310,35 @@ def test_uncovered_returns_none(op, shapes, dtypes, kw):
 
 def test_missing_llvmlite_says_how_to_get_it(monkeypatch):
     monkeypatch.setattr(jit, "_STATE", None)
-    monkeypatch.setattr(jit, "_CACHE", {})
+    monkeypatch.setattr(jit, "_CACHE", jit.KernelCache())
     monkeypatch.setitem(sys.modules, "llvmlite", None)
     monkeypatch.setitem(sys.modules, "llvmlite.binding", None)
     assert not jit.available()
     attrs = {**OPS["nn.dense"].defaults, "out_dtype": "float32"}
     with pytest.raises(ImportError, match=r"llvmlite is a core dependency\) or pip install llvmlite"):
         jit.get_kernel("nn.dense", attrs, [(1, 8), (4, 8)], ["float32", "float32"])
+
+
+def test_the_kernel_cache_keeps_the_most_recently_used():
+    """A process building network after network keeps at most MAX_CACHED_KERNELS compiled kernels (each holds its
+    machine code and staging buffers); the least recently used goes first and is compiled again when asked for."""
+    cache, made = jit.KernelCache(2), []
+
+    def make(name):
+        return lambda: made.append(name) or name
+
+    assert [cache.get((k,), make(k)) for k in "abac"] == list("abac")
+    assert made == ["a", "b", "c"] and len(cache) == 2          # "a" was used after "b": "b" went
+    assert cache.get(("a",), make("a")) == "a" and made == ["a", "b", "c"]
+    assert cache.get(("b",), make("b")) == "b" and made == ["a", "b", "c", "b"]
+
+
+@needs_llvmlite
+def test_get_kernel_stays_within_the_cache_limit(monkeypatch):
+    monkeypatch.setattr(jit, "_CACHE", jit.KernelCache())
+    monkeypatch.setattr(jit, "MAX_CACHED_KERNELS", 2)   # the documented setting, read as kernels are added
+    rng = np.random.default_rng(5)
+    for k in (19, 23, 29):
+        _check("nn.dense", [_floats(rng, (2, k)), _floats(rng, (3, k))])
+    assert len(jit._CACHE) == 2
+    _check("nn.dense", [_floats(rng, (2, 19)), _floats(rng, (3, 19))])   # compiled again, the same bits

@@ -5,10 +5,10 @@ out), with the bias add, residual add and relu that alone read it fused as the k
 from __future__ import annotations
 
 import json
-import threading
 from collections.abc import Callable
 from typing import Any
 
+from graph_pack import jit
 from graph_pack.host_templates.base import HostKernel, host_template_of
 from graph_pack.host_templates.conv2d import Conv2dNCHWc, Conv2dNCHWcInt8
 from graph_pack.host_templates.dense import DensePack
@@ -21,8 +21,7 @@ DENSE_TEMPLATES = {"x86": DensePack.ops[0], "arm": DensePack.ops[0]}
 DEPTHWISE_TEMPLATES = {"x86": DepthwiseConv2dNCHWc.ops[0], "arm": DepthwiseConv2dNCHWc.ops[0]}
 INT8_CONV_TEMPLATES = {"x86": Conv2dNCHWcInt8.ops[0], "arm": Conv2dNCHWcInt8.ops[0]}
 HostSchedules = dict[str, dict] | Callable[[dict], dict | None] | None
-_KERNELS: dict[tuple[str, str, tuple[str, ...]], HostKernel] = {}
-_LOCK = threading.Lock()
+_KERNELS = jit.KernelCache()   # (workload key, config, epilogue) -> HostKernel
 
 
 def host_workload(node, graph, arch: str = "x86") -> dict[str, Any] | None:
@@ -73,8 +72,5 @@ def tuned_config(schedules: HostSchedules, node, graph, arch: str) -> tuple[dict
 def tuned_kernel(workload: dict, config: dict, epilogue: tuple[str, ...]) -> HostKernel:
     """The compiled kernel of a workload under a tuned config, compiled once per process."""
     key = (_key(workload), json.dumps(config, sort_keys=True), tuple(epilogue))
-    with _LOCK:
-        if key not in _KERNELS:
-            t = host_template_of(workload["op"]).from_task_workload(workload)
-            _KERNELS[key] = t.build(config, epilogue)
-        return _KERNELS[key]
+    return _KERNELS.get(key, lambda: host_template_of(workload["op"]).from_task_workload(workload).build(config,
+                                                                                                          epilogue))
