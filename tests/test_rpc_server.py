@@ -529,6 +529,27 @@ def test_a_match_nobody_uses_is_registered_again(tracked):
         dev.alloc(8)
 
 
+def test_a_board_a_client_refuses_in_the_handshake_offers_itself_again_at_once(tmp_path):
+    """A keyed client meeting a keyless board refuses it (AuthError): the board offered itself again only after
+    its unmatch timeout (8 s here with the defaults), so a runner with the wrong key file waited 16 s for its
+    error. Now it is free again as soon as the client has left, and its taker is not penalised."""
+    key = tmp_path / "lab.key"
+    key.write_text("k" * 64)
+    tracker = TrackerServer("127.0.0.1", 0).start()
+    b = Board(tracker=tracker.address, ping_period=0.2, unmatch_timeout=60)   # the timeout alone: a minute
+    try:
+        _wait(lambda: _free(tracker) == 1)
+        for _ in range(3):
+            with pytest.raises(AuthError, match="does not authenticate"):
+                connect_device(tracker.address, "sim", key_file=key, timeout=5, attempts=1)
+            _wait(lambda: _free(tracker) == 1, timeout=5)
+        with connect_device(tracker.address, "sim", request_timeout=5) as dev:   # served at once: no penalty
+            dev.alloc(8)
+    finally:
+        b.server.stop()
+        tracker.stop()
+
+
 def test_a_board_registers_again_when_the_tracker_comes_back(tracked):
     tracker, b = tracked
     _wait(lambda: _free(tracker) == 1)

@@ -282,6 +282,7 @@ class BoardServer:
         self._lock = threading.Lock()
         self._busy = False
         self._matchkey: str | None = None     # the key the tracker hands out for this board, while free
+        self._declined: str | None = None     # a match whose holder left in the handshake: report it, offer anew
         self._changed = threading.Event()     # a session ended: register again
         self._stop = threading.Event()
         self._pending: dict[socket.socket, float] = {}   # connections still in their handshake, oldest first
@@ -446,6 +447,27 @@ class BoardServer:
         if matchkey is not None and (not isinstance(matchkey, str) or len(matchkey) > 256):
             raise ProtocolError("matchkey must be a string or null")
         client = str(hello.get("client", ""))[:80]
+        try:
+            return self._authenticate(ch, peer, client_nonce, matchkey, client, deadline)
+        except BaseException:
+            self._decline(matchkey)
+            raise
+
+    def _decline(self, matchkey: str | None) -> None:
+        """The holder of this board's current match left in the handshake: the board offers itself again now, not
+        after ``unmatch_timeout``. On a keyed board (a wrong proof, or gone after the challenge) the match is
+        reported unused to the tracker, which serves its taker last; a keyless board does not report it, since
+        the client that leaves one is a keyed client rightly refusing to trust it."""
+        with self._lock:
+            if self._busy or self._matchkey is None or not proof_matches(matchkey, self._matchkey):
+                return
+            self._declined = self._matchkey if self.secret is not None else None
+            self._matchkey = None
+        self._changed.set()
+
+    def _authenticate(self, ch: Channel, peer: str, client_nonce: bytes, matchkey: str | None, client: str,
+                      deadline: float) -> _Session | None:
+        """The handshake after the hello: challenge, the client's proof, the claim, ready."""
         server_nonce = new_nonce()
         challenge = {"op": "challenge", "ok": True, "server_nonce": server_nonce.hex(),
                      "auth": AUTH_HMAC if self.secret else "none",
@@ -593,6 +615,9 @@ class BoardServer:
             self._changed.clear()
             with self._lock:
                 busy, current = self._busy, self._matchkey
+                if self._declined is not None:
+                    unused = self._declined if self._declined == offered else unused
+                    self._declined = None
             if busy or current != offered:
                 continue
             if current in client.pending_matchkeys():
