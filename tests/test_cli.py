@@ -23,11 +23,11 @@ def test_help_everywhere(capsys):
         assert status == 0 and out.startswith("usage: vta")
 
 
-def test_missing_command_is_a_usage_error(capsys):
+def test_missing_command_is_a_usage_error_that_lists_the_commands(capsys):
     status, _, err = run(capsys)
-    assert status == 2 and "usage: vta" in err
+    assert status == 2 and err.startswith("usage: vta") and all(f"    {c} " in err for c in ("config", "sim", "hw"))
     status, _, err = run(capsys, "sim")
-    assert status == 2 and "SUBCOMMAND" in err
+    assert status == 2 and "SUBCOMMAND" in err and all(f"    {c} " in err for c in ("replay", "disasm"))
 
 
 def test_config_list(capsys):

@@ -100,7 +100,9 @@ def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(prog="vta", description="VTA-compatible accelerator stack: hardware "
                                      "configs, program images and the simulator.")
     parser.add_argument("--version", action="version", version=f"%(prog)s {_version()}")
-    top = parser.add_subparsers(dest="command", metavar="COMMAND", required=True)
+    # a bare `vta` or `vta GROUP` prints the help that lists what it takes (main), not only "required: COMMAND"
+    parser.set_defaults(handler=None, parser=parser)
+    top = parser.add_subparsers(dest="command", metavar="COMMAND")
     groups: dict[str, argparse._SubParsersAction] = {}
     for cmd in COMMANDS:
         if cmd.group is None:
@@ -109,7 +111,8 @@ def build_parser() -> argparse.ArgumentParser:
             if cmd.group not in groups:
                 gp = top.add_parser(cmd.group, help=GROUP_HELP.get(cmd.group, ""),
                                     description=GROUP_HELP.get(cmd.group))
-                groups[cmd.group] = gp.add_subparsers(dest="subcommand", metavar="SUBCOMMAND", required=True)
+                gp.set_defaults(handler=None, parser=gp)
+                groups[cmd.group] = gp.add_subparsers(dest="subcommand", metavar="SUBCOMMAND")
             sub = groups[cmd.group]
         p = sub.add_parser(cmd.name, help=cmd.help, description=cmd.description)
         for flags, options in cmd.args:
@@ -157,6 +160,9 @@ def main(argv: list[str] | None = None) -> int:
                 args.parser.error(f"unrecognized arguments: {' '.join(unknown)}")
         except SystemExit as e:  # --help (0) and usage errors (2)
             return e.code if isinstance(e.code, int) else 2
+        if args.handler is None:   # no command (or no subcommand of a group): what there is to run, as a usage error
+            args.parser.print_help(sys.stderr)
+            return 2
         return args.handler(args)
     with warnings.catch_warnings():
         warnings.showwarning = _show_warning
