@@ -254,6 +254,8 @@ class GraphModule:
         group name -> None (bit-exact) or what differs, in execution order. Localises a wrong layer that an
         end-to-end check only detects (``vta run --check``): the first group named is where it went wrong (the
         groups that read its output later may disagree too)."""
+        if self.closed:   # its buffers are freed: another build on the device may hold them by now
+            raise GraphError("this module was closed (its device buffers are freed): build it again")
         if not self.records:
             raise GraphError("no run to check yet: call run() first")
         return {step.name: step.check(self) for step in self.steps if isinstance(step, AccelStep)}

@@ -924,6 +924,22 @@ def test_builds_and_ops_on_a_shared_device_give_its_memory_back():
     assert device.sim.regions() == []
 
 
+def test_a_closed_module_refuses_to_check_its_steps():
+    """check_steps reads each group's buffers back from the device: after close they are freed (another build on
+    the shared device may hold them), so it refuses as run does instead of comparing someone else's memory."""
+    from vta.device import SimDevice
+
+    n, g, p = resnet_block()
+    _, qp, packed, _ = pipeline(g, p, n.inputs())
+    device = SimDevice(SIM)
+    mod = build(packed, SIM, qp, cpu="numpy", device=device)
+    mod.run(**n.inputs())
+    mod.close()
+    build(packed, SIM, qp, cpu="numpy", device=device).run(**n.inputs())   # now in the memory mod held
+    with pytest.raises(GraphError, match="closed"):
+        mod.check_steps()
+
+
 def test_an_immediate_beyond_16_bits_in_a_chain():
     r = rng(35)
     b = GraphBuilder()
