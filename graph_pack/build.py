@@ -12,6 +12,7 @@ host steps copy device values out only when they need them.
 
 from __future__ import annotations
 
+import contextlib
 import json
 import time
 import warnings
@@ -213,8 +214,12 @@ class GraphModule:
     def __enter__(self) -> GraphModule:
         return self
 
-    def __exit__(self, *exc) -> None:
-        self.close()
+    def __exit__(self, exc_type, *exc) -> None:
+        if exc_type is None:
+            self.close()
+        else:   # the body's error says what went wrong: a device it lost fails the frees too, which must not hide it
+            with contextlib.suppress(Exception):
+                self.close()
 
     # ---- running ----
     def run(self, compute: bool = True, **inputs: np.ndarray) -> None:
@@ -254,6 +259,8 @@ class GraphModule:
         group name -> None (bit-exact) or what differs, in execution order. Localises a wrong layer that an
         end-to-end check only detects (``vta run --check``): the first group named is where it went wrong (the
         groups that read its output later may disagree too)."""
+        if self.closed:   # its buffers are freed: another build on the device may hold them by now
+            raise GraphError("this module was closed (its device buffers are freed): build it again")
         if not self.records:
             raise GraphError("no run to check yet: call run() first")
         return {step.name: step.check(self) for step in self.steps if isinstance(step, AccelStep)}
@@ -456,10 +463,12 @@ class _Builder:
                     if value in consts:   # packed once, from the param, straight into the template's layout
                         op.write(name, t.pack(name, consts[value]))
             except BaseException:
-                op.close()
+                with contextlib.suppress(Exception):   # a lost device fails the frees too: the first error says why
+                    op.close()
                 raise
         except BaseException:
-            free_all(self.device, fresh)
+            with contextlib.suppress(Exception):
+                free_all(self.device, fresh)
             raise
         self.owned += fresh
         self.producer_buffer[group.output] = buffers["out"]
@@ -641,7 +650,8 @@ def build(graph: Graph, env, params: dict[str, np.ndarray], schedules: Schedules
     try:
         steps = timed("compile", lambda: builder.run(graph.meta.get("groups", {})))
     except BaseException:   # a build that fails leaves nothing on the device
-        release(builder.device, builder.steps, builder.owned)
+        with contextlib.suppress(Exception):   # a lost device fails the frees too: its own error says why
+            release(builder.device, builder.steps, builder.owned)
         raise
     host_inputs = {i for s in steps for i in getattr(s, "inputs", ())}
     runtime_consts = timed("fold host constants", lambda: {k: consts[k] for k in host_inputs if k in consts})

@@ -143,7 +143,7 @@ def main(argv: list[str] | None = None) -> int:
     args = parser.parse_args(argv)
     try:
         print(ensure_built(load_config(args.config), progress=print, max_products=args.max_products))
-    except (ConfigError, ImportError, BuildError, OSError) as e:
+    except (ConfigError, ImportError, BuildError, OSError, ValueError) as e:   # ValueError: a core or cache refused
         print(f"{parser.prog}: error: {e}", file=sys.stderr)
         return 2
     return 0

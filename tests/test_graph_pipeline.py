@@ -924,6 +924,87 @@ def test_builds_and_ops_on_a_shared_device_give_its_memory_back():
     assert device.sim.regions() == []
 
 
+def test_a_closed_module_refuses_to_check_its_steps():
+    """check_steps reads each group's buffers back from the device: after close they are freed (another build on
+    the shared device may hold them), so it refuses as run does instead of comparing someone else's memory."""
+    from vta.device import SimDevice
+
+    n, g, p = resnet_block()
+    _, qp, packed, _ = pipeline(g, p, n.inputs())
+    device = SimDevice(SIM)
+    mod = build(packed, SIM, qp, cpu="numpy", device=device)
+    mod.run(**n.inputs())
+    mod.close()
+    build(packed, SIM, qp, cpu="numpy", device=device).run(**n.inputs())   # now in the memory mod held
+    with pytest.raises(GraphError, match="closed"):
+        mod.check_steps()
+
+
+def _dropping(cfg, allocs: int):
+    """A device lost as a remote board is (vta.rpc.client.RemoteDevice): the call that meets the broken connection
+    fails with why, every call after it with 'the session is closed'. ``allocs``: allocations that succeed first."""
+    from vta.device import SimDevice
+
+    class Dropping(SimDevice):
+        state = "up"
+
+        def _check(self, name):
+            if self.state == "lost":
+                raise ConnectionError(f"{name}: the session is closed")
+            if self.state == "dropping":
+                self.state = "lost"
+                raise ConnectionResetError(f"{name} failed: the connection was reset by the peer")
+
+        def alloc(self, nbytes):
+            nonlocal allocs
+            if allocs == 0 and self.state == "up":
+                self.state = "dropping"
+            allocs -= 1
+            self._check("alloc")
+            return super().alloc(nbytes)
+
+        def free(self, buf):
+            self._check("free")
+            super().free(buf)
+
+        def copy_in(self, *args, **kwargs):
+            self._check("copy_in")
+            super().copy_in(*args, **kwargs)
+
+        def run(self, *args, **kwargs):
+            self._check("run")
+            return super().run(*args, **kwargs)
+
+    return Dropping(cfg)
+
+
+def test_a_device_lost_midway_is_reported_not_the_cleanup_after_it():
+    """A board lost in a build (or in a with-block's run, or an op's compile) must say why; freeing what was
+    allocated on it then fails too ('the session is closed'), and that must not replace the cause."""
+    from vta.templates import compile_op
+
+    n, g, p = resnet_block()
+    _, qp, packed, _ = pipeline(g, p, n.inputs())
+    for allocs in (1, 5, 9):   # in the first group, in a later one
+        with pytest.raises(ConnectionResetError, match="reset by the peer"):
+            build(packed, SIM, qp, cpu="numpy", device=_dropping(SIM, allocs))
+    device = _dropping(SIM, 10**6)
+    with pytest.raises(ConnectionResetError, match="reset by the peer"), \
+            build(packed, SIM, qp, cpu="numpy", device=device) as mod:
+        device.state = "dropping"
+        mod.run(**n.inputs())
+    for allocs in (1, 3):   # an operand buffer, the micro-op buffer
+        with pytest.raises(ConnectionResetError, match="reset by the peer"):
+            compile_op("conv2d", SIM, data_shape=(1, 16, 8, 8), kernel_shape=(16, 16, 3, 3), padding=(1, 1),
+                       device=_dropping(SIM, allocs))
+    device = _dropping(SIM, 10**6)
+    op = compile_op("conv2d", SIM, data_shape=(1, 16, 8, 8), kernel_shape=(16, 16, 3, 3), padding=(1, 1),
+                    device=device)
+    with pytest.raises(ConnectionResetError, match="reset by the peer"), op:
+        device.state = "dropping"
+        op.time()
+
+
 def test_an_immediate_beyond_16_bits_in_a_chain():
     r = rng(35)
     b = GraphBuilder()

@@ -341,6 +341,36 @@ def test_a_worker_is_replaced_after_its_share_of_configs_and_none_is_left_behind
     assert len(multiprocessing.active_children()) == before
 
 
+def test_a_runner_interrupted_mid_config_never_hands_that_result_to_the_next(monkeypatch):
+    """Ctrl-C in a notebook's tuning run stops it while the worker still measures a config; the same runner used
+    again must not take that config's late result for the next config's (a wrong record in the log)."""
+    import os
+    import signal
+    import threading
+    import time as time_
+
+    import tuning.cpu as cpu_module
+    task = cpu_task("dense_pack.x86", data_shape=(1, 16), kernel_shape=(8, 16))
+    real = cpu_module.measure_cpu
+
+    def slow(task, config, option, seed=0):   # the forked worker inherits it
+        if config["tile_x"][1] == 8:
+            time_.sleep(1.0)
+        return real(task, config, option, seed)
+
+    monkeypatch.setattr(cpu_module, "measure_cpu", slow)
+    first, second = ({**task.default_config, "tile_x": [8 // b, b]} for b in (8, 2))
+    with CpuRunner(timeout=10.0) as runner:
+        timer = threading.Timer(0.3, os.kill, (os.getpid(), signal.SIGINT))
+        timer.start()
+        with pytest.raises(KeyboardInterrupt):
+            runner.measure(task, [first])
+        timer.join()
+        time_.sleep(1.0)   # the interrupted config's result is in the pipe by now
+        (got,) = runner.measure(task, [second])
+    assert got.config == second and got.ok
+
+
 @pytest.mark.parametrize("bad, error, message", [
     ({"number": 1.5}, TypeError, "number=1.5: an integer 1..1,048,576"),
     ({"number": float("nan")}, TypeError, "number=nan: an integer"),

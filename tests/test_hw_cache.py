@@ -110,6 +110,10 @@ def test_an_rtl_cache_with_a_space_in_its_path_is_refused_before_building(cache,
     assert err == (f"vta: error: the RTL cache {tmp_path / 'My Documents' / 'rtl'} has a space in its path, where "
                    "Verilator's build (GNU Make) cannot run; set VTA_RTL_CACHE to a directory without one\n")
     assert not (tmp_path / "My Documents").exists()
+    # python -m hardware.build, the same command (docs/hardware.md), says so in the same one line
+    assert build.main([]) == 2
+    assert capsys.readouterr().err == err.replace("vta: error:", "python -m hardware.build: error:")
+    assert build.main(["--max-products", "1"]) == 2 and "error: " in capsys.readouterr().err
 
 
 def test_a_failed_build_is_an_error_message_not_a_traceback(cache, tmp_path, capsys, monkeypatch):

@@ -258,7 +258,11 @@ class CpuRunner:
                 continue
             if self._worker is None:
                 self._worker = _Worker()
-            got = self._worker.call(job, option.timeout)
+            try:
+                got = self._worker.call(job, option.timeout)
+            except BaseException:   # Ctrl-C with a config in flight: its late answer must not be the next one's
+                self.close()
+                raise
             if isinstance(got, str) or self._worker.measured >= MEASUREMENTS_PER_WORKER:
                 self._worker.close()   # hung, died, or holds what llvmlite never frees (MEASUREMENTS_PER_WORKER)
                 self._worker = None

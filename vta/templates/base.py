@@ -21,7 +21,7 @@ from __future__ import annotations
 
 import math
 from collections.abc import Iterator
-from contextlib import contextmanager
+from contextlib import contextmanager, suppress
 from dataclasses import dataclass, field
 from typing import Any, ClassVar
 
@@ -358,8 +358,12 @@ class CompiledOp:
     def __enter__(self) -> CompiledOp:
         return self
 
-    def __exit__(self, *exc) -> None:
-        self.close()
+    def __exit__(self, exc_type, *exc) -> None:
+        if exc_type is None:
+            self.close()
+        else:   # the body's error says what went wrong: a device it lost fails the frees too, which must not hide it
+            with suppress(Exception):
+                self.close()
 
     def stage(self, *args: np.ndarray, **inputs: np.ndarray) -> None:
         """Pack the inputs into the device buffers (what ``run`` does before running)."""
@@ -406,7 +410,8 @@ def bind_buffers(t: Template, device: SimDevice, given: Any = None) -> Any:
             for k, n in need.items():
                 fresh[k] = device.alloc(n) if n else None
         except BaseException:
-            free_all(device, [b for b in fresh.values() if b is not None])
+            with suppress(Exception):   # a lost device fails the frees too: the first error says why
+                free_all(device, [b for b in fresh.values() if b is not None])
             raise
         return t.Buffers(**fresh)
     for k, n in need.items():
@@ -438,7 +443,8 @@ def compile_template(t: Template, config: Config | None = None, *, device: SimDe
         t.emit(queue, config, bufs)
         program = queue.program()
     except BaseException:   # nothing this call allocated stays on the device
-        free_all(device, owned)
+        with suppress(Exception):   # a lost device fails the frees too: the first error says why
+            free_all(device, owned)
         raise
     return CompiledOp(t, config, program, device, bufs, owned=owned)
 
