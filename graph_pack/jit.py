@@ -161,14 +161,27 @@ def _compile(ir: str, name: str, nargs: int) -> Callable[..., None]:
         mod.verify()
         pb = llvm.create_pass_builder(st.tm, st.pto)
         pb.getModulePassManager().run(mod, pb)
-        engine = st.engine(mod)
-        engine.finalize_object()
-        addr = engine.get_function_address(name)
+        pb.close()   # here, under the lock, not whenever the collector gets to it
+        engine = _Engine(st.engine(mod))
+        engine.ref.finalize_object()
+        addr = engine.ref.get_function_address(name)
     if not addr:
         raise RuntimeError(f"graph_pack.jit: no address for compiled function {name}")
     fn = ctypes.CFUNCTYPE(None, *[ctypes.c_void_p] * nargs)(addr)
     fn.engine = engine   # the code at addr lives as long as its engine, which lives as long as fn
     return fn
+
+
+class _Engine:
+    """An MCJIT engine disposed under ``_LOCK``: a kernel dropped in one thread must not free LLVM objects while
+    another thread compiles (llvmlite's objects share LLVM's global context, which is not thread-safe)."""
+
+    def __init__(self, ref):
+        self.ref = ref
+
+    def __del__(self, _lock=_LOCK) -> None:   # (bound here: module globals may be gone when the interpreter exits)
+        with _lock:   # an RLock: a collection inside a compile, in the compiling thread, takes it again
+            self.ref.close()
 
 
 def _fresh_name(op: str) -> str:

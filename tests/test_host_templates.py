@@ -397,3 +397,32 @@ def test_a_dropped_kernel_takes_its_compiled_module_with_it():
         assert _close(kernel(inputs["data"], inputs["kernel"]), t.reference(**inputs))
         del kernel
     assert modules() == before
+
+
+def test_a_dropped_kernel_frees_its_engine_only_between_compiles():
+    """LLVM's global context is not thread-safe: a kernel dropped in one thread frees its engine under the JIT's
+    lock, so never while another thread compiles (it was freed wherever its last reference went)."""
+    import threading
+    import weakref
+
+    from graph_pack import jit
+    t = _template("conv2d_NCHWc.x86", CONV)
+    held = [t.build(_valid(t, 1, seed=2)[0])]
+    engine = next(c.cell_contents.engine for c in held[0].run.__closure__ if hasattr(c.cell_contents, "engine"))
+    ref = weakref.ref(getattr(engine, "ref", engine))   # the llvmlite ExecutionEngine
+
+    def freed() -> bool:
+        return ref() is None or ref()._closed
+
+    del engine
+    dropped = threading.Event()
+
+    def drop() -> None:
+        held.clear()                     # the kernel's last reference goes in this thread
+        dropped.set()
+
+    with jit._LOCK:                      # while another thread compiles
+        threading.Thread(target=drop, daemon=True).start()
+        dropped.wait(0.5)
+        assert not freed()               # the dropping thread waits for the lock
+    assert dropped.wait(30) and freed()
