@@ -907,6 +907,8 @@ def test_builds_and_ops_on_a_shared_device_give_its_memory_back():
     assert device.sim.regions() == []
     with pytest.raises(ScheduleError, match="closed"):
         op.time()
+    with pytest.raises(ScheduleError, match="closed"):   # not "missing inputs": what is wrong is that it is closed
+        op.run()
 
     n = Net((1, 12, 6, 3), seed=34)   # "tiny": a group the template refuses (as in the test above)
     y = n.conv(n.x, 16, k=5, name="tiny", strides=3, padding=2, bias=True, relu=True)

@@ -367,6 +367,7 @@ class CompiledOp:
 
     def stage(self, *args: np.ndarray, **inputs: np.ndarray) -> None:
         """Pack the inputs into the device buffers (what ``run`` does before running)."""
+        self._check_open()   # before the inputs: a closed op's error is that it is closed
         checked = self.template.check_inputs(self._named(args, inputs))
         for name, value in checked.items():
             self.write(name, self.template.pack(name, value))
