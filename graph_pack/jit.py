@@ -22,6 +22,7 @@ import ctypes
 import functools
 import math
 import struct
+import sys
 import threading
 import time
 import warnings
@@ -179,7 +180,9 @@ class _Engine:
     def __init__(self, ref):
         self.ref = ref
 
-    def __del__(self, _lock=_LOCK) -> None:   # (bound here: module globals may be gone when the interpreter exits)
+    def __del__(self, _lock=_LOCK, _finalizing=sys.is_finalizing) -> None:   # (bound here: globals go at exit)
+        if _finalizing():   # the interpreter is exiting, llvmlite's library with it (its own objects skip too)
+            return
         with _lock:   # an RLock: a collection inside a compile, in the compiling thread, takes it again
             self.ref.close()
 
