@@ -11,6 +11,10 @@ from __future__ import annotations
 import gc
 import multiprocessing
 import os
+import subprocess
+import sys
+import textwrap
+from pathlib import Path
 
 import numpy as np
 import pytest
@@ -224,3 +228,57 @@ def test_tuning_workers_share_the_cpus(monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setenv("VTA_SIM_THREADS", "3")
     with LocalRunner(n_parallel=4)._workers(1) as pool:
         assert pool.submit(default_threads).result(60) == 3
+
+
+# Several Python threads share one simulator, each running its own conv2d program (own DRAM buffers) again and
+# again and checking its output; prints how many outputs were wrong. Run in a child process: before Simulator's
+# lock, two runs at once in one simulator hung for good in its GEMM thread pool (threads=2), or, on one GEMM
+# thread, read each other's SRAM contents (24-229 wrong outputs of 1,200 in five runs).
+_SHARED_SIM_SCRIPT = textwrap.dedent("""
+    import sys, threading
+    import numpy as np
+    import vta
+    from simulator import Simulator
+    from vta.device import SimDevice
+    from vta.templates.base import random_inputs
+
+    sys.setswitchinterval(1e-6)
+    gemm_threads, n, rounds = (int(v) for v in sys.argv[1:])
+    sim = Simulator("pynq", threads=gemm_threads)
+    sim._set_threads(gemm_threads, 0)
+    dev = SimDevice(sim.cfg, sim)
+    ops = [vta.compile_op("conv2d", sim.cfg, device=dev, data_shape=(1, 64, 14, 14), kernel_shape=(64, 64, 3, 3),
+                          padding=(1, 1), epilogue=[("shr", 6), ("clip", -127, 127)]) for _ in range(n)]
+    want = [op.run(**random_inputs(op, seed=i)) for i, op in enumerate(ops)]
+    wrong = [0] * n
+    start = threading.Barrier(n)
+
+    def work(i):
+        op = ops[i]
+        start.wait()
+        for _ in range(rounds):
+            op.program.run()
+            wrong[i] += not np.array_equal(op.template.unpack_output(dev.copy_out(op.buffers.out)), want[i])
+
+    threads = [threading.Thread(target=work, args=(i,)) for i in range(n)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    print("wrong", sum(wrong))
+""")
+
+
+@pytest.mark.parametrize("gemm_threads", [1, 2])
+def test_one_simulator_shared_by_threads(gemm_threads: int) -> None:
+    """docs/simulator.md, "Sharing a simulator between threads": calls into one simulator from several threads are
+    serialised, so programs that each load, compute and store their own buffers give their own results."""
+    root = Path(__file__).resolve().parent.parent
+    env = {**os.environ, "PYTHONPATH": str(root)}
+    try:
+        res = subprocess.run([sys.executable, "-c", _SHARED_SIM_SCRIPT, str(gemm_threads), "4", "300"], cwd=root,
+                             env=env, capture_output=True, text=True, timeout=30, check=False)
+    except subprocess.TimeoutExpired:
+        pytest.fail("threads sharing one simulator hung")
+    assert res.returncode == 0, res.stderr[-3000:]
+    assert res.stdout.split() == ["wrong", "0"]
