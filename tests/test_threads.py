@@ -331,3 +331,76 @@ def test_one_compiled_op_shared_by_threads() -> None:
 
     _stress(4, work)
     assert wrong == [0] * 4
+
+
+def _small_module():
+    """A built ResNet block (accelerator groups and host steps) with its quantized graph and params."""
+    from test_graph_pipeline import SIM, resnet_block
+
+    from graph_pack import build, graph_pack, quantize
+
+    _, g, p = resnet_block()
+    qg, qp = quantize(g, p, skip_conv_layers=[])
+    return build(graph_pack(qg, SIM, start_name="start", stop_name="stop"), SIM, qp), qg, qp
+
+
+def test_a_graph_module_in_use_refuses_other_threads() -> None:
+    """docs/networks.md, "Threads": while one thread is in run, another thread's run, set_input, get_output,
+    check_steps or close raises GraphError saying so; afterwards the module works as before."""
+    import threading
+
+    from graph_pack import GraphError, run_reference
+
+    mod, qg, qp = _small_module()
+    x = np.random.default_rng(1).standard_normal((1, 16, 8, 8)).astype(np.float32)
+    inside, release = threading.Event(), threading.Event()
+    first = mod.steps[0]
+    step_run = first.run
+
+    def held(m, compute):   # in the runner's run, the first step waits until the calls below are refused
+        if threading.current_thread() is runner:
+            inside.set()
+            assert release.wait(30)
+        return step_run(m, compute)
+
+    first.run = held
+    runner = threading.Thread(target=mod.run, kwargs={"data": x})
+    runner.start()
+    try:
+        assert inside.wait(30)
+        for call in (lambda: mod.run(data=x), lambda: mod.set_input(data=x), lambda: mod.get_output(0),
+                     mod.check_steps, mod.close):
+            with pytest.raises(GraphError, match="in use in another thread.*give each thread its own"):
+                call()
+    finally:
+        release.set()
+        runner.join(30)
+    del first.run
+    assert np.array_equal(mod.get_output(0), run_reference(qg, qp, {"data": x}))
+    assert not mod.closed
+
+
+def test_one_graph_module_shared_by_threads() -> None:
+    """Threads sharing one module, each running its own input and reading the output: every output read is its
+    own input's, or the call is refused (before the refusal, a thread read another's output in 11 of 30 runs,
+    or a run failed with a KeyError from another's values)."""
+    from graph_pack import GraphError
+
+    mod, _, _ = _small_module()
+    xs = [np.random.default_rng(i).standard_normal((1, 16, 8, 8)).astype(np.float32) for i in range(3)]
+    want = []
+    for x in xs:
+        mod.run(data=x)
+        want.append(mod.get_output(0).copy())
+    wrong = [0] * 3
+
+    def work(i: int) -> None:
+        for _ in range(20):
+            try:
+                mod.run(data=xs[i])
+                wrong[i] += not np.array_equal(mod.get_output(0), want[i])
+            except GraphError as e:
+                assert "in use in another thread" in str(e)
+
+    _stress(3, work)
+    assert wrong == [0] * 3
