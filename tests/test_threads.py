@@ -453,3 +453,24 @@ def test_one_rtl_device_shared_by_threads() -> None:
                          capture_output=True, text=True, timeout=120, check=False)
     assert res.returncode == 0, f"exit status {res.returncode}: {res.stderr[-3000:]}"
     assert res.stdout.split() == ["wrong", "0"]
+
+
+def test_one_cpu_runner_shared_by_threads() -> None:
+    """A CpuRunner (its measuring worker process) shared by threads measuring their own tasks: every result is of
+    the config asked for, measured and checked. Before its lock the threads' requests and replies crossed on the
+    worker's pipe: results of another thread's config, "the measuring process died", or an UnpicklingError."""
+    from tuning.cpu import CpuRunner, cpu_task, host_conv_op
+
+    tasks = [cpu_task(host_conv_op(), data_shape=(1, 16, 6 + i, 6 + i), kernel_shape=(16, 16, 3, 3),
+                      padding=(1, 1, 1, 1)) for i in range(3)]
+    configs = [[t.template.space()[k * 7] for k in range(4)] for t in tasks]
+    got: list[list] = [[] for _ in tasks]
+    with CpuRunner(number=1, repeat=1, timeout=60) as runner:
+        def work(i: int) -> None:
+            for _ in range(2):
+                got[i].extend(runner.measure(tasks[i], configs[i]))
+
+        _stress(3, work)
+    for i, results in enumerate(got):
+        assert [r.config for r in results] == configs[i] * 2
+        assert all(r.ok and r.checked for r in results), [r.error for r in results if not r.ok]

@@ -106,12 +106,12 @@ def _inputs_and_reference(task: Task, op, seed: int):
     """The task's random inputs and a lazy numpy reference, both the same for every config: cached per
     process (the reference costs more than a simulated run)."""
     key = (task.key, task.cfg.fingerprint, seed)
-    if key not in _REFERENCE_CACHE:
+    entry = _REFERENCE_CACHE.get(key)   # read once: another thread may clear the cache meanwhile
+    if entry is None:
         if len(_REFERENCE_CACHE) > 64:
             _REFERENCE_CACHE.clear()
-        inputs = random_inputs(op, seed=seed)
-        _REFERENCE_CACHE[key] = (inputs, [])
-    inputs, ref = _REFERENCE_CACHE[key]
+        entry = _REFERENCE_CACHE[key] = (random_inputs(op, seed=seed), [])
+    inputs, ref = entry
 
     def expected() -> np.ndarray:
         if not ref:
