@@ -474,3 +474,39 @@ def test_one_cpu_runner_shared_by_threads() -> None:
     for i, results in enumerate(got):
         assert [r.config for r in results] == configs[i] * 2
         assert all(r.ok and r.checked for r in results), [r.error for r in results if not r.ok]
+
+
+def test_measuring_workers_forked_while_another_thread_compiles() -> None:
+    """A CpuRunner forks its measuring process while another thread JIT-compiles host kernels (a notebook building
+    a network while a tuner runs): the fork waits for the compilation under way, and the child compiles and
+    measures. Before, the child got graph_pack.jit's locks held by a thread it does not have and hung at its first
+    compile: every config timed out (8 of 8)."""
+    import threading
+    import time
+
+    from graph_pack import jit
+    from tuning.cpu import CpuRunner, cpu_task, host_conv_op
+
+    stop = threading.Event()
+    attrs = {"strides": (1, 1), "padding": (1, 1, 1, 1), "dilation": (1, 1), "groups": 1}
+
+    def compile_shapes() -> None:   # a new shape each time: always compiling, never from the cache
+        k = 0
+        while not stop.is_set():
+            k += 1
+            jit.get_kernel("nn.conv2d", attrs, [(1, 8, 5 + k % 40, 100 + k), (8, 8, 3, 3)], ["float32", "float32"])
+
+    task = cpu_task(host_conv_op(), data_shape=(1, 16, 8, 8), kernel_shape=(16, 16, 3, 3), padding=(1, 1, 1, 1))
+    compiler = threading.Thread(target=compile_shapes, daemon=True)
+    compiler.start()
+    try:
+        time.sleep(0.2)
+        results = []
+        for k in range(3):
+            with CpuRunner(number=1, repeat=1, timeout=5) as runner:   # a fresh worker, forked now
+                results += runner.measure(task, [task.template.space()[k]])
+    finally:
+        stop.set()
+        compiler.join(30)
+    assert all(r.ok for r in results), [r.error for r in results]
+
