@@ -510,3 +510,40 @@ def test_measuring_workers_forked_while_another_thread_compiles() -> None:
         compiler.join(30)
     assert all(r.ok for r in results), [r.error for r in results]
 
+
+def test_one_local_runner_shared_by_threads() -> None:
+    """Threads sharing a LocalRunner(n_parallel=2) take turns on its one worker pool, every result measured and
+    checked. Before its lock, threads whose first batches started together each made a pool, and all but one
+    were never shut down (2 extra pools in 10 tries; here the pool's start is slowed so that it happens always)."""
+    import time
+
+    from tuning.measure import LocalRunner
+    from tuning.task import conv_task
+
+    cfg = load_config("pynq")
+    tasks = [conv_task(cfg, (1, 32, 8 + 2 * i, 8 + 2 * i), (32, 32, 3, 3), 1, 1) for i in range(3)]
+    configs = [[c for c in (t.space[k] for k in range(len(t.space))) if t.check(c) is None][:3] for t in tasks]
+    got: list[list] = [[] for _ in tasks]
+    pools = []
+    with LocalRunner(n_parallel=2) as runner:
+        make = runner._workers
+
+        def slow_start(n: int):
+            time.sleep(0.2)
+            pools.append(make(n))
+            return pools[-1]
+
+        runner._workers = slow_start
+
+        def work(i: int) -> None:
+            got[i].extend(runner.measure(tasks[i], configs[i]))
+
+        try:
+            _stress(3, work)
+        finally:
+            for pool in pools[1:]:
+                pool.shutdown(cancel_futures=True)
+    assert len(pools) == 1
+    for i, results in enumerate(got):
+        assert [r.config for r in results] == configs[i]
+        assert all(r.ok and r.checked for r in results), [r.error for r in results if not r.ok]
