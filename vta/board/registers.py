@@ -28,7 +28,11 @@ The board is shared by clients that do not trust each other (pynq's remote proto
 a real board, it isolates them. A launch whose instruction fetch or whose LOAD/STORE DRAM ranges leave the
 launching client's own buffers (``regions_of(peer)``) is refused before it runs, naming the instruction and
 the range. The data registers (instruction count and address, the pointer registers) are each client's own: a
-launch uses what its client wrote, so clients launching at the same time cannot mix their launches. A refused or faulting run (deadlock, budget, ...) hangs the accelerator *for its client only*: that
+launch uses what its client wrote, so clients launching at the same time cannot mix their launches. So is what the
+status registers show of runs (fetch's ``ap_start``/``ap_idle``, every block's ``ap_done``, compute's ``done`` and
+its ``ap_vld``): a client sees its own runs only, so clients polling at once each wait for their own run (on a real
+board they are shared: a client would take another's FINISH for its own, and its clear-on-read of ``ap_done``
+would hide the other's). Reads without a client (``peer=""``) show every run, as a real board would. A refused or faulting run (deadlock, budget, ...) hangs the accelerator *for its client only*: that
 client's register reads show the hang (fetch never idle, ``done`` where the fault left it), as a real board's
 would, and its status names the fault, until it launches again or a bitstream is downloaded; for everyone
 else the accelerator is reset at once (the next run starts from cleared SRAMs) and queued launches go on.
@@ -126,6 +130,46 @@ class _Outcome:
 
 
 @dataclass
+class _View:
+    """The status registers as one client sees them (its own runs only), or the board's (every run): the run it
+    last saw begin, the level ``done`` before it and after the earlier ones, and the clear-on-read bits."""
+
+    run: Run | None = None
+    done: int = 0                  # ``done`` after the runs before ``run``
+    cor: dict[str, _Cor] = field(default_factory=lambda: {b: _Cor() for b in BLOCKS})
+    vld: _Cor = field(default_factory=_Cor)
+
+    def begin(self, run: Run, t: float) -> None:
+        """``run`` begins at ``t``: the previous run's final values become the steady state."""
+        if self.run is not None:
+            self.done = self.done_at(t)
+            for name in BLOCKS:
+                self.cor[name].fold(self.events(name), t)
+            self.vld.fold(self.events("done_vld"), t)
+        self.run = run
+
+    def events(self, name: str) -> np.ndarray:
+        r = self.run
+        if r is None or r.ready is None:
+            return NO_EVENTS
+        return r.events.get(name, NO_EVENTS)
+
+    def done_at(self, t: float) -> int:
+        r = self.run
+        if r is None or r.t0 is None:
+            return self.done
+        if r.fault is not None:
+            return r.done_after_fault
+        if r.ready is None or r.end_at is None:
+            return self.done
+        if t >= r.end_at:
+            return 1
+        if r.clear_at is not None and t >= r.clear_at:
+            return 0
+        return self.done
+
+
+@dataclass
 class Run:
     """One launch of the fetch module and what the board shows of it over time (monotonic seconds)."""
 
@@ -187,10 +231,8 @@ class SimulatedVTA:
         self.irq = {b: [0, 0, 0] for b in BLOCKS}   # GIE, IER, ISR
         self.started = dict.fromkeys(MODULES, False)
         self.single_shot = dict.fromkeys(MODULES, False)
-        self.done = 0
-        self.cor = {b: _Cor() for b in BLOCKS}
-        self.vld = _Cor()
-        self.run: Run | None = None
+        self.all = _View()   # what the board shows of every run (reads without a client)
+        self.views: OrderedDict[str, _View] = OrderedDict()   # per client: what it sees of its own runs
         self.queue: deque[Run] = deque()
         self.generation = getattr(self, "generation", 0) + 1
         self._sram_reset = True
@@ -225,48 +267,40 @@ class SimulatedVTA:
                 return name, address - base
         return None
 
-    # ---- what a run shows at time t (called with the lock held) ----
-    def _events(self, name: str) -> np.ndarray:
-        r = self.run
-        if r is None or r.ready is None:
-            return NO_EVENTS
-        return r.events.get(name, NO_EVENTS)
+    # ---- what the runs show at time t (called with the lock held) ----
+    @property
+    def run(self) -> Run | None:
+        """The run executing or last begun (any client's)."""
+        return self.all.run
 
-    def _done_at(self, t: float) -> int:
-        r = self.run
-        if r is None or r.t0 is None:
-            return self.done
-        if r.fault is not None:
-            return r.done_after_fault
-        if r.ready is None or r.end_at is None:
-            return r.done_before
-        if t >= r.end_at:
-            return 1
-        if r.clear_at is not None and t >= r.clear_at:
-            return 0
-        return r.done_before
+    def _view(self, peer: str) -> _View:
+        """What ``peer`` sees of its own runs (every run for ``peer=""``); a client without runs sees none."""
+        return (self.views.get(peer) or _View()) if peer else self.all
 
-    def _in_flight(self, t: float) -> bool:
-        r = self.run
-        if self.queue:
+    def _queued(self, peer: str) -> bool:
+        return any(r.peer == peer for r in self.queue) if peer else bool(self.queue)
+
+    def _in_flight(self, view: _View, peer: str, t: float) -> bool:
+        r = view.run
+        if self._queued(peer):
             return True
         if r is None:
             return False
         return r.t0 is None or r.fault is not None or r.end_at is None or t < r.end_at
 
-    def _ctrl_value(self, name: str, t: float) -> int:
+    def _ctrl_value(self, view: _View, peer: str, name: str, t: float) -> int:
         value = self.ctrl[name] & AUTO_RESTART
         if name == "fetch":
-            if self.queue or (self.run is not None and self.run.t0 is None):
+            if self._queued(peer):
                 value |= AP_START
-            if not self._in_flight(t):
+            if not self._in_flight(view, peer, t):
                 value |= AP_IDLE
         else:
             if self.started[name]:
                 value |= AP_START if not self.single_shot[name] else 0
             else:
                 value |= AP_IDLE
-        if self.cor[name].read(self._events(name), t):
+        if view.cor[name].read(view.events(name), t):
             value |= AP_DONE
         return value
 
@@ -279,14 +313,15 @@ class SimulatedVTA:
             if hang is not None:
                 return self._hung_value(hang, name, offset, peer)
             t = self.now()
+            view = self._view(peer)
             if offset == CTRL:
-                return self._ctrl_value(name, t)
+                return self._ctrl_value(view, peer, name, t)
             if offset in (GIE, IER, ISR):
                 return self.irq[name][(offset - GIE) // 4]
             if name == "compute" and offset == COMPUTE_DONE_RD:
-                return self._done_at(t)
+                return view.done_at(t)
             if name == "compute" and offset == COMPUTE_DONE_VLD:
-                return int(self.vld.read(self._events("done_vld"), t))
+                return int(view.vld.read(view.events("done_vld"), t))
             return self._word(peer, name, offset)
 
     def _hung_value(self, hang: _Hang, name: str, offset: int, peer: str) -> int:
@@ -399,14 +434,17 @@ class SimulatedVTA:
                 wait = r.end_at - t
             self._cond.wait(wait)
         run = self.queue.popleft()
-        if r is not None:   # the previous run's final register values become the steady state
-            self.done = self._done_at(t)
-            for name in BLOCKS:
-                self.cor[name].fold(self._events(name), t)
-            self.vld.fold(self._events("done_vld"), t)
         run.t0 = t
-        run.done_before = self.done
-        self.run = run
+        self.all.begin(run, t)
+        if run.peer:   # the client's own view: its previous run's final values become its steady state
+            view = self.views.pop(run.peer, None) or _View()
+            view.begin(run, t)
+            self.views[run.peer] = view
+            while len(self.views) > MAX_FAULTED:
+                self.views.popitem(last=False)
+            run.done_before = view.done
+        else:
+            run.done_before = self.all.done
         return run, self.generation
 
     def _execute(self, run: Run, regs: dict[tuple[str, int], int], single: list[str]) -> _Outcome:
@@ -503,8 +541,10 @@ class SimulatedVTA:
             for table in (self.hangs, self.peer_faults):
                 while len(table) > MAX_FAULTED:
                     table.popitem(last=False)
-            self.run = None
-            self.done = out.done_after_fault
+            for view in (self.all, self.views.get(run.peer)):
+                if view is not None and view.run is run:
+                    view.run = None
+                    view.done = out.done_after_fault
             self._sram_reset = True
             self.log.error("run %d from %s: %d instructions at 0x%x: %s; the accelerator hangs for that client "
                            "(done stays %d) and is reset for the others", run.seq, run.peer or "?", run.count,
@@ -550,14 +590,14 @@ class SimulatedVTA:
             elif self.queue and (r is None or r.t0 is not None):
                 waiting = [m for m in MODULES if not self.started[m]]
                 state = f"launch queued (waiting for {', '.join(waiting)} to start)" if waiting else "launch queued"
-            elif r is not None and self._in_flight(t):
+            elif r is not None and self._in_flight(self.all, "", t):
                 state = "running"
             last_run, last_fault = self.last_run, self.last_fault
             if peer is not None:
                 last_run = last_run if last_run is not None and last_run["peer"] == peer else None
                 last_fault = self.peer_faults.get(peer)
             return {"programmed": self.programmed, "state": state,
-                    "done": hang.done if hang is not None else self._done_at(t),
+                    "done": hang.done if hang is not None else self.all.done_at(t),
                     "runs": self.runs_total, "faults": self.faults_total, "last_run": last_run,
                     "last_fault": last_fault, "time_scale": self.time_scale,
                     "modules_started": dict(self.started)}
