@@ -414,6 +414,34 @@ def test_each_client_launches_with_the_registers_it_wrote(remote, board):
         b.close()
 
 
+def test_a_launch_of_no_instructions_never_looks_finished(remote, board):
+    """A bitstream download resets every client's registers (docs/deploy.md), and every PynqDevice downloads it
+    when it connects: one that connected between another client's register writes and its start made that launch
+    run 0 instructions. Such a run showed compute's ap_done and done = 1, so its client took it for its finished
+    run and read its output before anything was written (all zeros: 1 of ~100 runs of five clients connecting at
+    once). As in VTA's HLS, nothing now reaches compute: its client waits, then times out (BoardTimeout)."""
+    a, b = Client(remote, board.address), Client(remote, board.address)
+    try:
+        a.program()
+        insn = a.alloc(4096)
+        program = assemble([GemmInsn(), FinishInsn()], CFG)
+        a.write(insn, program.tobytes())
+        a.rd("compute", 0x0)                                         # clears ap_done, as PynqDevice does
+        a.wr("fetch", 0x10, len(program))
+        a.wr("fetch", 0x18, a.addr(insn))
+        b.program()                                                  # B connects in between: registers reset
+        a.wr("fetch", 0x0, 0x1)
+        for block in ("load", "compute", "store"):
+            a.wr(block, 0x0, 0x81)
+        a.wait_idle(timeout=10)
+        assert a.status()["accelerator"]["last_run"]["instructions"] == 0
+        assert not a.rd("compute", 0x0) & 0x2 and a.rd("compute", 0x18) == 0   # no compute ap_done, done still 0
+        a.free(insn)
+    finally:
+        a.close()
+        b.close()
+
+
 def test_each_client_waits_for_its_own_run():
     """The status registers were the board's own: a client polling as vta.device_pynq does (compute's ap_done
     seen, then done == 1) for a run launched behind another client's took that run's compute ap_done and FINISH

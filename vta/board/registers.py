@@ -127,6 +127,7 @@ class _Outcome:
     host_seconds: float = 0.0
     clear_cycle: float | None = None   # first compute-module instruction (not FINISH) starts
     compute_cycles: np.ndarray = field(default_factory=lambda: NO_EVENTS)   # compute instructions complete
+    finishes: bool = True              # it executes a FINISH (which sets done = 1)
 
 
 @dataclass
@@ -162,7 +163,7 @@ class _View:
             return r.done_after_fault
         if r.ready is None or r.end_at is None:
             return self.done
-        if t >= r.end_at:
+        if t >= r.end_at and r.finishes:
             return 1
         if r.clear_at is not None and t >= r.clear_at:
             return 0
@@ -182,6 +183,7 @@ class Run:
     ready: float | None = None     # the simulator has finished it (no event is visible before this)
     clear_at: float | None = None  # first compute instruction (not FINISH): done -> 0
     end_at: float | None = None    # FINISH: done -> 1, fetch ap_done, ap_idle
+    finishes: bool = True          # it has a FINISH: done rises at end_at (else it stays as it was)
     done_before: int = 0           # the level ``done`` had when the run began
     done_after_fault: int = 0
     events: dict[str, np.ndarray] = field(default_factory=dict)
@@ -510,15 +512,19 @@ class SimulatedVTA:
         """The cycles of the events the registers show, from the timing model."""
         compute_op = self._clears_done(rows)
         first = int(np.argmax(compute_op)) if compute_op.any() else None
+        finishes = bool((rows[:, 0] & ((1 << OPCODE_BITS) - 1) == OPCODES["FINISH"]).any())
         if st.trace is not None:
             on_compute = np.array([mod == "compute" for mod, _, _ in st.trace], dtype=bool)
             ends = np.array([e for _, _, e in st.trace], dtype=np.float64)
             compute_cycles = np.sort(ends[on_compute]) if on_compute.size else NO_EVENTS
             clear = float(st.trace[first][1]) if first is not None else None
-        else:   # a long stream: the coarse view (compute events at the end, done cleared at the start)
-            compute_cycles = np.array([float(st.cycles)])
+        elif first is not None or finishes:   # a long stream: the coarse view (compute events at the end, done
+            compute_cycles = np.array([float(st.cycles)])   # cleared at the start)
             clear = 0.0 if first is not None else None
-        return _Outcome(stats=st, host_seconds=host, clear_cycle=clear, compute_cycles=compute_cycles)
+        else:   # nothing reached compute (a launch of 0 instructions): no event, done stays as it was
+            compute_cycles, clear = NO_EVENTS, None
+        return _Outcome(stats=st, host_seconds=host, clear_cycle=clear, compute_cycles=compute_cycles,
+                        finishes=finishes)
 
     def _finish(self, run: Run, out: _Outcome) -> None:
         """Publish a run's outcome to the registers (lock held).
@@ -527,7 +533,7 @@ class SimulatedVTA:
         before this point saw none of them, so none can fall behind its clear-on-read mark.
         """
         ready = run.ready = self.now()
-        run.stats, run.host_seconds = out.stats, out.host_seconds
+        run.stats, run.host_seconds, run.finishes = out.stats, out.host_seconds, out.finishes
         if out.fault is not None:
             run.done_after_fault = out.done_after_fault
             run.fault = out.fault
@@ -559,7 +565,7 @@ class SimulatedVTA:
         run.end_at = float(wall(st.cycles))
         run.clear_at = float(wall(out.clear_cycle)) if out.clear_cycle is not None else None
         end = np.array([run.end_at])
-        vld = np.array(sorted(x for x in (run.clear_at, run.end_at) if x is not None))
+        vld = np.array(sorted(x for x in (run.clear_at, run.end_at if run.finishes else None) if x is not None))
         run.events = {"fetch": end, "compute": wall(out.compute_cycles), "done_vld": vld,
                       **{m: end if st.insns[m] else NO_EVENTS for m in ("load", "store")}}
         st = run.stats
