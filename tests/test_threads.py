@@ -4,6 +4,11 @@ A large GEMM instruction is split over ``Simulator(threads=N)`` host threads, ea
 entries. Here every GEMM is split (``_set_threads(n, min_macs=0)``), so that the golden programs, a sample of the
 differential fuzz and random GEMMs with aliasing micro-ops all take the threaded path, and are compared bit for
 bit with one thread; the knob and ``VTA_SIM_THREADS`` are validated.
+
+Then Python threads sharing one object: a simulator, a compiled op, a graph module, an RTL device, the tuning
+runners (their calls take turns, or, for a graph module, are refused), and forks made while another thread
+JIT-compiles. Each is stressed with the interpreter switching threads every microsecond and checked against
+its own sequential result; crash-prone ones run in a child process.
 """
 
 from __future__ import annotations
