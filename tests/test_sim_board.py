@@ -434,7 +434,8 @@ def test_a_launch_of_no_instructions_never_looks_finished(remote, board):
         for block in ("load", "compute", "store"):
             a.wr(block, 0x0, 0x81)
         a.wait_idle(timeout=10)
-        assert a.status()["accelerator"]["last_run"]["instructions"] == 0
+        acc = a.status()["accelerator"]
+        assert acc["last_run"]["instructions"] == 0 and "a launch of 0 instructions" in acc["last_fault"], acc
         assert not a.rd("compute", 0x0) & 0x2 and a.rd("compute", 0x18) == 0   # no compute ap_done, done still 0
         a.free(insn)
     finally:

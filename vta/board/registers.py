@@ -556,6 +556,11 @@ class SimulatedVTA:
                            "(done stays %d) and is reset for the others", run.seq, run.peer or "?", run.count,
                            run.insn_addr, run.fault, run.done_after_fault)
             return
+        if not run.count and run.peer:   # never what a driver means: say why its client will wait in vain
+            self.peer_faults.pop(run.peer, None)
+            self.peer_faults[run.peer] = (f"run {run.seq}: a launch of 0 instructions (fetch's count register is 0): "
+                                          "nothing ran and done will not rise; a bitstream download, which every "
+                                          "PynqDevice makes as it connects, resets every client's registers")
         scale = self.time_scale / (self.cfg.CLOCK_MHZ * 1e6)
 
         def wall(cycles):
