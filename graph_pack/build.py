@@ -14,9 +14,11 @@ from __future__ import annotations
 
 import contextlib
 import json
+import threading
 import time
 import warnings
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Iterator, Mapping
+from contextlib import contextmanager
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -153,7 +155,13 @@ def release(device: Device, steps: list, owned: list[Buffer]) -> None:
 # ---- the module -------------------------------------------------------------------------------------------------
 
 class GraphModule:
-    """A built network: ``set_input``, ``run``, ``get_output``, ``benchmark``, ``profile``."""
+    """A built network: ``set_input``, ``run``, ``get_output``, ``benchmark``, ``profile``.
+
+    Threads: a module holds one set of inputs, intermediate values and outputs, so it is one thread's at a time.
+    ``run``, ``set_input``, ``get_output``, ``check_steps`` or ``close`` while another thread is in one of them
+    raises GraphError; give each thread its own module (``build`` again: modules share nothing but the device
+    they were built on; docs/networks.md, "Threads").
+    """
 
     def __init__(self, graph: Graph, cfg: HwConfig, device: Device, steps: list, consts: dict[str, np.ndarray],
                  build_times: dict[str, float], owned: list[Buffer] | None = None):
@@ -169,6 +177,18 @@ class GraphModule:
         self.fallbacks: dict[str, str] = {}   # accelerator groups build had to run on the host, and why
         self.stats: RunStats | None = None
         self.host_seconds = 0.0
+        self._in_use = threading.Lock()   # held by the thread in run / set_input / get_output (_alone)
+
+    @contextmanager
+    def _alone(self) -> Iterator[None]:
+        """Hold the module for one call; refused (GraphError) while another thread holds it."""
+        if not self._in_use.acquire(blocking=False):
+            raise GraphError("this GraphModule is in use in another thread: a module holds one set of inputs and "
+                             "outputs, so it is one thread's at a time; give each thread its own (build it again)")
+        try:
+            yield
+        finally:
+            self._in_use.release()
 
     # ---- inputs and outputs ----
     def set_input(self, name: str | None = None, value: np.ndarray | None = None, **inputs: np.ndarray) -> None:
@@ -178,6 +198,10 @@ class GraphModule:
             inputs[name] = value
         elif value is not None:
             raise GraphError(f"set_input(name=None, value=...): give the input's name, one of {self.graph.inputs}")
+        with self._alone():
+            self._set_inputs(inputs)
+
+    def _set_inputs(self, inputs: dict[str, np.ndarray]) -> None:
         checked = {}
         for k, v in inputs.items():
             if k not in self.graph.inputs:
@@ -189,6 +213,10 @@ class GraphModule:
         return len(self.graph.outputs)
 
     def get_output(self, index: int = 0) -> np.ndarray:
+        with self._alone():
+            return self._output(index)
+
+    def _output(self, index: int) -> np.ndarray:
         if not self.outputs:
             raise GraphError("no outputs yet: call run() first (or the last run was refused)")
         if not is_whole(index) or not 0 <= index < len(self.outputs):
@@ -207,9 +235,10 @@ class GraphModule:
         """Free what the module holds on its device (weights, activations, micro-op kernels); ``run`` then raises
         GraphError. A module on the default device (a simulator of its own) needs no close; one built on a board,
         a remote session or a shared simulator holds that device's memory until it is closed. Safe to call twice."""
-        self.closed = True
-        owned, self._owned = self._owned, []
-        release(self.device, self.steps, owned)
+        with self._alone():
+            self.closed = True
+            owned, self._owned = self._owned, []
+            release(self.device, self.steps, owned)
 
     def __enter__(self) -> GraphModule:
         return self
@@ -224,9 +253,13 @@ class GraphModule:
     # ---- running ----
     def run(self, compute: bool = True, **inputs: np.ndarray) -> None:
         """Run once. ``compute=False`` simulates timing only (accelerator outputs are then meaningless)."""
+        with self._alone():
+            self._run(compute, inputs)
+
+    def _run(self, compute: bool, inputs: dict[str, np.ndarray]) -> None:
         if self.closed:
             raise GraphError("this module was closed (its device buffers are freed): build it again")
-        self.set_input(**inputs)
+        self._set_inputs(inputs)
         values = check_inputs(self.graph, self.inputs)
         self.outputs, self.records = [], []   # a run that fails from here leaves no earlier run's outputs behind
         self.values = {**self.consts, **values}
@@ -259,11 +292,12 @@ class GraphModule:
         group name -> None (bit-exact) or what differs, in execution order. Localises a wrong layer that an
         end-to-end check only detects (``vta run --check``): the first group named is where it went wrong (the
         groups that read its output later may disagree too)."""
-        if self.closed:   # its buffers are freed: another build on the device may hold them by now
-            raise GraphError("this module was closed (its device buffers are freed): build it again")
-        if not self.records:
-            raise GraphError("no run to check yet: call run() first")
-        return {step.name: step.check(self) for step in self.steps if isinstance(step, AccelStep)}
+        with self._alone():
+            if self.closed:   # its buffers are freed: another build on the device may hold them by now
+                raise GraphError("this module was closed (its device buffers are freed): build it again")
+            if not self.records:
+                raise GraphError("no run to check yet: call run() first")
+            return {step.name: step.check(self) for step in self.steps if isinstance(step, AccelStep)}
 
     def benchmark(self, number: int = 1, repeat: int = 3, warmup: int = 1, **inputs: np.ndarray) -> dict[str, float]:
         """Wall time of ``run`` (mean/std over ``repeat`` groups of ``number`` runs, after ``warmup`` untimed runs:

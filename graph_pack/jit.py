@@ -21,11 +21,13 @@ from __future__ import annotations
 import ctypes
 import functools
 import math
+import os
 import struct
 import sys
 import threading
 import time
 import warnings
+import weakref
 from collections import OrderedDict
 from collections.abc import Callable, Iterator, Sequence
 from contextlib import ExitStack, contextmanager
@@ -101,6 +103,7 @@ class KernelCache:
         self.limit = limit
         self._entries: OrderedDict[tuple, Any] = OrderedDict()
         self._lock = threading.Lock()
+        _CACHES.append(weakref.ref(self))   # held across a fork (_before_fork)
 
     def get(self, key: tuple, make: Callable[[], Any]) -> Any:
         """The kernel of ``key``, made by ``make()`` (once, under the cache's lock) when missing."""
@@ -122,8 +125,32 @@ class KernelCache:
 MAX_CACHED_KERNELS = 256
 _STATE: _Jit | None = None
 _LOCK = threading.RLock()
+_CACHES: list[weakref.ref[KernelCache]] = []   # every cache made (their locks are held across a fork)
 _CACHE = KernelCache()
 _COUNTER = [0]
+_HELD: list[KernelCache] = []   # the caches whose locks _before_fork took
+
+
+def _before_fork() -> None:
+    """A fork waits for the compilations under way in other threads and holds off new ones until it is done (as
+    ``logging`` holds its locks): a child forked mid-compilation (tuning's measuring workers) got the caches' and
+    the compiler's locks held by a thread it does not have, and hung at its first compile."""
+    caches = [cache for cache in (ref() for ref in list(_CACHES)) if cache is not None]
+    for cache in caches:   # each cache's lock, then the compiler's: the order a compilation takes them in
+        cache._lock.acquire()
+    _LOCK.acquire()
+    _HELD[:] = caches
+
+
+def _after_fork() -> None:
+    held, _HELD[:] = list(_HELD), []
+    _LOCK.release()
+    for cache in reversed(held):
+        cache._lock.release()
+
+
+if hasattr(os, "register_at_fork"):   # POSIX
+    os.register_at_fork(before=_before_fork, after_in_parent=_after_fork, after_in_child=_after_fork)
 
 
 def _jit() -> _Jit:

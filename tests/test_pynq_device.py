@@ -202,6 +202,45 @@ def test_compiled_operators_run_bit_exactly_on_the_board(board, cache):
     assert board.status()["memory"]["used_bytes"] == 0
 
 
+SHARED_CLIENT = """
+    import threading
+    import vta
+    from vta.templates.base import random_inputs
+    sys.setswitchinterval(1e-6)
+    dev = PynqDevice(cfg, timeout_s=5)
+    ops = [vta.compile_op("conv2d", cfg, device=dev, data_shape=(1, 16, 4, 4), kernel_shape=(16, 16, 3, 3),
+                          padding=(1, 1), epilogue=[("shr", 6), ("clip", -127, 127)]) for _ in range(3)]
+    inputs = [random_inputs(op, seed=i) for i, op in enumerate(ops)]
+    want = [op.reference(**x) for op, x in zip(ops, inputs)]
+    wrong, errors = [0] * 3, []
+    start = threading.Barrier(3)
+    def work(i):
+        start.wait()
+        try:
+            for _ in range(5):
+                wrong[i] += not np.array_equal(ops[i].run(**inputs[i]), want[i])
+        except Exception as e:
+            errors.append(repr(e)[:300])
+    threads = [threading.Thread(target=work, args=(i,)) for i in range(3)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    for op in ops:
+        op.close()
+    dev.close()
+    emit(wrong=sum(wrong), errors=errors)
+"""
+
+
+def test_one_device_shared_by_threads(board, cache):
+    """Threads sharing one PynqDevice, each running its own op: calls take turns, every output is right. Before its
+    lock, the threads' programs overwrote each other in the device's one instruction buffer: wrong outputs and
+    runs that never raised done (BoardTimeout) in 2 of 2 client runs."""
+    assert client(SHARED_CLIENT, board, cache) == {"wrong": 0, "errors": []}
+    assert board.status()["memory"]["used_bytes"] == 0
+
+
 HOSTILE_CLIENT = """
     from vta.board.local import read_status
     from vta.isa import FinishInsn, GemmInsn, MemInsn, assemble

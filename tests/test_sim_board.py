@@ -414,6 +414,76 @@ def test_each_client_launches_with_the_registers_it_wrote(remote, board):
         b.close()
 
 
+def test_a_launch_of_no_instructions_never_looks_finished(remote, board):
+    """A bitstream download resets every client's registers (docs/deploy.md), and every PynqDevice downloads it
+    when it connects: one that connected between another client's register writes and its start made that launch
+    run 0 instructions. Such a run showed compute's ap_done and done = 1, so its client took it for its finished
+    run and read its output before anything was written (all zeros: 1 of ~100 runs of five clients connecting at
+    once). As in VTA's HLS, nothing now reaches compute: its client waits, then times out (BoardTimeout)."""
+    a, b = Client(remote, board.address), Client(remote, board.address)
+    try:
+        a.program()
+        insn = a.alloc(4096)
+        program = assemble([GemmInsn(), FinishInsn()], CFG)
+        a.write(insn, program.tobytes())
+        a.rd("compute", 0x0)                                         # clears ap_done, as PynqDevice does
+        a.wr("fetch", 0x10, len(program))
+        a.wr("fetch", 0x18, a.addr(insn))
+        b.program()                                                  # B connects in between: registers reset
+        a.wr("fetch", 0x0, 0x1)
+        for block in ("load", "compute", "store"):
+            a.wr(block, 0x0, 0x81)
+        a.wait_idle(timeout=10)
+        acc = a.status()["accelerator"]
+        assert acc["last_run"]["instructions"] == 0 and "a launch of 0 instructions" in acc["last_fault"], acc
+        assert not a.rd("compute", 0x0) & 0x2 and a.rd("compute", 0x18) == 0   # no compute ap_done, done still 0
+        a.free(insn)
+    finally:
+        a.close()
+        b.close()
+
+
+def test_each_client_waits_for_its_own_run():
+    """The status registers were the board's own: a client polling as vta.device_pynq does (compute's ap_done
+    seen, then done == 1) for a run launched behind another client's took that run's compute ap_done and FINISH
+    for its own and read its output early (5 of 5 here; its clear-on-read of ap_done could also hide it from the
+    other client, which then timed out). Each client now sees its own runs only. In process: the board's register
+    blocks over a simulator, polled without the RPC's latency."""
+    from simulator.core import Simulator
+    from vta.board import registers as R
+
+    sim = Simulator(CFG, threads=1)
+    vta = R.SimulatedVTA(CFG, sim, time_scale=1000.0)   # a run of 3,600 cycles: 36 ms
+    vta.reset(f"{CFG.bitstream}.bin")
+    program = assemble([GemmInsn(uop_bgn=0, uop_end=1, iter_out=60, iter_in=60), FinishInsn()], CFG)
+    addr = sim.alloc(program.nbytes)
+    sim.write(addr, program)
+
+    def launch(peer: str) -> None:
+        vta.read("compute", R.CTRL, peer)   # clears its ap_done
+        vta.write("fetch", R.FETCH_INSN_COUNT, len(program), peer)
+        vta.write("fetch", R.FETCH_INSN_ADDR, addr, peer)
+        vta.write("fetch", R.CTRL, R.AP_START, peer)
+        for block in ("load", "compute", "store"):
+            vta.write(block, R.CTRL, R.AP_START | R.AUTO_RESTART, peer)
+
+    def wait(peer: str) -> dict:
+        end, fresh = time.monotonic() + 10, False
+        while not (fresh and vta.read("compute", R.COMPUTE_DONE_RD, peer) == 1):
+            fresh = fresh or bool(vta.read("compute", R.CTRL, peer) & R.AP_DONE)
+            assert time.monotonic() < end, f"{peer}: done never rose"
+        return vta.status(peer)
+
+    try:
+        for _ in range(3):
+            launch("b")
+            launch("a")                                                  # queued behind b's run
+            seen = wait("a")
+            assert seen["state"] == "idle" and seen["last_run"]["seq"] == vta.runs_total, seen
+            assert wait("b")["state"] == "idle"
+    finally:
+        vta.close()
+
 def test_a_faulted_run_hangs_its_own_client_only(remote, board):
     """Issue 25 item 8: a run that faults (here a deadlock: a GEMM waiting for a token nobody pushes; and the
     issue's LOAD from an unmapped address, refused at launch) used to hang the accelerator for every client until

@@ -4,6 +4,11 @@ A large GEMM instruction is split over ``Simulator(threads=N)`` host threads, ea
 entries. Here every GEMM is split (``_set_threads(n, min_macs=0)``), so that the golden programs, a sample of the
 differential fuzz and random GEMMs with aliasing micro-ops all take the threaded path, and are compared bit for
 bit with one thread; the knob and ``VTA_SIM_THREADS`` are validated.
+
+Then Python threads sharing one object: a simulator, a compiled op, a graph module, an RTL device, the tuning
+runners (their calls take turns, or, for a graph module, are refused), and forks made while another thread
+JIT-compiles. Each is stressed with the interpreter switching threads every microsecond and checked against
+its own sequential result; crash-prone ones run in a child process.
 """
 
 from __future__ import annotations
@@ -11,6 +16,10 @@ from __future__ import annotations
 import gc
 import multiprocessing
 import os
+import subprocess
+import sys
+import textwrap
+from pathlib import Path
 
 import numpy as np
 import pytest
@@ -224,3 +233,322 @@ def test_tuning_workers_share_the_cpus(monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setenv("VTA_SIM_THREADS", "3")
     with LocalRunner(n_parallel=4)._workers(1) as pool:
         assert pool.submit(default_threads).result(60) == 3
+
+
+# Several Python threads share one simulator, each running its own conv2d program (own DRAM buffers) again and
+# again and checking its output; prints how many outputs were wrong. Run in a child process: before Simulator's
+# lock, two runs at once in one simulator hung for good in its GEMM thread pool (threads=2), or, on one GEMM
+# thread, read each other's SRAM contents (24-229 wrong outputs of 1,200 in five runs).
+_SHARED_SIM_SCRIPT = textwrap.dedent("""
+    import sys, threading
+    import numpy as np
+    import vta
+    from simulator import Simulator
+    from vta.device import SimDevice
+    from vta.templates.base import random_inputs
+
+    sys.setswitchinterval(1e-6)
+    gemm_threads, n, rounds = (int(v) for v in sys.argv[1:])
+    sim = Simulator("pynq", threads=gemm_threads)
+    sim._set_threads(gemm_threads, 0)
+    dev = SimDevice(sim.cfg, sim)
+    ops = [vta.compile_op("conv2d", sim.cfg, device=dev, data_shape=(1, 64, 14, 14), kernel_shape=(64, 64, 3, 3),
+                          padding=(1, 1), epilogue=[("shr", 6), ("clip", -127, 127)]) for _ in range(n)]
+    want = [op.run(**random_inputs(op, seed=i)) for i, op in enumerate(ops)]
+    wrong = [0] * n
+    start = threading.Barrier(n)
+
+    def work(i):
+        op = ops[i]
+        start.wait()
+        for _ in range(rounds):
+            op.program.run()
+            wrong[i] += not np.array_equal(op.template.unpack_output(dev.copy_out(op.buffers.out)), want[i])
+
+    threads = [threading.Thread(target=work, args=(i,)) for i in range(n)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    print("wrong", sum(wrong))
+""")
+
+
+@pytest.mark.parametrize("gemm_threads", [1, 2])
+def test_one_simulator_shared_by_threads(gemm_threads: int) -> None:
+    """docs/simulator.md, "Sharing a simulator between threads": calls into one simulator from several threads are
+    serialised, so programs that each load, compute and store their own buffers give their own results."""
+    root = Path(__file__).resolve().parent.parent
+    env = {**os.environ, "PYTHONPATH": str(root)}
+    try:
+        res = subprocess.run([sys.executable, "-c", _SHARED_SIM_SCRIPT, str(gemm_threads), "4", "300"], cwd=root,
+                             env=env, capture_output=True, text=True, timeout=30, check=False)
+    except subprocess.TimeoutExpired:
+        pytest.fail("threads sharing one simulator hung")
+    assert res.returncode == 0, res.stderr[-3000:]
+    assert res.stdout.split() == ["wrong", "0"]
+
+
+def _stress(n: int, work) -> None:
+    """``work(i)`` on ``n`` threads started together, with the interpreter switching threads every microsecond."""
+    import threading
+
+    start = threading.Barrier(n)
+    errors: list[BaseException] = []
+
+    def go(i: int) -> None:
+        start.wait()
+        try:
+            work(i)
+        except BaseException as e:  # noqa: BLE001 - re-raised below, in the test's thread
+            errors.append(e)
+
+    interval = sys.getswitchinterval()
+    sys.setswitchinterval(1e-6)
+    try:
+        threads = [threading.Thread(target=go, args=(i,)) for i in range(n)]
+        for t in threads:
+            t.start()
+        for t in threads:
+            t.join()
+    finally:
+        sys.setswitchinterval(interval)
+    if errors:
+        raise errors[0]
+
+
+def test_one_compiled_op_shared_by_threads() -> None:
+    """A CompiledOp run from several threads, each with its own inputs: every run returns its own inputs' output
+    (before its lock, another thread's inputs could be staged between a thread's staging and its run: 200-262
+    wrong outputs of 400 in five runs)."""
+    import vta
+    from vta.templates.base import random_inputs
+
+    op = vta.compile_op("conv2d", "pynq", data_shape=(1, 16, 8, 8), kernel_shape=(16, 16, 3, 3), padding=(1, 1),
+                        epilogue=[("shr", 6), ("clip", -127, 127)])
+    inputs = [random_inputs(op, seed=i) for i in range(4)]
+    want = [op.reference(**x) for x in inputs]
+    wrong = [0] * 4
+
+    def work(i: int) -> None:
+        for _ in range(100):
+            wrong[i] += not np.array_equal(op.run(**inputs[i]), want[i])
+
+    _stress(4, work)
+    assert wrong == [0] * 4
+
+
+def _small_module():
+    """A built ResNet block (accelerator groups and host steps) with its quantized graph and params."""
+    from test_graph_pipeline import SIM, resnet_block
+
+    from graph_pack import build, graph_pack, quantize
+
+    _, g, p = resnet_block()
+    qg, qp = quantize(g, p, skip_conv_layers=[])
+    return build(graph_pack(qg, SIM, start_name="start", stop_name="stop"), SIM, qp), qg, qp
+
+
+def test_a_graph_module_in_use_refuses_other_threads() -> None:
+    """docs/networks.md, "Threads": while one thread is in run, another thread's run, set_input, get_output,
+    check_steps or close raises GraphError saying so; afterwards the module works as before."""
+    import threading
+
+    from graph_pack import GraphError, run_reference
+
+    mod, qg, qp = _small_module()
+    x = np.random.default_rng(1).standard_normal((1, 16, 8, 8)).astype(np.float32)
+    inside, release = threading.Event(), threading.Event()
+    first = mod.steps[0]
+    step_run = first.run
+
+    def held(m, compute):   # in the runner's run, the first step waits until the calls below are refused
+        if threading.current_thread() is runner:
+            inside.set()
+            assert release.wait(30)
+        return step_run(m, compute)
+
+    first.run = held
+    runner = threading.Thread(target=mod.run, kwargs={"data": x})
+    runner.start()
+    try:
+        assert inside.wait(30)
+        for call in (lambda: mod.run(data=x), lambda: mod.set_input(data=x), lambda: mod.get_output(0),
+                     mod.check_steps, mod.close):
+            with pytest.raises(GraphError, match="in use in another thread.*give each thread its own"):
+                call()
+    finally:
+        release.set()
+        runner.join(30)
+    del first.run
+    assert np.array_equal(mod.get_output(0), run_reference(qg, qp, {"data": x}))
+    assert not mod.closed
+
+
+def test_one_graph_module_shared_by_threads() -> None:
+    """Threads sharing one module, each running its own input and reading the output: every output read is its
+    own input's, or the call is refused (before the refusal, a thread read another's output in 11 of 30 runs,
+    or a run failed with a KeyError from another's values)."""
+    from graph_pack import GraphError
+
+    mod, _, _ = _small_module()
+    xs = [np.random.default_rng(i).standard_normal((1, 16, 8, 8)).astype(np.float32) for i in range(3)]
+    want = []
+    for x in xs:
+        mod.run(data=x)
+        want.append(mod.get_output(0).copy())
+    wrong = [0] * 3
+
+    def work(i: int) -> None:
+        for _ in range(20):
+            try:
+                mod.run(data=xs[i])
+                wrong[i] += not np.array_equal(mod.get_output(0), want[i])
+            except GraphError as e:
+                assert "in use in another thread" in str(e)
+
+    _stress(3, work)
+    assert wrong == [0] * 3
+
+
+_SHARED_RTL_SCRIPT = textwrap.dedent("""
+    import sys, threading
+    import numpy as np
+    import vta
+    from hardware import RtlDevice
+    from vta.templates.base import random_inputs
+
+    sys.setswitchinterval(1e-6)
+    dev = RtlDevice("pynq")
+    ops = [vta.compile_op("conv2d", dev.cfg, device=dev, data_shape=(1, 16, 4, 4), kernel_shape=(16, 16, 3, 3),
+                          padding=(1, 1), epilogue=[("shr", 6), ("clip", -127, 127)]) for _ in range(3)]
+    inputs = [random_inputs(op, seed=i) for i, op in enumerate(ops)]
+    want = [op.reference(**x) for op, x in zip(ops, inputs)]
+    wrong = [0] * 3
+    start = threading.Barrier(3)
+
+    def work(i):
+        start.wait()
+        for _ in range(10):
+            wrong[i] += not np.array_equal(ops[i].run(**inputs[i]), want[i])
+
+    threads = [threading.Thread(target=work, args=(i,)) for i in range(3)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    print("wrong", sum(wrong))
+""")
+
+
+@pytest.mark.slow
+def test_one_rtl_device_shared_by_threads() -> None:
+    """An RtlDevice shared by threads, each running its own op: calls take turns on the device, every output is
+    right. Before its lock, two threads in the Verilator model at once ended the process (a segmentation fault or
+    glibc's "double free or corruption") in 7 of 7 runs. In a child process; the model is built on first use."""
+    from extras import need
+
+    need("amaranth")
+    need("verilator")
+    from hardware.build import ensure_built
+
+    ensure_built(load_config("pynq"))   # outside the child's time limit (about a minute, once: cached)
+    root = Path(__file__).resolve().parent.parent
+    res = subprocess.run([sys.executable, "-c", _SHARED_RTL_SCRIPT], cwd=root, env={**os.environ, "PYTHONPATH": str(root)},
+                         capture_output=True, text=True, timeout=120, check=False)
+    assert res.returncode == 0, f"exit status {res.returncode}: {res.stderr[-3000:]}"
+    assert res.stdout.split() == ["wrong", "0"]
+
+
+def test_one_cpu_runner_shared_by_threads() -> None:
+    """A CpuRunner (its measuring worker process) shared by threads measuring their own tasks: every result is of
+    the config asked for, measured and checked. Before its lock the threads' requests and replies crossed on the
+    worker's pipe: results of another thread's config, "the measuring process died", or an UnpicklingError."""
+    from tuning.cpu import CpuRunner, cpu_task, host_conv_op
+
+    tasks = [cpu_task(host_conv_op(), data_shape=(1, 16, 6 + i, 6 + i), kernel_shape=(16, 16, 3, 3),
+                      padding=(1, 1, 1, 1)) for i in range(3)]
+    configs = [[t.template.space()[k * 7] for k in range(4)] for t in tasks]
+    got: list[list] = [[] for _ in tasks]
+    with CpuRunner(number=1, repeat=1, timeout=60) as runner:
+        def work(i: int) -> None:
+            for _ in range(2):
+                got[i].extend(runner.measure(tasks[i], configs[i]))
+
+        _stress(3, work)
+    for i, results in enumerate(got):
+        assert [r.config for r in results] == configs[i] * 2
+        assert all(r.ok and r.checked for r in results), [r.error for r in results if not r.ok]
+
+
+def test_measuring_workers_forked_while_another_thread_compiles() -> None:
+    """A CpuRunner forks its measuring process while another thread JIT-compiles host kernels (a notebook building
+    a network while a tuner runs): the fork waits for the compilation under way, and the child compiles and
+    measures. Before, the child got graph_pack.jit's locks held by a thread it does not have and hung at its first
+    compile: every config timed out (8 of 8)."""
+    import threading
+    import time
+
+    from graph_pack import jit
+    from tuning.cpu import CpuRunner, cpu_task, host_conv_op
+
+    stop = threading.Event()
+    attrs = {"strides": (1, 1), "padding": (1, 1, 1, 1), "dilation": (1, 1), "groups": 1}
+
+    def compile_shapes() -> None:   # a new shape each time: always compiling, never from the cache
+        k = 0
+        while not stop.is_set():
+            k += 1
+            jit.get_kernel("nn.conv2d", attrs, [(1, 8, 5 + k % 40, 100 + k), (8, 8, 3, 3)], ["float32", "float32"])
+
+    task = cpu_task(host_conv_op(), data_shape=(1, 16, 8, 8), kernel_shape=(16, 16, 3, 3), padding=(1, 1, 1, 1))
+    compiler = threading.Thread(target=compile_shapes, daemon=True)
+    compiler.start()
+    try:
+        time.sleep(0.2)
+        results = []
+        for k in range(3):
+            with CpuRunner(number=1, repeat=1, timeout=5) as runner:   # a fresh worker, forked now
+                results += runner.measure(task, [task.template.space()[k]])
+    finally:
+        stop.set()
+        compiler.join(30)
+    assert all(r.ok for r in results), [r.error for r in results]
+
+
+def test_one_local_runner_shared_by_threads() -> None:
+    """Threads sharing a LocalRunner(n_parallel=2) take turns on its one worker pool, every result measured and
+    checked. Before its lock, threads whose first batches started together each made a pool, and all but one
+    were never shut down (2 extra pools in 10 tries; here the pool's start is slowed so that it happens always)."""
+    import time
+
+    from tuning.measure import LocalRunner
+    from tuning.task import conv_task
+
+    cfg = load_config("pynq")
+    tasks = [conv_task(cfg, (1, 32, 8 + 2 * i, 8 + 2 * i), (32, 32, 3, 3), 1, 1) for i in range(3)]
+    configs = [[c for c in (t.space[k] for k in range(len(t.space))) if t.check(c) is None][:3] for t in tasks]
+    got: list[list] = [[] for _ in tasks]
+    pools = []
+    with LocalRunner(n_parallel=2) as runner:
+        make = runner._workers
+
+        def slow_start(n: int):
+            time.sleep(0.2)
+            pools.append(make(n))
+            return pools[-1]
+
+        runner._workers = slow_start
+
+        def work(i: int) -> None:
+            got[i].extend(runner.measure(tasks[i], configs[i]))
+
+        try:
+            _stress(3, work)
+        finally:
+            for pool in pools[1:]:
+                pool.shutdown(cancel_futures=True)
+    assert len(pools) == 1
+    for i, results in enumerate(got):
+        assert [r.config for r in results] == configs[i]
+        assert all(r.ok and r.checked for r in results), [r.error for r in results if not r.ok]

@@ -18,6 +18,7 @@ import multiprocessing
 import numbers
 import signal
 import statistics
+import threading
 import time
 from collections.abc import Sequence
 from dataclasses import dataclass
@@ -153,11 +154,13 @@ def measure_cpu(task: CpuTask, config: dict, option: MeasureOption, seed: int = 
     """Compile ``config``, check its output, time it: mean and std of ``repeat`` timings of ``number`` calls."""
     def measure(t0: float) -> MeasureResult:
         kernel = task.compile(config)
-        if task.key not in _REFERENCES:
+        entry = _REFERENCES.get(task.key)   # read once: another thread may clear it for its own task
+        if entry is None:
             inputs = task.template.random_inputs(np.random.default_rng(seed))
+            entry = (inputs, task.template.reference(**inputs))
             _REFERENCES.clear()
-            _REFERENCES[task.key] = (inputs, task.template.reference(**inputs))
-        inputs, want = _REFERENCES[task.key]
+            _REFERENCES[task.key] = entry
+        inputs, want = entry
         out = kernel(**inputs)
         if option.check and not close_to(out, want):
             return MeasureResult(config, error="wrong output: differs from the float64 numpy reference beyond 1e-5",
@@ -234,13 +237,15 @@ class CpuRunner:
     """Measure host-template configs on this CPU, one at a time (timings on a shared CPU stay honest), each in a
     worker process with ``timeout`` (AutoTVM's ``measure_option(builder=LocalBuilder(), runner=LocalRunner(
     number, repeat, min_repeat_ms, timeout))``), replaced every ``MEASUREMENTS_PER_WORKER`` configs.
-    ``isolate=False`` measures in this process (no timeout; llvmlite's ~110 KB per compile stays in it)."""
+    ``isolate=False`` measures in this process (no timeout; llvmlite's ~110 KB per compile stays in it).
+    Threads may share a runner: their configs are measured one at a time, each result its own config's."""
 
     def __init__(self, number: int = 1, repeat: int = 3, min_repeat_ms: float = 0.0, timeout: float = 10.0,
                  check: bool = True, seed: int = 0, isolate: bool = True):
         self.option = MeasureOption(number, repeat, min_repeat_ms, timeout, check)
         self.seed, self.isolate = seed, isolate
         self._worker: _Worker | None = None
+        self._lock = threading.Lock()   # one measurement at a time: the worker's pipe is one request's at a time
 
     def measure(self, task: Task, configs: Sequence[dict]) -> list[MeasureResult]:
         return self.measure_with(task, configs, self.option)
@@ -250,31 +255,30 @@ class CpuRunner:
         """``measure`` with another measure option and seed (what a CPU server does for each client's request)."""
         if not isinstance(task, CpuTask):
             raise TypeError(f"CpuRunner measures host-template tasks (extract_tasks(..., target='cpu')), got {task!r}")
-        out = []
-        for config in configs:
-            job = (task, config, option, self.seed if seed is None else seed)
+        return [self._measure_one((task, config, option, self.seed if seed is None else seed)) for config in configs]
+
+    def _measure_one(self, job: tuple) -> MeasureResult:
+        with self._lock:
             if not self.isolate:
-                out.append(measure_cpu(*job))
-                continue
+                return measure_cpu(*job)
             if self._worker is None:
                 self._worker = _Worker()
             try:
-                got = self._worker.call(job, option.timeout)
+                got = self._worker.call(job, job[2].timeout)
             except BaseException:   # Ctrl-C with a config in flight: its late answer must not be the next one's
-                self.close()
+                self._worker.close()   # (not self.close(): it takes the lock held here)
+                self._worker = None
                 raise
             if isinstance(got, str) or self._worker.measured >= MEASUREMENTS_PER_WORKER:
                 self._worker.close()   # hung, died, or holds what llvmlite never frees (MEASUREMENTS_PER_WORKER)
                 self._worker = None
-            if isinstance(got, str):
-                got = MeasureResult(config, error=f"failed: {got}")
-            out.append(got)
-        return out
+            return MeasureResult(job[1], error=f"failed: {got}") if isinstance(got, str) else got
 
     def close(self) -> None:
-        if self._worker is not None:
-            self._worker.close()
-            self._worker = None
+        with self._lock:
+            if self._worker is not None:
+                self._worker.close()
+                self._worker = None
 
     def __enter__(self) -> CpuRunner:
         return self

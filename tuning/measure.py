@@ -13,6 +13,7 @@ import multiprocessing
 import os
 import pickle
 import signal
+import threading
 import time
 import traceback
 from collections.abc import Callable, Iterable, Iterator, Sequence
@@ -106,12 +107,12 @@ def _inputs_and_reference(task: Task, op, seed: int):
     """The task's random inputs and a lazy numpy reference, both the same for every config: cached per
     process (the reference costs more than a simulated run)."""
     key = (task.key, task.cfg.fingerprint, seed)
-    if key not in _REFERENCE_CACHE:
+    entry = _REFERENCE_CACHE.get(key)   # read once: another thread may clear the cache meanwhile
+    if entry is None:
         if len(_REFERENCE_CACHE) > 64:
             _REFERENCE_CACHE.clear()
-        inputs = random_inputs(op, seed=seed)
-        _REFERENCE_CACHE[key] = (inputs, [])
-    inputs, ref = _REFERENCE_CACHE[key]
+        entry = _REFERENCE_CACHE[key] = (random_inputs(op, seed=seed), [])
+    inputs, ref = entry
 
     def expected() -> np.ndarray:
         if not ref:
@@ -175,25 +176,32 @@ class LocalRunner:
 
     A worker process that dies mid-batch (an out-of-memory kill, a crash) never hangs ``measure``: the pool is
     rebuilt and the configs it lost are measured again, each in a process of its own, so a config that kills
-    its worker every time comes back as a failed result naming that, and the others as measured."""
+    its worker every time comes back as a failed result naming that, and the others as measured. Threads may share
+    a runner: their batches take turns on its worker processes (with ``n_parallel=1`` they measure at once, each in
+    its own thread)."""
 
     def __init__(self, n_parallel: int = 1, check: bool = True, timing_only: bool = False, seed: int = 0):
         if n_parallel < 1:
             raise ValueError(f"n_parallel must be >= 1, got {n_parallel}")
         self.n_parallel, self.check, self.timing_only, self.seed = n_parallel, check, timing_only, seed
         self._pool: ProcessPoolExecutor | None = None
+        self._lock = threading.Lock()   # held by the batch using (making, replacing, closing) the worker pool
 
     def measure(self, task: Task, configs: Sequence[dict]) -> list[MeasureResult]:
         if self.n_parallel == 1 or len(configs) <= 1:
             return [measure_one(task, c, self.check, self.timing_only, self.seed) for c in configs]
         blob = pickle.dumps(task)
         jobs = [(blob, c, self.check, self.timing_only, self.seed) for c in configs]
+        with self._lock:
+            return self._measure_pooled(configs, jobs)
+
+    def _measure_pooled(self, configs: Sequence[dict], jobs: list[tuple]) -> list[MeasureResult]:
         if self._pool is None:
             self._pool = self._workers(self.n_parallel)
         results = self._run(self._pool, jobs, range(len(jobs)))
         lost = [i for i, r in enumerate(results) if r is None]
         if lost:   # the pool broke: start a new one, and isolate the lost configs to find one that kills workers
-            self.close()
+            self._close()
             for i in lost:
                 with self._workers(1) as alone:
                     results[i] = self._run(alone, jobs, [i])[i] or MeasureResult(
@@ -216,6 +224,10 @@ class LocalRunner:
         return results
 
     def close(self) -> None:
+        with self._lock:
+            self._close()
+
+    def _close(self) -> None:
         if self._pool is not None:
             self._pool.shutdown(wait=True, cancel_futures=True)
             self._pool = None

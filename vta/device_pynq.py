@@ -48,6 +48,7 @@ from __future__ import annotations
 
 import contextlib
 import os
+import threading
 import time
 from dataclasses import dataclass, fields
 from pathlib import Path
@@ -147,7 +148,10 @@ def _rows(insns) -> np.ndarray:
 
 
 class PynqDevice:
-    """A VTA bitstream on a Pynq board, with ``SimDevice``'s surface (see the module docstring)."""
+    """A VTA bitstream on a Pynq board, with ``SimDevice``'s surface (see the module docstring).
+
+    Threads may share a device: its calls take turns (``run`` as a whole: the board has one accelerator and the
+    device one instruction buffer)."""
 
     def __init__(self, cfg: HwConfig, bitstream: str | os.PathLike | None = None,
                  cache_dir: str | os.PathLike | None = None, timeout_s: float = DEFAULT_TIMEOUT_S, *,
@@ -174,6 +178,7 @@ class PynqDevice:
         self._insn: tuple[object, int, int] | None = None   # (pynq buffer, address, capacity in bytes)
         self._hung = False
         self._closed = False
+        self._lock = threading.RLock()   # one caller at a time: one accelerator, one instruction buffer
         self._nop = assemble([GemmInsn()], cfg)            # the done-clearing instruction (see module doc)
         self._timing = Simulator(cfg)
         self._dev, self.board = self._open(board)
@@ -265,13 +270,14 @@ class PynqDevice:
 
     def alloc(self, nbytes: int) -> Buffer:
         """A physically contiguous board buffer (``pynq.allocate``) of ``nbytes`` bytes."""
-        self._check_open()
-        size = alloc_size(nbytes)
-        n = max(1, size)
-        arr, addr = self._allocate(n)
-        self._arrays[addr] = arr
-        self._sizes[addr] = n
-        return Buffer(addr, size)
+        with self._lock:
+            self._check_open()
+            size = alloc_size(nbytes)
+            n = max(1, size)
+            arr, addr = self._allocate(n)
+            self._arrays[addr] = arr
+            self._sizes[addr] = n
+            return Buffer(addr, size)
 
     def _allocate(self, n: int):
         try:
@@ -292,47 +298,51 @@ class PynqDevice:
         return arr, addr
 
     def free(self, buf: Buffer) -> None:
-        arr = self._array(buf)
-        del self._arrays[buf.addr], self._sizes[buf.addr]
-        self._stale.discard(buf.addr)
-        self._timing.free(buf.addr)
-        try:
-            arr.freebuffer()
-        except Exception as e:
-            raise BoardError(f"{self.board}: freeing the buffer at 0x{buf.addr:x} failed: {_details(e)}") from e
+        with self._lock:
+            arr = self._array(buf)
+            del self._arrays[buf.addr], self._sizes[buf.addr]
+            self._stale.discard(buf.addr)
+            self._timing.free(buf.addr)
+            try:
+                arr.freebuffer()
+            except Exception as e:
+                raise BoardError(f"{self.board}: freeing the buffer at 0x{buf.addr:x} failed: {_details(e)}") from e
 
     def copy_in(self, buf: Buffer, data: np.ndarray | bytes, offset: int = 0) -> None:
-        raw = np.frombuffer(data, np.uint8) if isinstance(data, (bytes, bytearray)) else \
-            np.ascontiguousarray(data).reshape(-1).view(np.uint8)
-        if offset < 0 or offset + raw.size > buf.nbytes:
-            raise ValueError(f"copy of {raw.size} bytes at offset {offset} overruns a {buf.nbytes}-byte buffer")
-        arr = self._array(buf)
-        try:
-            if self._sync and buf.addr in self._stale and raw.size < self._sizes[buf.addr]:
-                arr.sync_from_device()     # keep what the accelerator wrote around the copied range
-            self._stale.discard(buf.addr)
-            arr[offset:offset + raw.size] = raw
-            if self._sync:
-                arr.sync_to_device()
-        except Exception as e:
-            raise BoardError(f"{self.board}: copy to the buffer at 0x{buf.addr:x} failed: {_details(e)}") from e
+        with self._lock:
+            raw = np.frombuffer(data, np.uint8) if isinstance(data, (bytes, bytearray)) else \
+                np.ascontiguousarray(data).reshape(-1).view(np.uint8)
+            if offset < 0 or offset + raw.size > buf.nbytes:
+                raise ValueError(f"copy of {raw.size} bytes at offset {offset} overruns a {buf.nbytes}-byte buffer")
+            arr = self._array(buf)
+            try:
+                if self._sync and buf.addr in self._stale and raw.size < self._sizes[buf.addr]:
+                    arr.sync_from_device()     # keep what the accelerator wrote around the copied range
+                self._stale.discard(buf.addr)
+                arr[offset:offset + raw.size] = raw
+                if self._sync:
+                    arr.sync_to_device()
+            except Exception as e:
+                raise BoardError(f"{self.board}: copy to the buffer at 0x{buf.addr:x} failed: {_details(e)}") from e
 
     def copy_out(self, buf: Buffer, nbytes: int | None = None, offset: int = 0) -> np.ndarray:
-        n = buf.nbytes - offset if nbytes is None else nbytes
-        if offset < 0 or n < 0 or offset + n > buf.nbytes:
-            raise ValueError(f"read of {n} bytes at offset {offset} overruns a {buf.nbytes}-byte buffer")
-        arr = self._array(buf)
-        try:
-            if self._sync and buf.addr in self._stale:
-                arr.sync_from_device()
-                self._stale.discard(buf.addr)
-            return np.array(arr[offset:offset + n], dtype=np.uint8)
-        except Exception as e:
-            raise BoardError(f"{self.board}: copy from the buffer at 0x{buf.addr:x} failed: {_details(e)}") from e
+        with self._lock:
+            n = buf.nbytes - offset if nbytes is None else nbytes
+            if offset < 0 or n < 0 or offset + n > buf.nbytes:
+                raise ValueError(f"read of {n} bytes at offset {offset} overruns a {buf.nbytes}-byte buffer")
+            arr = self._array(buf)
+            try:
+                if self._sync and buf.addr in self._stale:
+                    arr.sync_from_device()
+                    self._stale.discard(buf.addr)
+                return np.array(arr[offset:offset + n], dtype=np.uint8)
+            except Exception as e:
+                raise BoardError(f"{self.board}: copy from the buffer at 0x{buf.addr:x} failed: {_details(e)}") from e
 
     def regions(self) -> list[tuple[int, int]]:
         """The buffers a program may touch: (physical address, bytes) of every buffer allocated here."""
-        return sorted(self._sizes.items())
+        with self._lock:
+            return sorted(self._sizes.items())
 
     @property
     def instruction_region(self) -> tuple[int, int] | None:
@@ -356,37 +366,39 @@ class PynqDevice:
 
     def check(self, insns) -> np.ndarray:
         """Refuse (``ProgramRejected``) a program that would touch memory outside this device's buffers."""
-        rows = np.array(_rows(insns), copy=True)   # what is checked is what runs, whatever the caller does next
-        insn_addr, capacity = self._place(rows) if rows.ndim == 2 and rows.shape[-1] == INSN_BYTES else (0, 0)
-        regions = self.regions() + [(insn_addr, capacity)]
-        check_program(rows, self.cfg, regions, (insn_addr + INSN_BYTES, len(rows) * INSN_BYTES),
-                      protected=[(insn_addr, capacity)])
-        return rows
+        with self._lock:
+            rows = np.array(_rows(insns), copy=True)   # what is checked is what runs, whatever the caller does next
+            insn_addr, capacity = self._place(rows) if rows.ndim == 2 and rows.shape[-1] == INSN_BYTES else (0, 0)
+            regions = self.regions() + [(insn_addr, capacity)]
+            check_program(rows, self.cfg, regions, (insn_addr + INSN_BYTES, len(rows) * INSN_BYTES),
+                          protected=[(insn_addr, capacity)])
+            return rows
 
     def run(self, insns: np.ndarray, *, compute: bool = True, trace: bool = False) -> BoardRunStats:
         """Check the program, launch it as VTADeviceRun does, wait for ``done``; returns the run's stats.
 
         ``compute=False`` does not launch (timing model only); ``trace`` attaches the model's trace.
         """
-        self._check_open()
-        rows = self.check(insns)
-        if not compute:
-            self.last_stats = self._model(rows, trace, 0.0, launched=False)
+        with self._lock:
+            self._check_open()
+            rows = self.check(insns)
+            if not compute:
+                self.last_stats = self._model(rows, trace, 0.0, launched=False)
+                return self.last_stats
+            if self._hung:
+                self._program()
+            arr, insn_addr, _ = self._insn
+            try:
+                arr[:INSN_BYTES] = self._nop.reshape(-1)
+                arr[INSN_BYTES:(len(rows) + 1) * INSN_BYTES] = rows.reshape(-1)
+                if self._sync:
+                    arr.sync_to_device()
+            except Exception as e:
+                raise BoardError(f"{self.board}: writing {len(rows)} instructions failed: {_details(e)}") from e
+            seconds = self._launch(insn_addr, len(rows))
+            self._stale.update(self._arrays)
+            self.last_stats = self._model(rows, trace, seconds, launched=True)
             return self.last_stats
-        if self._hung:
-            self._program()
-        arr, insn_addr, _ = self._insn
-        try:
-            arr[:INSN_BYTES] = self._nop.reshape(-1)
-            arr[INSN_BYTES:(len(rows) + 1) * INSN_BYTES] = rows.reshape(-1)
-            if self._sync:
-                arr.sync_to_device()
-        except Exception as e:
-            raise BoardError(f"{self.board}: writing {len(rows)} instructions failed: {_details(e)}") from e
-        seconds = self._launch(insn_addr, len(rows))
-        self._stale.update(self._arrays)
-        self.last_stats = self._model(rows, trace, seconds, launched=True)
-        return self.last_stats
 
     def _launch(self, insn_addr: int, count: int) -> float:
         """VTADeviceRun's register sequence (plus the done fix); returns launch-to-done seconds."""
@@ -459,16 +471,17 @@ class PynqDevice:
 
     def close(self) -> None:
         """Free every buffer this device allocated (idempotent)."""
-        if self._closed:
-            return
-        self._closed = True
-        arrays = list(self._arrays.values()) + ([self._insn[0]] if self._insn else [])
-        self._arrays.clear()
-        self._sizes.clear()
-        self._insn = None
-        for arr in arrays:
-            with contextlib.suppress(Exception):   # best effort: the board may be gone
-                arr.freebuffer()
+        with self._lock:
+            if self._closed:
+                return
+            self._closed = True
+            arrays = list(self._arrays.values()) + ([self._insn[0]] if self._insn else [])
+            self._arrays.clear()
+            self._sizes.clear()
+            self._insn = None
+            for arr in arrays:
+                with contextlib.suppress(Exception):   # best effort: the board may be gone
+                    arr.freebuffer()
 
     def __enter__(self) -> PynqDevice:
         return self

@@ -28,7 +28,11 @@ The board is shared by clients that do not trust each other (pynq's remote proto
 a real board, it isolates them. A launch whose instruction fetch or whose LOAD/STORE DRAM ranges leave the
 launching client's own buffers (``regions_of(peer)``) is refused before it runs, naming the instruction and
 the range. The data registers (instruction count and address, the pointer registers) are each client's own: a
-launch uses what its client wrote, so clients launching at the same time cannot mix their launches. A refused or faulting run (deadlock, budget, ...) hangs the accelerator *for its client only*: that
+launch uses what its client wrote, so clients launching at the same time cannot mix their launches. So is what the
+status registers show of runs (fetch's ``ap_start``/``ap_idle``, every block's ``ap_done``, compute's ``done`` and
+its ``ap_vld``): a client sees its own runs only, so clients polling at once each wait for their own run (on a real
+board they are shared: a client would take another's FINISH for its own, and its clear-on-read of ``ap_done``
+would hide the other's). Reads without a client (``peer=""``) show every run, as a real board would. A refused or faulting run (deadlock, budget, ...) hangs the accelerator *for its client only*: that
 client's register reads show the hang (fetch never idle, ``done`` where the fault left it), as a real board's
 would, and its status names the fault, until it launches again or a bitstream is downloaded; for everyone
 else the accelerator is reset at once (the next run starts from cleared SRAMs) and queued launches go on.
@@ -123,6 +127,47 @@ class _Outcome:
     host_seconds: float = 0.0
     clear_cycle: float | None = None   # first compute-module instruction (not FINISH) starts
     compute_cycles: np.ndarray = field(default_factory=lambda: NO_EVENTS)   # compute instructions complete
+    finishes: bool = True              # it executes a FINISH (which sets done = 1)
+
+
+@dataclass
+class _View:
+    """The status registers as one client sees them (its own runs only), or the board's (every run): the run it
+    last saw begin, the level ``done`` before it and after the earlier ones, and the clear-on-read bits."""
+
+    run: Run | None = None
+    done: int = 0                  # ``done`` after the runs before ``run``
+    cor: dict[str, _Cor] = field(default_factory=lambda: {b: _Cor() for b in BLOCKS})
+    vld: _Cor = field(default_factory=_Cor)
+
+    def begin(self, run: Run, t: float) -> None:
+        """``run`` begins at ``t``: the previous run's final values become the steady state."""
+        if self.run is not None:
+            self.done = self.done_at(t)
+            for name in BLOCKS:
+                self.cor[name].fold(self.events(name), t)
+            self.vld.fold(self.events("done_vld"), t)
+        self.run = run
+
+    def events(self, name: str) -> np.ndarray:
+        r = self.run
+        if r is None or r.ready is None:
+            return NO_EVENTS
+        return r.events.get(name, NO_EVENTS)
+
+    def done_at(self, t: float) -> int:
+        r = self.run
+        if r is None or r.t0 is None:
+            return self.done
+        if r.fault is not None:
+            return r.done_after_fault
+        if r.ready is None or r.end_at is None:
+            return self.done
+        if t >= r.end_at and r.finishes:
+            return 1
+        if r.clear_at is not None and t >= r.clear_at:
+            return 0
+        return self.done
 
 
 @dataclass
@@ -138,6 +183,7 @@ class Run:
     ready: float | None = None     # the simulator has finished it (no event is visible before this)
     clear_at: float | None = None  # first compute instruction (not FINISH): done -> 0
     end_at: float | None = None    # FINISH: done -> 1, fetch ap_done, ap_idle
+    finishes: bool = True          # it has a FINISH: done rises at end_at (else it stays as it was)
     done_before: int = 0           # the level ``done`` had when the run began
     done_after_fault: int = 0
     events: dict[str, np.ndarray] = field(default_factory=dict)
@@ -187,10 +233,8 @@ class SimulatedVTA:
         self.irq = {b: [0, 0, 0] for b in BLOCKS}   # GIE, IER, ISR
         self.started = dict.fromkeys(MODULES, False)
         self.single_shot = dict.fromkeys(MODULES, False)
-        self.done = 0
-        self.cor = {b: _Cor() for b in BLOCKS}
-        self.vld = _Cor()
-        self.run: Run | None = None
+        self.all = _View()   # what the board shows of every run (reads without a client)
+        self.views: OrderedDict[str, _View] = OrderedDict()   # per client: what it sees of its own runs
         self.queue: deque[Run] = deque()
         self.generation = getattr(self, "generation", 0) + 1
         self._sram_reset = True
@@ -225,48 +269,40 @@ class SimulatedVTA:
                 return name, address - base
         return None
 
-    # ---- what a run shows at time t (called with the lock held) ----
-    def _events(self, name: str) -> np.ndarray:
-        r = self.run
-        if r is None or r.ready is None:
-            return NO_EVENTS
-        return r.events.get(name, NO_EVENTS)
+    # ---- what the runs show at time t (called with the lock held) ----
+    @property
+    def run(self) -> Run | None:
+        """The run executing or last begun (any client's)."""
+        return self.all.run
 
-    def _done_at(self, t: float) -> int:
-        r = self.run
-        if r is None or r.t0 is None:
-            return self.done
-        if r.fault is not None:
-            return r.done_after_fault
-        if r.ready is None or r.end_at is None:
-            return r.done_before
-        if t >= r.end_at:
-            return 1
-        if r.clear_at is not None and t >= r.clear_at:
-            return 0
-        return r.done_before
+    def _view(self, peer: str) -> _View:
+        """What ``peer`` sees of its own runs (every run for ``peer=""``); a client without runs sees none."""
+        return (self.views.get(peer) or _View()) if peer else self.all
 
-    def _in_flight(self, t: float) -> bool:
-        r = self.run
-        if self.queue:
+    def _queued(self, peer: str) -> bool:
+        return any(r.peer == peer for r in self.queue) if peer else bool(self.queue)
+
+    def _in_flight(self, view: _View, peer: str, t: float) -> bool:
+        r = view.run
+        if self._queued(peer):
             return True
         if r is None:
             return False
         return r.t0 is None or r.fault is not None or r.end_at is None or t < r.end_at
 
-    def _ctrl_value(self, name: str, t: float) -> int:
+    def _ctrl_value(self, view: _View, peer: str, name: str, t: float) -> int:
         value = self.ctrl[name] & AUTO_RESTART
         if name == "fetch":
-            if self.queue or (self.run is not None and self.run.t0 is None):
+            if self._queued(peer):
                 value |= AP_START
-            if not self._in_flight(t):
+            if not self._in_flight(view, peer, t):
                 value |= AP_IDLE
         else:
             if self.started[name]:
                 value |= AP_START if not self.single_shot[name] else 0
             else:
                 value |= AP_IDLE
-        if self.cor[name].read(self._events(name), t):
+        if view.cor[name].read(view.events(name), t):
             value |= AP_DONE
         return value
 
@@ -279,14 +315,15 @@ class SimulatedVTA:
             if hang is not None:
                 return self._hung_value(hang, name, offset, peer)
             t = self.now()
+            view = self._view(peer)
             if offset == CTRL:
-                return self._ctrl_value(name, t)
+                return self._ctrl_value(view, peer, name, t)
             if offset in (GIE, IER, ISR):
                 return self.irq[name][(offset - GIE) // 4]
             if name == "compute" and offset == COMPUTE_DONE_RD:
-                return self._done_at(t)
+                return view.done_at(t)
             if name == "compute" and offset == COMPUTE_DONE_VLD:
-                return int(self.vld.read(self._events("done_vld"), t))
+                return int(view.vld.read(view.events("done_vld"), t))
             return self._word(peer, name, offset)
 
     def _hung_value(self, hang: _Hang, name: str, offset: int, peer: str) -> int:
@@ -399,14 +436,17 @@ class SimulatedVTA:
                 wait = r.end_at - t
             self._cond.wait(wait)
         run = self.queue.popleft()
-        if r is not None:   # the previous run's final register values become the steady state
-            self.done = self._done_at(t)
-            for name in BLOCKS:
-                self.cor[name].fold(self._events(name), t)
-            self.vld.fold(self._events("done_vld"), t)
         run.t0 = t
-        run.done_before = self.done
-        self.run = run
+        self.all.begin(run, t)
+        if run.peer:   # the client's own view: its previous run's final values become its steady state
+            view = self.views.pop(run.peer, None) or _View()
+            view.begin(run, t)
+            self.views[run.peer] = view
+            while len(self.views) > MAX_FAULTED:
+                self.views.popitem(last=False)
+            run.done_before = view.done
+        else:
+            run.done_before = self.all.done
         return run, self.generation
 
     def _execute(self, run: Run, regs: dict[tuple[str, int], int], single: list[str]) -> _Outcome:
@@ -472,15 +512,19 @@ class SimulatedVTA:
         """The cycles of the events the registers show, from the timing model."""
         compute_op = self._clears_done(rows)
         first = int(np.argmax(compute_op)) if compute_op.any() else None
+        finishes = bool((rows[:, 0] & ((1 << OPCODE_BITS) - 1) == OPCODES["FINISH"]).any())
         if st.trace is not None:
             on_compute = np.array([mod == "compute" for mod, _, _ in st.trace], dtype=bool)
             ends = np.array([e for _, _, e in st.trace], dtype=np.float64)
             compute_cycles = np.sort(ends[on_compute]) if on_compute.size else NO_EVENTS
             clear = float(st.trace[first][1]) if first is not None else None
-        else:   # a long stream: the coarse view (compute events at the end, done cleared at the start)
-            compute_cycles = np.array([float(st.cycles)])
+        elif first is not None or finishes:   # a long stream: the coarse view (compute events at the end, done
+            compute_cycles = np.array([float(st.cycles)])   # cleared at the start)
             clear = 0.0 if first is not None else None
-        return _Outcome(stats=st, host_seconds=host, clear_cycle=clear, compute_cycles=compute_cycles)
+        else:   # nothing reached compute (a launch of 0 instructions): no event, done stays as it was
+            compute_cycles, clear = NO_EVENTS, None
+        return _Outcome(stats=st, host_seconds=host, clear_cycle=clear, compute_cycles=compute_cycles,
+                        finishes=finishes)
 
     def _finish(self, run: Run, out: _Outcome) -> None:
         """Publish a run's outcome to the registers (lock held).
@@ -489,7 +533,7 @@ class SimulatedVTA:
         before this point saw none of them, so none can fall behind its clear-on-read mark.
         """
         ready = run.ready = self.now()
-        run.stats, run.host_seconds = out.stats, out.host_seconds
+        run.stats, run.host_seconds, run.finishes = out.stats, out.host_seconds, out.finishes
         if out.fault is not None:
             run.done_after_fault = out.done_after_fault
             run.fault = out.fault
@@ -503,13 +547,20 @@ class SimulatedVTA:
             for table in (self.hangs, self.peer_faults):
                 while len(table) > MAX_FAULTED:
                     table.popitem(last=False)
-            self.run = None
-            self.done = out.done_after_fault
+            for view in (self.all, self.views.get(run.peer)):
+                if view is not None and view.run is run:
+                    view.run = None
+                    view.done = out.done_after_fault
             self._sram_reset = True
             self.log.error("run %d from %s: %d instructions at 0x%x: %s; the accelerator hangs for that client "
                            "(done stays %d) and is reset for the others", run.seq, run.peer or "?", run.count,
                            run.insn_addr, run.fault, run.done_after_fault)
             return
+        if not run.count and run.peer:   # never what a driver means: say why its client will wait in vain
+            self.peer_faults.pop(run.peer, None)
+            self.peer_faults[run.peer] = (f"run {run.seq}: a launch of 0 instructions (fetch's count register is 0): "
+                                          "nothing ran and done will not rise; a bitstream download, which every "
+                                          "PynqDevice makes as it connects, resets every client's registers")
         scale = self.time_scale / (self.cfg.CLOCK_MHZ * 1e6)
 
         def wall(cycles):
@@ -519,7 +570,7 @@ class SimulatedVTA:
         run.end_at = float(wall(st.cycles))
         run.clear_at = float(wall(out.clear_cycle)) if out.clear_cycle is not None else None
         end = np.array([run.end_at])
-        vld = np.array(sorted(x for x in (run.clear_at, run.end_at) if x is not None))
+        vld = np.array(sorted(x for x in (run.clear_at, run.end_at if run.finishes else None) if x is not None))
         run.events = {"fetch": end, "compute": wall(out.compute_cycles), "done_vld": vld,
                       **{m: end if st.insns[m] else NO_EVENTS for m in ("load", "store")}}
         st = run.stats
@@ -550,14 +601,14 @@ class SimulatedVTA:
             elif self.queue and (r is None or r.t0 is not None):
                 waiting = [m for m in MODULES if not self.started[m]]
                 state = f"launch queued (waiting for {', '.join(waiting)} to start)" if waiting else "launch queued"
-            elif r is not None and self._in_flight(t):
+            elif r is not None and self._in_flight(self.all, "", t):
                 state = "running"
             last_run, last_fault = self.last_run, self.last_fault
             if peer is not None:
                 last_run = last_run if last_run is not None and last_run["peer"] == peer else None
                 last_fault = self.peer_faults.get(peer)
             return {"programmed": self.programmed, "state": state,
-                    "done": hang.done if hang is not None else self._done_at(t),
+                    "done": hang.done if hang is not None else self.all.done_at(t),
                     "runs": self.runs_total, "faults": self.faults_total, "last_run": last_run,
                     "last_fault": last_fault, "time_scale": self.time_scale,
                     "modules_started": dict(self.started)}

@@ -20,6 +20,7 @@ Adding an operator is writing one such class and decorating it with ``@register`
 from __future__ import annotations
 
 import math
+import threading
 from collections.abc import Iterator
 from contextlib import contextmanager, suppress
 from dataclasses import dataclass, field
@@ -288,7 +289,11 @@ class CompiledOp:
     """A template compiled for a config: ``run(**inputs)`` packs, runs and unpacks; ``stage`` only packs and
     copies in; ``write(name, packed)`` copies an operand already in the packed layout (what a graph does).
     ``close()`` frees the device buffers it allocated (``owned``): an op on a device that outlives it (a board, a
-    remote session, a shared simulator) holds them until then; one on a device of its own needs no close."""
+    remote session, a shared simulator) holds them until then; one on a device of its own needs no close.
+
+    Threads: an op may be shared; its calls take turns (``run`` stages, runs and reads back as one step), so each
+    ``run`` returns the output of its own inputs. ``stats`` is the last run's, whichever thread ran it.
+    """
 
     template: Template
     config: Config
@@ -299,6 +304,8 @@ class CompiledOp:
     info: dict[str, Any] = field(default_factory=dict)
     owned: list[Buffer] = field(default_factory=list)   # what compile_template allocated: close() frees it
     closed: bool = False
+    # held by a call that stages, runs or reads this op's buffers: one at a time (RLock: run stages)
+    _lock: threading.RLock = field(default_factory=threading.RLock, init=False, repr=False, compare=False)
 
     @property
     def name(self) -> str:
@@ -341,8 +348,9 @@ class CompiledOp:
 
     def write(self, name: str, packed: np.ndarray) -> None:
         """Copy an operand, already in the template's packed layout, into its device buffer."""
-        self._check_open()
-        self.device.copy_in(getattr(self.buffers, name), packed)
+        with self._lock:
+            self._check_open()
+            self.device.copy_in(getattr(self.buffers, name), packed)
 
     def _check_open(self) -> None:
         if self.closed:   # its buffers may belong to someone else by now
@@ -351,9 +359,10 @@ class CompiledOp:
     def close(self) -> None:
         """Free the device buffers this op allocated (its micro-op buffer, and its operand buffers unless they were
         given); running it afterwards raises ScheduleError. Safe to call twice."""
-        self.closed = True
-        owned, self.owned = self.owned, []
-        free_all(self.device, owned)
+        with self._lock:
+            self.closed = True
+            owned, self.owned = self.owned, []
+            free_all(self.device, owned)
 
     def __enter__(self) -> CompiledOp:
         return self
@@ -369,21 +378,26 @@ class CompiledOp:
         """Pack the inputs into the device buffers (what ``run`` does before running)."""
         self._check_open()   # before the inputs: a closed op's error is that it is closed
         checked = self.template.check_inputs(self._named(args, inputs))
-        for name, value in checked.items():
-            self.write(name, self.template.pack(name, value))
+        packed = {name: self.template.pack(name, value) for name, value in checked.items()}
+        with self._lock:
+            for name, value in packed.items():
+                self.write(name, value)
 
     def run(self, *args: np.ndarray, compute: bool = True, **inputs: np.ndarray) -> np.ndarray:
-        self.stage(*args, **inputs)
-        self.stats = self.program.run(compute=compute)
-        return self.template.unpack_output(self.device.copy_out(self.buffers.out))
+        with self._lock:
+            self.stage(*args, **inputs)
+            self.stats = self.program.run(compute=compute)
+            raw = self.device.copy_out(self.buffers.out)
+        return self.template.unpack_output(raw)
 
     def time(self) -> RunStats:
         """Run the program with the timing model only: cycles and the board model's latency depend on the stream
         alone, not on data (docs/simulator.md), so nothing is staged and no output is read (what tuning measures
         in ``timing_only`` mode)."""
-        self._check_open()
-        self.stats = self.program.run(compute=False)
-        return self.stats
+        with self._lock:
+            self._check_open()
+            self.stats = stats = self.program.run(compute=False)
+        return stats
 
     def reference(self, *args: np.ndarray, **inputs: np.ndarray) -> np.ndarray:
         """numpy result of the same computation, independent of the template's emitter."""
@@ -393,10 +407,11 @@ class CompiledOp:
         """A program image of this op with ``inputs`` staged in DRAM (single-stream programs only)."""
         if len(self.program.streams) != 1:
             raise ScheduleError(f"this program has {len(self.program.streams)} streams; an image holds one")
-        self.stage(**inputs)
         stream = self.program.streams[0]
         bufs = [b for b in vars(self.buffers).values() if b is not None]
-        segments = [(b.addr, self.device.copy_out(b)) for b in bufs]
+        with self._lock:
+            self.stage(**inputs)
+            segments = [(b.addr, self.device.copy_out(b)) for b in bufs]
         if stream.uop_words.size:
             segments.append((self.program.uop_buffer.addr, stream.uop_words.view(np.uint8).copy()))
         return ProgramImage(config=self.cfg, insns=stream.insns, insn_addr=0, segments=segments)
