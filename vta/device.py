@@ -65,8 +65,8 @@ class SimDevice:
         return self.sim.read(buf.addr + offset, n)
 
     def run(self, insns: np.ndarray, *, compute: bool = True, trace: bool = False) -> RunStats:
-        self.last_stats = self.sim.run(insns, compute=compute, trace=trace)
-        return self.last_stats
+        self.last_stats = stats = self.sim.run(insns, compute=compute, trace=trace)
+        return stats   # this run's, not what another thread's run may have put in last_stats since
 
 
 def free_all(device: Device, buffers: list[Buffer]) -> None:
