@@ -33,7 +33,7 @@ from graph_pack.reference import check_input, check_inputs
 from hw_config import HwConfig
 from hw_config.checks import is_whole
 from simulator.stats import RunStats
-from vta.device import Buffer, Device, SimDevice, free_all
+from vta.device import Buffer, Device, SimDevice, close_on_exit, free_all
 from vta.environment import config_of
 from vta.numerics import pack_blocks, unpack_blocks
 from vta.runtime import ScheduleError, combine_stats
@@ -244,11 +244,7 @@ class GraphModule:
         return self
 
     def __exit__(self, exc_type, *exc) -> None:
-        if exc_type is None:
-            self.close()
-        else:   # the body's error says what went wrong: a device it lost fails the frees too, which must not hide it
-            with contextlib.suppress(Exception):
-                self.close()
+        close_on_exit(self.close, exc_type is not None)
 
     # ---- running ----
     def run(self, compute: bool = True, **inputs: np.ndarray) -> None:

@@ -347,36 +347,6 @@ def test_a_host_tensor_past_the_limit_is_refused_when_parsed(op, workload, tenso
         _template(op, workload)
 
 
-def test_packed_weights_are_each_threads_own_when_two_threads_share_a_kernel():
-    """Tuned kernels are shared per process: two modules running one from two threads with different weights must
-    each get their own packed copy (a race returned the other thread's: 1-2 in 40,000 calls before the fix)."""
-    import sys
-    import threading
-
-    from graph_pack.host_templates.base import PackedWeights
-    old = sys.getswitchinterval()
-    sys.setswitchinterval(1e-6)     # switch threads as often as the interpreter can
-    try:
-        packed = PackedWeights(lambda w: w + 1)
-        arrays = [np.full(64, i, np.int64) for i in range(4)]
-        wrong: list[int] = []
-
-        def calls(i: int) -> None:
-            for _ in range(25_000):
-                if packed.get(arrays[i])[0] != i + 1:
-                    wrong.append(i)
-                    return
-
-        threads = [threading.Thread(target=calls, args=(i,)) for i in range(4)]
-        for t in threads:
-            t.start()
-        for t in threads:
-            t.join()
-    finally:
-        sys.setswitchinterval(old)
-    assert wrong == []
-
-
 def test_a_dropped_kernel_takes_its_compiled_module_with_it():
     """Host tuning compiles config after config in one process (a CpuRunner's worker, a --device cpu server):
     no LLVM module (IR and machine code, ~65 KB each) may outlive its kernel. One engine for the process kept

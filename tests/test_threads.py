@@ -317,6 +317,20 @@ def _stress(n: int, work) -> None:
         raise errors[0]
 
 
+def test_packed_weights_are_each_threads_own_when_threads_share_a_kernel() -> None:
+    """Tuned host kernels are shared per process: threads running one with different weights must each get their
+    own packed copy (a race returned another thread's: 1-2 in 40,000 calls, before PackedWeights kept one tuple)."""
+    from graph_pack.host_templates.base import PackedWeights
+    packed = PackedWeights(lambda w: w + 1)
+    arrays = [np.full(64, i, np.int64) for i in range(4)]
+
+    def calls(i: int) -> None:
+        for _ in range(25_000):
+            assert packed.get(arrays[i])[0] == i + 1, "another thread's packed weights"
+
+    _stress(4, calls)
+
+
 def test_one_compiled_op_shared_by_threads() -> None:
     """A CompiledOp run from several threads, each with its own inputs: every run returns its own inputs' output
     (before its lock, another thread's inputs could be staged between a thread's staging and its run: 200-262

@@ -6,6 +6,8 @@ above never asks which one it holds.
 
 from __future__ import annotations
 
+import contextlib
+from collections.abc import Callable
 from typing import TYPE_CHECKING, Protocol, runtime_checkable
 
 import numpy as np
@@ -14,7 +16,7 @@ from hw_config import HwConfig
 from hw_config.buffer import Buffer, alloc_size, checked_buffer
 from simulator.stats import RunStats
 
-__all__ = ["Buffer", "Device", "SimDevice", "free_all"]
+__all__ = ["Buffer", "Device", "SimDevice", "close_on_exit", "free_all"]
 
 if TYPE_CHECKING:   # the C simulator is loaded when a SimDevice is made, not when vta is imported
     from simulator.core import Simulator
@@ -79,3 +81,13 @@ def free_all(device: Device, buffers: list[Buffer]) -> None:
             error = error or e
     if error is not None:
         raise error
+
+
+def close_on_exit(close: Callable[[], None], failed: bool) -> None:
+    """A with-block's end for what holds device memory: ``close()``; after an error in the body, ``close()`` without
+    letting its own error replace the body's (a lost device fails the frees too, and the first error says why)."""
+    if not failed:
+        close()
+        return
+    with contextlib.suppress(Exception):
+        close()

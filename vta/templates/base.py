@@ -32,7 +32,7 @@ from hw_config import HwConfig
 from hw_config.layout import MEMOP_DRAM_ADDR_BITS
 from simulator.image import ProgramImage
 from simulator.stats import RunStats
-from vta.device import Buffer, SimDevice, free_all
+from vta.device import Buffer, SimDevice, close_on_exit, free_all
 from vta.environment import Environment, config_of
 from vta.runtime import CommandQueue, Program, ScheduleError
 from vta.space import Config, ConfigSpace, KnobError
@@ -368,11 +368,7 @@ class CompiledOp:
         return self
 
     def __exit__(self, exc_type, *exc) -> None:
-        if exc_type is None:
-            self.close()
-        else:   # the body's error says what went wrong: a device it lost fails the frees too, which must not hide it
-            with suppress(Exception):
-                self.close()
+        close_on_exit(self.close, exc_type is not None)
 
     def stage(self, *args: np.ndarray, **inputs: np.ndarray) -> None:
         """Pack the inputs into the device buffers (what ``run`` does before running)."""
