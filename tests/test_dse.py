@@ -478,6 +478,30 @@ def test_a_second_search_into_the_same_out_is_refused_while_the_first_runs(tmp_p
     assert sorted(p.name for p in out.iterdir()) == [RECORDS] and (out / RECORDS).read_text() == ""
 
 
+def test_a_search_lock_is_not_held_by_the_processes_it_forks(tmp_path):
+    """vta dse --parallel forks its workers while it holds the lock: a flock belongs to the open file, so a worker
+    kept it after the search was killed, refusing the rerun until the worker's point was done. The children close
+    their copies: with the search gone and a child it forked still alive, the lock can be taken."""
+    from simulator.files import write_lock
+    path = tmp_path / RECORDS
+    started, ready = os.pipe()
+    with write_lock(path, "--out", "busy"):
+        child = os.fork()
+        if child == 0:   # a worker, still busy when its parent ends
+            os.write(ready, b"x")   # (after the fork's handlers ran)
+            time.sleep(30)
+            os._exit(0)
+        os.read(started, 1)
+    os.close(started)
+    os.close(ready)
+    try:
+        with write_lock(path, "--out", "busy"):   # the search is gone; its worker must not hold the lock
+            pass
+    finally:
+        os.kill(child, signal.SIGKILL)
+        os.waitpid(child, 0)
+
+
 def test_worker_processes_rerun_the_points_a_dead_worker_lost(searched, tmp_path, monkeypatch):
     """--parallel 2: a point whose worker dies every time fails alone (its worker died twice: in the pool, then
     alone); the points the broken pool lost with it run again and equal the in-process search."""
