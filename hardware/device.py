@@ -13,12 +13,10 @@ simulator places them, instructions go to a region of their own above them, and 
 
 from __future__ import annotations
 
-import functools
 import threading
 import time
-from collections.abc import Callable
 from pathlib import Path
-from typing import Any, Concatenate, ParamSpec, Protocol, TypeVar
+from typing import Any, Protocol
 
 import numpy as np
 
@@ -30,6 +28,7 @@ from hw_config.buffer import Buffer, alloc_size, checked_buffer
 from hw_config.checks import is_whole
 from hw_config.isa_rules import MODULES, module_indices
 from hw_config.layout import OPCODE_BITS, OPCODES
+from hw_config.locking import serialised
 
 CDEF = """
 typedef struct vta_rtl vta_rtl;
@@ -112,20 +111,6 @@ def _library(path: Path) -> tuple[Any, Any]:
     return _LIBS[path]
 
 
-_P = ParamSpec("_P")
-_R = TypeVar("_R")
-
-
-def _serialised(method: Callable[Concatenate[RtlDevice, _P], _R]) -> Callable[Concatenate[RtlDevice, _P], _R]:
-    """An RtlDevice method that holds the device's lock: the model (cffi calls, which release the GIL) is one
-    caller's at a time."""
-    @functools.wraps(method)
-    def locked(self: RtlDevice, *args: _P.args, **kwargs: _P.kwargs) -> _R:
-        with self._lock:
-            return method(self, *args, **kwargs)
-    return locked
-
-
 class RtlDevice:
     """The accelerator's RTL for ``cfg`` as a device: the Device surface (alloc, free, copy_in, copy_out,
     run), raw DRAM write/read, launch, replay of program images.
@@ -154,10 +139,10 @@ class RtlDevice:
         self.last_stats: RtlRunStats | None = None
         self.wall_seconds = 0.0           # host time spent simulating runs (``run``), in all
         self._space = _Space()
-        self._lock = threading.RLock()    # _serialised: one caller in the model at a time (RLock: run nests)
+        self._lock = threading.RLock()    # serialised: one caller in the model at a time (RLock: run nests)
 
     # ---- the Device surface ----
-    @_serialised
+    @serialised
     def alloc(self, nbytes: int) -> Buffer:
         """A zeroed, page-aligned DRAM buffer of ``nbytes`` bytes."""
         n = alloc_size(nbytes)
@@ -165,12 +150,12 @@ class RtlDevice:
         self.write(addr, np.zeros(self._space.sizes[addr], np.uint8))
         return Buffer(addr, n)
 
-    @_serialised
+    @serialised
     def free(self, buf: Buffer) -> None:
         size = self._space.release(checked_buffer(buf).addr)
         self._lib.vta_rtl_dram_unmap(self._handle, buf.addr, size)
 
-    @_serialised
+    @serialised
     def copy_in(self, buf: Buffer, data: np.ndarray | bytes, offset: int = 0) -> None:
         checked_buffer(buf)
         raw = np.frombuffer(data, np.uint8) if isinstance(data, (bytes, bytearray)) else \
@@ -179,14 +164,14 @@ class RtlDevice:
             raise ValueError(f"copy of {raw.size} bytes at offset {offset} overruns a {buf.nbytes}-byte buffer")
         self.write(buf.addr + offset, raw)
 
-    @_serialised
+    @serialised
     def copy_out(self, buf: Buffer, nbytes: int | None = None, offset: int = 0) -> np.ndarray:
         n = checked_buffer(buf).nbytes - offset if nbytes is None else nbytes
         if offset < 0 or n < 0 or offset + n > buf.nbytes:
             raise ValueError(f"read of {n} bytes at offset {offset} overruns a {buf.nbytes}-byte buffer")
         return self.read(buf.addr + offset, n)
 
-    @_serialised
+    @serialised
     def run(self, insns: np.ndarray | bytes, *, compute: bool = True, trace: bool = False) -> RtlRunStats:
         """Run an instruction stream (it is written above every buffer); returns the run's stats, with the
         per-instruction (module, start, end) trace when ``trace``. The RTL always moves the data:
@@ -216,7 +201,7 @@ class RtlDevice:
         return R.register_offset(self.cfg, block, offset)
 
     # ---- DRAM ----
-    @_serialised
+    @serialised
     def write(self, addr: int, data: bytes | np.ndarray) -> None:
         """Write ``data``'s bytes into the model's DRAM at byte ``addr`` (inside [0, 4 GiB))."""
         raw = np.ascontiguousarray(np.frombuffer(bytes(data), np.uint8) if isinstance(data, (bytes, bytearray))
@@ -226,7 +211,7 @@ class RtlDevice:
         if self._lib.vta_rtl_dram_write(self._handle, addr, buf, raw.size):
             raise RtlError(f"DRAM write of {raw.size} bytes at 0x{addr:x} failed")
 
-    @_serialised
+    @serialised
     def read(self, addr: int, nbytes: int) -> np.ndarray:
         """``nbytes`` bytes of the model's DRAM from byte ``addr`` (inside [0, 4 GiB); never written: zeros)."""
         addr = _dram_range(addr, nbytes, "read")   # before the buffer is allocated
@@ -234,35 +219,35 @@ class RtlDevice:
         self._lib.vta_rtl_dram_read(self._handle, addr, self._ffi.from_buffer("uint8_t[]", out), out.size)
         return out
 
-    @_serialised
+    @serialised
     def clear_dram(self) -> None:
         self._lib.vta_rtl_dram_clear(self._handle)
 
-    @_serialised
+    @serialised
     def reset(self) -> None:
         """Reset the model as at power-up: registers, queues and SRAMs (zero); DRAM is kept."""
         if self._lib.vta_rtl_reset(self._handle):
             raise RtlError("could not reset the RTL model")
 
     # ---- registers and runs ----
-    @_serialised
+    @serialised
     def write_register(self, block: str, offset: int, value: int) -> None:
         """Write a register through its block's AXI4-Lite port (a few clock cycles of the model)."""
         self.write_mmio(self._reg(block, offset), value)
 
-    @_serialised
+    @serialised
     def read_register(self, block: str, offset: int) -> int:
         """Read a register through its block's AXI4-Lite port (reading a CTRL clears its ap_done)."""
         return self.read_mmio(self._reg(block, offset))
 
-    @_serialised
+    @serialised
     def write_mmio(self, offset: int, value: int) -> None:
         """Write the register at byte ``offset`` from MMIO_BASE (block ``offset // MMIO_RANGE``) over AXI4-Lite."""
         offset = self._mmio(offset)
         if self._lib.vta_rtl_reg_write(self._handle, offset, _whole(value, "value", -(2**31), 2**32 - 1) & 0xFFFFFFFF):
             raise RtlError(f"the AXI4-Lite write of register 0x{offset:x} got no response")
 
-    @_serialised
+    @serialised
     def read_mmio(self, offset: int) -> int:
         """Read the register at byte ``offset`` from MMIO_BASE over AXI4-Lite."""
         return int(self._lib.vta_rtl_reg_read(self._handle, self._mmio(offset)))
@@ -271,7 +256,7 @@ class RtlDevice:
         """An MMIO byte offset inside the four register blocks."""
         return _whole(offset, "MMIO offset", 0, len(R.MMIO_BLOCKS) * self.cfg.MMIO_RANGE - 1)
 
-    @_serialised
+    @serialised
     def run_until_done(self, max_cycles: int) -> tuple[bool, int]:
         """Clock the model, polling compute's ``done`` over AXI4-Lite, for at most ``max_cycles`` cycles;
         returns (done, cycles). A DMA fault or an AXI violation raises ``RtlError``."""
@@ -283,7 +268,7 @@ class RtlDevice:
             raise RtlError(self._ffi.string(err).decode())
         return status == 0, int(cycles[0])
 
-    @_serialised
+    @serialised
     def axi_stats(self) -> dict[str, int]:
         """The AXI4 master's traffic since the model was made: bursts and beats each way, longest bursts."""
         out = self._ffi.new("uint64_t[6]")
@@ -291,13 +276,13 @@ class RtlDevice:
         keys = ("read_bursts", "write_bursts", "read_beats", "write_beats", "longest_read", "longest_write")
         return {k: int(out[i]) for i, k in enumerate(keys)}
 
-    @_serialised
+    @serialised
     def stress(self, percent: int, seed: int = 0) -> None:
         """Make the DRAM model stall its AXI4 ready signals and responses at random (``percent`` of cycles
         each; 0 stops it), to exercise the master's back-pressure."""
         self._lib.vta_rtl_stress(self._handle, _whole(seed, "seed", 0, 2**64 - 1), _whole(percent, "percent", 0, 100))
 
-    @_serialised
+    @serialised
     def launch(self, insn_addr: int, count: int, max_cycles: int = DEFAULT_MAX_CYCLES) -> int:
         """Run ``count`` instructions at DRAM byte address ``insn_addr``; returns the cycles from launch to done."""
         return self._launch_traced(insn_addr, count, max_cycles, False)[0]
@@ -356,14 +341,14 @@ class RtlDevice:
             out.append((MODULES[m], int(starts[m][k]), int(ends[m][k])))
         return out
 
-    @_serialised
+    @serialised
     def run_program(self, insns: np.ndarray | bytes, insn_addr: int, max_cycles: int = DEFAULT_MAX_CYCLES) -> int:
         """Write an instruction stream to DRAM at ``insn_addr`` and run it."""
         raw = _stream_bytes(insns)
         self.write(insn_addr, raw)
         return self.launch(insn_addr, raw.size // INSN_BYTES, max_cycles)
 
-    @_serialised
+    @serialised
     def replay(self, image: Image, max_cycles: int = DEFAULT_MAX_CYCLES) -> tuple[list[tuple[int, np.ndarray]], int]:
         """Run a program image: write its segments and stream, run, read the segments back.
         Returns (final segments, cycles). DRAM is cleared first and after, so replays do not leak: that

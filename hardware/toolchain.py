@@ -3,12 +3,13 @@ PyPI. Every entry point asks here first, so a missing tool is one clear message 
 
 from __future__ import annotations
 
-import fcntl
 import importlib
 import os
 from collections.abc import Callable, Iterator
-from contextlib import contextmanager
+from contextlib import ExitStack, contextmanager
 from pathlib import Path
+
+from hw_config.locking import file_lock
 
 INSTALL_HINT = "pip install -e '.[hw]'  (or: pip install 'vta-stack[hw]')"
 
@@ -84,19 +85,14 @@ def locked_dir(directory: Path, variable: str, progress: Callable[[str], None] |
     """Hold an exclusive lock on ``directory`` (created if missing: ``cache_dir``), so two processes building the
     same cache entry take turns instead of writing one file twice; ``progress(text)`` hears when this one waits."""
     cache_dir(directory, variable)
-    try:
-        lock = open(directory / ".lock", "w")  # noqa: SIM115 - closed below, after the error is named
-    except OSError as e:
-        raise _cache_error(e, directory, variable) from None
-    with lock:
-        try:
-            fcntl.flock(lock, fcntl.LOCK_EX | fcntl.LOCK_NB)
-        except BlockingIOError:
-            if progress is not None:
-                progress(f"waiting for another process that is writing {directory} (it holds {lock.name}) ...")
-            fcntl.flock(lock, fcntl.LOCK_EX)
-        try:
-            yield
-        finally:
-            fcntl.flock(lock, fcntl.LOCK_UN)
 
+    def wait(path: str) -> None:
+        if progress is not None:
+            progress(f"waiting for another process that is writing {directory} (it holds {path}) ...")
+
+    with ExitStack() as held:
+        try:
+            held.enter_context(file_lock(directory / ".lock", wait))
+        except OSError as e:
+            raise _cache_error(e, directory, variable) from None
+        yield

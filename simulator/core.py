@@ -2,18 +2,17 @@
 
 from __future__ import annotations
 
-import functools
 import hashlib
 import os
 import threading
-from collections.abc import Callable
 from functools import lru_cache
-from typing import TYPE_CHECKING, Concatenate, ParamSpec, TypeVar
+from typing import TYPE_CHECKING
 
 import numpy as np
 
 from hw_config import HwConfig, load_config
 from hw_config.capabilities import violations
+from hw_config.locking import serialised
 from simulator.dram import AddressSpace
 from simulator.errors import (
     DEFAULT_MAX_CYCLES,
@@ -133,21 +132,6 @@ def _params(cfg: HwConfig):
 
 LATENCY_CACHE_STREAMS = 512   # board-model results a simulator keeps (a few hundred bytes each)
 
-_P = ParamSpec("_P")
-_R = TypeVar("_R")
-
-
-def _serialised(method: Callable[Concatenate[Simulator, _P], _R]) -> Callable[Concatenate[Simulator, _P], _R]:
-    """A Simulator method that holds the simulator's lock: one call at a time per simulator (docs/simulator.md,
-    "Sharing a simulator between threads"). The C calls release the GIL, and the C state (DRAM, SRAMs, the GEMM
-    thread pool, the error buffer) is not meant for two callers at once."""
-    @functools.wraps(method)
-    def locked(self: Simulator, *args: _P.args, **kwargs: _P.kwargs) -> _R:
-        with self._lock:
-            return method(self, *args, **kwargs)
-    return locked
-
-
 class Simulator:
     """A simulated accelerator for one config: DRAM by physical address, SRAMs, run and replay.
 
@@ -172,7 +156,7 @@ class Simulator:
         threads = default_threads() if threads is None else _threads_value("threads", threads)
         self.cfg = cfg if isinstance(cfg, HwConfig) else load_config(cfg)
         self.strict = bool(strict)
-        self._lock = threading.RLock()   # _serialised: one call into the C state at a time (RLock: replay nests)
+        self._lock = threading.RLock()   # serialised: one call into the C state at a time (RLock: replay nests)
         self._err = ffi.new("char[]", ERR_LEN)
         self._space = AddressSpace()
         handle = lib.vta_sim_create(_params(self.cfg), self._err, ERR_LEN)
@@ -184,20 +168,20 @@ class Simulator:
         self._latency_cache: dict[tuple[bytes, int], float] = {}
         self._first_stream: tuple[np.ndarray, int, float] | None = None   # not yet keyed (_board_latency)
 
-    @_serialised
+    @serialised
     def _set_threads(self, threads: int, min_macs: int = PARALLEL_MIN_MACS) -> None:
         """Set the GEMM threads, and the MAC count from which a GEMM is split (tests use 0: split every one)."""
         threads = _threads_value("threads", threads)
         self._check(lib.vta_sim_set_threads(self._sim, threads, min_macs, self._err, ERR_LEN))
         self.threads = threads
 
-    @_serialised
+    @serialised
     def set_profile(self, on: bool = True) -> None:
         """Count the host time of every later run by class (``profile``), from zero; off by default (it reads a
         clock around each instruction). It never changes a result, counter or cycle."""
         lib.vta_sim_set_profile(self._sim, int(bool(on)))
 
-    @_serialised
+    @serialised
     def profile(self) -> dict[str, float]:
         """Host seconds the runs since ``set_profile(True)`` spent, by class: ``load`` / ``store`` (executing LOADs
         and STOREs), ``gemm``, ``alu``, ``weight_layout`` (the GEMM kernels' layouts of weight tiles, built at a LOAD
@@ -207,7 +191,7 @@ class Simulator:
         lib.vta_sim_profile(self._sim, ns)
         return {name: ns[i] * 1e-9 for i, name in enumerate(PROFILE_CLASSES)}
 
-    @_serialised
+    @serialised
     def _weight_layout(self, tile: int) -> set[str]:
         """For tests: the GEMM layouts of weight tile ``tile`` that are up to date ("own": the kernel path's;
         "quads": the unsigned-input kernels', with "sum2" / "sum4" where their int16 sums of two / four quads are
@@ -223,7 +207,7 @@ class Simulator:
             raise ERROR_CLASSES.get(rc, SimulatorError)(ffi.string(self._err).decode(), index)
 
     # ---- DRAM ----
-    @_serialised
+    @serialised
     def alloc(self, nbytes: int) -> int:
         """Map a zeroed, page-aligned region; returns its physical byte address."""
         addr = self._space.place(nbytes)
@@ -234,7 +218,7 @@ class Simulator:
             raise
         return addr
 
-    @_serialised
+    @serialised
     def map(self, addr: int, data: int | bytes | np.ndarray) -> None:
         """Map a region at an exact physical address: zeroed if ``data`` is a size, else holding ``data``."""
         payload = None if isinstance(data, (int, np.integer)) else _as_bytes(data)
@@ -247,22 +231,22 @@ class Simulator:
         if payload is not None:
             self.write(addr, payload)
 
-    @_serialised
+    @serialised
     def free(self, addr: int) -> None:
         self._space.release(addr)
         self._check(lib.vta_sim_unmap(self._sim, addr, self._err, ERR_LEN))
 
-    @_serialised
+    @serialised
     def regions(self) -> list[tuple[int, int]]:
         return self._space.regions()
 
-    @_serialised
+    @serialised
     def write(self, addr: int, data: bytes | np.ndarray) -> None:
         buf = _as_bytes(data)
         self._space.locate(addr, buf.size)   # inside one mapped region (MemoryAccessError otherwise)
         self._check(lib.vta_sim_write(self._sim, int(addr), ffi.from_buffer(buf), buf.size, self._err, ERR_LEN))
 
-    @_serialised
+    @serialised
     def read(self, addr: int, nbytes: int) -> np.ndarray:
         self._space.locate(addr, nbytes)     # checked before the buffer is allocated
         out = np.empty(int(nbytes), dtype=np.uint8)
@@ -283,7 +267,7 @@ class Simulator:
             raise SimulatorError(f"unknown SRAM {mem!r}; allowed: {', '.join(shapes)}")
         return shapes[mem]
 
-    @_serialised
+    @serialised
     def read_sram(self, mem: str, index: int, count: int) -> np.ndarray:
         dtype, shape = self._sram_shape(mem)
         self._sram_range(mem, index, count)
@@ -292,7 +276,7 @@ class Simulator:
                                      self._err, ERR_LEN))
         return out
 
-    @_serialised
+    @serialised
     def write_sram(self, mem: str, index: int, data: np.ndarray) -> None:
         dtype, shape = self._sram_shape(mem)
         arr = np.ascontiguousarray(np.asarray(data, dtype=dtype).reshape(-1, *shape))
@@ -300,13 +284,13 @@ class Simulator:
         self._check(lib.vta_sim_sram(self._sim, SRAM_IDS[mem], index, arr.shape[0], ffi.from_buffer(arr), 1,
                                      self._err, ERR_LEN))
 
-    @_serialised
+    @serialised
     def reset(self) -> None:
         """Zero every SRAM (they otherwise persist across runs, as on the hardware)."""
         lib.vta_sim_reset(self._sim)
 
     # ---- execution ----
-    @_serialised
+    @serialised
     def run(self, insns: bytes | np.ndarray, *, compute: bool = True, trace: bool = False,
             max_cycles: int | None = None, max_work: int | None = None) -> RunStats:
         """Run an instruction stream (N x 16 bytes, ending with FINISH); returns counters and timing.
@@ -375,7 +359,7 @@ class Simulator:
             self._latency_cache[key] = seconds
         return seconds
 
-    @_serialised
+    @serialised
     def replay(self, image: ProgramImage | str, **run_options) -> ReplayResult:
         """Run a program image in this simulator (whose config must match the image's).
 

@@ -4,11 +4,12 @@
 from __future__ import annotations
 
 import contextlib
-import fcntl
 import os
 import tempfile
 from collections.abc import Iterator
 from pathlib import Path
+
+from hw_config.locking import file_lock
 
 
 def check_output_path(path: str | os.PathLike, what: str = "output") -> None:
@@ -66,31 +67,9 @@ def write_lock(path: str | os.PathLike, what: str, hint: str) -> Iterator[None]:
     """Hold an exclusive lock on the file ``path`` (created if missing, never truncated) while the body runs, so that
     two processes never write one output at the same time; when another process holds it, a ValueError at once,
     ``"{what} {path}: another process is writing it; {hint}"``. The lock ends with the process, however it ends
-    (processes it forks meanwhile do not hold it)."""
-    fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_APPEND, 0o666)
-    try:
-        try:
-            fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
-        except BlockingIOError:
-            raise ValueError(f"{what} {os.fspath(path)}: another process is writing it; {hint}") from None
-        _HELD_LOCKS.add(fd)
+    (processes it forks meanwhile do not hold it): ``hw_config.locking.file_lock``."""
+    def refuse(text: str) -> None:
+        raise ValueError(f"{what} {text}: another process is writing it; {hint}")
+
+    with file_lock(path, refuse):
         yield
-    finally:
-        _HELD_LOCKS.discard(fd)
-        os.close(fd)
-
-
-# A flock belongs to the open file, which a fork shares: a forked worker (vta dse --parallel) would hold the lock on
-# after its parent was killed, and refuse the rerun until the worker's point was done. Children close their copies.
-_HELD_LOCKS: set[int] = set()
-
-
-def _close_held_locks_in_child() -> None:
-    for fd in _HELD_LOCKS:
-        with contextlib.suppress(OSError):
-            os.close(fd)
-    _HELD_LOCKS.clear()
-
-
-if hasattr(os, "register_at_fork"):
-    os.register_at_fork(after_in_child=_close_held_locks_in_child)

@@ -58,6 +58,7 @@ import numpy as np
 from hw_config import HwConfig
 from hw_config.buffer import alloc_size, checked_buffer
 from hw_config.isa_rules import INSN_BYTES
+from hw_config.locking import serialised
 from simulator.core import Simulator
 from simulator.errors import SimulatorError
 from simulator.stats import RunStats
@@ -178,7 +179,7 @@ class PynqDevice:
         self._insn: tuple[object, int, int] | None = None   # (pynq buffer, address, capacity in bytes)
         self._hung = False
         self._closed = False
-        self._lock = threading.RLock()   # one caller at a time: one accelerator, one instruction buffer
+        self._lock = threading.RLock()   # serialised: one accelerator, one instruction buffer, one caller at a time
         self._nop = assemble([GemmInsn()], cfg)            # the done-clearing instruction (see module doc)
         self._timing = Simulator(cfg)
         self._dev, self.board = self._open(board)
@@ -268,16 +269,16 @@ class PynqDevice:
             raise ValueError(f"buffer at 0x{buf.addr:x} is not allocated on this device ({self.board})")
         return arr
 
+    @serialised
     def alloc(self, nbytes: int) -> Buffer:
         """A physically contiguous board buffer (``pynq.allocate``) of ``nbytes`` bytes."""
-        with self._lock:
-            self._check_open()
-            size = alloc_size(nbytes)
-            n = max(1, size)
-            arr, addr = self._allocate(n)
-            self._arrays[addr] = arr
-            self._sizes[addr] = n
-            return Buffer(addr, size)
+        self._check_open()
+        size = alloc_size(nbytes)
+        n = max(1, size)
+        arr, addr = self._allocate(n)
+        self._arrays[addr] = arr
+        self._sizes[addr] = n
+        return Buffer(addr, size)
 
     def _allocate(self, n: int):
         try:
@@ -297,52 +298,52 @@ class PynqDevice:
             raise BoardError(f"{self.board}: buffer at 0x{addr:x} overlaps one this device still holds: {e}") from e
         return arr, addr
 
+    @serialised
     def free(self, buf: Buffer) -> None:
-        with self._lock:
-            arr = self._array(buf)
-            del self._arrays[buf.addr], self._sizes[buf.addr]
-            self._stale.discard(buf.addr)
-            self._timing.free(buf.addr)
-            try:
-                arr.freebuffer()
-            except Exception as e:
-                raise BoardError(f"{self.board}: freeing the buffer at 0x{buf.addr:x} failed: {_details(e)}") from e
+        arr = self._array(buf)
+        del self._arrays[buf.addr], self._sizes[buf.addr]
+        self._stale.discard(buf.addr)
+        self._timing.free(buf.addr)
+        try:
+            arr.freebuffer()
+        except Exception as e:
+            raise BoardError(f"{self.board}: freeing the buffer at 0x{buf.addr:x} failed: {_details(e)}") from e
 
+    @serialised
     def copy_in(self, buf: Buffer, data: np.ndarray | bytes, offset: int = 0) -> None:
-        with self._lock:
-            raw = np.frombuffer(data, np.uint8) if isinstance(data, (bytes, bytearray)) else \
-                np.ascontiguousarray(data).reshape(-1).view(np.uint8)
-            if offset < 0 or offset + raw.size > buf.nbytes:
-                raise ValueError(f"copy of {raw.size} bytes at offset {offset} overruns a {buf.nbytes}-byte buffer")
-            arr = self._array(buf)
-            try:
-                if self._sync and buf.addr in self._stale and raw.size < self._sizes[buf.addr]:
-                    arr.sync_from_device()     # keep what the accelerator wrote around the copied range
-                self._stale.discard(buf.addr)
-                arr[offset:offset + raw.size] = raw
-                if self._sync:
-                    arr.sync_to_device()
-            except Exception as e:
-                raise BoardError(f"{self.board}: copy to the buffer at 0x{buf.addr:x} failed: {_details(e)}") from e
+        raw = np.frombuffer(data, np.uint8) if isinstance(data, (bytes, bytearray)) else \
+            np.ascontiguousarray(data).reshape(-1).view(np.uint8)
+        if offset < 0 or offset + raw.size > buf.nbytes:
+            raise ValueError(f"copy of {raw.size} bytes at offset {offset} overruns a {buf.nbytes}-byte buffer")
+        arr = self._array(buf)
+        try:
+            if self._sync and buf.addr in self._stale and raw.size < self._sizes[buf.addr]:
+                arr.sync_from_device()     # keep what the accelerator wrote around the copied range
+            self._stale.discard(buf.addr)
+            arr[offset:offset + raw.size] = raw
+            if self._sync:
+                arr.sync_to_device()
+        except Exception as e:
+            raise BoardError(f"{self.board}: copy to the buffer at 0x{buf.addr:x} failed: {_details(e)}") from e
 
+    @serialised
     def copy_out(self, buf: Buffer, nbytes: int | None = None, offset: int = 0) -> np.ndarray:
-        with self._lock:
-            n = buf.nbytes - offset if nbytes is None else nbytes
-            if offset < 0 or n < 0 or offset + n > buf.nbytes:
-                raise ValueError(f"read of {n} bytes at offset {offset} overruns a {buf.nbytes}-byte buffer")
-            arr = self._array(buf)
-            try:
-                if self._sync and buf.addr in self._stale:
-                    arr.sync_from_device()
-                    self._stale.discard(buf.addr)
-                return np.array(arr[offset:offset + n], dtype=np.uint8)
-            except Exception as e:
-                raise BoardError(f"{self.board}: copy from the buffer at 0x{buf.addr:x} failed: {_details(e)}") from e
+        n = buf.nbytes - offset if nbytes is None else nbytes
+        if offset < 0 or n < 0 or offset + n > buf.nbytes:
+            raise ValueError(f"read of {n} bytes at offset {offset} overruns a {buf.nbytes}-byte buffer")
+        arr = self._array(buf)
+        try:
+            if self._sync and buf.addr in self._stale:
+                arr.sync_from_device()
+                self._stale.discard(buf.addr)
+            return np.array(arr[offset:offset + n], dtype=np.uint8)
+        except Exception as e:
+            raise BoardError(f"{self.board}: copy from the buffer at 0x{buf.addr:x} failed: {_details(e)}") from e
 
+    @serialised
     def regions(self) -> list[tuple[int, int]]:
         """The buffers a program may touch: (physical address, bytes) of every buffer allocated here."""
-        with self._lock:
-            return sorted(self._sizes.items())
+        return sorted(self._sizes.items())
 
     @property
     def instruction_region(self) -> tuple[int, int] | None:
@@ -364,41 +365,41 @@ class PynqDevice:
             self._insn = (arr, addr, capacity)
         return self._insn[1], self._insn[2]
 
+    @serialised
     def check(self, insns) -> np.ndarray:
         """Refuse (``ProgramRejected``) a program that would touch memory outside this device's buffers."""
-        with self._lock:
-            rows = np.array(_rows(insns), copy=True)   # what is checked is what runs, whatever the caller does next
-            insn_addr, capacity = self._place(rows) if rows.ndim == 2 and rows.shape[-1] == INSN_BYTES else (0, 0)
-            regions = self.regions() + [(insn_addr, capacity)]
-            check_program(rows, self.cfg, regions, (insn_addr + INSN_BYTES, len(rows) * INSN_BYTES),
-                          protected=[(insn_addr, capacity)])
-            return rows
+        rows = np.array(_rows(insns), copy=True)   # what is checked is what runs, whatever the caller does next
+        insn_addr, capacity = self._place(rows) if rows.ndim == 2 and rows.shape[-1] == INSN_BYTES else (0, 0)
+        regions = self.regions() + [(insn_addr, capacity)]
+        check_program(rows, self.cfg, regions, (insn_addr + INSN_BYTES, len(rows) * INSN_BYTES),
+                      protected=[(insn_addr, capacity)])
+        return rows
 
+    @serialised
     def run(self, insns: np.ndarray, *, compute: bool = True, trace: bool = False) -> BoardRunStats:
         """Check the program, launch it as VTADeviceRun does, wait for ``done``; returns the run's stats.
 
         ``compute=False`` does not launch (timing model only); ``trace`` attaches the model's trace.
         """
-        with self._lock:
-            self._check_open()
-            rows = self.check(insns)
-            if not compute:
-                self.last_stats = self._model(rows, trace, 0.0, launched=False)
-                return self.last_stats
-            if self._hung:
-                self._program()
-            arr, insn_addr, _ = self._insn
-            try:
-                arr[:INSN_BYTES] = self._nop.reshape(-1)
-                arr[INSN_BYTES:(len(rows) + 1) * INSN_BYTES] = rows.reshape(-1)
-                if self._sync:
-                    arr.sync_to_device()
-            except Exception as e:
-                raise BoardError(f"{self.board}: writing {len(rows)} instructions failed: {_details(e)}") from e
-            seconds = self._launch(insn_addr, len(rows))
-            self._stale.update(self._arrays)
-            self.last_stats = self._model(rows, trace, seconds, launched=True)
+        self._check_open()
+        rows = self.check(insns)
+        if not compute:
+            self.last_stats = self._model(rows, trace, 0.0, launched=False)
             return self.last_stats
+        if self._hung:
+            self._program()
+        arr, insn_addr, _ = self._insn
+        try:
+            arr[:INSN_BYTES] = self._nop.reshape(-1)
+            arr[INSN_BYTES:(len(rows) + 1) * INSN_BYTES] = rows.reshape(-1)
+            if self._sync:
+                arr.sync_to_device()
+        except Exception as e:
+            raise BoardError(f"{self.board}: writing {len(rows)} instructions failed: {_details(e)}") from e
+        seconds = self._launch(insn_addr, len(rows))
+        self._stale.update(self._arrays)
+        self.last_stats = self._model(rows, trace, seconds, launched=True)
+        return self.last_stats
 
     def _launch(self, insn_addr: int, count: int) -> float:
         """VTADeviceRun's register sequence (plus the done fix); returns launch-to-done seconds."""
@@ -469,19 +470,19 @@ class PynqDevice:
         if self._closed:
             raise BoardError(f"{self.board}: this PynqDevice is closed")
 
+    @serialised
     def close(self) -> None:
         """Free every buffer this device allocated (idempotent)."""
-        with self._lock:
-            if self._closed:
-                return
-            self._closed = True
-            arrays = list(self._arrays.values()) + ([self._insn[0]] if self._insn else [])
-            self._arrays.clear()
-            self._sizes.clear()
-            self._insn = None
-            for arr in arrays:
-                with contextlib.suppress(Exception):   # best effort: the board may be gone
-                    arr.freebuffer()
+        if self._closed:
+            return
+        self._closed = True
+        arrays = list(self._arrays.values()) + ([self._insn[0]] if self._insn else [])
+        self._arrays.clear()
+        self._sizes.clear()
+        self._insn = None
+        for arr in arrays:
+            with contextlib.suppress(Exception):   # best effort: the board may be gone
+                arr.freebuffer()
 
     def __enter__(self) -> PynqDevice:
         return self
