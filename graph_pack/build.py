@@ -12,7 +12,6 @@ host steps copy device values out only when they need them.
 
 from __future__ import annotations
 
-import contextlib
 import json
 import threading
 import time
@@ -33,7 +32,7 @@ from graph_pack.reference import check_input, check_inputs
 from hw_config import HwConfig
 from hw_config.checks import is_whole
 from simulator.stats import RunStats
-from vta.device import Buffer, Device, SimDevice, close_on_exit, free_all
+from vta.device import Buffer, Device, SimDevice, cleanup_on_error, close_on_exit, free_all
 from vta.environment import config_of
 from vta.numerics import pack_blocks, unpack_blocks
 from vta.runtime import ScheduleError, combine_stats
@@ -475,7 +474,8 @@ class _Builder:
         buffers: dict[str, Buffer | None] = {}
         staged: list[tuple[str, Buffer, str]] = []
         fresh: list[Buffer] = []
-        try:   # a group the template refuses (it then runs on the host) leaves nothing on the device
+        # a group the template refuses (it then runs on the host) leaves nothing on the device
+        with cleanup_on_error(lambda: free_all(self.device, fresh)):
             for name, nbytes in t.buffer_bytes().items():
                 value = group.operands.get(name)   # None for the output
                 chained = value not in consts and t.input_dtypes.get(name) == "int8" and value in self.producer_buffer
@@ -488,18 +488,10 @@ class _Builder:
                     staged.append((value, buffers[name], t.input_dtypes[name]))
             op = compile_template(t, self.schedule_for(group.task), device=self.device, max_insns=self.max_insns,
                                   buffers=template.Buffers(**buffers))
-            try:
+            with cleanup_on_error(op.close):
                 for name, value in group.operands.items():
                     if value in consts:   # packed once, from the param, straight into the template's layout
                         op.write(name, t.pack(name, consts[value]))
-            except BaseException:
-                with contextlib.suppress(Exception):   # a lost device fails the frees too: the first error says why
-                    op.close()
-                raise
-        except BaseException:
-            with contextlib.suppress(Exception):
-                free_all(self.device, fresh)
-            raise
         self.owned += fresh
         self.producer_buffer[group.output] = buffers["out"]
         return AccelStep(group, op, staged, group.output, self.g[group.output].shape, group.task, t.macs)
@@ -677,12 +669,9 @@ def build(graph: Graph, env, params: dict[str, np.ndarray], schedules: Schedules
 
     consts = timed("check params", lambda: Constants(graph, params))
     builder = _Builder(graph, cfg, consts, schedules, cpu, max_insns, fallback, device, host_schedules)
-    try:
+    # a build that fails leaves nothing on the device
+    with cleanup_on_error(lambda: release(builder.device, builder.steps, builder.owned)):
         steps = timed("compile", lambda: builder.run(graph.meta.get("groups", {})))
-    except BaseException:   # a build that fails leaves nothing on the device
-        with contextlib.suppress(Exception):   # a lost device fails the frees too: its own error says why
-            release(builder.device, builder.steps, builder.owned)
-        raise
     host_inputs = {i for s in steps for i in getattr(s, "inputs", ())}
     runtime_consts = timed("fold host constants", lambda: {k: consts[k] for k in host_inputs if k in consts})
     module = GraphModule(graph, cfg, builder.device, steps, runtime_consts, times, builder.owned)

@@ -7,7 +7,7 @@ above never asks which one it holds.
 from __future__ import annotations
 
 import contextlib
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from typing import TYPE_CHECKING, Protocol, runtime_checkable
 
 import numpy as np
@@ -16,7 +16,7 @@ from hw_config import HwConfig
 from hw_config.buffer import Buffer, alloc_size, checked_buffer
 from simulator.stats import RunStats
 
-__all__ = ["Buffer", "Device", "SimDevice", "close_on_exit", "free_all"]
+__all__ = ["Buffer", "Device", "SimDevice", "cleanup_on_error", "close_on_exit", "free_all"]
 
 if TYPE_CHECKING:   # the C simulator is loaded when a SimDevice is made, not when vta is imported
     from simulator.core import Simulator
@@ -83,9 +83,21 @@ def free_all(device: Device, buffers: list[Buffer]) -> None:
         raise error
 
 
+@contextlib.contextmanager
+def cleanup_on_error(cleanup: Callable[[], None]) -> Iterator[None]:
+    """Run the body; when it raises, ``cleanup()`` (freeing what it allocated) without letting the cleanup's own error
+    replace the body's: a lost device fails the frees too, and the first error says why."""
+    try:
+        yield
+    except BaseException:
+        with contextlib.suppress(Exception):
+            cleanup()
+        raise
+
+
 def close_on_exit(close: Callable[[], None], failed: bool) -> None:
     """A with-block's end for what holds device memory: ``close()``; after an error in the body, ``close()`` without
-    letting its own error replace the body's (a lost device fails the frees too, and the first error says why)."""
+    letting its own error replace the body's (as ``cleanup_on_error``)."""
     if not failed:
         close()
         return

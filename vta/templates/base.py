@@ -22,7 +22,7 @@ from __future__ import annotations
 import math
 import threading
 from collections.abc import Iterator
-from contextlib import contextmanager, suppress
+from contextlib import contextmanager
 from dataclasses import dataclass, field
 from typing import Any, ClassVar
 
@@ -32,7 +32,7 @@ from hw_config import HwConfig
 from hw_config.layout import MEMOP_DRAM_ADDR_BITS
 from simulator.image import ProgramImage
 from simulator.stats import RunStats
-from vta.device import Buffer, SimDevice, close_on_exit, free_all
+from vta.device import Buffer, SimDevice, cleanup_on_error, close_on_exit, free_all
 from vta.environment import Environment, config_of
 from vta.runtime import CommandQueue, Program, ScheduleError
 from vta.space import Config, ConfigSpace, KnobError
@@ -418,13 +418,9 @@ def bind_buffers(t: Template, device: SimDevice, given: Any = None) -> Any:
     need = t.buffer_bytes()
     if given is None:
         fresh: dict[str, Buffer | None] = {}
-        try:
+        with cleanup_on_error(lambda: free_all(device, [b for b in fresh.values() if b is not None])):
             for k, n in need.items():
                 fresh[k] = device.alloc(n) if n else None
-        except BaseException:
-            with suppress(Exception):   # a lost device fails the frees too: the first error says why
-                free_all(device, [b for b in fresh.values() if b is not None])
-            raise
         return t.Buffers(**fresh)
     for k, n in need.items():
         buf = getattr(given, k)
@@ -449,15 +445,11 @@ def compile_template(t: Template, config: Config | None = None, *, device: SimDe
     device = device or SimDevice(t.cfg)
     bufs = bind_buffers(t, device, buffers)
     owned = [b for b in vars(bufs).values() if b is not None] if buffers is None else []
-    try:
+    with cleanup_on_error(lambda: free_all(device, owned)):   # nothing this call allocated stays on the device
         queue = CommandQueue(device, max_insns=max_insns, record=True)
         owned.append(queue.uop_buffer)
         t.emit(queue, config, bufs)
         program = queue.program()
-    except BaseException:   # nothing this call allocated stays on the device
-        with suppress(Exception):   # a lost device fails the frees too: the first error says why
-            free_all(device, owned)
-        raise
     return CompiledOp(t, config, program, device, bufs, owned=owned)
 
 
