@@ -44,8 +44,10 @@ def header(script: str, what: str) -> str:
     """``# script: what`` plus date, CPU, cores, Python, numpy and its BLAS, and the 1-minute load average
     (other jobs on the machine show up there: on a shared 2-core machine they are the main source of noise)."""
     load = f", load {os.getloadavg()[0]:.2f}" if hasattr(os, "getloadavg") else ""
+    limited = ("\n# as an AVX2-only machine (bench/as_avx2.py): the simulator's GEMM kernels, the host kernels, "
+               "OpenBLAS and onnxruntime limited to AVX2 on this CPU" if os.environ.get("VTA_BENCH_ISA") else "")
     return (f"# {script}: {what}\n# {time.strftime('%Y-%m-%d')}, {cpu_name()} ({os.cpu_count()} CPUs), "
-            f"Python {sys.version.split()[0]}, numpy {np.__version__} ({blas()}){load}")
+            f"Python {sys.version.split()[0]}, numpy {np.__version__} ({blas()}){load}{limited}")
 
 
 def quoted(value: str, source: str) -> str:

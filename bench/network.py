@@ -18,7 +18,8 @@ compile time or for its functional simulator's wall time, so none is printed.
     python bench/network.py [--config pynq] [--model resnet-18] [--repeat 5] [--cpu auto] [--calibrate 4]
 
 ``VTA_SIM_KERNEL`` (docs/simulator.md, "Kernel paths") picks the simulator's GEMM kernel path, ``VTA_SIM_THREADS``
-its threads.
+its threads. ``python bench/as_avx2.py bench/network.py ...`` runs it as an AVX2-only machine would (every side,
+onnxruntime included, limited to AVX2 on this CPU), timing the portable and avx2 paths.
 """
 
 from __future__ import annotations
@@ -85,6 +86,12 @@ def ort_int8_sessions(model: onnx.ModelProto, name: str, shape: tuple[int, ...],
                             weight_type=QuantType.QInt8)
             sessions[label] = ort_session(out)
     return sessions
+
+
+def allowed_paths() -> tuple[str, ...]:
+    """The GEMM kernel paths to time: all this CPU supports, or under bench/as_avx2.py those an AVX2-only CPU has."""
+    limited = os.environ.get("VTA_BENCH_ISA") == "avx2"
+    return tuple(p for p in kernels_supported() if not limited or p in ("portable", "avx2"))
 
 
 def path_module(packed, cfg, qparams, cpu: str, path: str, threads: int):
@@ -170,7 +177,7 @@ def main() -> None:
     int8_top1 = {label: int(np.argmax(s.run(None, {"data": x})[0])) for label, s in int8.items()}
     own = mod.device.sim.kernel_path
     others = {p: path_module(packed, cfg, qparams, args.cpu, p, mod.device.sim.threads)
-              for p in (kernels_supported() if args.paths == "all" else ()) if p != own}
+              for p in (allowed_paths() if args.paths == "all" else ()) if p != own}
     for other in others.values():
         other.run(data=x)
     same_paths = all(np.array_equal(o.get_output(0), mod.get_output(0)) and o.stats == mod.stats

@@ -83,7 +83,8 @@ class _Jit:
     tm: object          # the optimiser's target machine (its data layout, its cost model)
     target: object      # the host's llvm Target: each engine takes a target machine of its own
     cpu: str
-    features: str
+    features: str       # LLVM's "+avx2,-avx512f,...": every feature it knows, on or off
+    feature_map: dict[str, bool]
     pto: object
     avx512: bool
 
@@ -153,6 +154,28 @@ if hasattr(os, "register_at_fork"):   # POSIX
     os.register_at_fork(before=_before_fork, after_in_parent=_after_fork, after_in_child=_after_fork)
 
 
+HOST_ISA_ENV = "VTA_HOST_ISA"
+# what each VTA_HOST_ISA value turns off of the CPU's own features (LLVM's names, by prefix): "avx2" is
+# x86-64-v3, the CPUs with AVX2 and FMA but no AVX-512, AVX10, AMX or the later VEX extensions
+_ISA_OFF = {"avx2": ("avx512", "avx10", "evex512", "amx", "avxvnni", "avxifma", "avxneconvert")}
+
+
+def host_features(llvm) -> dict[str, bool]:
+    """The host CPU's features as LLVM reports them, limited by ``VTA_HOST_ISA`` (unset or ``auto``: all of
+    them; ``avx2``: what an AVX2-only CPU has, so that a machine with AVX-512 builds, runs and measures the host
+    kernels such a CPU gets). Read once per process, when the first kernel is compiled."""
+    feats = {str(name): bool(on) for name, on in llvm.get_host_cpu_features().items()}
+    want = os.environ.get(HOST_ISA_ENV, "").strip().lower()
+    if want in ("", "auto"):
+        return feats
+    if want not in _ISA_OFF:
+        raise ValueError(f"{HOST_ISA_ENV}={want!r} is not a host ISA (allowed: auto, {', '.join(_ISA_OFF)})")
+    if not feats.get(want):
+        raise ValueError(f"{HOST_ISA_ENV}={want}, but this CPU ({llvm.get_host_cpu_name()}) does not support "
+                         f"{want.upper()}: unset it to use the CPU's own features")
+    return {name: on and not name.startswith(_ISA_OFF[want]) for name, on in feats.items()}
+
+
 def _jit() -> _Jit:
     """The process-wide host target, created on first use."""
     global _STATE
@@ -164,13 +187,14 @@ def _jit() -> _Jit:
                 raise ImportError(_INSTALL_HINT) from e
             llvm.initialize_native_target()
             llvm.initialize_native_asmprinter()
-            features = llvm.get_host_cpu_features().flatten()
+            feature_map = host_features(llvm)
+            features = ",".join(f"{'+' if on else '-'}{name}" for name, on in feature_map.items())
             target = llvm.Target.from_triple(llvm.get_process_triple())
             cpu = llvm.get_host_cpu_name()
             tm = target.create_target_machine(cpu=cpu, features=features, opt=3, jit=True)
             pto = llvm.create_pipeline_tuning_options(speed_level=3)
             pto.loop_unrolling = False  # the IR is unrolled where it pays; LLVM's unrolling doubled compile time
-            _STATE = _Jit(llvm, tm, target, cpu, features, pto, "+avx512f" in features.split(","))
+            _STATE = _Jit(llvm, tm, target, cpu, features, feature_map, pto, feature_map.get("avx512f", False))
         return _STATE
 
 

@@ -119,16 +119,67 @@ def test_non_contiguous_inputs():
     _check("nn.dense", [_floats(rng, (6, 3)).T, _floats(rng, (4, 6))])
 
 
+@pytest.fixture
+def jit_for(monkeypatch):
+    """Starts the process's JIT afresh for a VTA_HOST_ISA value (the state and caches are put back after)."""
+    from graph_pack.host_templates import target
+
+    def start(isa: str) -> list[str]:
+        monkeypatch.setenv("VTA_HOST_ISA", isa)
+        monkeypatch.setattr(jit, "_STATE", None)
+        monkeypatch.setattr(jit, "_CACHE", jit.KernelCache())
+        target.host.cache_clear()
+        irs: list[str] = []
+        compile_ir = jit._compile
+        monkeypatch.setattr(jit, "_compile", lambda ir, *a: irs.append(ir) or compile_ir(ir, *a))
+        return irs
+
+    yield start
+    target.host.cache_clear()
+
+
+def _assembly(irs: list[str]) -> str:
+    """The x86 assembly of these modules, for the CPU and features the JIT compiles them for."""
+    st = jit._jit()
+    tm = st.target.create_target_machine(cpu=st.cpu, features=st.features, opt=3)
+    return "".join(tm.emit_assembly(st.llvm.parse_assembly(ir)) for ir in irs)
+
+
 @needs_llvmlite
-def test_plans_for_a_host_without_avx512(monkeypatch):
-    """16 registers and at most 8 float lanes: other tiles, the same bits (LLVM lowers them on any x86)."""
-    jit._jit()
-    monkeypatch.setattr(jit._STATE, "avx512", False)
-    monkeypatch.setattr(jit, "_CACHE", jit.KernelCache())
+@pytest.mark.skipif(not jit.available() or "+avx2" not in jit._jit().features.split(","),
+                    reason="VTA_HOST_ISA=avx2 needs an x86 CPU with AVX2")
+def test_kernels_for_an_avx2_only_cpu(jit_for):
+    """VTA_HOST_ISA=avx2 builds what an AVX2-only CPU gets on any AVX2 machine: other plans (16 registers, at
+    most 8 float lanes), no AVX-512 instruction, the same bits."""
+    from graph_pack.host_templates import host
+
+    native, native_host = jit._jit(), host()
+    irs = jit_for("avx2")
+    assert not jit._jit().avx512 and "-avx512f" in jit._jit().features.split(",")
+    # tuned host schedules are kept apart by the CPU's fingerprint, which counts the features left on
+    assert host().vector_bits == 256 and (host().fingerprint != native_host.fingerprint or not native.avx512)
     rng = np.random.default_rng(11)
     _check("nn.conv2d", [_floats(rng, (1, 5, 19, 21)), _floats(rng, (12, 5, 3, 3))], padding=1, strides=(1, 2))
+    _check("nn.conv2d", [_floats(rng, (1, 3, 23, 21)), _floats(rng, (8, 3, 7, 7))], padding=3, strides=2)
+    _check("nn.conv2d", [_data(rng, (1, 16, 12, 12), "int8"), _data(rng, (16, 16, 3, 3), "int8")], padding=1,
+           out_dtype="int32")
     _check("nn.max_pool2d", [_data(rng, (1, 3, 19, 21), "int8")], pool_size=3, strides=2)
+    _check("nn.avg_pool2d", [_floats(rng, (1, 4, 9, 10))], pool_size=3, strides=2, padding=1)
     _check("nn.dense", [_floats(rng, (2, 19)), _floats(rng, (13, 19))])
+    _check("nn.dense", [_data(rng, (3, 37), "int8"), _data(rng, (21, 37), "int8")], out_dtype="int32")
+    asm = _assembly(irs)
+    assert "ymm" in asm and "zmm" not in asm
+    if native.avx512:   # the same kernels for the CPU's own features do use AVX-512 (the check above can fail)
+        irs = jit_for("auto")
+        _check("nn.conv2d", [_floats(rng, (1, 5, 19, 21)), _floats(rng, (12, 5, 3, 3))], padding=1, strides=(1, 2))
+        assert "zmm" in _assembly(irs)
+
+
+@needs_llvmlite
+def test_host_isa_is_checked(jit_for):
+    jit_for("avx-512")
+    with pytest.raises(ValueError, match=r"VTA_HOST_ISA='avx-512' is not a host ISA \(allowed: auto, avx2\)"):
+        jit._jit()
 
 
 DENSES = [(1, 64, 100), (2, 37, 21), (3, 5, 1), (4, 300, 33)]

@@ -68,12 +68,14 @@ def _llvm():
 
 @functools.cache
 def host() -> CpuTarget:
-    """This machine's CPU as LLVM sees it."""
-    llvm = _llvm()
-    feats = llvm.get_host_cpu_features()
+    """This machine's CPU as LLVM sees it (with the features ``VTA_HOST_ISA`` leaves on: graph_pack.jit)."""
+    from graph_pack.jit import _jit
+
+    st = _jit()
+    llvm, feats = st.llvm, st.feature_map   # as VTA_HOST_ISA limits them
     enabled = ",".join(sorted(f"+{k}" for k, v in feats.items() if v))
     bits = 512 if feats.get("avx512f") else 256 if feats.get("avx2") or feats.get("avx") else 128
-    return CpuTarget(llvm.get_process_triple(), llvm.get_host_cpu_name(), enabled, bits)
+    return CpuTarget(llvm.get_process_triple(), st.cpu, enabled, bits)
 
 
 # the ARM boards of VTA deployments: a 64-bit Cortex-A53/A72 class board (RK3399, Raspberry Pi 3/4) and the
