@@ -92,7 +92,11 @@ def onnxruntime_limited_to_avx2() -> Path:
         sys.exit(f"as_avx2.py: expected one onnxruntime extension module in {package / 'capi'}, found {len(libs)}")
     stat = libs[0].stat()
     key = hashlib.sha256(f"{libs[0]}|{stat.st_size}|{stat.st_mtime_ns}".encode()).hexdigest()[:12]
-    home = CACHE / f"onnxruntime-{importlib.metadata.version('onnxruntime')}-avx2-{key}"
+    try:
+        version = importlib.metadata.version("onnxruntime")
+    except importlib.metadata.PackageNotFoundError:   # another distribution name (onnxruntime-gpu ...)
+        version = "other"
+    home = CACHE / f"onnxruntime-{version}-avx2-{key}"
     if (home / "checked").exists():
         return home
     CACHE.mkdir(parents=True, exist_ok=True)
