@@ -46,6 +46,10 @@ def _onnx():
         import onnx
     except ImportError as e:
         raise ImportError("from_onnx needs the onnx package: pip install 'vta-stack[onnx]'") from e
+    except Exception as e:   # e.g. protobuf's VersionError: a later install downgraded protobuf under onnx
+        raise ImportError(f"the onnx package is installed but cannot load ({type(e).__name__}: "
+                          f"{str(e).splitlines()[0][:200]}): reinstall the extras in one command, e.g. "
+                          "pip install -e '.[onnx,pynq]', so that pip picks versions that fit together") from e
     return onnx
 
 

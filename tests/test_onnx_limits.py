@@ -564,3 +564,23 @@ def test_the_text_check_reads_protobuf_7_descriptors():
     with pytest.raises(GraphError) as got:
         _check_text(_AsProtobuf7(bad))
     assert str(got.value) == str(want.value)
+
+
+def test_an_onnx_that_cannot_load_says_how_to_fix_it(tmp_path):
+    """Installing the pynq extra after the onnx one downgrades protobuf under onnx, whose import then raises
+    protobuf's VersionError (not an ImportError): one line saying so and how to reinstall, no traceback."""
+    shadow = tmp_path / "shadow" / "onnx"
+    shadow.mkdir(parents=True)
+    (shadow / "__init__.py").write_text(
+        "class VersionError(Exception):\n    pass\n"
+        "raise VersionError('Detected incompatible Protobuf Gencode/Runtime versions when loading onnx/onnx-ml.proto:"
+        " gencode 6.31.1 runtime 5.29.6. Runtime version cannot be older than the linked gencode version.')\n")
+    env = {**os.environ, "PYTHONPATH": os.pathsep.join([str(shadow.parent), os.environ.get("PYTHONPATH", "")])}
+    proc = subprocess.run([sys.executable, "-m", "vta", "run", str(ROOT / "tests" / "data" / "digits_cnn.onnx"),
+                           "--start", "qnn.quantize", "--stop", "nn.batch_flatten"],
+                          cwd=tmp_path, capture_output=True, text=True, timeout=300, env=env, check=False)
+    assert "Traceback" not in proc.stderr and proc.returncode == 2, (proc.returncode, proc.stderr)
+    lines = proc.stderr.strip().splitlines()
+    assert len(lines) == 1 and lines[0].startswith("vta: error: the onnx package is installed but cannot load "
+                                                   "(VersionError: Detected incompatible Protobuf"), lines
+    assert "pip install -e '.[onnx,pynq]'" in lines[0]
