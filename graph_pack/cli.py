@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import argparse
 import difflib
+import os
 import sys
 import time
 from pathlib import Path
@@ -44,7 +45,9 @@ def load_model(model: str, batch: int, image_size: int | None, seed: int,
                max_model_bytes: int | None = None) -> tuple[Graph, dict, tuple[str, str]]:
     """(graph, params, default (start, stop)) for a zoo name or an ONNX file. ``shapes`` (ONNX only) are
     input shapes; ``max_tensor_bytes`` / ``max_model_bytes`` bound the import (from_onnx's defaults when
-    None); a zoo model's size is estimated and checked before it is built."""
+    None); a zoo model's size is estimated and checked before it is built. Every network command starts here, so a bad
+    ``VTA_HOST_ISA`` is refused here, before the work (``jit.check_host_isa``)."""
+    jit.check_host_isa()
     max_tensor_bytes = max_tensor_bytes or DEFAULT_MAX_TENSOR_BYTES
     max_model_bytes = max_model_bytes or DEFAULT_MAX_MODEL_BYTES
     path = Path(model)
@@ -289,6 +292,8 @@ def _run(args: argparse.Namespace) -> int:
     where = "the RTL, simulated cycle by cycle by Verilator" if args.device == "rtl" else \
         f"the board {getattr(board, 'board', board)}" if board is not None else \
         f"the simulator: {sim.kernel_path} kernels, {sim.threads} GEMM thread(s)"
+    if os.environ.get(jit.HOST_ISA_ENV, "") not in ("", "auto"):
+        where += f"; host kernels for {os.environ[jit.HOST_ISA_ENV]} ({jit.HOST_ISA_ENV})"
     print(f"{args.model} on {cfg.model} ({cfg.CLOCK_MHZ:g} MHz, {where}), batch {batch}, input {graph[data].shape}")
     if schedules is not None:
         print(schedules.summary())

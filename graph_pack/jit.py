@@ -165,15 +165,22 @@ def host_features(llvm) -> dict[str, bool]:
     them; ``avx2``: what an AVX2-only CPU has, so that a machine with AVX-512 builds, runs and measures the host
     kernels such a CPU gets). Read once per process, when the first kernel is compiled."""
     feats = {str(name): bool(on) for name, on in llvm.get_host_cpu_features().items()}
-    want = os.environ.get(HOST_ISA_ENV, "").strip().lower()
+    want = os.environ.get(HOST_ISA_ENV, "")
     if want in ("", "auto"):
         return feats
     if want not in _ISA_OFF:
-        raise ValueError(f"{HOST_ISA_ENV}={want!r} is not a host ISA (allowed: auto, {', '.join(_ISA_OFF)})")
+        raise ValueError(f"{HOST_ISA_ENV}={want} is not a host ISA (allowed: auto, {', '.join(_ISA_OFF)})")
     if not feats.get(want):
         raise ValueError(f"{HOST_ISA_ENV}={want}, but this CPU ({llvm.get_host_cpu_name()}) does not support "
                          f"{want.upper()}: unset it to use the CPU's own features")
     return {name: on and not name.startswith(_ISA_OFF[want]) for name, on in feats.items()}
+
+
+def check_host_isa() -> None:
+    """A ``VTA_HOST_ISA`` that is not ``auto`` checked now (ValueError), as a command starts, rather than when its
+    first host kernel is compiled, after the work before it (a tuning run's)."""
+    if os.environ.get(HOST_ISA_ENV, "") not in ("", "auto") and available():
+        _jit()
 
 
 def _jit() -> _Jit:

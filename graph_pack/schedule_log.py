@@ -94,7 +94,9 @@ class LoggedSchedules:
         missing = self.missing()
         line = (f"schedules: {len(self.applied)} of {len(self.asked)} task(s) from {self.path} (the best of "
                 f"{self.records} record(s) for {self.cfg.model})")
-        skipped = [f"{n} {what}" for n, what in ((self.foreign, "of another config or template version"),
+        other = ("of another CPU (or feature set: VTA_HOST_ISA) or template version" if isinstance(self.cfg, CpuTarget)
+                 else "of another config or template version")
+        skipped = [f"{n} {what}" for n, what in ((self.foreign, other),
                                                   (self.unreadable, "unreadable"),
                                                   (self.refused, "refused by the template")) if n]
         if skipped:

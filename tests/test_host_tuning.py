@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import io
 import json
+import os
 import re
 import subprocess
 import time
@@ -157,8 +158,9 @@ def test_the_cost_model_tuner_ranks_host_configs():
     assert tuner.fits >= 1
 
 
-def _vta(*argv: str, cwd) -> subprocess.CompletedProcess:
-    return subprocess.run(["vta", *argv], capture_output=True, text=True, cwd=cwd, timeout=600, check=False)
+def _vta(*argv: str, cwd, **env: str) -> subprocess.CompletedProcess:
+    return subprocess.run(["vta", *argv], capture_output=True, text=True, cwd=cwd, timeout=600, check=False,
+                          env={**os.environ, **env})
 
 
 def test_vta_tune_and_run_target_cpu_use_the_log(tmp_path):
@@ -178,6 +180,13 @@ def test_vta_tune_and_run_target_cpu_use_the_log(tmp_path):
     assert "check: output matches the numpy reference" in ran.stdout
     assert re.search(r"^fc +nn.dense +tuned +fc.bias", ran.stdout, re.MULTILINE)   # which kernel runs each node
     assert re.search(r"^stem.conv +nn.conv2d +jit +stem.bn, stem.relu", ran.stdout, re.MULTILINE)
+    if host().vector_bits == 512:   # the same CPU without AVX-512 is another target: its records are not applied
+        limited = _vta("run", "resnet-18", "--target", "cpu", "--image-size", "32", "--log", "r18.cpu.jsonl",
+                       "--no-layers", cwd=tmp_path, VTA_HOST_ISA="avx2")
+        assert limited.returncode == 0, limited.stderr
+        assert ("schedules: 0 of 12 task(s) from r18.cpu.jsonl" in limited.stdout
+                and "records skipped: 2 of another CPU (or feature set: VTA_HOST_ISA) or template version"
+                in limited.stdout), limited.stdout
     # a VTA build runs its host part (the float stem and classifier) with the host's tuned kernels from the same log
     packed = _packed_r18()
     assert [t.op for t in tuning.extract_tasks(packed, target="cpu")] == [tuning.cpu.host_conv_op(), "dense_pack.x86"]

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import os
+import subprocess
 import sys
 
 import numpy as np
@@ -178,8 +180,41 @@ def test_kernels_for_an_avx2_only_cpu(jit_for):
 @needs_llvmlite
 def test_host_isa_is_checked(jit_for):
     jit_for("avx-512")
-    with pytest.raises(ValueError, match=r"VTA_HOST_ISA='avx-512' is not a host ISA \(allowed: auto, avx2\)"):
+    with pytest.raises(ValueError, match=r"VTA_HOST_ISA=avx-512 is not a host ISA \(allowed: auto, avx2\)"):
         jit._jit()
+
+
+@needs_llvmlite
+@pytest.mark.parametrize("argv", [["tune", "resnet-18", "--n-trial", "2", "--image-size", "32", "--log", "t.jsonl"],
+                                  ["run", "resnet-18", "--image-size", "32", "--out", "t.npz"]])
+def test_a_bad_host_isa_is_refused_before_the_work(tmp_path, argv):
+    """Read when a command starts, not at the first host kernel (a tuning run's end): one line, nothing written.
+    Values are exact, as VTA_SIM_KERNEL's are."""
+    env = {**os.environ, "VTA_HOST_ISA": "AVX2"}
+    proc = subprocess.run([sys.executable, "-m", "vta", *argv], cwd=tmp_path, env=env, capture_output=True,
+                          text=True, timeout=300, check=False)
+    assert proc.returncode == 2 and "Traceback" not in proc.stderr, proc.stderr
+    assert proc.stderr.strip() == "vta: error: VTA_HOST_ISA=AVX2 is not a host ISA (allowed: auto, avx2)"
+    assert list(tmp_path.iterdir()) == [] and "Tuning" not in proc.stdout, proc.stdout
+
+
+@needs_llvmlite
+@pytest.mark.skipif(not jit.available() or "+avx2" not in jit._jit().features.split(","),
+                    reason="VTA_HOST_ISA=avx2 needs an x86 CPU with AVX2")
+def test_a_network_with_avx2_host_kernels_gives_the_same_bits(tmp_path):
+    """``vta run`` says the host kernels are limited, and its outputs are those of the CPU's own kernels."""
+    outs = {}
+    for isa in ("avx2", "auto"):
+        proc = subprocess.run([sys.executable, "-m", "vta", "run", "resnet-18", "--image-size", "32", "--no-layers",
+                               "--out", f"{isa}.npz"], cwd=tmp_path, env={**os.environ, "VTA_HOST_ISA": isa},
+                              capture_output=True, text=True, timeout=300, check=False)
+        assert proc.returncode == 0, proc.stderr
+        assert ("; host kernels for avx2 (VTA_HOST_ISA)" in proc.stdout) == (isa == "avx2"), proc.stdout
+        with np.load(tmp_path / f"{isa}.npz") as f:
+            outs[isa] = dict(f)
+    assert outs["avx2"].keys() == outs["auto"].keys()
+    for k in outs["auto"]:
+        _assert_bits(outs["avx2"][k], outs["auto"][k])
 
 
 DENSES = [(1, 64, 100), (2, 37, 21), (3, 5, 1), (4, 300, 33)]
