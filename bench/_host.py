@@ -50,6 +50,15 @@ def header(script: str, what: str) -> str:
             f"Python {sys.version.split()[0]}, numpy {np.__version__} ({blas()}){load}{limited}")
 
 
+def kernel_paths() -> tuple[str, ...]:
+    """The simulator's GEMM kernel paths a bench times: every one this CPU supports, or under bench/as_avx2.py
+    (``VTA_BENCH_ISA=avx2``) only those an AVX2-only CPU has."""
+    from simulator.core import kernels_supported
+
+    limited = os.environ.get("VTA_BENCH_ISA") == "avx2"
+    return tuple(p for p in kernels_supported() if not limited or p in ("portable", "avx2"))
+
+
 def quoted(value: str, source: str) -> str:
     """A figure measured elsewhere, labelled as such (no ratio is computed against it)."""
     return f"quoted: {value} ({source})"

@@ -133,11 +133,19 @@ def onnxruntime_limited_to_avx2() -> Path:
 
 
 def main() -> None:
-    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0],
-                                 epilog="example: python bench/as_avx2.py bench/network.py --repeat 15")
+    ap = argparse.ArgumentParser(
+        usage="python bench/as_avx2.py SCRIPT [ARGS ...]",
+        description=__doc__.splitlines()[0] + " Every side of the run (simulator, host kernels, OpenBLAS, "
+        "onnxruntime) is limited to AVX2; onnxruntime through a patched copy of the installed package (~70 MB, made "
+        "once under ~/.cache/vta/bench; needs objdump). See the script's docstring.",
+        epilog="example: python bench/as_avx2.py bench/network.py --repeat 15")
     ap.add_argument("script", help="the bench script to run")
-    ap.add_argument("args", nargs=argparse.REMAINDER, help="its arguments")
+    ap.add_argument("args", nargs=argparse.REMAINDER, help="its arguments (its --help too)")
+    if len(sys.argv) < 2:
+        ap.error("give the bench script to run, e.g. bench/network.py")
     args = ap.parse_args()
+    if not Path(args.script).is_file():
+        sys.exit(f"as_avx2.py: no such script: {args.script}")
     flags = cpu_flags()
     if "avx2" not in flags:
         sys.exit("as_avx2.py: this CPU has no AVX2")

@@ -33,7 +33,7 @@ import time
 import numpy as np
 import onnx
 import onnxruntime as ort
-from _host import header, quoted
+from _host import header, kernel_paths, quoted
 from _onnx_export import to_onnx
 from onnxruntime.quantization import CalibrationDataReader, QuantFormat, QuantType, quantize_static
 
@@ -44,7 +44,7 @@ from graph_pack.pack import graph_pack
 from graph_pack.quantize import quantize
 from graph_pack.reference import run_reference
 from hw_config import load_config
-from simulator.core import Simulator, kernels_supported
+from simulator.core import Simulator
 from vta.device import SimDevice
 
 NOTES = "../shared/reference/vta-notes.md"
@@ -86,12 +86,6 @@ def ort_int8_sessions(model: onnx.ModelProto, name: str, shape: tuple[int, ...],
                             weight_type=QuantType.QInt8)
             sessions[label] = ort_session(out)
     return sessions
-
-
-def allowed_paths() -> tuple[str, ...]:
-    """The GEMM kernel paths to time: all this CPU supports, or under bench/as_avx2.py those an AVX2-only CPU has."""
-    limited = os.environ.get("VTA_BENCH_ISA") == "avx2"
-    return tuple(p for p in kernels_supported() if not limited or p in ("portable", "avx2"))
 
 
 def path_module(packed, cfg, qparams, cpu: str, path: str, threads: int):
@@ -177,7 +171,7 @@ def main() -> None:
     int8_top1 = {label: int(np.argmax(s.run(None, {"data": x})[0])) for label, s in int8.items()}
     own = mod.device.sim.kernel_path
     others = {p: path_module(packed, cfg, qparams, args.cpu, p, mod.device.sim.threads)
-              for p in (allowed_paths() if args.paths == "all" else ()) if p != own}
+              for p in (kernel_paths() if args.paths == "all" else ()) if p != own}
     for other in others.values():
         other.run(data=x)
     same_paths = all(np.array_equal(o.get_output(0), mod.get_output(0)) and o.stats == mod.stats

@@ -23,10 +23,10 @@ import os
 import time
 
 import numpy as np
-from _host import header
+from _host import header, kernel_paths
 
 from hw_config import MEM_TYPES, load_config
-from simulator.core import Simulator, kernel_path, kernels_supported
+from simulator.core import Simulator, kernel_path
 from simulator.reference import ReferenceSimulator
 from vta.isa import FinishInsn, GemmInsn, MemInsn, Uop, assemble, uops_to_bytes
 
@@ -121,7 +121,7 @@ def main() -> None:
     insns_u, a_u, _ = gemm_program(sim_u, m, k, n, args.repeat, unsigned=True)
     others = {}  # the other kernel paths: a simulator each, created with VTA_SIM_KERNEL set
     before = os.environ.get("VTA_SIM_KERNEL")
-    for path in kernels_supported() if args.paths == "all" else []:
+    for path in kernel_paths() if args.paths == "all" else []:
         if path == sim.kernel_path:
             continue
         os.environ["VTA_SIM_KERNEL"] = path
@@ -172,8 +172,8 @@ def main() -> None:
     print(header("sim_speed", f"simulated GEMM on {cfg.model} vs int8 matmuls in the same run"))
     print(f"GEMM {m}x{k} by {k}x{n} int8, {args.repeat} GEMM instructions, {stats.cycles:,} simulated cycles; "
           f"simulator result equals numpy's: yes")
-    print(f"GEMM kernel path: {sim.kernel_path} (default: {kernel_path()}; supported here: "
-          f"{', '.join(kernels_supported())})")
+    print(f"GEMM kernel path: {sim.kernel_path} (default: {kernel_path()}; timed here: "
+          f"{', '.join(kernel_paths())})")
     print("| measure | value |")
     print("|---|---|")
     print(f"| simulated int8 MACs per host second ({sim.kernel_path} kernel, 1 thread) | {sim_rate / 1e9:.2f} G |")
