@@ -404,6 +404,12 @@ def test_vta_dse_writes_records_csv_front_and_a_self_contained_report(searched, 
     files = sorted((out / "front").glob("*.json"))
     assert [load_config(str(f)).fingerprint for f in files] == \
         [load_config("pynq", **r["point"]).fingerprint for r in front]
+    pynq = load_config("pynq")
+    for f, r in zip(files, front, strict=True):   # not the base's description: another design (`vta config show`'s)
+        changed = ", ".join(f"{k}={v}" for k, v in r["point"].items() if getattr(pynq, k) != v)
+        assert load_config(str(f)).DESCRIPTION == \
+            (f"pynq with {changed}; the base: {pynq.DESCRIPTION}" if changed else pynq.DESCRIPTION)
+    assert any(load_config(str(f)).DESCRIPTION != pynq.DESCRIPTION for f in files)
     page = (out / "report.html").read_text()
     assert page.startswith("<!DOCTYPE html>") and "http://" not in page.replace("http://www.w3.org/2000/svg", "")
     assert "https://" not in page and "<script src" not in page

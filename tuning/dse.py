@@ -35,7 +35,7 @@ from typing import Any
 
 import numpy as np
 
-from hw_config import ConfigError, HwConfig, load_config
+from hw_config import ConfigError, HwConfig, describe_overrides, load_config
 from hw_config.checks import is_whole
 from hw_config.reading import bounded_lines, no_json_constant, read_bounded, regular_file
 from simulator.files import write_lock
@@ -633,8 +633,13 @@ def write_outputs(outcome: Outcome, directory: Path) -> None:
     configs.mkdir(exist_ok=True)
     for stale in configs.glob("*.json"):   # an earlier front's files
         stale.unlink()
+    base = load_config(outcome.search.base)
     for i, rec in enumerate(outcome.front):   # each front config as a file every vta command takes (--config)
-        text = load_config(outcome.search.base, **rec["point"]).to_json()
+        # its description says how it differs from the base: the base's own (its bitstream, its calibration) is not
+        # this design's
+        changed = {k: v for k, v in rec["point"].items() if getattr(base, k) != v}
+        cfg = describe_overrides(load_config(outcome.search.base, **rec["point"]), outcome.search.base, changed)
+        text = cfg.to_json()
         write_atomic(configs / f"{i:02d}.json", lambda f, text=text: f.write(text.encode()))
 
 
