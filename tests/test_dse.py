@@ -571,3 +571,40 @@ def test_run_search_refuses_bad_keywords_before_any_work(tmp_path, kwargs, error
     with pytest.raises(error, match=re.escape(message)):
         run_search(SEARCH, {"LOG_BLOCK": [4]}, tmp_path / "out", **kwargs)
     assert not (tmp_path / "out").exists()
+
+
+# ---- failed points, the offload region, the front's configs -------------------------------------------------------
+
+def test_vta_dse_says_why_points_failed_exits_2_when_all_did_and_tries_them_again_on_resume(tmp_path):
+    """A point that fails (here the host ISA asked for is not one) said only `failed`, the summary an empty front,
+    and the exit status was 0: the reason was only in the records. The progress line now gives it, a search whose
+    every tuned point failed ends with one `vta: error:` line naming the first reason and exit status 2 (its
+    records and outputs written), and a failed point is not final: the same command measures it again."""
+    (tmp_path / "space.json").write_text(json.dumps({"LOG_BUS_WIDTH": [6, 7]}))
+    cmd = [sys.executable, "-m", "vta", "dse", NET, "--image-size", str(IMAGE), "--space", "space.json",
+           "--trials", "1", "--out", "out"]
+    broken = subprocess.run(cmd, cwd=tmp_path, capture_output=True, text=True, timeout=600, check=False,
+                            env={**ENV, "VTA_HOST_ISA": "foo"})
+    assert broken.returncode == 2, broken.stderr
+    why = "ValueError: VTA_HOST_ISA='foo' is not a host ISA"
+    steps = [line for line in broken.stderr.splitlines() if line.startswith("[")]
+    assert len(steps) == 2 and all(f": failed: {why}" in line for line in steps), broken.stderr
+    last = broken.stderr.strip().splitlines()[-1]
+    assert last.startswith(f"vta: error: all 2 config(s) tuned failed, the first with {why}"), broken.stderr
+    assert "2 failed" in broken.stdout and "Traceback" not in broken.stderr
+    out = tmp_path / "out"
+    assert all((out / name).is_file() for name in (RECORDS, "results.csv", "front.json", "report.html"))
+    again = subprocess.run(cmd, cwd=tmp_path, capture_output=True, text=True, timeout=600, check=False, env=ENV)
+    assert again.returncode == 0, again.stderr
+    assert f"resuming: 2 of 2 points already in {Path('out') / RECORDS}; 2 failed before, trying them again" \
+        in again.stderr
+    assert "2 configs: 2 tuned and timed" in again.stdout and "0 failed; 2 evaluated" in again.stdout
+    final = read_records(out / RECORDS, Search(NET, "pynq", "xc7z020", 1, IMAGE))
+    assert sorted(r["status"] for r in final.values()) == ["ok", "ok"]
+    rows = (out / "results.csv").read_text().splitlines()[1:]
+    assert len(rows) == 2 and all(row.startswith("ok,") for row in rows)
+    assert json.loads((out / "front.json").read_text())["front"]
+    assert len((out / RECORDS).read_text().splitlines()) == 4   # the failed records stay, the new ones win
+    resumed = subprocess.run(cmd, cwd=tmp_path, capture_output=True, text=True, timeout=600, check=False, env=ENV)
+    assert resumed.returncode == 0 and "failed before" not in resumed.stderr   # ok points are final
+    assert "0 evaluated" in resumed.stdout

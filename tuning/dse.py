@@ -505,9 +505,12 @@ def _search(search: Search, space: dict[str, list[int]], directory: Path, parall
     base = reference_point(search, space)
     if point_key(base) not in {point_key(p) for p in points}:
         points.append(base)   # the base design is always measured, to stand against the front
-    todo = [p for p in points if point_key(p) not in done]
+    # a failed point is not final (its cause, e.g. the environment or the pack points, may be gone): tried again
+    retry = [p for p in points if done.get(point_key(p), {}).get("status") == "failed"]
+    todo = [p for p in points if point_key(p) not in done or done[point_key(p)]["status"] == "failed"]
     if done:
-        say(f"resuming: {len(points) - len(todo)} of {len(points)} points already in {path}")
+        say(f"resuming: {len(points) - len(todo) + len(retry)} of {len(points)} points already in {path}"
+            + (f"; {len(retry)} failed before, trying them again" if retry else ""))
     t0 = time.perf_counter()
     # the points that are not configs or do not fit are final in milliseconds: recorded first, so that the workers
     # get only points to tune, and the time left is estimated from those alone
@@ -532,7 +535,7 @@ def _search(search: Search, space: dict[str, list[int]], directory: Path, parall
         if n == warm:
             t_warm = took
         what = (f"{rec['latency_ms']:.2f} ms, {rec['cost']:.0%} of {search.part}" if rec["status"] == "ok"
-                else rec["status"])
+                else f"{rec['status']}: {short_reason(rec.get('reason', ''))}" if rec.get("reason") else rec["status"])
         if n == len(to_tune):
             left = "~0 s left"
         elif n >= warm + 2:
@@ -546,6 +549,12 @@ def _search(search: Search, space: dict[str, list[int]], directory: Path, parall
     outcome.front = pareto_front(records)
     write_outputs(outcome, directory)
     return outcome
+
+
+def short_reason(reason: str, limit: int = 120) -> str:
+    """A record's reason on one line of at most ``limit`` characters (a progress line; the record keeps it all)."""
+    text = " ".join(str(reason).split())
+    return text if len(text) <= limit else text[:limit - 3].rstrip() + "..."
 
 
 def _evaluate_all(search: Search, points: Sequence[dict], parallel: int, dask: str | None):

@@ -18,6 +18,7 @@ from tuning.dse import (
     read_records,
     read_space,
     run_search,
+    short_reason,
 )
 from vta.cli import Interrupted, arg, command, int_in
 
@@ -90,4 +91,13 @@ def dse_cmd(args: argparse.Namespace) -> int:
               + ", ".join(f"{k}={v}" for k, v in r["point"].items()))
     print(f"wrote {out / RECORDS}, {out / 'results.csv'}, {out / 'front.json'}, {out / REPORT} and the front's "
           f"configs in {out / 'front'} (vta ... --config FILE)")
+    failed = outcome.of_status("failed")
+    if failed and not ok:   # nothing was timed: the front is empty, and why belongs on the screen, not only in records
+        hint = ("; --start and --stop choose the offload region's ops"
+                if any("start_name=" in r.get("reason", "") or "stop_name=" in r.get("reason", "") for r in failed)
+                else "")
+        print(f"vta: error: all {len(failed)} config(s) tuned failed, the first with "
+              f"{short_reason(failed[0].get('reason', 'no reason recorded'), 400)}{hint} (every reason is in "
+              f"{out / RECORDS}; the same command tries them again)", file=sys.stderr)
+        return 2
     return 0
