@@ -329,7 +329,7 @@ def test_a_record_that_is_not_usable_counts_as_absent_and_is_reported_once(tmp_p
     assert said == [(f"{path}: skipped 1 line(s) that are not usable records (1: {why}); a point without one is "
                     "measured again"),
                     (f"{path}: 1 record(s) of another search (network, base config or its content, part, trials, "
-                    "image size or model file changed) are kept but not used")]
+                    "image size, --start / --stop or model file changed) are kept but not used")]
     shared = share_host_time(list(records.values()))
     assert pareto_front(shared) == shared and len(csv_rows(shared)) == 2
 
@@ -608,3 +608,33 @@ def test_vta_dse_says_why_points_failed_exits_2_when_all_did_and_tries_them_agai
     resumed = subprocess.run(cmd, cwd=tmp_path, capture_output=True, text=True, timeout=600, check=False, env=ENV)
     assert resumed.returncode == 0 and "failed before" not in resumed.stderr   # ok points are final
     assert "0 evaluated" in resumed.stdout
+
+
+def test_a_search_without_start_and_stop_keeps_the_key_of_the_searches_made_before_them():
+    """--start / --stop are Search fields, and a field is in the key: left at None they are not, so a directory's
+    records of an earlier search still resume; given, they make another search."""
+    import hashlib
+    before = {"network": NET, "base": "pynq", "part": "xc7z020", "trials": 2, "image_size": IMAGE, "seed": 0,
+              "base_fingerprint": load_config("pynq").fingerprint}
+    assert SEARCH.key == hashlib.sha256(json.dumps(before, sort_keys=True).encode()).hexdigest()[:16]
+    assert len({SEARCH.key, Search(NET, trials=2, image_size=IMAGE, start="nn.conv2d").key,
+                Search(NET, trials=2, image_size=IMAGE, stop="nn.conv2d").key}) == 3
+    with pytest.raises(ValueError, match="Search start='': None"):
+        Search(NET, start="")
+
+
+def test_vta_dse_takes_start_and_stop_for_an_onnx_model(tmp_path):
+    """The default pack points are not in digits_cnn: every point failed on them. --start / --stop, as vta run
+    takes them, choose the offload region, and the error says so."""
+    model = str(Path(__file__).resolve().parents[1] / "examples" / "digits_cnn.onnx")
+    (tmp_path / "space.json").write_text(json.dumps({"LOG_BUS_WIDTH": [6, 7]}))
+    args = ["dse", model, "--space", "space.json", "--trials", "1"]
+    bare = vta(*args, "--out", "bare", cwd=tmp_path)
+    assert bare.returncode == 2
+    assert "no operator matches start_name='nn.max_pool2d'" in bare.stderr.strip().splitlines()[-1]
+    assert "--start and --stop choose the offload region's ops" in bare.stderr
+    proc = vta(*args, "--start", "qnn.quantize", "--stop", "nn.batch_flatten", "--out", "out", cwd=tmp_path)
+    assert proc.returncode == 0, proc.stderr
+    assert "2 configs: 2 tuned and timed" in proc.stdout
+    saved = json.loads((tmp_path / "out" / "front.json").read_text())["search"]
+    assert (saved["start"], saved["stop"]) == ("qnn.quantize", "nn.batch_flatten")

@@ -68,6 +68,8 @@ class Search:
     trials: int = DEFAULT_TRIALS
     image_size: int | None = None
     seed: int = 0
+    start: str | None = None   # the offload region's ops (vta run's --start / --stop); None: the model's default
+    stop: str | None = None
 
     def __post_init__(self) -> None:
         def need(ok: bool, name: str, allowed: str) -> None:
@@ -86,6 +88,9 @@ class Search:
         need(self.image_size is None or (is_whole(self.image_size) and 8 <= self.image_size <= 4096), "image_size",
              "None (the model's own) or an integer 8..4096")
         need(is_whole(self.seed) and self.seed >= 0, "seed", "an integer >= 0")
+        for name in ("start", "stop"):
+            need(getattr(self, name) is None or (isinstance(getattr(self, name), str) and bool(getattr(self, name))),
+                 name, "None (the model's default) or an op name or node name")
         for name in ("trials", "image_size", "seed"):   # a numpy integer as a plain one: the key and records are JSON
             if getattr(self, name) is not None:
                 object.__setattr__(self, name, int(getattr(self, name)))
@@ -97,6 +102,9 @@ class Search:
         config comes from) and an ONNX model file's content: a record made before any of them changed is another
         search's, never resumed."""
         ident: dict[str, Any] = {**asdict(self), "base_fingerprint": load_config(self.base).fingerprint}
+        for name in ("start", "stop"):   # the default pack points: the key of the searches made before these fields
+            if ident[name] is None:
+                del ident[name]
         model = Path(self.network)
         if model.is_file():   # as load_model tells a file from a zoo name
             ident["model_sha256"] = _file_sha256(model)
@@ -181,16 +189,17 @@ def point_key(point: dict[str, int]) -> str:
 
 # ---- one point ---------------------------------------------------------------------------------------------------
 
-_NETWORKS: dict[tuple, tuple] = {}   # per process: (network, batch, image size, seed) -> quantized graph
+_NETWORKS: dict[tuple, tuple] = {}   # per process: (network, batch, image size, seed, start, stop) -> quantized graph
 
 
 def _network(search: Search, batch: int):
     from graph_pack.cli import load_model
     from graph_pack.quantize import quantize
 
-    key = (search.network, batch, search.image_size, search.seed)
+    key = (search.network, batch, search.image_size, search.seed, search.start, search.stop)
     if key not in _NETWORKS:
-        graph, params, points = load_model(search.network, batch, search.image_size, search.seed)
+        graph, params, (start, stop) = load_model(search.network, batch, search.image_size, search.seed)
+        points = (search.start or start, search.stop or stop)
         qgraph, qparams = quantize(graph, params)
         x = np.random.default_rng(search.seed).standard_normal(graph[graph.inputs[0]].shape).astype(np.float32)
         _NETWORKS.clear()
@@ -420,7 +429,7 @@ def read_records(path: Path, search: Search, report: Callable[[str], None] | Non
                + "; ".join(f"{n}: {why}" for why, n in skipped.items()) + "); a point without one is measured again")
     if report is not None and foreign:
         report(f"{path}: {foreign} record(s) of another search (network, base config or its content, part, trials, "
-               "image size or model file changed) are kept but not used")
+               "image size, --start / --stop or model file changed) are kept but not used")
     return out
 
 

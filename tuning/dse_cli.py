@@ -6,6 +6,7 @@ import argparse
 import sys
 from pathlib import Path
 
+from graph_pack.cli import START_HELP, STOP_HELP
 from simulator.files import check_output_dir
 from tuning.dse import (
     CSV,
@@ -46,6 +47,8 @@ def _say(text: str) -> None:
     arg("--dask", default=None, metavar="ADDRESS", help="run the points on this Dask scheduler instead"),
     arg("--image-size", type=int_in(8, 4096, "an image size"), default=None,
         help="a zoo model's input height = width (default its own, 224)"),
+    arg("--start", default=None, help=START_HELP),
+    arg("--stop", default=None, help=STOP_HELP),
     arg("--max-points", type=int_in(1, 10_000_000, "a point count"), default=DEFAULT_MAX_POINTS,
         help=f"refuse a larger space (default {DEFAULT_MAX_POINTS})"),
 ])
@@ -63,7 +66,7 @@ def dse_cmd(args: argparse.Namespace) -> int:
     space = read_space(args.space, args.max_points)
     out = Path(args.out)
     check_output_dir(args.out, "--out", OUTPUT_ENTRIES)
-    search = Search(args.model, args.config, part, args.trials, args.image_size)
+    search = Search(args.model, args.config, part, args.trials, args.image_size, start=args.start, stop=args.stop)
     from graph_pack.cli import load_model
     load_model(args.model, 1, args.image_size, 0)   # a wrong model name or file fails before the search
     before = len(read_records(out / RECORDS, search))
