@@ -410,6 +410,8 @@ def test_vta_dse_writes_records_csv_front_and_a_self_contained_report(searched, 
         assert load_config(str(f)).DESCRIPTION == \
             (f"pynq with {changed}; the base: {pynq.DESCRIPTION}" if changed else pynq.DESCRIPTION)
     assert any(load_config(str(f)).DESCRIPTION != pynq.DESCRIPTION for f in files)
+    # the progress lines give each config's own host run, the summary the shared one (share_host_time): said once
+    assert proc.stdout.count("latencies below: the accelerator's time plus the fastest host time") == 1
     page = (out / "report.html").read_text()
     assert page.startswith("<!DOCTYPE html>") and "http://" not in page.replace("http://www.w3.org/2000/svg", "")
     assert "https://" not in page and "<script src" not in page

@@ -83,6 +83,9 @@ def dse_cmd(args: argparse.Namespace) -> int:
           f"not fit {part}, {len(outcome.of_status('invalid'))} not encodable, {len(outcome.of_status('failed'))} "
           f"failed; {outcome.measured} evaluated in {outcome.seconds:.0f} s")
     base, best = base_and_best(outcome)
+    if ok:
+        print("latencies below: the accelerator's time plus the fastest host time measured for the same host work "
+              "in the search (the progress lines show each config's own run; docs/co-design.md)")
     if base is not None and base.get("status") == "ok":
         print(f"base config {args.config}: {base['latency_ms']:.3f} ms, mean share of {part} {base['cost']:.2%}")
     if best is not None:
