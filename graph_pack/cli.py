@@ -39,6 +39,10 @@ GLOBAL_SCALES = (2.0 ** -16, 2.0 ** 16)   # beyond these the int8 step leaves fl
 # widest layers 16 values per input pixel (64 channels at S/2, 256 at S/4), dcgan's last hidden layer 32
 # (128 channels at S/2); VGG's fc6 and dcgan's first transposed conv weigh 8192 bytes per pixel.
 
+# the offload region's flags, as vta run, vta tune and vta dse take them (graph_pack's start_name / stop_name)
+START_HELP = "first op of the offload region's boundary (op name or node name)"
+STOP_HELP = "op that ends the offload region (op name or node name)"
+
 
 def load_model(model: str, batch: int, image_size: int | None, seed: int,
                shapes: dict[str, tuple[int, ...]] | None = None, max_tensor_bytes: int | None = None,
@@ -177,8 +181,8 @@ def skip_conv_layers(values: list[int | None] | None) -> list[int]:
         help=f"largest tensor an ONNX or zoo model may have (default {DEFAULT_MAX_TENSOR_BYTES >> 20})"),
     arg("--max-model-mb", type=_mib, default=None, metavar="MIB",
         help=f"largest total of an ONNX model's file and constants (default {DEFAULT_MAX_MODEL_BYTES >> 20})"),
-    arg("--start", default=None, help="first op of the offload region's boundary (op name or node name)"),
-    arg("--stop", default=None, help="op that ends the offload region (op name or node name)"),
+    arg("--start", default=None, help=START_HELP),
+    arg("--stop", default=None, help=STOP_HELP),
     arg("--global-scale", type=float_in(*GLOBAL_SCALES, "the activation range", "2^-16..2^16 (1.5e-05..65536)"),
         default=8.0, help="activation range for global_scale quantization (default 8; 2^-16..2^16)"),
     arg("--calibrate", choices=MODES, default="global_scale", help="quantization mode (default global_scale)"),

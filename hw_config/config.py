@@ -11,6 +11,7 @@ import hashlib
 import json
 import math
 import re
+from collections.abc import Mapping
 from dataclasses import asdict, dataclass, fields, replace
 from functools import cached_property
 from pathlib import Path
@@ -327,6 +328,16 @@ class HwConfig:
 
 
 FIELD_NAMES = tuple(f.name for f in fields(HwConfig))
+
+
+def describe_overrides(cfg: HwConfig, name: str, overrides: Mapping[str, Any]) -> HwConfig:
+    """``cfg``, config ``name`` with ``overrides`` applied, with a DESCRIPTION that says so: "NAME with K=V, ...;
+    the base: <the base's description>". A preset's description names its bitstream and calibration, which the
+    overrides may not keep. Unchanged when there are no overrides or they set DESCRIPTION themselves."""
+    if not overrides or "DESCRIPTION" in overrides:
+        return cfg
+    said = ", ".join(f"{k}={v}" for k, v in overrides.items())
+    return cfg.replace(DESCRIPTION=f"{name} with {said}" + (f"; the base: {cfg.DESCRIPTION}" if cfg.DESCRIPTION else ""))
 
 
 def _check_keys(d: dict[str, Any]) -> None:

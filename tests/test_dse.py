@@ -329,7 +329,7 @@ def test_a_record_that_is_not_usable_counts_as_absent_and_is_reported_once(tmp_p
     assert said == [(f"{path}: skipped 1 line(s) that are not usable records (1: {why}); a point without one is "
                     "measured again"),
                     (f"{path}: 1 record(s) of another search (network, base config or its content, part, trials, "
-                    "image size or model file changed) are kept but not used")]
+                    "image size, --start / --stop or model file changed) are kept but not used")]
     shared = share_host_time(list(records.values()))
     assert pareto_front(shared) == shared and len(csv_rows(shared)) == 2
 
@@ -404,6 +404,14 @@ def test_vta_dse_writes_records_csv_front_and_a_self_contained_report(searched, 
     files = sorted((out / "front").glob("*.json"))
     assert [load_config(str(f)).fingerprint for f in files] == \
         [load_config("pynq", **r["point"]).fingerprint for r in front]
+    pynq = load_config("pynq")
+    for f, r in zip(files, front, strict=True):   # not the base's description: another design (`vta config show`'s)
+        changed = ", ".join(f"{k}={v}" for k, v in r["point"].items() if getattr(pynq, k) != v)
+        assert load_config(str(f)).DESCRIPTION == \
+            (f"pynq with {changed}; the base: {pynq.DESCRIPTION}" if changed else pynq.DESCRIPTION)
+    assert any(load_config(str(f)).DESCRIPTION != pynq.DESCRIPTION for f in files)
+    # the progress lines give each config's own host run, the summary the shared one (share_host_time): said once
+    assert proc.stdout.count("latencies below: the accelerator's time plus the fastest host time") == 1
     page = (out / "report.html").read_text()
     assert page.startswith("<!DOCTYPE html>") and "http://" not in page.replace("http://www.w3.org/2000/svg", "")
     assert "https://" not in page and "<script src" not in page
@@ -565,3 +573,70 @@ def test_run_search_refuses_bad_keywords_before_any_work(tmp_path, kwargs, error
     with pytest.raises(error, match=re.escape(message)):
         run_search(SEARCH, {"LOG_BLOCK": [4]}, tmp_path / "out", **kwargs)
     assert not (tmp_path / "out").exists()
+
+
+# ---- failed points, the offload region, the front's configs -------------------------------------------------------
+
+def test_vta_dse_says_why_points_failed_exits_2_when_all_did_and_tries_them_again_on_resume(tmp_path):
+    """A point that fails (here the host ISA asked for is not one) said only `failed`, the summary an empty front,
+    and the exit status was 0: the reason was only in the records. The progress line now gives it, a search whose
+    every tuned point failed ends with one `vta: error:` line naming the first reason and exit status 2 (its
+    records and outputs written), and a failed point is not final: the same command measures it again."""
+    (tmp_path / "space.json").write_text(json.dumps({"LOG_BUS_WIDTH": [6, 7]}))
+    cmd = [sys.executable, "-m", "vta", "dse", NET, "--image-size", str(IMAGE), "--space", "space.json",
+           "--trials", "1", "--out", "out"]
+    broken = subprocess.run(cmd, cwd=tmp_path, capture_output=True, text=True, timeout=600, check=False,
+                            env={**ENV, "VTA_HOST_ISA": "foo"})
+    assert broken.returncode == 2, broken.stderr
+    why = "ValueError: VTA_HOST_ISA='foo' is not a host ISA"
+    steps = [line for line in broken.stderr.splitlines() if line.startswith("[")]
+    assert len(steps) == 2 and all(f": failed: {why}" in line for line in steps), broken.stderr
+    last = broken.stderr.strip().splitlines()[-1]
+    assert last.startswith(f"vta: error: all 2 config(s) tuned failed, the first with {why}"), broken.stderr
+    assert "2 failed" in broken.stdout and "Traceback" not in broken.stderr
+    out = tmp_path / "out"
+    assert all((out / name).is_file() for name in (RECORDS, "results.csv", "front.json", "report.html"))
+    again = subprocess.run(cmd, cwd=tmp_path, capture_output=True, text=True, timeout=600, check=False, env=ENV)
+    assert again.returncode == 0, again.stderr
+    assert f"resuming: 2 of 2 points already in {Path('out') / RECORDS}; 2 failed before, trying them again" \
+        in again.stderr
+    assert "2 configs: 2 tuned and timed" in again.stdout and "0 failed; 2 evaluated" in again.stdout
+    final = read_records(out / RECORDS, Search(NET, "pynq", "xc7z020", 1, IMAGE))
+    assert sorted(r["status"] for r in final.values()) == ["ok", "ok"]
+    rows = (out / "results.csv").read_text().splitlines()[1:]
+    assert len(rows) == 2 and all(row.startswith("ok,") for row in rows)
+    assert json.loads((out / "front.json").read_text())["front"]
+    assert len((out / RECORDS).read_text().splitlines()) == 4   # the failed records stay, the new ones win
+    resumed = subprocess.run(cmd, cwd=tmp_path, capture_output=True, text=True, timeout=600, check=False, env=ENV)
+    assert resumed.returncode == 0 and "failed before" not in resumed.stderr   # ok points are final
+    assert "0 evaluated" in resumed.stdout
+
+
+def test_a_search_without_start_and_stop_keeps_the_key_of_the_searches_made_before_them():
+    """--start / --stop are Search fields, and a field is in the key: left at None they are not, so a directory's
+    records of an earlier search still resume; given, they make another search."""
+    import hashlib
+    before = {"network": NET, "base": "pynq", "part": "xc7z020", "trials": 2, "image_size": IMAGE, "seed": 0,
+              "base_fingerprint": load_config("pynq").fingerprint}
+    assert SEARCH.key == hashlib.sha256(json.dumps(before, sort_keys=True).encode()).hexdigest()[:16]
+    assert len({SEARCH.key, Search(NET, trials=2, image_size=IMAGE, start="nn.conv2d").key,
+                Search(NET, trials=2, image_size=IMAGE, stop="nn.conv2d").key}) == 3
+    with pytest.raises(ValueError, match="Search start='': None"):
+        Search(NET, start="")
+
+
+def test_vta_dse_takes_start_and_stop_for_an_onnx_model(tmp_path):
+    """The default pack points are not in digits_cnn: every point failed on them. --start / --stop, as vta run
+    takes them, choose the offload region, and the error says so."""
+    model = str(Path(__file__).resolve().parents[1] / "examples" / "digits_cnn.onnx")
+    (tmp_path / "space.json").write_text(json.dumps({"LOG_BUS_WIDTH": [6, 7]}))
+    args = ["dse", model, "--space", "space.json", "--trials", "1"]
+    bare = vta(*args, "--out", "bare", cwd=tmp_path)
+    assert bare.returncode == 2
+    assert "no operator matches start_name='nn.max_pool2d'" in bare.stderr.strip().splitlines()[-1]
+    assert "--start and --stop choose the offload region's ops" in bare.stderr
+    proc = vta(*args, "--start", "qnn.quantize", "--stop", "nn.batch_flatten", "--out", "out", cwd=tmp_path)
+    assert proc.returncode == 0, proc.stderr
+    assert "2 configs: 2 tuned and timed" in proc.stdout
+    saved = json.loads((tmp_path / "out" / "front.json").read_text())["search"]
+    assert (saved["start"], saved["stop"]) == ("qnn.quantize", "nn.batch_flatten")

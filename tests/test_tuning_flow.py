@@ -202,3 +202,35 @@ def test_gradient_scheduler_spends_exactly_its_budget_also_after_a_resume(tmp_pa
         assert sum(s.trials for s in summary.states) == total
         assert len(log.read_text().splitlines()) == total
         assert all(s.trials >= 2 for s in summary.states)   # no task starves in the warm-up
+
+
+def test_vta_tune_takes_start_and_stop_for_a_model_without_the_zoos_pack_points(tmp_path):
+    """An ONNX model has no pack points of its own: the default ones (nn.max_pool2d ... ) are not in the README's
+    digits_cnn, so `vta tune` could not tune it. --start / --stop, as vta run takes them, choose the offload
+    region; the last line's vta run command carries them, and that run uses the tuned schedules."""
+    import os
+    import subprocess
+    import sys
+    from pathlib import Path
+
+    root = Path(__file__).resolve().parents[1]
+    model = str(root / "examples" / "digits_cnn.onnx")
+    env = {**os.environ, "PYTHONPATH": str(root)}
+
+    def vta(*args):
+        return subprocess.run([sys.executable, "-m", "vta", *args], cwd=tmp_path, capture_output=True, text=True,
+                              timeout=600, check=False, env=env)
+
+    bare = vta("tune", model, "--tuner", "random", "--n-trial", "4", "--log", "x.jsonl")
+    assert bare.returncode == 2 and "no operator matches start_name='nn.max_pool2d'" in bare.stderr
+    region = ["--start", "qnn.quantize", "--stop", "nn.batch_flatten"]
+    proc = vta("tune", model, *region, "--tuner", "random", "--n-trial", "4", "--log", "x.jsonl")
+    assert proc.returncode == 0, proc.stderr
+    assert "2 task(s) on" in proc.stdout and "outputs identical" in proc.stdout
+    assert f"vta run {model} --start qnn.quantize --stop nn.batch_flatten --log x.jsonl" in proc.stdout
+    assert len((tmp_path / "x.jsonl").read_text().splitlines()) == 8
+    ran = vta("run", model, *region, "--log", "x.jsonl")
+    assert ran.returncode == 0, ran.stderr
+    assert "schedules: 2 of 2 task(s) from x.jsonl" in ran.stdout + ran.stderr
+    cpu = vta("tune", model, "--target", "cpu", "--start", "qnn.quantize", "--log", "c.jsonl")
+    assert cpu.returncode == 2 and "--start and --stop choose the accelerator's offload region" in cpu.stderr

@@ -9,6 +9,7 @@ import os
 import shlex
 from pathlib import Path
 
+from graph_pack.cli import START_HELP, STOP_HELP
 from graph_pack.svg import check_html_path
 from tuning.cpu_network import tune_cpu_cmd
 from tuning.network import tune_network
@@ -93,6 +94,8 @@ def resumable(log: str | os.PathLike):
     *RUNNER_FLAGS,
     arg("--early-stopping", type=TRIALS, default=None, help="stop a task after this many trials without gain"),
     arg("--image-size", type=int, default=None, help="input height = width for zoo classifiers"),
+    arg("--start", default=None, help=START_HELP),
+    arg("--stop", default=None, help=STOP_HELP),
     arg("--seed", type=SEED, default=0, help="seed of the tuners, weights and input"),
     arg("--plot", metavar="FILE.html", help="after tuning, draw the log's tuning curves (best time per task "
         "against trials) to this self-contained page; on a finished log nothing is measured again"),
@@ -129,6 +132,9 @@ def tune_cmd(args: argparse.Namespace) -> int:
         if aside is not None:
             print(f"--fresh: moved the earlier log {log} aside to {aside}; starting a new log")
     if args.target == "cpu":
+        if args.start is not None or args.stop is not None:
+            raise ValueError("--start and --stop choose the accelerator's offload region; --target cpu tunes the "
+                             "float network's conv2d / dense on this CPU (leave them out)")
         return tune_cpu_cmd(args, cfg, log, ops, resumable)
     remote = args.rpc or args.dask
     with resumable(log), runner_from_flags(args, check=args.check, timing_only=args.timing_only,
@@ -136,14 +142,15 @@ def tune_cmd(args: argparse.Namespace) -> int:
         result = tune_network(args.model, cfg, tuner=args.tuner, n_trial=args.n_trial, total_trials=args.total_trials,
                      strategy=args.strategy, log=log, ops=ops, timing_only=args.timing_only, check=args.check,
                      n_parallel=args.parallel or 1, early_stopping=args.early_stopping, image_size=args.image_size,
-                     seed=args.seed, runner=runner)
+                     seed=args.seed, runner=runner, start=args.start, stop=args.stop)
     if args.rpc:
         print(boards_line(runner))
     if args.plot is not None:
         write_tuning_plot(args.plot, log, cfg, result.tasks)
         print(f"plot: {args.plot} (tuning curves of {log}; open it in a browser)")
     same = [*(["--config", args.config] if args.config else []), *(f"--set={k}={v if isinstance(v, str) else json.dumps(v)}" for k, v in args.sets or []),
-            *(["--image-size", str(args.image_size)] if args.image_size else [])]
+            *(["--image-size", str(args.image_size)] if args.image_size else []),
+            *(["--start", args.start] if args.start else []), *(["--stop", args.stop] if args.stop else [])]
     print(f"records: {log} (run with them: {shlex.join(['vta', 'run', args.model, *same, '--log', log])}; "
           f"in Python: graph_pack.build(..., schedules=tuning.load_best({log!r}, env)))")
     return 0

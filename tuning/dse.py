@@ -35,7 +35,7 @@ from typing import Any
 
 import numpy as np
 
-from hw_config import ConfigError, HwConfig, load_config
+from hw_config import ConfigError, HwConfig, describe_overrides, load_config
 from hw_config.checks import is_whole
 from hw_config.reading import bounded_lines, no_json_constant, read_bounded, regular_file
 from simulator.files import write_lock
@@ -68,6 +68,8 @@ class Search:
     trials: int = DEFAULT_TRIALS
     image_size: int | None = None
     seed: int = 0
+    start: str | None = None   # the offload region's ops (vta run's --start / --stop); None: the model's default
+    stop: str | None = None
 
     def __post_init__(self) -> None:
         def need(ok: bool, name: str, allowed: str) -> None:
@@ -86,6 +88,9 @@ class Search:
         need(self.image_size is None or (is_whole(self.image_size) and 8 <= self.image_size <= 4096), "image_size",
              "None (the model's own) or an integer 8..4096")
         need(is_whole(self.seed) and self.seed >= 0, "seed", "an integer >= 0")
+        for name in ("start", "stop"):
+            need(getattr(self, name) is None or (isinstance(getattr(self, name), str) and bool(getattr(self, name))),
+                 name, "None (the model's default) or an op name or node name")
         for name in ("trials", "image_size", "seed"):   # a numpy integer as a plain one: the key and records are JSON
             if getattr(self, name) is not None:
                 object.__setattr__(self, name, int(getattr(self, name)))
@@ -97,6 +102,9 @@ class Search:
         config comes from) and an ONNX model file's content: a record made before any of them changed is another
         search's, never resumed."""
         ident: dict[str, Any] = {**asdict(self), "base_fingerprint": load_config(self.base).fingerprint}
+        for name in ("start", "stop"):   # the default pack points: the key of the searches made before these fields
+            if ident[name] is None:
+                del ident[name]
         model = Path(self.network)
         if model.is_file():   # as load_model tells a file from a zoo name
             ident["model_sha256"] = _file_sha256(model)
@@ -181,16 +189,17 @@ def point_key(point: dict[str, int]) -> str:
 
 # ---- one point ---------------------------------------------------------------------------------------------------
 
-_NETWORKS: dict[tuple, tuple] = {}   # per process: (network, batch, image size, seed) -> quantized graph
+_NETWORKS: dict[tuple, tuple] = {}   # per process: (network, batch, image size, seed, start, stop) -> quantized graph
 
 
 def _network(search: Search, batch: int):
     from graph_pack.cli import load_model
     from graph_pack.quantize import quantize
 
-    key = (search.network, batch, search.image_size, search.seed)
+    key = (search.network, batch, search.image_size, search.seed, search.start, search.stop)
     if key not in _NETWORKS:
-        graph, params, points = load_model(search.network, batch, search.image_size, search.seed)
+        graph, params, (start, stop) = load_model(search.network, batch, search.image_size, search.seed)
+        points = (search.start or start, search.stop or stop)
         qgraph, qparams = quantize(graph, params)
         x = np.random.default_rng(search.seed).standard_normal(graph[graph.inputs[0]].shape).astype(np.float32)
         _NETWORKS.clear()
@@ -420,7 +429,7 @@ def read_records(path: Path, search: Search, report: Callable[[str], None] | Non
                + "; ".join(f"{n}: {why}" for why, n in skipped.items()) + "); a point without one is measured again")
     if report is not None and foreign:
         report(f"{path}: {foreign} record(s) of another search (network, base config or its content, part, trials, "
-               "image size or model file changed) are kept but not used")
+               "image size, --start / --stop or model file changed) are kept but not used")
     return out
 
 
@@ -505,9 +514,12 @@ def _search(search: Search, space: dict[str, list[int]], directory: Path, parall
     base = reference_point(search, space)
     if point_key(base) not in {point_key(p) for p in points}:
         points.append(base)   # the base design is always measured, to stand against the front
-    todo = [p for p in points if point_key(p) not in done]
+    # a failed point is not final (its cause, e.g. the environment or the pack points, may be gone): tried again
+    retry = [p for p in points if done.get(point_key(p), {}).get("status") == "failed"]
+    todo = [p for p in points if point_key(p) not in done or done[point_key(p)]["status"] == "failed"]
     if done:
-        say(f"resuming: {len(points) - len(todo)} of {len(points)} points already in {path}")
+        say(f"resuming: {len(points) - len(todo) + len(retry)} of {len(points)} points already in {path}"
+            + (f"; {len(retry)} failed before, trying them again" if retry else ""))
     t0 = time.perf_counter()
     # the points that are not configs or do not fit are final in milliseconds: recorded first, so that the workers
     # get only points to tune, and the time left is estimated from those alone
@@ -532,7 +544,7 @@ def _search(search: Search, space: dict[str, list[int]], directory: Path, parall
         if n == warm:
             t_warm = took
         what = (f"{rec['latency_ms']:.2f} ms, {rec['cost']:.0%} of {search.part}" if rec["status"] == "ok"
-                else rec["status"])
+                else f"{rec['status']}: {short_reason(rec.get('reason', ''))}" if rec.get("reason") else rec["status"])
         if n == len(to_tune):
             left = "~0 s left"
         elif n >= warm + 2:
@@ -546,6 +558,12 @@ def _search(search: Search, space: dict[str, list[int]], directory: Path, parall
     outcome.front = pareto_front(records)
     write_outputs(outcome, directory)
     return outcome
+
+
+def short_reason(reason: str, limit: int = 120) -> str:
+    """A record's reason on one line of at most ``limit`` characters (a progress line; the record keeps it all)."""
+    text = " ".join(str(reason).split())
+    return text if len(text) <= limit else text[:limit - 3].rstrip() + "..."
 
 
 def _evaluate_all(search: Search, points: Sequence[dict], parallel: int, dask: str | None):
@@ -633,8 +651,13 @@ def write_outputs(outcome: Outcome, directory: Path) -> None:
     configs.mkdir(exist_ok=True)
     for stale in configs.glob("*.json"):   # an earlier front's files
         stale.unlink()
+    base = load_config(outcome.search.base)
     for i, rec in enumerate(outcome.front):   # each front config as a file every vta command takes (--config)
-        text = load_config(outcome.search.base, **rec["point"]).to_json()
+        # its description says how it differs from the base: the base's own (its bitstream, its calibration) is not
+        # this design's
+        changed = {k: v for k, v in rec["point"].items() if getattr(base, k) != v}
+        cfg = describe_overrides(load_config(outcome.search.base, **rec["point"]), outcome.search.base, changed)
+        text = cfg.to_json()
         write_atomic(configs / f"{i:02d}.json", lambda f, text=text: f.write(text.encode()))
 
 

@@ -6,6 +6,7 @@ import argparse
 import sys
 from pathlib import Path
 
+from graph_pack.cli import START_HELP, STOP_HELP
 from simulator.files import check_output_dir
 from tuning.dse import (
     CSV,
@@ -18,6 +19,7 @@ from tuning.dse import (
     read_records,
     read_space,
     run_search,
+    short_reason,
 )
 from vta.cli import Interrupted, arg, command, int_in
 
@@ -45,6 +47,8 @@ def _say(text: str) -> None:
     arg("--dask", default=None, metavar="ADDRESS", help="run the points on this Dask scheduler instead"),
     arg("--image-size", type=int_in(8, 4096, "an image size"), default=None,
         help="a zoo model's input height = width (default its own, 224)"),
+    arg("--start", default=None, help=START_HELP),
+    arg("--stop", default=None, help=STOP_HELP),
     arg("--max-points", type=int_in(1, 10_000_000, "a point count"), default=DEFAULT_MAX_POINTS,
         help=f"refuse a larger space (default {DEFAULT_MAX_POINTS})"),
 ])
@@ -62,7 +66,7 @@ def dse_cmd(args: argparse.Namespace) -> int:
     space = read_space(args.space, args.max_points)
     out = Path(args.out)
     check_output_dir(args.out, "--out", OUTPUT_ENTRIES)
-    search = Search(args.model, args.config, part, args.trials, args.image_size)
+    search = Search(args.model, args.config, part, args.trials, args.image_size, start=args.start, stop=args.stop)
     from graph_pack.cli import load_model
     load_model(args.model, 1, args.image_size, 0)   # a wrong model name or file fails before the search
     before = len(read_records(out / RECORDS, search))
@@ -79,6 +83,9 @@ def dse_cmd(args: argparse.Namespace) -> int:
           f"not fit {part}, {len(outcome.of_status('invalid'))} not encodable, {len(outcome.of_status('failed'))} "
           f"failed; {outcome.measured} evaluated in {outcome.seconds:.0f} s")
     base, best = base_and_best(outcome)
+    if ok:
+        print("latencies below: the accelerator's time plus the fastest host time measured for the same host work "
+              "in the search (the progress lines show each config's own run; docs/co-design.md)")
     if base is not None and base.get("status") == "ok":
         print(f"base config {args.config}: {base['latency_ms']:.3f} ms, mean share of {part} {base['cost']:.2%}")
     if best is not None:
@@ -90,4 +97,13 @@ def dse_cmd(args: argparse.Namespace) -> int:
               + ", ".join(f"{k}={v}" for k, v in r["point"].items()))
     print(f"wrote {out / RECORDS}, {out / 'results.csv'}, {out / 'front.json'}, {out / REPORT} and the front's "
           f"configs in {out / 'front'} (vta ... --config FILE)")
+    failed = outcome.of_status("failed")
+    if failed and not ok:   # nothing was timed: the front is empty, and why belongs on the screen, not only in records
+        hint = ("; --start and --stop choose the offload region's ops"
+                if any("start_name=" in r.get("reason", "") or "stop_name=" in r.get("reason", "") for r in failed)
+                else "")
+        print(f"vta: error: all {len(failed)} config(s) tuned failed, the first with "
+              f"{short_reason(failed[0].get('reason', 'no reason recorded'), 400)}{hint} (every reason is in "
+              f"{out / RECORDS}; the same command tries them again)", file=sys.stderr)
+        return 2
     return 0

@@ -40,16 +40,19 @@ def tune_network(model: str, env, *, tuner: str = "xgb", n_trial: int = 100, tot
                  strategy: str = "gradient", log: str | os.PathLike | None = None, ops: tuple[str, ...] | None = None,
                  timing_only: bool = False, check: bool = True, n_parallel: int = 1, early_stopping: int | None = None,
                  batch: int | None = None, image_size: int | None = None, seed: int = 0,
-                 out: TextIO | None = None, runner=None) -> NetworkTuning:
+                 out: TextIO | None = None, runner=None, start: str | None = None,
+                 stop: str | None = None) -> NetworkTuning:
     """Extract -> tune -> build with the best -> compare with the untuned build (same output, fewer cycles).
-    ``runner`` measures (an RPCRunner, a DaskRunner; default a LocalRunner of ``n_parallel`` processes)."""
+    ``runner`` measures (an RPCRunner, a DaskRunner; default a LocalRunner of ``n_parallel`` processes).
+    ``start`` / ``stop`` bound the offload region (graph_pack's start_name / stop_name, vta run's --start /
+    --stop); None: the model's default (a zoo model's own, else nn.max_pool2d ... nn.global_avg_pool2d)."""
     check_tuning_arguments(tuner=tuner, strategy=strategy, n_trial=n_trial, total_trials=total_trials,
                            early_stopping=early_stopping, log=log)   # before the model is loaded
     out = out if out is not None else sys.stdout
     cfg = config_of(env)
-    graph, params, (start, stop) = load_model(model, batch or cfg.BATCH, image_size, seed)
+    graph, params, (default_start, default_stop) = load_model(model, batch or cfg.BATCH, image_size, seed)
     qgraph, qparams = quantize(graph, params)
-    packed = graph_pack(qgraph, cfg, start_name=start, stop_name=stop)
+    packed = graph_pack(qgraph, cfg, start_name=start or default_start, stop_name=stop or default_stop)
     tasks = extract_tasks(packed, cfg, ops=ops)
     if not tasks:
         raise ValueError(f"{model}: no accelerator tasks" + (f" for ops {ops}" if ops else ""))

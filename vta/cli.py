@@ -21,7 +21,7 @@ from typing import Any
 
 import numpy as np
 
-from hw_config import ConfigError, HwConfig, load_config, presets
+from hw_config import DEFAULT_PRESET, ConfigError, HwConfig, describe_overrides, load_config, presets
 from simulator.core import DEFAULT_MAX_CYCLES, DEFAULT_MAX_THREADS, DEFAULT_MAX_WORK, MAX_THREADS, Simulator
 from simulator.errors import SimulatorError
 from simulator.files import check_output_path
@@ -315,14 +315,9 @@ def config_list(args: argparse.Namespace) -> int:
 ])
 def config_show(args: argparse.Namespace) -> int:
     """Show a hardware configuration (its keys, then every value derived from them)."""
-    cfg = _load(args.name, args.sets)
-    sets = dict(args.sets or [])
-    if sets and "DESCRIPTION" not in sets:
-        # the preset's description names its bitstream and calibration, which the overrides may not keep: say so
-        # (in --json too, which users save as their config file)
-        said = ", ".join(f"{k}={v}" for k, v in sets.items())
-        cfg = cfg.replace(DESCRIPTION=f"{args.name or 'pynq'} with {said}" +
-                          (f"; the base: {cfg.DESCRIPTION}" if cfg.DESCRIPTION else ""))
+    # the preset's description names its bitstream and calibration, which the overrides may not keep: say so (in
+    # --json too, which users save as their config file)
+    cfg = describe_overrides(_load(args.name, args.sets), args.name or DEFAULT_PRESET, dict(args.sets or []))
     if args.json:
         print(json.dumps({"config": cfg.to_dict(), "derived": cfg.derived()}, indent=2))
         return 0
