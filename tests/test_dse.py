@@ -578,7 +578,7 @@ def test_run_search_refuses_bad_keywords_before_any_work(tmp_path, kwargs, error
 # ---- failed points, the offload region, the front's configs -------------------------------------------------------
 
 def test_vta_dse_says_why_points_failed_exits_2_when_all_did_and_tries_them_again_on_resume(tmp_path):
-    """A point that fails (here the host ISA asked for is not one) said only `failed`, the summary an empty front,
+    """A point that fails (here the simulator's kernel path asked for is not one) said only `failed`, the summary an empty front,
     and the exit status was 0: the reason was only in the records. The progress line now gives it, a search whose
     every tuned point failed ends with one `vta: error:` line naming the first reason and exit status 2 (its
     records and outputs written), and a failed point is not final: the same command measures it again."""
@@ -586,9 +586,9 @@ def test_vta_dse_says_why_points_failed_exits_2_when_all_did_and_tries_them_agai
     cmd = [sys.executable, "-m", "vta", "dse", NET, "--image-size", str(IMAGE), "--space", "space.json",
            "--trials", "1", "--out", "out"]
     broken = subprocess.run(cmd, cwd=tmp_path, capture_output=True, text=True, timeout=600, check=False,
-                            env={**ENV, "VTA_HOST_ISA": "foo"})
+                            env={**ENV, "VTA_SIM_KERNEL": "bogus"})
     assert broken.returncode == 2, broken.stderr
-    why = "ValueError: VTA_HOST_ISA='foo' is not a host ISA"
+    why = "SimulatorError: VTA_SIM_KERNEL=bogus is not a kernel path"
     steps = [line for line in broken.stderr.splitlines() if line.startswith("[")]
     assert len(steps) == 2 and all(f": failed: {why}" in line for line in steps), broken.stderr
     last = broken.stderr.strip().splitlines()[-1]
