@@ -362,6 +362,7 @@ def _rtl(cfg):
 
 def _board(cfg, args: argparse.Namespace):
     """The Pynq device for --device pynq (the [pynq] extra is imported only here)."""
+    from vta.board.bitstream import config_options
     from vta.device_pynq import PynqDevice
-    return PynqDevice(cfg, bitstream=args.bitstream, board=args.board)
+    return PynqDevice(cfg, bitstream=args.bitstream, board=args.board, cli=config_options(args.config, args.sets))
 
