@@ -70,3 +70,56 @@ def test_no_board_names_the_board_flag(tmp_path):
     line = error_line(done)
     assert "no PYNQ board found" in line
     assert line.endswith("or pass --board HOST[:PORT]") and "board='host:port'" not in line
+
+
+# ---- files, flags and names: what was wrong and what is allowed ------------------------------------------------
+
+def test_an_input_that_is_not_an_array_file_is_named_without_offering_pickle(tmp_path):
+    readme = REPO / "examples" / "README.md"
+    line = error_line(vta("run", "resnet-18", "--image-size", "32", "--input", str(readme), cwd=tmp_path))
+    assert f"--input {readme}: not a .npy array file" in line
+    assert "pickle" not in line.lower()
+
+
+@pytest.mark.parametrize("argv, says", [
+    (["run", "resnet-18", "--image-size", "32", "--input", "nope.npy"], "--input nope.npy: no such file"),
+    (["sim", "replay", "nope.npz"], "program image nope.npz: no such file"),
+    (["config", "show", "my_accel.json"], "hardware config 'my_accel.json': no such file"),
+    (["config", "show", "configs/accel"], "hardware config 'configs/accel': no such file"),
+])
+def test_a_missing_file_is_named_with_what_it_was_for(argv, says, tmp_path):
+    line = error_line(vta(*argv, cwd=tmp_path))
+    assert says in line and "Errno" not in line and "neither a preset" not in line
+
+
+def test_a_misspelt_preset_still_gets_its_suggestion(tmp_path):
+    line = error_line(vta("config", "show", "pynqq", cwd=tmp_path))
+    assert "neither a preset" in line and "did you mean 'pynq'?" in line
+
+
+@pytest.mark.parametrize("argv, says", [
+    (["compile", "clip", "--data-shape", "1,16,8,8"], "clip needs --bounds LO,HI"),
+    (["compile", "clip", "--data-shape", "1,16,8,8", "--bounds", "9,1"], "--bounds LO,HI: two integers with LO <= HI"),
+    (["compile", "add", "--data-shape", "1,16,8,8", "--bounds", "0,9"], "--bounds applies only to clip, not add"),
+    (["compile", "relu", "--data-shape", "1,16,8,8", "--imm", "3"], "--imm applies only to add, multiply"),
+    (["compile", "conv3d", "--data-shape", "1,64,56,56"],
+     ("unknown op 'conv3d' (did you mean 'conv2d'?); vta compile knows add, multiply, minimum, maximum, "
+      "right_shift, relu, clip, conv2d, group_conv2d, conv2d_transpose, dense")),
+])
+def test_vta_compile_names_its_flags_and_ops(argv, says, tmp_path):
+    line = error_line(vta(*argv, cwd=tmp_path))
+    assert says in line and "=(" not in line   # no Python keyword arguments such as bounds=(lo, hi)
+
+
+@pytest.mark.parametrize("flag, value", [("-m", "0"), ("-k", "-3"), ("-n", "100000")])
+def test_vta_demo_range_checks_its_dimensions_by_flag(flag, value, tmp_path):
+    line = error_line(vta("demo", flag, value, cwd=tmp_path))
+    assert line == f"vta: error: {flag} {value} is out of range; a matrix dimension (-m, -k, -n) is 1..16384"
+
+
+def test_vta_tune_lists_the_ops_the_network_has_tasks_for(tmp_path):
+    line = error_line(vta("tune", "resnet-18", "--image-size", "32", "--ops", "dense", "--log", "t.jsonl",
+                          cwd=tmp_path))
+    assert line.endswith("resnet-18: no accelerator tasks among --ops dense; this network's accelerator tasks are "
+                         "conv2d")
+    assert not (tmp_path / "t.jsonl").exists()
