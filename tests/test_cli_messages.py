@@ -123,3 +123,26 @@ def test_vta_tune_lists_the_ops_the_network_has_tasks_for(tmp_path):
     assert line.endswith("resnet-18: no accelerator tasks among --ops dense; this network's accelerator tasks are "
                          "conv2d")
     assert not (tmp_path / "t.jsonl").exists()
+
+
+# ---- outputs: whole names, readable units ------------------------------------------------------------------------
+
+@pytest.mark.parametrize("argv, op", [(["run", "resnet-18", "--image-size", "32"], "nn.global_avg_pool2d"),
+                                      (["run", "dcgan"], "nn.conv2d_transpose")])
+def test_the_per_layer_table_shows_every_op_name_whole_in_its_column(argv, op, tmp_path):
+    done = vta(*argv, cwd=tmp_path)
+    assert done.returncode == 0, done.stderr
+    lines = done.stdout.splitlines()
+    table = lines[next(i for i, line in enumerate(lines) if line.startswith("layer ")):-1]
+    where = table[0].index("where")
+    assert all(line[where - 1] == " " and line[where:where + 3] in ("VTA", "CPU") for line in table[1:]), table
+    assert any(line.split()[1] == op for line in table[1:]), table
+
+
+def test_vta_compile_says_milliseconds_above_a_thousand_microseconds(tmp_path):
+    done = vta("compile", "conv2d", "--data-shape", "1,64,56,56", "--kernel-shape", "64,64,3,3", "--padding", "1,1",
+               cwd=tmp_path)
+    assert done.returncode == 0, done.stderr
+    assert " cycles (5.18 ms), bit-exact against numpy: yes" in done.stdout
+    done = vta("compile", "add", "--data-shape", "1,16,8,8", "--imm", "2", cwd=tmp_path)
+    assert " cycles (9.9 us), bit-exact" in done.stdout

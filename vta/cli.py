@@ -288,6 +288,11 @@ def _load(name: str | None, sets: list[tuple[str, Any]] | None) -> HwConfig:
     return load_config(name, **dict(sets or []))
 
 
+def _duration(seconds: float) -> str:
+    """A simulated time as the CLI prints it: microseconds up to 1000 us, milliseconds above."""
+    return f"{seconds * 1e6:.1f} us" if seconds * 1e6 < 1000 else f"{seconds * 1e3:.2f} ms"
+
+
 def _table(rows: dict[str, Any]) -> str:
     width = max(map(len, rows), default=0)
     return "\n".join(f"  {k:<{width}}  {v}" for k, v in rows.items())
@@ -585,7 +590,7 @@ def compile_cmd(args: argparse.Namespace) -> int:
     out = op.run(**inputs)
     exact = np.array_equal(out, op.reference(**inputs))
     print(f"{args.op} on {cfg.model}: {op.num_insns} instructions in {len(op.program.streams)} stream(s), "
-          f"{op.cycles:,} cycles ({op.stats.seconds * 1e6:.1f} us), bit-exact against numpy: {'yes' if exact else 'NO'}")
+          f"{op.cycles:,} cycles ({_duration(op.stats.seconds)}), bit-exact against numpy: {'yes' if exact else 'NO'}")
     print(f"  schedule {json.dumps(op.config)} (space of {len(op.space)})")
     if args.out:
         save_image(args.out, op.image(**inputs))
