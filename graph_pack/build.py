@@ -351,7 +351,8 @@ class GraphModule:
         rows = self.profile()
         accel = any(row["where"] == "accelerator" for row in rows)
         figure = self.board_figure if accel else None
-        head = f"{'layer':34} {'op':18} {'where':11}"
+        op_width = max([18, *(len(row["op"]) for row in rows)])   # every op name whole (nn.conv2d_transpose)
+        head = f"{'layer':34} {'op':{op_width}} {'where':11}"
         if accel:
             head += f" {'fused':>5} {'cycles':>11} {'time ms':>9} {'GOPS':>7} {'DRAM KB':>9}"
             head += f" {'board ms':>9}" if figure else ""
@@ -359,7 +360,7 @@ class GraphModule:
             head += f" {'time ms':>9}"
         lines = [head]
         for row in rows:
-            start = f"{row['name'][:34]:34} {row['op'][:18]:18}"
+            start = f"{row['name'][:34]:34} {row['op']:{op_width}}"
             if row["where"] == "accelerator":
                 lines.append(f"{start} {'VTA':11} {row['fused']:5d} {row['cycles']:11,d} {row['time_ms']:9.3f} "
                              f"{row['gops']:7.1f} {row['dram_bytes'] / 1024:9.1f}"

@@ -117,10 +117,17 @@ def _load_input(path: str, graph: Graph, name: str) -> np.ndarray:
     """--input: the .npy file, its shape checked against the model's input before its data is read."""
     try:
         x = np.load(path, mmap_mode="r")
+    except FileNotFoundError:
+        raise ValueError(f"--input {path}: no such file (give a .npy array file, as numpy.save writes)") from None
+    except IsADirectoryError:
+        raise ValueError(f"--input {path}: a directory, not a .npy array file") from None
     except EOFError:
         raise ValueError(f"--input {path}: the file is empty or truncated, not a .npy array") from None
+    except ValueError:   # numpy's text offers to unpickle the file: never what --input wants
+        raise ValueError(f"--input {path}: not a .npy array file (an array as numpy.save writes it)") from None
     if getattr(x, "shape", None) is None:   # an .npz archive
-        raise ValueError(f"--input {path}: not a .npy array file")
+        raise ValueError(f"--input {path}: an .npz archive, not a .npy array file (save the one input array "
+                         f"with numpy.save)")
     node = graph[name]
     if x.shape != node.shape:
         raise ValueError(f"--input {path}: shape {x.shape} {x.dtype}, but the model's input {name!r} is "
@@ -371,6 +378,7 @@ def _rtl(cfg):
 
 def _board(cfg, args: argparse.Namespace):
     """The Pynq device for --device pynq (the [pynq] extra is imported only here)."""
+    from vta.board.bitstream import config_options
     from vta.device_pynq import PynqDevice
-    return PynqDevice(cfg, bitstream=args.bitstream, board=args.board)
+    return PynqDevice(cfg, bitstream=args.bitstream, board=args.board, cli=config_options(args.config, args.sets))
 

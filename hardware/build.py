@@ -92,10 +92,26 @@ def link(cfg: HwConfig, obj: Path, directory: Path) -> Path:
     return out
 
 
+# What the steps took for the pynq preset's 1x16x16 core on two cores (generate 12.8 s, verilate 21.5 s); a larger
+# core takes about sqrt(products / 256) times as long (65,536 products took 4 min to generate)
+TYPICAL_SECONDS = {"generate": 13.0, "verilate": 22.0}
+
+
+def estimate_seconds(cfg: HwConfig, step: str) -> float:
+    """Roughly how long ``step`` ("generate" or "verilate", with the link) of ``cfg``'s build takes."""
+    products = cfg.BATCH * cfg.BLOCK_IN * cfg.BLOCK_OUT
+    return TYPICAL_SECONDS[step] * max(1.0, products / 256) ** 0.5
+
+
+def _about(seconds: float) -> str:
+    return f"about {seconds:.0f} s" if seconds < 90 else f"about {seconds / 60:.0f} min"
+
+
 def ensure_built(cfg: HwConfig, progress=None, max_products: int = DEFAULT_MAX_PRODUCTS) -> Path:
     """The shared library for ``cfg``, building it first if the cache lacks it (a core of more than
     ``max_products`` int8 products is refused first: check_core_size). ``progress(text)`` (optional) hears each
-    step with its time."""
+    step before it starts (what, for which config, roughly how long) and its time when done; a library found in
+    the cache is returned without a word."""
     directory = build_dir(cfg)
     lib = directory / LIBRARY
     if lib.is_file():
@@ -110,8 +126,14 @@ def ensure_built(cfg: HwConfig, progress=None, max_products: int = DEFAULT_MAX_P
         if lib.is_file():
             return lib
         t0 = time.perf_counter()
+        say(f"building the RTL model of {cfg.model}, once per config (cached in {directory}; "
+            f"{RTL_CACHE_VARIABLE} moves the cache)")
+        if not (directory / f"{TOP}.v").is_file():
+            say(f"generating {TOP}.v (Amaranth, Yosys), {_about(estimate_seconds(cfg, 'generate'))} ...")
         verilog, took = write_verilog(cfg, directory, max_products)
-        say(f"generated {verilog.name} in {took:.1f} s")
+        say(f"generated {verilog.name} in {took:.1f} s" if took else f"{verilog.name} already generated")
+        say(f"verilating {verilog.name} and compiling its C++ model (Verilator), "
+            f"{_about(estimate_seconds(cfg, 'verilate'))} ...")
         t1 = time.perf_counter()
         # objects left by a build that was killed are not reused: make takes a truncated one, newer than its
         # source, for done, and the library linked from it fails to load (an undefined symbol) from then on

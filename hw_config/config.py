@@ -496,6 +496,11 @@ def load_config(name_or_path: str | Path | dict | HwConfig | None = None, **over
         if set(data) == {"config", "derived"} and isinstance(data["config"], dict):
             data = data["config"]   # what `vta config show --json` prints: its config part is the config
         return config_from_dict(data, **overrides)
+    if path.is_dir():
+        raise ConfigError("", f"hardware config {text!r}: a directory, not a JSON config file")
+    if "/" in text or "\\" in text or text.endswith(".json"):   # meant as a file
+        raise ConfigError("", f"hardware config {text!r}: no such file (a config is a preset name "
+                              f"({', '.join(presets())}) or an existing JSON file)")
     near = difflib.get_close_matches(text, presets(), n=1, cutoff=0.6)
     hint = f"; did you mean {near[0]!r}?" if near else ""
     raise ConfigError("", f"hardware config {text!r}: neither a preset ({', '.join(presets())}) nor a JSON "

@@ -349,8 +349,13 @@ def _read_npz(path_or_file: PathOrFile, where: str, fixed: tuple[str, ...], limi
               check: Callable[[dict[str, _Member]], None]) -> dict[str, np.ndarray]:
     """Every array of an .npz: all headers are read and passed to ``check`` before any data is read."""
     if isinstance(path_or_file, (str, os.PathLike)):
-        with open(path_or_file, "rb") as f:
-            return _read_npz(f, where, fixed, limits, check)
+        try:   # (reading an open file raises neither of these: they are the open's)
+            with open(path_or_file, "rb") as f:
+                return _read_npz(f, where, fixed, limits, check)
+        except FileNotFoundError:   # the OSError types stay; the message names the file and what it is for
+            raise FileNotFoundError(f"{where}: no such file") from None
+        except IsADirectoryError:
+            raise IsADirectoryError(f"{where}: a directory, not an .npz file") from None
     start = path_or_file.tell() if path_or_file.seekable() else None
     magic = path_or_file.read(4)
     if start is not None:

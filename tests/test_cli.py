@@ -79,7 +79,7 @@ def test_sim_disasm_golden(capsys):
     (["config", "show", "nosuchpreset"], "nosuchpreset"),
     (["config", "show", "pynq", "--set", "LOG_BLOCK=9"], "LOG_BLOCK=9"),
     (["config", "show", "pynq", "--set", "NOPE=1"], "unknown key 'NOPE'"),
-    (["sim", "disasm", "/nonexistent/prog.npz"], "No such file"),
+    (["sim", "disasm", "/nonexistent/prog.npz"], "program image /nonexistent/prog.npz: no such file"),
 ])
 def test_errors_exit_2_with_message(capsys, argv, message):
     status, out, err = run(capsys, *argv)

@@ -55,7 +55,10 @@ def tune_network(model: str, env, *, tuner: str = "xgb", n_trial: int = 100, tot
     packed = graph_pack(qgraph, cfg, start_name=start or default_start, stop_name=stop or default_stop)
     tasks = extract_tasks(packed, cfg, ops=ops)
     if not tasks:
-        raise ValueError(f"{model}: no accelerator tasks" + (f" for ops {ops}" if ops else ""))
+        known = sorted({t.op for t in extract_tasks(packed, cfg)}) if ops else []
+        raise ValueError(f"{model}: no accelerator tasks" + (
+            f" among --ops {','.join(ops)}; this network's accelerator tasks are "
+            f"{', '.join(known) if known else 'none'}" if ops else ""))
     out.write(f"{model}: {len(tasks)} task(s) on {cfg.model}\n")
     with (LocalRunner(n_parallel=n_parallel, check=check, timing_only=timing_only) if runner is None
           else contextlib.nullcontext(runner)) as measurer:

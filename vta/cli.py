@@ -10,6 +10,7 @@ command that saves work as it goes raises ``Interrupted`` saying what was saved 
 from __future__ import annotations
 
 import argparse
+import difflib
 import json
 import math
 import os
@@ -287,6 +288,11 @@ def _load(name: str | None, sets: list[tuple[str, Any]] | None) -> HwConfig:
     return load_config(name, **dict(sets or []))
 
 
+def _duration(seconds: float) -> str:
+    """A simulated time as the CLI prints it: microseconds up to 1000 us, milliseconds above."""
+    return f"{seconds * 1e6:.1f} us" if seconds * 1e6 < 1000 else f"{seconds * 1e3:.2f} ms"
+
+
 def _table(rows: dict[str, Any]) -> str:
     width = max(map(len, rows), default=0)
     return "\n".join(f"  {k:<{width}}  {v}" for k, v in rows.items())
@@ -457,13 +463,19 @@ def sim_replay(args: argparse.Namespace) -> int:
 # ------------------------------------------------------------------------------------------------------------
 # vta demo
 
+DEMO_MAX_DIM = 16384   # -m, -k, -n: a 16384 x 16384 int8 matrix is 256 MiB, about as much as a demo should stage
+
+
 @command(None, "demo", "run the built-in GEMM + ReLU demo on the simulator", args=[
     arg("--config", default=None, metavar="NAME|PATH", help="hardware preset or JSON file (default: pynq)"),
     arg("--set", dest="sets", action="append", type=_key_value, metavar="KEY=VALUE",
         help="override a config key (repeatable)"),
-    arg("-m", type=int, default=64, help="rows of A (default 64)"),
-    arg("-k", type=int, default=256, help="columns of A = columns of W (default 256)"),
-    arg("-n", type=int, default=256, help="rows of W (default 256)"),
+    arg("-m", type=int, default=64,
+        help=f"rows of A, 1..{DEMO_MAX_DIM} (default 64)"),
+    arg("-k", type=int, default=256,
+        help=f"columns of A = columns of W, 1..{DEMO_MAX_DIM} (default 256)"),
+    arg("-n", type=int, default=256,
+        help=f"rows of W, 1..{DEMO_MAX_DIM} (default 256)"),
     arg("--seed", type=SEED, default=0, help="random seed of the matrices"),
     arg("--trace", metavar="JSON", help="write a Chrome/Perfetto trace of the run"),
 ])
@@ -473,6 +485,10 @@ def demo(args: argparse.Namespace) -> int:
     Checks the result bit-exactly against numpy and prints VTA's counters, cycles and per-module figures.
     Exit status 1 if the result differs from numpy.
     """
+    for flag in ("m", "k", "n"):   # before any work, by flag (the dense template would name its data_shape)
+        value = getattr(args, flag)
+        if not 1 <= value <= DEMO_MAX_DIM:
+            raise ValueError(f"-{flag} {value} is out of range; a matrix dimension (-m, -k, -n) is 1..{DEMO_MAX_DIM}")
     cfg = _load(args.config, args.sets)
     if args.trace is not None:
         check_output_path(args.trace, "--trace")
@@ -533,17 +549,31 @@ def compile_cmd(args: argparse.Namespace) -> int:
     The image holds the instruction stream, the micro-ops and DRAM staged with random inputs, so
     `vta sim replay IMAGE` (or a board) runs it without this compiler.
     """
-    from vta.templates import ALU_OPS, compile_op, random_inputs
+    from vta.templates import ALU_OPS, TEMPLATES, compile_op, random_inputs
+    from vta.templates.alu import BINARY
 
+    if args.op not in TEMPLATES:
+        near = difflib.get_close_matches(args.op, TEMPLATES, n=1, cutoff=0.6)
+        raise ValueError(f"unknown op {args.op!r}" + (f" (did you mean {near[0]!r}?)" if near else "") +
+                         f"; vta compile knows {', '.join(TEMPLATES)}")
     if args.out is not None:
         check_output_path(args.out, "--out")
     cfg = _load(args.config, args.sets)
     workload: dict[str, Any] = {"data_shape": args.data_shape}
     if args.op in ALU_OPS:
         if args.imm is not None:
+            if args.op not in BINARY:
+                raise ValueError(f"--imm applies only to {', '.join(BINARY)}, not {args.op}")
             workload["imm"] = args.imm
-        if args.bounds is not None:
+        if args.op == "clip":
+            if args.bounds is None:
+                raise ValueError("clip needs --bounds LO,HI (the int8 range to clip to, e.g. --bounds 0,127)")
+            if len(args.bounds) != 2 or args.bounds[0] > args.bounds[1]:
+                raise ValueError(f"--bounds LO,HI: two integers with LO <= HI, got "
+                                 f"{','.join(map(str, args.bounds))}")
             workload["bounds"] = args.bounds
+        elif args.bounds is not None:
+            raise ValueError(f"--bounds applies only to clip, not {args.op}")
     else:
         if args.kernel_shape is None:
             raise ValueError(f"{args.op} needs --kernel-shape")
@@ -555,7 +585,7 @@ def compile_cmd(args: argparse.Namespace) -> int:
     out = op.run(**inputs)
     exact = np.array_equal(out, op.reference(**inputs))
     print(f"{args.op} on {cfg.model}: {op.num_insns} instructions in {len(op.program.streams)} stream(s), "
-          f"{op.cycles:,} cycles ({op.stats.seconds * 1e6:.1f} us), bit-exact against numpy: {'yes' if exact else 'NO'}")
+          f"{op.cycles:,} cycles ({_duration(op.stats.seconds)}), bit-exact against numpy: {'yes' if exact else 'NO'}")
     print(f"  schedule {json.dumps(op.config)} (space of {len(op.space)})")
     if args.out:
         save_image(args.out, op.image(**inputs))

@@ -156,21 +156,24 @@ class PynqDevice:
 
     def __init__(self, cfg: HwConfig, bitstream: str | os.PathLike | None = None,
                  cache_dir: str | os.PathLike | None = None, timeout_s: float = DEFAULT_TIMEOUT_S, *,
-                 board: str | None = None, poll_s: float = 1e-3):
+                 board: str | None = None, poll_s: float = 1e-3, cli: str | None = None):
         """Find and check the bitstream, reach the board, download the bitstream, map the four blocks.
 
         ``bitstream``: a ``.bit`` to use instead of the cache's (its name must be ``<cfg.bitstream>.bit``);
         ``cache_dir``: the bitstream cache (default ``$VTA_CACHE_PATH`` or ``~/.vta_cache``);
         ``timeout_s``: how long a run may take before ``BoardTimeout``; ``board``: ``host[:port]`` of a
         remote board (default ``$VTA_PYNQ_BOARD``, else pynq's own choice: the local board or
-        ``PYNQ_REMOTE_DEVICES``); ``poll_s``: the longest pause between two polls of ``done``.
+        ``PYNQ_REMOTE_DEVICES``); ``poll_s``: the longest pause between two polls of ``done``; ``cli``: given by
+        a command, the options that loaded its config (``vta.board.bitstream.config_options``): refusals then name
+        the command's flags (``--bitstream``, ``--board``) instead of these arguments.
         """
         if not (isinstance(timeout_s, (int, float)) and timeout_s > 0):
             raise ValueError(f"timeout_s={timeout_s!r}: need a positive number of seconds")
         self.cfg = cfg
         self.timeout_s = float(timeout_s)
         self.poll_s = float(poll_s)
-        self.bitstream: Path = find_bitstream(cfg, bitstream, cache_dir)   # before anything touches a board
+        self._cli = cli
+        self.bitstream: Path = find_bitstream(cfg, bitstream, cache_dir, cli=cli)   # before anything touches a board
         self.last_stats: BoardRunStats | None = None
         self._pynq = import_pynq("vta.device_pynq.PynqDevice")
         self._arrays: dict[int, object] = {}
@@ -212,8 +215,8 @@ class PynqDevice:
         except Exception as e:   # "No Devices Found", failed remote probes
             hint = ("PYNQ_REMOTE_DEVICES is set: is the board's PYNQ remote server (or `vta board serve "
                     "--simulated`) listening on port 7967?" if os.environ.get("PYNQ_REMOTE_DEVICES") else
-                    "run on the board itself, set PYNQ_REMOTE_DEVICES=<board ip> (pynq's remote mode), or pass "
-                    "board='host:port'")
+                    "run on the board itself, set PYNQ_REMOTE_DEVICES=<board ip> (pynq's remote mode), or pass " +
+                    ("--board HOST[:PORT]" if self._cli is not None else "board='host:port'"))
             raise BoardError(f"no PYNQ board found ({_details(e)}): {hint}") from e
         name = getattr(dev, "name", None) or dev.tag
         if getattr(dev, "ip_addr", None):

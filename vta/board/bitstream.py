@@ -14,11 +14,13 @@ onto anything but a simulated board.
 
 from __future__ import annotations
 
+import json
 import os
+import shlex
 import struct
 from pathlib import Path
 
-from hw_config import HwConfig
+from hw_config import HwConfig, load_config, presets
 from hw_config.writing import write_atomic
 
 PLACEHOLDER_DESIGN = "vta_stack_simulated_board_placeholder"
@@ -84,9 +86,37 @@ def check_name(cfg: HwConfig, path: str | os.PathLike) -> None:
                              f"bitstream was built for)")
 
 
+def config_options(name: str | None, sets: list[tuple[str, object]] | None = None) -> str:
+    """The command-line options that load a config as the user gave it: ``--config NAME|PATH`` (none for the
+    default) and one ``--set KEY=VALUE`` per override, shell-quoted."""
+    words = ["--config", str(name)] if name is not None else []
+    for key, value in sets or []:
+        words += ["--set", f"{key}={value if isinstance(value, str) else json.dumps(value)}"]
+    return shlex.join(words)
+
+
+def nearest_config_options(cfg: HwConfig) -> str:
+    """``--config PRESET --set KEY=VALUE ...`` that loads ``cfg``: the preset it differs least from, and the keys
+    it differs in (for a message to someone who built ``cfg`` in Python, not from a command line)."""
+    mine = {k: v for k, v in cfg.to_dict().items() if k != "DESCRIPTION"}
+    best: tuple[int, str, list[tuple[str, object]]] | None = None
+    for name in presets():
+        theirs = load_config(name).to_dict()
+        diff = [(k, v) for k, v in mine.items() if theirs.get(k) != v]
+        if best is None or len(diff) < best[0]:
+            best = (len(diff), name, diff)
+    assert best is not None
+    return config_options(best[1], best[2])
+
+
 def find_bitstream(cfg: HwConfig, bitstream: str | os.PathLike | None = None,
-                   cache_dir: str | os.PathLike | None = None) -> Path:
-    """The bitstream file for ``cfg``: ``bitstream`` if given, else the cache's; refused with where it looked."""
+                   cache_dir: str | os.PathLike | None = None, *, cli: str | None = None) -> Path:
+    """The bitstream file for ``cfg``: ``bitstream`` if given, else the cache's; refused with where it looked.
+
+    ``cli``: given by a command (``vta run``, ``vta board ...``), the options that loaded its config (see
+    ``config_options``); the refusal then names the command's ``--bitstream`` flag and these options, instead of
+    the Python argument and the preset nearest ``cfg``.
+    """
     check_board_config(cfg)
     if bitstream is not None:
         path = Path(bitstream).expanduser()
@@ -101,11 +131,15 @@ def find_bitstream(cfg: HwConfig, bitstream: str | os.PathLike | None = None,
         return path
     source = ("cache directory given" if cache_dir is not None else
               "$VTA_CACHE_PATH" if os.environ.get("VTA_CACHE_PATH") else "default cache ~/.vta_cache")
+    how = "--bitstream PATH" if cli is not None else "bitstream=PATH"
+    options = cli if cli is not None else nearest_config_options(cfg)
+    if cache_dir is not None:
+        options = f"{options} --cache-dir {shlex.quote(str(cache_dir))}".lstrip()
     raise BitstreamError(
         f"no bitstream for {cfg.model}: looked for {path} (the {source}, laid out as "
-        f"<cache>/<TARGET>/<HW_VER>/<bitstream>.bit). Put {cfg.bitstream}.bit there or pass bitstream=PATH "
-        f"(--bitstream PATH). Bitstream for this config: {availability(cfg)}. For the simulated board: "
-        f"vta board bitstream --make-simulated --config {cfg.TARGET}")
+        f"<cache>/<TARGET>/<HW_VER>/<bitstream>.bit). Put {cfg.bitstream}.bit there or pass {how}. "
+        f"Bitstream for this config: {availability(cfg)}. For the simulated board: "
+        f"vta board bitstream --make-simulated {options}".rstrip())
 
 
 def read_bit_header(path: str | os.PathLike) -> dict[str, object]:

@@ -17,8 +17,10 @@ from vta.board.bitstream import (
     availability,
     bitstream_path,
     cache_root,
+    config_options,
     find_bitstream,
     make_placeholder,
+    nearest_config_options,
     read_bit_header,
 )
 from vta.cli import GROUP_HELP, _key_value, _load, arg, command, float_in, int_in
@@ -185,7 +187,7 @@ def board_bitstream(args: argparse.Namespace) -> int:
     print(f"{cfg.model}: bitstream {cfg.bitstream}.bit, cache {cache_root(args.cache_dir)}")
     print(f"  available: {availability(cfg)}")
     print(f"  looked for: {args.bitstream or bitstream_path(cfg, args.cache_dir)}")
-    path = find_bitstream(cfg, args.bitstream, args.cache_dir)
+    path = find_bitstream(cfg, args.bitstream, args.cache_dir, cli=config_options(args.config, args.sets))
     header = read_bit_header(path)
     print(f"  found: {path} (design {header.get('design', '?')}, part {header.get('part', '?')}, "
           f"{header.get('length', 0):,} bytes of configuration data)")
@@ -213,7 +215,7 @@ def board_replay(args: argparse.Namespace) -> int:
 
     image = load_image(args.image)
     with PynqDevice(image.config, bitstream=args.bitstream, cache_dir=args.cache_dir, timeout_s=args.timeout,
-                    board=args.board) as dev:
+                    board=args.board, cli=nearest_config_options(image.config)) as dev:
         result, stats = replay_on_device(dev, image)
         print(f"# {args.image}: {len(image.insns)} instructions on {dev.board} ({image.config.model})")
         measured = "measured by the host (launch to done)" if stats.launched else None   # else the model's
