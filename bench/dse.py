@@ -33,7 +33,18 @@ from graph_pack.pack import graph_pack
 from hardware.fpga import estimate
 from hw_config import load_config
 from hw_config.config import LATENCY_NEUTRAL
-from tuning.dse import FRONT, RECORDS, Search, _network, pareto_front, points_of, read_records, run_search
+from tuning.dse import (
+    FRONT,
+    RECORDS,
+    Search,
+    _network,
+    pareto_front,
+    point_key,
+    points_of,
+    read_records,
+    run_search,
+    share_host_time,
+)
 from tuning.measure import LocalRunner
 from tuning.task import extract_tasks
 from tuning.tune import tune_tasks
@@ -100,10 +111,15 @@ def main() -> None:
     saved = json.loads((directory / FRONT).read_text())
     search = Search(**saved["search"])
     records = list(read_records(directory / RECORDS, search).values())
-    front = pareto_front(records)
+    # the front as `vta dse` computes it (tuning.dse.run_search): host times shared between configs of the same
+    # host work before the front is taken
+    front = pareto_front(share_host_time(records))
     print(header("dse", f"the co-design search of {search.network} on {search.part} in {directory}"))
     print(f"{len(records)} records, {sum(r['status'] == 'ok' for r in records)} timed, front of {len(front)}; "
           f"search wall time {sum(r.get('wall_s', 0) for r in records):.0f} s of worker time")
+    if [point_key(r["point"]) for r in front] != [point_key(r["point"]) for r in saved.get("front", [])]:
+        print(f"note: {directory / FRONT} has another front ({len(saved.get('front', []))} configs): its search "
+              f"covered a part of the {len(records)} records only (a later search into the same --out?)")
 
     picked = sample(front, args.sample)
     print(f"\nthe search's schedules against XGB with {args.long_trials} trials per task (network cycles):")
