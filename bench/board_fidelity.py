@@ -28,7 +28,7 @@ import time
 from pathlib import Path
 
 import numpy as np
-from _host import header
+from _host import header, run_main
 
 from hw_config import LATENCY_KEYS, load_config
 from hw_config.config import LATENCY_NEUTRAL
@@ -120,4 +120,4 @@ def main() -> None:
 
 
 if __name__ == "__main__":
-    main()
+    run_main(main)

@@ -22,7 +22,7 @@ import tempfile
 import time
 from pathlib import Path
 
-from _host import header  # bench/_host.py, imported while this directory is still on the path
+from _host import header, run_main  # bench/_host.py, imported while this directory is still on the path
 
 # bench/tuning.py shares its name with the package: keep this directory off the import path
 _HERE = os.path.dirname(os.path.abspath(__file__))
@@ -107,6 +107,13 @@ def main() -> None:
     ap.add_argument("--yosys", type=int, default=2, help="front configs to synthesise (default 2; 0: none)")
     ap.add_argument("--scaling", type=int, default=16, help="points for the 1 vs 2 Dask workers run (0: none)")
     args = ap.parse_args()
+    # the optional packages of the parts asked for, checked before the first, long part (run_main names the pip
+    # command of a missing extra)
+    if args.sample > 0:
+        import xgboost  # noqa: F401
+    if args.scaling > 0:
+        import dask  # noqa: F401
+        import distributed  # noqa: F401
     directory = Path(args.out)
     saved = json.loads((directory / FRONT).read_text())
     search = Search(**saved["search"])
@@ -151,4 +158,4 @@ def main() -> None:
 
 
 if __name__ == "__main__":
-    main()
+    run_main(main)

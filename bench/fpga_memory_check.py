@@ -20,6 +20,8 @@ import sys
 import tempfile
 from pathlib import Path
 
+from _host import run_main
+
 from hardware.fpga.memory import MemShape, map_memory
 from hardware.fpga.resources import Resources
 from hardware.fpga.synth import parse_stat, run_script
@@ -186,4 +188,4 @@ def main(argv: list[str] | None = None) -> int:
 
 
 if __name__ == "__main__":
-    sys.exit(main())
+    run_main(main)

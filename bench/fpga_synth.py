@@ -13,7 +13,7 @@ import argparse
 import sys
 import time
 
-from _host import header
+from _host import header, run_main
 from fpga_samples import FAMILIES, config
 
 from hardware.fpga.synth import cached, synthesize, yosys_version
@@ -50,4 +50,4 @@ def main(argv: list[str] | None = None) -> int:
 
 
 if __name__ == "__main__":
-    sys.exit(main())
+    run_main(main)

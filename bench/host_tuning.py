@@ -26,7 +26,7 @@ import time
 from collections.abc import Callable
 
 # bench/_host.py and _onnx_export.py, imported while this directory is still on the path
-from _host import header
+from _host import header, run_main
 from _onnx_export import to_onnx
 
 # bench/tuning.py shares its name with the tuning package: keep this directory off the import path from here on
@@ -34,7 +34,6 @@ _HERE = os.path.dirname(os.path.abspath(__file__))
 sys.path[:] = [p for p in sys.path if os.path.abspath(p or os.curdir) != _HERE]
 
 import numpy as np
-import onnxruntime as ort
 
 import tuning
 from graph_pack import build, jit, zoo
@@ -93,6 +92,11 @@ def main() -> None:
     ap.add_argument("--repeat", type=int, default=15, help="timing rounds, median kept (default 15)")
     ap.add_argument("--log", default="host_tuning.jsonl", help="record log (resumed; default host_tuning.jsonl)")
     args = ap.parse_args()
+    # checked before any work (run_main names the pip command of a missing extra)
+    import onnx  # noqa: F401
+    import onnxruntime as ort
+    if args.tuner == "xgb":
+        import xgboost  # noqa: F401
     cpu = host()
     zoo_graph, zoo_params = zoo.get_model("resnet-18", batch_size=1)
     model = to_onnx(zoo_graph, zoo_params)   # the file both onnxruntime and our flow start from
@@ -155,4 +159,4 @@ def main() -> None:
 
 
 if __name__ == "__main__":
-    main()
+    run_main(main)

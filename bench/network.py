@@ -29,13 +29,11 @@ import os
 import statistics
 import tempfile
 import time
+from typing import TYPE_CHECKING
 
 import numpy as np
-import onnx
-import onnxruntime as ort
-from _host import header, kernel_paths, quoted
+from _host import header, kernel_paths, quoted, run_main
 from _onnx_export import to_onnx
-from onnxruntime.quantization import CalibrationDataReader, QuantFormat, QuantType, quantize_static
 
 from graph_pack import zoo
 from graph_pack.build import build
@@ -47,25 +45,23 @@ from hw_config import load_config
 from simulator.core import Simulator
 from vta.device import SimDevice
 
+if TYPE_CHECKING:
+    import onnx
+    import onnxruntime as ort
+
 NOTES = "../shared/reference/vta-notes.md"
-INT8_FORMATS = {"QOperator": QuantFormat.QOperator, "QDQ": QuantFormat.QDQ}
+INT8_FORMATS = ("QOperator", "QDQ")   # onnxruntime.quantization.QuantFormat's
 
 
 def ort_session(model: onnx.ModelProto | str) -> ort.InferenceSession:
     """onnxruntime on one thread (CPU provider), from a model or an ONNX file."""
+    import onnxruntime as ort
+
     options = ort.SessionOptions()
     options.intra_op_num_threads = options.inter_op_num_threads = 1
     options.log_severity_level = 3
     source = model if isinstance(model, str) else model.SerializeToString()
     return ort.InferenceSession(source, options, providers=["CPUExecutionProvider"])
-
-
-class _Calibration(CalibrationDataReader):
-    def __init__(self, inputs: list[dict[str, np.ndarray]]):
-        self.items = iter(inputs)
-
-    def get_next(self) -> dict[str, np.ndarray] | None:
-        return next(self.items, None)
 
 
 def ort_int8_sessions(model: onnx.ModelProto, name: str, shape: tuple[int, ...],
@@ -74,16 +70,26 @@ def ort_int8_sessions(model: onnx.ModelProto, name: str, shape: tuple[int, ...],
     what onnxruntime's x86 kernels prefer; int8 activations took 2.5-20x longer here), calibrated on ``calibrate``
     standard-normal inputs, one session per format. quantize_static rewrites a ModelProto it is given (its weights
     become external data), so it reads a file."""
+    import onnx
+    from onnxruntime.quantization import CalibrationDataReader, QuantFormat, QuantType, quantize_static
+
+    class Calibration(CalibrationDataReader):
+        def __init__(self, inputs: list[dict[str, np.ndarray]]):
+            self.items = iter(inputs)
+
+        def get_next(self) -> dict[str, np.ndarray] | None:
+            return next(self.items, None)
+
     rng = np.random.default_rng(1)
     inputs = [{name: rng.standard_normal(shape).astype(np.float32)} for _ in range(calibrate)]
     sessions = {}
     with tempfile.TemporaryDirectory() as tmp:
         src = os.path.join(tmp, "float.onnx")
         onnx.save(model, src)
-        for label, fmt in INT8_FORMATS.items():
+        for label in INT8_FORMATS:
             out = os.path.join(tmp, f"int8_{label}.onnx")
-            quantize_static(src, out, _Calibration(inputs), quant_format=fmt, activation_type=QuantType.QUInt8,
-                            weight_type=QuantType.QInt8)
+            quantize_static(src, out, Calibration(inputs), quant_format=QuantFormat[label],
+                            activation_type=QuantType.QUInt8, weight_type=QuantType.QInt8)
             sessions[label] = ort_session(out)
     return sessions
 
@@ -144,6 +150,9 @@ def main() -> None:
     ap.add_argument("--paths", default="all", choices=("all", "default"),
                     help="also time every other GEMM kernel path this CPU supports in the same rounds (default all)")
     args = ap.parse_args()
+    # every part needs the onnx extra: checked before any work (run_main names the pip command)
+    import onnx  # noqa: F401
+    import onnxruntime.quantization  # noqa: F401
     cfg = load_config(args.config)
     zoo_graph, zoo_params = zoo.get_model(args.model, batch_size=cfg.BATCH)
     model = to_onnx(zoo_graph, zoo_params)   # the file both onnxruntime and our flow start from
@@ -251,4 +260,4 @@ def main() -> None:
 
 
 if __name__ == "__main__":
-    main()
+    run_main(main)

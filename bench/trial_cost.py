@@ -35,7 +35,7 @@ import tempfile
 import time
 from pathlib import Path
 
-from _host import header, quoted
+from _host import header, quoted, run_main
 
 ROOT = Path(__file__).resolve().parent.parent
 DEFAULT_REFERENCE = "eb89180"
@@ -215,4 +215,4 @@ def report(layer: str, runs: dict[str, list[dict]]) -> None:
 
 
 if __name__ == "__main__":
-    main()
+    run_main(main)
