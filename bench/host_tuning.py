@@ -86,7 +86,7 @@ def geomean(values: list[float], weights: list[int]) -> float:
 
 
 def main() -> None:
-    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("--n-trial", type=int, default=32, help="trials per task (default 32)")
     ap.add_argument("--tuner", default="xgb", help="tuner (default xgb)")
     ap.add_argument("--repeat", type=int, default=15, help="timing rounds, median kept (default 15)")
@@ -103,6 +103,8 @@ def main() -> None:
     graph, params = from_onnx(model)
     x = np.random.default_rng(0).standard_normal(graph["data"].shape).astype(np.float32)
 
+    print(header("host_tuning", f"ResNet-18 float on this CPU ({cpu.model}, {cpu.vector_bits}-bit vectors), one "
+                                "thread: tuned host templates vs untuned, and vs onnxruntime"), flush=True)
     tasks = tuning.extract_tasks(graph, target="cpu")
     t0 = time.perf_counter()
     with CpuRunner(number=1, repeat=3, min_repeat_ms=20) as runner:
@@ -111,8 +113,6 @@ def main() -> None:
     tune_s = time.perf_counter() - t0
     best = tuning.load_best(args.log, "cpu")
 
-    print(header("host_tuning", f"ResNet-18 float on this CPU ({cpu.model}, {cpu.vector_bits}-bit vectors), one "
-                                "thread: tuned host templates vs untuned, and vs onnxruntime"))
     print(f"tuning: {args.tuner}, {args.n_trial} trials per task, {len(tasks)} tasks, {tune_s:.0f} s (log {args.log})")
     print("| conv layer (x runs) | template default ms | all-ones config ms | graph_pack.jit ms | tuned ms | "
           "tuned vs default | vs all-ones | vs jit |")
