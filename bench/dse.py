@@ -129,14 +129,15 @@ def main() -> None:
               f"covered a part of the {len(records)} records only (a later search into the same --out?)")
 
     picked = sample(front, args.sample)
-    print(f"\nthe search's schedules against XGB with {args.long_trials} trials per task (network cycles):")
-    print("| config | search | long run | search / long | long run s |\n|---|---|---|---|---|")
+    if picked:
+        print(f"\nthe search's schedules against XGB with {args.long_trials} trials per task (network cycles):")
+        print("| config | search | long run | search / long | long run s |\n|---|---|---|---|---|")
     for rec in picked:
         ours, long_run, took = long_tuning(search, rec, args.long_trials)
         text = ", ".join(f"{k}={v}" for k, v in rec["point"].items())
         print(f"| {text} | {ours:,} | {long_run:,} | {ours / long_run:.3f} | {took:.0f} |", flush=True)
 
-    if args.yosys:
+    if args.yosys and front:
         print("\nYosys synth_xilinx of front configs (cached by config):")
         print("| config | LUT | FF | BRAM36 | DSP | fits | analytic fits | s |\n|---|---|---|---|---|---|---|---|")
         for rec in sample(front, args.yosys):
@@ -148,8 +149,8 @@ def main() -> None:
             print(f"| {text} | {t.lut:,.0f} | {t.ff:,.0f} | {t.bram:g} | {t.dsp:,.0f} | {rep.fits} | {rec['fits']} | "
                   f"{time.perf_counter() - t0:.0f} |", flush=True)
 
-    if args.scaling:
-        ok = [r["point"] for r in records if r["status"] == "ok"][:args.scaling]
+    ok = [r["point"] for r in records if r["status"] == "ok"][:args.scaling]
+    if args.scaling and ok:
         grid = points_of({k: sorted({p[k] for p in ok}) for k in ok[0]})
         print(f"\nDask LocalCluster, the search of {len(grid)} points (the smallest grid over the first "
               f"{len(ok)} timed configs):")
