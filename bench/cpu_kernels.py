@@ -14,7 +14,7 @@ import time
 from collections.abc import Callable
 
 import numpy as np
-from _host import header
+from _host import header, run_main
 
 from graph_pack import jit
 from graph_pack.kernels import KERNELS
@@ -94,4 +94,4 @@ def main() -> None:
 
 
 if __name__ == "__main__":
-    main()
+    run_main(main)

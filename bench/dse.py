@@ -22,7 +22,7 @@ import tempfile
 import time
 from pathlib import Path
 
-from _host import header  # bench/_host.py, imported while this directory is still on the path
+from _host import header, run_main  # bench/_host.py, imported while this directory is still on the path
 
 # bench/tuning.py shares its name with the package: keep this directory off the import path
 _HERE = os.path.dirname(os.path.abspath(__file__))
@@ -33,7 +33,18 @@ from graph_pack.pack import graph_pack
 from hardware.fpga import estimate
 from hw_config import load_config
 from hw_config.config import LATENCY_NEUTRAL
-from tuning.dse import FRONT, RECORDS, Search, _network, pareto_front, points_of, read_records, run_search
+from tuning.dse import (
+    FRONT,
+    RECORDS,
+    Search,
+    _network,
+    pareto_front,
+    point_key,
+    points_of,
+    read_records,
+    run_search,
+    share_host_time,
+)
 from tuning.measure import LocalRunner
 from tuning.task import extract_tasks
 from tuning.tune import tune_tasks
@@ -96,24 +107,37 @@ def main() -> None:
     ap.add_argument("--yosys", type=int, default=2, help="front configs to synthesise (default 2; 0: none)")
     ap.add_argument("--scaling", type=int, default=16, help="points for the 1 vs 2 Dask workers run (0: none)")
     args = ap.parse_args()
+    # the optional packages of the parts asked for, checked before the first, long part (run_main names the pip
+    # command of a missing extra)
+    if args.sample > 0:
+        import xgboost  # noqa: F401
+    if args.scaling > 0:
+        import dask  # noqa: F401
+        import distributed  # noqa: F401
     directory = Path(args.out)
     saved = json.loads((directory / FRONT).read_text())
     search = Search(**saved["search"])
     records = list(read_records(directory / RECORDS, search).values())
-    front = pareto_front(records)
+    # the front as `vta dse` computes it (tuning.dse.run_search): host times shared between configs of the same
+    # host work before the front is taken
+    front = pareto_front(share_host_time(records))
     print(header("dse", f"the co-design search of {search.network} on {search.part} in {directory}"))
     print(f"{len(records)} records, {sum(r['status'] == 'ok' for r in records)} timed, front of {len(front)}; "
           f"search wall time {sum(r.get('wall_s', 0) for r in records):.0f} s of worker time")
+    if [point_key(r["point"]) for r in front] != [point_key(r["point"]) for r in saved.get("front", [])]:
+        print(f"note: {directory / FRONT} has another front ({len(saved.get('front', []))} configs): its search "
+              f"covered a part of the {len(records)} records only (a later search into the same --out?)")
 
     picked = sample(front, args.sample)
-    print(f"\nthe search's schedules against XGB with {args.long_trials} trials per task (network cycles):")
-    print("| config | search | long run | search / long | long run s |\n|---|---|---|---|---|")
+    if picked:
+        print(f"\nthe search's schedules against XGB with {args.long_trials} trials per task (network cycles):")
+        print("| config | search | long run | search / long | long run s |\n|---|---|---|---|---|")
     for rec in picked:
         ours, long_run, took = long_tuning(search, rec, args.long_trials)
         text = ", ".join(f"{k}={v}" for k, v in rec["point"].items())
         print(f"| {text} | {ours:,} | {long_run:,} | {ours / long_run:.3f} | {took:.0f} |", flush=True)
 
-    if args.yosys:
+    if args.yosys and front:
         print("\nYosys synth_xilinx of front configs (cached by config):")
         print("| config | LUT | FF | BRAM36 | DSP | fits | analytic fits | s |\n|---|---|---|---|---|---|---|---|")
         for rec in sample(front, args.yosys):
@@ -125,8 +149,8 @@ def main() -> None:
             print(f"| {text} | {t.lut:,.0f} | {t.ff:,.0f} | {t.bram:g} | {t.dsp:,.0f} | {rep.fits} | {rec['fits']} | "
                   f"{time.perf_counter() - t0:.0f} |", flush=True)
 
-    if args.scaling:
-        ok = [r["point"] for r in records if r["status"] == "ok"][:args.scaling]
+    ok = [r["point"] for r in records if r["status"] == "ok"][:args.scaling]
+    if args.scaling and ok:
         grid = points_of({k: sorted({p[k] for p in ok}) for k in ok[0]})
         print(f"\nDask LocalCluster, the search of {len(grid)} points (the smallest grid over the first "
               f"{len(ok)} timed configs):")
@@ -135,4 +159,4 @@ def main() -> None:
 
 
 if __name__ == "__main__":
-    main()
+    run_main(main)

@@ -16,9 +16,8 @@ from __future__ import annotations
 
 import argparse
 import json
-import sys
 
-from _host import header
+from _host import header, run_main
 
 from hardware.fpga import model
 from hardware.fpga.synth import SynthResult, cache_root, synth_key
@@ -75,4 +74,4 @@ def main() -> int:
 
 
 if __name__ == "__main__":
-    sys.exit(main())
+    run_main(main)

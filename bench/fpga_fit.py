@@ -25,7 +25,7 @@ import time
 from pathlib import Path
 
 import numpy as np
-from _host import header
+from _host import header, run_main
 from fpga_samples import FAMILIES, config
 from scipy.optimize import nnls
 
@@ -272,4 +272,4 @@ def main(argv: list[str] | None = None) -> int:
 
 
 if __name__ == "__main__":
-    sys.exit(main())
+    run_main(main)

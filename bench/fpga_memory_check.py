@@ -1,10 +1,16 @@
-"""The memory-packing model (hardware/fpga/memory.py) against Yosys's own memory_libmap, on a grid of shapes.
+"""The memory-packing model (hardware/fpga/memory.py) against Yosys's own memory_libmap, on memory shapes.
 
 Every shape becomes one Verilog module holding one memory with the generator's port structure (one write port,
-``reads`` synchronous read ports, ``transparent`` of them transparent to the write port); one Yosys
-``synth_xilinx`` run per family maps them all (memories only: about a minute), and each module's block RAMs,
-distributed-RAM LUTs and flip-flops are compared with the model's. Prints one line per shape and the count of
-mismatches (0 is the claim docs/co-design.md makes).
+``reads`` synchronous read ports, ``transparent`` of them transparent to the write port); Yosys ``synth_xilinx``
+maps them per family, in runs of at most 4 Mbit of memory each (Yosys's early passes slow down on many megabits),
+and each module's block RAMs, distributed-RAM LUTs and flip-flops are compared with the model's. Prints one line
+per shape and the count of mismatches (0 is the claim docs/co-design.md makes).
+
+``--shapes`` picks the shapes: ``vta`` (the default) the 140 shapes the configs' SRAMs, queues and FIFOs take,
+39 Mbit in 12 Yosys runs per family: slow, more than 5 minutes per family on a 2-core machine at load 2 (8 of
+xc7's 12 runs took 5 minutes, one of them 82 s; not timed to the end), so count on 15 minutes or more for the
+two default families; ``grid`` 80 random shapes and ``edge`` 10 shapes where the model's finer points decide,
+one Yosys run per family each (edge: 8 s for xc7).
 
     python bench/fpga_memory_check.py [--family xc7 xcup] [--shapes vta|grid|edge] [--keep DIR]
 """
@@ -19,6 +25,8 @@ import shutil
 import sys
 import tempfile
 from pathlib import Path
+
+from _host import run_main
 
 from hardware.fpga.memory import MemShape, map_memory
 from hardware.fpga.resources import Resources
@@ -155,8 +163,10 @@ def measure(shapes: list[MemShape], family: str, work: Path) -> dict[str, Resour
 
 def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    ap.add_argument("--family", nargs="+", default=["xc7", "xcup"])
-    ap.add_argument("--shapes", choices=["vta", "grid", "edge"], default="vta")
+    ap.add_argument("--family", nargs="+", default=["xc7", "xcup"], help="FPGA families (default: xc7 xcup)")
+    ap.add_argument("--shapes", choices=["vta", "grid", "edge"], default="vta",
+                    help="vta: the configs' memory shapes, 12 Yosys runs per family, slow (the default); grid: 80 "
+                         "random shapes; edge: 10 edge cases (one run per family each)")
     ap.add_argument("--keep", default=None, help="keep Yosys's work files in this directory")
     args = ap.parse_args(argv)
     shapes = {"vta": vta_shapes, "grid": grid_shapes, "edge": edge_shapes}[args.shapes]()
@@ -186,4 +196,4 @@ def main(argv: list[str] | None = None) -> int:
 
 
 if __name__ == "__main__":
-    sys.exit(main())
+    run_main(main)

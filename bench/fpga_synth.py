@@ -13,7 +13,7 @@ import argparse
 import sys
 import time
 
-from _host import header
+from _host import header, run_main
 from fpga_samples import FAMILIES, config
 
 from hardware.fpga.synth import cached, synthesize, yosys_version
@@ -21,7 +21,7 @@ from hardware.generator import source_hash
 
 
 def main(argv: list[str] | None = None) -> int:
-    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("--family", nargs="+", default=list(FAMILIES), choices=list(FAMILIES))
     ap.add_argument("--only", nargs="+", default=None, help="sample names (default: all of the family's)")
     ap.add_argument("--list", action="store_true", help="list the samples and whether each is cached")
@@ -50,4 +50,4 @@ def main(argv: list[str] | None = None) -> int:
 
 
 if __name__ == "__main__":
-    sys.exit(main())
+    run_main(main)

@@ -26,7 +26,7 @@ import time
 from collections.abc import Callable
 
 # bench/_host.py and _onnx_export.py, imported while this directory is still on the path
-from _host import header
+from _host import header, run_main
 from _onnx_export import to_onnx
 
 # bench/tuning.py shares its name with the tuning package: keep this directory off the import path from here on
@@ -34,7 +34,6 @@ _HERE = os.path.dirname(os.path.abspath(__file__))
 sys.path[:] = [p for p in sys.path if os.path.abspath(p or os.curdir) != _HERE]
 
 import numpy as np
-import onnxruntime as ort
 
 import tuning
 from graph_pack import build, jit, zoo
@@ -87,18 +86,25 @@ def geomean(values: list[float], weights: list[int]) -> float:
 
 
 def main() -> None:
-    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("--n-trial", type=int, default=32, help="trials per task (default 32)")
     ap.add_argument("--tuner", default="xgb", help="tuner (default xgb)")
     ap.add_argument("--repeat", type=int, default=15, help="timing rounds, median kept (default 15)")
     ap.add_argument("--log", default="host_tuning.jsonl", help="record log (resumed; default host_tuning.jsonl)")
     args = ap.parse_args()
+    # checked before any work (run_main names the pip command of a missing extra)
+    import onnx  # noqa: F401
+    import onnxruntime as ort
+    if args.tuner == "xgb":
+        import xgboost  # noqa: F401
     cpu = host()
     zoo_graph, zoo_params = zoo.get_model("resnet-18", batch_size=1)
     model = to_onnx(zoo_graph, zoo_params)   # the file both onnxruntime and our flow start from
     graph, params = from_onnx(model)
     x = np.random.default_rng(0).standard_normal(graph["data"].shape).astype(np.float32)
 
+    print(header("host_tuning", f"ResNet-18 float on this CPU ({cpu.model}, {cpu.vector_bits}-bit vectors), one "
+                                "thread: tuned host templates vs untuned, and vs onnxruntime"), flush=True)
     tasks = tuning.extract_tasks(graph, target="cpu")
     t0 = time.perf_counter()
     with CpuRunner(number=1, repeat=3, min_repeat_ms=20) as runner:
@@ -107,8 +113,6 @@ def main() -> None:
     tune_s = time.perf_counter() - t0
     best = tuning.load_best(args.log, "cpu")
 
-    print(header("host_tuning", f"ResNet-18 float on this CPU ({cpu.model}, {cpu.vector_bits}-bit vectors), one "
-                                "thread: tuned host templates vs untuned, and vs onnxruntime"))
     print(f"tuning: {args.tuner}, {args.n_trial} trials per task, {len(tasks)} tasks, {tune_s:.0f} s (log {args.log})")
     print("| conv layer (x runs) | template default ms | all-ones config ms | graph_pack.jit ms | tuned ms | "
           "tuned vs default | vs all-ones | vs jit |")
@@ -155,4 +159,4 @@ def main() -> None:
 
 
 if __name__ == "__main__":
-    main()
+    run_main(main)

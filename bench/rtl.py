@@ -23,7 +23,7 @@ import time
 from pathlib import Path
 
 import numpy as np
-from _host import header
+from _host import header, run_main
 
 from graph_pack import zoo
 from graph_pack.build import build
@@ -124,4 +124,4 @@ def main() -> None:
 
 
 if __name__ == "__main__":
-    main()
+    run_main(main)

@@ -29,7 +29,7 @@ import sys
 import time
 from pathlib import Path
 
-from _host import header
+from _host import header, run_main
 
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT / "tests"))
@@ -124,7 +124,7 @@ def kib(nbytes: int) -> str:
 
 
 def main(argv: list[str] | None = None) -> int:
-    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("--only", nargs="+", metavar="NAME", help="configs to run (presets or the sample's names)")
     ap.add_argument("--programs", type=int, default=4, help="random programs per config (default 4)")
     ap.add_argument("--markdown", action="store_true", help="print the table as Markdown")
@@ -170,4 +170,4 @@ def main(argv: list[str] | None = None) -> int:
 
 
 if __name__ == "__main__":
-    sys.exit(main())
+    run_main(main)

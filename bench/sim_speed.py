@@ -23,7 +23,7 @@ import os
 import time
 
 import numpy as np
-from _host import header, kernel_paths
+from _host import header, kernel_paths, run_main
 
 from hw_config import MEM_TYPES, load_config
 from simulator.core import Simulator, kernel_path
@@ -206,4 +206,4 @@ def main() -> None:
 
 
 if __name__ == "__main__":
-    main()
+    run_main(main)

@@ -16,7 +16,7 @@ import argparse
 import time
 
 import numpy as np
-from _host import header
+from _host import header, run_main
 
 from hw_config import load_config
 from vta.templates import compile_op, random_inputs
@@ -71,4 +71,4 @@ def main() -> None:
 
 
 if __name__ == "__main__":
-    main()
+    run_main(main)

@@ -16,7 +16,9 @@ default; a seeded sample of valid configs, the same for every side):
 Every side runs in subprocesses of its own, in alternating rounds (the median is printed): this checkout, and each
 ``--reference`` commit (default eb89180, the last before the trial was made cheaper; b2ab771 is the code the
 issue's "17 trials/s" was measured on, before the shared-bus timing model) checked out in a temporary git worktree
-and built there (a minute on 2 cores). The first lines say how much a second process can gain on the machine now.
+and built there (a minute on 2 cores); the worktrees are removed at the end, on an error, Ctrl-C or SIGTERM too,
+and a run killed harder leaves a registration the next run prunes (``git worktree prune``). The first lines say
+how much a second process can gain on the machine now.
 
     python bench/trial_cost.py [--reference eb89180 [REV ...]] [--layers C2] [--configs 16] [--rounds 3]
 
@@ -28,6 +30,8 @@ from __future__ import annotations
 import argparse
 import json
 import os
+import shutil
+import signal
 import statistics
 import subprocess
 import sys
@@ -35,7 +39,7 @@ import tempfile
 import time
 from pathlib import Path
 
-from _host import header, quoted
+from _host import header, quoted, run_main
 
 ROOT = Path(__file__).resolve().parent.parent
 DEFAULT_REFERENCE = "eb89180"
@@ -94,14 +98,18 @@ def measure(layer: str, n_configs: int) -> dict:
     return out
 
 
-def worktree_of(rev: str, where: Path) -> Path:
-    """``rev`` checked out in a git worktree under ``where``, its C simulator built in place."""
-    path = where / rev
+def worktree_of(rev: str, path: Path) -> Path:
+    """``rev`` checked out in a git worktree at ``path``, its C simulator built in place."""
     subprocess.run(["git", "-C", str(ROOT), "worktree", "add", "--detach", str(path), rev], check=True,
                    capture_output=True)
     subprocess.run([sys.executable, "setup.py", "build_ext", "--inplace"], cwd=path, check=True,
                    capture_output=True)
     return path
+
+
+def _terminated(signum: int, _frame) -> None:
+    """SIGTERM (timeout, CI, kill) as an exit, so that the reference worktrees are removed (``finally``)."""
+    raise SystemExit(128 + signum)
 
 
 def run_side(checkout: Path, layer: str, n_configs: int) -> dict:
@@ -158,6 +166,10 @@ def main() -> None:
         ap.error(f"unknown layer(s) {unknown}; allowed: {', '.join(RESNET18)}")
     if args.configs < 2 or args.rounds < 1:
         ap.error("--configs must be at least 2 and --rounds at least 1")
+    signal.signal(signal.SIGTERM, _terminated)
+    # the registrations of reference worktrees an earlier run could not remove (killed by SIGKILL): their
+    # directories in /tmp are gone
+    subprocess.run(["git", "-C", str(ROOT), "worktree", "prune"], capture_output=True, check=False)
     print(header("trial_cost", f"one timing-only trial, this checkout vs {', '.join(args.reference)}"))
     print(f"# two processes of a CPU-bound loop did {parallel_capacity():.2f}x the work of one (the most 2 workers "
           "can gain now)")
@@ -165,8 +177,9 @@ def main() -> None:
         checkouts = {}
         try:
             for rev in args.reference:
+                checkouts[rev] = Path(tmp) / rev   # before `git worktree add`, so that an exit during it removes it
                 try:
-                    checkouts[rev] = worktree_of(rev, Path(tmp))
+                    worktree_of(rev, checkouts[rev])
                 except subprocess.CalledProcessError as e:
                     raise SystemExit(f"cannot check out and build {rev}: {(e.stderr or b'').decode()[-400:]}")
             checkouts["now"] = ROOT
@@ -177,10 +190,14 @@ def main() -> None:
                         runs[side].append(run_side(path, layer, args.configs))
                 report(layer, runs)
         finally:
+            signal.signal(signal.SIGTERM, signal.SIG_IGN)   # a second SIGTERM does not stop the cleanup
             for rev, path in checkouts.items():
                 if rev != "now":
                     subprocess.run(["git", "-C", str(ROOT), "worktree", "remove", "--force", str(path)],
                                    capture_output=True, check=False)
+                    shutil.rmtree(path, ignore_errors=True)   # one `git worktree add` left half made
+            subprocess.run(["git", "-C", str(ROOT), "worktree", "prune"], capture_output=True, check=False)
+            signal.signal(signal.SIGTERM, _terminated)
     print("\n" + quoted("~17 trials/s on C2 with 2 workers, timing only", "issue 27's starting point"))
 
 
@@ -215,4 +232,4 @@ def report(layer: str, runs: dict[str, list[dict]]) -> None:
 
 
 if __name__ == "__main__":
-    main()
+    run_main(main)

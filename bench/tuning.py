@@ -29,7 +29,8 @@ import sys
 import time
 from pathlib import Path
 
-from _host import header, quoted  # bench/_host.py, imported while this directory is still on the path
+# bench/_host.py, imported while this directory is still on the path
+from _host import header, quoted, run_main
 
 # this script shares its name with the package it measures: keep its own directory off the import path
 _HERE = os.path.dirname(os.path.abspath(__file__))
@@ -232,6 +233,7 @@ def main() -> None:
     unknown = [n for n in layers if n not in RESNET18]
     if unknown:
         ap.error(f"unknown layer(s) {unknown}; allowed: {', '.join(RESNET18)}")
+    import xgboost  # noqa: F401 - the XGB tuner's, in every part: checked before any work (run_main names the extra)
     cfg = load_config(args.config)
     print(header("tuning", f"measurement speed and search quality on {cfg.model}"))
     if not args.skip_speed:
@@ -243,4 +245,4 @@ def main() -> None:
 
 
 if __name__ == "__main__":
-    main()
+    run_main(main)
