@@ -72,32 +72,22 @@ def quoted(value: str, source: str) -> str:
 
 
 def run_main(main: Callable[[], int | None]) -> NoReturn:
-    """Run a bench script's ``main()`` and exit with its status. The errors a user can fix end in one line,
-    ``SCRIPT: error: MESSAGE`` on stderr, and exit status 2, as the ``vta`` command's do: a missing optional package
-    (ImportError, hardware's ToolchainMissing among them; one of ``EXTRAS`` named with the pip command of its
-    extra), a bad argument (ValueError, hw_config's ConfigError among them), a file that cannot be read or written
-    (OSError). Ctrl-C: ``SCRIPT: interrupted``, exit status 130."""
+    """Run a bench script's ``main()`` and exit with its status, reporting errors as the ``vta`` command does
+    (``vta.cli.run_reporting_errors``): what a user can fix (a missing optional package, a bad argument or config, a
+    file that cannot be read or written) is one line ``SCRIPT: error: MESSAGE`` and exit status 2, Ctrl-C exit status
+    130. A missing package of one of ``EXTRAS`` is named with the pip command of its extra."""
+    from vta.cli import run_reporting_errors
+
     prog = os.path.basename(sys.argv[0])
-    try:
-        code = main()
-    except BrokenPipeError:   # output piped into `head`: stop quietly
-        os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
-        sys.exit(1)
-    except ImportError as e:
-        extra = EXTRAS.get((e.name or "").split(".")[0]) if isinstance(e, ModuleNotFoundError) else None
-        hint = (f" ({prog} needs the {extra} extra: pip install -e '.[{extra}]', or pip install 'vta-stack[{extra}]')"
-                if extra and "pip install" not in str(e) else "")
-        _error(prog, f"{e}{hint}")
-    except (ValueError, OSError) as e:
-        _error(prog, str(e))
-    except KeyboardInterrupt:
-        sys.stdout.flush()
-        print(f"{prog}: interrupted", file=sys.stderr)
-        sys.exit(130)
-    sys.exit(code)
 
+    def main_naming_extras() -> int | None:
+        try:
+            return main()
+        except ModuleNotFoundError as e:
+            extra = EXTRAS.get((e.name or "").split(".")[0])
+            if extra is None or "pip install" in str(e):
+                raise
+            raise ModuleNotFoundError(f"{e} ({prog} needs the {extra} extra: pip install -e '.[{extra}]', or pip "
+                                      f"install 'vta-stack[{extra}]')", name=e.name) from e
 
-def _error(prog: str, message: str) -> NoReturn:
-    sys.stdout.flush()   # the lines printed so far first, then the error
-    print(f"{prog}: error: {message}", file=sys.stderr)
-    sys.exit(2)
+    sys.exit(run_reporting_errors(prog, main_naming_extras))
