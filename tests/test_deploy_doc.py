@@ -22,7 +22,7 @@ DOC = ROOT / "docs" / "deploy.md"
 BLOCKS = fenced_blocks(DOC)
 COMMANDS = [c for b in BLOCKS if b.lang == "console" for c in shell_commands(b)]
 PYTHON = [b for b in BLOCKS if b.lang == "python"]
-NOT_RUN = {("python3", "-m", "pip", "install", "-e", ".[pynq]"): "installs the package (CI installs the test "
+NOT_RUN = {("python3", "-m", "pip", "install", "-e", ".[onnx,tuning,pynq]"): "installs the package (CI installs the test "
                                                                    "extras, which include pynq)"}
 
 
