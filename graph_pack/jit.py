@@ -37,9 +37,10 @@ from typing import Any
 import numpy as np
 
 from graph_pack.opdefs import OPS, packed_factors, pair, pool_out, quad
+from vta.numerics import transposed_to_direct
 
 Kernel = Callable[..., np.ndarray]
-COVERED = ("nn.conv2d", "nn.dense", "nn.max_pool2d", "nn.avg_pool2d", "nn.global_avg_pool2d")
+COVERED = ("nn.conv2d", "nn.conv2d_transpose", "nn.dense", "nn.max_pool2d", "nn.avg_pool2d", "nn.global_avg_pool2d")
 EPILOGUE_OPS = ("nn.bias_add", "nn.relu")   # what a float nn.conv2d can apply to its output (get_kernel)
 EPILOGUES = (("nn.bias_add",), ("nn.relu",), ("nn.bias_add", "nn.relu"))
 # what a float nn.max_pool2d can apply to its output: quantize to int8, then pack it (get_kernel)
@@ -931,6 +932,46 @@ def _conv_spec(a: dict, shapes: list[tuple], dtypes: list[str], epilogue: tuple[
     return p, lambda: _build_conv(p, shapes, dtypes, out_dtype, epilogue)
 
 
+def _conv_transpose_spec(a: dict, shapes: list[tuple], dtypes: list[str]):
+    """nn.conv2d_transpose (NCHW x IOHW, one group, no dilation) as its reference defines it
+    (kernels.conv2d_transpose_direct): the direct conv2d of the stride-dilated input with the flipped, transposed
+    kernel, here by the compiled conv2d, so the same products summed in the same order (the dilation's zeros too)."""
+    if a.get("data_layout", "NCHW") != "NCHW" or a.get("kernel_layout", "IOHW") != "IOHW":
+        return None
+    if len(shapes) != 2 or len(shapes[0]) != 4 or len(shapes[1]) != 4:
+        return None
+    if int(a["groups"]) != 1 or pair(a["dilation"], "dilation") != (1, 1):
+        return None
+    (n, c, h, w), (i, o, kh, kw) = shapes
+    (sh, sw), (pt, pl, pb, pr) = pair(a["strides"], "strides"), quad(a["padding"], "padding")
+    oph, opw = pair(a["output_padding"], "output_padding")
+    if i != c or min(sh, sw) < 1 or 0 in (n, c, h, w):
+        return None   # the reference's refusal, or nothing to compute
+    pad = (kh - 1 - pt, kw - 1 - pl, kh - 1 - pb + oph, kw - 1 - pr + opw)
+    dilated = (n, c, (h - 1) * sh + 1, (w - 1) * sw + 1)
+    direct = {"strides": (1, 1), "padding": tuple(max(q, 0) for q in pad), "dilation": (1, 1), "groups": 1,
+              "out_dtype": a.get("out_dtype", "")}
+    spec = _conv_spec(direct, [dilated, (o, c, kh, kw)], dtypes)
+    if spec is None:
+        return None
+    params, build_direct = spec
+    ct, cl, cb, cr = (max(-q, 0) for q in pad)   # padding larger than the kernel: cropped afterwards
+
+    def build() -> Kernel:
+        conv = build_direct()
+
+        def conv2d_transpose(attrs: dict, x: np.ndarray, wt: np.ndarray) -> np.ndarray:
+            _check("nn.conv2d_transpose", (x, wt), shapes, dtypes)
+            stretched = np.zeros(dilated, x.dtype)
+            stretched[:, :, ::sh, ::sw] = x
+            y = conv(direct, stretched, transposed_to_direct(wt))
+            return y[:, :, ct:y.shape[2] - cb, cl:y.shape[3] - cr] if ct or cl or cb or cr else y
+
+        return conv2d_transpose
+
+    return (params, (sh, sw), (ct, cl, cb, cr)), build
+
+
 def _build_conv(p: _Conv, shapes: list[tuple], dtypes: list[str], out_dtype: str,
                 epilogue: tuple[str, ...] = ()) -> Kernel:
     t0 = time.perf_counter()
@@ -1137,6 +1178,8 @@ def get_kernel(op: str, attrs: dict, in_shapes: Sequence[tuple], in_dtypes: Sequ
             return None
     if op == "nn.conv2d":
         spec = _conv_spec(a, shapes, dtypes, epilogue)
+    elif op == "nn.conv2d_transpose":
+        spec = _conv_transpose_spec(a, shapes, dtypes)
     elif op == "nn.dense":
         spec = _dense_spec(a, shapes, dtypes)
     elif op == "nn.global_avg_pool2d":

@@ -76,6 +76,39 @@ def test_conv2d_bit_identical(case, dtype):
     _check("nn.conv2d", [x, w], **kw, out_dtype="int32" if dtype == "int8" else "float32")
 
 
+TRANSPOSED = {  # x shape, IOHW w shape, attrs
+    "dcgan k4 s2 p1": ((1, 16, 4, 4), (16, 8, 4, 4), {"strides": 2, "padding": 1}),
+    "stride 1": ((2, 3, 5, 6), (3, 5, 3, 3), {"padding": 1}),
+    "strides (2, 3), output padding": ((1, 4, 5, 4), (4, 6, 3, 4), {"strides": (2, 3), "padding": (1, 0, 0, 2),
+                                                                     "output_padding": (1, 2)}),
+    "padding beyond the kernel (cropped)": ((1, 2, 7, 6), (2, 3, 2, 3), {"strides": 3, "padding": (2, 3, 1, 4)}),
+    "1x1 input": ((1, 5, 1, 1), (5, 7, 4, 4), {"strides": 2}),
+}
+
+
+@needs_llvmlite
+@pytest.mark.parametrize("dtype", ["float32", "int8"])
+@pytest.mark.parametrize("case", list(TRANSPOSED))
+def test_conv2d_transpose_bit_identical(case, dtype):
+    """The reference's own definition (the direct conv of the stride-dilated input), on the compiled conv2d."""
+    xs, ws, kw = TRANSPOSED[case]
+    rng = np.random.default_rng(sum(map(ord, case)))
+    _check("nn.conv2d_transpose", [_data(rng, xs, dtype), _data(rng, ws, dtype)], **kw,
+           out_dtype="int32" if dtype == "int8" else "float32")
+
+
+@needs_llvmlite
+def test_conv2d_transpose_not_covered_falls_back():
+    rng = np.random.default_rng(3)
+    x, w = _floats(rng, (1, 4, 5, 5)), _floats(rng, (4, 2, 3, 3))
+    packed = _attrs("nn.conv2d_transpose", [x, w], data_layout="NCHW1n4c")
+    assert jit.get_kernel("nn.conv2d_transpose", packed, [x.shape, w.shape], ["float32", "float32"]) is None
+    attrs = _attrs("nn.conv2d_transpose", [x, w])
+    fn = jit.get_kernel("nn.conv2d_transpose", attrs, [x.shape, w.shape], ["float32", "float32"])
+    with pytest.raises(ValueError, match="compiled for input 1 of"):
+        fn(attrs, x, w[:, :1])
+
+
 @needs_llvmlite
 def test_conv2d_resnet_stem_bit_identical():
     rng = np.random.default_rng(7)
@@ -387,7 +420,8 @@ def test_wrong_input_is_refused():
     ("nn.max_pool2d", [(1, 4, 8, 8)], ["float64"], {}),
     ("nn.global_avg_pool2d", [(1, 4, 8, 8)], ["int32"], {}),
     ("nn.relu", [(1, 4, 8, 8)], ["float32"], {}),
-    ("nn.conv2d_transpose", [(1, 4, 8, 8), (4, 4, 3, 3)], ["float32", "float32"], {}),
+    ("nn.conv2d_transpose", [(1, 4, 8, 8), (4, 4, 3, 3)], ["float64", "float64"], {}),
+    ("nn.conv2d_transpose", [(1, 4, 8, 8), (4, 4, 3, 3)], ["int8", "int8"], {"out_dtype": "int8"}),
 ])
 def test_uncovered_returns_none(op, shapes, dtypes, kw):
     """The caller falls back to the numpy kernel; deciding this needs no llvmlite."""
