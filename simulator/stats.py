@@ -60,13 +60,18 @@ class RunStats:
         return d
 
 
+def format_duration(seconds: float) -> str:
+    """A simulated time as the command line prints it: microseconds below 1000 us, milliseconds from there."""
+    return f"{seconds * 1e6:.1f} us" if seconds * 1e6 < 1000 else f"{seconds * 1e3:.2f} ms"
+
+
 def format_stats(stats: RunStats, cfg, board: str | None = None) -> str:
     """Human-readable summary: cycles and time, VTA's counters, the board time, and a per-module table.
     ``board`` says where ``latency_s`` came from when it was not the config's board model (e.g. "measured on the
     board, launch to done"); without one, the board line is the model's prediction, shown where there is a model."""
     if board is None and getattr(cfg, "board_model", False):
         board = f"predicted (board model of {cfg.model})"
-    lines = [(f"  cycles {stats.cycles:,} = {stats.seconds * 1e6:.1f} us at {cfg.CLOCK_MHZ:g} MHz "
+    lines = [(f"  cycles {stats.cycles:,} = {format_duration(stats.seconds)} at {cfg.CLOCK_MHZ:g} MHz "
              f"(FINISH at cycle {stats.finish_cycle:,}); host work {stats.work:,} units"),
              "  counters: " + ", ".join(f"{k}={v:,}" for k, v in stats.vta_counters().items()),
              *([f"  board: {stats.latency_s * 1e3:.3f} ms per call {board}"] if board else []),

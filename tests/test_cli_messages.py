@@ -146,3 +146,7 @@ def test_vta_compile_says_milliseconds_above_a_thousand_microseconds(tmp_path):
     assert " cycles (5.18 ms), bit-exact against numpy: yes" in done.stdout
     done = vta("compile", "add", "--data-shape", "1,16,8,8", "--imm", "2", cwd=tmp_path)
     assert " cycles (9.9 us), bit-exact" in done.stdout
+    # the same rule wherever the simulator's stats are printed (simulator.stats.format_duration)
+    done = vta("demo", "-m", "512", "-k", "512", "-n", "512", cwd=tmp_path)
+    assert "  cycles 716,675 = 7.17 ms at 100 MHz " in done.stdout, done.stdout
+    assert "  cycles 31,844 = 318.4 us at 100 MHz " in vta("demo", cwd=tmp_path).stdout

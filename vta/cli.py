@@ -39,7 +39,7 @@ from simulator.image import (
     save_result,
 )
 from simulator.replay import replay_with_stats
-from simulator.stats import format_stats
+from simulator.stats import format_duration, format_stats
 from simulator.trace import (
     DEFAULT_MAX_TRACE_EVENTS,
     check_trace_events,
@@ -286,11 +286,6 @@ def json_object(text: str) -> dict[str, Any]:
 
 def _load(name: str | None, sets: list[tuple[str, Any]] | None) -> HwConfig:
     return load_config(name, **dict(sets or []))
-
-
-def _duration(seconds: float) -> str:
-    """A simulated time as the CLI prints it: microseconds up to 1000 us, milliseconds above."""
-    return f"{seconds * 1e6:.1f} us" if seconds * 1e6 < 1000 else f"{seconds * 1e3:.2f} ms"
 
 
 def _table(rows: dict[str, Any]) -> str:
@@ -585,7 +580,7 @@ def compile_cmd(args: argparse.Namespace) -> int:
     out = op.run(**inputs)
     exact = np.array_equal(out, op.reference(**inputs))
     print(f"{args.op} on {cfg.model}: {op.num_insns} instructions in {len(op.program.streams)} stream(s), "
-          f"{op.cycles:,} cycles ({_duration(op.stats.seconds)}), bit-exact against numpy: {'yes' if exact else 'NO'}")
+          f"{op.cycles:,} cycles ({format_duration(op.stats.seconds)}), bit-exact against numpy: {'yes' if exact else 'NO'}")
     print(f"  schedule {json.dumps(op.config)} (space of {len(op.space)})")
     if args.out:
         save_image(args.out, op.image(**inputs))
