@@ -153,6 +153,17 @@ def release(device: Device, steps: list, owned: list[Buffer]) -> None:
 
 # ---- the module -------------------------------------------------------------------------------------------------
 
+NAME_WIDTH = 64   # the per-layer table's widest layer name column
+
+
+def _shortened(name: str, width: int) -> str:
+    """``name`` in at most ``width`` characters: whole if it fits, else its start and end around "..."."""
+    if len(name) <= width:
+        return name
+    head = (width - 3) // 2
+    return f"{name[:head]}...{name[len(name) - (width - 3 - head):]}"
+
+
 class GraphModule:
     """A built network: ``set_input``, ``run``, ``get_output``, ``benchmark``, ``profile``.
 
@@ -352,7 +363,9 @@ class GraphModule:
         accel = any(row["where"] == "accelerator" for row in rows)
         figure = self.board_figure if accel else None
         op_width = max([18, *(len(row["op"]) for row in rows)])   # every op name whole (nn.conv2d_transpose)
-        head = f"{'layer':34} {'op':{op_width}} {'where':11}"
+        # every layer name whole up to NAME_WIDTH (ONNX names run long); a longer one keeps its start and its end
+        name_width = min(max([34, *(len(row["name"]) for row in rows)]), NAME_WIDTH)
+        head = f"{'layer':{name_width}} {'op':{op_width}} {'where':11}"
         if accel:
             head += f" {'fused':>5} {'cycles':>11} {'time ms':>9} {'GOPS':>7} {'DRAM KB':>9}"
             head += f" {'board ms':>9}" if figure else ""
@@ -360,7 +373,7 @@ class GraphModule:
             head += f" {'time ms':>9}"
         lines = [head]
         for row in rows:
-            start = f"{row['name'][:34]:34} {row['op']:{op_width}}"
+            start = f"{_shortened(row['name'], name_width):{name_width}} {row['op']:{op_width}}"
             if row["where"] == "accelerator":
                 lines.append(f"{start} {'VTA':11} {row['fused']:5d} {row['cycles']:11,d} {row['time_ms']:9.3f} "
                              f"{row['gops']:7.1f} {row['dram_bytes'] / 1024:9.1f}"

@@ -1093,3 +1093,20 @@ def test_check_steps_compares_each_group_with_its_templates_reference():
     assert set(problems) <= {s.name for s in groups[2:]}
     with pytest.raises(GraphError, match="call run"):
         build(packed, SIM, qp, cpu="numpy").check_steps()
+
+
+def test_the_layer_table_shows_long_layer_names_whole_up_to_its_width():
+    """ONNX node names run long: shown whole up to build.NAME_WIDTH characters (the column widens to fit), a longer
+    one by its start and end, so two layers that differ only at the end stay apart."""
+    from types import SimpleNamespace
+
+    from graph_pack.build import NAME_WIDTH, GraphModule
+
+    medium = "/features/features.10/Conv_output_0_quantized_and_packed"   # 56 characters
+    long_a, long_b = "/m" * 40 + "/a", "/m" * 40 + "/b"
+    rows = [{"name": n, "op": "nn.conv2d", "where": "cpu", "host_ms": 1.0} for n in (medium, long_a, long_b)]
+    fake = SimpleNamespace(profile=lambda: rows, board_figure=None, stats=None, host_seconds=0.003)
+    lines = GraphModule.format_profile(fake).splitlines()
+    assert lines[0].index("op") == NAME_WIDTH + 1 and lines[1].startswith(medium + " ")
+    assert [len(line.split()[0]) for line in lines[2:4]] == [NAME_WIDTH] * 2
+    assert lines[2].split()[0].endswith("/m/a") and lines[3].split()[0].endswith("/m/b") and "..." in lines[2]
