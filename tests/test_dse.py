@@ -177,10 +177,8 @@ def test_vta_dse_passes_its_max_points_to_the_search(tmp_path, monkeypatch):
         seen.update(options)
         raise KeyboardInterrupt
 
-    import tuning.cli  # tuning.network and tuning.cpu_network bind load_model when imported: before the patch
-
     monkeypatch.setattr(tuning.dse_cli, "run_search", fake)
-    monkeypatch.setattr("graph_pack.cli.load_model", lambda *args: None)
+    monkeypatch.setattr(tuning.dse_cli, "check_network", lambda search: None)   # the network is not the point here
     (tmp_path / "space.json").write_text(json.dumps({"CLOCK_MHZ": list(range(1, 6001))}))
     main(["dse", NET, "--space", str(tmp_path / "space.json"), "--max-points", "6000", "--out", str(tmp_path / "o")])
     assert seen["max_points"] == 6000
@@ -626,15 +624,20 @@ def test_a_search_without_start_and_stop_keeps_the_key_of_the_searches_made_befo
 
 
 def test_vta_dse_takes_start_and_stop_for_an_onnx_model(tmp_path):
-    """The default pack points are not in digits_cnn: every point failed on them. --start / --stop, as vta run
-    takes them, choose the offload region, and the error says so."""
+    """The default pack points are not in digits_cnn: every point failed on them, then the search refused them
+    before any point (one line, nothing written). --start / --stop, as vta run takes them, choose the offload
+    region, and the error says so."""
     model = str(Path(__file__).resolve().parents[1] / "examples" / "digits_cnn.onnx")
     (tmp_path / "space.json").write_text(json.dumps({"LOG_BUS_WIDTH": [6, 7]}))
     args = ["dse", model, "--space", "space.json", "--trials", "1"]
     bare = vta(*args, "--out", "bare", cwd=tmp_path)
-    assert bare.returncode == 2
-    assert "no operator matches start_name='nn.max_pool2d'" in bare.stderr.strip().splitlines()[-1]
-    assert "--start and --stop choose the offload region's ops" in bare.stderr
+    assert bare.returncode == 2 and "Traceback" not in bare.stderr
+    [line] = bare.stderr.strip().splitlines()
+    assert line.startswith("vta: error: no operator matches start_name='nn.max_pool2d'")
+    assert line.endswith("(--start and --stop choose the offload region's ops)")
+    assert not (tmp_path / "bare" / RECORDS).exists()
+    wrong = vta(*args, "--start", "qnn.quantize", "--stop", "nn.no_such_op", "--out", "wrong", cwd=tmp_path)
+    assert wrong.returncode == 2 and "stop_name='nn.no_such_op'" in wrong.stderr.strip().splitlines()[-1]
     proc = vta(*args, "--start", "qnn.quantize", "--stop", "nn.batch_flatten", "--out", "out", cwd=tmp_path)
     assert proc.returncode == 0, proc.stderr
     assert "2 configs: 2 tuned and timed" in proc.stdout

@@ -207,6 +207,17 @@ def _network(search: Search, batch: int):
     return _NETWORKS[key]
 
 
+def check_network(search: Search) -> None:
+    """The search's network loaded, quantized and packed on its base config, once, before any point: a wrong model
+    or a ``start`` / ``stop`` that names no op is refused here (ValueError), not as the failure of every point.
+    What it loads stays for the points this process evaluates."""
+    from graph_pack.pack import graph_pack
+
+    cfg = load_config(search.base)
+    _graph, qgraph, _qparams, (start, stop), _x = _network(search, cfg.BATCH)
+    graph_pack(qgraph, cfg, start_name=start, stop_name=stop)
+
+
 def tune_task_ranked(task, trials: int) -> tuple[dict, int, int, int]:
     """The fastest of the template's default and the ``trials`` configs its analytic estimate ranks best, each
     measured on the simulator (timing only). Returns (config, cycles, default cycles, configs measured)."""

@@ -16,6 +16,7 @@ from tuning.dse import (
     RECORDS,
     REPORT,
     Search,
+    check_network,
     read_records,
     read_space,
     run_search,
@@ -67,8 +68,12 @@ def dse_cmd(args: argparse.Namespace) -> int:
     out = Path(args.out)
     check_output_dir(args.out, "--out", OUTPUT_ENTRIES)
     search = Search(args.model, args.config, part, args.trials, args.image_size, start=args.start, stop=args.stop)
-    from graph_pack.cli import load_model
-    load_model(args.model, 1, args.image_size, 0)   # a wrong model name or file fails before the search
+    try:   # a wrong model name or file, or pack points that match no op, fail before the search
+        check_network(search)
+    except ValueError as e:
+        if "start_name=" not in str(e) and "stop_name=" not in str(e):
+            raise
+        raise ValueError(f"{e} (--start and --stop choose the offload region's ops)") from None
     before = len(read_records(out / RECORDS, search))
     try:
         outcome = run_search(search, space, out, parallel=args.parallel, dask=args.dask, progress=_say,
@@ -99,11 +104,8 @@ def dse_cmd(args: argparse.Namespace) -> int:
           f"configs in {out / 'front'} (vta ... --config FILE)")
     failed = outcome.of_status("failed")
     if failed and not ok:   # nothing was timed: the front is empty, and why belongs on the screen, not only in records
-        hint = ("; --start and --stop choose the offload region's ops"
-                if any("start_name=" in r.get("reason", "") or "stop_name=" in r.get("reason", "") for r in failed)
-                else "")
         print(f"vta: error: all {len(failed)} config(s) tuned failed, the first with "
-              f"{short_reason(failed[0].get('reason', 'no reason recorded'), 400)}{hint} (every reason is in "
+              f"{short_reason(failed[0].get('reason', 'no reason recorded'), 400)} (every reason is in "
               f"{out / RECORDS}; the same command tries them again)", file=sys.stderr)
         return 2
     return 0
