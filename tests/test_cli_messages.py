@@ -150,3 +150,15 @@ def test_vta_compile_says_milliseconds_above_a_thousand_microseconds(tmp_path):
     done = vta("demo", "-m", "512", "-k", "512", "-n", "512", cwd=tmp_path)
     assert "  cycles 716,675 = 7.17 ms at 100 MHz " in done.stdout, done.stdout
     assert "  cycles 31,844 = 318.4 us at 100 MHz " in vta("demo", cwd=tmp_path).stdout
+
+
+def test_the_rpc_server_of_a_board_takes_a_bitstream_and_names_its_flags(tmp_path):
+    """`vta rpc server` (--device pynq by default) finds its bitstream as `vta run --device pynq` does: a missing one
+    names the server's own --bitstream flag and the user's config; --bitstream is for boards only."""
+    env = {"VTA_CACHE_PATH": str(tmp_path / "cache")}
+    line = error_line(vta("rpc", "server", "--config", "batch4", cwd=tmp_path, env=env))
+    assert "pass --bitstream PATH." in line and line.endswith("--make-simulated --config batch4")
+    line = error_line(vta("rpc", "server", "--device", "sim", "--bitstream", "x.bit", cwd=tmp_path, env=env))
+    assert line == "vta: error: --bitstream applies to --device pynq, not --device sim"
+    line = error_line(vta("rpc", "server", "--bitstream", str(tmp_path / "nope.bit"), cwd=tmp_path, env=env))
+    assert "nope.bit" in line

@@ -97,9 +97,13 @@ def rpc_query(args: argparse.Namespace) -> int:
     return 0
 
 
-def device_factory(kind: str, cfg):
+def device_factory(kind: str, cfg, bitstream: str | None = None, cli: str | None = None):
     """``--device``: a fresh simulator per session, or the one Pynq board of this machine (``cpu``: a simulator too,
-    for the accelerator requests; the server measures host-template configs on this machine's CPU)."""
+    for the accelerator requests; the server measures host-template configs on this machine's CPU). ``bitstream``
+    and ``cli`` go to the board's PynqDevice (the ``.bit`` to download; the command's config options, for its
+    messages)."""
+    if bitstream is not None and kind != "pynq":
+        raise ValueError(f"--bitstream applies to --device pynq, not --device {kind}")
     if kind == "cpu":
         from vta.rpc.server import CPU_MEASURERS
         if not CPU_MEASURERS:
@@ -112,7 +116,7 @@ def device_factory(kind: str, cfg):
     except ImportError as e:
         raise ImportError(f"--device pynq needs the Pynq device (vta.device_pynq) and the pynq package "
                           f"(pip install 'vta-stack[pynq]'): {e}") from None
-    board = PynqDevice(cfg)
+    board = PynqDevice(cfg, bitstream=bitstream, cli=cli)
     return lambda: board
 
 
@@ -126,6 +130,8 @@ def device_factory(kind: str, cfg):
     arg("--config", default=None, metavar="NAME|PATH", help="hardware preset or JSON file (default: pynq)"),
     arg("--set", dest="sets", action="append", type=_key_value, metavar="KEY=VALUE",
         help="override a config key (repeatable)"),
+    arg("--bitstream", default=None, metavar="FILE.bit",
+        help="--device pynq: the bitstream to download (default: the bitstream cache's for --config)"),
     arg("--host", default="127.0.0.1",
         help="address to bind (default 127.0.0.1; other addresses need --key-file)"),
     arg("--port", type=PORT, default=DEFAULT_SERVER_PORT,
@@ -155,7 +161,10 @@ def rpc_server(args: argparse.Namespace) -> int:
     cfg = _load(args.config, args.sets)
     secret = load_secret(args.key_file) if args.key_file else None
     limits = SessionLimits(max_session_bytes=args.max_session_mb << 20)
-    server = BoardServer(device_factory(args.device, cfg), key=args.key, tracker=args.tracker, host=args.host,
+    from vta.board.bitstream import config_options
+
+    device = device_factory(args.device, cfg, args.bitstream, config_options(args.config, args.sets))
+    server = BoardServer(device, key=args.key, tracker=args.tracker, host=args.host,
                          port=args.port, secret=secret, name=args.name, custom_addr=args.custom_addr,
                          device_kind=args.device, limits=limits, session_timeout=args.session_timeout,
                          read_timeout=args.read_timeout)
