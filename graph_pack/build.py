@@ -223,8 +223,9 @@ class GraphModule:
         return len(self.graph.outputs)
 
     def get_output(self, index: int = 0) -> np.ndarray:
+        """Output ``index`` of the last run, as a new array (changing it changes nothing the module keeps)."""
         with self._alone():
-            return self._output(index)
+            return self._output(index).copy()
 
     def _output(self, index: int) -> np.ndarray:
         if not self.outputs:

@@ -10,6 +10,7 @@ import difflib
 import hashlib
 import json
 import math
+import numbers
 import re
 from collections.abc import Mapping
 from dataclasses import asdict, dataclass, fields, replace
@@ -349,6 +350,12 @@ def _check_keys(d: dict[str, Any]) -> None:
 
 
 def _validate(c: HwConfig) -> None:
+    for f in fields(c):   # numpy numbers (a sweep over np.arange) as the Python numbers they equal
+        v = getattr(c, f.name)
+        if isinstance(v, numbers.Integral) and not isinstance(v, (bool, int)):
+            object.__setattr__(c, f.name, int(v))
+        elif isinstance(v, numbers.Real) and not isinstance(v, (bool, int, float, numbers.Integral)):
+            object.__setattr__(c, f.name, float(v))
     if not isinstance(c.TARGET, str) or c.TARGET not in TARGETS:
         raise _fail("TARGET", c.TARGET, f"one of {', '.join(TARGETS)}")
     if not isinstance(c.HW_VER, str) or not re.fullmatch(r"\d+\.\d+\.\d+", c.HW_VER):

@@ -109,8 +109,14 @@ def _as_insn_bytes(insns: bytes | bytearray | np.ndarray) -> np.ndarray:
 
 
 def _as_bytes(data: bytes | bytearray | np.ndarray) -> np.ndarray:
+    """``data``'s bytes: bytes-like, or a numpy array of numbers (its bytes in memory order). Anything else (a list, a
+    str, an int) is refused rather than guessed at (numpy would turn [1, 2] into 16 bytes of int64)."""
     if isinstance(data, (bytes, bytearray, memoryview)):
         return np.frombuffer(data, dtype=np.uint8)
+    if not isinstance(data, np.ndarray) or data.dtype.kind not in "biuf":
+        what = f"a numpy array of dtype {data.dtype}" if isinstance(data, np.ndarray) else type(data).__name__
+        raise TypeError(f"data: bytes, bytearray, memoryview or a numpy array of numbers, not {what} (e.g. "
+                        "np.asarray(values, dtype=np.int8))")
     return np.ascontiguousarray(data).reshape(-1).view(np.uint8)
 
 
@@ -242,12 +248,14 @@ class Simulator:
 
     @serialised
     def write(self, addr: int, data: bytes | np.ndarray) -> None:
+        """Copy ``data`` (bytes-like, or a numpy array's bytes) into DRAM at ``addr``, inside one mapped region."""
         buf = _as_bytes(data)
         self._space.locate(addr, buf.size)   # inside one mapped region (MemoryAccessError otherwise)
         self._check(lib.vta_sim_write(self._sim, int(addr), ffi.from_buffer(buf), buf.size, self._err, ERR_LEN))
 
     @serialised
     def read(self, addr: int, nbytes: int) -> np.ndarray:
+        """``nbytes`` bytes of DRAM at ``addr`` (inside one mapped region) as a new uint8 array."""
         self._space.locate(addr, nbytes)     # checked before the buffer is allocated
         out = np.empty(int(nbytes), dtype=np.uint8)
         self._check(lib.vta_sim_read(self._sim, int(addr), ffi.from_buffer(out), int(nbytes), self._err, ERR_LEN))

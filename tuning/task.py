@@ -113,6 +113,11 @@ def extract_tasks(packed: Graph, env=None, ops: tuple[str, ...] | None = None, t
     if target == "cpu":
         from tuning.cpu import extract_cpu_tasks  # tuning.cpu builds on this module
         return extract_cpu_tasks(packed, env, ops)
+    if not isinstance(getattr(packed, "meta", None), dict):
+        raise TypeError(f"extract_tasks takes a graph_pack.Graph (packed by graph_pack), not {type(packed).__name__}")
+    if "groups" not in packed.meta:   # an accelerator's tasks are the groups graph_pack plans
+        raise ValueError("this graph is not packed: graph_pack(graph, env, start_name=..., stop_name=...) first "
+                         "(target='cpu' takes unpacked graphs)")
     cfg = config_of(env)
     if packed.meta.get("config") not in (None, cfg.fingerprint):
         raise ValueError("this graph was packed for another hardware config; pack it with this env")
