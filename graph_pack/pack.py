@@ -64,6 +64,8 @@ class Group:
 
 def _select(graph: Graph, selector: Selector, idx: int | None, what: str, after: int = -1) -> int:
     """Position (in graph.ops()) of the node chosen by ``selector`` (and ``idx``, VTA's operator index)."""
+    if not (isinstance(selector, str) and selector or callable(selector)):
+        raise TypeError(f"{what}={selector!r}: an op name, a node name, or a predicate taking a node")
     ops = graph.ops()
     position = {n.name: i for i, n in enumerate(ops)}
     matches = [position[n.name] for n in find_nodes(graph, selector) if position[n.name] > after]

@@ -101,6 +101,9 @@ def clip_bounds(a_min: float, a_max: float) -> tuple | None:
 
 def parse_ops(epilogue) -> tuple[tuple, ...]:
     """A user's epilogue argument as a tuple of op tuples (shape only; ``Epilogue`` checks the values)."""
+    if isinstance(epilogue, (str, bytes)):   # else read one character at a time
+        raise TypeError(f"epilogue={epilogue!r}: a sequence of op tuples, e.g. [('shr', 8), ('clip', 0, 127)] "
+                        "(the command line's text form is parsed by vta compile --epilogue)")
     ops = []
     for op in epilogue:
         if not isinstance(op, (list, tuple)) or not op or not isinstance(op[0], str):
