@@ -5,7 +5,7 @@ from __future__ import annotations
 from pathlib import Path
 from typing import TYPE_CHECKING
 
-from simulator.errors import SimulatorError
+from simulator.errors import MemoryAccessError, SimulatorError
 from simulator.image import ImageLimits, ProgramImage, ReplayResult, load_image
 from simulator.stats import RunStats
 from simulator.trace import DEFAULT_MAX_TRACE_EVENTS, check_trace_events
@@ -38,7 +38,11 @@ def replay_with_stats(sim: Simulator, image: ProgramImage | str | Path, *, limit
     mapped: list[int] = []
     try:
         for addr, data in image.segments:
-            sim.map(addr, data)
+            try:
+                sim.map(addr, data)
+            except MemoryAccessError as e:   # the image's addresses are fixed: they must be free in this simulator
+                raise MemoryAccessError(f"{e}: the image's segments need their own addresses, which this simulator "
+                                        "has allocated; replay on a fresh Simulator, or simulator.replay(image)") from None
             mapped.append(addr)
         if image.insn_addr:
             sim.map(image.insn_addr, image.insns)

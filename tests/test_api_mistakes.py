@@ -3,6 +3,8 @@ allowed, or handled as the user meant; never a silent reinterpretation (the API 
 
 from __future__ import annotations
 
+from pathlib import Path
+
 import numpy as np
 import pytest
 
@@ -82,3 +84,16 @@ def test_pack_points_and_epilogues_of_the_wrong_kind_say_what_is_taken(small):
     with pytest.raises(TypeError, match=r"epilogue='shr 8': a sequence of op tuples, e\.g\. \[\('shr', 8\)"):
         compile_op("conv2d", PYNQ, data_shape=(1, 16, 8, 8), kernel_shape=(16, 16, 3, 3), padding=(1, 1),
                    epilogue="shr 8")
+
+
+def test_replay_on_a_simulator_already_in_use_says_to_use_a_fresh_one():
+    from simulator.errors import MemoryAccessError
+    from simulator.image import load_image
+
+    image = load_image(Path(__file__).resolve().parents[1] / "examples" / "gemm_1.npz")
+    sim = Simulator(image.config)
+    sim.alloc(64)
+    with pytest.raises(MemoryAccessError, match=r"overlaps region .*replay on a fresh Simulator, or "
+                                                r"simulator\.replay\(image\)"):
+        sim.replay(image)
+    assert Simulator(image.config).replay(image).stats["cycles"] > 0
