@@ -5,7 +5,6 @@ from __future__ import annotations
 
 import argparse
 import difflib
-import os
 import sys
 import time
 from pathlib import Path
@@ -303,8 +302,8 @@ def _run(args: argparse.Namespace) -> int:
     where = "the RTL, simulated cycle by cycle by Verilator" if args.device == "rtl" else \
         f"the board {getattr(board, 'board', board)}" if board is not None else \
         f"the simulator: {sim.kernel_path} kernels, {sim.threads} GEMM thread(s)"
-    if os.environ.get(jit.HOST_ISA_ENV, "") not in ("", "auto"):
-        where += f"; host kernels for {os.environ[jit.HOST_ISA_ENV]} ({jit.HOST_ISA_ENV})"
+    if jit.host_isa() is not None:
+        where += f"; host kernels for {jit.host_isa()} ({jit.HOST_ISA_ENV})"
     print(f"{args.model} on {cfg.model} ({cfg.CLOCK_MHZ:g} MHz, {where}), batch {batch}, input {graph[data].shape}")
     if schedules is not None:
         print(schedules.summary())

@@ -161,13 +161,20 @@ HOST_ISA_ENV = "VTA_HOST_ISA"
 _ISA_OFF = {"avx2": ("avx512", "avx10", "evex512", "amx", "avxvnni", "avxifma", "avxneconvert")}
 
 
+def host_isa() -> str | None:
+    """The instruction set ``VTA_HOST_ISA`` limits the host kernels to, or None (unset or ``auto``: the CPU's own);
+    not yet checked (``host_features`` refuses a value that is not one)."""
+    want = os.environ.get(HOST_ISA_ENV, "")
+    return None if want in ("", "auto") else want
+
+
 def host_features(llvm) -> dict[str, bool]:
     """The host CPU's features as LLVM reports them, limited by ``VTA_HOST_ISA`` (unset or ``auto``: all of
     them; ``avx2``: what an AVX2-only CPU has, so that a machine with AVX-512 builds, runs and measures the host
     kernels such a CPU gets). Read once per process, when the first kernel is compiled."""
     feats = {str(name): bool(on) for name, on in llvm.get_host_cpu_features().items()}
-    want = os.environ.get(HOST_ISA_ENV, "")
-    if want in ("", "auto"):
+    want = host_isa()
+    if want is None:
         return feats
     if want not in _ISA_OFF:
         raise ValueError(f"{HOST_ISA_ENV}={want} is not a host ISA (allowed: auto, {', '.join(_ISA_OFF)})")
@@ -180,7 +187,7 @@ def host_features(llvm) -> dict[str, bool]:
 def check_host_isa() -> None:
     """A ``VTA_HOST_ISA`` that is not ``auto`` checked now (ValueError), as a command starts, rather than when its
     first host kernel is compiled, after the work before it (a tuning run's)."""
-    if os.environ.get(HOST_ISA_ENV, "") not in ("", "auto") and available():
+    if host_isa() is not None and available():
         _jit()
 
 
