@@ -352,9 +352,9 @@ def _check_keys(d: dict[str, Any]) -> None:
 def _validate(c: HwConfig) -> None:
     for f in fields(c):   # numpy numbers (a sweep over np.arange) as the Python numbers they equal
         v = getattr(c, f.name)
-        if isinstance(v, numbers.Integral) and not isinstance(v, (bool, int)):
+        if isinstance(v, numbers.Integral) and not isinstance(v, int):   # bool is an int: left as it is
             object.__setattr__(c, f.name, int(v))
-        elif isinstance(v, numbers.Real) and not isinstance(v, (bool, int, float, numbers.Integral)):
+        elif isinstance(v, numbers.Real) and not isinstance(v, (numbers.Integral, float)):
             object.__setattr__(c, f.name, float(v))
     if not isinstance(c.TARGET, str) or c.TARGET not in TARGETS:
         raise _fail("TARGET", c.TARGET, f"one of {', '.join(TARGETS)}")
