@@ -352,31 +352,52 @@ def test_a_worker_is_replaced_after_its_share_of_configs_and_none_is_left_behind
 
 def test_a_runner_interrupted_mid_config_never_hands_that_result_to_the_next(monkeypatch):
     """Ctrl-C in a notebook's tuning run stops it while the worker still measures a config; the same runner used
-    again must not take that config's late result for the next config's (a wrong record in the log)."""
+    again must not take that config's late result for the next config's (a wrong record in the log).
+
+    No timer races the work: the worker says when it has the config, SIGINT comes then, and the worker holds the
+    config until the test releases it. SIGINT's default handler is installed for the test: a suite run as a
+    shell's background job has SIGINT ignored (that made this test fail on CI machines, issue 39)."""
     import os
+    import select
     import signal
     import threading
-    import time as time_
 
     import tuning.cpu as cpu_module
     task = cpu_task("dense_pack.x86", data_shape=(1, 16), kernel_shape=(8, 16))
     real = cpu_module.measure_cpu
+    # pipes, not multiprocessing Events: an Event's set() waits for a sleeper that the runner has killed
+    started_r, started_w = os.pipe()
+    release_r, release_w = os.pipe()
 
-    def slow(task, config, option, seed=0):   # the forked worker inherits it
+    def held(task, config, option, seed=0):   # the forked worker inherits it
         if config["tile_x"][1] == 8:
-            time_.sleep(1.0)
+            os.write(started_w, b"!")
+            select.select([release_r], [], [], 60)
         return real(task, config, option, seed)
 
-    monkeypatch.setattr(cpu_module, "measure_cpu", slow)
-    first, second = ({**task.default_config, "tile_x": [8 // b, b]} for b in (8, 2))
-    with CpuRunner(timeout=10.0) as runner:
-        timer = threading.Timer(0.3, os.kill, (os.getpid(), signal.SIGINT))
-        timer.start()
-        with pytest.raises(KeyboardInterrupt):
-            runner.measure(task, [first])
-        timer.join()
-        time_.sleep(1.0)   # the interrupted config's result is in the pipe by now
-        (got,) = runner.measure(task, [second])
+    def interrupt_once_started() -> None:
+        if select.select([started_r], [], [], 60)[0]:
+            os.kill(os.getpid(), signal.SIGINT)
+
+    monkeypatch.setattr(cpu_module, "measure_cpu", held)
+    previous = signal.signal(signal.SIGINT, signal.default_int_handler)
+    try:
+        first, second = ({**task.default_config, "tile_x": [8 // b, b]} for b in (8, 2))
+        with CpuRunner(timeout=60.0) as runner:
+            interrupter = threading.Thread(target=interrupt_once_started)
+            interrupter.start()
+            with pytest.raises(KeyboardInterrupt):
+                runner.measure(task, [first])
+            interrupter.join()
+            os.write(release_w, b"!")
+            kept = runner._worker   # a runner that kept its worker: wait until the late result is in its pipe
+            if kept is not None:
+                kept.conn.poll(60)
+            (got,) = runner.measure(task, [second])
+    finally:
+        signal.signal(signal.SIGINT, previous)
+        for fd in (started_r, started_w, release_r, release_w):
+            os.close(fd)
     assert got.config == second and got.ok
 
 
