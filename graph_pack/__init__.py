@@ -17,7 +17,7 @@ from __future__ import annotations
 
 from graph_pack import zoo
 from graph_pack.build import build
-from graph_pack.frontend_mxnet import from_mxnet
+from graph_pack.frontend_mxnet import from_mxnet, import_mxnet
 from graph_pack.frontend_onnx import from_onnx
 from graph_pack.graph import Graph, GraphBuilder, GraphError, Node, TensorType
 from graph_pack.pack import graph_pack
@@ -25,4 +25,4 @@ from graph_pack.quantize import quantize
 from graph_pack.reference import run_reference
 
 __all__ = ["Graph", "GraphBuilder", "GraphError", "Node", "TensorType", "build", "from_mxnet", "from_onnx",
-           "graph_pack", "quantize", "run_reference", "zoo"]
+           "graph_pack", "import_mxnet", "quantize", "run_reference", "zoo"]

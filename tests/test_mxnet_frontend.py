@@ -369,3 +369,22 @@ def test_import_errors_say_how_to_install(monkeypatch):
     monkeypatch.setitem(sys.modules, "mxnet", None)   # as if not installed
     with pytest.raises(ImportError, match=r"pip install 'vta-stack\[mxnet\]'"):
         import_mxnet()
+
+
+@needs_mxnet
+def test_a_users_import_mxnet_fails_as_the_docs_say_and_graph_pack_import_mxnet_works():
+    """docs/networks.md: a plain ``import mxnet`` fails on numpy >= 1.24 (mxnet 1.9.1 reads ``numpy.bool``), and
+    ``graph_pack.import_mxnet()`` or ``numpy.bool = bool`` first make it work. Run as a user runs them, each in a
+    fresh interpreter; if numpy or mxnet change so that the plain import works, the doc must change too."""
+    import subprocess
+
+    def python(code: str) -> subprocess.CompletedProcess:
+        return subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120, check=False)
+
+    plain = python("import mxnet")
+    if tuple(int(p) for p in np.__version__.split(".")[:2]) >= (1, 24):
+        assert plain.returncode != 0 and "module 'numpy' has no attribute 'bool'" in plain.stderr, plain.stderr[-500:]
+    ours = python("import graph_pack; mx = graph_pack.import_mxnet(); print(mx.nd.ones((2,)).sum().asscalar())")
+    assert ours.returncode == 0 and ours.stdout.split()[-1] == "2.0", ours.stderr[-1000:]
+    alias = python("import numpy; numpy.bool = bool; import mxnet; print(mxnet.__version__)")
+    assert alias.returncode == 0 and alias.stdout.strip() == "1.9.1", alias.stderr[-1000:]
