@@ -863,6 +863,29 @@ def _global_avg_pool(cx, node, ins, attrs):
     return cx.emit(node, "nn.global_avg_pool2d", [cx.x(ins[0])])
 
 
+@_rule("ReduceMean")
+def _reduce_mean(cx, node, ins, attrs):
+    """The mean over H and W of an NCHW tensor, what PyTorch's exporter writes for ``x.mean((2, 3))`` and
+    ``adaptive_avg_pool2d(x, 1)``: a global average pool (then a flatten when ``keepdims=0``). Axes are an
+    attribute before opset 18 and an input from 18 on."""
+    shape = _rank(cx, ins[0], 4, "ReduceMean input (only a mean over H and W of NCHW is supported)")
+    given = _opt(ins, 1) if cx.opset >= 18 else ""
+    if given:
+        axes = _axes(_require_const(cx, given, "ReduceMean's axes"), 4, "axes")
+    elif "axes" in attrs and cx.opset < 18:
+        axes = _axes(attrs["axes"], 4, "axes")
+    else:
+        axes = [] if int(attrs.get("noop_with_empty_axes", 0)) else [0, 1, 2, 3]
+    if axes != [2, 3]:
+        raise GraphError(f"ReduceMean over axes {axes} of shape {shape} is not supported; allowed: axes [2, 3] "
+                         "(H and W of NCHW: a global average pool)")
+    keep = int(attrs.get("keepdims", 1))
+    if keep:
+        return cx.emit(node, "nn.global_avg_pool2d", [cx.x(ins[0])])
+    pooled = cx.op("nn.global_avg_pool2d", [cx.x(ins[0])], f"{cx.out_name(node)}_pool")
+    return cx.emit(node, "nn.batch_flatten", [pooled])
+
+
 @_rule("Flatten")
 def _flatten(cx, node, ins, attrs):
     shape = cx.type_of(ins[0]).shape

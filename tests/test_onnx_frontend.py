@@ -160,6 +160,11 @@ CASES = {
         N("AveragePool", ["x"], kernel_shape=[3, 3], strides=[2, 2], ceil_mode=1, count_include_pad=1),
         {"x": (1, 2, 6, 7)}),
     "global_avgpool": lambda: case(N("GlobalAveragePool", ["x"]), {"x": X}),
+    # PyTorch's x.mean((2, 3)) / adaptive_avg_pool2d(x, 1): axes an attribute before opset 18, an input from 18
+    "reduce_mean_hw_keepdims_opset17": lambda: case(N("ReduceMean", ["x"], axes=[2, 3]), {"x": X}),
+    "reduce_mean_hw_negative_axes_flat": lambda: case(N("ReduceMean", ["x"], axes=[-1, -2], keepdims=0), {"x": X}),
+    "reduce_mean_hw_axes_input_opset18": lambda: case(N("ReduceMean", ["x", "a"], keepdims=0), {"x": X},
+                                                      {"a": np.array([2, 3], np.int64)}, opset=18),
     # shape ops
     "flatten_axis1": lambda: case(N("Flatten", ["x"]), {"x": X}),
     "flatten_axis2": lambda: case(N("Flatten", ["x"], axis=2), {"x": X}),
@@ -422,8 +427,10 @@ def test_unsupported_ops_are_all_listed_with_their_nodes() -> None:
     (N("Pad", ["x", "p"], mode="reflect"), {"p": np.zeros(8, np.int64)}, "mode='reflect'.*allowed: 'constant'"),
     (N("ConvTranspose", ["x", "w"], group=3), {"w": rand(3, 1, 3, 3)}, "group=3 is not supported"),
     (N("Gemm", ["f", "w"], transA=1), {"w": rand(3, 3)}, "transA=1"),
+    (N("ReduceMean", ["x"], axes=[1]), {}, r"ReduceMean over axes \[1\] .* allowed: axes \[2, 3\]"),
+    (N("ReduceMean", ["x"]), {}, r"ReduceMean over axes \[0, 1, 2, 3\] .* allowed: axes \[2, 3\]"),
 ], ids=["resize_linear", "resize_align_corners", "resize_fractional", "resize_asymmetric_round_x3", "pad_reflect",
-        "convT_group", "gemm_transA"])
+        "convT_group", "gemm_transA", "reduce_mean_channels", "reduce_mean_all"])
 def test_bad_attributes_name_the_node(node, inits, match) -> None:
     nodes = [node] if node.input[0] == "x" else [N("Flatten", ["x"], "f"), node]
     if node.op_type == "Gemm":
