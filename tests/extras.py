@@ -76,6 +76,7 @@ def _tvm_venv() -> str:
 PY310_VENV_SCRIPT = ".ci/py310-venv.sh"
 ONNX_VENV_SCRIPT = ".ci/onnx-venv.sh"
 ARM_CROSS_SCRIPT = ".ci/arm-cross.sh"
+TORCH_VENV_SCRIPT = ".ci/torch-venv.sh"
 
 
 def _py310_venv() -> str:
@@ -90,6 +91,12 @@ def _onnx_venv() -> str:
     """The python of the venv holding the newest onnx, onnxruntime and protobuf that .ci/onnx-venv.sh makes."""
     return _cached_venv("VTA_ONNX_VENV", "onnx-venv", ONNX_VENV_SCRIPT,
                         "import onnx, onnxruntime, google.protobuf, numpy, cffi", "cannot import onnx")
+
+
+def _torch_venv() -> str:
+    """The python of the venv holding torch 2.13 and onnxscript that .ci/torch-venv.sh makes."""
+    return _cached_venv("VTA_TORCH_VENV", "torch-venv", TORCH_VENV_SCRIPT,
+                        "import torch, onnxscript, numpy", "cannot import torch and onnxscript")
 
 
 def _cross_toolchain(gcc: str, qemu: str) -> Callable[[], tuple[str, str]]:
@@ -132,6 +139,7 @@ NEEDS: dict[str, tuple[Callable[[], object], str]] = {
     "tvm-venv": (_tvm_venv, f"a separate venv with apache-tvm, made by `bash {TVM_VENV_SCRIPT}`"),
     "py310-venv": (_py310_venv, f"a Python 3.10 venv like a Pynq board's, made by `bash {PY310_VENV_SCRIPT}`"),
     "onnx-venv": (_onnx_venv, f"a venv with the newest onnx and protobuf, made by `bash {ONNX_VENV_SCRIPT}`"),
+    "torch-venv": (_torch_venv, f"a venv with torch 2.13 and onnxscript, made by `bash {TORCH_VENV_SCRIPT}`"),
     "armv7-toolchain": (_cross_toolchain("arm-linux-gnueabihf-gcc", "qemu-arm"),
                         f"Debian's gcc-arm-linux-gnueabihf and qemu-user, `bash {ARM_CROSS_SCRIPT}`"),
     "aarch64-toolchain": (_cross_toolchain("aarch64-linux-gnu-gcc", "qemu-aarch64"),

@@ -40,9 +40,10 @@ from hw_config import load_config, presets
 
 ROOT = Path(__file__).resolve().parents[1]
 EXAMPLES = ROOT / "examples"
-# docs/deploy.md needs a board: tests/test_deploy_doc.py runs its commands and code against a simulated one
-BOARD_DOCS = {"deploy.md"}
-DOC_FILES = [ROOT / "README.md", *sorted(p for p in (ROOT / "docs").glob("*.md") if p.name not in BOARD_DOCS)]
+# docs tested by a file of their own: deploy.md needs a board (tests/test_deploy_doc.py runs its commands and code
+# against a simulated one), pytorch.md needs torch for its export (tests/test_pytorch_doc.py runs it in a venv)
+OWN_TEST_DOCS = {"deploy.md", "pytorch.md"}
+DOC_FILES = [ROOT / "README.md", *sorted(p for p in (ROOT / "docs").glob("*.md") if p.name not in OWN_TEST_DOCS)]
 DIGITS_ONNX = ROOT / "tests" / "data" / "digits_cnn.onnx"
 # what a clone holds that the docs use: copied (examples) or linked (scripts) into each fresh working directory
 CLONE_COPIES = ("examples",)
@@ -679,13 +680,15 @@ def as_pasted(block: Block, index: int) -> str:
     return code
 
 
-def paste_twice(name: str, code: str, check: str, root: Path) -> subprocess.CompletedProcess:
-    """Run ``code`` then ``check`` twice in one interpreter, in a fresh clone under ``root``."""
-    work = fresh_clone(root)
+def paste_twice(name: str, code: str, check: str, root: Path, work: Path | None = None,
+                python: str = sys.executable) -> subprocess.CompletedProcess:
+    """Run ``code`` then ``check`` twice in one interpreter (``python``), in ``work`` (default: a fresh clone
+    under ``root``)."""
+    work = fresh_clone(root) if work is None else work
     spec = root / "spec.json"
     spec.write_text(json.dumps({"name": name, "code": code, "check": check}))
     (root / "runner.py").write_text(RUNNER)
-    return run([sys.executable, str(root / "runner.py"), str(spec)], work)
+    return run([python, str(root / "runner.py"), str(spec)], work)
 
 
 def _py_params():
