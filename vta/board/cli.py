@@ -23,7 +23,18 @@ from vta.board.bitstream import (
     nearest_config_options,
     read_bit_header,
 )
-from vta.cli import GROUP_HELP, _key_value, _load, arg, command, float_in, int_in
+from vta.cli import (
+    EXPECT_ARG,
+    GROUP_HELP,
+    _key_value,
+    _load,
+    arg,
+    command,
+    float_in,
+    int_in,
+    load_expected,
+    report_expected,
+)
 
 GROUP_HELP["board"] = "FPGA boards: serve a simulated PYNQ board, bitstreams, run images on a board"
 
@@ -204,6 +215,7 @@ def board_bitstream(args: argparse.Namespace) -> int:
     arg("--timeout", type=_positive_float, default=10.0, metavar="S",
         help="a run not done after S seconds is an error (default 10)"),
     arg("--out", metavar="RESULT", help="write the final segments and stats to this .npz"),
+    EXPECT_ARG,
 ])
 def board_replay(args: argparse.Namespace) -> int:
     """Replay a program image on a board: its segments go into board buffers, its LOAD/STOREs are relocated.
@@ -214,6 +226,7 @@ def board_replay(args: argparse.Namespace) -> int:
     from vta.device_pynq import PynqDevice
 
     image = load_image(args.image)
+    expected = load_expected(args)
     with PynqDevice(image.config, bitstream=args.bitstream, cache_dir=args.cache_dir, timeout_s=args.timeout,
                     board=args.board, cli=nearest_config_options(image.config)) as dev:
         result, stats = replay_on_device(dev, image)
@@ -224,4 +237,4 @@ def board_replay(args: argparse.Namespace) -> int:
     if args.out:
         save_result(args.out, result)
         print(f"wrote result to {args.out}", file=sys.stderr)
-    return 0
+    return report_expected(args, result, expected)
