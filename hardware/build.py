@@ -12,7 +12,10 @@ import os
 import shutil
 import subprocess
 import sys
+import threading
 import time
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
 from pathlib import Path
 
 from hardware.generator import DEFAULT_MAX_PRODUCTS, TOP, build_key, check_core_size, generate, manifest
@@ -104,7 +107,49 @@ def estimate_seconds(cfg: HwConfig, step: str) -> float:
 
 
 def _about(seconds: float) -> str:
-    return f"about {seconds:.0f} s" if seconds < 90 else f"about {seconds / 60:.0f} min"
+    """"about N s" on an idle machine, scaled by how busy this one is: the steps are CPU-bound, so a load of 6 on
+    2 CPUs makes them about 3 times as long (a new user's 'about 22 s' took 58 s under load)."""
+    try:
+        busy = os.getloadavg()[0] / (os.cpu_count() or 1)
+    except OSError:   # no load average on this system
+        busy = 0.0
+    scaled = seconds * max(1.0, busy)
+    about = f"about {scaled:.0f} s" if scaled < 90 else f"about {scaled / 60:.0f} min"
+    return about + (f" (this machine is busy: load {busy * (os.cpu_count() or 1):.1f} on {os.cpu_count()} CPUs)"
+                    if busy > 1.25 else "")
+
+
+HEARTBEAT_SECONDS = 15.0   # a long step says it is still at work this often
+
+
+@contextmanager
+def heartbeat(say: Callable[[str], None], what: str, every: float = HEARTBEAT_SECONDS) -> Iterator[None]:
+    """While the body runs, ``say`` "still <what> (N s)" every ``every`` seconds: a minute of silence reads as a
+    hang."""
+    stop, t0 = threading.Event(), time.perf_counter()
+
+    def beat() -> None:
+        while not stop.wait(every):
+            say(f"  ... still {what} ({time.perf_counter() - t0:.0f} s)")
+
+    thread = threading.Thread(target=beat, name="rtl-build-heartbeat", daemon=True)
+    thread.start()
+    try:
+        yield
+    finally:
+        stop.set()
+        thread.join()
+
+
+def generate_announced(cfg: HwConfig, directory: Path, say: Callable[[str], None],
+                       max_products: int = DEFAULT_MAX_PRODUCTS) -> tuple[Path, float]:
+    """``write_verilog``, announced with its rough time and a heartbeat when it has to generate (the cache's copy
+    is taken without a word)."""
+    if (directory / f"{TOP}.v").is_file():
+        return write_verilog(cfg, directory, max_products)
+    say(f"generating {TOP}.v (Amaranth, Yosys), {_about(estimate_seconds(cfg, 'generate'))} ...")
+    with heartbeat(say, f"generating {TOP}.v"):
+        return write_verilog(cfg, directory, max_products)
 
 
 def ensure_built(cfg: HwConfig, progress=None, max_products: int = DEFAULT_MAX_PRODUCTS) -> Path:
@@ -128,9 +173,7 @@ def ensure_built(cfg: HwConfig, progress=None, max_products: int = DEFAULT_MAX_P
         t0 = time.perf_counter()
         say(f"building the RTL model of {cfg.model}, once per config (cached in {directory}; "
             f"{RTL_CACHE_VARIABLE} moves the cache)")
-        if not (directory / f"{TOP}.v").is_file():
-            say(f"generating {TOP}.v (Amaranth, Yosys), {_about(estimate_seconds(cfg, 'generate'))} ...")
-        verilog, took = write_verilog(cfg, directory, max_products)
+        verilog, took = generate_announced(cfg, directory, say, max_products)
         say(f"generated {verilog.name} in {took:.1f} s" if took else f"{verilog.name} already generated")
         say(f"verilating {verilog.name} and compiling its C++ model (Verilator), "
             f"{_about(estimate_seconds(cfg, 'verilate'))} ...")
@@ -138,9 +181,10 @@ def ensure_built(cfg: HwConfig, progress=None, max_products: int = DEFAULT_MAX_P
         # objects left by a build that was killed are not reused: make takes a truncated one, newer than its
         # source, for done, and the library linked from it fails to load (an undefined symbol) from then on
         shutil.rmtree(directory / "obj", ignore_errors=True)
-        obj = verilate(cfg, verilog, directory)
-        say(f"verilated in {time.perf_counter() - t1:.1f} s")
-        link(cfg, obj, directory)
+        with heartbeat(say, "verilating and compiling"):
+            obj = verilate(cfg, verilog, directory)
+            say(f"verilated in {time.perf_counter() - t1:.1f} s")
+            link(cfg, obj, directory)
         shutil.rmtree(obj, ignore_errors=True)      # ~140 MB of objects the library no longer needs
         timings = {"generate_s": round(took, 2), "total_s": round(time.perf_counter() - t0, 2)}
         (directory / "build.json").write_text(json.dumps(timings) + "\n")

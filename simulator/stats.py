@@ -72,7 +72,8 @@ def format_stats(stats: RunStats, cfg, board: str | None = None) -> str:
     if board is None and getattr(cfg, "board_model", False):
         board = f"predicted (board model of {cfg.model})"
     lines = [(f"  cycles {stats.cycles:,} = {format_duration(stats.seconds)} at {cfg.CLOCK_MHZ:g} MHz "
-             f"(FINISH at cycle {stats.finish_cycle:,}); host work {stats.work:,} units"),
+             f"(FINISH at cycle {stats.finish_cycle:,}); host work {stats.work:,} units (MACs, ALU lanes, DMA "
+              f"bytes: what --max-work bounds)"),
              "  counters: " + ", ".join(f"{k}={v:,}" for k, v in stats.vta_counters().items()),
              *([f"  board: {stats.latency_s * 1e3:.3f} ms per call {board}"] if board else []),
              "  module    insns    busy cycles   busy %   stall cycles by cause"]

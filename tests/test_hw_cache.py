@@ -5,6 +5,8 @@ moves it. Generation, Verilator and the link are stood in for (each takes a minu
 
 from __future__ import annotations
 
+import os
+import threading
 from pathlib import Path
 
 import pytest
@@ -186,6 +188,7 @@ def test_a_build_announces_each_step_before_it_starts_and_a_cached_one_says_noth
     monkeypatch.setattr(build, "generate", generate)
     monkeypatch.setattr(build, "verilate", verilate)
     monkeypatch.setattr(build, "link", lambda cfg, obj, directory: (directory / build.LIBRARY).write_bytes(b"so"))
+    monkeypatch.setattr(os, "getloadavg", lambda: (0.5, 0.5, 0.5))   # an idle machine: the estimates unscaled
     assert main(["hw", "build", "--config", "batch4"]) == 0
     err = said()
     assert before["generate"].startswith(f"building the RTL model of {cfg.model}, once per config (cached in "
@@ -196,3 +199,33 @@ def test_a_build_announces_each_step_before_it_starts_and_a_cached_one_says_noth
     assert "verilated in " in err and f"built {build.build_dir(cfg) / build.LIBRARY} in " in err
     assert main(["hw", "build", "--config", "batch4"]) == 0
     assert capsys.readouterr().err == ""
+
+
+def test_estimates_scale_with_how_busy_the_machine_is(monkeypatch):
+    """A new user's 'about 22 s' took 58 s on a loaded machine: the steps are CPU-bound, so the estimate grows with
+    the load per CPU, and says why."""
+    monkeypatch.setattr(os, "cpu_count", lambda: 2)
+    monkeypatch.setattr(os, "getloadavg", lambda: (1.0, 1.0, 1.0))
+    assert build._about(22.0) == "about 22 s"
+    monkeypatch.setattr(os, "getloadavg", lambda: (6.0, 6.0, 6.0))   # 3 per CPU: three times as long
+    assert build._about(22.0) == "about 66 s (this machine is busy: load 6.0 on 2 CPUs)"
+    assert build._about(40.0).startswith("about 2 min ")
+
+
+def test_a_long_step_says_it_is_still_at_work_until_it_ends():
+    """The heartbeat speaks while the body runs and never after it: the body waits for two beats (no timer races
+    the work: the beats are what it waits for)."""
+    beats: list[str] = []
+    two = threading.Event()
+
+    def say(text: str) -> None:
+        beats.append(text)
+        if len(beats) == 2:
+            two.set()
+
+    with build.heartbeat(say, "generating vta_core.v", every=0.01):
+        assert two.wait(60)
+    ended = len(beats)
+    assert beats[0].startswith("  ... still generating vta_core.v (") and beats[0].endswith(" s)")
+    threading.Event().wait(0.05)
+    assert len(beats) == ended   # the thread is joined on exit: nothing more is said

@@ -40,7 +40,7 @@ def hw_generate(args: argparse.Namespace) -> int:
     """Generate the RTL of the accelerator (Amaranth -> Verilog, module vta_core) and its manifest (config,
     ports, register map, SRAM shapes). The output is deterministic for a config and a version of the
     generator; it is cached under ~/.cache/vta-stack/rtl, so a second run copies it. Needs the [hw] extra."""
-    from hardware.build import build_dir, write_verilog
+    from hardware.build import build_dir, generate_announced
     from hardware.generator import check_core_size
     from hardware.toolchain import RTL_CACHE_VARIABLE, cache_dir
 
@@ -50,8 +50,9 @@ def hw_generate(args: argparse.Namespace) -> int:
     directory = build_dir(cfg)
     check_core_size(cfg, args.max_products)   # before saying it generates (a cached one would be copied)
     cache_dir(directory, RTL_CACHE_VARIABLE)
-    _say(f"generating the RTL of {cfg.model} (fingerprint {cfg.fingerprint}) ...")
-    verilog, took = write_verilog(cfg, directory, args.max_products)
+    _say(f"the RTL of {cfg.model} (fingerprint {cfg.fingerprint}), generated once per config and cached in "
+         f"{directory}")
+    verilog, took = generate_announced(cfg, directory, _say, args.max_products)
     out.mkdir(parents=True, exist_ok=True)
     for name in (verilog.name, "manifest.json"):
         data = (directory / name).read_bytes()
