@@ -130,25 +130,30 @@ _LOCK = threading.RLock()
 _CACHES: list[weakref.ref[KernelCache]] = []   # every cache made (their locks are held across a fork)
 _CACHE = KernelCache()
 _COUNTER = [0]
-_HELD: list[KernelCache] = []   # the caches whose locks _before_fork took
+_HELD: list[Any] = []   # the locks _before_fork took, each recorded as soon as it is taken
 
 
 def _before_fork() -> None:
     """A fork waits for the compilations under way in other threads and holds off new ones until it is done (as
     ``logging`` holds its locks): a child forked mid-compilation (tuning's measuring workers) got the caches' and
-    the compiler's locks held by a thread it does not have, and hung at its first compile."""
+    the compiler's locks held by a thread it does not have, and hung at its first compile.
+
+    Each lock is recorded as it is taken and only recorded locks are released after the fork, so a Ctrl-C in the
+    middle (CPython reports an exception in an at-fork hook and forks anyway) leaves no lock held: it used to
+    record them all at the end, and an interrupt before that left the caches' locks held for good."""
     caches = [cache for cache in (ref() for ref in list(_CACHES)) if cache is not None]
-    for cache in caches:   # each cache's lock, then the compiler's: the order a compilation takes them in
-        cache._lock.acquire()
-    _LOCK.acquire()
-    _HELD[:] = caches
+    try:
+        for lock in [*(cache._lock for cache in caches), _LOCK]:   # the order a compilation takes them in
+            lock.acquire()
+            _HELD.append(lock)
+    except BaseException:
+        _after_fork()
+        raise
 
 
 def _after_fork() -> None:
-    held, _HELD[:] = list(_HELD), []
-    _LOCK.release()
-    for cache in reversed(held):
-        cache._lock.release()
+    while _HELD:
+        _HELD.pop().release()
 
 
 if hasattr(os, "register_at_fork"):   # POSIX

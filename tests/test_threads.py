@@ -19,6 +19,7 @@ import os
 import subprocess
 import sys
 import textwrap
+import weakref
 from pathlib import Path
 
 import numpy as np
@@ -528,6 +529,32 @@ def test_measuring_workers_forked_while_another_thread_compiles() -> None:
         stop.set()
         compiler.join(30)
     assert all(r.ok for r in results), [r.error for r in results]
+
+
+def test_a_ctrl_c_inside_the_fork_hook_leaves_no_jit_lock_held(monkeypatch) -> None:
+    """CPython reports an exception raised in an at-fork hook and forks anyway. A Ctrl-C that lands while
+    graph_pack.jit's hook takes its locks (here: on the third cache's lock) must leave none of them held, in the
+    hook's own process; before, the locks taken so far were never released and every later compile hung."""
+    from graph_pack import jit
+
+    class Interrupted:
+        def acquire(self, *args) -> bool:
+            raise KeyboardInterrupt
+
+        def release(self) -> None:
+            raise AssertionError("released a lock the hook never took")
+
+    caches = [jit.KernelCache(limit=4) for _ in range(3)]
+    monkeypatch.setattr(caches[2], "_lock", Interrupted())
+    monkeypatch.setattr(jit, "_CACHES", [weakref.ref(c) for c in caches])
+    with pytest.raises(KeyboardInterrupt):
+        jit._before_fork()
+    jit._after_fork()   # what the fork then calls in the parent: nothing left to release
+    assert jit._HELD == []
+    for lock in (caches[0]._lock, caches[1]._lock, jit._LOCK):
+        assert lock.acquire(blocking=False), "a lock the interrupted hook took is still held"
+        lock.release()
+    assert caches[0].get(("k",), lambda: 1) == 1   # a compile goes through
 
 
 def test_one_local_runner_shared_by_threads() -> None:
