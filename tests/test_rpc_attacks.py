@@ -31,7 +31,14 @@ from vta.rpc import (
     connect_device,
     request_board,
 )
-from vta.rpc.base import TRACKER_MAGIC, recv_tracker_json, tracker_frame
+from vta.rpc.base import (
+    _JSON_TOKENS,
+    TRACKER_MAGIC,
+    json_depth,
+    loads_bounded,
+    recv_tracker_json,
+    tracker_frame,
+)
 from vta.rpc.client import expect_message
 from vta.rpc.protocol import PREFIX, Channel, new_nonce
 
@@ -170,6 +177,39 @@ def test_every_request_gets_an_answer_even_one_that_cannot_be_serialised(monkeyp
             assert ask(s, [TrackerCode.SUMMARY]) == TrackerCode.FAIL
             assert ask(s, [TrackerCode.PING]) == TrackerCode.SUCCESS
         assert "cannot be serialised" in caplog.text
+
+
+ESCAPED_QUOTES = b'"' + b'\\"' * 32_499   # 64,999 bytes: an unterminated string of escaped quotes
+
+
+def test_an_unterminated_string_is_one_token_to_the_end():
+    """The nesting pre-check is linear: an unterminated string is one match to the end of the text. Required,
+    the closing quote made every escaped quote start a scan to the end that failed (quadratic)."""
+    data = b'[1, "' + b'\\"' * 2_000   # small: the quadratic scan of old took ~0.1 s on it, not hours
+    tokens = [m.span() for m in _JSON_TOKENS.finditer(data)]
+    assert tokens == [(0, 1), (4, len(data))]
+    assert json_depth(data) == 1
+    with pytest.raises(ValueError):
+        loads_bounded(data)
+
+
+def test_a_frame_of_escaped_quotes_does_not_hold_the_tracker():
+    """Issue 41's first attack: one unauthenticated 64,999-byte frame froze the tracker's event loop ~30 s; another
+    client's PING then went unanswered (here: within the 5 s the other tests allow a tracker to answer)."""
+    with TrackerServer("127.0.0.1", 0) as tracker, contextlib.closing(_connect(tracker.port, ATTACKER)) as attacker:
+        attacker.sendall(struct.pack("<i", len(ESCAPED_QUOTES)) + ESCAPED_QUOTES)
+        with contextlib.closing(_connect(tracker.port)) as other:
+            assert ask(other, [TrackerCode.PING]) == TrackerCode.SUCCESS
+        assert _closed(attacker)
+
+
+def test_a_session_header_of_escaped_quotes_is_refused():
+    """The same bytes as a keyless session header (issue 41's second attack) are refused as a protocol error."""
+    a, b = socket.socketpair()
+    with a, b:
+        a.sendall(PREFIX.pack(b"VTAR", len(ESCAPED_QUOTES), 0) + ESCAPED_QUOTES)
+        with pytest.raises(ProtocolError):
+            Channel(b, read_timeout=5).recv(5, 0)
 
 
 def test_session_headers_are_bounded_in_nesting_too():

@@ -229,7 +229,11 @@ def recv_tracker_json(sock: socket.socket, deadline: float, max_bytes: int = MAX
 # ------------------------------------------------------------------------------------------------------------
 # JSON from the network: bounded nesting
 
-_JSON_TOKENS = re.compile(rb'"(?:[^"\\]|\\.)*"|[\[\]{}]', re.DOTALL)   # strings (skipped) and brackets
+# strings (skipped) and brackets. The closing quote is optional, so that an unterminated string is one match to
+# the end: with it required, each of n escaped quotes started a scan to the end that failed (quadratic: a 64 KiB
+# frame held the event loop, and the GIL, for ~30 s). No alternative backtracks once the loop stops, so the scan
+# is linear; what a text without the quote means is for json.loads to refuse.
+_JSON_TOKENS = re.compile(rb'"(?:[^"\\]|\\.)*"?|[\[\]{}]', re.DOTALL)
 
 
 def json_depth(data: bytes | bytearray) -> int:
