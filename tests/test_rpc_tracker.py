@@ -4,6 +4,7 @@ TVM's own query_rpc_tracker and RPC server/client using ours (in the tvm-venv)."
 from __future__ import annotations
 
 import json
+import logging
 import os
 import socket
 import struct
@@ -149,6 +150,10 @@ HOSTILE = {
     "half a size": lambda s: s.sendall(struct.pack("<i", TRACKER_MAGIC) + b"\x10\x00"),
     "half a frame": lambda s: s.sendall(struct.pack("<i", TRACKER_MAGIC) + struct.pack("<i", 100) + b"[1, "),
     "half the magic": lambda s: s.sendall(b"\x71"),
+    "a key with a newline": lambda s: s.sendall(struct.pack("<i", TRACKER_MAGIC)
+                                                + tracker_frame([4, "pynq\nINFO forged line", "", 1])),
+    "a match key with an escape": lambda s: s.sendall(struct.pack("<i", TRACKER_MAGIC)
+                                                      + tracker_frame([3, "pynq", [1, "pynq:\x1b[2Jx"], None])),
 }
 
 
@@ -285,3 +290,15 @@ def test_tvms_server_and_client_work_through_ours(tracker, tmp_path):
     finally:
         os.killpg(server.pid, 9)
         server.wait(10)
+
+
+@pytest.mark.parametrize("priority", [10**400, -10**400, 10**20], ids=["1e400", "-1e400", "1e20"])
+def test_a_priority_past_any_float_is_clamped_not_a_traceback(tracker, priority, caplog):
+    """REQUEST's priority 10**400 raised OverflowError in float() (a traceback in the log, the connection dropped):
+    an integer is clamped to [-max_priority, max_priority] first, like any other number."""
+    _board, matchkey = register(tracker, "pynq", 9091)   # its socket keeps the board registered
+    client = connect(tracker)
+    with caplog.at_level(logging.WARNING, logger="vta.rpc.tracker"):
+        assert ask(client, [TrackerCode.REQUEST, "pynq", "me", priority]) == [TrackerCode.SUCCESS,
+                                                                               ["127.0.0.1", 9091, matchkey]]
+    assert "Traceback" not in caplog.text and "OverflowError" not in caplog.text

@@ -428,8 +428,8 @@ class TrackerServer:
                 raise _Drop("info addr must be [host or null, port]")
             if addr[0] is None:
                 info["addr"] = [conn.peer, addr[1]]
-        if "key" in info and not isinstance(info["key"], str):
-            raise _Drop("info key must be a string")
+        if "key" in info and not (isinstance(info["key"], str) and info["key"].isprintable()):
+            raise _Drop("info key must be a string of printable characters")
         conn.info = info
         self._reply(conn, TrackerCode.SUCCESS)
 
@@ -440,12 +440,12 @@ class TrackerServer:
         custom = message[3] if len(message) == 4 else None
         _check_key(key)
         if not (isinstance(where, list) and len(where) == 2 and _is_int(where[0]) and 0 < where[0] < 65536
-                and isinstance(where[1], str) and 0 < len(where[1]) <= MAX_MATCHKEY_CHARS):
-            raise _Drop("PUT's second argument must be [port 1..65535, matchkey]")
+                and isinstance(where[1], str) and 0 < len(where[1]) <= MAX_MATCHKEY_CHARS and where[1].isprintable()):
+            raise _Drop("PUT's second argument must be [port 1..65535, matchkey of printable characters]")
         port, matchkey = where
         if matchkey.rsplit(":", 1)[0] != key:
             raise _Drop(f"match key {matchkey[:40]!r} does not start with its key {key!r} and ':'")
-        if custom is not None and (not isinstance(custom, str) or not 0 < len(custom) <= 255):
+        if custom is not None and (not isinstance(custom, str) or not 0 < len(custom) <= 255 or not custom.isprintable()):
             raise _Drop("PUT's address must be a host name or null")
         if len(conn.puts) >= MAX_PUTS_PER_CONNECTION:   # forget this connection's oldest offer
             old = conn.puts.pop(0)
@@ -468,7 +468,8 @@ class TrackerServer:
         _check_key(key)
         if not (_is_int(priority) or (isinstance(priority, float) and math.isfinite(priority))):
             raise _Drop("REQUEST's priority must be a number")
-        priority = max(-self.max_priority, min(self.max_priority, float(priority)))   # a bounded choice
+        # a bounded choice, clamped before float(): an int of 400 digits has no float (OverflowError)
+        priority = float(max(-self.max_priority, min(self.max_priority, priority)))
         if conn.requests >= MAX_REQUESTS_PER_CONNECTION:
             raise _Drop(f"over {MAX_REQUESTS_PER_CONNECTION} requests waiting on one connection")
         queue = self._queue(key)
@@ -573,8 +574,9 @@ def _is_int(v: Any) -> bool:
 
 
 def _check_key(key: Any) -> None:
-    if not isinstance(key, str) or not 0 < len(key) <= MAX_KEY_CHARS:
-        raise _Drop(f"a device key must be a string of 1..{MAX_KEY_CHARS} characters")
+    if not isinstance(key, str) or not 0 < len(key) <= MAX_KEY_CHARS or not key.isprintable():
+        raise _Drop(f"a device key must be a string of 1..{MAX_KEY_CHARS} printable characters (control characters "
+                    "would forge log lines)")
 
 
 # ------------------------------------------------------------------------------------------------------------
