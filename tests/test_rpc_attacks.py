@@ -7,7 +7,9 @@ never as a time."""
 from __future__ import annotations
 
 import contextlib
+import json
 import logging
+import os
 import select
 import socket
 import struct
@@ -22,6 +24,7 @@ from test_rpc_tracker import ask
 from hw_config import load_config
 from vta.device import SimDevice
 from vta.rpc import (
+    AuthError,
     BoardServer,
     ProtocolError,
     RemoteDevice,
@@ -323,3 +326,63 @@ def test_the_trackers_stop_key_is_compared_through_same_secret(monkeypatch):
         assert ask(s, [TrackerCode.STOP, "\ud800"]) == TrackerCode.FAIL
         assert seen == [b"tracker:wrong"]
         assert ask(s, [TrackerCode.STOP, "tracker:right"]) == TrackerCode.SUCCESS
+
+
+# ------------------------------------------------------------------------------------------------------------
+# issue 41, item 3: a rogue keyless board in front of a keyed client
+
+def _rogue_board(heard: list[dict]) -> tuple[socket.socket, threading.Thread]:
+    """A board without the key that answers every hello with a keyless challenge and records what it hears."""
+    listener = socket.create_server(("127.0.0.1", 0))
+    listener.settimeout(20)
+
+    def serve() -> None:
+        with contextlib.suppress(OSError):
+            conn, _ = listener.accept()
+            with conn:
+                ch = Channel(conn, read_timeout=5)
+                heard.append(ch.recv(5, 0)[0])
+                ch.send({"op": "challenge", "ok": True, "server_nonce": new_nonce().hex(), "auth": "none",
+                         "server_proof": None})
+                with contextlib.suppress(OSError, ProtocolError):
+                    heard.append(ch.recv(5, 0)[0])
+
+    thread = threading.Thread(target=serve, name="rogue-board", daemon=True)
+    thread.start()
+    return listener, thread
+
+
+def test_a_keyed_client_tells_a_rogue_board_nothing_about_itself():
+    """Before, the hello carried the client's host name and pid, so a fake board learned them before any proof;
+    now they travel in the auth message, which a keyed client sends only to a board that proved the key."""
+    heard: list[dict] = []
+    listener, thread = _rogue_board(heard)
+    with listener, pytest.raises(AuthError, match="does not authenticate"):
+        RemoteDevice("127.0.0.1", listener.getsockname()[1], secret=SECRET, timeout=5)
+    thread.join(20)
+    assert [m["op"] for m in heard] == ["hello"]
+    assert "client" not in heard[0] and str(os.getpid()) not in json.dumps(heard[0])
+
+
+def test_connect_device_skips_a_rogue_board_and_takes_the_next(tmp_path):
+    """A keyless board registered first under the key took a keyed client's request and connect_device gave up on
+    its AuthError; now, like RPCRunner, it tries the next board the tracker offers."""
+    key_file = tmp_path / "lab.key"
+    key_file.write_bytes(SECRET)
+    cfg = load_config("pynq")
+    with TrackerServer("127.0.0.1", 0) as tracker:
+        rogue = BoardServer(lambda: SimDevice(cfg), key="sim", port=0, tracker=tracker.address,
+                            ping_period=0.2).start()
+        try:
+            _wait(lambda: tracker.summary()["queue_info"].get("sim", {}).get("free") == 1)
+            good = BoardServer(lambda: SimDevice(cfg), key="sim", port=0, secret=SECRET, tracker=tracker.address,
+                               ping_period=0.2).start()
+            try:
+                _wait(lambda: tracker.summary()["queue_info"].get("sim", {}).get("free") == 2)
+                with connect_device(tracker.address, "sim", key_file=key_file, timeout=10) as dev:
+                    assert dev.board == good.name
+                    dev.alloc(16)
+            finally:
+                good.stop()
+        finally:
+            rogue.stop()

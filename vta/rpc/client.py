@@ -141,7 +141,9 @@ class RemoteDevice:
         ch = self._ch
         client_nonce = new_nonce()
         try:
-            ch.send({"op": "hello", "client_nonce": client_nonce.hex(), "matchkey": matchkey, "client": client})
+            # who the client is goes in the auth message: only a board that has proved it holds the key (or, for a
+            # client without one, any board) learns the host and pid
+            ch.send({"op": "hello", "client_nonce": client_nonce.hex(), "matchkey": matchkey})
             challenge = expect_message(ch.recv(timeout, 0)[0], "challenge", self.board)
             server_nonce = nonce_of(challenge, "server_nonce")
             auth = challenge.get("auth")
@@ -153,13 +155,14 @@ class RemoteDevice:
                 if not proof_matches(challenge.get("server_proof"), expected):
                     raise AuthError(f"board {self.board} could not prove it holds the key: a wrong key file, or "
                                     "not the board it claims to be")
-                ch.send({"op": "auth", "proof": proof(secret, "client", server_nonce, client_nonce, matchkey)})
+                ch.send({"op": "auth", "proof": proof(secret, "client", server_nonce, client_nonce, matchkey),
+                         "client": client})
                 ch.secure(*session_keys(secret, client_nonce, server_nonce, matchkey))
             elif auth == "none":
                 if secret is not None:
                     raise AuthError(f"board {self.board} does not authenticate (it has no key file) but a key "
                                     "was given: refusing to trust it (start the board with --key-file)")
-                ch.send({"op": "auth", "proof": None})
+                ch.send({"op": "auth", "proof": None, "client": client})
             else:
                 raise ProtocolError(f"board {self.board}: unknown authentication {str(auth)[:40]!r}")
             ready, _, _ = ch.recv(timeout, 0)
@@ -353,10 +356,18 @@ def connect_device(tracker: str | tuple[str, int], key: str, cfg: HwConfig | str
             last = e
             time.sleep(0.2)
             continue
+        except AuthError as e:
+            if secret is None:   # this client's own setup (no key for a keyed board): no other board helps
+                raise
+            last = e   # a board without the key (a rogue one, or misconfigured): try the next, as RPCRunner does
+            continue
         if want is not None and device.cfg.fingerprint != want.fingerprint:
             device.close()
             raise ValueError(f"board {device.board} runs {device.cfg.model}, not {want.model}: start boards with "
                              f"--config for this build, or build for the board's config")
         return device
+    if isinstance(last, AuthError):   # every board offered failed the key: say so as what it is
+        raise AuthError(f"no {key!r} board from the tracker at {tracker} proved it holds the key in {attempts} "
+                        f"attempt(s); the last: {last}")
     raise BoardLost(f"no usable {key!r} board from the tracker at {tracker}: {last}")
 

@@ -477,6 +477,7 @@ class BoardServer:
         auth, _, _ = ch.recv(max(0.1, deadline - time.monotonic()), 0)
         if auth.get("op") != "auth":
             raise ProtocolError("the second message must be auth")
+        client = str(auth.get("client") or client)[:80]   # sent after the board's proof (in hello by older clients)
         if self.secret is not None:
             if not proof_matches(auth.get("proof"), proof(self.secret, "client", server_nonce, client_nonce,
                                                           matchkey)):
