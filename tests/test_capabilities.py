@@ -59,6 +59,9 @@ def test_presets_name_what_their_hardware_executes():
                     "de10nano": "vta-chisel", "batch4": "vta-hls", "block32": "vta-hls"}
     vta_json = {k: getattr(PYNQ, k) for k in PYNQ.vta_dict()}   # VTA's own keys only: the default follows them
     assert load_config(vta_json).CAPABILITIES == "vta-hls-0.0.2"
+    # VTA published Pynq bitstreams for HW_VER 0.0.1 and 0.0.2, both built before the HLS source padded ACC loads
+    assert load_config({**vta_json, "HW_VER": "0.0.1"}).CAPABILITIES == "vta-hls-0.0.2"
+    assert load_config({**vta_json, "HW_VER": "0.0.1", "TARGET": "ultra96"}).CAPABILITIES == "vta-hls"
     assert load_config({**vta_json, "TARGET": "sim"}).CAPABILITIES == "fsim"
     assert load_config({**vta_json, "HW_VER": "0.0.3"}).CAPABILITIES == "vta-hls"
     assert PYNQ.replace(CAPABILITIES="fsim").fingerprint == PYNQ.fingerprint   # refuses programs, changes none

@@ -21,7 +21,7 @@ from hardware.fpga import PARTS, UnknownPart, estimate, get_part, render
 from hardware.fpga.memory import MemShape, map_memory
 from hardware.fpga.model import estimate as model_estimate
 from hardware.fpga.model import instances
-from hardware.fpga.resources import Resources, row_of, total
+from hardware.fpga.resources import Resources, row_of
 from hw_config import load_config
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -194,14 +194,42 @@ def test_a_1x16x16_core_on_the_xc7z020_builds_its_extra_multipliers_from_luts():
     assert fsim.total.dsp == 256 + 16 * COEFFICIENTS["xcup"]["dsp"]["per_alu_lane"] and per_lane >= 1
 
 
+def test_a_part_with_exactly_the_dsp_slices_a_design_needs_fits_it_and_one_fewer_moves_one_product():
+    """pynq's 1x16x16 core needs 16 * 16 = 256 DSP slices (no ALU MUL in its capability set): on a part with 256
+    they all fit (no note, every product in a DSP); with 255 one GEMM product is built from LUTs."""
+    import dataclasses
+
+    from hardware.fpga.coefficients import COEFFICIENTS
+    cfg = load_config("pynq")
+    unlimited = model_estimate(cfg, "xc7").total()
+    fallback = COEFFICIENTS["xc7"]["fallback"]["lut_per_mac"]
+    z020 = get_part("xc7z020")
+    exact = estimate(cfg, part=dataclasses.replace(z020, name="xc7z020-256dsp", dsp=256))
+    assert exact.total.dsp == 256 and exact.total.lut == pytest.approx(unlimited.lut)
+    assert not any("DSP" in n for n in exact.notes) and exact.fits
+    short = estimate(cfg, part=dataclasses.replace(z020, name="xc7z020-255dsp", dsp=255))
+    assert short.total.dsp == 255 and short.total.lut == pytest.approx(unlimited.lut + fallback)
+    assert any("1 GEMM products are counted as LUT logic" in n for n in short.notes)
+
+
 def test_the_python_api_twice_in_one_process():
+    """Another config's estimate between two of pynq's changes nothing; the figures a reader can work out: 16 x 16
+    = 256 DSP slices, the weight SRAM's 2^18 bytes = 2,097,152 bits in 36 Kb blocks (36,864 bits): 57 BRAM36, and
+    the total and the part's usage are the sums of the rows (BRAM36 used = BRAM36 + BRAM18 / 2)."""
     first = estimate("pynq", part="xczu3eg")
+    other = estimate("block32", part="xczu3eg")
     second = estimate(load_config("pynq"), part="xczu3eg")
-    assert first.to_dict() == second.to_dict()
+    assert first.to_dict() == second.to_dict() != other.to_dict()
     assert first.tier == "analytic" and first.part.name == "xczu3eg"
-    assert {k for k, _ in first.rows} >= {"fetch", "load", "compute", "gemm_alu", "store", "queues",
-                                          "sram.uop", "sram.inp", "sram.wgt", "sram.acc"}
-    assert first.total == total(r for _, r in first.rows) and first.total.bram18 == 129
+    rows = {k: vars(r) for k, r in first.rows}
+    assert set(rows) >= {"fetch", "load", "compute", "gemm_alu", "store", "queues", "sram.uop", "sram.inp",
+                         "sram.wgt", "sram.acc"}
+    assert first.total.dsp == 16 * 16 and rows["gemm_alu"]["dsp"] == 256
+    assert rows["sram.wgt"]["bram36"] == -(-(2**18 * 8) // 36_864) == 57
+    for key in ("lut", "ff", "bram36", "bram18", "dsp"):
+        assert getattr(first.total, key) == pytest.approx(sum(r[key] for r in rows.values())), key
+    bram36 = sum(r["bram36"] for r in rows.values()) + sum(r["bram18"] for r in rows.values()) / 2
+    assert first.usage()["bram36"] == (pytest.approx(bram36), 216)
 
 
 def _vta(*argv: str) -> subprocess.CompletedProcess:
@@ -223,7 +251,7 @@ def test_vta_hw_estimate_prints_the_table_against_the_part():
     assert zu7.returncode == 0, zu7.stderr
     report = json.loads(zu7.stdout)
     assert report["part"] == "xczu7ev" and report["fits"] is True and report["tier"] == "analytic"
-    assert report["usage"]["uram"]["available"] == 96
+    assert report["usage"]["uram"]["available"] == 96 and report["usage"]["dsp"] == {"used": 256, "available": 1728}
 
 
 def test_vta_hw_estimate_refuses_bad_input_with_one_line():

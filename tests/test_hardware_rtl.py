@@ -55,9 +55,9 @@ def test_golden_program_on_the_rtl(name: str):
     segments, cycles = dev.replay(image)
     lacking = violations(image.insns, image.config)
     if not lacking:
-        # the counters are the simulator's business; the RTL is judged on the bytes ...
+        # the RTL has no counters of VTA's (the C simulator's are its own business): the bytes only ...
+        assert_matches(name, segments, None)
         stats = replay(image).stats
-        assert_matches(name, segments, stats)
     else:
         assert name.startswith("padded_load") and all("ACC with padding" in why for _, why in lacking)
         executed = ProgramImage(image.config, as_vta_hls_executes(image.insns, image.config), image.insn_addr,
@@ -305,7 +305,7 @@ def test_a_hung_program_times_out_and_the_device_recovers():
         dev.replay(hung, max_cycles=5000)
     dev.reset()
     segments, _ = dev.replay(image)
-    assert_matches("alu_0", segments, replay(image).stats)
+    assert_matches("alu_0", segments, None)
 
 
 @requires_golden
@@ -435,7 +435,7 @@ def test_vta_sim_replay_on_the_rtl_device(tmp_path, capsys):
     assert "RTL (Verilator)" in capsys.readouterr().out
     result = load_result(out)
     assert result.stats["device"] == "rtl" and result.stats["cycles"] > 0
-    assert_matches("relu_0", result.segments, replay(GOLDEN_DIR / "relu_0.npz").stats)
+    assert_matches("relu_0", result.segments, None)
     assert main(["sim", "replay", str(GOLDEN_DIR / "relu_0.npz"), "--device", "rtl", "--timing-only"]) != 0
     assert "--timing-only" in capsys.readouterr().err
 
@@ -505,7 +505,7 @@ def test_a_gemm_core_past_max_products_is_refused_before_generating(tmp_path, ca
     """A 16x64x64 core took 4 minutes and 2.2 GB to generate with no limit: past --max-products (default
     DEFAULT_MAX_PRODUCTS, the same in the CLI) it is refused at once, naming the flag; nothing is written."""
     from hardware.build import ensure_built
-    from hardware.generator import DEFAULT_MAX_PRODUCTS
+    from hardware.generator import DEFAULT_MAX_PRODUCTS, check_core_size
     from vta.cli import main
 
     big = ["--set", "LOG_BLOCK=6", "--set", "LOG_BATCH=4"]
@@ -517,7 +517,11 @@ def test_a_gemm_core_past_max_products_is_refused_before_generating(tmp_path, ca
     assert not (tmp_path / "rtl").exists()
     assert main(["hw", "build", "--help"]) == 0 and "(BATCH x BLOCK_IN x BLOCK_OUT; default 8,192" in \
         " ".join(capsys.readouterr().out.split())
-    assert DEFAULT_MAX_PRODUCTS == 8192
+    # the default's boundary, worked out by hand: 2 x 64 x 64 = 8,192 products are generated, 4 x 64 x 64 are not
+    check_core_size(load_config("pynq", LOG_BATCH=1, LOG_BLOCK=6))
+    with pytest.raises(ValueError, match="4x64x64 GEMM core has 16,384 int8 products, more than the 8,192"):
+        check_core_size(load_config("pynq", LOG_BATCH=2, LOG_BLOCK=6))
+    assert check_core_size.__defaults__ == (DEFAULT_MAX_PRODUCTS,)
     with pytest.raises(ValueError, match="more than the 100 generated without asking"):
         ensure_built(load_config("pynq", LOG_BLOCK=4, LOG_BATCH=1).replace(CLOCK_MHZ=99), max_products=100)
 
@@ -527,7 +531,6 @@ def test_the_rtl_device_refuses_what_would_spin_wrap_or_allocate_before_it_clock
     for ~27 minutes, a float array was cast to bytes, launch took a count of -1, write wrapped past 2^64 onto
     address 0, read allocated 931 GiB before any check, replay of a path was an AttributeError."""
     import hardware
-    from hardware.device import DEFAULT_MAX_CYCLES
 
     dev = device("pynq")
     with pytest.raises(ValueError, match="the stream does not end with FINISH"):
@@ -552,7 +555,17 @@ def test_the_rtl_device_refuses_what_would_spin_wrap_or_allocate_before_it_clock
         dev.copy_in(None, b"x")
     with pytest.raises(ValueError, match="more than the 8,192 generated without asking"):
         hardware.generate(load_config("pynq", LOG_BLOCK=6, LOG_BATCH=4))
-    assert DEFAULT_MAX_CYCLES == 1 << 27   # a hung program that ends with FINISH stops after ~3 minutes, not ~25
+    # a hung program that ends with FINISH stops after ~3 minutes, not ~25: every entry point's default is the one
+    # docs/hardware.md gives
+    import inspect
+    import re
+    from pathlib import Path
+
+    doc = (Path(__file__).resolve().parents[1] / "docs" / "hardware.md").read_text()
+    said = re.search(r"`max_cycles` defaults to 2\^(\d+) \(about 3 minutes", " ".join(doc.split()))
+    assert said, "docs/hardware.md no longer says max_cycles' default"
+    for method in (type(dev).__init__, type(dev).launch, type(dev).run_program, type(dev).replay):
+        assert inspect.signature(method).parameters["max_cycles"].default == 2 ** int(said.group(1)), method
     dev.write(0x1000, b"01234567")   # and the device goes on
     assert bytes(dev.read(0x1000, 8)) == b"01234567"
 

@@ -101,6 +101,21 @@ def test_refusals_name_the_instruction_and_the_range():
     check_program(_program(GemmInsn(), AluInsn()), CFG, regions, (0x20000, 48))   # no DRAM access: nothing to check
 
 
+def test_the_boards_range_check_passes_over_memory_types_the_isa_does_not_define():
+    """check_dma_ranges (what the simulated board checks on every launch): a LOAD or STORE of memory type 6 or 7
+    (the ISA defines 0-5) moves nothing, so it has no DRAM range to refuse, wherever its dram_base points; the
+    LOAD INP beside it that leaves the buffers is still refused, by its index."""
+    from vta.program_check import check_dma_ranges
+
+    regions = [(0x10000, PAGE), (0x20000, PAGE)]
+    odd = [MemInsn(opcode=OPCODES[op], memory_type=mt, dram_base=0x90000 // 16, y_size=2, x_size=4, x_stride=4)
+           for op in ("LOAD", "STORE") for mt in (6, 7)]
+    check_dma_ranges(_program(*odd), CFG, regions, (0x20000, 16 * (len(odd) + 1)))
+    outside = MemInsn(memory_type=MEM_TYPES["INP"], dram_base=0x90000 // 16, y_size=1, x_size=1, x_stride=1)
+    with pytest.raises(ProgramRejected, match=r"instruction 4 \(LOAD INP\): DRAM bytes \[0x90000, 0x90010\)"):
+        check_dma_ranges(_program(*odd, outside), CFG, regions, (0x20000, 16 * (len(odd) + 2)))
+
+
 def test_agrees_with_the_simulator_on_random_dma():
     """For random LOAD/STORE geometry against two mapped regions, check_program refuses exactly what the
     simulator refuses with a DRAM access error (the simulator's other checks, e.g. SRAM ranges, are its own)."""

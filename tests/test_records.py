@@ -43,6 +43,29 @@ def test_append_read_round_trip_and_best(tmp_path, task):
     assert best == {task.key: {k: list(v) if isinstance(v, tuple) else v for k, v in task.space[1].items()}}
 
 
+def test_a_timed_record_is_preferred_to_a_cycles_only_one_whatever_their_cycles(tmp_path, task):
+    """Both readers of a log (tuning.records.load_best for the API, graph_pack.schedule_log.read_schedules for
+    ``vta run --log``) rank by the board latency where a record has one, by cycles only where none has: a timed
+    config of 900 cycles beats a cycles-only one of 100 (its latency 0: not timed), and among timed configs the
+    lower latency wins even with more cycles."""
+    from graph_pack.schedule_log import read_schedules
+
+    cfg = load_config("pynq")
+    log = RecordLog(tmp_path / "t.jsonl")
+
+    def chosen() -> tuple[dict, dict]:
+        return load_best(log.path, cfg)[task.key], read_schedules(log.path, cfg)(task.workload)
+
+    def listed(config: dict) -> dict:
+        return {k: list(v) if isinstance(v, tuple) else v for k, v in config.items()}
+
+    log.append([make_record(task, MeasureResult(task.space[1], 100, 0.0)),              # cycles only
+                make_record(task, MeasureResult(task.space[0], 900, 9e-6))])             # timed
+    assert chosen() == (listed(task.space[0]),) * 2
+    log.append([make_record(task, MeasureResult(task.space[2], 950, 8e-6))])              # timed, faster
+    assert chosen() == (listed(task.space[2]),) * 2
+
+
 def test_truncated_last_line_is_skipped_with_a_warning_and_appends_continue(tmp_path, task):
     path = tmp_path / "t.jsonl"
     log = RecordLog(path)

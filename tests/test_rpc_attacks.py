@@ -224,6 +224,46 @@ def test_session_headers_are_bounded_in_nesting_too():
             Channel(b, read_timeout=5).recv(5, 0)
 
 
+def test_nesting_of_exactly_the_allowed_depth_is_taken_one_more_is_not():
+    """The bound on any JSON a peer sends is 32 levels: 32 nested arrays are parsed, 33 are not; a session header
+    32 deep (its object and 31 arrays) is read, 33 deep refused."""
+    from vta.rpc.base import loads_bounded
+
+    deepest = loads_bounded(b"[" * 32 + b"]" * 32)
+    for _ in range(31):
+        deepest = deepest[0]
+    assert deepest == []
+    with pytest.raises(ValueError, match="JSON nested 33 deep; at most 32 is accepted"):
+        loads_bounded(b"[" * 33 + b"]" * 33)
+    for arrays in (31, 32):
+        a, b = socket.socketpair()
+        with a, b:
+            head = b'{"v": 1, "op": "hello", "x": ' + b"[" * arrays + b"]" * arrays + b"}"
+            a.sendall(PREFIX.pack(b"VTAR", len(head), 0) + head)
+            if arrays == 31:
+                assert Channel(b, read_timeout=5).recv(5, 0)[0]["op"] == "hello"
+            else:
+                with pytest.raises(ProtocolError, match="nested 33 deep; at most 32"):
+                    Channel(b, read_timeout=5).recv(5, 0)
+
+
+def test_a_trace_naming_a_fourth_module_is_a_protocol_error():
+    """A board's trace names each instruction's module by number: VTA's three, load 0, compute 1, store 2. Any other
+    number from the peer is a ProtocolError, not an IndexError."""
+    import numpy as np
+
+    from vta.rpc.protocol import trace_from_wire
+
+    def wire(*rows):
+        return np.array(rows, dtype="<i8").tobytes()
+
+    assert trace_from_wire(wire((0, 1, 2), (1, 2, 5), (2, 10, 20)), 3) == \
+        [("load", 1, 2), ("compute", 2, 5), ("store", 10, 20)]
+    for bad in ((3, 0, 1), (-1, 0, 1), (2**40, 0, 1)):
+        with pytest.raises(ProtocolError, match="trace names an unknown module"):
+            trace_from_wire(wire((0, 1, 2), bad), 2)
+
+
 # ------------------------------------------------------------------------------------------------------------
 # 3 and 4. a keyless peer that takes the board (directly, or through the tracker) and never proves the key
 

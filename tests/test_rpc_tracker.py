@@ -125,6 +125,22 @@ def test_a_request_times_out_and_is_withdrawn(tracker):
         wait_for(lambda: q2.summary()["queue_info"]["pynq"]["pending"] == 0)
 
 
+def test_one_connection_may_have_64_requests_waiting_and_not_65(tracker):
+    """MAX_REQUESTS_PER_CONNECTION is 64: sixty-four REQUESTs on one connection all wait (the queue says 64 pending,
+    the connection still answers PING); the sixty-fifth drops the connection, and its requests with it."""
+    from vta.rpc.tracker import MAX_REQUESTS_PER_CONNECTION
+
+    assert MAX_REQUESTS_PER_CONNECTION == 64
+    sock = connect(tracker)
+    sock.sendall(b"".join(tracker_frame([TrackerCode.REQUEST, "pynq", "", 1]) for _ in range(64)))
+    assert ask(sock, [TrackerCode.PING]) == TrackerCode.SUCCESS            # after the 64: still served
+    with TrackerClient(("127.0.0.1", tracker.port)) as q:
+        assert q.summary()["queue_info"]["pynq"]["pending"] == 64
+        sock.sendall(tracker_frame([TrackerCode.REQUEST, "pynq", "", 1]) + tracker_frame([TrackerCode.PING]))
+        assert closed_by_peer(sock)
+        wait_for(lambda: q.summary()["queue_info"]["pynq"]["pending"] == 0)
+
+
 def test_ping_stop_and_unknown_codes(tracker):
     sock = connect(tracker)
     assert ask(sock, [TrackerCode.PING]) == TrackerCode.SUCCESS
