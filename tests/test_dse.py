@@ -476,10 +476,11 @@ def test_a_second_search_into_the_same_out_is_refused_while_the_first_runs(tmp_p
         assert main(["dse", NET, "--image-size", str(IMAGE), "--space", str(tmp_path / "space.json"), "--trials",
                      "1", "--out", str(out)]) == 2
         err = capsys.readouterr().err
-        assert err == (f"vta: error: --out {out / RECORDS}: another process is writing it; a search into {out} is "
+        assert err == (f"vta: error: --out {out / RECORDS}: another process (pid {os.getpid()}) is writing it; a "
+                       f"search into {out} is "
                        "still running (the same command twice?); wait for it to finish (a search resumes from its "
                        "records), or give another --out\n"), err
-        with pytest.raises(ValueError, match="another process is writing it"):
+        with pytest.raises(ValueError, match=rf"another process \(pid {os.getpid()}\) is writing it"):
             run_search(SEARCH, {"LOG_BUS_WIDTH": [6]}, out)
     assert sorted(p.name for p in out.iterdir()) == [RECORDS] and (out / RECORDS).read_text() == ""
 
