@@ -104,6 +104,32 @@ def test_an_option_typo_shows_the_subcommands_usage():
     assert lines[-1] == "vta config show: error: unrecognized arguments: --jsn"
 
 
+@pytest.mark.parametrize("argv, usage, error", [
+    (["run", "resnet-18", "--n-trial", "3"], "vta run [options] model", "unrecognized arguments: --n-trial 3"),
+    (["tune", "resnet-18", "--tuner", "foo"], "vta tune [options] model", "argument --tuner: invalid choice: 'foo'"),
+    (["sim", "replay"], "vta sim replay [options] IMAGE", "the following arguments are required: IMAGE"),
+    (["config", "shw"], "vta config [options] SUBCOMMAND ...", "argument SUBCOMMAND: invalid choice: 'shw'"),
+])
+def test_a_usage_error_is_one_usage_line_then_the_error_last(argv, usage, error):
+    """argparse printed the command's whole usage, a dozen lines for vta run, above the error: the usage is now one
+    line (the positionals, and where the options are listed) and the error is the last line."""
+    done = subprocess.run([sys.executable, "-m", "vta", *argv], capture_output=True, text=True, timeout=60,
+                          check=False)
+    prog = usage.split(" [options]")[0]
+    lines = done.stderr.splitlines()
+    assert done.returncode == 2 and len(lines) == 2, done.stderr
+    assert lines[0] == f"usage: {usage}  ({prog} --help lists them)"
+    assert lines[1].startswith(f"{prog}: error: {error}")
+
+
+def test_a_tuning_scripts_usage_error_is_short_too():
+    done = subprocess.run([sys.executable, "-m", "tuning.tune_alu", "--n-trial", "x"], capture_output=True, text=True,
+                          timeout=120, check=False)
+    assert done.returncode == 2 and done.stderr.splitlines() == [
+        "usage: python -m tuning.tune_alu [options]  (python -m tuning.tune_alu --help lists them)",
+        "python -m tuning.tune_alu: error: argument --n-trial: 'x' is not an integer; a trial count is 1..10000000"]
+
+
 def test_a_warning_is_one_line_once_without_python_source(tmp_path):
     """A log with an unreadable line: tuning goes on, and says so once, as a CLI line (no source line)."""
     log = tmp_path / "r.jsonl"
