@@ -4,9 +4,11 @@ simulated accelerator; print the top-5, the timing and the per-layer table."""
 from __future__ import annotations
 
 import argparse
+import contextlib
 import difflib
 import sys
 import time
+from collections.abc import Iterator
 from pathlib import Path
 
 import numpy as np
@@ -18,7 +20,7 @@ from graph_pack.graph import Graph
 from graph_pack.host_run import run_cpu
 from graph_pack.host_templates import host
 from graph_pack.labels import IMAGENET_CLASSES, imagenet_class_names
-from graph_pack.pack import format_offload_report, graph_pack
+from graph_pack.pack import RegionError, format_offload_report, graph_pack
 from graph_pack.quantize import MODES, quantize
 from graph_pack.reference import run_reference
 from graph_pack.report import write_report
@@ -41,6 +43,18 @@ GLOBAL_SCALES = (2.0 ** -16, 2.0 ** 16)   # beyond these the int8 step leaves fl
 # the offload region's flags, as vta run, vta tune and vta dse take them (graph_pack's start_name / stop_name)
 START_HELP = "first op of the offload region's boundary (op name or node name)"
 STOP_HELP = "op that ends the offload region (op name or node name)"
+
+
+@contextlib.contextmanager
+def region_flags(start: str | None, stop: str | None) -> Iterator[None]:
+    """graph_pack's "no operator matches start_name=..." as the command line says it: naming ``--start`` / ``--stop``
+    (given as ``start`` / ``stop``; None: the model's default was used, and said so), with the closest op and node
+    names."""
+    try:
+        yield
+    except RegionError as e:
+        flag, given = ("--start", start) if e.what == "start_name" else ("--stop", stop)
+        raise ValueError(e.say(flag, default=given is None)) from None
 
 
 def load_model(model: str, batch: int, image_size: int | None, seed: int,
@@ -284,7 +298,8 @@ def _run(args: argparse.Namespace) -> int:
                                dataset=dataset, skip_conv_layers=skip_conv_layers(args.skip_conv))
     times["quantize"] = time.perf_counter() - t0
     t0 = time.perf_counter()
-    packed = graph_pack(qgraph, env, start_name=args.start or start, stop_name=args.stop or stop)
+    with region_flags(args.start, args.stop):
+        packed = graph_pack(qgraph, env, start_name=args.start or start, stop_name=args.stop or stop)
     times["graph_pack"] = time.perf_counter() - t0
     t0 = time.perf_counter()
     mod = build(packed, env, qparams, schedules, cpu=args.cpu, fallback="error" if args.fallback == "error" else "allow",

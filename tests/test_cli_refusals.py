@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import subprocess
 import sys
+from pathlib import Path
 
 import pytest
 
@@ -94,6 +95,37 @@ def test_a_misspelt_preset_or_model_gets_a_suggestion(argv, hint):
     assert done.returncode != 0 and "Traceback" not in done.stderr
     last = done.stderr.strip().splitlines()[-1]
     assert (hint in last) if hint else "did you mean" not in last, last
+
+
+DIGITS = str(Path(__file__).resolve().parents[1] / "examples" / "digits_cnn.onnx")
+OPS = ("(add, cast, clip, nn.batch_flatten, nn.bias_add, nn.conv2d, nn.dense, nn.global_avg_pool2d, nn.max_pool2d, "
+       "nn.relu, nn.softmax, qnn.dequantize, qnn.quantize, right_shift)")
+
+
+@pytest.mark.parametrize("argv, error", [
+    (["run", "resnet-18", "--image-size", "32", "--start", "qnn.quantise"],
+     (f"--start qnn.quantise: no operator matches it (did you mean 'qnn.quantize' or 'qnn.dequantize'?); give --start "
+     f"an op name {OPS} or a node name")),
+    (["run", "resnet-18", "--image-size", "32", "--stop", "layer4.1.conv3"],
+     ("--stop layer4.1.conv3: no operator after the start matches it (did you mean 'layer4.1.conv2', 'layer4.1.conv1' "
+     f"or 'layer4.0.conv2'?); give --stop an op name {OPS} or a node name")),
+    (["run", DIGITS, "--start", "qnn.quantize", "--stop", "nn.batch_flaten"],
+     ("--stop nn.batch_flaten: no operator after the start matches it (did you mean 'nn.batch_flatten'?); give --stop "
+     "an op name (")),
+    (["run", DIGITS], "--start nn.max_pool2d (the default): no operator matches it; give --start an op name ("),
+    (["tune", "resnet-18", "--image-size", "32", "--start", "nn.maxpool2d", "--log", "x.jsonl"],
+     "--start nn.maxpool2d: no operator matches it (did you mean 'nn.max_pool2d'?); give --start an op name ("),
+])
+def test_a_region_op_that_matches_nothing_names_the_flag_and_the_closest_names(argv, error, tmp_path):
+    """--start qnn.quantise said "no operator matches start_name=...; give ... a predicate": Python's argument, no
+    suggestion. The command line names its flag (and says when the failing name is the model's default) and offers
+    the closest op and node names, as the model and config typos do."""
+    done = subprocess.run([sys.executable, "-m", "vta", *argv], capture_output=True, text=True, timeout=300,
+                          check=False, cwd=tmp_path)
+    assert done.returncode == 2 and "Traceback" not in done.stderr, done.stderr[-3000:]
+    [line] = done.stderr.splitlines()
+    assert line.startswith(f"vta: error: {error}"), line
+    assert not list(tmp_path.iterdir())   # vta tune's log is not left behind
 
 
 def test_an_option_typo_shows_the_subcommands_usage():

@@ -9,7 +9,7 @@ import os
 import shlex
 from pathlib import Path
 
-from graph_pack.cli import START_HELP, STOP_HELP
+from graph_pack.cli import START_HELP, STOP_HELP, region_flags
 from graph_pack.svg import check_html_path
 from tuning.cpu_network import tune_cpu_cmd
 from tuning.network import tune_network
@@ -154,7 +154,7 @@ def tune_cmd(args: argparse.Namespace) -> int:
                              "float network's conv2d / dense on this CPU (leave them out)")
         return tune_cpu_cmd(args, cfg, log, ops, resumable)
     remote = args.rpc or args.dask
-    with resumable(log), runner_from_flags(args, check=args.check, timing_only=args.timing_only,
+    with region_flags(args.start, args.stop), resumable(log), runner_from_flags(args, check=args.check, timing_only=args.timing_only,
                                            n_parallel=args.parallel) if remote else contextlib.nullcontext() as runner:
         result = tune_network(args.model, cfg, tuner=args.tuner, n_trial=args.n_trial, total_trials=args.total_trials,
                      strategy=args.strategy, log=log, ops=ops, timing_only=args.timing_only, check=args.check,
