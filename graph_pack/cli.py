@@ -24,7 +24,7 @@ from graph_pack.pack import RegionError, format_offload_report, graph_pack
 from graph_pack.quantize import MODES, quantize
 from graph_pack.reference import run_reference
 from graph_pack.report import write_report
-from graph_pack.schedule_log import read_schedules
+from graph_pack.schedule_log import read_schedules, refuse_unused
 from graph_pack.svg import check_html_path
 from hw_config.writing import write_atomic
 from simulator.files import check_output_path
@@ -273,6 +273,8 @@ def _run(args: argparse.Namespace) -> int:
     schedules = read_schedules(args.log, cfg) if args.log else None   # a missing log fails before the work
     # the host's tuned kernels from the same log (a board without llvmlite runs graph_pack's numpy kernels)
     host_schedules = read_schedules(args.log, host()) if args.log and jit.available() else None
+    if schedules is not None:   # a log with no record for this config (or this CPU) at all: said before the work
+        refuse_unused(args.model, schedules, host_schedules)
     if args.device != "pynq" and (args.board or args.bitstream):
         raise ValueError("--board and --bitstream apply to --device pynq")
     if args.rpc and args.device != "sim":
@@ -305,6 +307,8 @@ def _run(args: argparse.Namespace) -> int:
     mod = build(packed, env, qparams, schedules, cpu=args.cpu, fallback="error" if args.fallback == "error" else "allow",
                 device=board if board is not None else _simulator(cfg, args.threads), host_schedules=host_schedules)
     times["build"] = time.perf_counter() - t0
+    if schedules is not None:   # records for this config, but none for a task of this network
+        refuse_unused(args.model, schedules, host_schedules, built=True)
     t0 = time.perf_counter()
     mod.run(**{data: x})
     run_s = time.perf_counter() - t0
