@@ -71,6 +71,7 @@ class LoggedSchedules:
     unreadable: int = 0    # lines that are not records
     refused: int = 0       # records whose config the template refuses (a later one is taken)
     lines: int = 0         # non-empty lines
+    failed: int = 0        # records of this config and template version whose measurement failed
     other_kind: int = 0    # records of the other kind: the host CPU's in an accelerator's read, and the reverse
     other_template: int = 0   # of ``foreign``: records of this config made by another template version
     configs: Counter[str] = field(default_factory=Counter)   # of ``foreign``: other config (or CPU) -> records
@@ -171,6 +172,7 @@ def read_schedules(path: str | os.PathLike, cfg: HwConfig | CpuTarget) -> Logged
                 out.foreign += str(rec.get("hw")).startswith("cpu:") == cpu
                 continue
             rank = record_rank(rec["result"])
+            out.failed += rank is None
             if rank is not None:
                 out.records += 1
                 ranked.setdefault(rec["workload"], []).append((rank, rec["config"]))
@@ -195,18 +197,22 @@ def refuse_unused(model: str, logged: LoggedSchedules, host: LoggedSchedules | N
     if logged.unreadable:
         lines.append(f"{logged.unreadable} line(s) are not tuning records (is it a vta tune --log?)")
     lines += _why_not(logged)
-    if host is not None and not isinstance(logged.cfg, CpuTarget):
+    if isinstance(logged.cfg, CpuTarget):
+        if logged.other_kind:
+            lines.append(f"{logged.other_kind} record(s) are the accelerator's (vta tune without --target cpu): run "
+                         "without --target cpu to use them")
+    else:
         cpu = logged.other_kind
-        if cpu and host.configs:
-            lines.append(f"{cpu} record(s) are the host CPU's (vta tune --target cpu), made on another CPU (or with "
-                         "another feature set: VTA_HOST_ISA): they apply only there")
+        if cpu and host is None:
+            lines.append(f"{cpu} record(s) are the host CPU's (vta tune --target cpu), and this machine builds no "
+                         "host kernels (llvmlite is missing)")
+        elif cpu and not host.records:   # none made here, by these templates, and measured
+            lines.append(f"{cpu} record(s) are the host CPU's (vta tune --target cpu), none usable here: "
+                         + "; ".join(_why_not(host)))
         elif cpu:
             lines.append(f"{cpu} record(s) are the host CPU's (vta tune --target cpu)"
                          + (", none for a layer this build keeps on the CPU" if built and host.records else "")
                          + ": run with --target cpu to use them")
-    elif logged.other_kind:
-        lines.append(f"{logged.other_kind} record(s) are the accelerator's (vta tune without --target cpu): run "
-                     "without --target cpu to use them")
     raise ValueError("\n  ".join(lines))
 
 
@@ -223,6 +229,8 @@ def _why_not(logged: LoggedSchedules) -> list[str]:
             known = _preset_names(logged.configs)
             lines.append(f"{n} record(s) are for another hardware config ({', '.join(known)}): run with the "
                          "--config / --set it was tuned with")
+    if logged.failed:
+        lines.append(f"{logged.failed} record(s) for this config are failed measurements (no time to rank them by)")
     if logged.other_template:
         lines.append(f"{logged.other_template} record(s) are of another template version (tuned before the templates "
                      "changed): tune again")

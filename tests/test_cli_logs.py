@@ -126,12 +126,20 @@ def _cpu_records(pynq_log: Path, hw: str) -> str:
     return "".join(json.dumps({**r, "hw": hw, "template": HOST_TEMPLATE_VERSION}) + "\n" for r in lines)
 
 
+def _failed(pynq_log: Path) -> str:
+    """The log's records as failed measurements."""
+    lines = [json.loads(line) for line in pynq_log.read_text().splitlines()]
+    return "".join(json.dumps({**r, "result": {**r["result"], "error": "timeout"}}) + "\n" for r in lines)
+
+
 def _unused_params():
     readme_lines = sum(1 for line in (ROOT / "README.md").read_text().splitlines() if line.strip())
     yield pytest.param(lambda log: (ROOT / "README.md").read_text(), RUN, "resnet-18 on pynq_1x16_i8w8a32_15_15_18_17",
                        f"{readme_lines} line(s) are not tuning records (is it a vta tune --log?)", id="not-a-log")
     yield pytest.param(lambda log: "", RUN, "resnet-18 on pynq_1x16_i8w8a32_15_15_18_17",
                        "it holds no record (a tuning run stopped before its first one?)", id="empty")
+    yield pytest.param(lambda log: _failed(log), RUN, "resnet-18 on pynq_1x16_i8w8a32_15_15_18_17",
+                       "14 record(s) for this config are failed measurements (no time to rank them by)", id="failed")
     yield pytest.param(lambda log: log.read_text(), (*RUN, "--config", "batch4"),
                        "resnet-18 on pynq_4x16_i8w8a32_15_17_18_19",
                        "14 record(s) are for another hardware config (pynq): run with the --config / --set it was "
@@ -145,8 +153,8 @@ def _unused_params():
                        "to use them", id="accelerator-log-for-the-cpu")
     yield pytest.param(lambda log: _cpu_records(log, "cpu:x86_64-unknown-linux-gnu:elsewhere:0123456789ab"), RUN,
                        "resnet-18 on pynq_1x16_i8w8a32_15_15_18_17",
-                       "14 record(s) are the host CPU's (vta tune --target cpu), made on another CPU (or with another "
-                       "feature set: VTA_HOST_ISA): they apply only there", id="another-cpus-log")
+                       "14 record(s) are the host CPU's (vta tune --target cpu), none usable here: 14 record(s) were "
+                       "made on another CPU (or with another feature set: VTA_HOST_ISA)", id="another-cpus-log")
 
 
 @pytest.mark.parametrize("content, argv, head, reason", list(_unused_params()))
