@@ -154,8 +154,9 @@ def tune_cmd(args: argparse.Namespace) -> int:
                              "float network's conv2d / dense on this CPU (leave them out)")
         return tune_cpu_cmd(args, cfg, log, ops, resumable)
     remote = args.rpc or args.dask
-    with region_flags(args.start, args.stop), resumable(log), runner_from_flags(args, check=args.check, timing_only=args.timing_only,
-                                           n_parallel=args.parallel) if remote else contextlib.nullcontext() as runner:
+    measurer = runner_from_flags(args, check=args.check, timing_only=args.timing_only, n_parallel=args.parallel) \
+        if remote else contextlib.nullcontext()
+    with region_flags(args.start, args.stop), resumable(log), measurer as runner:
         result = tune_network(args.model, cfg, tuner=args.tuner, n_trial=args.n_trial, total_trials=args.total_trials,
                      strategy=args.strategy, log=log, ops=ops, timing_only=args.timing_only, check=args.check,
                      n_parallel=args.parallel or 1, early_stopping=args.early_stopping, image_size=args.image_size,
