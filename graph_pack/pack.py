@@ -96,6 +96,9 @@ class RegionError(GraphError):
         super().__init__(f"no operator matches {what}={label!r}" + (" after the start" if after_start else "")
                          + self._did_you_mean() + f"; give an op name ({', '.join(kinds)}), a node name, or a predicate")
 
+    def __reduce__(self):   # (rebuilt from its fields where a worker process sends it back)
+        return RegionError, (self.what, self.label, self.after_start, self.kinds, self.near)
+
     def _did_you_mean(self) -> str:
         if not self.near:
             return ""

@@ -339,8 +339,11 @@ def test_region_errors():
                                          r"give an op name \(.*\), a node name, or a predicate$"):
         graph_pack(qg, SIM, start_name="nn.conv2", stop_name="stop")
     with pytest.raises(GraphError, match=r"^no operator matches stop_name='stopp' after the start \(did you mean "
-                                         r"'stop'\?\)"):
+                                         r"'stop'\?\)") as info:
         graph_pack(qg, SIM, start_name="start", stop_name="stopp")
+    import pickle
+    again = pickle.loads(pickle.dumps(info.value))   # as a worker process sends it back
+    assert str(again) == str(info.value) and again.say("--stop").startswith("--stop stopp: no operator after the start")
     with pytest.raises(GraphError, match="no operator matches stop_name='start' after the start"):
         graph_pack(qg, SIM, start_name="c1", stop_name="start")            # the stop comes before the start
     def never(node):
