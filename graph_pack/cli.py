@@ -4,9 +4,11 @@ simulated accelerator; print the top-5, the timing and the per-layer table."""
 from __future__ import annotations
 
 import argparse
+import contextlib
 import difflib
 import sys
 import time
+from collections.abc import Iterator
 from pathlib import Path
 
 import numpy as np
@@ -18,11 +20,11 @@ from graph_pack.graph import Graph
 from graph_pack.host_run import run_cpu
 from graph_pack.host_templates import host
 from graph_pack.labels import IMAGENET_CLASSES, imagenet_class_names
-from graph_pack.pack import format_offload_report, graph_pack
+from graph_pack.pack import RegionError, format_offload_report, graph_pack
 from graph_pack.quantize import MODES, quantize
 from graph_pack.reference import run_reference
 from graph_pack.report import write_report
-from graph_pack.schedule_log import read_schedules
+from graph_pack.schedule_log import read_schedules, refuse_unused
 from graph_pack.svg import check_html_path
 from hw_config.writing import write_atomic
 from simulator.files import check_output_path
@@ -41,6 +43,18 @@ GLOBAL_SCALES = (2.0 ** -16, 2.0 ** 16)   # beyond these the int8 step leaves fl
 # the offload region's flags, as vta run, vta tune and vta dse take them (graph_pack's start_name / stop_name)
 START_HELP = "first op of the offload region's boundary (op name or node name)"
 STOP_HELP = "op that ends the offload region (op name or node name)"
+
+
+@contextlib.contextmanager
+def region_flags(start: str | None, stop: str | None) -> Iterator[None]:
+    """graph_pack's "no operator matches start_name=..." as the command line says it: naming ``--start`` / ``--stop``
+    (given as ``start`` / ``stop``; None: the model's default was used, and said so), with the closest op and node
+    names."""
+    try:
+        yield
+    except RegionError as e:
+        flag, given = ("--start", start) if e.what == "start_name" else ("--stop", stop)
+        raise ValueError(e.say(flag, default=given is None)) from None
 
 
 def load_model(model: str, batch: int, image_size: int | None, seed: int,
@@ -259,6 +273,8 @@ def _run(args: argparse.Namespace) -> int:
     schedules = read_schedules(args.log, cfg) if args.log else None   # a missing log fails before the work
     # the host's tuned kernels from the same log (a board without llvmlite runs graph_pack's numpy kernels)
     host_schedules = read_schedules(args.log, host()) if args.log and jit.available() else None
+    if schedules is not None:   # a log with no record for this config (or this CPU) at all: said before the work
+        refuse_unused(args.model, schedules, host_schedules)
     if args.device != "pynq" and (args.board or args.bitstream):
         raise ValueError("--board and --bitstream apply to --device pynq")
     if args.rpc and args.device != "sim":
@@ -284,12 +300,15 @@ def _run(args: argparse.Namespace) -> int:
                                dataset=dataset, skip_conv_layers=skip_conv_layers(args.skip_conv))
     times["quantize"] = time.perf_counter() - t0
     t0 = time.perf_counter()
-    packed = graph_pack(qgraph, env, start_name=args.start or start, stop_name=args.stop or stop)
+    with region_flags(args.start, args.stop):
+        packed = graph_pack(qgraph, env, start_name=args.start or start, stop_name=args.stop or stop)
     times["graph_pack"] = time.perf_counter() - t0
     t0 = time.perf_counter()
     mod = build(packed, env, qparams, schedules, cpu=args.cpu, fallback="error" if args.fallback == "error" else "allow",
                 device=board if board is not None else _simulator(cfg, args.threads), host_schedules=host_schedules)
     times["build"] = time.perf_counter() - t0
+    if schedules is not None:   # records for this config, but none for a task of this network
+        refuse_unused(args.model, schedules, host_schedules, built=True)
     t0 = time.perf_counter()
     mod.run(**{data: x})
     run_s = time.perf_counter() - t0

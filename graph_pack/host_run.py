@@ -12,7 +12,7 @@ import numpy as np
 from graph_pack.build import build
 from graph_pack.host_templates import host
 from graph_pack.reference import run_reference
-from graph_pack.schedule_log import read_schedules
+from graph_pack.schedule_log import read_schedules, refuse_unused
 
 REPEAT = 10   # timed runs after one warm-up run
 
@@ -42,11 +42,15 @@ def run_cpu(args: argparse.Namespace, env, load) -> int:
     refuse_accelerator_flags(args)
     cpu = host()
     schedules = read_schedules(args.log, cpu) if args.log else None   # a missing log fails before the work
+    if schedules is not None:   # no record for this CPU at all: said before the work
+        refuse_unused(args.model, schedules)
     graph, params, x, top5 = load(args)
     data = graph.inputs[0]
     t0 = time.perf_counter()
     mod = build(graph, env, params, cpu=args.cpu, host_schedules=schedules)
     build_s = time.perf_counter() - t0
+    if schedules is not None:   # records for this CPU, but none for a layer of this network
+        refuse_unused(args.model, schedules, built=True)
     mod.run(**{data: x})
     y = mod.get_output(0)
     bench = mod.benchmark(number=1, repeat=REPEAT, **{data: x})

@@ -13,6 +13,7 @@ nodes are inserted wherever a packed value meets an unpacked consumer. Everythin
 
 from __future__ import annotations
 
+import difflib
 from collections.abc import Callable
 from dataclasses import dataclass, field
 
@@ -77,10 +78,39 @@ def _select(graph: Graph, selector: Selector, idx: int | None, what: str, after:
                              f"{ops[idx].op if 0 <= idx < len(ops) else 'out of range'}; matches: {found}")
         return idx
     if not matches:
-        kinds = sorted({n.op for n in ops})
-        raise GraphError(f"no operator matches {what}={label!r}" + (" after the start" if after >= 0 else "")
-                         + f"; give an op name ({', '.join(kinds)}), a node name, or a predicate")
+        names = [n.name for n in ops[after + 1:]]
+        # (0.75: op names share their "nn." / "qnn." prefixes, so 0.6 offered nn.dense for qnn.quantise)
+        near = difflib.get_close_matches(label, [*dict.fromkeys(n.op for n in ops[after + 1:]), *names], n=3,
+                                         cutoff=0.75) if isinstance(selector, str) else []
+        raise RegionError(what, label, after >= 0, sorted({n.op for n in ops}), near)
     return matches[0]
+
+
+class RegionError(GraphError):
+    """No operator matches a region's start or stop: ``what`` ("start_name" or "stop_name", the argument), ``label``
+    (what was given), the graph's op names (``kinds``) and the op or node names closest to ``label`` (``near``). The
+    message names the argument; ``say(flag)`` is the same for a command line, which names its flag instead."""
+
+    def __init__(self, what: str, label: str, after_start: bool, kinds: list[str], near: list[str]):
+        self.what, self.label, self.after_start, self.kinds, self.near = what, label, after_start, kinds, near
+        super().__init__(f"no operator matches {what}={label!r}" + (" after the start" if after_start else "")
+                         + self._did_you_mean() + f"; give an op name ({', '.join(kinds)}), a node name, or a predicate")
+
+    def __reduce__(self):   # (rebuilt from its fields where a worker process sends it back)
+        return RegionError, (self.what, self.label, self.after_start, self.kinds, self.near)
+
+    def _did_you_mean(self) -> str:
+        if not self.near:
+            return ""
+        quoted = [repr(n) for n in self.near]
+        return f" (did you mean {', '.join(quoted[:-1]) + ' or ' if len(quoted) > 1 else ''}{quoted[-1]}?)"
+
+    def say(self, flag: str, default: bool = False) -> str:
+        """The message for a command line's ``flag`` (``--start``); ``default``: the flag was not given, and
+        ``label`` is the model's default."""
+        given = f"{flag} {self.label}" + (" (the default)" if default else "")
+        return (f"{given}: no operator {'after the start ' if self.after_start else ''}matches it"
+                + self._did_you_mean() + f"; give {flag} an op name ({', '.join(self.kinds)}) or a node name")
 
 
 def select_region(graph: Graph, start_name: Selector, stop_name: Selector, start_name_idx: int | None = None,

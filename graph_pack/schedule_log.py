@@ -14,17 +14,19 @@ from __future__ import annotations
 import json
 import math
 import os
+from collections import Counter
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
 from graph_pack.build import workload_key
 from graph_pack.host_templates import HOST_TEMPLATE_VERSION, CpuTarget, host_template_of
-from hw_config import HwConfig
+from hw_config import HwConfig, load_config, presets
 from hw_config.reading import bounded_lines, regular_file
 from vta.templates import TEMPLATE_VERSION, template_of
 
 MAX_LINE_BYTES = 64 << 10   # as tuning.records: a record is a few hundred bytes
+MAX_NAMED = 3               # tasks without a record named in the summary line; the rest are counted
 
 
 def workload_name(workload: dict[str, Any]) -> str:
@@ -68,6 +70,11 @@ class LoggedSchedules:
     foreign: int = 0       # records of another hardware config or template version
     unreadable: int = 0    # lines that are not records
     refused: int = 0       # records whose config the template refuses (a later one is taken)
+    lines: int = 0         # non-empty lines
+    failed: int = 0        # records of this config and template version whose measurement failed
+    other_kind: int = 0    # records of the other kind: the host CPU's in an accelerator's read, and the reverse
+    other_template: int = 0   # of ``foreign``: records of this config made by another template version
+    configs: Counter[str] = field(default_factory=Counter)   # of ``foreign``: other config (or CPU) -> records
     asked: dict[str, dict] = field(default_factory=dict)      # every workload build asked about
     applied: dict[str, dict] = field(default_factory=dict)    # key -> the config used
 
@@ -101,9 +108,14 @@ class LoggedSchedules:
                                                   (self.refused, "refused by the template")) if n]
         if skipped:
             line += "; records skipped: " + ", ".join(skipped)
+        if not self.applied and not self.records and self.other_kind and not isinstance(self.cfg, CpuTarget):
+            line += (f"; the log's {self.other_kind} record(s) are the host CPU's (vta tune --target cpu), for the "
+                     "layers on the CPU (--target cpu runs the whole network there)")
         if missing:
             kept = "graph_pack.jit's fixed kernel" if isinstance(self.cfg, CpuTarget) else "the template's default"
-            line += f"; no record for {len(missing)}, which keep {kept}: " + ", ".join(missing)
+            shown = ", ".join(missing[:MAX_NAMED]) + (f" and {len(missing) - MAX_NAMED} more" if len(missing) > MAX_NAMED
+                                                      else "")
+            line += f"; no record for {len(missing)}, which keep {kept}: {shown}"
         return line
 
 
@@ -140,6 +152,7 @@ def read_schedules(path: str | os.PathLike, cfg: HwConfig | CpuTarget) -> Logged
                 continue
             if not line.strip():
                 continue
+            out.lines += 1
             try:
                 rec = json.loads(line)
             except (ValueError, RecursionError):
@@ -150,11 +163,95 @@ def read_schedules(path: str | os.PathLike, cfg: HwConfig | CpuTarget) -> Logged
                 out.unreadable += 1
                 continue
             if rec.get("hw") != cfg.fingerprint or rec.get("template") != version:
+                if str(rec.get("hw")).startswith("cpu:") != cpu:
+                    out.other_kind += 1
+                elif rec.get("hw") == cfg.fingerprint:
+                    out.other_template += 1
+                else:
+                    out.configs[str(rec.get("hw"))] += 1
                 out.foreign += str(rec.get("hw")).startswith("cpu:") == cpu
                 continue
             rank = record_rank(rec["result"])
+            out.failed += rank is None
             if rank is not None:
                 out.records += 1
                 ranked.setdefault(rec["workload"], []).append((rank, rec["config"]))
     out.candidates = {key: [c for _, c in sorted(rs, key=lambda rc: rc[0])] for key, rs in ranked.items()}
     return out
+
+
+def refuse_unused(model: str, logged: LoggedSchedules, host: LoggedSchedules | None = None, *,
+                  built: bool = False) -> None:
+    """A ValueError saying why, when a log gives the network nothing: no record of it is for this config and kind
+    (``built=False``, before the work), or (``built=True``) none of those fits a task build asked about. ``logged``
+    is the read for the run's target (the accelerator's config, or the CPU for ``vta run --target cpu``); ``host``
+    the host CPU's read beside an accelerator's (its layers on the CPU take their kernels from the same log). A log
+    that gives some task a record is used, and its summary line says what it did not give."""
+    reads = [r for r in (logged, host) if r is not None]
+    if any(r.applied for r in reads) or (not built and any(r.records for r in reads)):
+        return
+    target = logged.cfg.model if not isinstance(logged.cfg, CpuTarget) else f"this CPU, {logged.cfg.model}"
+    lines = [f"--log {logged.path}: no record in it applies to {model} on {target}; the run would be untuned:"]
+    if not logged.lines:
+        lines.append("it holds no record (a tuning run stopped before its first one?)")
+    if logged.unreadable:
+        lines.append(f"{logged.unreadable} line(s) are not tuning records (is it a vta tune --log?)")
+    lines += _why_not(logged)
+    if isinstance(logged.cfg, CpuTarget):
+        if logged.other_kind:
+            lines.append(f"{logged.other_kind} record(s) are the accelerator's (vta tune without --target cpu): run "
+                         "without --target cpu to use them")
+    else:
+        cpu = logged.other_kind
+        if cpu and host is None:
+            lines.append(f"{cpu} record(s) are the host CPU's (vta tune --target cpu), and this machine builds no "
+                         "host kernels (llvmlite is missing)")
+        elif cpu and not host.records:   # none made here, by these templates, and measured
+            lines.append(f"{cpu} record(s) are the host CPU's (vta tune --target cpu), none usable here: "
+                         + "; ".join(_why_not(host)))
+        elif cpu:
+            lines.append(f"{cpu} record(s) are the host CPU's (vta tune --target cpu)"
+                         + (", none for a layer this build keeps on the CPU" if built and host.records else "")
+                         + ": run with --target cpu to use them")
+    raise ValueError("\n  ".join(lines))
+
+
+def _why_not(logged: LoggedSchedules) -> list[str]:
+    """Why the records of the run's kind gave nothing: another config (or CPU), another template version, no task of
+    the network, configs the template refuses."""
+    lines = []
+    cpu = isinstance(logged.cfg, CpuTarget)
+    if logged.configs:
+        n = sum(logged.configs.values())
+        if cpu:
+            lines.append(f"{n} record(s) were made on another CPU (or with another feature set: VTA_HOST_ISA)")
+        else:
+            known = _preset_names(logged.configs)
+            lines.append(f"{n} record(s) are for another hardware config ({', '.join(known)}): run with the "
+                         "--config / --set it was tuned with")
+    if logged.failed:
+        lines.append(f"{logged.failed} record(s) for this config are failed measurements (no time to rank them by)")
+    if logged.other_template:
+        lines.append(f"{logged.other_template} record(s) are of another template version (tuned before the templates "
+                     "changed): tune again")
+    if logged.records and logged.asked and not logged.applied:
+        if logged.refused:
+            lines.append(f"{logged.refused} record(s) have a config the template refuses (an edited log?)")
+        else:
+            lines.append(f"its {logged.records} record(s) for this config are of {len(logged.candidates)} task(s), "
+                         f"none of the network's {len(logged.asked)} (tuned with another model, --image-size, --batch "
+                         "or --start / --stop?)")
+    return lines
+
+
+def _preset_names(fingerprints: Counter[str]) -> list[str]:
+    """The presets whose fingerprints these are, by count, else "a config that is no preset"."""
+    by_fingerprint = {}
+    for name in presets():
+        try:
+            by_fingerprint.setdefault(load_config(name).fingerprint, name)
+        except ValueError:   # (a preset that does not load is another test's failure)
+            continue
+    names = [by_fingerprint.get(f, "") for f, _ in fingerprints.most_common()]
+    shown = list(dict.fromkeys(n for n in names if n))
+    return shown + (["a config that is no preset"] if "" in names else [])

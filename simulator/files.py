@@ -9,7 +9,7 @@ import tempfile
 from collections.abc import Iterator
 from pathlib import Path
 
-from hw_config.locking import file_lock
+from hw_config.locking import file_lock, lock_holder
 
 
 def check_output_path(path: str | os.PathLike, what: str = "output") -> None:
@@ -63,13 +63,15 @@ def _check_writable(directory: Path, what: str, text: str) -> None:
 
 
 @contextlib.contextmanager
-def write_lock(path: str | os.PathLike, what: str, hint: str) -> Iterator[None]:
+def write_lock(path: str | os.PathLike, what: str, hint: str, *, discard_empty: bool = False) -> Iterator[None]:
     """Hold an exclusive lock on the file ``path`` (created if missing, never truncated) while the body runs, so that
     two processes never write one output at the same time; when another process holds it, a ValueError at once,
-    ``"{what} {path}: another process is writing it; {hint}"``. The lock ends with the process, however it ends
-    (processes it forks meanwhile do not hold it): ``hw_config.locking.file_lock``."""
+    ``"{what} {path}: another process (pid N) is writing it; {hint}"`` (the pid where the OS says it). The lock ends
+    with the process, however it ends (processes it forks meanwhile do not hold it; a killed holder's lock is gone
+    with it): ``hw_config.locking.file_lock``, whose ``discard_empty`` this passes on."""
     def refuse(text: str) -> None:
-        raise ValueError(f"{what} {text}: another process is writing it; {hint}")
+        pid = lock_holder(text)
+        raise ValueError(f"{what} {text}: another process{f' (pid {pid})' if pid else ''} is writing it; {hint}")
 
-    with file_lock(path, refuse):
+    with file_lock(path, refuse, discard_empty=discard_empty):
         yield

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import subprocess
 import sys
+from pathlib import Path
 
 import pytest
 
@@ -96,12 +97,69 @@ def test_a_misspelt_preset_or_model_gets_a_suggestion(argv, hint):
     assert (hint in last) if hint else "did you mean" not in last, last
 
 
+DIGITS = str(Path(__file__).resolve().parents[1] / "examples" / "digits_cnn.onnx")
+OPS = ("(add, cast, clip, nn.batch_flatten, nn.bias_add, nn.conv2d, nn.dense, nn.global_avg_pool2d, nn.max_pool2d, "
+       "nn.relu, nn.softmax, qnn.dequantize, qnn.quantize, right_shift)")
+
+
+@pytest.mark.parametrize("argv, error", [
+    (["run", "resnet-18", "--image-size", "32", "--start", "qnn.quantise"],
+     (f"--start qnn.quantise: no operator matches it (did you mean 'qnn.quantize' or 'qnn.dequantize'?); give --start "
+     f"an op name {OPS} or a node name")),
+    (["run", "resnet-18", "--image-size", "32", "--stop", "layer4.1.conv3"],
+     ("--stop layer4.1.conv3: no operator after the start matches it (did you mean 'layer4.1.conv2', 'layer4.1.conv1' "
+     f"or 'layer4.0.conv2'?); give --stop an op name {OPS} or a node name")),
+    (["run", DIGITS, "--start", "qnn.quantize", "--stop", "nn.batch_flaten"],
+     ("--stop nn.batch_flaten: no operator after the start matches it (did you mean 'nn.batch_flatten'?); give --stop "
+     "an op name (")),
+    (["run", DIGITS], "--start nn.max_pool2d (the default): no operator matches it; give --start an op name ("),
+    (["tune", "resnet-18", "--image-size", "32", "--start", "nn.maxpool2d", "--log", "x.jsonl"],
+     "--start nn.maxpool2d: no operator matches it (did you mean 'nn.max_pool2d'?); give --start an op name ("),
+])
+def test_a_region_op_that_matches_nothing_names_the_flag_and_the_closest_names(argv, error, tmp_path):
+    """--start qnn.quantise said "no operator matches start_name=...; give ... a predicate": Python's argument, no
+    suggestion. The command line names its flag (and says when the failing name is the model's default) and offers
+    the closest op and node names, as the model and config typos do."""
+    done = subprocess.run([sys.executable, "-m", "vta", *argv], capture_output=True, text=True, timeout=300,
+                          check=False, cwd=tmp_path)
+    assert done.returncode == 2 and "Traceback" not in done.stderr, done.stderr[-3000:]
+    [line] = done.stderr.splitlines()
+    assert line.startswith(f"vta: error: {error}"), line
+    assert not list(tmp_path.iterdir())   # vta tune's log is not left behind
+
+
 def test_an_option_typo_shows_the_subcommands_usage():
     done = subprocess.run([sys.executable, "-m", "vta", "config", "show", "pynq", "--jsn"], capture_output=True,
                           text=True, timeout=60, check=False)
     lines = done.stderr.strip().splitlines()
     assert done.returncode == 2 and lines[0].startswith("usage: vta config show ")
     assert lines[-1] == "vta config show: error: unrecognized arguments: --jsn"
+
+
+@pytest.mark.parametrize("argv, usage, error", [
+    (["run", "resnet-18", "--n-trial", "3"], "vta run [options] model", "unrecognized arguments: --n-trial 3"),
+    (["tune", "resnet-18", "--tuner", "foo"], "vta tune [options] model", "argument --tuner: invalid choice: 'foo'"),
+    (["sim", "replay"], "vta sim replay [options] IMAGE", "the following arguments are required: IMAGE"),
+    (["config", "shw"], "vta config [options] SUBCOMMAND ...", "argument SUBCOMMAND: invalid choice: 'shw'"),
+])
+def test_a_usage_error_is_one_usage_line_then_the_error_last(argv, usage, error):
+    """argparse printed the command's whole usage, a dozen lines for vta run, above the error: the usage is now one
+    line (the positionals, and where the options are listed) and the error is the last line."""
+    done = subprocess.run([sys.executable, "-m", "vta", *argv], capture_output=True, text=True, timeout=60,
+                          check=False)
+    prog = usage.split(" [options]")[0]
+    lines = done.stderr.splitlines()
+    assert done.returncode == 2 and len(lines) == 2, done.stderr
+    assert lines[0] == f"usage: {usage}  ({prog} --help lists them)"
+    assert lines[1].startswith(f"{prog}: error: {error}")
+
+
+def test_a_tuning_scripts_usage_error_is_short_too():
+    done = subprocess.run([sys.executable, "-m", "tuning.tune_alu", "--n-trial", "x"], capture_output=True, text=True,
+                          timeout=120, check=False)
+    assert done.returncode == 2 and done.stderr.splitlines() == [
+        "usage: python -m tuning.tune_alu [options]  (python -m tuning.tune_alu --help lists them)",
+        "python -m tuning.tune_alu: error: argument --n-trial: 'x' is not an integer; a trial count is 1..10000000"]
 
 
 def test_a_warning_is_one_line_once_without_python_source(tmp_path):

@@ -519,10 +519,11 @@ def test_a_second_search_into_the_same_out_is_refused_while_the_first_runs(tmp_p
         assert main(["dse", NET, "--image-size", str(IMAGE), "--space", str(tmp_path / "space.json"), "--trials",
                      "1", "--out", str(out)]) == 2
         err = capsys.readouterr().err
-        assert err == (f"vta: error: --out {out / RECORDS}: another process is writing it; a search into {out} is "
+        assert err == (f"vta: error: --out {out / RECORDS}: another process (pid {os.getpid()}) is writing it; a "
+                       f"search into {out} is "
                        "still running (the same command twice?); wait for it to finish (a search resumes from its "
                        "records), or give another --out\n"), err
-        with pytest.raises(ValueError, match="another process is writing it"):
+        with pytest.raises(ValueError, match=rf"another process \(pid {os.getpid()}\) is writing it"):
             run_search(SEARCH, {"LOG_BUS_WIDTH": [6]}, out)
     assert sorted(p.name for p in out.iterdir()) == [RECORDS] and (out / RECORDS).read_text() == ""
 
@@ -676,11 +677,12 @@ def test_vta_dse_takes_start_and_stop_for_an_onnx_model(tmp_path):
     bare = vta(*args, "--out", "bare", cwd=tmp_path)
     assert bare.returncode == 2 and "Traceback" not in bare.stderr
     [line] = bare.stderr.strip().splitlines()
-    assert line.startswith("vta: error: no operator matches start_name='nn.max_pool2d'")
-    assert line.endswith("(--start and --stop choose the offload region's ops)")
+    assert line.startswith("vta: error: --start nn.max_pool2d (the default): no operator matches it; give --start an "
+                           "op name (")
     assert not (tmp_path / "bare" / RECORDS).exists()
     wrong = vta(*args, "--start", "qnn.quantize", "--stop", "nn.no_such_op", "--out", "wrong", cwd=tmp_path)
-    assert wrong.returncode == 2 and "stop_name='nn.no_such_op'" in wrong.stderr.strip().splitlines()[-1]
+    assert wrong.returncode == 2 and wrong.stderr.strip().splitlines()[-1].startswith(
+        "vta: error: --stop nn.no_such_op: no operator after the start matches it; give --stop an op name (")
     proc = vta(*args, "--start", "qnn.quantize", "--stop", "nn.batch_flatten", "--out", "out", cwd=tmp_path)
     assert proc.returncode == 0, proc.stderr
     assert "2 configs: 2 tuned and timed" in proc.stdout

@@ -334,6 +334,16 @@ def test_region_errors():
     ops = [node.name for node in qg.ops()]
     with pytest.raises(GraphError, match="no operator matches start_name='nn.avg_pool2d'"):
         graph_pack(qg, SIM, start_name="nn.avg_pool2d", stop_name="stop")
+    # a typo: the Python message keeps the argument's name, and offers the closest op and node names
+    with pytest.raises(GraphError, match=r"^no operator matches start_name='nn.conv2' \(did you mean 'nn.conv2d'\?\); "
+                                         r"give an op name \(.*\), a node name, or a predicate$"):
+        graph_pack(qg, SIM, start_name="nn.conv2", stop_name="stop")
+    with pytest.raises(GraphError, match=r"^no operator matches stop_name='stopp' after the start \(did you mean "
+                                         r"'stop'\?\)") as info:
+        graph_pack(qg, SIM, start_name="start", stop_name="stopp")
+    import pickle
+    again = pickle.loads(pickle.dumps(info.value))   # as a worker process sends it back
+    assert str(again) == str(info.value) and again.say("--stop").startswith("--stop stopp: no operator after the start")
     with pytest.raises(GraphError, match="no operator matches stop_name='start' after the start"):
         graph_pack(qg, SIM, start_name="c1", stop_name="start")            # the stop comes before the start
     def never(node):

@@ -249,3 +249,40 @@ def test_a_record_of_a_workload_past_the_dimension_limit_is_skipped_not_hung_on(
     with pytest.warns(RecordWarning, match=r"data_shape H=1000000000000000000000000000000 is above the limit 4294967295"):
         best = load_best(log.path, cfg)
     assert best == {conv.key: json.loads(json.dumps(conv.default_config))}
+
+
+def test_a_log_lock_is_its_threads_alone_and_leaves_no_empty_log(tmp_path):
+    """``log_lock``: the thread holding a log may take it again (vta tune takes it before tune_tasks does); another
+    thread of the process is refused; a log it created and nothing wrote is removed, one with records is kept; a log
+    renamed while locked (moved aside) is not removed in its place."""
+    import threading
+
+    from tuning.records import log_lock
+    log = tmp_path / "t.jsonl"
+    refused = []
+    with log_lock(log):
+        with log_lock(log):
+            assert log.exists()
+        thread = threading.Thread(target=lambda: refused.append(_refusal(log)))
+        thread.start()
+        thread.join(30)
+    assert refused == [(f"log {log}: another thread of this process is writing it; a tuning run into it is still "
+                       "going (the same command twice?); wait for it to finish (a run resumes from its records), or "
+                       "give another log")]
+    assert not log.exists()          # created here, never written: gone
+    with log_lock(log):
+        log.write_text("{}\n")
+    assert log.read_text() == "{}\n"   # written: kept
+    with log_lock(tmp_path / "new.jsonl"):
+        (tmp_path / "new.jsonl").rename(tmp_path / "aside.jsonl")
+        (tmp_path / "new.jsonl").write_text("")   # another file under the name: not this lock's to remove
+    assert (tmp_path / "new.jsonl").exists() and (tmp_path / "aside.jsonl").exists()
+
+
+def _refusal(log) -> str:
+    from tuning.records import log_lock
+    try:
+        with log_lock(log):
+            return "taken"
+    except ValueError as e:
+        return str(e)

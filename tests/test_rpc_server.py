@@ -375,6 +375,40 @@ def test_the_cli_says_it_binds_loopback_only():
     assert "no key file: serving 127.0.0.1 only, not 0.0.0.0" in err
 
 
+def test_the_tracker_and_the_server_say_each_thing_once(tmp_path):
+    """`vta rpc tracker` and `vta rpc server` printed their ready line on stdout and logged it on stderr (and the
+    server its loopback notice twice): each is said once now, and the server's ready line says it is registering,
+    which the log confirms when it has."""
+    def start(*argv: str, err: Path) -> subprocess.Popen:
+        with open(err, "w") as e:
+            return subprocess.Popen([sys.executable, "-m", "vta", "rpc", *argv], stdout=subprocess.PIPE, stderr=e,
+                                    text=True)
+
+    tracker = start("tracker", "--port", "0", err=tmp_path / "tracker.err")
+    server = None
+    try:
+        ready = _first_line(tracker, 60, "the tracker")
+        assert ready.startswith("tracker listening on 127.0.0.1:")
+        address = ready.rsplit(" ", 1)[1]
+        server = start("server", "--tracker", address, "--device", "sim", "--port", "0", "--key", "sim", "--host",
+                       "0.0.0.0", err=tmp_path / "server.err")
+        line = _first_line(server, 60, "the board")
+        assert "listening on 127.0.0.1:" in line and line.endswith(f", registering with {address} as 'sim'")
+        deadline = time.monotonic() + 60
+        while "registered with the tracker" not in (tmp_path / "server.err").read_text():
+            assert time.monotonic() < deadline and server.poll() is None, (tmp_path / "server.err").read_text()
+            time.sleep(0.05)
+    finally:
+        for proc in (server, tracker):
+            if proc is not None:
+                proc.terminate()
+                proc.communicate(timeout=20)
+    tracker_err, server_err = (tmp_path / "tracker.err").read_text(), (tmp_path / "server.err").read_text()
+    assert "listening on" not in tracker_err + server_err, tracker_err + server_err
+    assert server_err.count("serving 127.0.0.1 only") == 1, server_err
+    assert server_err.count("registered with the tracker at") == 1, server_err
+
+
 # ------------------------------------------------------------------------------------------------------------
 # hostile clients
 

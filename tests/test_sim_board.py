@@ -726,6 +726,22 @@ def test_a_client_killed_mid_run_leaves_the_board_up_and_its_memory_reclaimable(
     assert board.alive()
 
 
+def test_programming_the_board_is_one_log_line(remote, tmp_path):
+    """A download was logged twice, by the registers ("PL programmed with ...") and by the server ("... programmed
+    ... (N bytes)"): one line now, with the client, the size and what it did."""
+    from vta.board.local import LocalBoard
+    b = LocalBoard(log_path=tmp_path / "log").start()
+    try:
+        c = Client(remote, b.address)
+        c.program()
+        c.close()
+    finally:
+        assert b.stop() == 0
+    lines = [line for line in (tmp_path / "log").read_text().splitlines() if "programmed" in line]
+    assert len(lines) == 1 and lines[0].endswith(f"programmed {CFG.bitstream}.bin ({len(placeholder_bytes(CFG))} bytes): "
+                                                 "VTA register blocks reset"), lines
+
+
 def test_clean_shutdown_on_sigint(remote, tmp_path):
     from vta.board.local import LocalBoard
     b = LocalBoard(log_path=tmp_path / "log").start()

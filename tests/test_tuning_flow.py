@@ -222,7 +222,7 @@ def test_vta_tune_takes_start_and_stop_for_a_model_without_the_zoos_pack_points(
                               timeout=600, check=False, env=env)
 
     bare = vta("tune", model, "--tuner", "random", "--n-trial", "4", "--log", "x.jsonl")
-    assert bare.returncode == 2 and "no operator matches start_name='nn.max_pool2d'" in bare.stderr
+    assert bare.returncode == 2 and "vta: error: --start nn.max_pool2d (the default): no operator matches it" in bare.stderr
     region = ["--start", "qnn.quantize", "--stop", "nn.batch_flatten"]
     proc = vta("tune", model, *region, "--tuner", "random", "--n-trial", "4", "--log", "x.jsonl")
     assert proc.returncode == 0, proc.stderr

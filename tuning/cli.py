@@ -9,16 +9,16 @@ import os
 import shlex
 from pathlib import Path
 
-from graph_pack.cli import START_HELP, STOP_HELP
+from graph_pack.cli import START_HELP, STOP_HELP, region_flags
 from graph_pack.svg import check_html_path
 from tuning.cpu_network import tune_cpu_cmd
 from tuning.network import tune_network
 from tuning.plot import write_tuning_plot
-from tuning.records import check_log_path, count_records, move_aside
+from tuning.records import check_log_path, count_records, log_lock, move_aside
 from tuning.rpc_runner import RUNNER_FLAGS, add_runner_flags, runner_from_flags
 from tuning.tune import STRATEGIES
 from tuning.tuners import TUNERS
-from vta.cli import SEED, Interrupted, _key_value, _load, arg, command, float_in, int_in
+from vta.cli import SEED, Interrupted, Parser, _key_value, _load, arg, command, float_in, int_in
 
 TRIALS = int_in(1, 10_000_000, "a trial count")
 
@@ -27,7 +27,7 @@ def script_parser(module: str, doc: str, log: str, n_trial: int, per: str) -> ar
     """The flags ``python -m tuning.tune_conv2d`` and ``tuning.tune_alu`` share; the description is the
     module docstring's first paragraph."""
     description = " ".join(doc.split("\n\n")[0].split())
-    ap = argparse.ArgumentParser(prog=f"python -m {module}", description=description)
+    ap = Parser(prog=f"python -m {module}", description=description)
     ap.add_argument("--config", default="pynq", help="preset name or JSON path (default: pynq)")
     ap.add_argument("--tuner", choices=TUNERS, default="xgb", help="search strategy (default xgb)")
     ap.add_argument("--n-trial", type=TRIALS, default=n_trial, help=f"trials per {per} (default {n_trial})")
@@ -53,17 +53,33 @@ def records_line(log: str | os.PathLike) -> str:
             f"the same command resumes from them)")
 
 
+BUSY_HINT = ("a tuning run into it is still going (the same command twice?); wait for it to finish (the next run "
+             "resumes from its records), or give another --log")
+
+
 @contextlib.contextmanager
 def resumable(log: str | os.PathLike):
-    """Ctrl-C while tuning into ``vta.cli.Interrupted``: how many records the log holds (and how many this run
-    added), and that the same command resumes from them."""
-    before = count_records(log)
-    try:
-        yield
-    except KeyboardInterrupt:
-        after = count_records(log)
-        raise Interrupted(f"{after} record(s) saved in {log} ({after - before} by this run); run the same command "
-                          "again to resume from them (nothing is measured twice)") from None
+    """Hold ``log`` for this run (``tuning.records.log_lock``: a second run on it is one line naming this one's pid,
+    before any work), and turn Ctrl-C while tuning into ``vta.cli.Interrupted``: how many records the log holds (and
+    how many this run added), and that the same command resumes from them."""
+    with log_lock(log, "--log", BUSY_HINT):
+        before = count_records(log)
+        try:
+            yield
+        except KeyboardInterrupt:
+            raise Interrupted(interrupted_line(log, before, count_records(log))) from None
+
+
+def interrupted_line(log: str | os.PathLike, before: int, after: int) -> str:
+    """What a tuning run stopped by Ctrl-C saved: ``after`` records in ``log``, ``before`` of them from earlier runs."""
+    if not after:   # (a log this run created is removed as it is let go: no empty file is left)
+        return (f"no record was saved: the run stopped before its first measurement ended, and {log} was not "
+                "written; run the same command again to start")
+    if after == before:
+        return (f"no record was saved by this run; {log} holds the {after} of earlier runs: run the same command "
+                "again to resume from them (nothing is measured twice)")
+    return (f"{after} record(s) saved in {log} ({after - before} by this run); run the same command again to resume "
+            "from them (nothing is measured twice)")
 
 
 @command(None, "tune", "tune a network's accelerator layers on the simulator (or on boards: --rpc)", args=[
@@ -127,8 +143,9 @@ def tune_cmd(args: argparse.Namespace) -> int:
         raise ValueError(f"--ops {args.ops!r}: an empty op name; give op names separated by commas (see --help), or "
                          "leave --ops out for every op")
     ops = tuple(args.ops.split(",")) if args.ops is not None else None
-    if args.fresh:
-        aside = move_aside(log)
+    if args.fresh and Path(log).is_file():
+        with log_lock(log, "--log", BUSY_HINT):   # never from under a run that writes it
+            aside = move_aside(log)
         if aside is not None:
             print(f"--fresh: moved the earlier log {log} aside to {aside}; starting a new log")
     if args.target == "cpu":
@@ -137,8 +154,9 @@ def tune_cmd(args: argparse.Namespace) -> int:
                              "float network's conv2d / dense on this CPU (leave them out)")
         return tune_cpu_cmd(args, cfg, log, ops, resumable)
     remote = args.rpc or args.dask
-    with resumable(log), runner_from_flags(args, check=args.check, timing_only=args.timing_only,
-                                           n_parallel=args.parallel) if remote else contextlib.nullcontext() as runner:
+    measurer = runner_from_flags(args, check=args.check, timing_only=args.timing_only, n_parallel=args.parallel) \
+        if remote else contextlib.nullcontext()
+    with region_flags(args.start, args.stop), resumable(log), measurer as runner:
         result = tune_network(args.model, cfg, tuner=args.tuner, n_trial=args.n_trial, total_trials=args.total_trials,
                      strategy=args.strategy, log=log, ops=ops, timing_only=args.timing_only, check=args.check,
                      n_parallel=args.parallel or 1, early_stopping=args.early_stopping, image_size=args.image_size,

@@ -6,7 +6,7 @@ import argparse
 import sys
 from pathlib import Path
 
-from graph_pack.cli import START_HELP, STOP_HELP
+from graph_pack.cli import START_HELP, STOP_HELP, region_flags
 from simulator.files import check_output_dir
 from tuning.dse import (
     CSV,
@@ -68,12 +68,8 @@ def dse_cmd(args: argparse.Namespace) -> int:
     out = Path(args.out)
     check_output_dir(args.out, "--out", OUTPUT_ENTRIES)
     search = Search(args.model, args.config, part, args.trials, args.image_size, start=args.start, stop=args.stop)
-    try:   # a wrong model name or file, or pack points that match no op, fail before the search
-        check_network(search)
-    except ValueError as e:
-        if "start_name=" not in str(e) and "stop_name=" not in str(e):
-            raise
-        raise ValueError(f"{e} (--start and --stop choose the offload region's ops)") from None
+    with region_flags(args.start, args.stop):   # a wrong model name or file, or pack points that match no op,
+        check_network(search)                    # fail before the search
     before = len(read_records(out / RECORDS, search))
     try:
         outcome = run_search(search, space, out, parallel=args.parallel, dask=args.dask, progress=_say,

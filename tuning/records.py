@@ -18,7 +18,7 @@ import signal
 import threading
 import time
 import warnings
-from collections.abc import Iterable
+from collections.abc import Iterable, Iterator
 from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import Any
@@ -28,7 +28,7 @@ from hw_config import HwConfig
 from hw_config.checks import is_whole
 from hw_config.reading import bounded_lines, no_json_constant, regular_file
 from hw_config.writing import write_atomic
-from simulator.files import check_output_path
+from simulator.files import check_output_path, write_lock
 from tuning.measure import MeasureResult
 from tuning.task import TEMPLATE_VERSION, Task, _canonical, task_of
 from vta.environment import config_of
@@ -179,6 +179,40 @@ def move_aside(path: str | os.PathLike) -> Path | None:
         os.unlink(p)
         return aside
     raise ValueError(f"{p}: 9999 logs are already set aside beside it; move some away")
+
+
+LOG_BUSY_HINT = ("a tuning run into it is still going (the same command twice?); wait for it to finish (a run "
+                 "resumes from its records), or give another log")
+_LOCKED: dict[str, tuple[int, int]] = {}   # log (real path) -> (thread holding it, depth) in this process
+_LOCKED_GUARD = threading.Lock()
+
+
+@contextlib.contextmanager
+def log_lock(path: str | os.PathLike, what: str = "log", hint: str = LOG_BUSY_HINT) -> Iterator[None]:
+    """One tuning run per log at a time, as ``vta dse`` locks its records (``simulator.files.write_lock``): while
+    the body runs, another process (or thread) that asks for the same log gets a ValueError at once,
+    ``"{what} {path}: another process (pid N) is writing it; {hint}"``. The thread that holds it may ask again
+    (``vta tune`` takes it before the model is loaded, ``tune_tasks`` inside). The lock dies with its process, so a
+    run killed with ``kill -9`` leaves none behind; a log this created and nothing was written into is removed."""
+    key = os.path.realpath(path)
+    me = threading.get_ident()
+    with _LOCKED_GUARD:
+        holder, depth = _LOCKED.get(key, (me, 0))
+        if holder != me:
+            raise ValueError(f"{what} {path}: another thread of this process is writing it; {hint}")
+        _LOCKED[key] = (me, depth + 1)
+    try:
+        if depth:
+            yield
+            return
+        with write_lock(path, what, hint, discard_empty=True):
+            yield
+    finally:
+        with _LOCKED_GUARD:
+            if depth:
+                _LOCKED[key] = (me, depth)
+            else:
+                del _LOCKED[key]
 
 
 class RecordLog:

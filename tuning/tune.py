@@ -14,6 +14,7 @@ its budget, and another tuner's count as known results, not as this tuner's tria
 
 from __future__ import annotations
 
+import contextlib
 import os
 import sys
 import time
@@ -24,7 +25,7 @@ from typing import TextIO
 
 from hw_config.checks import is_whole
 from tuning.measure import LocalRunner, MeasureResult
-from tuning.records import check_log_path, load_records
+from tuning.records import check_log_path, load_records, log_lock
 from tuning.task import Task
 from tuning.tuners import TUNERS, Tuner, make_tuner
 
@@ -208,11 +209,21 @@ def tune_tasks(tasks: Sequence[Task], *, tuner: str = "xgb", n_trial: int = 200,
                strategy: str = "sequential", batch_size: int = 16, seed: int = 0, transfer: bool = True,
                out: TextIO | None = None) -> TuneSummary:
     """Tune ``tasks``; ``n_trial`` per task (sequential) or ``total_trials`` shared by the scheduler
-    (gradient; default n_trial x tasks). Resumes from ``log``; prints progress and the summary to ``out``.
+    (gradient; default n_trial x tasks). Resumes from ``log``, which it holds meanwhile (``records.log_lock``: another
+    run on the same log is refused naming its pid); prints progress and the summary to ``out``.
     ``n_trial``, ``total_trials``, ``batch_size`` and ``early_stopping`` are integers 1..10,000,000 (``total_trials``
     and ``early_stopping`` may be None), refused naming them before any work (TypeError, ValueError)."""
     check_tuning_arguments(tuner=tuner, strategy=strategy, n_trial=n_trial, total_trials=total_trials,
                            batch_size=batch_size, early_stopping=early_stopping, log=log)
+    # one run per log: a second one would measure the same configs and interleave its records with these
+    with log_lock(log) if log is not None else contextlib.nullcontext():
+        return _tune_tasks(tasks, tuner, n_trial, total_trials, runner, log, early_stopping, strategy, batch_size,
+                           seed, transfer, out)
+
+
+def _tune_tasks(tasks: Sequence[Task], tuner: str, n_trial: int, total_trials: int | None, runner,
+                log: str | os.PathLike | None, early_stopping: int | None, strategy: str, batch_size: int, seed: int,
+                transfer: bool, out: TextIO | None) -> TuneSummary:
     runner = runner or LocalRunner()
     out = out if out is not None else sys.stdout
     states = []

@@ -18,7 +18,7 @@ import sys
 import warnings
 from collections.abc import Callable
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, NoReturn
 
 import numpy as np
 
@@ -98,9 +98,25 @@ def _version() -> str:
         return "(vta-stack, not installed: run from a source tree)"
 
 
+class Parser(argparse.ArgumentParser):
+    """argparse's parser with a short refusal: a usage error printed argparse's whole usage (a dozen lines of every
+    option of `vta run`) above the error; here it is one usage line (the positionals, and where the options are
+    listed), then the error, last, where the eye lands. ``--help`` is argparse's own."""
+
+    def error(self, message: str) -> NoReturn:
+        self.exit(2, f"usage: {self.short_usage()}\n{self.prog}: error: {message}\n")
+
+    def short_usage(self) -> str:
+        """``vta run [options] model  (vta run --help lists them)``: the command, its positionals, the help to ask."""
+        formatter = self._get_formatter()
+        words = [self.prog, *(["[options]"] if any(a.option_strings for a in self._actions) else [])]
+        words += [formatter._format_args(a, a.dest) for a in self._get_positional_actions()]
+        return " ".join(words) + f"  ({self.prog} --help lists {'them' if len(words) > 1 else 'it'})"
+
+
 def build_parser() -> argparse.ArgumentParser:
     """The full parser, assembled from ``COMMANDS`` (groups appear in order of first use)."""
-    parser = argparse.ArgumentParser(prog="vta", description="VTA-compatible accelerator stack: hardware "
+    parser = Parser(prog="vta", description="VTA-compatible accelerator stack: hardware "
                                      "configs, program images and the simulator.")
     parser.add_argument("--version", action="version", version=f"%(prog)s {_version()}")
     # a bare `vta` or `vta GROUP` prints the help that lists what it takes (main), not only "required: COMMAND"

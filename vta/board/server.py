@@ -450,7 +450,7 @@ class SimulatedBoard:
         self.vta.reset(name)
         with self._lock:
             self.totals["programmed"] += 1
-        self.log.info("%s programmed %s (%d bytes)", peer or "a client", name, len(data))
+        self.log.info("%s programmed %s (%d bytes): VTA register blocks reset", peer or "a client", name, len(data))
 
     def download(self, data: bytes | bytearray, peer: str) -> None:
         """The protocol's ``download`` call: firmware bytes for the name given by ``set_bitstream_attrs``."""

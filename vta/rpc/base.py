@@ -36,6 +36,9 @@ MAX_JSON_DEPTH = 32              # nesting of any JSON a peer sends (real messag
 SECRET_MIN_BYTES = 16
 SECRET_MAX_BYTES = 4096
 KEY_FILE_ENV = "VTA_RPC_KEY_FILE"
+# ``extra`` of a log record the command line also says in its own words (a server's "listening on" line, on stdout,
+# where scripts read the port): `vta rpc tracker|server` leave such records out of their log, which printed them twice
+ANNOUNCED = {"announced": True}
 
 
 class TrackerCode(IntEnum):

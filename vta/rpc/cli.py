@@ -32,8 +32,15 @@ def _address(text: str) -> str:
 
 
 def _logging(quiet: bool) -> None:
+    """The servers' log on stderr, one line per event: what the command prints itself (its ready line) is left out."""
     logging.basicConfig(level=logging.WARNING if quiet else logging.INFO, stream=sys.stderr,
                         format="%(asctime)s %(name)s: %(message)s", datefmt="%H:%M:%S")
+    for handler in logging.getLogger().handlers:
+        handler.addFilter(_not_announced)
+
+
+def _not_announced(record: logging.LogRecord) -> bool:
+    return not getattr(record, "announced", False)
 
 
 def _until_interrupted(serve: Callable[[], None], stop: Callable[[], None]) -> int:
@@ -171,7 +178,8 @@ def rpc_server(args: argparse.Namespace) -> int:
     if server.notice:
         print(f"vta rpc server: {server.notice}", file=sys.stderr, flush=True)
     server.start()
-    where = f"registered with {args.tracker} as {args.key!r}" if args.tracker else "taking direct connections"
+    # (registering happens in the background, and again whenever the tracker comes back: the log says each time)
+    where = f"registering with {args.tracker} as {args.key!r}" if args.tracker else "taking direct connections"
     cpu = server.board_info().get("cpu")
     what = f"cpu: {cpu['cpu']} ({cpu['triple']}, {cpu['vector_bits']}-bit vectors)" if cpu else f"{args.device}, {cfg.model}"
     print(f"board {server.name} ({what}) listening on {server.host}:{server.port}, {where}", flush=True)

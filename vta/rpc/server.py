@@ -31,6 +31,7 @@ from simulator.errors import SimulatorError
 from vta.device import Buffer, Device
 from vta.program_check import INSN_BYTES, ProgramRejected, check_program
 from vta.rpc.base import (
+    ANNOUNCED,
     DEFAULT_SERVER_PORT,
     SERVER_PORT_END,
     AuthError,
@@ -333,9 +334,9 @@ class BoardServer:
         self.port = sock.getsockname()[1]
         _ = self.cfg   # the device must come up before anyone is told the board exists
         if self.notice:
-            log.warning("%s", self.notice)
+            log.warning("%s", self.notice, extra=ANNOUNCED)
         log.info("board %s (%s, %s) listening on %s:%d%s", self.name, self.device_kind, self.cfg.model, self.host,
-                 self.port, ", authentication on" if self.secret else ", no authentication")
+                 self.port, ", authentication on" if self.secret else ", no authentication", extra=ANNOUNCED)
 
     def start(self) -> BoardServer:
         """Bind and serve from daemon threads (the tracker registration too); returns at once."""

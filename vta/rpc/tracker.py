@@ -56,6 +56,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from vta.rpc.base import (
+    ANNOUNCED,
     DEFAULT_TRACKER_PORT,
     MAX_KEY_CHARS,
     MAX_MATCHKEY_CHARS,
@@ -230,7 +231,7 @@ class TrackerServer:
         self._server = await asyncio.start_server(self._serve, self.host, self.port, reuse_address=True,
                                                   limit=1 << 16, backlog=128)
         self.port = self._server.sockets[0].getsockname()[1]
-        log.info("tracker listening on %s:%d", self.host, self.port)
+        log.info("tracker listening on %s:%d", self.host, self.port, extra=ANNOUNCED)
         self._ready.set()
         async with self._server:
             await self._stopped.wait()
