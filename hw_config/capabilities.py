@@ -34,6 +34,18 @@ class Capabilities:
     padded_loads: frozenset[str]    # memory types whose LOAD honours y/x padding
     uop_load_rows: bool             # a UOP LOAD may span y_size > 1 rows (HLS copies x_size micro-ops only)
     source: str                     # where the facts come from
+    # how an ALU SHR reads its amount: "any" (the ISA's meaning, fsim: b >= 0 shifts right, b < 0 left, by at most
+    # SHIFT_MAX); "signed" (VTA's HLS, vta.cc: the low LOG_ACC_WIDTH bits as a signed ap_int, so 16 is -16, a left
+    # shift); "unsigned" (VTA's Chisel: the low LOG_ACC_WIDTH bits unsigned, always a right shift)
+    shr_amount: str = "any"
+
+    def shr_immediates(self, log_acc_width: int) -> tuple[int, int] | None:
+        """The SHR immediates this implementation computes as the ISA defines them ((lo, hi), or None: all)."""
+        if self.shr_amount == "signed":
+            return -(1 << (log_acc_width - 1)), (1 << (log_acc_width - 1)) - 1
+        if self.shr_amount == "unsigned":
+            return 0, (1 << log_acc_width) - 1
+        return None
 
     def describe(self) -> str:
         return (f"{self.name}: ALU {', '.join(sorted(self.alu_opcodes, key=ALU_OPCODES.get))}; compute loads "
@@ -48,12 +60,13 @@ CAPABILITY_SETS: dict[str, Capabilities] = {c.name: c for c in (
                  "VTA's functional simulator, and ours: the whole ISA"),
     Capabilities("vta-hls", _HLS_ALU, frozenset(("UOP", "ACC")), frozenset(("INP", "ACC")), False,
                  "VTA's HLS accelerator as of apache/tvm-vta d4a15f6, hardware/xilinx/src/vta.cc, for bitstreams "
-                 "built from it"),
+                 "built from it", "signed"),
     Capabilities("vta-hls-0.0.2", _HLS_ALU, frozenset(("UOP", "ACC")), frozenset(("INP",)), False,
                  "the Pynq bitstreams VTA published, HW_VER 0.0.1/0.0.2, built before the HLS source had "
-                 "padded ACC loads (apache/tvm-vta 6096ca0, Dec 2020)"),
+                 "padded ACC loads (apache/tvm-vta 6096ca0, Dec 2020)", "signed"),
     Capabilities("vta-chisel", _HLS_ALU, frozenset(("UOP", "ACC")), frozenset(("INP", "ACC")), False,
-                 "VTA's Chisel accelerator for de10nano and tsim, where ALU opcode 4 is a left shift, not MUL"),
+                 "VTA's Chisel accelerator for de10nano and tsim, where ALU opcode 4 is a left shift, not MUL",
+                 "unsigned"),
 )}
 
 
@@ -78,10 +91,19 @@ def violations(insns: np.ndarray, cfg) -> list[tuple[int, str]]:
     where = f"capability set {cfg.CAPABILITIES}"
     alu = np.flatnonzero(opcode == OPCODES["ALU"])
     if alu.size:
-        ops = cfg.insn_formats["alu"].decode_rows(rows[alu])["alu_opcode"]
+        fields = cfg.insn_formats["alu"].decode_rows(rows[alu])
+        ops = fields["alu_opcode"]
         for name, code in ALU_OPCODES.items():
             if name not in caps.alu_opcodes:
                 found += [(int(i), f"ALU {name}: {where} has no ALU {name}") for i in alu[ops == code]]
+        limits = caps.shr_immediates(cfg.LOG_ACC_WIDTH)
+        if limits is not None and "SHR" in caps.alu_opcodes:
+            lo, hi = limits
+            imm = fields["imm"].astype(np.int64)
+            bad = (ops == ALU_OPCODES["SHR"]) & (fields["use_imm"] != 0) & ((imm < lo) | (imm > hi))
+            found += [(int(i), (f"ALU SHR by immediate {int(v)}: {where} reads the amount as the low "
+                       f"{cfg.LOG_ACC_WIDTH} bits ({caps.shr_amount}), so only {lo}..{hi} shift as the ISA says"))
+                      for i, v in zip(alu[bad], imm[bad], strict=True)]
     mem = np.flatnonzero(opcode == OPCODES["LOAD"])
     if mem.size:
         f = cfg.insn_formats["mem"].decode_rows(rows[mem])

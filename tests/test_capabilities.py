@@ -40,11 +40,14 @@ HOSTILE = {
     "padded acc": (_load("ACC", y_pad_0=1), "LOAD ACC with padding"),
     "padded wgt": (_load("WGT", x_pad_1=2), "LOAD WGT with padding"),
     "uop rows": (_load("UOP", y_size=2), "LOAD UOP of several rows"),
+    # vta.cc: shft_by = ap_int<LOG_ACC_WIDTH>(the operand's low bits), so 16 is -16 on the bitstream: a left shift
+    "shr 16": (AluInsn(alu_opcode=ALU_OPCODES["SHR"], use_imm=1, imm=16, uop_end=1, iter_out=1, iter_in=1),
+               "ALU SHR by immediate 16"),
 }
 REFUSED_BY = {   # which capability sets refuse each (None: all but fsim)
     "mul": {"vta-hls", "vta-hls-0.0.2", "vta-chisel"}, "acc_8bit": {"vta-hls", "vta-hls-0.0.2", "vta-chisel"},
     "padded acc": {"vta-hls-0.0.2"}, "padded wgt": {"vta-hls", "vta-hls-0.0.2", "vta-chisel"},
-    "uop rows": {"vta-hls", "vta-hls-0.0.2", "vta-chisel"},
+    "uop rows": {"vta-hls", "vta-hls-0.0.2", "vta-chisel"}, "shr 16": {"vta-hls", "vta-hls-0.0.2"},
 }
 
 
@@ -114,6 +117,30 @@ def test_the_compiler_never_emits_mul_for_hls_hardware():
     x = np.arange(256, dtype=np.int32).reshape(1, 16, 4, 4) - 128
     sim = compile_op("multiply", PYNQ.replace(CAPABILITIES="fsim"), data_shape=(1, 16, 4, 4), imm=3)
     np.testing.assert_array_equal(sim.run(x), (x * 3).astype(np.int8))   # fsim: the whole ISA, bit-exact
+
+
+@pytest.mark.parametrize("imm, refused_by", [(15, set()), (-16, {"vta-chisel"}), (16, {"vta-hls", "vta-hls-0.0.2"}),
+                                             (-17, {"vta-hls", "vta-hls-0.0.2", "vta-chisel"}),
+                                             (31, {"vta-hls", "vta-hls-0.0.2"}), (-1, {"vta-chisel"})])
+def test_shift_immediates_each_implementation_reads_as_the_isa_says(imm, refused_by):
+    """VTA's HLS reads an SHR amount as a signed LOG_ACC_WIDTH-bit number (-16..15 here), its Chisel as an unsigned
+    one (0..31, no left shift): an immediate outside is refused before launch, naming the instruction."""
+    program = _program(AluInsn(alu_opcode=ALU_OPCODES["SHR"], use_imm=1, imm=imm, uop_end=1, iter_out=1, iter_in=1))
+    refused = {name for name in CAPABILITY_SETS if violations(program, PYNQ.replace(CAPABILITIES=name))}
+    assert refused == refused_by
+
+
+@pytest.mark.parametrize("shift", [16, 20, 31])
+def test_the_compiler_shifts_in_steps_every_implementation_reads_alike(shift):
+    """"shr 20" goes out as SHR 15 then SHR 5 (exact: arithmetic shifts compose), so the Pynq's bitstream computes
+    what numpy does; "shl" on VTA's Chisel, which has no left shift by SHR, is refused when compiling."""
+    x = (np.arange(256, dtype=np.int64).reshape(1, 16, 4, 4) * 8_388_607 - 1_000_000_000).astype(np.int32)
+    op = compile_op("right_shift", PYNQ, data_shape=(1, 16, 4, 4), imm=shift)
+    assert violations(np.concatenate([s.insns for s in op.program.streams]), PYNQ) == []
+    np.testing.assert_array_equal(op.run(x, None), (x >> shift).astype(np.int8))
+    with pytest.raises(ScheduleError, match=r"ALU SHR by -\d+(, -\d+)*: capability set vta-chisel shifts only by 0\.\.31 .*no left shift"):
+        compile_op("conv2d", load_config("de10nano"), data_shape=(1, 16, 8, 8), kernel_shape=(16, 16, 3, 3),
+                   padding=1, epilogue=[("shl", shift), ("shr", 4)])
 
 
 @pytest.mark.parametrize("model, image", [("resnet-18", (3, 64, 64)), ("mobilenet", (3, 64, 64)), ("dcgan", None)])

@@ -401,9 +401,15 @@ VTA's backends do not agree on everything; programs meant for every backend shou
   backend, SHL (shift left by `-b`) in the Chisel backend (tsim, de10nano), and does not exist in the HLS
   bitstreams (pynq, ultra96, zcu104). VTA's compiler emits it only for TARGET `sim` and `intelfocl`.
 - **ACC_8BIT loads** (memory type 5) exist only in fsim and intelfocl.
-- **Shifts by 32 or more** differ: fsim uses C's `>>`/`<<` on int32 (undefined for such amounts), HLS uses the
-  low 5 bits of the operand as a signed number, Chisel the low log2(ACC_WIDTH) bits as unsigned. Our simulator
-  clamps the amount to 31 (`>>` is arithmetic, so large right shifts give 0 or -1).
+- **Shift amounts** differ: fsim uses C's `>>`/`<<` on int32 (undefined from 32 on), HLS reads the low
+  log2(ACC_WIDTH) bits of the operand as a signed number (vta.cc's `ap_int<VTA_SHR_ARG_BIT_WIDTH>`: with 32-bit
+  accumulators an SHR by 16 is a left shift by 16, by 20 a left shift by 12), Chisel reads them unsigned (no left
+  shift). Our simulator clamps the amount to 31 (`>>` is arithmetic, so large right shifts give 0 or -1). The
+  compiler emits every shift in steps all backends read alike (right by at most 15, left by at most 16: `shr 20`
+  is SHR 15 then SHR 5, exact), and an immediate a config's hardware would read otherwise is refused like a
+  missing opcode (the SHR immediates column below). An SHR whose amount comes from the accumulator (no
+  immediate) is data, which no check before launch can see: on the HLS and Chisel sets keep such amounts in
+  their range.
 - **Dependency flags** a module has no queue for (marked `?` in disassembly) are ignored by the hardware;
   our simulator refuses them because no VTA compiler sets them.
 - Our simulator follows fsim for everything above (MUL, ACC_8BIT, STORE reading the ACC SRAM); see
@@ -467,10 +473,12 @@ def isa_markdown(cfg: HwConfig) -> str:
         out += ["", f"## {FORMAT_TITLES[name]}", "", *_format_table(fmt)]
     out += ["", "## Backend support", "", BACKEND_NOTES.rstrip()]
     out += ["", "## Capability sets", "", CAPABILITY_NOTES.rstrip(), ""]
-    out += ["| set | ALU opcodes | compute-module loads | padded loads | micro-op load rows | source |",
-            "|---|---|---|---|---|---|"]
+    out += [("| set | ALU opcodes | SHR immediates | compute-module loads | padded loads | micro-op load rows | "
+            "source |"), "|---|---|---|---|---|---|---|"]
     for c in CAPABILITY_SETS.values():
-        out.append(f"| `{c.name}` | {', '.join(sorted(c.alu_opcodes, key=ALU_OPCODES.get))} | "
+        limits = c.shr_immediates(cfg.LOG_ACC_WIDTH)
+        shr = "any" if limits is None else f"{limits[0]}..{limits[1]}"
+        out.append(f"| `{c.name}` | {', '.join(sorted(c.alu_opcodes, key=ALU_OPCODES.get))} | {shr} | "
                    f"{', '.join(sorted(c.compute_loads, key=MEM_TYPES.get))} | "
                    f"{', '.join(sorted(c.padded_loads, key=MEM_TYPES.get))} | "
                    f"{'several' if c.uop_load_rows else 'one'} | {c.source} |")

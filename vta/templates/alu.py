@@ -48,6 +48,7 @@ from vta.templates.epilogue import (
     missing_alu,
     reference_epilogue,
     split_add,
+    unsupported_shifts,
 )
 
 # graph / operator name -> its epilogue op (the same op with a constant operand)
@@ -246,7 +247,8 @@ class AluTemplate(Template):
         super().__init__(op, cfg, epilogue)
         self.geometry, self.shape = geometry, shape
         self.instructions = alu_ops(geometry, epilogue.ops)   # validates every immediate before anything is emitted
-        lacking = missing_alu(cfg, {code for code, _ in self.instructions})
+        lacking = missing_alu(cfg, {code for code, _ in self.instructions}) or unsupported_shifts(
+            cfg, [(code, imm) for code, imm in self.instructions if imm is not None])
         if lacking:
             raise ScheduleError(f"{op}: {lacking}")
 

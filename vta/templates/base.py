@@ -36,7 +36,15 @@ from vta.device import Buffer, SimDevice, cleanup_on_error, close_on_exit, free_
 from vta.environment import Environment, config_of
 from vta.runtime import CommandQueue, Program, ScheduleError
 from vta.space import Config, ConfigSpace, KnobError
-from vta.templates.epilogue import Epilogue, alu_opcodes, missing_alu, parse_ops
+from vta.templates.epilogue import (
+    OPERAND_OPS,
+    Epilogue,
+    alu_immediates,
+    alu_opcodes,
+    missing_alu,
+    parse_ops,
+    unsupported_shifts,
+)
 
 TEMPLATES: dict[str, type[Template]] = {}   # operator name -> its template class
 
@@ -79,7 +87,8 @@ class Template:
 
     def __init__(self, op: str, cfg: HwConfig, epilogue: Epilogue):
         self.op, self.cfg, self.epilogue = op, cfg, epilogue
-        lacking = missing_alu(cfg, alu_opcodes(epilogue.ops))
+        lacking = missing_alu(cfg, alu_opcodes(epilogue.ops)) or unsupported_shifts(
+            cfg, [step for o in epilogue.ops if o[0] not in OPERAND_OPS for step in alu_immediates(o)])
         if lacking:
             raise ScheduleError(f"{op} epilogue: {lacking}")
 

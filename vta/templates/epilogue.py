@@ -27,8 +27,21 @@ GRAPH_OPS = {"add": "add", "multiply": "mul", "maximum": "max", "minimum": "min"
 # epilogue op with a constant -> the ALU opcode that computes it with a tensor operand instead
 ALU_OPCODE = {"add": "ADD", "mul": "MUL", "min": "MIN", "max": "MAX", "shr": "SHR"}
 
+# Shifts go out in steps every VTA implementation computes alike: right by at most 15, left by at most 16 (VTA's
+# HLS reads an SHR amount as a signed 5-bit number, so 16 would shift left and 20 left by 12: docs/isa.md).
+# Arithmetic shifts compose exactly, so "shr 20" is SHR 15 then SHR 5; amounts within a step are one instruction,
+# as before.
+SHR_STEP, SHL_STEP = 15, 16
+
+
+def _shift_steps(n: int, step: int, sign: int) -> list[tuple[str, int]]:
+    steps = [("SHR", sign * step)] * (n // step) + ([("SHR", sign * (n % step))] if n % step else [])
+    return steps or [("SHR", 0)]
+
+
 _LOWERING: dict[str, Callable[..., list[tuple[str, int]]]] = {
-    "shr": lambda n: [("SHR", n)], "shl": lambda n: [("SHR", -n)], "relu": lambda: [("MAX", 0)],
+    "shr": lambda n: _shift_steps(n, SHR_STEP, 1), "shl": lambda n: _shift_steps(n, SHL_STEP, -1),
+    "relu": lambda: [("MAX", 0)],
     "clip": lambda lo, hi: [("MIN", hi), ("MAX", lo)], "min": lambda v: [("MIN", v)],
     "max": lambda v: [("MAX", v)], "add": lambda v: [("ADD", v)], "mul": lambda v: [("MUL", v)]}
 IMMEDIATE_OPS = tuple(_LOWERING)
@@ -39,12 +52,13 @@ def alu_immediates(op: tuple) -> list[tuple[str, int]]:
     name, *args = op
     if name not in _LOWERING:
         raise ScheduleError(f"unknown epilogue op {name!r}; allowed: {', '.join(OPERAND_OPS + IMMEDIATE_OPS)}")
+    if name in ("shr", "shl") and len(args) == 1 and not (isinstance(args[0], (int, np.integer))
+                                                          and 0 <= args[0] <= SHIFT_MAX):
+        raise ScheduleError(f"epilogue op {op!r}: the shift count must be an integer in [0, {SHIFT_MAX}]")
     try:
         out = _LOWERING[name](*args)
     except TypeError:
         raise ScheduleError(f"epilogue op {op!r} has the wrong number of arguments") from None
-    if name in ("shr", "shl") and not (isinstance(args[0], (int, np.integer)) and 0 <= args[0] <= SHIFT_MAX):
-        raise ScheduleError(f"epilogue op {op!r}: the shift count must be an integer in [0, {SHIFT_MAX}]")
     for _, imm in out:
         if not isinstance(imm, (int, np.integer)) or not IMM_MIN <= imm <= IMM_MAX:
             raise ScheduleError(f"epilogue op {op!r}: immediate {imm!r} must be an integer in "
@@ -55,6 +69,21 @@ def alu_immediates(op: tuple) -> list[tuple[str, int]]:
 def alu_opcodes(ops) -> set[str]:
     """The ALU opcodes an epilogue's ops run as (an operand op adds its staged tensor)."""
     return {code for op in ops for code, _ in ([("ADD", None)] if op[0] in OPERAND_OPS else alu_immediates(op))}
+
+
+def unsupported_shifts(cfg: HwConfig, instructions) -> str | None:
+    """Why ``cfg``'s hardware would not compute these (opcode, immediate) SHRs as the ISA says, or None (VTA's
+    Chisel reads the amount unsigned: it has no left shift by SHR)."""
+    limits = cfg.capabilities.shr_immediates(cfg.LOG_ACC_WIDTH)
+    if limits is None:
+        return None
+    bad = sorted({imm for code, imm in instructions if code == "SHR" and not limits[0] <= imm <= limits[1]})
+    if not bad:
+        return None
+    how = ("reads the amount's low bits as a signed number" if cfg.capabilities.shr_amount == "signed" else
+           "reads the amount's low bits unsigned: it has no left shift by SHR")
+    return (f"ALU SHR by {', '.join(map(str, bad))}: capability set {cfg.CAPABILITIES} shifts only by "
+            f"{limits[0]}..{limits[1]} as the ISA says (it {how})")
 
 
 def missing_alu(cfg: HwConfig, opcodes) -> str | None:
