@@ -261,10 +261,13 @@ def screen(search: Search, point: dict[str, int]) -> tuple[dict[str, Any], HwCon
                resources={k: round(float(usage[k][0]), 1) for k in RESOURCES},
                usage={k: round(float(usage[k][0]) / usage[k][1], 4) for k in RESOURCES}, fits=report.fits)
     rec["cost"] = round(sum(rec["usage"].values()) / len(RESOURCES), 4)   # the mean share: one cost to rank by
-    if not report.fits:
+    if not report.fits:   # a resource, or the bus: wider than the DRAM port the part gives the accelerator
         over = [k for k in RESOURCES if usage[k][0] > usage[k][1]]
-        return {**rec, "status": "does-not-fit", "reason": f"needs more {', '.join(over)} than {search.part} has",
-                "wall_s": time.perf_counter() - t0}, None
+        why = [f"needs more {', '.join(over)} than {search.part} has"] if over else []
+        if not report.bus_fits:
+            why.append(f"its {cfg.BUS_WIDTH}-bit bus is wider than {search.part}'s {report.part.bus_bits}-bit DRAM "
+                       f"port ({report.part.bus_port})")
+        return {**rec, "status": "does-not-fit", "reason": "; ".join(why), "wall_s": time.perf_counter() - t0}, None
     return rec, cfg
 
 
