@@ -257,7 +257,7 @@ def screen(search: Search, point: dict[str, int]) -> tuple[dict[str, Any], HwCon
     from hardware.fpga import estimate
     report = estimate(cfg, part=search.part)
     usage = report.usage()
-    rec.update(model=cfg.model, fingerprint=cfg.fingerprint, clock_mhz=cfg.CLOCK_MHZ, batch=cfg.BATCH,
+    rec.update(model=cfg.model, name=cfg.name, fingerprint=cfg.fingerprint, clock_mhz=cfg.CLOCK_MHZ, batch=cfg.BATCH,
                resources={k: round(float(usage[k][0]), 1) for k in RESOURCES},
                usage={k: round(float(usage[k][0]) / usage[k][1], 4) for k in RESOURCES}, fits=report.fits)
     rec["cost"] = round(sum(rec["usage"].values()) / len(RESOURCES), 4)   # the mean share: one cost to rank by
@@ -342,7 +342,7 @@ def share_host_time(records: Sequence[dict]) -> list[dict]:
 STATUSES = ("ok", "invalid", "does-not-fit", "failed")
 _NUMBERS = ("cost", "latency_ms", "accel_ms", "host_ms", "host_ms_measured", "per_image_ms", "clock_mhz", "wall_s")
 _COUNTS = ("accel_cycles", "trials", "groups", "batch")
-_TEXTS = ("reason", "model", "fingerprint", "host_key")
+_TEXTS = ("reason", "model", "name", "fingerprint", "host_key")
 _OK_NEEDS = ("cost", "usage", "resources", "latency_ms", "accel_ms", "host_ms", "per_image_ms", "batch")
 
 
@@ -634,7 +634,7 @@ def _on_dask(search: Search, points: Sequence[dict], address: str):
 
 # ---- outputs -----------------------------------------------------------------------------------------------------
 
-CSV_COLUMNS = ("status", *AXES, "model", "clock_mhz", "batch", "lut", "ff", "bram36", "dsp", "cost", "fits",
+CSV_COLUMNS = ("status", *AXES, "name", "model", "clock_mhz", "batch", "lut", "ff", "bram36", "dsp", "cost", "fits",
                "accel_cycles", "accel_ms", "host_ms", "host_ms_measured", "latency_ms", "per_image_ms", "trials",
                "wall_s", "reason")
 

@@ -99,7 +99,7 @@ def dse_cmd(args: argparse.Namespace) -> int:
     print(f"Pareto front (latency against the mean share of {part}): {len(outcome.front)} configs")
     for i, r in enumerate(outcome.front):
         print(f"  front/{i:02d}.json  {r['latency_ms']:9.3f} ms  {r['cost']:7.2%}  "
-              + ", ".join(f"{k}={v}" for k, v in r["point"].items()))
+              + ", ".join(f"{k}={v}" for k, v in r["point"].items()) + f"  {r.get('name', r.get('model', ''))}")
     print(f"wrote {out / RECORDS}, {out / 'results.csv'}, {out / 'front.json'}, {out / REPORT} and the front's "
           f"configs in {out / 'front'} (vta ... --config FILE)")
     failed = outcome.of_status("failed")

@@ -302,7 +302,7 @@ def config_list(args: argparse.Namespace) -> int:
     rows = {}
     for name in presets():
         cfg = load_config(name)
-        rows[name] = f"{cfg.model:<36}{cfg.DESCRIPTION}"
+        rows[name] = f"{cfg.name:<36}{cfg.DESCRIPTION}"
     print(_table(rows))
     return 0
 
@@ -322,7 +322,9 @@ def config_show(args: argparse.Namespace) -> int:
     if args.json:
         print(json.dumps({"config": cfg.to_dict(), "derived": cfg.derived()}, indent=2))
         return 0
-    print(f"{cfg.model}" + (f"  ({cfg.DESCRIPTION})" if cfg.DESCRIPTION else ""))
+    print(f"{cfg.name}" + (f"  ({cfg.DESCRIPTION})" if cfg.DESCRIPTION else ""))
+    if cfg.board_model_note():
+        print(cfg.board_model_note())
     print("config:")
     print(_table(cfg.to_dict()))
     print("derived:")
