@@ -266,7 +266,7 @@ def screen(search: Search, point: dict[str, int]) -> tuple[dict[str, Any], HwCon
         why = [f"needs more {', '.join(over)} than {search.part} has"] if over else []
         if not report.bus_fits:
             why.append(f"its {cfg.BUS_WIDTH}-bit bus is wider than {search.part}'s {report.part.bus_bits}-bit DRAM "
-                       f"port ({report.part.bus_port})")
+                       f"port, {report.part.bus_port}")
         return {**rec, "status": "does-not-fit", "reason": "; ".join(why), "wall_s": time.perf_counter() - t0}, None
     return rec, cfg
 
@@ -307,8 +307,9 @@ def _tune_and_time(search: Search, cfg: HwConfig) -> dict[str, Any]:
     for _ in range(HOST_REPEATS):   # the host part's best of a few runs: other work on the machine only slows it
         mod.run(compute=False, **{graph.inputs[0]: x})
         host_s.append(mod.host_seconds)
-    accel_ms = mod.cycles / (cfg.CLOCK_MHZ * 1e3)
-    host_ms = min(host_s) * 1e3
+    # rounded as recorded, and the latency their sum: the figures printed add up (the progress line's parts)
+    accel_ms = round(mod.cycles / (cfg.CLOCK_MHZ * 1e3), 4)
+    host_ms = round(min(host_s) * 1e3, 3)
     groups = sum(r.where == "accelerator" for r in mod.records)
     # the host's work depends on the packed layout and on which layers run on the CPU, not on buffers, bus or clock
     host_work = [cfg.BATCH, cfg.BLOCK_IN, cfg.BLOCK_OUT, [r.name for r in mod.records if r.where != "accelerator"]]
@@ -557,7 +558,11 @@ def _search(search: Search, space: dict[str, list[int]], directory: Path, parall
         took = time.perf_counter() - t_tune
         if n == warm:
             t_warm = took
-        what = (f"{rec['latency_ms']:.2f} ms, {rec['cost']:.0%} of {search.part}" if rec["status"] == "ok"
+        # this run's host time: the summary takes the fastest run of the same host work (share_host_time), so the
+        # line says its parts and their basis, and that the summary's may differ
+        what = (f"{rec['latency_ms']:.4f} ms = accelerator {rec['accel_ms']:.4f} ms (simulated) + host "
+                f"{rec['host_ms']:.4f} ms (measured, this run; the summary takes the fastest run of the same host "
+                f"work), {rec['cost']:.0%} of {search.part}" if rec["status"] == "ok"
                 else f"{rec['status']}: {short_reason(rec.get('reason', ''))}" if rec.get("reason") else rec["status"])
         if n == len(to_tune):
             left = "~0 s left"

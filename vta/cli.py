@@ -299,10 +299,9 @@ def _table(rows: dict[str, Any]) -> str:
 @command("config", "list", "list the built-in presets")
 def config_list(args: argparse.Namespace) -> int:
     """List the built-in hardware presets with their bitstream and description."""
-    rows = {}
-    for name in presets():
-        cfg = load_config(name)
-        rows[name] = f"{cfg.name:<36}{cfg.DESCRIPTION}"
+    configs = {name: load_config(name) for name in presets()}
+    width = max(36, *(len(cfg.name) + 2 for cfg in configs.values()))
+    rows = {name: f"{cfg.name:<{width}}{cfg.DESCRIPTION}" for name, cfg in configs.items()}
     print(_table(rows))
     return 0
 
