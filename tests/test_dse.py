@@ -444,6 +444,9 @@ def test_vta_dse_writes_records_csv_front_and_a_self_contained_report(searched, 
     page = (out / "report.html").read_text()
     assert page.startswith("<!DOCTYPE html>") and "http://" not in page.replace("http://www.w3.org/2000/svg", "")
     assert "https://" not in page and "<script src" not in page
+    # the front's table names each config (HwConfig.name) and says each time's basis
+    assert "accelerator ms (simulated)" in page and "host ms (measured: the fastest run of its host work)" in page
+    assert all(f"front/{i:02d}.json ({load_config('pynq', **r['point']).name}): " in page for i, r in enumerate(front))
     data = json.loads(page.split('<script type="application/json" id="data">')[1].split("</script>")[0])
     assert data["counts"] == {"ok": 2, "does-not-fit": 4, "invalid": 3, "failed": 0}
     assert data["base"]["point"] == {"LOG_BLOCK": 4, "LOG_BUS_WIDTH": 6}
