@@ -44,7 +44,8 @@ from tuning.measure import completed_in
 # Axes a search may vary: integer config keys (the rest of a config is the base's).
 AXES = ("LOG_BATCH", "LOG_BLOCK", "LOG_UOP_BUFF_SIZE", "LOG_INP_BUFF_SIZE", "LOG_WGT_BUFF_SIZE",
         "LOG_ACC_BUFF_SIZE", "LOG_BUS_WIDTH", "CLOCK_MHZ", "INSN_QUEUE_DEPTH", "TOKEN_QUEUE_DEPTH")
-# The default space: 216 points around VTA's Pynq config, 140 of which VTA's ISA can encode (all fit an xc7z020).
+# The default space: 216 points around VTA's Pynq config, 140 of which VTA's ISA can encode; on an xc7z020 the 70
+# with the 64-bit bus fit (the 128-bit ones are wider than its ACP port), on UltraScale+ parts all 140.
 DEFAULT_SPACE: dict[str, list[int]] = {
     "LOG_BLOCK": [3, 4], "LOG_BUS_WIDTH": [6, 7], "LOG_UOP_BUFF_SIZE": [13, 15], "LOG_INP_BUFF_SIZE": [13, 14, 15],
     "LOG_WGT_BUFF_SIZE": [16, 17, 18], "LOG_ACC_BUFF_SIZE": [15, 16, 17]}
