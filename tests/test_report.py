@@ -24,7 +24,7 @@ import pytest
 from graph_pack import build, graph_pack, quantize
 from graph_pack.cli import load_model
 from graph_pack.graph import GraphError
-from graph_pack.report import roofs, write_report
+from graph_pack.report import mac_cycles, roofs, write_report
 from hw_config import load_config
 from simulator.stats import MODULES
 
@@ -360,3 +360,11 @@ def test_bad_plot_is_refused_before_tuning(tmp_path, extra, why):
     assert proc.returncode == 2 and proc.stdout == ""
     assert proc.stderr.startswith(f"vta: error: {why}") and len(proc.stderr.strip().splitlines()) == 1
     assert list(tmp_path.iterdir()) == []
+
+
+def test_mac_cycles_are_the_macs_at_the_cores_peak():
+    """BATCH x BLOCK_IN x BLOCK_OUT MACs every GEMM_II cycles: 4,096 MACs on a 1x16x16 core are 16 cycles, 32 at
+    GEMM_II 2, 4 on a 4x16x16 core (by hand)."""
+    assert mac_cycles(load_config("pynq"), 4096) == 16
+    assert mac_cycles(load_config("pynq", GEMM_II=2), 4096) == 32
+    assert mac_cycles(load_config("pynq", LOG_BATCH=2), 4096) == 4

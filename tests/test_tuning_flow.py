@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import io
 import json
+import re
 
 import numpy as np
 import pytest
@@ -138,6 +139,11 @@ def test_vta_tune_small_network_end_to_end(tmp_path, capsys):
     assert vta_main(args) == 0
     out = capsys.readouterr().out
     assert "end-to-end, the accelerator's part:" in out and "outputs identical" in out
+    # each build's figures with their basis, and the speedup's (the board model's time, the tuners' objective)
+    line = next(x for x in out.splitlines() if x.startswith("end-to-end, the accelerator's part:"))
+    figures = r"[\d,]+ cycles = [\d.]+ ms at 100 MHz \(simulated\), [\d.]+ ms \(board model\)"
+    assert re.fullmatch(rf"end-to-end, the accelerator's part: untuned {figures}; tuned {figures}: [\d.]+x faster "
+                        r"\(board model\); outputs identical", line), line
     first = log.read_text().splitlines()
     tasks = {json.loads(line)["workload"] for line in first}
     assert len(first) == 6 * len(tasks) and len(tasks) > 1   # the scheduler spent exactly its budget

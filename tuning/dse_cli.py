@@ -17,6 +17,7 @@ from tuning.dse import (
     REPORT,
     Search,
     check_network,
+    latency_parts,
     read_records,
     read_space,
     run_search,
@@ -91,16 +92,12 @@ def dse_cmd(args: argparse.Namespace) -> int:
     if ok:
         print("latencies below: the accelerator's time plus the fastest host time measured for the same host work "
               "in the search (the progress lines show each config's own run; docs/co-design.md)")
-    def parts(r: dict) -> str:
-        return (f"{r['latency_ms']:.4f} ms = accelerator {r['accel_ms']:.4f} ms (simulated) + host {r['host_ms']:.4f} "
-                "ms (the fastest measured run of its host work)")
-
     if base is not None and base.get("status") == "ok":
-        print(f"base config {args.config} ({base.get('name', base.get('model', ''))}): {parts(base)}, mean share of "
+        print(f"base config {args.config} ({base.get('name', base.get('model', ''))}): {latency_parts(base)}, mean share of "
               f"{part} {base['cost']:.2%}")
     if best is not None:
         print(f"fastest that fits: {best.get('name', best.get('model', ''))} ("
-              f"{', '.join(f'{k}={v}' for k, v in best['point'].items())}): {parts(best)} ({best['cost']:.2%})")
+              f"{', '.join(f'{k}={v}' for k, v in best['point'].items())}): {latency_parts(best)} ({best['cost']:.2%})")
     print(f"Pareto front (latency against the mean share of {part}): {len(outcome.front)} configs")
     for i, r in enumerate(outcome.front):
         print(f"  front/{i:02d}.json  {r['latency_ms']:9.3f} ms  {r['cost']:7.2%}  "
