@@ -31,7 +31,7 @@ from graph_pack.pack import Group
 from graph_pack.reference import check_input, check_inputs
 from hw_config import HwConfig
 from hw_config.checks import is_whole
-from simulator.stats import RunStats
+from simulator.stats import RunStats, basis_legend
 from vta.device import Buffer, Device, SimDevice, cleanup_on_error, close_on_exit, free_all
 from vta.environment import config_of
 from vta.numerics import pack_blocks, unpack_blocks
@@ -387,6 +387,7 @@ class GraphModule:
             board = f" ({s.latency_s * 1e3:.3f} ms on the board, {figure})" if figure else ""
             lines.append(f"total: {s.cycles:,} cycles = {s.seconds * 1e3:.3f} ms on the accelerator at "
                          f"{self.cfg.CLOCK_MHZ:g} MHz{board}; host {self.host_seconds * 1e3:.2f} ms")
+            lines.append(basis_legend(self.cfg, figure))
         else:
             lines.append(f"total: host {self.host_seconds * 1e3:.2f} ms (no accelerator layer)")
         return "\n".join(lines)

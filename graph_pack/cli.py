@@ -323,7 +323,9 @@ def _run(args: argparse.Namespace) -> int:
         f"the simulator: {sim.kernel_path} kernels, {sim.threads} GEMM thread(s)"
     if jit.host_isa() is not None:
         where += f"; host kernels for {jit.host_isa()} ({jit.HOST_ISA_ENV})"
-    print(f"{args.model} on {cfg.model} ({cfg.CLOCK_MHZ:g} MHz, {where}), batch {batch}, input {graph[data].shape}")
+    print(f"{args.model} on {cfg.name} ({cfg.CLOCK_MHZ:g} MHz, {where}), batch {batch}, input {graph[data].shape}")
+    if cfg.board_model_note() and board is None:
+        print(cfg.board_model_note())
     if schedules is not None:
         print(schedules.summary())
     if host_schedules is not None and host_schedules.applied:
@@ -339,8 +341,9 @@ def _run(args: argparse.Namespace) -> int:
     s = mod.stats
     last = f"; RTL simulated in {board.wall_seconds:.1f} s" if args.device == "rtl" else \
         f"; board {s.latency_s * 1e3:.2f} ms {mod.board_figure}" if mod.board_figure else ""
-    print(f"inference: {run_s * 1e3:.1f} ms wall (host {mod.host_seconds * 1e3:.1f} ms); accelerator "
-          f"{s.cycles:,} cycles = {s.seconds * 1e3:.2f} ms at {cfg.CLOCK_MHZ:g} MHz" + last)
+    simulated = "simulated by Verilator" if args.device == "rtl" else "simulated"
+    print(f"inference: {run_s * 1e3:.1f} ms wall on this machine (host layers {mod.host_seconds * 1e3:.1f} ms); "
+          f"accelerator {s.cycles:,} cycles = {s.seconds * 1e3:.2f} ms at {cfg.CLOCK_MHZ:g} MHz ({simulated})" + last)
     if args.layers:
         print(mod.format_profile())
     if page is not None:

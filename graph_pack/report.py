@@ -44,6 +44,14 @@ def roofs(cfg) -> dict[str, float]:
             "burst_bytes_per_s": bus * cfg.DMA_BURST_BEATS / (cfg.DMA_BURST_BEATS + cfg.DMA_BURST_GAP)}
 
 
+def mac_cycles(cfg, macs: int) -> float:
+    """The cycles the GEMM core needs for ``macs`` at its peak (BATCH x BLOCK_IN x BLOCK_OUT MACs every GEMM_II
+    cycles): a group's ``mac_cycles / cycles`` is its attained GOPS over the peak, the roofline's height. The
+    compute module's busy cycles are these plus its other work (the ALU epilogue, accumulator resets, micro-op and
+    bias loads, each instruction's pipeline fill)."""
+    return macs * cfg.GEMM_II / cfg.MACS_PER_CYCLE
+
+
 def _layers(module: GraphModule) -> list[dict[str, Any]]:
     rows = []
     for r in module.records:
@@ -56,8 +64,11 @@ def _layers(module: GraphModule) -> list[dict[str, Any]]:
             stall = sum(st.stalls[m].values())
             modules[m] = {"busy": st.busy[m], "stall": stall, "idle": max(st.cycles - st.busy[m] - stall, 0),
                           "insns": st.insns[m]}
+        useful = min(float(st.busy["compute"]), mac_cycles(module.cfg, r.macs))
+        modules["compute"]["mac"] = useful   # of its busy cycles: the MACs at the peak rate (the rest: other work)
         rows.append({"name": r.name, "op": r.op, "cycles": st.cycles, "seconds": secs, "board_s": st.latency_s,
                      "macs": r.macs, "dram_bytes": st.dram_bytes,
+                     "peak_share": useful / st.cycles if st.cycles else 0.0,
                      "intensity": r.macs / st.dram_bytes if st.dram_bytes else 0.0,
                      "gops": 2 * r.macs / secs / 1e9 if secs and r.macs else 0.0, "modules": modules})
     return rows
@@ -154,7 +165,8 @@ def report_data(module: GraphModule, model: str = "", *, device: str = "", wall_
     return {
         "summary": {"model": model, "config": cfg.model, "device": device or type(module.device).__name__,
                     "clock_mhz": cfg.CLOCK_MHZ, "cycles": st.cycles, "accelerator_s": st.seconds,
-                    "board_s": st.latency_s, "host_s": module.host_seconds, "wall_s": wall_s,
+                    "board_s": st.latency_s, "board_figure": module.board_figure, "name": cfg.name,
+                    "host_s": module.host_seconds, "wall_s": wall_s,
                     "compile_s": dict(times or {}), "groups": len(layers),
                     "host_ops": sum(r.stats is None for r in module.records), "fallbacks": dict(module.fallbacks),
                     "input_shapes": {n: list(module.graph[n].shape) for n in module.graph.inputs}},
@@ -177,10 +189,10 @@ def _summary(d: dict[str, Any]) -> str:
     s = d["summary"]
     shapes = ", ".join(f"{n} {tuple(v)}" for n, v in s["input_shapes"].items())
     compile_s = ", ".join(f"{k} {v:.2f} s" for k, v in s["compile_s"].items())
-    rows = [("model", s["model"] or "-"), ("config", f"{s['config']} at {s['clock_mhz']:g} MHz"),
+    rows = [("model", s["model"] or "-"), ("config", f"{s.get('name', s['config'])} at {s['clock_mhz']:g} MHz"),
             ("accelerator groups ran on", s["device"]), ("input", shapes),
-            ("accelerator", (f"{s['cycles']:,} cycles = {_ms(s['accelerator_s'])} at the clock (simulated); "
-                             f"{_ms(s['board_s'])} on the board (board model)")),
+            ("accelerator", f"{s['cycles']:,} cycles = {_ms(s['accelerator_s'])} at the clock (simulated)"
+             + (f"; {_ms(s['board_s'])} on the board ({s['board_figure']})" if s.get("board_figure") else "")),
             ("host ops", f"{_ms(s['host_s'])} measured on this machine, {s['host_ops']} step(s)"),
             ("wall time of the run", _ms(s["wall_s"]) if s["wall_s"] is not None else "-"),
             ("compile", compile_s or "-"),
@@ -194,7 +206,10 @@ def _time_split(d: dict[str, Any]) -> str:
     """Host vs accelerator: one bar each, in milliseconds."""
     s = d["summary"]
     bars = [("accelerator (simulated)", s["accelerator_s"], MODULE_COLORS["compute"]),
-            ("accelerator (board model)", s["board_s"], "#f28e2b"), ("host ops (measured)", s["host_s"], "#76b7b2")]
+            *([("accelerator (board model)" if s["board_figure"] == "predicted by the board model" else
+                f"accelerator ({s['board_figure']})", s["board_s"], "#f28e2b")]
+              if s.get("board_figure") else []),
+            ("host ops (measured)", s["host_s"], "#76b7b2")]
     top = max(v for _, v, _ in bars) * 1e3 or 1.0
     chart = Chart(900, 40 + 28 * len(bars), Axis(0, top * 1.15, "milliseconds"),
                   Axis(0, len(bars), ticks=[(len(bars) - i - 0.5, n) for i, (n, _, _) in enumerate(bars)]),
@@ -221,7 +236,7 @@ def _roofline(d: dict[str, Any]) -> str:
     x_lo, x_hi = log_range(xs, 3)
     y_lo, y_hi = log_range(ys, 3)
     chart = Chart(900, 520, Axis(x_lo, x_hi, "operational intensity (MACs per byte of DRAM traffic)", log=True),
-                  Axis(y_lo, y_hi, "attained GOPS (2 ops per MAC)", log=True),
+                  Axis(y_lo, y_hi, "attained GOPS (2 ops per MAC; simulated cycles at the clock)", log=True),
                   f"Roofline: {len(points)} accelerator group(s)")
     for key, dash, name in (("bus_bytes_per_s", None, "bus peak"), ("burst_bytes_per_s", "6,4", "with burst gaps")):
         bw = r[key]
@@ -275,26 +290,50 @@ def _modules(d: dict[str, Any]) -> str:
             y = y0 + 0.27 - 0.27 * k
             fig = row["modules"][m]
             x = 0.0
-            for state in ("busy", "stall"):
-                share = 100 * fig[state] / row["cycles"] if row["cycles"] else 0.0
+            # compute's busy cycles split: the MACs at the core's peak (the roofline's GOPS / peak), then the rest
+            parts = ([("MAC cycles", fig["mac"], 1.0), ("other compute work", fig["busy"] - fig["mac"], 0.6)]
+                     if m == "compute" else [("busy", fig["busy"], 1.0)]) + [("stall", fig["stall"], STATE_OPACITY["stall"])]
+            for state, value, opacity in parts:
+                share = 100 * value / row["cycles"] if row["cycles"] else 0.0
                 chart.rect(x, x + share, y - 0.12, y + 0.12, MODULE_COLORS[m],
-                           f"{row['name']} {m}: {state} {fig[state]:,} of {row['cycles']:,} cycles ({share:.1f}%)",
-                           STATE_OPACITY[state])
+                           f"{row['name']} {m}: {state} {value:,.0f} of {row['cycles']:,} cycles ({share:.1f}%)",
+                           opacity)
                 x += share
         chart.text(100, y0, f"{row['cycles']:,} cyc ({100 * row['cycles'] / total:.1f}%)", dx=6, dy=4)
     items = [(MODULE_COLORS[m], f"{m} busy") for m in MODULES] + [("#bbb", "lighter: stalled on a token or dispatch"),
                                                                    ("#fff", "blank: idle")]
-    return "<h2>Time per module</h2>" + chart.svg() + legend(items) + _layer_table(layers)
+    return ("<h2>Time per module</h2>" + chart.svg() + legend(items) + _busy_note(d) + _layer_table(layers))
+
+
+def _busy_note(d: dict[str, Any]) -> str:
+    """Why compute is busy nearly all the time while the roofline's points sit below the peak: what busy counts."""
+    layers = [r for r in d["layers"] if r["macs"]]
+    if not layers:
+        return ""
+    cycles = sum(r["cycles"] for r in layers)
+    busy = sum(r["modules"]["compute"]["busy"] for r in layers)
+    mac = sum(r["modules"]["compute"]["mac"] for r in layers)
+    peak = 2 * d["roofline"]["peak_macs_per_s"] / 1e9
+    return (f'<p class="note">Busy counts every cycle a module is executing an instruction, whatever it does in it. '
+            f"Compute's busy cycles are the GEMM core's MACs at its peak (the darker part: BATCH x BLOCK_IN x "
+            f"BLOCK_OUT MACs every GEMM_II cycles) plus its other work (lighter: the ALU epilogue, accumulator "
+            f"resets, micro-op and bias loads, each instruction's pipeline fill). Only the MACs count in GOPS, so a "
+            f"group's MAC cycles over its cycles is its attained GOPS over the {peak:g} GOPS peak, the roofline's "
+            f"height. Over the {len(layers)} group(s) with MACs: compute busy {100 * busy / cycles:.1f}% of "
+            f"{cycles:,} cycles = MAC cycles {100 * mac / cycles:.1f}% (attained {peak * mac / cycles:.1f} GOPS of "
+            f"{peak:g}, simulated) + other compute work {100 * (busy - mac) / cycles:.1f}%.</p>")
 
 
 def _layer_table(layers: list[dict[str, Any]]) -> str:
     head = ("<tr><th>#</th><th>group</th><th>op</th><th class=num>cycles</th><th class=num>MACs</th>"
             "<th class=num>DRAM bytes</th><th class=num>MACs/byte</th><th class=num>GOPS</th>"
+            "<th class=num>of peak (MAC cycles)</th>"
             + "".join(f"<th class=num>{m} busy</th><th class=num>{m} stall</th>" for m in MODULES) + "</tr>")
     body = []
     for i, r in enumerate(layers):
         cells = [str(i + 1), esc(r["name"]), esc(r["op"])]
-        nums = [f"{r['cycles']:,}", f"{r['macs']:,}", f"{r['dram_bytes']:,}", f"{r['intensity']:.3g}", f"{r['gops']:.3g}"]
+        nums = [f"{r['cycles']:,}", f"{r['macs']:,}", f"{r['dram_bytes']:,}", f"{r['intensity']:.3g}", f"{r['gops']:.3g}",
+                f"{r['peak_share']:.1%}"]
         nums += [f"{r['modules'][m][s]:,}" for m in MODULES for s in ("busy", "stall")]
         body.append("<tr>" + "".join(f"<td>{c}</td>" for c in cells) + "".join(f"<td class=num>{c}</td>" for c in nums)
                     + "</tr>")

@@ -46,6 +46,10 @@ MMIO_BLOCKS = ("fetch", "load", "compute", "store")   # register blocks at MMIO_
 # model: latency = cycles at the clock) they stay out of it, so uncalibrated configs keep their fingerprints.
 LATENCY_KEYS = ("LAUNCH_US", "HOST_INSN_NS", "HOST_UOP_NS", "CACHE_NS_PER_BYTE", "DMA_EFFICIENCY", "DMA_ROW_CYCLES",
                 "COMPUTE_LOOP_CYCLES")
+# A board model is fitted to one design (the bitstream the board ran: its core, buffers, bus, clock, queues):
+# CALIBRATED_FOR holds that design's ``design_fingerprint``, and the model applies only to a config of that design
+# (``HwConfig.board_model``); a variant (another bus, block, clock, ...) keeps the keys but gets cycles-only times.
+# "" = not recorded: the keys apply as given (a config that sets them itself).
 LATENCY_NEUTRAL = {"LAUNCH_US": 0.0, "HOST_INSN_NS": 0.0, "HOST_UOP_NS": 0.0, "CACHE_NS_PER_BYTE": 0.0,
                    "DMA_EFFICIENCY": 1.0, "DMA_ROW_CYCLES": 0.0, "COMPUTE_LOOP_CYCLES": 0.0}
 # key -> (lowest, highest, what it means); DMA_EFFICIENCY must also be > 0.
@@ -106,6 +110,16 @@ def sim_param_ranges() -> dict[str, tuple[int, int]]:
                                        "COMPUTE_LATENCY", "INSN_QUEUE_DEPTH", "TOKEN_QUEUE_DEPTH")}}
 
 
+# How ``HwConfig.name`` says a timing field that differs from the TARGET's preset (the bitstream's fields are in
+# ``model`` already): LOG_BUS_WIDTH=7 -> "bus128", CLOCK_MHZ=150 -> "150MHz", ...
+NAME_TAGS: dict[str, Any] = {
+    "LOG_BUS_WIDTH": lambda v: f"bus{1 << v}", "CLOCK_MHZ": lambda v: f"{v:g}MHz", "DRAM_LATENCY": lambda v: f"dram{v}",
+    "DMA_BURST_BEATS": lambda v: f"burst{v}", "DMA_BURST_GAP": lambda v: f"gap{v}", "GEMM_II": lambda v: f"gemmii{v}",
+    "ALU_II": lambda v: f"aluii{v}", "COMPUTE_LATENCY": lambda v: f"clat{v}", "INSN_QUEUE_DEPTH": lambda v: f"iq{v}",
+    "TOKEN_QUEUE_DEPTH": lambda v: f"tq{v}"}
+assert set(NAME_TAGS) == set(PLATFORM_KEYS)
+
+
 class ConfigError(ValueError):
     """A configuration was refused; ``key`` names the offending key."""
 
@@ -151,6 +165,7 @@ class HwConfig:
     DMA_EFFICIENCY: float = 1.0
     DMA_ROW_CYCLES: float = 0.0
     COMPUTE_LOOP_CYCLES: float = 0.0
+    CALIBRATED_FOR: str = ""        # the design_fingerprint the board model was fitted on ("" = any)
     DESCRIPTION: str = ""
     MMIO_BASE: int = 0x43C00000     # physical address of the fetch module's AXI-lite registers
     MMIO_RANGE: int = 0x1000        # spacing of the four register blocks (VTA's ip_reg_map_range)
@@ -247,6 +262,25 @@ class HwConfig:
     BITSTREAM = property(lambda self: self.bitstream)
     MODEL = property(lambda self: self.model)
 
+    @cached_property
+    def name(self) -> str:
+        """The config's name as the commands print it: VTA's ``model`` (TARGET and the bitstream's fields, which a
+        bitstream's and a tuning target's names require unchanged), then every timing field that differs from the
+        TARGET's preset, so two designs never print one name: ``pynq_1x16_i8w8a32_15_15_17_17_bus128``; and
+        ``_board-<6 hex>`` for a board model of its own, ``_noboard`` for the preset's design without the preset's
+        model. The pynq preset's name is VTA's ``pynq_1x16_i8w8a32_15_15_18_17``."""
+        preset = load_config(PLATFORM_PRESET_OF_TARGET[self.TARGET])
+        parts = [self.model]
+        for key, text in NAME_TAGS.items():
+            if getattr(self, key) != getattr(preset, key):
+                parts.append(text(getattr(self, key)))
+        if self.board_model and (not preset.board_model or self.latency_params() != preset.latency_params()):
+            tag = hashlib.sha256(json.dumps(self.latency_params(), sort_keys=True).encode()).hexdigest()[:6]
+            parts.append(f"board-{tag}")
+        elif not self.board_model and preset.board_model and self.design_fingerprint == preset.design_fingerprint:
+            parts.append("noboard")
+        return "_".join(parts)
+
     # ---- ISA layout ----
     @cached_property
     def insn_formats(self) -> dict[str, Format]:
@@ -295,19 +329,47 @@ class HwConfig:
     @property
     def fingerprint(self) -> str:
         """Stable hash of everything that changes programs or timing (the description and the board's address
-        map excluded; the board latency model included unless it is neutral)."""
+        map excluded; the board latency model included when it applies and is not neutral)."""
         d = self.to_dict()
-        for key in ("DESCRIPTION", "CAPABILITIES", *BOARD_KEYS):   # capabilities refuse programs, change none
+        for key in ("DESCRIPTION", "CAPABILITIES", "CALIBRATED_FOR", *BOARD_KEYS):   # capabilities refuse programs
             d.pop(key)
+        applies = self.board_model
         for key in LATENCY_KEYS:
-            if d[key] == LATENCY_NEUTRAL[key]:
+            if not applies or d[key] == LATENCY_NEUTRAL[key]:
                 d.pop(key)
         return hashlib.sha256(json.dumps(d, sort_keys=True).encode()).hexdigest()[:16]
 
+    @cached_property
+    def design_fingerprint(self) -> str:
+        """Stable hash of the design alone: what changes programs or cycles (the fingerprint without the board
+        latency model). A board model is calibrated for one (``CALIBRATED_FOR``)."""
+        d = self.to_dict()
+        for key in ("DESCRIPTION", "CAPABILITIES", "CALIBRATED_FOR", *BOARD_KEYS, *LATENCY_KEYS):
+            d.pop(key)
+        d["CLOCK_MHZ"] = float(d["CLOCK_MHZ"])   # 100 and 100.0 MHz are one design
+        return hashlib.sha256(json.dumps(d, sort_keys=True).encode()).hexdigest()[:16]
+
+    @property
+    def has_latency_keys(self) -> bool:
+        """Whether any LATENCY_KEYS value is not neutral (a board model, applied or not: ``board_model``)."""
+        return any(getattr(self, k) != LATENCY_NEUTRAL[k] for k in LATENCY_KEYS)
+
     @property
     def board_model(self) -> bool:
-        """Whether the config carries a board latency model (any LATENCY_KEYS value not neutral)."""
-        return any(getattr(self, k) != LATENCY_NEUTRAL[k] for k in LATENCY_KEYS)
+        """Whether the board latency model applies: the config carries one (a LATENCY_KEYS value not neutral) and
+        it was calibrated for this design (``CALIBRATED_FOR`` is this config's ``design_fingerprint``, or "")."""
+        return self.has_latency_keys and self.CALIBRATED_FOR in ("", self.design_fingerprint)
+
+    def board_model_note(self) -> str | None:
+        """Why a config that carries a board model gets cycles-only times, in words; None when the model applies
+        or there is none."""
+        if not self.has_latency_keys or self.board_model:
+            return None
+        whose = next((f"the {name} preset's design" for name in presets()
+                      if (c := load_config(name)).CALIBRATED_FOR == self.CALIBRATED_FOR and c.board_model), None)
+        return (f"no board model: its board latency model was calibrated for another design "
+                f"({whose or f'design fingerprint {self.CALIBRATED_FOR}'}), not for {self.name}; times are the "
+                "simulator's cycles at the clock")
 
     def latency_params(self) -> dict[str, float]:
         """The board latency model's parameters (LATENCY_KEYS)."""
@@ -320,7 +382,8 @@ class HwConfig:
                  "INP_ELEM_BYTES", "WGT_ELEM_BYTES", "ACC_ELEM_BYTES", "OUT_ELEM_BYTES",
                  "UOP_BUFF_DEPTH", "INP_BUFF_DEPTH", "WGT_BUFF_DEPTH", "ACC_BUFF_DEPTH",
                  "BUS_WIDTH", "INP_MAT_AXI_RATIO", "WGT_MAT_AXI_RATIO", "ACC_MAT_AXI_RATIO", "OUT_MAT_AXI_RATIO",
-                 "MACS_PER_CYCLE", "peak_gops", "bitstream", "model", "fingerprint"]
+                 "MACS_PER_CYCLE", "peak_gops", "bitstream", "model", "name", "fingerprint", "design_fingerprint",
+                 "board_model"]
         return {n: getattr(self, n) for n in names}
 
     def replace(self, **overrides: Any) -> HwConfig:
@@ -362,6 +425,9 @@ def _validate(c: HwConfig) -> None:
         raise _fail("HW_VER", c.HW_VER, "a version string such as '0.0.2'")
     if not isinstance(c.DESCRIPTION, str):
         raise _fail("DESCRIPTION", c.DESCRIPTION, "a string")
+    if not isinstance(c.CALIBRATED_FOR, str) or not re.fullmatch(r"|[0-9a-f]{16}", c.CALIBRATED_FOR):
+        raise _fail("CALIBRATED_FOR", c.CALIBRATED_FOR, "'' or the 16 hex digits of a design_fingerprint (the design "
+                    "the board latency model was calibrated for)")
     if not isinstance(c.COHERENT, bool):
         raise _fail("COHERENT", c.COHERENT, "true or false")
     if not isinstance(c.CAPABILITIES, str) or c.CAPABILITIES not in CAPABILITY_SETS:
@@ -470,9 +536,14 @@ def config_from_dict(data: dict[str, Any], **overrides: Any) -> HwConfig:
     target = data["TARGET"]
     if not isinstance(target, str) or target not in PLATFORM_PRESET_OF_TARGET:
         raise _fail("TARGET", target, f"one of {', '.join(TARGETS)}")
-    if any(k not in data for k in (*PLATFORM_KEYS, *BOARD_KEYS, *LATENCY_KEYS)):
+    if any(k not in data for k in (*PLATFORM_KEYS, *BOARD_KEYS, *LATENCY_KEYS, "CALIBRATED_FOR")):
         platform = _read_json(PRESET_DIR / f"{PLATFORM_PRESET_OF_TARGET[target]}.json")
         data = {**{k: platform[k] for k in (*PLATFORM_KEYS, *BOARD_KEYS, *LATENCY_KEYS) if k in platform}, **data}
+        # the preset's board model (its values, inherited or copied) is the preset's calibration, made for the
+        # preset's design: it says so, and applies only where the design is that one (HwConfig.board_model)
+        if "CALIBRATED_FOR" not in data and "CALIBRATED_FOR" in platform and all(
+                data.get(k, LATENCY_NEUTRAL[k]) == platform.get(k, LATENCY_NEUTRAL[k]) for k in LATENCY_KEYS):
+            data["CALIBRATED_FOR"] = platform["CALIBRATED_FOR"]
     for key in ("MMIO_BASE", "MMIO_RANGE"):   # JSON has no hex literals: "0x43C00000" is accepted as well
         if isinstance(data.get(key), str):
             try:

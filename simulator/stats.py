@@ -60,6 +60,34 @@ class RunStats:
         return d
 
 
+# The basis of every time and throughput figure the commands print (vta run, vta tune, the report page, vta dse;
+# docs/simulate.md, "Which time is which"): each figure says which of these it is.
+SIMULATED = "simulated"       # the simulator's cycles at the config's clock: the accelerator alone
+BOARD_MODEL = "board model"   # the calibrated board model's prediction of one call on the board (runtime included)
+MEASURED = "measured"         # wall time measured, on a board or on this machine's CPU
+
+
+def latency_basis(cfg) -> str:
+    """What a simulator run's ``latency_s`` is on ``cfg``: BOARD_MODEL where the config's board model applies
+    (``HwConfig.board_model``), else SIMULATED (the cycles at the clock)."""
+    return BOARD_MODEL if getattr(cfg, "board_model", False) else SIMULATED
+
+
+def basis_legend(cfg, board: str | None = None, host: bool = True) -> str:
+    """One line saying the basis of each kind of figure beside it (a table's legend). ``board``: how its board
+    figures were obtained ("predicted by the board model", "measured", ...; None: there are none)."""
+    text = (f"basis: VTA rows' cycles, time ms and GOPS are {SIMULATED} (cycles at {cfg.CLOCK_MHZ:g} MHz; GOPS = "
+            "2 x MACs / that time)")
+    if board == "predicted by the board model":
+        text += ("; board ms is the board model's prediction of a call on the board (the runtime on its CPU, caches "
+                 "and the accelerator there; calibrated for this design, docs/calibrate.md)")
+    elif board:
+        text += f"; board ms is {board}"
+    if host:
+        text += "; CPU rows' time ms is measured on this machine"
+    return text
+
+
 def format_duration(seconds: float) -> str:
     """A simulated time as the command line prints it: microseconds below 1000 us, milliseconds from there."""
     return f"{seconds * 1e6:.1f} us" if seconds * 1e6 < 1000 else f"{seconds * 1e3:.2f} ms"

@@ -146,6 +146,8 @@ def test_vta_calibrate_writes_a_config_that_loads_like_a_preset(capsys, tmp_path
     assert float(after.split()[1]) <= 0.22 and float(after.split()[2]) >= 0.9
     cfg = load_config(str(out))
     assert cfg.board_model and cfg.fingerprint != SIM.fingerprint
+    # fitted on sim's design: it says so, and a variant of the file gets no board model (issue 39, item 5)
+    assert cfg.CALIBRATED_FOR == SIM.design_fingerprint and not load_config(str(out), LOG_BUS_WIDTH=7).board_model
     assert {k: getattr(cfg, k) for k in ("TARGET", "LOG_BLOCK", "CLOCK_MHZ")} == {"TARGET": "sim", "LOG_BLOCK": 4,
                                                                                   "CLOCK_MHZ": 100}
     said = "board model calibrated on 19 records of pynq_conv2d_measured.jsonl"

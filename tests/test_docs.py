@@ -464,7 +464,7 @@ def check_run(cmd: DocCommand, out: str, work: Path) -> None:
         assert "--check" not in argv or "check: output matches the numpy reference (np.allclose" in out
         check_schedules(argv, out)
         return
-    assert first.startswith(f"{model} on {cfg.model} "), first
+    assert first.startswith(f"{model} on {cfg.name} "), first
     size = option(argv, "--image-size")
     if size:
         assert f"input ({cfg.BATCH}, 3, {size}, {size})" in first, first
@@ -508,7 +508,7 @@ def check_tune(cmd: DocCommand, out: str, work: Path) -> None:
     if option(cmd.argv, "--target") == "cpu":   # the float network on this CPU: untuned and tuned, timed
         assert re.search(r"end-to-end on this CPU .* untuned .* ms .* tuned [\d.]+ ms .* outputs agree", out), out[-500:]
     else:
-        assert re.search(r"end-to-end simulated latency: untuned [\d,]+ cycles .* outputs identical", out), out[-500:]
+        assert re.search(r"end-to-end, the accelerator's part: untuned [\d,]+ cycles .* outputs identical", out), out[-500:]
     records = [json.loads(line) for line in (work / log_of(out)).read_text().splitlines()]
     assert records
     plot = option(cmd.argv, "--plot")

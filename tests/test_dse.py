@@ -34,6 +34,7 @@ from tuning.dse import (
     check_space,
     csv_rows,
     evaluate,
+    latency_parts,
     pareto_front,
     point_key,
     read_records,
@@ -43,10 +44,11 @@ from tuning.dse import (
 )
 from tuning.task import extract_tasks
 
-# A search small enough for the suite: ResNet-18 on 32x32 images; one point VTA's ISA cannot encode (an 8-wide
-# block with pynq's buffers), one that does not fit an xc7z020 (a 32-wide block), three that run.
+# A search small enough for the suite: ResNet-18 on 32x32 images; points VTA's ISA cannot encode (an 8-wide block
+# with pynq's buffers), points that do not fit an xc7z020 (a 32-wide block; a 128-bit bus, wider than the Zynq-7000's
+# 64-bit ACP port), two that run (32- and 64-bit buses).
 NET, IMAGE = "resnet-18", 32
-SPACE = {"LOG_BLOCK": [3, 4, 5], "LOG_BUS_WIDTH": [6, 7]}
+SPACE = {"LOG_BLOCK": [3, 4, 5], "LOG_BUS_WIDTH": [5, 6, 7]}
 SEARCH = Search(NET, "pynq", "xc7z020", trials=2, image_size=IMAGE)
 
 
@@ -107,6 +109,20 @@ def test_configs_with_the_same_host_work_share_its_fastest_host_time(searched):
     assert [r.get("latency_ms") for r in shared[:3]] == [14.0, 15.0, 17.0]
     assert shared[0]["per_image_ms"] == 7.0 and shared[0]["host_ms_measured"] == 9.0
     assert shared[3] == raw[3] and shared[4] == raw[4] and raw[0]["host_ms"] == 9.0   # failed, invalid: as they were
+
+
+def test_a_records_latency_is_said_as_its_parts_with_their_basis():
+    """Issue 39, item 4: a progress line said 113.41 ms where the summary said 99.833 ms for the same point. A record
+    as evaluated (progress) gives this run's host part and says the summary differs; after share_host_time (the
+    summary) the fastest run of the same host work."""
+    raw = {"status": "ok", "point": {"A": 1}, "host_key": "k", "batch": 1, "accel_ms": 95.5, "host_ms": 17.91,
+           "latency_ms": 113.41}
+    other = {**raw, "point": {"A": 2}, "accel_ms": 97.0, "host_ms": 4.333, "latency_ms": 101.333}
+    assert latency_parts(raw) == ("113.4100 ms = accelerator 95.5000 ms (simulated) + host 17.9100 ms (measured, this "
+                                  "run; the summary takes the fastest run of the same host work)")
+    shared = share_host_time([raw, other])[0]
+    assert latency_parts(shared) == ("99.8330 ms = accelerator 95.5000 ms (simulated) + host 4.3330 ms (the fastest "
+                                     "measured run of its host work)")
 
 
 # ---- spaces ----------------------------------------------------------------------------------------------------
@@ -184,15 +200,21 @@ def test_vta_dse_passes_its_max_points_to_the_search(tmp_path, monkeypatch):
     assert seen["max_points"] == 6000
 
 
-def test_the_default_space_has_over_a_hundred_configs_that_fit_the_pynqs_part():
+def test_the_default_space_fits_the_pynqs_part_only_with_the_64_bit_bus():
+    """216 points, 140 encodable, half of them with each bus: every 64-bit one fits an xc7z020; no 128-bit one does
+    (the Zynq-7000's ACP, VTA's DRAM port there, is 64 bits), though each fits the part's resources."""
     from tuning.dse import points_of
-    fit = 0
+    fit = {6: 0, 7: 0}
+    encodable = 0
     for point in points_of(read_space(None)):
         try:
-            fit += estimate(load_config("pynq", **point), part="xc7z020").fits
+            report = estimate(load_config("pynq", **point), part="xc7z020")
         except ValueError:
             continue
-    assert fit >= 100
+        encodable += 1
+        fit[point["LOG_BUS_WIDTH"]] += report.fits
+        assert all(used <= have for used, have in report.usage().values())
+    assert (encodable, fit) == (140, {6: 70, 7: 0})
 
 
 # ---- the front -------------------------------------------------------------------------------------------------
@@ -231,9 +253,14 @@ def test_each_point_is_what_the_simulator_and_the_resource_model_say(searched):
     from tuning.dse import _network
     _, outcome = searched
     by_status = {s: [r["point"] for r in outcome.of_status(s)] for s in ("ok", "invalid", "does-not-fit", "failed")}
-    assert by_status["invalid"] == [{"LOG_BLOCK": 3, "LOG_BUS_WIDTH": 6}, {"LOG_BLOCK": 3, "LOG_BUS_WIDTH": 7}]
-    assert by_status["does-not-fit"] == [{"LOG_BLOCK": 5, "LOG_BUS_WIDTH": 6}, {"LOG_BLOCK": 5, "LOG_BUS_WIDTH": 7}]
-    assert by_status["ok"] == [{"LOG_BLOCK": 4, "LOG_BUS_WIDTH": 6}, {"LOG_BLOCK": 4, "LOG_BUS_WIDTH": 7}]
+    assert by_status["invalid"] == [{"LOG_BLOCK": 3, "LOG_BUS_WIDTH": b} for b in (5, 6, 7)]
+    assert by_status["does-not-fit"] == [{"LOG_BLOCK": 4, "LOG_BUS_WIDTH": 7},
+                                         *({"LOG_BLOCK": 5, "LOG_BUS_WIDTH": b} for b in (5, 6, 7))]
+    assert by_status["ok"] == [{"LOG_BLOCK": 4, "LOG_BUS_WIDTH": 5}, {"LOG_BLOCK": 4, "LOG_BUS_WIDTH": 6}]
+    # the 128-bit bus fits every resource of the part; the Zynq-7000's ACP, VTA's DRAM port there, is 64 bits
+    [wide] = [r for r in outcome.of_status("does-not-fit") if r["point"] == {"LOG_BLOCK": 4, "LOG_BUS_WIDTH": 7}]
+    assert all(u <= 1 for u in wide["usage"].values()) and wide["fits"] is False
+    assert wide["reason"].startswith("its 128-bit bus is wider than xc7z020's 64-bit DRAM port, S_AXI_ACP ")
     assert not by_status["failed"]
     graph, qgraph, qparams, (start, stop), x = _network(SEARCH, 1)
     sram_bits = (2**15 + 2**15 + 2**18 + 2**17) * 8                       # pynq's uop, inp, wgt and acc SRAMs
@@ -259,7 +286,7 @@ def test_each_point_is_what_the_simulator_and_the_resource_model_say(searched):
         assert rec["latency_ms"] == pytest.approx(rec["accel_ms"] + rec["host_ms"], abs=2e-3)
     # a wider bus moves the same bytes in fewer beats: never slower on the accelerator
     ok = {r["point"]["LOG_BUS_WIDTH"]: r for r in outcome.of_status("ok")}
-    assert ok[7]["accel_cycles"] < ok[6]["accel_cycles"]
+    assert ok[6]["accel_cycles"] < ok[5]["accel_cycles"]
     assert outcome.front and all(r["status"] == "ok" for r in outcome.front)
 
 
@@ -284,19 +311,19 @@ def test_the_reports_verdict_names_a_faster_config_only_when_there_is_one(base_m
 
 
 def test_the_base_config_is_measured_even_outside_the_space(tmp_path):
-    outcome = run_search(SEARCH, {"LOG_BUS_WIDTH": [7]}, tmp_path)
+    outcome = run_search(SEARCH, {"LOG_BUS_WIDTH": [5]}, tmp_path)
     points = [r["point"] for r in outcome.records]
-    assert points == [{"LOG_BUS_WIDTH": 7}, {"LOG_BUS_WIDTH": 6}]   # pynq's own 64-bit bus, added
+    assert points == [{"LOG_BUS_WIDTH": 5}, {"LOG_BUS_WIDTH": 6}]   # pynq's own 64-bit bus, added
     assert outcome.base_point == {"LOG_BUS_WIDTH": 6}
     page = (tmp_path / "report.html").read_text()
-    assert "The base config <b>pynq</b>" in page and "faster) using" in page
+    assert "The base config <b>pynq</b>" in page and "No config of the space that fits the part is faster" in page
 
 
 # ---- resuming ----------------------------------------------------------------------------------------------------
 
 def test_a_changed_base_config_file_is_another_search_and_an_unchanged_one_resumes(tmp_path):
-    """The search key holds the base config's content, not only its path: after the file changes (a faster clock
-    and a wider bus), its records are another search's and every point is measured again; while it does not,
+    """The search key holds the base config's content, not only its path: after the file changes (a faster clock),
+    its records are another search's and every point is measured again; while it does not,
     they are resumed."""
     base = tmp_path / "base.json"
     base.write_text(load_config("pynq").to_json())
@@ -311,7 +338,7 @@ def test_a_changed_base_config_file_is_another_search_and_an_unchanged_one_resum
     again = run_search(search(), space, out, progress=said.append)
     assert again.measured == 0 and again.records == first.records
     assert said[0].startswith("resuming: 1 of 1 points already in")
-    base.write_text(json.dumps({**json.loads(base.read_text()), "CLOCK_MHZ": 200, "LOG_BUS_WIDTH": 7}))
+    base.write_text(json.dumps({**json.loads(base.read_text()), "CLOCK_MHZ": 200}))
     said.clear()
     changed = run_search(search(), space, out, progress=said.append)
     assert changed.measured == 1 and not any(line.startswith("resuming") for line in said)
@@ -415,9 +442,9 @@ def test_vta_dse_writes_records_csv_front_and_a_self_contained_report(searched, 
                cwd=tmp_path)
     assert proc.returncode == 0, proc.stderr
     out = tmp_path / "out"
-    assert "6 configs: 2 tuned and timed, 2 do not fit xc7z020, 2 not encodable, 0 failed" in proc.stdout
+    assert "9 configs: 2 tuned and timed, 4 do not fit xc7z020, 3 not encodable, 0 failed" in proc.stdout
     records = [json.loads(line) for line in (out / RECORDS).read_text().splitlines()]
-    assert len(records) == 6
+    assert len(records) == 9
     _, reference = searched
     by_point = {point_key(r["point"]): r for r in reference.records}
     for rec in records:   # the same search through the API: the same cycles and resources
@@ -425,7 +452,7 @@ def test_vta_dse_writes_records_csv_front_and_a_self_contained_report(searched, 
         assert (rec["status"], rec.get("accel_cycles"), rec.get("resources")) == \
             (ref["status"], ref.get("accel_cycles"), ref.get("resources"))
     rows = (out / "results.csv").read_text().splitlines()
-    assert len(rows) == 7 and rows[0].startswith("status,LOG_BATCH,LOG_BLOCK")
+    assert len(rows) == 10 and rows[0].startswith("status,LOG_BATCH,LOG_BLOCK")
     # the front by brute force over the two timed points: a point is on it unless the other is no worse on cost and
     # latency and better on one (shared host time: the latencies the front compares)
     front = json.loads((out / "front.json").read_text())["front"]
@@ -444,7 +471,7 @@ def test_vta_dse_writes_records_csv_front_and_a_self_contained_report(searched, 
     assert len(files) == len(front)
     base = json.loads((Path(__file__).resolve().parents[1] / "hw_config" / "presets" / "pynq.json").read_text())
     base = {k: int(v, 16) if isinstance(v, str) and v.startswith("0x") else v for k, v in base.items()}  # MMIO_*
-    described = {(4, 6): base["DESCRIPTION"], (4, 7): f"pynq with LOG_BUS_WIDTH=7; the base: {base['DESCRIPTION']}"}
+    described = {(4, 6): base["DESCRIPTION"], (4, 5): f"pynq with LOG_BUS_WIDTH=5; the base: {base['DESCRIPTION']}"}
     for f, r in zip(files, front, strict=True):
         written = json.loads(f.read_text())
         assert {k: written[k] for k in r["point"]} == r["point"]
@@ -453,13 +480,35 @@ def test_vta_dse_writes_records_csv_front_and_a_self_contained_report(searched, 
         assert written["DESCRIPTION"] == described[(r["point"]["LOG_BLOCK"], r["point"]["LOG_BUS_WIDTH"])]
     # the progress lines give each config's own host run, the summary the shared one (share_host_time): said once
     assert proc.stdout.count("latencies below: the accelerator's time plus the fastest host time") == 1
+    # issue 39, item 4: a progress line said 113.41 ms where the summary said 99.833 ms for the same point. Each
+    # line now gives its parts with their basis, which add up, and the progress line says why the summary differs
+    parts = r"([\d.]+) ms = accelerator ([\d.]+) ms \(simulated\) \+ host ([\d.]+) ms"
+    own = {}
+    for line in proc.stderr.splitlines():
+        if m := re.match(r"\[\d+/\d+\] (\{.*\}): " + parts + r" \(measured, this run; the summary takes the "
+                         r"fastest run of the same host work\)", line):
+            total, accel, host = (float(x) for x in m.groups()[1:])
+            assert total == pytest.approx(accel + host, abs=1e-9)
+            own[m.group(1)] = (accel, host)
+    by_point = {point_key(r["point"]): r for r in records}
+    assert sorted(own) == sorted(k for k, r in by_point.items() if r["status"] == "ok")
+    base = re.search(r"^base config pynq \(pynq_1x16_i8w8a32_15_15_18_17\): " + parts + r" \(the fastest measured "
+                     r"run of its host work\)", proc.stdout, re.MULTILINE)
+    total, accel, host = (float(x) for x in base.groups())
+    assert total == pytest.approx(accel + host, abs=1e-9)
+    base_key = point_key({"LOG_BLOCK": 4, "LOG_BUS_WIDTH": 6})
+    assert accel == own[base_key][0] and host == min(h for _, h in own.values())   # same host work: same batch
+    assert host <= own[base_key][1]                                                  # and block on every ok point
     page = (out / "report.html").read_text()
     assert page.startswith("<!DOCTYPE html>") and "http://" not in page.replace("http://www.w3.org/2000/svg", "")
     assert "https://" not in page and "<script src" not in page
+    # the front's table names each config (HwConfig.name) and says each time's basis
+    assert "accelerator ms (simulated)" in page and "host ms (measured: the fastest run of its host work)" in page
+    assert all(f"front/{i:02d}.json ({load_config('pynq', **r['point']).name}): " in page for i, r in enumerate(front))
     data = json.loads(page.split('<script type="application/json" id="data">')[1].split("</script>")[0])
-    assert data["counts"] == {"ok": 2, "does-not-fit": 2, "invalid": 2, "failed": 0}
+    assert data["counts"] == {"ok": 2, "does-not-fit": 4, "invalid": 3, "failed": 0}
     assert data["base"]["point"] == {"LOG_BLOCK": 4, "LOG_BUS_WIDTH": 6}
-    assert data["best"]["point"] == {"LOG_BLOCK": 4, "LOG_BUS_WIDTH": 7}
+    assert data["best"]["point"] == {"LOG_BLOCK": 4, "LOG_BUS_WIDTH": 6}
 
 
 @pytest.mark.parametrize("args, message", [
@@ -477,7 +526,7 @@ def test_vta_dse_refuses_bad_input_with_one_line_before_any_work(tmp_path, args,
 
 
 def test_a_search_killed_with_sigkill_resumes_without_measuring_twice(tmp_path):
-    (tmp_path / "space.json").write_text(json.dumps({"LOG_BUS_WIDTH": [6, 7, 8]}))
+    (tmp_path / "space.json").write_text(json.dumps({"LOG_WGT_BUFF_SIZE": [16, 17, 18]}))
     cmd = [sys.executable, "-m", "vta", "dse", NET, "--image-size", str(IMAGE), "--space", "space.json",
            "--trials", "1", "--out", "out"]
     proc = subprocess.Popen(cmd, cwd=tmp_path, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, env=ENV)
@@ -558,7 +607,7 @@ def test_worker_processes_rerun_the_points_a_dead_worker_lost(searched, tmp_path
     from tuning import dse
     _, reference = searched
     by_point = {point_key(r["point"]): r for r in reference.records}
-    killer = {"LOG_BLOCK": 4, "LOG_BUS_WIDTH": 7}   # a point that fits, so that a worker tunes it
+    killer = {"LOG_BLOCK": 4, "LOG_BUS_WIDTH": 5}   # a point that fits, so that a worker tunes it
     assert by_point[point_key(killer)]["status"] == "ok"
     real = dse.evaluate
 
@@ -569,7 +618,7 @@ def test_worker_processes_rerun_the_points_a_dead_worker_lost(searched, tmp_path
 
     monkeypatch.setattr(dse, "evaluate", evaluate)
     records = run_search(SEARCH, SPACE, tmp_path, parallel=2).records
-    assert len(records) == 6
+    assert len(records) == 9
     for rec in records:
         if rec["point"] == killer:
             assert (rec["status"], rec["reason"]) == ("failed", "its worker process died twice")
@@ -591,7 +640,7 @@ def test_points_on_a_dask_cluster_with_a_worker_killed_are_all_run(searched, tmp
             return run_search(SEARCH, SPACE, tmp_path, dask=address).records
 
         records, _ = _measure_and_kill(client, search, lambda worker: os.kill(pids[worker], signal.SIGKILL))
-    assert len(records) == 6
+    assert len(records) == 9
     for rec in records:
         ref = by_point[point_key(rec["point"])]
         assert (rec["status"], rec.get("accel_cycles")) == (ref["status"], ref.get("accel_cycles"))
@@ -624,7 +673,7 @@ def test_vta_dse_says_why_points_failed_exits_2_when_all_did_and_tries_them_agai
     and the exit status was 0: the reason was only in the records. The progress line now gives it, a search whose
     every tuned point failed ends with one `vta: error:` line naming the first reason and exit status 2 (its
     records and outputs written), and a failed point is not final: the same command measures it again."""
-    (tmp_path / "space.json").write_text(json.dumps({"LOG_BUS_WIDTH": [6, 7]}))
+    (tmp_path / "space.json").write_text(json.dumps({"LOG_BUS_WIDTH": [5, 6]}))
     cmd = [sys.executable, "-m", "vta", "dse", NET, "--image-size", str(IMAGE), "--space", "space.json",
            "--trials", "1", "--out", "out"]
     broken = subprocess.run(cmd, cwd=tmp_path, capture_output=True, text=True, timeout=600, check=False,
@@ -672,7 +721,7 @@ def test_vta_dse_takes_start_and_stop_for_an_onnx_model(tmp_path):
     before any point (one line, nothing written). --start / --stop, as vta run takes them, choose the offload
     region, and the error says so."""
     model = str(Path(__file__).resolve().parents[1] / "examples" / "digits_cnn.onnx")
-    (tmp_path / "space.json").write_text(json.dumps({"LOG_BUS_WIDTH": [6, 7]}))
+    (tmp_path / "space.json").write_text(json.dumps({"LOG_BUS_WIDTH": [5, 6]}))
     args = ["dse", model, "--space", "space.json", "--trials", "1"]
     bare = vta(*args, "--out", "bare", cwd=tmp_path)
     assert bare.returncode == 2 and "Traceback" not in bare.stderr

@@ -126,7 +126,7 @@ def _run(cmd: list[str], cwd: Path) -> str:
 
 
 def _latency_line(stdout: str) -> str:
-    return next(line for line in stdout.splitlines() if line.startswith("end-to-end simulated latency"))
+    return next(line for line in stdout.splitlines() if line.startswith("end-to-end, the accelerator's part:"))
 
 
 @pytest.mark.parametrize("strategy", ["gradient", "sequential"])

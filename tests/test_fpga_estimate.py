@@ -232,6 +232,27 @@ def test_the_python_api_twice_in_one_process():
     assert first.usage()["bram36"] == (pytest.approx(bram36), 216)
 
 
+@pytest.mark.parametrize("part, log_bus, fits", [
+    # VTA's vivado.tcl connects the accelerator's AXI master to the Zynq-7000's ACP, a 64-bit slave (UG585), and to
+    # UltraScale+'s S_AXI_HPC0_FPD, at most 128 bits (DS891): a wider bus is a limit like the LUTs; narrower is fine
+    ("xc7z020", 5, True), ("xc7z020", 6, True), ("xc7z020", 7, False),
+    ("xczu3eg", 7, True), ("xczu3eg", 8, False), ("xczu7ev", 7, True), ("xczu7ev", 8, False),
+])
+def test_a_bus_wider_than_the_parts_dram_port_does_not_fit(part, log_bus, fits):
+    report = estimate(load_config("pynq", LOG_BUS_WIDTH=log_bus), part=part)
+    assert report.total.lut < get_part(part).lut   # the resources fit each of these parts: only the bus decides
+    assert report.fits is fits and report.bus_fits is fits
+    port = {"xc7z020": (64, "S_AXI_ACP"), "xczu3eg": (128, "S_AXI_HPC0_FPD"), "xczu7ev": (128, "S_AXI_HPC0_FPD")}
+    assert (get_part(part).bus_bits, get_part(part).bus_port.split()[0]) == port[part]
+    bits = 1 << log_bus
+    text = render(report)
+    assert f"bus: {bits} bits; {part}'s DRAM port takes at most {port[part][0]}: {port[part][1]}" in text
+    if not fits:
+        assert (f"fits {part}: NO (a {bits}-bit bus, wider than the {port[part][0]}-bit port {port[part][1]} "
+                "it connects to)") in text
+    assert report.to_dict()["bus"]["bits"] == bits and report.to_dict()["fits"] is fits
+
+
 def _vta(*argv: str) -> subprocess.CompletedProcess:
     return subprocess.run([sys.executable, "-m", "vta", "hw", "estimate", *argv], capture_output=True, text=True,
                           timeout=120, check=False)

@@ -221,3 +221,45 @@ def test_board_keys_do_not_change_the_fingerprint_and_accept_hex_strings():
                                 ("COHERENT", "yes", "true or false"), ("BOARD_MEM_MB", 0, "MiB of board DRAM")):
         err = _refused("pynq", **{key: value})
         assert err.key == key and allowed in str(err)
+
+
+@pytest.mark.parametrize("name, overrides, expected", [
+    # VTA's names (TARGET and the bitstream's fields) for the presets' own designs, unchanged
+    ("pynq", {}, "pynq_1x16_i8w8a32_15_15_18_17"),
+    ("ultra96", {}, "ultra96_1x16_i8w8a32_15_15_18_17"),
+    ("sim", {}, "sim_1x16_i8w8a32_15_15_18_17"),
+    # a bitstream field that differs is in VTA's name already; the timing fields follow, against the TARGET's preset
+    ("pynq", {"LOG_WGT_BUFF_SIZE": 17}, "pynq_1x16_i8w8a32_15_15_17_17"),
+    ("pynq", {"LOG_WGT_BUFF_SIZE": 17, "LOG_BUS_WIDTH": 7}, "pynq_1x16_i8w8a32_15_15_17_17_bus128"),
+    ("pynq", {"LOG_BUS_WIDTH": 5, "CLOCK_MHZ": 150}, "pynq_1x16_i8w8a32_15_15_18_17_bus32_150MHz"),
+    ("pynq", {"INSN_QUEUE_DEPTH": 256, "TOKEN_QUEUE_DEPTH": 4}, "pynq_1x16_i8w8a32_15_15_18_17_iq256_tq4"),
+    ("pynq", {"DRAM_LATENCY": 64, "DMA_BURST_BEATS": 8, "DMA_BURST_GAP": 0},
+     "pynq_1x16_i8w8a32_15_15_18_17_dram64_burst8_gap0"),
+    ("pynq", {"GEMM_II": 2, "ALU_II": 1, "COMPUTE_LATENCY": 8}, "pynq_1x16_i8w8a32_15_15_18_17_gemmii2_aluii1_clat8"),
+    ("batch4", {}, "pynq_4x16_i8w8a32_15_17_18_19_bus128"),
+    ("ultra96", {"LOG_BUS_WIDTH": 6}, "ultra96_1x16_i8w8a32_15_15_18_17_bus64"),
+    # the board model: the preset's design without the preset's, and a calibration of its own
+    ("pynq", dict.fromkeys(("LAUNCH_US", "HOST_INSN_NS", "HOST_UOP_NS", "CACHE_NS_PER_BYTE", "DMA_ROW_CYCLES",
+                            "COMPUTE_LOOP_CYCLES"), 0.0) | {"DMA_EFFICIENCY": 1.0},
+     "pynq_1x16_i8w8a32_15_15_18_17_noboard"),
+])
+def test_a_configs_name_carries_every_timing_field_that_differs_from_its_targets_preset(name, overrides, expected):
+    cfg = load_config(name, **overrides)
+    assert cfg.name == expected
+    assert cfg.model == f"{cfg.TARGET}_{cfg.bitstream}"   # VTA's model and bitstream strings are not renamed
+
+
+def test_two_designs_never_share_a_name():
+    """Every single change of a DSE axis and the board model's: a different fingerprint is a different name."""
+    base = load_config("pynq")
+    variants = [base, base.replace(LAUNCH_US=50.0), base.replace(LAUNCH_US=60.0)]
+    for key, values in {"LOG_BATCH": [1], "LOG_BLOCK": [5], "LOG_UOP_BUFF_SIZE": [13], "LOG_INP_BUFF_SIZE": [14],
+                        "LOG_WGT_BUFF_SIZE": [17], "LOG_ACC_BUFF_SIZE": [16], "LOG_BUS_WIDTH": [5, 7],
+                        "CLOCK_MHZ": [150, 200], "INSN_QUEUE_DEPTH": [256], "TOKEN_QUEUE_DEPTH": [4]}.items():
+        variants += [load_config("pynq", **{key: v}) for v in values]
+    by_name: dict[str, str] = {}
+    for cfg in variants:
+        assert by_name.setdefault(cfg.name, cfg.fingerprint) == cfg.fingerprint, cfg.name
+    assert len(by_name) == len(variants)
+    own = base.replace(LAUNCH_US=50.0)   # a calibration of its own: a short hash of its board model's keys
+    assert own.name.startswith("pynq_1x16_i8w8a32_15_15_18_17_board-") and len(own.name.split("-")[-1]) == 6

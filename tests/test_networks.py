@@ -120,7 +120,10 @@ def test_vta_run_cli_checks_and_prints(capsys):
     # where it comes from: here the calibrated board model, not a measurement
     timing = next(line for line in out.splitlines() if line.startswith("import "))
     assert "; compile " in timing and "import" not in timing.split("; compile ", 1)[1]
-    assert "ms predicted by the board model" in out and "measured" not in out
+    assert "ms predicted by the board model" in out and "board ms is measured" not in out
+    assert re.search(r"^inference: [\d.]+ ms wall on this machine \(host layers [\d.]+ ms\); accelerator [\d,]+ "
+                     r"cycles = [\d.]+ ms at 100 MHz \(simulated\); board [\d.]+ ms predicted by the board model$",
+                     out, re.MULTILINE)
     assert "top-5 classes (score) (random weights: the zoo's models are untrained, so these are not predictions):" \
         in out
 
@@ -134,10 +137,21 @@ def test_vta_run_claims_a_board_figure_only_where_there_is_one(capsys):
     out = capsys.readouterr().out
     table = out[out.index("layer "):]
     assert "board ms" in table.splitlines()[0] and "ms on the board, predicted by the board model);" in table
+    # issue 39, item 4: the table says the basis of each figure, once, under it
+    legend = ("basis: VTA rows' cycles, time ms and GOPS are simulated (cycles at 100 MHz; GOPS = 2 x MACs / that "
+              "time); board ms is the board model's prediction of a call on the board")
+    assert legend in table and table.rstrip().endswith("CPU rows' time ms is measured on this machine")
+    # GOPS is of the simulated time: layer1.0.conv1 at 32x32 images (8x8, 64 -> 64 channels, 3x3) by hand
+    row = next(line for line in table.splitlines() if line.startswith("layer1.0.conv1 ")).split()
+    cycles, ms, gops = int(row[4].replace(",", "")), float(row[5]), float(row[6])
+    assert ms == pytest.approx(cycles / 100e3, abs=1e-3) and gops == pytest.approx(
+        2 * 8 * 8 * 64 * 64 * 9 / (cycles / 100e6) / 1e9, abs=0.05)
     assert vta_main([*base, "--config", "sim"]) == 0
     out = capsys.readouterr().out
     table = out[out.index("layer "):]
     assert "board ms" not in table.splitlines()[0] and "cycles" in table.splitlines()[0]
+    assert "basis: VTA rows' cycles, time ms and GOPS are simulated (cycles at 100 MHz; GOPS = 2 x MACs / that " \
+        "time); CPU rows' time ms is measured on this machine" in table
     assert "board" not in out[out.index("inference: "):]
     total = r"^total: [\d,]+ cycles = [\d.]+ ms on the accelerator at [\d.]+ MHz; host "
     assert re.search(total, table, re.MULTILINE)

@@ -24,7 +24,7 @@ import pytest
 from graph_pack import build, graph_pack, quantize
 from graph_pack.cli import load_model
 from graph_pack.graph import GraphError
-from graph_pack.report import roofs, write_report
+from graph_pack.report import mac_cycles, roofs, write_report
 from hw_config import load_config
 from simulator.stats import MODULES
 
@@ -154,8 +154,21 @@ def test_run_report_matches_the_run_it_describes(cli_report):
         for m in MODULES:
             fig = row["modules"][m]
             assert fig["busy"] + fig["stall"] + fig["idle"] == cycles
+        # issue 39, item 4: compute "busy" ~100 % beside a roofline at ~55 % of peak. Busy splits into the MACs at
+        # the core's peak (pynq: 256 per cycle, GEMM_II 1), which are exactly the attained GOPS over the 51.2 GOPS
+        # peak, and the compute module's other work
+        compute = row["modules"]["compute"]
+        assert compute["mac"] == macs[name] / 256 <= compute["busy"]
+        assert row["peak_share"] == pytest.approx(row["gops"] / 51.2, rel=1e-12) == compute["mac"] / cycles
     total = int(re.search(r"accelerator ([\d,]+) cycles", stdout).group(1).replace(",", ""))
     assert data["summary"]["cycles"] == total == sum(r["cycles"] for r in data["layers"])
+    busy = sum(r["modules"]["compute"]["busy"] for r in layers.values())
+    mac = sum(macs.values()) / 256
+    page = html.unescape(path.read_text())
+    assert (f"Over the 3 group(s) with MACs: compute busy {100 * busy / total:.1f}% of {total:,} cycles = MAC cycles "
+            f"{100 * mac / total:.1f}% (attained {51.2 * mac / total:.1f} GOPS of 51.2, simulated) + other compute "
+            f"work {100 * (busy - mac) / total:.1f}%.") in page
+    assert "Busy counts every cycle a module is executing an instruction, whatever it does in it." in page
     # every group is a point of the roofline, named in its tooltip
     assert checker.circles.get("layer") == 3
     for name in layers:
@@ -347,3 +360,11 @@ def test_bad_plot_is_refused_before_tuning(tmp_path, extra, why):
     assert proc.returncode == 2 and proc.stdout == ""
     assert proc.stderr.startswith(f"vta: error: {why}") and len(proc.stderr.strip().splitlines()) == 1
     assert list(tmp_path.iterdir()) == []
+
+
+def test_mac_cycles_are_the_macs_at_the_cores_peak():
+    """BATCH x BLOCK_IN x BLOCK_OUT MACs every GEMM_II cycles: 4,096 MACs on a 1x16x16 core are 16 cycles, 32 at
+    GEMM_II 2, 4 on a 4x16x16 core (by hand)."""
+    assert mac_cycles(load_config("pynq"), 4096) == 16
+    assert mac_cycles(load_config("pynq", GEMM_II=2), 4096) == 32
+    assert mac_cycles(load_config("pynq", LOG_BATCH=2), 4096) == 4

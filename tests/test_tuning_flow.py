@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import io
 import json
+import re
 
 import numpy as np
 import pytest
@@ -56,6 +57,29 @@ def _small_tasks(cfg):
             conv_task(cfg, (1, 64, 7, 7), (64, 64, 3, 3), 1, 1, residual=True)]
 
 
+@pytest.mark.parametrize("preset, basis", [("pynq", "board model"), ("sim", "simulated")])
+def test_tunes_figures_say_their_basis_and_are_the_objectives(preset, basis):
+    """Issue 39, item 4: vta tune printed "12.79 GFLOPS" (the board model's time) where vta run printed 36.3 GOPS
+    (simulated cycles) for the same layer, neither saying which. Every rate and time now names its basis: the
+    board model's prediction where the config has one (pynq), the cycles at the clock where not (sim)."""
+    cfg = load_config(preset)
+    task = conv_task(cfg, (1, 32, 14, 14), (32, 32, 3, 3), 1, 1)
+    out = io.StringIO()
+    runner = CountingRunner(timing_only=True, check=False)
+    summary = tune_tasks([task], tuner="random", n_trial=4, runner=runner, batch_size=4, out=out)
+    [line] = [x for x in out.getvalue().splitlines() if x.startswith("[Task")]
+    best = min(r.latency_s for _, _, r in runner.seen if r.ok)
+    cycles = min(r.cycles for _, _, r in runner.seen if r.ok and r.latency_s == best)
+    ops = 2 * 14 * 14 * 32 * 32 * 3 * 3   # 2 x the layer's MACs (3,612,672 int8 operations)
+    assert f"/{ops / best / 1e9:7.2f} GOPS ({basis}) | Progress: (4/4)" in line
+    assert line.endswith(f"best {best * 1e3:.3f} ms ({basis}), {cycles:,} simulated cycles")
+    if preset == "sim":   # no board model: the time is the cycles at the clock
+        assert best == cycles / (cfg.CLOCK_MHZ * 1e6)
+    assert summary.states[0].basis == basis
+    assert out.getvalue().splitlines()[-1].endswith(f"default ms and best ms: {basis} (docs/simulate.md, \"Which time "
+                                                    "is which\")")
+
+
 @pytest.mark.parametrize("strategy", ["sequential", "gradient"])
 def test_tune_tasks_prints_autotvm_progress_and_never_gets_slower(strategy):
     cfg = load_config("pynq")
@@ -64,7 +88,7 @@ def test_tune_tasks_prints_autotvm_progress_and_never_gets_slower(strategy):
     runner = CountingRunner(timing_only=True, check=False)
     summary = tune_tasks(tasks, tuner="random", n_trial=12, runner=runner, strategy=strategy, batch_size=4, out=out)
     text = out.getvalue()
-    assert "[Task  1/ 3]  Current/Best:" in text and "GFLOPS | Progress: (" in text
+    assert "[Task  1/ 3]  Current/Best:" in text and "GOPS (board model) | Progress: (" in text
     assert "end-to-end (tuned layers, weighted)" in text and "speedup" in text
     total = sum(s.trials for s in summary.states)
     assert total <= 36 and runner.measured == total
@@ -114,13 +138,18 @@ def test_vta_tune_small_network_end_to_end(tmp_path, capsys):
             "--log", str(log)]
     assert vta_main(args) == 0
     out = capsys.readouterr().out
-    assert "end-to-end simulated latency" in out and "outputs identical" in out
+    assert "end-to-end, the accelerator's part:" in out and "outputs identical" in out
+    # each build's figures with their basis, and the speedup's (the board model's time, the tuners' objective)
+    line = next(x for x in out.splitlines() if x.startswith("end-to-end, the accelerator's part:"))
+    figures = r"[\d,]+ cycles = [\d.]+ ms at 100 MHz \(simulated\), [\d.]+ ms \(board model\)"
+    assert re.fullmatch(rf"end-to-end, the accelerator's part: untuned {figures}; tuned {figures}: [\d.]+x faster "
+                        r"\(board model\); outputs identical", line), line
     first = log.read_text().splitlines()
     tasks = {json.loads(line)["workload"] for line in first}
     assert len(first) == 6 * len(tasks) and len(tasks) > 1   # the scheduler spent exactly its budget
     assert vta_main(args) == 0  # resumes: every trial is in the log already, so nothing is measured again
     assert log.read_text().splitlines() == first
-    assert capsys.readouterr().out.count("end-to-end simulated latency") == 1
+    assert capsys.readouterr().out.count("end-to-end, the accelerator's part:") == 1
     assert vta_main([*args[:5], "8", *args[6:]]) == 0  # a larger budget measures only the new trials
     assert log.read_text().splitlines()[:len(first)] == first
     assert len(log.read_text().splitlines()) == 8 * len(tasks)

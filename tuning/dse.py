@@ -44,7 +44,8 @@ from tuning.measure import completed_in
 # Axes a search may vary: integer config keys (the rest of a config is the base's).
 AXES = ("LOG_BATCH", "LOG_BLOCK", "LOG_UOP_BUFF_SIZE", "LOG_INP_BUFF_SIZE", "LOG_WGT_BUFF_SIZE",
         "LOG_ACC_BUFF_SIZE", "LOG_BUS_WIDTH", "CLOCK_MHZ", "INSN_QUEUE_DEPTH", "TOKEN_QUEUE_DEPTH")
-# The default space: 216 points around VTA's Pynq config, 140 of which VTA's ISA can encode (all fit an xc7z020).
+# The default space: 216 points around VTA's Pynq config, 140 of which VTA's ISA can encode; on an xc7z020 the 70
+# with the 64-bit bus fit (the 128-bit ones are wider than its ACP port), on UltraScale+ parts all 140.
 DEFAULT_SPACE: dict[str, list[int]] = {
     "LOG_BLOCK": [3, 4], "LOG_BUS_WIDTH": [6, 7], "LOG_UOP_BUFF_SIZE": [13, 15], "LOG_INP_BUFF_SIZE": [13, 14, 15],
     "LOG_WGT_BUFF_SIZE": [16, 17, 18], "LOG_ACC_BUFF_SIZE": [15, 16, 17]}
@@ -257,14 +258,17 @@ def screen(search: Search, point: dict[str, int]) -> tuple[dict[str, Any], HwCon
     from hardware.fpga import estimate
     report = estimate(cfg, part=search.part)
     usage = report.usage()
-    rec.update(model=cfg.model, fingerprint=cfg.fingerprint, clock_mhz=cfg.CLOCK_MHZ, batch=cfg.BATCH,
+    rec.update(model=cfg.model, name=cfg.name, fingerprint=cfg.fingerprint, clock_mhz=cfg.CLOCK_MHZ, batch=cfg.BATCH,
                resources={k: round(float(usage[k][0]), 1) for k in RESOURCES},
                usage={k: round(float(usage[k][0]) / usage[k][1], 4) for k in RESOURCES}, fits=report.fits)
     rec["cost"] = round(sum(rec["usage"].values()) / len(RESOURCES), 4)   # the mean share: one cost to rank by
-    if not report.fits:
+    if not report.fits:   # a resource, or the bus: wider than the DRAM port the part gives the accelerator
         over = [k for k in RESOURCES if usage[k][0] > usage[k][1]]
-        return {**rec, "status": "does-not-fit", "reason": f"needs more {', '.join(over)} than {search.part} has",
-                "wall_s": time.perf_counter() - t0}, None
+        why = [f"needs more {', '.join(over)} than {search.part} has"] if over else []
+        if not report.bus_fits:
+            why.append(f"its {cfg.BUS_WIDTH}-bit bus is wider than {search.part}'s {report.part.bus_bits}-bit DRAM "
+                       f"port, {report.part.bus_port}")
+        return {**rec, "status": "does-not-fit", "reason": "; ".join(why), "wall_s": time.perf_counter() - t0}, None
     return rec, cfg
 
 
@@ -304,8 +308,9 @@ def _tune_and_time(search: Search, cfg: HwConfig) -> dict[str, Any]:
     for _ in range(HOST_REPEATS):   # the host part's best of a few runs: other work on the machine only slows it
         mod.run(compute=False, **{graph.inputs[0]: x})
         host_s.append(mod.host_seconds)
-    accel_ms = mod.cycles / (cfg.CLOCK_MHZ * 1e3)
-    host_ms = min(host_s) * 1e3
+    # rounded as recorded, and the latency their sum: the figures printed add up (the progress line's parts)
+    accel_ms = round(mod.cycles / (cfg.CLOCK_MHZ * 1e3), 4)
+    host_ms = round(min(host_s) * 1e3, 3)
     groups = sum(r.where == "accelerator" for r in mod.records)
     # the host's work depends on the packed layout and on which layers run on the CPU, not on buffers, bus or clock
     host_work = [cfg.BATCH, cfg.BLOCK_IN, cfg.BLOCK_OUT, [r.name for r in mod.records if r.where != "accelerator"]]
@@ -339,7 +344,7 @@ def share_host_time(records: Sequence[dict]) -> list[dict]:
 STATUSES = ("ok", "invalid", "does-not-fit", "failed")
 _NUMBERS = ("cost", "latency_ms", "accel_ms", "host_ms", "host_ms_measured", "per_image_ms", "clock_mhz", "wall_s")
 _COUNTS = ("accel_cycles", "trials", "groups", "batch")
-_TEXTS = ("reason", "model", "fingerprint", "host_key")
+_TEXTS = ("reason", "model", "name", "fingerprint", "host_key")
 _OK_NEEDS = ("cost", "usage", "resources", "latency_ms", "accel_ms", "host_ms", "per_image_ms", "batch")
 
 
@@ -554,7 +559,7 @@ def _search(search: Search, space: dict[str, list[int]], directory: Path, parall
         took = time.perf_counter() - t_tune
         if n == warm:
             t_warm = took
-        what = (f"{rec['latency_ms']:.2f} ms, {rec['cost']:.0%} of {search.part}" if rec["status"] == "ok"
+        what = (f"{latency_parts(rec)}, {rec['cost']:.0%} of {search.part}" if rec["status"] == "ok"
                 else f"{rec['status']}: {short_reason(rec.get('reason', ''))}" if rec.get("reason") else rec["status"])
         if n == len(to_tune):
             left = "~0 s left"
@@ -569,6 +574,16 @@ def _search(search: Search, space: dict[str, list[int]], directory: Path, parall
     outcome.front = pareto_front(records)
     write_outputs(outcome, directory)
     return outcome
+
+
+def latency_parts(rec: dict) -> str:
+    """A timed record's latency as its parts, each with its basis: the accelerator's simulated time plus the host
+    part, measured: this run's in a record as evaluated (a progress line, which says that the summary differs), the
+    fastest run of the same host work in one ``share_host_time`` gave (``host_ms_measured`` kept: the summary)."""
+    head = f"{rec['latency_ms']:.4f} ms = accelerator {rec['accel_ms']:.4f} ms (simulated) + host {rec['host_ms']:.4f} ms"
+    if "host_ms_measured" in rec:
+        return head + " (the fastest measured run of its host work)"
+    return head + " (measured, this run; the summary takes the fastest run of the same host work)"
 
 
 def short_reason(reason: str, limit: int = 120) -> str:
@@ -631,7 +646,7 @@ def _on_dask(search: Search, points: Sequence[dict], address: str):
 
 # ---- outputs -----------------------------------------------------------------------------------------------------
 
-CSV_COLUMNS = ("status", *AXES, "model", "clock_mhz", "batch", "lut", "ff", "bram36", "dsp", "cost", "fits",
+CSV_COLUMNS = ("status", *AXES, "name", "model", "clock_mhz", "batch", "lut", "ff", "bram36", "dsp", "cost", "fits",
                "accel_cycles", "accel_ms", "host_ms", "host_ms_measured", "latency_ms", "per_image_ms", "trials",
                "wall_s", "reason")
 

@@ -17,6 +17,7 @@ from tuning.dse import (
     REPORT,
     Search,
     check_network,
+    latency_parts,
     read_records,
     read_space,
     run_search,
@@ -88,14 +89,15 @@ def dse_cmd(args: argparse.Namespace) -> int:
         print("latencies below: the accelerator's time plus the fastest host time measured for the same host work "
               "in the search (the progress lines show each config's own run; docs/co-design.md)")
     if base is not None and base.get("status") == "ok":
-        print(f"base config {args.config}: {base['latency_ms']:.3f} ms, mean share of {part} {base['cost']:.2%}")
+        print(f"base config {args.config} ({base.get('name', base.get('model', ''))}): {latency_parts(base)}, mean share of "
+              f"{part} {base['cost']:.2%}")
     if best is not None:
-        print(f"fastest that fits: {best['latency_ms']:.3f} ms with "
-              f"{', '.join(f'{k}={v}' for k, v in best['point'].items())} ({best['cost']:.2%})")
+        print(f"fastest that fits: {best.get('name', best.get('model', ''))} ("
+              f"{', '.join(f'{k}={v}' for k, v in best['point'].items())}): {latency_parts(best)} ({best['cost']:.2%})")
     print(f"Pareto front (latency against the mean share of {part}): {len(outcome.front)} configs")
     for i, r in enumerate(outcome.front):
         print(f"  front/{i:02d}.json  {r['latency_ms']:9.3f} ms  {r['cost']:7.2%}  "
-              + ", ".join(f"{k}={v}" for k, v in r["point"].items()))
+              + ", ".join(f"{k}={v}" for k, v in r["point"].items()) + f"  {r.get('name', r.get('model', ''))}")
     print(f"wrote {out / RECORDS}, {out / 'results.csv'}, {out / 'front.json'}, {out / REPORT} and the front's "
           f"configs in {out / 'front'} (vta ... --config FILE)")
     failed = outcome.of_status("failed")

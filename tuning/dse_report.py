@@ -92,11 +92,12 @@ def front_table(outcome: Outcome) -> str:
     rows = []
     for i, r in enumerate(outcome.front):
         res = r["resources"]
-        rows.append([f"front/{i:02d}.json: {esc(_point_text(r['point']))}", f"{r['latency_ms']:.3f}",
+        rows.append([f"front/{i:02d}.json ({esc(r.get('name', r.get('model', '')))}): {esc(_point_text(r['point']))}",
+                     f"{r['latency_ms']:.3f}",
                      f"{r['accel_ms']:.3f}", f"{r['host_ms']:.2f}", f"{res['lut']:,.0f}", f"{res['ff']:,.0f}",
                      f"{res['bram36']:g}", f"{res['dsp']:,.0f}", f"{r['cost']:.1%}"])
-    return table(["file: config (axes)", "ms", "accelerator ms", "host ms", "LUT", "FF", "BRAM36", "DSP", "share"],
-                 rows)
+    return table(["file (name): config (axes)", "ms", "accelerator ms (simulated)",
+                  "host ms (measured: the fastest run of its host work)", "LUT", "FF", "BRAM36", "DSP", "share"], rows)
 
 
 def verdict(outcome: Outcome) -> str:
@@ -127,8 +128,9 @@ def render(outcome: Outcome) -> str:
                f"{counts['invalid']} not encodable in VTA's ISA, {counts['failed']} failed. Each task tuned over "
                f"its template's default and the {s.trials} configs its analytic estimate ranks best, measured on "
                f"the simulator: {trials:,} measurements. Latency: the accelerator's simulated cycles (shared-bus "
-               f"timing model) at the config's clock, plus the host part measured on this CPU (the fastest of "
-               f"three runs).</p>"
+               f"timing model) at the config's clock, no board model (it is calibrated for one design), plus the "
+               f"host part measured on this CPU (the fastest run of the same host work in the search; the progress "
+               f"lines gave each config's own run).</p>"
                f"<p class=note>Resources: the analytic model fitted to Yosys synth_xilinx ({esc(LABEL)}).</p>")
     sections = ["<h2>Summary</h2>", summary, verdict(outcome),
                 legend([(FRONT_COLOR, "Pareto front"), (BASE_COLOR, f"base config ({s.base})"),

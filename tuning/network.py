@@ -15,6 +15,7 @@ from graph_pack.build import GraphModule, build
 from graph_pack.cli import load_model
 from graph_pack.pack import graph_pack
 from graph_pack.quantize import quantize
+from simulator.stats import SIMULATED, latency_basis
 from tuning.measure import LocalRunner
 from tuning.records import load_best
 from tuning.task import Task, extract_tasks
@@ -59,7 +60,9 @@ def tune_network(model: str, env, *, tuner: str = "xgb", n_trial: int = 100, tot
         raise ValueError(f"{model}: no accelerator tasks" + (
             f" among --ops {','.join(ops)}; this network's accelerator tasks are "
             f"{', '.join(known) if known else 'none'}" if ops else ""))
-    out.write(f"{model}: {len(tasks)} task(s) on {cfg.model}\n")
+    out.write(f"{model}: {len(tasks)} task(s) on {cfg.name}\n")
+    if cfg.board_model_note():
+        out.write(cfg.board_model_note() + "\n")
     with (LocalRunner(n_parallel=n_parallel, check=check, timing_only=timing_only) if runner is None
           else contextlib.nullcontext(runner)) as measurer:
         summary = tune_tasks(tasks, tuner=tuner, n_trial=n_trial, total_trials=total_trials, runner=measurer, log=log,
@@ -74,8 +77,11 @@ def tune_network(model: str, env, *, tuner: str = "xgb", n_trial: int = 100, tot
         raise RuntimeError("the tuned build's output differs from the untuned one: a schedule bug")
     result = NetworkTuning(tasks, summary, untuned, tuned)
     clock = cfg.CLOCK_MHZ * 1e3
-    out.write(f"end-to-end simulated latency: untuned {untuned.cycles:,} cycles ({untuned.cycles / clock:.2f} ms; "
-              f"{untuned.stats.latency_s * 1e3:.2f} board ms), tuned {tuned.cycles:,} cycles ({tuned.cycles / clock:.2f} "
-              f"ms; {tuned.stats.latency_s * 1e3:.2f} board ms): {result.speedup:.2f}x faster on the board; "
-              f"outputs identical\n")
+    basis = latency_basis(cfg)   # what the speedup compares: the board model's time, else the cycles at the clock
+
+    def figures(mod) -> str:
+        text = f"{mod.cycles:,} cycles = {mod.cycles / clock:.2f} ms at {cfg.CLOCK_MHZ:g} MHz (simulated)"
+        return text + (f", {mod.stats.latency_s * 1e3:.2f} ms ({basis})" if basis != SIMULATED else "")
+    out.write(f"end-to-end, the accelerator's part: untuned {figures(untuned)}; tuned {figures(tuned)}: "
+              f"{result.speedup:.2f}x faster ({basis}); outputs identical\n")
     return result

@@ -1,9 +1,11 @@
 """Tuning several tasks: sequentially (AutoTVM's ``tune_tasks``) or with a task scheduler that spends each
 next batch where it is expected to cut the network's latency most (weights x latency, as Ansor does).
 
-Progress is printed as AutoTVM does, ``[Task  1/10]  Current/Best:  x/ y GFLOPS | Progress: (n/N) | t s``,
-followed by a summary table (per task: default vs best latency, trials) and the end-to-end latency
-estimate before and after.
+Progress is printed as AutoTVM does, ``[Task  1/10]  Current/Best:  x/ y GOPS (board model) | Progress: (n/N) |
+t s``, followed by a summary table (per task: default vs best latency, trials) and the end-to-end latency
+estimate before and after. Every time and throughput says its basis (``simulator.stats``): the board model's
+prediction, the simulator's cycles at the clock where the config has no board model, or measured (a board, a
+CPU); accelerator throughput is GOPS (int8 operations), the host CPU's GFLOPS (float).
 
 Budgets: ``n_trial`` is per task, as AutoTVM's: the sequential strategy gives each task ``n_trial`` trials, the
 gradient scheduler shares ``n_trial`` x tasks (or ``total_trials``) among them, spending where the network gains
@@ -40,6 +42,7 @@ class TaskState:
     tuner: Tuner
     default_cycles: int = 0
     default_s: float = float("inf")   # the default config's time on the board (the model's, or measured)
+    basis: str = ""                    # what default_s and best_s are (figure_basis)
     history: list[tuple[int, float]] = field(default_factory=list)   # (trials, best latency s)
 
     @property
@@ -64,7 +67,25 @@ def _on_cpu(task: Task) -> bool:
 
 
 def _cycles_text(cycles: int | None, task: Task) -> str:
-    return f"{cycles or 0:,} ns" if _on_cpu(task) else f"{cycles or 0:,} cycles"
+    return f"{cycles or 0:,} ns" if _on_cpu(task) else f"{cycles or 0:,} simulated cycles"
+
+
+def figure_basis(task: Task, results: Sequence[MeasureResult] = ()) -> str:
+    """What a task's times (the tuners' objective) are: "measured" on a board or a CPU, the "board model"'s
+    prediction, or "simulated" (the simulator's cycles at the clock, where the config has no board model)."""
+    from simulator.stats import MEASURED as MEASURED_BASIS
+    from simulator.stats import latency_basis
+    from tuning.measure import MEASURED
+    if _on_cpu(task):
+        return f"{MEASURED_BASIS} on the CPU"
+    if any(r.device == MEASURED for r in results):
+        return f"{MEASURED_BASIS} on a board"
+    return latency_basis(task.cfg)
+
+
+def _rate_unit(task: Task) -> str:
+    """The accelerator runs int8 operations (GOPS, as vta run says); a host template float ones (GFLOPS)."""
+    return "GFLOPS" if _on_cpu(task) else "GOPS"
 
 
 def _seconds(cost: float | None, task: Task) -> float:
@@ -122,10 +143,11 @@ class Progress:
         ok = [r for r in results if r.ok]
         cur = max((state.task.flop / r.latency_s / 1e9 for r in ok if r.latency_s), default=0.0)
         best = state.task.flop / state.best_s / 1e9 if state.best_s != float("inf") else 0.0
-        line = (f"[Task {index + 1:2d}/{self.n_tasks:2d}]  Current/Best: {cur:7.2f}/{best:7.2f} GFLOPS | "
-                f"Progress: ({done}/{budget}) | {time.perf_counter() - self.t0:.2f} s | best "
-                f"{_cycles_text(state.tuner.best_cycles, state.task)}, {state.best_s * 1e3:.3f} "
-                f"{'CPU' if _on_cpu(state.task) else 'board'} ms")
+        basis = figure_basis(state.task, ok) if ok else state.basis
+        line = (f"[Task {index + 1:2d}/{self.n_tasks:2d}]  Current/Best: {cur:7.2f}/{best:7.2f} "
+                f"{_rate_unit(state.task)} ({basis}) | Progress: ({done}/{budget}) | "
+                f"{time.perf_counter() - self.t0:.2f} s | best {state.best_s * 1e3:.3f} ms ({basis}), "
+                f"{_cycles_text(state.tuner.best_cycles, state.task)}")
         self.out.write(("\r" + line) if self.tty else line + "\n")
         self.out.flush()
         self._open = self.tty
@@ -166,10 +188,11 @@ class TuneSummary:
                          f"{_cycles_text(cycles, s.task)}" + (f"; +{s.earlier} by another tuner, from the log"
                                                              if s.earlier else ""))
         before, after = self.latency_before_s, self.latency_after_s
-        where = ("time on the CPU, measured" if self.states and all(_on_cpu(s.task) for s in self.states) else
-                 "board time (the config's board model, or measured)")
+        bases = sorted({s.basis for s in self.states if s.basis})
+        where = " / ".join(bases) or "-"
         lines.append(f"end-to-end (tuned layers, weighted): {before * 1e3:.3f} ms -> {after * 1e3:.3f} ms "
-                     f"({before / after if after else 0:.2f}x), {where}")
+                     f"({before / after if after else 0:.2f}x); default ms and best ms: {where}"
+                     + (" (docs/simulate.md, \"Which time is which\")" if where != "-" else ""))
         return "\n".join(lines)
 
 
@@ -243,7 +266,8 @@ def _tune_tasks(tasks: Sequence[Task], tuner: str, n_trial: int, total_trials: i
         default = t.measure_default(runner, log)
         if default is None or not t.cost(default):
             raise RuntimeError(f"{task.name}: the template's default config failed to run")
-        states.append(TaskState(task, t, int(default.cycles), _seconds(t.cost(default), task)))
+        states.append(TaskState(task, t, int(default.cycles), _seconds(t.cost(default), task),
+                                figure_basis(task, [default])))
     progress = Progress(len(states), out)
     if strategy == "sequential":
         for i, s in enumerate(states):

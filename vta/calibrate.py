@@ -653,7 +653,9 @@ def calibrate_cmd(args: argparse.Namespace) -> int:
     # a recalibrated config says what its board model is calibrated on now, not every time it was
     before = re.sub(r"(^|; )board model calibrated on \d+ records of [^;]*$", "", cfg.DESCRIPTION)
     said = f"board model calibrated on {len(cases)} records of {Path(args.measurements).name}"
-    calibrated = cfg.replace(**result.params, DESCRIPTION=f"{before}; {said}" if before else said)
+    # fitted on this design's programs: the model applies to this design only (HwConfig.board_model)
+    calibrated = cfg.replace(**result.params, CALIBRATED_FOR=cfg.design_fingerprint,
+                             DESCRIPTION=f"{before}; {said}" if before else said)
     if args.out is not None:
         text = calibrated.to_json() + "\n"
         write_atomic(args.out, lambda f: f.write(text.encode()))

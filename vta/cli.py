@@ -317,10 +317,9 @@ def _table(rows: dict[str, Any]) -> str:
 @command("config", "list", "list the built-in presets")
 def config_list(args: argparse.Namespace) -> int:
     """List the built-in hardware presets with their bitstream and description."""
-    rows = {}
-    for name in presets():
-        cfg = load_config(name)
-        rows[name] = f"{cfg.model:<36}{cfg.DESCRIPTION}"
+    configs = {name: load_config(name) for name in presets()}
+    width = max(36, *(len(cfg.name) + 2 for cfg in configs.values()))
+    rows = {name: f"{cfg.name:<{width}}{cfg.DESCRIPTION}" for name, cfg in configs.items()}
     print(_table(rows))
     return 0
 
@@ -340,7 +339,9 @@ def config_show(args: argparse.Namespace) -> int:
     if args.json:
         print(json.dumps({"config": cfg.to_dict(), "derived": cfg.derived()}, indent=2))
         return 0
-    print(f"{cfg.model}" + (f"  ({cfg.DESCRIPTION})" if cfg.DESCRIPTION else ""))
+    print(f"{cfg.name}" + (f"  ({cfg.DESCRIPTION})" if cfg.DESCRIPTION else ""))
+    if cfg.board_model_note():
+        print(cfg.board_model_note())
     print("config:")
     print(_table(cfg.to_dict()))
     print("derived:")

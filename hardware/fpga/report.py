@@ -46,8 +46,24 @@ class Report:
         return out
 
     @property
+    def bus_fits(self) -> bool:
+        """Whether the config's AXI master is no wider than the DRAM port it is connected to on this part
+        (``Part.bus_bits``: the Zynq-7000's ACP is 64 bits, UltraScale+'s HPC0 port 128)."""
+        return self.cfg.BUS_WIDTH <= self.part.bus_bits
+
+    def over(self) -> list[str]:
+        """What the design needs more of than the part has, in words (empty when it fits)."""
+        out = [f"BRAM36 {u:,.1f} of {a:,}" if k == "bram36" else f"{k.upper()} {u:,.0f} of {a:,}"
+               for k, (u, a) in self.usage().items() if u > a]
+        if not self.bus_fits:
+            out.append(f"a {self.cfg.BUS_WIDTH}-bit bus, wider than the {self.part.bus_bits}-bit port "
+                       f"{self.part.bus_port.split(' ')[0]} it connects to")
+        return out
+
+    @property
     def fits(self) -> bool:
-        return all(used <= have for used, have in self.usage().values())
+        """Every resource within the part's capacity, and the bus within its DRAM port's width."""
+        return self.bus_fits and all(used <= have for used, have in self.usage().values())
 
     def to_dict(self) -> dict:
         def rounded(r: Resources) -> dict:
@@ -59,6 +75,7 @@ class Report:
                 "split": {key: rounded(r) for key, r in self.split.items()},
                 "total": rounded(self.total),
                 "usage": {k: {"used": round(u, 1), "available": a} for k, (u, a) in self.usage().items()},
+                "bus": {"bits": self.cfg.BUS_WIDTH, "available": self.part.bus_bits, "port": self.part.bus_port},
                 "fits": self.fits, "notes": self.notes, "yosys_seconds": self.seconds}
 
 
@@ -130,12 +147,11 @@ def render(report: Report) -> str:
     lines.append(f"{'used':40} {pct['lut']:>8.1f}% {'':>9} {pct['ff']:>8.1f}% {pct['bram36']:>6.1f}% {'':>7} "
                  f"{pct['dsp']:>5.1f}%" + (f" {pct['uram']:>4.1f}%" if show_uram else ""))
     lines.append("")
+    lines.append(f"bus: {cfg.BUS_WIDTH} bits; {p.name}'s DRAM port takes at most {p.bus_bits}: {p.bus_port}")
     if report.fits:
         lines.append(f"fits {p.name}: yes")
     else:
-        over = [f"BRAM36 {u:,.1f} of {a:,}" if k == "bram36" else f"{k.upper()} {u:,.0f} of {a:,}"
-                for k, (u, a) in usage.items() if u > a]
-        lines.append(f"fits {p.name}: NO ({'; '.join(over)})")
+        lines.append(f"fits {p.name}: NO ({'; '.join(report.over())})")
     lines.append(f"block RAM: {t.bram36} RAMB36 + {t.bram18} RAMB18 = {t.bram:g} BRAM36 sites")
     if report.split and report.tier == "analytic":
         lines.append("the GEMM/ALU row's three parts are the model's terms (Yosys synthesises them as one module)")
