@@ -76,6 +76,7 @@ def _tvm_venv() -> str:
 PY310_VENV_SCRIPT = ".ci/py310-venv.sh"
 ONNX_VENV_SCRIPT = ".ci/onnx-venv.sh"
 ARM_CROSS_SCRIPT = ".ci/arm-cross.sh"
+TCL_SCRIPT = ".ci/tcl.sh"
 TORCH_VENV_SCRIPT = ".ci/torch-venv.sh"
 
 
@@ -142,6 +143,7 @@ NEEDS: dict[str, tuple[Callable[[], object], str]] = {
     "torch-venv": (_torch_venv, f"a venv with torch 2.13 and onnxscript, made by `bash {TORCH_VENV_SCRIPT}`"),
     "armv7-toolchain": (_cross_toolchain("arm-linux-gnueabihf-gcc", "qemu-arm"),
                         f"Debian's gcc-arm-linux-gnueabihf and qemu-user, `bash {ARM_CROSS_SCRIPT}`"),
+    "tclsh": (_program("tclsh"), f"Debian's tcl package, `bash {TCL_SCRIPT}` (the Vivado scripts' stub check)"),
     "aarch64-toolchain": (_cross_toolchain("aarch64-linux-gnu-gcc", "qemu-aarch64"),
                           f"Debian's gcc-aarch64-linux-gnu and qemu-user, `bash {ARM_CROSS_SCRIPT}`"),
 }

@@ -142,3 +142,46 @@ def replay_on_rtl(args: argparse.Namespace, image: ProgramImage, expected: Repla
     if args.out:
         print(f"wrote result to {args.out}", file=sys.stderr)
     return report_expected(args, ReplayResult(segments, stats), expected, counters=False)
+
+
+@command("hw", "vivado", "write a Vivado project for a config: the IP, the block design and the bitstream build",
+         args=[
+    arg("--config", default=None, metavar="NAME|PATH", help="hardware preset or JSON file (default: pynq)"),
+    arg("--set", dest="sets", action="append", type=_key_value, metavar="KEY=VALUE",
+        help="override a config key (repeatable)"),
+    arg("--out", required=True, metavar="DIR", help="directory for the scripts, the RTL and a README (created)"),
+    arg("--board", default=None, choices=["pynq-z1", "pynq-z2", "ultra96", "ultra96v1", "zcu104"],
+        help="the board to build for (default: the config's TARGET's: pynq-z1, ultra96 (V2) or zcu104)"),
+    arg("--part", default=None, metavar="PART", help="the FPGA part, a Zynq of the board's family (default: the "
+        "part in the board's board file, e.g. xc7z020clg400-1)"),
+    MAX_PRODUCTS_ARG,
+])
+def hw_vivado(args: argparse.Namespace) -> int:
+    """Write DIR/rtl (the generated Verilog and a wrapper for the block design), package_ip.tcl (the IP, its AXI
+    interfaces and register map), block_design.tcl (VTA's system for the board: the processing system's ACP or
+    HPC0 port, the clock at CLOCK_MHZ, the addresses at MMIO_BASE), build.tcl (synthesis to bitstream, the .bit
+    and .hwh copied under the names the board side looks for, with the config's JSON) and a README. Run
+    `vivado -mode batch -source DIR/build.tcl` where Vivado is installed. No Vivado runs here: the scripts are
+    checked by tests that run them through tclsh with stub Vivado commands (docs/vivado.md). Needs the [hw]
+    extra (the Verilog)."""
+    from hardware.build import build_dir, generate_announced
+    from hardware.generator import check_core_size, manifest
+    from hardware.toolchain import RTL_CACHE_VARIABLE, cache_dir
+    from hardware.vivado import choose_board, write_scripts
+
+    cfg = _load(args.config, args.sets)
+    board, part = choose_board(cfg, args.board, args.part)     # refused before any work
+    out = Path(args.out)
+    check_output_dir(args.out, "--out", {"rtl": "dir", "build.tcl": "file", "README.md": "file"})
+    directory = build_dir(cfg)
+    check_core_size(cfg, args.max_products)
+    cache_dir(directory, RTL_CACHE_VARIABLE)
+    verilog, _took = generate_announced(cfg, directory, _say, args.max_products)
+    (out / "rtl").mkdir(parents=True, exist_ok=True)
+    for name in (verilog.name, "manifest.json"):
+        data = (directory / name).read_bytes()
+        write_atomic(out / "rtl" / name, lambda f, data=data: f.write(data))
+    names = write_scripts(cfg, manifest(cfg), out, board, part)
+    print(f"wrote {len(names)} files to {out} for {cfg.name} on {board.name} ({part}); "
+          f"build with: cd {out} && vivado -mode batch -source build.tcl")
+    return 0
