@@ -306,7 +306,7 @@ def check_block_design(d: Design, cfg, board: str) -> None:
     ddr = regs.get(f"seg:{ps}/{ps_facts['ddr']}")
     if ddr != (f"space:{vta}/m_axi", 0, cfg.dma_window):
         raise DesignError(f"DDR for the accelerator: {ddr}, want 0 .. {cfg.dma_window:#x} of {ps_facts['ddr']}")
-    # AxPROT / AxCACHE as VTA's pkg_config.py gives them (vta-notes.md section 1.4)
+    # AxPROT / AxCACHE as VTA's pkg_config.py gives them (axi_prot_bits 000 / 010, axi_cache_bits 1111)
     conf = d.config[vta]
     if (int(conf.get("CONFIG.C_M_AXI_PROT_VALUE", -1)), int(conf.get("CONFIG.C_M_AXI_CACHE_VALUE", -1))) \
             != (ps_facts["prot"], 0b1111):
@@ -417,7 +417,85 @@ def test_the_command_writes_the_project(tmp_path, monkeypatch):
     assert "module vta_core" in text
     assert "vivado -mode batch -source build.tcl" in (out / "README.md").read_text()
     assert "No Vivado ran" in (out / "README.md").read_text()
+    # the wrapper is Verilog that elaborates around the generated core, ports and widths matching (Verilator lint)
+    need("verilator")
+    from hardware.toolchain import verilator_command
+    cmd, env = verilator_command()
+    lint = subprocess.run(cmd + ["--lint-only", "-Wno-fatal", "-Wno-style", "-Werror-PINMISSING",
+                                 "--top-module", "vta_ip",
+                                 str(out / "rtl" / "vta_ip.v"), str(out / "rtl" / "vta_core.v")],
+                          env=env, capture_output=True, text=True, timeout=600, check=False)
+    assert lint.returncode == 0, lint.stderr[-3000:]
+    ours = [line for line in lint.stderr.splitlines() if "vta_ip.v" in line and line.startswith("%")]
+    assert not ours, "\n".join(ours)     # the core's own warnings (Amaranth's Verilog) are not the wrapper's
     d = run_stub(out / "build.tcl")
     cfg = load_config("pynq", LOG_BUS_WIDTH=5)
     check_ip(d, json.loads((out / "rtl" / "manifest.json").read_text()), (out / "rtl" / "vta_ip.v").read_text())
     check_block_design(d, cfg, "pynq-z1")
+
+
+# ------------------------------------------------------------------------------------------------------------
+# item 3: a user-built bitstream carries its config (<bitstream>.json beside it); the board side refuses another
+
+
+def built_bitstream(tmp_path: Path, case: str) -> Path:
+    """The flow's output for ``case`` after the stub build, its .bit made a well-formed one (the stub's is text)."""
+    from vta.board.bitstream import placeholder_bytes
+    cfg, _, _ = generate(tmp_path, case)
+    run_stub(tmp_path / "build.tcl")
+    bit = tmp_path / "bitstreams" / cfg.TARGET / cfg.HW_VER.replace(".", "_") / f"{cfg.bitstream}.bit"
+    bit.write_bytes(placeholder_bytes(cfg))
+    return bit
+
+
+def test_a_bitstream_of_another_config_is_refused_naming_both(tmp_path, capsys):
+    from vta.board.bitstream import BitstreamError, find_bitstream
+    from vta.cli import main
+    from vta.device_pynq import PynqDevice
+    bit = built_bitstream(tmp_path, "pynq-bus32")        # built for a 32-bit bus, named like the Pynq's bitstream
+    built, wanted = load_config("pynq", LOG_BUS_WIDTH=5), load_config("pynq")
+    assert bit.name == f"{wanted.bitstream}.bit"         # so the name alone cannot tell them apart
+    assert find_bitstream(built, bit) == bit
+    for attempt in (lambda: find_bitstream(wanted, bit), lambda: PynqDevice(wanted, bitstream=bit),
+                    lambda: find_bitstream(wanted, cache_dir=tmp_path / "bitstreams")):
+        with pytest.raises(BitstreamError) as info:
+            attempt()
+        text = str(info.value)
+        assert built.name in text and wanted.name in text and "LOG_BUS_WIDTH 5 vs 6" in text, text
+    assert main(["board", "bitstream", "--config", "pynq", "--bitstream", str(bit)]) == 2
+    err = capsys.readouterr().err.strip().splitlines()
+    assert len(err) == 1 and built.name in err[0] and "--set LOG_BUS_WIDTH=5" in err[0], err
+
+
+def test_keys_that_change_no_bitstream_do_not_refuse_it(tmp_path):
+    from vta.board.bitstream import find_bitstream
+    bit = built_bitstream(tmp_path, "pynq")
+    calibrated = load_config("pynq", LAUNCH_US=50.0, DESCRIPTION="my board, recalibrated", BOARD_MEM_MB=256)
+    assert find_bitstream(calibrated, bit) == bit
+    (bit.with_suffix(".json")).write_text("{not json")
+    from vta.board.bitstream import BitstreamError
+    with pytest.raises(BitstreamError, match="not the config JSON"):
+        find_bitstream(calibrated, bit)
+
+
+@pytest.mark.parametrize("argv, message", [
+    (["--config", "pynq", "--board", "zcu104"], "--board zcu104 runs configs of TARGET zcu104, not 'pynq'"),
+    (["--config", "sim"], "TARGET 'sim' has no Zynq board; give --board"),
+    (["--config", "zcu104", "--part", "xc7z020clg400-1"], "--part xc7z020clg400-1 is not a zynq-ultrascale+ part"),
+    (["--config", "pynq", "--set", "MMIO_BASE=0xA0000000"], "outside M_AXI_GP0's window"),
+    (["--out", "{tmp}/no/such"], "--out {tmp}/no/such: the directory {tmp}/no does not exist"),
+    (["--out", "{tmp}/clash"], "{tmp}/clash/rtl is a file, where a directory"),
+])
+def test_the_command_refuses_before_any_work(argv, message, tmp_path, capsys):
+    """One line, exit 2, nothing generated or written."""
+    from vta.cli import main
+    (tmp_path / "clash").mkdir()
+    (tmp_path / "clash" / "rtl").write_text("")
+    args = [a.format(tmp=tmp_path) for a in argv]
+    if "--out" not in args:
+        args += ["--out", str(tmp_path / "out")]
+    before = sorted(tmp_path.rglob("*"))
+    assert main(["hw", "vivado", *args]) == 2
+    err = capsys.readouterr().err
+    assert err.startswith("vta: error: ") and message.format(tmp=tmp_path) in err and err.count("\n") == 1, err
+    assert sorted(tmp_path.rglob("*")) == before

@@ -5,7 +5,7 @@ Parts and board parts come from the board files Vivado itself reads (its board s
 
 - ``Xilinx/XilinxBoardStore`` ``boards/Xilinx/zcu104/1.1/board.xml``: vendor ``xilinx.com``, name ``zcu104``,
   file_version 1.1, component part0 ``part_name="xczu7ev-ffvc1156-2-e"`` (VTA's ``pkg_config.py`` names the same
-  part and board ``xilinx.com:zcu104:part0:1.1``: /work/shared/reference/vta-notes.md section 1.4);
+  part and board ``xilinx.com:zcu104:part0:1.1``);
 - ``boards/Avnet/ultra96v2/1.2/board.xml``: vendor ``avnet.com``, name ``Ultra96v2``, file_version 1.2,
   ``part_name="xczu3eg-sbva484-1-i"`` (the V2 is the industrial grade);
 - ``boards/Avnet/ultra96v1/1.2/board.xml``: vendor ``avnet.com``, name ``Ultra96v1``, file_version 1.2,
@@ -26,7 +26,9 @@ Zynq-7000 ``processing_system7`` whose ``S_AXI_ACP`` port takes the accelerator'
 ``ACP_DDR_LOWOCM``, 1 GiB at 0) and whose ``M_AXI_GP0`` reaches its registers; a Zynq UltraScale+
 ``zynq_ultra_ps_e`` with ``S_AXI_HPC0_FPD`` (segment ``SAXIGP0/HPC0_DDR_LOW``, 2 GiB at 0) and
 ``M_AXI_HPM0_FPD``. AxCACHE 0b1111 on both, AxPROT 0b000 on the Zynq-7000 and 0b010 on Zynq UltraScale+
-(``pkg_config.py``'s ``axi_cache_bits`` and ``axi_prot_bits``: vta-notes.md section 1.4).
+(``axi_cache_bits`` and ``axi_prot_bits`` of apache/tvm's ``vta/python/vta/pkg_config.py``, which also names
+the parts VTA built for: ``xc7z020clg484-1``, the ZC702's package, for every Zynq-7000 target, where the Pynq boards'
+files say ``xc7z020clg400-1``).
 """
 
 from __future__ import annotations

@@ -10,6 +10,11 @@ The simulated board (``vta board serve --simulated``) accepts a *placeholder* bi
 ``.bit`` file (Xilinx header, sync word) whose design name marks it as not being hardware. ``vta board
 bitstream --make-simulated`` writes one into the cache; ``PynqDevice`` refuses to download a placeholder
 onto anything but a simulated board.
+
+A bitstream built by ``vta hw vivado``'s flow has the config it implements beside it, ``<bitstream>.json``
+(with ``<bitstream>.hwh``). The name alone does not tell two designs apart (a 32-bit bus or another clock keeps
+``1x16_i8w8a32_15_15_18_17``), so where that file is present the config a program was compiled for must equal it
+in every key the hardware depends on; a mismatch is refused naming both configs.
 """
 
 from __future__ import annotations
@@ -20,7 +25,8 @@ import shlex
 import struct
 from pathlib import Path
 
-from hw_config import HwConfig, load_config, presets
+from hw_config import ConfigError, HwConfig, load_config, presets
+from hw_config.config import LATENCY_KEYS, config_from_dict
 from hw_config.writing import write_atomic
 
 PLACEHOLDER_DESIGN = "vta_stack_simulated_board_placeholder"
@@ -86,6 +92,58 @@ def check_name(cfg: HwConfig, path: str | os.PathLike) -> None:
                              f"bitstream was built for)")
 
 
+# keys that change no bitstream: words, the board latency model (fitted to a board after the fact), the memory a
+# board gives the runtime
+NOT_IN_BITSTREAM = ("DESCRIPTION", "CALIBRATED_FOR", "BOARD_MEM_MB", *LATENCY_KEYS)
+
+
+def sidecar_path(bitstream: str | os.PathLike) -> Path:
+    """Where ``vta hw vivado``'s build puts the config a bitstream implements: ``<bitstream>.json`` beside it."""
+    return Path(bitstream).with_suffix(".json")
+
+
+def bitstream_config(path: str | os.PathLike) -> HwConfig | None:
+    """The config the bitstream at ``path`` implements, from its sidecar JSON; None without one (VTA's own
+    bitstreams have none). A sidecar that is not such a file is a BitstreamError."""
+    side = sidecar_path(path)
+    if not side.is_file():
+        return None
+    try:
+        data = json.loads(side.read_text())
+        return config_from_dict(data["config"])
+    except (OSError, ValueError, KeyError, TypeError, ConfigError) as e:
+        raise BitstreamError(f"{side}: not the config JSON `vta hw vivado` writes beside a bitstream ({e})") from None
+
+
+def hardware_differences(built: HwConfig, wanted: HwConfig) -> list[str]:
+    """The keys in which two configs ask for different hardware, as ``KEY built vs wanted``."""
+    a, b = built.to_dict(), wanted.to_dict()
+    out = []
+    for key in a:
+        if key in NOT_IN_BITSTREAM:
+            continue
+        x, y = a[key], b.get(key)
+        if key == "CLOCK_MHZ" and float(x) == float(y):
+            continue
+        if x != y:
+            show = (lambda v: f"0x{v:08X}") if key in ("MMIO_BASE", "MMIO_RANGE") else repr
+            out.append(f"{key} {show(x)} vs {show(y)}")
+    return out
+
+
+def check_config(cfg: HwConfig, path: str | os.PathLike) -> None:
+    """Refuse a bitstream whose sidecar says it implements another config than ``cfg``, naming both."""
+    built = bitstream_config(path)
+    if built is None:
+        return
+    diff = hardware_differences(built, cfg)
+    if diff:
+        raise BitstreamError(
+            f"bitstream {Path(path).name} implements {built.name} (its {sidecar_path(path).name}), not {cfg.name}, "
+            f"the config in use: {'; '.join(diff)} (the bitstream's vs the config in use). Run with the bitstream's "
+            f"config ({nearest_config_options(built)}) or build one for yours (vta hw vivado)")
+
+
 def config_options(name: str | None, sets: list[tuple[str, object]] | None = None) -> str:
     """The command-line options that load a config as the user gave it: ``--config NAME|PATH`` (none for the
     default) and one ``--set KEY=VALUE`` per override, shell-quoted."""
@@ -124,10 +182,12 @@ def find_bitstream(cfg: HwConfig, bitstream: str | os.PathLike | None = None,
         if not path.is_file():
             raise BitstreamError(f"bitstream {path} does not exist (or is not a file)")
         read_bit_header(path)
+        check_config(cfg, path)
         return path
     path = bitstream_path(cfg, cache_dir)
     if path.is_file():
         read_bit_header(path)
+        check_config(cfg, path)
         return path
     source = ("cache directory given" if cache_dir is not None else
               "$VTA_CACHE_PATH" if os.environ.get("VTA_CACHE_PATH") else "default cache ~/.vta_cache")
