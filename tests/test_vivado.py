@@ -333,6 +333,9 @@ def test_scripts_describe_the_design(tmp_path, case, installed):
     d = run_stub(tmp_path / "build.tcl", parts)
     check_ip(d, manifest, (tmp_path / "rtl" / "vta_ip.v").read_text())
     check_block_design(d, cfg, board.name)
+    wrapper_text = (tmp_path / "rtl" / "vta_ip.v").read_text()
+    for key in d.config["vta_0"]:    # every property the block design sets on our IP is a parameter of it
+        assert re.search(rf"parameter integer {key.removeprefix('CONFIG.')} =", wrapper_text), key
     assert d.board_part == (BOARD_FILES[board.name][1] if installed else "")
     assert d.runs == [("synth_1", ""), ("impl_1", "write_bitstream")]
     dest = tmp_path / "bitstreams" / cfg.TARGET / cfg.HW_VER.replace(".", "_")

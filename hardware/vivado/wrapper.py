@@ -14,9 +14,8 @@ from typing import Any
 TOP = "vta_ip"
 CLOCK, RESET_N = "ap_clk", "ap_rst_n"
 # core outputs the wrapper replaces by parameters: port suffix -> parameter
-DRIVEN = {"awprot": "C_M_AXI_PROT_VALUE", "arprot": "C_M_AXI_PROT_VALUE",
-          "awcache": "C_M_AXI_CACHE_VALUE", "arcache": "C_M_AXI_CACHE_VALUE",
-          "awuser": "C_M_AXI_USER_VALUE", "aruser": "C_M_AXI_USER_VALUE"}
+DRIVEN = {"awprot": "PROT", "arprot": "PROT", "awcache": "CACHE", "arcache": "CACHE", "awuser": "USER",
+          "aruser": "USER"}
 UNUSED = ("events",)
 
 
@@ -37,14 +36,19 @@ def verilog(manifest: dict[str, Any], prot: int, cache: int, user: int) -> str:
     core = manifest["top"]
     lines = [f"// {TOP}: {core} for a Vivado block design (written by `vta hw vivado`; see hardware/vivado/wrapper.py)",
              f"module {TOP} #(",
-             f"  parameter [2:0] C_M_AXI_PROT_VALUE = 3'b{prot:03b},",
-             f"  parameter [3:0] C_M_AXI_CACHE_VALUE = 4'b{cache:04b},",
-             f"  parameter [0:0] C_M_AXI_USER_VALUE = 1'b{user:b}",
+             f"  parameter integer C_M_AXI_PROT_VALUE = {prot},",
+             f"  parameter integer C_M_AXI_CACHE_VALUE = {cache},",
+             f"  parameter integer C_M_AXI_USER_VALUE = {user}",
              ") (",
              f"  input wire {CLOCK},",
              f"  input wire {RESET_N},"]
     lines.append(",\n".join(_decl(p) for p in ports))
     lines.append(");")
+    # integers in the IP's interface (Vivado makes them "long" user parameters, set as CONFIG.<name> {2}),
+    # narrowed here to the signals' widths
+    lines += ["  localparam [2:0] PROT = C_M_AXI_PROT_VALUE[2:0];",
+              "  localparam [3:0] CACHE = C_M_AXI_CACHE_VALUE[3:0];",
+              "  localparam [0:0] USER = C_M_AXI_USER_VALUE[0:0];"]
     for p in manifest["ports"]:
         if p["name"] in UNUSED:
             lines.append(f"  wire [{p['width'] - 1}:0] {p['name']}_open;")
