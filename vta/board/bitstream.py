@@ -51,7 +51,8 @@ def availability(cfg: HwConfig) -> str:
         return f"none: TARGET {cfg.TARGET!r} is not a Pynq-style board (simulate it, or pick --config pynq)"
     return (f"none published: VTA's distro has bitstreams for pynq 0.0.1/0.0.2 "
             f"(1x16_i8w8a32_15_15_18_17) only, not {cfg.TARGET} {cfg.HW_VER} {cfg.bitstream}. Build one with "
-            f"VTA's hardware flow (hardware/xilinx, Vivado) for this config and put it in the cache, or "
+            f"VTA's hardware flow (hardware/xilinx, Vivado) or from this stack's RTL (vta hw vivado: scripts not yet "
+            f"run on Vivado, docs/vivado.md) for this config and put it in the cache, or "
             f"simulate it (--device sim, or a simulated board: vta board serve --simulated)")
 
 
