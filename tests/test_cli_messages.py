@@ -133,7 +133,8 @@ def test_the_per_layer_table_shows_every_op_name_whole_in_its_column(argv, op, t
     done = vta(*argv, cwd=tmp_path)
     assert done.returncode == 0, done.stderr
     lines = done.stdout.splitlines()
-    table = lines[next(i for i, line in enumerate(lines) if line.startswith("layer ")):-1]
+    first = next(i for i, line in enumerate(lines) if line.startswith("layer "))
+    table = lines[first:next(i for i, line in enumerate(lines) if line.startswith("total: "))]   # basis: after it
     where = table[0].index("where")
     assert all(line[where - 1] == " " and line[where:where + 3] in ("VTA", "CPU") for line in table[1:]), table
     assert any(line.split()[1] == op for line in table[1:]), table
