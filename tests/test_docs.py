@@ -893,6 +893,26 @@ def _r18_tasks(out: str) -> int:
 
 
 _PYNQ = "from hw_config import load_config\nc = load_config('pynq')\n"
+# the bounds of docs/limits.md's table as it writes them: powers of two, sizes in MiB / GiB
+_LIMITS = """
+from graph_pack import frontend_onnx as onnx
+from simulator import errors, image, trace
+
+def power(n): return f"2^{n.bit_length() - 1}" if n & (n - 1) == 0 else f"{n:,}"
+def size(n): return f"{n >> 30} GiB" if n >= 1 << 30 else f"{n >> 20} MiB"
+
+for what, default in (
+        ("simulated cycles of one run", power(errors.DEFAULT_MAX_CYCLES)),
+        ("host work of one run (GEMM MACs, ALU lanes, DMA bytes)", power(errors.DEFAULT_MAX_WORK) + " units"),
+        ("instructions in an image file", power(image.DEFAULT_MAX_INSNS)),
+        ("DRAM bytes of an image file (all segments)", size(image.DEFAULT_MAX_DRAM_BYTES)),
+        ("segments of an image file", power(image.DEFAULT_MAX_SEGMENTS)),
+        ("config/stats text in an image file", power(image.DEFAULT_MAX_TEXT_CHARS) + " characters"),
+        ("trace events of a traced replay", power(trace.DEFAULT_MAX_TRACE_EVENTS)),
+        ("one tensor of an imported or zoo model", size(onnx.DEFAULT_MAX_TENSOR_BYTES)),
+        ("an ONNX file plus all its constants", size(onnx.DEFAULT_MAX_MODEL_BYTES))):
+    print(f"| {what} | {default}")
+"""
 _R18_REPORT = (("vta", "run", "resnet-18", "--report", "r18.html"),
                _python("import os; print(f\"ResNet-18's is about {round(os.path.getsize('r18.html') / 1e4) * 10} KB\")"))
 _FIDELITY = (("python", "bench/board_fidelity.py"),)
@@ -950,6 +970,13 @@ FIGURES = [
                                               "{2 ** c.LOG_BUS_WIDTH}-bit port\\'s peak and each row costs about "
                                               "{round(c.DMA_ROW_CYCLES)} cycles ({round(c.DMA_ROW_CYCLES) * 1000 // "
                                               "c.CLOCK_MHZ} ns)')"),)),
+    # docs/limits.md: the defaults of the bounds, from the constants the code applies
+    *[Figure("docs/limits.md", f"| {what} | {default}", (_python(_LIMITS),)) for what, default in (
+        ("simulated cycles of one run", "2^30"), ("host work of one run (GEMM MACs, ALU lanes, DMA bytes)", "2^35 units"),
+        ("instructions in an image file", "2^20"), ("DRAM bytes of an image file (all segments)", "1 GiB"),
+        ("segments of an image file", "2^16"), ("config/stats text in an image file", "2^20 characters"),
+        ("trace events of a traced replay", "2^18"), ("one tensor of an imported or zoo model", "512 MiB"),
+        ("an ONNX file plus all its constants", "2 GiB"))],
     Figure("docs/calibrate.md", "between 0.14x and 0.77x of the real time", _FIDELITY, _simulator_only_range),
     Figure("docs/calibrate.md", "(median |log(pred/meas)| 1.03) and ranks layers poorly (Spearman 0.85)", _FIDELITY,
            _simulator_alone),
