@@ -45,6 +45,7 @@ EXAMPLES = ROOT / "examples"
 OWN_TEST_DOCS = {"deploy.md", "pytorch.md"}
 DOC_FILES = [ROOT / "README.md", *sorted(p for p in (ROOT / "docs").glob("*.md") if p.name not in OWN_TEST_DOCS)]
 DIGITS_ONNX = ROOT / "tests" / "data" / "digits_cnn.onnx"
+TOY = ROOT / "tests" / "toy_template.py"   # docs/architecture.md's example of a template
 # what a clone holds that the docs use: copied (examples) or linked (scripts) into each fresh working directory
 CLONE_COPIES = ("examples",)
 CLONE_LINKS = ("bench",)
@@ -913,6 +914,27 @@ for what, default in (
         ("an ONNX file plus all its constants", size(onnx.DEFAULT_MAX_MODEL_BYTES))):
     print(f"| {what} | {default}")
 """
+# constants of the code, printed as the pages state them
+_CONSTANTS = """
+from simulator import core, errors, image, trace
+
+def power(n): return f"{n:,} (2^{n.bit_length() - 1}"
+for n, what in ((image.DEFAULT_MAX_INSNS, "| instructions in `insns` | {p}: {m} MiB of stream) |"),
+                (image.DEFAULT_MAX_SEGMENTS, "| number of `seg_<i>` | {p}) |"),
+                (image.DEFAULT_MAX_TEXT_CHARS, "| characters of the `config` / `stats` JSON | {p}) |"),
+                (trace.DEFAULT_MAX_TRACE_EVENTS, "| trace events, one per instruction (`--trace`) | {p}:")):
+    print(what.format(p=power(n), m=n * 16 >> 20))
+n = image.DEFAULT_MAX_DRAM_BYTES
+print(f"| bytes of all `seg_<i>` together | {n >> 30} GiB (2^{n.bit_length() - 1}) |")
+print(f"(at most {image.MAX_NPY_HEADER_BYTES:,} bytes decompressed per member)")
+print(f"a deflated one at most {image._MAX_DEFLATE_RATIO} times its compressed size")
+print(f"`Simulator(cfg, threads=N)` (1 to {core.MAX_THREADS};")
+print(f"at most `simulator.core.DEFAULT_MAX_THREADS` = {core.DEFAULT_MAX_THREADS};")
+print(f"else the CPUs the process may use, at most {core.DEFAULT_MAX_THREADS};")
+print(f"`simulator.core.PARALLEL_MIN_MACS` (2^{core.PARALLEL_MIN_MACS.bit_length() - 1}) multiply-accumulates")
+for key, n, unit in (("max_cycles", errors.DEFAULT_MAX_CYCLES, "."), ("max_work", errors.DEFAULT_MAX_WORK, " units.")):
+    print(f"`{key}`, default 2^{n.bit_length() - 1} = {n:,}{unit}")
+"""
 _R18_REPORT = (("vta", "run", "resnet-18", "--report", "r18.html"),
                _python("import os; print(f\"ResNet-18's is about {round(os.path.getsize('r18.html') / 1e4) * 10} KB\")"))
 _FIDELITY = (("python", "bench/board_fidelity.py"),)
@@ -977,6 +999,23 @@ FIGURES = [
         ("segments of an image file", "2^16"), ("config/stats text in an image file", "2^20 characters"),
         ("trace events of a traced replay", "2^18"), ("one tensor of an imported or zoo model", "512 MiB"),
         ("an ONNX file plus all its constants", "2 GiB"))],
+    # the code's constants, as other pages state them
+    *[Figure(doc, quoted, (_python(_CONSTANTS),)) for doc, quoted in (
+        ("docs/image-format.md", "| instructions in `insns` | 1,048,576 (2^20: 16 MiB of stream) |"),
+        ("docs/image-format.md", "| bytes of all `seg_<i>` together | 1 GiB (2^30) |"),
+        ("docs/image-format.md", "| number of `seg_<i>` | 65,536 (2^16) |"),
+        ("docs/image-format.md", "| characters of the `config` / `stats` JSON | 1,048,576 (2^20) |"),
+        ("docs/image-format.md", "| trace events, one per instruction (`--trace`) | 262,144 (2^18:"),
+        ("docs/image-format.md", "(at most 10,000 bytes decompressed per member)"),
+        ("docs/image-format.md", "a deflated one at most 1032 times its compressed size"),
+        ("docs/simulator.md", "`Simulator(cfg, threads=N)` (1 to 64;"),
+        ("docs/simulator.md", "at most `simulator.core.DEFAULT_MAX_THREADS` = 8;"),
+        ("docs/networks.md", "else the CPUs the process may use, at most 8;"),
+        ("docs/simulator.md", "`simulator.core.PARALLEL_MIN_MACS` (2^18) multiply-accumulates"),
+        ("docs/simulator.md", "`max_cycles`, default 2^30 = 1,073,741,824."),
+        ("docs/simulator.md", "`max_work`, default 2^35 = 34,359,738,368 units."))],
+    Figure("docs/architecture.md", "(`subtract` of a scalar constant, about 150 lines)", (), lambda _: (
+        f"(`subtract` of a scalar constant, about {round(len(TOY.read_text().splitlines()), -1)} lines)")),
     Figure("docs/calibrate.md", "between 0.14x and 0.77x of the real time", _FIDELITY, _simulator_only_range),
     Figure("docs/calibrate.md", "(median |log(pred/meas)| 1.03) and ranks layers poorly (Spearman 0.85)", _FIDELITY,
            _simulator_alone),
