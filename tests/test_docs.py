@@ -937,6 +937,13 @@ for key, n, unit in (("max_cycles", errors.DEFAULT_MAX_CYCLES, "."), ("max_work"
 """
 _R18_REPORT = (("vta", "run", "resnet-18", "--report", "r18.html"),
                _python("import os; print(f\"ResNet-18's is about {round(os.path.getsize('r18.html') / 1e4) * 10} KB\")"))
+# the pynq preset's board model terms as calibrate.md's table writes them
+_PYNQ_TERMS = _PYNQ + """
+for key, unit in (("LAUNCH_US", " us per stream"), ("HOST_INSN_NS", " ns"), ("HOST_UOP_NS", " ns"),
+                  ("CACHE_NS_PER_BYTE", " ns/byte"), ("DMA_EFFICIENCY", ""), ("DMA_ROW_CYCLES", " cycles per row"),
+                  ("COMPUTE_LOOP_CYCLES", " cycles per iteration")):
+    print(f"| `{key}` | {getattr(c, key)}{unit} |")
+"""
 _FIDELITY = (("python", "bench/board_fidelity.py"),)
 
 FIGURES = [
@@ -974,17 +981,16 @@ FIGURES = [
     Figure("docs/tune.md", "(`--strategy gradient` shares them: 14 tasks x 64)", _R18_TASKS,
            lambda out: f"(`--strategy gradient` shares them: {_r18_tasks(out)} tasks x 64)"),
     Figure("docs/tune.md", "[Task  1/14]", _R18_TASKS, lambda out: f"[Task  1/{_r18_tasks(out)}]"),
+    Figure("docs/tune.md", "at 224 x 224 the 12 tasks take", (_python(
+        "import graph_pack, tuning\ngraph, params = graph_pack.zoo.get_model('resnet-18')\n"
+        "print(f\"at 224 x 224 the {len(tuning.extract_tasks(graph, target='cpu'))} tasks take\")"),)),
     Figure("docs/tune.md", "A fresh worker replaces it every 256 configs", (_python(
         "from tuning.cpu import MEASUREMENTS_PER_WORKER as n\nprint(f'A fresh worker replaces it every {n} configs')"),)),
     # docs/calibrate.md: the pynq preset's board model, and what bench/board_fidelity.py prints about it
-    *[Figure("docs/calibrate.md", f"| `{key}` | {text} |", (_python(_PYNQ + f"print('| `{key}` | ' + "
-                                                                          f"{fmt!r}.format(c.{key}) + ' |')"),))
-      for key, text, fmt in (("LAUNCH_US", "41.96 us per stream", "{} us per stream"),
-                             ("HOST_INSN_NS", "384.2 ns", "{} ns"), ("HOST_UOP_NS", "8.015 ns", "{} ns"),
-                             ("CACHE_NS_PER_BYTE", "0.35 ns/byte", "{} ns/byte"),
-                             ("DMA_EFFICIENCY", "0.7101", "{}"), ("DMA_ROW_CYCLES", "44.69 cycles per row",
-                                                                  "{} cycles per row"),
-                             ("COMPUTE_LOOP_CYCLES", "19.01 cycles per iteration", "{} cycles per iteration"))],
+    *[Figure("docs/calibrate.md", f"| `{key}` | {text} |", (_python(_PYNQ_TERMS),)) for key, text in (
+        ("LAUNCH_US", "41.96 us per stream"), ("HOST_INSN_NS", "384.2 ns"), ("HOST_UOP_NS", "8.015 ns"),
+        ("CACHE_NS_PER_BYTE", "0.35 ns/byte"), ("DMA_EFFICIENCY", "0.7101"), ("DMA_ROW_CYCLES", "44.69 cycles per row"),
+        ("COMPUTE_LOOP_CYCLES", "19.01 cycles per iteration"))],
     Figure("docs/calibrate.md", "each output vector pays about 4 x 19 cycles", (_python(
         _PYNQ + "print(f'each output vector pays about 4 x {round(c.COMPUTE_LOOP_CYCLES)} cycles')"),)),
     Figure("docs/calibrate.md", "The DMA sustains about 71% of the 64-bit port's peak and each row costs about 45 "
@@ -1115,6 +1121,9 @@ def test_tuning_samples_are_what_the_commands_print(tmp_path: Path):
     stale = [line for line in _wall(sample).splitlines() if line != "..." and line not in printed]
     assert not stale, "docs/tune.md's sample of vta tune resnet-18 --log r18.jsonl has lines it no longer prints:\n" + \
         "\n".join(stale) + f"\n--- it prints\n{tune.stdout}"
+
+    speedups = [float(x) for x in re.findall(r"^ +\d+ \S+ +\d+ +[\d.]+ +[\d.]+ +([\d.]+)x ", tune.stdout, re.MULTILINE)]
+    assert len(speedups) == 14 and f"(up to {max(speedups):.2f}x on a layer)" in _normalised(doc), speedups
 
     error = _sample_after(doc, "saying so, then why")
     other = run([*VTA, "run", "resnet-18", "--log", "r18.jsonl", "--config", "batch4"], work)
