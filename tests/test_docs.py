@@ -936,7 +936,20 @@ for key, n, unit in (("max_cycles", errors.DEFAULT_MAX_CYCLES, "."), ("max_work"
     print(f"`{key}`, default 2^{n.bit_length() - 1} = {n:,}{unit}")
 """
 _R18_REPORT = (("vta", "run", "resnet-18", "--report", "r18.html"),
-               _python("import os; print(f\"ResNet-18's is about {round(os.path.getsize('r18.html') / 1e4) * 10} KB\")"))
+               _python("import os, re\nprint(f\"ResNet-18's is about {round(os.path.getsize('r18.html') / 1e4) * 10} "
+                       "KB\")\nprint(re.search(r'compute busy [^<]*', open('r18.html').read()).group(0))"))
+
+
+def _compute_shares(out: str) -> tuple[str, ...]:
+    """The report page's busy, MAC and other shares of compute and its attained and peak GOPS, as it writes them."""
+    m = re.search(r"compute busy ([\d.]+)% of [\d,]+ cycles = MAC cycles ([\d.]+)% \(attained ([\d.]+) GOPS of "
+                  r"([\d.]+), simulated\) \+ other compute work ([\d.]+)%", out)
+    assert m, out[-2000:]
+    return m.groups()
+
+
+def _r18_row(out: str, layer: str) -> list[str]:
+    return re.search(rf"^{re.escape(layer)} .*$", out, re.MULTILINE).group(0).split()
 # the pynq preset's board model terms as calibrate.md's table writes them
 _PYNQ_TERMS = _PYNQ + """
 for key, unit in (("LAUNCH_US", " us per stream"), ("HOST_INSN_NS", " ns"), ("HOST_UOP_NS", " ns"),
@@ -974,6 +987,18 @@ FIGURES = [
     Figure("docs/networks.md", "ResNet-18's is about 180 KB", _R18_REPORT),
     Figure("docs/networks.md", "`military uniform #652 (0.0385)`", _R18_REPORT,
            lambda out: "`" + re.search(r"image 0: (.+? #\d+ \([\d.]+\)),", out).group(1) + "`"),
+    Figure("docs/networks.md", "compute is busy ~96 % of ResNet-18's cycles on pynq while its points sit at ~72 % of "
+           "the peak", _R18_REPORT, lambda out: (
+               f"compute is busy ~{round(float(_compute_shares(out)[0]))} % of ResNet-18's cycles on pynq while its "
+               f"points sit at ~{round(float(_compute_shares(out)[1]))} % of the peak")),
+    Figure("docs/simulate.md", "keeps compute busy 96.1 % of its accelerator cycles, of which 72.0 % are MAC cycles "
+           "(36.8 of 51.2 GOPS, simulated) and 24.1 % other compute work", _R18_REPORT, lambda out: (
+               "keeps compute busy {} % of its accelerator cycles, of which {} % are MAC cycles ({} of {} GOPS, "
+               "simulated) and {} % other compute work".format(*_compute_shares(out)))),
+    Figure("docs/simulate.md", "`layer1.0.conv1` on pynq is 637,592 simulated cycles = 6.376 ms, 36.3 GOPS **simulated** "
+           "in `vta run`'s table, and 23.363 ms **board model** beside it", _R18_REPORT, lambda out: (
+               "`layer1.0.conv1` on pynq is {4} simulated cycles = {5} ms, {6} GOPS **simulated** in `vta run`'s table, "
+               "and {8} ms **board model** beside it".format(*_r18_row(out, "layer1.0.conv1")))),
     Figure("docs/networks.md", "in 500 bins of the whole run", (_python(
         "from graph_pack.report import TIMELINE_BINS\nprint(f'in {TIMELINE_BINS} bins of the whole run')"),)),
     # docs/tune.md
@@ -1124,6 +1149,11 @@ def test_tuning_samples_are_what_the_commands_print(tmp_path: Path):
 
     speedups = [float(x) for x in re.findall(r"^ +\d+ \S+ +\d+ +[\d.]+ +[\d.]+ +([\d.]+)x ", tune.stdout, re.MULTILINE)]
     assert len(speedups) == 14 and f"(up to {max(speedups):.2f}x on a layer)" in _normalised(doc), speedups
+
+    best = re.search(r"^\[Task  1/\d+\] .*/ +([\d.]+) GOPS \(board model\) .* best ([\d.]+) ms \(board model\)",
+                     tune.stdout, re.MULTILINE)
+    simulate = _normalised((ROOT / "docs" / "simulate.md").read_text())
+    assert f"prints the same task at {best.group(1)} GOPS **(board model)**, {best.group(2)} ms" in simulate, best.group(0)
 
     error = _sample_after(doc, "saying so, then why")
     other = run([*VTA, "run", "resnet-18", "--log", "r18.jsonl", "--config", "batch4"], work)
