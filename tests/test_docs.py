@@ -948,6 +948,11 @@ def _compute_shares(out: str) -> tuple[str, ...]:
     return m.groups()
 
 
+def _tuning_cli():
+    import tuning.cli
+    return tuning.cli
+
+
 def _r18_row(out: str, layer: str) -> list[str]:
     return re.search(rf"^{re.escape(layer)} .*$", out, re.MULTILINE).group(0).split()
 # the pynq preset's board model terms as calibrate.md's table writes them
@@ -1009,6 +1014,14 @@ FIGURES = [
     Figure("docs/tune.md", "at 224 x 224 the 12 tasks take", (_python(
         "import graph_pack, tuning\ngraph, params = graph_pack.zoo.get_model('resnet-18')\n"
         "print(f\"at 224 x 224 the {len(tuning.extract_tasks(graph, target='cpu'))} tasks take\")"),)),
+    # tune.md's example lines of what a run says (their numbers are examples), from the functions that say them
+    Figure("docs/tune.md", "`vta: error: --log r18.jsonl: another process (pid 4242) is writing it; a tuning run into "
+           "it is still going (the same command twice?); wait for it to finish (the next run resumes from its records), "
+           "or give another --log`", (), lambda _: (
+               f"`vta: error: --log r18.jsonl: another process (pid 4242) is writing it; {_tuning_cli().BUSY_HINT}`")),
+    Figure("docs/tune.md", "`vta: interrupted: 624 record(s) saved in r18.jsonl (624 by this run); run the same command "
+           "again to resume from them (nothing is measured twice)`", (), lambda _: (
+               f"`vta: interrupted: {_tuning_cli().interrupted_line('r18.jsonl', 0, 624)}`")),
     Figure("docs/tune.md", "A fresh worker replaces it every 256 configs", (_python(
         "from tuning.cpu import MEASUREMENTS_PER_WORKER as n\nprint(f'A fresh worker replaces it every {n} configs')"),)),
     # docs/calibrate.md: the pynq preset's board model, and what bench/board_fidelity.py prints about it
