@@ -45,6 +45,7 @@ EXAMPLES = ROOT / "examples"
 OWN_TEST_DOCS = {"deploy.md", "pytorch.md"}
 DOC_FILES = [ROOT / "README.md", *sorted(p for p in (ROOT / "docs").glob("*.md") if p.name not in OWN_TEST_DOCS)]
 DIGITS_ONNX = ROOT / "tests" / "data" / "digits_cnn.onnx"
+TOY = ROOT / "tests" / "toy_template.py"   # docs/architecture.md's example of a template
 # what a clone holds that the docs use: copied (examples) or linked (scripts) into each fresh working directory
 CLONE_COPIES = ("examples",)
 CLONE_LINKS = ("bench",)
@@ -829,3 +830,354 @@ def test_documented_config_error(tmp_path: Path):
     key, value = re.match(r"hardware config: (\w+)=(\S+) ", message).groups()
     proc = run([*VTA, "config", "show", "pynq", "--set", f"{key}={value}"], tmp_path)
     assert proc.returncode == 2 and proc.stderr.strip() == f"vta: error: {message}", _failure(proc)
+
+
+# ------------------------------------------------------------------------------------------------------------
+# 4. figures the prose quotes (issue 39): every figure a doc states as what a command prints, or as a fact of the
+# code, configs or example files, is checked here against what the command prints today. Measured wall times are
+# not checked: the docs say they are measurements, with the script in bench/ and the figures, machine and date in
+# docs/benchmarks.md (tests/test_docs.py::test_measured_figures_name_their_source).
+
+def _python(code: str) -> tuple[str, ...]:
+    return ("python", "-c", code)
+
+
+@dataclass(frozen=True)
+class Figure:
+    doc: str
+    quoted: str   # the figure as the doc says it (whitespace-normalised)
+    commands: tuple[tuple[str, ...], ...]   # run in order in one fresh clone; the last one's stdout has the figure
+    derive: object = None   # None: `quoted` is in that stdout as it stands; else a function stdout -> the doc's text
+
+    @property
+    def id(self) -> str:
+        return f"{self.doc}:{self.quoted[:40]}"
+
+
+def _fidelity(out: str) -> dict[str, list[float]]:
+    """bench/board_fidelity.py's summary table: prediction -> (median |log|, largest, Spearman)."""
+    rows = re.findall(r"^\| \**([^|]+?)\** (?:\([^|]*\))? *\| ([\d.]+) \| ([\d.]+) \| ([\d.]+) \|$", out, re.MULTILINE)
+    return {name.strip(): [float(v) for v in values] for name, *values in rows}
+
+
+def _simulator_only_range(out: str) -> str:
+    """The bare simulator's prediction over the measured time, smallest and largest, from the per-layer table."""
+    rows = re.findall(r"^\| \d+ \| conv2d [^|]+ \| ([\d.]+) \| ([\d.]+) \|", out, re.MULTILINE)
+    ratios = [float(sim) / float(measured) for measured, sim in rows]
+    assert len(ratios) >= 19
+    return f"between {min(ratios):.2f}x and {max(ratios):.2f}x of the real time"
+
+
+def _fidelity_prose(out: str) -> str:
+    f = _fidelity(out)
+    fit, held, sim = f["fit: the `pynq` config"], f["held out"], f["simulator only"]
+    return (f"median |log(pred/meas)| {fit[0]:.3f} fitted and {held[0]:.3f} held out (targets: 0.22, within 25%), "
+            f"Spearman {fit[2]:.3f} and {held[2]:.3f} (target 0.9), the worst held-out record {held[1]:.2f} "
+            f"({round((np.exp(held[1]) - 1) * 100)}%). The simulator alone: {sim[0]:.2f} and {sim[2]:.2f}.")
+
+
+def _simulator_alone(out: str) -> str:
+    sim = _fidelity(out)["simulator only"]
+    return f"(median |log(pred/meas)| {sim[0]:.2f}) and ranks layers poorly (Spearman {sim[2]:.2f})"
+
+
+# the tasks of ResNet-18 on pynq as vta tune extracts them (the default quantization and region)
+_R18_TASKS = (_python("import graph_pack\nfrom vta import Environment\nfrom tuning.task import extract_tasks\n"
+                      "env = Environment('pynq')\ngraph, params = graph_pack.zoo.get_model('resnet-18')\n"
+                      "qgraph, qparams = graph_pack.quantize(graph, params)\n"
+                      "n = len(extract_tasks(graph_pack.graph_pack(qgraph, env), env))\n"
+                      "print(f'schedules: {n} of {n} task(s) from r18.jsonl')"),)
+
+
+def _r18_tasks(out: str) -> int:
+    return int(re.search(r"schedules: (\d+) of", out).group(1))
+
+
+_PYNQ = "from hw_config import load_config\nc = load_config('pynq')\n"
+# the bounds of docs/limits.md's table as it writes them: powers of two, sizes in MiB / GiB
+_LIMITS = """
+from graph_pack import frontend_onnx as onnx
+from simulator import errors, image, trace
+
+def power(n): return f"2^{n.bit_length() - 1}" if n & (n - 1) == 0 else f"{n:,}"
+def size(n): return f"{n >> 30} GiB" if n >= 1 << 30 else f"{n >> 20} MiB"
+
+for what, default in (
+        ("simulated cycles of one run", power(errors.DEFAULT_MAX_CYCLES)),
+        ("host work of one run (GEMM MACs, ALU lanes, DMA bytes)", power(errors.DEFAULT_MAX_WORK) + " units"),
+        ("instructions in an image file", power(image.DEFAULT_MAX_INSNS)),
+        ("DRAM bytes of an image file (all segments)", size(image.DEFAULT_MAX_DRAM_BYTES)),
+        ("segments of an image file", power(image.DEFAULT_MAX_SEGMENTS)),
+        ("config/stats text in an image file", power(image.DEFAULT_MAX_TEXT_CHARS) + " characters"),
+        ("trace events of a traced replay", power(trace.DEFAULT_MAX_TRACE_EVENTS)),
+        ("one tensor of an imported or zoo model", size(onnx.DEFAULT_MAX_TENSOR_BYTES)),
+        ("an ONNX file plus all its constants", size(onnx.DEFAULT_MAX_MODEL_BYTES))):
+    print(f"| {what} | {default}")
+"""
+# constants of the code, printed as the pages state them
+_CONSTANTS = """
+from simulator import core, errors, image, trace
+
+def power(n): return f"{n:,} (2^{n.bit_length() - 1}"
+for n, what in ((image.DEFAULT_MAX_INSNS, "| instructions in `insns` | {p}: {m} MiB of stream) |"),
+                (image.DEFAULT_MAX_SEGMENTS, "| number of `seg_<i>` | {p}) |"),
+                (image.DEFAULT_MAX_TEXT_CHARS, "| characters of the `config` / `stats` JSON | {p}) |"),
+                (trace.DEFAULT_MAX_TRACE_EVENTS, "| trace events, one per instruction (`--trace`) | {p}:")):
+    print(what.format(p=power(n), m=n * 16 >> 20))
+n = image.DEFAULT_MAX_DRAM_BYTES
+print(f"| bytes of all `seg_<i>` together | {n >> 30} GiB (2^{n.bit_length() - 1}) |")
+print(f"(at most {image.MAX_NPY_HEADER_BYTES:,} bytes decompressed per member)")
+print(f"a deflated one at most {image._MAX_DEFLATE_RATIO} times its compressed size")
+print(f"`Simulator(cfg, threads=N)` (1 to {core.MAX_THREADS};")
+print(f"at most `simulator.core.DEFAULT_MAX_THREADS` = {core.DEFAULT_MAX_THREADS};")
+print(f"else the CPUs the process may use, at most {core.DEFAULT_MAX_THREADS};")
+print(f"`simulator.core.PARALLEL_MIN_MACS` (2^{core.PARALLEL_MIN_MACS.bit_length() - 1}) multiply-accumulates")
+for key, n, unit in (("max_cycles", errors.DEFAULT_MAX_CYCLES, "."), ("max_work", errors.DEFAULT_MAX_WORK, " units.")):
+    print(f"`{key}`, default 2^{n.bit_length() - 1} = {n:,}{unit}")
+"""
+_R18_REPORT = (("vta", "run", "resnet-18", "--report", "r18.html"),
+               _python("import os, re\nprint(f\"ResNet-18's is about {round(os.path.getsize('r18.html') / 1e4) * 10} "
+                       "KB\")\nprint(re.search(r'compute busy [^<]*', open('r18.html').read()).group(0))"))
+
+
+def _compute_shares(out: str) -> tuple[str, ...]:
+    """The report page's busy, MAC and other shares of compute and its attained and peak GOPS, as it writes them."""
+    m = re.search(r"compute busy ([\d.]+)% of [\d,]+ cycles = MAC cycles ([\d.]+)% \(attained ([\d.]+) GOPS of "
+                  r"([\d.]+), simulated\) \+ other compute work ([\d.]+)%", out)
+    assert m, out[-2000:]
+    return m.groups()
+
+
+def _tuning_cli():
+    import tuning.cli
+    return tuning.cli
+
+
+def _r18_row(out: str, layer: str) -> list[str]:
+    return re.search(rf"^{re.escape(layer)} .*$", out, re.MULTILINE).group(0).split()
+# the pynq preset's board model terms as calibrate.md's table writes them
+_PYNQ_TERMS = _PYNQ + """
+for key, unit in (("LAUNCH_US", " us per stream"), ("HOST_INSN_NS", " ns"), ("HOST_UOP_NS", " ns"),
+                  ("CACHE_NS_PER_BYTE", " ns/byte"), ("DMA_EFFICIENCY", ""), ("DMA_ROW_CYCLES", " cycles per row"),
+                  ("COMPUTE_LOOP_CYCLES", " cycles per iteration")):
+    print(f"| `{key}` | {getattr(c, key)}{unit} |")
+"""
+_FIDELITY = (("python", "bench/board_fidelity.py"),)
+
+FIGURES = [
+    # examples/README.md: the example files
+    Figure("examples/README.md", "about 100 KB in all", (_python(
+        "import os; n = sum(os.path.getsize('examples/' + f) for f in os.listdir('examples') if f != 'README.md')\n"
+        "print(f'about {round(n / 1e4) * 10} KB in all')"),)),
+    Figure("examples/README.md", "21 conv2d layers measured on a Pynq-Z1", (_python(
+        "print(len(open('examples/pynq_conv2d_measured.jsonl').read().splitlines()), 'conv2d layers measured on a "
+        "Pynq-Z1')"),)),
+    Figure("examples/README.md", "(its 11 keys) plus one timing key", (_python(
+        "import json; keys = json.load(open('examples/my_accel.json'))\n"
+        "print(f'(its {len(keys) - 1} keys) plus one timing key' if 'CLOCK_MHZ' in keys else keys)"),)),
+    Figure("examples/README.md", "Records above the 51.2 GOPS peak", (_python(
+        _PYNQ + "print(f'Records above the {c.peak_gops} GOPS peak')"),)),
+    # docs/simulate.md
+    Figure("docs/simulate.md", "(`seg_0` .. `seg_3` for `gemm_0`, the output being `seg_2`), an expect file only the "
+           "stored ranges (`seg_0`)", (("vta", "sim", "replay", "examples/gemm_0.npz", "--out", "r0.npz"), _python(
+               "import numpy as np\nr, e = np.load('r0.npz'), np.load('examples/gemm_0.expect.npz')\n"
+               "out = list(r['seg_addr']).index(e['seg_addr'][0])\n"
+               "print(f\"(`seg_0` .. `seg_{len(r['seg_addr']) - 1}` for `gemm_0`, the output being `seg_{out}`), an "
+               "expect file only the stored ranges (`seg_{len(e['seg_addr']) - 1}`)\")"))),
+    Figure("docs/simulate.md", "default 2^30 (1,073,741,824)", (_python(
+        "from simulator.core import DEFAULT_MAX_CYCLES as n\nprint(f'default 2^{n.bit_length() - 1} ({n:,})')"),)),
+    Figure("docs/simulate.md", "default 2^35 (34,359,738,368,", (_python(
+        "from simulator.core import DEFAULT_MAX_WORK as n\nprint(f'default 2^{n.bit_length() - 1} ({n:,},')"),)),
+    # docs/networks.md
+    Figure("docs/networks.md", "ResNet-18's is about 180 KB", _R18_REPORT),
+    Figure("docs/networks.md", "`military uniform #652 (0.0385)`", _R18_REPORT,
+           lambda out: "`" + re.search(r"image 0: (.+? #\d+ \([\d.]+\)),", out).group(1) + "`"),
+    Figure("docs/networks.md", "compute is busy ~96 % of ResNet-18's cycles on pynq while its points sit at ~72 % of "
+           "the peak", _R18_REPORT, lambda out: (
+               f"compute is busy ~{round(float(_compute_shares(out)[0]))} % of ResNet-18's cycles on pynq while its "
+               f"points sit at ~{round(float(_compute_shares(out)[1]))} % of the peak")),
+    Figure("docs/simulate.md", "keeps compute busy 96.1 % of its accelerator cycles, of which 72.0 % are MAC cycles "
+           "(36.8 of 51.2 GOPS, simulated) and 24.1 % other compute work", _R18_REPORT, lambda out: (
+               "keeps compute busy {} % of its accelerator cycles, of which {} % are MAC cycles ({} of {} GOPS, "
+               "simulated) and {} % other compute work".format(*_compute_shares(out)))),
+    Figure("docs/simulate.md", "`layer1.0.conv1` on pynq is 637,592 simulated cycles = 6.376 ms, 36.3 GOPS **simulated** "
+           "in `vta run`'s table, and 23.363 ms **board model** beside it", _R18_REPORT, lambda out: (
+               "`layer1.0.conv1` on pynq is {4} simulated cycles = {5} ms, {6} GOPS **simulated** in `vta run`'s table, "
+               "and {8} ms **board model** beside it".format(*_r18_row(out, "layer1.0.conv1")))),
+    Figure("docs/networks.md", "in 500 bins of the whole run", (_python(
+        "from graph_pack.report import TIMELINE_BINS\nprint(f'in {TIMELINE_BINS} bins of the whole run')"),)),
+    # docs/tune.md
+    Figure("docs/tune.md", "schedules: 14 of 14 task(s) from r18.jsonl", _R18_TASKS),
+    Figure("docs/tune.md", "(`--strategy gradient` shares them: 14 tasks x 64)", _R18_TASKS,
+           lambda out: f"(`--strategy gradient` shares them: {_r18_tasks(out)} tasks x 64)"),
+    Figure("docs/tune.md", "[Task  1/14]", _R18_TASKS, lambda out: f"[Task  1/{_r18_tasks(out)}]"),
+    Figure("docs/tune.md", "at 224 x 224 the 12 tasks take", (_python(
+        "import graph_pack, tuning\ngraph, params = graph_pack.zoo.get_model('resnet-18')\n"
+        "print(f\"at 224 x 224 the {len(tuning.extract_tasks(graph, target='cpu'))} tasks take\")"),)),
+    # tune.md's example lines of what a run says (their numbers are examples), from the functions that say them
+    Figure("docs/tune.md", "`vta: error: --log r18.jsonl: another process (pid 4242) is writing it; a tuning run into "
+           "it is still going (the same command twice?); wait for it to finish (the next run resumes from its records), "
+           "or give another --log`", (), lambda _: (
+               f"`vta: error: --log r18.jsonl: another process (pid 4242) is writing it; {_tuning_cli().BUSY_HINT}`")),
+    Figure("docs/tune.md", "`vta: interrupted: 624 record(s) saved in r18.jsonl (624 by this run); run the same command "
+           "again to resume from them (nothing is measured twice)`", (), lambda _: (
+               f"`vta: interrupted: {_tuning_cli().interrupted_line('r18.jsonl', 0, 624)}`")),
+    Figure("docs/tune.md", "A fresh worker replaces it every 256 configs", (_python(
+        "from tuning.cpu import MEASUREMENTS_PER_WORKER as n\nprint(f'A fresh worker replaces it every {n} configs')"),)),
+    # docs/calibrate.md: the pynq preset's board model, and what bench/board_fidelity.py prints about it
+    *[Figure("docs/calibrate.md", f"| `{key}` | {text} |", (_python(_PYNQ_TERMS),)) for key, text in (
+        ("LAUNCH_US", "41.96 us per stream"), ("HOST_INSN_NS", "384.2 ns"), ("HOST_UOP_NS", "8.015 ns"),
+        ("CACHE_NS_PER_BYTE", "0.35 ns/byte"), ("DMA_EFFICIENCY", "0.7101"), ("DMA_ROW_CYCLES", "44.69 cycles per row"),
+        ("COMPUTE_LOOP_CYCLES", "19.01 cycles per iteration"))],
+    Figure("docs/calibrate.md", "each output vector pays about 4 x 19 cycles", (_python(
+        _PYNQ + "print(f'each output vector pays about 4 x {round(c.COMPUTE_LOOP_CYCLES)} cycles')"),)),
+    Figure("docs/calibrate.md", "The DMA sustains about 71% of the 64-bit port's peak and each row costs about 45 "
+           "cycles (450 ns)", (_python(_PYNQ + "print(f'The DMA sustains about {round(c.DMA_EFFICIENCY * 100)}% of the "
+                                              "{2 ** c.LOG_BUS_WIDTH}-bit port\\'s peak and each row costs about "
+                                              "{round(c.DMA_ROW_CYCLES)} cycles ({round(c.DMA_ROW_CYCLES) * 1000 // "
+                                              "c.CLOCK_MHZ} ns)')"),)),
+    # docs/limits.md: the defaults of the bounds, from the constants the code applies
+    *[Figure("docs/limits.md", f"| {what} | {default}", (_python(_LIMITS),)) for what, default in (
+        ("simulated cycles of one run", "2^30"), ("host work of one run (GEMM MACs, ALU lanes, DMA bytes)", "2^35 units"),
+        ("instructions in an image file", "2^20"), ("DRAM bytes of an image file (all segments)", "1 GiB"),
+        ("segments of an image file", "2^16"), ("config/stats text in an image file", "2^20 characters"),
+        ("trace events of a traced replay", "2^18"), ("one tensor of an imported or zoo model", "512 MiB"),
+        ("an ONNX file plus all its constants", "2 GiB"))],
+    # the code's constants, as other pages state them
+    *[Figure(doc, quoted, (_python(_CONSTANTS),)) for doc, quoted in (
+        ("docs/image-format.md", "| instructions in `insns` | 1,048,576 (2^20: 16 MiB of stream) |"),
+        ("docs/image-format.md", "| bytes of all `seg_<i>` together | 1 GiB (2^30) |"),
+        ("docs/image-format.md", "| number of `seg_<i>` | 65,536 (2^16) |"),
+        ("docs/image-format.md", "| characters of the `config` / `stats` JSON | 1,048,576 (2^20) |"),
+        ("docs/image-format.md", "| trace events, one per instruction (`--trace`) | 262,144 (2^18:"),
+        ("docs/image-format.md", "(at most 10,000 bytes decompressed per member)"),
+        ("docs/image-format.md", "a deflated one at most 1032 times its compressed size"),
+        ("docs/simulator.md", "`Simulator(cfg, threads=N)` (1 to 64;"),
+        ("docs/simulator.md", "at most `simulator.core.DEFAULT_MAX_THREADS` = 8;"),
+        ("docs/networks.md", "else the CPUs the process may use, at most 8;"),
+        ("docs/simulator.md", "`simulator.core.PARALLEL_MIN_MACS` (2^18) multiply-accumulates"),
+        ("docs/simulator.md", "`max_cycles`, default 2^30 = 1,073,741,824."),
+        ("docs/simulator.md", "`max_work`, default 2^35 = 34,359,738,368 units."))],
+    Figure("docs/architecture.md", "(`subtract` of a scalar constant, about 150 lines)", (), lambda _: (
+        f"(`subtract` of a scalar constant, about {round(len(TOY.read_text().splitlines()), -1)} lines)")),
+    Figure("docs/calibrate.md", "between 0.14x and 0.77x of the real time", _FIDELITY, _simulator_only_range),
+    Figure("docs/calibrate.md", "(median |log(pred/meas)| 1.03) and ranks layers poorly (Spearman 0.85)", _FIDELITY,
+           _simulator_alone),
+    Figure("docs/calibrate.md", "median |log(pred/meas)| 0.026 fitted and 0.042 held out (targets: 0.22, within 25%), "
+           "Spearman 1.000 and 0.998 (target 0.9), the worst held-out record 0.12 (13%). The simulator alone: 1.03 and "
+           "0.85.", _FIDELITY, _fidelity_prose),
+]
+
+
+def _normalised(text: str) -> str:
+    return " ".join(text.split())
+
+
+@pytest.fixture(scope="module")
+def figure_output(tmp_path_factory):
+    """The stdout of a figure's commands (all of them, one after another), each sequence run once in one fresh
+    clone."""
+    work, seen = fresh_clone(tmp_path_factory.mktemp("figures")), {}
+
+    def output(commands: tuple[tuple[str, ...], ...]) -> str:
+        if commands not in seen:
+            outs = []
+            for argv in commands:
+                full = [sys.executable, *argv[1:]] if argv[0] == "python" else runnable(argv)
+                proc = run(full, work)
+                assert proc.returncode == 0, f"{shlex.join(argv)}\n{_failure(proc)}"
+                outs.append(proc.stdout)
+            seen[commands] = "\n".join(outs)
+        return seen[commands]
+    return output
+
+
+@pytest.mark.parametrize("figure", FIGURES, ids=[f.id for f in FIGURES])
+def test_quoted_figure(figure: Figure, figure_output):
+    doc = _normalised((ROOT / figure.doc).read_text())
+    assert _normalised(figure.quoted) in doc, f"{figure.doc} no longer says {figure.quoted!r}: update FIGURES"
+    out = figure_output(figure.commands)
+    if figure.derive is None:
+        assert _normalised(figure.quoted) in _normalised(out), \
+            f"{figure.doc} says {figure.quoted!r}; {shlex.join(figure.commands[-1])} prints:\n{out[-3000:]}"
+    else:
+        assert _normalised(figure.quoted) == _normalised(figure.derive(out)), \
+            f"{figure.doc} says {figure.quoted!r}; what the command prints says {figure.derive(out)!r}"
+
+
+# (doc, a measured figure as the doc says it, the bench/ script that measures it): wall times are not checked, so
+# the paragraph stating one names its script, and docs/benchmarks.md has a section of that script's figures
+MEASURED = [
+    ("README.md", ("ResNet-18 compiles in about a second and one simulated inference (data and cycles) takes a "
+                   "fraction of a second"), "bench/network.py"),
+    ("docs/simulator.md", "every GEMM of ResNet-18 takes the unsigned kernel: 1.2-1.6x the pair kernel's speed",
+     "bench/sim_speed.py"),
+    ("docs/calibrate.md", "so every tuning trial can afford the board model", "bench/sim_speed.py"),
+]
+
+
+def test_measured_figures_name_their_source():
+    benchmarks = (ROOT / "docs" / "benchmarks.md").read_text()
+    for doc, quoted, script in MEASURED:
+        paragraphs = [_normalised(p) for p in (ROOT / doc).read_text().split("\n\n")]
+        where = [p for p in paragraphs if _normalised(quoted) in p]
+        assert where, f"{doc} no longer says {quoted!r}: update MEASURED"
+        assert f"`{script}`" in where[0] or f"`python {script}" in where[0], f"{doc}: {quoted!r} does not name {script}"
+        assert (ROOT / script).is_file() and re.search(rf"^## .*`{re.escape(script)}", benchmarks, re.MULTILINE), \
+            f"docs/benchmarks.md has no section of {script}'s figures"
+
+
+# ------------------------------------------------------------------------------------------------------------
+# 5. output samples: docs/tune.md shows what `vta tune resnet-18 --log r18.jsonl` prints with its defaults (a run of
+# a minute or more, so this test is slow), what `vta run` says of that log on another config, and the line a
+# resumed run starts with. Tuning, cycles and the board model are deterministic: only wall times are masked.
+
+def _sample_after(text: str, anchor: str) -> str:
+    """The body of the first fenced block after ``anchor``."""
+    rest = text[text.index(anchor):]
+    return next(b for b in fenced_blocks_of(rest)).strip("\n")
+
+
+def fenced_blocks_of(text: str):
+    for m in re.finditer(r"^```[\w-]*\n(.*?)^```", text, re.MULTILINE | re.DOTALL):
+        yield m.group(1)
+
+
+def _wall(text: str) -> str:
+    return re.sub(r"\| +[\d.]+ s \|", "| (wall time) s |", text)
+
+
+@pytest.mark.slow
+def test_tuning_samples_are_what_the_commands_print(tmp_path: Path):
+    import signal
+    doc = (ROOT / "docs" / "tune.md").read_text()
+    work = fresh_clone(tmp_path)
+    sample = _sample_after(doc, "Output follows AutoTVM's")
+    tune = run([*VTA, "tune", "resnet-18", "--log", "r18.jsonl"], work)
+    assert tune.returncode == 0, _failure(tune)
+    printed = set(_wall(tune.stdout).splitlines())
+    stale = [line for line in _wall(sample).splitlines() if line != "..." and line not in printed]
+    assert not stale, "docs/tune.md's sample of vta tune resnet-18 --log r18.jsonl has lines it no longer prints:\n" + \
+        "\n".join(stale) + f"\n--- it prints\n{tune.stdout}"
+
+    speedups = [float(x) for x in re.findall(r"^ +\d+ \S+ +\d+ +[\d.]+ +[\d.]+ +([\d.]+)x ", tune.stdout, re.MULTILINE)]
+    assert len(speedups) == 14 and f"(up to {max(speedups):.2f}x on a layer)" in _normalised(doc), speedups
+
+    best = re.search(r"^\[Task  1/\d+\] .*/ +([\d.]+) GOPS \(board model\) .* best ([\d.]+) ms \(board model\)",
+                     tune.stdout, re.MULTILINE)
+    simulate = _normalised((ROOT / "docs" / "simulate.md").read_text())
+    assert f"prints the same task at {best.group(1)} GOPS **(board model)**, {best.group(2)} ms" in simulate, best.group(0)
+
+    error = _sample_after(doc, "saying so, then why")
+    other = run([*VTA, "run", "resnet-18", "--log", "r18.jsonl", "--config", "batch4"], work)
+    assert other.returncode == 2 and other.stderr.strip() == error.strip(), _failure(other)
+
+    quoted = _normalised(re.search(r"e\.g\. `(resuming from [^`]+)`", doc).group(1))
+    proc = subprocess.Popen([*VTA, "tune", "resnet-18", "--log", "r18.jsonl", "--tuner", "random", "--n-trial", "32"],
+                            cwd=work, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    try:
+        first = [proc.stdout.readline() for _ in range(2)]
+    finally:
+        proc.send_signal(signal.SIGINT)
+        proc.communicate(timeout=TIMEOUT)
+    assert first[1].strip() == quoted, f"docs/tune.md quotes {quoted!r}; the run says {first[1]!r}"

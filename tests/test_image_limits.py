@@ -275,6 +275,8 @@ def test_deflate_bomb_is_refused_before_decompressing(tmp_path):
     assert first.startswith(b"\x93NUMPY") and first.count(0) > 1_000_000
     line = one_error_line(vta("sim", "replay", "bomb.npz", cwd=tmp_path))
     assert "bomb.npz" in line and "seg_0" in line and "3,221,225,472" in line and "--max-dram-bytes" in line
+    doc = (Path(__file__).resolve().parents[1] / "docs" / "image-format.md").read_text()
+    assert f"\n{line}\n" in doc, f"docs/image-format.md quotes this refusal; it now reads:\n{line}"
     line = one_error_line(vta("sim", "disasm", "bomb.npz", cwd=tmp_path))
     assert "--max-dram-bytes" in line
     result = tmp_path / "bomb.result.npz"  # a replay result is read the same way

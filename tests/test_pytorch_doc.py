@@ -5,6 +5,7 @@ and agrees with PyTorch's output (the export is the model), and the accelerator 
 
 from __future__ import annotations
 
+import re
 import subprocess
 import sys
 from pathlib import Path
@@ -56,6 +57,9 @@ def test_the_pytorch_page_runs_as_written(tmp_path: Path):
     _pasted_twice(proc, "the comparison")
     cosine = [line for line in proc.stdout.splitlines() if line.startswith("cosine similarity with PyTorch")]
     assert len(cosine) == 2 and cosine[0] == cosine[1], proc.stdout
+    said = re.search(r"the cosine similarity is about ([\d.]+)", " ".join(DOC.read_text().split())).group(1)
+    value = float(re.search(r"PyTorch: ([\d.]+),", cosine[0]).group(1))
+    assert abs(value - float(said)) < 10.0 ** -len(said.split(".")[1]), f"the page says about {said}: {cosine[0]}"
 
 
 def test_a_model_exported_without_onnxscript_says_what_the_page_says(tmp_path: Path):

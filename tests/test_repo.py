@@ -54,9 +54,13 @@ def test_imports_only_point_down(layer):
 def test_the_quick_subset_touches_every_layer_and_names_only_tests_that_exist():
     import quick
     layers = set(quick.QUICK_MODULES) | set(quick.QUICK_TESTS)
-    assert set(LAYERS) <= layers, f"layers without a quick test: {sorted(set(LAYERS) - layers)}"
-    listed = [(m, ()) for modules in quick.QUICK_MODULES.values() for m in modules]
+    want = {*LAYERS, "hardware"}   # hardware imports only hw_config, so LAYERS' import order leaves it out
+    assert want <= layers, f"layers without a quick test: {sorted(want - layers)}"
+    whole = [m for modules in quick.QUICK_MODULES.values() for m in modules]
+    assert set(quick.QUICK_EXCEPT) <= set(whole), "QUICK_EXCEPT leaves tests out of a module not listed whole"
+    listed = [(m, ()) for m in whole]
     listed += [(m, prefixes) for per in quick.QUICK_TESTS.values() for m, prefixes in per.items()]
+    listed += [(m, tuple(p.split("[")[0] for p in prefixes)) for m, prefixes in quick.QUICK_EXCEPT.items()]
     for module, prefixes in listed:
         path = ROOT / "tests" / module
         assert path.is_file(), f"tests/quick.py lists {module}, which does not exist"
@@ -66,6 +70,22 @@ def test_the_quick_subset_touches_every_layer_and_names_only_tests_that_exist():
         for prefix in prefixes:
             assert any(t.startswith(prefix) for t in tests), f"tests/quick.py: no test in {module} starts with {prefix!r}"
 
+
+def test_the_readme_counts_the_quick_subset(request):
+    """README.md says how many tests ``-m quick`` runs: checked in a session that collected the whole subset
+    (``-m quick`` or the whole suite, no ``-k``), against the tests this session marked quick."""
+    import quick
+    config = request.config
+    items = [i for i in request.session.items if i.get_closest_marker("quick")]
+    listed = {m for modules in quick.QUICK_MODULES.values() for m in modules}
+    listed |= {m for per in quick.QUICK_TESTS.values() for m in per}
+    seen = {i.nodeid.partition("::")[0].rpartition("/")[2] for i in items}
+    if config.option.keyword or config.option.markexpr not in ("", "quick") or not listed <= seen:
+        pytest.skip("this session did not collect the whole quick subset (-m quick, or the whole suite)")
+    said = re.search(r"runs a subset of about ([\d,]+) tests", " ".join((ROOT / "README.md").read_text().split()))
+    assert said, "README.md no longer says how many tests the quick subset runs"
+    assert abs(int(said.group(1).replace(",", "")) - len(items)) <= len(items) // 10, \
+        f"README.md says about {said.group(1)} quick tests; there are {len(items):,} (and is its time still right?)"
 
 def test_c_field_enums_follow_the_layout_table():
     cfg = load_config()
