@@ -415,12 +415,12 @@ def test_each_client_launches_with_the_registers_it_wrote(remote, board):
 
 
 def test_a_launch_of_no_instructions_never_looks_finished(remote, board):
-    """A bitstream download resets every client's registers (docs/deploy.md), and every PynqDevice downloads it
-    when it connects: one that connected between another client's register writes and its start made that launch
-    run 0 instructions. Such a run showed compute's ap_done and done = 1, so its client took it for its finished
-    run and read its output before anything was written (all zeros: 1 of ~100 runs of five clients connecting at
-    once). As in VTA's HLS, nothing now reaches compute: its client waits, then times out (BoardTimeout)."""
-    a, b = Client(remote, board.address), Client(remote, board.address)
+    """A bitstream download resets its client's registers: one made between a client's register writes and its
+    start makes that launch run 0 instructions (before issue 41 any client's download did, and every PynqDevice
+    downloads it when it connects). Such a run showed compute's ap_done and done = 1, so its client took it for its
+    finished run and read its output before anything was written. As in VTA's HLS, nothing now reaches compute:
+    its client waits, then times out (BoardTimeout)."""
+    a = Client(remote, board.address)
     try:
         a.program()
         insn = a.alloc(4096)
@@ -429,7 +429,7 @@ def test_a_launch_of_no_instructions_never_looks_finished(remote, board):
         a.rd("compute", 0x0)                                         # clears ap_done, as PynqDevice does
         a.wr("fetch", 0x10, len(program))
         a.wr("fetch", 0x18, a.addr(insn))
-        b.program()                                                  # B connects in between: registers reset
+        a.program()                                                  # a download in between: registers reset
         a.wr("fetch", 0x0, 0x1)
         for block in ("load", "compute", "store"):
             a.wr(block, 0x0, 0x81)
@@ -440,7 +440,44 @@ def test_a_launch_of_no_instructions_never_looks_finished(remote, board):
         a.free(insn)
     finally:
         a.close()
-        b.close()
+
+
+def test_another_clients_control_writes_and_downloads_do_not_touch_a_launch(remote, board):
+    """Issue 41, item 6: compute's control register (its start and auto_restart state) was board-wide, so a second
+    client writing CTRL = 0x1 (start without auto_restart) between the victim's 0x81 and its run made the victim's
+    run fault ("started without auto_restart"), blamed on the victim; a download by anyone reset the victim's
+    registers. Now every client's control, interrupt and data registers and its launches are its own."""
+    victim, attacker = Client(remote, board.address), Client(remote, board.address)
+    try:
+        victim.program()
+        attacker.program()
+        insn = victim.alloc(4096)
+        program = assemble([GemmInsn(), GemmInsn(), FinishInsn()], CFG)   # compute runs 3 instructions
+        victim.write(insn, program.tobytes())
+        for download in (False, True):
+            victim.wr("fetch", 0x10, len(program))
+            victim.wr("fetch", 0x18, victim.addr(insn))
+            for block in ("load", "compute", "store"):
+                victim.wr(block, 0x0, 0x81)
+            attacker.wr("compute", 0x0, 0x1)       # single shot: compute would run one instruction and stop
+            attacker.wr("compute", 0x4, 0x1)       # interrupts (GIE) are the attacker's own too
+            if download:
+                attacker.wr("load", 0x0, 0x0)      # load stopped: no launch could begin
+                attacker.program()                 # the attacker's download resets its own registers only
+                attacker.wr("compute", 0x0, 0x1)
+            victim.wr("fetch", 0x0, 0x1)
+            assert victim.wait_idle(timeout=30)
+            acc = victim.status()["accelerator"]
+            assert acc["last_fault"] is None and acc["last_run"]["instructions"] == len(program), acc
+            assert victim.rd("compute", 0x18) == 1
+            assert not attacker.rd("compute", 0x0) & 0x80 and victim.rd("compute", 0x0) & 0x81 == 0x81
+            assert victim.rd("compute", 0x4) == 0 and victim.rd("fetch", 0x10) == len(program)
+        assert acc["modules_started"] == {"load": True, "compute": True, "store": True}
+        assert attacker.status()["accelerator"]["modules_started"]["load"] is False
+        victim.free(insn)
+    finally:
+        victim.close()
+        attacker.close()
 
 
 def test_each_client_waits_for_its_own_run():
@@ -718,9 +755,9 @@ def test_a_client_killed_mid_run_leaves_the_board_up_and_its_memory_reclaimable(
     assert status["memory"]["used_bytes"] == 400 * MiB
     assert_accounted(status)
     observer.free(bid)
-    observer.program()                                             # reset the still-running accelerator
+    observer.program()                          # its own registers only: the dead client's run goes on (issue 41)
     status = observer.status()
-    assert status["memory"]["used_bytes"] == 0 and status["accelerator"]["state"] == "idle"
+    assert status["memory"]["used_bytes"] == 0 and status["accelerator"]["state"] == "running"
     assert_accounted(status)
     observer.close()
     assert board.alive()

@@ -447,7 +447,7 @@ class SimulatedBoard:
         if SYNC_WORD not in data and SYNC_WORD[::-1] not in data:
             raise Refused("FAILED_PRECONDITION", f"firmware {name} is not a Xilinx bitstream (no sync word)")
         self.fpga_firmware = name
-        self.vta.reset(name)
+        self.vta.reset(name, peer)
         with self._lock:
             self.totals["programmed"] += 1
         self.log.info("%s programmed %s (%d bytes): VTA register blocks reset", peer or "a client", name, len(data))
