@@ -572,6 +572,41 @@ def test_bitstreams_other_than_the_configs_are_refused(client):
     assert code == "FAILED_PRECONDITION" and "sync word" in details
 
 
+def test_firmware_and_fpga_manager_files_are_each_clients_own(remote, board):
+    """Issue 41, item 7: one firmware namespace served every client, so another client writing junk to
+    /lib/firmware/<the config's bitstream>.bin (or the FPGA manager's flags = 1) between a client's upload and its
+    program made the program fail ("not a Xilinx bitstream"), and pynq's own download, which uploads only when the
+    file does not exist, programmed the junk. Now every client's firmware files and flags are its own."""
+    victim, attacker = Client(remote, board.address), Client(remote, board.address)
+    rd = remote[1]["remote_device"]
+    try:
+        attacker.write_file(FIRMWARE, b"junk" * 64)
+        attacker.write_file("/sys/class/fpga_manager/fpga0/flags", b"1")
+        assert not victim.dev.existsfile(rd.ExistsFileRequest(file_path=FIRMWARE), timeout=10).exists
+        assert attacker.dev.existsfile(rd.ExistsFileRequest(file_path=FIRMWARE), timeout=10).exists
+        victim.dev.set_bitstream_attrs(rd.SetBitstreamAttrsRequest(binfile_name=f"{CFG.bitstream}.bin"), timeout=10)
+        victim.write_file(FIRMWARE, placeholder_bytes(CFG))
+        victim.write_file("/sys/class/fpga_manager/fpga0/flags", b"0")
+        attacker.write_file(FIRMWARE, b"junk" * 64)                          # in between: the attacker's own file
+        attacker.write_file("/sys/class/fpga_manager/fpga0/flags", b"1")     # ... and its own flags
+        victim.write_file("/sys/class/fpga_manager/fpga0/firmware", f"{CFG.bitstream}.bin".encode())
+        assert victim.read_file("/sys/class/fpga_manager/fpga0/firmware").strip() == f"{CFG.bitstream}.bin".encode()
+        assert victim.read_file("/sys/class/fpga_manager/fpga0/flags").strip() == b"0"
+        code, details = attacker.error(lambda: attacker.write_file("/sys/class/fpga_manager/fpga0/firmware",
+                                                                   f"{CFG.bitstream}.bin".encode()))
+        assert code == "UNIMPLEMENTED" and "partial" in details            # its own flags, its own junk
+        attacker.write_file("/sys/class/fpga_manager/fpga0/flags", b"0")
+        code, details = attacker.error(lambda: attacker.write_file("/sys/class/fpga_manager/fpga0/firmware",
+                                                                   f"{CFG.bitstream}.bin".encode()))
+        assert code == "FAILED_PRECONDITION" and "not a Xilinx bitstream" in details
+        code, _ = victim.error(lambda: victim.read_file(FIRMWARE))          # write-only: no bytes are kept
+        assert code == "PERMISSION_DENIED"
+        assert victim.status()["accelerator"]["programmed"] == f"{CFG.bitstream}.bin"
+    finally:
+        victim.close()
+        attacker.close()
+
+
 def test_malformed_requests_get_errors_and_the_board_survives(client, board):
     pb = client.pb
     bf, mm = pb["buffer"], pb["mmio"]
@@ -776,7 +811,7 @@ def test_programming_the_board_is_one_log_line(remote, tmp_path):
         assert b.stop() == 0
     lines = [line for line in (tmp_path / "log").read_text().splitlines() if "programmed" in line]
     assert len(lines) == 1 and lines[0].endswith(f"programmed {CFG.bitstream}.bin ({len(placeholder_bytes(CFG))} bytes): "
-                                                 "VTA register blocks reset"), lines
+                                                 "its VTA registers reset"), lines
 
 
 def test_clean_shutdown_on_sigint(remote, tmp_path):

@@ -11,7 +11,9 @@ PYNQ's remote server:
   ``read``/``write`` go to ``vta.board.registers.SimulatedVTA`` (HLS control bits, ``done``, runs).
 - ``remote_device.RemoteDevice``: files (``/proc/version``, the board name, the FPGA manager's files,
   ``/lib/firmware/``), ``set_bitstream_attrs`` and the FPGA manager write that programs the PL. Only the
-  config's bitstream (``<cfg.bitstream>.bit``, sent by pynq as ``.bin`` firmware) is accepted.
+  config's bitstream (``<cfg.bitstream>.bit``, sent by pynq as ``.bin`` firmware) is accepted. Firmware files
+  and the FPGA manager's flags are each client's own (``_Files``), and write-only: no client sees, replaces or
+  programs another's.
 
 The file ``/proc/vta-sim/status`` (readable through the same protocol, or ``vta board status``) holds the
 board's accounting as JSON, as the reading client may see it: its own buffers and bytes, the others' only as
@@ -35,10 +37,10 @@ import secrets
 import signal
 import threading
 import time
-from collections import Counter
+from collections import Counter, OrderedDict
 from collections.abc import Callable, Iterator
 from concurrent import futures
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any
 
 from hw_config import HwConfig
@@ -58,6 +60,7 @@ FPGA_MANAGER = "/sys/class/fpga_manager/fpga0/"
 CHUNK = 1 * MiB   # read streams: well under the client's default 4 MiB receive limit
 SIMULATED_BOARD_PREFIX = "vta-simulated-"
 MAX_PEERS = 4096   # clients remembered (last activity) before idle ones without buffers are forgotten
+MAX_FIRMWARE_FILES = 16   # firmware files one client's namespace keeps (its oldest are forgotten past this)
 ISOLATION = ("clients are isolated (a real PYNQ board does not do this): a launch whose instruction fetch or "
              "LOAD/STORE ranges leave the launching client's own buffers is refused, naming the instruction; a "
              "faulted run hangs the accelerator for its client only and is reset for the others; buffers, "
@@ -70,8 +73,7 @@ class ServerLimits:
 
     mem_bytes: int                       # total buffer bytes (the board's DRAM for buffers)
     max_message_bytes: int = 4 * MiB     # one gRPC message (pynq sends 2 MiB chunks)
-    max_file_bytes: int = 64 * MiB       # one uploaded firmware file
-    max_files_bytes: int = 128 * MiB     # all uploaded firmware files
+    max_file_bytes: int = 64 * MiB       # one uploaded firmware file (its bytes are not kept: see _Files)
     max_buffers: int = 65536
     lease_s: float = 600.0               # idle time after which a client's buffers may be reclaimed
     max_concurrent_rpcs: int = 64
@@ -125,6 +127,20 @@ class _Uploads:
 
 
 @dataclass
+class _Files:
+    """One client's own files: its firmware namespace (``/lib/firmware/``, name -> (bytes, a Xilinx bitstream?)),
+    its FPGA manager flags and the firmware it last programmed, the bitstream named by its ``set_bitstream_attrs``.
+
+    Firmware bytes are not kept: what programming needs of a file (that it is a bitstream: its sync word) is read
+    as it is written, so a client's files cost the board no memory and no client can push another's out."""
+
+    firmware: OrderedDict[str, tuple[int, bool]] = field(default_factory=OrderedDict)
+    flags: str = "0"
+    programmed: str = ""
+    pending_bitstream: tuple[str, bool] | None = None
+
+
+@dataclass
 class _Buffer:
     id: str
     addr: int
@@ -158,12 +174,9 @@ class SimulatedBoard:
         self.buffers: dict[str, _Buffer] = {}
         self.used = 0
         self.peers: dict[str, float] = {}
-        self.firmware: dict[str, bytes | bytearray] = {}
+        self.files: OrderedDict[str, _Files] = OrderedDict()   # per client: its firmware and FPGA manager files
         self.uploads = _Uploads(self.limits.max_upload_bytes)
         self.on_close: list[Callable[[], None]] = []   # what else stops with the board (the server's RPC guard)
-        self.fpga_flags = "0"
-        self.fpga_firmware = ""
-        self.pending_bitstream: tuple[str, bool] | None = None
         self.totals = Counter()
         self.calls: Counter[str] = Counter()
         self.errors: Counter[str] = Counter()
@@ -352,24 +365,38 @@ class SimulatedBoard:
                                       f"#1 SMP PREEMPT {arch}\n").encode(),
             "/proc/device-tree/chosen/pynq_board": lambda: _board_name(self.cfg).encode() + b"\x00",
             FPGA_MANAGER + "state": lambda: b"operating\n",
-            FPGA_MANAGER + "flags": lambda: self.fpga_flags.encode() + b"\n",
-            FPGA_MANAGER + "firmware": lambda: self.fpga_firmware.encode() + b"\n",
+            FPGA_MANAGER + "flags": lambda: self._files(peer).flags.encode() + b"\n",
+            FPGA_MANAGER + "firmware": lambda: self._files(peer).programmed.encode() + b"\n",
             STATUS_FILE: lambda: json.dumps(self.status(peer), indent=1).encode(),
         }
 
-    def exists(self, path: str) -> bool:
+    def _files(self, peer: str | None) -> _Files:
+        """``peer``'s files as they read (none for a client that never wrote one)."""
+        return self.files.get(peer or "") or _Files()
+
+    def _own_files(self, peer: str) -> _Files:
+        """``peer``'s files, to write (lock held; the ``MAX_PEERS`` most recently written clients are kept)."""
+        files = self.files.pop(peer, None) or _Files()
+        self.files[peer] = files
+        while len(self.files) > MAX_PEERS:
+            self.files.popitem(last=False)
+        return files
+
+    def exists(self, path: str, peer: str | None = None) -> bool:
+        """Whether ``path`` exists for ``peer``: a firmware file exists for the client that wrote it only."""
         if path in self._virtual_files():
             return True
         with self._lock:
-            return path.startswith(FIRMWARE_DIR) and path[len(FIRMWARE_DIR):] in self.firmware
+            return path.startswith(FIRMWARE_DIR) and path[len(FIRMWARE_DIR):] in self._files(peer).firmware
 
     def read_file(self, path: str, peer: str | None = None) -> bytes | bytearray:
         files = self._virtual_files(peer)
         if path in files:
             return files[path]()
         with self._lock:
-            if path.startswith(FIRMWARE_DIR) and path[len(FIRMWARE_DIR):] in self.firmware:
-                return self.firmware[path[len(FIRMWARE_DIR):]]
+            if path.startswith(FIRMWARE_DIR) and path[len(FIRMWARE_DIR):] in self._files(peer).firmware:
+                raise Refused("PERMISSION_DENIED", f"{path[:200]}: firmware files are write-only on the simulated "
+                                                   f"board (it keeps whether a file is a bitstream, not its bytes)")
         raise Refused("NOT_FOUND", f"{str(path)[:200]}: no such file on the simulated board")
 
     def write_file(self, requests: Iterator, peer: str) -> None:
@@ -394,30 +421,26 @@ class SimulatedBoard:
             name = path[len(FIRMWARE_DIR):]
             if not re.fullmatch(r"[A-Za-z0-9._-]{1,200}", name) or name in (".", ".."):
                 raise Refused("INVALID_ARGUMENT", f"firmware name {name[:80]!r}: letters, digits, '.', '_', '-'")
+            bitstream = SYNC_WORD in data or SYNC_WORD[::-1] in data
             with self._lock:
-                self._store_firmware(name, data)
+                firmware = self._own_files(peer).firmware   # this client's own namespace: nobody else reads it
+                firmware.pop(name, None)
+                firmware[name] = (len(data), bitstream)
+                while len(firmware) > MAX_FIRMWARE_FILES:
+                    firmware.popitem(last=False)
             return
         if path == FPGA_MANAGER + "flags":
             text = data.decode("ascii", "replace").strip()
             if text not in ("0", "1"):
                 raise Refused("INVALID_ARGUMENT", f"fpga_manager flags {text[:20]!r}: 0 (full) or 1 (partial)")
-            self.fpga_flags = text
+            with self._lock:
+                self._own_files(peer).flags = text
             return
         if path == FPGA_MANAGER + "firmware":
             self.program(data.decode("ascii", "replace").strip(), peer)
             return
         raise Refused("PERMISSION_DENIED", f"{path[:200]}: the simulated board accepts writes only to "
                                            f"{FIRMWARE_DIR} and {FPGA_MANAGER}{{flags,firmware}}")
-
-    def _store_firmware(self, name: str, data: bytes | bytearray) -> None:
-        self.firmware.pop(name, None)
-        while self.firmware and sum(map(len, self.firmware.values())) + len(data) > self.limits.max_files_bytes:
-            oldest = next(iter(self.firmware))
-            del self.firmware[oldest]
-        if len(data) > self.limits.max_files_bytes:
-            raise Refused("RESOURCE_EXHAUSTED", f"firmware {name}: {len(data)} bytes is over the board's "
-                                                f"{self.limits.max_files_bytes // MiB} MiB for firmware files")
-        self.firmware[name] = data
 
     def expected_firmware(self) -> str:
         return f"{self.cfg.bitstream}.bin"
@@ -429,32 +452,38 @@ class SimulatedBoard:
                           f"only the bitstream {self.cfg.bitstream}.bit (firmware {self.expected_firmware()}), not "
                           f"{name[:120]!r}")
 
-    def set_bitstream_attrs(self, name: str, partial: bool) -> None:
+    def set_bitstream_attrs(self, name: str, partial: bool, peer: str = "") -> None:
         if partial:
             raise Refused("UNIMPLEMENTED", "partial reconfiguration is not supported by the simulated board")
         self.check_bitstream_name(name)
-        self.pending_bitstream = (name, partial)
+        with self._lock:
+            self._own_files(peer).pending_bitstream = (name, partial)
 
     def program(self, name: str, peer: str) -> None:
-        """The FPGA manager's firmware write: program the PL with an uploaded, matching bitstream."""
-        if self.fpga_flags != "0":
+        """The FPGA manager's firmware write: program the PL with a matching bitstream this client uploaded (its
+        own firmware namespace and flags: another client's files are not seen)."""
+        with self._lock:
+            files = self._files(peer)
+            flags, entry = files.flags, files.firmware.get(name)
+        if flags != "0":
             raise Refused("UNIMPLEMENTED", "partial reconfiguration (fpga_manager flags 1) is not supported")
         self.check_bitstream_name(name)
-        with self._lock:
-            data = self.firmware.get(name)
-        if data is None:
-            raise Refused("NOT_FOUND", f"firmware {name} was not uploaded to {FIRMWARE_DIR}")
-        if SYNC_WORD not in data and SYNC_WORD[::-1] not in data:
+        if entry is None:
+            raise Refused("NOT_FOUND", f"firmware {name} was not uploaded to {FIRMWARE_DIR} by this client (each "
+                                       f"client's firmware files are its own)")
+        size, bitstream = entry
+        if not bitstream:
             raise Refused("FAILED_PRECONDITION", f"firmware {name} is not a Xilinx bitstream (no sync word)")
-        self.fpga_firmware = name
-        self.vta.reset(name, peer)
         with self._lock:
+            self._own_files(peer).programmed = name
             self.totals["programmed"] += 1
-        self.log.info("%s programmed %s (%d bytes): VTA register blocks reset", peer or "a client", name, len(data))
+        self.vta.reset(name, peer)
+        self.log.info("%s programmed %s (%d bytes): its VTA registers reset", peer or "a client", name, size)
 
     def download(self, data: bytes | bytearray, peer: str) -> None:
         """The protocol's ``download`` call: firmware bytes for the name given by ``set_bitstream_attrs``."""
-        name = self.pending_bitstream[0] if self.pending_bitstream else self.expected_firmware()
+        pending = self._files(peer).pending_bitstream
+        name = pending[0] if pending else self.expected_firmware()
         self.put_file(FIRMWARE_DIR + name, data, peer)
         self.program(name, peer)
 
@@ -727,7 +756,7 @@ def _servicers(board: SimulatedBoard, grpc, pb: dict):
     class Device(pb["remote_device_grpc"].RemoteDeviceServicer):
         @guarded("set_bitstream_attrs")
         def set_bitstream_attrs(request, context, peer):
-            board.set_bitstream_attrs(request.binfile_name, request.partial)
+            board.set_bitstream_attrs(request.binfile_name, request.partial, peer)
             return rd.SetBitstreamAttrsResponse(status=True)
 
         @guarded("download")
@@ -760,7 +789,7 @@ def _servicers(board: SimulatedBoard, grpc, pb: dict):
 
         @guarded("existsfile")
         def existsfile(request, context, peer):
-            return rd.ExistsFileResponse(exists=board.exists(request.file_path))
+            return rd.ExistsFileResponse(exists=board.exists(request.file_path, peer))
 
     class Mmio(pb["mmio_grpc"].MmioServicer):
         @guarded("get_mmio", lambda m: mm.GetMmioResponse(status=False, msg=m))
