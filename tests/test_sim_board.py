@@ -8,14 +8,17 @@ during a run can be observed, and ``--lease-s 1`` so that a dead client's buffer
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 import random
 import signal
 import socket
+import struct
 import subprocess
 import sys
 import textwrap
+import threading
 import time
 from pathlib import Path
 
@@ -382,6 +385,118 @@ def test_a_launch_may_touch_only_its_own_clients_buffers(remote, board):
         for c, bid in ((a, secret), (a, insn_a), (b, insn)):
             c.free(bid)
         assert_accounted(a.status())
+    finally:
+        a.close()
+        b.close()
+
+
+class FromPort:
+    """A TCP relay whose connection to the board comes from 127.0.0.1:``port`` (SO_REUSEADDR), as any program on the
+    client's host can make its own connection look once the client has gone; closing it resets the connection (no
+    TIME_WAIT holds the port)."""
+
+    def __init__(self, board_address: str, port: int):
+        host, board_port = board_address.rsplit(":", 1)
+        self.listener = socket.create_server(("127.0.0.1", 0))
+        self.address = f"127.0.0.1:{self.listener.getsockname()[1]}"
+        self.out = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
+        self.out.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+        self.out.bind(("127.0.0.1", port))
+        self.out.connect((host, int(board_port)))
+        self.inbound: socket.socket | None = None
+        self.threads = [threading.Thread(target=self._serve, daemon=True)]
+        self.threads[0].start()
+
+    def _serve(self) -> None:
+        with contextlib.suppress(OSError):
+            self.inbound, _ = self.listener.accept()
+            back = threading.Thread(target=self._pump, args=(self.out, self.inbound), daemon=True)
+            back.start()
+            self.threads.append(back)
+            self._pump(self.inbound, self.out)
+
+    @staticmethod
+    def _pump(src: socket.socket, dst: socket.socket) -> None:
+        with contextlib.suppress(OSError):
+            while data := src.recv(65536):
+                dst.sendall(data)
+
+    def close(self) -> None:
+        self.out.setsockopt(socket.SOL_SOCKET, socket.SO_LINGER, struct.pack("ii", 1, 0))   # RST: no TIME_WAIT
+        for s in (self.out, self.inbound, self.listener):
+            if s is not None:
+                with contextlib.suppress(OSError):
+                    s.shutdown(socket.SHUT_RDWR)
+                s.close()
+        for t in self.threads:
+            t.join(10)
+
+
+def _free_port() -> int:
+    with socket.socket() as s:
+        s.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+def test_a_connection_from_a_departed_clients_port_is_a_new_client(remote, board):
+    """Issue 41, item 5: a client was its gRPC peer string (ipv4:IP:PORT), and its buffers outlive its connection
+    for the lease, so a program connecting from the departed client's source port owned them: its launches could
+    LOAD them, its status listed them, its calls kept their lease. A client without a session token is now its
+    connection (the board's socket for it), so a new connection from the same address and port is a new client."""
+    port = _free_port()
+    relay = FromPort(board.address, port)
+    victim = Client(remote, relay.address)
+    victim.program()
+    secret = victim.alloc(4096)
+    victim.write(secret, b"\x5a" * 4096)
+    where = victim.addr(secret)
+    assert victim.status()["memory"]["by_client"]                    # the victim's own buffer, as it sees it
+    victim.close()
+    relay.close()                                                    # the victim has gone
+    relay = FromPort(board.address, port)                            # ... and another comes from its port
+    attacker = Client(remote, relay.address)
+    try:
+        assert relay.out.getsockname() == ("127.0.0.1", port)
+        status = attacker.status()
+        assert status["memory"]["by_client"] == {}                   # before: the victim's buffer was its own
+        assert status["memory"]["other_clients"]["buffers"] >= 1
+        attacker.program()
+        insn = attacker.alloc(4096)
+        program = _load(where)
+        attacker.write(insn, program.tobytes())
+        attacker.launch(attacker.addr(insn), len(program))
+        assert "launch refused" in _fault_seen(attacker, "instruction 0 (LOAD INP)")
+        attacker.free(insn)
+        attacker.free(secret)   # a buffer's random handle is its capability: whoever holds it may free it
+    finally:
+        attacker.close()
+        relay.close()
+
+
+def test_a_session_token_is_its_clients_identity_on_any_connection(remote, board):
+    """Issue 41, item 5: reading /proc/vta-sim/session issues a new secret token; calls that carry it (gRPC metadata
+    vta-session, as PynqDevice sends) are that client's on any connection, so a client that reconnects proves who
+    it is; a token the board never issued is refused, and a connection without one is a client of its own."""
+    from vta.board.server import SESSION_FILE, SESSION_HEADER, STATUS_FILE
+    a, b = Client(remote, board.address), Client(remote, board.address)
+    bf, rd = remote[1]["buffer"], remote[1]["remote_device"]
+    try:
+        token = a.read_file(SESSION_FILE).decode()
+        assert len(token) >= 32 and token != a.read_file(SESSION_FILE).decode()   # a new one at every read
+        mine = ((SESSION_HEADER, token),)
+        bid = a.buf.allocate(bf.AllocateRequest(size=4096, dtype="|u1"), metadata=mine, timeout=10).buffer_id
+
+        def status(client: Client, metadata=()) -> dict:
+            return json.loads(b"".join(r.data for r in client.dev.readfile(
+                rd.ReadFileRequest(file_path=STATUS_FILE), metadata=metadata, timeout=10)))
+
+        assert [c["buffers"] for c in status(b, mine)["memory"]["by_client"].values()] == [1]   # same client
+        assert status(a)["memory"]["by_client"] == {} and b.status()["memory"]["by_client"] == {}
+        code, details = b.error(lambda: b.buf.allocate(bf.AllocateRequest(size=16), timeout=10,
+                                                       metadata=((SESSION_HEADER, "0" * 32),)))
+        assert code == "UNAUTHENTICATED" and "no session" in details
+        b.buf.freebuffer(bf.FreeBufferRequest(buffer_id=bid), metadata=mine, timeout=10)
     finally:
         a.close()
         b.close()

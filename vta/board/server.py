@@ -15,6 +15,12 @@ PYNQ's remote server:
   and the FPGA manager's flags are each client's own (``_Files``), and write-only: no client sees, replaces or
   programs another's.
 
+Who a client is: reading ``/proc/vta-sim/session`` issues a secret session token, and calls carrying it as gRPC
+metadata ``vta-session`` (PynqDevice sends it on every call) are that session's on any connection; a call without
+one is its connection's (``ConnectionIds``: the server's socket, never the peer's address or port), so a new
+connection from a departed client's address and port is a new client. Buffers, registers, launches and files
+belong to that client.
+
 The file ``/proc/vta-sim/status`` (readable through the same protocol, or ``vta board status``) holds the
 board's accounting as JSON, as the reading client may see it: its own buffers and bytes, the others' only as
 totals, reclaimed bytes, runs, faults, its own last run (with the *simulated* latency) and fault.
@@ -30,13 +36,20 @@ is refused, and a faulted run hangs the accelerator for its own client only.
 
 from __future__ import annotations
 
+import contextlib
+import hashlib
+import ipaddress
 import json
 import logging
+import os
 import re
 import secrets
 import signal
+import socket
+import stat
 import threading
 import time
+import urllib.parse
 from collections import Counter, OrderedDict
 from collections.abc import Callable, Iterator
 from concurrent import futures
@@ -55,6 +68,8 @@ DEFAULT_HOST = "127.0.0.1"
 DEFAULT_PORT = 7967   # pynq.pl_server.remote_device.PYNQ_PORT: the port pynq's client always uses
 MiB = 1 << 20
 STATUS_FILE = "/proc/vta-sim/status"
+SESSION_FILE = "/proc/vta-sim/session"   # reading it issues a new session token (a new client)
+SESSION_HEADER = "vta-session"           # the gRPC metadata key that carries a client's session token
 FIRMWARE_DIR = "/lib/firmware/"
 FPGA_MANAGER = "/sys/class/fpga_manager/fpga0/"
 CHUNK = 1 * MiB   # read streams: well under the client's default 4 MiB receive limit
@@ -150,6 +165,113 @@ class _Buffer:
     dtype: str
 
 
+def _peer_address(peer: str) -> tuple[ipaddress.IPv4Address | ipaddress.IPv6Address, int] | None:
+    """gRPC's peer string (``ipv4:1.2.3.4:5``, ``ipv6:[::1]:5``, brackets maybe %-encoded) -> (address, port)."""
+    kind, _, rest = peer.partition(":")
+    if kind not in ("ipv4", "ipv6"):
+        return None
+    host, _, port = urllib.parse.unquote(rest).rpartition(":")
+    try:
+        return _plain(ipaddress.ip_address(host.strip("[]").split("%")[0])), int(port)
+    except ValueError:
+        return None
+
+
+def _plain(address: ipaddress.IPv4Address | ipaddress.IPv6Address) -> ipaddress.IPv4Address | ipaddress.IPv6Address:
+    """An IPv4-mapped IPv6 address as the IPv4 address it is."""
+    mapped = getattr(address, "ipv4_mapped", None)
+    return mapped if mapped is not None else address
+
+
+def _is_connection(sock: socket.socket, remote: tuple, local_port: int | None) -> bool:
+    """Whether ``sock`` is an established TCP connection from ``remote`` (address, port) to ``local_port``."""
+    try:
+        peer, local = sock.getpeername(), sock.getsockname()
+    except (OSError, TypeError):   # not connected any more (reset, closed), or not an IP socket
+        return False
+    if not (isinstance(peer, tuple) and isinstance(local, tuple)):
+        return False
+    if local_port is not None and local[1] != local_port:
+        return False
+    try:
+        if (_plain(ipaddress.ip_address(str(peer[0]).split("%")[0])), peer[1]) != remote:
+            return False
+    except ValueError:
+        return False
+    tcp_info = getattr(socket, "TCP_INFO", None)
+    if tcp_info is not None:   # Linux: tcpi_state, the first byte, is TCP_ESTABLISHED (1) while it lives
+        with contextlib.suppress(OSError):
+            return sock.getsockopt(socket.IPPROTO_TCP, tcp_info, 8)[0] == 1
+    return True
+
+
+def _socket_is(fd: int, inode: int | None, remote: tuple, local_port: int | None) -> int | None:
+    """The inode of the socket at ``fd`` if it is (still) the connection from ``remote`` (and, given, the inode
+    remembered for it); None otherwise. Works on a duplicate of the descriptor: gRPC's own is never touched."""
+    try:
+        dup = os.dup(fd)
+    except OSError:
+        return None
+    try:
+        st = os.fstat(dup)
+        if not stat.S_ISSOCK(st.st_mode) or (inode is not None and st.st_ino != inode):
+            return None
+        sock = socket.socket(fileno=dup)
+    except OSError:
+        os.close(dup)
+        return None
+    with sock:   # closes the duplicate
+        return st.st_ino if _is_connection(sock, remote, local_port) else None
+
+
+class ConnectionIds:
+    """Who a call without a session token comes from: its TCP connection, the server's socket for it (found by
+    the peer's address among this process's descriptors, then remembered by descriptor and inode), never the
+    address or port alone. A connection that closes takes its identity with it: a new connection from the same
+    address and port, even while the old socket's descriptor lingers, is another socket (another inode, or one
+    that is no longer established), so it is a new client.
+
+    Where the process's descriptors cannot be listed (``/proc/self/fd``, ``/dev/fd``), calls without a session
+    token are refused (``client`` returns None)."""
+
+    def __init__(self, port: int | None = None):
+        self.port = port   # the server's port: only connections to it are ours
+        self._lock = threading.Lock()
+        self._known: OrderedDict[str, tuple[int, int, str]] = OrderedDict()   # peer -> (fd, inode, client id)
+        self._fd_dir = next((d for d in ("/proc/self/fd", "/dev/fd") if os.path.isdir(d)), None)
+
+    def client(self, peer: str) -> str | None:
+        remote = _peer_address(peer)
+        if remote is None or self._fd_dir is None:
+            return None
+        with self._lock:
+            known = self._known.get(peer)
+            if known is not None and _socket_is(known[0], known[1], remote, self.port) is not None:
+                self._known.move_to_end(peer)
+                return known[2]
+            found = self._find(remote)
+            if found is None:
+                return None
+            client = f"connection-{secrets.token_hex(6)}"
+            self._known.pop(peer, None)
+            self._known[peer] = (*found, client)
+            while len(self._known) > MAX_PEERS:
+                self._known.popitem(last=False)
+            return client
+
+    def _find(self, remote: tuple) -> tuple[int, int] | None:
+        try:
+            names = os.listdir(self._fd_dir)
+        except OSError:
+            return None
+        for name in names:
+            if name.isdigit():
+                inode = _socket_is(int(name), None, remote, self.port)
+                if inode is not None:
+                    return int(name), inode
+        return None
+
+
 def _board_name(cfg: HwConfig) -> str:
     return f"{SIMULATED_BOARD_PREFIX}{cfg.TARGET}"
 
@@ -173,7 +295,10 @@ class SimulatedBoard:
         self._lock = threading.Lock()          # Python tables; taken after sim_lock when both are needed
         self.buffers: dict[str, _Buffer] = {}
         self.used = 0
-        self.peers: dict[str, float] = {}
+        self.peers: dict[str, float] = {}        # client -> last activity (a client: a session or a connection)
+        self.sessions: dict[bytes, str] = {}     # sha256(session token) -> client
+        self.session_of: dict[str, bytes] = {}   # client -> sha256(its token)
+        self.connections = ConnectionIds()       # clients without a session token: their connections
         self.files: OrderedDict[str, _Files] = OrderedDict()   # per client: its firmware and FPGA manager files
         self.uploads = _Uploads(self.limits.max_upload_bytes)
         self.on_close: list[Callable[[], None]] = []   # what else stops with the board (the server's RPC guard)
@@ -183,14 +308,54 @@ class SimulatedBoard:
         self.started = time.time()
 
     # ---- bookkeeping ----
+    def client_of(self, context) -> str:
+        """Who a call comes from: the session its token names (gRPC metadata ``vta-session``, which PynqDevice
+        sends), else the connection it came on; never the peer's address or port. A token the board does not
+        know is refused: a client whose session ended gets a new one (a new client), it cannot claim an old one."""
+        token = next((v for k, v in (context.invocation_metadata() or ()) if k == SESSION_HEADER), None)
+        if token is not None:
+            digest = hashlib.sha256(str(token).encode("utf-8", "replace")).digest()
+            with self._lock:
+                client = self.sessions.get(digest)
+            if client is None:
+                raise Refused("UNAUTHENTICATED", f"this board has no session of the token in {SESSION_HEADER!r} "
+                                                 f"(it ended, or it never began): read {SESSION_FILE} for a new "
+                                                 f"session, as a new client")
+            return client
+        client = self.connections.client(context.peer() or "")
+        if client is None:
+            raise Refused("UNAUTHENTICATED", f"cannot tell which client this call is from: send a session token "
+                                             f"(read {SESSION_FILE}, then send it as gRPC metadata {SESSION_HEADER!r} "
+                                             f"on every call, as PynqDevice does)")
+        return client
+
+    def new_session(self) -> bytes:
+        """A new client: a fresh secret token, which its calls carry from now on."""
+        token = secrets.token_hex(16)
+        client = f"session-{secrets.token_hex(6)}"
+        digest = hashlib.sha256(token.encode()).digest()
+        with self._lock:
+            self.sessions[digest] = client
+            self.session_of[client] = digest
+            self.peers[client] = time.monotonic()
+            self._forget_idle()
+        return token.encode()
+
     def touch(self, peer: str, method: str) -> None:
         with self._lock:
             self.peers[peer] = time.monotonic()
             self.calls[method] += 1
-            if len(self.peers) > MAX_PEERS:   # forget the longest-idle clients that hold nothing
-                holding = {b.owner for b in self.buffers.values()}
-                for _, old in sorted((t, p) for p, t in self.peers.items() if p not in holding)[:MAX_PEERS // 4]:
-                    del self.peers[old]
+            self._forget_idle()
+
+    def _forget_idle(self) -> None:
+        """Past ``MAX_PEERS`` clients, forget the longest-idle ones that hold no buffers (their sessions end)."""
+        if len(self.peers) > MAX_PEERS:
+            holding = {b.owner for b in self.buffers.values()}
+            for _, old in sorted((t, p) for p, t in self.peers.items() if p not in holding)[:MAX_PEERS // 4]:
+                del self.peers[old]
+                digest = self.session_of.pop(old, None)
+                if digest is not None:
+                    self.sessions.pop(digest, None)
 
     def refused(self, method: str) -> None:
         with self._lock:
@@ -368,6 +533,7 @@ class SimulatedBoard:
             FPGA_MANAGER + "flags": lambda: self._files(peer).flags.encode() + b"\n",
             FPGA_MANAGER + "firmware": lambda: self._files(peer).programmed.encode() + b"\n",
             STATUS_FILE: lambda: json.dumps(self.status(peer), indent=1).encode(),
+            SESSION_FILE: self.new_session,
         }
 
     def _files(self, peer: str | None) -> _Files:
@@ -716,8 +882,9 @@ def _servicers(board: SimulatedBoard, grpc, pb: dict):
         def wrap(fn):
             def handler(self, request, context):
                 peer = context.peer() or "unknown"
-                board.touch(peer, method)
                 try:
+                    peer = board.client_of(context)
+                    board.touch(peer, method)
                     return fn(request, context, peer)
                 except Refused as e:
                     board.refused(method)
@@ -739,8 +906,9 @@ def _servicers(board: SimulatedBoard, grpc, pb: dict):
         def wrap(fn):
             def handler(self, request, context):
                 peer = context.peer() or "unknown"
-                board.touch(peer, method)
                 try:
+                    peer = board.client_of(context)
+                    board.touch(peer, method)
                     yield from fn(request, context, peer)
                 except Refused as e:
                     board.refused(method)
@@ -887,6 +1055,7 @@ def start_server(board: SimulatedBoard, host: str = DEFAULT_HOST, port: int = DE
         raise OSError(f"cannot listen on {address}: {e} (is the port in use?)") from None
     if not bound:
         raise OSError(f"cannot listen on {address} (is the port in use?)")
+    board.connections.port = bound
     server.start()
     return server, bound
 
