@@ -474,6 +474,25 @@ def test_a_connection_from_a_departed_clients_port_is_a_new_client(remote, board
         relay.close()
 
 
+def test_telling_connections_apart_leaks_no_descriptors(remote, board):
+    """The board finds a connection's socket among its own descriptors through duplicates of them; every one is
+    closed again (a leak of one per descriptor and call ran the board out of descriptors in a few hundred calls)."""
+    fds = Path(f"/proc/{board.proc.pid}/fd")
+    if not fds.is_dir():
+        pytest.skip("no /proc: the descriptor count cannot be read")
+    warm = Client(remote, board.address)
+    warm.status()
+    before = len(list(fds.iterdir()))
+    for _ in range(20):
+        c = Client(remote, board.address)
+        for _ in range(5):
+            c.status()
+        c.close()
+    warm.status()
+    assert len(list(fds.iterdir())) <= before + 10   # (connections the server may not have closed yet)
+    warm.close()
+
+
 def test_a_session_token_is_its_clients_identity_on_any_connection(remote, board):
     """Issue 41, item 5: reading /proc/vta-sim/session issues a new secret token; calls that carry it (gRPC metadata
     vta-session, as PynqDevice sends) are that client's on any connection, so a client that reconnects proves who

@@ -217,11 +217,14 @@ def _socket_is(fd: int, inode: int | None, remote: tuple, local_port: int | None
         if not stat.S_ISSOCK(st.st_mode) or (inode is not None and st.st_ino != inode):
             return None
         sock = socket.socket(fileno=dup)
+        dup = -1   # the socket's to close now
+        with sock:
+            return st.st_ino if _is_connection(sock, remote, local_port) else None
     except OSError:
-        os.close(dup)
         return None
-    with sock:   # closes the duplicate
-        return st.st_ino if _is_connection(sock, remote, local_port) else None
+    finally:
+        if dup >= 0:
+            os.close(dup)
 
 
 class ConnectionIds:
