@@ -78,8 +78,9 @@ MAX_PEERS = 4096   # clients remembered (last activity) before idle ones without
 MAX_FIRMWARE_FILES = 16   # firmware files one client's namespace keeps (its oldest are forgotten past this)
 ISOLATION = ("clients are isolated (a real PYNQ board does not do this): a launch whose instruction fetch or "
              "LOAD/STORE ranges leave the launching client's own buffers is refused, naming the instruction; a "
-             "faulted run hangs the accelerator for its client only and is reset for the others; buffers, "
-             "runs and faults are shown to their own client only")
+             "faulted run hangs the accelerator for its client only and is reset for the others; registers, "
+             "launches, downloads and firmware files are each client's own; buffers, runs and faults are shown to "
+             "their own client only; a client is its session token (or its connection), never its address")
 
 
 @dataclass(frozen=True)
