@@ -607,8 +607,8 @@ class SimulatedVTA:
         if not run.count and run.peer:   # never what a driver means: say why its client will wait in vain
             self.peer_faults.pop(run.peer, None)
             self.peer_faults[run.peer] = (f"run {run.seq}: a launch of 0 instructions (fetch's count register is 0): "
-                                          "nothing ran and done will not rise; a bitstream download, which every "
-                                          "PynqDevice makes as it connects, resets every client's registers")
+                                          "nothing ran and done will not rise; this client's own bitstream download "
+                                          "(every PynqDevice makes one as it connects) resets its registers")
         scale = self.time_scale / (self.cfg.CLOCK_MHZ * 1e6)
 
         def wall(cycles):
