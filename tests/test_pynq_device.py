@@ -320,7 +320,7 @@ def test_board_replay_and_status_commands(board, cache, tmp_path, capsys):
     host, port = board.address.split(":")
     assert main(["board", "status", "--host", host, "--port", port]) == 0
     text = capsys.readouterr().out
-    assert "memory: 0 of 536,870,912 bytes" in text and "simulated at 100 MHz" in text
+    assert "memory: 0 of 536,870,912 bytes" in text and "run(s)" in text   # (the replay's last run is its session's)
     assert main(["board", "status", "--host", host, "--port", port, "--json"]) == 0
     assert json.loads(capsys.readouterr().out)["memory"]["used_bytes"] == 0
     assert main(["board", "status", "--port", "1", "--timeout", "0.5"]) == 2
@@ -343,13 +343,16 @@ def test_pynqs_own_device_probe_finds_the_board(cache, tmp_path):
             dev = PynqDevice(cfg)
             buf = dev.alloc(100)
             dev.copy_in(buf, bytes(range(100)))
-            emit(board=dev.board, probed=[d.name for d in pynq.Device.devices], data=dev.copy_out(buf).tolist())
+            own = list(__import__("json").loads(dev._dev.read_file("/proc/vta-sim/status"))["memory"]["by_client"])
+            emit(board=dev.board, probed=[d.name for d in pynq.Device.devices], data=dev.copy_out(buf).tolist(),
+                 own=own)
             dev.close()
         """
         out = client(code, None, cache, VTA_PYNQ_BOARD="")
         assert b.status()["memory"]["used_bytes"] == 0
     assert out["board"] == f"vta-simulated-pynq at 127.0.0.1:{b.port}"
     assert out["probed"] == ["vta-simulated-pynq"] and out["data"] == list(range(100))
+    assert [c.split("-")[0] for c in out["own"]] == ["session"]   # its buffers are its session's (issue 41, item 5)
 
 
 def test_the_boards_default_port_is_the_one_pynqs_probe_uses():

@@ -426,3 +426,37 @@ def test_connect_device_skips_a_rogue_board_and_takes_the_next(tmp_path):
                 good.stop()
         finally:
             rogue.stop()
+
+
+def test_a_rogue_boards_unused_report_costs_the_keyed_client_nothing_on_the_real_boards():
+    """Issue 41, item 4: a keyless peer PUT a fake board under the victim's key, took the victim's request with it
+    (a keyed client refuses it) and reported the match unused; the tracker then served the victim's address after
+    everyone else on every board, so a priority -100 request from the attacker beat the victim's 100. Now a board's
+    report only orders that board's own later offers: on a real board the victim is served by priority."""
+    with TrackerServer("127.0.0.1", 0) as tracker, _sockets() as held:
+        rogue = _connect(tracker.port, ATTACKER)
+        held.append(rogue)
+        assert ask(rogue, [TrackerCode.PUT, "sim", [9, "sim:rogue"], None]) == 0
+        victim = TrackerClient(tracker.address, timeout=10)
+        try:
+            assert victim.request("sim", priority=100, timeout=10)[2] == "sim:rogue"   # the fake board took it
+            assert ask(rogue, [TrackerCode.UPDATE_INFO, {"unused_match": "sim:rogue"}]) == 0   # ... and "reports" it
+
+            def pending() -> int:
+                return tracker.summary()["queue_info"]["sim"]["pending"]
+
+            low = _connect(tracker.port, ATTACKER)   # the attacker waits first, at the lowest priority
+            held.append(low)
+            low.sendall(tracker_frame([TrackerCode.REQUEST, "sim", "", -100]))
+            _wait(lambda: pending() == 1)
+            got: dict[str, tuple] = {}
+            thread = threading.Thread(target=lambda: got.setdefault("victim", victim.request("sim", 100, timeout=30)))
+            thread.start()
+            _wait(lambda: pending() == 2)
+            real = _connect(tracker.port)            # a real board offers itself
+            held.append(real)
+            assert ask(real, [TrackerCode.PUT, "sim", [9, "sim:real"], None]) == 0
+            thread.join(30)
+            assert got["victim"][2] == "sim:real"      # before: the attacker's -100 request got it
+        finally:
+            victim.close()

@@ -8,14 +8,17 @@ during a run can be observed, and ``--lease-s 1`` so that a dead client's buffer
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 import random
 import signal
 import socket
+import struct
 import subprocess
 import sys
 import textwrap
+import threading
 import time
 from pathlib import Path
 
@@ -387,6 +390,137 @@ def test_a_launch_may_touch_only_its_own_clients_buffers(remote, board):
         b.close()
 
 
+class FromPort:
+    """A TCP relay whose connection to the board comes from 127.0.0.1:``port`` (SO_REUSEADDR), as any program on the
+    client's host can make its own connection look once the client has gone; closing it resets the connection (no
+    TIME_WAIT holds the port)."""
+
+    def __init__(self, board_address: str, port: int):
+        host, board_port = board_address.rsplit(":", 1)
+        self.listener = socket.create_server(("127.0.0.1", 0))
+        self.address = f"127.0.0.1:{self.listener.getsockname()[1]}"
+        self.out = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
+        self.out.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+        self.out.bind(("127.0.0.1", port))
+        self.out.connect((host, int(board_port)))
+        self.inbound: socket.socket | None = None
+        self.threads = [threading.Thread(target=self._serve, daemon=True)]
+        self.threads[0].start()
+
+    def _serve(self) -> None:
+        with contextlib.suppress(OSError):
+            self.inbound, _ = self.listener.accept()
+            back = threading.Thread(target=self._pump, args=(self.out, self.inbound), daemon=True)
+            back.start()
+            self.threads.append(back)
+            self._pump(self.inbound, self.out)
+
+    @staticmethod
+    def _pump(src: socket.socket, dst: socket.socket) -> None:
+        with contextlib.suppress(OSError):
+            while data := src.recv(65536):
+                dst.sendall(data)
+
+    def close(self) -> None:
+        self.out.setsockopt(socket.SOL_SOCKET, socket.SO_LINGER, struct.pack("ii", 1, 0))   # RST: no TIME_WAIT
+        for s in (self.out, self.inbound, self.listener):
+            if s is not None:
+                with contextlib.suppress(OSError):
+                    s.shutdown(socket.SHUT_RDWR)
+                s.close()
+        for t in self.threads:
+            t.join(10)
+
+
+def _free_port() -> int:
+    with socket.socket() as s:
+        s.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+def test_a_connection_from_a_departed_clients_port_is_a_new_client(remote, board):
+    """Issue 41, item 5: a client was its gRPC peer string (ipv4:IP:PORT), and its buffers outlive its connection
+    for the lease, so a program connecting from the departed client's source port owned them: its launches could
+    LOAD them, its status listed them, its calls kept their lease. A client without a session token is now its
+    connection (the board's socket for it), so a new connection from the same address and port is a new client."""
+    port = _free_port()
+    relay = FromPort(board.address, port)
+    victim = Client(remote, relay.address)
+    victim.program()
+    secret = victim.alloc(4096)
+    victim.write(secret, b"\x5a" * 4096)
+    where = victim.addr(secret)
+    assert victim.status()["memory"]["by_client"]                    # the victim's own buffer, as it sees it
+    victim.close()
+    relay.close()                                                    # the victim has gone
+    relay = FromPort(board.address, port)                            # ... and another comes from its port
+    attacker = Client(remote, relay.address)
+    try:
+        assert relay.out.getsockname() == ("127.0.0.1", port)
+        status = attacker.status()
+        assert status["memory"]["by_client"] == {}                   # before: the victim's buffer was its own
+        assert status["memory"]["other_clients"]["buffers"] >= 1
+        attacker.program()
+        insn = attacker.alloc(4096)
+        program = _load(where)
+        attacker.write(insn, program.tobytes())
+        attacker.launch(attacker.addr(insn), len(program))
+        assert "launch refused" in _fault_seen(attacker, "instruction 0 (LOAD INP)")
+        attacker.free(insn)
+        attacker.free(secret)   # a buffer's random handle is its capability: whoever holds it may free it
+    finally:
+        attacker.close()
+        relay.close()
+
+
+def test_telling_connections_apart_leaks_no_descriptors(remote, board):
+    """The board finds a connection's socket among its own descriptors through duplicates of them; every one is
+    closed again (a leak of one per descriptor and call ran the board out of descriptors in a few hundred calls)."""
+    fds = Path(f"/proc/{board.proc.pid}/fd")
+    if not fds.is_dir():
+        pytest.skip("no /proc: the descriptor count cannot be read")
+    warm = Client(remote, board.address)
+    warm.status()
+    before = len(list(fds.iterdir()))
+    for _ in range(20):
+        c = Client(remote, board.address)
+        for _ in range(5):
+            c.status()
+        c.close()
+    warm.status()
+    assert len(list(fds.iterdir())) <= before + 10   # (connections the server may not have closed yet)
+    warm.close()
+
+
+def test_a_session_token_is_its_clients_identity_on_any_connection(remote, board):
+    """Issue 41, item 5: reading /proc/vta-sim/session issues a new secret token; calls that carry it (gRPC metadata
+    vta-session, as PynqDevice sends) are that client's on any connection, so a client that reconnects proves who
+    it is; a token the board never issued is refused, and a connection without one is a client of its own."""
+    from vta.board.server import SESSION_FILE, SESSION_HEADER, STATUS_FILE
+    a, b = Client(remote, board.address), Client(remote, board.address)
+    bf, rd = remote[1]["buffer"], remote[1]["remote_device"]
+    try:
+        token = a.read_file(SESSION_FILE).decode()
+        assert len(token) >= 32 and token != a.read_file(SESSION_FILE).decode()   # a new one at every read
+        mine = ((SESSION_HEADER, token),)
+        bid = a.buf.allocate(bf.AllocateRequest(size=4096, dtype="|u1"), metadata=mine, timeout=10).buffer_id
+
+        def status(client: Client, metadata=()) -> dict:
+            return json.loads(b"".join(r.data for r in client.dev.readfile(
+                rd.ReadFileRequest(file_path=STATUS_FILE), metadata=metadata, timeout=10)))
+
+        assert [c["buffers"] for c in status(b, mine)["memory"]["by_client"].values()] == [1]   # same client
+        assert status(a)["memory"]["by_client"] == {} and b.status()["memory"]["by_client"] == {}
+        code, details = b.error(lambda: b.buf.allocate(bf.AllocateRequest(size=16), timeout=10,
+                                                       metadata=((SESSION_HEADER, "0" * 32),)))
+        assert code == "UNAUTHENTICATED" and "no session" in details
+        b.buf.freebuffer(bf.FreeBufferRequest(buffer_id=bid), metadata=mine, timeout=10)
+    finally:
+        a.close()
+        b.close()
+
+
 def test_each_client_launches_with_the_registers_it_wrote(remote, board):
     """Two clients launching at once interleave their register writes (the soak of issue 25 did): each launch
     uses the instruction count and address its own client wrote, never the other's."""
@@ -415,12 +549,12 @@ def test_each_client_launches_with_the_registers_it_wrote(remote, board):
 
 
 def test_a_launch_of_no_instructions_never_looks_finished(remote, board):
-    """A bitstream download resets every client's registers (docs/deploy.md), and every PynqDevice downloads it
-    when it connects: one that connected between another client's register writes and its start made that launch
-    run 0 instructions. Such a run showed compute's ap_done and done = 1, so its client took it for its finished
-    run and read its output before anything was written (all zeros: 1 of ~100 runs of five clients connecting at
-    once). As in VTA's HLS, nothing now reaches compute: its client waits, then times out (BoardTimeout)."""
-    a, b = Client(remote, board.address), Client(remote, board.address)
+    """A bitstream download resets its client's registers: one made between a client's register writes and its
+    start makes that launch run 0 instructions (before issue 41 any client's download did, and every PynqDevice
+    downloads it when it connects). Such a run showed compute's ap_done and done = 1, so its client took it for its
+    finished run and read its output before anything was written. As in VTA's HLS, nothing now reaches compute:
+    its client waits, then times out (BoardTimeout)."""
+    a = Client(remote, board.address)
     try:
         a.program()
         insn = a.alloc(4096)
@@ -429,7 +563,7 @@ def test_a_launch_of_no_instructions_never_looks_finished(remote, board):
         a.rd("compute", 0x0)                                         # clears ap_done, as PynqDevice does
         a.wr("fetch", 0x10, len(program))
         a.wr("fetch", 0x18, a.addr(insn))
-        b.program()                                                  # B connects in between: registers reset
+        a.program()                                                  # a download in between: registers reset
         a.wr("fetch", 0x0, 0x1)
         for block in ("load", "compute", "store"):
             a.wr(block, 0x0, 0x81)
@@ -440,7 +574,44 @@ def test_a_launch_of_no_instructions_never_looks_finished(remote, board):
         a.free(insn)
     finally:
         a.close()
-        b.close()
+
+
+def test_another_clients_control_writes_and_downloads_do_not_touch_a_launch(remote, board):
+    """Issue 41, item 6: compute's control register (its start and auto_restart state) was board-wide, so a second
+    client writing CTRL = 0x1 (start without auto_restart) between the victim's 0x81 and its run made the victim's
+    run fault ("started without auto_restart"), blamed on the victim; a download by anyone reset the victim's
+    registers. Now every client's control, interrupt and data registers and its launches are its own."""
+    victim, attacker = Client(remote, board.address), Client(remote, board.address)
+    try:
+        victim.program()
+        attacker.program()
+        insn = victim.alloc(4096)
+        program = assemble([GemmInsn(), GemmInsn(), FinishInsn()], CFG)   # compute runs 3 instructions
+        victim.write(insn, program.tobytes())
+        for download in (False, True):
+            victim.wr("fetch", 0x10, len(program))
+            victim.wr("fetch", 0x18, victim.addr(insn))
+            for block in ("load", "compute", "store"):
+                victim.wr(block, 0x0, 0x81)
+            attacker.wr("compute", 0x0, 0x1)       # single shot: compute would run one instruction and stop
+            attacker.wr("compute", 0x4, 0x1)       # interrupts (GIE) are the attacker's own too
+            if download:
+                attacker.wr("load", 0x0, 0x0)      # load stopped: no launch could begin
+                attacker.program()                 # the attacker's download resets its own registers only
+                attacker.wr("compute", 0x0, 0x1)
+            victim.wr("fetch", 0x0, 0x1)
+            assert victim.wait_idle(timeout=30)
+            acc = victim.status()["accelerator"]
+            assert acc["last_fault"] is None and acc["last_run"]["instructions"] == len(program), acc
+            assert victim.rd("compute", 0x18) == 1
+            assert not attacker.rd("compute", 0x0) & 0x80 and victim.rd("compute", 0x0) & 0x81 == 0x81
+            assert victim.rd("compute", 0x4) == 0 and victim.rd("fetch", 0x10) == len(program)
+        assert acc["modules_started"] == {"load": True, "compute": True, "store": True}
+        assert attacker.status()["accelerator"]["modules_started"]["load"] is False
+        victim.free(insn)
+    finally:
+        victim.close()
+        attacker.close()
 
 
 def test_each_client_waits_for_its_own_run():
@@ -533,6 +704,41 @@ def test_bitstreams_other_than_the_configs_are_refused(client):
     code, details = client.error(lambda: client.write_file("/sys/class/fpga_manager/fpga0/firmware",
                                                            f"{CFG.bitstream}.bin".encode()))
     assert code == "FAILED_PRECONDITION" and "sync word" in details
+
+
+def test_firmware_and_fpga_manager_files_are_each_clients_own(remote, board):
+    """Issue 41, item 7: one firmware namespace served every client, so another client writing junk to
+    /lib/firmware/<the config's bitstream>.bin (or the FPGA manager's flags = 1) between a client's upload and its
+    program made the program fail ("not a Xilinx bitstream"), and pynq's own download, which uploads only when the
+    file does not exist, programmed the junk. Now every client's firmware files and flags are its own."""
+    victim, attacker = Client(remote, board.address), Client(remote, board.address)
+    rd = remote[1]["remote_device"]
+    try:
+        attacker.write_file(FIRMWARE, b"junk" * 64)
+        attacker.write_file("/sys/class/fpga_manager/fpga0/flags", b"1")
+        assert not victim.dev.existsfile(rd.ExistsFileRequest(file_path=FIRMWARE), timeout=10).exists
+        assert attacker.dev.existsfile(rd.ExistsFileRequest(file_path=FIRMWARE), timeout=10).exists
+        victim.dev.set_bitstream_attrs(rd.SetBitstreamAttrsRequest(binfile_name=f"{CFG.bitstream}.bin"), timeout=10)
+        victim.write_file(FIRMWARE, placeholder_bytes(CFG))
+        victim.write_file("/sys/class/fpga_manager/fpga0/flags", b"0")
+        attacker.write_file(FIRMWARE, b"junk" * 64)                          # in between: the attacker's own file
+        attacker.write_file("/sys/class/fpga_manager/fpga0/flags", b"1")     # ... and its own flags
+        victim.write_file("/sys/class/fpga_manager/fpga0/firmware", f"{CFG.bitstream}.bin".encode())
+        assert victim.read_file("/sys/class/fpga_manager/fpga0/firmware").strip() == f"{CFG.bitstream}.bin".encode()
+        assert victim.read_file("/sys/class/fpga_manager/fpga0/flags").strip() == b"0"
+        code, details = attacker.error(lambda: attacker.write_file("/sys/class/fpga_manager/fpga0/firmware",
+                                                                   f"{CFG.bitstream}.bin".encode()))
+        assert code == "UNIMPLEMENTED" and "partial" in details            # its own flags, its own junk
+        attacker.write_file("/sys/class/fpga_manager/fpga0/flags", b"0")
+        code, details = attacker.error(lambda: attacker.write_file("/sys/class/fpga_manager/fpga0/firmware",
+                                                                   f"{CFG.bitstream}.bin".encode()))
+        assert code == "FAILED_PRECONDITION" and "not a Xilinx bitstream" in details
+        code, _ = victim.error(lambda: victim.read_file(FIRMWARE))          # write-only: no bytes are kept
+        assert code == "PERMISSION_DENIED"
+        assert victim.status()["accelerator"]["programmed"] == f"{CFG.bitstream}.bin"
+    finally:
+        victim.close()
+        attacker.close()
 
 
 def test_malformed_requests_get_errors_and_the_board_survives(client, board):
@@ -718,9 +924,9 @@ def test_a_client_killed_mid_run_leaves_the_board_up_and_its_memory_reclaimable(
     assert status["memory"]["used_bytes"] == 400 * MiB
     assert_accounted(status)
     observer.free(bid)
-    observer.program()                                             # reset the still-running accelerator
+    observer.program()                          # its own registers only: the dead client's run goes on (issue 41)
     status = observer.status()
-    assert status["memory"]["used_bytes"] == 0 and status["accelerator"]["state"] == "idle"
+    assert status["memory"]["used_bytes"] == 0 and status["accelerator"]["state"] == "running"
     assert_accounted(status)
     observer.close()
     assert board.alive()
@@ -739,7 +945,7 @@ def test_programming_the_board_is_one_log_line(remote, tmp_path):
         assert b.stop() == 0
     lines = [line for line in (tmp_path / "log").read_text().splitlines() if "programmed" in line]
     assert len(lines) == 1 and lines[0].endswith(f"programmed {CFG.bitstream}.bin ({len(placeholder_bytes(CFG))} bytes): "
-                                                 "VTA register blocks reset"), lines
+                                                 "its VTA registers reset"), lines
 
 
 def test_clean_shutdown_on_sigint(remote, tmp_path):

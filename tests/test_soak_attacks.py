@@ -1,7 +1,9 @@
 """Soak (issue 25): two keyed tuning clients, each on a board of its own through the tracker, and a client of the
 simulated PYNQ board, all run to completion while an attacker thread without the key cycles through the
 issue's attacks 1-8 (tracker connection flood, nested JSON, a keyless hello, hogging matches at priority 1e300,
-stalled gRPC streams, concurrent uploads, cross-client DMA, a faulting run). The tuning results equal those of
+stalled gRPC streams, concurrent uploads, cross-client DMA, a faulting run) and issue 41's 4-7 (a forged
+unused-match report from a fake board, a departed client's source port reused, control register and download
+loops, firmware poisoning). The tuning results equal those of
 the same runs without the attacker, every trial measured once. Everything runs on 127.0.0.1 (the attacker on
 127.0.0.2 and on connections of its own), each attack is bounded in count and time, and every thread, socket,
 channel, server and process is stopped at the end; the only time limits are hang guards."""
@@ -18,14 +20,14 @@ from collections.abc import Callable, Iterator
 
 import pytest
 from extras import need
-from test_sim_board import Client, _load, _store
+from test_sim_board import FIRMWARE, Client, FromPort, _free_port, _load, _store
 
 from hw_config import load_config
 from tuning.rpc_runner import RPCRunner
 from tuning.task import conv_task
 from vta.device import SimDevice
 from vta.isa import FinishInsn, GemmInsn, assemble
-from vta.rpc import BoardServer, TrackerServer
+from vta.rpc import BoardServer, TrackerClient, TrackerCode, TrackerServer
 from vta.rpc.base import TRACKER_MAGIC, recv_tracker_json, tracker_frame
 from vta.rpc.protocol import Channel, new_nonce
 
@@ -73,7 +75,9 @@ class Attacker:
         attacks: list[tuple[str, Callable[[], None]]] = [
             ("1 connection flood", self.flood), ("2 nested JSON", self.nested), ("3 keyless hello", self.hello),
             ("4 hogging matches", self.hog), ("5 stalled streams", self.stall), ("6 uploads", self.uploads),
-            ("7 cross-client DMA", self.cross_dma), ("8 faulting run", self.fault)]
+            ("7 cross-client DMA", self.cross_dma), ("8 faulting run", self.fault),
+            ("41.4 forged penalty", self.forged_penalty), ("41.5 borrowed port", self.borrowed_port),
+            ("41.6 control registers", self.control_registers), ("41.7 firmware poisoning", self.poison_firmware)]
         while not self.stop.is_set():
             for name, attack in attacks:
                 if self.stop.is_set():
@@ -177,6 +181,71 @@ class Attacker:
         finally:
             c.close()
 
+    def forged_penalty(self) -> None:
+        """A fake board (from the attacker's address) takes a request from the clients' address, 127.0.0.1, under a
+        key of its own, and reports the match unused: before issue 41 the tracker then served 127.0.0.1, the tuning
+        clients' address, after everyone else on every board."""
+        with contextlib.closing(_tracker_conn(self.tracker.port)) as rogue:
+            rogue.sendall(tracker_frame([TrackerCode.PUT, "bait", [9, "bait:forged"], None]))
+            recv_tracker_json(rogue, time.monotonic() + 5)
+            with contextlib.closing(TrackerClient(self.tracker.address, timeout=10)) as taker:
+                assert taker.request("bait", 1, timeout=10)[2] == "bait:forged"
+            rogue.sendall(tracker_frame([TrackerCode.UPDATE_INFO, {"unused_match": "bait:forged"}]))
+            recv_tracker_json(rogue, time.monotonic() + 5)
+
+    def borrowed_port(self) -> None:
+        """A client of the simulated board leaves; another connects from its source port and LOADs its buffer."""
+        port = _free_port()
+        relay = FromPort(self.sim_address, port)
+        c = Client((self.grpc, self.pb), relay.address)
+        try:
+            secret = c.alloc(4096)
+            c.write(secret, b"\x5a" * 4096)
+            where = c.addr(secret)
+        finally:
+            c.close()
+            relay.close()
+        relay = FromPort(self.sim_address, port)
+        c = Client((self.grpc, self.pb), relay.address)
+        try:
+            assert c.status()["memory"]["by_client"] == {}
+            insn = c.alloc(4096)
+            program = _load(where)
+            c.write(insn, program.tobytes())
+            c.launch(c.addr(insn), len(program))
+            self._fault_of(c, "launch refused")
+            c.free(insn)
+            c.free(secret)
+        finally:
+            c.close()
+            relay.close()
+
+    def control_registers(self) -> None:
+        """Compute started without auto_restart, load stopped, and downloads, in a loop: before issue 41 the
+        control registers were the board's, and the user's runs faulted (blamed on it) or waited."""
+        c = self._client()
+        try:
+            c.program()
+            for _ in range(20):
+                c.wr("compute", 0x0, 0x1)
+                c.wr("load", 0x0, 0x0)
+                c.wr("store", 0x0, 0x1)
+            c.program()
+        finally:
+            c.close()
+
+    def poison_firmware(self) -> None:
+        """Junk under the config's bitstream name and partial flags, while a new client programs the board."""
+        c, fresh = self._client(), self._client()
+        try:
+            for _ in range(5):
+                c.write_file(FIRMWARE, b"junk" * 64)
+                c.write_file("/sys/class/fpga_manager/fpga0/flags", b"1")
+                fresh.program()                                    # a new client's download still works
+        finally:
+            c.close()
+            fresh.close()
+
     def _fault_of(self, c: Client, fragment: str) -> None:
         end = time.monotonic() + 30
         while fragment not in (c.status()["accelerator"]["last_fault"] or ""):
@@ -262,12 +331,12 @@ def test_tuning_and_the_simulated_board_serve_their_clients_while_an_attacker_ru
         attacker.thread.start()
         user.start()
         end = time.monotonic() + 120
-        while sum(attacker.done.values()) < 8 and time.monotonic() < end:   # one round of attacks first
+        while sum(attacker.done.values()) < 12 and time.monotonic() < end:   # one round of attacks first
             time.sleep(0.1)
         rounds_before = served["rounds"]
         attacked = run_both()
         end = time.monotonic() + 300
-        while sum(attacker.done.values()) < 16 and time.monotonic() < end:  # and a second round entirely
+        while sum(attacker.done.values()) < 24 and time.monotonic() < end:  # and a second round entirely
             time.sleep(0.1)
         rounds_during = served["rounds"] - rounds_before
     finally:
@@ -285,7 +354,9 @@ def test_tuning_and_the_simulated_board_serve_their_clients_while_an_attacker_ru
     assert sim.stop() == 0
     assert attacker is not None and not attacker.thread.is_alive()
     assert set(attacker.done) == {"1 connection flood", "2 nested JSON", "3 keyless hello", "4 hogging matches",
-                                  "5 stalled streams", "6 uploads", "7 cross-client DMA", "8 faulting run"}, \
+                                  "5 stalled streams", "6 uploads", "7 cross-client DMA", "8 faulting run",
+                                  "41.4 forged penalty", "41.5 borrowed port", "41.6 control registers",
+                                  "41.7 firmware poisoning"}, \
         (attacker.done, attacker.errors)
     assert not attacker.errors, attacker.errors
     assert not client_errors and rounds_during > 0, (client_errors, served)   # served while attacked

@@ -48,6 +48,7 @@ from __future__ import annotations
 
 import contextlib
 import os
+import re
 import threading
 import time
 from dataclasses import dataclass, fields
@@ -63,7 +64,7 @@ from simulator.core import Simulator
 from simulator.errors import SimulatorError
 from simulator.stats import RunStats
 from vta.board.bitstream import BitstreamError, find_bitstream, is_placeholder
-from vta.board.pynq_support import import_pynq
+from vta.board.pynq_support import import_pynq, with_session
 from vta.board.registers import (
     AP_DONE,
     AP_START,
@@ -78,7 +79,7 @@ from vta.board.registers import (
     LOAD_WGT_ADDR,
     STORE_OUT_ADDR,
 )
-from vta.board.server import SIMULATED_BOARD_PREFIX, STATUS_FILE
+from vta.board.server import SESSION_FILE, SESSION_HEADER, SIMULATED_BOARD_PREFIX, STATUS_FILE
 from vta.device import Buffer
 from vta.isa import GemmInsn, assemble
 from vta.program_check import check_program
@@ -187,6 +188,8 @@ class PynqDevice:
         self._timing = Simulator(cfg)
         self._dev, self.board = self._open(board)
         self.remote = bool(self._dev.has_capability("REMOTE"))
+        if self.remote and self._simulated():
+            self._dev = self._session(self._dev)
         self._sync = self.remote or not cfg.COHERENT
         self._program()
         try:
@@ -222,6 +225,18 @@ class PynqDevice:
         if getattr(dev, "ip_addr", None):
             return dev, f"{name} at {dev.ip_addr}:{getattr(dev, 'port', DEFAULT_PORT)}"
         return dev, f"local board {name}"
+
+    def _session(self, dev):
+        """The simulated board tells clients apart by a secret session token, not their address: take one (a new
+        client) and send it with every call. Pynq's own client sends none; without one the board goes by the
+        connection."""
+        try:
+            token = dev.read_file(SESSION_FILE).decode("ascii").strip()
+        except Exception:  # noqa: BLE001 - a board from before sessions (no such file): it goes by the connection
+            return dev
+        if not re.fullmatch(r"[0-9a-f]{32,128}", token):
+            raise BoardError(f"{self.board}: the simulated board's session token is malformed ({token[:40]!r})")
+        return with_session(dev, token, SESSION_HEADER)
 
     def _simulated(self) -> bool:
         return str(getattr(self._dev, "name", "")).startswith(SIMULATED_BOARD_PREFIX)

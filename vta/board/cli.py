@@ -70,7 +70,8 @@ CONFIG_ARGS = [
     arg("--max-message-mb", type=int_in(1, 1024), default=4, metavar="MB",
         help="largest gRPC message in either direction (default 4; pynq sends 2 MiB chunks)"),
     arg("--max-file-mb", type=int_in(1, 4096), default=64, metavar="MB",
-        help="largest uploaded bitstream/firmware file (default 64); all of them together: twice that"),
+        help="largest uploaded bitstream/firmware file (default 64; the board keeps no firmware bytes, only whether "
+             "each client's files are bitstreams)"),
     arg("--lease-s", type=_positive_float, default=600.0, metavar="S",
         help="when an allocation does not fit, buffers of clients idle for longer than S seconds are reclaimed "
              "first (default 600)"),
@@ -121,7 +122,7 @@ def board_serve(args: argparse.Namespace) -> int:
     log = logging.getLogger("vta.board")
     limits = ServerLimits(mem_bytes=(args.mem_mb or cfg.BOARD_MEM_MB) * MiB, max_buffers=args.max_buffers,
                           max_message_bytes=args.max_message_mb * MiB, max_file_bytes=args.max_file_mb * MiB,
-                          max_files_bytes=2 * args.max_file_mb * MiB, lease_s=args.lease_s,
+                          lease_s=args.lease_s,
                           workers=args.workers, max_concurrent_rpcs=args.max_concurrent_rpcs,
                           max_upload_bytes=(args.max_upload_mb or 2 * args.max_file_mb) * MiB,
                           client_timeout_s=args.client_timeout_s, max_peer_rpcs=args.max_peer_rpcs,

@@ -27,8 +27,12 @@ instruction's completion, which is what ``vta.device_pynq`` uses to tell a fresh
 The board is shared by clients that do not trust each other (pynq's remote protocol has no keys), so, unlike
 a real board, it isolates them. A launch whose instruction fetch or whose LOAD/STORE DRAM ranges leave the
 launching client's own buffers (``regions_of(peer)``) is refused before it runs, naming the instruction and
-the range. The data registers (instruction count and address, the pointer registers) are each client's own: a
-launch uses what its client wrote, so clients launching at the same time cannot mix their launches. So is what the
+the range. Every register is each client's own (``_Regs``): the data registers (instruction count and address,
+the pointer registers), every block's control register (``ap_start``'s state and ``auto_restart``: whether a
+module runs, once or per instruction) and the interrupt registers. A launch uses what its client wrote and
+begins once its client's load, compute and store run, so clients launching at the same time cannot mix their
+launches, and one client's control writes (compute ``0x1``, a module stopped) cannot make another's run fault or
+wait; a bitstream download resets its own client's registers and launches only. So is what the
 status registers show of runs (fetch's ``ap_start``/``ap_idle``, every block's ``ap_done``, compute's ``done`` and
 its ``ap_vld``): a client sees its own runs only, so clients polling at once each wait for their own run (on a real
 board they are shared: a client would take another's FINISH for its own, and its clear-on-read of ``ap_done``
@@ -81,6 +85,19 @@ MAX_FAULTED = 1024       # clients remembered with a faulted run (the oldest are
 
 class RegisterError(ValueError):
     """A register access the board cannot perform (unprogrammed PL, bad offset)."""
+
+
+@dataclass
+class _Regs:
+    """One client's own registers: the data registers it wrote, every block's control register (``ap_start``'s
+    state and ``auto_restart``: whether load, compute and store run, and once or per instruction) and the interrupt
+    registers. Another client's writes never reach them, and a client's launch runs with its own."""
+
+    words: dict[tuple[str, int], int] = field(default_factory=dict)
+    ctrl: dict[str, int] = field(default_factory=lambda: dict.fromkeys(BLOCKS, 0))
+    irq: dict[str, list[int]] = field(default_factory=lambda: {b: [0, 0, 0] for b in BLOCKS})   # GIE, IER, ISR
+    started: dict[str, bool] = field(default_factory=lambda: dict.fromkeys(MODULES, False))
+    single_shot: dict[str, bool] = field(default_factory=lambda: dict.fromkeys(MODULES, False))
 
 
 @dataclass
@@ -191,6 +208,7 @@ class Run:
     stats: RunStats | None = None
     host_seconds: float = 0.0
     regs: dict[tuple[str, int], int] = field(default_factory=dict)   # the m_axi pointer registers at launch
+    cancelled: bool = False        # its client downloaded the bitstream meanwhile: its outcome is forgotten
 
 
 class SimulatedVTA:
@@ -228,30 +246,53 @@ class SimulatedVTA:
 
     # ---- state ----
     def _reset_state(self) -> None:
-        self.words: OrderedDict[str, dict[tuple[str, int], int]] = OrderedDict()   # per client: its data registers
-        self.ctrl = dict.fromkeys(BLOCKS, 0)
-        self.irq = {b: [0, 0, 0] for b in BLOCKS}   # GIE, IER, ISR
-        self.started = dict.fromkeys(MODULES, False)
-        self.single_shot = dict.fromkeys(MODULES, False)
+        self.regs: OrderedDict[str, _Regs] = OrderedDict()   # per client: its own registers
         self.all = _View()   # what the board shows of every run (reads without a client)
         self.views: OrderedDict[str, _View] = OrderedDict()   # per client: what it sees of its own runs
         self.queue: deque[Run] = deque()
         self.generation = getattr(self, "generation", 0) + 1
         self._sram_reset = True
 
-    def reset(self, bitstream: str) -> None:
-        """A bitstream download: every register back to its reset value, the PL now runs ``bitstream``.
+    def _regs(self, peer: str) -> _Regs:
+        """``peer``'s registers as they read (reset values for a client that never wrote one)."""
+        return self.regs.get(peer) or _Regs()
 
-        DRAM (the board's buffers) is kept, as CMA memory survives reconfiguration; SRAMs are zeroed. A run
-        the simulator is still executing finishes in the background and is forgotten.
+    def _own_regs(self, peer: str) -> _Regs:
+        """``peer``'s registers, to write (the most recently written are kept: ``MAX_FAULTED`` clients; a client
+        forgotten loses its queued launches, which could never start again)."""
+        regs = self.regs.pop(peer, None) or _Regs()
+        self.regs[peer] = regs
+        while len(self.regs) > MAX_FAULTED:
+            old, _ = self.regs.popitem(last=False)
+            self.queue = deque(r for r in self.queue if r.peer != old)
+        return regs
+
+    def reset(self, bitstream: str, peer: str | None = None) -> None:
+        """A bitstream download by ``peer``: that client's registers back to their reset values, its queued
+        launches dropped and a run of its that is executing forgotten, its hang over; the PL runs ``bitstream``.
+        Other clients' registers, launches and runs are theirs and go on (``peer=None``: everyone's are reset).
+
+        DRAM (the board's buffers) is kept, as CMA memory survives reconfiguration; SRAMs are zeroed before the
+        next run.
         """
         with self._cond:
-            self._reset_state()
-            self.hangs.clear()
+            if peer is None:
+                self._reset_state()
+                self.hangs.clear()
+            else:
+                self.regs.pop(peer, None)
+                self.views.pop(peer, None)
+                self.hangs.pop(peer, None)
+                self.queue = deque(r for r in self.queue if r.peer != peer)
+                r = self.all.run
+                if r is not None and r.peer == peer and r.ready is None:
+                    r.cancelled = True   # executing now: its outcome is not published (see _work)
+                self._sram_reset = True
             self.programmed = bitstream
             self._cond.notify_all()
         # (debug: the board's server says it once, with the client and the size, at info)
-        self.log.debug("PL programmed with %s: VTA register blocks reset", bitstream)
+        self.log.debug("PL programmed with %s: VTA register blocks reset for %s", bitstream,
+                       "everyone" if peer is None else peer or "the local client")
 
     def close(self, timeout: float = 5.0) -> None:
         with self._cond:
@@ -292,15 +333,16 @@ class SimulatedVTA:
         return r.t0 is None or r.fault is not None or r.end_at is None or t < r.end_at
 
     def _ctrl_value(self, view: _View, peer: str, name: str, t: float) -> int:
-        value = self.ctrl[name] & AUTO_RESTART
+        regs = self._regs(peer)
+        value = regs.ctrl[name] & AUTO_RESTART
         if name == "fetch":
             if self._queued(peer):
                 value |= AP_START
             if not self._in_flight(view, peer, t):
                 value |= AP_IDLE
         else:
-            if self.started[name]:
-                value |= AP_START if not self.single_shot[name] else 0
+            if regs.started[name]:
+                value |= AP_START if not regs.single_shot[name] else 0
             else:
                 value |= AP_IDLE
         if view.cor[name].read(view.events(name), t):
@@ -320,7 +362,7 @@ class SimulatedVTA:
             if offset == CTRL:
                 return self._ctrl_value(view, peer, name, t)
             if offset in (GIE, IER, ISR):
-                return self.irq[name][(offset - GIE) // 4]
+                return self._regs(peer).irq[name][(offset - GIE) // 4]
             if name == "compute" and offset == COMPUTE_DONE_RD:
                 return view.done_at(t)
             if name == "compute" and offset == COMPUTE_DONE_VLD:
@@ -329,16 +371,17 @@ class SimulatedVTA:
 
     def _hung_value(self, hang: _Hang, name: str, offset: int, peer: str) -> int:
         """A register as the client whose run faulted sees it: the accelerator hung where the fault left it."""
+        regs = self._regs(peer)
         if offset == CTRL:
-            value = self.ctrl[name] & AUTO_RESTART
+            value = regs.ctrl[name] & AUTO_RESTART
             if name != "fetch":
-                value |= (AP_START if not self.single_shot[name] else 0) if self.started[name] else AP_IDLE
+                value |= (AP_START if not regs.single_shot[name] else 0) if regs.started[name] else AP_IDLE
             if name == "compute" and hang.compute_done:
                 hang.compute_done = False
                 value |= AP_DONE
             return value
         if offset in (GIE, IER, ISR):
-            return self.irq[name][(offset - GIE) // 4]
+            return regs.irq[name][(offset - GIE) // 4]
         if name == "compute" and offset == COMPUTE_DONE_RD:
             return hang.done
         if name == "compute" and offset == COMPUTE_DONE_VLD:
@@ -352,18 +395,15 @@ class SimulatedVTA:
         with self._cond:
             if offset == CTRL and name == "fetch" and value & AP_START:
                 self.hangs.pop(peer, None)   # a new launch: its client's view of the old hang ends
+            regs = self._own_regs(peer)   # each client's own: another's writes and launches never use them
             if offset == CTRL:
-                self._write_ctrl(name, value, peer)
+                self._write_ctrl(name, value, peer, regs)
             elif offset == ISR:
-                self.irq[name][2] ^= value & 0x3
+                regs.irq[name][2] ^= value & 0x3
             elif offset in (GIE, IER):
-                self.irq[name][(offset - GIE) // 4] = value & 0x3
+                regs.irq[name][(offset - GIE) // 4] = value & 0x3
             elif offset in DATA_REGS[name]:
-                regs = self.words.pop(peer, {})   # each client's own: another's launch never uses them
-                regs[(name, offset)] = value
-                self.words[peer] = regs
-                while len(self.words) > MAX_FAULTED:
-                    self.words.popitem(last=False)
+                regs.words[(name, offset)] = value
             # read-only (done_o, its ap_vld) and reserved offsets ignore writes, as the HLS decoder does
             self._cond.notify_all()
 
@@ -377,8 +417,8 @@ class SimulatedVTA:
             raise RegisterError(f"the PL is not programmed: no VTA at 0x{self.bases[name] + offset:x} until the "
                                 f"bitstream {self.cfg.bitstream}.bit is downloaded")
 
-    def _write_ctrl(self, name: str, value: int, peer: str) -> None:
-        self.ctrl[name] = value & AUTO_RESTART
+    def _write_ctrl(self, name: str, value: int, peer: str, regs: _Regs) -> None:
+        regs.ctrl[name] = value & AUTO_RESTART
         if name == "fetch":
             if value & AUTO_RESTART:
                 self.log.warning("fetch started with auto_restart (0x%x): it would re-run the program forever; "
@@ -392,13 +432,14 @@ class SimulatedVTA:
                 self.queue.append(Run(self.runs_total, peer, count, addr, self.now(), regs=regs))
             return
         if value & AP_START:
-            self.started[name] = True
-            self.single_shot[name] = not value & AUTO_RESTART
+            regs.started[name] = True
+            regs.single_shot[name] = not value & AUTO_RESTART
         elif not value & AUTO_RESTART:
-            self.started[name] = False
+            regs.started[name] = False
 
     def _word(self, peer: str, name: str, offset: int) -> int:
-        return self.words.get(peer, {}).get((name, offset), 0)
+        regs = self.regs.get(peer)
+        return regs.words.get((name, offset), 0) if regs is not None else 0
 
     def _pointer(self, name: str, offset: int, peer: str) -> int:
         return self._word(peer, name, offset) | self._word(peer, name, offset + 4) << 32
@@ -411,14 +452,17 @@ class SimulatedVTA:
                 if run is None:
                     return
                 regs = run.regs
-                single = [m for m in MODULES if self.single_shot[m]]
+                single = [m for m in MODULES if self._regs(run.peer).single_shot[m]]
             try:
                 outcome = self._execute(run, regs, single)
             except Exception as e:  # never let the worker die: a bug here must not take the board down
                 self.log.exception("run %d: internal error", run.seq)
                 outcome = _Outcome(fault=f"internal error of the simulated board: {e}", done_after_fault=run.done_before)
             with self._cond:
-                if gen == self.generation:
+                if run.cancelled:   # its client downloaded the bitstream meanwhile: nothing of it is shown
+                    run.ready = run.end_at = self.now()
+                    run.finishes = False
+                elif gen == self.generation:
                     self._finish(run, outcome)
                 self._cond.notify_all()
 
@@ -430,13 +474,16 @@ class SimulatedVTA:
             t = self.now()
             r = self.run
             prev_busy = r is not None and (r.fault is not None or r.end_at is None or t < r.end_at)
-            if self.queue and not prev_busy and all(self.started.values()):
+            ready = None if prev_busy else next(
+                (q for q in self.queue if all(self._regs(q.peer).started.values())), None)
+            if ready is not None:   # the first launch whose client runs load, compute and store
                 break
             wait = None
             if self.queue and r is not None and r.fault is None and r.end_at is not None and t < r.end_at:
                 wait = r.end_at - t
             self._cond.wait(wait)
-        run = self.queue.popleft()
+        run = ready
+        self.queue.remove(run)
         run.t0 = t
         self.all.begin(run, t)
         if run.peer:   # the client's own view: its previous run's final values become its steady state
@@ -560,8 +607,8 @@ class SimulatedVTA:
         if not run.count and run.peer:   # never what a driver means: say why its client will wait in vain
             self.peer_faults.pop(run.peer, None)
             self.peer_faults[run.peer] = (f"run {run.seq}: a launch of 0 instructions (fetch's count register is 0): "
-                                          "nothing ran and done will not rise; a bitstream download, which every "
-                                          "PynqDevice makes as it connects, resets every client's registers")
+                                          "nothing ran and done will not rise; this client's own bitstream download "
+                                          "(every PynqDevice makes one as it connects) resets its registers")
         scale = self.time_scale / (self.cfg.CLOCK_MHZ * 1e6)
 
         def wall(cycles):
@@ -600,7 +647,7 @@ class SimulatedVTA:
             if hang is not None:
                 state = "hung"
             elif self.queue and (r is None or r.t0 is not None):
-                waiting = [m for m in MODULES if not self.started[m]]
+                waiting = [m for m in MODULES if not self._regs(peer or "").started[m]]
                 state = f"launch queued (waiting for {', '.join(waiting)} to start)" if waiting else "launch queued"
             elif r is not None and self._in_flight(self.all, "", t):
                 state = "running"
@@ -612,5 +659,5 @@ class SimulatedVTA:
                     "done": hang.done if hang is not None else self.all.done_at(t),
                     "runs": self.runs_total, "faults": self.faults_total, "last_run": last_run,
                     "last_fault": last_fault, "time_scale": self.time_scale,
-                    "modules_started": dict(self.started)}
+                    "modules_started": dict(self._regs(peer or "").started)}
 

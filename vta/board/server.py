@@ -11,7 +11,15 @@ PYNQ's remote server:
   ``read``/``write`` go to ``vta.board.registers.SimulatedVTA`` (HLS control bits, ``done``, runs).
 - ``remote_device.RemoteDevice``: files (``/proc/version``, the board name, the FPGA manager's files,
   ``/lib/firmware/``), ``set_bitstream_attrs`` and the FPGA manager write that programs the PL. Only the
-  config's bitstream (``<cfg.bitstream>.bit``, sent by pynq as ``.bin`` firmware) is accepted.
+  config's bitstream (``<cfg.bitstream>.bit``, sent by pynq as ``.bin`` firmware) is accepted. Firmware files
+  and the FPGA manager's flags are each client's own (``_Files``), and write-only: no client sees, replaces or
+  programs another's.
+
+Who a client is: reading ``/proc/vta-sim/session`` issues a secret session token, and calls carrying it as gRPC
+metadata ``vta-session`` (PynqDevice sends it on every call) are that session's on any connection; a call without
+one is its connection's (``ConnectionIds``: the server's socket, never the peer's address or port), so a new
+connection from a departed client's address and port is a new client. Buffers, registers, launches and files
+belong to that client.
 
 The file ``/proc/vta-sim/status`` (readable through the same protocol, or ``vta board status``) holds the
 board's accounting as JSON, as the reading client may see it: its own buffers and bytes, the others' only as
@@ -28,17 +36,24 @@ is refused, and a faulted run hangs the accelerator for its own client only.
 
 from __future__ import annotations
 
+import contextlib
+import hashlib
+import ipaddress
 import json
 import logging
+import os
 import re
 import secrets
 import signal
+import socket
+import stat
 import threading
 import time
-from collections import Counter
+import urllib.parse
+from collections import Counter, OrderedDict
 from collections.abc import Callable, Iterator
 from concurrent import futures
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any
 
 from hw_config import HwConfig
@@ -53,15 +68,19 @@ DEFAULT_HOST = "127.0.0.1"
 DEFAULT_PORT = 7967   # pynq.pl_server.remote_device.PYNQ_PORT: the port pynq's client always uses
 MiB = 1 << 20
 STATUS_FILE = "/proc/vta-sim/status"
+SESSION_FILE = "/proc/vta-sim/session"   # reading it issues a new session token (a new client)
+SESSION_HEADER = "vta-session"           # the gRPC metadata key that carries a client's session token
 FIRMWARE_DIR = "/lib/firmware/"
 FPGA_MANAGER = "/sys/class/fpga_manager/fpga0/"
 CHUNK = 1 * MiB   # read streams: well under the client's default 4 MiB receive limit
 SIMULATED_BOARD_PREFIX = "vta-simulated-"
 MAX_PEERS = 4096   # clients remembered (last activity) before idle ones without buffers are forgotten
+MAX_FIRMWARE_FILES = 16   # firmware files one client's namespace keeps (its oldest are forgotten past this)
 ISOLATION = ("clients are isolated (a real PYNQ board does not do this): a launch whose instruction fetch or "
              "LOAD/STORE ranges leave the launching client's own buffers is refused, naming the instruction; a "
-             "faulted run hangs the accelerator for its client only and is reset for the others; buffers, "
-             "runs and faults are shown to their own client only")
+             "faulted run hangs the accelerator for its client only and is reset for the others; registers, "
+             "launches, downloads and firmware files are each client's own; buffers, runs and faults are shown to "
+             "their own client only; a client is its session token (or its connection), never its address")
 
 
 @dataclass(frozen=True)
@@ -70,8 +89,7 @@ class ServerLimits:
 
     mem_bytes: int                       # total buffer bytes (the board's DRAM for buffers)
     max_message_bytes: int = 4 * MiB     # one gRPC message (pynq sends 2 MiB chunks)
-    max_file_bytes: int = 64 * MiB       # one uploaded firmware file
-    max_files_bytes: int = 128 * MiB     # all uploaded firmware files
+    max_file_bytes: int = 64 * MiB       # one uploaded firmware file (its bytes are not kept: see _Files)
     max_buffers: int = 65536
     lease_s: float = 600.0               # idle time after which a client's buffers may be reclaimed
     max_concurrent_rpcs: int = 64
@@ -125,6 +143,20 @@ class _Uploads:
 
 
 @dataclass
+class _Files:
+    """One client's own files: its firmware namespace (``/lib/firmware/``, name -> (bytes, a Xilinx bitstream?)),
+    its FPGA manager flags and the firmware it last programmed, the bitstream named by its ``set_bitstream_attrs``.
+
+    Firmware bytes are not kept: what programming needs of a file (that it is a bitstream: its sync word) is read
+    as it is written, so a client's files cost the board no memory and no client can push another's out."""
+
+    firmware: OrderedDict[str, tuple[int, bool]] = field(default_factory=OrderedDict)
+    flags: str = "0"
+    programmed: str = ""
+    pending_bitstream: tuple[str, bool] | None = None
+
+
+@dataclass
 class _Buffer:
     id: str
     addr: int
@@ -132,6 +164,116 @@ class _Buffer:
     footprint: int
     owner: str
     dtype: str
+
+
+def _peer_address(peer: str) -> tuple[ipaddress.IPv4Address | ipaddress.IPv6Address, int] | None:
+    """gRPC's peer string (``ipv4:1.2.3.4:5``, ``ipv6:[::1]:5``, brackets maybe %-encoded) -> (address, port)."""
+    kind, _, rest = peer.partition(":")
+    if kind not in ("ipv4", "ipv6"):
+        return None
+    host, _, port = urllib.parse.unquote(rest).rpartition(":")
+    try:
+        return _plain(ipaddress.ip_address(host.strip("[]").split("%")[0])), int(port)
+    except ValueError:
+        return None
+
+
+def _plain(address: ipaddress.IPv4Address | ipaddress.IPv6Address) -> ipaddress.IPv4Address | ipaddress.IPv6Address:
+    """An IPv4-mapped IPv6 address as the IPv4 address it is."""
+    mapped = getattr(address, "ipv4_mapped", None)
+    return mapped if mapped is not None else address
+
+
+def _is_connection(sock: socket.socket, remote: tuple, local_port: int | None) -> bool:
+    """Whether ``sock`` is an established TCP connection from ``remote`` (address, port) to ``local_port``."""
+    try:
+        peer, local = sock.getpeername(), sock.getsockname()
+    except (OSError, TypeError):   # not connected any more (reset, closed), or not an IP socket
+        return False
+    if not (isinstance(peer, tuple) and isinstance(local, tuple)):
+        return False
+    if local_port is not None and local[1] != local_port:
+        return False
+    try:
+        if (_plain(ipaddress.ip_address(str(peer[0]).split("%")[0])), peer[1]) != remote:
+            return False
+    except ValueError:
+        return False
+    tcp_info = getattr(socket, "TCP_INFO", None)
+    if tcp_info is not None:   # Linux: tcpi_state, the first byte, is TCP_ESTABLISHED (1) while it lives
+        with contextlib.suppress(OSError):
+            return sock.getsockopt(socket.IPPROTO_TCP, tcp_info, 8)[0] == 1
+    return True
+
+
+def _socket_is(fd: int, inode: int | None, remote: tuple, local_port: int | None) -> int | None:
+    """The inode of the socket at ``fd`` if it is (still) the connection from ``remote`` (and, given, the inode
+    remembered for it); None otherwise. Works on a duplicate of the descriptor: gRPC's own is never touched."""
+    try:
+        dup = os.dup(fd)
+    except OSError:
+        return None
+    try:
+        st = os.fstat(dup)
+        if not stat.S_ISSOCK(st.st_mode) or (inode is not None and st.st_ino != inode):
+            return None
+        sock = socket.socket(fileno=dup)
+        dup = -1   # the socket's to close now
+        with sock:
+            return st.st_ino if _is_connection(sock, remote, local_port) else None
+    except OSError:
+        return None
+    finally:
+        if dup >= 0:
+            os.close(dup)
+
+
+class ConnectionIds:
+    """Who a call without a session token comes from: its TCP connection, the server's socket for it (found by
+    the peer's address among this process's descriptors, then remembered by descriptor and inode), never the
+    address or port alone. A connection that closes takes its identity with it: a new connection from the same
+    address and port, even while the old socket's descriptor lingers, is another socket (another inode, or one
+    that is no longer established), so it is a new client.
+
+    Where the process's descriptors cannot be listed (``/proc/self/fd``, ``/dev/fd``), calls without a session
+    token are refused (``client`` returns None)."""
+
+    def __init__(self, port: int | None = None):
+        self.port = port   # the server's port: only connections to it are ours
+        self._lock = threading.Lock()
+        self._known: OrderedDict[str, tuple[int, int, str]] = OrderedDict()   # peer -> (fd, inode, client id)
+        self._fd_dir = next((d for d in ("/proc/self/fd", "/dev/fd") if os.path.isdir(d)), None)
+
+    def client(self, peer: str) -> str | None:
+        remote = _peer_address(peer)
+        if remote is None or self._fd_dir is None:
+            return None
+        with self._lock:
+            known = self._known.get(peer)
+            if known is not None and _socket_is(known[0], known[1], remote, self.port) is not None:
+                self._known.move_to_end(peer)
+                return known[2]
+            found = self._find(remote)
+            if found is None:
+                return None
+            client = f"connection-{secrets.token_hex(6)}"
+            self._known.pop(peer, None)
+            self._known[peer] = (*found, client)
+            while len(self._known) > MAX_PEERS:
+                self._known.popitem(last=False)
+            return client
+
+    def _find(self, remote: tuple) -> tuple[int, int] | None:
+        try:
+            names = os.listdir(self._fd_dir)
+        except OSError:
+            return None
+        for name in names:
+            if name.isdigit():
+                inode = _socket_is(int(name), None, remote, self.port)
+                if inode is not None:
+                    return int(name), inode
+        return None
 
 
 def _board_name(cfg: HwConfig) -> str:
@@ -157,27 +299,67 @@ class SimulatedBoard:
         self._lock = threading.Lock()          # Python tables; taken after sim_lock when both are needed
         self.buffers: dict[str, _Buffer] = {}
         self.used = 0
-        self.peers: dict[str, float] = {}
-        self.firmware: dict[str, bytes | bytearray] = {}
+        self.peers: dict[str, float] = {}        # client -> last activity (a client: a session or a connection)
+        self.sessions: dict[bytes, str] = {}     # sha256(session token) -> client
+        self.session_of: dict[str, bytes] = {}   # client -> sha256(its token)
+        self.connections = ConnectionIds()       # clients without a session token: their connections
+        self.files: OrderedDict[str, _Files] = OrderedDict()   # per client: its firmware and FPGA manager files
         self.uploads = _Uploads(self.limits.max_upload_bytes)
         self.on_close: list[Callable[[], None]] = []   # what else stops with the board (the server's RPC guard)
-        self.fpga_flags = "0"
-        self.fpga_firmware = ""
-        self.pending_bitstream: tuple[str, bool] | None = None
         self.totals = Counter()
         self.calls: Counter[str] = Counter()
         self.errors: Counter[str] = Counter()
         self.started = time.time()
 
     # ---- bookkeeping ----
+    def client_of(self, context) -> str:
+        """Who a call comes from: the session its token names (gRPC metadata ``vta-session``, which PynqDevice
+        sends), else the connection it came on; never the peer's address or port. A token the board does not
+        know is refused: a client whose session ended gets a new one (a new client), it cannot claim an old one."""
+        token = next((v for k, v in (context.invocation_metadata() or ()) if k == SESSION_HEADER), None)
+        if token is not None:
+            digest = hashlib.sha256(str(token).encode("utf-8", "replace")).digest()
+            with self._lock:
+                client = self.sessions.get(digest)
+            if client is None:
+                raise Refused("UNAUTHENTICATED", f"this board has no session of the token in {SESSION_HEADER!r} "
+                                                 f"(it ended, or it never began): read {SESSION_FILE} for a new "
+                                                 f"session, as a new client")
+            return client
+        client = self.connections.client(context.peer() or "")
+        if client is None:
+            raise Refused("UNAUTHENTICATED", f"cannot tell which client this call is from: send a session token "
+                                             f"(read {SESSION_FILE}, then send it as gRPC metadata {SESSION_HEADER!r} "
+                                             f"on every call, as PynqDevice does)")
+        return client
+
+    def new_session(self) -> bytes:
+        """A new client: a fresh secret token, which its calls carry from now on."""
+        token = secrets.token_hex(16)
+        client = f"session-{secrets.token_hex(6)}"
+        digest = hashlib.sha256(token.encode()).digest()
+        with self._lock:
+            self.sessions[digest] = client
+            self.session_of[client] = digest
+            self.peers[client] = time.monotonic()
+            self._forget_idle()
+        return token.encode()
+
     def touch(self, peer: str, method: str) -> None:
         with self._lock:
             self.peers[peer] = time.monotonic()
             self.calls[method] += 1
-            if len(self.peers) > MAX_PEERS:   # forget the longest-idle clients that hold nothing
-                holding = {b.owner for b in self.buffers.values()}
-                for _, old in sorted((t, p) for p, t in self.peers.items() if p not in holding)[:MAX_PEERS // 4]:
-                    del self.peers[old]
+            self._forget_idle()
+
+    def _forget_idle(self) -> None:
+        """Past ``MAX_PEERS`` clients, forget the longest-idle ones that hold no buffers (their sessions end)."""
+        if len(self.peers) > MAX_PEERS:
+            holding = {b.owner for b in self.buffers.values()}
+            for _, old in sorted((t, p) for p, t in self.peers.items() if p not in holding)[:MAX_PEERS // 4]:
+                del self.peers[old]
+                digest = self.session_of.pop(old, None)
+                if digest is not None:
+                    self.sessions.pop(digest, None)
 
     def refused(self, method: str) -> None:
         with self._lock:
@@ -352,24 +534,39 @@ class SimulatedBoard:
                                       f"#1 SMP PREEMPT {arch}\n").encode(),
             "/proc/device-tree/chosen/pynq_board": lambda: _board_name(self.cfg).encode() + b"\x00",
             FPGA_MANAGER + "state": lambda: b"operating\n",
-            FPGA_MANAGER + "flags": lambda: self.fpga_flags.encode() + b"\n",
-            FPGA_MANAGER + "firmware": lambda: self.fpga_firmware.encode() + b"\n",
+            FPGA_MANAGER + "flags": lambda: self._files(peer).flags.encode() + b"\n",
+            FPGA_MANAGER + "firmware": lambda: self._files(peer).programmed.encode() + b"\n",
             STATUS_FILE: lambda: json.dumps(self.status(peer), indent=1).encode(),
+            SESSION_FILE: self.new_session,
         }
 
-    def exists(self, path: str) -> bool:
+    def _files(self, peer: str | None) -> _Files:
+        """``peer``'s files as they read (none for a client that never wrote one)."""
+        return self.files.get(peer or "") or _Files()
+
+    def _own_files(self, peer: str) -> _Files:
+        """``peer``'s files, to write (lock held; the ``MAX_PEERS`` most recently written clients are kept)."""
+        files = self.files.pop(peer, None) or _Files()
+        self.files[peer] = files
+        while len(self.files) > MAX_PEERS:
+            self.files.popitem(last=False)
+        return files
+
+    def exists(self, path: str, peer: str | None = None) -> bool:
+        """Whether ``path`` exists for ``peer``: a firmware file exists for the client that wrote it only."""
         if path in self._virtual_files():
             return True
         with self._lock:
-            return path.startswith(FIRMWARE_DIR) and path[len(FIRMWARE_DIR):] in self.firmware
+            return path.startswith(FIRMWARE_DIR) and path[len(FIRMWARE_DIR):] in self._files(peer).firmware
 
     def read_file(self, path: str, peer: str | None = None) -> bytes | bytearray:
         files = self._virtual_files(peer)
         if path in files:
             return files[path]()
         with self._lock:
-            if path.startswith(FIRMWARE_DIR) and path[len(FIRMWARE_DIR):] in self.firmware:
-                return self.firmware[path[len(FIRMWARE_DIR):]]
+            if path.startswith(FIRMWARE_DIR) and path[len(FIRMWARE_DIR):] in self._files(peer).firmware:
+                raise Refused("PERMISSION_DENIED", f"{path[:200]}: firmware files are write-only on the simulated "
+                                                   f"board (it keeps whether a file is a bitstream, not its bytes)")
         raise Refused("NOT_FOUND", f"{str(path)[:200]}: no such file on the simulated board")
 
     def write_file(self, requests: Iterator, peer: str) -> None:
@@ -394,30 +591,26 @@ class SimulatedBoard:
             name = path[len(FIRMWARE_DIR):]
             if not re.fullmatch(r"[A-Za-z0-9._-]{1,200}", name) or name in (".", ".."):
                 raise Refused("INVALID_ARGUMENT", f"firmware name {name[:80]!r}: letters, digits, '.', '_', '-'")
+            bitstream = SYNC_WORD in data or SYNC_WORD[::-1] in data
             with self._lock:
-                self._store_firmware(name, data)
+                firmware = self._own_files(peer).firmware   # this client's own namespace: nobody else reads it
+                firmware.pop(name, None)
+                firmware[name] = (len(data), bitstream)
+                while len(firmware) > MAX_FIRMWARE_FILES:
+                    firmware.popitem(last=False)
             return
         if path == FPGA_MANAGER + "flags":
             text = data.decode("ascii", "replace").strip()
             if text not in ("0", "1"):
                 raise Refused("INVALID_ARGUMENT", f"fpga_manager flags {text[:20]!r}: 0 (full) or 1 (partial)")
-            self.fpga_flags = text
+            with self._lock:
+                self._own_files(peer).flags = text
             return
         if path == FPGA_MANAGER + "firmware":
             self.program(data.decode("ascii", "replace").strip(), peer)
             return
         raise Refused("PERMISSION_DENIED", f"{path[:200]}: the simulated board accepts writes only to "
                                            f"{FIRMWARE_DIR} and {FPGA_MANAGER}{{flags,firmware}}")
-
-    def _store_firmware(self, name: str, data: bytes | bytearray) -> None:
-        self.firmware.pop(name, None)
-        while self.firmware and sum(map(len, self.firmware.values())) + len(data) > self.limits.max_files_bytes:
-            oldest = next(iter(self.firmware))
-            del self.firmware[oldest]
-        if len(data) > self.limits.max_files_bytes:
-            raise Refused("RESOURCE_EXHAUSTED", f"firmware {name}: {len(data)} bytes is over the board's "
-                                                f"{self.limits.max_files_bytes // MiB} MiB for firmware files")
-        self.firmware[name] = data
 
     def expected_firmware(self) -> str:
         return f"{self.cfg.bitstream}.bin"
@@ -429,32 +622,38 @@ class SimulatedBoard:
                           f"only the bitstream {self.cfg.bitstream}.bit (firmware {self.expected_firmware()}), not "
                           f"{name[:120]!r}")
 
-    def set_bitstream_attrs(self, name: str, partial: bool) -> None:
+    def set_bitstream_attrs(self, name: str, partial: bool, peer: str = "") -> None:
         if partial:
             raise Refused("UNIMPLEMENTED", "partial reconfiguration is not supported by the simulated board")
         self.check_bitstream_name(name)
-        self.pending_bitstream = (name, partial)
+        with self._lock:
+            self._own_files(peer).pending_bitstream = (name, partial)
 
     def program(self, name: str, peer: str) -> None:
-        """The FPGA manager's firmware write: program the PL with an uploaded, matching bitstream."""
-        if self.fpga_flags != "0":
+        """The FPGA manager's firmware write: program the PL with a matching bitstream this client uploaded (its
+        own firmware namespace and flags: another client's files are not seen)."""
+        with self._lock:
+            files = self._files(peer)
+            flags, entry = files.flags, files.firmware.get(name)
+        if flags != "0":
             raise Refused("UNIMPLEMENTED", "partial reconfiguration (fpga_manager flags 1) is not supported")
         self.check_bitstream_name(name)
-        with self._lock:
-            data = self.firmware.get(name)
-        if data is None:
-            raise Refused("NOT_FOUND", f"firmware {name} was not uploaded to {FIRMWARE_DIR}")
-        if SYNC_WORD not in data and SYNC_WORD[::-1] not in data:
+        if entry is None:
+            raise Refused("NOT_FOUND", f"firmware {name} was not uploaded to {FIRMWARE_DIR} by this client (each "
+                                       f"client's firmware files are its own)")
+        size, bitstream = entry
+        if not bitstream:
             raise Refused("FAILED_PRECONDITION", f"firmware {name} is not a Xilinx bitstream (no sync word)")
-        self.fpga_firmware = name
-        self.vta.reset(name)
         with self._lock:
+            self._own_files(peer).programmed = name
             self.totals["programmed"] += 1
-        self.log.info("%s programmed %s (%d bytes): VTA register blocks reset", peer or "a client", name, len(data))
+        self.vta.reset(name, peer)
+        self.log.info("%s programmed %s (%d bytes): its VTA registers reset", peer or "a client", name, size)
 
     def download(self, data: bytes | bytearray, peer: str) -> None:
         """The protocol's ``download`` call: firmware bytes for the name given by ``set_bitstream_attrs``."""
-        name = self.pending_bitstream[0] if self.pending_bitstream else self.expected_firmware()
+        pending = self._files(peer).pending_bitstream
+        name = pending[0] if pending else self.expected_firmware()
         self.put_file(FIRMWARE_DIR + name, data, peer)
         self.program(name, peer)
 
@@ -687,8 +886,9 @@ def _servicers(board: SimulatedBoard, grpc, pb: dict):
         def wrap(fn):
             def handler(self, request, context):
                 peer = context.peer() or "unknown"
-                board.touch(peer, method)
                 try:
+                    peer = board.client_of(context)
+                    board.touch(peer, method)
                     return fn(request, context, peer)
                 except Refused as e:
                     board.refused(method)
@@ -710,8 +910,9 @@ def _servicers(board: SimulatedBoard, grpc, pb: dict):
         def wrap(fn):
             def handler(self, request, context):
                 peer = context.peer() or "unknown"
-                board.touch(peer, method)
                 try:
+                    peer = board.client_of(context)
+                    board.touch(peer, method)
                     yield from fn(request, context, peer)
                 except Refused as e:
                     board.refused(method)
@@ -727,7 +928,7 @@ def _servicers(board: SimulatedBoard, grpc, pb: dict):
     class Device(pb["remote_device_grpc"].RemoteDeviceServicer):
         @guarded("set_bitstream_attrs")
         def set_bitstream_attrs(request, context, peer):
-            board.set_bitstream_attrs(request.binfile_name, request.partial)
+            board.set_bitstream_attrs(request.binfile_name, request.partial, peer)
             return rd.SetBitstreamAttrsResponse(status=True)
 
         @guarded("download")
@@ -760,7 +961,7 @@ def _servicers(board: SimulatedBoard, grpc, pb: dict):
 
         @guarded("existsfile")
         def existsfile(request, context, peer):
-            return rd.ExistsFileResponse(exists=board.exists(request.file_path))
+            return rd.ExistsFileResponse(exists=board.exists(request.file_path, peer))
 
     class Mmio(pb["mmio_grpc"].MmioServicer):
         @guarded("get_mmio", lambda m: mm.GetMmioResponse(status=False, msg=m))
@@ -858,6 +1059,7 @@ def start_server(board: SimulatedBoard, host: str = DEFAULT_HOST, port: int = DE
         raise OSError(f"cannot listen on {address}: {e} (is the port in use?)") from None
     if not bound:
         raise OSError(f"cannot listen on {address} (is the port in use?)")
+    board.connections.port = bound
     server.start()
     return server, bound
 

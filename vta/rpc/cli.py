@@ -68,8 +68,8 @@ def _until_interrupted(serve: Callable[[], None], stop: Callable[[], None]) -> i
     arg("--max-priority", type=float_in(0.0, 1e9, "a priority bound"), default=100.0, metavar="P",
         help="clamp request priorities to [-P, P] (default 100)"),
     arg("--unused-penalty", type=_seconds, default=30.0, metavar="S",
-        help="a peer that took a board and never used it is served after all others for S seconds, doubling "
-             "with each unused match up to 20 times S (default 30)"),
+        help="a peer that took a board and never used it is served after all others by that board for S "
+             "seconds, doubling with each unused match of it up to 20 times S (default 30)"),
     arg("--quiet", action="store_true", help="log warnings only"),
 ])
 def rpc_tracker(args: argparse.Namespace) -> int:

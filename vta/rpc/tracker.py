@@ -31,9 +31,11 @@ requests and info are bounded. There is no pickle and no eval: JSON only.
 Peers without a key: the tracker cannot authenticate anyone (TVM's protocol has no keys), so it limits what a
 peer can take instead. Priorities are clamped to ``[-max_priority, max_priority]``. A board of this stack
 reports a match that was never used (``UPDATE_INFO {"unused_match": matchkey}``, sent before it offers itself
-under a new key): the peer that took it is then served after every other peer for ``penalty`` seconds
-(doubling with each unused match, at most ``max_penalty``), so a peer that takes boards and never proves the
-boards' key cannot keep them from the clients that can.
+under a new key): the peer that took it is then served after every other peer *by that board* for ``penalty``
+seconds (doubling with each unused match of that board, at most ``max_penalty``), so a peer that takes boards
+and never proves the boards' key cannot keep them from the clients that can. Only the board connection that
+PUT the match can report it, and the report orders only that connection's offers: a keyless peer's own fake
+board cannot make a keyed client (which refuses that board) wait behind others on the real boards.
 """
 
 from __future__ import annotations
@@ -84,7 +86,7 @@ MAX_KEYS = 4096                    # device keys (queues) the tracker keeps
 MAX_WRITE_BUFFER = 4 << 20         # a peer that does not read its answers is dropped past this
 MAX_INFO_DEPTH = 8                 # nesting of an UPDATE_INFO dict (TVM's servers send a flat one)
 MAX_DELIVERED = 64                 # match keys per board connection remembered as taken (for unused reports)
-MAX_PENALISED = 4096               # peers remembered with an unused match
+MAX_PENALISED = 4096               # (peer, board) pairs remembered with an unused match
 UNUSED_MATCH = "unused_match"      # the UPDATE_INFO field in which our boards report a match nobody used
 
 
@@ -102,6 +104,7 @@ class _Conn:
     taken: OrderedDict[str, str] = field(default_factory=OrderedDict)   # its match keys taken: -> requester
     requests: int = 0
     closed: bool = False
+    serial: int = 0     # this connection's number (a board's penalties are its own: see _unused_match)
 
     def holds_something(self) -> bool:
         """A registered board or a waiting request: idle by nature (a busy board says nothing), never timed out."""
@@ -165,11 +168,13 @@ class TrackerServer:
         self.max_priority, self.penalty, self.max_penalty = float(max_priority), penalty, max_penalty
         self.stop_key = stop_key or f"tracker:{secrets.token_hex(16)}"
         self._per_peer: Counter[str] = Counter()
-        self._penalised: OrderedDict[str, tuple[int, float]] = OrderedDict()   # peer -> (unused matches, until)
+        # (peer, board connection's serial) -> (unused matches of that board it took, until when)
+        self._penalised: OrderedDict[tuple[str, int], tuple[int, float]] = OrderedDict()
         self._queues: dict[str, _Queue] = {}
         self._conns: set[_Conn] = set()
         self._tasks: set[asyncio.Task] = set()
         self._seq = itertools.count()
+        self._conn_serial = itertools.count(1)
         self._loop: asyncio.AbstractEventLoop | None = None
         self._server: asyncio.base_events.Server | None = None
         self._stopped: asyncio.Event | None = None
@@ -253,7 +258,7 @@ class TrackerServer:
         if sock is not None:
             with contextlib.suppress(OSError):
                 sock.setsockopt(socket.SOL_SOCKET, socket.SO_KEEPALIVE, 1)
-        conn = _Conn(str(peer[0]), writer)
+        conn = _Conn(str(peer[0]), writer, serial=next(self._conn_serial))
         task = asyncio.current_task()
         self._tasks.add(task)
         try:
@@ -349,6 +354,8 @@ class TrackerServer:
                 log.info("board %s:%d (%s) dropped: its connection closed", value.host, value.port,
                          self._key_of(value))
         conn.puts.clear()
+        for who in [w for w in self._penalised if w[1] == conn.serial]:   # its penalties end with the board
+            del self._penalised[who]
         if conn.requests:
             for queue in self._queues.values():
                 for req in queue.requests:
@@ -494,7 +501,7 @@ class TrackerServer:
     def _schedule(self, queue: _Queue) -> None:
         """Match free boards to waiting requests; a match that cannot be delivered goes back to the front."""
         while queue.values:
-            req = self._next_request(queue)
+            req = self._next_request(queue, queue.values[0].conn)
             if req is None:
                 return
             queue.live_requests -= 1
@@ -512,16 +519,17 @@ class TrackerServer:
             else:
                 queue.values.appendleft(value)   # the requester is gone: the board stays free
 
-    def _next_request(self, queue: _Queue) -> _Request | None:
-        """The waiting request to serve next: the highest priority, first come, among peers without an unused
-        match; only when none of those waits, the same among the others."""
+    def _next_request(self, queue: _Queue, board: _Conn) -> _Request | None:
+        """The waiting request ``board`` (the next free one) serves next: the highest priority, first come, among
+        peers that left none of *this board's* matches unused; only when none of those waits, the same among the
+        others."""
         behind: list[_Request] = []
         chosen = None
         while queue.requests:
             req = heapq.heappop(queue.requests)
             if req.cancelled:
                 continue
-            if self._is_penalised(req.conn.peer):
+            if self._is_penalised(req.conn.peer, board):
                 behind.append(req)
                 continue
             chosen = req
@@ -532,25 +540,31 @@ class TrackerServer:
             heapq.heappush(queue.requests, req)
         return chosen
 
-    def _is_penalised(self, peer: str) -> bool:
-        entry = self._penalised.get(peer)
+    def _is_penalised(self, peer: str, board: _Conn) -> bool:
+        entry = self._penalised.get((peer, board.serial))
         return entry is not None and time.monotonic() < entry[1]
 
     def _unused_match(self, conn: _Conn, matchkey: Any) -> None:
-        """A board reports that a match of its own was taken and never used: the peer that took it waits
-        behind every other peer for a while (longer each time). Reports about other boards' matches, or
+        """A board reports that a match of its own was taken and never used: the peer that took it waits behind
+        every other peer *for this board* (this board connection's later offers) for a while, longer each time.
+
+        Only the board connection that PUT the match and saw it delivered can report it (``conn.taken``), and its
+        report costs the taker nothing on any other board: the tracker cannot tell an honest board from a keyless
+        peer that registers a board of its own (TVM's protocol has no keys), and such a board's reports must not
+        make a keyed client, which refuses it, wait for the real boards. Reports about other boards' matches, or
         matches nobody took, are ignored."""
         requester = conn.taken.pop(matchkey, None) if isinstance(matchkey, str) else None
         if requester is None:
             return
-        count, _ = self._penalised.pop(requester, (0, 0.0))
+        who = (requester, conn.serial)
+        count, _ = self._penalised.pop(who, (0, 0.0))
         count = min(count + 1, 32)
         seconds = min(self.max_penalty, self.penalty * 2 ** (count - 1))
-        self._penalised[requester] = (count, time.monotonic() + seconds)
+        self._penalised[who] = (count, time.monotonic() + seconds)
         while len(self._penalised) > MAX_PENALISED:
             self._penalised.popitem(last=False)
-        log.warning("%s took the match %s of %s and never used it: its requests wait behind others' for %g s",
-                    requester, matchkey.rsplit(":", 1)[0], conn.name(), seconds)
+        log.warning("%s took the match %s of %s and never used it: its requests wait behind others' for this "
+                    "board for %g s", requester, matchkey.rsplit(":", 1)[0], conn.name(), seconds)
         for queue in self._queues.values():   # boards may be waiting for the others now
             self._schedule(queue)
 
