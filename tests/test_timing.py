@@ -60,6 +60,17 @@ def test_sta_path_from_a_flip_flop_through_a_dsp_chain():
     assert CriticalPath.from_json(json.loads(json.dumps(p.to_json()))) == p
 
 
+def test_sta_path_of_pynq_through_sixteen_dsps():
+    """The pynq core before the pipelined datapath (tests/data/timing/sta_xc7_pynq.txt, 2026-12-07): 26.0 ns from
+    the input SRAM's block RAM through one DSP48E1 A->P and fifteen C->P (maccmap's chain) and a LUT into the
+    accumulator's block RAM, the figure issue 38 measured."""
+    p = parse_sta(_sta("sta_xc7_pynq.txt"))
+    assert p.delay_ps == 26016 and p.dsps_in_series == 16 and p.lut_levels == 1
+    assert p.start == "inp_sram.0.0 (RAMB18E1.CLKBWRCLK->DOBDO)" and p.steps[0].arrival_ps == 2454
+    assert (p.end, p.end_kind) == ("acc_sram.1.14", "RAMB18E1.DIADI")
+    assert [s.src for s in p.steps if s.type == "DSP48E1"] == ["A"] + ["C"] * 15
+
+
 def test_sta_with_stale_flip_flop_cells_misses_paths_from_flip_flops():
     """Without deleting the $paramod cells synth_xilinx derived (the bare recipe), FDRE has no timing arcs: the
     latest path starts at a block RAM and ends on a net without a setup time, shorter than the real one."""
