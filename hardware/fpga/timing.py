@@ -414,10 +414,16 @@ def parse_nextpnr_report(report: dict) -> dict:
     out = {"clock": clock, "fmax_mhz": float(f["achieved"]), "constraint_mhz": float(f.get("constraint", 0.0)),
            "utilization": {k: {"used": int(v["used"]), "available": int(v["available"])}
                            for k, v in report["utilization"].items()}}
-    paths = [p for p in report.get("critical_paths", []) if p.get("path")]
+    paths = [p for p in report.get("critical_paths", []) if isinstance(p, dict) and p.get("path")]
     if paths:
-        # the path of the reported clock (from == to == clock), else the first one
-        path = next((p for p in paths if p.get("from") == clock and p.get("to") == clock), paths[0])["path"]
+        # nextpnr names the path's ends "posedge <clock>" (or "<async>" for the pins)
+        def same(end: object) -> bool:
+            return isinstance(end, str) and end.split()[-1] == clock
+
+        inside = [p for p in paths if same(p.get("from")) and same(p.get("to"))]
+        if not inside:
+            raise TimingParseError(f"nextpnr report: no critical path from {clock} to {clock}")
+        path = inside[0]["path"]
         logic = sum(float(s.get("delay", 0.0)) for s in path if s.get("type") != "routing")
         routing = sum(float(s.get("delay", 0.0)) for s in path if s.get("type") == "routing")
         out["critical_path"] = {"from": path[0]["from"]["cell"], "to": path[-1]["to"]["cell"],
@@ -432,11 +438,13 @@ _MAX_FREQ = re.compile(r"Max frequency for clock '([^']+)': ([\d.]+) MHz \((PASS
 def parse_nextpnr_log(text: str) -> dict:
     """The post-route Fmax in nextpnr's log: the last ``Max frequency for clock`` line (nextpnr prints one after
     placement, an estimate, and one after routing)."""
-    found = _MAX_FREQ.findall(text)
+    routed = text.rfind("Routing complete")
+    if routed < 0:
+        raise TimingParseError("nextpnr log: no routing step ('Routing complete'): any Fmax in it is a placement "
+                               "estimate")
+    found = _MAX_FREQ.findall(text[routed:])
     if not found:
-        raise TimingParseError("nextpnr log: no 'Max frequency for clock' line (did routing finish?)")
-    if "Routing" not in text and "route" not in text.lower():
-        raise TimingParseError("nextpnr log: no routing step: the Fmax lines are placement estimates")
+        raise TimingParseError("nextpnr log: no 'Max frequency for clock' line after routing")
     clock, mhz, verdict, target = found[-1]
     return {"clock": clock, "fmax_mhz": float(mhz), "pass": verdict == "PASS", "constraint_mhz": float(target)}
 
