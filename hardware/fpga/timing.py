@@ -625,8 +625,8 @@ def xilinx_lines(cfg: HwConfig, t: XilinxTiming) -> list[str]:
                f"NOT met: the logic alone takes {t.delay_ns:.2f} ns, {-margin:.2f} ns over the period")
     return [(f"timing ({t.how}): Yosys synth_xilinx -family {t.family} -flatten, then sta "
             f"({'cached' if t.cached else 'measured'}, {t.seconds:.0f} s)"),
-            (f"  longest path {t.delay_ns:.2f} ns ({LOGIC_ONLY}): {p.lut_levels} LUT levels, {p.dsps_in_series} "
-            f"{dsp} in series"),
+            (f"  longest path {t.delay_ns:.2f} ns ({LOGIC_ONLY}): {p.lut_levels} LUT level"
+             f"{'' if p.lut_levels == 1 else 's'}, {p.dsps_in_series} {dsp} in series"),
             f"  from {p.start}",
             f"  to   {p.end_text}",
             (f"  CLOCK_MHZ {cfg.CLOCK_MHZ:g} ({period:.2f} ns): {verdict}; the logic alone allows at most "
