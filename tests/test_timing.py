@@ -135,6 +135,20 @@ def test_the_clock_verdict_says_logic_only_and_the_margin():
     assert "NOT met: the logic alone takes 7.74 ns, 2.74 ns over the period" in missed
 
 
+def test_ultrascale_parts_are_timed_on_7_series_cells_and_say_so():
+    """Yosys's timing library has no arcs for DSP48E2 or the UltraScale+ block RAMs: an xcup sta would miss every
+    path through them, so xcup is refused and a part of that family is timed as xc7, with a note."""
+    from hardware.fpga.timing import timing_family, xilinx_timing
+    assert timing_family("xc7") == ("xc7", "")
+    family, note = timing_family("xcup")
+    assert family == "xc7" and "UltraScale+" in note and "faster" in note
+    with pytest.raises(ValueError, match="7-series delays only"):
+        xilinx_timing(load_config("pynq", **TINY), "xcup")
+    with pytest.raises(ValueError, match="unknown Yosys family 'xc6'"):
+        timing_family("xc6")
+    assert "note: " + note in "\n".join(xilinx_lines(load_config("pynq", **TINY), _tiny_timing(), note))
+
+
 def test_timing_runs_are_shared_by_configs_that_differ_only_in_clock():
     pynq = load_config("pynq")
     assert clock_free(pynq).fingerprint == clock_free(pynq.replace(CLOCK_MHZ=333)).fingerprint
@@ -204,6 +218,9 @@ def test_yosys_timing_of_the_tiny_config_and_vta_hw_estimate_timing():
     x = json.loads(fast.stdout)["timing"]["xilinx"]
     assert x["delay_ns"] == t.delay_ns and x["clock_met"] is (t.delay_ns <= 2.0) and x["how"] == LOGIC_ONLY
     assert x["margin_ns"] == pytest.approx(2.0 - t.delay_ns, abs=1e-3) and x["cached"] is True
+    ultra = _estimate("--timing", "--part", "xczu3eg")                # UltraScale+: the same run, said so
+    assert ultra.returncode == 0, ultra.stderr
+    assert f"longest path {t.delay_ns:.2f} ns" in ultra.stdout and "note: 7-series cell delays" in ultra.stdout
 
 
 @pytest.mark.slow

@@ -302,10 +302,11 @@ def clock_timing(search: Search, cfg: HwConfig) -> dict[str, Any]:
     """The config's timing on the search's part family (hardware/fpga/timing.py: Yosys sta, logic delays only, no
     routing; cached per config): the longest path's delay and whether the config's CLOCK_MHZ is met."""
     from hardware.fpga import get_part
-    from hardware.fpga.timing import clock_check, xilinx_timing
-    t = xilinx_timing(cfg, get_part(search.part).family)
+    from hardware.fpga.timing import clock_check, timing_family, xilinx_timing
+    family, note = timing_family(get_part(search.part).family)
+    t = xilinx_timing(cfg, family)
     met, margin = clock_check(cfg, t.delay_ns)
-    return {"how": t.how, "delay_ns": t.delay_ns, "lut_levels": t.path.lut_levels,
+    return {"how": t.how + (f"; {note}" if note else ""), "delay_ns": t.delay_ns, "lut_levels": t.path.lut_levels,
             "dsps_in_series": t.path.dsps_in_series, "clock_met": met, "margin_ns": round(margin, 3)}
 
 

@@ -154,11 +154,12 @@ def run(cfg: HwConfig, part: str | None, synth: bool, as_json: bool,
         return json.dumps(report.to_dict(), indent=2) if as_json else render(report)
     from hardware.fpga import timing as tm
     x, e = tm.measure(cfg, report.part.family, timing, progress)
+    note = tm.timing_family(report.part.family)[1]
     if as_json:
-        return json.dumps({**report.to_dict(), "timing": tm.timing_dict(cfg, x, e)}, indent=2)
+        return json.dumps({**report.to_dict(), "timing": tm.timing_dict(cfg, x, e, note)}, indent=2)
     lines = [render(report), ""]
     if x is not None:
-        lines += tm.xilinx_lines(cfg, x)
+        lines += tm.xilinx_lines(cfg, x, note)
     if e is not None:
         lines += tm.ecp5_lines(cfg, e)
     return "\n".join(lines)

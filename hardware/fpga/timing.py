@@ -7,7 +7,8 @@ Two measurements, neither a vendor's sign-off:
   simulation library's ``specify`` blocks (block RAM and DSP clock-to-out, LUT and carry delays, setup times) along
   the design's longest path. Wires cost nothing here, so the figure is a lower bound on the period: Vivado's
   routing typically adds as much again. Yosys's ``sta`` prints the one latest-arriving path; we parse its delay,
-  its LUT levels, the DSPs it passes through and its start and end cells.
+  its LUT levels, the DSPs it passes through and its start and end cells. The library's delays are 7-series
+  ones (Artix-7, from prjxray); UltraScale+ cells have none (``timing_family``), so every part is timed on xc7.
 
   One step matters: ``synth_xilinx`` has already derived the parametrised flip-flop cells (``$paramod\\FDRE...``)
   from the library *without* its timing, and ``sta`` uses those stale copies, so with the bare recipe every path
@@ -244,6 +245,19 @@ class XilinxTiming:
                    d.get("yosys", ""), d.get("key", ""), cached)
 
 
+def timing_family(family: str) -> tuple[str, str]:
+    """The family to time a part of ``family`` with, and what to say about it. Yosys's Xilinx timing library
+    (``cells_sim.v``) holds 7-series delays only: UltraScale+'s DSP48E2 and RAMB18E2/RAMB36E2 have no timing arcs
+    at all, so an xcup ``sta`` would time no path through a DSP or from a block RAM. An UltraScale+ part is timed
+    as the same design on 7-series cells, said so in every output (its own cells are faster)."""
+    if family == "xc7":
+        return "xc7", ""
+    if family == "xcup":
+        return "xc7", ("7-series cell delays: Yosys's timing library has none for UltraScale+ cells (DSP48E2 and its "
+                       "block RAMs have no timing arcs), so this is the design on xc7; UltraScale+ cells are faster")
+    raise ValueError(f"unknown Yosys family {family!r}; allowed: xc7 (7 series), xcup (UltraScale+)")
+
+
 def _xilinx_flow(family: str) -> tuple[str, ...]:
     return ("timing", "sta", TIMING_FLOW_VERSION)
 
@@ -272,8 +286,10 @@ def xilinx_timing(cfg: HwConfig, family: str = "xc7", progress: Callable[[str], 
     """The longest path of ``cfg``'s RTL after ``synth_xilinx -family family -flatten`` (logic delays only, no
     routing): from the cache, else synthesised (minutes: the pynq core about 10 on this project's 2-core machine;
     ``progress(text)`` hears how it goes) and cached."""
-    if family not in ("xc7", "xcup"):
-        raise ValueError(f"unknown Yosys family {family!r}; allowed: xc7 (7 series), xcup (UltraScale+)")
+    if timing_family(family)[0] != family:
+        raise ValueError(f"timing family {family!r}: Yosys's timing library has 7-series delays only, an {family} "
+                         f"sta would time no DSP or block RAM path; time it as {timing_family(family)[0]} "
+                         f"(timing_family)")
     found = cached_xilinx(cfg, family)
     if found is not None:
         return found
@@ -615,8 +631,9 @@ def clock_check(cfg: HwConfig, delay_ns: float) -> tuple[bool, float]:
     return delay_ns <= period, period - delay_ns
 
 
-def xilinx_lines(cfg: HwConfig, t: XilinxTiming) -> list[str]:
-    """What ``vta hw estimate --timing`` prints for the Xilinx measurement (every line says logic only)."""
+def xilinx_lines(cfg: HwConfig, t: XilinxTiming, note: str = "") -> list[str]:
+    """What ``vta hw estimate --timing`` prints for the Xilinx measurement (every line says logic only; ``note``:
+    ``timing_family``'s, for a part timed on another family's cells)."""
     p = t.path
     met, margin = clock_check(cfg, t.delay_ns)
     dsp = "DSP48E1" if t.family == "xc7" else "DSP48E2"
@@ -630,7 +647,7 @@ def xilinx_lines(cfg: HwConfig, t: XilinxTiming) -> list[str]:
             f"  from {p.start}",
             f"  to   {p.end_text}",
             (f"  CLOCK_MHZ {cfg.CLOCK_MHZ:g} ({period:.2f} ns): {verdict}; the logic alone allows at most "
-            f"{t.fmax_mhz:.0f} MHz")]
+            f"{t.fmax_mhz:.0f} MHz")] + ([f"  note: {note}"] if note else [])
 
 
 def ecp5_lines(cfg: HwConfig, t: Ecp5Timing) -> list[str]:
@@ -663,13 +680,13 @@ def measure(cfg: HwConfig, family: str, which: str, progress: Callable[[str], No
     """The measurements ``which`` (xilinx, ecp5 or all) names, for ``cfg`` (Xilinx: ``family``)."""
     if which not in TIMING_CHOICES:
         raise ValueError(f"unknown timing flow {which!r}; allowed: {', '.join(TIMING_CHOICES)}")
-    x = xilinx_timing(cfg, family, progress) if which in ("xilinx", "all") else None
+    x = xilinx_timing(cfg, timing_family(family)[0], progress) if which in ("xilinx", "all") else None
     e = ecp5_timing(cfg, progress=progress) if which in ("ecp5", "all") else None
     return x, e
 
 
-def timing_dict(cfg: HwConfig, x: XilinxTiming | None, e: Ecp5Timing | None) -> dict:
-    """The measurements as ``vta hw estimate --timing --json`` gives them."""
+def timing_dict(cfg: HwConfig, x: XilinxTiming | None, e: Ecp5Timing | None, note: str = "") -> dict:
+    """The measurements as ``vta hw estimate --timing --json`` gives them (``note``: as ``xilinx_lines``)."""
     out: dict = {"clock_mhz": cfg.CLOCK_MHZ}
     if x is not None:
         met, margin = clock_check(cfg, x.delay_ns)
@@ -677,7 +694,7 @@ def timing_dict(cfg: HwConfig, x: XilinxTiming | None, e: Ecp5Timing | None) -> 
         out["xilinx"] = {"how": x.how, "family": x.family, "delay_ns": x.delay_ns, "lut_levels": p.lut_levels,
                          "dsps_in_series": p.dsps_in_series, "start": p.start, "end": p.end_text,
                          "logic_fmax_mhz": round(x.fmax_mhz, 1), "clock_met": met, "margin_ns": round(margin, 3),
-                         "seconds": x.seconds, "cached": x.cached}
+                         "seconds": x.seconds, "cached": x.cached, "note": note}
     if e is not None:
         d = {"how": e.how, "device": e.device, "fits": e.fits}
         if e.fits:
