@@ -663,8 +663,8 @@ def _on_dask(search: Search, points: Sequence[dict], address: str):
 # ---- outputs -----------------------------------------------------------------------------------------------------
 
 CSV_COLUMNS = ("status", *AXES, "model", "clock_mhz", "batch", "lut", "ff", "bram36", "dsp", "cost", "fits",
-               "logic_delay_ns", "clock_met", "accel_cycles", "accel_ms", "host_ms", "host_ms_measured", "latency_ms", "per_image_ms", "trials",
-               "wall_s", "reason")
+               "logic_delay_ns", "clock_met", "accel_cycles", "accel_ms", "host_ms", "host_ms_measured", "latency_ms",
+               "per_image_ms", "trials", "wall_s", "reason")
 
 
 def csv_rows(records: Sequence[dict]) -> list[list[str]]:
