@@ -75,8 +75,8 @@ def hw_generate(args: argparse.Namespace) -> int:
         "'xilinx' (the default when given bare): Yosys synth_xilinx -flatten then sta for the part's family, "
         "the longest path's LOGIC DELAYS ONLY, NO ROUTING (measured here: 2-7 min for a 1x4x4 core, 15 for "
         "pynq on a busy 2-core machine); 'ecp5': real place and route with nextpnr-ecp5 on an LFE5U-85F, "
-        "post-route Fmax and a bitstream (configs that fit it: 22 min for 1x4x4 on the same busy machine, more "
-        "for larger cores); 'all': both. Cached per config"),
+        "post-route Fmax and a bitstream (configs that fit it: 22 min for 1x4x4, 65 for 1x8x8 on the same busy "
+        "machine); 'all': both. Cached per config"),
 ])
 def hw_estimate(args: argparse.Namespace) -> int:
     """LUT, FF, block RAM and DSP per module of the config's accelerator, against the part's capacity, and

@@ -337,7 +337,7 @@ MEASURED = {
     "xilinx": "2 min for the 1x4x4 test config with the machine idle, 7 min at load 9; 15 min for pynq (1x16x16) at "
               "load 9",
     "ecp5-synth": "1 min for the 1x4x4 test config, 13 min for a 1x8x8 core, both at load 9",
-    "ecp5-pnr": "21 min for the 1x4x4 test config at load 9; longer for larger cores",
+    "ecp5-pnr": "21 min for the 1x4x4 test config at load 9, 52 min for a 1x8x8 core at load 9-10",
 }
 
 
