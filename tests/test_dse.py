@@ -363,7 +363,7 @@ GOOD_OK = {"search": SEARCH.key, "point": {"LOG_BLOCK": 4}, "status": "ok", "cos
     (json.dumps({**GOOD_OK, "cost": -0.5}), "cost is not a finite number >= 0"),
     (json.dumps({**GOOD_OK, "resources": None}), "resources is not an object of lut, ff, bram36, dsp to numbers >= 0"),
     (json.dumps({**GOOD_OK, "usage": {"lut": 0.5}}), "usage is not an object of lut, ff, bram36, dsp to numbers >= 0"),
-    (json.dumps({**GOOD_OK, "status": 5}), "status is not one of ok, invalid, does-not-fit, failed"),
+    (json.dumps({**GOOD_OK, "status": 5}), "status is not one of ok, invalid, does-not-fit, clock-not-met, failed"),
     (json.dumps({**GOOD_OK, "point": [4]}), "point is not an object of axes to integers"),
     (json.dumps({**GOOD_OK, "point": {"LOG_BLOCK": "4"}}), "point is not an object of axes to integers"),
     (json.dumps({**GOOD_OK, "batch": 0}), "batch is not an integer >= 1"),

@@ -71,6 +71,7 @@ class Search:
     seed: int = 0
     start: str | None = None   # the offload region's ops (vta run's --start / --stop); None: the model's default
     stop: str | None = None
+    timing: bool = False       # measure each config's logic delay (Yosys sta, minutes per config) before tuning it
 
     def __post_init__(self) -> None:
         def need(ok: bool, name: str, allowed: str) -> None:
@@ -89,6 +90,7 @@ class Search:
         need(self.image_size is None or (is_whole(self.image_size) and 8 <= self.image_size <= 4096), "image_size",
              "None (the model's own) or an integer 8..4096")
         need(is_whole(self.seed) and self.seed >= 0, "seed", "an integer >= 0")
+        need(isinstance(self.timing, bool), "timing", "True or False (measure each config's timing)")
         for name in ("start", "stop"):
             need(getattr(self, name) is None or (isinstance(getattr(self, name), str) and bool(getattr(self, name))),
                  name, "None (the model's default) or an op name or node name")
@@ -106,6 +108,8 @@ class Search:
         for name in ("start", "stop"):   # the default pack points: the key of the searches made before these fields
             if ident[name] is None:
                 del ident[name]
+        if not ident["timing"]:          # likewise a search without timing: the key it had before the field
+            del ident["timing"]
         model = Path(self.network)
         if model.is_file():   # as load_model tells a file from a zoo name
             ident["model_sha256"] = _file_sha256(model)
@@ -273,17 +277,41 @@ def screen(search: Search, point: dict[str, int]) -> tuple[dict[str, Any], HwCon
 
 
 def evaluate(search: Search, point: dict[str, int]) -> dict[str, Any]:
-    """One point of the search, as its record: screened, then (if it fits) tuned and timed."""
+    """One point of the search, as its record: screened, then (if it fits) tuned and timed; with
+    ``search.timing``, its clock checked first (``clock_timing``), and a config whose logic alone misses its
+    CLOCK_MHZ is recorded as "clock-not-met" without a latency: its cycles at that clock are not a time its
+    hardware would reach."""
     t0 = time.perf_counter()
     rec, cfg = screen(search, point)
     if cfg is None:
         return rec
     try:
+        if search.timing:
+            rec["timing"] = clock_timing(search, cfg)
+            if not rec["timing"]["clock_met"]:
+                t = rec["timing"]
+                rec.update(status="clock-not-met", reason=(
+                    f"CLOCK_MHZ {cfg.CLOCK_MHZ:g} not met: the longest path's logic alone takes {t['delay_ns']:.2f} "
+                    f"ns ({t['how']}), more than the {1000 / cfg.CLOCK_MHZ:.2f} ns period"))
+                rec["wall_s"] = round(time.perf_counter() - t0, 3)
+                return rec
         rec.update(_tune_and_time(search, cfg))
     except Exception as e:  # noqa: BLE001 - a point that fails is a result of the search, never its end
         rec.update(status="failed", reason=f"{type(e).__name__}: {e}")
     rec["wall_s"] = round(time.perf_counter() - t0, 3)
     return rec
+
+
+def clock_timing(search: Search, cfg: HwConfig) -> dict[str, Any]:
+    """The config's timing on the search's part family (hardware/fpga/timing.py: Yosys sta, logic delays only, no
+    routing; cached per config): the longest path's delay and whether the config's CLOCK_MHZ is met."""
+    from hardware.fpga import get_part
+    from hardware.fpga.timing import clock_check, timing_family, xilinx_timing
+    family, note = timing_family(get_part(search.part).family)
+    t = xilinx_timing(cfg, family)
+    met, margin = clock_check(cfg, t.delay_ns)
+    return {"how": t.how + (f"; {note}" if note else ""), "delay_ns": t.delay_ns, "lut_levels": t.path.lut_levels,
+            "dsps_in_series": t.path.dsps_in_series, "clock_met": met, "margin_ns": round(margin, 3)}
 
 
 def _tune_and_time(search: Search, cfg: HwConfig) -> dict[str, Any]:
@@ -341,7 +369,7 @@ def share_host_time(records: Sequence[dict]) -> list[dict]:
 
 # ---- records -----------------------------------------------------------------------------------------------------
 
-STATUSES = ("ok", "invalid", "does-not-fit", "failed")
+STATUSES = ("ok", "invalid", "does-not-fit", "clock-not-met", "failed")
 _NUMBERS = ("cost", "latency_ms", "accel_ms", "host_ms", "host_ms_measured", "per_image_ms", "clock_mhz", "wall_s")
 _COUNTS = ("accel_cycles", "trials", "groups", "batch")
 _TEXTS = ("reason", "model", "name", "fingerprint", "host_key")
@@ -398,6 +426,9 @@ def record_problem(rec: Any) -> str | None:
         return "fits is not true or false"
     if "tasks" in rec and not isinstance(rec["tasks"], list):
         return "tasks is not a list"
+    if "timing" in rec and not (isinstance(rec["timing"], dict) and _number(rec["timing"].get("delay_ns"))
+                                and isinstance(rec["timing"].get("clock_met"), bool)):
+        return "timing is not an object with delay_ns (a number >= 0) and clock_met (true or false)"
     return None
 
 
@@ -647,14 +678,16 @@ def _on_dask(search: Search, points: Sequence[dict], address: str):
 # ---- outputs -----------------------------------------------------------------------------------------------------
 
 CSV_COLUMNS = ("status", *AXES, "name", "model", "clock_mhz", "batch", "lut", "ff", "bram36", "dsp", "cost", "fits",
-               "accel_cycles", "accel_ms", "host_ms", "host_ms_measured", "latency_ms", "per_image_ms", "trials",
-               "wall_s", "reason")
+               "logic_delay_ns", "clock_met", "accel_cycles", "accel_ms", "host_ms", "host_ms_measured", "latency_ms",
+               "per_image_ms", "trials", "wall_s", "reason")
 
 
 def csv_rows(records: Sequence[dict]) -> list[list[str]]:
     rows = [list(CSV_COLUMNS)]
     for r in records:
-        flat = {**r.get("point", {}), **r.get("resources", {}), **r}
+        timing = r.get("timing") or {}
+        flat = {**r.get("point", {}), **r.get("resources", {}), **r,
+                **({"logic_delay_ns": timing["delay_ns"], "clock_met": timing["clock_met"]} if timing else {})}
         rows.append(["" if flat.get(c) is None or (c in AXES and c not in r["point"]) else str(flat.get(c, ""))
                      for c in CSV_COLUMNS])
     return rows

@@ -51,6 +51,10 @@ def _say(text: str) -> None:
         help="a zoo model's input height = width (default its own, 224)"),
     arg("--start", default=None, help=START_HELP),
     arg("--stop", default=None, help=STOP_HELP),
+    arg("--timing", action="store_true",
+        help="check each config's clock before tuning it: Yosys synth_xilinx -flatten and sta for the part's "
+             "family (logic delays only, no routing; minutes per config the first time, cached); a config whose "
+             "CLOCK_MHZ its logic alone misses is recorded as clock-not-met, with no latency"),
     arg("--max-points", type=int_in(1, 10_000_000, "a point count"), default=DEFAULT_MAX_POINTS,
         help=f"refuse a larger space (default {DEFAULT_MAX_POINTS})"),
 ])
@@ -68,7 +72,8 @@ def dse_cmd(args: argparse.Namespace) -> int:
     space = read_space(args.space, args.max_points)
     out = Path(args.out)
     check_output_dir(args.out, "--out", OUTPUT_ENTRIES)
-    search = Search(args.model, args.config, part, args.trials, args.image_size, start=args.start, stop=args.stop)
+    search = Search(args.model, args.config, part, args.trials, args.image_size, start=args.start, stop=args.stop,
+                    timing=args.timing)
     with region_flags(args.start, args.stop):   # a wrong model name or file, or pack points that match no op,
         check_network(search)                    # fail before the search
     before = len(read_records(out / RECORDS, search))
@@ -81,9 +86,11 @@ def dse_cmd(args: argparse.Namespace) -> int:
                           "same command again to resume from them") from None
     from tuning.dse_report import base_and_best
     ok = outcome.of_status("ok")
+    slow = (f"{len(outcome.of_status('clock-not-met'))} miss their CLOCK_MHZ (logic delay alone, no routing), "
+            if args.timing else "")
     print(f"{len(outcome.records)} configs: {len(ok)} tuned and timed, {len(outcome.of_status('does-not-fit'))} do "
-          f"not fit {part}, {len(outcome.of_status('invalid'))} not encodable, {len(outcome.of_status('failed'))} "
-          f"failed; {outcome.measured} evaluated in {outcome.seconds:.0f} s")
+          f"not fit {part}, {slow}{len(outcome.of_status('invalid'))} not encodable, "
+          f"{len(outcome.of_status('failed'))} failed; {outcome.measured} evaluated in {outcome.seconds:.0f} s")
     base, best = base_and_best(outcome)
     if ok:
         print("latencies below: the accelerator's time plus the fastest host time measured for the same host work "

@@ -121,10 +121,14 @@ def verdict(outcome: Outcome) -> str:
 def render(outcome: Outcome) -> str:
     from hardware.fpga.report import LABEL
     s = outcome.search
-    counts = {k: len(outcome.of_status(k)) for k in ("ok", "does-not-fit", "invalid", "failed")}
+    statuses = ("ok", "does-not-fit", "invalid", "failed") + (("clock-not-met",) if s.timing else ())
+    counts = {k: len(outcome.of_status(k)) for k in statuses}
     trials = sum(r.get("trials", 0) for r in outcome.records)
+    slow = (f"{counts['clock-not-met']} miss their CLOCK_MHZ on logic delay alone (Yosys sta, no routing: not "
+            "tuned, no latency given), " if s.timing else "")
     summary = (f"<p>Network <b>{esc(s.network)}</b>, base config <b>{esc(s.base)}</b>, part <b>{esc(s.part)}</b>; "
                f"{len(outcome.records)} points: {counts['ok']} tuned and timed, {counts['does-not-fit']} do not fit, "
+               f"{slow}"
                f"{counts['invalid']} not encodable in VTA's ISA, {counts['failed']} failed. Each task tuned over "
                f"its template's default and the {s.trials} configs its analytic estimate ranks best, measured on "
                f"the simulator: {trials:,} measurements. Latency: the accelerator's simulated cycles (shared-bus "

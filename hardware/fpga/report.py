@@ -162,6 +162,20 @@ def render(report: Report) -> str:
 
 
 def run(cfg: HwConfig, part: str | None, synth: bool, as_json: bool,
-        progress: Callable[[str], None] | None = None) -> str:
+        progress: Callable[[str], None] | None = None, timing: str | None = None) -> str:
+    """``vta hw estimate``: the resources, and with ``timing`` (xilinx, ecp5 or all: hardware/fpga/timing.py) the
+    measured timing after them, said against the config's CLOCK_MHZ."""
     report = build(cfg, part, synth, progress)
-    return json.dumps(report.to_dict(), indent=2) if as_json else render(report)
+    if timing is None:
+        return json.dumps(report.to_dict(), indent=2) if as_json else render(report)
+    from hardware.fpga import timing as tm
+    x, e = tm.measure(cfg, report.part.family, timing, progress)
+    note = tm.timing_family(report.part.family)[1]
+    if as_json:
+        return json.dumps({**report.to_dict(), "timing": tm.timing_dict(cfg, x, e, note)}, indent=2)
+    lines = [render(report), ""]
+    if x is not None:
+        lines += tm.xilinx_lines(cfg, x, note)
+    if e is not None:
+        lines += tm.ecp5_lines(cfg, e)
+    return "\n".join(lines)

