@@ -131,12 +131,10 @@ class LoopEngine(wiring.Component):
         m.d.comb += [self.acc.addr.eq(Mux(is_alu, Mux(valid[r], asrc[r], dst[r + 1]), dst[r])),
                      self.acc.en.eq(valid[r] | (is_alu & valid[r + 1]))]
         acc_val = Signal(s["acc"].width)               # the row read, registered when ``acc_out``
-        if pl.acc_out:
-            m.d.sync += acc_val.eq(self.acc.data)
-        else:
-            m.d.comb += acc_val.eq(self.acc.data)
         src_val = Signal(s["acc"].width)               # ALU: the acc[src] row, read the stage before acc[dst]
-        m.d.sync += src_val.eq(acc_val)
+        if not pl.acc_out:
+            m.d.comb += acc_val.eq(self.acc.data)
+            m.d.sync += src_val.eq(acc_val)
 
         # the dot products: registered SRAM outputs, products (a DSP's M register), a pipelined adder tree
         acc_w = p.acc_width
@@ -196,17 +194,41 @@ class LoopEngine(wiring.Component):
                 value = value | (sel[k].replicate(len(read)) & hist[k][2])
             return value
 
-        a_row = forwarded(next_dst, acc_val, pl.forward - 1, "dst")     # read one stage after acc[src]
-        s_row = forwarded(next_src, src_val, pl.forward, "src")
+        imm = alu["imm"]
+        if pl.acc_out:
+            # the row registers take the results kept one cycle earlier on their way in (the newest matching
+            # one), so the adding stage chooses only between them and the result of the cycle before (GEMM);
+            # an ALU's neighbours one cycle away are bubbles (II=2), and its operand arrives registered
+            def pre(row: Value, read: Value, depth: int) -> Value:
+                value = read
+                for k in range(depth, 0, -1):
+                    hit = hist[k][0] & (hist[k][1] == row) if self.forward else Const(0)
+                    value = Mux(hit, hist[k][2], value)
+                return value
+
+            raw = Signal(s["acc"].width)
+            m.d.sync += [raw.eq(self.acc.data), acc_val.eq(pre(next_dst, self.acc.data, pl.forward - 2))]
+            near = Signal()
+            m.d.sync += near.eq(cons_v & (cons_dst == next_dst) if self.forward else 0)
+            a_row = Mux(near, hist[1][2], acc_val)
+            s_pre = pre(next_src, raw, pl.forward - 1)
+            operand_q = Signal(s["acc"].width)
+            m.d.sync += operand_q.eq(Cat(*[Mux(alu["use_imm"], imm, s_pre.word_select(lane, acc_w).as_signed())
+                                           [:acc_w] for lane in range(p.acc_lanes)]))
+            operands = [operand_q.word_select(lane, acc_w) for lane in range(p.acc_lanes)]
+        else:
+            a_row = forwarded(next_dst, acc_val, pl.forward - 1, "dst")     # read one stage after acc[src]
+            s_row = forwarded(next_src, src_val, pl.forward, "src")
+            operands = [Mux(alu["use_imm"], imm, s_row.word_select(lane, acc_w).as_signed())
+                        for lane in range(p.acc_lanes)]
 
         # the lanes
-        imm = alu["imm"]
         alu_ops = p.cfg.capabilities.alu_opcodes
         lanes = []
         for lane in range(p.acc_lanes):
             a = a_row.word_select(lane, acc_w)
             gemm_value = Mux(gemm["reset_reg"], 0, (a.as_signed() + dots[lane])[:acc_w])
-            operand = Mux(alu["use_imm"], imm, s_row.word_select(lane, acc_w).as_signed())
+            operand = operands[lane]
             alu_value = alu_lane(alu["alu_opcode"], a, operand, acc_w, alu_ops)
             lanes.append(Mux(is_alu, alu_value, gemm_value)[:acc_w])
         m.d.comb += result.eq(Cat(*lanes))
