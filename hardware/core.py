@@ -113,7 +113,8 @@ class VTACore(wiring.Component):
         ports = [(load.inp_wr, inp_w), (load.wgt_wr, wgt_w), (compute.uop_wr, uop_w), (compute.acc_wr, acc_w),
                  (compute.uop_rd, mems["uop"].read_port()), (compute.inp_rd, mems["inp"].read_port()),
                  (compute.wgt_rd, mems["wgt"].read_port()),
-                 (compute.acc_rd, mems["acc"].read_port(transparent_for=(acc_w,))),
+                 (compute.acc_rd, mems["acc"].read_port(transparent_for=(acc_w,))),   # (the loop engine
+                 # forwards what it needs; the transparency stays while hardware/fpga's model counts it)
                  (store.acc_rd, mems["acc"].read_port())]
         for ours, port in ports:
             m.d.comb += [port.addr.eq(ours.addr), port.en.eq(ours.en)]

@@ -7,7 +7,7 @@ import re
 from pathlib import Path
 from typing import Any
 
-from hardware.params import RtlParams
+from hardware.params import RtlParams, compute_pipeline
 from hardware.registers import register_map
 from hardware.toolchain import require
 from hw_config import HwConfig, load_config
@@ -55,7 +55,9 @@ DEFAULT_MAX_PRODUCTS = 8192
 
 
 def check_core_size(cfg: HwConfig, max_products: int = DEFAULT_MAX_PRODUCTS) -> None:
-    """Refuse (ValueError) to generate a GEMM core of more than ``max_products`` int8 products."""
+    """Refuse (ValueError) to generate a GEMM core of more than ``max_products`` int8 products, or a compute
+    pipeline shallower than the RTL builds (COMPUTE_LATENCY below MIN_COMPUTE_LATENCY)."""
+    compute_pipeline(cfg.COMPUTE_LATENCY, cfg.BLOCK_IN)
     products = cfg.BATCH * cfg.BLOCK_IN * cfg.BLOCK_OUT
     if products > max_products:
         raise ValueError(f"{cfg.model}: its {cfg.BATCH}x{cfg.BLOCK_IN}x{cfg.BLOCK_OUT} GEMM core has {products:,} int8 "

@@ -20,11 +20,11 @@ dependence false and leaves it to the compiler to avoid).
 
 from __future__ import annotations
 
-from amaranth import Cat, Module, Mux, Signal
+from amaranth import Cat, Const, Module, Mux, Signal, Value, signed
 from amaranth.lib import stream, wiring
 from amaranth.lib.wiring import In, Out
 
-from hardware.alu import alu_lane, dot_lane
+from hardware.alu import alu_lane
 from hardware.decode import field_values
 from hardware.interfaces import sram_read, sram_write
 from hardware.params import RtlParams
@@ -34,8 +34,9 @@ from hw_config.layout import INSN_BITS, LOOP_ITER_BITS, OPCODES
 class LoopEngine(wiring.Component):
     """Executes one GEMM or ALU instruction: ``cmd`` takes it, ``done`` pulses in the cycle of its last write."""
 
-    def __init__(self, p: RtlParams):
+    def __init__(self, p: RtlParams, forward: bool = True):
         self.p = p
+        self.forward = forward          # False: no forwarding (wrong on dependent micro-ops; to measure its cost)
         s = p.srams
         super().__init__({
             "cmd": In(stream.Signature(INSN_BITS)), "done": Out(1),
@@ -63,8 +64,7 @@ class LoopEngine(wiring.Component):
         idx_bits = {"dst": acc_bits, "src": uop_f["src_idx"].width, "wgt": s["wgt"].addr_bits}
 
         running, started = Signal(), Signal()
-        b_valid, b2_valid, c_valid = Signal(), Signal(), Signal()
-        m.d.comb += self.cmd.ready.eq(~running & ~started & ~b_valid & ~b2_valid & ~c_valid)
+        b_valid, b_last = Signal(), Signal()
         m.d.sync += started.eq(0)
         with m.If(self.cmd.valid & self.cmd.ready):
             m.d.sync += [insn.eq(self.cmd.payload), started.eq(1)]
@@ -86,7 +86,7 @@ class LoopEngine(wiring.Component):
             m.d.sync += phase.eq(~phase)
         m.d.comb += [self.uop.addr.eq(k), self.uop.en.eq(issue)]
         b_off = {r: Signal(idx_bits[r], name=f"b_{r}_off") for r in idx_bits}
-        m.d.sync += b_valid.eq(issue)
+        m.d.sync += [b_valid.eq(issue), b_last.eq(0)]
         with m.If(issue):
             m.d.sync += [b_off[r].eq(cur[r]) for r in idx_bits]
             with m.If(k == uop_end - 1):
@@ -94,7 +94,7 @@ class LoopEngine(wiring.Component):
                 with m.If(j == iter_in - 1):
                     m.d.sync += j.eq(0)
                     with m.If(i == iter_out - 1):
-                        m.d.sync += running.eq(0)
+                        m.d.sync += [running.eq(0), b_last.eq(1)]
                     m.d.sync += i.eq(i + 1)
                     for r in idx_bits:
                         m.d.sync += [base[r].eq(base[r] + factor_out[r]), cur[r].eq(base[r] + factor_out[r])]
@@ -104,37 +104,151 @@ class LoopEngine(wiring.Component):
             with m.Else():
                 m.d.sync += k.eq(k + 1)
 
-        # stage B: indices and SRAM reads; stage B2 (ALU): the destination row through the same port
+        # stage 1: indices (the micro-op's plus the loop offsets) and the input/weight reads; then the indices
+        # travel down the pipeline with the micro-op (``valid``, ``last``, dst, acc src), one register a stage
+        pl = p.compute
+        x = pl.consume
+        alu_x = x + 1                                  # ALU: its two reads take one stage more
+        n_stages = alu_x + pl.result
         u = {name: self.uop.data[f.offset:f.offset + f.width] for name, f in uop_f.items()}
-        d = (u["dst_idx"] + b_off["dst"])[:acc_bits]
         src = (u["src_idx"] + b_off["src"])[:idx_bits["src"]]
         w = (u["wgt_idx"] + b_off["wgt"])[:s["wgt"].addr_bits]
-        b2_dst, c_dst = Signal(acc_bits), Signal(acc_bits)
-        src_row = Signal(s["acc"].width)
-        m.d.sync += [b2_valid.eq(b_valid & is_alu), b2_dst.eq(d),
-                     c_valid.eq((b_valid & ~is_alu) | b2_valid), c_dst.eq(Mux(b2_valid, b2_dst, d))]
-        with m.If(b2_valid):
-            m.d.sync += src_row.eq(self.acc.data)
+        valid = [None, b_valid] + [Signal(name=f"v{n}") for n in range(2, n_stages + 1)]
+        last = [None, b_last] + [Signal(name=f"last{n}") for n in range(2, n_stages + 1)]
+        dst = [None, (u["dst_idx"] + b_off["dst"])[:acc_bits]] + \
+            [Signal(acc_bits, name=f"dst{n}") for n in range(2, n_stages + 1)]
+        asrc = [None, src[:acc_bits]] + [Signal(acc_bits, name=f"asrc{n}") for n in range(2, n_stages + 1)]
+        for n in range(2, n_stages + 1):
+            m.d.sync += [valid[n].eq(valid[n - 1]), last[n].eq(last[n - 1]), dst[n].eq(dst[n - 1]),
+                         asrc[n].eq(asrc[n - 1])]
+        in_flight = Mux(is_alu, Cat(*valid[1:]).any(), Cat(*valid[1:x + pl.result + 1]).any())
         m.d.comb += [self.inp.addr.eq(src), self.inp.en.eq(b_valid & ~is_alu),
-                     self.wgt.addr.eq(w), self.wgt.en.eq(b_valid & ~is_alu),
-                     self.acc.addr.eq(Mux(b2_valid, b2_dst, Mux(is_alu, src[:acc_bits], d))),
-                     self.acc.en.eq(b_valid | b2_valid)]
+                     self.wgt.addr.eq(w), self.wgt.en.eq(b_valid & ~is_alu)]
 
-        # stage C: the lanes
+        # the accumulator's one read port: GEMM reads acc[dst] at stage ``acc_read``; ALU reads acc[src] there
+        # and acc[dst] one stage later (II=2: a micro-op's two reads never meet the next one's)
+        r = pl.acc_read
+        m.d.comb += [self.acc.addr.eq(Mux(is_alu, Mux(valid[r], asrc[r], dst[r + 1]), dst[r])),
+                     self.acc.en.eq(valid[r] | (is_alu & valid[r + 1]))]
+        acc_val = Signal(s["acc"].width)               # the row read, registered when ``acc_out``
+        src_val = Signal(s["acc"].width)               # ALU: the acc[src] row, read the stage before acc[dst]
+        if not pl.acc_out:
+            m.d.comb += acc_val.eq(self.acc.data)
+            m.d.sync += src_val.eq(acc_val)
+
+        # the dot products: registered SRAM outputs, products (a DSP's M register), a pipelined adder tree
         acc_w = p.acc_width
+        inp_d, wgt_d = self.inp.data, self.wgt.data
+        if pl.sram:
+            inp_d, wgt_d = Signal.like(self.inp.data, name="inp_q"), Signal.like(self.wgt.data, name="wgt_q")
+            m.d.sync += [inp_d.eq(self.inp.data), wgt_d.eq(self.wgt.data)]
+        cuts = pl.tree_cuts()
+        dots = []
+        for b in range(p.batch):
+            xs = [inp_d.word_select(b * p.block_in + c, p.inp_width).as_signed() for c in range(p.block_in)]
+            for o in range(p.block_out):
+                ws = [wgt_d.word_select(o * p.block_in + c, p.wgt_width).as_signed() for c in range(p.block_in)]
+                terms = []
+                for c in range(p.block_in):
+                    prod = xs[c] * ws[c]
+                    if pl.product:
+                        q = Signal(signed(p.inp_width + p.wgt_width), name=f"prod_{b}_{o}_{c}")
+                        m.d.sync += q.eq(prod)
+                        prod = q
+                    terms.append(prod)
+                for level in range(1, pl.levels + 1):
+                    terms = [terms[i] + terms[i + 1] for i in range(0, len(terms), 2)]
+                    if level in cuts:
+                        regs = [Signal(signed(len(t)), name=f"sum{level}_{b}_{o}_{i}") for i, t in enumerate(terms)]
+                        m.d.sync += [q.eq(t) for q, t in zip(regs, terms, strict=True)]
+                        terms = regs
+                dots.append(terms[0])
+
+        # forwarding: results not yet in the SRAM when a later micro-op read its operands. ``hist[k]`` is the
+        # result computed k cycles ago (valid, row, value); an operand takes the newest one for its row, else
+        # what it read. Which one is decided a cycle ahead (registered one-hot selects).
+        cons_v = Mux(is_alu, valid[alu_x], valid[x])
+        cons_dst = Mux(is_alu, dst[alu_x], dst[x])
+        result = Signal(s["acc"].width)
+        nf = pl.forward
+        hist = [None] + [(Signal(name=f"h{k}_valid"), Signal(acc_bits, name=f"h{k}_row"),
+                          Signal(s["acc"].width, name=f"h{k}_value")) for k in range(1, nf + 1)]
+        m.d.sync += [hist[1][0].eq(cons_v), hist[1][1].eq(cons_dst), hist[1][2].eq(result)]
+        for k in range(2, nf + 1):
+            m.d.sync += [hist[k][i].eq(hist[k - 1][i]) for i in range(3)]
+        # next cycle's entries and operand rows
+        nxt = [None, (cons_v, cons_dst)] + [(hist[k - 1][0], hist[k - 1][1]) for k in range(2, nf + 1)]
+        next_dst = Mux(is_alu, dst[alu_x - 1], dst[x - 1])
+        next_src = asrc[alu_x - 1]
+
+        def forwarded(row: Value, read: Value, depth: int, name: str) -> Value:
+            sel = [Signal(name=f"{name}_fwd{k}") for k in range(depth + 1)]   # sel[0]: the SRAM's row
+            taken = Const(0)
+            for k in range(1, depth + 1):
+                hit = nxt[k][0] & (nxt[k][1] == row) if self.forward else Const(0)
+                m.d.sync += sel[k].eq(hit & ~taken)
+                taken = taken | hit
+            m.d.sync += sel[0].eq(~taken)
+            value = sel[0].replicate(len(read)) & read
+            for k in range(1, depth + 1):
+                value = value | (sel[k].replicate(len(read)) & hist[k][2])
+            return value
+
         imm = alu["imm"]
+        if pl.acc_out:
+            # the row registers take the results kept one cycle earlier on their way in (the newest matching
+            # one), so the adding stage chooses only between them and the result of the cycle before (GEMM);
+            # an ALU's neighbours one cycle away are bubbles (II=2), and its operand arrives registered
+            def pre(row: Value, read: Value, depth: int) -> Value:
+                value = read
+                for k in range(depth, 0, -1):
+                    hit = hist[k][0] & (hist[k][1] == row) if self.forward else Const(0)
+                    value = Mux(hit, hist[k][2], value)
+                return value
+
+            raw = Signal(s["acc"].width)
+            m.d.sync += [raw.eq(self.acc.data), acc_val.eq(pre(next_dst, self.acc.data, pl.forward - 2))]
+            near = Signal()
+            m.d.sync += near.eq(cons_v & (cons_dst == next_dst) if self.forward else 0)
+            a_row = Mux(near, hist[1][2], acc_val)
+            s_pre = pre(next_src, raw, pl.forward - 1)
+            operand_q = Signal(s["acc"].width)
+            m.d.sync += operand_q.eq(Cat(*[Mux(alu["use_imm"], imm, s_pre.word_select(lane, acc_w).as_signed())
+                                           [:acc_w] for lane in range(p.acc_lanes)]))
+            operands = [operand_q.word_select(lane, acc_w) for lane in range(p.acc_lanes)]
+        else:
+            a_row = forwarded(next_dst, acc_val, pl.forward - 1, "dst")     # read one stage after acc[src]
+            s_row = forwarded(next_src, src_val, pl.forward, "src")
+            operands = [Mux(alu["use_imm"], imm, s_row.word_select(lane, acc_w).as_signed())
+                        for lane in range(p.acc_lanes)]
+
+        # the lanes
         alu_ops = p.cfg.capabilities.alu_opcodes
         lanes = []
-        for b in range(p.batch):
-            x = [self.inp.data.word_select(b * p.block_in + c, p.inp_width) for c in range(p.block_in)]
-            for o in range(p.block_out):
-                lane = b * p.block_out + o
-                a = self.acc.data.word_select(lane, acc_w)
-                wt = [self.wgt.data.word_select(o * p.block_in + c, p.wgt_width) for c in range(p.block_in)]
-                gemm_value = Mux(gemm["reset_reg"], 0, (a.as_signed() + dot_lane(x, wt))[:acc_w])
-                operand = Mux(alu["use_imm"], imm, src_row.word_select(lane, acc_w).as_signed())
-                alu_value = alu_lane(alu["alu_opcode"], a, operand, acc_w, alu_ops)
-                lanes.append(Mux(is_alu, alu_value, gemm_value)[:acc_w])
-        m.d.comb += [self.acc_wr.en.eq(c_valid), self.acc_wr.addr.eq(c_dst), self.acc_wr.data.eq(Cat(*lanes))]
-        m.d.comb += self.done.eq((c_valid & ~b2_valid & ~b_valid & ~running) | (started & empty))
+        for lane in range(p.acc_lanes):
+            a = a_row.word_select(lane, acc_w)
+            gemm_value = Mux(gemm["reset_reg"], 0, (a.as_signed() + dots[lane])[:acc_w])
+            operand = operands[lane]
+            alu_value = alu_lane(alu["alu_opcode"], a, operand, acc_w, alu_ops)
+            lanes.append(Mux(is_alu, alu_value, gemm_value)[:acc_w])
+        m.d.comb += result.eq(Cat(*lanes))
+
+        # the write: from the result register (``result``) or straight from the lanes
+        wv = Mux(is_alu, valid[alu_x + pl.result], valid[x + pl.result])
+        wdst = Mux(is_alu, dst[alu_x + pl.result], dst[x + pl.result])
+        wlast = Mux(is_alu, last[alu_x + pl.result], last[x + pl.result])
+        m.d.comb += [self.acc_wr.en.eq(wv), self.acc_wr.addr.eq(wdst),
+                     self.acc_wr.data.eq(hist[1][2] if pl.result else result)]
+
+        # done: with the last write, or ``pad`` cycles later; an empty instruction takes the pipeline's depth
+        finish = wv & wlast
+        delay = Mux(started & empty, max(0, pl.depth - 2), pl.pad)
+        wait = Signal(range(max(pl.depth, pl.pad + 2)))
+        now = (finish | (started & empty)) & (delay == 0)
+        with m.If((finish | (started & empty)) & (delay != 0)):
+            m.d.sync += wait.eq(delay)
+        with m.Elif(wait != 0):
+            m.d.sync += wait.eq(wait - 1)
+        m.d.comb += self.done.eq(now | (wait == 1))
+        m.d.comb += self.cmd.ready.eq(~running & ~started & ~in_flight & (wait == 0))
         return m

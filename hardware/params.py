@@ -40,6 +40,74 @@ class Sram:
         return log2(self.depth)
 
 
+# The compute pipeline's shortest depth: micro-op read, SRAM reads, one combinational stage that computes and
+# writes (COMPUTE_LATENCY 4 = the cycles an instruction of n micro-ops takes beyond n x II; see ComputePipeline).
+MIN_COMPUTE_LATENCY = 4
+
+
+@dataclass(frozen=True)
+class ComputePipeline:
+    """Where the GEMM/ALU datapath has registers, from the config's COMPUTE_LATENCY (hardware/loop_engine.py).
+
+    Each register beyond the shortest pipeline (MIN_COMPUTE_LATENCY) adds one cycle to every instruction; they
+    are placed in this order as COMPUTE_LATENCY grows: ``sram`` (the input and weight SRAMs' outputs),
+    ``product`` (the int8 products: a DSP's M register), ``result`` (the accumulate/ALU result, which then
+    writes the accumulator from a register), then ``tree`` registers in the adder tree (the first after its
+    last level, the next ones splitting its levels evenly), one per level at most. Cycles beyond those are
+    ``pad``: ``done`` comes that much later. ``acc_out`` (the accumulator SRAM's output registered) costs no
+    cycle: the accumulator is read one cycle earlier; it is on whenever the stage that adds has a register in
+    front of it (any of the above)."""
+
+    depth: int          # COMPUTE_LATENCY
+    sram: int
+    product: int
+    result: int
+    tree: int           # registers in the adder tree (0..levels)
+    levels: int         # the adder tree's levels, log2(BLOCK_IN)
+    pad: int
+
+    @property
+    def consume(self) -> int:
+        """The stage (cycles after a micro-op's read) where GEMM adds the dot product to the accumulator row
+        (ALU: one later)."""
+        return 2 + self.sram + self.product + self.tree
+
+    @property
+    def acc_out(self) -> int:
+        return int(self.consume >= 3)
+
+    @property
+    def acc_read(self) -> int:
+        """The stage that reads acc[dst] for GEMM (ALU: acc[src] here, acc[dst] one later)."""
+        return self.consume - 1 - self.acc_out
+
+    @property
+    def forward(self) -> int:
+        """Results kept for forwarding: those not yet in the SRAM when a later micro-op's operand was read."""
+        return 2 + self.acc_out + self.result
+
+    def tree_cuts(self) -> list[int]:
+        """After which adder-tree levels (1..levels) a register sits."""
+        t, n = self.tree, self.levels
+        return sorted({n - (n * i) // t for i in range(t)}) if t else []
+
+
+def compute_pipeline(depth: int, block_in: int) -> ComputePipeline:
+    """The registers of a compute pipeline ``depth`` cycles deep (ValueError below MIN_COMPUTE_LATENCY)."""
+    if depth < MIN_COMPUTE_LATENCY:
+        raise ValueError(f"COMPUTE_LATENCY={depth}: the RTL's compute pipeline is at least {MIN_COMPUTE_LATENCY} "
+                         f"cycles deep (micro-op read, SRAM reads, compute and write); allowed: "
+                         f"{MIN_COMPUTE_LATENCY} or more")
+    levels = log2(block_in)
+    extra = depth - MIN_COMPUTE_LATENCY
+    regs = {"sram": 0, "product": 0, "result": 0, "tree": 0}
+    for name in ("sram", "product", "result"):
+        if extra:
+            regs[name], extra = 1, extra - 1
+    tree = min(extra, levels)
+    return ComputePipeline(depth, regs["sram"], regs["product"], regs["result"], tree, levels, extra - tree)
+
+
 @dataclass(frozen=True)
 class Burst:
     """How a DMA engine paces its beats, as VTA's AXI masters do: bursts of at most ``beats`` beats, a new
@@ -65,6 +133,11 @@ class RtlParams:
         self.block_in = cfg.BLOCK_IN
         self.block_out = cfg.BLOCK_OUT
         self.burst = Burst(cfg.DMA_BURST_BEATS, cfg.DMA_BURST_GAP)
+
+    @cached_property
+    def compute(self) -> ComputePipeline:
+        """The GEMM/ALU pipeline's registers for the config's COMPUTE_LATENCY."""
+        return compute_pipeline(self.cfg.COMPUTE_LATENCY, self.block_in)
 
     def fmt(self, name: str) -> Format:
         """An instruction format ('mem', 'gemm', 'alu', 'finish') or the micro-op format ('uop')."""

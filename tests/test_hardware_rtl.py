@@ -29,6 +29,8 @@ DEVICES: dict[str, object] = {}
 # RTL cycles against the C simulator's timing model, measured: ResNet-18's layers within 1.1 % (docs/benchmarks.md),
 # the ResNet block's below 1.7-3.6 %, VTA's golden programs 0.97-1.014
 CYCLE_TOLERANCE = 0.05
+# pynq with the fully pipelined compute datapath (docs/hardware.md, "The compute pipeline"): config "pynq9"
+PIPELINED = 9
 
 
 def device(name: str):
@@ -38,19 +40,23 @@ def device(name: str):
     from hardware import RtlDevice
 
     if name not in DEVICES:
-        DEVICES[name] = RtlDevice(small_config() if name == "small" else load_config(name))
+        configs = {"small": small_config, "pynq9": lambda: load_config("pynq", COMPUTE_LATENCY=PIPELINED)}
+        DEVICES[name] = RtlDevice(configs[name]() if name in configs else load_config(name))
     return DEVICES[name]
 
 
 @requires_golden
+@pytest.mark.parametrize("config", ["pynq", "pynq9"])
 @pytest.mark.parametrize("name", NAMES)
-def test_golden_program_on_the_rtl(name: str):
+def test_golden_program_on_the_rtl(name: str, config: str):
     """VTA's bytes, except where the program uses what the pynq config's capability set (vta-hls-0.0.2, VTA's
     published bitstream) lacks: the five padded_load programs pad ACC loads, which that bitstream ignores, so
     the RTL leaves what the C simulator leaves for the stream as the bitstream executes it, not VTA's trace
     (which VTA's functional simulator made; four of the five differ from it)."""
     image = load_image(GOLDEN_DIR / f"{name}.npz")
-    dev = device("pynq")
+    dev = device(config)
+    if dev.cfg != image.config:
+        image = ProgramImage(dev.cfg, image.insns, image.insn_addr, list(image.segments))
     dev.reset()
     segments, cycles = dev.replay(image)
     lacking = violations(image.insns, image.config)
@@ -198,7 +204,7 @@ def _flags(insn, **flags: int):
     return dataclasses.replace(insn, **{k: v for k, v in flags.items() if v})
 
 
-@pytest.mark.parametrize("config", ["pynq", "small"])
+@pytest.mark.parametrize("config", ["pynq", "small", "pynq9"])
 @pytest.mark.parametrize("seed", range(6))
 def test_random_programs_leave_the_c_simulators_dram(config: str, seed: int):
     """Programs of everything the config's capability set executes: on pynq (vta-hls-0.0.2) no MUL, no
