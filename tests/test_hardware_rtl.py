@@ -159,7 +159,9 @@ def random_compute(cfg: HwConfig, rng: np.random.Generator) -> list:
             out.append(gemm(uops, iters, dst=factors(), src=factors(), wgt=factors(), reset=kind == "reset"))
         elif kind == "alu":
             op = str(rng.choice(ops))
-            imm = None if rng.random() < 0.5 else int(rng.integers(-40, 40) if op == "SHR" else
+            # shift immediates: the whole clamped range on fsim; on HLS only what its signed 5-bit read agrees on
+            lo, hi = caps.shr_immediates(cfg.LOG_ACC_WIDTH) or (-40, 39)
+            imm = None if rng.random() < 0.5 else int(rng.integers(lo, hi + 1) if op == "SHR" else
                                                       rng.integers(-2**15, 2**15))
             out.append(alu(op, uops, iters, dst=factors(), src=factors(), imm=imm))
         else:
