@@ -614,6 +614,45 @@ def test_another_clients_control_writes_and_downloads_do_not_touch_a_launch(remo
         attacker.close()
 
 
+def test_what_one_clients_run_left_in_the_srams_is_not_anothers_to_store(remote, board):
+    """The SRAMs keep what a run left, as on a board, but only for the same client: another client's program that
+    STOREs accumulator rows it never loaded into its own buffer read what the first client's LOAD ACC put there
+    (the victim's data, narrowed to int8). Now a run of another client starts from cleared SRAMs."""
+    victim, attacker = Client(remote, board.address), Client(remote, board.address)
+    acc_bytes, out_bytes = CFG.elem_bytes("ACC"), CFG.elem_bytes("OUT")
+    try:
+        victim.program()
+        attacker.program()
+        secret = (np.arange(acc_bytes // 4, dtype=np.int32) + 1) * 3   # int32 lanes, 3..48: visible as int8
+        data, insns = victim.alloc(4096), victim.alloc(4096)
+        victim.write(data, secret.tobytes())
+        load = assemble([MemInsn(opcode=OPCODES["LOAD"], memory_type=MEM_TYPES["ACC"], sram_base=0,
+                                 dram_base=victim.addr(data) // acc_bytes, y_size=1, x_size=1, x_stride=1),
+                         FinishInsn()], CFG)
+        victim.write(insns, load.tobytes())
+        victim.launch(victim.addr(insns), len(load))
+        assert victim.wait_idle()
+        assert victim.status()["accelerator"]["last_fault"] is None
+
+        stolen, theirs = attacker.alloc(4096), attacker.alloc(4096)
+        attacker.write(stolen, bytes(4096))
+        dump = assemble([MemInsn(opcode=OPCODES["STORE"], memory_type=MEM_TYPES["OUT"], sram_base=0,
+                                 dram_base=attacker.addr(stolen) // out_bytes, y_size=1, x_size=1, x_stride=1),
+                         FinishInsn()], CFG)
+        attacker.write(theirs, dump.tobytes())
+        attacker.launch(attacker.addr(theirs), len(dump))
+        assert attacker.wait_idle()
+        assert attacker.status()["accelerator"]["last_fault"] is None
+        got = np.frombuffer(attacker.read(stolen)[:out_bytes], np.int8)
+        assert not got.any(), f"another client's accumulator rows reached the attacker: {got.tolist()}"
+
+        victim.launch(victim.addr(insns), len(load))   # the same client keeps its SRAMs between its runs
+        assert victim.wait_idle()
+    finally:
+        victim.close()
+        attacker.close()
+
+
 def test_each_client_waits_for_its_own_run():
     """The status registers were the board's own: a client polling as vta.device_pynq does (compute's ap_done
     seen, then done == 1) for a run launched behind another client's took that run's compute ap_done and FINISH

@@ -252,6 +252,7 @@ class SimulatedVTA:
         self.queue: deque[Run] = deque()
         self.generation = getattr(self, "generation", 0) + 1
         self._sram_reset = True
+        self._sram_owner: str | None = None   # the client whose run last used the SRAMs
 
     def _regs(self, peer: str) -> _Regs:
         """``peer``'s registers as they read (reset values for a client that never wrote one)."""
@@ -502,9 +503,12 @@ class SimulatedVTA:
         start = time.perf_counter()
         rows = np.zeros((0, 16), dtype=np.uint8)
         with self.sim_lock:
-            if self._sram_reset:
+            # the SRAMs keep what a run left (as on a board), but only for the same client's next run: another
+            # client's program could STORE them into its own buffer and read what this one loaded
+            if self._sram_reset or run.peer != self._sram_owner:
                 self.sim.reset()
                 self._sram_reset = False
+            self._sram_owner = run.peer
             regions = self.regions_of(run.peer) if self.regions_of is not None else None
             fetch = (run.insn_addr, run.count * 16)
             try:
