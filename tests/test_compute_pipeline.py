@@ -118,23 +118,15 @@ def test_dependent_micro_ops_at_every_distance_give_the_sequential_result(config
 @pytest.mark.parametrize("config", ["pynq-9", "small-6"])
 def test_each_compute_instruction_takes_compute_latency_plus_n_times_ii(config: str):
     """Traced on the RTL and on the timing model: every GEMM and ALU takes exactly the model's cycles."""
+    from test_hardware_rtl import traced_on_both
+
     from hw_config.layout import OPCODES
-    from simulator.core import Simulator
-    from simulator.replay import replay_with_stats
 
     name, overrides = CONFIGS[config]
     cfg = load_config(name, **overrides)
     dev = device(cfg)
     image = dependent_program(cfg, 2, seed=7)
-    _, model = replay_with_stats(Simulator(cfg), image, trace=True)
-    dev.reset()
-    dev.clear_dram()
-    try:
-        for addr, data in image.segments:
-            dev.write(addr, data)
-        stats = dev.run(image.insns, trace=True)
-    finally:
-        dev.clear_dram()
+    model, stats = traced_on_both(dev, image)
     opcodes = cfg.insn_formats["mem"].decode_rows(image.insns)["opcode"]
     checked = 0
     for i, ((_, s0, e0), (_, s1, e1)) in enumerate(zip(model.trace, stats.trace, strict=True)):

@@ -48,6 +48,22 @@ def device(name: str):
 @requires_golden
 @pytest.mark.parametrize("config", ["pynq", "pynq9"])
 @pytest.mark.parametrize("name", NAMES)
+def traced_on_both(dev, image: ProgramImage):
+    """(the C simulator's stats, the RTL's) of one traced run of ``image``, the RTL's DRAM cleared around it."""
+    from simulator.core import Simulator
+    from simulator.replay import replay_with_stats
+
+    _, model = replay_with_stats(Simulator(image.config), image, trace=True)
+    dev.reset()
+    dev.clear_dram()
+    try:
+        for addr, data in image.segments:
+            dev.write(addr, data)
+        return model, dev.run(image.insns, trace=True)
+    finally:
+        dev.clear_dram()
+
+
 def test_golden_program_on_the_rtl(name: str, config: str):
     """VTA's bytes, except where the program uses what the pynq config's capability set (vta-hls-0.0.2, VTA's
     published bitstream) lacks: the five padded_load programs pad ACC loads, which that bitstream ignores, so
@@ -82,20 +98,8 @@ def test_each_instruction_takes_the_timing_models_cycles():
     """gemm_1 (GEMMs, ALU SHR/MAX/MIN, micro-op, input and weight loads, stores, token NOPs) traced on both:
     every compute instruction takes exactly the model's cycles (GEMM 4 + n, ALU 4 + 2n: VTA's II=2 with one
     accumulator read port; a micro-op load DRAM_LATENCY + beats + burst gap), every DMA within 4 cycles."""
-    from simulator.core import Simulator
-    from simulator.replay import replay_with_stats
-
     image = load_image(GOLDEN_DIR / "gemm_1.npz")
-    _, model = replay_with_stats(Simulator(image.config), image, trace=True)
-    dev = device("pynq")
-    dev.reset()
-    dev.clear_dram()
-    try:
-        for addr, data in image.segments:
-            dev.write(addr, data)
-        stats = dev.run(image.insns, trace=True)
-    finally:
-        dev.clear_dram()
+    model, stats = traced_on_both(device("pynq"), image)
     assert stats.device == "rtl" and stats.cycles == stats.finish_cycle > 0
     assert stats.insns == model.insns and len(stats.trace) == len(model.trace) == len(image.insns)
     opcodes = image.config.insn_formats["mem"].decode_rows(image.insns)["opcode"]

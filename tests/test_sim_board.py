@@ -620,6 +620,13 @@ def test_what_one_clients_run_left_in_the_srams_is_not_anothers_to_store(remote,
     (the victim's data, narrowed to int8). Now a run of another client starts from cleared SRAMs."""
     victim, attacker = Client(remote, board.address), Client(remote, board.address)
     acc_bytes, out_bytes = CFG.elem_bytes("ACC"), CFG.elem_bytes("OUT")
+
+    def run(client: Client, where: str, program: np.ndarray) -> None:
+        client.write(where, program.tobytes())
+        client.launch(client.addr(where), len(program))
+        assert client.wait_idle()
+        assert client.status()["accelerator"]["last_fault"] is None
+
     try:
         victim.program()
         attacker.program()
@@ -629,25 +636,18 @@ def test_what_one_clients_run_left_in_the_srams_is_not_anothers_to_store(remote,
         load = assemble([MemInsn(opcode=OPCODES["LOAD"], memory_type=MEM_TYPES["ACC"], sram_base=0,
                                  dram_base=victim.addr(data) // acc_bytes, y_size=1, x_size=1, x_stride=1),
                          FinishInsn()], CFG)
-        victim.write(insns, load.tobytes())
-        victim.launch(victim.addr(insns), len(load))
-        assert victim.wait_idle()
-        assert victim.status()["accelerator"]["last_fault"] is None
+        run(victim, insns, load)
 
         stolen, theirs = attacker.alloc(4096), attacker.alloc(4096)
         attacker.write(stolen, bytes(4096))
         dump = assemble([MemInsn(opcode=OPCODES["STORE"], memory_type=MEM_TYPES["OUT"], sram_base=0,
                                  dram_base=attacker.addr(stolen) // out_bytes, y_size=1, x_size=1, x_stride=1),
                          FinishInsn()], CFG)
-        attacker.write(theirs, dump.tobytes())
-        attacker.launch(attacker.addr(theirs), len(dump))
-        assert attacker.wait_idle()
-        assert attacker.status()["accelerator"]["last_fault"] is None
+        run(attacker, theirs, dump)
         got = np.frombuffer(attacker.read(stolen)[:out_bytes], np.int8)
         assert not got.any(), f"another client's accumulator rows reached the attacker: {got.tolist()}"
 
-        victim.launch(victim.addr(insns), len(load))   # the same client keeps its SRAMs between its runs
-        assert victim.wait_idle()
+        run(victim, insns, load)   # the same client keeps its SRAMs between its runs
     finally:
         victim.close()
         attacker.close()
