@@ -45,9 +45,6 @@ def device(name: str):
     return DEVICES[name]
 
 
-@requires_golden
-@pytest.mark.parametrize("config", ["pynq", "pynq9"])
-@pytest.mark.parametrize("name", NAMES)
 def traced_on_both(dev, image: ProgramImage):
     """(the C simulator's stats, the RTL's) of one traced run of ``image``, the RTL's DRAM cleared around it."""
     from simulator.core import Simulator
@@ -64,6 +61,9 @@ def traced_on_both(dev, image: ProgramImage):
         dev.clear_dram()
 
 
+@requires_golden
+@pytest.mark.parametrize("config", ["pynq", "pynq9"])
+@pytest.mark.parametrize("name", NAMES)
 def test_golden_program_on_the_rtl(name: str, config: str):
     """VTA's bytes, except where the program uses what the pynq config's capability set (vta-hls-0.0.2, VTA's
     published bitstream) lacks: the five padded_load programs pad ACC loads, which that bitstream ignores, so

@@ -648,6 +648,9 @@ def test_what_one_clients_run_left_in_the_srams_is_not_anothers_to_store(remote,
         assert not got.any(), f"another client's accumulator rows reached the attacker: {got.tolist()}"
 
         run(victim, insns, load)   # the same client keeps its SRAMs between its runs
+        for client, buffers in ((victim, (data, insns)), (attacker, (stolen, theirs))):
+            for bid in buffers:
+                client.free(bid)
     finally:
         victim.close()
         attacker.close()
