@@ -224,7 +224,7 @@ NOT_RUN: dict[tuple[str, ...], str] = {
     _argv("python3 -m pip install -e ."): "installs the package: the tests run against the installed package",
     _argv('python3 -m pip install -e ".[test]"'): "installs the package and test extras (done before testing)",
     _argv('pip install -e ".[onnx,tuning]"'): "installs two extras, which the test extras include",
-    _argv("python3 -m pytest -q"): "the test suite itself, which includes this file",
+    _argv("python3 -m pytest -q -n auto --dist loadfile"): "the test suite itself, which includes this file",
 }
 
 # a fragment of a documented command -> why it fails today (strict: the test reports when it starts passing)

@@ -350,6 +350,18 @@ def test_dask_cluster_with_no_worker_left_times_out_per_config_instead_of_hangin
 # ---------------------------------------------------------------------------------------------------------
 # 3. LocalRunner pool worker killed mid-batch
 
+def _workers_cpu(process) -> dict[int, float]:
+    """CPU seconds of each live child of ``process`` (a psutil.Process): the runner's workers."""
+    import psutil
+    out = {}
+    for child in process.children(recursive=True):
+        try:
+            out[child.pid] = sum(child.cpu_times()[:2])
+        except psutil.Error:   # ended meanwhile
+            pass
+    return out
+
+
 def test_local_runner_worker_killed_mid_batch_does_not_hang(measured):
     need("distributed")  # brings psutil
     import psutil
@@ -372,7 +384,16 @@ def test_local_runner_worker_killed_mid_batch_does_not_hang(measured):
             time.sleep(0.005)                # until the worker is busy with the batch (bounded: the batch ends)
         assert thread.is_alive()
         os.kill(workers[0], signal.SIGKILL)
-        thread.join(20)   # the batch takes under a second of CPU when nothing hangs
+        # the batch takes under a second of CPU when nothing hangs; a hang is a wait on the dead worker, when no
+        # worker uses CPU any more: 20 s without a worker's progress is a hang (a clock alone fails on a loaded
+        # machine, where the batch itself can take longer)
+        used, idle_since = _workers_cpu(me), time.monotonic()
+        while thread.is_alive() and time.monotonic() - idle_since < 20:
+            thread.join(1)
+            now = _workers_cpu(me)
+            if any(cpu > used.get(pid, 0.0) + 0.01 for pid, cpu in now.items()):
+                idle_since = time.monotonic()
+            used = now
         assert not thread.is_alive(), "LocalRunner.measure hung after a worker was killed"
         results = box["results"]
         assert len(results) == len(configs)

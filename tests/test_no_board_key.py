@@ -12,14 +12,20 @@ from test_docs import VTA, run
 from tuning.rpc_runner import RPCRunner
 from tuning.task import conv_task
 from vta.rpc import BoardLost, LocalCluster, TrackerServer, connect_device
-
-AT_ONCE = 10.0   # seconds: a tracker round trip and the model import, never the 60 s / 120 s request timeouts
+from vta.rpc.tracker import TrackerClient
 
 
 @pytest.fixture(scope="module")
 def lab():
     with LocalCluster(boards=1, key="sim") as cluster:
         yield cluster
+
+
+def _never_requested(address: str, key: str = "pynq") -> None:
+    """"At once", without a clock (a loaded machine takes any time to start a CLI): the tracker has no queue for
+    ``key``, so no request for it was ever made (a request makes the queue, which then outlives it)."""
+    with TrackerClient(address) as client:
+        assert key not in client.summary()["queue_info"]
 
 
 def _no_pynq(address: str, boards: str = "sim: 1 free of 1") -> str:
@@ -31,22 +37,21 @@ def _no_pynq(address: str, boards: str = "sim: 1 free of 1") -> str:
                                      ("tune", "resnet-18", "--image-size", "32", "--n-trial", "2", "--log", "x.jsonl")],
                          ids=["run", "tune"])
 def test_the_commands_fail_at_once_naming_the_keys_the_tracker_has(lab, tmp_path, command):
-    t0 = time.monotonic()
     proc = run([*VTA, *command, "--rpc", lab.address, "--key", "pynq"], tmp_path)
-    assert time.monotonic() - t0 < AT_ONCE + 10
+    _never_requested(lab.address)
     assert proc.returncode == 2 and proc.stderr.strip() == f"vta: error: {_no_pynq(lab.address)}", proc.stderr[-2000:]
 
 
 def test_connect_device_and_the_runner_fail_at_once(lab):
-    t0 = time.monotonic()
     with pytest.raises(BoardLost) as e:
         connect_device(lab.address, "pynq", timeout=60)
-    assert str(e.value) == _no_pynq(lab.address) and time.monotonic() - t0 < AT_ONCE
+    assert str(e.value) == _no_pynq(lab.address)
+    _never_requested(lab.address)
     task = conv_task("pynq", (1, 16, 8, 8), (16, 16, 3, 3), 1, 1)
-    t0 = time.monotonic()
     with pytest.raises(BoardLost) as e:
         RPCRunner("pynq", *lab.tracker, request_timeout=60).measure(task, [task.default_config])
-    assert str(e.value) == _no_pynq(lab.address) and time.monotonic() - t0 < AT_ONCE
+    assert str(e.value) == _no_pynq(lab.address)
+    _never_requested(lab.address)
 
 
 def test_a_tracker_without_boards_says_so():
