@@ -9,6 +9,7 @@ kernels. Importing this module registers the rules (``frontend_onnx`` does, so i
 
 from __future__ import annotations
 
+import itertools
 import math
 
 import numpy as np
@@ -120,11 +121,32 @@ def _gather(cx, node, ins, attrs):
         raise GraphError(f"axis={axis} is out of range for rank {rank}")
     if np.dtype(cx.type_of(ins[1]).dtype).kind not in "iu":
         raise GraphError(f"indices must be integers, got {cx.type_of(ins[1]).dtype}")
-    if cx.is_const(ins[1]):
-        size, idx = cx.type_of(ins[0]).shape[axis], cx.consts[ins[1]]
+    axis %= rank
+    if cx.is_const(ins[1]) and not cx.is_const(ins[0]):
+        shape, idx = cx.type_of(ins[0]).shape, cx.consts[ins[1]]
+        size = shape[axis]
         if idx.size and (idx.min() < -size or idx.max() >= size):
             raise GraphError(f"indices {idx.reshape(-1)[:8].tolist()} are out of range [-{size}, {size})")
-    return cx.emit(node, "take", [cx.x(ins[0]), cx.x(ins[1])], axis=axis % rank)
+        picked = _as_slice(np.where(idx < 0, idx + size, idx))
+        if picked is not None:   # x[:, 0], qkv[1]: a slice, so the graph stays float (quantize wants that)
+            begin, step, count = picked
+            out = cx.out_name(node)
+            end = begin + step * count
+            kept = cx.op("strided_slice", [cx.x(ins[0])], f"{out}_slice", begin=[begin],
+                         end=[end if end >= 0 else -size - 1], axes=[axis], strides=[step])   # -size-1: past 0
+            return cx.emit(node, "reshape", [kept], newshape=(*shape[:axis], *idx.shape, *shape[axis + 1:]))
+    return cx.emit(node, "take", [cx.x(ins[0]), cx.x(ins[1])], axis=axis)
+
+
+def _as_slice(idx: np.ndarray) -> tuple[int, int, int] | None:
+    """(begin, step, count) when the (non-negative) indices are an arithmetic sequence with a non-zero step."""
+    flat = [int(v) for v in idx.reshape(-1)]
+    if not flat:
+        return None
+    step = flat[1] - flat[0] if len(flat) > 1 else 1
+    if step == 0 or any(b - a != step for a, b in itertools.pairwise(flat)):
+        return None
+    return flat[0], step, len(flat)
 
 
 @_rule("Shape")
