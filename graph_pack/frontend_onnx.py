@@ -387,8 +387,18 @@ class _Converter:
         for o in g.output:
             if o.name not in self.values and o.name not in self.consts:
                 raise GraphError(f"graph output {o.name!r} is not produced by any node")
-            outputs.append(self.x(o.name))
+            outputs.append(self._declared_type(o, self.x(o.name)))
         return self.b.finish(outputs)
+
+    def _declared_type(self, vi, node: str) -> str:
+        """An output of a quantized type (carried as float32 integers, onnx_quantized) cast back to that type."""
+        elem = vi.type.tensor_type.elem_type if vi.type.HasField("tensor_type") else 0
+        if not elem or self.b.graph[node].dtype != "float32":
+            return node
+        declared = self._np_dtype(elem, f"output {vi.name!r}")
+        if np.dtype(declared).kind not in "iu":
+            return node
+        return self.b.op("cast", [node], name=self._unique(f"{node}_{declared}"), dtype=declared)
 
     def _array(self, tensor, what: str) -> np.ndarray:
         """A TensorProto's value, after checking its declared size against the limits."""
@@ -680,13 +690,18 @@ def _rule(*op_types: str):
     return deco
 
 
+def _conv_args(cx: _Converter, x: str, w: str, attrs: dict) -> dict:
+    """nn.conv2d's attributes from a Conv-like node's (Conv, QLinearConv, ConvInteger) input, weight, attributes."""
+    _, _, h, wd = _rank(cx, x, 4, "the input (only 2-D convolution is supported)")
+    _, _, kh, kw = _rank(cx, w, 4, "the weight")
+    strides, dilations = _pair_attr(attrs, "strides", 1), _pair_attr(attrs, "dilations", 1)
+    padding = _spatial_pads(attrs, (h, wd), (kh, kw), strides, dilations, "Conv")
+    return {"strides": strides, "padding": padding, "dilation": dilations, "groups": int(attrs.get("group", 1))}
+
+
 @_rule("Conv")
 def _conv(cx, node, ins, attrs):
-    _, _, h, w = _rank(cx, ins[0], 4, "Conv input (only 2-D convolution is supported)")
-    _, _, kh, kw = _rank(cx, ins[1], 4, "Conv weight")
-    strides, dilations = _pair_attr(attrs, "strides", 1), _pair_attr(attrs, "dilations", 1)
-    padding = _spatial_pads(attrs, (h, w), (kh, kw), strides, dilations, "Conv")
-    args = {"strides": strides, "padding": padding, "dilation": dilations, "groups": int(attrs.get("group", 1))}
+    args = _conv_args(cx, ins[0], ins[1], attrs)
     if not _opt(ins, 2):
         return cx.emit(node, "nn.conv2d", [cx.x(ins[0]), cx.x(ins[1])], **args)
     y = cx.op("nn.conv2d", [cx.x(ins[0]), cx.x(ins[1])], f"{cx.out_name(node)}_conv", **args)
@@ -1138,7 +1153,7 @@ def _constant(cx, node, ins, attrs):  # handled in _Converter._convert; listed h
 
 MULTI_OUTPUT_OPS = ("Split",)   # their rules return one IR node per output
 
-from graph_pack import onnx_patterns  # noqa: F401  (registers the rules of today's exporters' patterns)
+from graph_pack import onnx_patterns, onnx_quantized  # noqa: F401  (they register their rules)
 
 SUPPORTED_OPS: tuple[str, ...] = tuple(sorted(_RULES))
 
