@@ -138,3 +138,17 @@ def test_a_vit_runs_its_dense_layers_on_the_accelerator_bit_exactly(name: str) -
     on_vta = [row[1] for row in rows if len(row) > 2 and row[2] == "VTA"]
     assert on_vta == ["dense"] * 7, on_vta   # of 9 dense layers: the region's first and its stop run on the host
     assert any(" nn.batch_matmul " in line and " CPU " in line for line in mod.format_profile().splitlines())
+
+
+def test_bert_builds_and_runs_on_the_host_as_onnxruntime() -> None:
+    from graph_pack import build
+    from vta import Environment
+
+    model = onnx_models.load("bert_tiny")
+    feeds = onnx_models.inputs(model)
+    graph, params = from_onnx(model)
+    mod = build(graph, Environment("pynq"), params)
+    mod.run(**feeds)
+    np.testing.assert_array_equal(mod.get_output(0), run_reference(graph, params, feeds))
+    np.testing.assert_allclose(mod.get_output(0), onnx_models.onnxruntime_outputs(model, feeds)[0], rtol=1e-4,
+                               atol=1e-6)

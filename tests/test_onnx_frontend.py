@@ -420,6 +420,15 @@ def test_every_supported_op_has_a_case() -> None:
     assert covered == set(SUPPORTED_OPS)
 
 
+def test_the_networks_page_lists_every_supported_op() -> None:
+    from pathlib import Path
+
+    page = (Path(__file__).resolve().parents[1] / "docs" / "networks.md").read_text()
+    table = page.split("### ONNX: the supported ops")[1].split("###")[0]
+    missing = [op for op in SUPPORTED_OPS if f"`{op}`" not in table]
+    assert not missing, f"docs/networks.md's table of supported ONNX ops lacks {missing}"
+
+
 # ---- small CNNs --------------------------------------------------------------------------------------------
 
 def conv_bn(x: str, out: str, cin: int, cout: int, seed: int, k: int = 3, stride: int = 1, group: int = 1,
