@@ -42,13 +42,14 @@ def _per_axis(cx, name: str, rank: int, axis: int, what: str) -> np.ndarray:
     return value.reshape((-1,) + (1,) * (rank - 1 - axis))
 
 
-def _zero_point(cx, ins: list[str], k: int, rank: int, axis: int, what: str) -> tuple[np.ndarray, str]:
+def _zero_point(cx, ins: list[str], k: int, rank: int, axis: int, what: str,
+                allowed: tuple[str, ...] = tuple(_RANGES)) -> tuple[np.ndarray, str]:
     """(zero point as float32, quantized dtype name); a missing zero point is 0 of uint8."""
     if not _opt(ins, k):
         return np.zeros((), np.float32), "uint8"
     value = _per_axis(cx, ins[k], rank, axis, what)
-    if value.dtype.name not in _RANGES:
-        raise GraphError(f"{what} has type {value.dtype.name}; allowed: {', '.join(_RANGES)}")
+    if value.dtype.name not in allowed:
+        raise GraphError(f"{what} has type {value.dtype.name}; allowed: {', '.join(allowed)}")
     return value.astype(np.float32), value.dtype.name
 
 
@@ -81,7 +82,8 @@ def _dequantize_linear(cx, node, ins, attrs):
     if int(attrs.get("block_size", 0)):
         raise GraphError("block_size (blocked quantization) is not supported; allowed: 0")
     scale = _per_axis(cx, ins[1], rank, axis, "x_scale").astype(np.float32)
-    zero, _ = _zero_point(cx, ins, 2, rank, axis, "x_zero_point") if _opt(ins, 2) else (np.zeros((), np.float32), "")
+    # an int32 input (a quantized bias, as onnxruntime.quantization writes them) has an int32 zero point of 0
+    zero, _ = _zero_point(cx, ins, 2, rank, axis, "x_zero_point", (*_RANGES, "int32"))
     out = cx.out_name(node)
     x = _as_float(cx, ins[0])
     if np.any(zero):

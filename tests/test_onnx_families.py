@@ -152,3 +152,53 @@ def test_bert_builds_and_runs_on_the_host_as_onnxruntime() -> None:
     np.testing.assert_array_equal(mod.get_output(0), run_reference(graph, params, feeds))
     np.testing.assert_allclose(mod.get_output(0), onnx_models.onnxruntime_outputs(model, feeds)[0], rtol=1e-4,
                                atol=1e-6)
+
+
+def _onnxruntime_quantized(family: str, tmp_path, quant_format: str):
+    """``family`` quantized by onnxruntime.quantization.quantize_static (per-channel int8 weights, uint8
+    activations calibrated on the test input), as a user quantizes a model with onnxruntime's tools."""
+    import onnx
+    from onnxruntime import quantization as q
+
+    model = onnx_models.load(family)
+    feeds = onnx_models.inputs(model)
+
+    class OneInput(q.CalibrationDataReader):
+        def __init__(self) -> None:
+            self.left = [feeds]
+
+        def get_next(self):
+            return self.left.pop() if self.left else None
+
+    src, dst = tmp_path / "float.onnx", tmp_path / "quantized.onnx"
+    onnx.save(model, str(src))
+    q.quantize_static(str(src), str(dst), OneInput(), quant_format=getattr(q.QuantFormat, quant_format),
+                      activation_type=q.QuantType.QUInt8, weight_type=q.QuantType.QInt8, per_channel=True)
+    return onnx.load(str(dst)), feeds, dst
+
+
+@pytest.mark.parametrize("family", ["resnet50", "mobilenet_v2"])
+def test_an_onnxruntime_qdq_model_imports_exactly_and_runs_on_vta(family: str, tmp_path, capsys) -> None:
+    from vta.cli import main
+
+    model, feeds, path = _onnxruntime_quantized(family, tmp_path, "QDQ")
+    assert {"QuantizeLinear", "DequantizeLinear"} <= {n.op_type for n in model.graph.node}
+    graph, params = from_onnx(model)
+    np.testing.assert_array_equal(run_reference(graph, params, feeds), onnx_models.onnxruntime_outputs(model, feeds)[0])
+    np.save(tmp_path / "x.npy", feeds["x"])
+    flags = ["--start", "nn.conv2d", "--stop", "nn.global_avg_pool2d"] if family in REGIONS else []
+    assert main(["run", str(path), "--input", str(tmp_path / "x.npy"), "--check", *flags]) == 0
+    out = capsys.readouterr().out
+    assert "check: output matches the numpy reference bit-exactly" in out, out
+    assert "conv2d" in [row[1] for row in (line.split() for line in out.splitlines()) if len(row) > 2 and
+                        row[2] == "VTA"], out
+
+
+def test_an_onnxruntime_qoperator_model_names_its_contrib_ops_in_one_line(tmp_path) -> None:
+    model, _, _ = _onnxruntime_quantized("resnet50", tmp_path, "QOperator")
+    with pytest.raises(GraphError) as err:
+        from_onnx(model)
+    assert "\n" not in str(err.value)
+    assert str(err.value).startswith("unsupported ONNX op(s): com.microsoft.QGemm (node(s): ")
+    assert "com.microsoft.QLinearAdd (node(s): " in str(err.value) and "QLinearConv" not in str(err.value).split(
+        "Supported ops")[0]
