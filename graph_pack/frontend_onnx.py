@@ -817,7 +817,7 @@ def _binary(cx, node, ins, attrs):
             if not np.all(den):
                 raise GraphError("integer division by zero")
             quotient = np.abs(num) // np.abs(den) * np.sign(num) * np.sign(den)   # truncated, as ONNX's Div
-            return quotient.astype(num.dtype)
+            return np.asarray(quotient, num.dtype)
         raise GraphError(f"Div is supported for floats only, got {cx.type_of(ins[0]).dtype}")
     return cx.emit(node, op, list(_same_dtype(cx, ins[0], ins[1])))
 

@@ -240,3 +240,84 @@ def _layer_norm(cx, node, ins, attrs):
     operands = [cx.x(ins[0])] + [cx.x(i) for i in ins[1:3] if i]
     return cx.emit(node, "nn.layer_norm", operands, axis=axis % rank, epsilon=float(attrs.get("epsilon", 1e-5)))
 
+
+
+@_rule("Mod")
+def _mod(cx, node, ins, attrs):
+    """Integer remainder in the exporters' shape arithmetic (constants only: folded). fmod=0 takes the divisor's
+    sign (Python's %), fmod=1 the dividend's (C's fmod)."""
+    if not (cx.is_const(ins[0]) and cx.is_const(ins[1])):
+        raise GraphError("Mod is supported on constants only (shape arithmetic, folded at import)")
+    num, den = np.asarray(cx.consts[ins[0]]), np.asarray(cx.consts[ins[1]])
+    if num.dtype.kind in "iu" and not np.all(den):
+        raise GraphError("integer modulo by zero")
+    return np.asarray(np.fmod(num, den) if int(attrs.get("fmod", 0)) else np.mod(num, den), num.dtype)
+
+
+def _heads(cx, name: str, heads: int | None, hint: str, what: str) -> str:
+    """A 3-D (batch, sequence, heads * size) tensor as 4-D (batch, heads, sequence, size); 4-D as it is."""
+    shape = cx.type_of(name).shape
+    if len(shape) == 4:
+        return cx.x(name)
+    if len(shape) != 3 or not heads or shape[2] % heads:
+        raise GraphError(f"{what} {shape} must be 4-D, or 3-D with its hidden size a multiple of the heads "
+                         f"attribute (got {heads})")
+    split = cx.op("reshape", [cx.x(name)], f"{hint}_heads", newshape=(shape[0], shape[1], heads, shape[2] // heads))
+    return cx.op("transpose", [split], f"{hint}_bhsd", axes=(0, 2, 1, 3))
+
+
+def _repeat_heads(cx, x: str, times: int, hint: str) -> str:
+    """(B, H, S, D) -> (B, H * times, S, D), each head repeated ``times`` times in place (as numpy's repeat)."""
+    b, h, s, d = cx.b.graph[x].shape
+    wide = cx.op("reshape", [x], f"{hint}_5d", newshape=(b, h, 1, s, d))
+    repeated = cx.op("broadcast_to", [wide], f"{hint}_repeated", shape=(b, h, times, s, d))
+    return cx.op("reshape", [repeated], f"{hint}_gqa", newshape=(b, h * times, s, d))
+
+
+@_rule("Attention")
+def _attention(cx, node, ins, attrs):
+    """ONNX's Attention (opset 23, what torch.onnx.export writes for scaled_dot_product_attention from opset 23):
+    softmax(Q K^T * scale + mask) V, written out as host ops (``nn.batch_matmul``, ``nn.softmax``) the way
+    ONNX's reference computes it: Q and K each scaled by sqrt(scale) before the product."""
+    if _opt(ins, 4) or _opt(ins, 5) or _opt(ins, 6):
+        raise GraphError("past_key / past_value / nonpad_kv_seqlen (a KV cache) are not supported")
+    if float(attrs.get("softcap", 0.0)) != 0.0 or int(attrs.get("qk_matmul_output_mode", 0)) != 0:
+        raise GraphError("softcap and qk_matmul_output_mode are not supported; allowed: 0")
+    out = cx.out_name(node)
+    q_heads, kv_heads = attrs.get("q_num_heads"), attrs.get("kv_num_heads")
+    rank = len(cx.type_of(ins[0]).shape)
+    q = _heads(cx, ins[0], q_heads, f"{out}_q", "Q")
+    k = _heads(cx, ins[1], kv_heads, f"{out}_k", "K")
+    v = _heads(cx, ins[2], kv_heads, f"{out}_v", "V")
+    (b, hq, sq, d), (_, hk, sk, _) = cx.b.graph[q].shape, cx.b.graph[k].shape
+    if hq != hk:   # grouped-query attention: each K / V head serves hq / hk query heads
+        if hq % hk:
+            raise GraphError(f"{hq} query heads are not a multiple of {hk} key/value heads")
+        k, v = _repeat_heads(cx, k, hq // hk, f"{out}_k"), _repeat_heads(cx, v, hq // hk, f"{out}_v")
+    scale = attrs.get("scale")
+    root = np.float32(np.sqrt(np.float32(scale) if scale is not None else np.float32(1 / np.sqrt(d))))
+    qs = cx.op("multiply", [q, cx.const(f"{out}_qscale", root)], f"{out}_qs")
+    ks = cx.op("multiply", [k, cx.const(f"{out}_kscale", root)], f"{out}_ks")
+    kt = cx.op("transpose", [ks], f"{out}_kt", axes=(0, 1, 3, 2))
+    scores = cx.op("nn.batch_matmul", [qs, kt], f"{out}_scores")
+    bias = np.zeros((sq, sk), np.float32)
+    if int(attrs.get("is_causal", 0)):
+        bias = np.where(np.triu(np.ones((sq, sk), bool), k=1), np.float32(-np.inf), bias)
+    if np.any(bias):
+        scores = cx.op("add", [scores, cx.const(f"{out}_causal", bias)], f"{out}_causal_scores")
+    if _opt(ins, 3):
+        mask_shape = cx.type_of(ins[3]).shape
+        if not mask_shape or mask_shape[-1] != sk:
+            raise GraphError(f"attn_mask {mask_shape} must end in the key sequence length {sk}")
+        if cx.type_of(ins[3]).dtype == "bool":
+            mask = cx.op("where", [cx.x(ins[3]), cx.const(f"{out}_open", np.float32(0)),
+                                   cx.const(f"{out}_closed", np.float32(-np.inf))], f"{out}_mask")
+        else:
+            mask = cx.x(ins[3])
+        scores = cx.op("add", [scores, mask], f"{out}_masked")
+    probs = cx.op("nn.softmax", [scores], f"{out}_probs", axis=-1)
+    if rank == 4:
+        return cx.emit(node, "nn.batch_matmul", [probs, v])
+    y = cx.op("nn.batch_matmul", [probs, v], f"{out}_bhsd")
+    y = cx.op("transpose", [y], f"{out}_bshd", axes=(0, 2, 1, 3))
+    return cx.emit(node, "reshape", [y], newshape=(b, sq, -1))

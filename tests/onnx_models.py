@@ -10,7 +10,9 @@ from pathlib import Path
 import numpy as np
 
 MODELS = Path(__file__).resolve().parent / "data" / "onnx"
-FAMILIES: list[str] = json.loads((MODELS / "models.json").read_text())["families"]
+_MADE = json.loads((MODELS / "models.json").read_text())
+FAMILIES: list[str] = _MADE["families"]
+VARIANTS: list[str] = _MADE.get("variants", [])   # more exports of a family (e.g. ViT through SDPA at opset 23)
 EXPORTS = ("", "_ts17")   # torch.onnx.export's default (dynamo) exporter; the TorchScript one at opset 17
 
 

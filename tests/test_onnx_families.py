@@ -21,7 +21,7 @@ from graph_pack.graph import GraphError
 
 pytestmark = needs("onnx", "onnxruntime")
 
-EXPORTED = [f + e for f in onnx_models.FAMILIES for e in onnx_models.EXPORTS]
+EXPORTED = [f + e for f in onnx_models.FAMILIES for e in onnx_models.EXPORTS] + onnx_models.VARIANTS
 
 # --start / --stop for the families the default region (nn.max_pool2d .. nn.global_avg_pool2d) does not fit; "last
 # OP" is the node name of the model's last OP (a segmentation or detection head, a classifier)

@@ -175,6 +175,23 @@ PATTERN_CASES = {
     "resize_linear_asymmetric_down": lambda: case(
         N("Resize", ["x", "", "s"], mode="linear", coordinate_transformation_mode="asymmetric"), {"x": X},
         {"s": np.array([1, 1, 0.5, 0.5], np.float32)}),
+    "mod_div_scalar_shape_arithmetic": lambda: case(  # x.view(2, n // 2 % 4 - fmod(-5, 4), -1), scalars folded
+        [N("Shape", ["x"], "sh"), N("Gather", ["sh", "two"], "n"), N("Div", ["n", "two"], "half"),
+         N("Mod", ["half", "four"], "r"),
+         N("Mod", ["neg", "four"], "rc", fmod=1), N("Sub", ["r", "rc"], "m"), N("Unsqueeze", ["m", "ax"], "m1"),
+         N("Concat", ["lead", "m1", "rest"], "target", axis=0), N("Reshape", ["x", "target"])], {"x": (2, 3, 10)},
+        {"two": np.int64(2), "four": np.int64(4), "neg": np.int64(-5), "ax": np.array([0], np.int64),
+         "lead": np.array([2], np.int64), "rest": np.array([-1], np.int64)}),
+    "attention_opset23_causal": lambda: case(N("Attention", ["q", "k", "v"], is_causal=1),
+                                             {"q": (1, 2, 5, 8), "k": (1, 2, 5, 8), "v": (1, 2, 5, 4)}, opset=23),
+    "attention_opset23_3d_bool_mask_gqa": lambda: case_with(
+        N("Attention", ["q", "k", "v", "m"], q_num_heads=4, kv_num_heads=2, scale=0.3),
+        {"q": (2, 5, 16), "k": (2, 6, 8), "v": (2, 6, 8), "m": ((5, 6), TensorProto.BOOL)}, None,
+        {"q": rand(2, 5, 16), "k": rand(2, 6, 8, seed=1), "v": rand(2, 6, 8, seed=2),
+         "m": np.random.default_rng(0).random((5, 6)) < 0.7}, opset=23),
+    "attention_opset23_float_mask": lambda: case(N("Attention", ["q", "k", "v", "m"]),
+                                                 {"q": (1, 2, 3, 4), "k": (1, 2, 6, 4), "v": (1, 2, 6, 4),
+                                                  "m": (1, 1, 3, 6)}, opset=23),
     "upsample_linear_opset9": lambda: case(N("Upsample", ["x", "s"], mode="linear"), {"x": X},
                                            {"s": np.array([1, 1, 2, 2], np.float32)}, opset=9),
 }

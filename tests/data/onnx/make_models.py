@@ -339,15 +339,18 @@ class UNet(nn.Module):
 
 
 class Attention(nn.Module):
-    def __init__(self, dim: int, heads: int):
+    def __init__(self, dim: int, heads: int, sdpa: bool = False):
         super().__init__()
-        self.heads = heads
+        self.heads, self.sdpa = heads, sdpa
         self.qkv, self.proj = nn.Linear(dim, 3 * dim), nn.Linear(dim, dim)
 
     def forward(self, x, bias=None):
         b, n, c = x.shape
         qkv = self.qkv(x).reshape(b, n, 3, self.heads, c // self.heads).permute(2, 0, 3, 1, 4)
         q, k, v = qkv[0], qkv[1], qkv[2]
+        if self.sdpa:   # what most current code calls (timm, transformers): the exporters' own patterns
+            y = F.scaled_dot_product_attention(q, k, v, attn_mask=bias)
+            return self.proj(y.transpose(1, 2).reshape(b, n, c))
         scores = (q @ k.transpose(-2, -1)) * (c // self.heads) ** -0.5
         if bias is not None:
             scores = scores + bias
@@ -370,9 +373,9 @@ class DecomposedLayerNorm(nn.Module):
 
 
 class EncoderLayer(nn.Module):
-    def __init__(self, dim: int, heads: int, norm=nn.LayerNorm):
+    def __init__(self, dim: int, heads: int, norm=nn.LayerNorm, sdpa: bool = False):
         super().__init__()
-        self.norm1, self.attn, self.norm2 = norm(dim), Attention(dim, heads), norm(dim)
+        self.norm1, self.attn, self.norm2 = norm(dim), Attention(dim, heads, sdpa), norm(dim)
         self.mlp = nn.Sequential(nn.Linear(dim, 2 * dim), nn.GELU(), nn.Linear(2 * dim, dim))
 
     def forward(self, x, bias=None):
@@ -381,12 +384,12 @@ class EncoderLayer(nn.Module):
 
 
 class ViTTiny(nn.Module):
-    def __init__(self, dim: int = 32, patch: int = 8, image: int = 32):
+    def __init__(self, dim: int = 32, patch: int = 8, image: int = 32, sdpa: bool = False):
         super().__init__()
         self.patch = nn.Conv2d(3, dim, patch, patch)
         self.cls = nn.Parameter(torch.zeros(1, 1, dim))
         self.pos = nn.Parameter(torch.zeros(1, (image // patch) ** 2 + 1, dim))
-        self.layers = nn.ModuleList([EncoderLayer(dim, 2) for _ in range(2)])
+        self.layers = nn.ModuleList([EncoderLayer(dim, 2, sdpa=sdpa) for _ in range(2)])
         self.norm, self.head = nn.LayerNorm(dim), nn.Linear(dim, 10)
 
     def forward(self, x):
@@ -422,6 +425,13 @@ FAMILIES = {
     "shufflenet_v2": ShuffleNetV2, "squeezenet": SqueezeNet, "googlenet": GoogLeNet, "densenet": DenseNet,
     "regnet": RegNet, "deeplabv3": DeepLabV3, "yolo_neck": YoloNeck, "unet": UNet, "vit_tiny": ViTTiny,
     "bert_tiny": BertTiny,
+}
+
+
+# more exports of one family: name -> (family, model options, torch.onnx.export options)
+VARIANTS = {
+    "vit_tiny_sdpa": ("vit_tiny", {"sdpa": True}, {"dynamo": True}),
+    "vit_tiny_sdpa_opset23": ("vit_tiny", {"sdpa": True}, {"dynamo": True, "opset_version": 23}),   # Attention op
 }
 
 
@@ -472,16 +482,19 @@ def strip(model: onnx.ModelProto) -> onnx.ModelProto:
     return model
 
 
-def export(family: str, dynamo: bool) -> Path:
+def export(family: str, dynamo: bool, name: str | None = None, options: dict | None = None,
+           export_options: dict | None = None) -> Path:
     torch.manual_seed(0)
-    model = FAMILIES[family]().eval()
+    model = FAMILIES[family](**(options or {})).eval()
     randomise_batch_norms(model)
     inputs = example_inputs(family)
-    name = family if dynamo else f"{family}_ts17"
+    name = name or (family if dynamo else f"{family}_ts17")
     path = HERE / f"{name}.onnx"
     names = ["input_ids", "attention_mask"] if family == "bert_tiny" else ["x"]
     with torch.no_grad():
-        if dynamo:
+        if export_options:
+            torch.onnx.export(model, inputs, str(path), input_names=names, external_data=False, **export_options)
+        elif dynamo:
             torch.onnx.export(model, inputs, str(path), dynamo=True, input_names=names, external_data=False)
         else:
             torch.onnx.export(model, inputs, str(path), dynamo=False, opset_version=17, input_names=names)
@@ -495,6 +508,10 @@ def main(argv: list[str]) -> None:
         for dynamo in (True, False):
             path = export(family, dynamo)
             print(f"{path.name}: {path.stat().st_size} bytes")
+    for name, (family, options, export_options) in VARIANTS.items():
+        if family in families:
+            path = export(family, True, name, options, export_options)
+            print(f"{path.name}: {path.stat().st_size} bytes")
     versions = {"torch": torch.__version__, "onnx": onnx.__version__, "python": sys.version.split()[0]}
     try:
         import onnxscript
@@ -503,9 +520,12 @@ def main(argv: list[str]) -> None:
         pass
     (HERE / "models.json").write_text(json.dumps(
         {"made_by": "tests/data/onnx/make_models.py (run with the torch venv, .ci/torch-venv.sh)",
-         "versions": versions, "families": sorted(FAMILIES),
+         "versions": versions, "families": sorted(FAMILIES), "variants": sorted(VARIANTS),
          "exports": {"<family>.onnx": "torch.onnx.export(dynamo=True), its default opset",
-                     "<family>_ts17.onnx": "torch.onnx.export(dynamo=False, opset_version=17)"}}, indent=1) + "\n")
+                     "<family>_ts17.onnx": "torch.onnx.export(dynamo=False, opset_version=17)",
+                     "vit_tiny_sdpa[_opset23].onnx": "ViT-tiny calling scaled_dot_product_attention, default "
+                                                     "exporter (at opset 23: ONNX's Attention op)"}},
+        indent=1) + "\n")
 
 
 if __name__ == "__main__":
