@@ -518,7 +518,8 @@ class _Converter:
         out = rule(sub, node, list(node.input), attrs)
         if isinstance(out, _Alias):
             return [sub.consts[out.onnx_name]]
-        if isinstance(out, np.ndarray):
+        if isinstance(out, np.ndarray):   # computed by the rule (its size checked there): counted as folded
+            self.budget.spend(out.nbytes, "the folded value")
             return [out]
         outs = out if isinstance(out, list) else [out]
         graph, params = sub.b.finish(outs)
