@@ -31,7 +31,7 @@ import numpy as np
 
 from graph_pack import passes
 from graph_pack.graph import Graph, GraphBuilder, GraphError, TensorType
-from graph_pack.opdefs import pool_out
+from graph_pack.opdefs import RESIZE_COORDINATES, pool_out
 from graph_pack.reference import run_reference
 
 if TYPE_CHECKING:
@@ -387,8 +387,18 @@ class _Converter:
         for o in g.output:
             if o.name not in self.values and o.name not in self.consts:
                 raise GraphError(f"graph output {o.name!r} is not produced by any node")
-            outputs.append(self.x(o.name))
+            outputs.append(self._declared_type(o, self.x(o.name)))
         return self.b.finish(outputs)
+
+    def _declared_type(self, vi, node: str) -> str:
+        """An output of a quantized type (carried as float32 integers, onnx_quantized) cast back to that type."""
+        elem = vi.type.tensor_type.elem_type if vi.type.HasField("tensor_type") else 0
+        if not elem or self.b.graph[node].dtype != "float32":
+            return node
+        declared = self._np_dtype(elem, f"output {vi.name!r}")
+        if np.dtype(declared).kind not in "iu":
+            return node
+        return self.b.op("cast", [node], name=self._unique(f"{node}_{declared}"), dtype=declared)
 
     def _array(self, tensor, what: str) -> np.ndarray:
         """A TensorProto's value, after checking its declared size against the limits."""
@@ -472,40 +482,54 @@ class _Converter:
                 if i and i not in self.values and i not in self.consts:
                     raise GraphError(f"input {i!r} is not produced by an earlier node (is the model sorted?)")
             extra = [o for o in node.output[1:] if o and o in self.used]
-            if extra:
+            if extra and node.op_type not in MULTI_OUTPUT_OPS:
                 raise GraphError(f"only the first output is supported, but {extra} are used")
             attrs = self._attrs(node)
             if node.op_type == "Constant":
                 self.consts[node.output[0]] = _constant_value(attrs)
                 return
             if ins and all(not i or i in self.consts for i in ins):
-                value = self._fold(node, rule, attrs)
-                if value is not None:
-                    self.consts[node.output[0]] = value
+                values = self._fold(node, rule, attrs)
+                if values is not None:
+                    for name, value in zip(node.output, values, strict=False):
+                        if name:
+                            self.consts[name] = value
                     return
             out = rule(self, node, ins, attrs)
             if isinstance(out, _Alias):   # Identity / Dropout: no node, the output is the input
                 self.values[node.output[0]] = self.x(out.onnx_name)
+            elif isinstance(out, np.ndarray):   # shape arithmetic known at import (Shape, ConstantOfShape, ...)
+                self.consts[node.output[0]] = out
+            elif isinstance(out, list):   # one IR node per output (Split)
+                for name, value in zip(node.output, out, strict=True):
+                    if name:
+                        self.values[name] = value
             else:
                 self.values[node.output[0]] = out
         except GraphError as e:
             raise GraphError(f"ONNX node {_label(node)} ({node.op_type}): {e}") from None
 
-    def _fold(self, node, rule, attrs) -> np.ndarray | None:
-        """Evaluate a node whose inputs are all constant with the reference kernels; None (not folded) when
-        that would take more than FOLD_MAX_MACS multiply-adds. Every tensor the evaluation makes has been
-        checked against the limits (by the builder) before it runs."""
+    def _fold(self, node, rule, attrs) -> list[np.ndarray] | None:
+        """Evaluate a node whose inputs are all constant with the reference kernels: its output values (one
+        per output); None (not folded) when that would take more than FOLD_MAX_MACS multiply-adds. Every
+        tensor the evaluation makes has been checked against the limits (by the builder) before it runs."""
         sub = _Converter(self.onnx, self.model, {}, whole_model=False, budget=self.budget)
         sub.consts = {i: self.consts[i] for i in node.input if i}
         out = rule(sub, node, list(node.input), attrs)
         if isinstance(out, _Alias):
-            return sub.consts[out.onnx_name]
-        graph, params = sub.b.finish([out])
+            return [sub.consts[out.onnx_name]]
+        if isinstance(out, np.ndarray):   # computed by the rule (its size checked there): counted as folded
+            self.budget.spend(out.nbytes, "the folded value")
+            return [out]
+        outs = out if isinstance(out, list) else [out]
+        graph, params = sub.b.finish(outs)
         if sum(_macs(graph, n) for n in graph.ops()) > FOLD_MAX_MACS:
             return None
-        result = graph[out].type
-        self.budget.spend(math.prod(result.shape) * np.dtype(result.dtype).itemsize, "the folded value")
-        return np.asarray(run_reference(graph, params, {}))
+        for o in outs:
+            result = graph[o].type
+            self.budget.spend(math.prod(result.shape) * np.dtype(result.dtype).itemsize, "the folded value")
+        values = run_reference(graph, params, {})
+        return [np.asarray(v) for v in (values if len(outs) > 1 else [values])]
 
     def out_name(self, node) -> str:
         """The IR name of ``node``'s (first) output: the node that yields it must carry this name."""
@@ -667,13 +691,18 @@ def _rule(*op_types: str):
     return deco
 
 
+def _conv_args(cx: _Converter, x: str, w: str, attrs: dict) -> dict:
+    """nn.conv2d's attributes from a Conv-like node's (Conv, QLinearConv, ConvInteger) input, weight, attributes."""
+    _, _, h, wd = _rank(cx, x, 4, "the input (only 2-D convolution is supported)")
+    _, _, kh, kw = _rank(cx, w, 4, "the weight")
+    strides, dilations = _pair_attr(attrs, "strides", 1), _pair_attr(attrs, "dilations", 1)
+    padding = _spatial_pads(attrs, (h, wd), (kh, kw), strides, dilations, "Conv")
+    return {"strides": strides, "padding": padding, "dilation": dilations, "groups": int(attrs.get("group", 1))}
+
+
 @_rule("Conv")
 def _conv(cx, node, ins, attrs):
-    _, _, h, w = _rank(cx, ins[0], 4, "Conv input (only 2-D convolution is supported)")
-    _, _, kh, kw = _rank(cx, ins[1], 4, "Conv weight")
-    strides, dilations = _pair_attr(attrs, "strides", 1), _pair_attr(attrs, "dilations", 1)
-    padding = _spatial_pads(attrs, (h, w), (kh, kw), strides, dilations, "Conv")
-    args = {"strides": strides, "padding": padding, "dilation": dilations, "groups": int(attrs.get("group", 1))}
+    args = _conv_args(cx, ins[0], ins[1], attrs)
     if not _opt(ins, 2):
         return cx.emit(node, "nn.conv2d", [cx.x(ins[0]), cx.x(ins[1])], **args)
     y = cx.op("nn.conv2d", [cx.x(ins[0]), cx.x(ins[1])], f"{cx.out_name(node)}_conv", **args)
@@ -757,12 +786,14 @@ def _gemm(cx, node, ins, attrs):
 
 @_rule("MatMul")
 def _matmul(cx, node, ins, attrs):
-    rhs = _require_const(cx, ins[1], "MatMul's right-hand side")
-    if rhs.ndim != 2:
-        raise GraphError(f"MatMul's right-hand side must be 2-D, got shape {rhs.shape}")
+    """A constant 2-D right-hand side: a dense layer (the accelerator's template). Two activations (attention's
+    scores and context) or a batched constant: ``nn.batch_matmul``, numpy's matmul with broadcast batch axes."""
     shape = cx.type_of(ins[0]).shape
-    if len(shape) < 2:
-        raise GraphError(f"MatMul's left-hand side must be at least 2-D, got shape {shape}")
+    if len(shape) < 2 or len(cx.type_of(ins[1]).shape) < 2:
+        raise GraphError(f"both operands must be at least 2-D, got shapes {shape} and {cx.type_of(ins[1]).shape}")
+    if not cx.is_const(ins[1]) or cx.consts[ins[1]].ndim != 2:
+        return cx.emit(node, "nn.batch_matmul", list(_same_dtype(cx, ins[0], ins[1])))
+    rhs = cx.consts[ins[1]]
     out = cx.out_name(node)
     w = cx.const(f"{ins[1]}_T", np.ascontiguousarray(rhs.T))
     if len(shape) == 2:
@@ -782,6 +813,12 @@ def _binary(cx, node, ins, attrs):
         raise GraphError(f"exactly 2 inputs are supported, got {len(ins)}")
     op = _BINARY[node.op_type]
     if op == "divide" and np.dtype(cx.type_of(ins[0]).dtype).kind != "f":
+        if cx.is_const(ins[0]) and cx.is_const(ins[1]):   # exporters' shape arithmetic (C // groups)
+            num, den = np.asarray(cx.consts[ins[0]]), np.asarray(cx.consts[ins[1]])
+            if not np.all(den):
+                raise GraphError("integer division by zero")
+            quotient = np.abs(num) // np.abs(den) * np.sign(num) * np.sign(den)   # truncated, as ONNX's Div
+            return np.asarray(quotient, num.dtype)
         raise GraphError(f"Div is supported for floats only, got {cx.type_of(ins[0]).dtype}")
     return cx.emit(node, op, list(_same_dtype(cx, ins[0], ins[1])))
 
@@ -866,20 +903,22 @@ def _global_avg_pool(cx, node, ins, attrs):
 @_rule("ReduceMean")
 def _reduce_mean(cx, node, ins, attrs):
     """The mean over H and W of an NCHW tensor, what PyTorch's exporter writes for ``x.mean((2, 3))`` and
-    ``adaptive_avg_pool2d(x, 1)``: a global average pool (then a flatten when ``keepdims=0``). Axes are an
-    attribute before opset 18 and an input from 18 on."""
-    shape = _rank(cx, ins[0], 4, "ReduceMean input (only a mean over H and W of NCHW is supported)")
+    ``adaptive_avg_pool2d(x, 1)``: a global average pool (then a flatten when ``keepdims=0``); over other axes
+    (a decomposed LayerNorm's last axis) the host op ``mean``. Axes are an attribute before opset 18 and an
+    input from 18 on."""
+    rank = len(cx.type_of(ins[0]).shape)
     given = _opt(ins, 1) if cx.opset >= 18 else ""
     if given:
-        axes = _axes(_require_const(cx, given, "ReduceMean's axes"), 4, "axes")
+        axes = _axes(_require_const(cx, given, "ReduceMean's axes"), rank, "axes")
     elif "axes" in attrs and cx.opset < 18:
-        axes = _axes(attrs["axes"], 4, "axes")
+        axes = _axes(attrs["axes"], rank, "axes")
     else:
-        axes = [] if int(attrs.get("noop_with_empty_axes", 0)) else [0, 1, 2, 3]
-    if axes != [2, 3]:
-        raise GraphError(f"ReduceMean over axes {axes} of shape {shape} is not supported; allowed: axes [2, 3] "
-                         "(H and W of NCHW: a global average pool)")
+        axes = [] if int(attrs.get("noop_with_empty_axes", 0)) else list(range(rank))
+    if not axes:
+        return _Alias(ins[0])
     keep = int(attrs.get("keepdims", 1))
+    if rank != 4 or axes != [2, 3]:   # e.g. a decomposed LayerNorm's mean over the last axis
+        return cx.emit(node, "mean", [cx.x(ins[0])], axes=tuple(axes), keepdims=bool(keep))
     if keep:
         return cx.emit(node, "nn.global_avg_pool2d", [cx.x(ins[0])])
     pooled = cx.op("nn.global_avg_pool2d", [cx.x(ins[0])], f"{cx.out_name(node)}_pool")
@@ -1049,7 +1088,8 @@ def _resize(cx, node, ins, attrs):
     shape = cx.type_of(ins[0]).shape
     if len(shape) != 4:
         raise GraphError(f"only 4-D NCHW input is supported, got shape {shape}")
-    _allowed(attrs, "mode", "nearest", ("nearest",))
+    linear = _allowed(attrs, "mode", "nearest", ("nearest", "linear")) == "linear"
+    sizes = None
     if node.op_type == "Upsample":
         mode, rounding = "asymmetric", "floor"
         scales = attrs.get("scales") if "scales" in attrs else _require_const(cx, _opt(ins, 1), "scales")
@@ -1065,10 +1105,14 @@ def _resize(cx, node, ins, attrs):
             scales = _require_const(cx, scales_in, "Resize's scales")
         elif sizes_in:
             sizes = _require_const(cx, sizes_in, "Resize's sizes").reshape(-1)
+            if len(sizes) != 4:
+                raise GraphError(f"sizes {sizes.tolist()} must have 4 values (N, C, H, W)")
             scales = sizes.astype(np.float64) / np.asarray(shape, np.float64)
         if scales is None:
             raise GraphError("scales or sizes must be given")
     scales = [float(s) for s in np.asarray(scales).reshape(-1)]
+    if linear:
+        return _resize_linear(cx, node, ins, attrs, mode, scales, sizes)
     if len(scales) != 4 or scales[0] != 1 or scales[1] != 1 or any(s != int(s) or s < 1 for s in scales[2:]):
         raise GraphError(f"scales {scales} are not supported; allowed: [1, 1, sh, sw] with integer sh, sw >= 1")
     sh, sw = int(scales[2]), int(scales[3])
@@ -1083,10 +1127,34 @@ def _resize(cx, node, ins, attrs):
     return cx.emit(node, "nn.upsampling", [cx.x(ins[0])], scale_h=sh, scale_w=sw, method="nearest_neighbor")
 
 
+def _resize_linear(cx, node, ins, attrs, mode: str, scales: list[float], sizes) -> str:
+    """Bilinear Resize / Upsample of H and W (segmentation heads, UNet decoders): the host op image.resize2d."""
+    shape = cx.type_of(ins[0]).shape
+    if len(scales) != 4 or scales[0] != 1 or scales[1] != 1 or min(scales[2:]) <= 0:
+        raise GraphError(f"scales {scales} are not supported; allowed: [1, 1, sh, sw] with sh, sw > 0")
+    if int(attrs.get("antialias", 0)):
+        raise GraphError("antialias=1 is not supported; allowed: 0")
+    if mode not in RESIZE_COORDINATES:
+        raise GraphError(f"coordinate_transformation_mode={mode!r} is not supported with mode='linear'; allowed: "
+                         f"{', '.join(RESIZE_COORDINATES)}")
+    if sizes is not None:
+        out = (int(sizes[2]), int(sizes[3]))
+    else:
+        out = (math.floor(shape[2] * scales[2]), math.floor(shape[3] * scales[3]))
+    if min(out) < 1:
+        raise GraphError(f"the output would be empty ({out[0]} x {out[1]})")
+    return cx.emit(node, "image.resize2d", [cx.x(ins[0])], size=out, scales=(scales[2], scales[3]),
+                   method="linear", coordinate_transformation_mode=mode)
+
+
 @_rule("Constant")
 def _constant(cx, node, ins, attrs):  # handled in _Converter._convert; listed here so the scan accepts it
     raise AssertionError("unreachable")
 
+
+MULTI_OUTPUT_OPS = ("Split",)   # their rules return one IR node per output
+
+from graph_pack import onnx_patterns, onnx_quantized  # noqa: F401  (they register their rules)
 
 SUPPORTED_OPS: tuple[str, ...] = tuple(sorted(_RULES))
 

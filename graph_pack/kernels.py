@@ -306,3 +306,100 @@ def _layout_transform(a, x):
     if f and src == "IOHW":
         return pack_blocks(transposed_to_direct(x), *f)
     return unpack_blocks(x, a["batch"], a["channels"])
+
+
+# ---- ops of today's exported networks (host only) -----------------------------------------------------------
+
+def _float_unary(fn):
+    return lambda a, x: fn(x).astype(x.dtype)
+
+
+KERNELS["sqrt"] = _float_unary(np.sqrt)
+KERNELS["round"] = lambda a, x: np.round(x) if not _is_int(x) else x   # half to even, as ONNX Round
+KERNELS["erf"] = _float_unary(lambda x: _erf(x.astype(np.float64)))
+KERNELS["nn.leaky_relu"] = lambda a, x: np.where(x >= 0, x, x * x.dtype.type(a["alpha"])).astype(x.dtype)
+KERNELS["power"] = _binary(np.power)
+KERNELS["equal"] = lambda a, x, y: np.equal(x, y)
+KERNELS["less"] = lambda a, x, y: np.less(x, y)
+KERNELS["greater"] = lambda a, x, y: np.greater(x, y)
+KERNELS["where"] = lambda a, c, x, y: np.where(c, x, y)
+KERNELS["mean"] = lambda a, x: x.mean(axis=a["axes"], keepdims=a["keepdims"], dtype=np.float64).astype(x.dtype)
+KERNELS["broadcast_to"] = lambda a, x: np.ascontiguousarray(np.broadcast_to(x, np.broadcast_shapes(x.shape, a["shape"])))
+
+
+def _erf(x: np.ndarray) -> np.ndarray:
+    """erf in float64 (math.erf per element: numpy has none), so float32 results are correctly rounded."""
+    return np.vectorize(math.erf, otypes=[np.float64])(x) if x.size else x
+
+
+@kernel("take")
+def _take(a, x, idx):
+    size = x.shape[a["axis"]]
+    if idx.size and (idx.min() < -size or idx.max() >= size):
+        raise ValueError(f"index out of range [-{size}, {size}) on axis {a['axis']}")
+    return np.take(x, np.where(idx < 0, idx + size, idx), axis=a["axis"])
+
+
+@kernel("strided_slice")
+def _strided_slice(a, x):
+    index = [slice(None)] * x.ndim
+    for b, e, ax, st in zip(a["begin"], a["end"], a["axes"], a["strides"], strict=True):
+        index[ax % x.ndim] = slice(b, e, st)
+    return np.ascontiguousarray(x[tuple(index)])
+
+
+@kernel("nn.batch_matmul")
+def _batch_matmul(a, x, y):
+    out_dtype = np.dtype(a["out_dtype"] or x.dtype)
+    if _is_int(x):
+        out = np.matmul(x.astype(np.int64), y.astype(np.int64))
+        return wrap_int32(out) if out_dtype == np.int32 else out.astype(out_dtype)
+    return np.matmul(x.astype(np.float32), y.astype(np.float32)).astype(out_dtype)
+
+
+@kernel("nn.layer_norm")
+def _layer_norm(a, x, scale=None, bias=None):
+    axes = tuple(range(a["axis"] % x.ndim, x.ndim))
+    mean = x.mean(axis=axes, keepdims=True, dtype=np.float64)
+    var = ((x - mean) ** 2).mean(axis=axes, keepdims=True)
+    y = (x - mean) / np.sqrt(var + a["epsilon"])
+    tail = x.shape[a["axis"] % x.ndim:]
+    if scale is not None:
+        y = y * scale.reshape(tail)
+    if bias is not None:
+        y = y + bias.reshape(tail)
+    return y.astype(x.dtype)
+
+
+def _resize_source(out: int, size: int, scale: float, mode: str) -> np.ndarray:
+    """The (fractional) input coordinate of each output index, as ONNX Resize defines it."""
+    i = np.arange(out, dtype=np.float64)
+    if mode == "half_pixel":
+        return (i + 0.5) / scale - 0.5
+    if mode == "pytorch_half_pixel":
+        return (i + 0.5) / scale - 0.5 if out > 1 else np.zeros_like(i)
+    if mode == "align_corners":
+        return i * (size - 1) / (out - 1) if out > 1 else np.zeros_like(i)
+    return i / scale   # asymmetric
+
+
+def _linear_taps(out: int, size: int, scale: float, mode: str) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    x = np.clip(_resize_source(out, size, scale, mode), 0, size - 1)
+    lo = np.floor(x).astype(np.int64)
+    hi = np.minimum(lo + 1, size - 1)
+    return lo, hi, (x - lo).astype(np.float32)
+
+
+@kernel("image.resize2d")
+def _resize2d(a, x):
+    (oh, ow), (sh, sw), mode = a["size"], a["scales"], a["coordinate_transformation_mode"]
+    h, w = x.shape[2:]
+    if a["method"] == "nearest":   # asymmetric / floor (nn.upsampling covers the integer-scale cases)
+        rows = np.minimum(np.floor(_resize_source(oh, h, sh, mode)).astype(np.int64), h - 1)
+        cols = np.minimum(np.floor(_resize_source(ow, w, sw, mode)).astype(np.int64), w - 1)
+        return np.ascontiguousarray(x[:, :, rows][:, :, :, cols])
+    r0, r1, fr = _linear_taps(oh, h, sh, mode)
+    c0, c1, fc = _linear_taps(ow, w, sw, mode)
+    xf = x.astype(np.float32)
+    top = xf[:, :, r0] * (1 - fr)[:, None] + xf[:, :, r1] * fr[:, None]
+    return (top[:, :, :, c0] * (1 - fc) + top[:, :, :, c1] * fc).astype(x.dtype)

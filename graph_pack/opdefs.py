@@ -412,3 +412,148 @@ def _infer_layout(a, shapes, dtypes):
 
 
 _register("layout_transform", {"src_layout": None, "dst_layout": None, "batch": 0, "channels": 0}, _infer_layout)
+
+
+# ---- ops of today's exported networks (transformers, segmentation, detection): host ops ---------------------
+
+for _name in ("erf", "sqrt", "round"):
+    _register(_name, {}, _same)
+_register("nn.leaky_relu", {"alpha": 0.01}, _same, normalize=lambda a, t: {"alpha": float(a["alpha"])})
+_register("power", {}, _broadcast, (2,))
+
+
+def _infer_compare(a, shapes, dtypes):
+    _broadcast(a, shapes, dtypes)
+    return tuple(np.broadcast_shapes(shapes[0], shapes[1])), "bool"
+
+
+for _name in ("equal", "less", "greater"):
+    _register(_name, {}, _infer_compare, (2,))
+
+
+def _infer_where(a, shapes, dtypes):
+    if dtypes[0] != "bool":
+        raise ValueError(f"the condition must be bool, got {dtypes[0]}")
+    if dtypes[1] != dtypes[2]:
+        raise ValueError(f"operand dtypes differ ({dtypes[1]} vs {dtypes[2]}); insert a cast")
+    return tuple(np.broadcast_shapes(*shapes)), dtypes[1]
+
+
+_register("where", {}, _infer_where, (3,))
+
+
+def _norm_axes(a, t):
+    rank = len(t[0].shape)
+    axes = a["axes"] if a["axes"] is not None else tuple(range(rank))
+    return {"axes": tuple(sorted(_axis(int(x), rank) for x in axes)), "keepdims": bool(a["keepdims"])}
+
+
+def _infer_reduce(a, shapes, dtypes):
+    if len(set(a["axes"])) != len(a["axes"]):
+        raise ValueError(f"axes {a['axes']} repeat an axis")
+    out = [1 if k in a["axes"] else s for k, s in enumerate(shapes[0])]
+    if not a["keepdims"]:
+        out = [s for k, s in enumerate(shapes[0]) if k not in a["axes"]]
+    return tuple(out), dtypes[0]
+
+
+_register("mean", {"axes": None, "keepdims": True}, _infer_reduce, normalize=_norm_axes)
+
+
+def _infer_take(a, shapes, dtypes):
+    axis = _axis(a["axis"], len(shapes[0]))
+    if not np.issubdtype(np.dtype(dtypes[1]), np.integer):
+        raise ValueError(f"indices must be integers, got {dtypes[1]}")
+    return (*shapes[0][:axis], *shapes[1], *shapes[0][axis + 1:]), dtypes[0]
+
+
+_register("take", {"axis": 0}, _infer_take, (2,), normalize=lambda a, t: {"axis": int(a["axis"])})
+
+
+def slice_ranges(shape: Shape, begin, end, axes, steps) -> list[range]:
+    """The index range of every axis a strided slice (ONNX Slice / numpy ``x[b:e:s]``) keeps."""
+    ranges = [range(s) for s in shape]
+    for b, e, ax, st in zip(begin, end, axes, steps, strict=True):
+        if st == 0:
+            raise ValueError("a slice step must not be 0")
+        ax = _axis(ax, len(shape))
+        ranges[ax] = range(shape[ax])[slice(b, e, st)]
+    return ranges
+
+
+def _norm_slice(a, t):
+    out = {k: tuple(int(v) for v in a[k]) for k in ("begin", "end", "axes", "strides")}
+    if not len(out["begin"]) == len(out["end"]) == len(out["axes"]) == len(out["strides"]):
+        raise ValueError(f"begin, end, axes and strides must have one value per sliced axis, got {out}")
+    return out
+
+
+def _infer_slice(a, shapes, dtypes):
+    return tuple(len(r) for r in slice_ranges(shapes[0], a["begin"], a["end"], a["axes"], a["strides"])), dtypes[0]
+
+
+_register("strided_slice", {"begin": None, "end": None, "axes": None, "strides": None}, _infer_slice,
+          normalize=_norm_slice)
+
+
+def _infer_broadcast_to(a, shapes, dtypes):
+    return tuple(np.broadcast_shapes(shapes[0], a["shape"])), dtypes[0]
+
+
+_register("broadcast_to", {"shape": None}, _infer_broadcast_to,
+          normalize=lambda a, t: {"shape": tuple(int(v) for v in a["shape"])})
+
+
+def _infer_batch_matmul(a, shapes, dtypes):
+    x, y = shapes
+    if len(x) < 2 or len(y) < 2:
+        raise ValueError(f"both operands must be at least 2-D, got {x} and {y}")
+    if x[-1] != y[-2]:
+        raise ValueError(f"{x} @ {y}: the inner dimensions differ ({x[-1]} vs {y[-2]})")
+    if dtypes[0] != dtypes[1]:
+        raise ValueError(f"operand dtypes differ ({dtypes[0]} vs {dtypes[1]}); insert a cast")
+    return (*np.broadcast_shapes(x[:-2], y[:-2]), x[-2], y[-1]), a["out_dtype"]
+
+
+_register("nn.batch_matmul", {"out_dtype": ""}, _infer_batch_matmul, (2,),
+          lambda a, t: {**a, "out_dtype": _dtype(a, "out_dtype", t[0].dtype)})
+
+
+def _infer_layer_norm(a, shapes, dtypes):
+    axis = _axis(a["axis"], len(shapes[0]))
+    for s in shapes[1:]:
+        if math.prod(s) != math.prod(shapes[0][axis:]) or len(s) > len(shapes[0]) - axis:
+            raise ValueError(f"scale/bias {s} must have the shape of the normalised axes {shapes[0][axis:]}")
+    return _same(a, shapes, dtypes)
+
+
+_register("nn.layer_norm", {"axis": -1, "epsilon": 1e-5}, _infer_layer_norm, (1, 2, 3),
+          lambda a, t: {"axis": int(a["axis"]), "epsilon": float(a["epsilon"])})
+
+
+def _norm_resize(a, t):
+    if a["method"] not in ("linear", "nearest"):
+        raise ValueError(f"method {a['method']!r} is not supported; allowed: 'linear', 'nearest'")
+    if a["coordinate_transformation_mode"] not in RESIZE_COORDINATES:
+        raise ValueError(f"coordinate_transformation_mode {a['coordinate_transformation_mode']!r} is not "
+                         f"supported; allowed: {', '.join(RESIZE_COORDINATES)}")
+    return {**a, "size": pair(a["size"], "size"), "scales": tuple(float(s) for s in pair_float(a["scales"]))}
+
+
+def pair_float(v) -> tuple[float, float]:
+    v = tuple(float(x) for x in v)
+    if len(v) != 2 or min(v) <= 0:
+        raise ValueError(f"scales need 2 positive values, got {v}")
+    return v  # type: ignore[return-value]
+
+
+RESIZE_COORDINATES = ("half_pixel", "pytorch_half_pixel", "align_corners", "asymmetric")
+
+
+def _infer_resize(a, shapes, dtypes):
+    _need_4d(shapes[0])
+    return (*shapes[0][:2], *a["size"]), dtypes[0]
+
+
+_register("image.resize2d", {"size": None, "scales": None, "method": "linear",
+                             "coordinate_transformation_mode": "half_pixel"}, _infer_resize, normalize=_norm_resize)

@@ -78,6 +78,29 @@ def conv_transpose_bomb():
                                    pads=[50_000] * 4)], {"x": [1, 1, 2, 2]}, {"w": np.ones((1, 1, 1, 1), np.float32)})
 
 
+def constant_of_shape_bomb():
+    """Zeros of a shape given as a 16-byte constant: 4 TiB at import."""
+    return model([const("s", np.array([1 << 20, 1 << 20], np.int64)),
+                  helper.make_node("ConstantOfShape", ["s"], ["y"])])
+
+
+def range_bomb():
+    """arange(2**40) at import, from three scalars."""
+    return model([const("a", np.int64(0)), const("b", np.int64(1 << 40)), const("d", np.int64(1)),
+                  helper.make_node("Range", ["a", "b", "d"], ["y"])])
+
+
+def expand_bomb():
+    """A real input broadcast to 2**17 x 2**17."""
+    return model([helper.make_node("Expand", ["x", "s"], ["y"])], {"x": [1, 1]},
+                 {"s": np.array([1 << 17, 1 << 17], np.int64)})
+
+
+def attention_scores_bomb():
+    """Attention over a long sequence: its (S, S) scores would be 64 GiB, the inputs are 3 MiB."""
+    return model([helper.make_node("Attention", ["x", "x", "x"], ["y"])], {"x": [1, 1, 1 << 17, 4]}, opset=23)
+
+
 def relu_model(shape):
     return model([helper.make_node("Relu", ["x"], ["y"])], {"x": shape})
 
@@ -165,6 +188,10 @@ BOMBS = {
     "pool_padding": (pool_pad_bomb, ["(MaxPool)", "the padded input of the nn.max_pool2d", "37.3 GiB"]),
     "conv_transpose_stride": (conv_transpose_bomb, ["(ConvTranspose)", "padded input of the nn.conv2d_transpose"]),
     "huge_input": (lambda: relu_model([1, 3, 100_000, 100_000]), ["input 'x' (1, 3, 100000, 100000)", "111.8 GiB"]),
+    "constant_of_shape": (constant_of_shape_bomb, ["(ConstantOfShape)", "the output (1048576, 1048576)", "4096.0 GiB"]),
+    "range": (range_bomb, ["(Range)", "the output (1099511627776,) int64", "8192.0 GiB"]),
+    "expand": (expand_bomb, ["(Expand)", "the broadcast_to result 'y' (131072, 131072)", "64.0 GiB"]),
+    "attention_scores": (attention_scores_bomb, ["(Attention)", "(1, 1, 131072, 131072)", "64.0 GiB"]),
 }
 
 

@@ -1,0 +1,204 @@
+"""Today's network families as users export them (tests/data/onnx: made by make_models.py with torch.onnx.export,
+both exporters; weights stripped and refilled from a seeded generator, tests/onnx_models.py): each imports, runs on
+the host in float as onnxruntime runs it, and runs with ``vta run`` bit-exactly against the quantized numpy
+reference, with its convolutions / dense layers on the simulated accelerator.
+
+Regions: ``vta run``'s default region is VTA's ResNet one (``nn.max_pool2d`` .. ``nn.global_avg_pool2d``); the
+families without those ops name theirs here (REGIONS), as a user does with ``--start`` / ``--stop``."""
+
+from __future__ import annotations
+
+import json
+
+import numpy as np
+import onnx_models
+import pytest
+from extras import needs
+
+from graph_pack import run_reference
+from graph_pack.frontend_onnx import from_onnx
+from graph_pack.graph import GraphError
+
+pytestmark = needs("onnx", "onnxruntime")
+
+EXPORTED = [f + e for f in onnx_models.FAMILIES for e in onnx_models.EXPORTS] + onnx_models.VARIANTS
+
+# --start / --stop for the families the default region (nn.max_pool2d .. nn.global_avg_pool2d) does not fit; "last
+# OP" is the node name of the model's last OP (a segmentation or detection head, a classifier)
+REGIONS = {
+    "mobilenet_v2": ("nn.conv2d", "nn.global_avg_pool2d"), "mobilenet_v3": ("nn.conv2d", "last nn.global_avg_pool2d"),
+    "efficientnet_b0": ("nn.conv2d", "last nn.global_avg_pool2d"), "regnet": ("nn.conv2d", "last nn.global_avg_pool2d"),
+    "deeplabv3": ("nn.conv2d", "last nn.conv2d"), "yolo_neck": ("nn.conv2d", "last nn.conv2d"),
+    "unet": ("nn.conv2d", "last nn.conv2d"),
+}
+# vta run keeps dense layers in float (VTA's default); the transformers' run through the Python API below, and
+# BERT's quantization stops at its integer token ids and boolean mask (quantize takes float graphs only)
+TRANSFORMERS = ("vit_tiny", "bert_tiny")
+
+
+def test_the_models_say_how_they_were_made() -> None:
+    made = json.loads((onnx_models.MODELS / "models.json").read_text())
+    assert made["versions"]["torch"] and made["versions"]["onnx"] and "make_models.py" in made["made_by"]
+    for name in EXPORTED:
+        path = onnx_models.MODELS / f"{name}.onnx"
+        assert path.stat().st_size < 200_000, f"{name}.onnx is {path.stat().st_size} bytes: keep it small"
+
+
+@pytest.mark.parametrize("name", EXPORTED)
+def test_family_runs_on_the_host_as_onnxruntime(name: str) -> None:
+    model = onnx_models.load(name)
+    feeds = onnx_models.inputs(model)
+    expected = onnx_models.onnxruntime_outputs(model, feeds)
+    graph, params = from_onnx(model)
+    got = run_reference(graph, params, feeds)
+    got = got if isinstance(got, tuple) else (got,)
+    assert len(got) == len(expected)
+    for g, e in zip(got, expected, strict=True):
+        assert g.shape == e.shape and g.dtype == e.dtype
+        assert np.std(e) > 1e-3, "the refilled weights must give a non-trivial output"
+        np.testing.assert_allclose(g, e, rtol=1e-4, atol=1e-5 * float(np.abs(e).max()))
+
+
+def test_a_dynamic_input_says_which_input_to_fix_and_shape_fixes_it() -> None:
+    model = onnx_models.load("shufflenet_v2_ts17")   # Shape / Gather / Div arithmetic: folded from the fixed shape
+    feeds = onnx_models.inputs(model)
+    dims = model.graph.input[0].type.tensor_type.shape.dim
+    for k, sym in ((0, "batch"), (2, "height"), (3, "width")):
+        dims[k].ClearField("dim_value")
+        dims[k].dim_param = sym
+    with pytest.raises(GraphError) as err:
+        from_onnx(model, batch=1)
+    assert str(err.value).count("\n") == 0
+    assert "input 'x': dimension 2 is dynamic (symbolic 'height')" in str(err.value)
+    assert "shape={'x': (...)}" in str(err.value) and "--shape x=" in str(err.value)
+    graph, params = from_onnx(model, shape={"x": (1, 3, 32, 32)})
+    np.testing.assert_allclose(run_reference(graph, params, feeds), onnx_models.onnxruntime_outputs(model, feeds)[0],
+                               rtol=1e-4, atol=1e-6)
+
+
+def test_a_planted_unsupported_op_is_one_line_naming_it() -> None:
+    from onnx import helper
+
+    model = onnx_models.load("mobilenet_v3")
+    node = model.graph.node[5]
+    planted = helper.make_node("Sin", [node.output[0]], ["planted_out"], name="planted_sin")
+    for user in model.graph.node:
+        for k, i in enumerate(user.input):
+            if i == node.output[0]:
+                user.input[k] = "planted_out"
+    model.graph.node.insert(6, planted)
+    with pytest.raises(GraphError) as err:
+        from_onnx(model)
+    assert "\n" not in str(err.value)
+    assert "unsupported ONNX op(s): Sin (node(s): planted_sin)" in str(err.value)
+
+
+@pytest.mark.parametrize("name", [f for f in onnx_models.FAMILIES if f not in TRANSFORMERS] + ["shufflenet_v2_ts17"])
+def test_vta_run_is_bit_exact_with_the_accelerator_running_the_convolutions(name: str, tmp_path, capsys) -> None:
+    import onnx
+
+    from vta.cli import main
+
+    family = name.removesuffix("_ts17")
+    model = onnx_models.load(name)
+    path, x = tmp_path / f"{family}.onnx", tmp_path / "x.npy"
+    onnx.save(model, str(path))
+    np.save(x, next(iter(onnx_models.inputs(model).values())))
+    flags = []
+    if family in REGIONS:
+        ops = from_onnx(model)[0].ops()
+        flags = ["--start", REGIONS[family][0], "--stop", REGIONS[family][1]]
+        if flags[3].startswith("last "):
+            flags[3] = [n.name for n in ops if n.op == flags[3].split()[1]][-1]
+    status = main(["run", str(path), "--input", str(x), "--check", "--out", str(tmp_path / "y.npz"), *flags])
+    out = capsys.readouterr().out
+    assert status == 0, out[-3000:]
+    assert "output matches the numpy reference bit-exactly" in out or "outputs match the numpy reference" in out, out
+    on_vta = [row[1] for row in (line.split() for line in out.splitlines()) if len(row) > 2 and row[2] == "VTA"]
+    assert "conv2d" in on_vta, out
+    saved = np.load(tmp_path / "y.npz")
+    assert len([k for k in saved.files if k.startswith("output_")]) == len(model.graph.output)
+
+
+@pytest.mark.parametrize("name", ["vit_tiny", "vit_tiny_ts17"])
+def test_a_vit_runs_its_dense_layers_on_the_accelerator_bit_exactly(name: str) -> None:
+    from graph_pack import build, graph_pack, quantize
+    from vta import Environment
+
+    env = Environment("pynq")
+    model = onnx_models.load(name)
+    feeds = onnx_models.inputs(model)
+    graph, params = from_onnx(model)
+    qgraph, qparams = quantize(graph, params, global_scale=8.0, skip_conv_layers=[0], skip_dense_layer=False)
+    last_dense = [n.name for n in qgraph.ops() if n.op == "nn.dense"][-1]
+    mod = build(graph_pack(qgraph, env, start_name="nn.dense", stop_name=last_dense), env, qparams)
+    mod.run(**feeds)
+    np.testing.assert_array_equal(mod.get_output(0), run_reference(qgraph, qparams, feeds))
+    rows = [line.split() for line in mod.format_profile().splitlines()]
+    on_vta = [row[1] for row in rows if len(row) > 2 and row[2] == "VTA"]
+    assert on_vta == ["dense"] * 7, on_vta   # of 9 dense layers: the region's first and its stop run on the host
+    assert any(" nn.batch_matmul " in line and " CPU " in line for line in mod.format_profile().splitlines())
+
+
+def test_bert_builds_and_runs_on_the_host_as_onnxruntime() -> None:
+    from graph_pack import build
+    from vta import Environment
+
+    model = onnx_models.load("bert_tiny")
+    feeds = onnx_models.inputs(model)
+    graph, params = from_onnx(model)
+    mod = build(graph, Environment("pynq"), params)
+    mod.run(**feeds)
+    np.testing.assert_array_equal(mod.get_output(0), run_reference(graph, params, feeds))
+    np.testing.assert_allclose(mod.get_output(0), onnx_models.onnxruntime_outputs(model, feeds)[0], rtol=1e-4,
+                               atol=1e-6)
+
+
+def _onnxruntime_quantized(family: str, tmp_path, quant_format: str):
+    """``family`` quantized by onnxruntime.quantization.quantize_static (per-channel int8 weights, uint8
+    activations calibrated on the test input), as a user quantizes a model with onnxruntime's tools."""
+    import onnx
+    from onnxruntime import quantization as q
+
+    model = onnx_models.load(family)
+    feeds = onnx_models.inputs(model)
+
+    class OneInput(q.CalibrationDataReader):
+        def __init__(self) -> None:
+            self.left = [feeds]
+
+        def get_next(self):
+            return self.left.pop() if self.left else None
+
+    src, dst = tmp_path / "float.onnx", tmp_path / "quantized.onnx"
+    onnx.save(model, str(src))
+    q.quantize_static(str(src), str(dst), OneInput(), quant_format=getattr(q.QuantFormat, quant_format),
+                      activation_type=q.QuantType.QUInt8, weight_type=q.QuantType.QInt8, per_channel=True)
+    return onnx.load(str(dst)), feeds, dst
+
+
+@pytest.mark.parametrize("family", ["resnet50", "mobilenet_v2"])
+def test_an_onnxruntime_qdq_model_imports_exactly_and_runs_on_vta(family: str, tmp_path, capsys) -> None:
+    from vta.cli import main
+
+    model, feeds, path = _onnxruntime_quantized(family, tmp_path, "QDQ")
+    assert {"QuantizeLinear", "DequantizeLinear"} <= {n.op_type for n in model.graph.node}
+    graph, params = from_onnx(model)
+    np.testing.assert_array_equal(run_reference(graph, params, feeds), onnx_models.onnxruntime_outputs(model, feeds)[0])
+    np.save(tmp_path / "x.npy", feeds["x"])
+    flags = ["--start", "nn.conv2d", "--stop", "nn.global_avg_pool2d"] if family in REGIONS else []
+    assert main(["run", str(path), "--input", str(tmp_path / "x.npy"), "--check", *flags]) == 0
+    out = capsys.readouterr().out
+    assert "check: output matches the numpy reference bit-exactly" in out, out
+    assert "conv2d" in [row[1] for row in (line.split() for line in out.splitlines()) if len(row) > 2 and
+                        row[2] == "VTA"], out
+
+
+def test_an_onnxruntime_qoperator_model_names_its_contrib_ops_in_one_line(tmp_path) -> None:
+    model, _, _ = _onnxruntime_quantized("resnet50", tmp_path, "QOperator")
+    with pytest.raises(GraphError) as err:
+        from_onnx(model)
+    assert "\n" not in str(err.value)
+    assert str(err.value).startswith("unsupported ONNX op(s): com.microsoft.QGemm (node(s): ")
+    assert "com.microsoft.QLinearAdd (node(s): " in str(err.value) and "QLinearConv" not in str(err.value).split(
+        "Supported ops")[0]
