@@ -68,9 +68,16 @@ def _calibrate_arg(text: str) -> str:
                                      "model's inputs")
 
 
-def calibration(mode_or_file: str, graph: Graph, x: np.ndarray) -> tuple[str, list[dict[str, np.ndarray]]]:
-    """(quantize's calibrate_mode, the calibration batches) for --calibrate: a FILE.npz's batches (percentile
-    ranges), or the run's own input."""
+def calibration(mode_or_file: str | None, global_scale: float | None, graph: Graph,
+                x: np.ndarray) -> tuple[str, list[dict[str, np.ndarray]]]:
+    """(quantize's calibrate_mode, the calibration batches) for --calibrate (None: not given) and --global-scale:
+    a FILE.npz's batches (percentile ranges), or the run's own input (also what --quant-report compares on)."""
+    if global_scale is not None:
+        if mode_or_file not in (None, "global_scale"):
+            raise ValueError(f"--global-scale sets VTA's global_scale quantization; --calibrate {mode_or_file} "
+                             "calibrates the ranges instead: give one")
+        mode_or_file = "global_scale"
+    mode_or_file = mode_or_file or DEFAULT_MODE
     if mode_or_file in MODES:
         return mode_or_file, [{graph.inputs[0]: x}]
     return DEFAULT_MODE, load_calibration(mode_or_file, graph)
@@ -235,8 +242,9 @@ def skip_conv_layers(values: list[int | None] | None) -> list[int]:
     arg("--start", default=None, help=START_HELP),
     arg("--stop", default=None, help=STOP_HELP),
     arg("--global-scale", type=float_in(*GLOBAL_SCALES, "the activation range", "2^-16..2^16 (1.5e-05..65536)"),
-        default=8.0, help="activation range for global_scale quantization (default 8; 2^-16..2^16)"),
-    arg("--calibrate", type=_calibrate_arg, default=DEFAULT_MODE, metavar="MODE|FILE.npz",
+        default=None, help="VTA's global_scale quantization with this activation range (2^-16..2^16; "
+                           "--calibrate global_scale alone: 8)"),
+    arg("--calibrate", type=_calibrate_arg, default=None, metavar="MODE|FILE.npz",
         help=f"activation ranges: {DEFAULT_MODE} (default: the 99.99th percentile of |x| on the calibration "
              "inputs), max, or global_scale (VTA's: every activation in +-GLOBAL_SCALE); or a .npz of calibration "
              "inputs by input name (one batch, or K batches stacked), percentile ranges; without a file the "
@@ -337,8 +345,8 @@ def _run(args: argparse.Namespace) -> int:
     else:
         x = rng.standard_normal(graph[data].shape).astype(np.float32)
     t0 = time.perf_counter()
-    mode, dataset = calibration(args.calibrate, graph, x)
-    qgraph, qparams = quantize(graph, params, global_scale=args.global_scale, calibrate_mode=mode,
+    mode, dataset = calibration(args.calibrate, args.global_scale, graph, x)
+    qgraph, qparams = quantize(graph, params, global_scale=args.global_scale or 8.0, calibrate_mode=mode,
                                dataset=dataset, skip_conv_layers=skip_conv_layers(args.skip_conv),
                                per_channel=args.per_channel)
     times["quantize"] = time.perf_counter() - t0
