@@ -385,7 +385,7 @@ def _run(args: argparse.Namespace) -> int:
     if args.report is True:
         print(format_offload_report(packed))
     if args.explain:
-        print(explain(packed).format())
+        print(explain(packed, mod.fallbacks).format())
     if args.quant_report:
         print(quantization_report(graph, params, qgraph, qparams, dataset, mode).format())
     for head, reason in mod.fallbacks.items():

@@ -10,6 +10,7 @@ explanation cannot disagree with the plan that was built.
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from dataclasses import dataclass, field
 
 from graph_pack.graph import Graph, GraphError
@@ -83,8 +84,11 @@ class Explanation:
         return "\n".join(lines)
 
 
-def explain(packed: Graph) -> Explanation:
-    """Where each operator of ``packed`` (graph_pack's result) runs and why, its regions and MAC share."""
+def explain(packed: Graph, fallbacks: Mapping[str, str] | None = None) -> Explanation:
+    """Where each operator of ``packed`` (graph_pack's result) runs and why, its regions and MAC share.
+    ``fallbacks``: a built module's ``mod.fallbacks`` (groups build had to run on the host: their template has no
+    valid config for the workload), so the explanation says where they really ran."""
+    fallbacks = fallbacks or {}
     if "groups" not in packed.meta:
         raise GraphError("explain takes graph_pack's result (a packed graph); this graph was not packed")
     groups: dict[str, Group] = packed.meta["groups"]
@@ -97,7 +101,10 @@ def explain(packed: Graph) -> Explanation:
     for row in offload_report(packed):
         name, where = row["name"], row["where"]
         head = group_of.get(name)
-        if where in ("accelerator", "fused"):
+        if where in ("accelerator", "fused") and head in fallbacks:
+            placements.append(OpPlacement(name, row["op"], "host", f"its group {head} fell back to the host at build: "
+                                          f"{fallbacks[head].removeprefix('CPU: ')}", "isa", macs=macs.get(name, 0)))
+        elif where in ("accelerator", "fused"):
             placements.append(OpPlacement(name, row["op"], "accelerator", row["why"], "", region_of.get(head), head,
                                           macs.get(name, 0)))
         elif where == "build":

@@ -111,10 +111,10 @@ def test_two_regions_with_a_host_op_between_run_bit_exact_and_close_to_float(mod
                "--skip-conv", "none", cwd=path.parent)
     assert done.returncode == 0, done.stderr
     assert "check: output matches the numpy reference bit-exactly" in done.stdout
-    regions = re.search(r"^(\d+) accelerator region\(s\), found automatically: (.*)$", done.stdout, re.M)
+    regions = re.search(r"^(\d+) accelerator region\(s\), found automatically: (.*)$", done.stdout, re.MULTILINE)
     assert regions and regions.group(1) == "2", done.stdout
     assert "R1 2 group(s) from c0" in regions.group(2) and "R2 2 group(s) from c2" in regions.group(2)
-    pool = re.search(r"^pool\s+nn.max_pool2d\s+host\s+\[no-template\]", done.stdout, re.M)
+    pool = re.search(r"^pool\s+nn.max_pool2d\s+host\s+\[no-template\]", done.stdout, re.MULTILINE)
     assert pool, done.stdout
     y = np.load(path.parent / "y.npz")["output_0"]
     assert cosine(y, ort(path, x)) > 0.99
@@ -134,7 +134,7 @@ def test_explain_accounts_for_every_op_and_the_macs(model):
         if len(parts) >= 3 and parts[0] in qgraph.nodes:
             rows[parts[0]] = line
     assert set(rows) == {n.name for n in qgraph.ops()}
-    for name, line in rows.items():
+    for line in rows.values():
         if " host " in line:
             kind = re.search(r"host\s+\[([a-z-]+)\]", line)
             assert kind and kind.group(1) in WHY_KINDS, line
@@ -164,8 +164,8 @@ def test_a_model_the_default_region_refused_now_runs(tmp_path):
     ({"images": np.zeros((1, 3, 16, 16), np.float32)},
      "--calibrate cal.npz: array 'images' is not an input of the model; its inputs: input"),
     ({"input": np.zeros((1, 3, 8, 8), np.float32)},
-     "--calibrate cal.npz: array 'input' has shape (1, 3, 8, 8); the input is (1, 3, 16, 16): give (1, 3, 16, 16) "
-     "(one batch) or (K, 1, 3, 16, 16)"),
+     ("--calibrate cal.npz: array 'input' has shape (1, 3, 8, 8); the input is (1, 3, 16, 16): give (1, 3, 16, 16) "
+     "(one batch) or (K, 1, 3, 16, 16)")),
     ({"input": np.full((1, 3, 16, 16), np.nan, np.float32)},
      "--calibrate cal.npz: array 'input' holds NaN or infinite values"),
 ])
@@ -181,7 +181,7 @@ def test_calibrate_file_refuses_bad_inputs_in_one_line(model, arrays, expected):
 def test_calibrate_file_and_the_quantization_report(model):
     """--calibrate FILE.npz with K stacked batches: the report counts them, and its figures are the float and
     quantized numpy runs compared here again (cosine, top-1 against onnxruntime's class)."""
-    path, x = model
+    path, _x = model
     batches = np.random.default_rng(3).random((3, 1, 3, 16, 16)).astype(np.float32)
     np.savez(path.parent / "cal3.npz", input=batches)
     done = vta("run", path.name, "--input", "x.npy", "--calibrate", "cal3.npz", "--quant-report", "--check",
@@ -262,10 +262,34 @@ def test_python_api_twice_in_one_process_gives_the_same_plan(model):
         mod = graph_pack.build(packed, CFG, qparams)
         mod.run(input=x)
         results.append((explanation, mod.get_output(0), graph_pack.run_reference(qgraph, qparams, {"input": x})))
-    (e1, y1, r1), (e2, y2, r2) = results
+    (e1, y1, r1), (e2, y2, _r2) = results
     assert e1 == e2 and len(e1.regions) == 2
     np.testing.assert_array_equal(y1, y2)
     np.testing.assert_array_equal(y1, r1)
     named = graph_pack.explain(graph_pack.graph_pack(qgraph, CFG, start_name="pool", stop_name="gap"))
     assert named.named_region and [len(r) for r in named.regions] == [2]
     assert {p.kind for p in named.ops if p.name in ("c1", "r0")} == {"region"}
+
+
+def test_explain_names_a_capability_the_config_lacks():
+    """A convolution whose chain multiplies by a constant: the pynq bitstream's ALU has no MUL, so the host runs it
+    and explain says so (kind "capability"); on the sim preset (the whole ISA) the same graph offloads it whole."""
+    rng = np.random.default_rng(4)
+    b = GraphBuilder()
+    x = b.input("data", (1, 16, 8, 8))
+    w = (rng.standard_normal((16, 16, 3, 3)) * 0.1).astype(np.float32)
+    y = b.op("multiply", [b.op("nn.conv2d", [x, b.const("w", w)], padding=(1, 1), name="conv"),
+                          b.const("three", np.float32(3.0))], name="times3")
+    graph, params = b.finish([b.op("nn.relu", [y], name="act")])
+    data = rng.standard_normal((1, 16, 8, 8)).astype(np.float32)
+    qgraph, qparams = graph_pack.quantize(graph, params, dataset=[{"data": data}], skip_conv_layers=())
+    on_pynq = {p.name: p for p in graph_pack.explain(graph_pack.graph_pack(qgraph, CFG)).ops}
+    assert on_pynq["conv"].where == "host" and on_pynq["conv"].kind == "capability", on_pynq["conv"]
+    assert "no ALU MUL" in on_pynq["conv"].why
+    sim = load_config("sim")
+    packed = graph_pack.graph_pack(qgraph, sim)
+    on_sim = graph_pack.explain(packed)
+    assert {p.name: p.where for p in on_sim.ops}["times3"] == "accelerator" and on_sim.mac_share == 1.0
+    mod = graph_pack.build(packed, sim, qparams)
+    mod.run(data=data)
+    np.testing.assert_array_equal(mod.get_output(0), graph_pack.run_reference(qgraph, qparams, {"data": data}))
