@@ -250,7 +250,7 @@ def skip_conv_layers(values: list[int | None] | None) -> list[int]:
              "inputs by input name (one batch, or K batches stacked), percentile ranges; without a file the "
              "calibration input is the run's own"),
     arg("--per-channel", choices=PER_CHANNEL, default="auto",
-        help="per-output-channel power-of-two weight scales: auto (default: depthwise and squeeze-excite convs), "
+        help="per-output-channel power-of-two weight scales: auto (default: depthwise convs), "
              "all (every conv / dense; their per-channel requantization runs on the host) or none (VTA's per-tensor)"),
     arg("--quant-report", action="store_true",
         help="compare the quantized network with the float one on the calibration inputs (numpy): cosine "

@@ -28,9 +28,6 @@ from graph_pack.reference import evaluate
 MODES = ("global_scale", "max", "percentile")
 DEFAULT_MODE = "percentile"   # with sample batches; VTA's "global_scale" without (quantize's calibrate_mode=None)
 PER_CHANNEL = ("auto", "all", "none")
-GLOBAL_POOLS = ("nn.global_avg_pool2d", "mean")   # what a squeeze-excite block squeezes with
-POOLED_PASS = ("nn.relu", "clip", "sigmoid", "multiply", "add", "nn.bias_add", "nn.conv2d", "reshape",
-               "nn.batch_flatten", "nn.dense")
 INT8_MAX = 127
 CONVS = ("nn.conv2d", "nn.conv2d_transpose")
 SHAPE_OPS = ("nn.max_pool2d", "nn.upsampling", "reshape", "nn.batch_flatten", "transpose")
@@ -231,7 +228,7 @@ class _Quantizer:
         A channel of zeros takes the tensor's."""
         if self.per_channel == "none" or node.op == "nn.conv2d_transpose":
             return None
-        if self.per_channel == "auto" and not (self._depthwise(node, w) or self._on_pooled_map(node.inputs[0])):
+        if self.per_channel == "auto" and not self._depthwise(node, w):
             return None
         peaks = np.abs(w).reshape(w.shape[0], -1).max(axis=1)
         exps = np.array([power2_exponent(float(m)) if m > 0 else ew for m in peaks], np.int64)
@@ -241,17 +238,6 @@ class _Quantizer:
         """A depthwise convolution: one input channel per group (the accelerator's grouped template needs whole
         channel blocks per group, so these run on the host whatever their scales)."""
         return node.op == "nn.conv2d" and node.attrs.get("groups", 1) > 1 and w.shape[1] == 1
-
-    def _on_pooled_map(self, name: str) -> bool:
-        """Whether ``name`` is a squeeze-excite value: a global pool's 1x1 map, through the element-wise ops and
-        1x1 convolutions of the excite branch (tiny MACs; its per-tensor scale loses the small channels)."""
-        node = self.g[name]
-        while node.op in POOLED_PASS and all(d == 1 for d in node.shape[2:]):
-            data = [i for i in node.inputs if not self.is_const(i)]
-            if not data:
-                return False
-            node = self.g[data[0]]
-        return node.op in GLOBAL_POOLS and all(d == 1 for d in node.shape[2:])
 
     def _align_channels(self, y: str, node, shifts: np.ndarray) -> str:
         """``y`` (int32, channel c at a finer exponent by ``shifts[c]``) right-shifted per channel, rounding half up,
@@ -324,8 +310,8 @@ def quantize(graph: Graph, params: dict[str, np.ndarray], *, global_scale: float
     dicts: the percentile of |x|, ``percentile``, or its maximum) or "global_scale" (VTA's default: every
     activation's int8 range is +-``global_scale``, rounded up to a power of two). None (the default): "percentile"
     when ``dataset`` is given, "global_scale" otherwise. ``per_channel``: where weights get one power-of-two
-    scale per output channel: "auto" (depthwise convolutions and squeeze-excite 1x1 convolutions on pooled maps,
-    where a per-tensor scale loses the small channels), "all" (every conv2d / dense: their requantization is then
+    scale per output channel: "auto" (depthwise convolutions, where each output channel reads its own input channel,
+    so a per-tensor scale set by the largest channel loses the small ones), "all" (every conv2d / dense: their requantization is then
     per channel, which the accelerator's epilogue cannot fuse, so they run on the host) or "none" (VTA's per-tensor
     scales). ``skip_conv_layers`` lists conv indices (in graph order) kept in float on the CPU;
     ``skip_dense_layer`` keeps dense layers in float (VTA's default).

@@ -293,3 +293,39 @@ def test_explain_names_a_capability_the_config_lacks():
     mod = graph_pack.build(packed, sim, qparams)
     mod.run(data=data)
     np.testing.assert_array_equal(mod.get_output(0), graph_pack.run_reference(qgraph, qparams, {"data": data}))
+
+
+def test_per_channel_scales_on_squeeze_excite_are_all_not_auto():
+    """A squeeze-excite block: auto leaves its 1x1 convolutions per-tensor (their output channels share one input, so
+    per-channel weight scales gain nothing behind a per-tensor int8 output: the float block's cosine stays within
+    1e-4), "all" gives every convolution per-channel scales, and the main one then runs on the host (its per-channel
+    requantization has no ALU form); every variant runs bit-exact."""
+    rng = np.random.default_rng(5)
+    c = 32
+    b = GraphBuilder()
+    x = b.input("data", (1, c, 8, 8))
+    main = b.op("nn.relu", [b.op("nn.conv2d", [x, b.const("w_main", (rng.standard_normal((c, c, 3, 3)) * 0.08)
+                                                          .astype(np.float32))], padding=(1, 1), name="main")])
+    squeeze = b.op("nn.global_avg_pool2d", [main], name="squeeze")
+    # the reduce convolution's output channels differ 16x in weight range (as batch norms folded into it leave them)
+    w1 = (rng.standard_normal((8, c, 1, 1)) * 2.0 ** rng.uniform(-4, 0, 8)[:, None, None, None]).astype(np.float32)
+    reduce = b.op("nn.relu", [b.op("nn.conv2d", [squeeze, b.const("w1", w1)], name="reduce")])
+    expand = b.op("nn.conv2d", [reduce, b.const("w2", (rng.standard_normal((c, 8, 1, 1)) * 0.5).astype(np.float32))],
+                  name="expand")
+    graph, params = b.finish([b.op("multiply", [main, b.op("sigmoid", [expand])], name="excite")])
+    data = [{"data": rng.standard_normal((1, c, 8, 8)).astype(np.float32)} for _ in range(2)]
+    want = graph_pack.run_reference(graph, params, data[1])
+    sims = {}
+    for per_channel, expected in (("none", set()), ("auto", set()), ("all", {"main", "reduce", "expand"})):
+        qgraph, qparams = graph_pack.quantize(graph, params, dataset=data[:1], skip_conv_layers=(),
+                                              per_channel=per_channel)
+        aligned = {n.name.split(".")[0] for n in qgraph.ops() if n.name.endswith(".channel_shr")}
+        assert aligned == expected, (per_channel, aligned)
+        got = graph_pack.run_reference(qgraph, qparams, data[1])
+        sims[per_channel] = cosine(got, want)
+        packed = graph_pack.graph_pack(qgraph, CFG)
+        assert ("main" in packed.meta["groups"]) == (per_channel != "all")
+        mod = graph_pack.build(packed, CFG, qparams)
+        mod.run(**data[1])
+        np.testing.assert_array_equal(mod.get_output(0), got)
+    assert abs(sims["all"] - sims["none"]) < 1e-4 and sims["auto"] == sims["none"], sims
