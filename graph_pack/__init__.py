@@ -2,8 +2,9 @@
 (offload between a start and a stop op), build, and the graph executor.
 
     graph, params = graph_pack.zoo.get_model("resnet-18", batch_size=1)
-    qgraph, qparams = graph_pack.quantize(graph, params, global_scale=8.0, skip_conv_layers=[0])
-    packed = graph_pack.graph_pack(qgraph, env, start_name="nn.max_pool2d", stop_name="nn.global_avg_pool2d")
+    qgraph, qparams = graph_pack.quantize(graph, params, dataset=[{"data": x}])   # percentile ranges on x
+    packed = graph_pack.graph_pack(qgraph, env)     # every region the accelerator can run (or VTA's start/stop names)
+    print(graph_pack.explain(packed).format())     # where each op runs, why, the MAC share
     mod = graph_pack.build(packed, env, qparams)
     mod.set_input("data", x); mod.run(); y = mod.get_output(0)
 
@@ -17,6 +18,8 @@ from __future__ import annotations
 
 from graph_pack import zoo
 from graph_pack.build import build
+from graph_pack.calibration import load_calibration, quantization_report
+from graph_pack.explain import explain
 from graph_pack.frontend_mxnet import from_mxnet, import_mxnet
 from graph_pack.frontend_onnx import from_onnx
 from graph_pack.graph import Graph, GraphBuilder, GraphError, Node, TensorType
@@ -24,5 +27,5 @@ from graph_pack.pack import graph_pack
 from graph_pack.quantize import quantize
 from graph_pack.reference import run_reference
 
-__all__ = ["Graph", "GraphBuilder", "GraphError", "Node", "TensorType", "build", "from_mxnet", "from_onnx",
-           "graph_pack", "import_mxnet", "quantize", "run_reference", "zoo"]
+__all__ = ["Graph", "GraphBuilder", "GraphError", "Node", "TensorType", "build", "explain", "from_mxnet", "from_onnx",
+           "graph_pack", "import_mxnet", "load_calibration", "quantization_report", "quantize", "run_reference", "zoo"]

@@ -15,13 +15,15 @@ import numpy as np
 
 from graph_pack import jit, zoo
 from graph_pack.build import CPU_BACKENDS, build
+from graph_pack.calibration import load_calibration, quantization_report
+from graph_pack.explain import explain
 from graph_pack.frontend_onnx import DEFAULT_MAX_MODEL_BYTES, DEFAULT_MAX_TENSOR_BYTES, from_onnx
 from graph_pack.graph import Graph
 from graph_pack.host_run import run_cpu
 from graph_pack.host_templates import host
 from graph_pack.labels import IMAGENET_CLASSES, imagenet_class_names
 from graph_pack.pack import RegionError, format_offload_report, graph_pack
-from graph_pack.quantize import MODES, quantize
+from graph_pack.quantize import DEFAULT_MODE, MODES, PER_CHANNEL, quantize
 from graph_pack.reference import run_reference
 from graph_pack.report import write_report
 from graph_pack.schedule_log import read_schedules, refuse_unused
@@ -41,8 +43,44 @@ GLOBAL_SCALES = (2.0 ** -16, 2.0 ** 16)   # beyond these the int8 step leaves fl
 # (128 channels at S/2); VGG's fc6 and dcgan's first transposed conv weigh 8192 bytes per pixel.
 
 # the offload region's flags, as vta run, vta tune and vta dse take them (graph_pack's start_name / stop_name)
-START_HELP = "first op of the offload region's boundary (op name or node name)"
-STOP_HELP = "op that ends the offload region (op name or node name)"
+START_HELP = ("offload only after this op (op name or node name; VTA's graph_pack region). Default: every region "
+              "the accelerator can run, found automatically; with only --stop, the model's own start")
+STOP_HELP = ("offload only up to before this op (op name or node name). Default: regions found automatically; with "
+             "only --start, the model's own stop")
+EXPLAIN_HELP = ("print, for every op, where it ran (accelerator region or host) and, for host ops, why (no template, "
+                "a shape the ISA cannot encode, a capability the config lacks, kept in float), and the share of "
+                "MACs on the accelerator")
+
+
+def region_names(start: str | None, stop: str | None, defaults: tuple[str, str]) -> tuple[str | None, str | None]:
+    """graph_pack's (start_name, stop_name) for --start / --stop: (None, None), regions found automatically, when
+    neither is given; else VTA's named region, the model's ``defaults`` standing in for the flag not given."""
+    if start is None and stop is None:
+        return None, None
+    return start or defaults[0], stop or defaults[1]
+
+
+def _calibrate_arg(text: str) -> str:
+    """--calibrate: a mode, or a .npz file of calibration inputs."""
+    if text in MODES or text.endswith(".npz") or Path(text).is_file():
+        return text
+    raise argparse.ArgumentTypeError(f"{text!r} is neither a mode ({', '.join(MODES)}) nor a .npz file of the "
+                                     "model's inputs")
+
+
+def calibration(mode_or_file: str | None, global_scale: float | None, graph: Graph,
+                x: np.ndarray) -> tuple[str, list[dict[str, np.ndarray]]]:
+    """(quantize's calibrate_mode, the calibration batches) for --calibrate (None: not given) and --global-scale:
+    a FILE.npz's batches (percentile ranges), or the run's own input (also what --quant-report compares on)."""
+    if global_scale is not None:
+        if mode_or_file not in (None, "global_scale"):
+            raise ValueError(f"--global-scale sets VTA's global_scale quantization; --calibrate {mode_or_file} "
+                             "calibrates the ranges instead: give one")
+        mode_or_file = "global_scale"
+    mode_or_file = mode_or_file or DEFAULT_MODE
+    if mode_or_file in MODES:
+        return mode_or_file, [{graph.inputs[0]: x}]
+    return DEFAULT_MODE, load_calibration(mode_or_file, graph)
 
 
 @contextlib.contextmanager
@@ -204,8 +242,20 @@ def skip_conv_layers(values: list[int | None] | None) -> list[int]:
     arg("--start", default=None, help=START_HELP),
     arg("--stop", default=None, help=STOP_HELP),
     arg("--global-scale", type=float_in(*GLOBAL_SCALES, "the activation range", "2^-16..2^16 (1.5e-05..65536)"),
-        default=8.0, help="activation range for global_scale quantization (default 8; 2^-16..2^16)"),
-    arg("--calibrate", choices=MODES, default="global_scale", help="quantization mode (default global_scale)"),
+        default=None, help="VTA's global_scale quantization with this activation range (2^-16..2^16; "
+                           "--calibrate global_scale alone: 8)"),
+    arg("--calibrate", type=_calibrate_arg, default=None, metavar="MODE|FILE.npz",
+        help=f"activation ranges: {DEFAULT_MODE} (default: the 99.99th percentile of |x| on the calibration "
+             "inputs), max, or global_scale (VTA's: every activation in +-GLOBAL_SCALE); or a .npz of calibration "
+             "inputs by input name (one batch, or K batches stacked), percentile ranges; without a file the "
+             "calibration input is the run's own"),
+    arg("--per-channel", choices=PER_CHANNEL, default="auto",
+        help="per-output-channel power-of-two weight scales: auto (default: depthwise convs), "
+             "all (every conv / dense; their per-channel requantization runs on the host) or none (VTA's per-tensor)"),
+    arg("--quant-report", action="store_true",
+        help="compare the quantized network with the float one on the calibration inputs (numpy): cosine "
+             "similarity, top-1 / top-5 agreement"),
+    arg("--explain", action="store_true", help=EXPLAIN_HELP),
     arg("--skip-conv", type=_skip_conv, action="append", default=None, metavar="INDEX|none",
         help="conv layer kept in float on the CPU (repeatable; default: 0, the stem; 'none' offloads every conv)"),
     arg("--fallback", choices=("warn", "error"), default="warn",
@@ -295,13 +345,15 @@ def _run(args: argparse.Namespace) -> int:
     else:
         x = rng.standard_normal(graph[data].shape).astype(np.float32)
     t0 = time.perf_counter()
-    dataset = [{data: x}] if args.calibrate != "global_scale" else None
-    qgraph, qparams = quantize(graph, params, global_scale=args.global_scale, calibrate_mode=args.calibrate,
-                               dataset=dataset, skip_conv_layers=skip_conv_layers(args.skip_conv))
+    mode, dataset = calibration(args.calibrate, args.global_scale, graph, x)
+    qgraph, qparams = quantize(graph, params, global_scale=args.global_scale or 8.0, calibrate_mode=mode,
+                               dataset=dataset, skip_conv_layers=skip_conv_layers(args.skip_conv),
+                               per_channel=args.per_channel)
     times["quantize"] = time.perf_counter() - t0
     t0 = time.perf_counter()
+    start, stop = region_names(args.start, args.stop, (start, stop))
     with region_flags(args.start, args.stop):
-        packed = graph_pack(qgraph, env, start_name=args.start or start, stop_name=args.stop or stop)
+        packed = graph_pack(qgraph, env, start_name=start, stop_name=stop)
     times["graph_pack"] = time.perf_counter() - t0
     t0 = time.perf_counter()
     mod = build(packed, env, qparams, schedules, cpu=args.cpu, fallback="error" if args.fallback == "error" else "allow",
@@ -332,6 +384,10 @@ def _run(args: argparse.Namespace) -> int:
         print(host_schedules.summary())
     if args.report is True:
         print(format_offload_report(packed))
+    if args.explain:
+        print(explain(packed, mod.fallbacks).format())
+    if args.quant_report:
+        print(quantization_report(graph, params, qgraph, qparams, dataset, mode).format())
     for head, reason in mod.fallbacks.items():
         print(f"host fallback: accelerator group {head!r} runs on the CPU ({reason.removeprefix('CPU: ')})")
     print(_top5(y, random_weights=not Path(args.model).is_file()))

@@ -21,8 +21,10 @@ def refuse_accelerator_flags(args: argparse.Namespace) -> None:
     """--target cpu runs no accelerator: its flags would be ignored, so they are refused before any work."""
     given = [flag for flag, on in (("--device", args.device != "sim"), ("--rpc", args.rpc), ("--board", args.board),
                                    ("--bitstream", args.bitstream), ("--start", args.start), ("--stop", args.stop),
-                                   ("--skip-conv", args.skip_conv), ("--calibrate", args.calibrate != "global_scale"),
-                                   ("--out", args.out)) if on]
+                                   ("--skip-conv", args.skip_conv), ("--calibrate", args.calibrate is not None),
+                                   ("--global-scale", args.global_scale is not None),
+                                   ("--per-channel", args.per_channel != "auto"), ("--quant-report", args.quant_report),
+                                   ("--explain", args.explain), ("--out", args.out)) if on]
     if given:
         raise ValueError(f"--target cpu runs the float network on this CPU, without the accelerator: "
                          f"{', '.join(given)} do(es) not apply")

@@ -1,7 +1,8 @@
-"""``graph_pack``: offload the region between a start and a stop op to the accelerator, as VTA's graph_pack.
+"""``graph_pack``: offload to the accelerator every operator it can run, or, as VTA's graph_pack, the region
+between a named start and stop op.
 
-The region is every operator after the start node up to the one before the stop node (start and stop run
-on the CPU). Inside it, each int8 convolution / dense whose int32 result flows through element-wise integer
+Without names the candidates are every operator; with them, every operator after the start node up to the one
+before the stop node (start and stop run on the CPU). Among the candidates, each int8 convolution / dense whose int32 result flows through element-wise integer
 ops into an int8 cast becomes one accelerator group: the head runs on the GEMM core and the chain
 (bias, shifts, clip, relu, a residual add ...) is fused as ALU epilogue ops; an element-wise chain with no
 convolution (add / multiply ... -> int8) becomes an ALU-only group. Group members switch to VTA's packed
@@ -20,6 +21,7 @@ from dataclasses import dataclass, field
 import numpy as np
 
 from graph_pack.graph import Graph, GraphBuilder, GraphError, Node, find_nodes
+from graph_pack.macs import graph_macs
 from hw_config import HwConfig
 from vta.environment import config_of
 from vta.runtime import ScheduleError
@@ -235,12 +237,35 @@ def _grow(graph: Graph, users: dict, group: Group, region: set[str]) -> str | No
         cur = user.name
 
 
-def plan_groups(graph: Graph, region: list[str], cfg: HwConfig) -> tuple[dict[str, Group], dict[str, str]]:
-    """Accelerator groups in ``region`` and, for the nodes left to the CPU, why."""
+# Why an operator runs on the host, in the four kinds --explain names (``graph.meta["kinds"]``):
+WHY_KINDS = {
+    "no-template": "no accelerator template computes this op",
+    "isa": "a shape, type or chain the ISA cannot encode (VTA stores int8, templates take what the hardware addresses)",
+    "capability": "a capability this config's hardware lacks (its capability set)",
+    "float": "kept in float by the quantizer (the accelerator computes integers)",
+    "region": "outside the offload region named by start_name / stop_name",
+    "boundary": "a quantize / dequantize, layout change or cast at a region's boundary",
+}
+
+
+def refusal_kind(reason: str) -> str:
+    """The kind (a key of WHY_KINDS) of a template's or a chain's refusal text."""
+    if "capability set" in reason:
+        return "capability"
+    if "quantize first" in reason:
+        return "float"
+    return "isa"
+
+
+def plan_groups(graph: Graph, region: list[str], cfg: HwConfig) -> tuple[dict[str, Group], dict[str, str],
+                                                                         dict[str, str]]:
+    """Accelerator groups in ``region`` and, for the nodes left to the CPU, why (the text, and its kind: a key of
+    ``WHY_KINDS``)."""
     users = graph.consumers()
     inside = set(region)
     groups: dict[str, Group] = {}
     notes: dict[str, str] = {}
+    kinds: dict[str, str] = {}
     taken: set[str] = set()
     for name in region:
         node = graph[name]
@@ -250,6 +275,10 @@ def plan_groups(graph: Graph, region: list[str], cfg: HwConfig) -> tuple[dict[st
         if found is None:
             continue
         if isinstance(found, str):
+            kinds[name] = refusal_kind(found)
+            if kinds[name] == "float" and node.dtype.startswith("float"):
+                found = "kept in float by the quantizer (a skipped layer: skip_conv_layers / vta run --skip-conv, " \
+                        "skip_dense_layer)"
             notes[name] = f"CPU: {found}"
             continue
         template, head = found
@@ -257,15 +286,16 @@ def plan_groups(graph: Graph, region: list[str], cfg: HwConfig) -> tuple[dict[st
                       dict(head.scalars))
         reason = _grow(graph, users, group, inside) or _decide(group, cfg)
         if reason:
-            notes[name] = f"CPU: {reason}"
+            notes[name], kinds[name] = f"CPU: {reason}", refusal_kind(reason)
             continue
         groups[name] = group
         taken.update(group.members)
     for name in region:
         node = graph[name]
         if name not in taken and name not in notes:
-            notes[name] = f"CPU: {_cpu_reason(node)}"
-    return groups, notes
+            reason, kinds[name] = _cpu_reason(node)
+            notes[name] = f"CPU: {reason}"
+    return groups, notes, kinds
 
 
 def _decide(group: Group, cfg: HwConfig) -> str | None:
@@ -292,14 +322,17 @@ def group_workload(graph: Graph, group: Group, cfg: HwConfig) -> dict:
     return group.task
 
 
-def _cpu_reason(node: Node) -> str:
-    if node.dtype.startswith("float") or node.op in ("qnn.quantize", "qnn.dequantize"):
-        return "float computation (the accelerator computes integers)"
+def _cpu_reason(node: Node) -> tuple[str, str]:
+    """Why ``node`` (no group's head or member) runs on the CPU, and the kind of reason (WHY_KINDS)."""
+    if node.op in ("qnn.quantize", "qnn.dequantize"):
+        return "float computation (the accelerator computes integers)", "boundary"
+    if node.dtype.startswith("float"):
+        return "float computation (the accelerator computes integers)", "float"
     if node.op == "cast":
-        return "host cast feeding an accelerator operand"
+        return "host cast feeding an accelerator operand", "boundary"
     if node.op in ELEMENTWISE_INT:
-        return "element-wise op outside any int8-producing chain"
-    return f"no accelerator template for {node.op}"
+        return "element-wise op outside any int8-producing chain", "isa"
+    return f"no accelerator template for {node.op}", "no-template"
 
 
 # ---- the rewrite ------------------------------------------------------------------------------------------
@@ -427,25 +460,68 @@ class _Packer:
         self.packed[node.name] = True
 
 
-def graph_pack(graph: Graph, env, start_name: Selector = "nn.max_pool2d",
-               stop_name: Selector = "nn.global_avg_pool2d", start_name_idx: int | None = None,
-               stop_name_idx: int | None = None) -> Graph:
-    """Offload the region after ``start_name`` up to before ``stop_name`` (op name, node name or predicate;
-    ``*_idx`` pin VTA's operator index among ``graph.ops()``). Returns the packed graph; its constants keep
-    their names, so ``build`` takes the same params as the quantized graph."""
+OLD_DEFAULT_REGION = ("nn.max_pool2d", "nn.global_avg_pool2d")   # VTA's ResNet start / stop
+
+
+def graph_pack(graph: Graph, env, start_name: Selector | None = None, stop_name: Selector | None = None,
+               start_name_idx: int | None = None, stop_name_idx: int | None = None) -> Graph:
+    """Offload to the accelerator what it can run; returns the packed graph (its constants keep their names, so
+    ``build`` takes the same params as the quantized graph).
+
+    Without ``start_name`` / ``stop_name`` every operator is a candidate: each one that a template can run (with
+    its fused chain) becomes an accelerator group, and the groups the host must interrupt form separate regions
+    (``graph.meta["regions"]``), each entered and left through its own layout change (the quantizer's
+    quantize / dequantize where the host op is float). With them, as VTA's graph_pack: only the operators after
+    ``start_name`` up to before ``stop_name`` (op name, node name or predicate; ``*_idx`` pin VTA's operator
+    index among ``graph.ops()``); when only one is given, the other is VTA's ResNet default
+    (``nn.max_pool2d`` / ``nn.global_avg_pool2d``)."""
     cfg = config_of(env)
     if cfg.BLOCK_IN != cfg.BLOCK_OUT:
         raise GraphError(f"graph_pack needs BLOCK_IN == BLOCK_OUT (one channel block for activations and "
                          f"weights), this config has {cfg.BLOCK_IN} and {cfg.BLOCK_OUT}")
-    region = select_region(graph, start_name, stop_name, start_name_idx, stop_name_idx)
-    groups, notes = plan_groups(graph, region, cfg)
+    named = not (start_name is None and stop_name is None and start_name_idx is None and stop_name_idx is None)
+    if named:
+        region = select_region(graph, OLD_DEFAULT_REGION[0] if start_name is None else start_name,
+                               OLD_DEFAULT_REGION[1] if stop_name is None else stop_name,
+                               start_name_idx, stop_name_idx)
+    else:
+        region = [n.name for n in graph.ops()]
+    groups, notes, kinds = plan_groups(graph, region, cfg)
     packed = _Packer(graph, cfg, groups).run()
     inside = set(region)
     for node in graph.ops():
         if node.name not in inside:
-            notes[node.name] = "CPU: outside the offload region"
-    packed.meta = {"groups": groups, "notes": notes, "region": region, "config": cfg.fingerprint}
+            notes[node.name], kinds[node.name] = "CPU: outside the offload region", "region"
+    packed.meta = {"groups": groups, "notes": notes, "kinds": kinds, "region": region, "config": cfg.fingerprint,
+                   "regions": connected_regions(graph, groups), "named_region": named, "macs": graph_macs(graph)}
     return packed
+
+
+def connected_regions(graph: Graph, groups: dict[str, Group]) -> list[list[str]]:
+    """The accelerator regions: groups joined where one group's int8 output is read by another directly (it stays
+    in device DRAM, packed); a host op between two groups splits them. Each region lists its group heads in
+    graph order."""
+    owner = {m: head for head, grp in groups.items() for m in grp.members}
+    parent = {head: head for head in groups}
+
+    def root(head: str) -> str:
+        while parent[head] != head:
+            parent[head] = parent[parent[head]]
+            head = parent[head]
+        return head
+
+    for head, grp in groups.items():
+        for member in grp.members:
+            for i in graph[member].inputs:
+                if i not in owner and graph[i].op == "cast" and graph[i].inputs[0] in owner:   # a widened residual
+                    i = graph[i].inputs[0]
+                source = owner.get(i)
+                if source is not None and source != head and i == groups[source].output:
+                    parent[root(head)] = root(source)
+    regions: dict[str, list[str]] = {}
+    for head in groups:   # groups are in graph order (plan_groups walks the graph)
+        regions.setdefault(root(head), []).append(head)
+    return list(regions.values())
 
 
 def offload_report(packed: Graph) -> list[dict[str, str]]:

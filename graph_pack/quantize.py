@@ -1,7 +1,8 @@
 """``quantize``: a float graph becomes an integer graph with power-of-two scales (VTA's realize scheme).
 
 Every quantized tensor is an integer array ``q`` standing for ``q * 2**exp``. Weights are int8 with a
-per-layer exponent from their largest magnitude; activations that are stored are int8 with an exponent
+per-layer exponent from their largest magnitude (per output channel where ``per_channel`` says: the int32
+result is then brought to one exponent by a per-channel rounding shift); activations that are stored are int8 with an exponent
 from ``global_scale`` (VTA's default mode: int8 covers about +-global_scale) or from calibration on sample
 batches (per-tensor max or percentile). A convolution accumulates in int32 at ``exp_in + exp_w``; its bias
 is added in int32 at that exponent, and requantization to the next int8 activation is ``add 2**(k-1)``
@@ -21,10 +22,13 @@ from dataclasses import dataclass
 
 import numpy as np
 
+from graph_pack import jit
 from graph_pack.graph import Graph, GraphBuilder, GraphError
 from graph_pack.reference import evaluate
 
 MODES = ("global_scale", "max", "percentile")
+DEFAULT_MODE = "percentile"   # with sample batches; VTA's "global_scale" without (quantize's calibrate_mode=None)
+PER_CHANNEL = ("auto", "all", "none")
 INT8_MAX = 127
 CONVS = ("nn.conv2d", "nn.conv2d_transpose")
 SHAPE_OPS = ("nn.max_pool2d", "nn.upsampling", "reshape", "nn.batch_flatten", "transpose")
@@ -55,8 +59,9 @@ def _int_const(value: np.ndarray, exp: int, dtype: str) -> np.ndarray:
 
 class _Quantizer:
     def __init__(self, graph: Graph, params: dict, act_exp: dict[str, int], default_exp: int,
-                 skip_conv_layers: set[int], skip_dense_layer: bool):
+                 skip_conv_layers: set[int], skip_dense_layer: bool, per_channel: str = "none"):
         self.g, self.params = graph, params
+        self.per_channel = per_channel
         self.act_exp, self.default_exp = act_exp, default_exp
         self.skip_conv, self.skip_dense = skip_conv_layers, skip_dense_layer
         self.users = graph.consumers()
@@ -210,10 +215,40 @@ class _Quantizer:
             return self.float_op(node)
         w = self.params[w_name]
         ew = power2_exponent(float(np.abs(w).max()))
-        wq = self.const(f"{w_name}.q", _int_const(w, ew, "int8"))
+        per_channel = self._per_channel_exponents(node, w, ew)
+        wq = self.const(f"{w_name}.q", _int_const(w, ew if per_channel is None else
+                                                  per_channel.reshape((-1,) + (1,) * (w.ndim - 1)), "int8"))
         x = self.to_i8(x_name)
         y = self.op(node.op, [x.node, wq], node.name, **{**node.attrs, "out_dtype": "int32"})
+        if per_channel is not None:   # channel c at 2**(x.exp + e_c): to the common 2**(x.exp + ew), rounding half up
+            y = self._align_channels(y, node, ew - per_channel)
         return QValue("i32", y, x.exp + ew)
+
+    def _per_channel_exponents(self, node, w: np.ndarray, ew: int) -> np.ndarray | None:
+        """Each output channel's weight exponent where per-channel scales apply to ``node`` (None: one per tensor).
+        A channel of zeros takes the tensor's."""
+        if self.per_channel == "none" or node.op == "nn.conv2d_transpose":
+            return None
+        if self.per_channel == "auto" and not self._depthwise(node, w):
+            return None
+        peaks = np.abs(w).reshape(w.shape[0], -1).max(axis=1)
+        exps = np.array([power2_exponent(float(m)) if m > 0 else ew for m in peaks], np.int64)
+        return None if (exps == ew).all() else exps
+
+    def _depthwise(self, node, w: np.ndarray) -> bool:
+        """A depthwise convolution: one input channel per group (the accelerator's grouped template needs whole
+        channel blocks per group, so these run on the host whatever their scales)."""
+        return node.op == "nn.conv2d" and node.attrs.get("groups", 1) > 1 and w.shape[1] == 1
+
+    def _align_channels(self, y: str, node, shifts: np.ndarray) -> str:
+        """``y`` (int32, channel c at a finer exponent by ``shifts[c]``) right-shifted per channel, rounding half up,
+        to one exponent (a per-channel shift: the accelerator's epilogue has none, so the host runs it)."""
+        shape = (-1,) + (1,) * (len(node.shape) - 2)
+        half = np.where(shifts > 0, np.left_shift(1, np.maximum(shifts - 1, 0)), 0).astype(np.int32).reshape(shape)
+        r = self.op("add", [y, self.const(f"{node.name}.channel_round", half)], f"{node.name}.channel_round_add")
+        return self.op("right_shift", [r, self.const(f"{node.name}.channel_shift",
+                                                     shifts.astype(np.int32).reshape(shape))],
+                       f"{node.name}.channel_shr")
 
     def binary(self, node) -> QValue:
         a, b = node.inputs
@@ -257,9 +292,13 @@ def calibrate(graph: Graph, params: dict, dataset: Iterable[dict[str, np.ndarray
         m = float(a.max()) if mode == "max" else float(np.percentile(a, percentile))
         stats[name] = max(stats.get(name, 0.0), m)
 
+    def compiled(node):   # graph_pack.jit's kernel where it covers the op: the same bits, several times faster
+        return jit.get_kernel(node.op, node.attrs, [graph[i].shape for i in node.inputs],
+                              [graph[i].dtype for i in node.inputs]) if jit.available() else None
+
     batches = 0
     for inputs in dataset:
-        evaluate(graph, params, inputs, observe=observe)
+        evaluate(graph, params, inputs, observe=observe, kernel_for=compiled)
         batches += 1
     if batches == 0:
         raise ValueError(f"calibrate_mode={mode!r} needs at least one sample batch in dataset=")
@@ -268,17 +307,26 @@ def calibrate(graph: Graph, params: dict, dataset: Iterable[dict[str, np.ndarray
 
 def quantize(graph: Graph, params: dict[str, np.ndarray], *, global_scale: float = 8.0,
              skip_conv_layers: Sequence[int] = (0,), skip_dense_layer: bool = True,
-             calibrate_mode: str = "global_scale", dataset: Iterable[dict[str, np.ndarray]] | None = None,
-             percentile: float = 99.99) -> tuple[Graph, dict[str, np.ndarray]]:
+             calibrate_mode: str | None = None, dataset: Iterable[dict[str, np.ndarray]] | None = None,
+             percentile: float = 99.99, per_channel: str = "auto") -> tuple[Graph, dict[str, np.ndarray]]:
     """Quantize a float graph to int8/int32 with power-of-two scales (see the module docstring).
 
-    ``calibrate_mode``: "global_scale" (VTA's default: every activation's int8 range is +-``global_scale``,
-    rounded up to a power of two), "max" or "percentile" (per-tensor ranges from running ``dataset``, an
-    iterable of input dicts). ``skip_conv_layers`` lists conv indices (in graph order) kept in float on the
-    CPU; ``skip_dense_layer`` keeps dense layers in float (VTA's default).
+    ``calibrate_mode``: "percentile" or "max" (per-tensor ranges from running ``dataset``, an iterable of input
+    dicts: the percentile of |x|, ``percentile``, or its maximum) or "global_scale" (VTA's default: every
+    activation's int8 range is +-``global_scale``, rounded up to a power of two). None (the default): "percentile"
+    when ``dataset`` is given, "global_scale" otherwise. ``per_channel``: where weights get one power-of-two
+    scale per output channel: "auto" (depthwise convolutions, where each output channel reads its own input channel,
+    so a per-tensor scale set by the largest channel loses the small ones), "all" (every conv2d / dense: their requantization is then
+    per channel, which the accelerator's epilogue cannot fuse, so they run on the host) or "none" (VTA's per-tensor
+    scales). ``skip_conv_layers`` lists conv indices (in graph order) kept in float on the CPU;
+    ``skip_dense_layer`` keeps dense layers in float (VTA's default).
     """
+    if calibrate_mode is None:
+        calibrate_mode = DEFAULT_MODE if dataset is not None else "global_scale"
     if calibrate_mode not in MODES:
         raise ValueError(f"calibrate_mode={calibrate_mode!r}; allowed: {', '.join(MODES)}")
+    if per_channel not in PER_CHANNEL:
+        raise ValueError(f"per_channel={per_channel!r}; allowed: {', '.join(PER_CHANNEL)}")
     if not global_scale > 0:
         raise ValueError(f"global_scale must be positive, got {global_scale}")
     default_exp = power2_exponent(float(global_scale), INT8_MAX + 1)
@@ -293,5 +341,6 @@ def quantize(graph: Graph, params: dict[str, np.ndarray], *, global_scale: float
     bad = [i for i in skip_conv_layers if not 0 <= int(i) < max(n_convs, 1)]
     if bad:
         raise ValueError(f"skip_conv_layers {bad} out of range: the graph has {n_convs} convolution(s)")
-    q = _Quantizer(graph, params, act_exp, default_exp, {int(i) for i in skip_conv_layers}, skip_dense_layer)
+    q = _Quantizer(graph, params, act_exp, default_exp, {int(i) for i in skip_conv_layers}, skip_dense_layer,
+                   per_channel)
     return q.run()

@@ -6,7 +6,7 @@ from collections.abc import Callable
 
 import numpy as np
 
-from graph_pack.graph import Graph, GraphError
+from graph_pack.graph import Graph, GraphError, Node
 from graph_pack.kernels import KERNELS
 
 
@@ -37,9 +37,12 @@ def check_input(graph: Graph, name: str, value) -> np.ndarray:
 
 
 def evaluate(graph: Graph, params: dict[str, np.ndarray], inputs: dict[str, np.ndarray],
-             observe: Callable[[str, np.ndarray], None] | None = None) -> dict[str, np.ndarray]:
+             observe: Callable[[str, np.ndarray], None] | None = None,
+             kernel_for: Callable[[Node], Callable | None] | None = None) -> dict[str, np.ndarray]:
     """Every node's value is computed in order; ``observe(name, value)`` sees each operator's output.
-    Returns the values of the graph's outputs by name. Values are dropped once nothing reads them."""
+    Returns the values of the graph's outputs by name. Values are dropped once nothing reads them.
+    ``kernel_for(node)``: a kernel bit-identical to the reference's for the node (graph_pack.jit's), or None for
+    the reference's own."""
     values = dict(check_inputs(graph, inputs))
     remaining = {name: len(users) for name, users in graph.consumers().items()}
     for node in graph:
@@ -50,7 +53,7 @@ def evaluate(graph: Graph, params: dict[str, np.ndarray], inputs: dict[str, np.n
                 raise GraphError(f"no value for constant {node.name!r} in params")
             values[node.name] = params[node.name]
             continue
-        fn = KERNELS.get(node.op)
+        fn = (kernel_for and kernel_for(node)) or KERNELS.get(node.op)
         if fn is None:
             raise GraphError(f"{node.name}: no reference kernel for op {node.op!r}")
         try:

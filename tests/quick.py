@@ -70,7 +70,9 @@ QUICK_TESTS: dict[str, dict[str, tuple[str, ...]]] = {
     "graph_pack": {"test_zoo.py": ("test_calibration_", "test_names_and_aliases", "test_bad_arguments"),
                    "test_networks.py": ("test_vta_run_cli_rejects_unknown_model",),
                    "test_onnx_families.py": ("test_family_runs_on_the_host_as_onnxruntime",
-                                             "test_a_planted_unsupported_op", "test_a_dynamic_input")},
+                                             "test_a_planted_unsupported_op", "test_a_dynamic_input"),
+                   "test_regions.py": ("test_per_channel_scales_improve", "test_explain_names_a_capability",
+                                       "test_python_api_twice")},
     "tuning": {"test_tuners.py": ("test_bad_log_lines_are_skipped", "test_load_history"),
                "test_tuning_flow.py": ("test_timing_only_measures_the_same_cycles",)},
 }

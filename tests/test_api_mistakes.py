@@ -74,13 +74,13 @@ def test_an_output_changed_by_the_caller_is_not_the_modules(small):
 
 
 def test_pack_points_and_epilogues_of_the_wrong_kind_say_what_is_taken(small):
-    """start_name=None said "no operator matches start_name='predicate'"; the command line's epilogue text was read
+    """start_name=0 (None now finds the regions) said "no operator matches start_name='predicate'"; the command line's epilogue text was read
     one character at a time ("epilogue op 'b': expected a tuple")."""
     from vta.templates import compile_op
 
     _graph, qgraph, _qparams = small
-    with pytest.raises(TypeError, match=r"start_name=None: an op name, a node name, or a predicate"):
-        graph_pack(qgraph, PYNQ, start_name=None, stop_name="nn.global_avg_pool2d")
+    with pytest.raises(TypeError, match=r"start_name=0: an op name, a node name, or a predicate"):
+        graph_pack(qgraph, PYNQ, start_name=0, stop_name="nn.global_avg_pool2d")
     with pytest.raises(TypeError, match=r"epilogue='shr 8': a sequence of op tuples, e\.g\. \[\('shr', 8\)"):
         compile_op("conv2d", PYNQ, data_shape=(1, 16, 8, 8), kernel_shape=(16, 16, 3, 3), padding=(1, 1),
                    epilogue="shr 8")

@@ -112,7 +112,8 @@ OPS = ("(add, cast, clip, nn.batch_flatten, nn.bias_add, nn.conv2d, nn.dense, nn
     (["run", DIGITS, "--start", "qnn.quantize", "--stop", "nn.batch_flaten"],
      ("--stop nn.batch_flaten: no operator after the start matches it (did you mean 'nn.batch_flatten'?); give --stop "
      "an op name (")),
-    (["run", DIGITS], "--start nn.max_pool2d (the default): no operator matches it; give --start an op name ("),
+    (["run", DIGITS, "--stop", "nn.batch_flatten"],   # one flag names VTA's region: the other is the model's default
+     "--start nn.max_pool2d (the default): no operator matches it; give --start an op name ("),
     (["tune", "resnet-18", "--image-size", "32", "--start", "nn.maxpool2d", "--log", "x.jsonl"],
      "--start nn.maxpool2d: no operator matches it (did you mean 'nn.max_pool2d'?); give --start an op name ("),
 ])

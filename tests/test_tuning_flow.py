@@ -235,8 +235,9 @@ def test_gradient_scheduler_spends_exactly_its_budget_also_after_a_resume(tmp_pa
 
 def test_vta_tune_takes_start_and_stop_for_a_model_without_the_zoos_pack_points(tmp_path):
     """An ONNX model has no pack points of its own: the default ones (nn.max_pool2d ... ) are not in the README's
-    digits_cnn, so `vta tune` could not tune it. --start / --stop, as vta run takes them, choose the offload
-    region; the last line's vta run command carries them, and that run uses the tuned schedules."""
+    digits_cnn, so `vta tune` could not tune it. Without flags its regions are found automatically (--explain says
+    so); --start / --stop, as vta run takes them, choose VTA's offload region instead: the same two tasks here, so
+    the log is resumed, and the last line's vta run command carries the flags; that run uses the tuned schedules."""
     import os
     import subprocess
     import sys
@@ -250,8 +251,12 @@ def test_vta_tune_takes_start_and_stop_for_a_model_without_the_zoos_pack_points(
         return subprocess.run([sys.executable, "-m", "vta", *args], cwd=tmp_path, capture_output=True, text=True,
                               timeout=600, check=False, env=env)
 
-    bare = vta("tune", model, "--tuner", "random", "--n-trial", "4", "--log", "x.jsonl")
-    assert bare.returncode == 2 and "vta: error: --start nn.max_pool2d (the default): no operator matches it" in bare.stderr
+    bare = vta("tune", model, "--tuner", "random", "--n-trial", "4", "--log", "x.jsonl", "--explain")
+    assert bare.returncode == 0, bare.stderr
+    assert "2 task(s) on" in bare.stdout and "1 accelerator region(s), found automatically" in bare.stdout
+    assert f"vta run {model} --log x.jsonl" in bare.stdout
+    named = vta("tune", model, "--start", "nn.max_pool2d", "--tuner", "random", "--n-trial", "4", "--log", "y.jsonl")
+    assert named.returncode == 2 and "vta: error: --start nn.max_pool2d: no operator matches it" in named.stderr
     region = ["--start", "qnn.quantize", "--stop", "nn.batch_flatten"]
     proc = vta("tune", model, *region, "--tuner", "random", "--n-trial", "4", "--log", "x.jsonl")
     assert proc.returncode == 0, proc.stderr

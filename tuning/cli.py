@@ -9,7 +9,7 @@ import os
 import shlex
 from pathlib import Path
 
-from graph_pack.cli import START_HELP, STOP_HELP, region_flags
+from graph_pack.cli import EXPLAIN_HELP, START_HELP, STOP_HELP, region_flags
 from graph_pack.svg import check_html_path
 from tuning.cpu_network import tune_cpu_cmd
 from tuning.network import tune_network
@@ -112,6 +112,7 @@ def interrupted_line(log: str | os.PathLike, before: int, after: int) -> str:
     arg("--image-size", type=int, default=None, help="input height = width for zoo classifiers"),
     arg("--start", default=None, help=START_HELP),
     arg("--stop", default=None, help=STOP_HELP),
+    arg("--explain", action="store_true", help=EXPLAIN_HELP.replace("where it ran", "where it runs")),
     arg("--seed", type=SEED, default=0, help="seed of the tuners, weights and input"),
     arg("--plot", metavar="FILE.html", help="after tuning, draw the log's tuning curves (best time per task "
         "against trials) to this self-contained page; on a finished log nothing is measured again"),
@@ -152,6 +153,9 @@ def tune_cmd(args: argparse.Namespace) -> int:
         if args.start is not None or args.stop is not None:
             raise ValueError("--start and --stop choose the accelerator's offload region; --target cpu tunes the "
                              "float network's conv2d / dense on this CPU (leave them out)")
+        if args.explain:
+            raise ValueError("--explain says where each op runs on the accelerator; --target cpu tunes the float "
+                             "network's conv2d / dense on this CPU (leave it out)")
         return tune_cpu_cmd(args, cfg, log, ops, resumable)
     remote = args.rpc or args.dask
     measurer = runner_from_flags(args, check=args.check, timing_only=args.timing_only, n_parallel=args.parallel) \
@@ -160,7 +164,8 @@ def tune_cmd(args: argparse.Namespace) -> int:
         result = tune_network(args.model, cfg, tuner=args.tuner, n_trial=args.n_trial, total_trials=args.total_trials,
                      strategy=args.strategy, log=log, ops=ops, timing_only=args.timing_only, check=args.check,
                      n_parallel=args.parallel or 1, early_stopping=args.early_stopping, image_size=args.image_size,
-                     seed=args.seed, runner=runner, start=args.start, stop=args.stop)
+                     seed=args.seed, runner=runner, start=args.start, stop=args.stop,
+                     show_explanation=args.explain)
     if args.rpc:
         print(boards_line(runner))
     if args.plot is not None:

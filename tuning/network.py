@@ -12,7 +12,8 @@ from typing import TextIO
 import numpy as np
 
 from graph_pack.build import GraphModule, build
-from graph_pack.cli import load_model
+from graph_pack.cli import load_model, region_names
+from graph_pack.explain import Explanation, explain
 from graph_pack.pack import graph_pack
 from graph_pack.quantize import quantize
 from simulator.stats import SIMULATED, latency_basis
@@ -29,6 +30,7 @@ class NetworkTuning:
     summary: TuneSummary
     untuned: GraphModule
     tuned: GraphModule
+    explanation: Explanation | None = None   # where each op of the tuned network runs and why
 
     @property
     def speedup(self) -> float:
@@ -42,18 +44,26 @@ def tune_network(model: str, env, *, tuner: str = "xgb", n_trial: int = 100, tot
                  timing_only: bool = False, check: bool = True, n_parallel: int = 1, early_stopping: int | None = None,
                  batch: int | None = None, image_size: int | None = None, seed: int = 0,
                  out: TextIO | None = None, runner=None, start: str | None = None,
-                 stop: str | None = None) -> NetworkTuning:
+                 stop: str | None = None, show_explanation: bool = False) -> NetworkTuning:
     """Extract -> tune -> build with the best -> compare with the untuned build (same output, fewer cycles).
     ``runner`` measures (an RPCRunner, a DaskRunner; default a LocalRunner of ``n_parallel`` processes).
     ``start`` / ``stop`` bound the offload region (graph_pack's start_name / stop_name, vta run's --start /
-    --stop); None: the model's default (a zoo model's own, else nn.max_pool2d ... nn.global_avg_pool2d)."""
+    --stop); both None: every region the accelerator can run, found automatically; one None: the model's default
+    for it (a zoo model's own, else nn.max_pool2d ... nn.global_avg_pool2d). The network is quantized as ``vta run``
+    quantizes it by default (percentile ranges calibrated on the random input the builds are compared on).
+    ``show_explanation``: write where each op runs and why (``vta tune --explain``) before tuning."""
     check_tuning_arguments(tuner=tuner, strategy=strategy, n_trial=n_trial, total_trials=total_trials,
                            early_stopping=early_stopping, log=log)   # before the model is loaded
     out = out if out is not None else sys.stdout
     cfg = config_of(env)
-    graph, params, (default_start, default_stop) = load_model(model, batch or cfg.BATCH, image_size, seed)
-    qgraph, qparams = quantize(graph, params)
-    packed = graph_pack(qgraph, cfg, start_name=start or default_start, stop_name=stop or default_stop)
+    graph, params, defaults = load_model(model, batch or cfg.BATCH, image_size, seed)
+    x = np.random.default_rng(seed).standard_normal(graph[graph.inputs[0]].shape).astype(np.float32)
+    qgraph, qparams = quantize(graph, params, dataset=[{graph.inputs[0]: x}])
+    start, stop = region_names(start, stop, defaults)
+    packed = graph_pack(qgraph, cfg, start_name=start, stop_name=stop)
+    explanation = explain(packed)
+    if show_explanation:
+        out.write(explanation.format() + "\n")
     tasks = extract_tasks(packed, cfg, ops=ops)
     if not tasks:
         known = sorted({t.op for t in extract_tasks(packed, cfg)}) if ops else []
@@ -68,14 +78,13 @@ def tune_network(model: str, env, *, tuner: str = "xgb", n_trial: int = 100, tot
         summary = tune_tasks(tasks, tuner=tuner, n_trial=n_trial, total_trials=total_trials, runner=measurer, log=log,
                              strategy=strategy, early_stopping=early_stopping, seed=seed, out=out)
     schedules = load_best(log, cfg) if log is not None else summary.best_configs()
-    x = np.random.default_rng(seed).standard_normal(graph[graph.inputs[0]].shape).astype(np.float32)
     untuned = build(packed, cfg, qparams)
     tuned = build(packed, cfg, qparams, schedules=schedules)
     untuned.run(**{graph.inputs[0]: x})
     tuned.run(**{graph.inputs[0]: x})
     if not np.array_equal(untuned.get_output(0), tuned.get_output(0)):
         raise RuntimeError("the tuned build's output differs from the untuned one: a schedule bug")
-    result = NetworkTuning(tasks, summary, untuned, tuned)
+    result = NetworkTuning(tasks, summary, untuned, tuned, explanation)
     clock = cfg.CLOCK_MHZ * 1e3
     basis = latency_basis(cfg)   # what the speedup compares: the board model's time, else the cycles at the clock
 
