@@ -2918,3 +2918,30 @@ int vta_sim_run(vta_sim_t *s, const uint8_t *insns, uint32_t count, int compute,
   if (s->profile) s->prof_ns[PROF_RUN] += now_ns() - run_t0;
   return rc;
 }
+
+/* ------------------------------------------------------------------ batches (vta_sim.h, vta_sim_run_batch) */
+
+int vta_sim_run_batch(vta_sim_t *s, const vta_batch_item_t *items, uint32_t n, int compute, uint64_t max_cycles,
+                      uint64_t max_work, vta_stats_t *stats, uint32_t *failed, char *err, size_t errlen) {
+  if (!failed) return fail(err, errlen, VTA_ERR_ARG, "no buffer for the failed item's index");
+  *failed = n;
+  if (n && (!items || !stats)) return fail(err, errlen, VTA_ERR_ARG, "%u items without %s", n, items ? "stats" : "items");
+  for (uint32_t i = 0; i < n; i++) {
+    memset(&stats[i], 0, sizeof stats[i]);
+    stats[i].error_index = -1;
+  }
+  for (uint32_t i = 0; i < n; i++) {
+    const vta_batch_item_t *it = &items[i];
+    int rc = VTA_OK;
+    if (it->copy_bytes && !it->copy_src)
+      rc = fail(err, errlen, VTA_ERR_ARG, "item %u: %llu bytes to copy from NULL", i, (unsigned long long)it->copy_bytes);
+    if (rc == VTA_OK && it->copy_bytes) rc = vta_sim_write(s, it->copy_addr, it->copy_src, it->copy_bytes, err, errlen);
+    if (rc == VTA_OK && it->count)
+      rc = vta_sim_run(s, it->insns, it->count, compute, max_cycles, max_work, &stats[i], NULL, err, errlen);
+    if (rc != VTA_OK) {
+      *failed = i;
+      return rc;
+    }
+  }
+  return VTA_OK;
+}

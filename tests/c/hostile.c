@@ -1406,6 +1406,86 @@ static void weight_cache_probe(ctx_t *c) {
   free(acc);
 }
 
+/* vta_sim_run_batch misused (no failed-index buffer, no items or stats, a copy from NULL or outside the mapped
+ * regions, a stream from NULL, a random program among good items): the code and message of the first failing item,
+ * its index, and the items before it done; then a good batch (a copy, the known-good LOAD ACC -> STORE stream)
+ * stores the copied bytes. */
+static void batch_probe(ctx_t *c) {
+  g_phase = "batch";
+  const uint32_t ea = c->acc_elem, eo = c->out_elem;
+  const uint64_t in_addr = round_up(GOOD_BASE, ea), out_addr = round_up(GOOD_BASE + GOOD_SIZE / 2, eo);
+  uint8_t in[4096], prog[3 * 16], junk[MAX_INSNS * 16];
+  for (uint32_t i = 0; i < ea; i++) in[i] = (uint8_t)next64();
+  uint64_t w[2];
+  encode_mem(c, w, OP_LOAD, MEM_ACC, 0, in_addr / ea, 1, 1, 1, 0, 1);
+  emit(prog, w);
+  encode_mem(c, w, OP_STORE, MEM_OUT, 0, out_addr / eo, 1, 1, 1, 1, 0);
+  emit(prog + 16, w);
+  finish_insn(c, prog + 32);
+  int must_fail = 0;
+  const uint32_t njunk = gen_program(c, junk, &must_fail);
+  vta_batch_item_t items[4];
+  vta_stats_t st[4];
+  uint32_t failed = 12345;
+  const vta_batch_item_t good = {in_addr, in, ea, prog, 3};
+  const uint64_t outside = TOP48 + 4096; /* never mapped */
+  struct {
+    vta_batch_item_t bad;
+    int rc; /* expected code, -1: whatever the random program gives */
+  } cases[] = {
+      {{in_addr, NULL, 8, NULL, 0}, VTA_ERR_ARG},          /* bytes from NULL */
+      {{outside, in, 8, NULL, 0}, VTA_ERR_MEM},            /* a copy outside every region */
+      {{in_addr, in, 0, NULL, 2}, VTA_ERR_INSN},           /* a stream from NULL */
+      {{0, NULL, 0, junk, njunk}, -1},                     /* a random (maybe failing) program */
+  };
+  for (size_t k = 0; k < sizeof cases / sizeof cases[0]; k++) {
+    const uint32_t at = (uint32_t)rnd(3); /* the bad item after `at` good ones */
+    for (uint32_t i = 0; i < at; i++) items[i] = good;
+    items[at] = cases[k].bad;
+    clear_err();
+    failed = 12345;
+    int rc = vta_sim_run_batch(c->sim, items, at + 1, 1, 1000000, NO_WORK_LIMIT, st, &failed, g_err, sizeof g_err);
+    count_api(rc);
+    if (rc) check_message(rc, "vta_sim_run_batch");
+    if (cases[k].rc >= 0) {
+      EXPECT(rc == cases[k].rc && failed == at, "%s: batch case %zu returned %s at item %u, expected %s at %u",
+             c->name, k, rc_name(rc), failed, rc_name(cases[k].rc), at);
+    } else {
+      EXPECT(rc == VTA_OK ? failed == at + 1 : failed == at, "%s: batch of a random program: %s at item %u of %u",
+             c->name, rc_name(rc), failed, at + 1);
+      if (must_fail) EXPECT(rc != VTA_OK, "%s: a batch ran a program that cannot pass validation", c->name);
+    }
+    for (uint32_t i = 0; i < at; i++)
+      EXPECT(st[i].error_index == -1 && st[i].out_store_nbytes == eo, "%s: batch item %u before the failing one did "
+             "not run", c->name, i);
+    if (rc) g_pending = 1;
+  }
+  clear_err();
+  int rc = vta_sim_run_batch(c->sim, NULL, 1, 1, 1000000, NO_WORK_LIMIT, st, &failed, g_err, sizeof g_err);
+  check_message(rc, "vta_sim_run_batch");
+  EXPECT(rc == VTA_ERR_ARG && failed == 1, "%s: a batch without items returned %s", c->name, rc_name(rc));
+  rc = vta_sim_run_batch(c->sim, &good, 1, 1, 1000000, NO_WORK_LIMIT, NULL, &failed, g_err, sizeof g_err);
+  check_message(rc, "vta_sim_run_batch");
+  EXPECT(rc == VTA_ERR_ARG, "%s: a batch without stats returned %s", c->name, rc_name(rc));
+  rc = vta_sim_run_batch(c->sim, &good, 1, 1, 1000000, NO_WORK_LIMIT, st, NULL, g_err, sizeof g_err);
+  check_message(rc, "vta_sim_run_batch");
+  EXPECT(rc == VTA_ERR_ARG, "%s: a batch without a failed-index buffer returned %s", c->name, rc_name(rc));
+  rc = vta_sim_run_batch(c->sim, NULL, 0, 1, 1000000, NO_WORK_LIMIT, NULL, &failed, g_err, sizeof g_err);
+  EXPECT(rc == VTA_OK && failed == 0, "%s: an empty batch returned %s", c->name, rc_name(rc));
+  for (uint32_t i = 0; i < eo; i++) in[ea + i] = 0xcc;
+  const vta_batch_item_t pair[2] = {{out_addr, in + ea, eo, NULL, 0}, good}; /* canary out, then the copy */
+  rc = vta_sim_run_batch(c->sim, pair, 2, 1, 1000000, NO_WORK_LIMIT, st, &failed, g_err, sizeof g_err);
+  count_api(rc);
+  digest_run(rc, &st[1]);
+  EXPECT(rc == VTA_OK && failed == 2, "%s: a good batch returned %s: %s", c->name, rc_name(rc), g_err);
+  uint8_t got[1024];
+  if (do_read(c, out_addr, got, eo) == VTA_OK) {
+    int same = 1;
+    for (uint32_t l = 0; l < eo; l++) same &= got[l] == in[4 * l]; /* the low byte of each lane */
+    EXPECT(same, "%s: a good batch stored the wrong bytes", c->name);
+  }
+}
+
 int main(int argc, char **argv) {
   if (argc != 4) {
     fprintf(stderr, "usage: %s PARAMS_FILE ITERATIONS SEED\n", argv[0]);
@@ -1451,6 +1531,8 @@ int main(int argc, char **argv) {
     settle(c, "an API error");
     if (chance(40)) probe(c);
     settle(c, "a probe");
+    if (chance(5)) batch_probe(c);
+    settle(c, "a batch");
     if (g_iter % 256 == 255) known_good(c, "a batch of iterations");
     if (g_iter % DIGEST_EVERY == DIGEST_EVERY - 1) digest_state(c);
   }
