@@ -15,7 +15,6 @@ from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
-from simulator.batch import BatchStep
 from simulator.stats import RunStats
 from vta.device import SimDevice
 from vta.runtime import combine_stats
@@ -29,6 +28,7 @@ class AccelBatch:
 
     def __init__(self, steps: list[AccelStep], device: SimDevice):
         from graph_pack.build import DeviceTensor
+        from simulator.batch import BatchStep  # loads the C simulator: not when graph_pack is imported
 
         self.steps = steps
         self.device = device
