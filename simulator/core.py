@@ -366,9 +366,8 @@ class Simulator:
         return StreamBatch(self, steps)
 
     def _stream_latency(self, key: bytes, raw: np.ndarray, cycles: int) -> float:
-        """``_board_latency`` for a stream whose key (blake2b, 16 bytes) the caller computed once."""
-        if not self.cfg.board_model:
-            return board_latency(self.cfg, raw, cycles).total_s
+        """``_board_latency`` on a config with a board model, for a stream whose key (``stream_key``) the caller
+        computed once."""
         seconds = self._latency_cache.get((key, cycles))
         if seconds is None:
             seconds = board_latency(self.cfg, raw, cycles).total_s
