@@ -13,7 +13,7 @@ import numpy as np
 from test_semantics import finish, gemm, load, store, uops, wrap32
 
 from hw_config import load_config
-from simulator.core import Simulator
+from simulator.core import Simulator, kernels_supported
 
 N_TILES = 6        # weight tiles (16 x 16) the program loads; the GEMM reads each once
 N_INP = 4          # input rows, one per micro-op pair
@@ -71,13 +71,14 @@ class _Rig:
         self.sim.write(self.w_addr + offset, self.w[tile, o, c:c + 1])
 
 
-def check_host_write_is_seen(sim: Simulator, seed: int = 0) -> None:
+def check_host_write_is_seen(sim: Simulator, seed: int = 0, quads: bool = True) -> None:
     """Run, change one weight byte in DRAM, run again: the second output is numpy's for the new weights (and
-    differs from the first), a third run of the unchanged bytes (the cached layouts) gives the same again."""
+    differs from the first), a third run of the unchanged bytes (the cached layouts) gives the same again.
+    ``quads``: the build has the unsigned-input kernels (every x86 build), which a weight LOAD lays out for."""
     rig = _Rig(sim, seed)
     first = rig.run()
     np.testing.assert_array_equal(first, _want(rig.x, rig.w), err_msg=f"{sim.kernel_path}: first run")
-    assert "quads" in sim._weight_layout(0), "the program does not take the unsigned-input kernels"
+    assert ("quads" in sim._weight_layout(0)) == quads, "the program does not take the unsigned-input kernels"
     for tile, o, c in ((3, 5, 7), (0, 0, 0), (N_TILES - 1, 15, 15)):
         rig.change_one_byte(tile, o, c)
         again = rig.run()
@@ -128,9 +129,12 @@ def check_sram_keeps_loaded_weights(sim: Simulator, seed: int = 2) -> None:
 
 
 def reuse_checks(threads: int = 1) -> None:
-    """Every check, on a simulator of the kernel path VTA_SIM_KERNEL selects (tests/test_kernel_paths.py)."""
+    """Every check, on a simulator of the kernel path VTA_SIM_KERNEL selects (tests/test_kernel_paths.py); a
+    VTA_SIM_PORTABLE=1 build (generic C kernels only, no quad layout) runs them too, without a cache to reuse."""
     cfg = load_config("pynq")
-    for check in (check_host_write_is_seen, check_store_is_seen, check_sram_keeps_loaded_weights):
+    quads = kernels_supported() != ["portable"]
+    check_host_write_is_seen(Simulator(cfg, threads=threads), quads=quads)
+    for check in (check_store_is_seen, check_sram_keeps_loaded_weights):
         check(Simulator(cfg, threads=threads))
 
 
