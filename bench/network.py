@@ -43,6 +43,7 @@ from graph_pack.pack import graph_pack
 from graph_pack.quantize import quantize
 from graph_pack.reference import run_reference
 from hw_config import load_config
+from simulator.batch import StreamBatch
 from simulator.core import Simulator
 from vta.device import SimDevice
 
@@ -121,30 +122,33 @@ def profile_one(mod, x: np.ndarray) -> tuple[float, dict[str, float]]:
     """One simulated inference with the simulator's host-time profile on: its wall seconds and seconds by part."""
     sim = mod.device.sim
     runs = [0.0]
-    run = sim.run
+    run, batch_run = sim.run, StreamBatch.run
 
-    def timed_run(*args, **kwargs):   # Python's side of each group's C run (wrapping, stats objects) too
-        t0 = time.perf_counter()
-        try:
-            return run(*args, **kwargs)
-        finally:
-            runs[0] += time.perf_counter() - t0
+    def timed(fn):   # Python's side of the C calls (wrapping, stats objects) too
+        def call(*args, **kwargs):
+            t0 = time.perf_counter()
+            try:
+                return fn(*args, **kwargs)
+            finally:
+                runs[0] += time.perf_counter() - t0
+        return call
 
     sim.set_profile(True)
-    sim.run = timed_run
+    sim.run, StreamBatch.run = timed(run), timed(batch_run)   # single streams; groups in batches (graph_pack.batched)
     try:
         t0 = time.perf_counter()
         mod.run(data=x)
         wall = time.perf_counter() - t0
     finally:
         del sim.run
+        StreamBatch.run = batch_run
         prof = sim.profile()
         sim.set_profile(False)
     c_parts = ("gemm", "alu", "load", "store", "weight_layout")
     parts = {name: prof[name] for name in c_parts}
     parts["decode, checks, timing model (C)"] = prof["run"] - sum(parts.values())
     parts["host ops"] = mod.host_seconds
-    parts["Python: simulator.run wrapper"] = runs[0] - prof["run"]
+    parts["Python: simulator.run / batch wrappers"] = runs[0] - prof["run"]
     parts["Python: the rest per group (staging, steps)"] = wall - runs[0] - mod.host_seconds
     return wall, parts
 

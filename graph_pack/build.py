@@ -23,7 +23,7 @@ from typing import Any
 
 import numpy as np
 
-from graph_pack import host_templates, jit
+from graph_pack import batched, host_templates, jit
 from graph_pack.graph import Graph, GraphError
 from graph_pack.kernels import KERNELS, conv2d_transpose_direct
 from graph_pack.opdefs import packed_factors
@@ -126,6 +126,11 @@ class AccelStep:
         m.values[self.output] = DeviceTensor(self.op.buffers.out, self.out_shape, "int8")
         return stats
 
+    def record(self, stats: RunStats) -> StepRecord:
+        """The module's record of a run of this group."""
+        return StepRecord(self.name, self.workload["op"], "accelerator", len(self.group.members) - 1, stats,
+                          macs=self.macs)
+
     def check(self, m: GraphModule) -> str | None:
         """Why this group's output of the last run differs from its template's numpy reference on the inputs
         it read (every input buffer read back from the device), or None when they agree bit for bit."""
@@ -185,9 +190,11 @@ class GraphModule:
         self.outputs: list[np.ndarray] = []
         self.records: list[StepRecord] = []
         self.fallbacks: dict[str, str] = {}   # accelerator groups build had to run on the host, and why
-        self.stats: RunStats | None = None
+        self._stats: RunStats | None = None
+        self._runs: list[RunStats] | None = None   # the last run's, per accelerator group (``stats`` adds them up)
         self.host_seconds = 0.0
         self._in_use = threading.Lock()   # held by the thread in run / set_input / get_output (_alone)
+        self._plan: list | None = None    # the steps as run: groups in batches on the simulator (graph_pack.batched)
 
     @contextmanager
     def _alone(self) -> Iterator[None]:
@@ -272,12 +279,17 @@ class GraphModule:
         self.values = {**self.consts, **values}
         records, runs = [], []
         host_total = 0.0
-        for step in self.steps:
-            if isinstance(step, AccelStep):
+        if self._plan is None:
+            self._plan = batched.plan(self.steps, self.device)
+        for step in self._plan:
+            if isinstance(step, batched.AccelBatch):
+                for member, stats in zip(step.steps, step.run(self, compute)):
+                    runs.append(stats)
+                    records.append(member.record(stats))
+            elif isinstance(step, AccelStep):
                 stats = step.run(self, compute)
                 runs.append(stats)
-                records.append(StepRecord(step.name, step.workload["op"], "accelerator",
-                                          len(step.group.members) - 1, stats, macs=step.macs))
+                records.append(step.record(stats))
             else:
                 t0 = time.perf_counter()
                 step.run(self, compute)
@@ -287,8 +299,16 @@ class GraphModule:
         self.outputs = [np.array(self.host_value(o)) for o in self.graph.outputs]
         self.records = records
         self.host_seconds = host_total
-        self.stats = combine_stats(runs)
-        self.stats.clock_mhz = self.cfg.CLOCK_MHZ
+        self._runs, self._stats = runs, None
+
+    @property
+    def stats(self) -> RunStats | None:
+        """The last run's counters and cycles, every accelerator group's together (None before a run); added up when
+        first asked for, so that a run does not pay for it."""
+        if self._stats is None and self._runs is not None:
+            self._stats = combine_stats(self._runs)
+            self._stats.clock_mhz = self.cfg.CLOCK_MHZ
+        return self._stats
 
     @property
     def cycles(self) -> int:

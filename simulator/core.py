@@ -27,6 +27,7 @@ from simulator.params import param_values
 from simulator.stats import MODULES, STALL_CAUSES, RunStats
 
 if TYPE_CHECKING:
+    from simulator.batch import BatchStep, StreamBatch
     from simulator.image import ProgramImage, ReplayResult
 
 try:
@@ -96,6 +97,27 @@ def kernel_path() -> str:
 def kernels_supported() -> list[str]:
     """The kernel paths this CPU and build support, best last."""
     return ffi.string(lib.vta_sim_kernels_supported()).decode().split()
+
+
+STATS_WORDS = 44   # vta_stats_t: 44 64-bit fields (the counters, cycles, work, insns, busy, stalls, error_index)
+_STALLS = len(STALL_CAUSES)
+if ffi.sizeof("vta_stats_t") != 8 * STATS_WORDS:   # pragma: no cover - a header edit without this constant's
+    raise ImportError("simulator/core.py and vta_sim.h disagree on vta_stats_t; rebuild with pip install -e .")
+
+
+def run_stats(words: list[int], clock_mhz: float) -> RunStats:
+    """RunStats from the 64-bit words of a vta_stats_t (its fields in order)."""
+    n = len(MODULES)
+    stalls = words[16:16 + n * _STALLS]
+    return RunStats(*words[:10], insns=dict(zip(MODULES, words[10:13])), busy=dict(zip(MODULES, words[13:16])),
+                    stalls={m: dict(zip(STALL_CAUSES, stalls[i * _STALLS:(i + 1) * _STALLS]))
+                            for i, m in enumerate(MODULES)},
+                    clock_mhz=clock_mhz)
+
+
+def stream_key(raw: np.ndarray) -> bytes:
+    """A stream's key in the board model's cache (its blake2b digest)."""
+    return hashlib.blake2b(raw, digest_size=16).digest()
 
 
 def _as_insn_bytes(insns: bytes | bytearray | np.ndarray) -> np.ndarray:
@@ -329,19 +351,30 @@ class Simulator:
                              events, self._err, ERR_LEN)
         if rc:
             self._check(rc, None if st.error_index < 0 else int(st.error_index))
-        stats = RunStats(
-            inp_load_nbytes=st.inp_load_nbytes, wgt_load_nbytes=st.wgt_load_nbytes,
-            acc_load_nbytes=st.acc_load_nbytes, uop_load_nbytes=st.uop_load_nbytes,
-            out_store_nbytes=st.out_store_nbytes, gemm_counter=st.gemm_counter, alu_counter=st.alu_counter,
-            cycles=st.cycles, finish_cycle=st.finish_cycle, work=st.work,
-            insns={m: st.insns[i] for i, m in enumerate(MODULES)},
-            busy={m: st.busy[i] for i, m in enumerate(MODULES)},
-            stalls={m: {c: st.stalls[i][k] for k, c in enumerate(STALL_CAUSES)} for i, m in enumerate(MODULES)},
-            clock_mhz=self.cfg.CLOCK_MHZ)
+        stats = run_stats(ffi.unpack(ffi.cast("uint64_t *", st), STATS_WORDS), self.cfg.CLOCK_MHZ)
         stats.latency_s = self._board_latency(raw, stats.cycles)
         if trace:
             stats.trace = [(MODULES[events[i].module], events[i].start, events[i].end) for i in range(count)]
         return stats
+
+    @serialised
+    def batch(self, steps: list[BatchStep]) -> StreamBatch:
+        """``steps`` prepared to run one after another in one call into C (``StreamBatch.run``): what a network's
+        accelerator groups take instead of a ``write`` and a ``run`` each (simulator/batch.py)."""
+        from simulator.batch import StreamBatch
+
+        return StreamBatch(self, steps)
+
+    def _stream_latency(self, key: bytes, raw: np.ndarray, cycles: int) -> float:
+        """``_board_latency`` on a config with a board model, for a stream whose key (``stream_key``) the caller
+        computed once."""
+        seconds = self._latency_cache.get((key, cycles))
+        if seconds is None:
+            seconds = board_latency(self.cfg, raw, cycles).total_s
+            if len(self._latency_cache) >= LATENCY_CACHE_STREAMS:
+                del self._latency_cache[next(iter(self._latency_cache))]
+            self._latency_cache[(key, cycles)] = seconds
+        return seconds
 
     def _board_latency(self, raw: np.ndarray, cycles: int) -> float:
         """The board model's seconds for a stream: a function of the stream alone (timing does not depend on
@@ -353,19 +386,12 @@ class Simulator:
         if self._first_stream is not None:
             first, first_cycles, seconds = self._first_stream
             self._first_stream = None
-            self._latency_cache[(hashlib.blake2b(first, digest_size=16).digest(), first_cycles)] = seconds
+            self._latency_cache[(stream_key(first), first_cycles)] = seconds
         elif not self._latency_cache:
             seconds = board_latency(self.cfg, raw, cycles).total_s
             self._first_stream = (raw.copy(), cycles, seconds)
             return seconds
-        key = (hashlib.blake2b(raw, digest_size=16).digest(), cycles)
-        seconds = self._latency_cache.get(key)
-        if seconds is None:
-            seconds = board_latency(self.cfg, raw, cycles).total_s
-            if len(self._latency_cache) >= LATENCY_CACHE_STREAMS:
-                del self._latency_cache[next(iter(self._latency_cache))]
-            self._latency_cache[key] = seconds
-        return seconds
+        return self._stream_latency(stream_key(raw), raw, cycles)
 
     @serialised
     def replay(self, image: ProgramImage | str, **run_options) -> ReplayResult:

@@ -750,7 +750,8 @@ def test_module_input_output_errors():
     np.testing.assert_array_equal(mod.get_output(0), first)
     with pytest.raises(GraphError, match="give the input's name"):
         mod.set_input(None, n.inputs()["data"])
-    mod.device.copy_in = None   # a run that fails part way leaves no earlier run's outputs behind
+    mod.device.copy_out = None   # a run that fails part way (a host step reading a group's output) leaves no
+    # earlier run's outputs behind
     with pytest.raises(TypeError):
         mod.run()
     with pytest.raises(GraphError, match="no outputs yet"):

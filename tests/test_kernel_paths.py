@@ -165,6 +165,10 @@ def _child() -> None:
                 _gemm_check(name, overrides, 100 * i + seed, unsigned=True, sums=sums)
                 _gemm_check(name, overrides, 100 * i + seed, runs=True, threads=1 + seed, unsigned=True, sums=sums)
 
+    from test_weight_reuse import reuse_checks
+    reuse_checks(threads=1)
+    reuse_checks(threads=2)
+
     from golden_files import GOLDEN_DIR
     golden = 0
     if GOLDEN_DIR.is_dir():

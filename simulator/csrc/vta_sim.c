@@ -22,10 +22,24 @@
 #define VTA_SIM_PAR_MIN_MACS (UINT64_C(1) << 18)
 #endif
 
+/* A mapped DRAM region, with its weight-layout cache: the quad layout (quad_layout_16x16) of each 256-byte weight tile
+ * a LOAD read from it, so that loading the same unchanged bytes again (a network's weights, every inference) copies
+ * the layout instead of building it again. Slot k is the tile at data + 256 k (regions whose base is a multiple of
+ * 256; a weight tile's DRAM address always is). Every write into the region (vta_sim_write, a STORE) clears the
+ * slots it touches (dram_written), so a slot is valid only while its bytes are those it was built from. */
 typedef struct region {
   uint64_t base, size;
   uint8_t *data;
+  uint8_t *wq;      /* size / 256 slots of 256 bytes (allocated at the region's first quad LOAD), or NULL */
+  uint8_t *wq_bits; /* per slot: the tile's wgt_t_built bits (SHADOW_QUADS, ...) while wq holds its layout, else 0 */
+  int lent;         /* SRAM weight tiles may point into wq (vta_sim's wgt_qp): reclaim_quads before wq changes */
 } region_t;
+
+static void region_free(region_t *r) {
+  free(r->data);
+  free(r->wq);
+  free(r->wq_bits);
+}
 
 /* `rows` x `count` consecutive micro-ops of a GEMM that read one weight tile: within a row they step their
  * accumulator and input indices by dstep / sstep, from row to row by drow / srow (a conv tile's output rows and
@@ -56,8 +70,8 @@ typedef struct gemm_job {
   gemm_row_fn row; /* rows of micro-ops sharing a weight tile, or NULL: one `one` call per micro-op */
   gemm_row_fn row_sum2, row_sum4; /* `row` for tiles marked SHADOW_SUM2 / SHADOW_SUM4, or NULL */
   gemm_fn one;     /* one micro-op, where `row` is NULL */
-  const uint8_t *shadow; /* the weight shadows the kernel reads, tile t at shadow + t * stride */
-  size_t stride;
+  const uint8_t *shadow; /* the weight shadows the kernel reads, tile t at shadow + (t - first) * stride */
+  size_t stride, first;
   gemm_tiles_fn tiles; /* where the inner loop's iterations all add into the same accumulators (dst_in 0): `row`
                         * over all of them in one call (`fused` = iter_in of them), or NULL */
   uint32_t fused;
@@ -100,6 +114,8 @@ struct vta_sim {
   gemm_row_fn gemm_row_sum2, gemm_row_sum4; /* the same for tiles marked SHADOW_SUM2 / SHADOW_SUM4 */
   gemm_tiles_fn gemm_tiles;      /* the unsigned kernel over an inner loop's iterations (gemm_tiles_vnni), or NULL */
   uint8_t *wgt_q;                /* its shadow of each weight tile, 256 bytes each (quad_layout_16x16) */
+  const uint8_t **wgt_qp;        /* where tile t's quad shadow is: wgt_q + 256 t, or a region's cached layout of the
+                                  * DRAM tile it was loaded from (load_weight_quads; own_quads takes it back) */
   int kernel;          /* K_PORTABLE, ... (the GEMM kernel path) */
   void (*gemm)(int32_t *, const int8_t *, const uint8_t *, uint32_t, uint32_t, uint32_t);
   uint32_t threads;    /* GEMM threads (vta_sim_set_threads); 1: all on the calling thread */
@@ -1186,9 +1202,13 @@ vta_sim_t *vta_sim_create(const vta_params_t *params, char *err, size_t errlen) 
   if (kernel_unsigned(kernel, p->block_out, p->block_in, &s->gemm_row_unsigned, &s->gemm_row_sum2,
                       &s->gemm_row_sum4))
     s->wgt_q = calloc_lines(p->wgt_depth, 256); /* apart from wgt_t, so that each kind of shadow stays dense in cache */
+  if (s->wgt_q) {
+    s->wgt_qp = calloc(p->wgt_depth, sizeof *s->wgt_qp);
+    for (size_t t = 0; s->wgt_qp && t < p->wgt_depth; t++) s->wgt_qp[t] = s->wgt_q + t * 256;
+  }
   s->wgt_t_built = calloc(p->wgt_depth, 1);
   if (!s->uop || !s->inp || !s->wgt || !s->acc || !s->wgt_t || !s->wgt_t_built || !s->runs ||
-      (s->gemm_row_unsigned && !s->wgt_q)) {
+      (s->gemm_row_unsigned && (!s->wgt_q || !s->wgt_qp))) {
     vta_sim_destroy(s);
     fail(err, errlen, VTA_ERR_ARG, "out of host memory for the SRAMs");
     return NULL;
@@ -1230,7 +1250,7 @@ int vta_sim_tile_layout(const vta_sim_t *s, uint32_t tile) {
 
 void vta_sim_destroy(vta_sim_t *s) {
   if (!s) return;
-  for (size_t i = 0; i < s->nregions; i++) free(s->regions[i].data);
+  for (size_t i = 0; i < s->nregions; i++) region_free(&s->regions[i]);
   free(s->regions);
   free(s->uop);
   free(s->inp);
@@ -1239,6 +1259,7 @@ void vta_sim_destroy(vta_sim_t *s) {
   free(s->wgt_t);
   free(s->wgt_t_built);
   free(s->wgt_q);
+  free(s->wgt_qp);
   pool_destroy(s->pool);
   free(s->runs);
   free(s);
@@ -1253,22 +1274,57 @@ static void uop_written(vta_sim_t *s, uint64_t first, uint64_t end) {
     if (s->fields_max[e].end && s->fields_max[e].bgn < end && first < s->fields_max[e].end) s->fields_max[e].end = 0;
 }
 
+static void update_wgt_t(vta_sim_t *s, size_t first, size_t count);
+
 void vta_sim_reset(vta_sim_t *s) {
   memset(s->uop, 0, (size_t)s->p.uop_depth * sizeof(uint32_t));
   uop_written(s, 0, s->p.uop_depth);
   memset(s->inp, 0, (size_t)s->p.inp_depth * s->inp_elem);
   memset(s->wgt, 0, (size_t)s->p.wgt_depth * s->wgt_elem);
   memset(s->acc, 0, (size_t)s->p.acc_depth * s->acc_elem);
-  memset(s->wgt_t_built, 0, s->p.wgt_depth);
+  update_wgt_t(s, 0, s->p.wgt_depth);
 }
 
-/* Weight tiles [first, first+count) were written: their shadows are stale (need_shadows rebuilds them). */
-static void update_wgt_t(vta_sim_t *s, size_t first, size_t count) { memset(s->wgt_t_built + first, 0, count); }
+/* Weight tiles [first, first+count) were written: their shadows are stale (need_shadows rebuilds them, the quad
+ * shadow in the tile's own slot). */
+static void update_wgt_t(vta_sim_t *s, size_t first, size_t count) {
+  memset(s->wgt_t_built + first, 0, count);
+  if (s->wgt_qp)
+    for (size_t t = first; t < first + count; t++) s->wgt_qp[t] = s->wgt_q + t * 256;
+}
+
+/* Tile t's quad shadow back in its own slot (a copy of the region's cached layout it pointed to). */
+static void own_quads(vta_sim_t *s, size_t t) {
+  uint8_t *own = s->wgt_q + t * 256;
+  if (s->wgt_qp[t] == own) return;
+  memcpy(own, s->wgt_qp[t], 256);
+  s->wgt_qp[t] = own;
+}
+
+/* The quad shadows of tiles [lo, hi] one after another, 256 bytes apart, at the returned address: where they are
+ * if that holds already (tiles loaded together from one region's cache, or all in their own slots), else in
+ * their own slots after copying those that are not. */
+static const uint8_t *quads_in_a_row(vta_sim_t *s, size_t lo, size_t hi) {
+  const uintptr_t first = (uintptr_t)s->wgt_qp[lo];
+  size_t t = lo + 1;
+  while (t <= hi && (uintptr_t)s->wgt_qp[t] == first + (t - lo) * 256) t++;
+  if (t > hi) return s->wgt_qp[lo];
+  for (t = lo; t <= hi; t++) own_quads(s, t);
+  return s->wgt_q + lo * 256;
+}
+
+/* The SRAM tiles whose quad shadow points into [lo, hi) (a range of a region's cached layouts about to change or
+ * go) take it back into their own slots. */
+static void reclaim_quads(vta_sim_t *s, const uint8_t *lo, const uint8_t *hi) {
+  for (size_t t = 0; t < s->p.wgt_depth; t++)
+    if ((uintptr_t)s->wgt_qp[t] >= (uintptr_t)lo && (uintptr_t)s->wgt_qp[t] < (uintptr_t)hi) own_quads(s, t);
+}
 
 #ifdef VTA_X86_KERNELS
 /* Tile t's quad shadow, from its 16x16 weights w; its wgt_t_built bits: SHADOW_QUADS, with SHADOW_SUM2 and
  * SHADOW_SUM4 where they hold. (Only where the unsigned-input kernels exist: SSSE3 at least.) */
 static uint8_t quad_layout(vta_sim_t *s, size_t t, const int8_t *w) {
+  s->wgt_qp[t] = s->wgt_q + t * 256;
   return (uint8_t)(SHADOW_QUADS | (s->kernel == K_PORTABLE ? quad_layout_16x16 : quad_layout_16x16_avx2)(
                                       s->wgt_q + t * 256, w));
 }
@@ -1279,7 +1335,7 @@ static void raw_weights(vta_sim_t *s, size_t lo, size_t hi) {
   for (size_t t = lo; t <= hi; t++) {
     if (!(s->wgt_t_built[t] & RAW_STALE)) continue;
 #ifdef VTA_X86_KERNELS
-    tile_of_quads_16x16(s->wgt + t * s->wgt_elem, s->wgt_q + t * 256);
+    tile_of_quads_16x16(s->wgt + t * s->wgt_elem, s->wgt_qp[t]);
 #endif
     s->wgt_t_built[t] &= (uint8_t)~RAW_STALE;
   }
@@ -1321,6 +1377,16 @@ static int inputs_unsigned(const vta_sim_t *s, size_t lo, size_t hi) {
   for (; i < n; i++)
     if (p[i] & 0x80) return 0;
   return 1;
+}
+
+/* Bytes [off, off + n) of region r are about to be written: the cached weight layouts of the slots they touch are
+ * stale (SRAM tiles pointing at them keep a copy: they hold what was loaded before the write). */
+static void dram_written(vta_sim_t *s, region_t *r, uint64_t off, uint64_t n) {
+  const uint64_t slots = r->size / 256;
+  if (!r->wq_bits || n == 0 || off / 256 >= slots) return;
+  const uint64_t first = off / 256, last = (off + n - 1) / 256 < slots ? (off + n - 1) / 256 : slots - 1;
+  memset(r->wq_bits + first, 0, (size_t)(last - first + 1));
+  if (r->lent) reclaim_quads(s, r->wq + first * 256, r->wq + (last + 1) * 256);
 }
 
 /* Index of the last region whose base <= addr, or -1. */
@@ -1373,7 +1439,7 @@ int vta_sim_map(vta_sim_t *s, uint64_t addr, uint64_t size, char *err, size_t er
   if (!data) return fail(err, errlen, VTA_ERR_ARG, "out of host memory for %llu bytes", (unsigned long long)size);
   size_t at = (size_t)(i + 1);
   memmove(&s->regions[at + 1], &s->regions[at], (s->nregions - at) * sizeof(region_t));
-  s->regions[at] = (region_t){addr, size, data};
+  s->regions[at] = (region_t){addr, size, data, NULL, NULL, 0};
   s->nregions++;
   return VTA_OK;
 }
@@ -1382,7 +1448,9 @@ int vta_sim_unmap(vta_sim_t *s, uint64_t addr, char *err, size_t errlen) {
   long i = find_region(s, addr);
   if (i < 0 || s->regions[i].base != addr)
     return fail(err, errlen, VTA_ERR_MEM, "cannot unmap 0x%llx: no region starts there", (unsigned long long)addr);
-  free(s->regions[i].data);
+  region_t *r = &s->regions[i];
+  if (r->lent) reclaim_quads(s, r->wq, r->wq + r->size / 256 * 256);
+  region_free(r);
   memmove(&s->regions[i], &s->regions[i + 1], (s->nregions - (size_t)i - 1) * sizeof(region_t));
   s->nregions--;
   return VTA_OK;
@@ -1393,7 +1461,11 @@ int vta_sim_write(vta_sim_t *s, uint64_t addr, const uint8_t *src, uint64_t n, c
   if (!d)
     return fail(err, errlen, VTA_ERR_MEM, "DRAM write [0x%llx, 0x%llx) is not inside one mapped region",
                 (unsigned long long)addr, (unsigned long long)(addr + n));
-  if (n) memcpy(d, src, (size_t)n);
+  if (n) {
+    region_t *r = &s->regions[find_region(s, addr)];
+    dram_written(s, r, addr - r->base, n);
+    memcpy(d, src, (size_t)n);
+  }
   return VTA_OK;
 }
 
@@ -1673,17 +1745,51 @@ static uint64_t host_work(const vta_sim_t *s, const insn_t *in, uint64_t *per) {
   }
 }
 
+#ifdef VTA_X86_KERNELS
+/* Region r's weight-layout cache (allocated at its first use), or 0 where it has none: a base that is not a multiple
+ * of 256, or no host memory (the layouts are then built at every LOAD, as without a cache). */
+static int layout_cache(region_t *r) {
+  if (r->wq_bits) return 1;
+  if (r->base % 256 || r->size < 256) return 0;
+  const size_t slots = (size_t)(r->size / 256);
+  void *wq = NULL;
+  if (posix_memalign(&wq, 64, slots * 256)) return 0; /* read only where wq_bits says a slot was written */
+  r->wq_bits = calloc(slots, 1);
+  if (!r->wq_bits) {
+    free(wq);
+    return 0;
+  }
+  r->wq = wq;
+  return 1;
+}
+#endif
+
 /* A weight LOAD without padding, where the unsigned-input kernels exist: each tile goes from DRAM straight into
  * its quad shadow (what ReLU networks' GEMMs read), the SRAM bytes only when something reads them (raw_weights):
- * one pass over the tile instead of a copy and then a pass over the copy. */
+ * one pass over the tile instead of a copy and then a pass over the copy. A tile whose DRAM bytes were laid out
+ * before and not written since takes its layout from the region's cache (region_t). */
 static void load_weight_quads(vta_sim_t *s, const insn_t *in) {
 #ifdef VTA_X86_KERNELS
+  const size_t elem = dram_elem_bytes(s, MEM_WGT); /* == s->wgt_elem (16x16 int8) == 256 */
+  region_t *r = &s->regions[find_region(s, in->dram_base * elem)]; /* decode_mem resolved it */
+  const int cached = layout_cache(r);
   for (uint32_t y = 0; y < in->y_size; y++) {
-    const size_t elem = dram_elem_bytes(s, MEM_WGT); /* == s->wgt_elem (16x16 int8) */
     const int8_t *src = (const int8_t *)in->dram + (size_t)y * in->x_stride * elem;
     for (uint32_t x = 0; x < in->x_size; x++, src += elem) {
       const size_t t = (size_t)in->sram_base + (size_t)y * in->x_size + x;
-      s->wgt_t_built[t] = (uint8_t)(quad_layout(s, t, src) | RAW_STALE);
+      uint8_t *q = s->wgt_q + t * 256;
+      if (!cached) {
+        s->wgt_t_built[t] = (uint8_t)(quad_layout(s, t, src) | RAW_STALE);
+        continue;
+      }
+      const size_t slot = (size_t)((const uint8_t *)src - r->data) / 256;
+      if (!r->wq_bits[slot]) {
+        r->wq_bits[slot] = quad_layout(s, t, src);
+        memcpy(r->wq + slot * 256, q, 256);
+      }
+      s->wgt_qp[t] = r->wq + slot * 256; /* read in place (quads_in_a_row) */
+      r->lent = 1;
+      s->wgt_t_built[t] = (uint8_t)(r->wq_bits[slot] | RAW_STALE);
     }
   }
 #else
@@ -1745,6 +1851,8 @@ static void low_bytes(uint8_t *restrict dst, const int32_t *restrict src, size_t
 
 static void exec_store(vta_sim_t *s, const insn_t *in) {
   const uint32_t lanes = s->p.batch * s->p.block_out;
+  region_t *r = &s->regions[find_region(s, in->dram_base * dram_elem_bytes(s, in->mem_type))]; /* decode_mem's */
+  dram_written(s, r, (uint64_t)(in->dram - r->data), ((uint64_t)(in->y_size - 1) * in->x_stride + in->x_size) * lanes);
   for (uint32_t y = 0; y < in->y_size; y++) /* a row's entries are consecutive in the SRAM and in DRAM */
     low_bytes(in->dram + (size_t)y * in->x_stride * lanes,
               s->acc + ((size_t)in->sram_base + (size_t)y * in->x_size) * lanes, (size_t)in->x_size * lanes);
@@ -1943,7 +2051,7 @@ static void gemm_part(const vta_sim_t *s, const gemm_job_t *job, int64_t lo, int
         const size_t d = d0 + run->dst;
         int32_t *acc = s->acc + d * lanes;
         const int8_t *inp = s->inp + (s0 + run->src) * inp_elem;
-        const uint8_t *tile = job->shadow + (w0 + run->wgt) * wstride;
+        const uint8_t *tile = job->shadow + (w0 + run->wgt - job->first) * wstride;
         const uint8_t built = s->wgt_t_built[w0 + run->wgt];
         const gemm_row_fn row = job->row_sum4 && (built & SHADOW_SUM4)   ? job->row_sum4
                                 : job->row_sum2 && (built & SHADOW_SUM2) ? job->row_sum2
@@ -2204,7 +2312,7 @@ static int splits(const vta_sim_t *s, const insn_t *in) {
 
 static void exec_gemm(vta_sim_t *s, const insn_t *in) {
   gemm_job_t job = {in,     s->runs + in->uop_bgn, 0,    s->gemm_row, NULL, NULL, s->gemm, s->wgt_t,
-                    s->wgt_t_stride, NULL, 1};
+                    s->wgt_t_stride, 0, NULL, 1};
   field_span_t dst = {0, 0};
   if (!in->reset && in->uop_end > in->uop_bgn && iterations(in)) { /* a kernel runs many times between loads */
     int e = 0;
@@ -2230,7 +2338,6 @@ static void exec_gemm(vta_sim_t *s, const insn_t *in) {
       job.row_sum2 = s->gemm_row_sum2;
       job.row_sum4 = s->gemm_row_sum4;
       job.one = NULL; /* the row kernels take lone micro-ops too */
-      job.shadow = s->wgt_q;
       job.stride = 256;
       kind = SHADOW_QUADS;
       if (s->gemm_tiles && in->dst_in == 0 && in->iter_in > 1) { /* every j adds into the same accumulators */
@@ -2240,6 +2347,10 @@ static void exec_gemm(vta_sim_t *s, const insn_t *in) {
     }
     const uint64_t t0 = s->profile ? now_ns() : 0;
     need_shadows(s, kind, (size_t)wgt.min, wgt_end);
+    if (kind == SHADOW_QUADS) {
+      job.shadow = quads_in_a_row(s, (size_t)wgt.min, wgt_end);
+      job.first = (size_t)wgt.min;
+    }
     if (s->profile) s->prof_ns[PROF_LAYOUT] += now_ns() - t0;
   }
   if (!job.nruns || !splits(s, in)) {
@@ -2806,4 +2917,31 @@ int vta_sim_run(vta_sim_t *s, const uint8_t *insns, uint32_t count, int compute,
   free(in);
   if (s->profile) s->prof_ns[PROF_RUN] += now_ns() - run_t0;
   return rc;
+}
+
+/* ------------------------------------------------------------------ batches (vta_sim.h, vta_sim_run_batch) */
+
+int vta_sim_run_batch(vta_sim_t *s, const vta_batch_item_t *items, uint32_t n, int compute, uint64_t max_cycles,
+                      uint64_t max_work, vta_stats_t *stats, uint32_t *failed, char *err, size_t errlen) {
+  if (!failed) return fail(err, errlen, VTA_ERR_ARG, "no buffer for the failed item's index");
+  *failed = n;
+  if (n && (!items || !stats)) return fail(err, errlen, VTA_ERR_ARG, "%u items without %s", n, items ? "stats" : "items");
+  for (uint32_t i = 0; i < n; i++) {
+    memset(&stats[i], 0, sizeof stats[i]);
+    stats[i].error_index = -1;
+  }
+  for (uint32_t i = 0; i < n; i++) {
+    const vta_batch_item_t *it = &items[i];
+    int rc = VTA_OK;
+    if (it->copy_bytes && !it->copy_src)
+      rc = fail(err, errlen, VTA_ERR_ARG, "item %u: %llu bytes to copy from NULL", i, (unsigned long long)it->copy_bytes);
+    if (rc == VTA_OK && it->copy_bytes) rc = vta_sim_write(s, it->copy_addr, it->copy_src, it->copy_bytes, err, errlen);
+    if (rc == VTA_OK && it->count)
+      rc = vta_sim_run(s, it->insns, it->count, compute, max_cycles, max_work, &stats[i], NULL, err, errlen);
+    if (rc != VTA_OK) {
+      *failed = i;
+      return rc;
+    }
+  }
+  return VTA_OK;
 }

@@ -96,6 +96,24 @@ int vta_sim_sram(vta_sim_t *sim, uint32_t mem, uint32_t index, uint32_t count, u
 int vta_sim_run(vta_sim_t *sim, const uint8_t *insns, uint32_t count, int compute, uint64_t max_cycles,
                 uint64_t max_work, vta_stats_t *stats, vta_trace_event_t *trace, char *err, size_t errlen);
 
+/* One item of a batch (vta_sim_run_batch): copy_bytes host bytes from copy_src into DRAM at copy_addr (none when 0),
+ * then the `count` instructions at insns (none when 0). */
+typedef struct vta_batch_item {
+  uint64_t copy_addr;
+  const uint8_t *copy_src;
+  uint64_t copy_bytes;
+  const uint8_t *insns;
+  uint32_t count;
+} vta_batch_item_t;
+
+/* Runs n items in order, each as vta_sim_write then vta_sim_run (trace NULL) would: the same checks, the budgets per
+ * run, item i's counters in stats[i] (zeroed, error_index -1, for an item without instructions). A network's
+ * accelerator groups go through one call (graph_pack's batches: no Python between them). Stops at the first item
+ * that fails, returning its code and message with *failed its index (n when every item ran); the items before it
+ * have run and their effects stay, as with separate calls. */
+int vta_sim_run_batch(vta_sim_t *sim, const vta_batch_item_t *items, uint32_t n, int compute, uint64_t max_cycles,
+                      uint64_t max_work, vta_stats_t *stats, uint32_t *failed, char *err, size_t errlen);
+
 /* GEMM kernel paths (docs/simulator.md, "Kernel paths"): "portable", "avx2", "avx512" (AVX-512BW) and
  * "avx512vnni", chosen at vta_sim_create from the environment variable VTA_SIM_KERNEL (unset or "auto": the best
  * one this CPU supports). vta_sim_kernel_path returns the path a simulator created now would use, or NULL with

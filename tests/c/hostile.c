@@ -1331,6 +1331,161 @@ static void huge_maps(ctx_t *c) {
 #endif
 }
 
+/* Weight layouts cached per DRAM region (vta_sim.c, region_t): weight tiles loaded from a region, the region then
+ * written, loaded again elsewhere in the SRAM (its layouts rebuilt) and unmapped, must still hold what the first
+ * LOAD read: a GEMM on them afterwards gives the sums worked out here (a stale or freed layout would not, and ASan
+ * reports the use after free). */
+static void weight_cache_probe(ctx_t *c) {
+  g_phase = "weight-cache";
+  const uint32_t bo = c->p.block_out, bi = c->p.block_in, batch = c->p.batch, we = c->wgt_elem;
+  enum { TILES = 4 };
+  if (c->p.wgt_depth < 2 * TILES || c->p.uop_depth < TILES || c->p.acc_depth < 1 || c->p.inp_depth < 1) return;
+  const uint64_t addr = round_up((uint64_t)1 << 28, we); /* above the driver's low pages, below the top of the space */
+  const uint64_t size = round_up((uint64_t)TILES * we, PAGE);
+  if (do_map(c, addr, size) != VTA_OK) return;
+  int8_t *w = malloc((size_t)TILES * we), *w2 = malloc((size_t)TILES * we), *x = malloc(c->inp_elem);
+  int8_t *got = malloc((size_t)TILES * we);
+  int32_t *acc = malloc(c->acc_elem);
+  uint32_t uop[TILES];
+  if (!w || !w2 || !x || !got || !acc) exit(2);
+  for (uint32_t i = 0; i < TILES * we; i++) w[i] = (int8_t)next64();
+  for (uint32_t i = 0; i < TILES * we; i++) w2[i] = (int8_t)(w[i] ^ (int8_t)(1 + rnd(127)));
+  for (uint32_t i = 0; i < c->inp_elem; i++) x[i] = (int8_t)rnd(128); /* unsigned: the quad kernels */
+  memset(acc, 0, c->acc_elem);
+  for (uint32_t k = 0; k < TILES; k++) {
+    uint64_t u[2] = {0, 0};
+    put(u, c->p.uop[VTA_UOP_WGT], k);
+    uop[k] = (uint32_t)u[0];
+  }
+  do_sram(c, MEM_UOP, 0, TILES, (uint8_t *)uop, 1);
+  do_sram(c, MEM_INP, 0, 1, (uint8_t *)x, 1);
+  do_sram(c, MEM_ACC, 0, 1, (uint8_t *)acc, 1);
+  do_write(c, addr, (const uint8_t *)w, (uint64_t)TILES * we);
+  uint8_t prog[2 * 16];
+  uint64_t q[2];
+  vta_stats_t st;
+  for (int step = 0; step < 3; step++) { /* LOAD into tiles 0.., write the DRAM, LOAD into tiles TILES.., GEMM */
+    if (step == 1) do_write(c, addr, (const uint8_t *)w2, (uint64_t)TILES * we);
+    if (step < 2) {
+      encode_mem(c, q, OP_LOAD, MEM_WGT, step ? TILES : 0, addr / we, 1, TILES, TILES, 0, 0);
+    } else {
+      do_unmap(c, addr);
+      q[0] = q[1] = 0;
+      put(q, c->p.gemm[VTA_LOOP_OPCODE], OP_GEMM);
+      put(q, c->p.gemm[VTA_LOOP_UOP_END], TILES);
+      put(q, c->p.gemm[VTA_LOOP_ITER_OUT], 1);
+      put(q, c->p.gemm[VTA_LOOP_ITER_IN], 1);
+    }
+    emit(prog, q);
+    finish_insn(c, prog + 16);
+    clear_err();
+    int rc = vta_sim_run(c->sim, prog, 2, 1, 1000000, NO_WORK_LIMIT, &st, NULL, g_err, sizeof g_err);
+    count_api(rc);
+    digest_run(rc, &st);
+    EXPECT(rc == VTA_OK, "%s: weight-cache probe step %d: %s: %s", c->name, step, rc_name(rc), g_err);
+  }
+  do_sram(c, MEM_ACC, 0, 1, (uint8_t *)acc, 0);
+  int ok = 1;
+  for (uint32_t b = 0; b < batch; b++)
+    for (uint32_t o = 0; o < bo; o++) {
+      uint32_t sum = 0; /* int32 wrap-around, computed without signed overflow */
+      for (uint32_t k = 0; k < TILES; k++)
+        for (uint32_t i = 0; i < bi; i++)
+          sum += (uint32_t)((int32_t)x[b * bi + i] * (int32_t)w[(size_t)k * we + (size_t)o * bi + i]);
+      ok &= (uint32_t)acc[b * bo + o] == sum;
+    }
+  EXPECT(ok, "%s: weight-cache probe: a GEMM after the DRAM write and unmap did not read the loaded weights", c->name);
+  do_sram(c, MEM_WGT, 0, TILES, (uint8_t *)got, 0);
+  EXPECT(memcmp(got, w, (size_t)TILES * we) == 0, "%s: weight-cache probe: the weight SRAM changed", c->name);
+  do_sram(c, MEM_WGT, TILES, TILES, (uint8_t *)got, 0);
+  EXPECT(memcmp(got, w2, (size_t)TILES * we) == 0, "%s: weight-cache probe: the second LOAD", c->name);
+  free(w);
+  free(w2);
+  free(x);
+  free(got);
+  free(acc);
+}
+
+/* vta_sim_run_batch misused (no failed-index buffer, no items or stats, a copy from NULL or outside the mapped
+ * regions, a stream from NULL, a random program among good items): the code and message of the first failing item,
+ * its index, and the items before it done; then a good batch (a copy, the known-good LOAD ACC -> STORE stream)
+ * stores the copied bytes. */
+static void batch_probe(ctx_t *c) {
+  g_phase = "batch";
+  const uint32_t ea = c->acc_elem, eo = c->out_elem;
+  const uint64_t in_addr = round_up(GOOD_BASE, ea), out_addr = round_up(GOOD_BASE + GOOD_SIZE / 2, eo);
+  uint8_t in[4096], prog[3 * 16], junk[MAX_INSNS * 16];
+  for (uint32_t i = 0; i < ea; i++) in[i] = (uint8_t)next64();
+  uint64_t w[2];
+  encode_mem(c, w, OP_LOAD, MEM_ACC, 0, in_addr / ea, 1, 1, 1, 0, 1);
+  emit(prog, w);
+  encode_mem(c, w, OP_STORE, MEM_OUT, 0, out_addr / eo, 1, 1, 1, 1, 0);
+  emit(prog + 16, w);
+  finish_insn(c, prog + 32);
+  int must_fail = 0;
+  const uint32_t njunk = gen_program(c, junk, &must_fail);
+  vta_batch_item_t items[4];
+  vta_stats_t st[4];
+  uint32_t failed = 12345;
+  const vta_batch_item_t good = {in_addr, in, ea, prog, 3};
+  const uint64_t outside = TOP48 + 4096; /* never mapped */
+  struct {
+    vta_batch_item_t bad;
+    int rc; /* expected code, -1: whatever the random program gives */
+  } cases[] = {
+      {{in_addr, NULL, 8, NULL, 0}, VTA_ERR_ARG},          /* bytes from NULL */
+      {{outside, in, 8, NULL, 0}, VTA_ERR_MEM},            /* a copy outside every region */
+      {{in_addr, in, 0, NULL, 2}, VTA_ERR_INSN},           /* a stream from NULL */
+      {{0, NULL, 0, junk, njunk}, -1},                     /* a random (maybe failing) program */
+  };
+  for (size_t k = 0; k < sizeof cases / sizeof cases[0]; k++) {
+    const uint32_t at = (uint32_t)rnd(3); /* the bad item after `at` good ones */
+    for (uint32_t i = 0; i < at; i++) items[i] = good;
+    items[at] = cases[k].bad;
+    clear_err();
+    failed = 12345;
+    int rc = vta_sim_run_batch(c->sim, items, at + 1, 1, 1000000, NO_WORK_LIMIT, st, &failed, g_err, sizeof g_err);
+    count_api(rc);
+    if (rc) check_message(rc, "vta_sim_run_batch");
+    if (cases[k].rc >= 0) {
+      EXPECT(rc == cases[k].rc && failed == at, "%s: batch case %zu returned %s at item %u, expected %s at %u",
+             c->name, k, rc_name(rc), failed, rc_name(cases[k].rc), at);
+    } else {
+      EXPECT(rc == VTA_OK ? failed == at + 1 : failed == at, "%s: batch of a random program: %s at item %u of %u",
+             c->name, rc_name(rc), failed, at + 1);
+      if (must_fail) EXPECT(rc != VTA_OK, "%s: a batch ran a program that cannot pass validation", c->name);
+    }
+    for (uint32_t i = 0; i < at; i++)
+      EXPECT(st[i].error_index == -1 && st[i].out_store_nbytes == eo, "%s: batch item %u before the failing one did "
+             "not run", c->name, i);
+    if (rc) g_pending = 1;
+  }
+  clear_err();
+  int rc = vta_sim_run_batch(c->sim, NULL, 1, 1, 1000000, NO_WORK_LIMIT, st, &failed, g_err, sizeof g_err);
+  check_message(rc, "vta_sim_run_batch");
+  EXPECT(rc == VTA_ERR_ARG && failed == 1, "%s: a batch without items returned %s", c->name, rc_name(rc));
+  rc = vta_sim_run_batch(c->sim, &good, 1, 1, 1000000, NO_WORK_LIMIT, NULL, &failed, g_err, sizeof g_err);
+  check_message(rc, "vta_sim_run_batch");
+  EXPECT(rc == VTA_ERR_ARG, "%s: a batch without stats returned %s", c->name, rc_name(rc));
+  rc = vta_sim_run_batch(c->sim, &good, 1, 1, 1000000, NO_WORK_LIMIT, st, NULL, g_err, sizeof g_err);
+  check_message(rc, "vta_sim_run_batch");
+  EXPECT(rc == VTA_ERR_ARG, "%s: a batch without a failed-index buffer returned %s", c->name, rc_name(rc));
+  rc = vta_sim_run_batch(c->sim, NULL, 0, 1, 1000000, NO_WORK_LIMIT, NULL, &failed, g_err, sizeof g_err);
+  EXPECT(rc == VTA_OK && failed == 0, "%s: an empty batch returned %s", c->name, rc_name(rc));
+  for (uint32_t i = 0; i < eo; i++) in[ea + i] = 0xcc;
+  const vta_batch_item_t pair[2] = {{out_addr, in + ea, eo, NULL, 0}, good}; /* canary out, then the copy */
+  rc = vta_sim_run_batch(c->sim, pair, 2, 1, 1000000, NO_WORK_LIMIT, st, &failed, g_err, sizeof g_err);
+  count_api(rc);
+  digest_run(rc, &st[1]);
+  EXPECT(rc == VTA_OK && failed == 2, "%s: a good batch returned %s: %s", c->name, rc_name(rc), g_err);
+  uint8_t got[1024];
+  if (do_read(c, out_addr, got, eo) == VTA_OK) {
+    int same = 1;
+    for (uint32_t l = 0; l < eo; l++) same &= got[l] == in[4 * l]; /* the low byte of each lane */
+    EXPECT(same, "%s: a good batch stored the wrong bytes", c->name);
+  }
+}
+
 int main(int argc, char **argv) {
   if (argc != 4) {
     fprintf(stderr, "usage: %s PARAMS_FILE ITERATIONS SEED\n", argv[0]);
@@ -1360,6 +1515,7 @@ int main(int argc, char **argv) {
     ctx_init(&ctx[i], names[i], &p);
   }
   huge_maps(&ctx[0]);
+  for (int i = 0; i < NCTX; i++) weight_cache_probe(&ctx[i]);
 
   for (g_iter = 0; g_iter < iterations; g_iter++) {
     ctx_t *c = &ctx[chance(70) ? 0 : 1 + rnd(NCTX - 1)];
@@ -1375,6 +1531,8 @@ int main(int argc, char **argv) {
     settle(c, "an API error");
     if (chance(40)) probe(c);
     settle(c, "a probe");
+    if (chance(5)) batch_probe(c);
+    settle(c, "a batch");
     if (g_iter % 256 == 255) known_good(c, "a batch of iterations");
     if (g_iter % DIGEST_EVERY == DIGEST_EVERY - 1) digest_state(c);
   }
