@@ -27,6 +27,7 @@ from host.loop_ir import COMBINERS, Affine, Binary, ComputeDag, Const, Expr, Loa
 from host.schedule import Nest, Schedule, lower
 
 F32, F64, I64, I32 = ir.FloatType(), ir.DoubleType(), ir.IntType(64), ir.IntType(32)
+MAX_SHUFFLED_STRIDE = 4   # a vector load with a larger lane stride is assembled lane by lane
 Value = int | ir.Value
 
 
@@ -87,10 +88,7 @@ class _NestEmitter:
         return ir.VectorType(F32, self.lanes[1])
 
     def _splat(self, v: ir.Value) -> ir.Value:
-        vt = self._vt()
-        x = self.b.insert_element(ir.Constant(vt, ir.Undefined), v, ir.Constant(I32, 0))
-        return self.b.shuffle_vector(x, ir.Constant(vt, ir.Undefined), ir.Constant(ir.VectorType(I32, vt.count),
-                                                                                   [0] * vt.count))
+        return self._splat_as(v, self._vt())
 
     def _lanewise(self, make: Callable[[dict], ir.Value], env: dict) -> ir.Value:
         """A vector of make(env with the lane's value of the vector variable), one scalar per lane."""
@@ -110,7 +108,14 @@ class _NestEmitter:
                 v.align = 4
                 return v, True
             row = self._ptr(base, self._int(flat, {**env, var: 0}))
-            step = flat.coef(var)
+            step, n = flat.coef(var), self.lanes[1]
+            if 1 < step <= MAX_SHUFFLED_STRIDE:
+                # the span from the first lane's element to the last one's, loaded whole (never past the last
+                # element read), then every step-th picked out: LLVM's interleaved-access lowering
+                span = self.b.load(row, typ=ir.VectorType(F32, step * (n - 1) + 1))
+                span.align = 4
+                pick = ir.Constant(ir.VectorType(I32, n), [step * j for j in range(n)])
+                return self.b.shuffle_vector(span, ir.Constant(span.type, ir.Undefined), pick), True
             return self._lanewise(lambda e: self.b.load(self._ptr(row, step * e[var]), typ=F32), env), True
         return self.b.load(self._ptr(base, self._int(flat, env)), typ=F32), False
 
@@ -140,8 +145,41 @@ class _NestEmitter:
         if ld.fill is None:
             return self._mem_load(self.buf[ld.tensor], flat_index(idx, shape), env)
         if self.lanes and any(i.coef(self.lanes[0]) for i in idx):
+            if flat_index(idx, shape).coef(self.lanes[0]) == 1:
+                return self._masked_load(ld, idx, shape, env), True
             return self._lanewise(lambda e: self._padded_load(ld, idx, shape, e), env), True
         return self._padded_load(ld, idx, shape, env), False
+
+    def _masked_load(self, ld: Load, idx: list[Affine], shape: tuple, env: dict) -> ir.Value:
+        """Contiguous lanes of a padded tensor: one masked vector load (lanes outside the tensor read nothing and
+        take the fill value)."""
+        var, n = self.lanes
+        vt, mt = self._vt(), ir.VectorType(ir.IntType(1), n)
+        lane = ir.Constant(ir.VectorType(I64, n), list(range(n)))
+        mask = None
+        for i, size in zip(idx, shape, strict=True):
+            first = _i64(self._int(i, {**env, var: 0}))
+            if i.coef(var):
+                x = self._splat_as(first, ir.VectorType(I64, n))
+                x = self.b.add(x, self.b.mul(lane, ir.Constant(ir.VectorType(I64, n), [i.coef(var)] * n)))
+                c = self.b.icmp_unsigned("<", x, ir.Constant(ir.VectorType(I64, n), [size] * n))
+            else:
+                c = self._splat_as(self.b.icmp_unsigned("<", first, ir.Constant(I64, size)), mt)
+            mask = c if mask is None else self.b.and_(mask, c)
+        name = f"llvm.masked.load.v{n}f32.p0"
+        fn = self.module.globals.get(name) or ir.Function(
+            self.module, ir.FunctionType(vt, [ir.PointerType(), I32, mt, vt]), name)
+        # the first lane's address: computed without inbounds (it may lie before the tensor when masked off)
+        p = self.b.gep(self.buf[ld.tensor], [_i64(self._int(flat_index(idx, shape), {**env, var: 0}))],
+                       source_etype=F32)
+        p.type = ir.PointerType()
+        fill = ir.Constant(vt, [ld.fill] * n)
+        return self.b.call(fn, [p, ir.Constant(I32, 4), mask, fill])
+
+    def _splat_as(self, v: ir.Value, vt: ir.VectorType) -> ir.Value:
+        x = self.b.insert_element(ir.Constant(vt, ir.Undefined), v, ir.Constant(I32, 0))
+        return self.b.shuffle_vector(x, ir.Constant(vt, ir.Undefined), ir.Constant(ir.VectorType(I32, vt.count),
+                                                                                   [0] * vt.count))
 
     def _padded_load(self, ld: Load, idx: list[Affine], shape: tuple, env: dict) -> ir.Value:
         fill = ir.Constant(F32, ld.fill)
