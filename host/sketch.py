@@ -36,6 +36,7 @@ from host.schedule import (
 )
 
 EXPENSIVE = ("exp", "erf", "tanh")
+REGISTER_TILE = 128   # the most elements a sampled innermost tile holds (Ansor caps its innermost split at 64)
 RFACTOR_MIN_REDUCE = 64
 
 
@@ -196,13 +197,40 @@ def _annotate(rng: random.Random, st: Stage, ss: StageSchedule) -> StageSchedule
     return replace(ss, parallel=parallel, vectorize=vec, unroll=unroll)
 
 
+def _vector_friendly(rng: random.Random, extent: int, levels: int) -> tuple[int, ...]:
+    """A split of the vector axis whose innermost factor fills vector registers (8 to 64 lanes) when the
+    extent allows it; the other factors placed at random."""
+    wide = [d for d in range(8, MAX_LANES + 1) if extent % d == 0]
+    if not wide or levels == 1:
+        return _split(rng, extent, levels, MAX_LANES)
+    pow2 = [d for d in wide if d & (d - 1) == 0]
+    inner = rng.choice(pow2 if pow2 and rng.random() < 0.8 else wide)   # whole registers, no split vectors
+    return (*_split(rng, extent // inner, levels - 1, 1 << 30), inner)
+
+
+def _cap_innermost(rng: random.Random, space: list[list[int]], keep: int, cap: int) -> None:
+    """Move prime factors of the innermost level outward (never axis ``keep``'s) until the level's product,
+    the accumulators one tile keeps in registers, is at most ``cap``."""
+    while math.prod(t[-1] for t in space) > cap:
+        axes = [i for i, t in enumerate(space) if t[-1] > 1 and i != keep] or [keep]
+        t = space[rng.choice(axes)]
+        p = rng.choice(_primes(t[-1]))
+        t[-1] //= p
+        t[rng.randrange(len(t) - 1)] *= p
+
+
 def sample_stage(rng: random.Random, st: Stage, plan: StagePlan) -> StageSchedule:
     ns, nr = level_counts(plan.structure)
-    space = tuple(_split(rng, a.extent, ns, MAX_LANES) for a in st.axes)
-    red = tuple(_reduce_split(rng, st, nr)) if st.reduce else ()
     order = list(range(len(st.axes)))
     if len(order) > 1 and rng.random() < 0.2:
         rng.shuffle(order)
+    space = [list(_split(rng, a.extent, ns, MAX_LANES)) for a in st.axes]
+    if ns > 1 and rng.random() < 0.8:   # most samples put whole vectors in the innermost loop
+        space[order[-1]] = list(_vector_friendly(rng, st.axes[order[-1]].extent, ns))
+    if ns > 1:
+        _cap_innermost(rng, space, order[-1], REGISTER_TILE)
+    space = tuple(tuple(t) for t in space)
+    red = tuple(_reduce_split(rng, st, nr)) if st.reduce else ()
     ss = StageSchedule(st.name, plan.structure, (*space, *red), tuple(order), plan.fused,
                        cache_write=rng.random() < 0.8)
     return _annotate(rng, st, ss)
