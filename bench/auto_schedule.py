@@ -24,12 +24,11 @@ import argparse
 import functools
 import math
 import os
-import statistics
 import sys
 import time
 from collections.abc import Callable
 
-from _host import header, run_main
+from _host import header, rounds, run_main
 
 _HERE = os.path.dirname(os.path.abspath(__file__))
 sys.path[:] = [p for p in sys.path if os.path.abspath(p or os.curdir) != _HERE]   # bench/tuning.py vs tuning/
@@ -100,24 +99,6 @@ CASES = {
         ("add+relu 64x56x56", ops.elementwise((1, 64, 56, 56), [("add", "full"), ("relu",)]),
          lambda x, y: np.maximum(x + y, 0), "graph_pack.kernels", None)],
 }
-
-
-def rounds(fns: list[Callable[[], object]], repeat: int, budget: float = 0.05) -> list[float]:
-    """Median seconds per call of each fn over alternating rounds (a slow phase of the shared machine hits all)."""
-    numbers = []
-    for fn in fns:
-        fn()
-        t = time.perf_counter()
-        fn()
-        numbers.append(max(1, int(budget / max(time.perf_counter() - t, 1e-6))))
-    times: list[list[float]] = [[] for _ in fns]
-    for _ in range(repeat):
-        for fn, n, out in zip(fns, numbers, times, strict=True):
-            t = time.perf_counter()
-            for _ in range(n):
-                fn()
-            out.append((time.perf_counter() - t) / n)
-    return [statistics.median(t) for t in times]
 
 
 def tune_template(op: str, workload: dict, n_trial: int):
