@@ -9,7 +9,7 @@ One round: a population of random schedules (from every sketch) plus the best me
 generations (mutation of tile sizes, unroll, parallel granularity, vectorisation, cache write, loop order;
 crossover of stage schedules between parents of one sketch), ranked by the cost model (XGBoost regression of
 -log2(seconds) on ``host.features``; random scores until its first fit); the best-predicted unmeasured schedules
-and a few random ones (epsilon-greedy) are measured. The untuned default schedule is measured first, in the same
+and a few random ones (epsilon-greedy, every sketch in turn) are measured. The untuned default schedule is measured first, in the same
 way, and ``best`` is it whenever nothing measured beat it. Every measured kernel's output is compared with the
 default schedule's: bit-equal in exact mode (the default), to float tolerance when rfactor may reassociate.
 
@@ -160,6 +160,7 @@ def auto_schedule(dag: ComputeDag, n_trial: int = 64, *, exact: bool = True, thr
         raise ValueError(f"n_trial must be >= 1, got {n_trial}")
     policy = policy or SearchPolicy()
     rng = random.Random(seed)
+    sample_rng, n_sampled = random.Random(seed + 1), 0   # the random picks: their own stream, whatever evolution drew
     inputs = random_inputs(dag, seed)
     sketches = generate_sketches(dag, exact=exact)
     model = CostModel(seed)
@@ -203,7 +204,8 @@ def auto_schedule(dag: ComputeDag, n_trial: int = 64, *, exact: bool = True, thr
         tries = 0
         while len(trials) < n_trial and (len(picks) < want or n_random) and tries < 50:
             tries += 1
-            s = sample(dag, rng.choice(sketches), rng)
+            s = sample(dag, sketches[n_sampled % len(sketches)], sample_rng)   # every sketch in turn
+            n_sampled += 1
             if s.to_json() in measured:
                 continue
             measure(s, "random")
