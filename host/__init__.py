@@ -7,9 +7,10 @@ and the per-statement features a learned cost model reads (``host.features``). T
 (evolution, cost model) lives in ``tuning.auto_schedule``; ``graph_pack.jit`` and the AutoTVM-style templates
 (``graph_pack.host_templates``) are untouched by it and still serve ``build``.
 
-    dag = host.ops.conv2d((1, 8, 14, 14), (16, 8, 3, 3), padding=(1, 1, 1, 1), consumers=[("relu",)])
-    kernel = host.compile_schedule(dag, host.default_schedule(dag))
-    y = kernel(x, w)
+    from host import compile_schedule, default_schedule, ops
+    dag = ops.conv2d((1, 8, 14, 14), (16, 8, 3, 3), padding=(1, 1, 1, 1), consumers=[("relu",)])
+    kernel = compile_schedule(dag, default_schedule(dag))
+    y = kernel(x, w)                       # float32 NCHW, bit-equal to graph_pack.kernels' conv2d + relu
 """
 
 from host.codegen import CompiledKernel, compile_schedule

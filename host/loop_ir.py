@@ -348,8 +348,9 @@ def can_inline(dag: ComputeDag, name: str) -> bool:
 
 
 def inline(dag: ComputeDag, name: str) -> ComputeDag:
-    """``dag`` with stage ``name`` computed inside every consumer's body (TVM's compute_inline). A load of it
-    with a fill value (padding read through) keeps the fill only where the index leaves the stage's shape."""
+    """``dag`` with stage ``name`` computed inside every consumer's body (TVM's compute_inline). A stage read with
+    a fill value (through padding) is refused: outside its shape the reader wants the fill, not the body's value
+    there (sigmoid(0) is not 0)."""
     if not can_inline(dag, name):
         raise ValueError(f"{dag.name}: stage {name} is not an elementwise intermediate: it cannot be inlined")
     st = dag.stage(name)
