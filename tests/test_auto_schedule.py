@@ -123,3 +123,41 @@ def test_the_cost_model_learns_what_makes_a_schedule_fast_and_evolution_follows_
     top = [s for _, s in ranked[:8]]
     random_mean = np.mean([_synthetic_seconds(dag, s) for s in _dataset(dag, 40, 9)[0]])
     assert np.mean([_synthetic_seconds(dag, s) for s in top]) < random_mean
+
+
+def test_schedules_are_records_of_integer_knobs_and_back():
+    from tuning.auto_records import config_schedule, schedule_config
+    rng = random.Random(4)
+    for dag in (ops.conv2d((1, 4, 6, 6), (8, 4, 3, 3), padding=(1, 1, 1, 1), consumers=[("relu",)]),
+                ops.softmax((1, 128)), ops.layer_norm((4, 16))):
+        from host.schedule import default_schedule
+        assert config_schedule(dag, schedule_config(dag, default_schedule(dag))) == default_schedule(dag)
+        for sketch in generate_sketches(dag, exact=False):
+            s = sample(dag, sketch, rng)
+            config = schedule_config(dag, s)
+            assert all(isinstance(v, int) or (isinstance(v, list) and all(isinstance(x, int) for x in v))
+                       for v in config.values())
+            assert config_schedule(dag, config) == s
+    dag = ops.dense((2, 8), (4, 8))
+    config = schedule_config(dag, sample(dag, generate_sketches(dag)[0], rng))
+    with pytest.raises(ValueError, match="sketch 7 is not one of"):
+        config_schedule(dag, {**config, "sketch": 7})
+    with pytest.raises(ValueError, match="tiles has 3 factors"):
+        config_schedule(dag, {**config, "dense.tiles": [1, 2, 1]})
+
+
+def test_a_search_logs_its_trials_as_tuning_records_and_resumes_from_them(tmp_path):
+    from graph_pack.host_templates import host
+    from tuning.auto_records import AUTO_VERSION
+    from tuning.records import load_records
+    log = tmp_path / "auto.jsonl"
+    dag = ops.dense((2, 16), (8, 16), consumers=[("relu",)])
+    first = auto_schedule(dag, n_trial=4, policy=SMALL, log=log)
+    records = load_records(log, cfg=host(), template=AUTO_VERSION)
+    assert len(records) == 4 and {r.op for r in records} == {"auto.dense"} and {r.tuner for r in records} == {"auto"}
+    assert records[0].config == {"sketch": -1} and records[0].result["latency_s"] == first.default_seconds
+    again = auto_schedule(dag, n_trial=6, policy=SMALL, log=log)
+    assert len(log.read_text().splitlines()) == 6                       # two new trials, nothing measured twice
+    assert [t.source for t in again.trials[:4]] == ["default", "log", "log", "log"]
+    assert again.default_seconds == first.default_seconds                # the default came from the log
+    assert len({t.schedule.to_json() for t in again.trials}) == 6

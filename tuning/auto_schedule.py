@@ -19,6 +19,7 @@ Measurement runs in this process (a compiled kernel cannot hang: every loop is c
 from __future__ import annotations
 
 import math
+import os
 import random
 import time
 from collections.abc import Callable
@@ -31,6 +32,7 @@ from host.features import features
 from host.loop_ir import ComputeDag
 from host.schedule import Schedule, default_schedule
 from host.sketch import crossover, generate_sketches, mutate, sample
+from tuning import auto_records
 
 
 @dataclass
@@ -154,8 +156,11 @@ def evolve(dag: ComputeDag, sketches: list, model: CostModel, seeds: list[Schedu
 
 def auto_schedule(dag: ComputeDag, n_trial: int = 64, *, exact: bool = True, threads: int = 1, seed: int = 0,
                   policy: SearchPolicy | None = None, repeat: int = 3,
-                  progress: Callable[[int, int, float], None] | None = None) -> AutoResult:
-    """Search ``n_trial`` measured schedules of ``dag`` (the default schedule counts as the first)."""
+                  progress: Callable[[int, int, float], None] | None = None,
+                  log: str | os.PathLike | None = None) -> AutoResult:
+    """Search ``n_trial`` measured schedules of ``dag`` (the default schedule counts as the first). With ``log``
+    every trial is appended to that tuning log as it is measured, and the trials already there for this DAG, CPU
+    and version of the rules count toward ``n_trial`` and train the cost model (a search resumes)."""
     if n_trial < 1:
         raise ValueError(f"n_trial must be >= 1, got {n_trial}")
     policy = policy or SearchPolicy()
@@ -171,6 +176,7 @@ def auto_schedule(dag: ComputeDag, n_trial: int = 64, *, exact: bool = True, thr
     def measure(s: Schedule, source: str, predicted: float | None = None) -> None:
         nonlocal reference
         measured.add(s.to_json())
+        t0 = time.perf_counter()
         try:
             kernel = compile_schedule(dag, s)
             out = kernel(*inputs, threads=threads)
@@ -185,13 +191,30 @@ def auto_schedule(dag: ComputeDag, n_trial: int = 64, *, exact: bool = True, thr
         except (ValueError, ArithmeticError, RuntimeError) as e:
             trials.append(Trial(s, None, f"{type(e).__name__}: {e}", predicted, source))
         model.add(features(dag, s), trials[-1].seconds)
+        if log is not None:
+            auto_records.append(log, [auto_records.make_record(dag, s, trials[-1].seconds, trials[-1].error,
+                                                                time.perf_counter() - t0)])
         if progress:
             progress(len(trials), n_trial, min((t.seconds for t in trials if t.seconds), default=math.nan))
 
     default = default_schedule(dag)
-    measure(default, "default")
+    for s, seconds, error in auto_records.load_trials(log, dag) if log is not None else ():
+        if s.to_json() in measured or len(trials) >= n_trial:
+            continue
+        measured.add(s.to_json())
+        trials.append(Trial(s, seconds, error, None, "default" if s == default else "log"))
+        model.add(features(dag, s), seconds)
+    logged_default = next((t for t in trials if t.source == "default" and t.seconds), None)
+    if logged_default is None:
+        measure(default, "default")
+        trials.insert(0, trials.pop())   # the default first, before what the log held
+    else:
+        reference = compile_schedule(dag, default)(*inputs, threads=threads)
+        trials.remove(logged_default)
+        trials.insert(0, logged_default)
     if trials[0].seconds is None:
         raise RuntimeError(f"{dag.name}: the default schedule failed: {trials[0].error}")
+    model.fit()
     while len(trials) < n_trial:
         want = min(policy.batch, n_trial - len(trials))
         best = sorted((t for t in trials if t.seconds and t.schedule.sketch != "default"),
