@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import os
 import platform
+import statistics
 import sys
 import time
 from collections.abc import Callable
@@ -101,3 +102,21 @@ def run_main(main: Callable[[], int | None]) -> NoReturn:
                                       f"install 'vta-stack[{extra}]')", name=e.name) from e
 
     sys.exit(run_reporting_errors(prog, main_naming_extras))
+
+
+def rounds(fns: list[Callable[[], object]], repeat: int, budget: float = 0.05) -> list[float]:
+    """Median seconds per call of each fn, timed in alternating rounds (a slow phase of a shared machine hits all)."""
+    numbers = []
+    for fn in fns:
+        fn()
+        t = time.perf_counter()
+        fn()
+        numbers.append(max(1, int(budget / max(time.perf_counter() - t, 1e-6))))
+    times: list[list[float]] = [[] for _ in fns]
+    for _ in range(repeat):
+        for fn, n, out in zip(fns, numbers, times, strict=True):
+            t = time.perf_counter()
+            for _ in range(n):
+                fn()
+            out.append((time.perf_counter() - t) / n)
+    return [statistics.median(t) for t in times]

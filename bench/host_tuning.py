@@ -20,13 +20,11 @@ import argparse
 import functools
 import math
 import os
-import statistics
 import sys
 import time
-from collections.abc import Callable
 
 # bench/_host.py and _onnx_export.py, imported while this directory is still on the path
-from _host import header, run_main
+from _host import header, rounds, run_main
 from _onnx_export import to_onnx
 
 # bench/tuning.py shares its name with the tuning package: keep this directory off the import path from here on
@@ -42,24 +40,6 @@ from graph_pack.host_templates import host
 from graph_pack.opdefs import OPS
 from graph_pack.reference import run_reference
 from tuning.cpu import CpuRunner, close_to
-
-
-def rounds(fns: list[Callable[[], object]], repeat: int, budget: float = 0.05) -> list[float]:
-    """Median seconds per call of each fn, timed in alternating rounds (a slow phase of a shared machine hits all)."""
-    numbers = []
-    for fn in fns:
-        fn()
-        t = time.perf_counter()
-        fn()
-        numbers.append(max(1, int(budget / max(time.perf_counter() - t, 1e-6))))
-    times: list[list[float]] = [[] for _ in fns]
-    for _ in range(repeat):
-        for fn, n, out in zip(fns, numbers, times):
-            t = time.perf_counter()
-            for _ in range(n):
-                fn()
-            out.append((time.perf_counter() - t) / n)
-    return [statistics.median(t) for t in times]
 
 
 def time_layer(task, tuned: dict | None, rng: np.random.Generator, repeat: int) -> list[float]:

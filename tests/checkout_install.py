@@ -10,7 +10,7 @@ import subprocess
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parent.parent
-PACKAGES = ("hw_config", "simulator", "vta", "graph_pack", "tuning")
+PACKAGES = ("hw_config", "simulator", "vta", "host", "graph_pack", "tuning")
 TOP_FILES = ("pyproject.toml", "setup.py", "MANIFEST.in", "README.md")
 
 

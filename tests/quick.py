@@ -19,6 +19,7 @@ QUICK_MODULES: dict[str, tuple[str, ...]] = {
     "vta": ("test_isa.py", "test_runtime.py", "test_ops_smoke.py", "test_template_contract.py",
             "test_calibrate.py", "test_cli.py", "test_cli_refusals.py", "test_trace_and_demo.py",
             "test_clip_bounds.py", "test_rpc_server.py"),
+    "host": ("test_host_loop_ir.py",),
     "graph_pack": ("test_graph_ir.py", "test_graph_pipeline.py", "test_onnx_frontend.py", "test_jit.py",
                    "test_digits_model.py", "test_hostile_inputs.py"),
     "tuning": ("test_records.py",),
@@ -27,6 +28,8 @@ QUICK_MODULES: dict[str, tuple[str, ...]] = {
 
 # module listed whole above -> prefixes of its tests left out of the quick subset
 QUICK_EXCEPT: dict[str, tuple[str, ...]] = {
+    # hypothesis compiles a kernel per example
+    "test_host_loop_ir.py": ("test_conv2d_random_shapes_and_schedules_match_the_reference",),
     # a vta subprocess per case: one usage error, one misspelling and one region error stay quick
     "test_cli_refusals.py": (
         "test_a_region_op_that_matches_nothing_names_the_flag_and_the_closest_names[argv1",

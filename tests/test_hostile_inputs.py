@@ -27,7 +27,7 @@ import io, json, os, resource, sys, traceback, warnings, zipfile
 import numpy as np
 resource.setrlimit(resource.RLIMIT_AS, (int(sys.argv[2]), int(sys.argv[2])))
 kind, n_cases, workdir, seed_path = sys.argv[1], int(sys.argv[3]), sys.argv[4], sys.argv[5]
-PROJECT = ("hw_config", "simulator", "vta", "graph_pack", "tuning")
+PROJECT = ("hw_config", "simulator", "vta", "host", "graph_pack", "tuning")
 warnings.simplefilter("ignore")
 
 def clean(exc):

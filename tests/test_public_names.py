@@ -8,7 +8,7 @@ import sys
 
 import pytest
 
-PACKAGES = ["hw_config", "simulator", "vta", "graph_pack", "tuning"]
+PACKAGES = ["hw_config", "simulator", "vta", "host", "graph_pack", "tuning"]
 MODULE_NAMES = {"graph_pack": {"zoo"}}   # public names that are modules on purpose
 
 _CHECK = r"""

@@ -15,7 +15,7 @@ from hw_config import load_config, presets
 from simulator.params import param_values
 
 ROOT = Path(__file__).resolve().parents[1]
-LAYERS = ["hw_config", "simulator", "vta", "graph_pack", "tuning"]  # lowest first
+LAYERS = ["hw_config", "simulator", "vta", "host", "graph_pack", "tuning"]  # lowest first
 
 
 def _readme_commands() -> list[str]:

@@ -1,0 +1,20 @@
+"""The host compiler: operators written once as compute definitions, scheduled by rules, compiled by llvmlite.
+
+This package is the home of the host side below ``graph_pack`` (issue 43): the loop-nest IR (``host.loop_ir``),
+the compute definition of every host op (``host.ops``), schedules and Ansor's CPU sketch rules
+(``host.schedule``, ``host.sketch``), code generation through llvmlite (``host.codegen``, ``host.llvm_backend``)
+and the per-statement features a learned cost model reads (``host.features``). The search that picks schedules
+(evolution, cost model) lives in ``tuning.auto_schedule``; ``graph_pack.jit`` and the AutoTVM-style templates
+(``graph_pack.host_templates``) are untouched by it and still serve ``build``.
+
+    from host import compile_schedule, default_schedule, ops
+    dag = ops.conv2d((1, 8, 14, 14), (16, 8, 3, 3), padding=(1, 1, 1, 1), consumers=[("relu",)])
+    kernel = compile_schedule(dag, default_schedule(dag))
+    y = kernel(x, w)                       # float32 NCHW, bit-equal to graph_pack.kernels' conv2d + relu
+"""
+
+from host.codegen import CompiledKernel, compile_schedule
+from host.loop_ir import ComputeDag
+from host.schedule import Schedule, default_schedule
+
+__all__ = ["CompiledKernel", "ComputeDag", "Schedule", "compile_schedule", "default_schedule"]
