@@ -24,8 +24,9 @@ def _queue(m: Module, p: RtlParams, insn_port) -> fifo.SyncFIFOBuffered:
     return q
 
 
-# Trace pulses every module drives (the top level gathers them into its ``events`` port).
-EVENT_MEMBERS = {"issued": Out(1), "retired": Out(1)}
+# Trace pulses every module drives (the top level gathers them into its ``events`` port), and the instruction
+# that starts with ``issued`` (the performance counters read it: hardware/counters.py).
+EVENT_MEMBERS = {"issued": Out(1), "retired": Out(1), "issued_insn": Out(INSN_BITS)}
 
 
 def _sequence(m: Module, component, module: str, q: fifo.SyncFIFOBuffered,
@@ -65,7 +66,8 @@ def _sequence(m: Module, component, module: str, q: fifo.SyncFIFOBuffered,
             go = q.r_rdy & pops.ready & engine_free & (~nop | nop_pushes.ready)
             pops.fire(m, go)
             nop_pushes.fire(m, go & nop)
-            m.d.comb += [q.r_en.eq(go), component.issued.eq(go), component.retired.eq(go & nop)]
+            m.d.comb += [q.r_en.eq(go), component.issued.eq(go), component.retired.eq(go & nop),
+                         component.issued_insn.eq(head)]
             if on_issue is not None:
                 on_issue(go)
             for sel, (_, engine) in zip(selected, engines, strict=True):

@@ -552,7 +552,7 @@ def test_random_programs_under_axi_back_pressure_on_the_verilator_model(config: 
             dev.stress(40, seed)
             image = random_program(dev.cfg, seed)
             expected = replay(image)
-            dev.reset()
+            dev.reprogram()
             segments, _ = dev.replay(image)
             for (addr, want), (_, got) in zip(expected.segments, segments, strict=True):
                 np.testing.assert_array_equal(got, want, err_msg=f"segment 0x{addr:x}, seed {seed}")
@@ -575,7 +575,7 @@ def test_bursts_on_the_verilator_model_are_the_dma_engines_bursts():
     dev = device("pynq")
     image = load_image(GOLDEN_DIR / "gemm_1.npz")
     before = dev.axi_stats()
-    dev.reset()
+    dev.reprogram()
     _, cycles = dev.replay(image)
     after = dev.axi_stats()
     reads = after["read_bursts"] - before["read_bursts"]
