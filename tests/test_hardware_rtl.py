@@ -448,6 +448,10 @@ def test_vta_sim_replay_on_the_rtl_device(tmp_path, capsys):
     result = load_result(out)
     assert result.stats["device"] == "rtl" and result.stats["cycles"] > 0
     assert_matches("relu_0", result.segments, None)
+    # the RTL's counter registers against VTA's own counters of the trace
+    expect = GOLDEN_DIR / "relu_0.expect.npz"
+    assert main(["sim", "replay", str(GOLDEN_DIR / "relu_0.npz"), "--device", "rtl", "--expect", str(expect)]) == 0
+    assert "7 VTA counter(s)" in capsys.readouterr().out
     assert main(["sim", "replay", str(GOLDEN_DIR / "relu_0.npz"), "--device", "rtl", "--timing-only"]) != 0
     assert "--timing-only" in capsys.readouterr().err
 
