@@ -61,13 +61,13 @@ def _sequence(m: Module, component, module: str, q: fifo.SyncFIFOBuffered,
     for n, (_, engine) in enumerate(engines):
         finished = finished | (waiting[n] & engine.done)
 
+    m.d.comb += component.issued_insn.eq(head)     # wires: what starts when ``issued`` pulses
     with m.FSM(name=f"{module}_fsm"):
         with m.State("ISSUE"):
             go = q.r_rdy & pops.ready & engine_free & (~nop | nop_pushes.ready)
             pops.fire(m, go)
             nop_pushes.fire(m, go & nop)
-            m.d.comb += [q.r_en.eq(go), component.issued.eq(go), component.retired.eq(go & nop),
-                         component.issued_insn.eq(head)]
+            m.d.comb += [q.r_en.eq(go), component.issued.eq(go), component.retired.eq(go & nop)]
             if on_issue is not None:
                 on_issue(go)
             for sel, (_, engine) in zip(selected, engines, strict=True):
