@@ -54,7 +54,7 @@ def golden(dev: RtlDevice, markdown: bool) -> None:
         if image.config.fingerprint != dev.cfg.fingerprint:
             continue
         model = replay(image).stats["cycles"]
-        dev.reset()
+        dev.reprogram()
         t0 = time.perf_counter()
         _, cycles = dev.replay(image)
         total_s += time.perf_counter() - t0

@@ -101,7 +101,7 @@ def run_programs(dev: RtlDevice, programs: int) -> tuple[int, int, int]:
     for seed in range(programs):
         image = random_program(dev.cfg, seed)
         expected = replay(image)
-        dev.reset()
+        dev.reprogram()
         segments, cycles = dev.replay(image)
         same += all(np.array_equal(a, b) for (_, a), (_, b) in zip(expected.segments, segments, strict=True))
         rtl_cycles += cycles

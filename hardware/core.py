@@ -11,8 +11,9 @@ and its AXI4 master, the control registers and their AXI4-Lite slaves.
 
 The ports are flat and named as Vivado's interface inference expects: ``m_axi_*`` (AXI4 master),
 ``s_axi_fetch_*``, ``s_axi_load_*``, ``s_axi_compute_*``, ``s_axi_store_*`` (AXI4-Lite slaves, one per
-register block, VTA's offsets within each), ``clk``, ``rst`` (synchronous, active high) and ``events``
-(trace pulses, for simulation; leave it unconnected).
+register block, VTA's offsets within each), ``clk``, ``rst`` (synchronous, active high), ``events``
+(trace pulses, for simulation; leave it unconnected) and ``interrupt_<block>`` (each block's HLS interrupt,
+hardware/control.py; VTA's block design leaves them unconnected).
 """
 
 from __future__ import annotations
@@ -23,6 +24,8 @@ from amaranth.lib.wiring import Out
 
 from hardware import registers as R
 from hardware.axi import AXI_ADDR_BITS, AxiLiteRegs, AxiMaster, axi4, axi4_lite
+from hardware.control import ctrl_value, hls_control
+from hardware.counters import PerfCounters
 from hardware.fetch import Fetch
 from hardware.modules import ComputeModule, LoadModule, StoreModule
 from hardware.params import REG_DATA_BITS, RtlParams
@@ -54,12 +57,15 @@ def bus_ports(p: RtlParams) -> dict[str, tuple[str, str, wiring.Signature]]:
 
 
 def core_signature(p: RtlParams) -> wiring.Signature:
-    """The top level's ports, flat: the AXI4 master, the four AXI4-Lite slaves, the trace events."""
+    """The top level's ports, flat: the AXI4 master, the four AXI4-Lite slaves, the trace events, each register
+    block's interrupt (``interrupt_<block>``, as each of VTA's HLS IPs has an ``interrupt`` pin)."""
     members = {}
     for prefix, (_, _, sig) in bus_ports(p).items():
         for name, member in sig.members.items():
             members[f"{prefix}_{name}"] = member
     members["events"] = Out(EVENT_BITS)
+    for block in MMIO_BLOCKS:
+        members[f"interrupt_{block}"] = Out(1)
     return wiring.Signature(members)
 
 
@@ -144,18 +150,22 @@ class VTACore(wiring.Component):
 
     def _registers(self, m: Module, reg, fetch: Fetch, modules: dict, clear: Signal) -> None:
         cfg = self.p.cfg
+
+        def at(block: str, offset: int) -> int:
+            return R.register_offset(cfg, block, offset)
+
+        control = (R.CTRL, R.GIE, R.IER, R.ISR)
         stored = {(block, off): Signal(REG_DATA_BITS, name=f"reg_{block}_{name}")
-                  for block, off, name, access, _ in R.REGISTERS if access == "rw" and not (block == "fetch" and off == R.CTRL)}
+                  for block, off, name, access, _ in R.REGISTERS
+                  if access == "rw" and (off not in control or (off == R.CTRL and block != "fetch"))}
         done = Signal()
         launch = Signal()
-        addr = {key: R.register_offset(cfg, *key) for key in stored}
         with m.If(reg.we):
             for key, sig in stored.items():
-                with m.If(reg.addr == addr[key]):
+                with m.If(reg.addr == at(*key)):
                     m.d.sync += sig.eq(Cat(*[Mux(reg.strb[b], reg.wdata[8 * b:8 * b + 8], sig[8 * b:8 * b + 8])
                                              for b in range(REG_DATA_BITS // 8)]))
-            with m.If((reg.addr == R.register_offset(cfg, "fetch", R.CTRL)) & reg.strb[0] & reg.wdata[0] &
-                      ~fetch.busy):
+            with m.If((reg.addr == at("fetch", R.CTRL)) & reg.strb[0] & reg.wdata[0] & ~fetch.busy):
                 m.d.comb += launch.eq(1)
         insn_addr = stored[("fetch", R.FETCH_INSN_ADDR)]
         insn_addr_hi = stored[("fetch", R.FETCH_INSN_ADDR + 4)]
@@ -166,26 +176,37 @@ class VTACore(wiring.Component):
             m.d.sync += done.eq(0)
         with m.If(modules["compute"].finished):
             m.d.sync += done.eq(1)
-        # ap_done of the three modules' blocks: raised each time the module finishes an instruction (VTA's HLS
-        # modules run once per instruction, auto-restarted), cleared when the host reads the block's CTRL
-        ap_done = {}
-        for name, mod in modules.items():
-            ctrl = R.register_offset(cfg, name, R.CTRL)
-            ap_done[name] = flag = Signal(name=f"ap_done_{name}")
-            with m.If(reg.re & (reg.addr == ctrl)):
-                m.d.sync += flag.eq(0)
-            with m.If(mod.retired):
-                m.d.sync += flag.eq(1)
-        fetch_status = (fetch.busy * R.AP_START) | (done * R.AP_DONE) | (~fetch.busy * R.AP_IDLE)
-        reads = {R.register_offset(cfg, "fetch", R.CTRL): fetch_status,
-                 R.register_offset(cfg, "fetch", R.FETCH_DISPATCHED): fetch.dispatched,
-                 R.register_offset(cfg, "compute", R.COMPUTE_DONE_RD): done,
-                 R.register_offset(cfg, "compute", R.COMPUTE_DONE_VLD): done}
+        # every block's ap_ctrl_hs control (hardware/control.py): fetch finishes when it has dispatched the run's
+        # last instruction; VTA's HLS modules run once per instruction (auto-restarted), so theirs each time the
+        # module finishes one
+        was_busy = Signal()
+        m.d.sync += was_busy.eq(fetch.busy)
+        events = {"fetch": was_busy & ~fetch.busy, **{name: mod.retired for name, mod in modules.items()}}
+        reads = {at("fetch", R.FETCH_DISPATCHED): fetch.dispatched,
+                 at("compute", R.COMPUTE_DONE_RD): done,
+                 at("compute", R.COMPUTE_DONE_VLD): done}
+        for block, event in events.items():
+            ctl = hls_control(m, reg, at(block, R.CTRL), event, block)
+            m.d.comb += getattr(self, f"interrupt_{block}").eq(ctl.interrupt)
+            reads.update(ctl.reads)
+            if block == "fetch":
+                reads[at(block, R.CTRL)] = ctrl_value(fetch.busy, ctl.ap_done, ~fetch.busy, 0)
+            else:           # stored (the modules always run), read back with ap_idle and the latched ap_done
+                written = stored[(block, R.CTRL)]
+                reads[at(block, R.CTRL)] = ctrl_value(written[0], ctl.ap_done, 1, written[7])
         for key, sig in stored.items():
-            if key[1] == R.CTRL:
-                reads[addr[key]] = (sig & ~R.AP_DONE) | R.AP_IDLE | (ap_done[key[0]] * R.AP_DONE)
-            else:
-                reads[addr[key]] = sig
+            if key[1] != R.CTRL:
+                reads[at(*key)] = sig
+        # the performance counters (hardware/counters.py), cleared by a launch
+        m.submodules.counters = counters = PerfCounters(cfg)
+        m.d.comb += counters.clear.eq(launch)
+        for name, mod in modules.items():
+            m.d.comb += [getattr(counters, f"{name}_issued").eq(mod.issued),
+                         getattr(counters, f"{name}_insn").eq(mod.issued_insn)]
+        for name, (block, offset) in R.COUNTER_REGISTERS.items():
+            value = getattr(counters, name)
+            for word in range(R.COUNTER_BITS // REG_DATA_BITS):
+                reads[at(block, offset + 4 * word)] = value.word_select(word, REG_DATA_BITS)
         with m.Switch(reg.addr):
             for offset, value in reads.items():
                 with m.Case(offset):

@@ -4,6 +4,9 @@ The shared library (hardware/build.py) is loaded through cffi in ABI mode. The d
 harness's sparse pages; ``launch`` writes the registers as VTA's driver does (instruction count and address,
 the modules' control words, then fetch's ap_start) and clocks the model until compute's ``done`` register is 1.
 
+``reset`` pulses the model's reset input (SRAMs keep their contents, as on a board); ``reprogram`` makes a new
+model (SRAMs zero, as after a bitstream download). VTA's counters come from the RTL's counter registers.
+
 It offers the device surface of ``vta.device.SimDevice`` (``alloc/free/copy_in/copy_out/run -> stats``,
 ``last_stats``, ``cfg``), so operators and whole networks run on it unchanged
 (``graph_pack.build(..., device=RtlDevice(cfg))``): buffers are placed first fit from page 1 as the
@@ -21,7 +24,7 @@ from typing import Any, Protocol
 import numpy as np
 
 from hardware import registers as R
-from hardware.stats import RtlRunStats, program_counters
+from hardware.stats import RtlRunStats
 from hardware.toolchain import require
 from hw_config import HwConfig, load_config
 from hw_config.buffer import Buffer, alloc_size, checked_buffer
@@ -35,7 +38,8 @@ typedef struct vta_rtl vta_rtl;
 vta_rtl* vta_rtl_create(uint64_t dram_latency);
 void vta_rtl_destroy(vta_rtl* r);
 int vta_rtl_bus_bytes(void);
-int vta_rtl_reset(vta_rtl* r);
+int vta_rtl_reset(vta_rtl* r, int fresh);
+unsigned vta_rtl_interrupts(vta_rtl* r);
 int vta_rtl_dram_write(vta_rtl* r, uint64_t addr, const uint8_t* data, uint64_t n);
 uint64_t vta_rtl_dram_read(vta_rtl* r, uint64_t addr, uint8_t* out, uint64_t n);
 void vta_rtl_dram_clear(vta_rtl* r);
@@ -185,7 +189,7 @@ class RtlDevice:
         finally:
             self._lib.vta_rtl_dram_unmap(self._handle, INSN_REGION, -(-raw.size // PAGE) * PAGE)
         stats = RtlRunStats(cycles=cycles, finish_cycle=cycles, clock_mhz=self.cfg.CLOCK_MHZ,
-                            host_seconds=time.perf_counter() - t0, **program_counters(rows, self.cfg))
+                            host_seconds=time.perf_counter() - t0, **self.counters())
         self.wall_seconds += stats.host_seconds
         stats.latency_s = stats.seconds
         insns_n, busy = self._ffi.new("uint64_t[3]"), self._ffi.new("uint64_t[3]")
@@ -225,9 +229,34 @@ class RtlDevice:
 
     @serialised
     def reset(self) -> None:
-        """Reset the model as at power-up: registers, queues and SRAMs (zero); DRAM is kept."""
-        if self._lib.vta_rtl_reset(self._handle):
+        """Hold the reset input for 16 cycles, as a board's reset does: registers, token and command queues, the
+        counters and the DMA engines start over; the SRAMs keep their contents (block RAM has no reset) and DRAM
+        is kept."""
+        if self._lib.vta_rtl_reset(self._handle, 0):
             raise RtlError("could not reset the RTL model")
+
+    @serialised
+    def reprogram(self) -> None:
+        """As a bitstream download: a new model, every SRAM zero (block RAM's initial contents), then the reset;
+        DRAM is kept. Runs compared with a fresh C simulator start here (its SRAMs are zero)."""
+        if self._lib.vta_rtl_reset(self._handle, 1):
+            raise RtlError("could not rebuild the RTL model")
+
+    @serialised
+    def interrupts(self) -> dict[str, bool]:
+        """Each register block's interrupt output now (GIE and ISR, hardware/control.py)."""
+        bits = int(self._lib.vta_rtl_interrupts(self._handle))
+        return {block: bool(bits >> i & 1) for i, block in enumerate(R.MMIO_BLOCKS)}
+
+    @serialised
+    def counters(self) -> dict[str, int]:
+        """The performance counters' registers (hardware/counters.py; a launch clears them), each read as its
+        low word then its high word over AXI4-Lite."""
+        out = {}
+        for name, (block, offset) in R.COUNTER_REGISTERS.items():
+            low = self.read_register(block, offset)
+            out[name] = low | self.read_register(block, offset + 4) << 32
+        return out
 
     # ---- registers and runs ----
     @serialised
@@ -309,7 +338,7 @@ class RtlDevice:
         if status:
             message = self._ffi.string(err).decode()
             dispatched = self.read_register("fetch", R.FETCH_DISPATCHED)
-            self._lib.vta_rtl_reset(self._handle)
+            self._lib.vta_rtl_reset(self._handle, 0)
             raise RtlError(f"RTL run of {count} instructions at 0x{insn_addr:x}: {message} (fetch had dispatched "
                            f"{dispatched}); the model was reset")
         events = np.zeros(0, np.uint64)

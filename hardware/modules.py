@@ -24,8 +24,9 @@ def _queue(m: Module, p: RtlParams, insn_port) -> fifo.SyncFIFOBuffered:
     return q
 
 
-# Trace pulses every module drives (the top level gathers them into its ``events`` port).
-EVENT_MEMBERS = {"issued": Out(1), "retired": Out(1)}
+# Trace pulses every module drives (the top level gathers them into its ``events`` port), and the instruction
+# that starts with ``issued`` (the performance counters read it: hardware/counters.py).
+EVENT_MEMBERS = {"issued": Out(1), "retired": Out(1), "issued_insn": Out(INSN_BITS)}
 
 
 def _sequence(m: Module, component, module: str, q: fifo.SyncFIFOBuffered,
@@ -60,6 +61,7 @@ def _sequence(m: Module, component, module: str, q: fifo.SyncFIFOBuffered,
     for n, (_, engine) in enumerate(engines):
         finished = finished | (waiting[n] & engine.done)
 
+    m.d.comb += component.issued_insn.eq(head)     # wires: what starts when ``issued`` pulses
     with m.FSM(name=f"{module}_fsm"):
         with m.State("ISSUE"):
             go = q.r_rdy & pops.ready & engine_free & (~nop | nop_pushes.ready)

@@ -1,10 +1,10 @@
 """What a run on the RTL reports: ``RtlRunStats``, with the fields of the simulator's ``RunStats`` (hardware
 does not import the simulator; code above reads either the same way).
 
-The RTL measures cycles (launch to ``done``) and, per module, instructions and busy cycles. It has no data
-counters (VTA's bitstreams have none either): ``program_counters`` computes VTA's counters from the instruction
-stream, counted as VTA's simulator counts them (tests/test_hardware_rtl.py checks they equal the C
-simulator's).
+The RTL measures cycles (launch to ``done``), per module instructions and busy cycles, and VTA's counters in
+its counter registers (hardware/counters.py; VTA's bitstreams have none). ``program_counters`` is their
+definition, computed from the instruction stream as VTA's simulator counts them: tests hold the RTL's registers
+to it (tests/test_hardware_rtl.py), and it to the C simulator's counters.
 """
 
 from __future__ import annotations
@@ -53,8 +53,8 @@ class RtlRunStats:
     """One run on the RTL, field for field as simulator.stats.RunStats: ``cycles`` measured from launch to
     ``done`` (``finish_cycle`` too: the run ends at FINISH), ``insns`` and ``busy`` per module measured (a
     module is busy from an instruction's start, its tokens popped, to its finish, its tokens pushed), VTA's
-    counters from the program (``program_counters``), no stall breakdown and no host work budget (``work``
-    0). ``latency_s`` is the accelerator's time at the config's clock: the RTL has no board latency model."""
+    counters read from the RTL's counter registers after ``done``, no stall breakdown and no host work
+    budget (``work`` 0). ``latency_s`` is the accelerator's time at the config's clock: the RTL has no board latency model."""
 
     inp_load_nbytes: int = 0
     wgt_load_nbytes: int = 0

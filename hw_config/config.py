@@ -82,7 +82,7 @@ INT_RANGES: dict[str, tuple[int, int, str]] = {
     "ALU_II": (1, 64, "cycles per ALU micro-op iteration"),
     "COMPUTE_LATENCY": (0, 10_000, "pipeline fill cycles per GEMM/ALU instruction"),
     "INSN_QUEUE_DEPTH": (1, 65_536, "instructions each module's command queue holds"),
-    "TOKEN_QUEUE_DEPTH": (1, 255, "tokens a dependency queue holds"),
+    "TOKEN_QUEUE_DEPTH": (1, 1024, "tokens a dependency queue holds (VTA's block design: 1,024)"),
 }
 
 

@@ -45,7 +45,7 @@ def differences(result: ReplayResult, expected: ReplayResult, counters: bool = T
 
 def summary(result: ReplayResult, expected: ReplayResult, name: str, counters: bool = True) -> tuple[bool, str]:
     """(matches, the lines to print) for ``vta sim replay --expect`` and ``vta board replay --expect``;
-    ``counters=False`` where the device reports none (the RTL)."""
+    ``counters=False`` for a device that reports none."""
     found = differences(result, expected, counters)
     stored = sum(data.size for _, data in expected.segments)
     compared = (f"{sum(key in expected.stats for key in VTA_COUNTERS)} VTA counter(s)" if counters else

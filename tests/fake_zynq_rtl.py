@@ -124,10 +124,11 @@ class RtlZynq(Device):
 
     # ---- the PL ----
     def download(self, bitstream, parser=None) -> None:
-        """A bitstream download resets the accelerator (the RTL model's reset; DRAM, as CMA memory, stays)."""
+        """A bitstream download reconfigures the accelerator: a new model, its SRAMs zero (block RAM's initial
+        contents), then the reset (DRAM, as CMA memory, stays)."""
         self.calls["download"] += 1
         self.running = False
-        self.rtl.reset()
+        self.rtl.reprogram()
 
     def close(self) -> None:
         self.buffers.clear()

@@ -108,7 +108,7 @@ def test_dependent_micro_ops_at_every_distance_give_the_sequential_result(config
     for distance in range(cfg.COMPUTE_LATENCY + 1):
         image = dependent_program(cfg, distance, seed=distance)
         expected = replay(image)
-        dev.reset()
+        dev.reprogram()
         segments, _ = dev.replay(image)
         np.testing.assert_array_equal(segments[-1][1], expected.segments[-1][1],
                                       err_msg=f"{config}: distance {distance}")

@@ -99,8 +99,11 @@ def _held_out():
 
 @pytest.mark.parametrize("sample", _held_out(), ids=lambda s: f"{s['family']}-{s['name']}")
 def test_the_model_is_within_tolerance_of_yosys_on_configs_it_was_not_fitted_to(sample):
+    """The model's rows that the sample's design had (modules added to the RTL since, with figures measured on
+    their own: the AXI master and slaves, the performance counters, are not in these samples' totals)."""
     cfg = load_config(sample["config"])
-    got = model_estimate(cfg, sample["family"]).total()
+    rows = model_estimate(cfg, sample["family"]).rows
+    got = sum((r for row, r in rows.items() if row in sample["rows"]), Resources())
     want = Resources.from_dict(sample["total"])
     for what in ("lut", "ff", "dsp"):
         assert abs(getattr(got, what) - getattr(want, what)) <= TOLERANCE * getattr(want, what), \

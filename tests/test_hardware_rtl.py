@@ -51,7 +51,7 @@ def traced_on_both(dev, image: ProgramImage):
     from simulator.replay import replay_with_stats
 
     _, model = replay_with_stats(Simulator(image.config), image, trace=True)
-    dev.reset()
+    dev.reprogram()          # SRAMs as the C simulator's fresh ones: zero
     dev.clear_dram()
     try:
         for addr, data in image.segments:
@@ -73,11 +73,11 @@ def test_golden_program_on_the_rtl(name: str, config: str):
     dev = device(config)
     if dev.cfg != image.config:
         image = ProgramImage(dev.cfg, image.insns, image.insn_addr, list(image.segments))
-    dev.reset()
+    dev.reprogram()
     segments, cycles = dev.replay(image)
     lacking = violations(image.insns, image.config)
     if not lacking:
-        # the RTL has no counters of VTA's (the C simulator's are its own business): the bytes only ...
+        # VTA's bytes (its counters: tests/test_rtl_control.py) ...
         assert_matches(name, segments, None)
         stats = replay(image).stats
     else:
@@ -219,7 +219,7 @@ def test_random_programs_leave_the_c_simulators_dram(config: str, seed: int):
     image = random_program(dev.cfg, seed)
     assert violations(image.insns, dev.cfg) == []
     expected = replay(image)
-    dev.reset()              # SRAMs as the C simulator's fresh ones: zero
+    dev.reprogram()          # SRAMs as the C simulator's fresh ones: zero
     segments, cycles = dev.replay(image)
     assert cycles > 0
     for (addr, want), (_, got) in zip(expected.segments, segments, strict=True):
@@ -289,7 +289,7 @@ def test_the_rtl_executes_its_capability_set(config: str):
                 (OUT, np.zeros(REGION, np.uint8))]
     rows = np.frombuffer(insns, np.uint8).reshape(-1, 16).copy()
     image = ProgramImage(cfg, rows, INSN_ADDR, segments)
-    dev.reset()
+    dev.reprogram()
     got, _ = dev.replay(image)
     isa = replay(image).segments
     executed = as_vta_hls_executes(rows, cfg)
@@ -380,7 +380,7 @@ def test_vtas_golden_programs_take_the_timing_models_cycles():
         if image.config.fingerprint != dev.cfg.fingerprint:
             continue
         model = replay(image).stats["cycles"]
-        dev.reset()
+        dev.reprogram()
         _, cycles = dev.replay(image)
         assert abs(cycles / model - 1) <= CYCLE_TOLERANCE, (name, cycles, model)
         seen += 1
@@ -448,6 +448,10 @@ def test_vta_sim_replay_on_the_rtl_device(tmp_path, capsys):
     result = load_result(out)
     assert result.stats["device"] == "rtl" and result.stats["cycles"] > 0
     assert_matches("relu_0", result.segments, None)
+    # the RTL's counter registers against VTA's own counters of the trace
+    expect = GOLDEN_DIR / "relu_0.expect.npz"
+    assert main(["sim", "replay", str(GOLDEN_DIR / "relu_0.npz"), "--device", "rtl", "--expect", str(expect)]) == 0
+    assert "7 VTA counter(s)" in capsys.readouterr().out
     assert main(["sim", "replay", str(GOLDEN_DIR / "relu_0.npz"), "--device", "rtl", "--timing-only"]) != 0
     assert "--timing-only" in capsys.readouterr().err
 

@@ -11,11 +11,12 @@ leave VTA's bytes, and the driver refuses the five padded_load ones before launc
 (tests/test_pynq_device.py: they pad ACC loads, which that bitstream lacks). On ``pynq`` with capability set
 ``vta-hls`` (VTA's HLS source since Dec 2020, which pads ACC) all sixteen leave VTA's bytes.
 
-What comes from the RTL: the bytes in DRAM, the register traffic and the RTL's cycles (``fake.runs``). What does
-not: the run's counters and ``stats.cycles``. The RTL has no performance counters (nor have VTA's bitstreams), so
-``PynqDevice`` reports those from the C simulator's timing-only run of the stream it launched (``counters_from``
-says so). The counters checked against VTA's trace here are that model's count of the relocated stream (they
-show the relocation kept every transfer), not anything the hardware measured.
+What comes from the RTL: the bytes in DRAM, the register traffic, the RTL's cycles (``fake.runs``) and its
+performance counters, read from its counter registers (hardware/counters.py) after the run: VTA's counters of
+each trace. What does not: the counters and ``stats.cycles`` the driver reports. VTA's bitstreams have no
+performance counters, so ``PynqDevice`` never reads any (on VTA's bitstream their offsets alias its HLS
+registers) and reports those from the C simulator's timing-only run of the stream it launched
+(``counters_from`` says so): that model's count of the relocated stream, checked against VTA's trace too.
 """
 
 from __future__ import annotations
@@ -85,13 +86,14 @@ def _replay_all(install, cache, cfg, names):
                 out[name] = {"refused": str(e), "index": e.index}
                 continue
             assert fake.calls["launch"] == launches + 1 and not fake.running
-            out[name] = {"result": result, "stats": stats, "rtl_cycles": fake.runs[-1]}
+            out[name] = {"result": result, "stats": stats, "rtl_cycles": fake.runs[-1],
+                         "rtl_counters": fake.rtl.counters()}
     return fake, out
 
 
 def _check_vtas_bytes_and_the_models_counters(name: str, got: dict) -> None:
-    """The RTL left VTA's bytes; the counters the driver reports (the timing model's count of the relocated stream,
-    not the RTL's: it has none) are VTA's; the RTL's own cycles are near the timing model's."""
+    """The RTL left VTA's bytes; its counter registers hold VTA's counters, and so do those the driver reports (the
+    timing model's count of the relocated stream); the RTL's own cycles are near the timing model's."""
     from vta.device_pynq import COUNTERS_FROM
 
     result, stats = got["result"], got["stats"]
@@ -100,6 +102,7 @@ def _check_vtas_bytes_and_the_models_counters(name: str, got: dict) -> None:
         expect_stats = json.loads(str(z["stats"]))
     assert stats.counters_from == COUNTERS_FROM and "no performance counters" in COUNTERS_FROM
     assert {k: result.stats[k] for k in VTA_COUNTERS} == expect_stats    # the model's count of the stream
+    assert got["rtl_counters"] == expect_stats                           # the RTL's counter registers
     assert stats.launched and stats.host_seconds > 0
     # the RTL's own cycles for the run (the driver's done-clearing GEMM in front) against the timing model's
     assert abs(got["rtl_cycles"] / stats.cycles - 1) <= 0.05, (name, got["rtl_cycles"], stats.cycles)

@@ -452,7 +452,8 @@ def test_the_master_turns_bursts_into_ar_aw_and_w_with_wlast():
 
 def test_registers_through_axi4_lite():
     """VTA's register map at each block's offsets: written and read back through each port, byte strobes,
-    compute's done, ap_done raised by each finished instruction and cleared by reading CTRL, 0 outside the map,
+    compute's done, ap_done raised by each finished instruction (fetch's by the end of the stream) and cleared by
+    reading CTRL, 0 outside the map,
     and a write on one port with a read on another in the same cycle."""
     need("amaranth")
     from hardware.core import VTACore
@@ -519,6 +520,7 @@ def test_registers_through_axi4_lite():
         got["ctrl_after"] = await host.read(ctx, "compute", CTRL)
         got["ctrl_again"] = await host.read(ctx, "compute", CTRL)
         got["fetch_ctrl"] = await host.read(ctx, "fetch", CTRL)
+        got["fetch_ctrl_again"] = await host.read(ctx, "fetch", CTRL)
 
     _simulate(dut, bench)
     assert got["count"] == 0x12345678 and got["wgt"] == 0xCAFEF00D and got["out"] == 0x0BADBEEF
@@ -530,7 +532,8 @@ def test_registers_through_axi4_lite():
     assert got["wgt2"] == 7
     assert not got["ctrl_before"] & AP_DONE and got["ctrl_before"] & AP_IDLE
     assert got["done"] == 1 and got["ctrl_after"] & AP_DONE and not got["ctrl_again"] & AP_DONE
-    assert got["fetch_ctrl"] & AP_IDLE
+    assert got["fetch_ctrl"] & AP_IDLE and got["fetch_ctrl"] & AP_DONE          # fetch dispatched the stream ...
+    assert not got["fetch_ctrl_again"] & AP_DONE                                 # ... and the read cleared it
 
 
 # ---------------------------------------------------------------------------------------------------------
@@ -552,7 +555,7 @@ def test_random_programs_under_axi_back_pressure_on_the_verilator_model(config: 
             dev.stress(40, seed)
             image = random_program(dev.cfg, seed)
             expected = replay(image)
-            dev.reset()
+            dev.reprogram()
             segments, _ = dev.replay(image)
             for (addr, want), (_, got) in zip(expected.segments, segments, strict=True):
                 np.testing.assert_array_equal(got, want, err_msg=f"segment 0x{addr:x}, seed {seed}")
@@ -575,7 +578,7 @@ def test_bursts_on_the_verilator_model_are_the_dma_engines_bursts():
     dev = device("pynq")
     image = load_image(GOLDEN_DIR / "gemm_1.npz")
     before = dev.axi_stats()
-    dev.reset()
+    dev.reprogram()
     _, cycles = dev.replay(image)
     after = dev.axi_stats()
     reads = after["read_bursts"] - before["read_bursts"]

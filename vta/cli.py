@@ -433,13 +433,12 @@ def load_expected(args: argparse.Namespace) -> ReplayResult | None:
         raise ImageError(f"--expect: {e}") from None
 
 
-def report_expected(args: argparse.Namespace, result: ReplayResult, expected: ReplayResult | None,
-                    counters: bool = True) -> int:
+def report_expected(args: argparse.Namespace, result: ReplayResult, expected: ReplayResult | None) -> int:
     """Print how the run compares with --expect's file; the command's exit status (1: it differs)."""
     if expected is None:
         return 0
     from simulator.expect import summary
-    matches, text = summary(result, expected, args.expect, counters)
+    matches, text = summary(result, expected, args.expect)
     print(text)
     return 0 if matches else 1
 

@@ -113,8 +113,8 @@ def replay_on_rtl(args: argparse.Namespace, image: ProgramImage, expected: Repla
                                             ("--max-work", args.max_work is not None), ("--strict", args.strict))
                    if given]
     if unsupported:
-        raise ValueError(f"{', '.join(unsupported)}: not available with --device rtl (the RTL reports cycles "
-                         f"only; --out, --json and --max-cycles are)")
+        raise ValueError(f"{', '.join(unsupported)}: not available with --device rtl (the RTL reports cycles and "
+                         f"VTA's counters; --out, --json, --expect and --max-cycles are)")
     from simulator import SimulatorError
     from simulator.replay import replay
 
@@ -137,8 +137,9 @@ def replay_on_rtl(args: argparse.Namespace, image: ProgramImage, expected: Repla
         print(f"vta: error: {e}", file=sys.stderr)
         return 1
     seconds = time.perf_counter() - t0
+    counters = device.counters()         # the RTL's counter registers (hardware/counters.py), as the run left them
     stats = {"device": "rtl", "cycles": cycles, "host_seconds": round(seconds, 6),
-             "time_s": cycles / (image.config.CLOCK_MHZ * 1e6)}
+             "time_s": cycles / (image.config.CLOCK_MHZ * 1e6), **counters}
     if args.out is not None:
         save_result(args.out, ReplayResult(segments, stats))
     if args.json:
@@ -147,9 +148,11 @@ def replay_on_rtl(args: argparse.Namespace, image: ProgramImage, expected: Repla
         print(f"# {args.image}: {len(image.insns)} instructions on {image.config.model}, RTL (Verilator)")
         print(f"  cycles  {cycles:,} ({stats['time_s'] * 1e6:.2f} us at {image.config.CLOCK_MHZ:g} MHz; "
               f"simulated in {seconds:.3f} s, {cycles / max(seconds, 1e-9):,.0f} cycles/s)")
+        for name, value in counters.items():
+            print(f"  {name:<17} {value:,}")
     if args.out:
         print(f"wrote result to {args.out}", file=sys.stderr)
-    return report_expected(args, ReplayResult(segments, stats), expected, counters=False)
+    return report_expected(args, ReplayResult(segments, stats), expected)
 
 
 @command("hw", "vivado", "write a Vivado project for a config: the IP, the block design and the bitstream build",

@@ -41,6 +41,7 @@ constexpr uint64_t PAGE = uint64_t(1) << PAGE_BITS;
 constexpr size_t BUS = VTA_BUS_BYTES;
 constexpr uint32_t MMIO_RANGE = VTA_MMIO_RANGE;
 constexpr size_t STRB_BYTES = (BUS + 7) / 8;
+constexpr int RESET_CYCLES = 16;   // cycles the reset input is held (Xilinx's proc_sys_reset holds it 16 or more)
 
 template <class T> void put(T& port, const uint8_t* src, size_t n) {
     if constexpr (std::is_integral_v<T>) {
@@ -393,11 +394,24 @@ struct vta_rtl {
         return ok;
     }
 
-    void reset() {
-        top.reset();   // the model goes before its context
-        ctx.reset();
-        ctx = std::make_unique<VerilatedContext>();
-        top = std::make_unique<Vvta_core>(ctx.get(), "top");
+    // The reset input held for RESET_CYCLES cycles: registers, queues and the DRAM port start over, SRAM contents
+    // stay (as a board's reset leaves block RAM); ``fresh``: a new model first, every SRAM zero (as a bitstream
+    // download leaves block RAM).
+    void reset(bool fresh) {
+        if (fresh || !top) {
+            top.reset();   // the model goes before its context
+            ctx.reset();
+            ctx = std::make_unique<VerilatedContext>();
+            top = std::make_unique<Vvta_core>(ctx.get(), "top");
+        }
+        access = Access();
+        for (int block = 0; block < 4; ++block) {
+            access.block = block;
+            lite_drive(top.get(), access);
+        }
+        top->rst = 1;
+        for (int i = 0; i < RESET_CYCLES; ++i) tick();
+        // what the slave held of the master's transfers before the reset: forgotten, as the master forgot them
         reads.clear();
         r_current = -1;
         r_last_id = 0;
@@ -405,14 +419,7 @@ struct vta_rtl {
         wbeats.clear();
         bresps.clear();
         offered_ar = offered_aw = offered_w = Offer();
-        access = Access();
-        for (int block = 0; block < 4; ++block) {
-            access.block = block;
-            lite_drive(top.get(), access);
-        }
         fault.clear();
-        top->rst = 1;
-        for (int i = 0; i < 4; ++i) tick();
         top->rst = 0;
         tick();
         cycle = 0;
@@ -425,7 +432,7 @@ vta_rtl* vta_rtl_create(uint64_t dram_latency) {
     try {
         auto* r = new vta_rtl();
         r->latency = dram_latency ? dram_latency : 1;
-        r->reset();
+        r->reset(true);
         return r;
     } catch (...) {
         return nullptr;
@@ -436,14 +443,22 @@ void vta_rtl_destroy(vta_rtl* r) { delete r; }
 
 int vta_rtl_bus_bytes(void) { return (int)BUS; }
 
-// Model reset: registers, queues and the DRAM port (SRAM contents are undefined after it; DRAM is kept).
-int vta_rtl_reset(vta_rtl* r) {
+// The reset input, held RESET_CYCLES cycles: registers, queues and the DRAM port start over; SRAMs and DRAM keep
+// their contents. fresh != 0: a new model first (every SRAM zero, as after a bitstream download).
+int vta_rtl_reset(vta_rtl* r, int fresh) {
     try {
-        r->reset();
+        r->reset(fresh != 0);
         return 0;
     } catch (...) {
         return -1;
     }
+}
+
+// The four register blocks' interrupt outputs now (bit i: block i, hw_config MMIO_BLOCKS order).
+unsigned vta_rtl_interrupts(vta_rtl* r) {
+    const Vvta_core* t = r->top.get();
+    return unsigned(t->interrupt_fetch) | unsigned(t->interrupt_load) << 1 | unsigned(t->interrupt_compute) << 2 |
+           unsigned(t->interrupt_store) << 3;
 }
 
 int vta_rtl_dram_write(vta_rtl* r, uint64_t addr, const uint8_t* data, uint64_t n) {

@@ -98,6 +98,7 @@ ROWS = (
     ("arbiter", "DRAM arbiter"),
     ("axi", "AXI4 master (DRAM)"),
     ("axi_lite", "AXI4-Lite register slaves"),
+    ("counters", "performance counters"),
     ("top", "registers, SRAM read ports"),
     ("sram.uop", "SRAM uop"),
     ("sram.inp", "SRAM inp"),

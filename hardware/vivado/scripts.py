@@ -47,7 +47,7 @@ def _hex(n: int) -> str:
 
 def package_ip(cfg: HwConfig, manifest: dict[str, Any], board: Board, part: str) -> str:
     """``package_ip.tcl``: the Verilog as an IP (``ipx::``), its five AXI interfaces declared port by port, the
-    clock and the active-low reset associated with them, and the register map as address blocks and registers
+    four blocks' interrupts, the clock and the active-low reset associated with them, and the register map as address blocks and registers
     at VTA's offsets. Explicit, not inferred: Vivado's inference guesses from names and may miss or merge."""
     out = [_HEADER.format(what="Packages the generated accelerator as a Vivado IP.", model=cfg.name,
                           board=board.name, part=part, versions=VIVADO_VERSIONS)]
@@ -115,6 +115,12 @@ proc vta_bus {{core name mode abstraction bus portmap}} {{
                 out.append(f"set_property address_offset 0x{reg['offset']:X} $r")
                 out.append("set_property size 32 $r")
                 out.append(f"set_property access {'read-write' if reg['access'] == 'rw' else 'read-only'} $r")
+    for port in (p["name"] for p in manifest["ports"] if p["name"].startswith("interrupt_")):
+        out.append(f"\n# {port}: the block's HLS interrupt (level, active high; VTA's block design leaves it open)")
+        out.append(f"vta_bus $core {port} master xilinx.com:signal:interrupt_rtl:1.0 xilinx.com:signal:interrupt:1.0 "
+                   f"{{INTERRUPT {port}}}")
+        out.append(f"set p [ipx::add_bus_parameter SENSITIVITY [ipx::get_bus_interfaces {port} -of_objects $core]]")
+        out.append("set_property value LEVEL_HIGH $p")
     out.append(f"""
 # the clock runs every interface and the reset
 set p [ipx::add_bus_parameter ASSOCIATED_BUSIF [ipx::get_bus_interfaces {clk} -of_objects $core]]

@@ -78,6 +78,6 @@ static const unsigned char DEP_QUEUE[NUM_MODULES][NUM_DEP_FLAGS] = {
   X(alu_ii, 1u, 64u)                   /* hw_config: 1..64 */ \
   X(compute_latency, 0u, 10000u)       /* hw_config: 0..10000 */ \
   X(insn_queue_depth, 1u, 65536u)      /* hw_config: 1..65536 */ \
-  X(token_queue_depth, 1u, 255u)       /* hw_config: 1..255 */
+  X(token_queue_depth, 1u, 1024u)      /* hw_config: 1..1024 */
 
 #endif

@@ -4,7 +4,9 @@ Each block (fetch, load, compute, store at ``cfg.mmio_address(block)``) has Viva
 
 - ``0x00`` control: bit 0 ``ap_start`` (R/W), bit 1 ``ap_done`` (clear on read), bit 2 ``ap_idle``,
   bit 3 ``ap_ready`` (a pulse, reads 0), bit 7 ``auto_restart`` (R/W); ``0x04`` GIE, ``0x08`` IER,
-  ``0x0c`` ISR (toggle on write). Interrupts are stored, never raised (pynq's remote mode has none).
+  ``0x0c`` ISR (toggle on write). Interrupts are stored, never raised (pynq's remote mode has none). The
+  performance counters the generated RTL adds at 0x40 and up (hardware/registers.py ``COUNTER_REGISTERS``) are
+  not here: VTA's bitstreams have none (the driver reports the simulator's counters).
 - fetch: ``0x10`` instruction count, ``0x18`` instruction address (``0x1c`` its high word);
   load: ``0x10`` inputs, ``0x18`` weights; compute: ``0x10`` ``done_i`` (R/W, no effect, as in HLS),
   ``0x18`` ``done_o`` (read only), ``0x1c`` its ``ap_vld`` (clear on read), ``0x20`` uops, ``0x28`` biases;
