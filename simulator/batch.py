@@ -15,9 +15,18 @@ from typing import TYPE_CHECKING
 
 import numpy as np
 
-from hw_config.capabilities import violations
-from simulator.core import ERR_LEN, STATS_WORDS, _as_bytes, _as_insn_bytes, ffi, lib, run_stats, stream_key
-from simulator.errors import InvalidInstruction, SimulatorError
+from simulator.core import (
+    ERR_LEN,
+    STATS_WORDS,
+    _as_bytes,
+    _as_insn_bytes,
+    ffi,
+    lib,
+    refuse_unsupported,
+    run_stats,
+    stream_key,
+)
+from simulator.errors import SimulatorError
 from simulator.latency import board_latency
 from simulator.stats import RunStats
 
@@ -67,11 +76,7 @@ class StreamBatch:
                 if not 1 <= count < 1 << 32:
                     raise SimulatorError(f"batch step {i}: {count} instructions (1 to 2^32 - 1 per stream)")
                 if sim.strict:
-                    refused = violations(raw.reshape(-1, 16), sim.cfg)
-                    if refused:
-                        index, reason = refused[0]
-                        raise InvalidInstruction(f"batch step {i}, instruction {index}: {reason} (strict mode: the "
-                                                 f"program is for the {sim.cfg.CAPABILITIES} hardware)", index)
+                    refuse_unsupported(raw, sim.cfg, f"batch step {i}, ")
                 self._keep.append(raw)
                 item.insns, item.count = ffi.from_buffer(raw), count
                 self._streams.append((i, raw, stream_key(raw)))

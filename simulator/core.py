@@ -160,6 +160,17 @@ def _params(cfg: HwConfig):
 
 LATENCY_CACHE_STREAMS = 512   # board-model results a simulator keeps (a few hundred bytes each)
 
+
+def refuse_unsupported(raw: np.ndarray, cfg: HwConfig, where: str = "") -> None:
+    """Strict mode: ``InvalidInstruction`` naming the first instruction of ``raw`` (the stream's bytes) that the
+    config's capability set cannot run; ``where`` prefixes the message (a batch names its step)."""
+    refused = violations(raw.reshape(-1, 16), cfg)
+    if refused:
+        index, reason = refused[0]
+        raise InvalidInstruction(f"{where}instruction {index}: {reason} (strict mode: the program is for the "
+                                 f"{cfg.CAPABILITIES} hardware; {len(refused)} such instruction(s))", index)
+
+
 class Simulator:
     """A simulated accelerator for one config: DRAM by physical address, SRAMs, run and replay.
 
@@ -339,12 +350,7 @@ class Simulator:
         if count >= 1 << 32:
             raise SimulatorError(f"{count} instructions: at most 2^32 - 1 per run")
         if self.strict:
-            refused = violations(raw.reshape(-1, 16), self.cfg)
-            if refused:
-                index, reason = refused[0]
-                raise InvalidInstruction(f"instruction {index}: {reason} (strict mode: the program is for the "
-                                         f"{self.cfg.CAPABILITIES} hardware; {len(refused)} such instruction(s))",
-                                         index)
+            refuse_unsupported(raw, self.cfg)
         st = ffi.new("vta_stats_t *")
         events = ffi.new("vta_trace_event_t[]", count) if trace and count else ffi.NULL
         rc = lib.vta_sim_run(self._sim, ffi.from_buffer(raw), count, int(compute), max_cycles, max_work, st,
