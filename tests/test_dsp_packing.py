@@ -146,8 +146,9 @@ PYNQ_SYNTH_VARIABLE = "VTA_TEST_PYNQ_SYNTH"
 @pytest.mark.slow
 @pytest.mark.parametrize("packing", [True, False], ids=["packed", "unpacked"])
 def test_yosys_maps_each_packed_multiply_of_the_pynq_core_to_one_dsp48e1(packing: bool):
-    """The whole pynq core after ``synth_xilinx -family xc7 -flatten`` (hardware/fpga/timing.py's run, cached per
-    config: 15-40 minutes the first time on this busy 2-core machine, so it runs when cached or when
+    """The whole pynq core, pipelined as the presets will be (COMPUTE_LATENCY 9: the packed product in the DSP's M
+    register), after ``synth_xilinx -family xc7 -flatten`` (hardware/fpga/timing.py's run, cached per config:
+    15-40 minutes the first time on this busy 2-core machine, so it runs when cached or when
     VTA_TEST_PYNQ_SYNTH=1): 128 DSP48E1 for its 256 products with packing, 256 without (the ALU of its capability
     set has no MUL), so Yosys made one DSP of each packed multiply, not two."""
     need("amaranth")
@@ -155,7 +156,7 @@ def test_yosys_maps_each_packed_multiply_of_the_pynq_core_to_one_dsp48e1(packing
     import os
 
     from hardware.fpga.timing import cached_xilinx, xilinx_timing
-    cfg = load_config("pynq")
+    cfg = load_config("pynq", COMPUTE_LATENCY=9)
     if cached_xilinx(cfg, "xc7", packing) is None and os.environ.get(PYNQ_SYNTH_VARIABLE) != "1":
         pytest.skip(f"pynq's flattened synthesis takes 15-40 minutes the first time, more than the whole suite "
                     f"may: {PYNQ_SYNTH_VARIABLE}=1 runs it (as does vta hw estimate --timing)")

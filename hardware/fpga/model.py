@@ -224,9 +224,12 @@ def dsp_count(cfg: HwConfig, family: str, coefficients: dict | None = None,
 
 # What DSP packing adds to the GEMM/ALU loop's logic per packed multiplier (two products), on top of the fitted
 # terms (coefficients.py was fitted to the RTL without packing): Yosys's figures for the gemm_alu module of the
-# 1x4x4 and 1x8x8 configs packed and not (synth_xilinx -family xc7, hierarchy kept, COMPUTE_LATENCY 4; the
-# measurement is in docs/hardware.md, "INT8 packing"). Each packed factor w1 * 2^16 + w2 is one small adder.
-PACKING_LOGIC = {"lut": 0.0, "ff": 0.0}
+# 1x4x4 test config (TINY of tests/test_fpga_estimate.py) packed and not, synth_xilinx -family xc7 with the
+# hierarchy kept, COMPUTE_LATENCY 4: 3,049 LUT and 2,509, 603 FF both, for 8 packed multipliers (2026-12-07;
+# docs/hardware.md, "INT8 packing"). The LUTs are the packed factor's adder (w1 less w2's sign) and the adder
+# tree, which Yosys builds in the fabric once the products are bit fields of a DSP's output (without packing it
+# folds the tree's adders into the DSPs' post-adders and cascade).
+PACKING_LOGIC = {"lut": (3049 - 2509) / 8, "ff": 0.0}
 
 
 def packing_logic(cfg: HwConfig, dsp_packing: bool | None = None) -> Resources:
