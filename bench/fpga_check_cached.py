@@ -27,8 +27,9 @@ RESOURCES = ("lut", "ff", "bram36", "bram18", "dsp")
 BOUND = {"lut": 0.10, "ff": 0.10, "dsp": 0.10, "bram36": 0.0, "bram18": 0.0}
 
 
-def current_syntheses(family: str) -> list[tuple[object, SynthResult]]:
-    """(config, synthesis) for each cached result of ``family`` whose key is the current one for its config."""
+def current_syntheses(family: str) -> list[tuple[object, SynthResult, bool]]:
+    """(config, synthesis, DSP packing) for each cached result of ``family`` whose key is the current one for its
+    config (with or without the generator's DSP packing)."""
     found = []
     for path in sorted(cache_root().glob("*/*/result.json")):
         try:
@@ -36,8 +37,9 @@ def current_syntheses(family: str) -> list[tuple[object, SynthResult]]:
             cfg = load_config(data["config"])
         except (OSError, ValueError, KeyError, TypeError, ConfigError):
             continue   # a torn file or a config this code no longer accepts: not the current RTL anyway
-        if data.get("family") == family and data.get("key") == synth_key(cfg, family):
-            found.append((cfg, SynthResult.from_json(data, cached=True)))
+        for packing in (False, True):
+            if data.get("family") == family and data.get("key") == synth_key(cfg, family, dsp_packing=packing):
+                found.append((cfg, SynthResult.from_json(data, cached=True), packing))
     return found
 
 
@@ -55,11 +57,11 @@ def main() -> int:
     print("|---|---|" + "---|" * len(RESOURCES))
     worst = dict.fromkeys(RESOURCES, 0.0)
     seen = set()
-    for cfg, result in rows:
-        if cfg.fingerprint in seen:
+    for cfg, result, packing in rows:
+        if (cfg.fingerprint, packing) in seen:
             continue
-        seen.add(cfg.fingerprint)
-        analytic = model.estimate(cfg, args.family).total()   # before fitting a part: Yosys's own figures
+        seen.add((cfg.fingerprint, packing))
+        analytic = model.estimate(cfg, args.family, dsp_packing=packing).total()   # before fitting a part: Yosys's own figures
         yosys = result.total()
         cells = []
         for r in RESOURCES:
@@ -67,7 +69,7 @@ def main() -> int:
             error = (a - y) / y if y else float(a != y)
             worst[r] = max(worst[r], abs(error))
             cells.append(f"{a:,.1f} / {y:,.1f} ({error:+.1%})")
-        print(f"| {cfg.model} | {8 * cfg.BUS_BYTES} | " + " | ".join(cells) + " |")
+        print(f"| {cfg.model}{' (DSP packing)' if packing else ''} | {8 * cfg.BUS_BYTES} | " + " | ".join(cells) + " |")
     print("\nworst |model - Yosys| / Yosys: " + ", ".join(f"{r} {worst[r]:.1%} (bound {BOUND[r]:.0%})"
                                                            for r in RESOURCES))
     return 0 if all(worst[r] <= BOUND[r] for r in RESOURCES) else 2

@@ -46,7 +46,7 @@ def say(text: str) -> None:
 
 
 def load(name: str, family: str, nodsp: bool = False) -> SynthResult:
-    found = cached(config(name), family, nodsp)
+    found = cached(config(name), family, nodsp, dsp_packing=False)   # the fit is of the RTL without packing
     if found is None:
         raise SystemExit(f"no cached synthesis of {name} for {family}{' -nodsp' if nodsp else ''}: run "
                          f"python bench/fpga_synth.py --family {family} --only {name} first")
@@ -173,7 +173,7 @@ def fit_fallback(family: str, dsp: dict) -> dict:
     for name in NODSP_SAMPLES:
         cfg = config(name)
         with_dsp = load(name, family).rows()["gemm_alu"]
-        without = synthesize(cfg, family, progress=say, nodsp=True).rows()["gemm_alu"]
+        without = synthesize(cfg, family, progress=say, nodsp=True, dsp_packing=False).rows()["gemm_alu"]
         lanes = cfg.BATCH * cfg.BLOCK_OUT
         rows.append(([lanes * cfg.BLOCK_IN, lanes], without.lut - with_dsp.lut))
     a = np.array([r[0] for r in rows], dtype=float)
@@ -193,7 +193,7 @@ def report(split: str, samples, family: str, coefficients: dict) -> dict:
     bram_exact = True
     lines = []
     for name, cfg, result in samples:
-        est = model.estimate(cfg, family, coefficients)
+        est = model.estimate(cfg, family, coefficients, dsp_packing=False)
         m, y = est.total(), result.total()
         e = {k: err(getattr(m, k), getattr(y, k)) for k in worst}
         worst = {k: max(v, abs(e[k])) for k, v in worst.items()}

@@ -34,13 +34,14 @@ def main(argv: list[str] | None = None) -> int:
                 if args.only and name not in args.only:
                     continue
                 cfg = config(name)
-                found = cached(cfg, family)
+                found = cached(cfg, family, dsp_packing=False)   # the model's samples: without DSP packing
                 if args.list:
                     print(f"{family:5} {split:8} {name:18} {'cached' if found else '-'}"
                           f"{f' ({found.seconds:.0f} s)' if found else ''}")
                     continue
                 t0 = time.perf_counter()
-                result = synthesize(cfg, family, progress=lambda t: print(f"  {t}", file=sys.stderr, flush=True))
+                result = synthesize(cfg, family, progress=lambda t: print(f"  {t}", file=sys.stderr, flush=True),
+                                    dsp_packing=False)
                 total = result.total()
                 print(f"{family:5} {split:8} {name:18} MACs {cfg.MACS_PER_CYCLE:5}  LUT {total.lut:7.0f}  "
                       f"FF {total.ff:6.0f}  BRAM36 {total.bram:6.1f}  DSP {total.dsp:5}  Yosys "

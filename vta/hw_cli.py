@@ -22,6 +22,11 @@ GROUP_HELP["hw"] = "the accelerator's RTL, generated from a hardware config"
 MAX_PRODUCTS_ARG = arg("--max-products", type=int_in(1, 1 << 24, "a count of int8 products"), default=8192,
                        metavar="N", help="refuse to generate a GEMM core of more than N int8 products (BATCH x "
                        "BLOCK_IN x BLOCK_OUT; default 8,192: larger ones take minutes and gigabytes)")
+DSP_PACKING_ARG = arg("--dsp-packing", action=argparse.BooleanOptionalAction, default=None,
+                      help="two int8 products per DSP multiplier (the GEMM core's outputs in pairs share a DSP48's "
+                      "25 x 18 multiplier: half the DSP slices; hardware/dsp_packing.py, docs/hardware.md); default: "
+                      "on for the Xilinx boards' TARGETs (pynq, ultra96, zcu104), off otherwise; --no-dsp-packing: "
+                      "one product per DSP. The same results and cycles either way; a separate cached build")
 RTL_SLACK_CYCLES = 100_000   # beyond twice the C simulator's cycles, a replay on the RTL is stopped as hung
 
 
@@ -34,7 +39,7 @@ def _say(text: str) -> None:
     arg("--set", dest="sets", action="append", type=_key_value, metavar="KEY=VALUE",
         help="override a config key (repeatable)"),
     arg("--out", required=True, metavar="DIR", help="directory for vta_core.v and manifest.json (created)"),
-    MAX_PRODUCTS_ARG,
+    MAX_PRODUCTS_ARG, DSP_PACKING_ARG,
 ])
 def hw_generate(args: argparse.Namespace) -> int:
     """Generate the RTL of the accelerator (Amaranth -> Verilog, module vta_core) and its manifest (config,
@@ -47,12 +52,12 @@ def hw_generate(args: argparse.Namespace) -> int:
     cfg = _load(args.config, args.sets)
     out = Path(args.out)
     check_output_dir(args.out, "--out", {"vta_core.v": "file", "manifest.json": "file"})
-    directory = build_dir(cfg)
+    directory = build_dir(cfg, args.dsp_packing)     # a packing the widths refuse is refused here, before work
     check_core_size(cfg, args.max_products)   # before saying it generates (a cached one would be copied)
     cache_dir(directory, RTL_CACHE_VARIABLE)
     _say(f"the RTL of {cfg.model} (fingerprint {cfg.fingerprint}), generated once per config and cached in "
          f"{directory}")
-    verilog, took = generate_announced(cfg, directory, _say, args.max_products)
+    verilog, took = generate_announced(cfg, directory, _say, args.max_products, args.dsp_packing)
     out.mkdir(parents=True, exist_ok=True)
     for name in (verilog.name, "manifest.json"):
         data = (directory / name).read_bytes()
@@ -78,6 +83,7 @@ def hw_generate(args: argparse.Namespace) -> int:
         "pynq on a busy 2-core machine); 'ecp5': real place and route with nextpnr-ecp5 on an LFE5U-85F, "
         "post-route Fmax and a bitstream (configs that fit it: 22 min for 1x4x4, 65 for 1x8x8 on the same busy "
         "machine); 'all': both. Cached per config"),
+    DSP_PACKING_ARG,
 ])
 def hw_estimate(args: argparse.Namespace) -> int:
     """LUT, FF, block RAM and DSP per module of the config's accelerator, against the part's capacity, and
@@ -86,7 +92,8 @@ def hw_estimate(args: argparse.Namespace) -> int:
     (docs/hardware.md, "Timing")."""
     from hardware.fpga.report import run
 
-    print(run(_load(args.config, args.sets), args.part, args.synth, args.json, progress=_say, timing=args.timing))
+    print(run(_load(args.config, args.sets), args.part, args.synth, args.json, progress=_say, timing=args.timing,
+              dsp_packing=args.dsp_packing))
     return 0
 
 
@@ -95,7 +102,7 @@ def hw_estimate(args: argparse.Namespace) -> int:
     arg("--config", default=None, metavar="NAME|PATH", help="hardware preset or JSON file (default: pynq)"),
     arg("--set", dest="sets", action="append", type=_key_value, metavar="KEY=VALUE",
         help="override a config key (repeatable)"),
-    MAX_PRODUCTS_ARG,
+    MAX_PRODUCTS_ARG, DSP_PACKING_ARG,
 ])
 def hw_build(args: argparse.Namespace) -> int:
     """Generate the config's RTL, verilate it and link its C++ harness into the shared library that
@@ -103,7 +110,8 @@ def hw_build(args: argparse.Namespace) -> int:
     library's path. Needs the [hw] extra."""
     from hardware.build import ensure_built
 
-    print(ensure_built(_load(args.config, args.sets), progress=_say, max_products=args.max_products))
+    print(ensure_built(_load(args.config, args.sets), progress=_say, max_products=args.max_products,
+                       dsp_packing=args.dsp_packing))
     return 0
 
 
@@ -165,7 +173,7 @@ def replay_on_rtl(args: argparse.Namespace, image: ProgramImage, expected: Repla
         help="the board to build for (default: the config's TARGET's: pynq-z1, ultra96 (V2) or zcu104)"),
     arg("--part", default=None, metavar="PART", help="the FPGA part, a Zynq of the board's family (default: the "
         "part in the board's board file, e.g. xc7z020clg400-1)"),
-    MAX_PRODUCTS_ARG,
+    MAX_PRODUCTS_ARG, DSP_PACKING_ARG,
 ])
 def hw_vivado(args: argparse.Namespace) -> int:
     """Write DIR/rtl (the generated Verilog and a wrapper for the block design), package_ip.tcl (the IP, its AXI
@@ -184,15 +192,15 @@ def hw_vivado(args: argparse.Namespace) -> int:
     board, part = choose_board(cfg, args.board, args.part)     # refused before any work
     out = Path(args.out)
     check_output_dir(args.out, "--out", {"rtl": "dir", "build.tcl": "file", "README.md": "file"})
-    directory = build_dir(cfg)
+    directory = build_dir(cfg, args.dsp_packing)
     check_core_size(cfg, args.max_products)
     cache_dir(directory, RTL_CACHE_VARIABLE)
-    verilog, _took = generate_announced(cfg, directory, _say, args.max_products)
+    verilog, _took = generate_announced(cfg, directory, _say, args.max_products, args.dsp_packing)
     (out / "rtl").mkdir(parents=True, exist_ok=True)
     for name in (verilog.name, "manifest.json"):
         data = (directory / name).read_bytes()
         write_atomic(out / "rtl" / name, lambda f, data=data: f.write(data))
-    names = write_scripts(cfg, manifest(cfg), out, board, part)
+    names = write_scripts(cfg, manifest(cfg, args.dsp_packing), out, board, part)
     print(f"wrote {len(names)} files to {out} for {cfg.name} on {board.name} ({part}); "
           f"build with: cd {out} && vivado -mode batch -source build.tcl")
     return 0

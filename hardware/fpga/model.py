@@ -7,9 +7,10 @@ loop, ...) with the parameters that size it (element and bus widths, SRAM addres
 
 - memories (the four SRAMs, the FIFOs' storage) are mapped exactly as Yosys's memory_libmap maps them
   (hardware/fpga/memory.py): block RAM, distributed RAM or flip-flops;
-- DSP slices are counted: one per int8 x int8 product of the GEMM core (Yosys packs one multiplier per DSP48,
-  never two), and per ALU lane with MUL (only the fsim capability set builds it) what its 32 x 32 multiplier
-  takes (3, on both families; coefficients.py has the fitted figures);
+- DSP slices are counted: one per int8 x int8 product of the GEMM core, or one per two with the generator's DSP
+  packing (hardware/dsp_packing.py: the RTL itself makes the two products in one multiplier, which Yosys maps to
+  one DSP48; on by default for Xilinx boards), and per ALU lane with MUL (only the fsim capability set builds it)
+  what its 32 x 32 multiplier takes (3, on both families; coefficients.py has the fitted figures);
 - the rest, LUTs and flip-flops of logic, is linear per class in a few features of its parameters (bits of a data
   path, bits of a mux times its fan-in, address bits, a constant), with coefficients fitted by least squares to
   Yosys's per-module figures over a sample of configs (bench/fpga_fit.py, which writes coefficients.py and
@@ -210,13 +211,36 @@ def features(inst: Instance) -> tuple[dict[str, float], dict[str, float]]:
     raise ValueError(f"no features for class {inst.cls!r} ({inst.module})")
 
 
-def dsp_count(cfg: HwConfig, family: str, coefficients: dict | None = None) -> tuple[int, int]:
-    """(GEMM core DSPs, ALU DSPs): one per int8 product, and the family's DSPs per ALU lane that has MUL (the
-    capability sets of VTA's bitstreams have none: only fsim's builds it)."""
+def dsp_count(cfg: HwConfig, family: str, coefficients: dict | None = None,
+              dsp_packing: bool | None = None) -> tuple[int, int]:
+    """(GEMM core DSPs, ALU DSPs): one per int8 product (one per two with DSP packing; None: the config's
+    default), and the family's DSPs per ALU lane that has MUL (the capability sets of VTA's bitstreams have none:
+    only fsim's builds it)."""
+    from hardware.dsp_packing import resolve_packing
     c = (coefficients or _coefficients())[family]["dsp"]
     lanes = cfg.BATCH * cfg.BLOCK_OUT
     mul = "MUL" in cfg.capabilities.alu_opcodes
-    return int(c["per_mac"] * lanes * cfg.BLOCK_IN), int(c["per_alu_lane"] * lanes) if mul else 0
+    per_multiplier = 2 if resolve_packing(cfg, dsp_packing) else 1
+    return (int(c["per_mac"] * lanes * cfg.BLOCK_IN) // per_multiplier,
+            int(c["per_alu_lane"] * lanes) if mul else 0)
+
+
+# What DSP packing adds to the GEMM/ALU loop's logic per packed multiplier (two products), on top of the fitted
+# terms (coefficients.py was fitted to the RTL without packing): Yosys's figures for the gemm_alu module of the
+# 1x4x4 test config (TINY of tests/test_fpga_estimate.py) packed and not, synth_xilinx -family xc7 with the
+# hierarchy kept, COMPUTE_LATENCY 4: 3,049 LUT and 2,509, 603 FF both, for 8 packed multipliers (2026-12-07;
+# docs/hardware.md, "INT8 packing"). The LUTs are the packed factor's adder (w1 less w2's sign) and the adder
+# tree, which Yosys builds in the fabric once the products are bit fields of a DSP's output (without packing it
+# folds the tree's adders into the DSPs' post-adders and cascade).
+PACKING_LOGIC = {"lut": (3049 - 2509) / 8, "ff": 0.0}
+
+
+def packing_logic(cfg: HwConfig, dsp_packing: bool | None = None) -> Resources:
+    """The logic DSP packing adds to the GEMM/ALU loop (PACKING_LOGIC per packed multiplier), or nothing."""
+    if not packing_logic_on(cfg, dsp_packing):
+        return Resources()
+    pairs = cfg.BATCH * cfg.BLOCK_IN * cfg.BLOCK_OUT // 2
+    return Resources(lut=PACKING_LOGIC["lut"] * pairs, ff=PACKING_LOGIC["ff"] * pairs)
 
 
 # Classes newer than the samples coefficients.py was fitted to, with Yosys's figures for the module synthesised
@@ -277,13 +301,16 @@ class Estimate:
     memories: list[MemMapping]
     notes: list[str] = field(default_factory=list)
     split: dict[str, Resources] = field(default_factory=dict)   # the GEMM/ALU loop: "gemm", "lanes", "control"
+    products_per_dsp: int = 1       # int8 products one GEMM DSP makes: 2 with DSP packing
 
     def total(self) -> Resources:
         return total(self.rows.values())
 
 
-def estimate(cfg: HwConfig, family: str, coefficients: dict | None = None) -> Estimate:
-    """The analytic estimate of what Yosys makes of ``cfg``'s RTL on ``family`` (xc7, xcup)."""
+def estimate(cfg: HwConfig, family: str, coefficients: dict | None = None,
+             dsp_packing: bool | None = None) -> Estimate:
+    """The analytic estimate of what Yosys makes of ``cfg``'s RTL on ``family`` (xc7, xcup), built with the
+    generator's ``dsp_packing`` (None: the config's default, hardware/dsp_packing.py)."""
     coef = (coefficients or _coefficients())
     if family not in coef:
         raise ValueError(f"no fitted coefficients for family {family!r}; fitted: {', '.join(sorted(coef))}")
@@ -309,10 +336,17 @@ def estimate(cfg: HwConfig, family: str, coefficients: dict | None = None) -> Es
                 rows["top"] = rows["top"] + logic
             else:
                 rows[inst.row] = rows[inst.row] + cells + logic
-    gemm_dsp, alu_dsp = dsp_count(cfg, family, coef)
-    rows["gemm_alu"] = rows["gemm_alu"] + Resources(dsp=gemm_dsp + alu_dsp)
+    gemm_dsp, alu_dsp = dsp_count(cfg, family, coef, dsp_packing)
+    packing = packing_logic(cfg, dsp_packing)
+    rows["gemm_alu"] = rows["gemm_alu"] + Resources(dsp=gemm_dsp + alu_dsp) + packing
     split = _loop_split(cfg, classes["loop"], gemm_dsp, alu_dsp)
-    return Estimate(family, rows, mappings, [], split)
+    split["gemm"] = split["gemm"] + packing
+    return Estimate(family, rows, mappings, [], split, 2 if packing_logic_on(cfg, dsp_packing) else 1)
+
+
+def packing_logic_on(cfg: HwConfig, dsp_packing: bool | None) -> bool:
+    from hardware.dsp_packing import resolve_packing
+    return resolve_packing(cfg, dsp_packing)
 
 
 def _loop_split(cfg: HwConfig, c: dict, gemm_dsp: int, alu_dsp: int) -> dict[str, Resources]:
@@ -339,22 +373,24 @@ def fit_part(est: Estimate, cfg: HwConfig, part: Part, coefficients: dict | None
     over = need - part.dsp
     per_lane = coef["dsp"]["per_alu_lane"]
     gemm_dsp = est.split["gemm"].dsp
-    macs_moved = min(over, gemm_dsp)
-    lanes_moved = math.ceil((over - macs_moved) / per_lane) if over > macs_moved and per_lane else 0
+    dsps_moved = min(over, gemm_dsp)             # a packed DSP's two products both move to LUTs
+    macs_moved = dsps_moved * est.products_per_dsp
+    lanes_moved = math.ceil((over - dsps_moved) / per_lane) if over > dsps_moved and per_lane else 0
     fallback = coef["fallback"]
     extra_lut = macs_moved * fallback["lut_per_mac"] + lanes_moved * fallback["lut_per_alu_lane"]
-    freed = macs_moved + lanes_moved * per_lane
+    freed = dsps_moved + lanes_moved * per_lane
     rows = dict(est.rows)
     rows["gemm_alu"] = rows["gemm_alu"] + Resources(lut=extra_lut, dsp=-freed)
     split = dict(est.split)
-    split["gemm"] = split["gemm"] + Resources(lut=macs_moved * fallback["lut_per_mac"], dsp=-macs_moved)
+    split["gemm"] = split["gemm"] + Resources(lut=macs_moved * fallback["lut_per_mac"], dsp=-dsps_moved)
     split["lanes"] = split["lanes"] + Resources(lut=lanes_moved * fallback["lut_per_alu_lane"],
                                                 dsp=-lanes_moved * per_lane)
     alu = (f"{est.split['lanes'].dsp} for the ALU lanes' 32-bit MUL" if est.split["lanes"].dsp else
            f"the ALU has no MUL in capability set {cfg.CAPABILITIES}")
-    note = (f"DSP: the design needs {need} DSP slices ({gemm_dsp} for the GEMM core's int8 products; {alu}) and "
+    packed = " (2 per DSP: packed)" if est.products_per_dsp == 2 else ""
+    note = (f"DSP: the design needs {need} DSP slices ({gemm_dsp} for the GEMM core's int8 products{packed}; {alu}) and "
             f"{part.name} has {part.dsp}: "
             f"{macs_moved} GEMM products{f' and {lanes_moved} ALU lanes' if lanes_moved else ''} are counted as "
             f"LUT logic instead (+{extra_lut:,.0f} LUT, ~{fallback['lut_per_mac']:.0f} per product, as "
             f"synth_xilinx -nodsp builds them; Vivado does this with -max_dsp {part.dsp})")
-    return Estimate(est.family, rows, est.memories, est.notes + [note], split)
+    return Estimate(est.family, rows, est.memories, est.notes + [note], split, est.products_per_dsp)

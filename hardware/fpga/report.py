@@ -28,6 +28,7 @@ class Report:
     notes: list[str] = field(default_factory=list)
     seconds: float = 0.0                        # Yosys's synthesis time (0 for the analytic model)
     cached: bool = False
+    dsp_packing: bool = False                   # two int8 products per DSP (hardware/dsp_packing.py)
 
     @property
     def total(self) -> Resources:
@@ -76,37 +77,42 @@ class Report:
                 "total": rounded(self.total),
                 "usage": {k: {"used": round(u, 1), "available": a} for k, (u, a) in self.usage().items()},
                 "bus": {"bits": self.cfg.BUS_WIDTH, "available": self.part.bus_bits, "port": self.part.bus_port},
-                "fits": self.fits, "notes": self.notes, "yosys_seconds": self.seconds}
+                "fits": self.fits, "notes": self.notes, "yosys_seconds": self.seconds,
+                "dsp_packing": self.dsp_packing}
 
 
-def _dsp_fallback_note(total_dsp: int, part: Part, coef: dict) -> str:
+def _dsp_fallback_note(total_dsp: int, part: Part, coef: dict, products_per_dsp: int = 1) -> str:
     over = total_dsp - part.dsp
+    each = f" ({products_per_dsp} int8 products each: packed)" if products_per_dsp > 1 else ""
     return (f"DSP: Yosys put every multiplier in a DSP slice ({total_dsp}), more than {part.name}'s {part.dsp}: a "
-            f"vendor flow limited to the part (Vivado -max_dsp {part.dsp}) builds the {over} over from LUTs, about "
-            f"{coef['fallback']['lut_per_mac']:.0f} LUT per int8 product (synth_xilinx -nodsp); the totals above "
-            f"count them so")
+            f"vendor flow limited to the part (Vivado -max_dsp {part.dsp}) builds the {over} over{each} from LUTs, "
+            f"about {coef['fallback']['lut_per_mac']:.0f} LUT per int8 product (synth_xilinx -nodsp); the totals "
+            f"above count them so")
 
 
 def build(cfg: HwConfig, part: str | Part | None = None, synth: bool = False,
-          progress: Callable[[str], None] | None = None) -> Report:
+          progress: Callable[[str], None] | None = None, dsp_packing: bool | None = None) -> Report:
     """The estimate of ``cfg`` on ``part`` (default: the part of the config's board, xc7z020 otherwise): the
-    analytic model, or with ``synth`` Yosys's synthesis (cached; minutes the first time)."""
+    analytic model, or with ``synth`` Yosys's synthesis (cached; minutes the first time), of the RTL built with
+    the generator's ``dsp_packing`` (None: the config's default, on for Xilinx boards)."""
+    from hardware.dsp_packing import resolve_packing
     p = part_for_target(cfg.TARGET) if part is None else get_part(part)
-    est = model.estimate(cfg, p.family)
+    packed = resolve_packing(cfg, dsp_packing)
+    est = model.estimate(cfg, p.family, dsp_packing=packed)
     fitted = model.fit_part(est, cfg, p)
     if not synth:
-        return Report(cfg, p, "analytic", ordered(fitted.rows), fitted.split, fitted.notes)
+        return Report(cfg, p, "analytic", ordered(fitted.rows), fitted.split, fitted.notes, dsp_packing=packed)
     from hardware.fpga.synth import synthesize
-    result = synthesize(cfg, p.family, progress=progress)
+    result = synthesize(cfg, p.family, progress=progress, dsp_packing=packed)
     rows = result.rows()
     notes = []
     if result.total().dsp > p.dsp:
         # the same LUT fallback as the model's, applied to Yosys's figures
         coef = model._coefficients()[p.family]
-        moved = model.fit_part(model.Estimate(p.family, rows, [], [], est.split), cfg, p)
+        moved = model.fit_part(model.Estimate(p.family, rows, [], [], est.split, est.products_per_dsp), cfg, p)
         rows = moved.rows
-        notes.append(_dsp_fallback_note(result.total().dsp, p, coef))
-    return Report(cfg, p, "yosys", ordered(rows), {}, notes, result.seconds, result.cached)
+        notes.append(_dsp_fallback_note(result.total().dsp, p, coef, est.products_per_dsp))
+    return Report(cfg, p, "yosys", ordered(rows), {}, notes, result.seconds, result.cached, packed)
 
 
 def _n(x: float) -> str:
@@ -134,7 +140,8 @@ def render(report: Report) -> str:
         if key == "gemm_alu" and report.split:
             lanes = cfg.BATCH * cfg.BLOCK_OUT
             mul = "with" if "MUL" in cfg.capabilities.alu_opcodes else "no"
-            lines.append(line(f"  GEMM core: {cfg.MACS_PER_CYCLE} int8 MACs", report.split["gemm"]))
+            packed = ", 2 per DSP" if report.dsp_packing else ""
+            lines.append(line(f"  GEMM core: {cfg.MACS_PER_CYCLE} int8 MACs{packed}", report.split["gemm"]))
             lines.append(line(f"  {lanes} lanes: ALU ({mul} MUL), accumulate", report.split["lanes"]))
             lines.append(line("  micro-op loop, control", report.split["control"]))
     t = report.total
@@ -153,6 +160,8 @@ def render(report: Report) -> str:
     else:
         lines.append(f"fits {p.name}: NO ({'; '.join(report.over())})")
     lines.append(f"block RAM: {t.bram36} RAMB36 + {t.bram18} RAMB18 = {t.bram:g} BRAM36 sites")
+    lines.append("DSP packing: " + ("on, two int8 products per DSP multiplier (--no-dsp-packing: one each)"
+                                    if report.dsp_packing else "off, one int8 product per DSP"))
     if report.split and report.tier == "analytic":
         lines.append("the GEMM/ALU row's three parts are the model's terms (Yosys synthesises them as one module)")
     lines += report.notes
@@ -162,14 +171,16 @@ def render(report: Report) -> str:
 
 
 def run(cfg: HwConfig, part: str | None, synth: bool, as_json: bool,
-        progress: Callable[[str], None] | None = None, timing: str | None = None) -> str:
+        progress: Callable[[str], None] | None = None, timing: str | None = None,
+        dsp_packing: bool | None = None) -> str:
     """``vta hw estimate``: the resources, and with ``timing`` (xilinx, ecp5 or all: hardware/fpga/timing.py) the
-    measured timing after them, said against the config's CLOCK_MHZ."""
-    report = build(cfg, part, synth, progress)
+    measured timing after them, said against the config's CLOCK_MHZ; of the RTL built with the generator's
+    ``dsp_packing`` (None: the config's default; ECP5 is always timed without)."""
+    report = build(cfg, part, synth, progress, dsp_packing)
     if timing is None:
         return json.dumps(report.to_dict(), indent=2) if as_json else render(report)
     from hardware.fpga import timing as tm
-    x, e = tm.measure(cfg, report.part.family, timing, progress)
+    x, e = tm.measure(cfg, report.part.family, timing, progress, report.dsp_packing)
     note = tm.timing_family(report.part.family)[1]
     if as_json:
         return json.dumps({**report.to_dict(), "timing": tm.timing_dict(cfg, x, e, note)}, indent=2)

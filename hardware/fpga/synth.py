@@ -9,7 +9,8 @@ docs/co-design.md). ``-noiopad -noclkbuf``: the core is an IP inside a block des
 A synthesis takes from a minute (a small config) to many minutes (pynq) on two cores, so results are cached in
 ~/.cache/vta-stack/synth/<config fingerprint>/<key>/result.json (``VTA_SYNTH_CACHE`` moves it), the key being the
 fingerprint, the capability set, the register spacing, the family, a hash of the generator's sources and this
-flow, and Yosys's version: a change to any of them synthesises again. A run holds a file lock (concurrent
+flow, Yosys's version and the generator's DSP packing (hardware/dsp_packing.py): a change to any of them
+synthesises again. A run holds a file lock (concurrent
 processes synthesise a config once) and the result is written last, by rename.
 """
 
@@ -79,18 +80,23 @@ def cache_root() -> Path:
     return base / "vta-stack" / "synth"
 
 
-def synth_key(cfg: HwConfig, family: str, nodsp: bool = False, flow: tuple[str, ...] = ()) -> str:
+def synth_key(cfg: HwConfig, family: str, nodsp: bool = False, flow: tuple[str, ...] = (),
+              dsp_packing: bool | None = None) -> str:
     """What a synthesis result depends on (see the module docstring). ``flow`` names another flow on the same RTL
     and what its result depends on beyond Yosys (hardware/fpga/timing.py: the timing script's version, nextpnr's
-    version, the device), so its results sit beside the resource syntheses under keys of their own."""
+    version, the device), so its results sit beside the resource syntheses under keys of their own.
+    ``dsp_packing``: the generator's option the RTL was built with (None: the config's default)."""
+    from hardware.dsp_packing import resolve_packing
     from hardware.generator import source_hash
     text = "/".join([cfg.fingerprint, cfg.CAPABILITIES, str(cfg.MMIO_RANGE), family, source_hash(), FLOW_VERSION,
-                     yosys_version()] + (["nodsp"] if nodsp else []) + list(flow))
+                     yosys_version()] + (["nodsp"] if nodsp else []) + list(flow)
+                    + (["dsp-packing"] if resolve_packing(cfg, dsp_packing) else []))
     return hashlib.sha256(text.encode()).hexdigest()[:16]
 
 
-def result_dir(cfg: HwConfig, family: str, nodsp: bool = False, flow: tuple[str, ...] = ()) -> Path:
-    return cache_root() / cfg.fingerprint / synth_key(cfg, family, nodsp, flow)
+def result_dir(cfg: HwConfig, family: str, nodsp: bool = False, flow: tuple[str, ...] = (),
+               dsp_packing: bool | None = None) -> Path:
+    return cache_root() / cfg.fingerprint / synth_key(cfg, family, nodsp, flow, dsp_packing)
 
 
 @dataclass(frozen=True)
@@ -249,33 +255,35 @@ def run_yosys(verilog: Path, family: str, directory: Path, progress: Callable[[s
     return SynthResult(family, modules, rams, round(seconds, 1), yosys_version())
 
 
-def cached(cfg: HwConfig, family: str, nodsp: bool = False) -> SynthResult | None:
+def cached(cfg: HwConfig, family: str, nodsp: bool = False, dsp_packing: bool | None = None) -> SynthResult | None:
     """The cached synthesis of ``cfg`` for ``family``, or None."""
-    path = result_dir(cfg, family, nodsp) / RESULT
+    path = result_dir(cfg, family, nodsp, dsp_packing=dsp_packing) / RESULT
     if not path.is_file():
         return None
     return SynthResult.from_json(json.loads(path.read_text()), cached=True)
 
 
 def synthesize(cfg: HwConfig, family: str = "xc7", progress: Callable[[str], None] | None = None,
-               nodsp: bool = False) -> SynthResult:
+               nodsp: bool = False, dsp_packing: bool | None = None) -> SynthResult:
     """Yosys's figures for ``cfg`` on ``family`` (xc7, xcup): from the cache, else generated and synthesised
     (minutes for a large config; ``progress(text)`` hears how it goes) and cached. ``nodsp``: multipliers in
-    LUTs (``synth_xilinx -nodsp``), what a part without enough DSP slices would need."""
+    LUTs (``synth_xilinx -nodsp``), what a part without enough DSP slices would need. ``dsp_packing``: the
+    generator's option (hardware/dsp_packing.py; None: the config's default)."""
     if family not in ("xc7", "xcup"):
         raise ValueError(f"unknown Yosys family {family!r}; allowed: xc7 (7 series), xcup (UltraScale+)")
-    found = cached(cfg, family, nodsp)
+    found = cached(cfg, family, nodsp, dsp_packing)
     if found is not None:
         return found
     from hardware.build import build_dir, write_verilog
 
     say = progress or (lambda text: None)
-    directory = result_dir(cfg, family, nodsp)
+    directory = result_dir(cfg, family, nodsp, dsp_packing=dsp_packing)
     with locked_dir(directory, SYNTH_CACHE_VARIABLE, say):
-        found = cached(cfg, family, nodsp)
+        found = cached(cfg, family, nodsp, dsp_packing)
         if found is not None:
             return found
-        verilog, took = write_verilog(cfg, cache_dir(build_dir(cfg), RTL_CACHE_VARIABLE))
+        verilog, took = write_verilog(cfg, cache_dir(build_dir(cfg, dsp_packing), RTL_CACHE_VARIABLE),
+                                      dsp_packing=dsp_packing)
         if took:
             say(f"generated the Verilog of {cfg.model} in {took:.1f} s")
         say(f"synthesising {cfg.model} with Yosys synth_xilinx -family {family}{' -nodsp' if nodsp else ''} "
@@ -284,7 +292,7 @@ def synthesize(cfg: HwConfig, family: str = "xc7", progress: Callable[[str], Non
         shutil.rmtree(work, ignore_errors=True)
         result = run_yosys(verilog, family, work, progress, what=f"Yosys {family}", nodsp=nodsp)
         result = SynthResult(result.family, result.modules, result.rams, result.seconds, result.yosys,
-                             synth_key(cfg, family, nodsp))
+                             synth_key(cfg, family, nodsp, dsp_packing=dsp_packing))
         result.rows()      # every block RAM attributed to an SRAM, or an error now rather than at display time
         if result.uncounted():
             say(f"note: Yosys used cell types the estimates do not count: {', '.join(sorted(result.uncounted()))}")

@@ -276,32 +276,33 @@ def clock_free(cfg: HwConfig) -> HwConfig:
     return cfg.replace(CLOCK_MHZ=100, **LATENCY_NEUTRAL)
 
 
-def cached_xilinx(cfg: HwConfig, family: str = "xc7") -> XilinxTiming | None:
+def cached_xilinx(cfg: HwConfig, family: str = "xc7", dsp_packing: bool | None = None) -> XilinxTiming | None:
     """The cached ``xilinx_timing`` of ``cfg``, or None."""
-    return _read_cached(result_dir(clock_free(cfg), family, flow=_xilinx_flow(family)) / RESULT,
-                        XilinxTiming.from_json)
+    return _read_cached(result_dir(clock_free(cfg), family, flow=_xilinx_flow(family), dsp_packing=dsp_packing)
+                        / RESULT, XilinxTiming.from_json)
 
 
-def xilinx_timing(cfg: HwConfig, family: str = "xc7", progress: Callable[[str], None] | None = None) -> XilinxTiming:
-    """The longest path of ``cfg``'s RTL after ``synth_xilinx -family family -flatten`` (logic delays only, no
-    routing): from the cache, else synthesised (minutes: MEASURED; ``progress(text)`` hears how it goes) and
-    cached."""
+def xilinx_timing(cfg: HwConfig, family: str = "xc7", progress: Callable[[str], None] | None = None,
+                  dsp_packing: bool | None = None) -> XilinxTiming:
+    """The longest path of ``cfg``'s RTL (built with the generator's ``dsp_packing``; None: the config's default)
+    after ``synth_xilinx -family family -flatten`` (logic delays only, no routing): from the cache, else
+    synthesised (minutes: MEASURED; ``progress(text)`` hears how it goes) and cached."""
     if timing_family(family)[0] != family:
         raise ValueError(f"timing family {family!r}: Yosys's timing library has 7-series delays only, an {family} "
                          f"sta would time no DSP or block RAM path; time it as {timing_family(family)[0]} "
                          f"(timing_family)")
-    found = cached_xilinx(cfg, family)
+    found = cached_xilinx(cfg, family, dsp_packing)
     if found is not None:
         return found
     say = progress or (lambda text: None)
     flow = _xilinx_flow(family)
     cfg = clock_free(cfg)
-    directory = result_dir(cfg, family, flow=flow)
+    directory = result_dir(cfg, family, flow=flow, dsp_packing=dsp_packing)
     with locked_dir(directory, SYNTH_CACHE_VARIABLE, say):
-        found = cached_xilinx(cfg, family)
+        found = cached_xilinx(cfg, family, dsp_packing)
         if found is not None:
             return found
-        work = _fresh_work(cfg, directory, say)
+        work = _fresh_work(cfg, directory, say, dsp_packing)
         say(f"timing {cfg.model}: Yosys synth_xilinx -family {family} -flatten, then sta ({LOGIC_ONLY}; "
             f"{_estimate('xilinx')}) ...")
         seconds = run_script(work, xilinx_sta_script(family), progress, what=f"Yosys {family} timing")
@@ -309,7 +310,7 @@ def xilinx_timing(cfg: HwConfig, family: str = "xc7", progress: Callable[[str], 
         cells = parse_stat(json.loads((work / "stat.json").read_text())).get(TOP, {})
         from hardware.fpga.synth import synth_key
         result = XilinxTiming(family, path, cells, round(seconds, 1), yosys_version(),
-                              synth_key(cfg, family, flow=flow))
+                              synth_key(cfg, family, flow=flow, dsp_packing=dsp_packing))
         shutil.copyfile(work / "sta.txt", directory / "sta.txt")
         write_text_atomic(directory / RESULT, json.dumps({**result.to_json(), "config": cfg.to_dict()}, indent=1)
                           + "\n")
@@ -318,10 +319,11 @@ def xilinx_timing(cfg: HwConfig, family: str = "xc7", progress: Callable[[str], 
     return result
 
 
-def _fresh_work(cfg: HwConfig, directory: Path, say: Callable[[str], None]) -> Path:
+def _fresh_work(cfg: HwConfig, directory: Path, say: Callable[[str], None], dsp_packing: bool | None) -> Path:
     """An empty work directory under ``directory`` holding the config's generated Verilog."""
     from hardware.build import build_dir, write_verilog
-    verilog, took = write_verilog(cfg, cache_dir(build_dir(cfg), RTL_CACHE_VARIABLE))
+    verilog, took = write_verilog(cfg, cache_dir(build_dir(cfg, dsp_packing), RTL_CACHE_VARIABLE),
+                                  dsp_packing=dsp_packing)
     if took:
         say(f"generated the Verilog of {cfg.model} in {took:.1f} s")
     work = directory / "work"
@@ -523,8 +525,13 @@ def _ecp5_flow(device: Ecp5Device) -> tuple[str, ...]:
     return ("timing", "ecp5", device.name, device.package, TIMING_FLOW_VERSION, nextpnr_version())
 
 
+# ECP5's MULT18X18D is an 18 x 18 multiplier: the packed factor of two int8 weights (25 bits, hardware/dsp_packing.py)
+# does not fit one, so the RTL placed and routed on ECP5 is always generated without DSP packing.
+ECP5_PACKING = False
+
+
 def ecp5_dir(cfg: HwConfig, device: Ecp5Device = LFE5U_85F) -> Path:
-    return result_dir(cfg, "ecp5", flow=_ecp5_flow(device))
+    return result_dir(cfg, "ecp5", flow=_ecp5_flow(device), dsp_packing=ECP5_PACKING)
 
 
 def cached_ecp5(cfg: HwConfig, device: Ecp5Device = LFE5U_85F) -> Ecp5Timing | None:
@@ -569,9 +576,9 @@ def ecp5_timing(cfg: HwConfig, device: Ecp5Device = LFE5U_85F, progress: Callabl
     versions = {"yosys": yosys_version(), "nextpnr": nextpnr_version()}
     say = progress or (lambda text: None)
     flow = _ecp5_flow(device)
-    directory = result_dir(cfg, "ecp5", flow=flow)
+    directory = ecp5_dir(cfg, device)
     from hardware.fpga.synth import synth_key
-    key = synth_key(cfg, "ecp5", flow=flow)
+    key = synth_key(cfg, "ecp5", flow=flow, dsp_packing=ECP5_PACKING)
 
     def save(result: Ecp5Timing) -> Ecp5Timing:
         write_text_atomic(directory / RESULT, json.dumps({**result.to_json(), "config": cfg.to_dict()}, indent=1)
@@ -586,9 +593,9 @@ def ecp5_timing(cfg: HwConfig, device: Ecp5Device = LFE5U_85F, progress: Callabl
         if refusal:
             say(f"{cfg.model} does not fit {device.name}: {refusal}")
             return save(Ecp5Timing(device.name, False, refusal, versions=versions, key=key))
-        work = _fresh_work(cfg, directory, say)
+        work = _fresh_work(cfg, directory, say, ECP5_PACKING)
         from hardware.generator import manifest
-        (work / "wrapper.v").write_text(ecp5_wrapper(manifest(cfg)["ports"]))
+        (work / "wrapper.v").write_text(ecp5_wrapper(manifest(cfg, ECP5_PACKING)["ports"]))
         seconds = {}
         say(f"place and route of {cfg.model} on {device.name}, step 1 of 3: Yosys synth_ecp5 "
             f"({_estimate('ecp5-synth')}) ...")
@@ -685,12 +692,13 @@ def ecp5_lines(cfg: HwConfig, t: Ecp5Timing) -> list[str]:
 TIMING_CHOICES = ("xilinx", "ecp5", "all")
 
 
-def measure(cfg: HwConfig, family: str, which: str, progress: Callable[[str], None] | None = None
-            ) -> tuple[XilinxTiming | None, Ecp5Timing | None]:
-    """The measurements ``which`` (xilinx, ecp5 or all) names, for ``cfg`` (Xilinx: ``family``)."""
+def measure(cfg: HwConfig, family: str, which: str, progress: Callable[[str], None] | None = None,
+            dsp_packing: bool | None = None) -> tuple[XilinxTiming | None, Ecp5Timing | None]:
+    """The measurements ``which`` (xilinx, ecp5 or all) names, for ``cfg`` (Xilinx: ``family``, with the
+    generator's ``dsp_packing``; ECP5 never packs)."""
     if which not in TIMING_CHOICES:
         raise ValueError(f"unknown timing flow {which!r}; allowed: {', '.join(TIMING_CHOICES)}")
-    x = xilinx_timing(cfg, timing_family(family)[0], progress) if which in ("xilinx", "all") else None
+    x = xilinx_timing(cfg, timing_family(family)[0], progress, dsp_packing) if which in ("xilinx", "all") else None
     e = ecp5_timing(cfg, progress=progress) if which in ("ecp5", "all") else None
     return x, e
 
