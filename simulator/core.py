@@ -11,7 +11,7 @@ from typing import TYPE_CHECKING
 import numpy as np
 
 from hw_config import HwConfig, load_config
-from hw_config.capabilities import violations
+from hw_config.capabilities import OUT_BUFFER_MODES, violations
 from hw_config.locking import serialised
 from simulator.dram import AddressSpace
 from simulator.errors import (
@@ -76,7 +76,7 @@ def default_threads() -> int:
     return max(1, min(usable_cpus(), DEFAULT_MAX_THREADS))
 
 
-SRAM_IDS = {"uop": 0, "wgt": 1, "inp": 2, "acc": 3}
+SRAM_IDS = {"uop": 0, "wgt": 1, "inp": 2, "acc": 3, "out": 4}   # "out": read only (what a STORE writes)
 PROFILE_CLASSES = ("load", "store", "gemm", "alu", "weight_layout", "run")   # vta_sim.h's vta_sim_profile
 
 
@@ -171,6 +171,9 @@ class Simulator:
         self._sim = ffi.gc(handle, lib.vta_sim_destroy)
         self.kernel_path = ffi.string(lib.vta_sim_kernel(handle)).decode()  # the GEMM kernel it runs
         self._set_threads(threads)
+        # what STORE reads, as the config's hardware has it (hw_config/capabilities.py, ``out_buffer``)
+        self._check(lib.vta_sim_set_out_buffer(handle, OUT_BUFFER_MODES.index(self.cfg.capabilities.out_buffer),
+                                               self._err, ERR_LEN))
         self._latency_cache: dict[tuple[bytes, int], float] = {}
         self._first_stream: tuple[np.ndarray, int, float] | None = None   # not yet keyed (_board_latency)
 
@@ -270,7 +273,8 @@ class Simulator:
     def _sram_shape(self, mem: str) -> tuple[np.dtype, tuple[int, ...]]:
         c = self.cfg
         shapes = {"uop": (np.uint32, ()), "inp": (np.int8, (c.BATCH, c.BLOCK_IN)),
-                  "wgt": (np.int8, (c.BLOCK_OUT, c.BLOCK_IN)), "acc": (np.int32, (c.BATCH, c.BLOCK_OUT))}
+                  "wgt": (np.int8, (c.BLOCK_OUT, c.BLOCK_IN)), "acc": (np.int32, (c.BATCH, c.BLOCK_OUT)),
+                  "out": (np.int8, (c.BATCH, c.BLOCK_OUT))}
         if mem not in shapes:
             raise SimulatorError(f"unknown SRAM {mem!r}; allowed: {', '.join(shapes)}")
         return shapes[mem]
