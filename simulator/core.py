@@ -147,7 +147,10 @@ class Simulator:
     large GEMM instruction over that many host threads (default: ``default_threads()``); results, counters
     and cycles do not depend on it (docs/simulator.md, "Threads"). ``strict=True`` refuses, before it runs, any
     stream using what the config's hardware lacks (its capability set, ``cfg.CAPABILITIES``: e.g. ALU MUL or a
-    padded ACC load on the Pynq's published bitstream), instead of simulating the whole ISA as fsim does.
+    padded ACC load on the Pynq's published bitstream), instead of simulating the whole ISA as fsim does, and,
+    as it runs, a STORE of accumulator rows that a LOAD or a reset GEMM wrote after their last GEMM/ALU, where
+    the capability set's STORE reads an output buffer that only GEMM and ALU write (docs/simulator.md, "The
+    output buffer"): the board would store an older result there.
 
     Threads: a simulator may be shared; its methods are serialised (each call, and each ``replay`` as a whole,
     holds the simulator's lock while it runs), so concurrent calls wait for each other instead of mixing in C.
@@ -172,8 +175,9 @@ class Simulator:
         self.kernel_path = ffi.string(lib.vta_sim_kernel(handle)).decode()  # the GEMM kernel it runs
         self._set_threads(threads)
         # what STORE reads, as the config's hardware has it (hw_config/capabilities.py, ``out_buffer``)
+        # (strict: a STORE of a row the board would store from an older result is refused, naming it)
         self._check(lib.vta_sim_set_out_buffer(handle, OUT_BUFFER_MODES.index(self.cfg.capabilities.out_buffer),
-                                               self._err, ERR_LEN))
+                                               int(self.strict), self._err, ERR_LEN))
         self._latency_cache: dict[tuple[bytes, int], float] = {}
         self._first_stream: tuple[np.ndarray, int, float] | None = None   # not yet keyed (_board_latency)
 

@@ -658,9 +658,10 @@ class ReferenceSimulator:
         ii = c.GEMM_II if insn.opcode == GEMM else c.ALU_II
         n = self._iterations(insn)
         insn.duration = max(1, c.COMPUTE_LATENCY + n * ii)
-        # Host work: a multiply-accumulate per lane and input channel of a GEMM, one per lane written by an ALU
-        # or a reset GEMM, for every micro-op iteration.
-        macs = insn.opcode == GEMM and not f["reset_reg"]
+        # Host work: a multiply-accumulate per lane and input channel of a GEMM (a reset GEMM too on an HLS
+        # output buffer, which narrows the sum it computes), one per lane written by an ALU or another reset
+        # GEMM, for every micro-op iteration.
+        macs = insn.opcode == GEMM and (not f["reset_reg"] or self.out_buffer == "hls")
         per = c.BATCH * c.BLOCK_OUT * (c.BLOCK_IN if macs else 1)
         insn.work = n * per
         insn.work_how = (f"{n} micro-op iterations (iter_out={f['iter_out']} x iter_in={f['iter_in']} x "

@@ -99,6 +99,7 @@ struct vta_sim {
   uint8_t *out, *out_stale;
   uint64_t n_stale; /* rows with out_stale 1 */
   int out_mode;
+  int refuse_stale; /* a STORE of a row with out_stale 1 is an error (strict mode) */
   uint8_t *wgt_t;      /* per-kernel shadow of each weight tile (build_shadow): what the GEMM kernel reads */
   size_t wgt_t_stride; /* bytes of one tile's shadow */
   uint8_t *wgt_t_built; /* per tile, the shadows built since its last write (SHADOW_OWN, ...: bits below) */
@@ -1275,10 +1276,11 @@ void vta_sim_reset(vta_sim_t *s) {
   memset(s->wgt_t_built, 0, s->p.wgt_depth);
 }
 
-int vta_sim_set_out_buffer(vta_sim_t *s, int mode, char *err, size_t errlen) {
+int vta_sim_set_out_buffer(vta_sim_t *s, int mode, int refuse_stale, char *err, size_t errlen) {
   if (mode < 0 || mode > 2)
     return fail(err, errlen, VTA_ERR_ARG, "output buffer mode %d: allowed 0 mirror, 1 hls, 2 chisel", mode);
   s->out_mode = mode;
+  s->refuse_stale = refuse_stale != 0;
   memset(s->out_stale, 0, s->p.acc_depth); /* every row's copy is its accumulator's, as after a reset */
   s->n_stale = 0;
   return VTA_OK;
@@ -2478,6 +2480,21 @@ static void exec_alu(vta_sim_t *s, const insn_t *in) {
   }
 }
 
+/* Strict mode: refuse a STORE of a row whose output-buffer copy is not its accumulator narrowed (LOADed or reset
+ * since its last GEMM/ALU), what VTA's functional simulator would store and the board would not. */
+static int check_stale(const vta_sim_t *s, const insn_t *in, uint32_t idx, vta_stats_t *stats, char *err,
+                       size_t errlen) {
+  for (uint32_t y = 0; y < in->y_size; y++)
+    for (uint32_t x = 0; x < in->x_size; x++) {
+      const size_t r = (size_t)in->sram_base + (size_t)y * in->x_size + x;
+      if (s->out_stale[r])
+        INSN_FAIL(VTA_ERR_INSN, "stores accumulator row %llu, which a LOAD or a reset GEMM wrote after its last "
+                  "GEMM/ALU: this hardware's STORE reads the output buffer, which only GEMM and ALU write, so it "
+                  "would store an older result (run an ALU or GEMM on the row first)", (unsigned long long)r);
+    }
+  return VTA_OK;
+}
+
 static int execute(vta_sim_t *s, const insn_t *in, uint32_t idx, int compute, vta_stats_t *st, char *err,
                    size_t errlen) {
   switch (in->opcode) {
@@ -2488,6 +2505,10 @@ static int execute(vta_sim_t *s, const insn_t *in, uint32_t idx, int compute, vt
       return VTA_OK;
     case OP_STORE:
       if (in->x_size == 0) return VTA_OK;
+      if (compute && s->refuse_stale && s->n_stale) {
+        int rc = check_stale(s, in, idx, st, err, errlen);
+        if (rc) return rc;
+      }
       st->out_store_nbytes += (uint64_t)in->x_size * in->y_size * s->out_elem;
       if (compute) exec_store(s, in);
       return VTA_OK;
