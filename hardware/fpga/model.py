@@ -65,9 +65,9 @@ def rtl_structure(cfg: HwConfig) -> dict:
     p = RtlParams(cfg)
     caps = cfg.capabilities
     return {"outstanding": p.outstanding,
-            # the accumulator SRAM's read ports (hardware/core.py): compute's (transparent to the write port) and
-            # store's
-            "acc_reads": 2, "acc_transparent": 1,
+            # the accumulator SRAM's read ports (hardware/core.py): compute's alone, not transparent (STORE reads
+            # the output buffer)
+            "acc_reads": 1, "acc_transparent": 0,
             "compute_loads": tuple(k for k in ("UOP", "ACC", "ACC_8BIT") if k in caps.compute_loads),
             "padded_loads": frozenset(caps.padded_loads), "uop_load_rows": caps.uop_load_rows,
             "alu_mul": "MUL" in caps.alu_opcodes}
