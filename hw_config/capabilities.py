@@ -9,6 +9,11 @@ passes every simulation and computes garbage on the board, so the compiler never
 ``vta.program_check`` refuses one before launch, and ``Simulator(cfg, strict=True)`` refuses one too.
 
 ``violations(insns, cfg)`` is the one check all three use: vectorised over a whole stream, lowest layer.
+
+One difference is not a missing feature but a different memory: what STORE reads (``out_buffer``). The C simulator,
+the reference executor and the RTL all do what the set's hardware does there; ``Simulator(cfg, strict=True)``
+refuses a STORE whose result would differ from VTA's functional simulator's (docs/simulator.md, "The output
+buffer"): that needs the micro-ops and the order of execution, which a check of the stream alone does not have.
 """
 
 from __future__ import annotations
