@@ -99,8 +99,11 @@ def _held_out():
 
 @pytest.mark.parametrize("sample", _held_out(), ids=lambda s: f"{s['family']}-{s['name']}")
 def test_the_model_is_within_tolerance_of_yosys_on_configs_it_was_not_fitted_to(sample):
+    """(The samples were synthesised before STORE got its output buffer: the model counts that design's memories
+    for them. Refreshing them: bench/fpga_synth.py, then bench/fpga_fit.py.)"""
+    from hardware.fpga.model import BEFORE_OUTPUT_BUFFER
     cfg = load_config(sample["config"])
-    got = model_estimate(cfg, sample["family"]).total()
+    got = model_estimate(cfg, sample["family"], structure=BEFORE_OUTPUT_BUFFER).total()
     want = Resources.from_dict(sample["total"])
     for what in ("lut", "ff", "dsp"):
         assert abs(getattr(got, what) - getattr(want, what)) <= TOLERANCE * getattr(want, what), \
