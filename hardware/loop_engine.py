@@ -37,6 +37,13 @@ def narrow_lanes(row: Value, lanes: int, out_width: int) -> Value:
     return Cat(*[row.word_select(i, lane_bits)[:out_width] for i in range(lanes)])
 
 
+def _signal(m: Module, value: Value, name: str) -> Signal:
+    """``value`` as a named signal (an expression used twice is otherwise built twice)."""
+    sig = Signal(value.shape(), name=name)
+    m.d.comb += sig.eq(value)
+    return sig
+
+
 class LoopEngine(wiring.Component):
     """Executes one GEMM or ALU instruction: ``cmd`` takes it, ``done`` pulses in the cycle of its last write."""
 
@@ -231,15 +238,18 @@ class LoopEngine(wiring.Component):
 
         # the lanes
         alu_ops = p.cfg.capabilities.alu_opcodes
+        hls_out = p.cfg.capabilities.out_buffer == "hls"
         lanes, unreset = [], []
         for lane in range(p.acc_lanes):
             a = a_row.word_select(lane, acc_w)
             gemm_sum = (a.as_signed() + dots[lane])[:acc_w]
-            gemm_value = Mux(gemm["reset_reg"], 0, gemm_sum)
             operand = operands[lane]
             alu_value = alu_lane(alu["alu_opcode"], a, operand, acc_w, alu_ops)
+            if hls_out:       # both used twice (the output buffer's pre-reset copy): one signal each, not two trees
+                gemm_sum, alu_value = _signal(m, gemm_sum, f"gemm_sum_{lane}"), _signal(m, alu_value, f"alu_{lane}")
+                unreset.append(Mux(is_alu, alu_value, gemm_sum)[:p.out_width])   # narrowed lane by lane
+            gemm_value = Mux(gemm["reset_reg"], 0, gemm_sum)
             lanes.append(Mux(is_alu, alu_value, gemm_value)[:acc_w])
-            unreset.append(Mux(is_alu, alu_value, gemm_sum)[:acc_w])
         m.d.comb += result.eq(Cat(*lanes))
 
         # the write: from the result register (``result``) or straight from the lanes
@@ -253,8 +263,8 @@ class LoopEngine(wiring.Component):
         # (vta.cc), its Chisel writes nothing on a reset GEMM (TensorGemm), fsim's is the accumulator itself
         mode = p.cfg.capabilities.out_buffer
         out_data = narrow_lanes(hist[1][2] if pl.result else result, p.acc_lanes, p.out_width)
-        if mode == "hls":
-            out_data = narrow_lanes(Cat(*unreset), p.acc_lanes, p.out_width)
+        if hls_out:
+            out_data = Cat(*unreset)
             if pl.result:
                 registered = Signal(len(out_data), name="out_data")
                 m.d.sync += registered.eq(out_data)
