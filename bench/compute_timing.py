@@ -34,13 +34,14 @@ from hw_config.layout import INSN_BITS
 
 
 class ComputeDatapath(wiring.Component):
-    """LoopEngine + SRAMs; the SRAMs' other ports (the DMA engines' writes, STORE's read) are top-level ports."""
+    """LoopEngine + SRAMs; the SRAMs' other ports (the DMA engines' writes, STORE's read of the output buffer) are
+    top-level ports."""
 
     def __init__(self, p: RtlParams, forward: bool = True):
         self.p, self.forward = p, forward
         s = p.srams
         members = {"cmd_valid": In(1), "cmd_payload": In(INSN_BITS), "cmd_ready": Out(1), "done": Out(1),
-                   "st_addr": In(s["acc"].addr_bits), "st_data": Out(s["acc"].width)}
+                   "st_addr": In(s["out"].addr_bits), "st_data": Out(s["out"].width)}
         for name in ("uop", "inp", "wgt"):
             members |= {f"{name}_waddr": In(s[name].addr_bits), f"{name}_wdata": In(s[name].width),
                         f"{name}_wen": In(1)}
@@ -54,13 +55,15 @@ class ComputeDatapath(wiring.Component):
                      self.cmd_ready.eq(loop.cmd.ready), self.done.eq(loop.done)]
         for name, sram in p.srams.items():
             mem = m.submodules[f"{name}_sram"] = memory.Memory(shape=sram.width, depth=sram.depth, init=[])
-            rd, ours = mem.read_port(), getattr(loop, name)
-            m.d.comb += [rd.addr.eq(ours.addr), rd.en.eq(ours.en), ours.data.eq(rd.data)]
-            wr = mem.write_port()
-            if name == "acc":
-                m.d.comb += [wr.addr.eq(loop.acc_wr.addr), wr.data.eq(loop.acc_wr.data), wr.en.eq(loop.acc_wr.en)]
-                st = mem.read_port()
-                m.d.comb += [st.addr.eq(self.st_addr), st.en.eq(1), self.st_data.eq(st.data)]
+            rd, wr = mem.read_port(), mem.write_port()
+            if name == "out":     # the output buffer: the loop engine writes it, STORE reads it
+                m.d.comb += [rd.addr.eq(self.st_addr), rd.en.eq(1), self.st_data.eq(rd.data)]
+            else:
+                ours = getattr(loop, name)
+                m.d.comb += [rd.addr.eq(ours.addr), rd.en.eq(ours.en), ours.data.eq(rd.data)]
+            if name in ("acc", "out"):
+                w = getattr(loop, f"{name}_wr")
+                m.d.comb += [wr.addr.eq(w.addr), wr.data.eq(w.data), wr.en.eq(w.en)]
             else:
                 m.d.comb += [wr.addr.eq(getattr(self, f"{name}_waddr")), wr.data.eq(getattr(self, f"{name}_wdata")),
                              wr.en.eq(getattr(self, f"{name}_wen"))]

@@ -6,7 +6,7 @@ and its AXI4 master, the control registers and their AXI4-Lite slaves.
                                                                   |
    DRAM <==AXI4== [axi] <== [arbiter] <== fetch, load.inp, load.wgt, compute.uop, compute.acc, compute.acc8, store
                  load --l2g--> compute --g2s--> store ;  compute --g2l--> load ; store --s2g--> compute
-   SRAMs: inp, wgt (load writes, compute reads); uop (compute); acc (compute reads/writes, store reads)
+   SRAMs: inp, wgt (load writes, compute reads); uop, acc (compute); out (compute writes, store reads)
 ```
 
 The ports are flat and named as Vivado's interface inference expects: ``m_axi_*`` (AXI4 master),
@@ -114,14 +114,14 @@ class VTACore(wiring.Component):
         mems = {name: memory.Memory(shape=sram.width, depth=sram.depth, init=[]) for name, sram in s.items()}
         for name, mem in mems.items():
             m.submodules[f"{name}_sram"] = mem
-        uop_w = mems["uop"].write_port()
-        inp_w, wgt_w, acc_w = mems["inp"].write_port(), mems["wgt"].write_port(), mems["acc"].write_port()
-        ports = [(load.inp_wr, inp_w), (load.wgt_wr, wgt_w), (compute.uop_wr, uop_w), (compute.acc_wr, acc_w),
-                 (compute.uop_rd, mems["uop"].read_port()), (compute.inp_rd, mems["inp"].read_port()),
-                 (compute.wgt_rd, mems["wgt"].read_port()),
-                 (compute.acc_rd, mems["acc"].read_port(transparent_for=(acc_w,))),   # (the loop engine
-                 # forwards what it needs; the transparency stays while hardware/fpga's model counts it)
-                 (store.acc_rd, mems["acc"].read_port())]
+        # every SRAM a simple dual-port memory: one write port, one synchronous read port, not transparent (the
+        # loop engine forwards results still on their way into the accumulator itself)
+        ports = [(load.inp_wr, "inp", "w"), (load.wgt_wr, "wgt", "w"), (compute.uop_wr, "uop", "w"),
+                 (compute.acc_wr, "acc", "w"), (compute.out_wr, "out", "w"),
+                 (compute.uop_rd, "uop", "r"), (compute.inp_rd, "inp", "r"), (compute.wgt_rd, "wgt", "r"),
+                 (compute.acc_rd, "acc", "r"), (store.out_rd, "out", "r")]
+        ports = [(ours, mems[name].write_port() if kind == "w" else mems[name].read_port(transparent_for=()))
+                 for ours, name, kind in ports]
         for ours, port in ports:
             m.d.comb += [port.addr.eq(ours.addr), port.en.eq(ours.en)]
             if hasattr(ours, "data") and ours.signature.members["data"].flow == Out:

@@ -15,7 +15,7 @@ from __future__ import annotations
 
 from collections.abc import Callable
 
-from amaranth import Cat, Const, Module, Mux, Signal, Value
+from amaranth import Const, Module, Mux, Signal, Value
 from amaranth.lib import stream, wiring
 from amaranth.lib.wiring import In, Out
 
@@ -163,17 +163,16 @@ class Load2D(wiring.Component):
 
 
 class Store2D(wiring.Component):
-    """Executes one STORE: reads accumulator entries in order, keeps the low ``out_width`` bits of each of the
-    ``lanes`` lanes and writes the OUT elements to DRAM, paced in bursts with at most ``outstanding`` write
-    bursts unacknowledged. ``done`` pulses when the last burst is acknowledged."""
+    """Executes one STORE: reads output buffer entries (``out``: OUT_WIDTH bits a lane, as compute narrowed them)
+    in order and writes them to DRAM as OUT elements, paced in bursts with at most ``outstanding`` write bursts
+    unacknowledged. ``done`` pulses when the last burst is acknowledged."""
 
-    def __init__(self, fmt: Format, acc: Sram, lanes: int, out_width: int, bus_bits: int, burst: Burst,
-                 outstanding: int):
-        self.fmt, self.acc, self.lanes, self.out_width, self.bus_bits = fmt, acc, lanes, out_width, bus_bits
+    def __init__(self, fmt: Format, out: Sram, bus_bits: int, burst: Burst, outstanding: int):
+        self.fmt, self.out, self.bus_bits = fmt, out, bus_bits
         self.burst, self.outstanding = burst, outstanding
-        self.out_bits = lanes * out_width
+        self.out_bits = out.width
         super().__init__({"cmd": In(stream.Signature(INSN_BITS)), "done": Out(1),
-                          "mem": Out(dram_port(bus_bits)), "rd": Out(sram_read(acc.addr_bits, acc.width))})
+                          "mem": Out(dram_port(bus_bits)), "rd": Out(sram_read(out.addr_bits, out.width))})
 
     def elaborate(self, platform) -> Module:
         m = Module()
@@ -186,11 +185,9 @@ class Store2D(wiring.Component):
         v = field_values(f, insn)
         iy, ix = Signal(w["y_size"]), Signal(w["x_size"])
         row = Signal(DRAM_ADDR_BITS)
-        addr = Signal(self.acc.addr_bits)
-        lane_bits = self.acc.width // self.lanes
-        narrow = Cat(*[self.rd.data.word_select(i, lane_bits)[:self.out_width] for i in range(self.lanes)])
+        addr = Signal(self.out.addr_bits)
         m.d.comb += [writer.req.payload.addr.eq((row + ix) << log2(self.out_bits // 8)),
-                     writer.req.payload.data.eq(narrow)]
+                     writer.req.payload.data.eq(self.rd.data)]
 
         wrote = self.mem.cmd_valid & self.mem.cmd_ready
         pending = Signal(range(self.outstanding + 1))          # write bursts not yet acknowledged

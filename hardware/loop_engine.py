@@ -11,11 +11,11 @@ likewise: the accumulator SRAM has one read port for compute, and the stages are
 - A: read micro-op k (every cycle for GEMM, every other cycle for ALU);
 - B: add the loop offsets (running sums) to its indices; GEMM reads inp[s], wgt[w] and acc[d]; ALU reads acc[s];
 - B2 (ALU only): read acc[d], hold acc[s];
-- C: compute every lane and write acc[d].
+- C: compute every lane and write acc[d], and its narrowed copy into the output buffer (what STORE reads).
 
-The read port is transparent to the write port, so a micro-op reads what the one before it wrote in the same
-cycle: back-to-back micro-ops on one accumulator row give the sequential result (VTA's HLS declares that
-dependence false and leaves it to the compiler to avoid).
+The read port is not transparent (block RAM's): results not yet in the SRAM when a later micro-op reads its row
+are forwarded, so back-to-back micro-ops on one accumulator row give the sequential result (VTA's HLS declares
+that dependence false and leaves it to the compiler to avoid).
 """
 
 from __future__ import annotations
@@ -32,6 +32,19 @@ from hardware.params import RtlParams
 from hw_config.layout import INSN_BITS, LOOP_ITER_BITS, OPCODES
 
 
+def narrow_lanes(row: Value, lanes: int, out_width: int) -> Value:
+    """The low ``out_width`` bits of each of the ``lanes`` lanes of an accumulator ``row`` (VTA's out_T cast)."""
+    lane_bits = len(row) // lanes
+    return Cat(*[row.word_select(i, lane_bits)[:out_width] for i in range(lanes)])
+
+
+def _signal(m: Module, value: Value, name: str) -> Signal:
+    """``value`` as a named signal (an expression used twice is otherwise built twice)."""
+    sig = Signal(value.shape(), name=name)
+    m.d.comb += sig.eq(value)
+    return sig
+
+
 class LoopEngine(wiring.Component):
     """Executes one GEMM or ALU instruction: ``cmd`` takes it, ``done`` pulses in the cycle of its last write."""
 
@@ -46,6 +59,7 @@ class LoopEngine(wiring.Component):
             "wgt": Out(sram_read(s["wgt"].addr_bits, s["wgt"].width)),
             "acc": Out(sram_read(s["acc"].addr_bits, s["acc"].width)),
             "acc_wr": Out(sram_write(s["acc"].addr_bits, s["acc"].width)),
+            "out_wr": Out(sram_write(s["out"].addr_bits, s["out"].width)),
         })
 
     def elaborate(self, platform) -> Module:
@@ -217,12 +231,17 @@ class LoopEngine(wiring.Component):
 
         # the lanes
         alu_ops = p.cfg.capabilities.alu_opcodes
-        lanes = []
+        hls_out = p.cfg.capabilities.out_buffer == "hls"
+        lanes, unreset = [], []
         for lane in range(p.acc_lanes):
             a = a_row.word_select(lane, acc_w)
-            gemm_value = Mux(gemm["reset_reg"], 0, (a.as_signed() + dots[lane])[:acc_w])
+            gemm_sum = (a.as_signed() + dots[lane])[:acc_w]
             operand = operands[lane]
             alu_value = alu_lane(alu["alu_opcode"], a, operand, acc_w, alu_ops)
+            if hls_out:       # both used twice (the output buffer's pre-reset copy): one signal each, not two trees
+                gemm_sum, alu_value = _signal(m, gemm_sum, f"gemm_sum_{lane}"), _signal(m, alu_value, f"alu_{lane}")
+                unreset.append(Mux(is_alu, alu_value, gemm_sum)[:p.out_width])   # narrowed lane by lane
+            gemm_value = Mux(gemm["reset_reg"], 0, gemm_sum)
             lanes.append(Mux(is_alu, alu_value, gemm_value)[:acc_w])
         m.d.comb += result.eq(Cat(*lanes))
 
@@ -232,6 +251,19 @@ class LoopEngine(wiring.Component):
         wlast = Mux(is_alu, last[alu_x + pl.result], last[x + pl.result])
         m.d.comb += [self.acc_wr.en.eq(wv), self.acc_wr.addr.eq(wdst),
                      self.acc_wr.data.eq(hist[1][2] if pl.result else result)]
+        # and its narrowed copy into the output buffer, as the capability set's hardware writes it
+        # (hw_config/capabilities.py, ``out_buffer``): VTA's HLS narrows a reset GEMM's sum before the reset
+        # (vta.cc), its Chisel writes nothing on a reset GEMM (TensorGemm), fsim's is the accumulator itself
+        mode = p.cfg.capabilities.out_buffer
+        out_data = narrow_lanes(hist[1][2] if pl.result else result, p.acc_lanes, p.out_width)
+        if hls_out:
+            out_data = Cat(*unreset)
+            if pl.result:
+                registered = Signal(len(out_data), name="out_data")
+                m.d.sync += registered.eq(out_data)
+                out_data = registered
+        out_en = wv & ~(~is_alu & gemm["reset_reg"]) if mode == "chisel" else wv
+        m.d.comb += [self.out_wr.en.eq(out_en), self.out_wr.addr.eq(wdst), self.out_wr.data.eq(out_data)]
 
         # done: with the last write, or ``pad`` cycles later; an empty instruction takes the pipeline's depth
         finish = wv & wlast

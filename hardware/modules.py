@@ -11,7 +11,7 @@ from hardware.decode import field_values
 from hardware.deps import Tokens, token_members
 from hardware.dma import Load2D, Store2D
 from hardware.interfaces import dram_port, sram_read, sram_write
-from hardware.loop_engine import LoopEngine
+from hardware.loop_engine import LoopEngine, narrow_lanes
 from hardware.params import RtlParams
 from hw_config.isa_rules import DEP_FLAGS
 from hw_config.layout import INSN_BITS, MEM_TYPES, OPCODES
@@ -132,7 +132,8 @@ class ComputeModule(wiring.Component):
     """LOAD UOP / ACC / ACC_8BIT into the micro-op and accumulator SRAMs, GEMM, ALU and FINISH, as the config's
     capability set has them: a load of a type not in ``compute_loads`` is a NOP (its tokens move; VTA's HLS
     compute skips it), pads only on ``padded_loads`` types, micro-op loads of one row without
-    ``uop_load_rows``, and ALU opcodes outside ``alu_opcodes`` leave the accumulator as it is."""
+    ``uop_load_rows``, and ALU opcodes outside ``alu_opcodes`` leave the accumulator as it is. The output buffer
+    (what STORE reads) is written as ``out_buffer`` says (hw_config/capabilities.py)."""
 
     def __init__(self, p: RtlParams):
         self.p = p
@@ -147,6 +148,7 @@ class ComputeModule(wiring.Component):
             "wgt_rd": Out(sram_read(s["wgt"].addr_bits, s["wgt"].width)),
             "acc_rd": Out(sram_read(s["acc"].addr_bits, s["acc"].width)),
             "acc_wr": Out(sram_write(s["acc"].addr_bits, s["acc"].width)),
+            "out_wr": Out(sram_write(s["out"].addr_bits, s["out"].width)),
             **token_members("compute"), **EVENT_MEMBERS,
         })
 
@@ -187,6 +189,13 @@ class ComputeModule(wiring.Component):
                 with m.If(wr.en):
                     m.d.comb += [self.acc_wr.addr.eq(wr.addr), self.acc_wr.data.eq(wr.data)]
         m.d.comb += self.acc_wr.en.eq(enable)
+        # the output buffer: the loop engine's narrowed results; with no output buffer of its own (``mirror``)
+        # the capability set's STORE narrows the accumulator, so here every accumulator write goes there too
+        if caps.out_buffer == "mirror":
+            m.d.comb += [self.out_wr.en.eq(enable), self.out_wr.addr.eq(self.acc_wr.addr),
+                         self.out_wr.data.eq(narrow_lanes(self.acc_wr.data, p.acc_lanes, p.out_width))]
+        else:
+            wiring.connect(m, wiring.flipped(self.out_wr), loop.out_wr)
 
         v = field_values(fmt, q.r_data)
         opcode = v["opcode"]
@@ -202,14 +211,14 @@ class ComputeModule(wiring.Component):
 
 
 class StoreModule(wiring.Component):
-    """STORE: accumulator entries, narrowed to OUT_WIDTH per lane, to DRAM."""
+    """STORE: output buffer entries (OUT_WIDTH per lane) to DRAM."""
 
     def __init__(self, p: RtlParams):
         self.p = p
         s = p.srams
         super().__init__({
             "insn": In(stream.Signature(INSN_BITS)), "mem": Out(dram_port(p.bus_bits)),
-            "acc_rd": Out(sram_read(s["acc"].addr_bits, s["acc"].width)),
+            "out_rd": Out(sram_read(s["out"].addr_bits, s["out"].width)),
             **token_members("store"), **EVENT_MEMBERS,
         })
 
@@ -218,10 +227,9 @@ class StoreModule(wiring.Component):
         p = self.p
         q = _queue(m, p, self.insn)
         fmt = p.fmt("mem")
-        m.submodules.store = store = Store2D(fmt, p.srams["acc"], p.acc_lanes, p.out_width, p.bus_bits, p.burst,
-                                             p.outstanding)
+        m.submodules.store = store = Store2D(fmt, p.srams["out"], p.bus_bits, p.burst, p.outstanding)
         wiring.connect(m, wiring.flipped(self.mem), store.mem)
-        wiring.connect(m, wiring.flipped(self.acc_rd), store.rd)
+        wiring.connect(m, wiring.flipped(self.out_rd), store.rd)
         v = field_values(fmt, q.r_data)
         engines = [((v["opcode"] == OPCODES["STORE"]) & (v["x_size"] != 0), store)]
         _sequence(m, self, "store", q, engines)

@@ -153,7 +153,9 @@ class RtlParams:
         return {"uop": Sram("uop", c.UOP_BUFF_DEPTH, c.UOP_ELEM_BITS),
                 "inp": Sram("inp", c.INP_BUFF_DEPTH, c.INP_ELEM_BITS),
                 "wgt": Sram("wgt", c.WGT_BUFF_DEPTH, c.WGT_ELEM_BITS),
-                "acc": Sram("acc", c.ACC_BUFF_DEPTH, c.ACC_ELEM_BITS)}
+                "acc": Sram("acc", c.ACC_BUFF_DEPTH, c.ACC_ELEM_BITS),
+                # VTA's out_mem: the accumulator's depth, OUT_WIDTH bits a lane (OUT_BUFF_SIZE bytes)
+                "out": Sram("out", c.OUT_BUFF_DEPTH, c.OUT_ELEM_BITS)}
 
     def dram_elem_bits(self, mem_type: str) -> int:
         """Bits of one DRAM element of a memory type (the unit of dram_base and x_stride)."""

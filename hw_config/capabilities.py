@@ -9,6 +9,11 @@ passes every simulation and computes garbage on the board, so the compiler never
 ``vta.program_check`` refuses one before launch, and ``Simulator(cfg, strict=True)`` refuses one too.
 
 ``violations(insns, cfg)`` is the one check all three use: vectorised over a whole stream, lowest layer.
+
+One difference is not a missing feature but a different memory: what STORE reads (``out_buffer``). The C simulator,
+the reference executor and the RTL all do what the set's hardware does there; ``Simulator(cfg, strict=True)``
+refuses a STORE whose result would differ from VTA's functional simulator's (docs/simulator.md, "The output
+buffer"): that needs the micro-ops and the order of execution, which a check of the stream alone does not have.
 """
 
 from __future__ import annotations
@@ -22,6 +27,8 @@ from hw_config.layout import ALU_OPCODES, MEM_TYPES, OPCODE_BITS, OPCODES
 _ALL_ALU = frozenset(ALU_OPCODES)
 _HLS_ALU = frozenset(("MIN", "MAX", "ADD", "SHR"))
 _PADS = ("y_pad_0", "y_pad_1", "x_pad_0", "x_pad_1")
+# Capabilities.out_buffer's values, in the C simulator's numbering (vta_sim_set_out_buffer)
+OUT_BUFFER_MODES = ("mirror", "hls", "chisel")
 
 
 @dataclass(frozen=True)
@@ -38,6 +45,12 @@ class Capabilities:
     # SHIFT_MAX); "signed" (VTA's HLS, vta.cc: the low LOG_ACC_WIDTH bits as a signed ap_int, so 16 is -16, a left
     # shift); "unsigned" (VTA's Chisel: the low LOG_ACC_WIDTH bits unsigned, always a right shift)
     shr_amount: str = "any"
+    # what STORE reads (docs/hardware.md, "The output buffer"): "mirror" (fsim: the accumulator, narrowed to
+    # OUT_WIDTH at the store, so every accumulator write counts, LOAD ACC included); "hls" (vta.cc: an output
+    # buffer that only GEMM and ALU write, each micro-op the narrowed result, a GEMM with reset_reg the narrowed
+    # acc[dst] + dot product it computed before zeroing acc[dst]); "chisel" (TensorGemm/TensorAlu: as "hls",
+    # but a GEMM with reset_reg leaves the output buffer as it was)
+    out_buffer: str = "mirror"
 
     def shr_immediates(self, log_acc_width: int) -> tuple[int, int] | None:
         """The SHR immediates this implementation computes as the ISA defines them ((lo, hi), or None: all)."""
@@ -60,13 +73,13 @@ CAPABILITY_SETS: dict[str, Capabilities] = {c.name: c for c in (
                  "VTA's functional simulator, and ours: the whole ISA"),
     Capabilities("vta-hls", _HLS_ALU, frozenset(("UOP", "ACC")), frozenset(("INP", "ACC")), False,
                  "VTA's HLS accelerator as of apache/tvm-vta d4a15f6, hardware/xilinx/src/vta.cc, for bitstreams "
-                 "built from it", "signed"),
+                 "built from it", "signed", "hls"),
     Capabilities("vta-hls-0.0.2", _HLS_ALU, frozenset(("UOP", "ACC")), frozenset(("INP",)), False,
                  "the Pynq bitstreams VTA published, HW_VER 0.0.1/0.0.2, built before the HLS source had "
-                 "padded ACC loads (apache/tvm-vta 6096ca0, Dec 2020)", "signed"),
+                 "padded ACC loads (apache/tvm-vta 6096ca0, Dec 2020)", "signed", "hls"),
     Capabilities("vta-chisel", _HLS_ALU, frozenset(("UOP", "ACC")), frozenset(("INP", "ACC")), False,
                  "VTA's Chisel accelerator for de10nano and tsim, where ALU opcode 4 is a left shift, not MUL",
-                 "unsigned"),
+                 "unsigned", "chisel"),
 )}
 
 

@@ -11,7 +11,7 @@ from typing import TYPE_CHECKING
 import numpy as np
 
 from hw_config import HwConfig, load_config
-from hw_config.capabilities import violations
+from hw_config.capabilities import OUT_BUFFER_MODES, violations
 from hw_config.locking import serialised
 from simulator.dram import AddressSpace
 from simulator.errors import (
@@ -77,7 +77,7 @@ def default_threads() -> int:
     return max(1, min(usable_cpus(), DEFAULT_MAX_THREADS))
 
 
-SRAM_IDS = {"uop": 0, "wgt": 1, "inp": 2, "acc": 3}
+SRAM_IDS = {"uop": 0, "wgt": 1, "inp": 2, "acc": 3, "out": 4}   # "out": read only (what a STORE writes)
 PROFILE_CLASSES = ("load", "store", "gemm", "alu", "weight_layout", "run")   # vta_sim.h's vta_sim_profile
 
 
@@ -180,7 +180,10 @@ class Simulator:
     large GEMM instruction over that many host threads (default: ``default_threads()``); results, counters
     and cycles do not depend on it (docs/simulator.md, "Threads"). ``strict=True`` refuses, before it runs, any
     stream using what the config's hardware lacks (its capability set, ``cfg.CAPABILITIES``: e.g. ALU MUL or a
-    padded ACC load on the Pynq's published bitstream), instead of simulating the whole ISA as fsim does.
+    padded ACC load on the Pynq's published bitstream), instead of simulating the whole ISA as fsim does, and,
+    as it runs, a STORE of accumulator rows that a LOAD or a reset GEMM wrote after their last GEMM/ALU, where
+    the capability set's STORE reads an output buffer that only GEMM and ALU write (docs/simulator.md, "The
+    output buffer"): the board would store an older result there.
 
     Threads: a simulator may be shared; its methods are serialised (each call, and each ``replay`` as a whole,
     holds the simulator's lock while it runs), so concurrent calls wait for each other instead of mixing in C.
@@ -204,6 +207,10 @@ class Simulator:
         self._sim = ffi.gc(handle, lib.vta_sim_destroy)
         self.kernel_path = ffi.string(lib.vta_sim_kernel(handle)).decode()  # the GEMM kernel it runs
         self._set_threads(threads)
+        # what STORE reads, as the config's hardware has it (hw_config/capabilities.py, ``out_buffer``)
+        # (strict: a STORE of a row the board would store from an older result is refused, naming it)
+        self._check(lib.vta_sim_set_out_buffer(handle, OUT_BUFFER_MODES.index(self.cfg.capabilities.out_buffer),
+                                               int(self.strict), self._err, ERR_LEN))
         self._latency_cache: dict[tuple[bytes, int], float] = {}
         self._first_stream: tuple[np.ndarray, int, float] | None = None   # not yet keyed (_board_latency)
 
@@ -303,7 +310,8 @@ class Simulator:
     def _sram_shape(self, mem: str) -> tuple[np.dtype, tuple[int, ...]]:
         c = self.cfg
         shapes = {"uop": (np.uint32, ()), "inp": (np.int8, (c.BATCH, c.BLOCK_IN)),
-                  "wgt": (np.int8, (c.BLOCK_OUT, c.BLOCK_IN)), "acc": (np.int32, (c.BATCH, c.BLOCK_OUT))}
+                  "wgt": (np.int8, (c.BLOCK_OUT, c.BLOCK_IN)), "acc": (np.int32, (c.BATCH, c.BLOCK_OUT)),
+                  "out": (np.int8, (c.BATCH, c.BLOCK_OUT))}
         if mem not in shapes:
             raise SimulatorError(f"unknown SRAM {mem!r}; allowed: {', '.join(shapes)}")
         return shapes[mem]

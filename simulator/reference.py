@@ -53,7 +53,7 @@ FORMAT_OF_OPCODE = {LOAD: "mem", STORE: "mem", GEMM: "gemm", ALU: "alu", FINISH:
 # Token queues per module and flag: hw_config.isa_rules.DEP_QUEUES. A flag whose queue is None is refused (VTA's
 # hardware ignores it, no VTA compiler sets it, so a stream that does is buggy).
 
-SRAM_NAMES = ("uop", "inp", "wgt", "acc")
+SRAM_NAMES = ("uop", "inp", "wgt", "acc", "out")   # "out": read only here (compute writes it)
 
 
 def _list(names: dict[int, str]) -> str:
@@ -67,6 +67,11 @@ def _ceil_div(a: int, b: int) -> int:
 def _wrap_int32(x: np.ndarray) -> np.ndarray:
     """Low 32 bits of int64 lanes, read as two's complement: the accumulator's wrap-around."""
     return (((x + (1 << 31)) & 0xFFFFFFFF) - (1 << 31)).astype(np.int32)
+
+
+def _low_bits(acc: np.ndarray) -> np.ndarray:
+    """An accumulator's lanes narrowed to OUT_WIDTH (8) bits, as STORE writes them."""
+    return (acc & 0xFF).astype(np.uint8)
 
 
 def _as_byte_array(data: Any, what: str) -> np.ndarray:
@@ -373,6 +378,10 @@ class ReferenceSimulator:
         self.inp = np.zeros((c.INP_BUFF_DEPTH, c.BATCH, c.BLOCK_IN), dtype=np.int8)
         self.wgt = np.zeros((c.WGT_BUFF_DEPTH, c.BLOCK_OUT, c.BLOCK_IN), dtype=np.int8)
         self.acc = np.zeros((c.ACC_BUFF_DEPTH, c.BATCH, c.BLOCK_OUT), dtype=np.int32)
+        # what STORE reads: OUT_WIDTH bits a lane (8 for every config hw_config accepts, so a byte), written as the
+        # config's hardware writes it (``out_buffer``: docs/simulator.md, "The output buffer")
+        self.out = np.zeros((c.ACC_BUFF_DEPTH, c.BATCH, c.BLOCK_OUT), dtype=np.uint8)
+        self.out_buffer = c.capabilities.out_buffer
 
     # ---- DRAM ----
     def alloc(self, nbytes: int) -> int:
@@ -447,8 +456,12 @@ class ReferenceSimulator:
         elem_size = int(np.prod(elem, dtype=np.int64))
         if values.size % elem_size:
             raise SimulatorError(f"SRAM {mem}: {values.size} values are not whole elements of shape {elem}")
+        if mem == "out":
+            raise SimulatorError("SRAM out is read only here (compute writes it)")
         values = values.astype(sram.dtype).reshape((-1, *elem))
         self._sram_range(mem, index, len(values))[index:index + len(values)] = values
+        if mem == "acc":   # a debugging write sets a row and its output copy alike
+            self.out[index:index + len(values)] = _low_bits(values)
 
     def reset(self) -> None:
         """Zero every SRAM (they otherwise persist across runs, as on the hardware)."""
@@ -645,9 +658,10 @@ class ReferenceSimulator:
         ii = c.GEMM_II if insn.opcode == GEMM else c.ALU_II
         n = self._iterations(insn)
         insn.duration = max(1, c.COMPUTE_LATENCY + n * ii)
-        # Host work: a multiply-accumulate per lane and input channel of a GEMM, one per lane written by an ALU
-        # or a reset GEMM, for every micro-op iteration.
-        macs = insn.opcode == GEMM and not f["reset_reg"]
+        # Host work: a multiply-accumulate per lane and input channel of a GEMM (a reset GEMM too on an HLS
+        # output buffer, which narrows the sum it computes), one per lane written by an ALU or another reset
+        # GEMM, for every micro-op iteration.
+        macs = insn.opcode == GEMM and (not f["reset_reg"] or self.out_buffer == "hls")
         per = c.BATCH * c.BLOCK_OUT * (c.BLOCK_IN if macs else 1)
         insn.work = n * per
         insn.work_how = (f"{n} micro-op iterations (iter_out={f['iter_out']} x iter_in={f['iter_in']} x "
@@ -702,9 +716,11 @@ class ReferenceSimulator:
             tile[f["y_pad_0"] + y, f["x_pad_0"]:f["x_pad_0"] + f["x_size"]] = row
         base = f["sram_base"]
         sram[base:base + y_total * x_total] = tile.reshape(-1, *sram.shape[1:])
+        if sram is self.acc and self.out_buffer == "mirror":   # else only compute writes the output buffer
+            self.out[base:base + y_total * x_total] = _low_bits(self.acc[base:base + y_total * x_total])
 
     def _exec_store(self, insn: _Insn, stats: RunStats, compute: bool) -> None:
-        """2D DMA of accumulator tiles to DRAM, keeping the low OUT_WIDTH bits of every lane."""
+        """2D DMA of output buffer tiles to DRAM (each lane the low OUT_WIDTH bits of a result compute wrote)."""
         if insn.is_nop:
             return
         f = insn.fields
@@ -712,9 +728,7 @@ class ReferenceSimulator:
         stats.out_store_nbytes += f["x_size"] * f["y_size"] * c.OUT_ELEM_BYTES
         if not compute:
             return
-        tiles = self.acc[f["sram_base"]:f["sram_base"] + f["y_size"] * f["x_size"]]
-        # OUT_WIDTH is 8 for every config hw_config accepts, so an OUT lane is one byte.
-        out = (tiles & ((1 << c.OUT_WIDTH) - 1)).astype(np.uint8).reshape(f["y_size"], -1)
+        out = self.out[f["sram_base"]:f["sram_base"] + f["y_size"] * f["x_size"]].reshape(f["y_size"], -1)
         for y in range(f["y_size"]):
             row_addr = (f["dram_base"] + y * f["x_stride"]) * c.OUT_ELEM_BYTES
             self._dram_view(row_addr, out.shape[1])[:] = out[y]
@@ -771,10 +785,17 @@ class ReferenceSimulator:
             return
         for d, s, w in self._loop_indices(insn, uops):
             if f["reset_reg"]:
+                if self.out_buffer == "hls":   # the sum it computed before the reset (indices wrap: unchecked)
+                    s, w = s % c.INP_BUFF_DEPTH, w % c.WGT_BUFF_DEPTH
+                    total = self.acc[d] + self.inp[s].astype(np.int32) @ self.wgt[w].astype(np.int32).T
+                    self.out[d] = _low_bits(total)
                 self.acc[d] = 0
+                if self.out_buffer == "mirror":
+                    self.out[d] = 0
             else:
                 # Products fit int32 (|sum| <= 64 * 2^14), so only the accumulation can wrap.
                 self.acc[d] += self.inp[s].astype(np.int32) @ self.wgt[w].astype(np.int32).T
+                self.out[d] = _low_bits(self.acc[d])
 
     def _exec_alu(self, insn: _Insn, stats: RunStats, compute: bool) -> None:
         """acc[d] = op(acc[d], imm or acc[s]) lane-wise; reset_reg is ignored, as in VTA."""
@@ -797,6 +818,7 @@ class ReferenceSimulator:
             a = self.acc[d].astype(np.int64)
             b = np.full(lanes, f["imm"], dtype=np.int64) if f["use_imm"] else self.acc[s].astype(np.int64)
             self.acc[d] = _wrap_int32(op(a, b))
+            self.out[d] = _low_bits(self.acc[d])
 
     def _exec_finish(self, insn: _Insn, stats: RunStats, compute: bool) -> None:
         """FINISH only marks completion; the pipeline records its end as finish_cycle."""

@@ -40,7 +40,8 @@ def device(name: str):
     from hardware import RtlDevice
 
     if name not in DEVICES:
-        configs = {"small": small_config, "pynq9": lambda: load_config("pynq", COMPUTE_LATENCY=PIPELINED)}
+        configs = {"small": small_config, "pynq9": lambda: load_config("pynq", COMPUTE_LATENCY=PIPELINED),
+                   "small-chisel": lambda: small_config().replace(CAPABILITIES="vta-chisel")}
         DEVICES[name] = RtlDevice(configs[name]() if name in configs else load_config(name))
     return DEVICES[name]
 
@@ -225,6 +226,22 @@ def test_random_programs_leave_the_c_simulators_dram(config: str, seed: int):
     for (addr, want), (_, got) in zip(expected.segments, segments, strict=True):
         np.testing.assert_array_equal(got, want, err_msg=f"segment 0x{addr:x}, seed {seed}")
     assert any(not np.array_equal(a, b) for (_, a), (_, b) in zip(image.segments, segments, strict=True))
+
+
+@pytest.mark.parametrize("config", ["pynq", "pynq9", "small-chisel"])
+def test_the_rtl_stores_what_the_output_buffer_holds(config: str):
+    """Rows LOADed after their last ALU, reset by a GEMM, only LOADed, accumulated (test_output_buffer.py): the
+    RTL stores what the capability set's output buffer holds (pynq: VTA's HLS, at pipeline depths 4 and 9; the
+    small config as VTA's Chisel), as numpy and the C simulator say."""
+    from test_output_buffer import stale_program, stored
+
+    dev = device(config)
+    image, expected = stale_program(dev.cfg)
+    dev.reset()
+    segments, _ = dev.replay(image)
+    want = expected[dev.cfg.capabilities.out_buffer]
+    np.testing.assert_array_equal(stored(segments, dev.cfg), want)
+    np.testing.assert_array_equal(stored(replay(image).segments, dev.cfg), want)
 
 
 def as_vta_hls_executes(insns: np.ndarray, cfg: HwConfig) -> np.ndarray:

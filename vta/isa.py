@@ -391,7 +391,7 @@ MEM_NOTES = {
     "WGT": "weights; LOAD only (VTA's HLS load path ignores padding for WGT)",
     "INP": "inputs; LOAD only",
     "ACC": "accumulators (int32 lanes); LOAD only (e.g. a bias)",
-    "OUT": "STORE only: the low OUT_WIDTH bits of each ACC lane",
+    "OUT": "STORE only: the output buffer, the low OUT_WIDTH bits of each ACC lane (see \"Backend support\")",
     "ACC_8BIT": "LOAD only: int8 DRAM lanes sign-extended into ACC; fsim and intelfocl only",
 }
 BACKEND_NOTES = """\
@@ -412,8 +412,12 @@ VTA's backends do not agree on everything; programs meant for every backend shou
   their range.
 - **Dependency flags** a module has no queue for (marked `?` in disassembly) are ignored by the hardware;
   our simulator refuses them because no VTA compiler sets them.
-- Our simulator follows fsim for everything above (MUL, ACC_8BIT, STORE reading the ACC SRAM); see
-  `docs/simulator.md`.
+- **What STORE reads**: fsim narrows the accumulator; the HLS and Chisel designs read an output buffer that
+  only GEMM and ALU write (a LOAD ACC does not; a reset GEMM writes its pre-reset sum on HLS, nothing on Chisel),
+  so a STORE of rows LOADed or reset since their last GEMM/ALU stores an older result there. Our simulators and
+  RTL do what the config's capability set does (docs/simulator.md, "The output buffer"); the compiler never
+  stores such a row, and `Simulator(cfg, strict=True)` refuses a STORE of one.
+- Our simulator follows fsim for MUL and ACC_8BIT (without `strict`); see `docs/simulator.md`.
 """
 
 
@@ -493,7 +497,8 @@ needs it is refused with the reason, and graph_pack leaves it on the CPU, saying
 `vta.program_check` refuses a stream using it before launch on a board, naming the instruction, and
 `Simulator(cfg, strict=True)` (`vta sim replay --strict`) refuses it too. Without `strict` the simulator runs
 the whole ISA as VTA's fsim does (VTA's own golden padded-load programs, for instance, run there but would be
-mis-executed by the 0.0.2 bitstream). The fingerprint ignores the key: it refuses programs, changes none.
+mis-executed by the 0.0.2 bitstream). The fingerprint ignores the key: it refuses programs and changes no
+program the compiler emits (only a STORE of rows the compiler never stores that way: "What STORE reads" above).
 """
 
 

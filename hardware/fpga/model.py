@@ -66,20 +66,26 @@ def rtl_structure(cfg: HwConfig) -> dict:
     p = RtlParams(cfg)
     caps = cfg.capabilities
     return {"outstanding": p.outstanding,
-            # the accumulator SRAM's read ports (hardware/core.py): compute's (transparent to the write port) and
-            # store's
-            "acc_reads": 2, "acc_transparent": 1,
+            # the accumulator SRAM's read ports (hardware/core.py): compute's alone, not transparent (STORE reads
+            # the output buffer)
+            "acc_reads": 1, "acc_transparent": 0, "out_buffer": True,
             "compute_loads": tuple(k for k in ("UOP", "ACC", "ACC_8BIT") if k in caps.compute_loads),
             "padded_loads": frozenset(caps.padded_loads), "uop_load_rows": caps.uop_load_rows,
             "alu_mul": "MUL" in caps.alu_opcodes}
 
 
-def instances(cfg: HwConfig) -> list[Instance]:
+# The memories of the generator before STORE got its output buffer (2026-12-07): the accumulator read by compute
+# (transparent to the write port) and by STORE. tests/data/fpga_yosys_samples.json was synthesised from it, so the
+# held-out test holds the model to those samples with this structure (``estimate(..., structure=...)``).
+BEFORE_OUTPUT_BUFFER = {"acc_reads": 2, "acc_transparent": 1, "out_buffer": False}
+
+
+def instances(cfg: HwConfig, structure: dict | None = None) -> list[Instance]:
     """Every module of the RTL the generator writes for ``cfg`` (hardware/core.py, modules.py, dma.py, dram.py,
     fetch.py, loop_engine.py, token_queue.py), with the parameters the model's classes use."""
     from hardware.params import RtlParams
     p = RtlParams(cfg)
-    rtl = rtl_structure(cfg)
+    rtl = {**rtl_structure(cfg), **(structure or {})}
     bus, s = p.bus_bits, p.srams
     outstanding = rtl["outstanding"]
     burst = {"burst_bits": _log2(cfg.DMA_BURST_BEATS + 1) + _log2(cfg.DMA_BURST_GAP + 1)}
@@ -110,7 +116,8 @@ def instances(cfg: HwConfig) -> list[Instance]:
 
     srams = tuple(MemShape(name, s[name].depth, s[name].width,
                            rtl["acc_reads"] if name == "acc" else 1,
-                           rtl["acc_transparent"] if name == "acc" else 0) for name in SRAMS)
+                           rtl["acc_transparent"] if name == "acc" else 0) for name in SRAMS
+                  if name != "out" or rtl["out_buffer"])
     out.append(Instance("vta_core", "top", {"acc_bits": s["acc"].width, "transparent": rtl["acc_transparent"],
                                             "acc_addr_bits": s["acc"].addr_bits}, srams))
     # a client whose engine the capability set leaves out is constant: Amaranth's netlist drops its logic
@@ -308,16 +315,17 @@ class Estimate:
 
 
 def estimate(cfg: HwConfig, family: str, coefficients: dict | None = None,
-             dsp_packing: bool | None = None) -> Estimate:
+             dsp_packing: bool | None = None, structure: dict | None = None) -> Estimate:
     """The analytic estimate of what Yosys makes of ``cfg``'s RTL on ``family`` (xc7, xcup), built with the
-    generator's ``dsp_packing`` (None: the config's default, hardware/dsp_packing.py)."""
+    generator's ``dsp_packing`` (None: the config's default, hardware/dsp_packing.py); ``structure`` overrides
+    ``rtl_structure``'s memories (``BEFORE_OUTPUT_BUFFER``: the design the fitted samples came from)."""
     coef = (coefficients or _coefficients())
     if family not in coef:
         raise ValueError(f"no fitted coefficients for family {family!r}; fitted: {', '.join(sorted(coef))}")
     classes = coef[family]["classes"]
     rows: dict[str, Resources] = {}
     mappings: list[MemMapping] = []
-    for inst in instances(cfg):
+    for inst in instances(cfg, structure):
         lut_f, ff_f = features(inst)
         c = _class(classes, inst.cls)
         extra_lut, extra_ff = _logic_since_fit(inst)

@@ -85,7 +85,7 @@ def uncounted_cells(cells: dict[str, int]) -> set[str]:
 
 # ---- rows: the accelerator's modules as the estimates show them ----
 
-SRAMS = ("uop", "inp", "wgt", "acc")
+SRAMS = ("uop", "inp", "wgt", "acc", "out")
 
 # (row key, label) in display order; rows not listed (a module added to the RTL later) follow under their name.
 ROWS = (
@@ -93,7 +93,7 @@ ROWS = (
     ("load", "load (2-D DMA into inp/wgt)"),
     ("compute", "compute (uop/acc DMA, sequencer)"),
     ("gemm_alu", "compute: GEMM core + ALU + uop loop"),
-    ("store", "store (acc to DRAM)"),
+    ("store", "store (out to DRAM)"),
     ("queues", "queues (3 insn + 4 token)"),
     ("arbiter", "DRAM arbiter"),
     ("axi", "AXI4 master (DRAM)"),
@@ -104,6 +104,7 @@ ROWS = (
     ("sram.inp", "SRAM inp"),
     ("sram.wgt", "SRAM wgt"),
     ("sram.acc", "SRAM acc"),
+    ("sram.out", "SRAM out"),
 )
 ROW_LABELS = dict(ROWS)
 TOP = "vta_core"

@@ -107,6 +107,13 @@ struct vta_sim {
   uint32_t *uop;
   int8_t *inp, *wgt;
   int32_t *acc;
+  /* The output buffer STORE reads (docs/simulator.md, "The output buffer"), by out_mode (0 mirror, 1 hls, 2 chisel:
+   * hw_config/capabilities.py OUT_BUFFER_MODES). A row whose out_stale is 0 holds the low bytes of its accumulator
+   * lanes, and is not kept in `out` (the common case costs nothing); out_stale 1: `out` holds the row's own bytes. */
+  uint8_t *out, *out_stale;
+  uint64_t n_stale; /* rows with out_stale 1 */
+  int out_mode;
+  int refuse_stale; /* a STORE of a row with out_stale 1 is an error (strict mode) */
   uint8_t *wgt_t;      /* per-kernel shadow of each weight tile (build_shadow): what the GEMM kernel reads */
   size_t wgt_t_stride; /* bytes of one tile's shadow */
   uint8_t *wgt_t_built; /* per tile, the shadows built since its last write (SHADOW_OWN, ...: bits below) */
@@ -1192,6 +1199,8 @@ vta_sim_t *vta_sim_create(const vta_params_t *params, char *err, size_t errlen) 
   s->inp = calloc_lines(p->inp_depth, s->inp_elem);
   s->wgt = calloc_lines(p->wgt_depth, s->wgt_elem);
   s->acc = calloc_lines(p->acc_depth, s->acc_elem);
+  s->out = calloc_lines(p->acc_depth, s->out_elem);
+  s->out_stale = calloc(p->acc_depth, 1);
   s->kernel = kernel;
   s->gemm = kernel_gemm(kernel);
   s->gemm_row = kernel_gemm_row(kernel, p->block_out, p->block_in);
@@ -1207,8 +1216,8 @@ vta_sim_t *vta_sim_create(const vta_params_t *params, char *err, size_t errlen) 
     for (size_t t = 0; s->wgt_qp && t < p->wgt_depth; t++) s->wgt_qp[t] = s->wgt_q + t * 256;
   }
   s->wgt_t_built = calloc(p->wgt_depth, 1);
-  if (!s->uop || !s->inp || !s->wgt || !s->acc || !s->wgt_t || !s->wgt_t_built || !s->runs ||
-      (s->gemm_row_unsigned && (!s->wgt_q || !s->wgt_qp))) {
+  if (!s->uop || !s->inp || !s->wgt || !s->acc || !s->out || !s->out_stale || !s->wgt_t || !s->wgt_t_built ||
+      !s->runs || (s->gemm_row_unsigned && (!s->wgt_q || !s->wgt_qp))) {
     vta_sim_destroy(s);
     fail(err, errlen, VTA_ERR_ARG, "out of host memory for the SRAMs");
     return NULL;
@@ -1256,6 +1265,8 @@ void vta_sim_destroy(vta_sim_t *s) {
   free(s->inp);
   free(s->wgt);
   free(s->acc);
+  free(s->out);
+  free(s->out_stale);
   free(s->wgt_t);
   free(s->wgt_t_built);
   free(s->wgt_q);
@@ -1282,6 +1293,9 @@ void vta_sim_reset(vta_sim_t *s) {
   memset(s->inp, 0, (size_t)s->p.inp_depth * s->inp_elem);
   memset(s->wgt, 0, (size_t)s->p.wgt_depth * s->wgt_elem);
   memset(s->acc, 0, (size_t)s->p.acc_depth * s->acc_elem);
+  memset(s->out, 0, (size_t)s->p.acc_depth * s->out_elem);
+  memset(s->out_stale, 0, s->p.acc_depth);
+  s->n_stale = 0;
   update_wgt_t(s, 0, s->p.wgt_depth);
 }
 
@@ -1319,6 +1333,34 @@ static void reclaim_quads(vta_sim_t *s, const uint8_t *lo, const uint8_t *hi) {
   for (size_t t = 0; t < s->p.wgt_depth; t++)
     if ((uintptr_t)s->wgt_qp[t] >= (uintptr_t)lo && (uintptr_t)s->wgt_qp[t] < (uintptr_t)hi) own_quads(s, t);
 }
+
+int vta_sim_set_out_buffer(vta_sim_t *s, int mode, int refuse_stale, char *err, size_t errlen) {
+  if (mode < 0 || mode > 2)
+    return fail(err, errlen, VTA_ERR_ARG, "output buffer mode %d: allowed 0 mirror, 1 hls, 2 chisel", mode);
+  s->out_mode = mode;
+  s->refuse_stale = refuse_stale != 0;
+  memset(s->out_stale, 0, s->p.acc_depth); /* every row's copy is its accumulator's, as after a reset */
+  s->n_stale = 0;
+  return VTA_OK;
+}
+
+int vta_sim_out_buffer(const vta_sim_t *s) { return s->out_mode; }
+
+/* The low byte of each accumulator (what an 8-bit STORE writes); restrict lets the compiler vectorise it. */
+static void low_bytes(uint8_t *restrict dst, const int32_t *restrict src, size_t n) {
+  for (size_t i = 0; i < n; i++) dst[i] = (uint8_t)((uint32_t)src[i] & 0xffu);
+}
+
+/* Row `r`'s output copy stops following its accumulator (LOAD ACC, a reset GEMM): keep the bytes it holds now. */
+static void out_detach(vta_sim_t *s, size_t r) {
+  if (s->out_stale[r]) return;
+  const size_t lanes = s->out_elem;
+  low_bytes(s->out + r * lanes, s->acc + r * lanes, lanes);
+  s->out_stale[r] = 1;
+  s->n_stale++;
+}
+
+
 
 #ifdef VTA_X86_KERNELS
 /* Tile t's quad shadow, from its 16x16 weights w; its wgt_t_built bits: SHADOW_QUADS, with SHADOW_SUM2 and
@@ -1491,8 +1533,23 @@ static uint8_t *sram_of(vta_sim_t *s, uint32_t mem, uint32_t *depth, uint32_t *e
 int vta_sim_sram(vta_sim_t *s, uint32_t mem, uint32_t index, uint32_t count, uint8_t *buf, int write,
                  char *err, size_t errlen) {
   uint32_t depth = 0, elem = 0;
+  if (mem == MEM_OUT) {
+    if (write) return fail(err, errlen, VTA_ERR_ARG, "the output buffer is read only here (compute writes it)");
+    if ((uint64_t)index + count > s->p.acc_depth)
+      return fail(err, errlen, VTA_ERR_ARG, "SRAM range [%u, %llu) exceeds the OUT buffer depth %u", index,
+                  (unsigned long long)index + count, s->p.acc_depth);
+    for (uint32_t r = index; r < index + count; r++) {
+      uint8_t *dst = buf + (size_t)(r - index) * s->out_elem;
+      if (s->out_stale[r])
+        memcpy(dst, s->out + (size_t)r * s->out_elem, s->out_elem);
+      else
+        low_bytes(dst, s->acc + (size_t)r * s->out_elem, s->out_elem);
+    }
+    return VTA_OK;
+  }
   uint8_t *base = sram_of(s, mem, &depth, &elem);
-  if (!base) return fail(err, errlen, VTA_ERR_ARG, "unknown SRAM %u (allowed: 0 uop, 1 wgt, 2 inp, 3 acc)", mem);
+  if (!base)
+    return fail(err, errlen, VTA_ERR_ARG, "unknown SRAM %u (allowed: 0 uop, 1 wgt, 2 inp, 3 acc, 4 out)", mem);
   if ((uint64_t)index + count > depth)
     return fail(err, errlen, VTA_ERR_ARG, "SRAM range [%u, %llu) exceeds the %s buffer depth %u", index,
                 (unsigned long long)index + count, MEM_NAMES[mem], depth);
@@ -1502,6 +1559,12 @@ int vta_sim_sram(vta_sim_t *s, uint32_t mem, uint32_t index, uint32_t count, uin
     memcpy(p, buf, (size_t)count * elem);
     if (mem == MEM_WGT) update_wgt_t(s, index, count);
     if (mem == MEM_UOP) uop_written(s, index, index + count);
+    if (mem == MEM_ACC) /* a debugging write sets a row and its output copy alike */
+      for (uint32_t r = index; r < index + count; r++)
+        if (s->out_stale[r]) {
+          s->out_stale[r] = 0;
+          s->n_stale--;
+        }
   } else {
     if (mem == MEM_WGT) raw_weights(s, index, (size_t)index + count - 1);
     memcpy(buf, p, (size_t)count * elem);
@@ -1736,7 +1799,7 @@ static uint64_t host_work(const vta_sim_t *s, const insn_t *in, uint64_t *per) {
     }
     case OP_STORE: return in->x_size == 0 ? 0 : (uint64_t)in->x_size * in->y_size * s->out_elem;
     case OP_GEMM:
-      *per = (uint64_t)p->batch * p->block_out * (in->reset ? 1 : p->block_in);
+      *per = (uint64_t)p->batch * p->block_out * (in->reset && s->out_mode != 1 ? 1 : p->block_in);
       return mul_sat(iterations(in), *per);
     case OP_ALU:
       *per = (uint64_t)p->batch * p->block_out;
@@ -1811,6 +1874,8 @@ static void exec_load(vta_sim_t *s, const insn_t *in) {
   uint32_t mem = in->mem_type == MEM_ACC_8BIT ? MEM_ACC : in->mem_type;
   uint8_t *sram = sram_of(s, mem, &depth, &elem);
   uint32_t src_elem = dram_elem_bytes(s, in->mem_type);
+  if (mem == MEM_ACC && s->out_mode) /* only compute writes the output buffer */
+    for (size_t r = in->sram_base; r < (size_t)in->sram_base + (size_t)xt * yt; r++) out_detach(s, r);
   for (uint32_t y = 0; y < yt; y++) {
     uint8_t *row = sram + ((size_t)in->sram_base + (size_t)y * xt) * elem;
     if (y < in->y_pad0 || y >= in->y_pad0 + in->y_size) {
@@ -1844,19 +1909,26 @@ static void count_load(const vta_sim_t *s, const insn_t *in, vta_stats_t *st) {
   }
 }
 
-/* The low byte of each accumulator (what an 8-bit STORE writes); restrict lets the compiler vectorise it. */
-static void low_bytes(uint8_t *restrict dst, const int32_t *restrict src, size_t n) {
-  for (size_t i = 0; i < n; i++) dst[i] = (uint8_t)((uint32_t)src[i] & 0xffu);
-}
-
 static void exec_store(vta_sim_t *s, const insn_t *in) {
   const uint32_t lanes = s->p.batch * s->p.block_out;
   region_t *r = &s->regions[find_region(s, in->dram_base * dram_elem_bytes(s, in->mem_type))]; /* decode_mem's */
   dram_written(s, r, (uint64_t)(in->dram - r->data), ((uint64_t)(in->y_size - 1) * in->x_stride + in->x_size) * lanes);
-  for (uint32_t y = 0; y < in->y_size; y++) /* a row's entries are consecutive in the SRAM and in DRAM */
-    low_bytes(in->dram + (size_t)y * in->x_stride * lanes,
-              s->acc + ((size_t)in->sram_base + (size_t)y * in->x_size) * lanes, (size_t)in->x_size * lanes);
+  for (uint32_t y = 0; y < in->y_size; y++) { /* a row's entries are consecutive in the SRAM and in DRAM */
+    const size_t r0 = (size_t)in->sram_base + (size_t)y * in->x_size;
+    uint8_t *dst = in->dram + (size_t)y * in->x_stride * lanes;
+    if (!s->n_stale) {
+      low_bytes(dst, s->acc + r0 * lanes, (size_t)in->x_size * lanes);
+      continue;
+    }
+    for (size_t x = 0; x < in->x_size; x++) {
+      if (s->out_stale[r0 + x])
+        memcpy(dst + x * lanes, s->out + (r0 + x) * lanes, lanes);
+      else
+        low_bytes(dst + x * lanes, s->acc + (r0 + x) * lanes, lanes);
+    }
+  }
 }
+
 
 /* The largest dst, src and wgt fields of micro-ops [bgn, end), kept for the next instructions that use them. */
 static int fields_max(vta_sim_t *s, uint32_t bgn, uint32_t end) {
@@ -2300,6 +2372,51 @@ static void pool_run(gemm_pool_t *pool, const gemm_job_t *job, int64_t dmin, int
   }
 }
 
+/* The accumulator rows a GEMM or ALU instruction writes get their narrowed result as output copy again. */
+static void out_follow(vta_sim_t *s, const insn_t *in) {
+  const uop_field_t fd = uop_field(s->p.uop[VTA_UOP_DST]);
+  for (uint32_t i = 0; i < in->iter_out && s->n_stale; i++)
+    for (uint32_t j = 0; j < in->iter_in; j++)
+      for (uint32_t k = in->uop_bgn; k < in->uop_end; k++) {
+        const size_t d = (s->uop[k] >> fd.shift & fd.mask) + (size_t)i * in->dst_out + (size_t)j * in->dst_in;
+        if (s->out_stale[d]) {
+          s->out_stale[d] = 0;
+          s->n_stale--;
+        }
+      }
+}
+
+/* A reset GEMM's output copies: VTA's HLS (out_mode 1) writes the low bytes of acc[dst] + the dot product of the
+ * input and weight rows its micro-op names, computed before the reset (vta.cc's gemm); its Chisel (2) writes none.
+ * Micro-op by micro-op, zeroing as it goes (a later micro-op on the same row adds to 0). A reset's input and
+ * weight indices are not checked (nothing else reads them): they wrap at the SRAM depth, as the hardware's address
+ * bits do. */
+static void reset_out(vta_sim_t *s, const insn_t *in) {
+  const vta_field_t *uf = s->p.uop;
+  const uop_field_t fd = uop_field(uf[VTA_UOP_DST]), fs = uop_field(uf[VTA_UOP_SRC]), fw = uop_field(uf[VTA_UOP_WGT]);
+  const uint32_t batch = s->p.batch, bo = s->p.block_out, bi = s->p.block_in, lanes = batch * bo;
+  for (uint32_t i = 0; i < in->iter_out; i++)
+    for (uint32_t j = 0; j < in->iter_in; j++)
+      for (uint32_t k = in->uop_bgn; k < in->uop_end; k++) {
+        const uint32_t u = s->uop[k];
+        const size_t d = (u >> fd.shift & fd.mask) + (size_t)i * in->dst_out + (size_t)j * in->dst_in;
+        out_detach(s, d);
+        if (s->out_mode != 1) continue;
+        const size_t sr = ((u >> fs.shift & fs.mask) + (size_t)i * in->src_out + (size_t)j * in->src_in) % s->p.inp_depth;
+        const size_t w = ((u >> fw.shift & fw.mask) + (size_t)i * in->wgt_out + (size_t)j * in->wgt_in) % s->p.wgt_depth;
+        raw_weights(s, w, w);
+        const int8_t *x = s->inp + sr * s->inp_elem, *wt = s->wgt + w * s->wgt_elem;
+        int32_t *a = s->acc + d * lanes;
+        for (uint32_t b = 0; b < batch; b++)
+          for (uint32_t o = 0; o < bo; o++) {
+            uint32_t sum = (uint32_t)a[b * bo + o];
+            for (uint32_t c = 0; c < bi; c++) sum += (uint32_t)((int32_t)x[b * bi + c] * (int32_t)wt[o * bi + c]);
+            s->out[d * lanes + b * bo + o] = (uint8_t)(sum & 0xffu);
+            a[b * bo + o] = 0;
+          }
+      }
+}
+
 /* Whether a GEMM instruction is split over the simulator's threads (a reset, or a small one, is not). */
 static int splits(const vta_sim_t *s, const insn_t *in) {
   return !in->reset && s->threads > 1 && iterations(in) &&
@@ -2475,6 +2592,21 @@ static void exec_alu(vta_sim_t *s, const insn_t *in) {
   }
 }
 
+/* Strict mode: refuse a STORE of a row whose output-buffer copy is not its accumulator narrowed (LOADed or reset
+ * since its last GEMM/ALU), what VTA's functional simulator would store and the board would not. */
+static int check_stale(const vta_sim_t *s, const insn_t *in, uint32_t idx, vta_stats_t *stats, char *err,
+                       size_t errlen) {
+  for (uint32_t y = 0; y < in->y_size; y++)
+    for (uint32_t x = 0; x < in->x_size; x++) {
+      const size_t r = (size_t)in->sram_base + (size_t)y * in->x_size + x;
+      if (s->out_stale[r])
+        INSN_FAIL(VTA_ERR_INSN, "stores accumulator row %llu, which a LOAD or a reset GEMM wrote after its last "
+                  "GEMM/ALU: this hardware's STORE reads the output buffer, which only GEMM and ALU write, so it "
+                  "would store an older result (run an ALU or GEMM on the row first)", (unsigned long long)r);
+    }
+  return VTA_OK;
+}
+
 static int execute(vta_sim_t *s, const insn_t *in, uint32_t idx, int compute, vta_stats_t *st, char *err,
                    size_t errlen) {
   switch (in->opcode) {
@@ -2485,6 +2617,10 @@ static int execute(vta_sim_t *s, const insn_t *in, uint32_t idx, int compute, vt
       return VTA_OK;
     case OP_STORE:
       if (in->x_size == 0) return VTA_OK;
+      if (compute && s->refuse_stale && s->n_stale) {
+        int rc = check_stale(s, in, idx, st, err, errlen);
+        if (rc) return rc;
+      }
       st->out_store_nbytes += (uint64_t)in->x_size * in->y_size * s->out_elem;
       if (compute) exec_store(s, in);
       return VTA_OK;
@@ -2494,11 +2630,13 @@ static int execute(vta_sim_t *s, const insn_t *in, uint32_t idx, int compute, vt
       if (rc) return rc;
       if (in->opcode == OP_GEMM) {
         if (!in->reset) st->gemm_counter += iterations(in);
+        if (compute && in->reset && s->out_mode) reset_out(s, in);
         if (compute) exec_gemm(s, in);
       } else {
         st->alu_counter += iterations(in);
         if (compute) exec_alu(s, in);
       }
+      if (compute && s->n_stale && !(in->opcode == OP_GEMM && in->reset)) out_follow(s, in);
       return VTA_OK;
     }
     default: return VTA_OK; /* FINISH */

@@ -86,7 +86,16 @@ int vta_sim_unmap(vta_sim_t *sim, uint64_t addr, char *err, size_t errlen);
 int vta_sim_write(vta_sim_t *sim, uint64_t addr, const uint8_t *src, uint64_t n, char *err, size_t errlen);
 int vta_sim_read(vta_sim_t *sim, uint64_t addr, uint8_t *dst, uint64_t n, char *err, size_t errlen);
 
-/* mem: 0 uop, 1 wgt, 2 inp, 3 acc (VTA's memory ids); count elements from index; raw element bytes. */
+/* What STORE reads (docs/simulator.md, "The output buffer"): 0 the accumulator narrowed at the store (VTA's fsim),
+ * 1 an output buffer that GEMM and ALU write as VTA's HLS does, 2 as VTA's Chisel does (hw_config/capabilities.py
+ * OUT_BUFFER_MODES). New simulators have 0; setting a mode makes every row's copy its accumulator's. With
+ * refuse_stale, a STORE of a row LOADed or reset since its last GEMM/ALU (which the board stores differently from
+ * VTA's functional simulator) is an invalid instruction (Python's strict mode). */
+int vta_sim_set_out_buffer(vta_sim_t *sim, int mode, int refuse_stale, char *err, size_t errlen);
+int vta_sim_out_buffer(const vta_sim_t *sim);
+
+/* mem: 0 uop, 1 wgt, 2 inp, 3 acc (VTA's memory ids), 4 out (read only: what a STORE would write); count
+ * elements from index; raw element bytes. */
 int vta_sim_sram(vta_sim_t *sim, uint32_t mem, uint32_t index, uint32_t count, uint8_t *buf, int write,
                  char *err, size_t errlen);
 

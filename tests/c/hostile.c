@@ -263,7 +263,9 @@ static int do_read(ctx_t *c, uint64_t addr, uint8_t *dst, uint64_t n) {
 }
 
 static int do_sram(ctx_t *c, uint32_t mem, uint32_t index, uint32_t count, uint8_t *buf, int write) {
-  int expect = mem > MEM_ACC || (uint64_t)index + count > sram_depth(c, mem) ? VTA_ERR_ARG : VTA_OK;
+  /* 4 (OUT, the output buffer) is read only */
+  int expect = mem > MEM_OUT || (mem == MEM_OUT && write) || (uint64_t)index + count > sram_depth(c, mem) ? VTA_ERR_ARG
+                                                                                                         : VTA_OK;
   clear_err();
   int rc = vta_sim_sram(c->sim, mem, index, count, buf, write, g_err, sizeof g_err);
   count_api(rc);
