@@ -83,7 +83,7 @@ class AxiMaster(wiring.Component):
         m = Module()
         rd, wr, axi = self.rd, self.wr, self.axi
         cache, user = (0b1111, 1) if self.coherent else (0b0011, 0)
-        # read: the first beat of a burst is the AR; its other beats pace the engine only
+        # read: a reader offers only its bursts' first beats, each an AR
         m.d.comb += [axi.arid.eq(rd.cmd_id), axi.araddr.eq(rd.cmd_addr[:self.addr_bits]), axi.arlen.eq(rd.cmd_len),
                      axi.arsize.eq(log2(self.bus_bits // 8)), axi.arburst.eq(INCR), axi.arcache.eq(cache),
                      axi.arprot.eq(self.prot), axi.aruser.eq(user), axi.arvalid.eq(rd.cmd_valid & rd.cmd_first),

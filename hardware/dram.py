@@ -80,11 +80,16 @@ class ElemReader(wiring.Component):
         lb = log2(bus_bytes)
         mem = self.mem
         m.d.comb += [mem.cmd_write.eq(0), mem.cmd_strb.eq(0), mem.cmd_data.eq(0)]
-        issued = mem.cmd_valid & mem.cmd_ready
-        received = mem.rsp_valid & mem.rsp_ready
-        # bursts: ``left`` beats of the current one are still to come; the next command starts one when 0
+        # bursts: ``left`` beats of the current one are still to come; the next beat starts one when 0. Only a
+        # burst's first beat goes to the port (its AR); the others are counted here, so a reader's own beats
+        # never wait behind another client's AR that DRAM is not taking yet (which, with DRAM accepting a
+        # limited number of bursts, could wait on this reader's data: a deadlock)
         left = Signal(range(self.block))
         first = left == 0
+        offer = Signal()                  # the next beat is ready to go
+        issued = offer & (~first | mem.cmd_ready)
+        m.d.comb += mem.cmd_valid.eq(offer & first)
+        received = mem.rsp_valid & mem.rsp_ready
         beat_addr = Signal(DRAM_ADDR_BITS)
         narrow = self.elem_bits < self.bus_bits
         lane = self.addr.payload[log2(self.elem_bits // 8):lb] if narrow else Const(0, 1)
@@ -101,7 +106,7 @@ class ElemReader(wiring.Component):
             outstanding = Signal(range(self.outstanding + 1))        # beats reserved, not yet received
             m.d.sync += outstanding.eq(outstanding + Mux(issued & first, n, 0) - received)
             room = ~first | (outstanding + n <= self.outstanding)
-            m.d.comb += [mem.cmd_valid.eq(self.addr.valid & room),
+            m.d.comb += [offer.eq(self.addr.valid & room),
                          beat_addr.eq(self.addr.payload + (beat << lb)),
                          self.addr.ready.eq(issued & (beat == beats - 1))]
             with m.If(issued):
@@ -132,8 +137,8 @@ class ElemReader(wiring.Component):
             m.d.comb += beat_addr.eq(self.addr.payload & ~Const(bus_bytes - 1, DRAM_ADDR_BITS))
             last_beat, have_last = Signal(DRAM_ADDR_BITS), Signal()
             same = have_last & (beat_addr == last_beat)
-            m.d.comb += [mem.cmd_valid.eq(self.addr.valid & lane_fifo.w_rdy & ~same),
-                         self.addr.ready.eq(lane_fifo.w_rdy & (same | mem.cmd_ready)),
+            m.d.comb += [offer.eq(self.addr.valid & lane_fifo.w_rdy & ~same),
+                         self.addr.ready.eq(lane_fifo.w_rdy & (same | ~first | mem.cmd_ready)),
                          lane_fifo.w_en.eq(self.addr.valid & self.addr.ready),
                          lane_fifo.w_data.eq(Cat(self.addr.payload[lo:lo + lane_bits], same))]
             with m.If(issued):
