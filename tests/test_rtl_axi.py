@@ -627,6 +627,7 @@ def test_an_error_response_from_dram_is_a_device_error_naming_the_client_and_add
             dev.fail_dram(OUT, REGION, "OKAY")
     finally:
         dev.fail_dram(0, 0)
+    dev.reset()              # SRAMs as the C simulator's fresh ones: zero
     segments, _ = dev.replay(image)
     for (addr, want), (_, got) in zip(replay(image).segments, segments, strict=True):
         np.testing.assert_array_equal(got, want, err_msg=f"segment 0x{addr:x}")
