@@ -652,3 +652,20 @@ def test_bursts_on_the_verilator_model_are_the_dma_engines_bursts():
     beats = after["read_beats"] - before["read_beats"]
     assert reads and beats / reads > 2 and after["longest_read"] <= 2 * 16
     assert abs(cycles / replay(image).stats["cycles"] - 1) <= 0.03
+
+
+def test_dram_settings_come_from_the_config_and_refuse_what_the_harness_cannot_do():
+    """The ACP-like defaults follow the config (the model's DRAM_LATENCY less the arbiter's slices, its burst gap)
+    and every field out of range is a ValueError naming it and its range."""
+    from hardware.device import DramSettings
+    from hardware.params import INTERCONNECT_CYCLES
+
+    cfg = load_config("pynq")
+    d = DramSettings.for_config(cfg, stall_r=30)
+    assert (d.read_latency, d.write_latency) == (cfg.DRAM_LATENCY - INTERCONNECT_CYCLES,) * 2
+    assert (d.burst_gap, d.max_reads, d.max_writes, d.stall_r) == (cfg.DMA_BURST_GAP, 7, 3, 30)
+    assert DramSettings.for_config(load_config("pynq", DRAM_LATENCY=0)).read_latency == 1
+    for field, bad, allowed in (("read_latency", 0, "1..100000"), ("max_writes", 0, "1..100000"),
+                                ("stall_b", 100, "0..99"), ("burst_gap", -1, "0..10000"), ("seed", 2**64, "0..")):
+        with pytest.raises(ValueError, match=rf"DramSettings\.{field}={bad}: an integer {allowed}"):
+            DramSettings.for_config(cfg, **{field: bad})
