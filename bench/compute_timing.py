@@ -90,10 +90,10 @@ def critical_path(sta: str) -> tuple[float, list[str]]:
 SEQUENTIAL = ("FD", "RAMB", "SRL", "IBUF", "OBUF", "BUFG")
 
 
-def levels(netlist: dict) -> tuple[int, int]:
+def levels(netlist: dict, module: str = "compute") -> tuple[int, int]:
     """The most LUTs and the most DSP48E1s on one path between sequential cells (flip-flops, block RAMs, DSPs
-    with their M or P register on, the ports), over every path of the synthesised netlist."""
-    cells = netlist["modules"]["compute"]["cells"]
+    with their M or P register on, the ports), over every path of the synthesised netlist's ``module``."""
+    cells = netlist["modules"][module]["cells"]
     driver, sinks = {}, {}
     kind = {}
     for name, cell in cells.items():

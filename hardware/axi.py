@@ -5,10 +5,11 @@ AXI4-Lite slaves (fetch, load, compute, store) holding VTA's register map.
   the burst's length) into AXI4: an AR per read burst, an AW per write burst with its W beats (WLAST on the
   last), R and B back. INCR bursts of at most 256 beats that never cross 4 KiB (the DMA engines cut them so,
   hardware/dram.py), 32-bit addresses, the DRAM client's number as the ID (fetch, load's two engines, compute's
-  three, store: each one's bursts answer in order, different ones' may interleave). Its logic is combinational but for the
-  write bookkeeping: a beat is offered until each channel it needs has taken it, and the arbiter keeps
-  offering the same beat meanwhile, so AxVALID/WVALID never drop and their payload never changes before
-  AxREADY/WREADY.
+  three, store: each one's bursts answer in order, different ones' may interleave). Reads and writes come from
+  two arbiters and go out independently. Its inputs come from the arbiters' register slices, so the AXI
+  outputs are those registers through a gate at most; a beat is offered until each channel it needs has taken
+  it, and the slice holds it meanwhile, so AxVALID/WVALID never drop and their payload never changes before
+  AxREADY/WREADY. Error responses are kept in a status register (``AxiMaster``).
 - ``AxiLiteRegs`` serves the four AXI4-Lite slave ports on the register file's port (``interfaces.reg_bus``):
   a write when a port has both its AW and W (the slave waits for both, as AXI allows), its B the next cycle; a
   read answers the next cycle from one read-data register (one read in flight across the four ports: one host
@@ -24,6 +25,13 @@ from amaranth.lib.wiring import In, Out
 
 from hardware.interfaces import ID_BITS, dram_port, reg_bus
 from hardware.params import REG_DATA_BITS, log2
+from hardware.registers import (
+    OKAY,
+    STATUS_BID_SHIFT,
+    STATUS_BRESP_SHIFT,
+    STATUS_RID_SHIFT,
+    STATUS_RRESP_SHIFT,
+)
 
 AXI_ADDR_BITS = 32       # the AXI4 master's addresses (Zynq's HP/ACP ports, VTA's HLS masters)
 INCR = 0b01              # AxBURST
@@ -56,47 +64,70 @@ def axi4_lite(addr_bits: int) -> wiring.Signature:
 
 
 class AxiMaster(wiring.Component):
-    """The DRAM port (``mem``, from the arbiter) as an AXI4 master (``axi``). ``cache``/``user``: the AxCACHE
-    and AxUSER every burst carries (0b1111 and 1 for coherent access through the Zynq's ACP port, as VTA's
-    Pynq design sets them; 0b0011 and 0 otherwise)."""
+    """The DRAM ports (``rd`` from the read arbiter, ``wr`` from the write arbiter; hardware/dram.py) as one AXI4
+    master (``axi``). Reads and writes are independent: an AR goes out while W beats do.
 
-    def __init__(self, bus_bits: int, addr_bits: int = AXI_ADDR_BITS, coherent: bool = False):
-        self.bus_bits, self.addr_bits, self.coherent = bus_bits, addr_bits, coherent
-        super().__init__({"mem": In(dram_port(bus_bits)), "axi": Out(axi4(addr_bits, bus_bits))})
+    ``cache``/``user``: the AxCACHE and AxUSER every burst carries (0b1111 and 1 for coherent access through the
+    Zynq's ACP port, as VTA's block design sets them; 0b0011 and 0 otherwise); ``prot``: AxPROT (VTA's
+    ``axi_prot_bits`` for the target, hardware/params.py). BREADY is a register, high once out of reset: every
+    write acknowledgement is counted at once. A response other than OKAY on R or B is kept in ``status`` (the
+    first one per channel: its code and ID, with a sticky flag; ``clear`` empties it at a launch); the data
+    still flows, as AXI has every beat answered."""
+
+    def __init__(self, bus_bits: int, addr_bits: int = AXI_ADDR_BITS, coherent: bool = False, prot: int = 0):
+        self.bus_bits, self.addr_bits, self.coherent, self.prot = bus_bits, addr_bits, coherent, prot
+        super().__init__({"rd": In(dram_port(bus_bits)), "wr": In(dram_port(bus_bits)),
+                          "axi": Out(axi4(addr_bits, bus_bits)), "status": Out(REG_DATA_BITS), "clear": In(1)})
 
     def elaborate(self, platform) -> Module:
         m = Module()
-        mem, axi = self.mem, self.axi
+        rd, wr, axi = self.rd, self.wr, self.axi
         cache, user = (0b1111, 1) if self.coherent else (0b0011, 0)
-        read = mem.cmd_valid & ~mem.cmd_write
-        write = mem.cmd_valid & mem.cmd_write
-        # read: the first beat of a burst is the AR; its other beats pace the engine only
-        m.d.comb += [axi.arid.eq(mem.cmd_id), axi.araddr.eq(mem.cmd_addr[:self.addr_bits]), axi.arlen.eq(mem.cmd_len),
+        # read: a reader offers only its bursts' first beats, each an AR
+        m.d.comb += [axi.arid.eq(rd.cmd_id), axi.araddr.eq(rd.cmd_addr[:self.addr_bits]), axi.arlen.eq(rd.cmd_len),
                      axi.arsize.eq(log2(self.bus_bits // 8)), axi.arburst.eq(INCR), axi.arcache.eq(cache),
-                     axi.arprot.eq(0), axi.aruser.eq(user), axi.arvalid.eq(read & mem.cmd_first)]
+                     axi.arprot.eq(self.prot), axi.aruser.eq(user), axi.arvalid.eq(rd.cmd_valid & rd.cmd_first),
+                     rd.cmd_ready.eq(~rd.cmd_first | axi.arready)]
         # write: the first beat is the AW and a W, the others a W each; a beat waits for both to be taken
         aw_done, w_done = Signal(), Signal()          # taken in an earlier cycle of this beat's offer
         left = Signal(8)                              # W beats of the burst after the last one taken
-        m.d.comb += [axi.awid.eq(mem.cmd_id), axi.awaddr.eq(mem.cmd_addr[:self.addr_bits]), axi.awlen.eq(mem.cmd_len),
-                     axi.awsize.eq(mem.cmd_size), axi.awburst.eq(INCR), axi.awcache.eq(cache), axi.awprot.eq(0),
-                     axi.awuser.eq(user), axi.awvalid.eq(write & mem.cmd_first & ~aw_done),
-                     axi.wdata.eq(mem.cmd_data), axi.wstrb.eq(mem.cmd_strb),
-                     axi.wlast.eq(Mux(mem.cmd_first, mem.cmd_len == 0, left == 1)),
-                     axi.wvalid.eq(write & ~w_done)]
-        aw_ok = ~mem.cmd_first | aw_done | axi.awready
+        m.d.comb += [axi.awid.eq(wr.cmd_id), axi.awaddr.eq(wr.cmd_addr[:self.addr_bits]), axi.awlen.eq(wr.cmd_len),
+                     axi.awsize.eq(wr.cmd_size), axi.awburst.eq(INCR), axi.awcache.eq(cache),
+                     axi.awprot.eq(self.prot), axi.awuser.eq(user),
+                     axi.awvalid.eq(wr.cmd_valid & wr.cmd_first & ~aw_done),
+                     axi.wdata.eq(wr.cmd_data), axi.wstrb.eq(wr.cmd_strb),
+                     axi.wlast.eq(Mux(wr.cmd_first, wr.cmd_len == 0, left == 1)),
+                     axi.wvalid.eq(wr.cmd_valid & ~w_done)]
+        aw_ok = ~wr.cmd_first | aw_done | axi.awready
         w_ok = w_done | axi.wready
-        m.d.comb += mem.cmd_ready.eq(Mux(mem.cmd_write, aw_ok & w_ok, ~mem.cmd_first | axi.arready))
+        m.d.comb += wr.cmd_ready.eq(aw_ok & w_ok)
         with m.If(axi.wvalid & axi.wready):
-            m.d.sync += left.eq(Mux(mem.cmd_first, mem.cmd_len, left - 1))
-        with m.If(mem.cmd_valid & mem.cmd_ready):
+            m.d.sync += left.eq(Mux(wr.cmd_first, wr.cmd_len, left - 1))
+        with m.If(wr.cmd_valid & wr.cmd_ready):
             m.d.sync += [aw_done.eq(0), w_done.eq(0)]
-        with m.Elif(write):
+        with m.Elif(wr.cmd_valid):
             m.d.sync += [aw_done.eq(aw_done | (axi.awvalid & axi.awready)),
                          w_done.eq(w_done | (axi.wvalid & axi.wready))]
-        # responses (RRESP/BRESP are not checked: VTA's HLS masters do not either)
-        m.d.comb += [mem.rsp_valid.eq(axi.rvalid), mem.rsp_data.eq(axi.rdata), mem.rsp_last.eq(axi.rlast),
-                     mem.rsp_id.eq(axi.rid), axi.rready.eq(mem.rsp_ready),
-                     mem.wack.eq(axi.bvalid), mem.wack_id.eq(axi.bid), axi.bready.eq(1)]
+        # responses
+        bready = Signal()
+        m.d.sync += bready.eq(1)
+        m.d.comb += [rd.rsp_valid.eq(axi.rvalid), rd.rsp_data.eq(axi.rdata), rd.rsp_last.eq(axi.rlast),
+                     rd.rsp_id.eq(axi.rid), axi.rready.eq(rd.rsp_ready),
+                     axi.bready.eq(bready), wr.wack.eq(axi.bvalid & bready), wr.wack_id.eq(axi.bid)]
+        # errors: the first non-OKAY response per channel, until a launch clears them
+        status = Signal(REG_DATA_BITS)
+        m.d.comb += self.status.eq(status)
+        r_bad = axi.rvalid & axi.rready & (axi.rresp != OKAY)
+        b_bad = axi.bvalid & bready & (axi.bresp != OKAY)
+        with m.If(self.clear):
+            m.d.sync += status.eq(0)
+        with m.Else():
+            with m.If(r_bad & ~status[0]):
+                m.d.sync += [status[0].eq(1), status[STATUS_RRESP_SHIFT:STATUS_RRESP_SHIFT + 2].eq(axi.rresp),
+                             status[STATUS_RID_SHIFT:STATUS_RID_SHIFT + ID_BITS].eq(axi.rid)]
+            with m.If(b_bad & ~status[1]):
+                m.d.sync += [status[1].eq(1), status[STATUS_BRESP_SHIFT:STATUS_BRESP_SHIFT + 2].eq(axi.bresp),
+                             status[STATUS_BID_SHIFT:STATUS_BID_SHIFT + ID_BITS].eq(axi.bid)]
         return m
 
 

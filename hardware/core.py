@@ -4,7 +4,8 @@ and its AXI4 master, the control registers and their AXI4-Lite slaves.
 ```
  host --AXI4-Lite x4--> [axi_lite] --> [registers] --launch--> [fetch] --insn--> load / compute / store queues
                                                                   |
-   DRAM <==AXI4== [axi] <== [arbiter] <== fetch, load.inp, load.wgt, compute.uop, compute.acc, compute.acc8, store
+   DRAM <==AXI4== [axi] <== [arbiter_rd] <== fetch, load.inp, load.wgt, compute.uop, compute.acc, compute.acc8
+                        <== [arbiter_wr] <== store
                  load --l2g--> compute --g2s--> store ;  compute --g2l--> load ; store --s2g--> compute
    SRAMs: inp, wgt (load writes, compute reads); uop, acc (compute); out (compute writes, store reads)
 ```
@@ -28,14 +29,15 @@ from hardware.control import ctrl_value, hls_control
 from hardware.counters import PerfCounters
 from hardware.fetch import Fetch
 from hardware.modules import ComputeModule, LoadModule, StoreModule
-from hardware.params import REG_DATA_BITS, RtlParams
+from hardware.params import DRAM_CLIENTS, REG_DATA_BITS, RtlParams
 from hardware.token_queue import TokenQueue
 from hw_config import HwConfig
 from hw_config.config import MMIO_BLOCKS
 from hw_config.isa_rules import MODULES, QUEUE_BETWEEN, QUEUES
 
 # The DRAM clients, in the arbiter's round-robin order.
-DRAM_CLIENTS = ("store", "compute.acc", "compute.acc8", "compute.uop", "load.inp", "load.wgt", "fetch")
+DRAM_WRITERS = ("store",)                                    # each client's index in DRAM_CLIENTS is its AXI ID
+DRAM_READERS = tuple(c for c in DRAM_CLIENTS if c not in DRAM_WRITERS)
 
 
 # The ``events`` port's bits, two per module in MODULES order: it started an instruction (its tokens popped),
@@ -129,16 +131,18 @@ class VTACore(wiring.Component):
             else:
                 m.d.comb += ours.data.eq(port.data)
 
-        # DRAM arbiter
+        # DRAM: the readers share one arbiter, store (the one writer) has its own; both feed the AXI4 master
         from hardware.dram import Arbiter
         clients = {"store": store.mem, "compute.acc": compute.mem_acc, "compute.acc8": compute.mem_acc8,
                    "compute.uop": compute.mem_uop, "load.inp": load.mem_inp, "load.wgt": load.mem_wgt,
                    "fetch": fetch.mem}
-        m.submodules.arbiter = arb = Arbiter(len(DRAM_CLIENTS), p.bus_bits)
-        for i, name in enumerate(DRAM_CLIENTS):
-            wiring.connect(m, clients[name], getattr(arb, f"client{i}"))
-        m.submodules.axi = axi = AxiMaster(p.bus_bits, AXI_ADDR_BITS, coherent=cfg.COHERENT)
-        wiring.connect(m, arb.mem, axi.mem)
+        m.submodules.axi = axi = AxiMaster(p.bus_bits, AXI_ADDR_BITS, coherent=cfg.COHERENT, prot=p.axi_prot)
+        for side, names in (("rd", DRAM_READERS), ("wr", DRAM_WRITERS)):
+            m.submodules[f"arbiter_{side}"] = arb = Arbiter(tuple(DRAM_CLIENTS.index(n) for n in names), p.bus_bits)
+            for i, name in enumerate(names):
+                wiring.connect(m, clients[name], getattr(arb, f"client{i}"))
+            wiring.connect(m, arb.mem, getattr(axi, side))
+        m.d.comb += axi.clear.eq(clear)
         _connect_flat(m, self, "m_axi", axi.axi)
 
         # registers, behind the AXI4-Lite slaves
@@ -146,7 +150,13 @@ class VTACore(wiring.Component):
         for block in MMIO_BLOCKS:
             _connect_flat(m, self, f"s_axi_{block}", getattr(lite, block))
         self._registers(m, lite.reg, fetch, modules, clear)
+        self._axi_status(m, lite.reg, axi)
         return m
+
+    def _axi_status(self, m: Module, reg, axi: AxiMaster) -> None:
+        """The AXI4 master's error status (hardware/registers.py AXI_STATUS), read-only."""
+        with m.If(reg.addr == R.register_offset(self.p.cfg, "fetch", R.AXI_STATUS)):
+            m.d.comb += reg.rdata.eq(axi.status)
 
     def _registers(self, m: Module, reg, fetch: Fetch, modules: dict, clear: Signal) -> None:
         cfg = self.p.cfg

@@ -16,14 +16,17 @@ simulator places them, instructions go to a region of their own above them, and 
 
 from __future__ import annotations
 
+import dataclasses
 import threading
 import time
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Protocol
 
 import numpy as np
 
 from hardware import registers as R
+from hardware.params import DRAM_CLIENTS, INTERCONNECT_CYCLES
 from hardware.stats import RtlRunStats
 from hardware.toolchain import require
 from hw_config import HwConfig, load_config
@@ -55,6 +58,9 @@ void vta_rtl_module_stats(vta_rtl* r, uint64_t* insns, uint64_t* busy);
 uint64_t vta_rtl_beats(vta_rtl* r, int written);
 void vta_rtl_axi_stats(vta_rtl* r, uint64_t* out);
 void vta_rtl_stress(vta_rtl* r, uint64_t seed, unsigned percent);
+int vta_rtl_dram_settings(vta_rtl* r, const uint64_t* v, unsigned n);
+void vta_rtl_dram_fail(vta_rtl* r, uint64_t lo, uint64_t hi, unsigned resp);
+void vta_rtl_dram_errors(vta_rtl* r, uint64_t* out);
 """
 # A run not done after this many cycles is stopped: ~3 minutes of Verilator here (1.3 s a million cycles), where
 # one accelerator group of ResNet-18 takes ~1 M; the C simulator's 2^30 would leave a hung program clocking ~25 min
@@ -70,6 +76,60 @@ _LIBS: dict[Path, Any] = {}
 
 class RtlError(RuntimeError):
     """The RTL simulation could not finish a run (timeout or a DMA outside the DRAM the host wrote)."""
+
+
+class DramError(RtlError):
+    """DRAM answered one of the accelerator's bursts with an error (SLVERR or DECERR), as the AXI master's status
+    register (hardware/registers.py AXI_STATUS) reported after the run; the run's results are not to be used."""
+
+
+# Outstanding bursts the Zynq-7000's ACP port accepts (docs/hardware.md, "The DRAM port"): the read and write
+# acceptance of the Cortex-A9 SCU's ACP as we recall them from UG585's interconnect table (not checked against a
+# stored copy of the manual: treat them as estimates and set your own).
+ACP_MAX_READS, ACP_MAX_WRITES = 7, 3
+STALL_CHANNELS = ("ar", "aw", "w", "r", "b")
+
+
+@dataclass(frozen=True)
+class DramSettings:
+    """How the Verilator harness's DRAM answers the accelerator's AXI4 master (hardware/csrc/harness.cpp).
+
+    ``read_latency``: cycles from an AR to its first R beat; ``write_latency``: from a burst's last W beat to its
+    B; ``max_reads`` / ``max_writes``: bursts outstanding before AR / AW wait; ``burst_gap``: idle cycles of the
+    R (W) channel after each burst's last beat; ``stall_<channel>``: percent of cycles the slave holds AR, AW, W
+    ready or R, B valid low at random (seeded by ``seed``). ``for_config`` gives the Pynq ACP port's values as
+    far as the calibration data and the manuals say them (docs/hardware.md, "The DRAM port")."""
+
+    read_latency: int
+    write_latency: int
+    max_reads: int = ACP_MAX_READS
+    max_writes: int = ACP_MAX_WRITES
+    burst_gap: int = 0
+    stall_ar: int = 0
+    stall_aw: int = 0
+    stall_w: int = 0
+    stall_r: int = 0
+    stall_b: int = 0
+    seed: int = 0
+
+    def __post_init__(self) -> None:
+        for f in dataclasses.fields(self):
+            least, most = {"stall": (0, 99), "seed": (0, 2**64 - 1), "burst_gap": (0, 10_000)}.get(
+                f.name.split("_")[0] if f.name.startswith("stall") else f.name, (1, 100_000))
+            _whole(getattr(self, f.name), f"DramSettings.{f.name}", least, most)
+
+    @classmethod
+    def for_config(cls, cfg: HwConfig, **changes: int) -> DramSettings:
+        """The ACP-like port for ``cfg``: the timing model's DRAM_LATENCY both ways, less the cycles the RTL's own
+        arbiter adds (INTERCONNECT_CYCLES), the ACP's acceptance limits, the timing model's per-burst cost
+        (DMA_BURST_GAP) charged by the port; ``changes`` override fields (back-pressure, say)."""
+        latency = max(1, cfg.DRAM_LATENCY - INTERCONNECT_CYCLES)
+        return dataclasses.replace(cls(latency, latency, burst_gap=cfg.DMA_BURST_GAP), **changes)
+
+    def as_array(self) -> list[int]:
+        """The order ``vta_rtl_dram_settings`` takes."""
+        return [self.read_latency, self.write_latency, self.max_reads, self.max_writes, self.burst_gap,
+                *(getattr(self, f"stall_{c}") for c in STALL_CHANNELS), self.seed]
 
 
 class Image(Protocol):
@@ -126,10 +186,11 @@ class RtlDevice:
     as a simulator's do (docs/simulator.md, "Sharing a simulator between threads"). For speed, one per thread.
 
     ``dsp_packing``: the generator's option (two int8 products per DSP, hardware/dsp_packing.py); None builds
-    the config's default (on for Xilinx boards)."""
+    the config's default (on for Xilinx boards). ``dram``: the harness DRAM's settings (``DramSettings``; None:
+    the config's, ``DramSettings.for_config``)."""
 
     def __init__(self, cfg: HwConfig | str | None = None, progress=None, max_cycles: int = DEFAULT_MAX_CYCLES,
-                 dsp_packing: bool | None = None):
+                 dsp_packing: bool | None = None, dram: DramSettings | None = None):
         from hardware.build import ensure_built
 
         self.cfg = cfg if isinstance(cfg, HwConfig) else load_config(cfg)
@@ -148,6 +209,8 @@ class RtlDevice:
         self.wall_seconds = 0.0           # host time spent simulating runs (``run``), in all
         self._space = _Space()
         self._lock = threading.RLock()    # serialised: one caller in the model at a time (RLock: run nests)
+        self.dram_settings = DramSettings.for_config(self.cfg)
+        self.set_dram(dram or self.dram_settings)
 
     # ---- the Device surface ----
     @serialised
@@ -316,6 +379,46 @@ class RtlDevice:
         self._lib.vta_rtl_stress(self._handle, _whole(seed, "seed", 0, 2**64 - 1), _whole(percent, "percent", 0, 100))
 
     @serialised
+    def set_dram(self, settings: DramSettings) -> None:
+        """Answer the accelerator's bursts with ``settings``' timing and back-pressure from now on."""
+        if not isinstance(settings, DramSettings):
+            raise TypeError(f"set_dram takes a DramSettings, not {type(settings).__name__}")
+        values = self._ffi.new("uint64_t[]", settings.as_array())
+        if self._lib.vta_rtl_dram_settings(self._handle, values, len(values)):
+            raise RtlError("the RTL library does not take these DRAM settings (rebuild it)")
+        self.dram_settings = settings
+
+    @serialised
+    def fail_dram(self, addr: int, nbytes: int, resp: str = "SLVERR") -> None:
+        """Make DRAM answer every burst touching [addr, addr + nbytes) with ``resp`` (SLVERR or DECERR;
+        nbytes 0 stops it): the next run raises ``DramError``."""
+        codes = {name: code for code, name in R.RESP_NAMES.items() if name in ("SLVERR", "DECERR")}
+        if resp not in codes:
+            raise ValueError(f"resp={resp!r}: one of {', '.join(codes)}")
+        addr = _dram_range(addr, nbytes, "fail_dram")
+        self._lib.vta_rtl_dram_fail(self._handle, addr, addr + nbytes, codes[resp] if nbytes else 0)
+
+    def _check_axi_status(self, count: int, insn_addr: int) -> None:
+        """Raise ``DramError`` if the AXI master saw an error response in the run just finished."""
+        status = self.read_register("fetch", R.AXI_STATUS)
+        log = self._ffi.new("uint64_t[5]")
+        self._lib.vta_rtl_dram_errors(self._handle, log)
+        if not status & (R.STATUS_READ_ERROR | R.STATUS_WRITE_ERROR):
+            return
+        said = []
+        for flag, kind, shift, resp_shift in ((R.STATUS_READ_ERROR, "read", R.STATUS_RID_SHIFT, R.STATUS_RRESP_SHIFT),
+                                              (R.STATUS_WRITE_ERROR, "write", R.STATUS_BID_SHIFT,
+                                               R.STATUS_BRESP_SHIFT)):
+            if status & flag:
+                ident = (status >> shift) & 0x7
+                client = DRAM_CLIENTS[ident] if ident < len(DRAM_CLIENTS) else f"ID {ident}"
+                said.append(f"a {kind} of {client} got {R.RESP_NAMES[(status >> resp_shift) & 3]}")
+        where = (f"; the first failing burst: a {'write' if log[1] else 'read'} at 0x{int(log[2]):x} "
+                 f"({R.RESP_NAMES[int(log[4])]})") if log[0] else ""
+        raise DramError(f"RTL run of {count} instructions at 0x{insn_addr:x}: DRAM answered with an error: "
+                        f"{', '.join(said)} (AXI status register 0x{status:08x}){where}")
+
+    @serialised
     def launch(self, insn_addr: int, count: int, max_cycles: int = DEFAULT_MAX_CYCLES) -> int:
         """Run ``count`` instructions at DRAM byte address ``insn_addr``; returns the cycles from launch to done."""
         return self._launch_traced(insn_addr, count, max_cycles, False)[0]
@@ -345,6 +448,7 @@ class RtlDevice:
             self._lib.vta_rtl_reset(self._handle, 0)
             raise RtlError(f"RTL run of {count} instructions at 0x{insn_addr:x}: {message} (fetch had dispatched "
                            f"{dispatched}); the model was reset")
+        self._check_axi_status(count, insn_addr)
         events = np.zeros(0, np.uint64)
         if trace:
             n = int(self._lib.vta_rtl_trace_read(self._handle, self._ffi.NULL, 0))

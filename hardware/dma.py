@@ -5,10 +5,11 @@ zero in the padding, DRAM element ``dram_base + (y - y_pad_0) * x_stride + (x - 
 and strides in elements of the memory type). STORE: accumulator entry ``sram_base + y * x_size + x`` narrowed
 to OUT_WIDTH bits per lane goes to OUT element ``dram_base + y * x_stride + x``.
 
-Timing, as VTA's HLS engines (hardware/xilinx/src/vta.cc) and the timing model (docs/simulator.md) have it:
-the DRAM reads are pipelined (the DRAM latency is paid once per transfer), paced in bursts (``Burst``), and a
-LOAD spends one cycle per padding entry on top (``load_pad_2d`` zeroes padding in loops of its own, around each
-row's ``memcpy``). A STORE is done when DRAM has acknowledged its last write.
+Timing: the DRAM reads are pipelined (the DRAM latency is paid once per transfer), in bursts of at most
+DMA_BURST_BEATS beats with no idle cycles of the engine's own between them (what a burst costs beyond its beats
+is the DRAM port's, hardware/csrc/harness.cpp), and a LOAD spends one cycle per padding entry on top (as VTA's
+HLS ``load_pad_2d`` zeroes padding in loops of its own, around each row's ``memcpy``). A STORE is done when DRAM
+has acknowledged its last write.
 """
 
 from __future__ import annotations
@@ -26,37 +27,12 @@ from hardware.params import DRAM_ADDR_BITS, Burst, Sram, log2
 from hw_config.layout import INSN_BITS, Format
 
 
-class _Pacer:
-    """Burst pacing of one engine's beats: after ``burst.beats`` beats, or a row's last beat, ``burst.gap``
-    idle cycles. ``free`` is high when the engine may issue a beat."""
-
-    def __init__(self, m: Module, burst: Burst):
-        self.m, self.burst = m, burst
-        self.count = Signal(range(burst.beats + 1))
-        self.gap = Signal(range(burst.gap + 1))
-        self.free = (self.gap == 0) if burst.gap else Const(1)
-
-    def restart(self) -> None:
-        self.m.d.sync += [self.count.eq(0), self.gap.eq(0)]
-
-    def step(self, beat: Value, row_end: Value) -> None:
-        """``beat``: a beat went out this cycle; ``row_end``: it was the last of a row (a burst ends)."""
-        m, burst = self.m, self.burst
-        with m.If(self.gap != 0):
-            m.d.sync += self.gap.eq(self.gap - 1)
-        with m.If(beat):
-            with m.If(row_end | (self.count == burst.beats - 1)):
-                m.d.sync += [self.count.eq(0), self.gap.eq(burst.gap)]
-            with m.Else():
-                m.d.sync += self.count.eq(self.count + 1)
-
-
 class Load2D(wiring.Component):
     """Executes one LOAD into one SRAM: ``cmd`` takes the instruction, ``done`` pulses when the tile is written.
 
     ``padded`` and ``rows`` say what the config's capability set executes for this memory type (``fields``).
     Two walkers go over the padded tile in order. The address walker spends a cycle on each padding entry and
-    sends each data element's DRAM address to an ``ElemReader`` (one cycle per beat, paced in bursts); the fill
+    sends each data element's DRAM address to an ``ElemReader`` (one cycle per beat, in bursts); the fill
     walker writes each entry, a zero for padding and the element read (after ``widen``) for data, one entry per
     cycle when its data is there.
     """
@@ -108,18 +84,16 @@ class Load2D(wiring.Component):
         ay, ax = Signal(size_bits), Signal(size_bits)
         dx = Signal(w["x_size"])
         row = Signal(DRAM_ADDR_BITS)
-        pacer = _Pacer(m, self.burst)
         data_here = in_data(ay, ax)
         elem_shift = log2(self.elem_bits // 8)
-        m.d.comb += [reader.addr.valid.eq(issuing & data_here & pacer.free),
+        m.d.comb += [reader.addr.valid.eq(issuing & data_here),
                      reader.addr.payload.eq((row + dx) << elem_shift)]
         m.d.comb += reader.restart.eq(started)
         with m.If(started):
             m.d.sync += [issuing.eq((x_total != 0) & (y_total != 0)), ay.eq(0), ax.eq(0), dx.eq(0),
                          row.eq(v["dram_base"])]
-            pacer.restart()
         accepted = reader.addr.valid & reader.addr.ready
-        with m.If(issuing & pacer.free & (~data_here | reader.addr.ready)):
+        with m.If(issuing & (~data_here | reader.addr.ready)):
             with m.If(ax == x_total - 1):
                 m.d.sync += [ax.eq(0), ay.eq(ay + 1)]
                 with m.If(ay == y_total - 1):
@@ -132,11 +106,8 @@ class Load2D(wiring.Component):
                 m.d.sync += [dx.eq(0), row.eq(row + v["x_stride"])]
             with m.Else():
                 m.d.sync += dx.eq(dx + 1)
-        contiguous = (v["y_size"] == 1) | (v["x_stride"] == v["x_size"])     # the rows make one burst run
-        last_row = ay == y_end - 1
-        # AXI bursts end at each row's end (a contiguous tile's rows are one paced burst, in bursts of a row)
+        # AXI bursts end at each row's end
         m.d.comb += reader.elems_left.eq(v["x_size"] - dx)
-        pacer.step(self.mem.cmd_valid & self.mem.cmd_ready, accepted & row_done & (~contiguous | last_row))
 
         # fill walker over the whole padded tile
         fy, fx = Signal(size_bits), Signal(size_bits)
@@ -164,7 +135,7 @@ class Load2D(wiring.Component):
 
 class Store2D(wiring.Component):
     """Executes one STORE: reads output buffer entries (``out``: OUT_WIDTH bits a lane, as compute narrowed them)
-    in order and writes them to DRAM as OUT elements, paced in bursts with at most ``outstanding`` write bursts
+    in order and writes them to DRAM as OUT elements, in bursts with at most ``outstanding`` write bursts
     unacknowledged. ``done`` pulses when the last burst is acknowledged."""
 
     def __init__(self, fmt: Format, out: Sram, bus_bits: int, burst: Burst, outstanding: int):
@@ -192,12 +163,9 @@ class Store2D(wiring.Component):
         wrote = self.mem.cmd_valid & self.mem.cmd_ready
         pending = Signal(range(self.outstanding + 1))          # write bursts not yet acknowledged
         m.d.sync += pending.eq(pending + (wrote & self.mem.cmd_first) - self.mem.wack)
-        pacer = _Pacer(m, self.burst)
         m.d.comb += writer.elems_left.eq(v["x_size"] - ix)
         row_done = ix == v["x_size"] - 1
-        contiguous = (v["y_size"] == 1) | (v["x_stride"] == v["x_size"])
         last_row = iy == v["y_size"] - 1
-        pacer.step(wrote, writer.req.valid & writer.req.ready & row_done & (~contiguous | last_row))
         with m.FSM():
             with m.State("IDLE"):
                 m.d.comb += self.cmd.ready.eq(1)
@@ -206,7 +174,6 @@ class Store2D(wiring.Component):
                     m.next = "START"
             with m.State("START"):
                 m.d.sync += [iy.eq(0), ix.eq(0), row.eq(v["dram_base"]), addr.eq(v["sram_base"])]
-                pacer.restart()
                 with m.If((v["x_size"] == 0) | (v["y_size"] == 0)):
                     m.d.comb += self.done.eq(1)
                     m.next = "IDLE"
@@ -216,7 +183,7 @@ class Store2D(wiring.Component):
                 m.d.comb += [self.rd.addr.eq(addr), self.rd.en.eq(1)]
                 m.next = "SEND"
             with m.State("SEND"):
-                m.d.comb += writer.req.valid.eq(pacer.free & (pending < self.outstanding))
+                m.d.comb += writer.req.valid.eq(pending < self.outstanding)
                 with m.If(writer.req.valid & writer.req.ready):
                     m.d.comb += [self.rd.addr.eq(addr + 1), self.rd.en.eq(1)]
                     m.d.sync += addr.eq(addr + 1)

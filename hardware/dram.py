@@ -80,11 +80,16 @@ class ElemReader(wiring.Component):
         lb = log2(bus_bytes)
         mem = self.mem
         m.d.comb += [mem.cmd_write.eq(0), mem.cmd_strb.eq(0), mem.cmd_data.eq(0)]
-        issued = mem.cmd_valid & mem.cmd_ready
-        received = mem.rsp_valid & mem.rsp_ready
-        # bursts: ``left`` beats of the current one are still to come; the next command starts one when 0
+        # bursts: ``left`` beats of the current one are still to come; the next beat starts one when 0. Only a
+        # burst's first beat goes to the port (its AR); the others are counted here, so a reader's own beats
+        # never wait behind another client's AR that DRAM is not taking yet (which, with DRAM accepting a
+        # limited number of bursts, could wait on this reader's data: a deadlock)
         left = Signal(range(self.block))
         first = left == 0
+        offer = Signal()                  # the next beat is ready to go
+        issued = offer & (~first | mem.cmd_ready)
+        m.d.comb += mem.cmd_valid.eq(offer & first)
+        received = mem.rsp_valid & mem.rsp_ready
         beat_addr = Signal(DRAM_ADDR_BITS)
         narrow = self.elem_bits < self.bus_bits
         lane = self.addr.payload[log2(self.elem_bits // 8):lb] if narrow else Const(0, 1)
@@ -101,7 +106,7 @@ class ElemReader(wiring.Component):
             outstanding = Signal(range(self.outstanding + 1))        # beats reserved, not yet received
             m.d.sync += outstanding.eq(outstanding + Mux(issued & first, n, 0) - received)
             room = ~first | (outstanding + n <= self.outstanding)
-            m.d.comb += [mem.cmd_valid.eq(self.addr.valid & room),
+            m.d.comb += [offer.eq(self.addr.valid & room),
                          beat_addr.eq(self.addr.payload + (beat << lb)),
                          self.addr.ready.eq(issued & (beat == beats - 1))]
             with m.If(issued):
@@ -132,8 +137,8 @@ class ElemReader(wiring.Component):
             m.d.comb += beat_addr.eq(self.addr.payload & ~Const(bus_bytes - 1, DRAM_ADDR_BITS))
             last_beat, have_last = Signal(DRAM_ADDR_BITS), Signal()
             same = have_last & (beat_addr == last_beat)
-            m.d.comb += [mem.cmd_valid.eq(self.addr.valid & lane_fifo.w_rdy & ~same),
-                         self.addr.ready.eq(lane_fifo.w_rdy & (same | mem.cmd_ready)),
+            m.d.comb += [offer.eq(self.addr.valid & lane_fifo.w_rdy & ~same),
+                         self.addr.ready.eq(lane_fifo.w_rdy & (same | ~first | mem.cmd_ready)),
                          lane_fifo.w_en.eq(self.addr.valid & self.addr.ready),
                          lane_fifo.w_data.eq(Cat(self.addr.payload[lo:lo + lane_bits], same))]
             with m.If(issued):
@@ -203,17 +208,49 @@ class ElemWriter(wiring.Component):
         return m
 
 
-class Arbiter(wiring.Component):
-    """Shares one DRAM port among ``n`` clients as the AXI interconnect in front of VTA's DRAM port does among
-    its masters (fetch, load, compute's two, store): each cycle one client's beat goes out, chosen round robin
-    among those with one, tagged with the client's number as its AXI ID; several clients' bursts are in flight
-    at once, and each read response or write acknowledgement goes to the client its ID names (a client's own
-    come in order). A beat offered and not taken is offered again, unchanged, the next cycle (the grant
-    holds), as AXI asks of a valid that is not yet ready."""
+class Skid(wiring.Component):
+    """A register slice (two-entry skid buffer) on a valid/ready stream of ``width`` bits: ``o_valid``/``o_data``
+    and ``i_ready`` come straight from registers, so no valid/ready path runs through it combinationally, and a
+    stream through it still moves one item a cycle."""
 
-    def __init__(self, n: int, bus_bits: int):
-        self.n = n
-        super().__init__({**{f"client{i}": In(dram_port(bus_bits)) for i in range(n)},
+    def __init__(self, width: int):
+        self.width = width
+        super().__init__({"i_valid": In(1), "i_ready": Out(1), "i_data": In(width),
+                          "o_valid": Out(1), "o_ready": In(1), "o_data": Out(width)})
+
+    def elaborate(self, platform) -> Module:
+        m = Module()
+        spare_valid, spare = Signal(), Signal(self.width)       # taken while the output was stalled
+        out_valid, out = Signal(), Signal(self.width)
+        m.d.comb += [self.i_ready.eq(~spare_valid), self.o_valid.eq(out_valid), self.o_data.eq(out)]
+        with m.If(self.o_ready | ~out_valid):
+            with m.If(spare_valid):
+                m.d.sync += [out.eq(spare), out_valid.eq(1), spare_valid.eq(0)]
+            with m.Else():
+                m.d.sync += [out.eq(self.i_data), out_valid.eq(self.i_valid)]
+        with m.Elif(self.i_valid & ~spare_valid):
+            m.d.sync += [spare.eq(self.i_data), spare_valid.eq(1)]
+        return m
+
+
+# A command beat's fields on the DRAM port, in the order a register slice packs them.
+CMD_FIELDS = ("cmd_addr", "cmd_write", "cmd_data", "cmd_strb", "cmd_first", "cmd_len", "cmd_size")
+
+
+class Arbiter(wiring.Component):
+    """Shares one DRAM port among clients as the AXI interconnect in front of VTA's DRAM port does among its
+    masters: each cycle one client's beat goes out, chosen round robin among those with one, tagged with the
+    client's AXI ID (``ids``); several clients' bursts are in flight at once, and each read response or write
+    acknowledgement goes to the client its ID names (a client's own come in order).
+
+    Every path is registered at both sides (``Skid``): each client's commands enter through a register slice, the
+    chosen beat leaves through one, read responses come back through one and write acknowledgements through a
+    register, so no valid/ready signal of one client reaches another client, or the AXI master, in the same
+    cycle. A slice holds a beat offered and not taken, unchanged, as AXI asks of a valid that is not yet ready."""
+
+    def __init__(self, ids: tuple[int, ...], bus_bits: int):
+        self.ids, self.n, self.bus_bits = tuple(ids), len(ids), bus_bits
+        super().__init__({**{f"client{i}": In(dram_port(bus_bits)) for i in range(self.n)},
                           "mem": Out(dram_port(bus_bits))})
 
     def clients(self) -> list:
@@ -224,38 +261,58 @@ class Arbiter(wiring.Component):
         n = self.n
         clients = self.clients()
         mem = self.mem
+        widths = [len(getattr(mem, f)) for f in CMD_FIELDS]
+        width = sum(widths)
+
+        def fields(flat) -> list:
+            out, at = [], 0
+            for w in widths:
+                out.append(flat[at:at + w])
+                at += w
+            return out
+
+        ins = []
+        for i, c in enumerate(clients):
+            m.submodules[f"in{i}"] = skid = Skid(width)
+            m.d.comb += [skid.i_valid.eq(c.cmd_valid), c.cmd_ready.eq(skid.i_ready),
+                         skid.i_data.eq(Cat(*[getattr(c, f) for f in CMD_FIELDS]))]
+            ins.append(skid)
+        m.submodules.out = out = Skid(width + len(mem.cmd_id))
         last = Signal(range(n))
         grant = Signal(range(n))
         granted = Signal()
-        holding, held = Signal(), Signal(range(n))       # a beat offered last cycle and not taken
-        with m.If(holding & Cat(*[c.cmd_valid for c in clients]).bit_select(held, 1)):
-            m.d.comb += [grant.eq(held), granted.eq(1)]
-        with m.Else(), m.Switch(last):
+        with m.Switch(last):
             for prev in range(n):
                 with m.Case(prev):
                     for off in reversed(range(1, n + 1)):     # the client after ``prev`` wins: assigned last
                         idx = (prev + off) % n
-                        with m.If(clients[idx].cmd_valid):
+                        with m.If(ins[idx].o_valid):
                             m.d.comb += [grant.eq(idx), granted.eq(1)]
         with m.Switch(grant):
-            for i, c in enumerate(clients):
+            for i, skid in enumerate(ins):
                 with m.Case(i):
-                    m.d.comb += [mem.cmd_addr.eq(c.cmd_addr), mem.cmd_write.eq(c.cmd_write),
-                                 mem.cmd_data.eq(c.cmd_data), mem.cmd_strb.eq(c.cmd_strb),
-                                 mem.cmd_first.eq(c.cmd_first), mem.cmd_len.eq(c.cmd_len),
-                                 mem.cmd_size.eq(c.cmd_size)]
-        m.d.comb += [mem.cmd_valid.eq(granted), mem.cmd_id.eq(grant)]
-        sent = granted & mem.cmd_ready
-        m.d.sync += [holding.eq(granted & ~mem.cmd_ready), held.eq(grant)]
-        for i, c in enumerate(clients):
-            m.d.comb += c.cmd_ready.eq(sent & (grant == i))
+                    m.d.comb += out.i_data.eq(Cat(skid.o_data, Const(self.ids[i], len(mem.cmd_id))))
+        sent = granted & out.i_ready
+        m.d.comb += out.i_valid.eq(granted)
+        for i, skid in enumerate(ins):
+            m.d.comb += skid.o_ready.eq(sent & (grant == i))
         with m.If(sent):
             m.d.sync += last.eq(grant)
-        with m.Switch(mem.rsp_id):
-            for i, c in enumerate(clients):
-                with m.Case(i):
-                    m.d.comb += mem.rsp_ready.eq(c.rsp_ready)
+        m.d.comb += [getattr(mem, f).eq(v) for f, v in zip(CMD_FIELDS, fields(out.o_data[:width]), strict=True)]
+        m.d.comb += [mem.cmd_id.eq(out.o_data[width:]), mem.cmd_valid.eq(out.o_valid), out.o_ready.eq(mem.cmd_ready)]
+
+        # read responses through a slice, then to the client the ID names
+        m.submodules.rsp = rsp = Skid(len(mem.rsp_data) + 1 + len(mem.rsp_id))
+        m.d.comb += [rsp.i_valid.eq(mem.rsp_valid), mem.rsp_ready.eq(rsp.i_ready),
+                     rsp.i_data.eq(Cat(mem.rsp_data, mem.rsp_last, mem.rsp_id))]
+        data, rlast, rid = rsp.o_data[:len(mem.rsp_data)], rsp.o_data[len(mem.rsp_data)], \
+            rsp.o_data[len(mem.rsp_data) + 1:]
+        wack, wack_id = Signal(), Signal(len(mem.wack_id))
+        m.d.sync += [wack.eq(mem.wack), wack_id.eq(mem.wack_id)]
         for i, c in enumerate(clients):
-            m.d.comb += [c.rsp_valid.eq(mem.rsp_valid & (mem.rsp_id == i)), c.rsp_data.eq(mem.rsp_data),
-                         c.rsp_last.eq(mem.rsp_last), c.wack.eq(mem.wack & (mem.wack_id == i))]
+            mine = rid == self.ids[i]
+            with m.If(mine):
+                m.d.comb += rsp.o_ready.eq(c.rsp_ready)
+            m.d.comb += [c.rsp_valid.eq(rsp.o_valid & mine), c.rsp_data.eq(data), c.rsp_last.eq(rlast),
+                         c.wack.eq(wack & (wack_id == self.ids[i]))]
         return m

@@ -19,12 +19,12 @@ def dram_port(bus_bits: int) -> wiring.Signature:
 
     Beats come in bursts, as on AXI4 (hardware/axi.py turns this port into an AXI4 master): the first beat of a
     burst carries ``cmd_first`` and the burst's length (``cmd_len``: beats - 1), the others follow at the next
-    addresses in order (reads: one per bus word, ``cmd_addr`` aligned to the bus; writes: ``cmd_size`` is
+    addresses in order (reads: the first beat only, the AR, ``cmd_addr`` aligned to the bus; writes: ``cmd_size`` is
     log2 of the bytes per beat, a whole bus word or one element narrower than it, ``cmd_addr`` aligned to it,
     ``cmd_strb`` selecting its bytes). A burst never crosses a 4 KiB boundary and has at most 256 beats. The
     responses of a read burst come in order, its last with ``rsp_last``; ``wack`` pulses once per write burst
-    when DRAM has taken all of it (AXI's write response; always accepted). A master may hold one burst's later
-    beats back (its pacing), never abandon them.
+    when DRAM has taken all of it (AXI's write response; always accepted). A writer may hold one burst's later
+    beats back, never abandon them.
 
     ``cmd_id`` / ``rsp_id`` / ``wack_id`` are AXI's IDs, set and read by the arbiter (a client's number): a
     client's bursts stay in order, those of different clients may answer interleaved. Clients leave them 0."""

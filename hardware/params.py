@@ -19,6 +19,15 @@ DRAM_ADDR_BITS = 64          # byte address on the DRAM port (AXI4 allows 64)
 MIN_OUTSTANDING = 32         # beats one DMA engine keeps in flight, at least ...
 MAX_OUTSTANDING = 4096       # ... and at most (see RtlParams.outstanding)
 REG_DATA_BITS = 32           # the AXI-lite register bus
+# The DRAM clients, in the read arbiter's round-robin order; a client's index is its AXI ID (the AXI status
+# register names a failing client by it).
+DRAM_CLIENTS = ("store", "compute.acc", "compute.acc8", "compute.uop", "load.inp", "load.wgt", "fetch")
+# Cycles the RTL's own interconnect adds to a DRAM access (hardware/dram.py Arbiter): a request passes two
+# register slices (its client's and the port's), its data or acknowledgement one on the way back. The timing
+# model's DRAM_LATENCY is the whole trip from an engine's request to its data, so the DRAM port behind the RTL
+# is charged DRAM_LATENCY less these (hardware/device.py DramSettings.for_config).
+INTERCONNECT_CYCLES = 3
+AXI_PROT_OF_TARGET = {"ultra96": 0b010, "zcu104": 0b010, "de10nano": 0b100}   # VTA's axi_prot_bits; others 0b000
 
 
 def log2(n: int) -> int:
@@ -111,12 +120,12 @@ def compute_pipeline(depth: int, block_in: int) -> ComputePipeline:
 
 @dataclass(frozen=True)
 class Burst:
-    """How a DMA engine paces its beats, as VTA's AXI masters do: bursts of at most ``beats`` beats, a new
-    burst at each row of a 2-D transfer (rows that are contiguous in DRAM make one), ``gap`` idle cycles
-    after each burst (the config's DMA_BURST_BEATS and DMA_BURST_GAP)."""
+    """How a DMA engine cuts its transfers: bursts of at most ``beats`` beats (the config's DMA_BURST_BEATS; 16 on
+    the Pynq, the most an AXI3 burst on its ACP port carries), a new burst at each row of a 2-D transfer. The
+    engines add no idle cycles between bursts: the timing model's DMA_BURST_GAP stands for what the DRAM port
+    takes per burst, which the Verilator harness's DRAM charges (hardware/device.py DramSettings)."""
 
     beats: int
-    gap: int
 
 
 class RtlParams:
@@ -136,7 +145,7 @@ class RtlParams:
         self.batch = cfg.BATCH
         self.block_in = cfg.BLOCK_IN
         self.block_out = cfg.BLOCK_OUT
-        self.burst = Burst(cfg.DMA_BURST_BEATS, cfg.DMA_BURST_GAP)
+        self.burst = Burst(cfg.DMA_BURST_BEATS)
 
     @cached_property
     def compute(self) -> ComputePipeline:
@@ -168,6 +177,12 @@ class RtlParams:
         beat of the bus, as the timing model assumes (a power of two, MIN_OUTSTANDING..MAX_OUTSTANDING)."""
         need = max(MIN_OUTSTANDING, self.cfg.DRAM_LATENCY + 4)
         return min(MAX_OUTSTANDING, 1 << (need - 1).bit_length())
+
+    @property
+    def axi_prot(self) -> int:
+        """AxPROT of every DRAM burst: VTA's ``axi_prot_bits`` for the target (tvm-vta config/pkg_config.py:
+        0b010 on the UltraScale+ boards, 0b100 on the DE10-Nano, 0b000 on the Pynq and everything else)."""
+        return AXI_PROT_OF_TARGET.get(self.cfg.TARGET, 0b000)
 
     @property
     def acc_lanes(self) -> int:

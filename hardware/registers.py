@@ -21,6 +21,14 @@ COMPUTE_DONE_WR, COMPUTE_DONE_RD, COMPUTE_DONE_VLD = 0x10, 0x18, 0x1C
 COMPUTE_UOP_ADDR, COMPUTE_BIAS_ADDR = 0x20, 0x28
 STORE_OUT_ADDR = 0x10
 FETCH_DISPATCHED = 0x20           # not in VTA: instructions fetch has handed to the modules (for debugging)
+AXI_STATUS = 0x28                 # not in VTA: the AXI4 master's error responses (fields below)
+
+# AXI_STATUS's fields (hardware/axi.py AxiMaster): the first error response on each channel, kept until a launch.
+OKAY, EXOKAY, SLVERR, DECERR = 0, 1, 2, 3
+RESP_NAMES = {OKAY: "OKAY", EXOKAY: "EXOKAY", SLVERR: "SLVERR", DECERR: "DECERR"}
+STATUS_READ_ERROR, STATUS_WRITE_ERROR = 0x1, 0x2     # sticky flags (bits 0 and 1)
+STATUS_RRESP_SHIFT, STATUS_BRESP_SHIFT = 2, 4          # the first error's response code (2 bits each)
+STATUS_RID_SHIFT, STATUS_BID_SHIFT = 8, 12             # the first error's AXI ID: its DRAM client (3 bits each)
 
 # Not in VTA: the performance counters VTA's simulator keeps (hardware/stats.py COUNTERS), 64 bits each (low word at
 # the offset, high word at +4), in the block of the module that executes what they count; VTA's HLS blocks use
@@ -68,6 +76,10 @@ REGISTERS: tuple[tuple[str, int, str, str, str], ...] = (
     ("fetch", FETCH_INSN_ADDR + 4, "insn_addr_hi", "rw", ("high word (stored; the AXI4 master's addresses are 32 "
                                                           "bits)")),
     ("fetch", FETCH_DISPATCHED, "dispatched", "r", "instructions dispatched in this run (an addition)"),
+    ("fetch", AXI_STATUS, "axi_status", "r", ("the DRAM port's error responses in this run (an addition): bit 0 a "
+                                             "read, bit 1 a write answered SLVERR/DECERR; bits 3:2 and 5:4 the "
+                                             "first one's RRESP and BRESP, bits 10:8 and 14:12 its AXI ID (the "
+                                             "DRAM client); cleared by a launch")),
     ("load", CTRL, "ctrl", "rw", ("stored (the module always runs); reads back with bit 2 idle and bit 1 ap_done: "
                                  "set when the module finishes an instruction, cleared by reading this register")),
     *_hls_control("load"),

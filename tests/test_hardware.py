@@ -179,7 +179,7 @@ def test_fetch_routes_each_opcode_and_memory_type_as_vtas_fetch_does():
     m = Module()
     m.submodules.fetch = fetch = Fetch(fmt, 64, 16)
     m.submodules.axi = master = AxiMaster(64)
-    wiring.connect(m, fetch.mem, master.mem)
+    wiring.connect(m, fetch.mem, master.rd)
     dram = AxiDram(master.axi, 8, 3, 0.3, random.Random(1))
     dram.write_bytes(0x1000, b"".join(w.to_bytes(16, "little") for w in words))
     got = {mod: [] for mod in ("load", "compute", "store")}

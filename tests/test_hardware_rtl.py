@@ -26,8 +26,8 @@ from vta.isa import FinishInsn, MemInsn, Uop, assemble, encode_uop, uops_to_byte
 
 pytestmark = pytest.mark.slow
 DEVICES: dict[str, object] = {}
-# RTL cycles against the C simulator's timing model, measured: ResNet-18's layers within 1.1 % (docs/benchmarks.md),
-# the ResNet block's below 1.7-3.6 %, VTA's golden programs 0.97-1.014
+# RTL cycles against the C simulator's timing model on the harness's ACP-like DRAM port (docs/hardware.md, "The DRAM
+# port"), measured: ResNet-18's layers within 0.997-1.030 (docs/benchmarks.md), VTA's golden programs 0.975-1.028
 CYCLE_TOLERANCE = 0.05
 # pynq with the fully pipelined compute datapath (docs/hardware.md, "The compute pipeline"): config "pynq9"
 PIPELINED = 9
@@ -97,8 +97,11 @@ def test_golden_program_on_the_rtl(name: str, config: str):
 @requires_golden
 def test_each_instruction_takes_the_timing_models_cycles():
     """gemm_1 (GEMMs, ALU SHR/MAX/MIN, micro-op, input and weight loads, stores, token NOPs) traced on both:
-    every compute instruction takes exactly the model's cycles (GEMM 4 + n, ALU 4 + 2n: VTA's II=2 with one
-    accumulator read port; a micro-op load DRAM_LATENCY + beats + burst gap), every DMA within 4 cycles."""
+    every GEMM and ALU takes exactly the model's cycles (GEMM 4 + n, ALU 4 + 2n: VTA's II=2 with one
+    accumulator read port), every DMA (micro-op loads included: DRAM_LATENCY + beats + burst gap) within 4 cycles
+    or 5% of the model's (the harness's DRAM port is not the model: its own outstanding limits and per-burst idle
+    cycles, its R channel taking turns among the clients; measured: at most 7 cycles of 179, the weight load that
+    overlaps compute's, and 1 on a micro-op load beside an input load), every start within 3% of the run."""
     image = load_image(GOLDEN_DIR / "gemm_1.npz")
     model, stats = traced_on_both(device("pynq"), image)
     assert stats.device == "rtl" and stats.cycles == stats.finish_cycle > 0
@@ -108,9 +111,9 @@ def test_each_instruction_takes_the_timing_models_cycles():
     assert {OPCODES["GEMM"], OPCODES["ALU"], OPCODES["LOAD"], OPCODES["STORE"]} <= kinds
     for i, ((module, s0, e0), (rtl_module, s1, e1)) in enumerate(zip(model.trace, stats.trace, strict=True)):
         assert module == rtl_module
-        dma = opcodes[i] == OPCODES["STORE"] or (opcodes[i] == OPCODES["LOAD"] and module == "load")
-        assert abs((e1 - s1) - (e0 - s0)) <= (4 if dma else 0), (i, (s0, e0), (s1, e1))
-        assert abs(s1 - s0) <= 16, (i, s0, s1)
+        dma = opcodes[i] in (OPCODES["STORE"], OPCODES["LOAD"])
+        assert abs((e1 - s1) - (e0 - s0)) <= (max(4, 0.05 * (e0 - s0)) if dma else 0), (i, (s0, e0), (s1, e1))
+        assert abs(s1 - s0) <= max(16, 0.03 * model.cycles), (i, s0, s1)
 
 
 # ---------------------------------------------------------------------------------------------------------

@@ -353,50 +353,77 @@ def test_a_directed_program_pads_both_sides_and_steps_the_inner_loop_by_its_own_
     np.testing.assert_array_equal(replay(image).segments[2][1], want)
 
 
-def test_the_dma_pacer_idles_its_gap_after_each_full_burst_and_each_row():
-    """Bursts of 4 beats with a gap of 2 cycles, a beat offered whenever the pacer is free: 4 beats, 2 idle
-    cycles, 4 beats, ...; a row that ends after 2 beats ends its burst there (2 beats, 2 idle). Counted by hand."""
+def test_the_arbiter_registers_every_path_and_moves_a_beat_a_cycle():
+    """No valid/ready signal crosses the arbiter in the same cycle: with the clock held, changing one client's
+    cmd_valid, the port's cmd_ready, rsp_valid and wack changes nothing another client or the port sees (every
+    output of the arbiter is a register). A client alone streams a beat a cycle through it; two share the beats
+    round robin, each beat delivered once, in order per client, tagged with its ID."""
     need("amaranth")
-    from amaranth import Module, Signal
+    from hardware.dram import Arbiter
 
-    from hardware.dma import _Pacer
-    from hardware.params import Burst
+    dut = Arbiter((3, 5), 64)
+    a, b, mem = dut.client0, dut.client1, dut.mem
+    outputs = [a.cmd_ready, b.cmd_ready, mem.cmd_valid, mem.cmd_addr, mem.cmd_id, mem.rsp_ready, a.rsp_valid,
+               b.rsp_valid, a.wack, b.wack]
+    seen: dict[str, list] = {"beats": []}
 
-    def offered(ends: tuple[int, ...]) -> list[int]:
-        """Which of 14 cycles a fresh pacer is free in, a beat going out in each; beats ``ends`` end a row."""
-        m = Module()
-        pacer = _Pacer(m, Burst(4, 2))
-        row_end, free = Signal(), Signal()
-        m.d.comb += free.eq(pacer.free)
-        pacer.step(free, row_end)
-        got = []
+    inputs = [a.cmd_valid, b.cmd_valid, a.cmd_addr, b.cmd_addr, mem.cmd_ready, mem.rsp_valid, mem.rsp_id,
+              mem.wack, mem.wack_id, a.rsp_ready, b.rsp_ready]
+    rng = random.Random(1)
 
-        async def bench(ctx):
-            for _ in range(14):
-                f = ctx.get(free)
-                ctx.set(row_end, int(f and sum(got) in ends))
-                got.append(f)
-                await ctx.tick()
+    async def bench(ctx):
+        for _ in range(60):                # random traffic; each cycle, the inputs changed twice before the edge
+            values = []
+            for _ in range(2):
+                for sig in inputs:
+                    ctx.set(sig, rng.randrange(1 << len(sig)) if len(sig) > 1 else rng.random() < 0.6)
+                values.append([ctx.get(s) for s in outputs])
+            assert values[0] == values[1]
+            await ctx.tick()
+        for sig in inputs:
+            ctx.set(sig, 0)
+        # streaming: a alone, then both; the port always ready
+        ctx.set(b.cmd_valid, 0)
+        ctx.set(mem.cmd_ready, 1)
+        for _ in range(4):                 # drain what the slices hold
+            await ctx.tick()
+        sent = {0: 0, 1: 0}
+        for cycle in range(40):
+            both = cycle >= 20
+            for i, c in enumerate((a, b)):
+                ctx.set(c.cmd_valid, 1 if (i == 0 or both) else 0)
+                ctx.set(c.cmd_addr, (i + 1) << 16 | sent[i])
+            took = [ctx.get(a.cmd_ready), ctx.get(b.cmd_ready) and both]
+            if ctx.get(mem.cmd_valid):
+                seen["beats"].append((cycle, ctx.get(mem.cmd_id), ctx.get(mem.cmd_addr)))
+            await ctx.tick()
+            for i in (0, 1):
+                sent[i] += int(took[i])
 
-        _simulate(m, bench)
-        return got
-
-    seen = {"bursts": offered(()), "rows": offered((1, 3))}   # rows of 2 beats, 2 beats, then a long one
-    assert seen["bursts"] == [1, 1, 1, 1, 0, 0, 1, 1, 1, 1, 0, 0, 1, 1]
-    assert seen["rows"] == [1, 1, 0, 0, 1, 1, 0, 0, 1, 1, 1, 1, 0, 0]
+    _simulate(dut, bench)
+    beats = [x for x in seen["beats"] if x[0] >= 4]
+    alone = [x for x in beats if x[0] < 20]
+    assert len(alone) == 16 and all(i == 3 for _, i, _ in alone)            # a beat every cycle
+    shared = [x for x in beats if x[0] >= 24]
+    assert len(shared) == 16 and {i for _, i, _ in shared} == {3, 5}
+    assert abs(sum(i == 3 for _, i, _ in shared) - 8) <= 1                  # round robin
+    for ident, tag in ((3, 1), (5, 2)):
+        addrs = [addr for _, i, addr in beats if i == ident and addr >> 16 == tag]
+        assert addrs == sorted(set(addrs))                                  # in order, none twice
 
 
 # ---------------------------------------------------------------------------------------------------------
 # the AXI4 master alone
 
 def test_the_master_turns_bursts_into_ar_aw_and_w_with_wlast():
-    """Beats offered on the DRAM port while the model stalls at random: one AR per read burst, one AW per write
-    burst, a W per beat with WLAST on each burst's last, nothing offered twice or dropped, responses routed back
-    with RLAST and a write acknowledgement per burst."""
+    """Beats offered on the DRAM read and write ports while the model stalls at random: one AR per read burst,
+    one AW per write burst, a W per beat with WLAST on each burst's last, nothing offered twice or dropped,
+    responses routed back with RLAST and a write acknowledgement per burst; AxPROT as asked (0b010, an
+    UltraScale+ target's), AxCACHE 0b1111 and AxUSER 1 for coherent access."""
     need("amaranth")
     from hardware.axi import AxiMaster
 
-    dut = AxiMaster(64)
+    dut = AxiMaster(64, coherent=True, prot=0b010)
     rng = random.Random(5)
     dram = AxiDram(dut.axi, 8, 3, 0.5, rng)
     # (write, address, beats, size): reads of whole beats, writes of whole beats and narrow ones
@@ -404,14 +431,16 @@ def test_the_master_turns_bursts_into_ar_aw_and_w_with_wlast():
               (False, 0x1000, 16, 3), (True, 0x400, 1, 3)]
     for addr in range(0, 0x1100, 8):
         dram.write_bytes(addr, (addr // 8 * 0x0101010101010101 & (2**64 - 1)).to_bytes(8, "little"))
-    seen = {"rsp": [], "rlast": [], "wack": 0}
+    seen = {"rsp": [], "rlast": [], "wack": 0, "attrs": set()}
 
     async def bench(ctx):
-        mem = dut.mem
-        ctx.set(mem.rsp_ready, 1)
+        ctx.set(dut.rd.rsp_ready, 1)
         beats = [(w, a + i * (1 << s), i == 0, n - 1, s, i) for w, a, n, s in bursts for i in range(n)]
         pending = list(beats)
         for _ in range(600):
+            for port in (dut.rd, dut.wr):
+                ctx.set(port.cmd_valid, 0)
+            mem = dut.wr if pending and pending[0][0] else dut.rd
             if pending:
                 w, addr, first, length, size, i = pending[0]
                 ctx.set(mem.cmd_valid, 1)
@@ -423,16 +452,19 @@ def test_the_master_turns_bursts_into_ar_aw_and_w_with_wlast():
                 lane = addr % 8
                 ctx.set(mem.cmd_data, (0xA0 + i) * 0x0101010101010101)
                 ctx.set(mem.cmd_strb, ((1 << (1 << size)) - 1) << lane)
-            else:
-                ctx.set(mem.cmd_valid, 0)
             taken = []
 
-            def during(taken=taken):
+            def during(taken=taken, mem=mem):
                 taken.append(bool(pending) and ctx.get(mem.cmd_ready))
-                if ctx.get(mem.rsp_valid):
-                    seen["rsp"].append(ctx.get(mem.rsp_data))
-                    seen["rlast"].append(ctx.get(mem.rsp_last))
-                seen["wack"] += ctx.get(mem.wack)
+                if ctx.get(dut.rd.rsp_valid):
+                    seen["rsp"].append(ctx.get(dut.rd.rsp_data))
+                    seen["rlast"].append(ctx.get(dut.rd.rsp_last))
+                seen["wack"] += ctx.get(dut.wr.wack)
+                axi = dut.axi
+                if ctx.get(axi.arvalid):
+                    seen["attrs"].add(("ar", ctx.get(axi.arprot), ctx.get(axi.arcache), ctx.get(axi.aruser)))
+                if ctx.get(axi.awvalid):
+                    seen["attrs"].add(("aw", ctx.get(axi.awprot), ctx.get(axi.awcache), ctx.get(axi.awuser)))
 
             await dram.step(ctx, during)
             if taken[0]:
@@ -445,6 +477,7 @@ def test_the_master_turns_bursts_into_ar_aw_and_w_with_wlast():
     assert seen["rsp"][:4] == [(0x100 // 8 + i) * 0x0101010101010101 for i in range(4)]
     assert dram.read_bytes(0x200, 24).tolist() == [0xA0] * 8 + [0xA1] * 8 + [0xA2] * 8
     assert dram.read_bytes(0x304, 20).tolist() == [0xA0] * 4 + [0xA1] * 4 + [0xA2] * 4 + [0xA3] * 4 + [0xA4] * 4
+    assert seen["attrs"] == {("ar", 0b010, 0b1111, 1), ("aw", 0b010, 0b1111, 1)}
 
 
 # ---------------------------------------------------------------------------------------------------------
@@ -542,17 +575,24 @@ def test_registers_through_axi4_lite():
 @pytest.mark.slow
 @pytest.mark.parametrize("config", ["pynq", "small"])
 def test_random_programs_under_axi_back_pressure_on_the_verilator_model(config: str):
-    """The harness's DRAM stalls AR/AW/W ready, R and B at random on 40% of cycles: random programs still leave
-    the C simulator's DRAM and no rule is broken (a violation stops the run with an RtlError); the bursts are
-    long ones, up to the config's DMA burst."""
+    """The harness's DRAM stalls AR/AW/W ready, R and B at random (40% of cycles on every channel; then each
+    channel its own rate, one burst outstanding each way, a slow read and a fast write latency, idle cycles
+    between bursts): random programs still leave the C simulator's DRAM and no rule is broken (a violation
+    stops the run with an RtlError); the bursts are long ones, up to the config's DMA burst."""
     from test_hardware_rtl import device, random_program
 
+    from hardware.device import DramSettings
     from simulator.replay import replay
     dev = device(config)
     before = dev.axi_stats()
+    uneven = DramSettings(read_latency=57, write_latency=3, max_reads=1, max_writes=1, burst_gap=5, stall_ar=30,
+                          stall_aw=70, stall_w=50, stall_r=20, stall_b=60, seed=13)
     try:
-        for seed in (11, 12):
-            dev.stress(40, seed)
+        for seed, settings in ((11, None), (12, None), (13, uneven)):
+            if settings is None:
+                dev.stress(40, seed)
+            else:
+                dev.set_dram(settings)
             image = random_program(dev.cfg, seed)
             expected = replay(image)
             dev.reprogram()
@@ -560,10 +600,40 @@ def test_random_programs_under_axi_back_pressure_on_the_verilator_model(config: 
             for (addr, want), (_, got) in zip(expected.segments, segments, strict=True):
                 np.testing.assert_array_equal(got, want, err_msg=f"segment 0x{addr:x}, seed {seed}")
     finally:
-        dev.stress(0)
+        dev.set_dram(DramSettings.for_config(dev.cfg))
     after = dev.axi_stats()
     assert after["read_bursts"] > before["read_bursts"] and after["write_bursts"] > before["write_bursts"]
     assert after["read_beats"] > after["read_bursts"] and 1 < after["longest_read"] <= 256
+
+
+@pytest.mark.slow
+def test_an_error_response_from_dram_is_a_device_error_naming_the_client_and_address():
+    """DRAM answers the input region's reads SLVERR, then the output region's writes DECERR: each run raises
+    DramError naming the response, the DRAM client (from the AXI master's status register) and the failing
+    burst's address; with the errors gone the next run is clean (the status register clears at launch)."""
+    from test_hardware_rtl import INP, OUT, REGION, device, random_program
+
+    from hardware.device import DramError
+    from simulator.replay import replay
+    dev = device("pynq")
+    image = random_program(dev.cfg, 3)
+    try:
+        dev.fail_dram(INP, REGION, "SLVERR")
+        with pytest.raises(DramError, match=r"a read of load\.(inp|wgt) got SLVERR .*a read at 0x1[0-3][0-9a-f]{3} "
+                                            r"\(SLVERR\)"):
+            dev.replay(image)
+        dev.fail_dram(OUT, REGION, "DECERR")
+        with pytest.raises(DramError, match=r"a write of store got DECERR .*a write at 0x2[4-7][0-9a-f]{3} "
+                                            r"\(DECERR\)"):
+            dev.replay(image)
+        with pytest.raises(ValueError, match="resp='OKAY': one of SLVERR, DECERR"):
+            dev.fail_dram(OUT, REGION, "OKAY")
+    finally:
+        dev.fail_dram(0, 0)
+    dev.reset()              # SRAMs as the C simulator's fresh ones: zero
+    segments, _ = dev.replay(image)
+    for (addr, want), (_, got) in zip(replay(image).segments, segments, strict=True):
+        np.testing.assert_array_equal(got, want, err_msg=f"segment 0x{addr:x}")
 
 
 @pytest.mark.slow
@@ -585,3 +655,20 @@ def test_bursts_on_the_verilator_model_are_the_dma_engines_bursts():
     beats = after["read_beats"] - before["read_beats"]
     assert reads and beats / reads > 2 and after["longest_read"] <= 2 * 16
     assert abs(cycles / replay(image).stats["cycles"] - 1) <= 0.03
+
+
+def test_dram_settings_come_from_the_config_and_refuse_what_the_harness_cannot_do():
+    """The ACP-like defaults follow the config (the model's DRAM_LATENCY less the arbiter's slices, its burst gap)
+    and every field out of range is a ValueError naming it and its range."""
+    from hardware.device import DramSettings
+    from hardware.params import INTERCONNECT_CYCLES
+
+    cfg = load_config("pynq")
+    d = DramSettings.for_config(cfg, stall_r=30)
+    assert (d.read_latency, d.write_latency) == (cfg.DRAM_LATENCY - INTERCONNECT_CYCLES,) * 2
+    assert (d.burst_gap, d.max_reads, d.max_writes, d.stall_r) == (cfg.DMA_BURST_GAP, 7, 3, 30)
+    assert DramSettings.for_config(load_config("pynq", DRAM_LATENCY=0)).read_latency == 1
+    for field, bad, allowed in (("read_latency", 0, "1..100000"), ("max_writes", 0, "1..100000"),
+                                ("stall_b", 100, "0..99"), ("burst_gap", -1, "0..10000"), ("seed", 2**64, "0..")):
+        with pytest.raises(ValueError, match=rf"DramSettings\.{field}={bad}: an integer {allowed}"):
+            DramSettings.for_config(cfg, **{field: bad})

@@ -1,14 +1,21 @@
 // A cycle-by-cycle host for the Verilator model of the generated accelerator (hardware/generator.py).
 //
 // The model's AXI4 master (m_axi_*) is served by an AXI4 slave over a sparse byte-addressed DRAM (4 KiB pages,
-// created by the host's writes): AR and AW are taken at once; beat k of a read burst is ready DRAM_LATENCY + k
-// cycles after its AR, and the R channel carries one ready beat a cycle, taking turns among the IDs that have
-// one (each ID's bursts in order, RLAST on each burst's last beat), as a DRAM controller serving several
-// masters does; W beats are taken as they come (once their AW is known) and change the bytes their strobes
-// select, and a write burst is acknowledged (B) DRAM_LATENCY cycles after its last beat. Every burst is checked against AXI4's rules (INCR, at most 256 beats, aligned to its
+// created by the host's writes), with the timing of a port such as the Zynq's ACP (``Dram``, set from Python by
+// ``vta_rtl_dram_settings``; hardware/device.py DramSettings says where each default comes from). The read and
+// write channels are independent. An AR is taken while fewer than ``max_reads`` read bursts are outstanding
+// (taken and not fully answered); beat k of a read burst is ready ``read_latency`` + k cycles after its AR, and
+// the R channel carries one ready beat a cycle, taking turns among the IDs that have one (each ID's bursts in
+// order, RLAST on each burst's last beat), as a DRAM controller serving several masters does, then idles
+// ``burst_gap`` cycles after each burst's last beat. An AW is taken while fewer than ``max_writes`` write bursts
+// are unacknowledged; W beats are taken as they come, ``burst_gap`` idle cycles after each WLAST, and change the
+// bytes their strobes select; a write burst is acknowledged (B) ``write_latency`` cycles after its last beat.
+// Each of AR, AW, W (ready), R and B (valid) can be stalled at random, each with its own probability, from one
+// seeded generator. Bursts touching an address range set by ``vta_rtl_dram_fail`` are answered SLVERR or DECERR
+// (every beat of a read, the B of a write; the data still moves), and the first such burst is kept for the host.
+// Every burst is checked against AXI4's rules (INCR, at most 256 beats, aligned to its
 // size, inside one 4 KiB page, WLAST on the last beat only, strobes inside the beat's lanes, valid held with
 // its payload until ready); a violation, or a DMA to a page the host never wrote, stops the run with a message.
-// ``vta_rtl_stress`` makes the slave stall its ready signals and its responses at random.
 // The host reaches the registers through the four AXI4-Lite slaves (s_axi_<block>_*), as VTA's driver does:
 // a write is AW+W then B, a read AR then R, each a few cycles of the clock the accelerator runs on.
 // Plain C boundary: every function returns a status, never aborts, and keeps its state in the handle.
@@ -68,6 +75,16 @@ struct Burst {
     uint64_t ready;       // reads: the cycle its first beat may go out; writes' B: when it may be sent
     unsigned beat;        // beats done
     unsigned id;
+    unsigned resp;        // the response it gets: 0 OKAY, 2 SLVERR, 3 DECERR
+};
+
+// The DRAM port's timing (vta_rtl_dram_settings; hardware/device.py DramSettings documents each number).
+enum { CH_AR, CH_AW, CH_W, CH_R, CH_B, CHANNELS };
+struct Dram {
+    uint64_t read_latency = 1, write_latency = 1;   // AR to first R beat; WLAST to B
+    uint64_t max_reads = 1u << 20, max_writes = 1u << 20;   // outstanding bursts the slave accepts
+    uint64_t burst_gap = 0;                          // idle cycles of R (W) after each burst's last beat
+    unsigned stall_pct[CHANNELS] = {0, 0, 0, 0, 0};  // AR/AW/W ready, R/B valid held low, in percent
 };
 
 struct WBeat {
@@ -150,13 +167,15 @@ struct vta_rtl {
     unsigned r_last_id = 0;
     Offer offered_ar, offered_aw, offered_w;
     Access access;                     // the host's AXI4-Lite access in progress
-    uint64_t latency = 1;
+    Dram dram;
+    uint64_t r_idle_until = 0, w_idle_until = 0;   // the burst gap after the last R / W burst
+    uint64_t fail_lo = 0, fail_hi = 0;             // bursts touching [fail_lo, fail_hi) get fail_resp
+    unsigned fail_resp = 0;
+    uint64_t errors = 0, error_kind = 0, error_addr = 0, error_id = 0, error_resp = 0;   // the first one kept
     uint64_t cycle = 0;
     uint64_t beats_read = 0, beats_written = 0;
     uint64_t bursts[2] = {0, 0}, max_beats[2] = {0, 0};   // [read, write]
-    // stress: stall ready signals and responses with probability stall_pct / 100
-    unsigned stall_pct = 0;
-    std::mt19937_64 rng;
+    std::mt19937_64 rng;                // back-pressure draws (Dram::stall_pct)
     std::string fault;
     // trace: (cycle << 8 | event bit) for every bit of the model's events port seen high, while tracing
     bool tracing = false;
@@ -202,7 +221,28 @@ struct vta_rtl {
         fault = "AXI4 protocol violation by the accelerator's master at cycle " + std::to_string(cycle) + ": " + what;
     }
 
-    bool stall() { return stall_pct && (rng() % 100) < stall_pct; }
+    bool stall(int channel) { return dram.stall_pct[channel] && (rng() % 100) < dram.stall_pct[channel]; }
+
+    // The response a burst of len + 1 beats of 2^size bytes at addr gets (and the first error is kept).
+    unsigned respond(int write, uint64_t addr, unsigned len, unsigned size, unsigned id) {
+        uint64_t end = addr + (uint64_t(len) + 1) * (uint64_t(1) << size);
+        if (!fail_resp || end <= fail_lo || addr >= fail_hi) return 0;
+        if (!errors++) error_kind = write, error_addr = addr, error_id = id, error_resp = fail_resp;
+        return fail_resp;
+    }
+
+    // Forget every burst in flight (at a reset of the model; DRAM's contents and settings stay).
+    void dram_reset() {
+        reads.clear();
+        r_current = -1;
+        r_last_id = 0;
+        writes.clear();
+        wbeats.clear();
+        bresps.clear();
+        offered_ar = offered_aw = offered_w = Offer();
+        r_idle_until = w_idle_until = 0;
+        errors = 0;
+    }
 
     void check_burst(const char* kind, uint64_t addr, unsigned len, unsigned size, unsigned burst) {
         char buf[200];
@@ -246,7 +286,7 @@ struct vta_rtl {
                 if (wb.strb[i / 8] >> (i % 8) & 1) p[(base & (PAGE - 1)) + i] = wb.data[i];
         if (++bu.beat > bu.len) {
             Burst done = bu;
-            done.ready = cycle + latency;
+            done.ready = cycle + dram.write_latency;
             writes.pop_front();
             bresps.push_back(done);
         }
@@ -254,12 +294,16 @@ struct vta_rtl {
 
     void tick() {
         Vvta_core* t = top.get();
-        // the slave's side of this cycle
-        bool arready = !stall(), awready = !stall(), wready = !stall();
+        // the slave's side of this cycle (the stall draws in a fixed order, so a seed replays a run)
+        bool ar_stall = stall(CH_AR), aw_stall = stall(CH_AW), w_stall = stall(CH_W), r_stall = stall(CH_R);
+        bool b_stall = stall(CH_B);
+        bool arready = !ar_stall && reads.size() < dram.max_reads;
+        bool awready = !aw_stall && writes.size() + bresps.size() < dram.max_writes;
+        bool wready = !w_stall && cycle >= w_idle_until;
         t->m_axi_arready = arready;
         t->m_axi_awready = awready;
         t->m_axi_wready = wready;
-        if (r_current < 0 && !stall()) r_current = pick_read();
+        if (r_current < 0 && !r_stall && cycle >= r_idle_until) r_current = pick_read();
         bool rvalid = r_current >= 0;
         t->m_axi_rvalid = rvalid;
         if (rvalid) {
@@ -277,11 +321,11 @@ struct vta_rtl {
             }
             put(t->m_axi_rdata, data, BUS);
             t->m_axi_rlast = bu.beat == bu.len;
-            t->m_axi_rresp = 0;
+            t->m_axi_rresp = bu.resp;
         }
-        bool bvalid = !bresps.empty() && bresps.front().ready <= cycle && !stall();
+        bool bvalid = !bresps.empty() && bresps.front().ready <= cycle && !b_stall;
         t->m_axi_bvalid = bvalid;
-        t->m_axi_bresp = 0;
+        t->m_axi_bresp = bvalid ? bresps.front().resp : 0;
         if (bvalid) t->m_axi_bid = bresps.front().id;
         if (access.kind) lite_drive(t, access);
         t->clk = 0;
@@ -317,13 +361,15 @@ struct vta_rtl {
         // the slave takes what was handed over at this edge
         if (ar_fire) {
             check_burst("AR", now_ar.addr, now_ar.len, now_ar.size, now_ar.burst);
-            reads.push_back({now_ar.addr, now_ar.len, now_ar.size, cycle + latency, 0, now_ar.id});
+            reads.push_back({now_ar.addr, now_ar.len, now_ar.size, cycle + dram.read_latency, 0, now_ar.id,
+                             respond(0, now_ar.addr, now_ar.len, now_ar.size, now_ar.id)});
             ++bursts[0];
             max_beats[0] = std::max<uint64_t>(max_beats[0], now_ar.len + 1);
         }
         if (aw_fire) {
             check_burst("AW", now_aw.addr, now_aw.len, now_aw.size, now_aw.burst);
-            writes.push_back({now_aw.addr, now_aw.len, now_aw.size, 0, 0, now_aw.id});
+            writes.push_back({now_aw.addr, now_aw.len, now_aw.size, 0, 0, now_aw.id,
+                              respond(1, now_aw.addr, now_aw.len, now_aw.size, now_aw.id)});
             ++bursts[1];
             max_beats[1] = std::max<uint64_t>(max_beats[1], now_aw.len + 1);
         }
@@ -333,6 +379,7 @@ struct vta_rtl {
             std::memcpy(wb.strb, now_w.strb, STRB_BYTES);
             wb.last = now_w.last;
             wbeats.push_back(wb);
+            if (wb.last) w_idle_until = cycle + 1 + dram.burst_gap;
         }
         while (!wbeats.empty() && !writes.empty()) {
             apply_write(wbeats.front());
@@ -342,7 +389,10 @@ struct vta_rtl {
             Burst& bu = reads[r_current];
             ++beats_read;
             r_last_id = bu.id;
-            if (++bu.beat > bu.len) reads.erase(reads.begin() + r_current);
+            if (++bu.beat > bu.len) {
+                reads.erase(reads.begin() + r_current);
+                r_idle_until = cycle + 1 + dram.burst_gap;
+            }
             r_current = -1;
         }
         if (b_fire) bresps.pop_front();
@@ -412,13 +462,7 @@ struct vta_rtl {
         top->rst = 1;
         for (int i = 0; i < RESET_CYCLES; ++i) tick();
         // what the slave held of the master's transfers before the reset: forgotten, as the master forgot them
-        reads.clear();
-        r_current = -1;
-        r_last_id = 0;
-        writes.clear();
-        wbeats.clear();
-        bresps.clear();
-        offered_ar = offered_aw = offered_w = Offer();
+        dram_reset();
         fault.clear();
         top->rst = 0;
         tick();
@@ -431,7 +475,7 @@ extern "C" {
 vta_rtl* vta_rtl_create(uint64_t dram_latency) {
     try {
         auto* r = new vta_rtl();
-        r->latency = dram_latency ? dram_latency : 1;
+        r->dram.read_latency = r->dram.write_latency = dram_latency ? dram_latency : 1;
         r->reset(true);
         return r;
     } catch (...) {
@@ -578,7 +622,37 @@ void vta_rtl_axi_stats(vta_rtl* r, uint64_t* out) {
 // Stall the DRAM's AXI4 ready signals and responses at random, each with probability percent/100 (0: never).
 void vta_rtl_stress(vta_rtl* r, uint64_t seed, unsigned percent) {
     r->rng.seed(seed);
-    r->stall_pct = std::min(percent, 99u);
+    for (unsigned& pct : r->dram.stall_pct) pct = std::min(percent, 99u);
+}
+
+// The DRAM port's timing: v = [read_latency, write_latency, max_reads, max_writes, burst_gap, then the stall
+// percentages of AR, AW, W, R, B, then the seed]; n = 11. Latencies at least 1, limits at least 1, percentages
+// below 100 (the caller checks; out-of-range values are clamped). Takes effect for bursts accepted from now on.
+int vta_rtl_dram_settings(vta_rtl* r, const uint64_t* v, unsigned n) {
+    if (n != 5 + CHANNELS + 1) return -1;
+    Dram d;
+    d.read_latency = std::max<uint64_t>(v[0], 1);
+    d.write_latency = std::max<uint64_t>(v[1], 1);
+    d.max_reads = std::max<uint64_t>(v[2], 1);
+    d.max_writes = std::max<uint64_t>(v[3], 1);
+    d.burst_gap = v[4];
+    for (int c = 0; c < CHANNELS; ++c) d.stall_pct[c] = (unsigned)std::min<uint64_t>(v[5 + c], 99);
+    r->dram = d;
+    r->rng.seed(v[5 + CHANNELS]);
+    return 0;
+}
+
+// Answer every burst touching [lo, hi) with resp (2 SLVERR, 3 DECERR; 0 stops it).
+void vta_rtl_dram_fail(vta_rtl* r, uint64_t lo, uint64_t hi, unsigned resp) {
+    r->fail_lo = lo, r->fail_hi = hi, r->fail_resp = resp & 3;
+}
+
+// The error responses the DRAM gave since the last call (or the model's reset): out = [how many, the first
+// one's kind (0 read, 1 write), its burst address, its AXI ID, its response code]; forgets them.
+void vta_rtl_dram_errors(vta_rtl* r, uint64_t* out) {
+    out[0] = r->errors, out[1] = r->error_kind, out[2] = r->error_addr, out[3] = r->error_id;
+    out[4] = r->error_resp;
+    r->errors = 0;
 }
 
 }  // extern "C"

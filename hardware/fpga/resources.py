@@ -122,6 +122,8 @@ def row_of(module: str) -> str:
         return "queues"
     if head == "compute" and len(parts) >= 3 and parts[2] == "loop":
         return "gemm_alu"
+    if head.startswith("arbiter"):          # the readers' and the writer's arbiters (hardware/core.py)
+        return "arbiter"
     return head
 
 

@@ -35,6 +35,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
+from hardware.params import AXI_PROT_OF_TARGET
 from hw_config import HwConfig
 
 
@@ -71,7 +72,7 @@ ZYNQ7 = Family(
     ddr_segment="S_AXI_ACP/ACP_DDR_LOWOCM", ddr_range=1 << 30,
     # M_AXI_GP0's window on the Zynq-7000 (UG585, the system address map): 0x4000_0000 to 0x7FFF_FFFF
     mmio_window=(0x4000_0000, 0x8000_0000),
-    axprot=0b000, axcache=0b1111,
+    axprot=AXI_PROT_OF_TARGET.get("pynq", 0b000), axcache=0b1111,
     external=(("DDR", "xilinx.com:interface:ddrx_rtl:1.0"),
               ("FIXED_IO", "xilinx.com:display_processing_system7:fixedio_rtl:1.0")),
 )
@@ -87,7 +88,7 @@ ZYNQMP = Family(
     ddr_segment="SAXIGP0/HPC0_DDR_LOW", ddr_range=2 << 30,
     # M_AXI_HPM0_FPD's low window (UG1085, the PL address map): 0xA000_0000 to 0xAFFF_FFFF
     mmio_window=(0xA000_0000, 0xB000_0000),
-    axprot=0b010, axcache=0b1111,
+    axprot=AXI_PROT_OF_TARGET["ultra96"], axcache=0b1111,
 )
 
 
