@@ -3,8 +3,8 @@ both exporters; weights stripped and refilled from a seeded generator, tests/onn
 the host in float as onnxruntime runs it, and runs with ``vta run`` bit-exactly against the quantized numpy
 reference, with its convolutions / dense layers on the simulated accelerator.
 
-Regions: ``vta run``'s default region is VTA's ResNet one (``nn.max_pool2d`` .. ``nn.global_avg_pool2d``); the
-families without those ops name theirs here (REGIONS), as a user does with ``--start`` / ``--stop``."""
+Regions: no family names one; ``vta run`` without ``--start`` / ``--stop`` offloads every region the accelerator
+can run, found automatically."""
 
 from __future__ import annotations
 
@@ -23,14 +23,6 @@ pytestmark = needs("onnx", "onnxruntime")
 
 EXPORTED = [f + e for f in onnx_models.FAMILIES for e in onnx_models.EXPORTS] + onnx_models.VARIANTS
 
-# --start / --stop for the families the default region (nn.max_pool2d .. nn.global_avg_pool2d) does not fit; "last
-# OP" is the node name of the model's last OP (a segmentation or detection head, a classifier)
-REGIONS = {
-    "mobilenet_v2": ("nn.conv2d", "nn.global_avg_pool2d"), "mobilenet_v3": ("nn.conv2d", "last nn.global_avg_pool2d"),
-    "efficientnet_b0": ("nn.conv2d", "last nn.global_avg_pool2d"), "regnet": ("nn.conv2d", "last nn.global_avg_pool2d"),
-    "deeplabv3": ("nn.conv2d", "last nn.conv2d"), "yolo_neck": ("nn.conv2d", "last nn.conv2d"),
-    "unet": ("nn.conv2d", "last nn.conv2d"),
-}
 # vta run keeps dense layers in float (VTA's default); the transformers' run through the Python API below, and
 # BERT's quantization stops at its integer token ids and boolean mask (quantize takes float graphs only)
 TRANSFORMERS = ("vit_tiny", "bert_tiny")
@@ -104,13 +96,7 @@ def test_vta_run_is_bit_exact_with_the_accelerator_running_the_convolutions(name
     path, x = tmp_path / f"{family}.onnx", tmp_path / "x.npy"
     onnx.save(model, str(path))
     np.save(x, next(iter(onnx_models.inputs(model).values())))
-    flags = []
-    if family in REGIONS:
-        ops = from_onnx(model)[0].ops()
-        flags = ["--start", REGIONS[family][0], "--stop", REGIONS[family][1]]
-        if flags[3].startswith("last "):
-            flags[3] = [n.name for n in ops if n.op == flags[3].split()[1]][-1]
-    status = main(["run", str(path), "--input", str(x), "--check", "--out", str(tmp_path / "y.npz"), *flags])
+    status = main(["run", str(path), "--input", str(x), "--check", "--out", str(tmp_path / "y.npz")])
     out = capsys.readouterr().out
     assert status == 0, out[-3000:]
     assert "output matches the numpy reference bit-exactly" in out or "outputs match the numpy reference" in out, out
@@ -130,13 +116,13 @@ def test_a_vit_runs_its_dense_layers_on_the_accelerator_bit_exactly(name: str) -
     feeds = onnx_models.inputs(model)
     graph, params = from_onnx(model)
     qgraph, qparams = quantize(graph, params, global_scale=8.0, skip_conv_layers=[0], skip_dense_layer=False)
-    last_dense = [n.name for n in qgraph.ops() if n.op == "nn.dense"][-1]
-    mod = build(graph_pack(qgraph, env, start_name="nn.dense", stop_name=last_dense), env, qparams)
+    mod = build(graph_pack(qgraph, env), env, qparams)   # regions found automatically
     mod.run(**feeds)
     np.testing.assert_array_equal(mod.get_output(0), run_reference(qgraph, qparams, feeds))
     rows = [line.split() for line in mod.format_profile().splitlines()]
     on_vta = [row[1] for row in rows if len(row) > 2 and row[2] == "VTA"]
-    assert on_vta == ["dense"] * 7, on_vta   # of 9 dense layers: the region's first and its stop run on the host
+    dense = [n for n in qgraph.ops() if n.op == "nn.dense"]
+    assert len(dense) == 9 and on_vta == ["dense"] * 9, on_vta   # every dense layer
     assert any(" nn.batch_matmul " in line and " CPU " in line for line in mod.format_profile().splitlines())
 
 
@@ -186,8 +172,7 @@ def test_an_onnxruntime_qdq_model_imports_exactly_and_runs_on_vta(family: str, t
     graph, params = from_onnx(model)
     np.testing.assert_array_equal(run_reference(graph, params, feeds), onnx_models.onnxruntime_outputs(model, feeds)[0])
     np.save(tmp_path / "x.npy", feeds["x"])
-    flags = ["--start", "nn.conv2d", "--stop", "nn.global_avg_pool2d"] if family in REGIONS else []
-    assert main(["run", str(path), "--input", str(tmp_path / "x.npy"), "--check", *flags]) == 0
+    assert main(["run", str(path), "--input", str(tmp_path / "x.npy"), "--check"]) == 0
     out = capsys.readouterr().out
     assert "check: output matches the numpy reference bit-exactly" in out, out
     assert "conv2d" in [row[1] for row in (line.split() for line in out.splitlines()) if len(row) > 2 and
