@@ -93,12 +93,16 @@ class _Quantizer:
 
     def to_i8(self, fname: str, exp: int | None = None) -> QValue:
         v = self.val[fname]
-        exp = self.exp_of(fname) if exp is None else exp
+        if exp is None:   # a constant's own scale is its largest value's (calibration runs no constant)
+            exp = power2_exponent(float(np.abs(self.params[fname]).max())) if self.is_const(fname) else \
+                self.exp_of(fname)
         key = ("i8", fname, exp)
         if key in self.memo:
             return self.memo[key]
         if v.kind == "i8" and v.exp == exp:
             out = v
+        elif self.is_const(fname):   # quantized once, at build (e.g. a ViT's class token concatenated)
+            out = QValue("i8", self.const(f"{fname}.q", _int_const(self.params[fname], exp, "int8")), exp)
         elif v.kind == "f":
             out = QValue("i8", self.op("qnn.quantize", [v.node], f"{fname}.quantize", scale=2.0 ** exp), exp)
         else:

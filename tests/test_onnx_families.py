@@ -126,6 +126,27 @@ def test_a_vit_runs_its_dense_layers_on_the_accelerator_bit_exactly(name: str) -
     assert any(" nn.batch_matmul " in line and " CPU " in line for line in mod.format_profile().splitlines())
 
 
+def test_a_vit_quantized_whole_runs_on_the_accelerator_close_to_onnxruntime() -> None:
+    """Patch conv and dense layers quantized (no layer skipped): the class token, a constant concatenated with the
+    patch embeddings, is quantized at build; bit-exact against numpy and close to onnxruntime's float output."""
+    from graph_pack import build, explain, graph_pack, quantize
+    from vta import Environment
+
+    env = Environment("pynq")
+    model = onnx_models.load("vit_tiny")
+    feeds = onnx_models.inputs(model)
+    graph, params = from_onnx(model)
+    qgraph, qparams = quantize(graph, params, calibrate_mode="percentile", dataset=[feeds], skip_conv_layers=[],
+                               skip_dense_layer=False)
+    packed = graph_pack(qgraph, env)
+    mod = build(packed, env, qparams)
+    mod.run(**feeds)
+    np.testing.assert_array_equal(mod.get_output(0), run_reference(qgraph, qparams, feeds))
+    assert explain(packed, mod.fallbacks).mac_share > 0.8
+    got, want = mod.get_output(0).ravel(), onnx_models.onnxruntime_outputs(model, feeds)[0].ravel()
+    assert got @ want / (np.linalg.norm(got) * np.linalg.norm(want)) > 0.98
+
+
 def test_bert_builds_and_runs_on_the_host_as_onnxruntime() -> None:
     from graph_pack import build
     from vta import Environment
