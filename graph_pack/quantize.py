@@ -91,11 +91,15 @@ class _Quantizer:
             return self.op("left_shift", [node, self.const(f"{where}.shift", np.int32(-k))], f"{where}.shl")
         return node
 
+    def i8_exp(self, fname: str) -> int:
+        """The exponent ``to_i8(fname)`` gives, without emitting its nodes: a constant's own scale is its largest
+        value's (calibration runs no constant), an activation's the calibrated one."""
+        return power2_exponent(float(np.abs(self.params[fname]).max())) if self.is_const(fname) else \
+            self.exp_of(fname)
+
     def to_i8(self, fname: str, exp: int | None = None) -> QValue:
         v = self.val[fname]
-        if exp is None:   # a constant's own scale is its largest value's (calibration runs no constant)
-            exp = power2_exponent(float(np.abs(self.params[fname]).max())) if self.is_const(fname) else \
-                self.exp_of(fname)
+        exp = self.i8_exp(fname) if exp is None else exp
         key = ("i8", fname, exp)
         if key in self.memo:
             return self.memo[key]
@@ -202,7 +206,7 @@ class _Quantizer:
             x = self.to_i8(ins[0])
             return QValue("i8", self.op(op, [x.node], node.name, **node.attrs), x.exp)
         if op == "concatenate":
-            exp = max(self.to_i8(i).exp for i in ins)
+            exp = max(self.i8_exp(i) for i in ins)   # no requantization to an input's own scale left unused
             parts = [self.to_i8(i, exp).node for i in ins]
             return QValue("i8", self.op(op, parts, node.name, **node.attrs), exp)
         return self.float_op(node)

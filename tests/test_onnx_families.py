@@ -106,6 +106,28 @@ def test_vta_run_is_bit_exact_with_the_accelerator_running_the_convolutions(name
     assert len([k for k in saved.files if k.startswith("output_")]) == len(model.graph.output)
 
 
+# the CNN families whose convolutions all fit the ISA: with no layer skipped, >= 90 % of their MACs on the accelerator
+# (issue 40's acceptance; bench/families.py measures every family). The others keep dilated convs (DeepLabV3),
+# depthwise / narrow grouped convs (MobileNets, EfficientNet, RegNet) or a conv before a ReLU6 on the host.
+FIT_THE_ISA = ("resnet50", "shufflenet_v2", "squeezenet", "googlenet", "densenet", "unet", "yolo_neck")
+
+
+@pytest.mark.parametrize("name", FIT_THE_ISA)
+def test_a_family_that_fits_the_isa_has_its_macs_on_the_accelerator(name: str) -> None:
+    """Concatenated branches (SqueezeNet, GoogLeNet, DenseNet, UNet, YOLO) requantize each input once, to the
+    concatenation's scale, so each branch's convolution keeps its fused requantization."""
+    from graph_pack import explain, graph_pack, quantize
+    from vta import Environment
+
+    model = onnx_models.load(name)
+    graph, params = from_onnx(model)
+    qgraph, _ = quantize(graph, params, calibrate_mode="percentile", dataset=[onnx_models.inputs(model)],
+                         skip_conv_layers=[])
+    placement = explain(graph_pack(qgraph, Environment("pynq")))
+    on_host = [(p.name, p.why) for p in placement.ops if p.macs and p.where != "accelerator"]
+    assert placement.mac_share >= 0.9, on_host
+
+
 @pytest.mark.parametrize("name", ["vit_tiny", "vit_tiny_ts17"])
 def test_a_vit_runs_its_dense_layers_on_the_accelerator_bit_exactly(name: str) -> None:
     from graph_pack import build, graph_pack, quantize
