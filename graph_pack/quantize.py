@@ -25,6 +25,7 @@ import numpy as np
 from graph_pack import jit
 from graph_pack.graph import Graph, GraphBuilder, GraphError
 from graph_pack.reference import evaluate
+from hw_config.isa_rules import IMM_MAX, IMM_MIN
 
 MODES = ("global_scale", "max", "percentile")
 DEFAULT_MODE = "percentile"   # with sample batches; VTA's "global_scale" without (quantize's calibrate_mode=None)
@@ -197,6 +198,8 @@ class _Quantizer:
             x = self.to_i32(ins[0]) if v.kind == "i32" else self.to_i8(ins[0])
             lo, hi = (b if math.isinf(b) else math.floor(b / 2.0 ** x.exp + 0.5)   # an open side stays open
                       for b in (node.attrs["a_min"], node.attrs["a_max"]))
+            if x.kind == "i32" and not (IMM_MIN <= lo <= hi <= IMM_MAX) and self.exp_of(node.name) > x.exp:
+                return self.clip_after_requant(node, x, lo, hi)
             return QValue(x.kind, self.op("clip", [x.node], node.name, a_min=lo, a_max=hi), x.exp)
         if op in ("add", "multiply") and len(data) == 2:
             return self.binary(node)
@@ -210,6 +213,17 @@ class _Quantizer:
             parts = [self.to_i8(i, exp).node for i in ins]
             return QValue("i8", self.op(op, parts, node.name, **node.attrs), exp)
         return self.float_op(node)
+
+    def clip_after_requant(self, node, x: QValue, lo: float, hi: float) -> QValue:
+        """A clip of an accumulator whose bounds do not fit the ALU's 16-bit immediates (a ReLU6 at the
+        accumulator's fine scale): requantized first to the clip's own int8 scale, then clipped at the bounds
+        requantized alike. The requantization (a round-half-up right shift) is monotone, so this equals the clip
+        followed by the requantization bit for bit, and the chain stays fusable into the accelerator's epilogue."""
+        exp = self.exp_of(node.name)
+        k = exp - x.exp
+        lo, hi = (b if math.isinf(b) else (int(b) + (1 << (k - 1))) >> k for b in (lo, hi))
+        y = self.rescale(x.node, x.exp, exp, f"{node.name}.requant")
+        return QValue("i32", self.op("clip", [y], node.name, a_min=lo, a_max=hi), exp)
 
     def weighted(self, node) -> QValue:
         x_name, w_name = node.inputs

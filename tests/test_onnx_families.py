@@ -128,6 +128,25 @@ def test_a_family_that_fits_the_isa_has_its_macs_on_the_accelerator(name: str) -
     assert placement.mac_share >= 0.9, on_host
 
 
+def test_a_relu6_after_a_conv_is_fused_into_the_accelerators_epilogue() -> None:
+    """MobileNetV2's ReLU6 (``Clip``) of a conv's accumulator: its bound 6 at the accumulator's scale is beyond the
+    ALU's 16-bit immediates, so the quantizer clips after the requantization (monotone: the same result) and the
+    conv runs on the accelerator."""
+    from graph_pack import explain, graph_pack, quantize
+    from vta import Environment
+
+    model = onnx_models.load("mobilenet_v2")
+    graph, params = from_onnx(model)
+    qgraph, _ = quantize(graph, params, calibrate_mode="percentile", dataset=[onnx_models.inputs(model)],
+                         skip_conv_layers=[])
+    placement = explain(graph_pack(qgraph, Environment("pynq")))
+    convs = [p for p in placement.ops if p.op == "nn.conv2d"]
+    on_host = [(p.name, p.why) for p in convs if p.where != "accelerator"]
+    assert len([n for n in graph.ops() if n.op == "clip"]) >= 5
+    assert not [why for _, why in on_host if "clip" in why], on_host
+    assert len(on_host) <= len(convs) // 3, on_host   # the depthwise ones (one channel per group) only
+
+
 @pytest.mark.parametrize("name", ["vit_tiny", "vit_tiny_ts17"])
 def test_a_vit_runs_its_dense_layers_on_the_accelerator_bit_exactly(name: str) -> None:
     from graph_pack import build, graph_pack, quantize
