@@ -25,6 +25,7 @@ import numpy as np
 from graph_pack import jit
 from graph_pack.graph import Graph, GraphBuilder, GraphError
 from graph_pack.reference import evaluate
+from hw_config.isa_rules import IMM_MAX, IMM_MIN
 
 MODES = ("global_scale", "max", "percentile")
 DEFAULT_MODE = "percentile"   # with sample batches; VTA's "global_scale" without (quantize's calibrate_mode=None)
@@ -91,14 +92,22 @@ class _Quantizer:
             return self.op("left_shift", [node, self.const(f"{where}.shift", np.int32(-k))], f"{where}.shl")
         return node
 
+    def i8_exp(self, fname: str) -> int:
+        """The exponent ``to_i8(fname)`` gives, without emitting its nodes: a constant's own scale is its largest
+        value's (calibration runs no constant), an activation's the calibrated one."""
+        return power2_exponent(float(np.abs(self.params[fname]).max())) if self.is_const(fname) else \
+            self.exp_of(fname)
+
     def to_i8(self, fname: str, exp: int | None = None) -> QValue:
         v = self.val[fname]
-        exp = self.exp_of(fname) if exp is None else exp
+        exp = self.i8_exp(fname) if exp is None else exp
         key = ("i8", fname, exp)
         if key in self.memo:
             return self.memo[key]
         if v.kind == "i8" and v.exp == exp:
             out = v
+        elif self.is_const(fname):   # quantized once, at build (e.g. a ViT's class token concatenated)
+            out = QValue("i8", self.const(f"{fname}.q", _int_const(self.params[fname], exp, "int8")), exp)
         elif v.kind == "f":
             out = QValue("i8", self.op("qnn.quantize", [v.node], f"{fname}.quantize", scale=2.0 ** exp), exp)
         else:
@@ -189,6 +198,8 @@ class _Quantizer:
             x = self.to_i32(ins[0]) if v.kind == "i32" else self.to_i8(ins[0])
             lo, hi = (b if math.isinf(b) else math.floor(b / 2.0 ** x.exp + 0.5)   # an open side stays open
                       for b in (node.attrs["a_min"], node.attrs["a_max"]))
+            if x.kind == "i32" and not (IMM_MIN <= lo <= hi <= IMM_MAX) and self.exp_of(node.name) > x.exp:
+                return self.clip_after_requant(node, x, lo, hi)
             return QValue(x.kind, self.op("clip", [x.node], node.name, a_min=lo, a_max=hi), x.exp)
         if op in ("add", "multiply") and len(data) == 2:
             return self.binary(node)
@@ -198,10 +209,21 @@ class _Quantizer:
             x = self.to_i8(ins[0])
             return QValue("i8", self.op(op, [x.node], node.name, **node.attrs), x.exp)
         if op == "concatenate":
-            exp = max(self.to_i8(i).exp for i in ins)
+            exp = max(self.i8_exp(i) for i in ins)   # no requantization to an input's own scale left unused
             parts = [self.to_i8(i, exp).node for i in ins]
             return QValue("i8", self.op(op, parts, node.name, **node.attrs), exp)
         return self.float_op(node)
+
+    def clip_after_requant(self, node, x: QValue, lo: float, hi: float) -> QValue:
+        """A clip of an accumulator whose bounds do not fit the ALU's 16-bit immediates (a ReLU6 at the
+        accumulator's fine scale): requantized first to the clip's own int8 scale, then clipped at the bounds
+        requantized alike. The requantization (a round-half-up right shift) is monotone, so this equals the clip
+        followed by the requantization bit for bit, and the chain stays fusable into the accelerator's epilogue."""
+        exp = self.exp_of(node.name)
+        k = exp - x.exp
+        lo, hi = (b if math.isinf(b) else (int(b) + (1 << (k - 1))) >> k for b in (lo, hi))
+        y = self.rescale(x.node, x.exp, exp, f"{node.name}.requant")
+        return QValue("i32", self.op("clip", [y], node.name, a_min=lo, a_max=hi), exp)
 
     def weighted(self, node) -> QValue:
         x_name, w_name = node.inputs

@@ -23,7 +23,7 @@ QUICK_MODULES: dict[str, tuple[str, ...]] = {
     "graph_pack": ("test_graph_ir.py", "test_graph_pipeline.py", "test_onnx_frontend.py", "test_jit.py",
                    "test_digits_model.py", "test_hostile_inputs.py"),
     "tuning": ("test_records.py",),
-    "repository": ("test_repo.py",),
+    "repository": ("test_repo.py", "test_families_table.py"),
 }
 
 # module listed whole above -> prefixes of its tests left out of the quick subset
