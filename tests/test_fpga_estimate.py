@@ -336,7 +336,12 @@ def test_yosys_synthesis_of_a_tiny_config_per_module():
     for sram in ("uop", "inp", "wgt", "acc", "out"):
         got, want = rows[f"sram.{sram}"], model.rows[f"sram.{sram}"]
         assert (got.bram36, got.bram18) == (want.bram36, want.bram18), sram
-    y, m = result.total(), model.total()
+    # the rows the model costs: not those holding the arbiters' register slices, which it counts as nothing until
+    # it is refitted on samples that have them (hardware/fpga/model.py, MEASURED_CLASSES["skid"]; docs/hardware.md)
+    unfitted = {i.row for i in instances(cfg) if i.cls == "skid"}
+    assert unfitted == {"arbiter"}
+    y = sum((r for row, r in rows.items() if row not in unfitted), Resources())
+    m = sum((r for row, r in model.rows.items() if row not in unfitted), Resources())
     for what in ("lut", "ff", "dsp"):
         assert abs(getattr(m, what) - getattr(y, what)) <= TOLERANCE * getattr(y, what), what
     report = estimate(cfg, part="xc7z020", synth=True)      # from the cache now

@@ -179,7 +179,9 @@ def mixed_program(cfg: HwConfig, base: int) -> tuple[np.ndarray, list[int], int]
         MemInsn(opcode=OPCODES["LOAD"], memory_type=MEM_TYPES["INP"]),        # 9 a NOP
         FinishInsn(),                                                         # 10
     ]
-    work = [6 * elem("INP"), 2 * elem("WGT"), 4 * 4, 12 * elem("ACC"), 3 * elem("ACC"), 2 * 3 * lanes,
+    # a reset GEMM writes zeros (lanes), except into an HLS output buffer, which gets the sum it computes (macs)
+    reset = macs if cfg.capabilities.out_buffer == "hls" else lanes
+    work = [6 * elem("INP"), 2 * elem("WGT"), 4 * 4, 12 * elem("ACC"), 3 * elem("ACC"), 2 * 3 * reset,
             4 * 2 * 3 * macs, 3 * 2 * lanes, 4 * elem("OUT"), 0, 0]
     return assemble(insns, cfg), work, out_addr
 
