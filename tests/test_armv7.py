@@ -89,15 +89,6 @@ def _qemu() -> list[str]:
     return [need("armv7-toolchain")[1], "-L", SYSROOT]
 
 
-# Known bug (2026-12-07, after the output buffer of issue 38 item 3 merged): the armv7 build's outcomes diverge from
-# the native build's from the first hostile programs on (counts of insn/deadlock/work refusals differ), while the
-# native portable and SIMD paths agree with each other; the branch with the output buffer alone shows it, the weight
-# reuse branch alone does not. strict: the test fails again the moment the builds agree, so the mark must go then.
-ARMV7_DIVERGES = pytest.mark.xfail(strict=True, reason="the armv7 build diverges from the native one since the "
-                                   "output buffer (issue 38 notes)")
-
-
-@ARMV7_DIVERGES
 @pytest.mark.parametrize(("preset", "seed", "iterations"), RUNS)
 def test_armv7_build_computes_what_the_native_build_does(drivers: dict[str, Path], preset: str, seed: int,
                                                           iterations: int, tmp_path: Path) -> None:
@@ -108,7 +99,6 @@ def test_armv7_build_computes_what_the_native_build_does(drivers: dict[str, Path
     assert _run([str(drivers["native"])], preset, iterations, seed, tmp_path, VTA_SIM_KERNEL="portable") == native
 
 
-@ARMV7_DIVERGES
 def test_armv7_build_under_sanitizers(drivers: dict[str, Path], tmp_path: Path) -> None:
     preset, seed, iterations = SANITIZED_RUN
     native = _run([str(drivers["native"])], preset, iterations, seed, tmp_path)

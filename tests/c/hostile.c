@@ -634,7 +634,10 @@ static void probe(ctx_t *c) {
       break;
     case 1: /* padding on a store */
       encode_mem(c, w, OP_STORE, MEM_OUT, 0, first, 1, 1, 1, 0, 0);
-      put(w, mf[VTA_MEM_Y_PAD_0 + rnd(4)], 1 + rnd(15));
+      {
+        const uint64_t pad = rnd(4), amount = 1 + rnd(15); /* one draw a statement: argument order is unspecified */
+        put(w, mf[VTA_MEM_Y_PAD_0 + pad], amount);
+      }
       emit(prog, w);
       run_expect(c, prog, 2, 200000, VTA_ERR_INSN, 0, "store padding");
       break;
@@ -890,7 +893,10 @@ static void misuse(ctx_t *c) {
   const region_t *r = &c->reg[rnd((uint64_t)c->nreg)]; /* nreg >= 1: the known-good region */
   switch (rnd(16)) {
     case 0: /* map overlapping a mapped region */
-      rc = do_map(c, r->base + rnd(r->size), 1 + rnd(2 * PAGE));
+      {
+        const uint64_t addr = r->base + rnd(r->size), size = 1 + rnd(2 * PAGE);
+        rc = do_map(c, addr, size);
+      }
       break;
     case 1: /* map of size 0 */
       rc = do_map(c, (1 + rnd(1 << 20)) * PAGE, 0);
@@ -900,7 +906,11 @@ static void misuse(ctx_t *c) {
       switch (rnd(5)) {
         case 0: rc = do_map(c, TOP48 - size + 1 + rnd(PAGE), size); break;
         case 1: rc = do_map(c, UINT64_MAX - rnd(PAGE), size); break;
-        case 2: rc = do_map(c, PAGE * (1 + rnd(16)), TOP48 + rnd(PAGE)); break;
+        case 2: {
+          const uint64_t addr = PAGE * (1 + rnd(16)), huge = TOP48 + rnd(PAGE);
+          rc = do_map(c, addr, huge);
+          break;
+        }
         case 3: rc = do_map(c, PAGE, UINT64_MAX - rnd(2)); break;
         default: rc = do_map(c, 0, ((uint64_t)1 << 40) + 1 + rnd(PAGE)); break;
       }
@@ -952,12 +962,17 @@ static void misuse(ctx_t *c) {
         default: idx = depth + (uint32_t)rnd(3); count = 0; break;
       }
       if ((uint64_t)count * sram_elem(c, mem) > sizeof buf && (uint64_t)idx + count <= depth) break;
-      rc = do_sram(c, mem, idx, count, count == 0 && chance(50) ? NULL : buf, (int)rnd(2));
+      uint8_t *target = count == 0 && chance(50) ? NULL : buf;
+      const int write = (int)rnd(2);
+      rc = do_sram(c, mem, idx, count, target, write);
       break;
     }
-    case 9: { /* unknown SRAM ids */
-      static const uint32_t ids[] = {4, 5, 6, 7, 8, 100, 0x7fffffffu, UINT32_MAX};
-      rc = do_sram(c, ids[rnd(8)], 0, 1, buf, (int)rnd(2));
+    case 9: { /* unknown SRAM ids (4 is OUT, the output buffer: readable) */
+      static const uint32_t ids[] = {5, 6, 7, 8, 9, 100, 0x7fffffffu, UINT32_MAX};
+      const uint32_t id = ids[rnd(8)];
+      const int write = (int)rnd(2); /* drawn apart from id: the order of a call's arguments is unspecified (GCC
+                                      * evaluates them in different orders on x86-64 and armv7) */
+      rc = do_sram(c, id, 0, 1, buf, write);
       break;
     }
     case 10: { /* run with no instructions, NULL instructions, or no stats */
