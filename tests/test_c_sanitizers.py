@@ -103,7 +103,8 @@ def test_amx_emulated_computes_what_portable_does(hostile: Path, tmp_path: Path)
     """The driver's digest of every run's stats, SRAMs and DRAM is the same on amx-emulated as on the portable path,
     over the shrunk machines' odd shapes too (BLOCK_OUT 17-32: the AMX general kernel's zero-padded last outputs;
     BLOCK_IN not a multiple of 4: its padded inputs), which no hw_config preset has."""
-    runs = {k: _run_driver(hostile, "pynq", k, 3000, 9, tmp_path) for k in ("portable", "amx-emulated")}
+    # seed 7's shrunk machines have such shapes (a wrong last-output group changed this digest; seed 9's did not)
+    runs = {k: _run_driver(hostile, "pynq", k, 3000, 7, tmp_path) for k in ("portable", "amx-emulated")}
     assert re.search(r"^hostile: digest [0-9a-f]{16}$", runs["portable"], re.MULTILINE), runs["portable"]
     assert runs["amx-emulated"] == runs["portable"]
 
