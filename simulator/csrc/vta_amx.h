@@ -13,10 +13,10 @@
  * (vta_amx_gemm_*). Plain C: vta_sim.c builds it once per simulator. */
 void vta_amx_config(uint8_t cfg[64], uint32_t block_out, uint32_t block_in, uint32_t batch);
 
-/* Whether this CPU has AMX-TILE and AMX-INT8, the OS enables their state (XCR0) and grants this process the
- * right to use it (Linux: arch_prctl(ARCH_REQ_XCOMP_PERM, XFEATURE_XTILEDATA)); 0 on any failure, and on
- * non-x86-64 or non-Linux hosts. Asks the OS at most once per process. */
-int vta_amx_usable(void);
+/* NULL when the native kernels may run: this CPU has AMX-TILE and AMX-INT8, the OS enables their state (XCR0)
+ * and grants this process the right to use it (Linux: arch_prctl(ARCH_REQ_XCOMP_PERM, XFEATURE_XTILEDATA));
+ * otherwise why not, in a few words (also on non-x86-64 or non-Linux hosts). Asks the OS once per process. */
+const char *vta_amx_refusal(void);
 
 /* One set of kernels (suffix native or emulated), all over the quad layout of the weight tiles (words (k, o) =
  * w[o][4k .. 4k + 3], rows of 4 * BLOCK_OUT bytes: TDPBSSD's B operand as it is):

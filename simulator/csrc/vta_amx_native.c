@@ -1,7 +1,7 @@
 /* The AMX kernels over the real tile instructions (vta_amx_kernels.h), and the CPU / OS check that allows them.
  * The AMX target is enabled for this translation unit only (the pragma below, as -mamx-tile -mamx-int8 would),
  * so no other code of the simulator can contain AMX instructions; vta_sim.c calls these functions only after
- * vta_amx_usable() said yes. */
+ * vta_amx_refusal() said nothing against them. */
 #define _GNU_SOURCE /* syscall */
 #include "vta_amx.h"
 
@@ -12,7 +12,9 @@
 #pragma GCC target("amx-tile,amx-int8")
 #endif
 #include <cpuid.h>
+#include <errno.h>
 #include <immintrin.h>
+#include <pthread.h>
 #ifdef __linux__
 #include <sys/syscall.h>
 #include <unistd.h>
@@ -44,34 +46,51 @@
 #define XFEATURE_XTILECFG 17
 #define XFEATURE_XTILEDATA 18
 
-static int amx_check(void) {
+static const char *amx_refusal = "not checked"; /* why the path is off, or NULL: set once (amx_check) */
+
+static void amx_check(void) {
   unsigned a, b, c, d;
-  if (!__get_cpuid_count(7, 0, &a, &b, &c, &d) || !(d >> 24 & 1) || !(d >> 25 & 1)) return 0; /* AMX-TILE, -INT8 */
-  if (!__get_cpuid(1, &a, &b, &c, &d) || !(c >> 27 & 1)) return 0;                           /* OSXSAVE */
+  if (!__get_cpuid_count(7, 0, &a, &b, &c, &d) || !(d >> 24 & 1) || !(d >> 25 & 1)) {
+    amx_refusal = "this CPU lacks AMX-TILE/AMX-INT8";
+    return;
+  }
+  if (!__get_cpuid(1, &a, &b, &c, &d) || !(c >> 27 & 1)) {
+    amx_refusal = "the OS has not enabled XSAVE (OSXSAVE)";
+    return;
+  }
   unsigned lo, hi;
   __asm__ volatile("xgetbv" : "=a"(lo), "=d"(hi) : "c"(0));
   (void)hi;
-  if (!(lo >> XFEATURE_XTILECFG & 1) || !(lo >> XFEATURE_XTILEDATA & 1)) return 0; /* the OS manages tile state */
+  if (!(lo >> XFEATURE_XTILECFG & 1) || !(lo >> XFEATURE_XTILEDATA & 1)) {
+    amx_refusal = "the OS does not manage the tile state (XCR0 bits 17-18 clear)";
+    return;
+  }
 #ifdef __linux__
-  /* Linux (5.16+) lets a process use the 8 KB of tile data only after it asks; a kernel that refuses (or predates
-   * the request: EINVAL) leaves the path off, and the simulator falls back to avx512vnni. */
+  /* Linux (5.16+) lets a process use the 8 KB of tile data only after it asks; a kernel that refuses leaves the
+   * path off, and the simulator falls back to avx512vnni. */
   unsigned long granted = 0;
-  if (syscall(SYS_arch_prctl, ARCH_REQ_XCOMP_PERM, XFEATURE_XTILEDATA)) return 0;
-  if (syscall(SYS_arch_prctl, ARCH_GET_XCOMP_PERM, &granted)) return 0;
-  return (int)(granted >> XFEATURE_XTILEDATA & 1);
+  if (syscall(SYS_arch_prctl, ARCH_REQ_XCOMP_PERM, XFEATURE_XTILEDATA)) {
+    amx_refusal = errno == ENOSPC ? "Linux refused the tile state: a thread's signal stack (sigaltstack) is too "
+                                    "small for it (ENOSPC)"
+                  : errno == EINVAL ? "Linux refused the tile state (EINVAL: a kernel before 5.16, or AMX disabled)"
+                                    : "Linux refused the tile state (arch_prctl ARCH_REQ_XCOMP_PERM failed)";
+    return;
+  }
+  if (syscall(SYS_arch_prctl, ARCH_GET_XCOMP_PERM, &granted) || !(granted >> XFEATURE_XTILEDATA & 1)) {
+    amx_refusal = "Linux did not grant the tile state (ARCH_GET_XCOMP_PERM)";
+    return;
+  }
+  amx_refusal = NULL;
 #else
-  return 0; /* no known way to ask this OS: off */
+  amx_refusal = "no known way to ask this OS for the tile state";
 #endif
 }
 
-int vta_amx_usable(void) {
-  static int known; /* __atomic: 0 not asked yet, 1 usable, 2 not (the answer cannot change within a process) */
-  int k = __atomic_load_n(&known, __ATOMIC_ACQUIRE);
-  if (!k) {
-    k = amx_check() ? 1 : 2;
-    __atomic_store_n(&known, k, __ATOMIC_RELEASE);
-  }
-  return k == 1;
+static pthread_once_t amx_once = PTHREAD_ONCE_INIT;
+
+const char *vta_amx_refusal(void) {
+  pthread_once(&amx_once, amx_check);
+  return amx_refusal;
 }
 
 #if defined(__clang__)
@@ -79,5 +98,5 @@ int vta_amx_usable(void) {
 #endif
 
 #else /* not an x86-64 GCC/Clang build: no AMX */
-int vta_amx_usable(void) { return 0; }
+const char *vta_amx_refusal(void) { return "not an x86-64 build"; }
 #endif

@@ -950,7 +950,7 @@ static int cpu_has(int kernel) {
     case K_AVX512VNNI: return cpu_has(K_AVX512) && __builtin_cpu_supports("avx512vnni");
 #endif
     /* AMX CPUs have AVX-512 VNNI (Sapphire Rapids on), so support stays monotone; and the OS must grant the tiles */
-    case K_AMX: return cpu_has(K_AVX512VNNI) && vta_amx_usable();
+    case K_AMX: return cpu_has(K_AVX512VNNI) && !vta_amx_refusal();
     case K_AMX_EMULATED: return cpu_has(K_AVX2); /* its weight layouts and ALU are the avx2 path's */
     default: return 1;
   }
@@ -1142,9 +1142,8 @@ static int select_kernel(char *err, size_t errlen) {
     if (cpu_has(k)) return k;
 #ifdef VTA_X86_KERNELS
     if (k == K_AMX && cpu_has(K_AVX512VNNI))
-      fail(err, errlen, VTA_ERR_ARG, "VTA_SIM_KERNEL=amx, but this CPU lacks AMX-TILE/AMX-INT8 or the OS did not grant "
-           "the tile state (supported here: %s; amx-emulated runs the AMX kernels' logic anywhere, slowly)",
-           vta_sim_kernels_supported());
+      fail(err, errlen, VTA_ERR_ARG, "VTA_SIM_KERNEL=amx, but %s (supported here: %s; amx-emulated runs the AMX "
+           "kernels' logic anywhere, slowly)", vta_amx_refusal(), vta_sim_kernels_supported());
     else
       fail(err, errlen, VTA_ERR_ARG, "VTA_SIM_KERNEL=%s, but this CPU does not support it (supported here: %s%s)",
            want, vta_sim_kernels_supported(), k == K_AMX_EMULATED ? "; amx-emulated needs AVX2" : "");
