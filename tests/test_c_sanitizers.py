@@ -4,12 +4,14 @@ The driver runs random and malformed programs and misuses the API; it exits nonz
 expectation, and the sanitizers abort on the first memory error, undefined behaviour or leak.
 A build under ThreadSanitizer runs the same programs with every GEMM split over three threads (the pool's
 lock-free hand-off, and its caller taking over shares whose worker has not started them).
-A last test checks that the C sources compile warning-free as strict C99 (-pedantic).
+A last test checks that the C sources compile warning-free as strict C99 (-pedantic), and one that the AMX tile
+instructions are in the AMX file's object only.
 """
 
 from __future__ import annotations
 
 import os
+import platform
 import re
 import shutil
 import subprocess
@@ -121,3 +123,24 @@ def test_vta_sim_compiles_as_pedantic_c99(tmp_path: Path, source: str) -> None:
     res = subprocess.run(cmd, check=False, capture_output=True, text=True, timeout=300)
     assert res.returncode == 0, f"{' '.join(cmd)}\n{res.stdout}{res.stderr}"
     assert res.stderr.strip() == "", res.stderr
+
+
+TILE_INSTRUCTIONS = {"ldtilecfg", "tilerelease", "tileloadd", "tilestored", "tilezero", "tdpbssd"}
+
+
+@pytest.mark.skipif(platform.machine() != "x86_64" or not shutil.which("objdump"),
+                    reason="needs an x86-64 host with objdump")
+def test_amx_instructions_only_in_their_file(tmp_path: Path) -> None:
+    """The AMX target is enabled in vta_amx_native.c only (docs/simulator.md, "Kernel paths"): its object holds
+    every tile instruction the kernels use (a build that compiled them away would leave the amx path empty), and no
+    other file's object holds any (tile code outside the CPUID / OS check would fault on CPUs without AMX)."""
+    found = {}
+    for source in SOURCES:
+        obj = tmp_path / f"{source.stem}.o"
+        res = subprocess.run([CC, "-std=c99", "-O1", f"-I{CSRC}", "-c", str(source), "-o", str(obj)],
+                             check=False, capture_output=True, text=True, timeout=300)
+        assert res.returncode == 0, res.stderr
+        text = subprocess.run(["objdump", "-d", str(obj)], check=True, capture_output=True, text=True).stdout
+        found[source.name] = {m for m in TILE_INSTRUCTIONS if re.search(rf"\s{m}\s", text)}
+    assert found.pop("vta_amx_native.c") == TILE_INSTRUCTIONS
+    assert not any(found.values()), found
