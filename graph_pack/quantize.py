@@ -11,7 +11,10 @@ the convolution. Residual adds bring their operands to the coarser exponent firs
 conv -> bias -> round/shift -> add(residual) -> relu -> clip -> cast and fuses whole into one accelerator op.
 
 Ops the accelerator cannot compute in integers (softmax, average pools, skipped layers, dense by default)
-stay float; ``qnn.quantize`` / ``qnn.dequantize`` mark the crossings.
+stay float; ``qnn.quantize`` / ``qnn.dequantize`` mark the crossings. Tensors that are not float in the float
+graph (a transformer's int64 token ids, a boolean attention mask, the integer arithmetic on them) are not
+activations: they and the ops that read them pass through untouched (an op reading one is computed as in the
+float graph, its float inputs dequantized where needed).
 """
 
 from __future__ import annotations
@@ -23,7 +26,7 @@ from dataclasses import dataclass
 import numpy as np
 
 from graph_pack import jit
-from graph_pack.graph import Graph, GraphBuilder, GraphError
+from graph_pack.graph import Graph, GraphBuilder
 from graph_pack.reference import evaluate
 from hw_config.isa_rules import IMM_MAX, IMM_MIN
 
@@ -37,9 +40,15 @@ SHAPE_OPS = ("nn.max_pool2d", "nn.upsampling", "reshape", "nn.batch_flatten", "t
 
 @dataclass(frozen=True)
 class QValue:
-    kind: str          # "f" float, "i8" stored int8, "i32" int32 accumulator chain
+    kind: str          # "f" float, "i8" stored int8, "i32" int32 accumulator chain, "raw" not float in the
+                       # float graph (ids, masks): passed through as it is
     node: str          # node in the quantized graph holding the value
     exp: int = 0       # value = node * 2**exp (integers)
+
+
+def _kind_of(dtype: str) -> str:
+    """A float graph's value of ``dtype`` as the quantizer starts it: an activation ("f") or passed through ("raw")."""
+    return "f" if dtype == "float32" else "raw"
 
 
 def power2_exponent(max_abs: float, levels: int = INT8_MAX) -> int:
@@ -136,7 +145,7 @@ class _Quantizer:
 
     def to_f(self, fname: str) -> QValue:
         v = self.val[fname]
-        if v.kind == "f":
+        if v.kind in ("f", "raw"):
             return v
         key = ("f", fname)
         if key not in self.memo:
@@ -152,7 +161,7 @@ class _Quantizer:
     def run(self) -> tuple[Graph, dict]:
         for node in self.g:
             if node.op == "input":
-                self.val[node.name] = QValue("f", self.b.input(node.name, node.shape, node.dtype))
+                self.val[node.name] = QValue(_kind_of(node.dtype), self.b.input(node.name, node.shape, node.dtype))
             elif node.op == "const":
                 self.val[node.name] = QValue("f", node.name)  # emitted on use, float or quantized
             else:
@@ -161,13 +170,15 @@ class _Quantizer:
         return self.b.finish(outputs)
 
     def float_op(self, node) -> QValue:
+        """``node`` as in the float graph: float (dequantized) inputs, its constants as they are; its result is
+        float, or "raw" where the float graph's is not float (a comparison, an index computation)."""
         inputs = []
         for i in node.inputs:
             if self.is_const(i):
                 inputs.append(self.float_const(i))
             else:
                 inputs.append(self.to_f(i).node)
-        return QValue("f", self.op(node.op, inputs, node.name, **node.attrs))
+        return QValue(_kind_of(node.dtype), self.op(node.op, inputs, node.name, **node.attrs))
 
     def float_const(self, name: str) -> str:
         if name not in self.b.graph.nodes:
@@ -177,8 +188,7 @@ class _Quantizer:
     def translate(self, node) -> QValue:
         op, ins = node.op, node.inputs
         if node.dtype != "float32" or any(self.g[i].dtype != "float32" for i in ins):
-            raise GraphError(f"{node.name}: quantize expects a float32 graph, found {node.op} on "
-                             f"{[self.g[i].dtype for i in ins]}")
+            return self.float_op(node)   # ids, masks and what reads them: not activations, passed through
         data = [i for i in ins if not self.is_const(i)]
         all_float = all(self.val[i].kind == "f" for i in data)
         if op in CONVS or op == "nn.dense":
