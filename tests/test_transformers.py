@@ -266,3 +266,29 @@ def test_broadcast_batch_dims_stay_on_the_host_with_the_reason():
     packed = graph_pack(qg, CFG)
     assert not packed.meta["groups"]
     assert "broadcasting is not supported" in packed.meta["notes"]["scores"]
+
+
+@needs("onnx")
+def test_inputs_not_given_are_drawn_ids_over_their_table_and_masks_ones(tmp_path):
+    """vta run's inputs for a model of several: token ids uniform over the embedding table's rows (here 100 of
+    ``word.weight``'s rows), the attention mask ones (nothing masked), a file given by name taken as it is; a name
+    the model lacks or given twice is refused naming the model's inputs."""
+    import onnx_models
+
+    from graph_pack import from_onnx
+    from graph_pack.cli import model_inputs
+
+    graph, params = from_onnx(onnx_models.load("bert_tiny"))
+    rows = params["word.weight"].shape[0]
+    drawn = model_inputs(graph, None, np.random.default_rng(0))
+    ids, mask = drawn["input_ids"], drawn["attention_mask"]
+    assert ids.dtype == np.int64 and 0 <= ids.min() and ids.max() < rows and len(np.unique(ids)) > 4
+    np.testing.assert_array_equal(mask, np.ones((1, 16), np.int64))
+    given = np.zeros((1, 16), np.int64)
+    np.save(tmp_path / "mask.npy", given)
+    taken = model_inputs(graph, [("attention_mask", str(tmp_path / "mask.npy"))], np.random.default_rng(0))
+    np.testing.assert_array_equal(taken["attention_mask"], given)
+    with pytest.raises(ValueError, match=r"no input 'mask'; its inputs: input_ids, attention_mask"):
+        model_inputs(graph, [("mask", str(tmp_path / "mask.npy"))], np.random.default_rng(0))
+    with pytest.raises(ValueError, match=r"gives input 'input_ids' twice"):
+        model_inputs(graph, [(None, "a.npy"), ("input_ids", "b.npy")], np.random.default_rng(0))
