@@ -7,8 +7,9 @@ Each model is the default export (``<family>.onnx``, and the ViT variants) with 
 the tests' seeded generator (``tests/onnx_models.py``) and the tests' seeded input. The pipeline is ``vta run``'s
 on the pynq preset: ``from_onnx``, ``quantize`` with its defaults (percentile calibration on the run's own input,
 per-channel weight scales where ``auto`` puts them, the first convolution kept on the host), ``graph_pack`` with
-no names (regions found automatically), dense layers and attention's products of two activations quantized for the
-accelerator (``vta run``'s ``--dense`` default with automatic regions), ``build`` on the C simulator, one inference.
+no names (regions found automatically), ``vta run``'s ``--dense`` default (the transformers' dense layers and
+attention's products quantized for the accelerator, the CNNs' classifier heads float), ``build`` on the C simulator,
+one inference.
 MAC share is ``graph_pack.explain``'s (conv2d, conv2d_transpose, dense,
 batch_matmul); "bit-exact" compares the output with the numpy reference of the same quantized graph; "sim ms" is
 the simulated accelerator's time at the preset's clock (host layers not included), "wall ms" the inference's wall
@@ -98,7 +99,7 @@ def run_family(name: str, model_name: str, skip_first_conv: bool = True) -> Row:
     try:
         mode, dataset = calibration(None, None, graph, feeds)
         qgraph, qparams = quantize(graph, params, calibrate_mode=mode, dataset=dataset,
-                                   skip_dense_layer=not quantize_dense(None, None, None),
+                                   skip_dense_layer=not quantize_dense(None, None, None, graph),
                                    skip_conv_layers=[0] if skip_first_conv else [])
     except (ValueError, KeyError, TypeError) as e:
         row.error = f"quantize: {str(e).splitlines()[0][:90]}"

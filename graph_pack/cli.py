@@ -22,6 +22,7 @@ from graph_pack.graph import Graph
 from graph_pack.host_run import run_cpu
 from graph_pack.host_templates import host
 from graph_pack.labels import IMAGENET_CLASSES, imagenet_class_names
+from graph_pack.macs import matrix_share
 from graph_pack.pack import RegionError, format_offload_report, graph_pack
 from graph_pack.quantize import DEFAULT_MODE, MODES, PER_CHANNEL, quantize
 from graph_pack.reference import run_reference
@@ -60,19 +61,26 @@ def region_names(start: str | None, stop: str | None, defaults: tuple[str, str])
     return start or defaults[0], stop or defaults[1]
 
 
+DENSE_DEFAULT_SHARE = 0.5   # --dense's default is on where matrix products carry at least this share of the MACs
 DENSE_HELP = ("matrix products on the accelerator: dense layers through the dense template and products of two "
               "activations (attention's MatMul) through batch_matmul (on), or kept in float on the host (off, VTA's "
-              "skip_dense_layer). Default: on where the regions are found automatically (a transformer's MACs are "
-              "nearly all in them), off with --start / --stop (VTA's graph_pack behaviour)")
+              "skip_dense_layer). Default, with regions found automatically: on where matrix products are at least "
+              f"{DENSE_DEFAULT_SHARE:.0%} of the model's MACs (transformers, MLPs), off where they are a classifier head "
+              "(CNNs, as VTA); off with --start / --stop (VTA's graph_pack)")
 
 
-def quantize_dense(dense: str | None, start: str | None, stop: str | None) -> bool:
-    """Whether --dense (``dense``: "on", "off" or None, not given) quantizes the matrix products for the
-    accelerator: by default on with automatic regions and off in a region named by --start / --stop, as VTA's
-    graph_pack with its ``skip_dense_layer=True`` did."""
+def quantize_dense(dense: str | None, start: str | None, stop: str | None, graph: Graph) -> bool:
+    """Whether --dense (``dense``: "on", "off" or None, not given) quantizes ``graph``'s matrix products for the
+    accelerator. Not given: off in a region named by --start / --stop, as VTA's graph_pack with its
+    ``skip_dense_layer=True``; with regions found automatically, on where matrix products carry at least
+    ``DENSE_DEFAULT_SHARE`` of the MACs (a transformer: nearly all its MACs; offloading them is the point), off where
+    they are a CNN's classifier head (a few percent of its MACs: VTA kept it float, and the CNN's numbers stay
+    VTA's)."""
     if dense is not None:
         return dense == "on"
-    return start is None and stop is None
+    if start is not None or stop is not None:
+        return False
+    return matrix_share(graph) >= DENSE_DEFAULT_SHARE
 
 
 def _input_arg(text: str) -> tuple[str | None, str]:
@@ -405,7 +413,7 @@ def _run(args: argparse.Namespace) -> int:
     mode, dataset = calibration(args.calibrate, args.global_scale, graph, feeds)
     qgraph, qparams = quantize(graph, params, global_scale=args.global_scale or 8.0, calibrate_mode=mode,
                                dataset=dataset, skip_conv_layers=skip_conv_layers(args.skip_conv),
-                               skip_dense_layer=not quantize_dense(args.dense, args.start, args.stop),
+                               skip_dense_layer=not quantize_dense(args.dense, args.start, args.stop, graph),
                                per_channel=args.per_channel)
     times["quantize"] = time.perf_counter() - t0
     t0 = time.perf_counter()

@@ -212,14 +212,22 @@ def test_vta_tune_extracts_batch_matmul_as_a_task_and_its_best_config_builds_bit
 
 
 @needs("onnx")
-def test_dense_follows_the_region_flags_unless_given():
-    """--dense: on with automatic regions, off in a region named by --start / --stop (VTA's skip_dense_layer),
-    and what is given otherwise."""
-    from graph_pack.cli import quantize_dense
+def test_dense_defaults_to_on_where_matrix_products_carry_the_macs():
+    """--dense not given: on for a transformer (BERT: all its MACs in matrix products), off for a CNN (ResNet-50's
+    classifier head, 0.1 % of its MACs: VTA's float head) and off in a region named by --start / --stop (VTA's
+    graph_pack); given, it is what it says."""
+    import onnx_models
 
-    assert quantize_dense(None, None, None) is True
-    assert quantize_dense(None, "nn.conv2d", None) is False and quantize_dense(None, None, "nn.dense") is False
-    assert quantize_dense("off", None, None) is False and quantize_dense("on", "nn.conv2d", "nn.dense") is True
+    from graph_pack import from_onnx
+    from graph_pack.cli import quantize_dense
+    from graph_pack.macs import matrix_share
+
+    bert, _ = from_onnx(onnx_models.load("bert_tiny"))
+    cnn, _ = from_onnx(onnx_models.load("resnet50"))
+    assert matrix_share(bert) == 1.0 and 0 < matrix_share(cnn) < 0.01
+    assert quantize_dense(None, None, None, bert) is True and quantize_dense(None, None, None, cnn) is False
+    assert quantize_dense(None, "nn.dense", None, bert) is False and quantize_dense(None, None, "nn.dense", bert) is False
+    assert quantize_dense("off", None, None, bert) is False and quantize_dense("on", "nn.conv2d", None, cnn) is True
 
 
 def test_a_packed_batch_matmul_runs_on_the_host_when_the_template_refuses_it(monkeypatch):

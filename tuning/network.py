@@ -52,14 +52,14 @@ def tune_network(model: str, env, *, tuner: str = "xgb", n_trial: int = 100, tot
     for it (a zoo model's own, else nn.max_pool2d ... nn.global_avg_pool2d). The network is quantized as ``vta run``
     quantizes it by default (percentile ranges calibrated on the random input the builds are compared on).
     ``show_explanation``: write where each op runs and why (``vta tune --explain``) before tuning. ``dense``: "on",
-    "off" or None, vta run's --dense (None: on with automatic regions, off with ``start`` / ``stop``)."""
+    "off" or None, vta run's --dense (None: its default, ``graph_pack.cli.quantize_dense``)."""
     check_tuning_arguments(tuner=tuner, strategy=strategy, n_trial=n_trial, total_trials=total_trials,
                            early_stopping=early_stopping, log=log)   # before the model is loaded
     out = out if out is not None else sys.stdout
     cfg = config_of(env)
     graph, params, defaults = load_model(model, batch or cfg.BATCH, image_size, seed)
     feeds = model_inputs(graph, None, np.random.default_rng(seed))
-    qgraph, qparams = quantize(graph, params, dataset=[feeds], skip_dense_layer=not quantize_dense(dense, start, stop))
+    qgraph, qparams = quantize(graph, params, dataset=[feeds], skip_dense_layer=not quantize_dense(dense, start, stop, graph))
     start, stop = region_names(start, stop, defaults)
     packed = graph_pack(qgraph, cfg, start_name=start, stop_name=stop)
     explanation = explain(packed)
