@@ -64,9 +64,9 @@ def region_names(start: str | None, stop: str | None, defaults: tuple[str, str])
 DENSE_DEFAULT_SHARE = 0.5   # --dense's default is on where matrix products carry at least this share of the MACs
 DENSE_HELP = ("matrix products on the accelerator: dense layers through the dense template and products of two "
               "activations (attention's MatMul) through batch_matmul (on), or kept in float on the host (off, VTA's "
-              "skip_dense_layer). Default, with regions found automatically: on where matrix products are at least "
-              f"{DENSE_DEFAULT_SHARE:.0%} of the model's MACs (transformers, MLPs), off where they are a classifier head "
-              "(CNNs, as VTA); off with --start / --stop (VTA's graph_pack)")
+              "skip_dense_layer). Default, with regions found automatically: on where matrix products are at least half "
+              "of the model's MACs (transformers, MLPs), off where they are a classifier head (CNNs, as VTA); off "
+              "with --start / --stop (VTA's graph_pack)")
 
 
 def quantize_dense(dense: str | None, start: str | None, stop: str | None, graph: Graph) -> bool:
