@@ -14,7 +14,16 @@ from collections.abc import Callable
 import numpy as np
 
 from graph_pack.opdefs import packed_factors
-from vta.numerics import conv2d_int, pack_blocks, transposed_to_direct, unpack_blocks, wrap_int32
+from vta.numerics import (
+    conv2d_int,
+    pack_batched_matrices,
+    pack_batched_rows,
+    pack_blocks,
+    transposed_to_direct,
+    unpack_batched_rows,
+    unpack_blocks,
+    wrap_int32,
+)
 
 Kernel = Callable[..., np.ndarray]
 KERNELS: dict[str, Kernel] = {}
@@ -301,6 +310,12 @@ KERNELS["nn.upsampling"] = lambda a, x: x.repeat(a["scale_h"], axis=2).repeat(a[
 def _layout_transform(a, x):
     f = packed_factors(a["dst_layout"])
     src = a["src_layout"]
+    if f and src == "BNC":
+        return pack_batched_rows(x.reshape(-1, *x.shape[-2:]), *f)
+    if f and src == "BKN":   # the right-hand side (..., K, N) as (N, K) weight matrices
+        return pack_batched_matrices(np.swapaxes(x.reshape(-1, *x.shape[-2:]), 1, 2), *f)
+    if a["dst_layout"] == "BNC":
+        return unpack_batched_rows(x, a["batch"], a["channels"]).reshape(*a["lead"], a["batch"], a["channels"])
     if f and src in ("NCHW", "NC", "OIHW", "OI"):
         return pack_blocks(x, *f)
     if f and src == "IOHW":
