@@ -133,13 +133,15 @@ def _accepted(workload: dict[str, Any], config: dict, cfg: HwConfig | CpuTarget)
     return {k: list(v) if isinstance(v, tuple) else v for k, v in normal.items()}
 
 
-def read_schedules(path: str | os.PathLike, cfg: HwConfig | CpuTarget) -> LoggedSchedules:
+def read_schedules(path: str | os.PathLike, cfg: HwConfig | CpuTarget, version: str | None = None) -> LoggedSchedules:
     """The best schedules of the log at ``path`` for ``cfg`` (FileNotFoundError naming it when absent, ValueError
     when it is not a regular file: a directory, /dev/zero); for a
     ``CpuTarget``, the host templates' records made on that CPU (``build``'s ``host_schedules``). Records of the other
-    kind (the accelerator's beside the CPU's in one log) are passed over without being counted."""
+    kind (the accelerator's beside the CPU's in one log) are passed over without being counted. ``version``: the
+    records of another generator of schedules (the auto-scheduler's, ``host.knobs.AUTO_VERSION``) instead of the
+    templates'."""
     cpu = isinstance(cfg, CpuTarget)
-    version = HOST_TEMPLATE_VERSION if cpu else TEMPLATE_VERSION
+    version = version or (HOST_TEMPLATE_VERSION if cpu else TEMPLATE_VERSION)
     p = Path(path)
     if not regular_file(p, "--log", missing_ok=True):
         raise FileNotFoundError(f"--log {path}: no such tuning log")
