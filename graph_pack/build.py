@@ -609,7 +609,7 @@ class _Builder:
     def auto_host_step(self, node, member_of: dict) -> HostStep | None:
         """A float host op (with the elementwise ops that alone read it) as the auto-scheduler's compiled kernel:
         under its schedule from ``auto_schedules``, or its default schedule for an op the host would run in numpy
-        (``host_auto.COMPILED_BY_DEFAULT``); None keeps the other kernels."""
+        (``host_auto.compiled_by_default``); None keeps the other kernels."""
         if self.cpu == "numpy" or not jit.available():
             return None
         outputs = {s.output for s in self.steps}

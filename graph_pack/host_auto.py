@@ -1,10 +1,11 @@
 """Host operators as the auto-scheduler's fused DAGs (``host.ops``), and their compiled kernels in ``build``.
 
-A float32 anchor node (conv2d of any groups, dense, pooling, softmax) with the elementwise nodes that alone read it
-after it (bias add, relu, clip, sigmoid, tanh, a residual add or multiply) is one ``ComputeDag``; any other float
-elementwise node is its own. ``tuning.auto_tasks`` makes tuning tasks of them; ``build`` (``auto_schedules``) runs a
-node with a record in the log as the kernel compiled under the logged schedule, and the ops the host otherwise runs
-in numpy (``COMPILED_BY_DEFAULT``) under their default schedule. Ops with a fixed JIT kernel (graph_pack.jit) and
+A float32 anchor node (conv2d of any groups, dense, pooling; softmax and layer norm alone) with the elementwise nodes
+that alone read it after it (bias add, relu, clip, sigmoid, tanh, erf, a residual add or multiply) is one
+``ComputeDag``; any other float elementwise node is its own. ``tuning.auto_tasks`` makes tuning tasks of them;
+``build`` runs a node with a record in the log (``auto_schedules``) as the kernel compiled under the logged schedule,
+and erf, which the host otherwise runs slowly in numpy (``compiled_by_default``), under its default schedule, with
+or without a log. Ops with a fixed JIT kernel (graph_pack.jit) and
 no record keep it: on ResNet-18's layers the JIT kernels beat the untuned loop nests (docs/benchmarks.md).
 
 The same rule decides fusion while tuning and at build, so a record's DAG is the one build asks for: a binary
@@ -32,14 +33,15 @@ if TYPE_CHECKING:
     from graph_pack.schedule_log import LoggedSchedules
 
 FREE = ("nn.batch_flatten", "reshape", "nn.dropout")
-ANCHORS = ("nn.conv2d", "nn.dense", "nn.max_pool2d", "nn.avg_pool2d", "nn.global_avg_pool2d", "nn.softmax")
+ANCHORS = ("nn.conv2d", "nn.dense", "nn.max_pool2d", "nn.avg_pool2d", "nn.global_avg_pool2d", "nn.softmax",
+           "nn.layer_norm")
 UNARY = {"nn.relu": lambda a: ("relu",), "sigmoid": lambda a: ("sigmoid",), "tanh": lambda a: ("tanh",),
-         "clip": lambda a: ("clip", a["a_min"], a["a_max"])}
+         "clip": lambda a: ("clip", a["a_min"], a["a_max"]), "erf": lambda a: ("erf",)}
 BINARY = {"add": "add", "multiply": "mul", "nn.bias_add": "add"}
-COMPILED_BY_DEFAULT: tuple[str, ...] = ()
-# DAGs whose kernels are not bit-equal to graph_pack.kernels: softmax's exp is libm's expf and its sum in row order,
-# numpy's exp is its own SIMD routine and its sum pairwise (they agree to a few float32 ulps: 1e-6 relative)
-NOT_BIT_EXACT = ("softmax",)   # DAG names whose untuned host path is numpy: compiled under the default schedule
+# DAGs whose kernels are not bit-equal to graph_pack.kernels: softmax's exp is libm's exp rounded to float32 and its
+# sum in row order, numpy's exp is its own float32 SIMD routine and its sum pairwise; layer norm's sums are float32 in
+# row order, graph_pack.kernels' mean and variance float64 (tests/test_host_ops.py states the bounds)
+NOT_BIT_EXACT = ("softmax", "layer_norm")   # DAG names whose untuned host path is numpy: compiled under the default schedule
 
 
 @dataclass(frozen=True)
@@ -97,6 +99,8 @@ def _anchor_dag(graph: Graph, node: Node, consumers: list[tuple]) -> ComputeDag 
         return ops.global_avg_pool2d(shapes[0], consumers=consumers)
     if node.op == "nn.softmax" and not consumers:
         return ops.softmax(shapes[0], int(a["axis"]))
+    if node.op == "nn.layer_norm" and not consumers and len(shapes) == 3 and shapes[1] == shapes[2] == shapes[0][-1:]:
+        return ops.layer_norm(shapes[0], int(a["axis"]), float(a["epsilon"]))
     return None
 
 
@@ -113,7 +117,7 @@ def fused_op(graph: Graph, node: Node, users: dict[str, list[str]], ready: Calla
         return None
     if node.op in ANCHORS:
         consumers, extra, nodes, value = [], [], [node.name], node.name
-        while node.op != "nn.softmax" and (found := _consumer(graph, users, value, ready, free)) is not None:
+        while node.op not in ("nn.softmax", "nn.layer_norm") and (found := _consumer(graph, users, value, ready, free)) is not None:
             op, other, nxt = found
             consumers.append(op)
             extra += [other] if other else []
@@ -191,8 +195,9 @@ class _Kernel:
         self.lock = threading.Lock()
 
     def __call__(self, attrs: dict, *arrays: np.ndarray) -> np.ndarray:
-        with self.lock:
-            return self.kernel(*(np.asarray(a, np.float32) for a in arrays))
+        with self.lock:   # (softmax and layer norm take their input as rows: the same data, reshaped)
+            return self.kernel(*(np.asarray(a, np.float32).reshape(t.shape)
+                                 for a, t in zip(arrays, self.kernel.dag.inputs, strict=True)))
 
 
 _KERNELS: dict[tuple[str, str], _Kernel] = {}
@@ -211,11 +216,21 @@ def kernel(dag: ComputeDag, schedule: Schedule) -> _Kernel:
         return _KERNELS[key]
 
 
+def compiled_by_default(dag: ComputeDag) -> bool:
+    """Whether ``dag`` runs compiled under its default schedule without a record: erf, which numpy lacks
+    (graph_pack.kernels calls math.erf per element; compiled, libm's erf on the same doubles: the same bits, 10x
+    faster on BERT-base's GELU activation, bench/host_ops.py). Layer norm (2.7x) and softmax are compiled only under
+    a logged schedule: neither is bit-equal to graph_pack.kernels' (``NOT_BIT_EXACT``), and a quantized network's
+    run must be (vta run --check); softmax's default nest is also slower than numpy at BERT-base sizes (0.4x: libm's
+    exp per element against numpy's SIMD exp). Other elementwise ops keep numpy's single vectorised pass."""
+    return dag.name == "elementwise" and any(op[0] == "erf" for op in dag.attrs["ops"])
+
+
 def schedule_for(dag: ComputeDag, schedules: AutoSchedules | None) -> Schedule | None:
     """The logged schedule of ``dag``, else its default schedule for the ops the host would run in numpy, else
     None (the op keeps its JIT kernel, also when the logged best is the default loop nest)."""
     found = schedules(dag) if schedules is not None else None
-    if dag.name in COMPILED_BY_DEFAULT:
+    if compiled_by_default(dag):
         return found or default_schedule(dag)
     # the default loop nest won the search: the op keeps its JIT kernel, which is faster than that nest
     return None if found is None or found.sketch == "default" else found

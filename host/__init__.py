@@ -13,8 +13,16 @@ and the per-statement features a learned cost model reads (``host.features``). T
     y = kernel(x, w)                       # float32 NCHW, bit-equal to graph_pack.kernels' conv2d + relu
 """
 
-from host.codegen import CompiledKernel, compile_schedule
 from host.loop_ir import ComputeDag
 from host.schedule import Schedule, default_schedule
 
 __all__ = ["CompiledKernel", "ComputeDag", "Schedule", "compile_schedule", "default_schedule"]
+
+
+def __getattr__(name: str):
+    """The code generator on first use: it imports llvmlite, which a board running graph_pack's numpy kernels
+    (a Pynq) may lack; graph_pack imports this package's compute definitions either way."""
+    if name in ("CompiledKernel", "compile_schedule"):
+        from host import codegen
+        return getattr(codegen, name)
+    raise AttributeError(f"module 'host' has no attribute {name!r}")

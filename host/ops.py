@@ -4,7 +4,7 @@ An anchor op (conv2d, dense, batch_matmul, pooling) takes elementwise ``producer
 and ``consumers`` applied to its output, as stages of the same DAG: the sketch rules inline the producers and
 fuse the consumers into the anchor's tile. An elementwise op is one of
 
-    ("relu",) ("sigmoid",) ("tanh",) ("gelu",) ("clip", lo, hi) ("add_const", c) ("mul_const", c)
+    ("relu",) ("sigmoid",) ("tanh",) ("erf",) ("gelu",) ("clip", lo, hi) ("add_const", c) ("mul_const", c)
     ("add", "channel" | "full") ("mul", "channel" | "full")   # with another input: a bias or a same-shape tensor
 
 Reductions fix their order as graph_pack.kernels does (conv2d: input channel, kernel row, kernel column; dense
@@ -34,7 +34,7 @@ from host.loop_ir import (
 
 Elementwise = tuple
 _SQRT2 = float(np.float32(math.sqrt(2.0)))
-UNARY = ("relu", "sigmoid", "tanh", "gelu", "clip", "add_const", "mul_const")
+UNARY = ("relu", "sigmoid", "tanh", "erf", "gelu", "clip", "add_const", "mul_const")
 BINARY = ("add", "mul")
 
 
@@ -49,6 +49,8 @@ def apply_elementwise(op: Elementwise, v: Expr, other: Expr | None = None) -> Ex
         return Const(1.0) / (Const(1.0) + call("exp", -v))
     if name == "tanh":
         return call("tanh", v)
+    if name == "erf":
+        return call("erf", v)
     if name == "gelu":
         return Const(0.5) * v * (Const(1.0) + call("erf", v / Const(_SQRT2)))
     if name == "add_const":
