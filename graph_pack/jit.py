@@ -36,7 +36,7 @@ from typing import Any
 
 import numpy as np
 
-from graph_pack.opdefs import OPS, packed_factors, pair, pool_out, quad
+from host.shapes import packed_factors, pair, pool_out, quad
 from vta.numerics import transposed_to_direct
 
 Kernel = Callable[..., np.ndarray]
@@ -1165,9 +1165,9 @@ def _dense_spec(a: dict, shapes: list[tuple], dtypes: list[str]):
 
 def get_kernel(op: str, attrs: dict, in_shapes: Sequence[tuple], in_dtypes: Sequence[str],
                epilogue: Sequence[str | tuple[str, dict]] = ()) -> Kernel | None:
-    """A compiled kernel for ``op`` on exactly these input shapes and dtypes, called like the reference
-    (``fn(attrs, *arrays)``) and bit-identical to it; None when the op/dtype/layout is not covered, so the
-    caller runs graph_pack.kernels instead. Compiled once per (op, attrs, shapes, dtypes, epilogue) and cached.
+    """A compiled kernel for ``op`` (``attrs``: every attribute, as graph_pack's nodes hold them) on exactly these
+    input shapes and dtypes, called like the reference (``fn(attrs, *arrays)``) and bit-identical to it; None when
+    the op/dtype/layout is not covered, so the caller runs graph_pack.kernels instead. Compiled once per (op, attrs, shapes, dtypes, epilogue) and cached.
 
     ``epilogue``: ops applied to each output before it is stored, in order, bit-identical to running their
     references on the output, each an op name or (op, attrs); None when not covered. A float ``nn.conv2d``
@@ -1184,7 +1184,7 @@ def get_kernel(op: str, attrs: dict, in_shapes: Sequence[tuple], in_dtypes: Sequ
         return None
     shapes = [tuple(int(d) for d in s) for s in in_shapes]
     dtypes = [np.dtype(d).name for d in in_dtypes]
-    a = {**OPS[op].defaults, **attrs}
+    a = dict(attrs)
     for key in ("data_layout", "kernel_layout"):
         if key in a and packed_factors(str(a[key])):
             return None
