@@ -35,10 +35,9 @@ sys.path[:] = [p for p in sys.path if os.path.abspath(p or os.curdir) != _HERE] 
 
 import numpy as np
 
-from graph_pack import jit
 from graph_pack import kernels as K
 from graph_pack.opdefs import OPS
-from host import compile_schedule, ops
+from host import compile_schedule, jit, ops
 from host.llvm_backend import cpu_name
 from tuning.auto_schedule import SearchPolicy, auto_schedule
 

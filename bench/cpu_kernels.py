@@ -16,9 +16,9 @@ from collections.abc import Callable
 import numpy as np
 from _host import header, run_main
 
-from graph_pack import jit
 from graph_pack.kernels import KERNELS
 from graph_pack.opdefs import OPS
+from host import jit
 
 
 def best_of(fn: Callable[[], object], repeat: int, budget: float = 0.2) -> float:

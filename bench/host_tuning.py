@@ -34,11 +34,12 @@ sys.path[:] = [p for p in sys.path if os.path.abspath(p or os.curdir) != _HERE]
 import numpy as np
 
 import tuning
-from graph_pack import build, jit, zoo
+from graph_pack import build, zoo
 from graph_pack.frontend_onnx import from_onnx
-from graph_pack.host_templates import host
 from graph_pack.opdefs import OPS
 from graph_pack.reference import run_reference
+from host import jit
+from host.templates import host
 from tuning.cpu import CpuRunner, close_to
 
 

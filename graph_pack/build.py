@@ -23,12 +23,14 @@ from typing import Any
 
 import numpy as np
 
-from graph_pack import batched, host_auto, host_templates, jit
+from graph_pack import batched, host_auto
 from graph_pack.graph import Graph, GraphError
 from graph_pack.kernels import KERNELS, conv2d_transpose_direct
 from graph_pack.opdefs import packed_factors
 from graph_pack.pack import Group
 from graph_pack.reference import check_input, check_inputs
+from host import jit
+from host import templates as host_templates
 from hw_config import HwConfig
 from hw_config.checks import is_whole
 from simulator.stats import RunStats, basis_legend

@@ -13,14 +13,13 @@ from pathlib import Path
 
 import numpy as np
 
-from graph_pack import jit, zoo
+from graph_pack import zoo
 from graph_pack.build import CPU_BACKENDS, build
 from graph_pack.calibration import load_calibration, quantization_report
 from graph_pack.explain import explain
 from graph_pack.frontend_onnx import DEFAULT_MAX_MODEL_BYTES, DEFAULT_MAX_TENSOR_BYTES, from_onnx
 from graph_pack.graph import Graph
 from graph_pack.host_run import run_cpu
-from graph_pack.host_templates import host
 from graph_pack.labels import IMAGENET_CLASSES, imagenet_class_names
 from graph_pack.pack import RegionError, format_offload_report, graph_pack
 from graph_pack.quantize import DEFAULT_MODE, MODES, PER_CHANNEL, quantize
@@ -28,6 +27,8 @@ from graph_pack.reference import run_reference
 from graph_pack.report import write_report
 from graph_pack.schedule_log import read_schedules, refuse_unused
 from graph_pack.svg import check_html_path
+from host import jit
+from host.templates import host
 from hw_config.writing import write_atomic
 from simulator.files import check_output_path
 from vta.cli import SEED, Interrupted, _key_value, _load, arg, command, float_in, int_in, threads_arg

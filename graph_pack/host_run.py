@@ -12,9 +12,9 @@ import numpy as np
 
 from graph_pack.build import build
 from graph_pack.host_auto import read_auto_schedules
-from graph_pack.host_templates import host
 from graph_pack.reference import run_reference
 from graph_pack.schedule_log import read_schedules, refuse_unused
+from host.templates import host
 
 REPEAT = 10   # timed runs after one warm-up run
 

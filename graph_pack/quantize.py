@@ -22,9 +22,9 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from graph_pack import jit
 from graph_pack.graph import Graph, GraphBuilder, GraphError
 from graph_pack.reference import evaluate
+from host import jit
 from hw_config.isa_rules import IMM_MAX, IMM_MIN
 
 MODES = ("global_scale", "max", "percentile")

@@ -20,7 +20,7 @@ from pathlib import Path
 from typing import Any
 
 from graph_pack.build import workload_key
-from graph_pack.host_templates import HOST_TEMPLATE_VERSION, CpuTarget, host_template_of
+from host.templates import HOST_TEMPLATE_VERSION, CpuTarget, host_template_of
 from hw_config import HwConfig, load_config, presets
 from hw_config.reading import bounded_lines, regular_file
 from vta.templates import TEMPLATE_VERSION, template_of

@@ -18,9 +18,9 @@ from test_host_tuning import small_net
 
 from graph_pack import build
 from graph_pack.host_auto import read_auto_schedules
-from graph_pack.host_templates import host
 from graph_pack.reference import run_reference
 from host.knobs import AUTO_VERSION
+from host.templates import host
 from tuning import tune_tasks
 from tuning.auto_network import AutoScheduleTask, auto_tasks_of
 from tuning.cpu import CpuRunner

@@ -147,8 +147,8 @@ def test_schedules_are_records_of_integer_knobs_and_back():
 
 
 def test_a_search_logs_its_trials_as_tuning_records_and_resumes_from_them(tmp_path):
-    from graph_pack.host_templates import host
     from host.knobs import AUTO_VERSION
+    from host.templates import host
     from tuning.records import load_records
     log = tmp_path / "auto.jsonl"
     dag = ops.dense((2, 16), (8, 16), consumers=[("relu",)])

@@ -15,10 +15,10 @@ from graph_pack import build
 from graph_pack import kernels as K
 from graph_pack.graph import GraphBuilder
 from graph_pack.host_auto import AutoSchedules
-from graph_pack.host_templates import host
 from graph_pack.reference import run_reference
 from graph_pack.schedule_log import LoggedSchedules
 from host.sketch import generate_sketches, sample
+from host.templates import host
 
 pytestmark = needs("llvmlite")
 # layer norm: float32 sums in row order against graph_pack.kernels' float64 mean and variance; the error grows with

@@ -26,11 +26,11 @@ from typing import Any
 import numpy as np
 
 from graph_pack.graph import Graph
-from graph_pack.host_templates import CpuTarget, host
 from host import compile_schedule, default_schedule
 from host.features import features
 from host.knobs import AUTO_VERSION, config_schedule, dag_of_workload, schedule_config
 from host.loop_ir import ComputeDag
+from host.templates import CpuTarget, host
 from tuning.auto_schedule import CostModel, Proposer, SearchPolicy
 from tuning.auto_tasks import extract_auto_tasks
 from tuning.cpu import CpuTask

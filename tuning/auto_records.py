@@ -10,10 +10,10 @@ from __future__ import annotations
 
 import time
 
-from graph_pack.host_templates import host
 from host.knobs import AUTO_VERSION, config_schedule, schedule_config
 from host.loop_ir import ComputeDag
 from host.schedule import Schedule
+from host.templates import host
 from tuning.records import Record, RecordLog, load_records
 
 

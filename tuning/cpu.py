@@ -28,7 +28,7 @@ from typing import Any
 import numpy as np
 
 from graph_pack.graph import Graph
-from graph_pack.host_templates import (
+from host.templates import (
     HOST_TEMPLATE_VERSION,
     CpuTarget,
     HostKernel,
@@ -36,7 +36,7 @@ from graph_pack.host_templates import (
     host,
     host_template_of,
 )
-from graph_pack.host_templates.graph import host_workload
+from host.templates.graph import host_workload
 from hw_config.checks import is_whole
 from tuning.measure import CPU, MeasureResult, guarded
 from tuning.task import Task, _canonical
@@ -295,5 +295,5 @@ class CpuRunner:
 
 def host_conv_op(target: CpuTarget | None = None) -> str:
     """The conv2d template of ``target``'s family (default this CPU): NCHWc on x86, spatial pack on ARM."""
-    from graph_pack.host_templates import CONV_TEMPLATES
+    from host.templates import CONV_TEMPLATES
     return CONV_TEMPLATES[(target or host()).arch]

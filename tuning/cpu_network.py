@@ -18,8 +18,8 @@ import numpy as np
 from graph_pack.build import GraphModule, build
 from graph_pack.cli import load_model
 from graph_pack.host_auto import NOT_BIT_EXACT, AutoSchedules, read_auto_schedules
-from graph_pack.host_templates import host
 from graph_pack.schedule_log import LoggedSchedules
+from host.templates import host
 from tuning.auto_network import auto_tasks_of
 from tuning.cpu import CpuRunner, CpuTask, close_to
 from tuning.plot import write_tuning_plot
@@ -142,7 +142,7 @@ def tune_cpu_cmd(args, cfg, log: str, ops: tuple[str, ...] | None, resumable) ->
         print(f"plot: {args.plot} (tuning curves of {log}; open it in a browser)")
     size = ["--image-size", str(args.image_size)] if args.image_size else []
     python = (f"graph_pack.build(..., auto_schedules=graph_pack.host_auto.read_auto_schedules({log!r}, "
-              "graph_pack.host_templates.host()))" if args.scheduler == "auto"
+              "host.templates.host()))" if args.scheduler == "auto"
               else f"graph_pack.build(..., host_schedules=tuning.load_best({log!r}, 'cpu'))")
     print(f"records: {log} (run with them: {shlex.join(['vta', 'run', args.model, '--target', 'cpu', *size, '--log', log])}"
           f"; in Python: {python})")

@@ -17,7 +17,7 @@ from collections.abc import Sequence
 from functools import cached_property
 from typing import Any
 
-from graph_pack.host_templates import CpuTarget, host, host_template_of
+from host.templates import CpuTarget, host, host_template_of
 from tuning.auto_network import AutoScheduleTask
 from tuning.cpu import CpuRunner, CpuTask, MeasureOption
 from tuning.measure import MeasureResult

@@ -14,9 +14,9 @@ from typing import Any
 
 from graph_pack.build import workload_key
 from graph_pack.graph import Graph
-from graph_pack.host_templates import CpuTarget, host
 from graph_pack.pack import group_workload
 from graph_pack.schedule_log import workload_name
+from host.templates import CpuTarget, host
 from hw_config import HwConfig
 from vta.environment import config_of
 from vta.space import ConfigSpace, KnobError
@@ -157,7 +157,7 @@ def alu_task(env, op: str, data_shape, tensor_rhs: bool = True) -> Task:
 def task_of(workload: dict, cfg) -> Task:
     """The task of a workload: a host template's (``tuning.cpu.CpuTask``) when its op names one, else the
     accelerator's."""
-    from graph_pack.host_templates import HOST_TEMPLATES
+    from host.templates import HOST_TEMPLATES
     if workload.get("op") in HOST_TEMPLATES:
         from tuning.cpu import CpuTask
         return CpuTask(workload, cfg if isinstance(cfg, CpuTarget) else host())

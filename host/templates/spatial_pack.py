@@ -12,9 +12,9 @@ from typing import ClassVar
 
 import numpy as np
 
-from graph_pack import jit
-from graph_pack.host_templates.base import largest_divisor, register_host
-from graph_pack.host_templates.conv2d import (
+from host import jit
+from host.templates.base import largest_divisor, register_host
+from host.templates.conv2d import (
     ConvSched,
     ConvShape,
     _Conv2d,

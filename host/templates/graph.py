@@ -8,13 +8,13 @@ import json
 from collections.abc import Callable
 from typing import Any
 
-from graph_pack import jit
-from graph_pack.host_templates.base import HostKernel, host_template_of
-from graph_pack.host_templates.conv2d import Conv2dNCHWc, Conv2dNCHWcInt8
-from graph_pack.host_templates.dense import DensePack
-from graph_pack.host_templates.depthwise import DepthwiseConv2dNCHWc
-from graph_pack.host_templates.spatial_pack import Conv2dSpatialPack
+from host import jit
 from host.shapes import pair, quad
+from host.templates.base import HostKernel, host_template_of
+from host.templates.conv2d import Conv2dNCHWc, Conv2dNCHWcInt8
+from host.templates.dense import DensePack
+from host.templates.depthwise import DepthwiseConv2dNCHWc
+from host.templates.spatial_pack import Conv2dSpatialPack
 
 CONV_TEMPLATES = {"x86": Conv2dNCHWc.ops[0], "arm": Conv2dSpatialPack.ops[0]}   # CPU family -> conv2d template
 DENSE_TEMPLATES = {"x86": DensePack.ops[0], "arm": DensePack.ops[0]}

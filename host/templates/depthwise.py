@@ -11,8 +11,8 @@ from typing import ClassVar
 
 import numpy as np
 
-from graph_pack.host_templates.base import largest_divisor, register_host
-from graph_pack.host_templates.conv2d import ConvSched, ConvShape, _Conv2d, _kernel_fn, _split, emit_store
+from host.templates.base import largest_divisor, register_host
+from host.templates.conv2d import ConvSched, ConvShape, _Conv2d, _kernel_fn, _split, emit_store
 from vta.space import Config, ConfigSpace, Knob
 
 

@@ -61,7 +61,7 @@ class CpuTarget:
 
 
 def _llvm():
-    from graph_pack.jit import _jit  # the one llvmlite import point (its install hint when missing)
+    from host.jit import _jit  # the one llvmlite import point (its install hint when missing)
 
     return _jit().llvm
 
@@ -69,7 +69,7 @@ def _llvm():
 @functools.cache
 def host() -> CpuTarget:
     """This machine's CPU as LLVM sees it (with the features ``VTA_HOST_ISA`` leaves on: graph_pack.jit)."""
-    from graph_pack.jit import _jit
+    from host.jit import _jit
 
     st = _jit()
     llvm, feats = st.llvm, st.feature_map   # as VTA_HOST_ISA limits them

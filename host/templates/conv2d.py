@@ -22,8 +22,8 @@ from typing import Any, ClassVar
 
 import numpy as np
 
-from graph_pack import jit
-from graph_pack.host_templates.base import (
+from host import jit
+from host.templates.base import (
     HostKernel,
     HostTemplate,
     PackedWeights,
@@ -35,7 +35,7 @@ from graph_pack.host_templates.base import (
     register_host,
     timed_compile,
 )
-from graph_pack.host_templates.target import CpuTarget
+from host.templates.target import CpuTarget
 from vta.numerics import wrap_int32
 from vta.space import Config, ConfigSpace, Knob, divisors
 from vta.templates.base import as_ints, as_pair, only_known
