@@ -690,7 +690,7 @@ def build(graph: Graph, env, params: dict[str, np.ndarray], schedules: Schedules
     simulator by default, or any device of ``env``'s config (a Pynq board, a remote board); weights are staged
     on it once, at build. ``host_schedules`` does for the host's float conv2d / dense what ``schedules`` does for the
     accelerator's groups, with the host templates' tuned configs (``tuning.load_best(log, "cpu")``); those without
-    one run graph_pack.jit's fixed kernels. ``auto_schedules`` (``graph_pack.host_auto.read_auto_schedules(log, cpu)``)
+    one run host.jit's fixed kernels. ``auto_schedules`` (``graph_pack.host_auto.read_auto_schedules(log, cpu)``)
     runs the host ops the auto-scheduler tuned (``vta tune --scheduler auto``) under their best logged schedules."""
     cfg = config_of(env)
     if not isinstance(graph, Graph):

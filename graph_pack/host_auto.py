@@ -5,7 +5,7 @@ that alone read it after it (bias add, relu, clip, sigmoid, tanh, erf, a residua
 ``ComputeDag``; any other float elementwise node is its own. ``tuning.auto_tasks`` makes tuning tasks of them;
 ``build`` runs a node with a record in the log (``auto_schedules``) as the kernel compiled under the logged schedule,
 and erf, which the host otherwise runs slowly in numpy (``compiled_by_default``), under its default schedule, with
-or without a log. Ops with a fixed JIT kernel (graph_pack.jit) and
+or without a log. Ops with a fixed JIT kernel (host.jit) and
 no record keep it: on ResNet-18's layers the JIT kernels beat the untuned loop nests (docs/benchmarks.md).
 
 The same rule decides fusion while tuning and at build, so a record's DAG is the one build asks for: a binary

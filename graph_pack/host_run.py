@@ -1,5 +1,5 @@
 """``vta run MODEL --target cpu``: every layer of the float network on this CPU, the float conv2d / dense with
-the host templates' tuned kernels from ``--log`` (graph_pack.jit's fixed kernels for those without a record), the
+the host templates' tuned kernels from ``--log`` (host.jit's fixed kernels for those without a record), the
 host ops the auto-scheduler tuned (``vta tune --scheduler auto``) under their logged schedules, timed
 like TVM's ``module.benchmark`` (mean and std of repeated runs)."""
 
@@ -33,7 +33,7 @@ def refuse_accelerator_flags(args: argparse.Namespace) -> None:
 
 
 def kernel_report(mod) -> str:
-    """Which kernel runs every step of a CPU build: a tuned host template's (with the ops it fuses), graph_pack.jit's
+    """Which kernel runs every step of a CPU build: a tuned host template's (with the ops it fuses), host.jit's
     fixed one, or the numpy reference."""
     lines = [f"{'node':34} {'op':18} {'kernel':8} fused"]
     for s in mod.steps:

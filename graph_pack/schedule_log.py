@@ -112,7 +112,7 @@ class LoggedSchedules:
             line += (f"; the log's {self.other_kind} record(s) are the host CPU's (vta tune --target cpu), for the "
                      "layers on the CPU (--target cpu runs the whole network there)")
         if missing:
-            kept = "graph_pack.jit's fixed kernel" if isinstance(self.cfg, CpuTarget) else "the template's default"
+            kept = "host.jit's fixed kernel" if isinstance(self.cfg, CpuTarget) else "the template's default"
             shown = ", ".join(missing[:MAX_NAMED]) + (f" and {len(missing) - MAX_NAMED} more" if len(missing) > MAX_NAMED
                                                       else "")
             line += f"; no record for {len(missing)}, which keep {kept}: {shown}"

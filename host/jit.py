@@ -45,7 +45,7 @@ EPILOGUE_OPS = ("nn.bias_add", "nn.relu")   # what a float nn.conv2d can apply t
 EPILOGUES = (("nn.bias_add",), ("nn.relu",), ("nn.bias_add", "nn.relu"))
 # what a float nn.max_pool2d can apply to its output: quantize to int8, then pack it (get_kernel)
 POOL_EPILOGUES = (("qnn.quantize",), ("qnn.quantize", "layout_transform"))
-_INSTALL_HINT = "graph_pack.jit needs llvmlite: reinstall the package (llvmlite is a core dependency) or pip install llvmlite"
+_INSTALL_HINT = "host.jit needs llvmlite: reinstall the package (llvmlite is a core dependency) or pip install llvmlite"
 
 
 def available() -> bool:
@@ -238,7 +238,7 @@ def _compile(ir: str, name: str, nargs: int) -> Callable[..., None]:
         engine.ref.finalize_object()
         addr = engine.ref.get_function_address(name)
     if not addr:
-        raise RuntimeError(f"graph_pack.jit: no address for compiled function {name}")
+        raise RuntimeError(f"host.jit: no address for compiled function {name}")
     fn = ctypes.CFUNCTYPE(None, *[ctypes.c_void_p] * nargs)(addr)
     fn.engine = engine   # the code at addr lives as long as its engine, which lives as long as fn
     return fn
@@ -454,7 +454,7 @@ def _ptr(a: np.ndarray) -> int:
 def _check(what: str, arrays: Sequence[np.ndarray], shapes: Sequence[tuple], dtypes: Sequence[str]) -> None:
     for k, (a, s, d) in enumerate(zip(arrays, shapes, dtypes, strict=True)):
         if a.shape != s or a.dtype != np.dtype(d):
-            raise ValueError(f"graph_pack.jit: the {what} kernel was compiled for input {k} of {s} {d}, "
+            raise ValueError(f"host.jit: the {what} kernel was compiled for input {k} of {s} {d}, "
                              f"got {a.shape} {a.dtype}; ask get_kernel for this shape")
 
 
@@ -928,14 +928,14 @@ def _conv_spec(a: dict, shapes: list[tuple], dtypes: list[str], epilogue: tuple[
     strides, padding = pair(a["strides"], "strides"), quad(a["padding"], "padding")
     dilation, groups = pair(a["dilation"], "dilation"), int(a["groups"])
     if min(strides) < 1 or min(dilation) < 1 or min(padding) < 0 or groups < 1:
-        raise ValueError(f"graph_pack.jit: strides/dilation must be >= 1, padding >= 0, groups >= 1; got {a}")
+        raise ValueError(f"host.jit: strides/dilation must be >= 1, padding >= 0, groups >= 1; got {a}")
     if c % groups or o % groups or cg * groups != c:
-        raise ValueError(f"graph_pack.jit: weight {shapes[1]} does not fit {c} input channels, groups={groups}")
+        raise ValueError(f"host.jit: weight {shapes[1]} does not fit {c} input channels, groups={groups}")
     (sh, sw), (dh, dw), (pt, pl, pb, pr) = strides, dilation, padding
     oh = (h + pt + pb - dh * (kh - 1) - 1) // sh + 1
     ow = (w + pl + pr - dw * (kw - 1) - 1) // sw + 1
     if oh <= 0 or ow <= 0:
-        raise ValueError(f"graph_pack.jit: the conv2d output would be empty ({oh} x {ow})")
+        raise ValueError(f"host.jit: the conv2d output would be empty ({oh} x {ow})")
     if 0 in (n, c, o, kh, kw):
         return None
     if epilogue and integer:
@@ -1057,12 +1057,12 @@ def _pool_spec(op: str, a: dict, shapes: list[tuple], dtypes: list[str],
     strides = pair(a["strides"] if a.get("strides") is not None else pool, "strides")
     padding, ceil_mode = quad(a["padding"], "padding"), bool(a["ceil_mode"])
     if min(pool) < 1 or min(strides) < 1 or min(padding) < 0:
-        raise ValueError(f"graph_pack.jit: pool_size/strides must be >= 1 and padding >= 0; got {a}")
+        raise ValueError(f"host.jit: pool_size/strides must be >= 1 and padding >= 0; got {a}")
     n, c, h, w = shapes[0]
     (kh, kw), (sh, sw), (pt, pl, pb, pr) = pool, strides, padding
     oh, ow = pool_out(h, kh, sh, pt, pb, ceil_mode), pool_out(w, kw, sw, pl, pr, ceil_mode)
     if oh <= 0 or ow <= 0:
-        raise ValueError(f"graph_pack.jit: the {op} output would be empty ({oh} x {ow})")
+        raise ValueError(f"host.jit: the {op} output would be empty ({oh} x {ow})")
     if 0 in (n, c, h, w):
         return None
     include_pad = bool(a.get("count_include_pad", False))
@@ -1140,7 +1140,7 @@ def _dense_spec(a: dict, shapes: list[tuple], dtypes: list[str]):
         return None
     (n, k), (m, k2) = shapes
     if k != k2:
-        raise ValueError(f"graph_pack.jit: data (N, K) {shapes[0]} and weight (M, K) {shapes[1]} must agree on K")
+        raise ValueError(f"host.jit: data (N, K) {shapes[0]} and weight (M, K) {shapes[1]} must agree on K")
     if 0 in (n, k, m):
         return None
     integer = combo[0] == "int8"

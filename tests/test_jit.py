@@ -1,4 +1,4 @@
-"""graph_pack.jit: every compiled kernel is bit-identical to its numpy reference in graph_pack.kernels."""
+"""host.jit: every compiled kernel is bit-identical to its numpy reference in graph_pack.kernels."""
 
 from __future__ import annotations
 

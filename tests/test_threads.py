@@ -499,7 +499,7 @@ def test_one_cpu_runner_shared_by_threads() -> None:
 def test_measuring_workers_forked_while_another_thread_compiles() -> None:
     """A CpuRunner forks its measuring process while another thread JIT-compiles host kernels (a notebook building
     a network while a tuner runs): the fork waits for the compilation under way, and the child compiles and
-    measures. Before, the child got graph_pack.jit's locks held by a thread it does not have and hung at its first
+    measures. Before, the child got host.jit's locks held by a thread it does not have and hung at its first
     compile: every config timed out (8 of 8)."""
     import threading
     import time
@@ -533,7 +533,7 @@ def test_measuring_workers_forked_while_another_thread_compiles() -> None:
 
 def test_a_ctrl_c_inside_the_fork_hook_leaves_no_jit_lock_held(monkeypatch) -> None:
     """CPython reports an exception raised in an at-fork hook and forks anyway. A Ctrl-C that lands while
-    graph_pack.jit's hook takes its locks (here: on the third cache's lock) must leave none of them held, in the
+    host.jit's hook takes its locks (here: on the third cache's lock) must leave none of them held, in the
     hook's own process; before, the locks taken so far were never released and every later compile hung."""
     from host import jit
 

@@ -1,5 +1,5 @@
 """Tuning the host CPU's operators, as AutoTVM tunes x86 and ARM CPUs: tasks of the host templates
-(graph_pack.host_templates), measured by timing the compiled kernel on this CPU.
+(host.templates), measured by timing the compiled kernel on this CPU.
 
     tasks = tuning.extract_tasks(graph, target="cpu")            # float conv2d / dense of any network
     runner = tuning.CpuRunner(number=4, repeat=3, min_repeat_ms=20, timeout=10)   # AutoTVM's measure_option

@@ -1,6 +1,6 @@
 """Tune a whole network's host operators on this CPU (the flow of TVM's tune_relay_x86 / tune_relay_arm): extract
 the tasks, tune them, build with the best kernels and compare the end-to-end time with the untuned build
-(graph_pack.jit's fixed kernels), outputs checked against each other. Two schedulers: ``template`` (the float conv2d
+(host.jit's fixed kernels), outputs checked against each other. Two schedulers: ``template`` (the float conv2d
 / dense as the host templates' tasks) and ``auto`` (every float host op as an auto-scheduler task,
 tuning.auto_network; the tuned build's output must then equal the untuned one's bit for bit)."""
 
@@ -109,7 +109,7 @@ def tune_cpu_network(model: str, env, *, tuner: str = "xgb", n_trial: int = 32, 
     a = untuned.benchmark(number=1, repeat=repeat, **{data: x})
     b = tuned.benchmark(number=1, repeat=repeat, **{data: x})
     result = CpuNetworkTuning(tasks, summary, a, b, tuned)
-    out.write(f"end-to-end on this CPU (one thread, {repeat} runs): untuned (graph_pack.jit) {a['mean_ms']:.2f} ms "
+    out.write(f"end-to-end on this CPU (one thread, {repeat} runs): untuned (host.jit) {a['mean_ms']:.2f} ms "
               f"(std {a['std_ms']:.2f}), tuned {b['mean_ms']:.2f} ms (std {b['std_ms']:.2f}): {result.speedup:.2f}x; "
               + ("outputs agree (bit for bit)\n" if exact else "outputs agree (np.allclose)\n"))
     return result

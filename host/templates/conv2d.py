@@ -9,7 +9,7 @@ The kernel takes the NCHW input and OIHW weights of the graph: it copies the inp
 channel-blocked scratch itself (padding written once), packs the weights once per weight array (a network's
 constant), keeps tile_oh x tile_ow vector accumulators of tile_oc lanes in registers, and accumulates with
 ``llvm.fmuladd`` (one rounding per tap where the CPU fuses it). So its sums are reassociated: results are checked
-with ``np.allclose`` against a float64 reference, not bit for bit like graph_pack.jit's fixed-order kernels.
+with ``np.allclose`` against a float64 reference, not bit for bit like host.jit's fixed-order kernels.
 An epilogue (bias, residual add, relu) is applied as each output is stored, in the graph's order.
 """
 

@@ -1,0 +1,44 @@
+"""The host compiler's one home (issue 43 item 5): host.jit and host.templates under their old import paths are the
+same modules, and both back ends (the fixed JIT kernels and the auto-scheduler's code generation) compile under one
+LLVM lock."""
+
+from __future__ import annotations
+
+import threading
+
+from extras import needs
+
+
+def test_the_old_import_paths_are_the_same_modules():
+    import graph_pack.host_templates
+    import graph_pack.jit
+    from graph_pack import jit as old_jit
+    from host import jit, templates
+    assert graph_pack.jit is jit and old_jit is jit and graph_pack.host_templates is templates
+    limit = jit.MAX_CACHED_KERNELS
+    try:
+        graph_pack.jit.MAX_CACHED_KERNELS = 7   # docs/limits.md: a user's setting reaches the cache
+        assert jit.MAX_CACHED_KERNELS == 7
+    finally:
+        jit.MAX_CACHED_KERNELS = limit
+    from graph_pack.host_templates import host_template_of
+    assert host_template_of is templates.host_template_of
+
+
+@needs("llvmlite")
+def test_both_back_ends_compile_under_one_lock():
+    from host import compile_schedule, default_schedule, jit, llvm_backend, ops
+    assert llvm_backend._LOCK is jit._LOCK
+    dag = ops.elementwise((4, 8), [("erf",)])
+    done = threading.Event()
+
+    def compile_one() -> None:
+        compile_schedule(dag, default_schedule(dag))
+        done.set()
+    with jit._LOCK:   # held as the fixed kernels' compiler holds it
+        worker = threading.Thread(target=compile_one, daemon=True)
+        worker.start()
+        worker.join(0.5)
+        assert not done.is_set(), "the auto-scheduler compiled while host.jit held the LLVM lock"
+    worker.join(120)
+    assert done.is_set()
