@@ -42,3 +42,31 @@ def test_both_back_ends_compile_under_one_lock():
         assert not done.is_set(), "the auto-scheduler compiled while host.jit held the LLVM lock"
     worker.join(120)
     assert done.is_set()
+
+
+def test_tuning_targets_are_a_registry_a_module_extends():
+    """extract_tasks and task_of dispatch through tuning.targets: a new target is a registration, not an edit."""
+    import pytest
+
+    from graph_pack.graph import GraphBuilder
+    from tuning import targets
+    from tuning.cpu import CpuTask
+    from tuning.task import Task, extract_tasks, task_of
+    with pytest.raises(ValueError, match=r"target='gpu'; allowed: 'vta' \(the accelerator's layers.*'cpu' \(the host"):
+        extract_tasks(None, target="gpu")
+    assert type(task_of({"op": "dense_pack.x86", "data_shape": (1, 8), "kernel_shape": (4, 8)}, None)) is CpuTask
+    b = GraphBuilder()
+    x = b.input("x", (1, 4), "float32")
+    graph, _ = b.finish([b.op("nn.relu", [x], name="r")])
+    made = []
+
+    def extract(g, env, ops):
+        made.append(Task({"op": "toy", "nodes": [n.name for n in g.ops()]}, env))
+        return made
+    targets.register_target(targets.TuningTarget("toy", extract, lambda w: w.get("op") == "toy",
+                                                 lambda w, cfg: Task(w, cfg), "a test's"))
+    try:
+        assert extract_tasks(graph, "pynq", target="toy") == made and made[0].workload["nodes"] == ["r"]
+        assert task_of({"op": "toy"}, "pynq").workload == {"op": "toy"}
+    finally:
+        del targets._TARGETS["toy"]

@@ -30,6 +30,7 @@ import numpy as np
 from graph_pack.graph import Graph
 from host.templates import (
     HOST_TEMPLATE_VERSION,
+    HOST_TEMPLATES,
     CpuTarget,
     HostKernel,
     HostTemplate,
@@ -39,6 +40,7 @@ from host.templates import (
 from host.templates.graph import host_workload
 from hw_config.checks import is_whole
 from tuning.measure import CPU, MeasureResult, guarded
+from tuning.targets import TuningTarget, register_target
 from tuning.task import Task, _canonical
 
 __all__ = ["CpuRunner", "CpuTask", "MeasureOption", "cpu_task", "extract_cpu_tasks", "host_conv_op", "measure_cpu"]
@@ -297,3 +299,9 @@ def host_conv_op(target: CpuTarget | None = None) -> str:
     """The conv2d template of ``target``'s family (default this CPU): NCHWc on x86, spatial pack on ARM."""
     from host.templates import CONV_TEMPLATES
     return CONV_TEMPLATES[(target or host()).arch]
+
+
+register_target(TuningTarget(
+    "cpu", lambda graph, env, ops: extract_cpu_tasks(graph, env, ops), lambda w: w.get("op") in HOST_TEMPLATES,
+    lambda w, cfg: CpuTask(w, cfg if isinstance(cfg, CpuTarget) else host()),
+    "the host CPU's float conv2d / dense, any graph"))
