@@ -21,7 +21,6 @@ import math
 import os
 from collections.abc import Sequence
 from functools import cached_property
-from typing import Any
 
 import numpy as np
 
@@ -35,8 +34,8 @@ from tuning.auto_schedule import CostModel, Proposer, SearchPolicy
 from tuning.auto_tasks import extract_auto_tasks
 from tuning.cpu import CpuTask
 from tuning.measure import MeasureResult, cost_cycles
-from tuning.records import Record, RecordLog, make_record
-from tuning.tuners import _result_of, register_tuner
+from tuning.records import Record
+from tuning.tuners import Tuner, _result_of, register_tuner
 
 DEFAULT_CONFIG = {"sketch": -1}
 
@@ -195,15 +194,7 @@ class AutoScheduleTuner:
                 self.best_trial = self.trials
         self.model.fit()
 
-    def measure(self, runner, configs: list[dict], log: str | os.PathLike | None = None,
-                callbacks: Sequence[Any] = ()) -> list[MeasureResult]:
-        results = list(runner.measure(self.task, configs))
-        self.update(configs, results)
-        if log is not None:
-            RecordLog(log).append([make_record(self.task, r, self.name) for r in results])
-        for cb in callbacks:
-            cb(self, configs, results)
-        return results
+    measure = Tuner.measure   # the template tuners' own: runner, update, records appended to the log
 
     def result_of(self, config: dict) -> MeasureResult | None:
         return next((r for c, r in self.history if _config_key(c) == _config_key(config)), None)
