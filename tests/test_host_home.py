@@ -70,3 +70,38 @@ def test_tuning_targets_are_a_registry_a_module_extends():
         assert task_of({"op": "toy"}, "pynq").workload == {"op": "toy"}
     finally:
         del targets._TARGETS["toy"]
+
+
+def test_without_llvmlite_graph_pack_and_tuning_import_and_build_on_numpy(tmp_path):
+    """A Pynq image has no llvmlite: the host package's code generator is imported on first use only."""
+    import os
+    import subprocess
+    import sys
+    from pathlib import Path
+    script = tmp_path / "no_llvmlite.py"
+    script.write_text(
+        "import importlib.abc, sys, warnings\n"
+        "class Block(importlib.abc.MetaPathFinder):\n"
+        "    def find_spec(self, name, path, target=None):\n"
+        "        if name.split('.')[0] == 'llvmlite':\n"
+        "            raise ImportError('no llvmlite on this board')\n"
+        "sys.meta_path.insert(0, Block())\n"
+        "import numpy as np\n"
+        "import graph_pack, tuning\n"
+        "from graph_pack.graph import GraphBuilder\n"
+        "from graph_pack.reference import run_reference\n"
+        "b = GraphBuilder()\n"
+        "x = b.input('x', (2, 8), 'float32')\n"
+        "graph, params = b.finish([b.op('erf', [b.op('nn.relu', [x], name='r')], name='e')])\n"
+        "with warnings.catch_warnings(record=True):\n"
+        "    mod = graph_pack.build(graph, 'pynq', params)\n"
+        "v = np.linspace(-2, 2, 16, dtype=np.float32).reshape(2, 8)\n"
+        "mod.run(x=v)\n"
+        "assert {s.backend for s in mod.steps} == {'numpy'}\n"
+        "assert np.array_equal(mod.get_output(0), run_reference(graph, params, {'x': v}))\n"
+        "assert not any(m.split('.')[0] == 'llvmlite' for m in sys.modules)\n"
+        "print('ok')\n")
+    root = str(Path(__file__).resolve().parents[1])
+    done = subprocess.run([sys.executable, str(script)], capture_output=True, text=True, timeout=300, check=False,
+                          env={**os.environ, "PYTHONPATH": root})
+    assert done.returncode == 0 and done.stdout.strip() == "ok", done.stderr[-3000:]

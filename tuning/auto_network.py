@@ -25,7 +25,7 @@ from functools import cached_property
 import numpy as np
 
 from graph_pack.graph import Graph
-from host import compile_schedule, default_schedule
+from host import default_schedule
 from host.features import features
 from host.knobs import AUTO_VERSION, config_schedule, dag_of_workload, schedule_config
 from host.loop_ir import ComputeDag
@@ -51,6 +51,7 @@ class _DagProgram:
         return {t.name: rng.standard_normal(t.shape).astype(np.float32) for t in self.dag.inputs}
 
     def reference(self, **inputs: np.ndarray) -> np.ndarray:
+        from host import compile_schedule  # (llvmlite on first use: importing tuning needs none)
         return compile_schedule(self.dag, default_schedule(self.dag))(*(inputs[t.name] for t in self.dag.inputs))
 
     @property
@@ -100,6 +101,7 @@ class AutoScheduleTask(CpuTask):
         return _DagProgram(self.dag)
 
     def compile(self, config: dict | None = None, **kwargs):
+        from host import compile_schedule  # (llvmlite on first use: importing tuning needs none)
         dag = self.dag
         kernel = compile_schedule(dag, config_schedule(dag, config or DEFAULT_CONFIG))
         return lambda **inputs: kernel(*(inputs[t.name] for t in dag.inputs))

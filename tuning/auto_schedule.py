@@ -27,7 +27,7 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
-from host.codegen import compile_schedule
+import host
 from host.features import features
 from host.loop_ir import ComputeDag
 from host.schedule import Schedule, default_schedule
@@ -209,7 +209,7 @@ def auto_schedule(dag: ComputeDag, n_trial: int = 64, *, exact: bool = True, thr
         measured.add(s.to_json())
         t0 = time.perf_counter()
         try:
-            kernel = compile_schedule(dag, s)
+            kernel = host.compile_schedule(dag, s)
             out = kernel(*inputs, threads=threads)
             if reference is None:
                 reference = out.copy()
@@ -240,7 +240,7 @@ def auto_schedule(dag: ComputeDag, n_trial: int = 64, *, exact: bool = True, thr
         measure(default, "default")
         trials.insert(0, trials.pop())   # the default first, before what the log held
     else:
-        reference = compile_schedule(dag, default)(*inputs, threads=threads)
+        reference = host.compile_schedule(dag, default)(*inputs, threads=threads)
         trials.remove(logged_default)
         trials.insert(0, logged_default)
     if trials[0].seconds is None:
