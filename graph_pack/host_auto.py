@@ -150,10 +150,13 @@ class AutoSchedules:
     DAGs build asked for and which it found a schedule for."""
 
     logged: LoggedSchedules
+    exact: bool = False   # only the DAGs whose kernels are bit-equal to graph_pack.kernels' (not NOT_BIT_EXACT)
     asked: dict[str, str] = field(default_factory=dict)      # dag key -> short name
     applied: dict[str, Schedule] = field(default_factory=dict)
 
     def __call__(self, dag: ComputeDag) -> Schedule | None:
+        if self.exact and dag.name in NOT_BIT_EXACT:
+            return None
         self.asked.setdefault(dag.key, dag.name)
         if dag.key not in self.applied:
             for config in self.logged.candidates.get(dag.key, []):
@@ -172,17 +175,19 @@ class AutoSchedules:
         return self.logged.records
 
     def summary(self) -> str:
-        return (f"auto-scheduled: {len(self.applied)} host op(s) from {self.logged.path} (the best of "
+        tuned = sum(s.sketch != "default" for s in self.applied.values())   # a default nest keeps the op's kernel
+        return (f"auto-scheduled: {tuned} host op(s) from {self.logged.path} (the best of "
                 f"{self.logged.records} auto-scheduler record(s) for {self.logged.cfg.model}); host ops without a record "
                 "keep their default kernels")
 
 
-def read_auto_schedules(path, cpu) -> AutoSchedules:
-    """The auto-scheduler's records of the log at ``path`` made on ``cpu`` (a ``CpuTarget``) with these rules."""
+def read_auto_schedules(path, cpu, exact: bool = False) -> AutoSchedules:
+    """The auto-scheduler's records of the log at ``path`` made on ``cpu`` (a ``CpuTarget``) with these rules;
+    ``exact``: only for the ops whose kernels are bit-equal to the numpy reference's (a run checked bit for bit)."""
     from graph_pack.schedule_log import (
         read_schedules,  # it reads build's workload keys: build imports this module
     )
-    return AutoSchedules(read_schedules(path, cpu, version=AUTO_VERSION))
+    return AutoSchedules(read_schedules(path, cpu, version=AUTO_VERSION), exact)
 
 
 class _Kernel:

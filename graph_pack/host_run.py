@@ -48,14 +48,14 @@ def run_cpu(args: argparse.Namespace, env, load) -> int:
     schedules = read_schedules(args.log, cpu) if args.log else None   # a missing log fails before the work
     auto = read_auto_schedules(args.log, cpu) if args.log else None   # the auto-scheduler's records in it
     if schedules is not None:   # no record for this CPU at all: said before the work
-        refuse_unused(args.model, schedules, auto.logged)
+        refuse_unused(args.model, schedules, auto=auto.logged)
     graph, params, x, top5 = load(args)
     data = graph.inputs[0]
     t0 = time.perf_counter()
     mod = build(graph, env, params, cpu=args.cpu, host_schedules=schedules, auto_schedules=auto)
     build_s = time.perf_counter() - t0
     if schedules is not None:   # records for this CPU, but none for a layer of this network
-        refuse_unused(args.model, schedules, auto.logged, built=True)
+        refuse_unused(args.model, schedules, built=True, auto=auto.logged)
     mod.run(**{data: x})
     y = mod.get_output(0)
     bench = mod.benchmark(number=1, repeat=REPEAT, **{data: x})

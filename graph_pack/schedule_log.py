@@ -183,13 +183,13 @@ def read_schedules(path: str | os.PathLike, cfg: HwConfig | CpuTarget, version: 
 
 
 def refuse_unused(model: str, logged: LoggedSchedules, host: LoggedSchedules | None = None, *,
-                  built: bool = False) -> None:
+                  built: bool = False, auto: LoggedSchedules | None = None) -> None:
     """A ValueError saying why, when a log gives the network nothing: no record of it is for this config and kind
     (``built=False``, before the work), or (``built=True``) none of those fits a task build asked about. ``logged``
     is the read for the run's target (the accelerator's config, or the CPU for ``vta run --target cpu``); ``host``
     the host CPU's read beside an accelerator's (its layers on the CPU take their kernels from the same log). A log
     that gives some task a record is used, and its summary line says what it did not give."""
-    reads = [r for r in (logged, host) if r is not None]
+    reads = [r for r in (logged, host, auto) if r is not None]   # auto: the auto-scheduler's records of the log
     if any(r.applied for r in reads) or (not built and any(r.records for r in reads)):
         return
     target = logged.cfg.model if not isinstance(logged.cfg, CpuTarget) else f"this CPU, {logged.cfg.model}"
