@@ -23,7 +23,7 @@ from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import Any
 
-from graph_pack.host_templates import HOST_TEMPLATE_VERSION, CpuTarget, host
+from host.templates import HOST_TEMPLATE_VERSION, CpuTarget, host
 from hw_config import HwConfig
 from hw_config.checks import is_whole
 from hw_config.reading import bounded_lines, no_json_constant, regular_file
