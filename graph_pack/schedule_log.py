@@ -22,6 +22,7 @@ from typing import Any
 from graph_pack.build import workload_key
 from host.templates import HOST_TEMPLATE_VERSION, CpuTarget, host_template_of
 from hw_config import HwConfig, load_config, presets
+from hw_config.checks import is_whole
 from hw_config.reading import bounded_lines, regular_file
 from vta.templates import TEMPLATE_VERSION, template_of
 
@@ -49,10 +50,11 @@ def _number(v: Any) -> bool:
 
 
 def record_rank(result: dict[str, Any]) -> tuple[int, float] | None:
-    """The objective of a record's result for ordering (board latency where the record has one, else cycles),
-    or None for a failed or malformed result."""
+    """The objective of a record's result for ordering, lower first: board latency where the record has one (every
+    runner of this stack writes it), else cycles; None for a failed or malformed result. The one ranking rule:
+    ``build``'s log reader here and tuning's ``Record.rank`` (best records, ``load_best``, ``pick-best``) use it."""
     cycles, latency = result.get("cycles", 0), result.get("latency_s", 0.0)
-    if result.get("error") is not None or not isinstance(cycles, int) or isinstance(cycles, bool) or cycles <= 0:
+    if result.get("error") is not None or not is_whole(cycles) or cycles <= 0:
         return None
     if not _number(latency) or latency < 0:
         return None
