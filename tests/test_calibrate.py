@@ -312,7 +312,7 @@ def test_record_programs_are_what_tuning_compiles(tmp_path, monkeypatch, task, o
     compiled: list[bytes] = []   # the streams compile_cases hands to the board model
     real = vta.calibrate.BoardProgram
     monkeypatch.setattr(vta.calibrate, "BoardProgram",
-                        lambda cfg, insns: compiled.append(np.asarray(insns).tobytes()) or real(cfg, insns))
+                        lambda cfg, insns, cycles: compiled.append(np.asarray(insns).tobytes()) or real(cfg, insns, cycles))
     cases, refused = compile_cases(measurements, SIM)
     assert not skipped and not refused and len(cases) == 1
     assert measurements[0].op == op and measurements[0].epilogue == epilogue
