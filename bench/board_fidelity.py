@@ -17,9 +17,11 @@ records whose schedule the template rejects are listed and left out. The markdow
 docs/benchmarks.md shows.
 
 With ``--ablations``, the same leave-one-out with each term held neutral in turn and with other weights of
-the fit's prior: which terms the measurements need, and whether the prior matters.
+the fit's prior: which terms the measurements need, and whether the prior matters. With ``--depths 4,9``, the
+whole fit again with the config's COMPUTE_LATENCY at each depth (the RTL's compute pipeline: the board model is
+fitted at the depth of the hardware the config describes; this says what the depth does to the fit).
 
-    python bench/board_fidelity.py [--records FILE] [--config pynq] [--ablations]
+    python bench/board_fidelity.py [--records FILE] [--config pynq] [--ablations] [--depths 4,9]
 """
 
 from __future__ import annotations
@@ -54,6 +56,8 @@ def main() -> None:
     ap.add_argument("--config", default="pynq", help="the calibrated config to judge (default: the pynq preset)")
     ap.add_argument("--ablations", action="store_true",
                     help="also refit with each term held neutral and with other prior weights (about a minute)")
+    ap.add_argument("--depths", type=_depths, default=(), metavar="D,D",
+                    help="also refit with COMPUTE_LATENCY at each of these depths (e.g. 4,9)")
     args = ap.parse_args()
     cfg = load_config(args.config)
     print(header("board_fidelity", f"board latency model of {cfg.model} vs measurements in "
@@ -118,6 +122,32 @@ def main() -> None:
             worst = float(np.max(np.abs(np.log(held / measured))))
             print(f"| {name} | {agreement(fitted, measured)[0]:.3f} | {agreement(held, measured)[0]:.3f} | "
                   f"{worst:.3f} | {agreement(held, measured)[1]:.3f} |")
+
+    if args.depths:
+        print("\nThe fit at other depths of the compute pipeline (COMPUTE_LATENCY; each refitted, then leave-one-out)"
+              "\n\n| COMPUTE_LATENCY | fit median | fit largest | fit RMS | loss | held-out median | held-out largest | "
+              "held-out Spearman | COMPUTE_LOOP_CYCLES | DMA_EFFICIENCY |\n|---|---|---|---|---|---|---|---|---|---|")
+        for depth in args.depths:
+            at = cfg.replace(COMPUTE_LATENCY=depth, CALIBRATED_FOR="")
+            cases_at, _ = compile_cases(measurements, at)
+            result = fit(cases_at, at)
+            residual = np.log(predict(cases_at, at, result.params) / measured)
+            held = leave_one_out(cases_at, at)
+            worst = float(np.max(np.abs(np.log(held / measured))))
+            print(f"| {depth} | {np.median(np.abs(residual)):.4f} | {np.max(np.abs(residual)):.4f} | "
+                  f"{np.sqrt(np.mean(residual ** 2)):.4f} | {result.cost:.6f} | {agreement(held, measured)[0]:.4f} | "
+                  f"{worst:.4f} | {agreement(held, measured)[1]:.4f} | {result.params['COMPUTE_LOOP_CYCLES']:.4g} | "
+                  f"{result.params['DMA_EFFICIENCY']:.4g} |")
+
+
+def _depths(text: str) -> tuple[int, ...]:
+    try:
+        depths = tuple(int(x) for x in text.split(","))
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"{text!r}: comma-separated COMPUTE_LATENCY values, e.g. 4,9") from None
+    if not depths or any(d < 0 for d in depths):
+        raise argparse.ArgumentTypeError(f"{text!r}: comma-separated COMPUTE_LATENCY values of 0 or more, e.g. 4,9")
+    return depths
 
 
 if __name__ == "__main__":

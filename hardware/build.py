@@ -1,5 +1,5 @@
 """Builds, once per config, the Verilator model of the generated RTL and its C++ harness into a shared
-library, in the cache: ~/.cache/vta-stack/rtl/<config fingerprint>/<build key>/ (the key adds the capability
+library, in the cache: ~/.cache/vta-stack/rtl/<config's hardware fingerprint>/<build key>/ (the key adds the capability
 set, the register spacing and a hash of the generator's and the harness's sources, so any change rebuilds).
 
 Every step is a function; a build holds a file lock, so concurrent processes build a config once, and a
@@ -40,7 +40,7 @@ class BuildError(ChildProcessError):
 
 def build_dir(cfg: HwConfig, dsp_packing: bool | None = None) -> Path:
     """The cache entry of ``cfg``'s RTL built with the generator's options (``dsp_packing``: None = default)."""
-    return cache_root() / cfg.fingerprint / build_key(cfg, dsp_packing)
+    return cache_root() / cfg.hardware_fingerprint / build_key(cfg, dsp_packing)
 
 
 def _run(cmd: list[str], env: dict[str, str] | None, what: str, log: Path) -> None:

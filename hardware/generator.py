@@ -36,10 +36,10 @@ def source_hash() -> str:
 
 
 def build_key(cfg: HwConfig, dsp_packing: bool | None = None) -> str:
-    """What the generated RTL depends on: the config's fingerprint, its capability set (which the fingerprint
-    leaves out: it changes no program, but it changes the hardware), its register spacing, the sources and the
-    generator's options (``dsp_packing``: None is the config's default, hardware/dsp_packing.py)."""
-    text = f"{cfg.fingerprint}/{cfg.CAPABILITIES}/{cfg.MMIO_RANGE}/{source_hash()}"
+    """What the generated RTL depends on: the config's hardware fingerprint (``HwConfig.hardware_fingerprint``: the
+    board latency model left out), its capability set (which the fingerprint leaves out: it changes no program,
+    but it changes the hardware), its register spacing, the sources and the generator's options (``dsp_packing``: None is the config's default, hardware/dsp_packing.py)."""
+    text = f"{cfg.hardware_fingerprint}/{cfg.CAPABILITIES}/{cfg.MMIO_RANGE}/{source_hash()}"
     if resolve_packing(cfg, dsp_packing):
         text += "/dsp-packing"
     return hashlib.sha256(text.encode()).hexdigest()[:16]

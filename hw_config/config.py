@@ -330,12 +330,21 @@ class HwConfig:
     def fingerprint(self) -> str:
         """Stable hash of everything that changes programs or timing (the description and the board's address
         map excluded; the board latency model included when it applies and is not neutral)."""
+        return self._fingerprint(with_board_model=self.board_model)
+
+    @property
+    def hardware_fingerprint(self) -> str:
+        """The fingerprint without the board latency model, which changes no hardware: what the generated RTL and
+        its syntheses are cached by, so a calibrated preset and its design uncalibrated share them (it is
+        ``fingerprint`` wherever no board model applies)."""
+        return self._fingerprint(with_board_model=False)
+
+    def _fingerprint(self, with_board_model: bool) -> str:
         d = self.to_dict()
         for key in ("DESCRIPTION", "CAPABILITIES", "CALIBRATED_FOR", *BOARD_KEYS):   # capabilities refuse programs
             d.pop(key)
-        applies = self.board_model
         for key in LATENCY_KEYS:
-            if not applies or d[key] == LATENCY_NEUTRAL[key]:
+            if not with_board_model or d[key] == LATENCY_NEUTRAL[key]:
                 d.pop(key)
         return hashlib.sha256(json.dumps(d, sort_keys=True).encode()).hexdigest()[:16]
 
@@ -361,10 +370,13 @@ class HwConfig:
         return self.has_latency_keys and self.CALIBRATED_FOR in ("", self.design_fingerprint)
 
     def board_model_note(self) -> str | None:
-        """Why a config that carries a board model gets cycles-only times, in words; None when the model applies
-        or there is none."""
-        if not self.has_latency_keys or self.board_model:
+        """Why a config has no board model (its times are cycles at the clock), in one line; None when it has
+        one: one carried but calibrated for another design, or none calibrated for this design's board at all."""
+        if self.board_model:
             return None
+        if not self.has_latency_keys:
+            return (f"no board model: none is calibrated for {self.name}'s design (vta calibrate fits one to board "
+                    "measurements, docs/calibrate.md); times are the simulator's cycles at the clock")
         whose = next((f"the {name} preset's design" for name in presets()
                       if (c := load_config(name)).CALIBRATED_FOR == self.CALIBRATED_FOR and c.board_model), None)
         return (f"no board model: its board latency model was calibrated for another design "

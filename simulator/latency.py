@@ -18,13 +18,19 @@ module adds it, term by term, from the instruction stream and the config's LATEN
 
 The host, cache and launch terms are serial with the accelerator (VTA builds the whole stream, then launches
 it and waits), so they add. With every key at its neutral value the model is the simulator itself:
-``latency_s == cycles / clock`` exactly. The re-timer times each transfer alone on the bus (the schedule of
-``ReferenceSimulator(cfg, shared_bus=False)``; tests check it): the board's fitted ``DMA_EFFICIENCY`` stands for
-the port's sustained rate, the sharing among DMA engines included.
+``latency_s == cycles / clock`` exactly.
+
+The re-timer times each transfer alone on the bus (the schedule of ``ReferenceSimulator(cfg, shared_bus=False)``;
+tests check it), which the simulator's shared DRAM bus never beats: where transfers overlap, the simulator's
+cycles (the count the RTL is held to) exceed the re-timed length at no extra (docs/calibrate.md gives a case). So
+the board's accelerator time is the simulator's cycles plus what the board's durations add to the re-timed
+schedule, ``cycles + accel_cycles(extra) - accel_cycles()``: the simulator's cycles at no extra, and never below
+them (re-timing alone put a board slower than the neutral model below it, by the bus sharing).
 """
 
 from __future__ import annotations
 
+import functools
 from dataclasses import dataclass
 
 import numpy as np
@@ -67,14 +73,17 @@ class BoardProgram:
     """One instruction stream, decoded once for the board model: what the host terms count, and the
     simulator's schedule as a dependency graph that ``accel_cycles`` re-times for any board durations.
 
-    The stream must be one the simulator ran to completion (every pop has its push).
+    The stream must be one the simulator ran to completion (every pop has its push); ``cycles``, the simulator's
+    count for it (its shared DRAM bus included), is the base the board's extra durations add to (``board_cycles``);
+    without it the base is the re-timed schedule, each transfer alone on the bus.
     """
 
-    def __init__(self, cfg: HwConfig, insns: np.ndarray):
+    def __init__(self, cfg: HwConfig, insns: np.ndarray, cycles: int | None = None):
         from simulator.core import _params, ffi, lib  # the C library, loaded with the simulator
 
         rows = np.ascontiguousarray(insns, dtype=np.uint8).reshape(-1, INSN_BYTES)
         self.cfg = cfg
+        self.cycles = cycles
         n = self.n = rows.shape[0]
         # durations (the simulator's, docs/simulator.md "Timing model"), features, host counts and the schedule's
         # dependencies (the equations of docs/simulator.md), read from the stream in C (vta_board_program;
@@ -176,6 +185,26 @@ class BoardProgram:
         alone on the bus."""
         return float(self._times(extra)[1].max()) if self.n else 0.0
 
+    @functools.cached_property
+    def sharing_cycles(self) -> float:
+        """The simulator's cycles beyond the re-timed schedule at no extra: what sharing the DRAM bus among
+        overlapping transfers cost the stream (0 without ``cycles``). Refused below 0: the shared bus never beats
+        every transfer alone, so such a count is not this stream's."""
+        if self.cycles is None:
+            return 0.0
+        solo = self.accel_cycles()
+        if self.cycles < solo:
+            raise ValueError(f"cycles={self.cycles}: fewer than this stream takes with every transfer alone on the "
+                             f"bus ({solo:g}); give the simulator's cycle count for this stream")
+        return float(self.cycles) - solo
+
+    def board_cycles(self, extra: tuple[float, float, float] = (0.0, 0.0, 0.0)) -> float:
+        """The accelerator's cycles on the board: the simulator's (``cycles``) plus what the board's ``extra``
+        durations add to the re-timed schedule (``accel_cycles(extra) - accel_cycles()``)."""
+        if self.cycles is not None and not any(extra):
+            return float(self.cycles)
+        return self.accel_cycles(extra) + self.sharing_cycles
+
     def accel_cycles_and_path(self, extra: tuple[float, float, float]) -> tuple[float, np.ndarray]:
         """``accel_cycles(extra)`` and the beats, rows and loop iterations on its critical path: the
         derivative of the length with respect to ``extra`` (the length is piecewise linear in it)."""
@@ -229,7 +258,7 @@ class BoardProgram:
         config's own)."""
         p = _params(params if params is not None else self.cfg)
         extra = accel_extra(p)
-        cycles = self.accel_cycles(extra)
+        cycles = self.board_cycles(extra)
         counts = self.host_counts()
         return LatencyBreakdown(
             launch_s=p["LAUNCH_US"] * HOST_UNIT_S["LAUNCH_US"],
@@ -249,16 +278,10 @@ def accel_extra(params: dict[str, float]) -> tuple[float, float, float]:
     return (beat_extra(params["DMA_EFFICIENCY"]), params["DMA_ROW_CYCLES"], params["COMPUTE_LOOP_CYCLES"])
 
 
-def board_latency(cfg: HwConfig, insns: np.ndarray, cycles: int | None = None) -> LatencyBreakdown:
-    """Predicted wall time of one call of a stream the simulator ran (``cycles``: its cycle count, which
-    spares re-timing when the config adds nothing on the accelerator side)."""
+def board_latency(cfg: HwConfig, insns: np.ndarray, cycles: int) -> LatencyBreakdown:
+    """Predicted wall time of one call of a stream the simulator ran in ``cycles`` (its count: the base of the
+    accelerator's time; without a board model, the whole of it at the clock)."""
     clock = cfg.CLOCK_MHZ * 1e6
     if not cfg.board_model:
-        if cycles is None:
-            cycles = int(BoardProgram(cfg, insns).accel_cycles())
         return LatencyBreakdown(accel_s=cycles / clock)
-    program = BoardProgram(cfg, insns)
-    if cycles is not None and not any(accel_extra(cfg.latency_params())):
-        host = program.latency(cfg)
-        return LatencyBreakdown(host.launch_s, host.host_s, host.cache_s, cycles / clock)
-    return program.latency(cfg)
+    return BoardProgram(cfg, insns, cycles).latency(cfg)

@@ -7,7 +7,10 @@ feature vectors over whole spaces, and one ResNet-18 inference's output and cycl
 recomputes them and compares with ``tests/data/program_digests.json``, written before the #14 refactor
 (the three network digests re-recorded when the zoo's calibration pass became machine-independent, issue #22:
 every digested value is the same on every x86-64 CPU, whichever kernel OpenBLAS picks; and again when the
-timing model gained the shared DRAM bus, issue #24: the same outputs and programs, 1-3 % more cycles).
+timing model gained the shared DRAM bus, issue #24: the same outputs and programs, 1-3 % more cycles; and the
+tuner's feature vectors and the three network digests when the Xilinx presets' COMPUTE_LATENCY became the depth of
+the RTL's compute pipeline, 4 to 9, issue #38: every instruction stream the same, 5 more cycles per GEMM/ALU
+instruction in the features' analytic estimates and the networks' cycles).
 """
 
 from __future__ import annotations

@@ -99,7 +99,7 @@ def dependent_program(cfg: HwConfig, distance: int, seed: int) -> ProgramImage:
 
 # every depth from 4 to 9 (the products registered from 6 on, the SRAMs' outputs from 5), all with DSP packing
 # (the default of pynq's TARGET: hardware/dsp_packing.py)
-CONFIGS = {"pynq-9": ("pynq", {"COMPUTE_LATENCY": 9}), "pynq-4": ("pynq", {}),
+CONFIGS = {"pynq-9": ("pynq", {}), "pynq-4": ("pynq", {"COMPUTE_LATENCY": 4}),
            "small-5": ("pynq", {**SMALL, "COMPUTE_LATENCY": 5}), "small-6": ("pynq", {**SMALL, "COMPUTE_LATENCY": 6}),
            "small-7": ("pynq", {**SMALL, "COMPUTE_LATENCY": 7}), "small-8": ("pynq", {**SMALL, "COMPUTE_LATENCY": 8})}
 

@@ -996,16 +996,16 @@ FIGURES = [
     Figure("docs/networks.md", "ResNet-18's is about 180 KB", _R18_REPORT),
     Figure("docs/networks.md", "`military uniform #652 (0.0416)`", _R18_REPORT,
            lambda out: "`" + re.search(r"image 0: (.+? #\d+ \([\d.]+\)),", out).group(1) + "`"),
-    Figure("docs/networks.md", "compute is busy ~96 % of ResNet-18's cycles on pynq while its points sit at ~72 % of "
+    Figure("docs/networks.md", "compute is busy ~96 % of ResNet-18's cycles on pynq while its points sit at ~71 % of "
            "the peak", _R18_REPORT, lambda out: (
                f"compute is busy ~{round(float(_compute_shares(out)[0]))} % of ResNet-18's cycles on pynq while its "
                f"points sit at ~{round(float(_compute_shares(out)[1]))} % of the peak")),
-    Figure("docs/simulate.md", "keeps compute busy 96.1 % of its accelerator cycles, of which 71.5 % are MAC cycles "
-           "(36.6 of 51.2 GOPS, simulated) and 24.6 % other compute work", _R18_REPORT, lambda out: (
+    Figure("docs/simulate.md", "keeps compute busy 96.1 % of its accelerator cycles, of which 71.4 % are MAC cycles "
+           "(36.6 of 51.2 GOPS, simulated) and 24.7 % other compute work", _R18_REPORT, lambda out: (
                "keeps compute busy {} % of its accelerator cycles, of which {} % are MAC cycles ({} of {} GOPS, "
                "simulated) and {} % other compute work".format(*_compute_shares(out)))),
-    Figure("docs/simulate.md", "`layer1.0.conv1` on pynq is 637,592 simulated cycles = 6.376 ms, 36.3 GOPS **simulated** "
-           "in `vta run`'s table, and 23.363 ms **board model** beside it", _R18_REPORT, lambda out: (
+    Figure("docs/simulate.md", "`layer1.0.conv1` on pynq is 638,187 simulated cycles = 6.382 ms, 36.2 GOPS **simulated** "
+           "in `vta run`'s table, and 23.352 ms **board model** beside it", _R18_REPORT, lambda out: (
                "`layer1.0.conv1` on pynq is {4} simulated cycles = {5} ms, {6} GOPS **simulated** in `vta run`'s table, "
                "and {8} ms **board model** beside it".format(*_r18_row(out, "layer1.0.conv1")))),
     Figure("docs/networks.md", "in 500 bins of the whole run", (_python(
@@ -1030,9 +1030,9 @@ FIGURES = [
         "from tuning.cpu import MEASUREMENTS_PER_WORKER as n\nprint(f'A fresh worker replaces it every {n} configs')"),)),
     # docs/calibrate.md: the pynq preset's board model, and what bench/board_fidelity.py prints about it
     *[Figure("docs/calibrate.md", f"| `{key}` | {text} |", (_python(_PYNQ_TERMS),)) for key, text in (
-        ("LAUNCH_US", "41.96 us per stream"), ("HOST_INSN_NS", "384.2 ns"), ("HOST_UOP_NS", "8.015 ns"),
-        ("CACHE_NS_PER_BYTE", "0.35 ns/byte"), ("DMA_EFFICIENCY", "0.7101"), ("DMA_ROW_CYCLES", "44.69 cycles per row"),
-        ("COMPUTE_LOOP_CYCLES", "19.01 cycles per iteration"))],
+        ("LAUNCH_US", "41.81 us per stream"), ("HOST_INSN_NS", "376.1 ns"), ("HOST_UOP_NS", "7.963 ns"),
+        ("CACHE_NS_PER_BYTE", "0.3438 ns/byte"), ("DMA_EFFICIENCY", "0.7095"), ("DMA_ROW_CYCLES", "44.85 cycles per row"),
+        ("COMPUTE_LOOP_CYCLES", "18.97 cycles per iteration"))],
     Figure("docs/calibrate.md", "each output vector pays about 4 x 19 cycles", (_python(
         _PYNQ + "print(f'each output vector pays about 4 x {round(c.COMPUTE_LOOP_CYCLES)} cycles')"),)),
     Figure("docs/calibrate.md", "The DMA sustains about 71% of the 64-bit port's peak and each row costs about 45 "

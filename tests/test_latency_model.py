@@ -307,8 +307,32 @@ def test_both_simulators_report_the_same_latency():
             sim.map(b.addr, b.nbytes)
         sim.write(op.program.uop_buffer.addr, op.program.streams[0].uop_words.view(np.uint8))
         stats = sim.run(insns, compute=False)
-        assert stats.latency_s == pytest.approx(board_latency(PYNQ, insns).total_s, rel=1e-12)
+        assert stats.latency_s == pytest.approx(board_latency(PYNQ, insns, stats.cycles).total_s, rel=1e-12)
         assert stats.to_dict()["latency_s"] == stats.latency_s
+
+
+def test_the_board_time_starts_from_the_simulators_cycles_never_below_them():
+    """The simulator's cycles (its shared DRAM bus: the count the RTL is held to) exceed the re-timed schedule,
+    each transfer alone, where transfers overlap (this conv). The board's accelerator time is those cycles plus
+    what the board's durations add to the re-timed schedule: the simulator's at no extra, and never less at any
+    extra (re-timed alone, a board a hair slower than the port's peak came out 2 % faster than the neutral model)."""
+    insns, stats = streams_of(conv(NEUTRAL))[0]
+    program = BoardProgram(NEUTRAL, insns, stats.cycles)
+    assert stats.cycles > program.accel_cycles()            # the shared bus cost this stream cycles
+    assert program.board_cycles() == stats.cycles
+    for extra in ((1e-9, 0.0, 0.0), (0.0, 1e-6, 0.0), (0.4, 17.0, 9.0)):
+        added = program.accel_cycles(extra) - program.accel_cycles()
+        assert program.board_cycles(extra) == pytest.approx(stats.cycles + added, rel=1e-15, abs=0)
+        assert program.board_cycles(extra) > stats.cycles
+    barely = NEUTRAL.replace(DMA_EFFICIENCY=0.99999, CALIBRATED_FOR="")   # a board model, nearly neutral
+    assert barely.board_model and not NEUTRAL.board_model
+    slower = board_latency(barely, insns, stats.cycles).accel_s
+    assert stats.seconds < slower < stats.seconds * 1.001 and board_latency(NEUTRAL, insns, stats.cycles).accel_s == \
+        stats.seconds
+    timed = conv(barely).time()   # the simulator's own path (RunStats.latency_s)
+    assert timed.cycles == stats.cycles and timed.seconds < timed.latency_s < timed.seconds * 1.001
+    with pytest.raises(ValueError, match=r"cycles=\d+: fewer than this stream takes with every transfer alone"):
+        BoardProgram(NEUTRAL, insns, int(program.accel_cycles()) - 1).board_cycles((0.5, 0.0, 0.0))
 
 
 # ---- terms ------------------------------------------------------------------------------------------------------
@@ -369,13 +393,14 @@ def test_critical_path_is_the_derivative():
 def test_latency_grows_with_every_parameter_and_programs_sum_their_streams():
     op = conv(PYNQ, SCHEDULES[2], max_insns=120)
     stats = op.program.run(compute=False)
-    parts = [board_latency(PYNQ, s.insns).total_s for s in op.program.streams]
+    runs = streams_of(op)
+    parts = [board_latency(PYNQ, insns, run.cycles).total_s for insns, run in runs]
     assert stats.latency_s == pytest.approx(sum(parts), rel=1e-12) and stats.latency_s > stats.seconds
-    insns = op.program.streams[0].insns
-    base = board_latency(PYNQ, insns).total_s
+    insns, run = runs[0]
+    base = board_latency(PYNQ, insns, run.cycles).total_s
     for key in LATENCY_KEYS:
         worse = PYNQ.replace(**{key: PYNQ.DMA_EFFICIENCY / 2 if key == "DMA_EFFICIENCY" else getattr(PYNQ, key) * 2})
-        assert board_latency(worse, insns).total_s > base, key
+        assert board_latency(worse, insns, run.cycles).total_s > base, key
 
 
 def test_compiled_ops_and_stats_report_board_latency():
@@ -393,7 +418,7 @@ def test_compiled_ops_and_stats_report_board_latency():
 #
 # None of the figures below calls the model: they apply docs/simulator.md ("Timing model": durations, dispatch,
 # tokens) and docs/calibrate.md (its table: what each term counts, and the pynq column) by hand. pynq's timing
-# numbers: bus B = 8 bytes, DRAM_LATENCY 32, DMA_BURST_BEATS 16, DMA_BURST_GAP 2, COMPUTE_LATENCY 4, GEMM_II 1,
+# numbers: bus B = 8 bytes, DRAM_LATENCY 32, DMA_BURST_BEATS 16, DMA_BURST_GAP 2, COMPUTE_LATENCY 9, GEMM_II 1,
 # ALU_II 2, 100 MHz. Fetching an instruction takes ceil(16 / 8) = 2 cycles, so instruction i (no queue ever full
 # here) is dispatched at 32 + 2 (i + 1): 34, 36, 38, ... DRAM element bytes: INP and OUT 16, WGT 256, UOP 4.
 # A DMA is DRAM_LATENCY + rows * (beats + bursts * 2), with rows = y_size unless the transfer is contiguous
@@ -401,13 +426,13 @@ def test_compiled_ops_and_stats_report_board_latency():
 # The board adds BEAT per beat of every row and ROW per row of a DMA, LOOP per iter_out x iter_in iteration of a
 # GEMM/ALU, all re-timed through the same schedule; then launch + host + cache, which add.
 
-LAUNCH_S = 41.96e-6     # LAUNCH_US, once per stream
-INSN_S = 384.2e-9       # HOST_INSN_NS, per instruction
-UOP_S = 8.015e-9        # HOST_UOP_NS, per micro-op word the stream loads
-BYTE_S = 0.35e-9        # CACHE_NS_PER_BYTE, per byte of the stream and of the DRAM its transfers span
-BEAT = 1 / 0.7101 - 1   # DMA_EFFICIENCY 0.7101: extra cycles per bus beat
-ROW = 44.69             # DMA_ROW_CYCLES, per DMA row
-LOOP = 19.01            # COMPUTE_LOOP_CYCLES, per loop iteration
+LAUNCH_S = 41.81e-6     # LAUNCH_US, once per stream
+INSN_S = 376.1e-9       # HOST_INSN_NS, per instruction
+UOP_S = 7.963e-9        # HOST_UOP_NS, per micro-op word the stream loads
+BYTE_S = 0.3438e-9      # CACHE_NS_PER_BYTE, per byte of the stream and of the DRAM its transfers span
+BEAT = 1 / 0.7095 - 1   # DMA_EFFICIENCY 0.7095: extra cycles per bus beat
+ROW = 44.85             # DMA_ROW_CYCLES, per DMA row
+LOOP = 18.97            # COMPUTE_LOOP_CYCLES, per loop iteration
 CLOCK_HZ = 100e6
 INP_AT, UOP_AT, OUT_AT = 0x10000, 0x20000, 0x30000   # DRAM byte addresses of the streams' data
 INP, WGT, UOP, OUT = (MEM_TYPES[k] for k in ("INP", "WGT", "UOP", "OUT"))
@@ -419,7 +444,7 @@ class Hand:
 
     insns: np.ndarray
     cycles: int           # the simulator's (every board key neutral)
-    board_cycles: float   # the accelerator re-timed with the board's durations
+    board_cycles: float   # the simulator's cycles + what the board's durations add to the re-timed schedule
     uop_words: int
     cache_bytes: int
 
@@ -458,17 +483,18 @@ def hand_programs() -> dict[str, Hand]:
     #  0 LOAD INP (4 rows, as above; pushes l2g)    load     [34, 98]                    board + 24 BEAT + 4 ROW
     #  1 LOAD UOP, 2 words back to back: one     compute  [36, 36 + 32 + 1 + 2 = 71]  board + BEAT + ROW, ends
     #    row of 8 bytes, 1 beat                               at ~116, before 0 does: off the critical path
-    #  2 GEMM 3 x 2 iterations x 2 uops (pops l2g)   compute  [98, 98 + 4 + 12 = 114]     board + 6 LOOP
-    #  3 ALU 2 x 5 iterations x 1 uop, II 2          compute  [114, 114 + 4 + 20 = 138]   board + 10 LOOP
+    #  2 GEMM 3 x 2 iterations x 2 uops (pops l2g)   compute  [98, 98 + 9 + 12 = 119]     board + 6 LOOP
+    #  3 ALU 2 x 5 iterations x 1 uop, II 2          compute  [119, 119 + 9 + 20 = 148]   board + 10 LOOP
     #    (pushes g2s)
-    #  4 STORE 20 OUT elements: 320 bytes, 40 beats, store    [138, 138 + 32 + 40 + 3 * 2 = 216]
+    #  4 STORE 20 OUT elements: 320 bytes, 40 beats, store    [148, 148 + 32 + 40 + 3 * 2 = 226]
     #    3 bursts (pops g2s, pushes s2g)                                                 board + 40 BEAT + ROW
-    #  5 FINISH (pops s2g)                           compute  [216, 217]
+    #  5 FINISH (pops s2g)                           compute  [226, 227]
     # That is the schedule the board model re-times (each transfer alone). The simulator shares the bus: 0 asks
     # 24 beats over 32 cycles (0.75 a cycle), 1 one beat over 3 (1/3); together over one beat a cycle during
     # [36, 39], so 1 gets what it asks and 0 the 2/3 left, floor(2/3 / 0.75 * 2^20) = 932,067 of 2^20 of its
     # solo timeline a cycle: 0's last beat goes out at 39 + ceil((30 * 2^20 - 3 * 932,067) / 2^20) = 67, and
-    # everything after moves by one cycle: 218.
+    # everything after moves by one cycle: 228. The board's time starts from the simulator's 228 and adds what its
+    # durations add to the re-timed schedule (227 + the terms on its critical path).
     serial = [_load(INP, INP_AT, 4, 3, 10, push_next_dep=1), _load(UOP, UOP_AT, 2, 1, 1),
               GemmInsn(pop_prev_dep=1, uop_bgn=0, uop_end=2, iter_out=3, iter_in=2),
               AluInsn(push_next_dep=1, uop_bgn=0, uop_end=1, iter_out=2, iter_in=5, alu_opcode=ALU_OPCODES["MAX"],
@@ -476,18 +502,18 @@ def hand_programs() -> dict[str, Hand]:
               MemInsn(opcode=OPCODES["STORE"], memory_type=OUT, dram_base=OUT_AT // 16, y_size=1, x_size=20,
                       x_stride=20, pop_prev_dep=1, push_prev_dep=1),
               FinishInsn(pop_next_dep=1)]
-    out["serial"] = Hand(assemble(serial, PYNQ), 218, 217 + (24 + 40) * BEAT + (4 + 1) * ROW + (6 + 10) * LOOP,
+    out["serial"] = Hand(assemble(serial, PYNQ), 228, 228 + (24 + 40) * BEAT + (4 + 1) * ROW + (6 + 10) * LOOP,
                          2, 6 * 16 + (3 * 10 + 3) * 16 + 2 * 4 + 20 * 16)
-    # a load beside a long GEMM, no token between them: load [34, 98], GEMM 10 x 10 iterations [36, 36 + 104 = 140],
-    # FINISH [140, 141]. On the board the load grows to ~287 and still ends under the GEMM (140 + 100 LOOP):
+    # a load beside a long GEMM, no token between them: load [34, 98], GEMM 10 x 10 iterations [36, 36 + 109 = 145],
+    # FINISH [145, 146]. On the board the load grows to ~287 and still ends under the GEMM (145 + 100 LOOP):
     # its extra DMA time hides, only the GEMM's loop term shows.
     gemm = GemmInsn(uop_bgn=0, uop_end=1, iter_out=10, iter_in=10)
     out["overlapped"] = Hand(assemble([_load(INP, INP_AT, 4, 3, 10), gemm, fin], PYNQ),
-                             141, 141 + 100 * LOOP, 0, 3 * 16 + (3 * 10 + 3) * 16)
-    # the same with the GEMM waiting for the load (l2g): GEMM [98, 202], FINISH [202, 203]; on the board every term adds
+                             146, 146 + 100 * LOOP, 0, 3 * 16 + (3 * 10 + 3) * 16)
+    # the same with the GEMM waiting for the load (l2g): GEMM [98, 207], FINISH [207, 208]; on the board every term adds
     waits = GemmInsn(pop_prev_dep=1, uop_bgn=0, uop_end=1, iter_out=10, iter_in=10)
     out["dependent"] = Hand(assemble([_load(INP, INP_AT, 4, 3, 10, push_next_dep=1), waits, fin], PYNQ),
-                            203, 203 + 24 * BEAT + 4 * ROW + 100 * LOOP, 0, 3 * 16 + (3 * 10 + 3) * 16)
+                            208, 208 + 24 * BEAT + 4 * ROW + 100 * LOOP, 0, 3 * 16 + (3 * 10 + 3) * 16)
     return out
 
 
@@ -503,12 +529,12 @@ def hand_sim(cfg) -> Simulator:
 
 def test_the_hand_figures_use_the_pynq_presets_numbers():
     """The constants above are docs/calibrate.md's pynq column and the pynq preset's timing numbers."""
-    assert PYNQ.latency_params() == {"LAUNCH_US": 41.96, "HOST_INSN_NS": 384.2, "HOST_UOP_NS": 8.015,
-                                     "CACHE_NS_PER_BYTE": 0.35, "DMA_EFFICIENCY": 0.7101, "DMA_ROW_CYCLES": 44.69,
-                                     "COMPUTE_LOOP_CYCLES": 19.01}
+    assert PYNQ.latency_params() == {"LAUNCH_US": 41.81, "HOST_INSN_NS": 376.1, "HOST_UOP_NS": 7.963,
+                                     "CACHE_NS_PER_BYTE": 0.3438, "DMA_EFFICIENCY": 0.7095, "DMA_ROW_CYCLES": 44.85,
+                                     "COMPUTE_LOOP_CYCLES": 18.97}
     timing = ("BUS_BYTES", "DRAM_LATENCY", "DMA_BURST_BEATS", "DMA_BURST_GAP", "COMPUTE_LATENCY", "GEMM_II", "ALU_II",
               "CLOCK_MHZ", "INP_WIDTH", "WGT_WIDTH", "BATCH", "BLOCK_IN", "BLOCK_OUT")
-    assert [getattr(PYNQ, k) for k in timing] == [8, 32, 16, 2, 4, 1, 2, 100, 8, 8, 1, 16, 16]
+    assert [getattr(PYNQ, k) for k in timing] == [8, 32, 16, 2, 9, 1, 2, 100, 8, 8, 1, 16, 16]
     assert PYNQ.INSN_QUEUE_DEPTH > 6 and PYNQ.TOKEN_QUEUE_DEPTH >= 1
 
 
@@ -517,7 +543,7 @@ def test_latency_by_hand(name):
     """Each term of board_latency, and RunStats.latency_s, equal the figures worked out by hand; with every key
     neutral the simulator's cycles are the hand-computed ones and latency_s is exactly cycles at the clock."""
     hand = HAND[name]
-    got = board_latency(PYNQ, hand.insns)
+    got = board_latency(PYNQ, hand.insns, hand.cycles)
     assert {k: getattr(got, k) for k in ("launch_s", "host_s", "cache_s", "accel_s")} == \
         pytest.approx(hand.seconds(), rel=1e-12)
     neutral = hand_sim(NEUTRAL).run(hand.insns)
@@ -588,6 +614,20 @@ def test_latency_keys_are_config_keys():
     assert load_config(json.loads(PYNQ.to_json())) == PYNQ
 
 
+def test_the_board_model_changes_no_hardware_fingerprint():
+    """The board latency model changes no hardware: the calibrated pynq preset's RTL and Yosys caches are those
+    of its design uncalibrated (one build, one 40-minute synthesis, for `--config pynq` and `--set
+    COMPUTE_LATENCY=9` alike); everywhere else the hardware fingerprint is the fingerprint."""
+    from hardware.build import build_dir
+    from hardware.fpga.synth import result_dir
+
+    bare = PYNQ.replace(**LATENCY_NEUTRAL)
+    assert PYNQ.fingerprint != bare.fingerprint and PYNQ.hardware_fingerprint == bare.fingerprint
+    assert build_dir(PYNQ) == build_dir(bare) and result_dir(PYNQ, "xc7") == result_dir(bare, "xc7")
+    assert all(c.hardware_fingerprint == c.fingerprint for c in map(load_config, presets()) if not c.board_model)
+    assert load_config("pynq", COMPUTE_LATENCY=8).hardware_fingerprint != PYNQ.hardware_fingerprint
+
+
 @pytest.mark.parametrize(("key", "value"), [("DMA_EFFICIENCY", 0), ("DMA_EFFICIENCY", 1.5), ("LAUNCH_US", -1),
                                             ("HOST_INSN_NS", float("nan")), ("COMPUTE_LOOP_CYCLES", True),
                                             ("CACHE_NS_PER_BYTE", "fast")])
@@ -616,7 +656,12 @@ def test_the_pynq_board_model_applies_only_to_the_design_it_was_calibrated_on(ov
     note = variant.board_model_note()
     assert note.startswith("no board model: its board latency model was calibrated for another design (the pynq "
                            "preset's design)") and note.endswith("times are the simulator's cycles at the clock")
-    assert PYNQ.board_model_note() is None and load_config("sim").board_model_note() is None
+    assert PYNQ.board_model_note() is None
+    for name in ("sim", "ultra96", "block32"):   # no board model at all: they say that none is calibrated
+        cfg = load_config(name)
+        assert cfg.board_model_note() == (f"no board model: none is calibrated for {cfg.name}'s design (vta calibrate "
+                                          "fits one to board measurements, docs/calibrate.md); times are the "
+                                          "simulator's cycles at the clock")
     # through a file: a variant written and read back, an older file without CALIBRATED_FOR (the preset's keys
     # copied into it, as dse/front/NN.json had them), VTA's own vta_config.json of the variant
     written = json.loads(variant.to_json())

@@ -137,6 +137,7 @@ def test_vta_run_claims_a_board_figure_only_where_there_is_one(capsys):
     out = capsys.readouterr().out
     table = out[out.index("layer "):]
     assert "board ms" in table.splitlines()[0] and "ms on the board, predicted by the board model);" in table
+    assert "no board model" not in out
     # issue 39, item 4: the table says the basis of each figure, once, under it
     legend = ("basis: VTA rows' cycles, time ms and GOPS are simulated (cycles at 100 MHz; GOPS = 2 x MACs / that "
               "time); board ms is the board model's prediction of a call on the board")
@@ -150,6 +151,10 @@ def test_vta_run_claims_a_board_figure_only_where_there_is_one(capsys):
     out = capsys.readouterr().out
     table = out[out.index("layer "):]
     assert "board ms" not in table.splitlines()[0] and "cycles" in table.splitlines()[0]
+    # no board model: the run says why, in one line (issue 38: no silent loss of the board figure)
+    why = (f"no board model: none is calibrated for {load_config('sim').name}'s design (vta calibrate fits one to "
+           "board measurements, docs/calibrate.md); times are the simulator's cycles at the clock")
+    assert [line for line in out.splitlines() if "board model" in line and not line.startswith("basis")] == [why]
     assert "basis: VTA rows' cycles, time ms and GOPS are simulated (cycles at 100 MHz; GOPS = 2 x MACs / that " \
         "time); CPU rows' time ms is measured on this machine" in table
     assert "board" not in out[out.index("inference: "):]

@@ -123,6 +123,11 @@ def cfg() -> HwConfig:
     return load_config("pynq")
 
 
+# The timing tests below work their figures out by hand from docs/simulator.md's equations with a GEMM/ALU taking
+# 4 + n x II cycles: they run pynq at COMPUTE_LATENCY 4 (the preset's is its RTL pipeline's depth, 9).
+HAND_TIMED = {"COMPUTE_LATENCY": 4}
+
+
 # ---- VTA's golden programs ----
 
 def replay_golden(name: str, compute: bool = True):
@@ -435,7 +440,8 @@ def test_zero_iterations_are_a_valid_no_op(cfg):
         + gemm(cfg, 0, 0, iters=(4, 4)) + finish(cfg)
     stats = sim.run(prog, trace=True)
     assert stats.gemm_counter == 0 and stats.alu_counter == 0
-    assert [e - s for _, s, e in stats.trace] == [4, 4, 4, 1]  # COMPUTE_LATENCY + 0 iterations
+    latency = cfg.COMPUTE_LATENCY
+    assert [e - s for _, s, e in stats.trace] == [latency, latency, latency, 1]  # COMPUTE_LATENCY + 0 iterations
 
 
 # ---- DRAM / SRAM API ----
@@ -526,6 +532,7 @@ def tile_setup(cfg, sim: ReferenceSimulator):
 
 
 def test_serial_chain_versus_overlapped_pipeline(cfg):
+    cfg = cfg.replace(**HAND_TIMED)
     # Serial: every step waits for the previous one through tokens (store -> compute -> load closes the loop).
     #   0 LOAD INP t0 push l2g    load    s = d0 = 34                          e = 70
     #   1 GEMM t0 pop l2g push g2s compute s = max(0, 36, l2g 70) = 70         e = 75
@@ -614,7 +621,7 @@ def test_full_command_queue_blocks_fetch():
     #   2 GEMM  d = max(36, start(1) 58) + 2 = 60  s = 82   e = 106
     #   3 LOAD NOP (load) d = max(60, 0) + 2 = 62  s = 62   e = 63   (would be 40 with a deep queue)
     #   4 FINISH d = max(62, start(2) 82) + 2 = 84 s = 106  e = 107
-    cfg = load_config("pynq", INSN_QUEUE_DEPTH=1)
+    cfg = load_config("pynq", INSN_QUEUE_DEPTH=1, **HAND_TIMED)
     sim = Sim(cfg)
     sim.write_sram("uop", 0, uops(cfg, (0, 0, 0)))
     long_gemm = gemm(cfg, 0, 1, iters=(1, 20), dst=(0, 1), reset=1)
@@ -622,7 +629,7 @@ def test_full_command_queue_blocks_fetch():
     assert stats.trace == [("compute", 34, 58), ("compute", 58, 82), ("compute", 82, 106), ("load", 62, 63),
                            ("compute", 106, 107)]
     assert stats.stalls["load"]["dispatch"] == 62 and stats.stalls["compute"]["dispatch"] == 34
-    deep = Sim("pynq")
+    deep = Sim(load_config("pynq", **HAND_TIMED))
     deep.write_sram("uop", 0, uops(cfg, (0, 0, 0)))
     assert deep.run(long_gemm * 3 + nop(cfg, "load") + finish(cfg), trace=True).trace[3] == ("load", 40, 41)
 
@@ -638,14 +645,14 @@ def test_token_queue_push_space_stall():
         g = gemm(cfg, 0, 1, iters=(1, 20), dst=(0, 1), reset=1, pop_prev=1)
         return nop(cfg, "load", push_next=1) * 2 + g * 2 + finish(cfg)
 
-    cfg = load_config("pynq", TOKEN_QUEUE_DEPTH=1)
+    cfg = load_config("pynq", TOKEN_QUEUE_DEPTH=1, **HAND_TIMED)
     stats = Sim(cfg).run(program(cfg), trace=True)
     assert stats.trace == [("load", 34, 35), ("load", 38, 39), ("compute", 38, 62), ("compute", 62, 86),
                            ("compute", 86, 87)]
     assert stats.stalls["load"] == {**dict.fromkeys(stats.stalls["load"], 0), "dispatch": 34, "push_l2g": 3}
     assert stats.stalls["compute"]["dispatch"] == 38 and stats.stalls["compute"]["pop_l2g"] == 0
     # With the default depth 8 the second load only waits for its fetch (d = 36).
-    deep = Sim("pynq").run(program(load_config("pynq")), trace=True)
+    deep = Sim(load_config("pynq", **HAND_TIMED)).run(program(load_config("pynq", **HAND_TIMED)), trace=True)
     assert deep.trace[1] == ("load", 36, 37)
     assert deep.stalls["load"]["dispatch"] == 35 and deep.stalls["load"]["push_l2g"] == 0
 
@@ -678,6 +685,7 @@ def test_stall_tie_breaks_pops_in_queue_order_then_dispatch(cfg):
 
 
 def test_event_order_ties_go_load_then_compute_then_store(cfg):
+    cfg = cfg.replace(**HAND_TIMED)
     # 0 GEMM with no iterations: 4 cycles, [34, 38]. 1 GEMM reading inp[0]: s = max(38, 36) = 38.
     # 2 LOAD INP writing inp[0]: s = d(2) = 38. Tie at 38: the load executes first, so the GEMM sees new data.
     rng = np.random.default_rng(7)
@@ -920,6 +928,7 @@ def test_deadlock_by_a_command_queue_that_never_drains():
 
 
 def test_cycle_budget(cfg):
+    cfg = cfg.replace(**HAND_TIMED)
     sim = Sim(cfg)
     x_base, out_base, out_addr, _ = tile_setup(cfg, sim)
     prog = b"".join([

@@ -311,8 +311,10 @@ def compile_cases(measurements: Sequence[Measurement], cfg: HwConfig
         except ValueError as e:   # the workload itself (a shape past the limits, say)
             refused.append((m, f"the template refuses its workload: {e}"))
             continue
-        stats = op.program.run(compute=False)   # checks the program runs; its cycles are the 'before' figure
-        cases.append(Case(m, [BoardProgram(cfg, s.insns) for s in op.program.streams], stats.cycles))
+        # each stream run (it must run), its cycles the base of its board time; their sum is the 'before' figure
+        runs = [s.run(op.device, op.program.uop_buffer, compute=False) for s in op.program.streams]
+        cases.append(Case(m, [BoardProgram(cfg, s.insns, r.cycles) for s, r in zip(op.program.streams, runs)],
+                          sum(r.cycles for r in runs)))
     return cases, refused
 
 
@@ -337,6 +339,7 @@ def _predict_with_gradient(cases: Sequence[Case], cfg: HwConfig, p: dict[str, fl
     for i, c in enumerate(cases):
         for s in c.streams:
             cycles, path = s.accel_cycles_and_path(extra)
+            cycles += s.sharing_cycles   # the board's time starts from the simulator's (BoardProgram.board_cycles)
             counts = s.host_counts()
             host = np.array([HOST_UNIT_S[k] * counts[k] for k in HOST_KEYS])
             pred[i] += cycles / clock + sum(p[k] * h for k, h in zip(HOST_KEYS, host))

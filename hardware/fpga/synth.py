@@ -7,8 +7,8 @@ at the price of no optimisation across module boundaries (a few percent more LUT
 docs/co-design.md). ``-noiopad -noclkbuf``: the core is an IP inside a block design, not a chip's top level.
 
 A synthesis takes from a minute (a small config) to many minutes (pynq) on two cores, so results are cached in
-~/.cache/vta-stack/synth/<config fingerprint>/<key>/result.json (``VTA_SYNTH_CACHE`` moves it), the key being the
-fingerprint, the capability set, the register spacing, the family, a hash of the generator's sources and this
+~/.cache/vta-stack/synth/<config's hardware fingerprint>/<key>/result.json (``VTA_SYNTH_CACHE`` moves it), the key being the
+hardware fingerprint (``HwConfig.hardware_fingerprint``: the board model changes no hardware), the capability set, the register spacing, the family, a hash of the generator's sources and this
 flow, Yosys's version and the generator's DSP packing (hardware/dsp_packing.py): a change to any of them
 synthesises again. A run holds a file lock (concurrent
 processes synthesise a config once) and the result is written last, by rename.
@@ -88,7 +88,7 @@ def synth_key(cfg: HwConfig, family: str, nodsp: bool = False, flow: tuple[str, 
     ``dsp_packing``: the generator's option the RTL was built with (None: the config's default)."""
     from hardware.dsp_packing import resolve_packing
     from hardware.generator import source_hash
-    text = "/".join([cfg.fingerprint, cfg.CAPABILITIES, str(cfg.MMIO_RANGE), family, source_hash(), FLOW_VERSION,
+    text = "/".join([cfg.hardware_fingerprint, cfg.CAPABILITIES, str(cfg.MMIO_RANGE), family, source_hash(), FLOW_VERSION,
                      yosys_version()] + (["nodsp"] if nodsp else []) + list(flow)
                     + (["dsp-packing"] if resolve_packing(cfg, dsp_packing) else []))
     return hashlib.sha256(text.encode()).hexdigest()[:16]
@@ -96,7 +96,7 @@ def synth_key(cfg: HwConfig, family: str, nodsp: bool = False, flow: tuple[str, 
 
 def result_dir(cfg: HwConfig, family: str, nodsp: bool = False, flow: tuple[str, ...] = (),
                dsp_packing: bool | None = None) -> Path:
-    return cache_root() / cfg.fingerprint / synth_key(cfg, family, nodsp, flow, dsp_packing)
+    return cache_root() / cfg.hardware_fingerprint / synth_key(cfg, family, nodsp, flow, dsp_packing)
 
 
 @dataclass(frozen=True)
