@@ -14,7 +14,14 @@ from collections.abc import Callable
 import numpy as np
 
 from graph_pack.opdefs import packed_factors
-from vta.numerics import conv2d_int, pack_blocks, transposed_to_direct, unpack_blocks, wrap_int32
+from vta.numerics import (
+    block_diagonal,
+    conv2d_int,
+    pack_blocks,
+    transposed_to_direct,
+    unpack_blocks,
+    wrap_int32,
+)
 
 Kernel = Callable[..., np.ndarray]
 KERNELS: dict[str, Kernel] = {}
@@ -301,6 +308,8 @@ KERNELS["nn.upsampling"] = lambda a, x: x.repeat(a["scale_h"], axis=2).repeat(a[
 def _layout_transform(a, x):
     f = packed_factors(a["dst_layout"])
     src = a["src_layout"]
+    if f and src == "OIHW" and a["groups"] > 1:   # groups narrower than a block: the block-diagonal kernel
+        return pack_blocks(block_diagonal(x, a["groups"], f[1]), *f)
     if f and src in ("NCHW", "NC", "OIHW", "OI"):
         return pack_blocks(x, *f)
     if f and src == "IOHW":

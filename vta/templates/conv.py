@@ -25,11 +25,14 @@ from hw_config import HwConfig
 from hw_config.isa_rules import INSN_BYTES, LOOP_MAX, PAD_MAX
 from simulator.timing import dma_cycles
 from vta.numerics import (
+    block_diagonal,
     blocks,
     conv2d_int,
     conv2d_transpose_scatter,
+    from_block_diagonal,
     pack_bias,
     pack_blocks,
+    pad_to,
     padded_shape,
     safe_log2,
     transposed_to_direct,
@@ -70,18 +73,29 @@ class ConvGeometry:
     ph: int
     pw: int
     transpose: bool = False
+    dh: int = 1      # dilation: kernel row kh reads input row oh * sh + kh * dh
+    dw: int = 1
+
+    @property
+    def span_h(self) -> int:
+        """Input rows one output row's kernel window covers (the dilated kernel's height)."""
+        return (self.kh - 1) * self.dh + 1
+
+    @property
+    def span_w(self) -> int:
+        return (self.kw - 1) * self.dw + 1
 
     @property
     def out_h(self) -> int:
         if self.transpose:
             return (self.height - 1) * self.sh - 2 * self.ph + self.kh
-        return (self.height + 2 * self.ph - self.kh) // self.sh + 1
+        return (self.height + 2 * self.ph - self.span_h) // self.sh + 1
 
     @property
     def out_w(self) -> int:
         if self.transpose:
             return (self.width - 1) * self.sw - 2 * self.pw + self.kw
-        return (self.width + 2 * self.pw - self.kw) // self.sw + 1
+        return (self.width + 2 * self.pw - self.span_w) // self.sw + 1
 
     @property
     def cob_per_group(self) -> int:
@@ -142,7 +156,7 @@ def rows_in(g: ConvGeometry, t: Tiling, along_h: bool) -> int:
     out_tile, stride, k = (t.h1, g.sh, g.kh) if along_h else (t.w1, g.sw, g.kw)
     if g.transpose:  # compact input rows that the dilated window touches, at most
         return (out_tile + k - 2) // stride + 1
-    return (out_tile - 1) * stride + k
+    return (out_tile - 1) * stride + (g.span_h if along_h else g.span_w)
 
 
 def _window(g: ConvGeometry, t: Tiling, o0: int, along_h: bool) -> tuple[int, int, int, int]:
@@ -170,9 +184,9 @@ def _gemm_uops(g: ConvGeometry, t: Tiling, inp_base: int, wgt_base: int, acc_bas
     if not g.transpose:
         columns = np.empty((3, *shape), dtype=np.int64)   # (dst, src, wgt), each written whole
         columns[0] = dst
-        columns[1] = inp_base + b * t.ci1 * rows * cols + (h * g.sh) * cols + w * g.sw + kw
+        columns[1] = inp_base + b * t.ci1 * rows * cols + (h * g.sh) * cols + w * g.sw + kw * g.dw
         columns[2] = wgt_base + co * t.ci1 * g.kh * g.kw + kw
-        loops = ((t.ci1, 0, rows * cols, g.kh * g.kw), (g.kh, 0, cols, g.kw))
+        loops = ((t.ci1, 0, rows * cols, g.kh * g.kw), (g.kh, 0, cols * g.dh, g.kw))
         return columns.reshape(3, -1).T, loops
     kw, b, co, h, w, dst = (np.broadcast_to(a, shape).reshape(-1) for a in (kw, b, co, h, w, dst))
     # transposed: one micro-op per (kh, kw, position) whose dilated input is a real element
@@ -251,7 +265,8 @@ def _check_arithmetic(cfg: HwConfig, g: ConvGeometry, t: Tiling, ep: Epilogue) -
         return f"loop limit: a loop extent exceeds {LOOP_MAX} (14-bit iteration fields)"
     rows, cols = rows_in(g, t, True), rows_in(g, t, False)
     # the GEMM's largest loop factors (_gemm_uops): one input window per channel block, one kernel per block
-    if rows * cols >= 1 << cfg.LOG_INP_BUFF_DEPTH or g.kh * g.kw >= 1 << cfg.LOG_WGT_BUFF_DEPTH:
+    if rows * cols >= 1 << cfg.LOG_INP_BUFF_DEPTH or cols * g.dh >= 1 << cfg.LOG_INP_BUFF_DEPTH \
+            or g.kh * g.kw >= 1 << cfg.LOG_WGT_BUFF_DEPTH:
         return "field width: a GEMM loop factor does not fit its instruction field"
     if not g.transpose and max(g.ph, g.pw) > PAD_MAX:   # a load pads only its own window: check each window
         worst = max(_window_padding(g, t, True), _window_padding(g, t, False))
@@ -681,6 +696,24 @@ def _estimate(tmpl: ConvTemplate, kv: dict) -> dict[str, np.ndarray]:
 
 
 
+def block_groups(op: str, cfg: HwConfig, ci: int, co: int, groups: int) -> int:
+    """The groups the GEMM core runs for ``groups`` operator groups: the same when each group's channels are whole
+    blocks (VTA's group_conv2d); else BLOCK-wide groups, each holding BLOCK / (channels per group) operator groups
+    with a block-diagonal kernel (a depthwise convolution: one channel per group, BLOCK x the useful MACs, all exact
+    since the other products are zeros). Refuses groups that neither form covers."""
+    cin_g, cout_g = ci // groups, co // groups
+    if groups == 1 or not (cin_g % cfg.BLOCK_IN or cout_g % cfg.BLOCK_OUT):
+        return groups
+    per_block_out = cout_g * cfg.BLOCK_IN // cin_g if cfg.BLOCK_IN % cin_g == 0 else 0
+    wide = blocks(ci, cfg.BLOCK_IN)
+    if not per_block_out or per_block_out % cfg.BLOCK_OUT or wide * per_block_out != blocks(co, cfg.BLOCK_OUT) * \
+            cfg.BLOCK_OUT or ci % cin_g:
+        raise ValueError(f"{op}: with groups={groups} each group's channels ({cin_g} in, {cout_g} out) must be "
+                         f"multiples of BLOCK={cfg.BLOCK_IN} (VTA groups whole {cfg.BLOCK_IN}-channel blocks), or "
+                         f"divide BLOCK with the groups of one block giving whole output blocks (block-diagonal)")
+    return wide
+
+
 # ------------------------------------------------------------------------------------------------------------
 # the template
 
@@ -697,31 +730,51 @@ class ConvTemplate(Template):
     input_dtypes: ClassVar[dict[str, str]] = {"data": "int8", "kernel": "int8", "bias": "int32", "residual": "int32"}
 
     def __init__(self, op: str, cfg: HwConfig, epilogue: Epilogue, geometry: ConvGeometry,
-                 shapes: dict[str, tuple[int, ...]]):
+                 shapes: dict[str, tuple[int, ...]], groups: int | None = None):
         super().__init__(op, cfg, epilogue)
         self.geometry, self.shapes = geometry, shapes
+        # the operator's groups; the geometry's are BLOCK-wide groups when the operator's are narrower
+        self.groups = geometry.groups if groups is None else groups
+
+    @property
+    def narrow_groups(self) -> bool:
+        """Groups narrower than a channel block, run as BLOCK-wide groups with a block-diagonal kernel."""
+        return self.groups != self.geometry.groups
+
+    @property
+    def model_macs(self) -> int:
+        """The operator's own multiply-adds (no channel padding, no block-diagonal zeros); ``macs`` counts what
+        the GEMM core executes."""
+        s = self.shapes
+        kernel = s["kernel"]
+        if self.op == "dense":
+            return s["out"][0] * s["out"][1] * kernel[1]
+        if self.op == "conv2d_transpose":
+            return int(np.prod(s["data"])) * int(np.prod(kernel[1:]))
+        return int(np.prod(s["out"])) * int(np.prod(kernel[1:]))
 
     # ---- workload ----
     @classmethod
     def parse(cls, op: str, cfg: HwConfig, epilogue: tuple, workload: dict) -> ConvTemplate:
-        only_known(op, workload, {"data_shape", "kernel_shape", "strides", "padding", "groups"},
+        only_known(op, workload, {"data_shape", "kernel_shape", "strides", "padding", "groups", "dilation"},
                    ("data_shape", "kernel_shape"))
         data_shape = as_ints("data_shape", workload["data_shape"])
         kernel_shape = as_ints("kernel_shape", workload["kernel_shape"])
         if op == "dense":
-            extra = {"strides", "padding", "groups"} & set(workload)
+            extra = {"strides", "padding", "groups", "dilation"} & set(workload)
             if extra:
                 raise ValueError(f"dense: {sorted(extra)} do not apply to dense")
             if len(data_shape) != 2 or len(kernel_shape) != 2 or data_shape[1] != kernel_shape[1]:
                 raise ValueError(f"dense: data_shape (N, K) and kernel_shape (M, K) must agree on K, got "
                                  f"{data_shape} and {kernel_shape}")
             data4, kernel4 = (*data_shape, 1, 1), (*kernel_shape, 1, 1)
-            strides, padding, groups = (1, 1), (0, 0), 1
+            strides, padding, groups, dilation = (1, 1), (0, 0), 1, (1, 1)
         else:
             data4, kernel4 = data_shape, kernel_shape
             strides = as_pair("strides", workload.get("strides", 1))
             padding = as_pair("padding", workload.get("padding", 0))
             groups = as_int("groups", workload.get("groups", 1))
+            dilation = as_pair("dilation", workload.get("dilation", 1))
         if len(data4) != 4 or len(kernel4) != 4 or min(*data4, *kernel4) <= 0:
             raise ValueError(f"{op}: data_shape and kernel_shape need 4 positive dims, got {data_shape}, {kernel_shape}")
         n, ci, h, w = data4
@@ -742,20 +795,23 @@ class ConvTemplate(Template):
             raise ValueError(f"{op}: kernel_shape {kernel_shape} does not match {ci} input channels with groups={groups}")
         if groups < 1 or ci % groups or co % groups:
             raise ValueError(f"{op}: groups={groups} must divide both {ci} input and {co} output channels")
-        if groups > 1 and ((ci // groups) % cfg.BLOCK_IN or (co // groups) % cfg.BLOCK_OUT):
-            raise ValueError(f"{op}: with groups={groups} each group's channels ({ci // groups} in, {co // groups} "
-                             f"out) must be multiples of BLOCK={cfg.BLOCK_IN} (VTA groups whole {cfg.BLOCK_IN}-channel blocks)")
+        wide_groups = block_groups(op, cfg, ci, co, groups)
         if min(strides) < 1 or min(padding) < 0:
             raise ValueError(f"{op}: strides must be >= 1 and padding >= 0, got {strides}, {padding}")
+        if min(dilation) < 1:
+            raise ValueError(f"{op}: dilation must be >= 1, got {dilation}")
+        if transpose and dilation != (1, 1):
+            raise ValueError(f"conv2d_transpose: dilation must be 1, got {dilation}")
+        check_extents(op, "dilation", dilation, ("H", "W"))
         geometry = ConvGeometry(
-            nb=blocks(n, cfg.BATCH), cib=blocks(ci // groups, cfg.BLOCK_IN), cob=blocks(co, cfg.BLOCK_OUT),
-            groups=groups, height=h, width=w, kh=kh, kw=kw, sh=strides[0], sw=strides[1], ph=padding[0],
-            pw=padding[1], transpose=transpose)
+            nb=blocks(n, cfg.BATCH), cib=blocks(ci // wide_groups, cfg.BLOCK_IN), cob=blocks(co, cfg.BLOCK_OUT),
+            groups=wide_groups, height=h, width=w, kh=kh, kw=kw, sh=strides[0], sw=strides[1], ph=padding[0],
+            pw=padding[1], transpose=transpose, dh=dilation[0], dw=dilation[1])
         if geometry.out_h <= 0 or geometry.out_w <= 0:
             raise ValueError(f"{op}: the output would be empty ({geometry.out_h} x {geometry.out_w})")
         out_shape = (n, co) if op == "dense" else (n, co, geometry.out_h, geometry.out_w)
         shapes = {"data": data_shape, "kernel": kernel_shape, "out": out_shape}
-        template = cls(op, cfg, Epilogue(epilogue), geometry, shapes)
+        template = cls(op, cfg, Epilogue(epilogue), geometry, shapes, groups)
         check_buffer_sizes(template)
         return template
 
@@ -767,7 +823,9 @@ class ConvTemplate(Template):
         if self.op != "dense":
             wl.update(strides=(g.sh, g.sw), padding=(g.ph, g.pw))
         if self.op in ("conv2d", "group_conv2d"):
-            wl["groups"] = g.groups
+            wl["groups"] = self.groups
+            if (g.dh, g.dw) != (1, 1):   # only when dilated: the keys of every earlier task stay as they were
+                wl["dilation"] = (g.dh, g.dw)
         return wl
 
     @classmethod
@@ -776,7 +834,7 @@ class ConvTemplate(Template):
         if workload.get("residual"):
             ops.append(("residual",))
         args = {k: tuple(v) if isinstance(v, list) else v for k, v in workload.items()
-                if k in ("data_shape", "kernel_shape", "strides", "padding", "groups")}
+                if k in ("data_shape", "kernel_shape", "strides", "padding", "groups", "dilation")}
         return args, (*ops, ("shr", 8), ("clip", -127, 127))
 
     @classmethod
@@ -792,12 +850,12 @@ class ConvTemplate(Template):
         else:
             a = head.attrs
             pt, pl, pb, pr = a["padding"]
-            if a["dilation"] != (1, 1):
-                return f"dilation {a['dilation']} (the template supports 1)"
             if (pt, pl) != (pb, pr):
                 return f"asymmetric padding {a['padding']} (the template pads symmetrically)"
             workload = {"data_shape": data.shape, "kernel_shape": weight.shape, "strides": a["strides"],
                         "padding": (pt, pl)}
+            if tuple(a.get("dilation", (1, 1))) != (1, 1):
+                workload["dilation"] = tuple(a["dilation"])
             if head.op == "nn.conv2d_transpose":
                 if a["output_padding"] != (0, 0):
                     return f"output_padding {a['output_padding']} (the template supports (0, 0))"
@@ -810,8 +868,15 @@ class ConvTemplate(Template):
         except (ValueError, ScheduleError) as e:
             return str(e)
         kernel_blocks = (cfg.BLOCK_IN, cfg.BLOCK_OUT) if op == "conv2d_transpose" else (cfg.BLOCK_OUT, cfg.BLOCK_IN)
-        workload.update(data_shape=padded_shape(data.shape, cfg.BATCH, cfg.BLOCK_IN),
-                        kernel_shape=padded_shape(weight.shape, *kernel_blocks))
+        data_shape = padded_shape(data.shape, cfg.BATCH, cfg.BLOCK_IN)
+        kernel_shape = padded_shape(weight.shape, *kernel_blocks)
+        groups = workload.get("groups", 1)
+        if groups > 1 and block_groups(op, cfg, data.shape[1], weight.shape[0], groups) != groups:
+            # narrow groups: the padded channels become groups of their own (zero weights)
+            cin_g, cout_g = weight.shape[1], weight.shape[0] // groups
+            workload["groups"] = data_shape[1] // cin_g
+            kernel_shape = (workload["groups"] * cout_g, *weight.shape[1:])
+        workload.update(data_shape=data_shape, kernel_shape=kernel_shape)
         return GraphHead(op, workload, operands)
 
     # ---- schedule ----
@@ -868,6 +933,8 @@ class ConvTemplate(Template):
             return pack_blocks(self._nchw(value), c.BATCH, c.BLOCK_IN)
         if name == "kernel":
             w = self._nchw(value)
+            if self.narrow_groups:   # padded to the workload's output channels, then BLOCK-wide groups
+                w = block_diagonal(pad_to(w, self.shapes["kernel"]), self.groups, c.BLOCK_IN)
             return pack_blocks(transposed_to_direct(w) if self.geometry.transpose else w, c.BLOCK_OUT, c.BLOCK_IN)
         if name == "bias":
             return pack_bias(value, self.geometry.cob, c.BATCH, c.BLOCK_OUT)
@@ -880,6 +947,9 @@ class ConvTemplate(Template):
                                         [:s["out"][1]])
         if name == "kernel":
             packed = raw.view(np.int8).reshape(g.cob, g.cib, g.kh, g.kw, c.BLOCK_OUT, c.BLOCK_IN)
+            if self.narrow_groups:
+                wide = unpack_blocks(packed, s["kernel"][0], c.BLOCK_IN)
+                return from_block_diagonal(wide, self.groups, s["kernel"][1])
             direct = unpack_blocks(packed, *(s["kernel"][1::-1] if g.transpose else s["kernel"][:2]))
             natural = np.ascontiguousarray(direct[:, :, ::-1, ::-1].transpose(1, 0, 2, 3)) if g.transpose else direct
             return natural.reshape(s["kernel"])
@@ -903,7 +973,7 @@ class ConvTemplate(Template):
             acc = conv2d_transpose_scatter(x, w, (g.sh, g.sw), (g.ph, g.pw, g.ph, g.pw), dtype=np.float64)
             acc = acc.astype(np.int64)
         else:
-            acc = conv2d_int(x, w, (g.sh, g.sw), (g.ph, g.pw, g.ph, g.pw), groups=g.groups)
+            acc = conv2d_int(x, w, (g.sh, g.sw), (g.ph, g.pw, g.ph, g.pw), (g.dh, g.dw), groups=self.groups)
         res = None if residual is None else self._nchw(residual)
         out = reference_epilogue(acc, self.epilogue.ops, bias, res)
         return out.reshape(out.shape[:2]) if self.op == "dense" else out
