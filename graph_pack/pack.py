@@ -54,6 +54,7 @@ class Group:
     # template input -> value: after graph_pack a tensor names the packed graph's value, a constant the param
     scalars: dict[str, str] = field(default_factory=dict)   # workload argument -> scalar constant
     task: dict = field(default_factory=dict)    # the tuning task workload (key of schedules and records)
+    executed_macs: int = 0   # multiply-adds the GEMM core executes (channels padded, narrow groups block-diagonal)
 
     @property
     def output(self) -> str:
@@ -209,6 +210,9 @@ def _chain_step(graph: Graph, cur: str, user: Node, group: Group) -> tuple | Non
         return (GRAPH_OPS[op], other)
     if op == "add" and _per_channel(graph, other, user) and can_bias:
         return ("bias", other)
+    if op == "right_shift" and ins[0] == cur and _per_channel(graph, other, user) and "channel_shr" in fusable \
+            and not any(e[0] == "channel_shr" for e in group.epilogue):   # per-channel scales brought to one
+        return ("channel_shr", other)
     if op == "add" and "residual" in fusable and _same_tensor(graph, other, user) \
             and not any(e[0] == "residual" for e in group.epilogue):
         return ("residual", other)
@@ -315,6 +319,7 @@ def _decide(group: Group, cfg: HwConfig) -> str | None:
     except (ValueError, ScheduleError) as e:
         return str(e)
     group.task = parsed.task_workload()
+    group.executed_macs = parsed.macs if group.kind == "conv" else 0
     return None
 
 

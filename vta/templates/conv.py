@@ -53,7 +53,7 @@ from vta.templates.base import (
     present_inputs,
     register,
 )
-from vta.templates.epilogue import Epilogue, alu_immediates, reference_epilogue
+from vta.templates.epilogue import CHANNEL_SHIFT_MAX, Epilogue, alu_immediates, reference_epilogue
 
 
 @dataclass(frozen=True)
@@ -235,7 +235,8 @@ def sram_needs(g: ConvGeometry, t: Tiling, ep: Epilogue) -> dict[str, int]:
     """Elements each buffer needs for one thread."""
     return {"inp": t.b1 * t.ci1 * rows_in(g, t, True) * rows_in(g, t, False),
             "wgt": t.co1 * t.ci1 * g.kh * g.kw,
-            "acc": t.positions + (t.co1 if ep.bias else 0) + (t.positions if ep.residual else 0)}
+            "acc": t.positions + (t.co1 if ep.bias else 0) + (t.positions if ep.residual else 0)
+            + (t.co1 if ep.channel_shift else 0)}
 
 
 def check_config(cfg: HwConfig, g: ConvGeometry, t: Tiling, ep: Epilogue) -> str | None:
@@ -303,9 +304,10 @@ class ConvBuffers:
     out: object
     bias: object | None = None
     residual: object | None = None
+    channel_shr: object | None = None
 
 
-def _epilogue_kernels(ep: Epilogue, t: Tiling, acc: int, bias: int, res: int) -> list[UopKernel]:
+def _epilogue_kernels(ep: Epilogue, t: Tiling, acc: int, bias: int, res: int, shift: int) -> list[UopKernel]:
     hw = t.h1 * t.w1
     whole = ((t.b1 * t.co1 * t.h1, t.w1, 0, 0), (t.w1, 1, 0, 0))
     kernels = []
@@ -314,6 +316,9 @@ def _epilogue_kernels(ep: Epilogue, t: Tiling, acc: int, bias: int, res: int) ->
         if name == "bias":  # micro-ops over batch blocks; loops over channel blocks and positions
             uops = [[acc + b * t.co1 * hw, bias, 0] for b in range(t.b1)]
             kernels.append(UopKernel("alu", uops, loops=((t.co1, hw, 1, 0), (hw, 1, 0, 0)), alu_op="ADD"))
+        elif name == "channel_shr":   # as the bias, with the staged shift amounts as SHR's second operand
+            uops = [[acc + b * t.co1 * hw, shift, 0] for b in range(t.b1)]
+            kernels.append(UopKernel("alu", uops, loops=((t.co1, hw, 1, 0), (hw, 1, 0, 0)), alu_op="SHR"))
         elif name == "residual":
             loops = ((t.b1 * t.co1 * t.h1, t.w1, t.w1, 0), (t.w1, 1, 1, 0))
             kernels.append(UopKernel("alu", [[acc, res, 0]], loops=loops, alu_op="ADD"))
@@ -334,9 +339,11 @@ def emit_conv(q: CommandQueue, g: ConvGeometry, t: Tiling, ep: Epilogue, bufs: C
     acc_base = [k * need["acc"] for k in range(t.threads)]
     bias_base = [a + t.positions for a in acc_base]
     res_base = [a + t.positions + (t.co1 if ep.bias else 0) for a in acc_base]
+    shift_base = [r + (t.positions if ep.residual else 0) for r in res_base]
     reset = [UopKernel("gemm", [[acc_base[k], 0, 0]], loops=((t.b1 * t.co1 * t.h1, t.w1, 0, 0), (t.w1, 1, 0, 0)),
                        reset=True) for k in range(t.threads)]
-    epilogue = [_epilogue_kernels(ep, t, acc_base[k], bias_base[k], res_base[k]) for k in range(t.threads)]
+    epilogue = [_epilogue_kernels(ep, t, acc_base[k], bias_base[k], res_base[k], shift_base[k])
+                for k in range(t.threads)]
     out_runs = _output_runs(g, t)
     gemm_cache: dict[tuple, UopKernel] = {}
     # a GEMM's micro-ops from SRAM base 0, per tile offset (transposed) or for all tiles; threads add their bases
@@ -359,7 +366,7 @@ def emit_conv(q: CommandQueue, g: ConvGeometry, t: Tiling, ep: Epilogue, bufs: C
     # A group's key is two small integers: its class by loop axis (``_group_classes``) and the interned queue
     # state; after a replay the state is the recording's end state, so it is not recomputed. The first group
     # (no store to wait for) is never recorded: no other group emits like it.
-    buffers = [bufs.data, bufs.kernel, bufs.bias, bufs.residual, bufs.out]
+    buffers = [bufs.data, bufs.kernel, bufs.bias, bufs.residual, bufs.out, bufs.channel_shr]
     n_co_tiles, n_h_tiles, n_w_tiles = g.cob // t.co1, oh // t.h1, ow // t.w1
     rows_of = {o0: _window(g, t, o0, True) for o0 in range(0, n_h_tiles * t.h1, t.h1)}
     cols_of = {o0: _window(g, t, o0, False) for o0 in range(0, n_w_tiles * t.w1, t.w1)}
@@ -415,7 +422,8 @@ def emit_conv(q: CommandQueue, g: ConvGeometry, t: Tiling, ep: Epilogue, bufs: C
                 q.dep_push(COMPUTE, LOAD)
         for k, tile in enumerate(tiles):
             out = _output_offset(g, t, tile)
-            _load_epilogue_operands(q, t, ep, bufs, tile[2], out_runs, out, bias_base[k], res_base[k])
+            _load_epilogue_operands(q, t, ep, bufs, tile[2], out_runs, out, bias_base[k], res_base[k],
+                                    shift_base[k])
             for kernel in epilogue[k]:
                 q.push_kernel(kernel)
             q.dep_push(COMPUTE, STORE)
@@ -483,7 +491,7 @@ def _anchors(g: ConvGeometry, t: Tiling, tile) -> tuple[int, ...]:
     group = co0 // g.cob_per_group
     data = (((bo * t.b1) * g.cib_total + group * g.cib) * g.height + oh0 * g.sh - g.ph) * g.width + ow0 * g.sw - g.pw
     out = _output_offset(g, t, tile)
-    return data, co0 * g.cib * g.kh * g.kw, co0, out, out
+    return data, co0 * g.cib * g.kh * g.kw, co0, out, out, co0
 
 
 def _chunk_loads(g: ConvGeometry, t: Tiling, bufs: ConvBuffers, tile, inp: int, wgt: int, rows: int, cols: int,
@@ -521,9 +529,11 @@ def _chunk_loads(g: ConvGeometry, t: Tiling, bufs: ConvBuffers, tile, inp: int, 
 
 
 def _load_epilogue_operands(q, t: Tiling, ep: Epilogue, bufs: ConvBuffers, co0: int, out_runs: list[tuple],
-                            out: int, bias: int, res: int) -> None:
+                            out: int, bias: int, res: int, shift: int) -> None:
     if ep.bias:
         q.load_2d(bufs.bias, co0, t.co1, 1, t.co1, bias, "ACC")
+    if ep.channel_shift:
+        q.load_2d(bufs.channel_shr, co0, t.co1, 1, t.co1, shift, "ACC")
     if ep.residual:
         for sram, offset, x, y, stride in out_runs:
             q.load_2d(bufs.residual, out + offset, x, y, stride, res + sram, "ACC")
@@ -633,8 +643,9 @@ def _estimate(tmpl: ConvTemplate, kv: dict) -> dict[str, np.ndarray]:
     store_rows = np.where(whole_image | (w1 == g.out_w), 1, h1)
     store = dma_cycles(c, store_rows * np.where(whole_image, b1, 1),
                  out_bytes / (store_transfers * store_rows * np.where(whole_image, b1, 1)), store_transfers)
-    extra_bytes = ((co1 if ep.bias else 0) + (positions if ep.residual else 0)) * c.ACC_ELEM_BYTES
-    extra_transfers = (1 if ep.bias else 0) + (store_transfers if ep.residual else 0)
+    extra_bytes = ((co1 if ep.bias else 0) + (co1 if ep.channel_shift else 0)
+                   + (positions if ep.residual else 0)) * c.ACC_ELEM_BYTES
+    extra_transfers = (1 if ep.bias else 0) + (1 if ep.channel_shift else 0) + (store_transfers if ep.residual else 0)
     # reset, epilogue ALU ops and the bias / residual loads (accumulator loads run on the compute module)
     tile_compute = ((1 + n_ep) * c.COMPUTE_LATENCY
                     + positions * (1 + n_ep * c.ALU_II)
@@ -696,6 +707,14 @@ def _estimate(tmpl: ConvTemplate, kv: dict) -> dict[str, np.ndarray]:
 
 
 
+def check_channel_shifts(value: np.ndarray) -> None:
+    """Refuse per-channel shift amounts outside 0..CHANNEL_SHIFT_MAX (what every VTA ALU shifts alike)."""
+    v = np.asarray(value)
+    if v.size and (v.min() < 0 or v.max() > CHANNEL_SHIFT_MAX):
+        raise ScheduleError(f"channel_shr: per-channel shift amounts must lie in 0..{CHANNEL_SHIFT_MAX} (VTA's "
+                            f"ALUs read a tensor shift's low bits differently beyond), got {int(v.min())}..{int(v.max())}")
+
+
 def block_groups(op: str, cfg: HwConfig, ci: int, co: int, groups: int) -> int:
     """The groups the GEMM core runs for ``groups`` operator groups: the same when each group's channels are whole
     blocks (VTA's group_conv2d); else BLOCK-wide groups, each holding BLOCK / (channels per group) operator groups
@@ -722,12 +741,13 @@ class ConvTemplate(Template):
     """conv2d / group_conv2d / conv2d_transpose / dense with a fused epilogue, on the GEMM core."""
 
     ops = ("conv2d", "group_conv2d", "conv2d_transpose", "dense")
-    inputs = ("data", "kernel", "bias", "residual")
+    inputs = ("data", "kernel", "bias", "residual", "channel_shr")
     Buffers = ConvBuffers
     graph_ops = ("nn.conv2d", "nn.conv2d_transpose", "nn.dense")
     kind = "conv"
-    fusable_operands = ("bias", "residual")
-    input_dtypes: ClassVar[dict[str, str]] = {"data": "int8", "kernel": "int8", "bias": "int32", "residual": "int32"}
+    fusable_operands = ("bias", "residual", "channel_shr")
+    input_dtypes: ClassVar[dict[str, str]] = {"data": "int8", "kernel": "int8", "bias": "int32", "residual": "int32",
+                                              "channel_shr": "int32"}
 
     def __init__(self, op: str, cfg: HwConfig, epilogue: Epilogue, geometry: ConvGeometry,
                  shapes: dict[str, tuple[int, ...]], groups: int | None = None):
@@ -822,6 +842,8 @@ class ConvTemplate(Template):
               "residual": self.epilogue.residual}
         if self.op != "dense":
             wl.update(strides=(g.sh, g.sw), padding=(g.ph, g.pw))
+        if self.epilogue.channel_shift:   # only when present: the keys of every earlier task stay as they were
+            wl["channel_shr"] = True
         if self.op in ("conv2d", "group_conv2d"):
             wl["groups"] = self.groups
             if (g.dh, g.dw) != (1, 1):   # only when dilated: the keys of every earlier task stay as they were
@@ -831,6 +853,8 @@ class ConvTemplate(Template):
     @classmethod
     def task_program(cls, workload: dict) -> tuple[dict, tuple]:
         ops: list[tuple] = [("bias",)] if workload.get("bias") else []
+        if workload.get("channel_shr"):
+            ops.append(("channel_shr",))
         if workload.get("residual"):
             ops.append(("residual",))
         args = {k: tuple(v) if isinstance(v, list) else v for k, v in workload.items()
@@ -907,7 +931,8 @@ class ConvTemplate(Template):
         out = g.nb * g.cob * g.out_h * g.out_w * b * bo
         return {"data": g.nb * g.cib_total * g.height * g.width * b * bi, "kernel": g.cob * g.cib * g.kh * g.kw * bo * bi,
                 "out": out, "bias": g.cob * b * bo * 4 if self.epilogue.bias else 0,
-                "residual": out * 4 if self.epilogue.residual else 0}
+                "residual": out * 4 if self.epilogue.residual else 0,
+                "channel_shr": g.cob * b * bo * 4 if self.epilogue.channel_shift else 0}
 
     def emit(self, queue: CommandQueue, config: Config, buffers: ConvBuffers) -> None:
         emit_conv(queue, self.geometry, tiling_of(config), self.epilogue, buffers)
@@ -915,11 +940,15 @@ class ConvTemplate(Template):
     def check_inputs(self, inputs: dict) -> dict:
         s = self.shapes
         present = present_inputs(self, inputs, {"bias": "an epilogue with ('bias',)",
-                                                "residual": "an epilogue with ('residual',)"})
+                                                "residual": "an epilogue with ('residual',)",
+                                                "channel_shr": "an epilogue with ('channel_shr',)"})
         out = {"data": checked_array("data", present["data"], s["data"], ("int8",)),
                "kernel": checked_array("kernel", present["kernel"], s["kernel"], ("int8",))}
         if "bias" in present:
             out["bias"] = checked_array("bias", present["bias"], (s["out"][1],), ("int32",))
+        if "channel_shr" in present:
+            out["channel_shr"] = checked_array("channel_shr", present["channel_shr"], (s["out"][1],), ("int32",))
+            check_channel_shifts(out["channel_shr"])
         if "residual" in present:
             out["residual"] = checked_array("residual", present["residual"], s["out"], ("int8", "int32"))
         return out
@@ -936,13 +965,15 @@ class ConvTemplate(Template):
             if self.narrow_groups:   # padded to the workload's output channels, then BLOCK-wide groups
                 w = block_diagonal(pad_to(w, self.shapes["kernel"]), self.groups, c.BLOCK_IN)
             return pack_blocks(transposed_to_direct(w) if self.geometry.transpose else w, c.BLOCK_OUT, c.BLOCK_IN)
-        if name == "bias":
+        if name in ("bias", "channel_shr"):
+            if name == "channel_shr":
+                check_channel_shifts(value)
             return pack_bias(value, self.geometry.cob, c.BATCH, c.BLOCK_OUT)
         return pack_blocks(self._nchw(value).astype(np.int32), c.BATCH, c.BLOCK_OUT)
 
     def unpack(self, name: str, raw: np.ndarray) -> np.ndarray:
         g, c, s = self.geometry, self.cfg, self.shapes
-        if name == "bias":
+        if name in ("bias", "channel_shr"):
             return np.ascontiguousarray(raw.view(np.int32).reshape(g.cob, c.BATCH, c.BLOCK_OUT)[:, 0].reshape(-1)
                                         [:s["out"][1]])
         if name == "kernel":
@@ -966,7 +997,7 @@ class ConvTemplate(Template):
         out = unpack_blocks(packed, n, co)
         return out.reshape(out.shape[:2]) if self.op == "dense" else out
 
-    def reference(self, data, kernel, bias=None, residual=None) -> np.ndarray:
+    def reference(self, data, kernel, bias=None, residual=None, channel_shr=None) -> np.ndarray:
         g = self.geometry
         x, w = self._nchw(data), self._nchw(kernel)
         if g.transpose:   # int8 products summed in float64 are exact
@@ -975,7 +1006,7 @@ class ConvTemplate(Template):
         else:
             acc = conv2d_int(x, w, (g.sh, g.sw), (g.ph, g.pw, g.ph, g.pw), (g.dh, g.dw), groups=self.groups)
         res = None if residual is None else self._nchw(residual)
-        out = reference_epilogue(acc, self.epilogue.ops, bias, res)
+        out = reference_epilogue(acc, self.epilogue.ops, bias, res, channel_shr)
         return out.reshape(out.shape[:2]) if self.op == "dense" else out
 
     def random_inputs(self, rng: np.random.Generator) -> dict:
@@ -987,4 +1018,6 @@ class ConvTemplate(Template):
             out["bias"] = rng.integers(-(1 << 14), 1 << 14, s["out"][1]).astype(np.int32)
         if self.epilogue.residual:
             out["residual"] = rng.integers(-(1 << 14), 1 << 14, s["out"]).astype(np.int32)
+        if self.epilogue.channel_shift:
+            out["channel_shr"] = rng.integers(0, CHANNEL_SHIFT_MAX + 1, s["out"][1]).astype(np.int32)
         return out
