@@ -201,3 +201,22 @@ def test_a_bias_folded_into_the_per_channel_rounding_changes_no_output(monkeypat
     assert len(folded.ops()) < len(separate.ops())
     np.testing.assert_array_equal(graph_pack.run_reference(folded, fparams, {"data": x}),
                                   graph_pack.run_reference(separate, sparams, {"data": x}))
+
+
+def test_a_narrow_group_head_falls_back_to_the_host_exactly():
+    """Where build must run a planned group on the host (its template refusing every config), the packed head with
+    its wide groups and block-diagonal weight computes the operator's grouped convolution."""
+    from graph_pack.build import _packed_head_on_host
+    from vta.numerics import pack_blocks
+
+    graph, params, x = _block(np.random.default_rng(6))
+    qgraph, qparams = graph_pack.quantize(graph, params, dataset=[{"data": x}], skip_conv_layers=())
+    packed = graph_pack.graph_pack(qgraph, PYNQ)
+    head = packed["grouped"]
+    weight = packed[head.inputs[1]]
+    assert head.attrs["groups"] == 2 and weight.attrs["groups"] == 3   # 32 padded channels: two 16-wide groups
+    rng = np.random.default_rng(7)
+    data = rng.integers(-128, 128, (1, 24, 12, 12), dtype=np.int8)
+    w = qparams[qgraph["grouped"].inputs[1]]
+    got = _packed_head_on_host(head.attrs, pack_blocks(data, 1, 16), KERNELS["layout_transform"](weight.attrs, w))
+    np.testing.assert_array_equal(unpack_blocks(got, 1, 24), direct_conv(data, w, 1, 1, 1, 3))
