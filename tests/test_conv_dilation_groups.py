@@ -220,3 +220,16 @@ def test_a_narrow_group_head_falls_back_to_the_host_exactly():
     w = qparams[qgraph["grouped"].inputs[1]]
     got = _packed_head_on_host(head.attrs, pack_blocks(data, 1, 16), KERNELS["layout_transform"](weight.attrs, w))
     np.testing.assert_array_equal(unpack_blocks(got, 1, 24), direct_conv(data, w, 1, 1, 1, 3))
+
+
+def test_vta_compile_takes_dilation_and_a_per_channel_shift(capsys):
+    """``vta compile --dilation`` with a depthwise workload and a channel_shr epilogue checks itself against numpy;
+    a dilation of 0 is one line naming the rule."""
+    from vta.cli import main
+
+    status = main(["compile", "group_conv2d", "--data-shape", "1,24,10,10", "--kernel-shape", "24,1,3,3", "--groups",
+                   "24", "--padding", "2,2", "--dilation", "2,2", "--epilogue", "bias; channel_shr; clip -127 127"])
+    assert status == 0 and "bit-exact against numpy: yes" in capsys.readouterr().out
+    assert main(["compile", "conv2d", "--data-shape", "1,16,8,8", "--kernel-shape", "16,16,3,3", "--dilation",
+                 "0,1"]) == 2
+    assert "vta: error: conv2d: dilation must be >= 1, got (0, 1)" in capsys.readouterr().err
