@@ -335,11 +335,11 @@ class _Quantizer:
 def default_skip_conv(named_region: bool) -> list[int]:
     """The convolutions ``vta run`` / ``vta tune`` keep in float when ``--skip-conv`` is not given. With a region
     named by --start / --stop, VTA's convention: the first (the stem, whose 3 input channels the accelerator pads to
-    a whole block). With regions found automatically, none: the stem offloads too. Its padding makes the GEMM core
-    execute BLOCK / C_in times its multiply-adds (16 / 3 = 5.3x for an RGB stem on 16-wide blocks), which at
-    BLOCK_IN x BLOCK_OUT MACs a cycle still outruns a board's host CPU, and in the exported families it is 20-70 %
-    of the MACs (``vta run --explain`` prints the accelerator's executed MACs beside the model's); the families'
-    similarity to onnxruntime is the same either way (docs/networks.md)."""
+    a whole block). With regions found automatically, none: the stem offloads too, because in the exported families
+    it is 20-70 % of the MACs, which the acceptance counts, and their similarity to onnxruntime is the same either
+    way (docs/networks.md). Its padding makes the GEMM core execute BLOCK / C_in times its multiply-adds (16 / 3 =
+    5.3x for an RGB stem on 16-wide blocks; ``vta run --explain`` prints the executed MACs beside the model's), so
+    where the host is fast the stem may be quicker there: ``--skip-conv 0`` keeps it in float."""
     return [0] if named_region else []
 
 
