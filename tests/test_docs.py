@@ -989,15 +989,15 @@ FIGURES = [
     Figure("docs/simulate.md", "default 2^35 (34,359,738,368,", (_python(
         "from simulator.core import DEFAULT_MAX_WORK as n\nprint(f'default 2^{n.bit_length() - 1} ({n:,},')"),)),
     # docs/networks.md
-    Figure("docs/networks.md", "ResNet-18's is about 180 KB", _R18_REPORT),
-    Figure("docs/networks.md", "`military uniform #652 (0.0416)`", _R18_REPORT,
+    Figure("docs/networks.md", "ResNet-18's is about 210 KB", _R18_REPORT),
+    Figure("docs/networks.md", "`military uniform #652 (0.0413)`", _R18_REPORT,
            lambda out: "`" + re.search(r"image 0: (.+? #\d+ \([\d.]+\)),", out).group(1) + "`"),
-    Figure("docs/networks.md", "compute is busy ~96 % of ResNet-18's cycles on pynq while its points sit at ~72 % of "
+    Figure("docs/networks.md", "compute is busy ~97 % of ResNet-18's cycles on pynq while its points sit at ~73 % of "
            "the peak", _R18_REPORT, lambda out: (
                f"compute is busy ~{round(float(_compute_shares(out)[0]))} % of ResNet-18's cycles on pynq while its "
                f"points sit at ~{round(float(_compute_shares(out)[1]))} % of the peak")),
-    Figure("docs/simulate.md", "keeps compute busy 96.1 % of its accelerator cycles, of which 71.5 % are MAC cycles "
-           "(36.6 of 51.2 GOPS, simulated) and 24.6 % other compute work", _R18_REPORT, lambda out: (
+    Figure("docs/simulate.md", "keeps compute busy 96.7 % of its accelerator cycles, of which 73.0 % are MAC cycles "
+           "(37.4 of 51.2 GOPS, simulated) and 23.7 % other compute work", _R18_REPORT, lambda out: (
                "keeps compute busy {} % of its accelerator cycles, of which {} % are MAC cycles ({} of {} GOPS, "
                "simulated) and {} % other compute work".format(*_compute_shares(out)))),
     Figure("docs/simulate.md", "`layer1.0.conv1` on pynq is 637,592 simulated cycles = 6.376 ms, 36.3 GOPS **simulated** "
