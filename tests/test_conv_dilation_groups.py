@@ -25,7 +25,7 @@ PYNQ = load_config("pynq")
 
 def direct_conv(x: np.ndarray, w: np.ndarray, stride: int, pad: int, dilation: int, groups: int) -> np.ndarray:
     """NCHW x OIHW grouped, dilated convolution in int64, one kernel tap at a time."""
-    n, c, h, wd = x.shape
+    n, _, h, wd = x.shape
     o, cg, kh, kw = w.shape
     og = o // groups
     xp = np.pad(x.astype(np.int64), ((0, 0), (0, 0), (pad, pad), (pad, pad)))
@@ -74,8 +74,8 @@ def test_dilated_and_narrow_group_convs_are_exact_for_several_configs(case: str)
     cfg = load_config(preset)
     rng = np.random.default_rng(len(case))
     epilogue = [("bias",), ("shr", 7), ("clip", -127, 127)]
-    wl = dict(data_shape=(cfg.BATCH, ci, hw, hw), kernel_shape=(co, ci // groups, k, k), strides=stride,
-              padding=pad, groups=groups, dilation=dilation)
+    wl = {"data_shape": (cfg.BATCH, ci, hw, hw), "kernel_shape": (co, ci // groups, k, k), "strides": stride,
+              "padding": pad, "groups": groups, "dilation": dilation}
     name = "group_conv2d" if groups > 1 else "conv2d"
     default = compile_op(name, cfg, epilogue=epilogue, **wl)
     x = rng.integers(-128, 128, wl["data_shape"], dtype=np.int8)
@@ -101,18 +101,18 @@ def test_dilated_and_narrow_group_convs_are_exact_for_several_configs(case: str)
 def test_a_dilated_task_is_a_task_of_its_own_and_undilated_keys_stay():
     """Dilation enters a task's key only when it is not 1, so every earlier task (and its tuning records) keeps its
     key; a dilated task rebuilds the same workload."""
-    plain = ConvTemplate.parse("conv2d", PYNQ, (), dict(data_shape=(1, 16, 8, 8), kernel_shape=(16, 16, 3, 3),
-                                                        padding=1))
-    dilated = ConvTemplate.parse("conv2d", PYNQ, (), dict(data_shape=(1, 16, 8, 8), kernel_shape=(16, 16, 3, 3),
-                                                          padding=2, dilation=2))
+    plain = ConvTemplate.parse("conv2d", PYNQ, (), {"data_shape": (1, 16, 8, 8), "kernel_shape": (16, 16, 3, 3),
+                                                        "padding": 1})
+    dilated = ConvTemplate.parse("conv2d", PYNQ, (), {"data_shape": (1, 16, 8, 8), "kernel_shape": (16, 16, 3, 3),
+                                                          "padding": 2, "dilation": 2})
     assert "dilation" not in plain.task_workload()
     again = ConvTemplate.from_task_workload(dilated.task_workload(), PYNQ)
     assert (again.geometry.dh, again.geometry.dw) == (2, 2) and again.geometry.out_h == 8
 
 
 @pytest.mark.parametrize("bad, message", [
-    (dict(dilation=0), "dilation must be >= 1"),
-    (dict(dilation=(1, 2), op="conv2d_transpose"), "conv2d_transpose: dilation must be 1"),
+    ({"dilation": 0}, "dilation must be >= 1"),
+    ({"dilation": (1, 2), "op": "conv2d_transpose"}, "conv2d_transpose: dilation must be 1"),
 ])
 def test_bad_dilations_are_refused(bad: dict, message: str) -> None:
     op = bad.pop("op", "conv2d")
@@ -147,8 +147,8 @@ def test_block_diagonal_kernels_round_trip_and_match_the_graphs_packing():
     wide = block_diagonal(w, 24, 16)
     assert wide.shape == (24, 16, 3, 3) and np.count_nonzero(wide) == np.count_nonzero(w)
     np.testing.assert_array_equal(from_block_diagonal(wide, 24, 1), w)
-    t = ConvTemplate.parse("group_conv2d", PYNQ, (), dict(data_shape=(1, 32, 8, 8), kernel_shape=(32, 1, 3, 3),
-                                                          padding=1, groups=32))
+    t = ConvTemplate.parse("group_conv2d", PYNQ, (), {"data_shape": (1, 32, 8, 8), "kernel_shape": (32, 1, 3, 3),
+                                                          "padding": 1, "groups": 32})
     packed = t.pack("kernel", w)
     graph_packed = KERNELS["layout_transform"]({"src_layout": "OIHW", "dst_layout": "OIHW16o16i", "groups": 24}, w)
     np.testing.assert_array_equal(packed, graph_packed)
