@@ -7,12 +7,12 @@ Each model is the default export (``<family>.onnx``, and the ViT variants) with 
 the tests' seeded generator (``tests/onnx_models.py``) and the tests' seeded input. The pipeline is ``vta run``'s
 on the pynq preset: ``from_onnx``, ``quantize`` with its defaults (percentile calibration on the run's own input,
 per-channel weight scales where ``auto`` puts them, every convolution quantized: ``--skip-conv``'s default with
-regions found automatically), ``graph_pack`` with no names (regions found automatically), ``build`` on the C
-simulator, one inference; then again with ``--skip-conv 0`` (VTA's convention: the stem in float on the host).
-"MACs executed" is what the GEMM core multiplies for them over the model's MACs it offloads (channels padded to
-whole blocks, narrow groups block-diagonal). The transformers' dense
-layers stay float under ``vta run``'s defaults, so they run a second time with ``skip_dense_layer=False`` (the
-Python API; the "dense quantized" rows). MAC share is ``graph_pack.explain``'s (conv2d, conv2d_transpose, dense,
+regions found automatically), ``graph_pack`` with no names (regions found automatically), ``vta run``'s ``--dense``
+default (the transformers' dense layers and attention's products quantized for the accelerator, the CNNs' classifier
+heads float), ``build`` on the C simulator, one inference; then again with ``--skip-conv 0`` (VTA's convention: the
+stem in float on the host). "MACs executed" is what the GEMM core multiplies for them over the model's MACs it
+offloads (channels padded to whole blocks, narrow groups block-diagonal).
+MAC share is ``graph_pack.explain``'s (conv2d, conv2d_transpose, dense,
 batch_matmul); "bit-exact" compares the output with the numpy reference of the same quantized graph; "sim ms" is
 the simulated accelerator's time at the preset's clock (host layers not included), "wall ms" the inference's wall
 time on this machine (simulation and host layers), "compile s" quantize + graph_pack + build.
@@ -79,14 +79,13 @@ def cosine(a: np.ndarray, b: np.ndarray) -> float:
     return float(a @ b / (np.linalg.norm(a) * np.linalg.norm(b)))
 
 
-def run_family(name: str, model_name: str, quantize_dense: bool, skip_first_conv: bool = False) -> Row:
-    """``model_name`` through vta run's pipeline (``quantize_dense``: dense layers quantized too;
-    ``skip_first_conv``: VTA's convention, the first convolution kept in float on the host; vta run's default with
-    regions found automatically quantizes it)."""
+def run_family(name: str, model_name: str, skip_first_conv: bool = False) -> Row:
+    """``model_name`` through vta run's pipeline (``skip_first_conv``: VTA's convention, the first convolution kept in
+    float on the host; vta run's default with regions found automatically quantizes it)."""
     import onnx_models
 
     from graph_pack import build, graph_pack, quantize, run_reference
-    from graph_pack.cli import calibration
+    from graph_pack.cli import calibration, quantize_dense
     from graph_pack.explain import explain
     from graph_pack.frontend_onnx import from_onnx
     from hw_config import load_config
@@ -103,12 +102,11 @@ def run_family(name: str, model_name: str, quantize_dense: bool, skip_first_conv
     row = Row(name)
     t0 = time.perf_counter()
     try:
-        x = feeds[graph.inputs[0]]
-        mode, dataset = calibration(None, None, graph, x)
+        mode, dataset = calibration(None, None, graph, feeds)
         qgraph, qparams = quantize(graph, params, calibrate_mode=mode, dataset=dataset,
-                                   skip_dense_layer=not quantize_dense,
+                                   skip_dense_layer=not quantize_dense(None, None, None, graph),
                                    skip_conv_layers=[0] if skip_first_conv else [])
-    except (ValueError, KeyError, TypeError) as e:   # BERT: integer ids, boolean mask
+    except (ValueError, KeyError, TypeError) as e:
         row.error = f"quantize: {str(e).splitlines()[0][:90]}"
         return row
     packed = graph_pack(qgraph, env)
@@ -156,14 +154,11 @@ def main() -> int:
     args = parser.parse_args()
     head = header("bench/families.py", "tests/data/onnx families as vta run runs them, no region flags (pynq)")
     print(head)
-    runs = [(f, f, False) for f in onnx_models.FAMILIES + onnx_models.VARIANTS]
-    runs += [(f"{f} (dense quantized)", f, True) for f in onnx_models.FAMILIES + onnx_models.VARIANTS
-             if f.startswith("vit_tiny")]
     rows = []
-    for name, model_name, quantize_dense in runs:
-        rows.append(run_family(name, model_name, quantize_dense))
+    for name in onnx_models.FAMILIES + onnx_models.VARIANTS:
+        rows.append(run_family(name, name))
         if not rows[-1].error:
-            rows[-1].stem_on_host = run_family(name, model_name, quantize_dense, skip_first_conv=True)
+            rows[-1].stem_on_host = run_family(name, name, skip_first_conv=True)
         print("  " + " | ".join(rows[-1].cells()), flush=True)
     text = table(rows)
     print(text)

@@ -34,7 +34,13 @@ from hw_config.checks import is_whole
 from simulator.stats import RunStats, basis_legend
 from vta.device import Buffer, Device, SimDevice, cleanup_on_error, close_on_exit, free_all
 from vta.environment import config_of
-from vta.numerics import pack_blocks, unpack_blocks
+from vta.numerics import (
+    pack_batched_rows,
+    pack_blocks,
+    unpack_batched_matrices,
+    unpack_batched_rows,
+    unpack_blocks,
+)
 from vta.runtime import ScheduleError, combine_stats
 from vta.templates import CompiledOp, compile_template
 from vta.templates.epilogue import resolve
@@ -448,6 +454,8 @@ class Constants:
 
 
 def _host_kernel(node, graph: Graph, cpu: str):
+    if node.op == "nn.batch_matmul" and packed_factors(node.attrs.get("data_layout", "")):
+        return _packed_batch_matmul_on_host, "numpy"
     if cpu != "numpy":
         if jit.available():
             fn = jit.get_kernel(node.op, node.attrs, [graph[i].shape for i in node.inputs],
@@ -479,6 +487,16 @@ def _packed_head_on_host(attrs: dict, x: np.ndarray, w: np.ndarray) -> np.ndarra
     else:
         y = KERNELS["nn.conv2d"](plain, nat_x, nat_w)
     return pack_blocks(y, b, c)
+
+
+def _packed_batch_matmul_on_host(attrs: dict, x: np.ndarray, w: np.ndarray) -> np.ndarray:
+    """A packed batch_matmul computed on the host (unpack, reference kernel, pack): the fallback when its template
+    refuses the group. Its padding rows and columns are zeros, so the padded product is the product, padded."""
+    b, c = x.shape[-2:]
+    data = unpack_batched_rows(x, x.shape[0] * b, x.shape[2] * c)
+    kernel = unpack_batched_matrices(w, w.shape[1] * w.shape[3], w.shape[2] * w.shape[4])
+    y = KERNELS["nn.batch_matmul"]({"out_dtype": attrs["out_dtype"]}, data, np.swapaxes(kernel, 1, 2))
+    return pack_batched_rows(y, b, w.shape[3])
 
 
 class _Builder:

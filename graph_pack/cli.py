@@ -22,6 +22,7 @@ from graph_pack.graph import Graph
 from graph_pack.host_run import run_cpu
 from graph_pack.host_templates import host
 from graph_pack.labels import IMAGENET_CLASSES, imagenet_class_names
+from graph_pack.macs import matrix_share
 from graph_pack.pack import RegionError, format_offload_report, graph_pack
 from graph_pack.quantize import DEFAULT_MODE, MODES, PER_CHANNEL, default_skip_conv, quantize
 from graph_pack.reference import run_reference
@@ -60,6 +61,68 @@ def region_names(start: str | None, stop: str | None, defaults: tuple[str, str])
     return start or defaults[0], stop or defaults[1]
 
 
+DENSE_DEFAULT_SHARE = 0.5   # --dense's default is on where matrix products carry at least this share of the MACs
+DENSE_HELP = ("matrix products on the accelerator: dense layers through the dense template and products of two "
+              "activations (attention's MatMul) through batch_matmul (on), or kept in float on the host (off, VTA's "
+              "skip_dense_layer). Default, with regions found automatically: on where matrix products are at least half "
+              "of the model's MACs (transformers, MLPs), off where they are a classifier head (CNNs, as VTA); off "
+              "with --start / --stop (VTA's graph_pack)")
+
+
+def quantize_dense(dense: str | None, start: str | None, stop: str | None, graph: Graph) -> bool:
+    """Whether --dense (``dense``: "on", "off" or None, not given) quantizes ``graph``'s matrix products for the
+    accelerator. Not given: off in a region named by --start / --stop, as VTA's graph_pack with its
+    ``skip_dense_layer=True``; with regions found automatically, on where matrix products carry at least
+    ``DENSE_DEFAULT_SHARE`` of the MACs (a transformer: nearly all its MACs; offloading them is the point), off where
+    they are a CNN's classifier head (a few percent of its MACs: VTA kept it float, and the CNN's numbers stay
+    VTA's)."""
+    if dense is not None:
+        return dense == "on"
+    if start is not None or stop is not None:
+        return False
+    return matrix_share(graph) >= DENSE_DEFAULT_SHARE
+
+
+def _input_arg(text: str) -> tuple[str | None, str]:
+    """--input: FILE.npy (the model's first input) or NAME=FILE.npy (the input NAME)."""
+    name, sep, path = text.partition("=")
+    if sep and name and not Path(text).exists():
+        return name, path
+    return None, text
+
+
+def model_inputs(graph: Graph, given: list[tuple[str | None, str]] | None, rng: np.random.Generator
+                 ) -> dict[str, np.ndarray]:
+    """Every input of ``graph``: the --input files given (``(name or None for the first input, path)``), the others
+    drawn: float inputs standard normal (cast to the input's dtype); an integer input that a ``take`` indexes (token
+    ids) uniform over the indexed table's rows; any other integer or boolean input (an attention mask) ones, so
+    nothing is masked."""
+    files: dict[str, str] = {}
+    for name, path in given or []:
+        name = graph.inputs[0] if name is None else name
+        if name not in graph.inputs:
+            raise ValueError(f"--input {name}={path}: the model has no input {name!r}; its inputs: "
+                             f"{', '.join(graph.inputs)}")
+        if name in files:
+            raise ValueError(f"--input gives input {name!r} twice")
+        files[name] = path
+    rows = {node.inputs[1]: graph[node.inputs[0]].shape[node.attrs["axis"]] for node in graph.ops()
+            if node.op == "take" and node.inputs[1] in graph.inputs}
+    feeds = {}
+    for name in graph.inputs:
+        node = graph[name]
+        dtype = np.dtype(node.dtype)
+        if name in files:
+            feeds[name] = _load_input(files[name], graph, name)
+        elif dtype.kind == "f":
+            feeds[name] = rng.standard_normal(node.shape).astype(dtype)
+        elif dtype.kind in "iu" and name in rows:
+            feeds[name] = rng.integers(0, rows[name], node.shape).astype(dtype)
+        else:
+            feeds[name] = np.ones(node.shape, dtype)
+    return feeds
+
+
 def _calibrate_arg(text: str) -> str:
     """--calibrate: a mode, or a .npz file of calibration inputs."""
     if text in MODES or text.endswith(".npz") or Path(text).is_file():
@@ -69,9 +132,10 @@ def _calibrate_arg(text: str) -> str:
 
 
 def calibration(mode_or_file: str | None, global_scale: float | None, graph: Graph,
-                x: np.ndarray) -> tuple[str, list[dict[str, np.ndarray]]]:
+                x: np.ndarray | dict[str, np.ndarray]) -> tuple[str, list[dict[str, np.ndarray]]]:
     """(quantize's calibrate_mode, the calibration batches) for --calibrate (None: not given) and --global-scale:
-    a FILE.npz's batches (percentile ranges), or the run's own input (also what --quant-report compares on)."""
+    a FILE.npz's batches (percentile ranges), or the run's own inputs (also what --quant-report compares on):
+    ``x``, the first input's array or every input by name."""
     if global_scale is not None:
         if mode_or_file not in (None, "global_scale"):
             raise ValueError(f"--global-scale sets VTA's global_scale quantization; --calibrate {mode_or_file} "
@@ -79,7 +143,7 @@ def calibration(mode_or_file: str | None, global_scale: float | None, graph: Gra
         mode_or_file = "global_scale"
     mode_or_file = mode_or_file or DEFAULT_MODE
     if mode_or_file in MODES:
-        return mode_or_file, [{graph.inputs[0]: x}]
+        return mode_or_file, [dict(x) if isinstance(x, dict) else {graph.inputs[0]: x}]
     return DEFAULT_MODE, load_calibration(mode_or_file, graph)
 
 
@@ -273,6 +337,7 @@ def skip_conv_note(values: list[int | None] | None, named_region: bool) -> str:
     arg("--skip-conv", type=_skip_conv, action="append", default=None, metavar="INDEX|none",
         help="conv layer kept in float on the CPU (repeatable; 'none' offloads every conv; default: none with "
              "regions found automatically, 0 (the stem, VTA's convention) with --start/--stop)"),
+    arg("--dense", choices=("on", "off"), default=None, help=DENSE_HELP),
     arg("--fallback", choices=("warn", "error"), default="warn",
         help="a group the templates refuse: run it on the host and say so (warn, default) or stop (error)"),
     arg("--cpu", choices=CPU_BACKENDS, default="auto", help="host kernels (default auto: JIT if llvmlite)"),
@@ -298,7 +363,9 @@ def skip_conv_note(values: list[int | None] | None, named_region: bool) -> str:
     arg("--key-file", default=None, metavar="FILE", help="with --rpc: the boards' shared key (default "
                                                          "$VTA_RPC_KEY_FILE)"),
     arg("--seed", type=SEED, default=0, help="seed of the random weights and input"),
-    arg("--input", metavar="NPY", help="input array (.npy) instead of a random one"),
+    arg("--input", dest="inputs", type=_input_arg, action="append", default=None, metavar="[NAME=]NPY",
+        help="an input array (.npy) instead of a random one: the model's first input, or with NAME= the input "
+             "NAME (repeatable; inputs not given are drawn: float normal, token ids over their table, masks ones)"),
     arg("--out", metavar="NPZ", help="save the outputs (output_0, ...: logits, DCGAN's images) and the input "
                                      "(input) to this .npz, written whole or not at all"),
     arg("--check", action="store_true", help="also run the numpy reference (and, on a board, the simulator) and "
@@ -355,15 +422,14 @@ def _run(args: argparse.Namespace) -> int:
     times = {"import": time.perf_counter() - t0}
     rng = np.random.default_rng(args.seed)
     data = graph.inputs[0]
-    if args.input:
-        x = _load_input(args.input, graph, data)
-    else:
-        x = rng.standard_normal(graph[data].shape).astype(np.float32)
+    feeds = model_inputs(graph, args.inputs, rng)
+    x = feeds[data]
     t0 = time.perf_counter()
-    mode, dataset = calibration(args.calibrate, args.global_scale, graph, x)
+    mode, dataset = calibration(args.calibrate, args.global_scale, graph, feeds)
     qgraph, qparams = quantize(graph, params, global_scale=args.global_scale or 8.0, calibrate_mode=mode,
                                dataset=dataset,
                                skip_conv_layers=skip_conv_layers(args.skip_conv, named_region=bool(args.start or args.stop)),
+                               skip_dense_layer=not quantize_dense(args.dense, args.start, args.stop, graph),
                                per_channel=args.per_channel)
     times["quantize"] = time.perf_counter() - t0
     t0 = time.perf_counter()
@@ -378,12 +444,13 @@ def _run(args: argparse.Namespace) -> int:
     if schedules is not None:   # records for this config, but none for a task of this network
         refuse_unused(args.model, schedules, host_schedules, built=True)
     t0 = time.perf_counter()
-    mod.run(**{data: x})
+    mod.run(**feeds)
     run_s = time.perf_counter() - t0
     y = mod.get_output(0)
     if args.out is not None:
         outputs = {f"output_{i}": mod.get_output(i) for i in range(len(graph.outputs))}
-        write_atomic(args.out, lambda f: np.savez(f, input=x, **outputs))
+        others = {f"input_{name}": feeds[name] for name in graph.inputs[1:]}   # a model's other inputs
+        write_atomic(args.out, lambda f: np.savez(f, input=x, **others, **outputs))
         print(f"saved the input and {len(outputs)} output(s) to {args.out}")
     sim = getattr(mod.device, "sim", None)
     where = "the RTL, simulated cycle by cycle by Verilator" if args.device == "rtl" else \
@@ -424,12 +491,12 @@ def _run(args: argparse.Namespace) -> int:
         print(f"report: {page} (open it in a browser; nothing in it is fetched)")
     if args.check:   # every output (a detector has several)
         ours = [mod.get_output(i) for i in range(len(graph.outputs))]
-        numpy_outs = run_reference(qgraph, qparams, {data: x})
+        numpy_outs = run_reference(qgraph, qparams, feeds)
         references = {"the numpy reference": list(numpy_outs) if isinstance(numpy_outs, tuple) else [numpy_outs]}
         if board is not None:   # the board (or the RTL) against the simulator, bit for bit
             sim_mod = build(packed, env, qparams, schedules, cpu=args.cpu, fallback="allow",
                             device=_simulator(cfg, args.threads))
-            sim_mod.run(**{data: x})
+            sim_mod.run(**feeds)
             references["the simulator"] = [sim_mod.get_output(i) for i in range(len(graph.outputs))]
         differs = False
         for name, refs in references.items():
@@ -450,8 +517,7 @@ def _float_model(args: argparse.Namespace):
     graph, params, _ = load_model(args.model, args.batch or 1, args.image_size, args.seed, _shapes(args.shapes),
                                   args.max_tensor_mb, args.max_model_mb)
     data = graph.inputs[0]
-    x = _load_input(args.input, graph, data) if args.input else \
-        np.random.default_rng(args.seed).standard_normal(graph[data].shape).astype(np.float32)
+    x = model_inputs(graph, args.inputs, np.random.default_rng(args.seed))[data]
     return graph, params, x, lambda y: _top5(y, random_weights=not Path(args.model).is_file())
 
 

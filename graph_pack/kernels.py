@@ -17,8 +17,11 @@ from graph_pack.opdefs import packed_factors
 from vta.numerics import (
     block_diagonal,
     conv2d_int,
+    pack_batched_matrices,
+    pack_batched_rows,
     pack_blocks,
     transposed_to_direct,
+    unpack_batched_rows,
     unpack_blocks,
     wrap_int32,
 )
@@ -310,6 +313,12 @@ def _layout_transform(a, x):
     src = a["src_layout"]
     if f and src == "OIHW" and a["groups"] > 1:   # groups narrower than a block: the block-diagonal kernel
         return pack_blocks(block_diagonal(x, a["groups"], f[1]), *f)
+    if f and src == "BNC":
+        return pack_batched_rows(x.reshape(-1, *x.shape[-2:]), *f)
+    if f and src == "BKN":   # the right-hand side (..., K, N) as (N, K) weight matrices
+        return pack_batched_matrices(np.swapaxes(x.reshape(-1, *x.shape[-2:]), 1, 2), *f)
+    if a["dst_layout"] == "BNC":
+        return unpack_batched_rows(x, a["batch"], a["channels"]).reshape(*a["lead"], a["batch"], a["channels"])
     if f and src in ("NCHW", "NC", "OIHW", "OI"):
         return pack_blocks(x, *f)
     if f and src == "IOHW":

@@ -27,3 +27,14 @@ def op_macs(graph: Graph, node: Node) -> int:
 def graph_macs(graph: Graph) -> dict[str, int]:
     """Each MAC-carrying operator of an unpacked graph and its multiply-adds (graph_pack records them)."""
     return {n.name: op_macs(graph, n) for n in graph.ops() if n.op in MAC_OPS}
+
+
+MATRIX_OPS = ("nn.dense", "nn.batch_matmul", "nn.matmul")
+
+
+def matrix_share(graph: Graph) -> float:
+    """The share of an unpacked graph's multiply-adds in matrix products (dense layers, attention's products): near 1
+    for a transformer or an MLP, a few percent for a CNN (its classifier); 0 for a graph without MACs."""
+    macs = {name: (graph[name].op, n) for name, n in graph_macs(graph).items()}
+    total = sum(n for _, n in macs.values())
+    return sum(n for op, n in macs.values() if op in MATRIX_OPS) / total if total else 0.0

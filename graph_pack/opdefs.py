@@ -2,7 +2,10 @@
 
 Attribute conventions (Relay's): ``padding`` is (top, left, bottom, right); ``strides``/``dilation`` are
 (h, w); layouts are strings. Packed layouts ``NCHW{b}n{c}c`` (activations, 6-D: N/b, C/c, H, W, b, c),
-``OIHW{c}o{c}i`` (weights) and ``NC{b}n{c}c`` (dense data) appear after ``graph_pack``.
+``OIHW{c}o{c}i`` (weights) and ``NC{b}n{c}c`` (dense data) appear after ``graph_pack``; so do a batch_matmul's
+``BNC{b}n{c}c`` (a batch of (N, C) matrices, 5-D: N/b, B, C/c, b, c; its data and output) and ``BOI{o}o{i}i``
+(its weight-tile operand, 5-D: B, O/o, I/i, o, i), from the natural ``BNC`` (..., N, C) and ``BKN`` (..., K, N:
+the right-hand side of a matmul, transposed by the packing).
 """
 
 from __future__ import annotations
@@ -53,7 +56,7 @@ def quad(v, what: str) -> tuple[int, int, int, int]:
     return v  # type: ignore[return-value]
 
 
-_PACKED = re.compile(r"^(NCHW|NC|OIHW|OI)(\d+)([no])(\d+)([ci])$")
+_PACKED = re.compile(r"^(NCHW|NC|OIHW|OI|BNC|BOI)(\d+)([no])(\d+)([ci])$")
 
 
 def packed_factors(layout: str) -> tuple[int, int] | None:
@@ -391,6 +394,22 @@ _register("nn.upsampling", {"scale_h": 2, "scale_w": 2, "method": "nearest_neigh
 def _infer_layout(a, shapes, dtypes):
     src, dst = a["src_layout"], a["dst_layout"]
     f = packed_factors(dst)
+    if src == "BNC" and f and dst.startswith("BNC"):   # (..., M, K) -> (M/b, B, K/c, b, c)
+        b, c = f
+        *lead, m, k = shapes[0]
+        return (-(-m // b), math.prod(lead), -(-k // c), b, c), dtypes[0]
+    if src == "BKN" and f and dst.startswith("BOI"):   # (..., K, N) -> (B, N/o, K/i, o, i)
+        bo, bi = f
+        *lead, k, n = shapes[0]
+        return (math.prod(lead), -(-n // bo), -(-k // bi), bo, bi), dtypes[0]
+    if dst == "BNC" and packed_factors(src) and src.startswith("BNC"):
+        b, c = packed_factors(src)
+        mb, n, cb = shapes[0][:3]
+        if len(shapes[0]) != 5 or shapes[0][-2:] != (b, c) or math.prod(a["lead"]) != n or \
+                not 0 < a["batch"] <= mb * b or not 0 < a["channels"] <= cb * c:
+            raise ValueError(f"{src} data {shapes[0]} does not hold lead={a['lead']}, batch={a['batch']}, "
+                             f"channels={a['channels']}")
+        return (*a["lead"], a["batch"], a["channels"]), dtypes[0]
     if src in ("NCHW", "NC") and f:
         b, c = f
         n, ch, *rest = shapes[0]
@@ -410,11 +429,12 @@ def _infer_layout(a, shapes, dtypes):
             raise ValueError(f"batch={a['batch']} and channels={a['channels']} must be positive and fit the "
                              f"packed {shapes[0]}")
         return (a["batch"], a["channels"], *shapes[0][2:-2]), dtypes[0]
-    raise ValueError(f"layout_transform supports NCHW/NC <-> packed and OIHW/IOHW/OI -> packed, got {src} -> {dst}")
+    raise ValueError(f"layout_transform supports NCHW/NC/BNC <-> packed and OIHW/IOHW/OI/BKN -> packed, got {src} -> "
+                     f"{dst}")
 
 
-_register("layout_transform", {"src_layout": None, "dst_layout": None, "batch": 0, "channels": 0, "groups": 1},
-          _infer_layout)
+_register("layout_transform", {"src_layout": None, "dst_layout": None, "batch": 0, "channels": 0, "lead": (),
+                               "groups": 1}, _infer_layout, normalize=lambda a, t: {**a, "lead": tuple(int(d) for d in a["lead"])})
 
 
 # ---- ops of today's exported networks (transformers, segmentation, detection): host ops ---------------------
@@ -509,6 +529,8 @@ _register("broadcast_to", {"shape": None}, _infer_broadcast_to,
 
 def _infer_batch_matmul(a, shapes, dtypes):
     x, y = shapes
+    if packed_factors(a["data_layout"]):   # (M/b, B, K/c, b, c) x (B, N/o, K/i, o, i) -> (M/b, B, N/o, b, o)
+        return (x[0], x[1], y[1], x[3], y[3]), a["out_dtype"]
     if len(x) < 2 or len(y) < 2:
         raise ValueError(f"both operands must be at least 2-D, got {x} and {y}")
     if x[-1] != y[-2]:
@@ -518,7 +540,7 @@ def _infer_batch_matmul(a, shapes, dtypes):
     return (*np.broadcast_shapes(x[:-2], y[:-2]), x[-2], y[-1]), a["out_dtype"]
 
 
-_register("nn.batch_matmul", {"out_dtype": ""}, _infer_batch_matmul, (2,),
+_register("nn.batch_matmul", {"out_dtype": "", "data_layout": "BNC", "kernel_layout": "BKN"}, _infer_batch_matmul, (2,),
           lambda a, t: {**a, "out_dtype": _dtype(a, "out_dtype", t[0].dtype)})
 
 

@@ -356,6 +356,9 @@ class _Packer:
         self.act2d = f"NC{cfg.BATCH}n{cfg.BLOCK_IN}c"
         self.wgt = f"OIHW{cfg.BLOCK_OUT}o{cfg.BLOCK_IN}i"
         self.wgt2d = f"OI{cfg.BLOCK_OUT}o{cfg.BLOCK_IN}i"
+        self.matrices = f"BNC{cfg.BATCH}n{cfg.BLOCK_IN}c"     # a batch_matmul's data and output
+        self.wgt_matrices = f"BOI{cfg.BLOCK_OUT}o{cfg.BLOCK_IN}i"   # its weight-tile operand
+        self.batched: set[str] = set()   # packed values in the batch_matmul layout (self.matrices)
 
     def emit(self, op: str, inputs: list[str], name: str, **attrs) -> str:
         return self.b.op(op, inputs, name=self.b.unique(name), **attrs)
@@ -365,20 +368,39 @@ class _Packer:
         self.packed[node.name] = False
 
     def packed_value(self, name: str) -> str:
-        if self.packed[name]:
+        if self.packed[name] and name not in self.batched:
             return name
         key = ("pack", name)
         if key not in self.memo:
             rank = len(self.g[name].shape)
             layout = self.act if rank == 4 else self.act2d
-            self.memo[key] = self.emit("layout_transform", [name], f"{name}.pack", src_layout="NCHW" if rank == 4
-                                       else "NC", dst_layout=layout)
+            self.memo[key] = self.emit("layout_transform", [self.unpacked_value(name)], f"{name}.pack",
+                                       src_layout="NCHW" if rank == 4 else "NC", dst_layout=layout)
+        return self.memo[key]
+
+    def batched_value(self, name: str, role: str) -> str:
+        """``name`` as a batch_matmul reads it: its data (``role`` "data", (..., M, K) in the BNC layout) or its
+        weight-tile operand ("kernel", (..., K, N) transposed into the BOI layout); a batch_matmul group's output
+        is read as data where it lies."""
+        key = ("batched", name, role)
+        if key not in self.memo:
+            if role == "data" and name in self.batched:
+                self.memo[key] = name
+            else:
+                src, dst = ("BNC", self.matrices) if role == "data" else ("BKN", self.wgt_matrices)
+                self.memo[key] = self.emit("layout_transform", [self.unpacked_value(name)], f"{name}.pack_{role}",
+                                           src_layout=src, dst_layout=dst)
         return self.memo[key]
 
     def unpacked_value(self, name: str) -> str:
         if not self.packed[name]:
             return name
         key = ("unpack", name)
+        if key not in self.memo and name in self.batched:
+            orig = self.g[name]
+            self.memo[key] = self.emit("layout_transform", [name], f"{name}.unpack", src_layout=self.matrices,
+                                       dst_layout="BNC", batch=orig.shape[-2], channels=orig.shape[-1],
+                                       lead=orig.shape[:-2])
         if key not in self.memo:
             orig = self.g[name]
             rank = len(orig.shape)
@@ -413,6 +435,8 @@ class _Packer:
             elif node.op == "cast" and self.packed[node.inputs[0]]:  # element-wise: the host casts packed data
                 self.emit("cast", node.inputs, node.name, **node.attrs)
                 self.packed[node.name] = True
+                if node.inputs[0] in self.batched:
+                    self.batched.add(node.name)
             elif self.cast_after_pack(node):   # pack the narrower input, then cast the packed data
                 self.emit("cast", [self.packed_value(node.inputs[0])], node.name, **node.attrs)
                 self.packed[node.name] = True
@@ -423,6 +447,9 @@ class _Packer:
         outputs = [self.unpacked_value(o) for o in self.g.outputs]
         graph, _ = self.b.finish(outputs)
         for group in self.groups.values():   # tensor operands: the packed values the members read
+            if group.op == "batch_matmul":
+                group.operands = {k: self.memo[("batched", v, k)] for k, v in group.operands.items()}
+                continue
             group.operands = {k: v if self.g[v].op == "const" else self.packed_name(v) for k, v in group.operands.items()}
         return graph
 
@@ -454,6 +481,9 @@ class _Packer:
 
     def emit_packed(self, node: Node) -> None:
         g = self.g
+        if self.members[node.name].op == "batch_matmul":
+            self.emit_batched(node)
+            return
         if node.op in HEADS:
             data, weight = node.inputs
             dense = node.op == "nn.dense"
@@ -478,6 +508,20 @@ class _Packer:
                     ins.append(self.packed_value(i))
             self.emit(node.op, ins, node.name, **node.attrs)
         self.packed[node.name] = True
+
+    def emit_batched(self, node: Node) -> None:
+        """A member of a batch_matmul group: the head reads its operands in the batch_matmul layouts, the fused
+        chain (scalar constants only) follows in the head's output layout."""
+        if node.op == "nn.batch_matmul":
+            data, other = node.inputs
+            ins = [self.batched_value(data, "data"), self.batched_value(other, "kernel")]
+            self.emit(node.op, ins, node.name, **{**node.attrs, "data_layout": self.matrices,
+                                                  "kernel_layout": self.wgt_matrices})
+        else:
+            self.emit(node.op, [i if i in self.batched or self.g[i].op == "const" else self.batched_value(i, "data")
+                                for i in node.inputs], node.name, **node.attrs)
+        self.packed[node.name] = True
+        self.batched.add(node.name)
 
 
 OLD_DEFAULT_REGION = ("nn.max_pool2d", "nn.global_avg_pool2d")   # VTA's ResNet start / stop

@@ -11,7 +11,10 @@ the convolution. Residual adds bring their operands to the coarser exponent firs
 conv -> bias -> round/shift -> add(residual) -> relu -> clip -> cast and fuses whole into one accelerator op.
 
 Ops the accelerator cannot compute in integers (softmax, average pools, skipped layers, dense by default)
-stay float; ``qnn.quantize`` / ``qnn.dequantize`` mark the crossings.
+stay float; ``qnn.quantize`` / ``qnn.dequantize`` mark the crossings. Tensors that are not float in the float
+graph (a transformer's int64 token ids, a boolean attention mask, the integer arithmetic on them) are not
+activations: they and the ops that read them pass through untouched (an op reading one is computed as in the
+float graph, its float inputs dequantized where needed).
 """
 
 from __future__ import annotations
@@ -23,7 +26,7 @@ from dataclasses import dataclass
 import numpy as np
 
 from graph_pack import jit
-from graph_pack.graph import Graph, GraphBuilder, GraphError
+from graph_pack.graph import Graph, GraphBuilder
 from graph_pack.reference import evaluate
 from hw_config.isa_rules import IMM_MAX, IMM_MIN
 
@@ -37,9 +40,15 @@ SHAPE_OPS = ("nn.max_pool2d", "nn.upsampling", "reshape", "nn.batch_flatten", "t
 
 @dataclass(frozen=True)
 class QValue:
-    kind: str          # "f" float, "i8" stored int8, "i32" int32 accumulator chain
+    kind: str          # "f" float, "i8" stored int8, "i32" int32 accumulator chain, "raw" not float in the
+                       # float graph (ids, masks): passed through as it is
     node: str          # node in the quantized graph holding the value
     exp: int = 0       # value = node * 2**exp (integers)
+
+
+def _kind_of(dtype: str) -> str:
+    """A float graph's value of ``dtype`` as the quantizer starts it: an activation ("f") or passed through ("raw")."""
+    return "f" if dtype == "float32" else "raw"
 
 
 def power2_exponent(max_abs: float, levels: int = INT8_MAX) -> int:
@@ -60,11 +69,14 @@ def _int_const(value: np.ndarray, exp: int, dtype: str) -> np.ndarray:
 
 class _Quantizer:
     def __init__(self, graph: Graph, params: dict, act_exp: dict[str, int], default_exp: int,
-                 skip_conv_layers: set[int], skip_dense_layer: bool, per_channel: str = "none"):
+                 skip_conv_layers: set[int], skip_dense_layer: bool, per_channel: str = "none",
+                 skip_batch_matmul: bool | None = None):
         self.g, self.params = graph, params
         self.per_channel = per_channel
         self.act_exp, self.default_exp = act_exp, default_exp
         self.skip_conv, self.skip_dense = skip_conv_layers, skip_dense_layer
+        self.skip_batch_matmul = skip_dense_layer if skip_batch_matmul is None else skip_batch_matmul
+        self.side: set[str] = set()   # float values computed from ids / masks and constants alone
         self.users = graph.consumers()
         self.position = {name: i for i, name in enumerate(graph.nodes)}
         self.b = GraphBuilder(Graph(), {})
@@ -137,7 +149,7 @@ class _Quantizer:
 
     def to_f(self, fname: str) -> QValue:
         v = self.val[fname]
-        if v.kind == "f":
+        if v.kind in ("f", "raw"):
             return v
         key = ("f", fname)
         if key not in self.memo:
@@ -153,7 +165,7 @@ class _Quantizer:
     def run(self) -> tuple[Graph, dict]:
         for node in self.g:
             if node.op == "input":
-                self.val[node.name] = QValue("f", self.b.input(node.name, node.shape, node.dtype))
+                self.val[node.name] = QValue(_kind_of(node.dtype), self.b.input(node.name, node.shape, node.dtype))
             elif node.op == "const":
                 self.val[node.name] = QValue("f", node.name)  # emitted on use, float or quantized
             else:
@@ -162,13 +174,15 @@ class _Quantizer:
         return self.b.finish(outputs)
 
     def float_op(self, node) -> QValue:
+        """``node`` as in the float graph: float (dequantized) inputs, its constants as they are; its result is
+        float, or "raw" where the float graph's is not float (a comparison, an index computation)."""
         inputs = []
         for i in node.inputs:
             if self.is_const(i):
                 inputs.append(self.float_const(i))
             else:
                 inputs.append(self.to_f(i).node)
-        return QValue("f", self.op(node.op, inputs, node.name, **node.attrs))
+        return QValue(_kind_of(node.dtype), self.op(node.op, inputs, node.name, **node.attrs))
 
     def float_const(self, name: str) -> str:
         if name not in self.b.graph.nodes:
@@ -180,12 +194,19 @@ class _Quantizer:
         if node.name in self.folded:
             return self.folded[node.name]
         if node.dtype != "float32" or any(self.g[i].dtype != "float32" for i in ins):
-            raise GraphError(f"{node.name}: quantize expects a float32 graph, found {node.op} on "
-                             f"{[self.g[i].dtype for i in ins]}")
+            if node.dtype == "float32":
+                self.side.add(node.name)
+            return self.float_op(node)   # ids, masks and what reads them: not activations, passed through
         data = [i for i in ins if not self.is_const(i)]
+        if data and all(i in self.side for i in data):
+            self.side.add(node.name)
         all_float = all(self.val[i].kind == "f" for i in data)
         if op in CONVS or op == "nn.dense":
             return self.weighted(node)
+        if op == "nn.batch_matmul" and len(data) == 2 and not self.skip_batch_matmul:
+            return self.matmul(node)
+        if op == "add" and any(self.mask_like(i, node) for i in data):
+            return self.float_op(node)
         if op == "nn.bias_add" and self.val[ins[0]].kind != "f" and self.is_const(ins[1]):
             x = self.to_i32(ins[0])
             bias = self.const(f"{node.name}.bias_q", _int_const(self.params[ins[1]], x.exp, "int32"))
@@ -272,6 +293,19 @@ class _Quantizer:
             return user.name, user.inputs[1]
         return None, None
 
+    def matmul(self, node) -> QValue:
+        """A product of two activations (attention's Q K^T, probabilities x V): both int8 at their own scales, the
+        int32 result at the sum of their exponents, as a dense layer's."""
+        a, b = (self.to_i8(i) for i in node.inputs)
+        y = self.op(node.op, [a.node, b.node], node.name, **{**node.attrs, "out_dtype": "int32"})
+        return QValue("i32", y, a.exp + b.exp)
+
+    def mask_like(self, name: str, node) -> bool:
+        """Whether ``name``, an operand of the add ``node``, is an additive mask: computed from ids / masks alone
+        and broadcast over the other operand. Its entries (-inf, or -1e9 where a mask blocks) have no int8 scale
+        next to the values it is added to, so the add stays float."""
+        return name in self.side and int(np.prod(self.g[name].shape)) < int(np.prod(node.shape))
+
     def _per_channel_exponents(self, node, w: np.ndarray, ew: int) -> np.ndarray | None:
         """Each output channel's weight exponent where per-channel scales apply to ``node`` (None: one per tensor).
         A channel of zeros takes the tensor's."""
@@ -327,6 +361,9 @@ class _Quantizer:
         if node.op == "add":
             cq = self.const(f"{const}.q", _int_const(c, x.exp, "int32"))
             return QValue("i32", self.op("add", [x.node, cq], node.name), x.exp)
+        if c.size == 1 and float(c.reshape(-1)[0]) > 0 and math.log2(float(c.reshape(-1)[0])).is_integer():
+            # a power of two (attention's 1/sqrt(head size) for sizes 4, 16, 64 ...): exactly a change of scale
+            return QValue("i32", x.node, x.exp + int(math.log2(float(c.reshape(-1)[0]))))
         ec = power2_exponent(float(np.abs(c).max()))
         cq = self.const(f"{const}.q", _int_const(c, ec, "int8").astype(np.int32))
         return QValue("i32", self.op("multiply", [x.node, cq], node.name), x.exp + ec)
@@ -371,7 +408,8 @@ def calibrate(graph: Graph, params: dict, dataset: Iterable[dict[str, np.ndarray
 def quantize(graph: Graph, params: dict[str, np.ndarray], *, global_scale: float = 8.0,
              skip_conv_layers: Sequence[int] = (0,), skip_dense_layer: bool = True,
              calibrate_mode: str | None = None, dataset: Iterable[dict[str, np.ndarray]] | None = None,
-             percentile: float = 99.99, per_channel: str = "auto") -> tuple[Graph, dict[str, np.ndarray]]:
+             percentile: float = 99.99, per_channel: str = "auto",
+             skip_batch_matmul: bool | None = None) -> tuple[Graph, dict[str, np.ndarray]]:
     """Quantize a float graph to int8/int32 with power-of-two scales (see the module docstring).
 
     ``calibrate_mode``: "percentile" or "max" (per-tensor ranges from running ``dataset``, an iterable of input
@@ -382,7 +420,9 @@ def quantize(graph: Graph, params: dict[str, np.ndarray], *, global_scale: float
     so a per-tensor scale set by the largest channel loses the small ones), "all" (every conv2d / dense: their requantization is then
     per channel, which the accelerator's epilogue cannot fuse, so they run on the host) or "none" (VTA's per-tensor
     scales). ``skip_conv_layers`` lists conv indices (in graph order) kept in float on the CPU;
-    ``skip_dense_layer`` keeps dense layers in float (VTA's default).
+    ``skip_dense_layer`` keeps dense layers in float (VTA's default); ``skip_batch_matmul`` keeps the products of
+    two activations (``nn.batch_matmul``: attention's) in float, and follows ``skip_dense_layer`` when None (the
+    default), so "dense" means every matrix product.
     """
     if calibrate_mode is None:
         calibrate_mode = DEFAULT_MODE if dataset is not None else "global_scale"
@@ -405,5 +445,5 @@ def quantize(graph: Graph, params: dict[str, np.ndarray], *, global_scale: float
     if bad:
         raise ValueError(f"skip_conv_layers {bad} out of range: the graph has {n_convs} convolution(s)")
     q = _Quantizer(graph, params, act_exp, default_exp, {int(i) for i in skip_conv_layers}, skip_dense_layer,
-                   per_channel)
+                   per_channel, skip_batch_matmul)
     return q.run()

@@ -377,23 +377,37 @@ def _pool(threads: int) -> ThreadPoolExecutor:
         return _POOL[threads]
 
 
+def emit_nests(dag: ComputeDag, schedule: Schedule, prefix: str = "nest"
+               ) -> tuple[ComputeDag, list[Nest], ir.Module, list[str]]:
+    """(the transformed DAG, its loop nests, an IR module with one function per nest, their names ``prefix0``,
+    ``prefix1``, ...): what this CPU's JIT compiles, and what ``host.cross`` compiles for a board."""
+    tdag, nests = lower(dag, schedule)
+    shapes = {name: tdag.shape_of(name) for name in tdag.buffers}
+    module = ir.Module(name=dag.name)
+    names = [f"{prefix}{i}" for i in range(len(nests))]
+    for name, nest in zip(names, nests, strict=True):
+        _NestEmitter(module, name, nest, shapes, tdag.buffers).emit()
+    return tdag, nests, module, names
+
+
+def scratch_shapes(tdag: ComputeDag, nests: list[Nest]) -> dict[str, tuple[int, ...]]:
+    """The intermediate stages' buffers a kernel passes its nests: whole where a nest writes them, else a single
+    float (a stage inlined, or kept in a tile's accumulators)."""
+    written = {n.out for n in nests} | {n.stage.name for n in nests if n.stage.reduce and not n.cache_write}
+    return {s.name: s.shape if s.name in written else (1,) for s in tdag.stages[:-1]}
+
+
 class CompiledKernel:
     """A scheduled DAG compiled for this CPU: ``kernel(*inputs, threads=1)`` -> the output (float32, C order).
     Intermediate tensors are kept between calls (one call at a time per kernel)."""
 
     def __init__(self, dag: ComputeDag, schedule: Schedule):
         self.dag, self.schedule = dag, schedule
-        self.tdag, self.nests = lower(dag, schedule)
-        shapes = {name: self.tdag.shape_of(name) for name in self.tdag.buffers}
-        module = ir.Module(name=dag.name)
-        names = [f"nest{i}" for i in range(len(self.nests))]
-        for name, nest in zip(names, self.nests, strict=True):
-            _NestEmitter(module, name, nest, shapes, self.tdag.buffers).emit()
+        self.tdag, self.nests, module, names = emit_nests(dag, schedule)
         self.ir = str(module)
         self._fns = compile_functions(self.ir, names, len(self.tdag.buffers))
-        written = {n.out for n in self.nests} | {n.stage.name for n in self.nests if n.stage.reduce and not n.cache_write}
-        self._scratch = {s.name: np.zeros(s.shape if s.name in written else (1,), np.float32)
-                         for s in self.tdag.stages[:-1]}
+        self._scratch = {name: np.zeros(shape, np.float32)
+                         for name, shape in scratch_shapes(self.tdag, self.nests).items()}
         self._consts = {k: np.ascontiguousarray(v, np.float32) for k, v in self.tdag.constants.items()}
 
     def __call__(self, *inputs: np.ndarray, threads: int = 1) -> np.ndarray:

@@ -703,13 +703,16 @@ def test_vta_dse_says_why_points_failed_exits_2_when_all_did_and_tries_them_agai
     assert "0 evaluated" in resumed.stdout
 
 
-def test_a_search_without_start_and_stop_keeps_the_key_of_the_searches_made_before_them():
-    """--start / --stop are Search fields, and a field is in the key: left at None they are not, so a directory's
-    records of an earlier search still resume; given, they make another search."""
+def test_a_search_without_start_and_stop_is_another_search_than_those_made_before_automatic_regions():
+    """--start / --stop are Search fields, and a field is in the key: given, each makes another search; left out,
+    the search offloads the regions found automatically (DCGAN and ONNX files get other groups than their pack
+    points), so the records of a search made before, with the model's pack points, are not resumed."""
     import hashlib
     before = {"network": NET, "base": "pynq", "part": "xc7z020", "trials": 2, "image_size": IMAGE, "seed": 0,
               "base_fingerprint": load_config("pynq").fingerprint}
-    assert SEARCH.key == hashlib.sha256(json.dumps(before, sort_keys=True).encode()).hexdigest()[:16]
+    assert SEARCH.key != hashlib.sha256(json.dumps(before, sort_keys=True).encode()).hexdigest()[:16]
+    now = {**before, "regions": "automatic"}
+    assert SEARCH.key == hashlib.sha256(json.dumps(now, sort_keys=True).encode()).hexdigest()[:16]
     assert len({SEARCH.key, Search(NET, trials=2, image_size=IMAGE, start="nn.conv2d").key,
                 Search(NET, trials=2, image_size=IMAGE, stop="nn.conv2d").key}) == 3
     with pytest.raises(ValueError, match="Search start='': None"):
@@ -717,18 +720,25 @@ def test_a_search_without_start_and_stop_keeps_the_key_of_the_searches_made_befo
 
 
 def test_vta_dse_takes_start_and_stop_for_an_onnx_model(tmp_path):
-    """The default pack points are not in digits_cnn: every point failed on them, then the search refused them
-    before any point (one line, nothing written). --start / --stop, as vta run takes them, choose the offload
-    region, and the error says so."""
+    """Without --start / --stop a search offloads the regions found automatically, as vta run does (the ONNX
+    default pack points, nn.max_pool2d ..., are not in digits_cnn: such a search used to refuse them); with only
+    one flag, the model's own point stands in for the other and a point that matches no op is refused before any
+    point (one line, nothing written). --start / --stop, as vta run takes them, choose the offload region."""
     model = str(Path(__file__).resolve().parents[1] / "examples" / "digits_cnn.onnx")
     (tmp_path / "space.json").write_text(json.dumps({"LOG_BUS_WIDTH": [5, 6]}))
     args = ["dse", model, "--space", "space.json", "--trials", "1"]
-    bare = vta(*args, "--out", "bare", cwd=tmp_path)
-    assert bare.returncode == 2 and "Traceback" not in bare.stderr
-    [line] = bare.stderr.strip().splitlines()
+    found = vta(*args, "--out", "found", cwd=tmp_path)
+    assert found.returncode == 0 and "2 configs: 2 tuned and timed" in found.stdout, found.stderr
+    search = Search(model, trials=1)
+    records = [json.loads(line) for line in (tmp_path / "found" / RECORDS).read_text().splitlines()]
+    assert {r["search"] for r in records} == {search.key}
+    assert search.key != Search(model, trials=1, start="qnn.quantize", stop="nn.batch_flatten").key
+    half = vta(*args, "--stop", "nn.batch_flatten", "--out", "half", cwd=tmp_path)
+    assert half.returncode == 2 and "Traceback" not in half.stderr
+    [line] = half.stderr.strip().splitlines()
     assert line.startswith("vta: error: --start nn.max_pool2d (the default): no operator matches it; give --start an "
                            "op name (")
-    assert not (tmp_path / "bare" / RECORDS).exists()
+    assert not (tmp_path / "half" / RECORDS).exists()
     wrong = vta(*args, "--start", "qnn.quantize", "--stop", "nn.no_such_op", "--out", "wrong", cwd=tmp_path)
     assert wrong.returncode == 2 and wrong.stderr.strip().splitlines()[-1].startswith(
         "vta: error: --stop nn.no_such_op: no operator after the start matches it; give --stop an op name (")

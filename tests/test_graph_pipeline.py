@@ -27,6 +27,7 @@ from graph_pack.build import (
 )
 from graph_pack.pack import format_offload_report, graph_pack, group_workload, offload_report
 from graph_pack.quantize import quantize
+from graph_pack.reference import evaluate
 from hw_config import load_config
 from vta.runtime import ScheduleError
 
@@ -271,12 +272,36 @@ def test_quantize_bad_arguments(kwargs, words):
     assert words in str(e.value)
 
 
-def test_quantize_refuses_integer_graphs():
+def test_quantize_passes_integer_and_boolean_tensors_through():
+    """A transformer's token ids (int64) and mask (bool) are not activations: the ops reading them (an embedding
+    lookup, a comparison, a select) stay as in the float graph and compute the float graph's values; the float
+    result of the lookup is quantized into the conv after it as usual."""
+    rng = np.random.default_rng(3)
     b = GraphBuilder()
-    x = b.input("x", (1, 16, 4, 4), "int8")
-    g, p = b.finish([b.op("nn.relu", [b.op("cast", [x], name="x32", dtype="int32")], name="r")])
-    with pytest.raises(GraphError, match="quantize expects a float32 graph"):
-        quantize(g, p)
+    ids = b.input("ids", (1, 16), "int64")
+    mask = b.input("mask", (1, 16), "int64")
+    table = b.const("table", rng.standard_normal((50, 16)).astype(np.float32))
+    emb = b.op("take", [table, ids], name="emb", axis=0)                       # (1, 16, 16) float
+    keep = b.op("equal", [mask, b.const("zero", np.zeros((), np.int64))], name="keep")
+    masked = b.op("where", [b.op("reshape", [keep], name="keep4", newshape=(1, 16, 1)), b.const(
+        "big", np.full((), -4.0, np.float32)), emb], name="masked")
+    x = b.op("reshape", [masked], name="x4", newshape=(1, 16, 16, 1))
+    w = b.const("w", rng.standard_normal((16, 16, 1, 1)).astype(np.float32) * 0.3)
+    y = b.op("nn.conv2d", [x, w], name="conv")
+    g, p = b.finish([y])
+    feeds = {"ids": rng.integers(0, 50, (1, 16)), "mask": np.r_[np.ones(12), np.zeros(4)].astype(np.int64)[None]}
+    qg, qp = quantize(g, p, skip_conv_layers=[], dataset=[feeds])
+    for name in ("emb", "keep", "masked"):
+        assert qg[name].op == g[name].op and qg[name].dtype == g[name].dtype, name
+    assert qg["keep"].dtype == "bool" and qg["conv"].dtype == "int32"   # the conv quantized, the mask untouched
+    seen: list[dict[str, np.ndarray]] = [{}, {}]
+    for graph, params, values in ((g, p, seen[0]), (qg, qp, seen[1])):
+        evaluate(graph, params, feeds, observe=lambda name, v, values=values: values.__setitem__(name, v))
+    for name in ("emb", "keep", "masked"):
+        np.testing.assert_array_equal(seen[1][name], seen[0][name])
+    want = run_reference(g, p, feeds)
+    got = run_reference(qg, qp, feeds)
+    assert np.corrcoef(got.ravel(), want.ravel())[0, 1] > 0.99
 
 
 def test_quantize_clip_with_an_open_side():

@@ -196,21 +196,22 @@ int main(int argc, char **argv) {
 """
 
 
-def _cross_program(target, irs: list[str], arity: int, where) -> str:
-    """One static program for ``target`` holding the kernels ``irs`` (their functions named kernel0, kernel1, ...,
-    each taking ``arity`` pointers), run by ``_run_under_qemu``."""
+def _cross_program(target, codes: list[bytes], arity: int, where) -> str:
+    """One static program for ``target`` holding the kernels' object ``codes`` (their functions named kernel0,
+    kernel1, ..., each taking ``arity`` pointers; libm linked in), run by ``_run_under_qemu``."""
     cross, _ = need(CROSS_TOOLCHAIN[target])
+    where.mkdir(parents=True, exist_ok=True)
     objects = []
-    for i, ir in enumerate(irs):
+    for i, code in enumerate(codes):
         objects.append(where / f"kernel{i}.o")
-        objects[-1].write_bytes(object_code(ir, target))
-    names = ", ".join(f"kernel{i}" for i in range(len(irs)))
+        objects[-1].write_bytes(code)
+    names = ", ".join(f"kernel{i}" for i in range(len(codes)))
     (where / "driver.c").write_text(DRIVER % {"arity": arity, "guard": GUARD, "names": names,
                                               "params": ", ".join(["void *"] * arity),
                                               "call": ", ".join(f"a[{i}]" for i in range(arity))})
     exe = where / "kernels"
     done = subprocess.run([cross, "-O1", "-static", "-Wall", "-Werror", "-o", str(exe), str(where / "driver.c"),
-                           *map(str, objects)], capture_output=True, text=True, timeout=120, check=False)
+                           *map(str, objects), "-lm"], capture_output=True, text=True, timeout=120, check=False)
     assert done.returncode == 0, f"{cross} could not link the kernels:\n{done.stderr}"
     return str(exe)
 
@@ -285,8 +286,8 @@ def test_arm_kernels_run_under_qemu_and_agree_with_numpy(target, op, workload, e
     want = t.reference(**{k: v for k, v in inputs.items() if k in ("data", "kernel", *epilogue)},
                        relu="relu" in epilogue)
     calls = [_kernel_args(t, config, inputs, epilogue) for config in configs]
-    exe = _cross_program(target, [t.ir(c, target, epilogue, name=f"kernel{i}") for i, c in enumerate(configs)],
-                         len(calls[0][0]) + 1, tmp_path)
+    exe = _cross_program(target, [object_code(t.ir(c, target, epilogue, name=f"kernel{i}"), target)
+                                  for i, c in enumerate(configs)], len(calls[0][0]) + 1, tmp_path)
     for i, (config, (args, out)) in enumerate(zip(configs, calls)):
         got = _run_under_qemu(target, exe, i, args, out)
         assert _close(got, want), (config, float(np.abs(got.astype(np.float64) - want).max()))

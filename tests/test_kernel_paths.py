@@ -1,18 +1,20 @@
 """Every GEMM kernel path this CPU supports gives today's results bit for bit (docs/simulator.md, "Kernel paths").
 
-One build holds the portable, AVX2, AVX-512 and AVX-512 VNNI kernels; VTA_SIM_KERNEL forces one. For each path
+One build holds the portable, AVX2, AVX-512, AVX-512 VNNI and AMX kernels (and the AMX kernels again over a C model
+of the tile instructions, amx-emulated); VTA_SIM_KERNEL forces one. For each path
 the CPU supports, a subprocess with the variable set replays the golden programs against VTA's bytes and
 counters, runs a sample of the C/Python differential fuzz (tests/test_fuzz.py's generator) against the
 pure-Python reference, and checks GEMMs on block shapes that reach every vector and tail loop against numpy,
 with random micro-ops and with runs of micro-ops sharing a weight tile (one and several threads).
 Paths the CPU lacks are skipped here (the test says which) and refused with a clear error at Simulator creation;
-the AVX-512 kernels are also checked on any AVX2 CPU in a build over SIMDe's emulation of their intrinsics, and the
-generic C kernels (non-x86 hosts) in a VTA_SIM_PORTABLE=1 build.
+the AVX-512 kernels are also checked on any AVX2 CPU in a build over SIMDe's emulation of their intrinsics, the AMX
+kernels on any AVX2 CPU as amx-emulated, and the generic C kernels (non-x86 hosts) in a VTA_SIM_PORTABLE=1 build.
 """
 
 from __future__ import annotations
 
 import os
+import re
 import shutil
 import subprocess
 import sys
@@ -26,7 +28,7 @@ from hw_config import load_config
 from simulator.core import Simulator, kernel_path, kernels_supported
 from simulator.errors import SimulatorError
 
-PATHS = ("portable", "avx2", "avx512", "avx512vnni")
+PATHS = ("portable", "avx2", "avx512", "avx512vnni", "amx")   # in order of preference ("auto" takes the last)
 FUZZ_STREAMS = 150  # per fuzz config and path (tests/test_fuzz.py runs 2000 on the default path)
 # square blocks 2, 4, 8 (tails below one vector), 16, 32 and 64 (every vector loop), and batch 4
 SMALL_BUFFERS = {"LOG_UOP_BUFF_SIZE": 10, "LOG_INP_BUFF_SIZE": 11, "LOG_WGT_BUFF_SIZE": 12, "LOG_ACC_BUFF_SIZE": 12}
@@ -94,8 +96,6 @@ def _gemm_check(name: str, overrides: dict, seed: int, runs: bool = False, threa
     kernels built a tile's quad layout, its sum2 / sum4 marks must be what numpy computes. With ``fused`` the inner
     loop's iterations (5 of them: more than the avx512vnni kernel's four tiles a call) all add into the same
     accumulators (dst_factor_in 0), which that path's unsigned kernel takes in one call per run."""
-    from test_semantics import finish, gemm, uops, wrap32
-
     cfg = load_config("pynq", **overrides)
     rng = np.random.default_rng(seed)
     n_inp, n_wgt, n_acc = (24 + 4 * 24, 12 + 4 * 2, 16) if fused else (24, 12, 16)
@@ -116,6 +116,17 @@ def _gemm_check(name: str, overrides: dict, seed: int, runs: bool = False, threa
         triples, iters, dst, src, wf = _run_triples(rng), (2, 1), (1, 0), (1, 0), (3, 0)
     if fused:   # 5 inner iterations into the same accumulators, each with its own inputs and tile
         iters, dst, src, wf = (2, 5), (dst[0], 0), (1, 24), (1, 2)
+    sim = _gemm_against_numpy(name, cfg, x, w, acc, triples, iters, dst, src, wf, threads)
+    _assert_sum_marks(sim, w, name)
+
+
+def _gemm_against_numpy(name: str, cfg, x: np.ndarray, w: np.ndarray, acc: np.ndarray,
+                        triples: list[tuple[int, int, int]], iters: tuple[int, int], dst: tuple[int, int],
+                        src: tuple[int, int], wf: tuple[int, int], threads: int) -> Simulator:
+    """One GEMM of these micro-ops and loop factors on a simulator of the VTA_SIM_KERNEL path (split over
+    ``threads``), its accumulators against numpy's with int32 wrap-around; returns the simulator."""
+    from test_semantics import finish, gemm, uops, wrap32
+
     sim = Simulator(cfg, threads=threads)
     sim._set_threads(threads, 0)
     assert sim.kernel_path == os.environ["VTA_SIM_KERNEL"]
@@ -130,8 +141,27 @@ def _gemm_check(name: str, overrides: dict, seed: int, runs: bool = False, threa
             for d, s, k in triples:
                 d2, s2, k2 = d + i * dst[0] + j * dst[1], s + i * src[0] + j * src[1], k + i * wf[0] + j * wf[1]
                 want[d2] = wrap32(want[d2] + x[s2].astype(np.int64) @ w[k2].astype(np.int64).T)
-    np.testing.assert_array_equal(sim.read_sram("acc", 0, n_acc), wrap32(want), err_msg=f"{name}: GEMM differs")
-    _assert_sum_marks(sim, w, name)
+    np.testing.assert_array_equal(sim.read_sram("acc", 0, len(acc)), wrap32(want), err_msg=f"{name}: GEMM differs")
+    return sim
+
+
+def _long_runs_check(overrides: dict, seed: int, threads: int, fused: bool) -> None:
+    """Runs of more than 16 micro-ops (the amx kernels' blocks of 16: in place at a stride of +1, +2 and -1, a tail,
+    all 18 on one accumulator row, rows that continue each other's accumulator steps but not their input steps and
+    the reverse), with signed and extreme operands, against numpy; ``fused``: three inner iterations into the same
+    accumulators (one kernel call for all three where the path fuses them)."""
+    cfg = load_config("pynq", **overrides)
+    rng = np.random.default_rng(seed)
+    x = rng.integers(-128, 128, (96, cfg.BATCH, cfg.BLOCK_IN)).astype(np.int8)
+    w = rng.integers(-128, 128, (8, cfg.BLOCK_OUT, cfg.BLOCK_IN)).astype(np.int8)
+    x[:4], w[0] = -128, -128
+    acc = rng.integers(-2**31, 2**31, (80, cfg.BATCH, cfg.BLOCK_OUT)).astype(np.int32)
+    acc[:4] = 2**31 - 1
+    triples = ([(i, 2 * i, 0) for i in range(40)] + [(79 - i, i, 1) for i in range(20)] +
+               [(50, i, 2) for i in range(18)] + [(8 * r + i, 10 * r + i, 3) for r in range(4) for i in range(8)] +
+               [(16 * r + i, 8 * r + i, 0) for r in range(3) for i in range(8)])
+    iters, dst, src, wf = ((1, 3), (0, 0), (0, 5), (0, 1)) if fused else ((2, 1), (0, 0), (3, 0), (4, 0))
+    _gemm_against_numpy(f"long runs {overrides}", cfg, x, w, acc, triples, iters, dst, src, wf, threads)
 
 
 def _assert_sum_marks(sim: Simulator, w: np.ndarray, where: str) -> int:
@@ -164,6 +194,10 @@ def _child() -> None:
             for sums in (2, 4) if overrides.get("LOG_BLOCK", 4) == 4 else ():   # the quad kernels: 16x16 blocks
                 _gemm_check(name, overrides, 100 * i + seed, unsigned=True, sums=sums)
                 _gemm_check(name, overrides, 100 * i + seed, runs=True, threads=1 + seed, unsigned=True, sums=sums)
+
+    for i, overrides in enumerate(({}, {"LOG_BATCH": 2}, GEMM_CONFIGS["block32"])):
+        for fused in (False, True):
+            _long_runs_check(overrides, 40 + i, threads=1 + i % 2, fused=fused)
 
     from test_weight_reuse import reuse_checks
     reuse_checks(threads=1)
@@ -242,11 +276,50 @@ def test_avx512_kernels_are_bit_exact_under_emulation(tmp_path: Path) -> None:
     pythonpath = str(_variant_build(tmp_path, VTA_SIM_EMULATE_AVX512="1"))
     for path in ("avx512", "avx512vnni"):
         out = _run_child(path, PYTHONPATH=pythonpath)
-        assert "(supported: portable avx2 avx512 avx512vnni)" in out, out
+        # amx too where the CPU has it: the emulating build leaves that path native
+        assert re.search(r"\(supported: portable avx2 avx512 avx512vnni( amx)?\)", out), out
     probe = subprocess.run([sys.executable, "-c", "from simulator.core import kernel_path; print(kernel_path())"],
                            env={**os.environ, "PYTHONPATH": pythonpath, "VTA_SIM_KERNEL": "auto"}, cwd=tmp_path,
                            capture_output=True, text=True, timeout=120, check=False)
     assert probe.stdout.strip() == "avx2", probe   # emulated paths run only when asked for
+
+
+def test_amx_kernels_are_bit_exact_under_emulation() -> None:
+    """The AMX kernels compiled over a C model of the tile instructions (VTA_SIM_KERNEL=amx-emulated: the same
+    source as the native path, vta_amx_kernels.h) pass the same checks: their blocking, strides, staging, tile shapes
+    and per-thread configuration are verified on this CPU; the instructions themselves and the OS permission request
+    only where the CPU has AMX (test_path_is_bit_exact and test_amx_is_chosen_where_the_cpu_has_it there)."""
+    if "avx2" not in kernels_supported():
+        pytest.skip(f"amx-emulated needs an AVX2 CPU; supported here: {kernels_supported()}")
+    out = _run_child("amx-emulated")
+    assert "amx-emulated" not in out.split("(supported:")[1], out   # never chosen by "auto"
+
+
+def _cpuinfo_flags() -> set[str] | None:
+    """The CPU flags Linux reports (/proc/cpuinfo), or None where there is no such file."""
+    try:
+        text = Path("/proc/cpuinfo").read_text()
+    except OSError:
+        return None
+    return {f for line in text.splitlines() if line.startswith("flags") for f in line.split(":", 1)[1].split()}
+
+
+def test_amx_is_chosen_where_the_cpu_has_it(monkeypatch: pytest.MonkeyPatch) -> None:
+    """The simulator's own CPUID and permission check agrees with what Linux reports: on a CPU with amx_tile and
+    amx_int8 (a Linux new enough to list them grants the tile state on request) "auto" is the amx path, so CI's
+    AMX machine runs the native kernels (test_path_is_bit_exact[amx] checks them there); elsewhere amx is not
+    offered and naming it is refused with the reason."""
+    flags = _cpuinfo_flags()
+    if flags is None:
+        pytest.skip("no /proc/cpuinfo to compare with")
+    monkeypatch.delenv("VTA_SIM_KERNEL", raising=False)
+    if {"amx_tile", "amx_int8", "avx512_vnni"} <= flags:
+        assert kernel_path() == "amx" == kernels_supported()[-1]
+        return
+    assert "amx" not in kernels_supported()
+    monkeypatch.setenv("VTA_SIM_KERNEL", "amx")
+    with pytest.raises(SimulatorError, match=r"VTA_SIM_KERNEL=amx, but this CPU (lacks AMX|does not support)"):
+        Simulator("pynq")
 
 
 def test_gemm_runs_follow_micro_op_writes() -> None:
@@ -291,9 +364,9 @@ def test_gemm_runs_follow_micro_op_writes() -> None:
 
 def test_gemm_kernel_follows_input_signs_and_weight_writes() -> None:
     """A GEMM whose reachable inputs are all >= 0 may take the unsigned-input kernel over its own weight shadow
-    (avx2, avx512, avx512vnni), and its sum2 / sum4 variants (avx2, avx512) on tiles with small enough weights, any other the path's kernel;
-    shadows are built when a GEMM first reads a tile after its write. So: the same tiles alternate between the two
-    kinds of GEMM, a negative byte appears in and then leaves the inputs a GEMM reaches (and one lies just outside
+    (avx2, avx512, avx512vnni; amx's kernel takes every GEMM over that shadow), and its sum2 / sum4 variants (avx2,
+    avx512) on tiles with small enough weights, any other the path's kernel; shadows are built when a GEMM first
+    reads a tile after its write. So: the same tiles alternate between the two kinds of GEMM, a negative byte appears in and then leaves the inputs a GEMM reaches (and one lies just outside
     them), and tiles are rewritten through the API and by a LOAD between GEMMs, small-weight tiles becoming wide
     and back (with large inputs, so that a stale sum mark would wrap int16); every result must match numpy."""
     from test_semantics import finish, gemm, load, uops, wrap32
@@ -339,6 +412,8 @@ def test_gemm_kernel_follows_input_signs_and_weight_writes() -> None:
             quads = _assert_sum_marks(sim, w, f"{threads} threads, {label}")
             if label.startswith("unsigned") and sim.kernel_path in ("avx2", "avx512", "avx512vnni"):
                 assert quads == len({k for _, _, k in triples}), f"{label}: the unsigned-input kernel did not run"
+            if sim.kernel_path in ("amx", "amx-emulated"):   # TDPBSSD takes signed inputs: every GEMM, quads
+                assert quads == len({k for _, _, k in triples}), f"{label}: the amx kernel did not run"
             # a LOAD may leave a tile in the unsigned kernel's layout only: a read still gives its bytes
             np.testing.assert_array_equal(sim.read_sram("wgt", 0, len(w)), w, err_msg=f"{threads} threads, {label}")
 
@@ -356,7 +431,8 @@ def test_default_is_the_best_supported_path(monkeypatch: pytest.MonkeyPatch) -> 
 
 def test_unknown_or_unsupported_path_is_refused_at_creation(monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setenv("VTA_SIM_KERNEL", "sse9")
-    with pytest.raises(SimulatorError, match=r"VTA_SIM_KERNEL=sse9 is not a kernel path \(allowed: auto, portable"):
+    with pytest.raises(SimulatorError, match=r"VTA_SIM_KERNEL=sse9 is not a kernel path \(allowed: auto, portable, "
+                       r"avx2, avx512, avx512vnni, amx, amx-emulated;"):
         Simulator("pynq")
     with pytest.raises(SimulatorError, match="not a kernel path"):
         kernel_path()

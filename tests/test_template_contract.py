@@ -22,7 +22,7 @@ from hw_config import load_config
 from tuning import RandomTuner, extract_tasks
 from tuning.features import feature_names, features_of_indices
 from tuning.measure import LocalRunner
-from tuning.task import alu_task, conv_task
+from tuning.task import Task, alu_task, conv_task
 from vta import compile_op
 from vta.templates import TEMPLATES, random_inputs, registered
 from vta.workloads import RESNET18
@@ -103,6 +103,7 @@ TASKS.update({
     "residual": lambda: conv_task(SIM, (1, 64, 28, 28), (64, 64, 3, 3), 1, 1, residual=True),
     "add": lambda: alu_task(SIM, "add", (1, 64, 28, 28)),
     "relu": lambda: alu_task(SIM, "relu", (1, 64, 28, 28), tensor_rhs=False),
+    "batch_matmul": lambda: Task({"op": "batch_matmul", "data_shape": (4, 64, 64), "kernel_shape": (4, 64, 64)}, SIM),
 })
 
 

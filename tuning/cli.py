@@ -9,7 +9,7 @@ import os
 import shlex
 from pathlib import Path
 
-from graph_pack.cli import EXPLAIN_HELP, START_HELP, STOP_HELP, region_flags
+from graph_pack.cli import DENSE_HELP, EXPLAIN_HELP, START_HELP, STOP_HELP, region_flags
 from graph_pack.svg import check_html_path
 from tuning.cpu_network import tune_cpu_cmd
 from tuning.network import tune_network
@@ -113,6 +113,7 @@ def interrupted_line(log: str | os.PathLike, before: int, after: int) -> str:
     arg("--start", default=None, help=START_HELP),
     arg("--stop", default=None, help=STOP_HELP),
     arg("--explain", action="store_true", help=EXPLAIN_HELP.replace("where it ran", "where it runs")),
+    arg("--dense", choices=("on", "off"), default=None, help=DENSE_HELP + " (as vta run)"),
     arg("--seed", type=SEED, default=0, help="seed of the tuners, weights and input"),
     arg("--plot", metavar="FILE.html", help="after tuning, draw the log's tuning curves (best time per task "
         "against trials) to this self-contained page; on a finished log nothing is measured again"),
@@ -165,7 +166,7 @@ def tune_cmd(args: argparse.Namespace) -> int:
                      strategy=args.strategy, log=log, ops=ops, timing_only=args.timing_only, check=args.check,
                      n_parallel=args.parallel or 1, early_stopping=args.early_stopping, image_size=args.image_size,
                      seed=args.seed, runner=runner, start=args.start, stop=args.stop,
-                     show_explanation=args.explain)
+                     show_explanation=args.explain, dense=args.dense)
     if args.rpc:
         print(boards_line(runner))
     if args.plot is not None:
@@ -173,7 +174,8 @@ def tune_cmd(args: argparse.Namespace) -> int:
         print(f"plot: {args.plot} (tuning curves of {log}; open it in a browser)")
     same = [*(["--config", args.config] if args.config else []), *(f"--set={k}={v if isinstance(v, str) else json.dumps(v)}" for k, v in args.sets or []),
             *(["--image-size", str(args.image_size)] if args.image_size else []),
-            *(["--start", args.start] if args.start else []), *(["--stop", args.stop] if args.stop else [])]
+            *(["--start", args.start] if args.start else []), *(["--stop", args.stop] if args.stop else []),
+            *(["--dense", args.dense] if args.dense else [])]
     print(f"records: {log} (run with them: {shlex.join(['vta', 'run', args.model, *same, '--log', log])}; "
           f"in Python: graph_pack.build(..., schedules=tuning.load_best({log!r}, env)))")
     return 0

@@ -69,8 +69,8 @@ class Search:
     trials: int = DEFAULT_TRIALS
     image_size: int | None = None
     seed: int = 0
-    start: str | None = None   # the offload region's ops (vta run's --start / --stop); None: the model's default
-    stop: str | None = None
+    start: str | None = None   # the offload region's ops (vta run's --start / --stop); both None: the regions
+    stop: str | None = None    # found automatically (vta run's default); one None: the model's own pack point
     timing: bool = False       # measure each config's logic delay (Yosys sta, minutes per config) before tuning it
 
     def __post_init__(self) -> None:
@@ -105,9 +105,13 @@ class Search:
         config comes from) and an ONNX model file's content: a record made before any of them changed is another
         search's, never resumed."""
         ident: dict[str, Any] = {**asdict(self), "base_fingerprint": load_config(self.base).fingerprint}
-        for name in ("start", "stop"):   # the default pack points: the key of the searches made before these fields
+        for name in ("start", "stop"):   # named pack points as the keys of the searches made before these fields
             if ident[name] is None:
                 del ident[name]
+        if self.start is None and self.stop is None:
+            # the regions found automatically, no longer the model's pack points (DCGAN and ONNX files get other
+            # groups): the records of a search made before are another search's
+            ident["regions"] = "automatic"
         if not ident["timing"]:          # likewise a search without timing: the key it had before the field
             del ident["timing"]
         model = Path(self.network)
@@ -198,13 +202,13 @@ _NETWORKS: dict[tuple, tuple] = {}   # per process: (network, batch, image size,
 
 
 def _network(search: Search, batch: int):
-    from graph_pack.cli import load_model
+    from graph_pack.cli import load_model, region_names
     from graph_pack.quantize import quantize
 
     key = (search.network, batch, search.image_size, search.seed, search.start, search.stop)
     if key not in _NETWORKS:
         graph, params, (start, stop) = load_model(search.network, batch, search.image_size, search.seed)
-        points = (search.start or start, search.stop or stop)
+        points = region_names(search.start, search.stop, (start, stop))
         qgraph, qparams = quantize(graph, params)
         x = np.random.default_rng(search.seed).standard_normal(graph[graph.inputs[0]].shape).astype(np.float32)
         _NETWORKS.clear()

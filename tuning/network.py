@@ -12,7 +12,7 @@ from typing import TextIO
 import numpy as np
 
 from graph_pack.build import GraphModule, build
-from graph_pack.cli import load_model, region_names
+from graph_pack.cli import load_model, model_inputs, quantize_dense, region_names
 from graph_pack.explain import Explanation, explain
 from graph_pack.pack import graph_pack
 from graph_pack.quantize import default_skip_conv, quantize
@@ -44,21 +44,22 @@ def tune_network(model: str, env, *, tuner: str = "xgb", n_trial: int = 100, tot
                  timing_only: bool = False, check: bool = True, n_parallel: int = 1, early_stopping: int | None = None,
                  batch: int | None = None, image_size: int | None = None, seed: int = 0,
                  out: TextIO | None = None, runner=None, start: str | None = None,
-                 stop: str | None = None, show_explanation: bool = False) -> NetworkTuning:
+                 stop: str | None = None, show_explanation: bool = False, dense: str | None = None) -> NetworkTuning:
     """Extract -> tune -> build with the best -> compare with the untuned build (same output, fewer cycles).
     ``runner`` measures (an RPCRunner, a DaskRunner; default a LocalRunner of ``n_parallel`` processes).
     ``start`` / ``stop`` bound the offload region (graph_pack's start_name / stop_name, vta run's --start /
     --stop); both None: every region the accelerator can run, found automatically; one None: the model's default
     for it (a zoo model's own, else nn.max_pool2d ... nn.global_avg_pool2d). The network is quantized as ``vta run``
     quantizes it by default (percentile ranges calibrated on the random input the builds are compared on).
-    ``show_explanation``: write where each op runs and why (``vta tune --explain``) before tuning."""
+    ``show_explanation``: write where each op runs and why (``vta tune --explain``) before tuning. ``dense``: "on",
+    "off" or None, vta run's --dense (None: its default, ``graph_pack.cli.quantize_dense``)."""
     check_tuning_arguments(tuner=tuner, strategy=strategy, n_trial=n_trial, total_trials=total_trials,
                            early_stopping=early_stopping, log=log)   # before the model is loaded
     out = out if out is not None else sys.stdout
     cfg = config_of(env)
     graph, params, defaults = load_model(model, batch or cfg.BATCH, image_size, seed)
-    x = np.random.default_rng(seed).standard_normal(graph[graph.inputs[0]].shape).astype(np.float32)
-    qgraph, qparams = quantize(graph, params, dataset=[{graph.inputs[0]: x}],
+    feeds = model_inputs(graph, None, np.random.default_rng(seed))
+    qgraph, qparams = quantize(graph, params, dataset=[feeds], skip_dense_layer=not quantize_dense(dense, start, stop, graph),
                                skip_conv_layers=default_skip_conv(start is not None or stop is not None))
     start, stop = region_names(start, stop, defaults)
     packed = graph_pack(qgraph, cfg, start_name=start, stop_name=stop)
@@ -81,8 +82,8 @@ def tune_network(model: str, env, *, tuner: str = "xgb", n_trial: int = 100, tot
     schedules = load_best(log, cfg) if log is not None else summary.best_configs()
     untuned = build(packed, cfg, qparams)
     tuned = build(packed, cfg, qparams, schedules=schedules)
-    untuned.run(**{graph.inputs[0]: x})
-    tuned.run(**{graph.inputs[0]: x})
+    untuned.run(**feeds)
+    tuned.run(**feeds)
     if not np.array_equal(untuned.get_output(0), tuned.get_output(0)):
         raise RuntimeError("the tuned build's output differs from the untuned one: a schedule bug")
     result = NetworkTuning(tasks, summary, untuned, tuned, explanation)

@@ -69,6 +69,37 @@ def unpack_blocks(x: np.ndarray, d0: int, d1: int) -> np.ndarray:
     return np.ascontiguousarray(y[:d0, :d1])
 
 
+def pack_batched_rows(a: np.ndarray, outer: int, inner: int) -> np.ndarray:
+    """(B, D0, D1) -> (D0/outer, B, D1/inner, outer, inner), each matrix zero-padded to whole blocks: a batch of
+    matrices as a grouped convolution's packed NCHW{b}n{c}c data (rows the batch axis, the B matrices the groups)
+    reads it, each matrix's row blocks before the next matrix's."""
+    n, d0, d1 = a.shape
+    b0, b1 = blocks(d0, outer), blocks(d1, inner)
+    a = pad_to(a, (n, b0 * outer, b1 * inner))
+    return np.ascontiguousarray(a.reshape(n, b0, outer, b1, inner).transpose(1, 0, 3, 2, 4))
+
+
+def unpack_batched_rows(x: np.ndarray, d0: int, d1: int) -> np.ndarray:
+    """The inverse of ``pack_batched_rows``, each matrix cropped to ``d0`` x ``d1``: (B, d0, d1)."""
+    b0, n, b1, outer, inner = x.shape
+    return np.ascontiguousarray(x.transpose(1, 0, 3, 2, 4).reshape(n, b0 * outer, b1 * inner)[:, :d0, :d1])
+
+
+def pack_batched_matrices(a: np.ndarray, outer: int, inner: int) -> np.ndarray:
+    """(B, D0, D1) -> (B, D0/outer, D1/inner, outer, inner): each matrix packed as a weight (OI{o}o{i}i), the
+    matrices one after another, as a grouped convolution's packed kernel lays its groups out."""
+    n, d0, d1 = a.shape
+    b0, b1 = blocks(d0, outer), blocks(d1, inner)
+    a = pad_to(a, (n, b0 * outer, b1 * inner))
+    return np.ascontiguousarray(a.reshape(n, b0, outer, b1, inner).transpose(0, 1, 3, 2, 4))
+
+
+def unpack_batched_matrices(x: np.ndarray, d0: int, d1: int) -> np.ndarray:
+    """The inverse of ``pack_batched_matrices``, each matrix cropped to ``d0`` x ``d1``."""
+    n, b0, b1, outer, inner = x.shape
+    return np.ascontiguousarray(x.transpose(0, 1, 3, 2, 4).reshape(n, b0 * outer, b1 * inner)[:, :d0, :d1])
+
+
 def pack_bias(bias: np.ndarray, n_blocks: int, batch: int, block: int) -> np.ndarray:
     """A per-channel vector as the conv template loads it into the accumulator: (blocks, batch, block),
     zero-padded to whole channel blocks and repeated for every batch row."""

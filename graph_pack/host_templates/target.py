@@ -85,25 +85,8 @@ ARMV7 = CpuTarget("armv7a-unknown-linux-gnueabihf", "cortex-a9", "+neon,+vfp3", 
 CROSS = {"aarch64": AARCH64, "armv7": ARMV7}
 
 
-@functools.cache
-def _target_machine(t: CpuTarget):
-    llvm = _llvm()
-    llvm.initialize_all_targets()
-    llvm.initialize_all_asmprinters()
-    target = llvm.Target.from_triple(t.triple)
-    return target.create_target_machine(cpu=t.cpu, features=t.features, opt=3, reloc="pic", codemodel="default")
-
-
 def object_code(ir: str, t: CpuTarget) -> bytes:
-    """Optimised (O3) ELF object code of an LLVM IR module for ``t``."""
-    llvm = _llvm()
-    tm = _target_machine(t)
-    mod = llvm.parse_assembly(ir)
-    mod.triple = t.triple
-    mod.data_layout = str(tm.target_data)
-    mod.verify()
-    pto = llvm.create_pipeline_tuning_options(speed_level=3)
-    pto.loop_unrolling = False
-    pb = llvm.create_pass_builder(tm, pto)
-    pb.getModulePassManager().run(mod, pb)
-    return tm.emit_object(mod)
+    """Optimised (O3) ELF object code of an LLVM IR module for ``t`` (host.cross compiles for a board the same
+    way as the auto-scheduled kernels)."""
+    from host.cross import object_code as compile_for
+    return compile_for(ir, t)

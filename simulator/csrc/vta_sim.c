@@ -3,6 +3,7 @@
 #include "vta_sim.h"
 #include "vta_isa.h" /* opcodes, memory types, modules, queues, routing tables, limits: generated from hw_config */
 #include "vta_timing.h"
+#include "vta_amx.h" /* the amx and amx-emulated kernel paths (vta_amx_native.c, vta_amx_emulated.c) */
 
 #include <pthread.h>
 #include <sched.h>
@@ -124,6 +125,10 @@ struct vta_sim {
   const uint8_t **wgt_qp;        /* where tile t's quad shadow is: wgt_q + 256 t, or a region's cached layout of the
                                   * DRAM tile it was loaded from (load_weight_quads; own_quads takes it back) */
   int kernel;          /* K_PORTABLE, ... (the GEMM kernel path) */
+  int quads_any_sign;  /* every GEMM takes gemm_row_unsigned over the quad shadow, whatever its inputs' signs (amx) */
+  void (*tile_enter)(const uint8_t *cfg); /* amx: LDTILECFG of tile_cfg before a thread's share of a GEMM, or NULL */
+  void (*tile_leave)(void);               /* amx: TILERELEASE after it */
+  uint8_t tile_cfg[64];                   /* amx: the tile configuration of this block shape (vta_amx_config) */
   void (*gemm)(int32_t *, const int8_t *, const uint8_t *, uint32_t, uint32_t, uint32_t);
   uint32_t threads;    /* GEMM threads (vta_sim_set_threads); 1: all on the calling thread */
   uint64_t par_min_macs; /* a GEMM with fewer multiply-accumulates runs on the calling thread */
@@ -190,8 +195,10 @@ static uint64_t mul_sat(uint64_t a, uint64_t b) { return a && b > UINT64_MAX / a
  * with function target attributes (no -march needed) and chosen in vta_sim_create by what the running CPU
  * supports, or forced with VTA_SIM_KERNEL (docs/simulator.md, "Kernel paths").
  */
-enum { K_PORTABLE = 0, K_AVX2 = 1, K_AVX512 = 2, K_AVX512VNNI = 3, NUM_KERNELS = 4 };
-static const char *const KERNEL_NAMES[] = {"portable", "avx2", "avx512", "avx512vnni"};
+enum { K_PORTABLE = 0, K_AVX2 = 1, K_AVX512 = 2, K_AVX512VNNI = 3, K_AMX = 4, K_AMX_EMULATED = 5, NUM_KERNELS = 6 };
+/* Paths "auto" may choose (in order of preference): all but amx-emulated, which runs only when named. */
+#define NUM_NATIVE_KERNELS K_AMX_EMULATED
+static const char *const KERNEL_NAMES[] = {"portable", "avx2", "avx512", "avx512vnni", "amx", "amx-emulated"};
 
 #if !defined(VTA_SIM_PORTABLE) && (defined(__GNUC__) || defined(__clang__)) && defined(__SSE2__)
 #define VTA_SSE2_KERNELS 1 /* the portable path on x86-64: SSE2 is part of its baseline, every x86-64 CPU has it */
@@ -942,6 +949,9 @@ static int cpu_has(int kernel) {
     case K_AVX512: return cpu_has(K_AVX2) && __builtin_cpu_supports("avx512f") && __builtin_cpu_supports("avx512bw");
     case K_AVX512VNNI: return cpu_has(K_AVX512) && __builtin_cpu_supports("avx512vnni");
 #endif
+    /* AMX CPUs have AVX-512 VNNI (Sapphire Rapids on), so support stays monotone; and the OS must grant the tiles */
+    case K_AMX: return cpu_has(K_AVX512VNNI) && !vta_amx_refusal();
+    case K_AMX_EMULATED: return cpu_has(K_AVX2); /* its weight layouts and ALU are the avx2 path's */
     default: return 1;
   }
 }
@@ -973,7 +983,9 @@ static size_t shadow_bytes(int kernel, uint32_t bo, uint32_t bi) {
   switch (kernel) {
     case K_AVX2:
     case K_AVX512: n = (size_t)((bi + 1) / 2) * bo * 4; break;
-    case K_AVX512VNNI: n = ((size_t)((bi + 3) / 4) + 1) * bo * 4; break;
+    case K_AVX512VNNI:
+    case K_AMX:
+    case K_AMX_EMULATED: n = ((size_t)((bi + 3) / 4) + 1) * bo * 4; break;
 #ifdef VTA_SSE2_KERNELS
     default: n = (size_t)((bi + 1) / 2) * bo * 4; break; /* pairs, like AVX2 */
 #else
@@ -999,6 +1011,10 @@ static void build_shadow(int kernel, uint8_t *dst, const int8_t *w, uint32_t bo,
       shadow_quads(dst, w, bo, bi);
     return;
   }
+  if (kernel == K_AMX || kernel == K_AMX_EMULATED) { /* TDPBSSD's B tile; the correction row goes unread */
+    shadow_quads(dst, w, bo, bi);
+    return;
+  }
 #endif
   (void)kernel;
 #ifdef VTA_SSE2_KERNELS
@@ -1017,6 +1033,8 @@ static gemm_fn kernel_gemm(int kernel) {
     case K_AVX2: return gemm_avx2;
     case K_AVX512: return gemm_avx512;
     case K_AVX512VNNI: return gemm_avx512vnni;
+    case K_AMX: return vta_amx_gemm_native;
+    case K_AMX_EMULATED: return vta_amx_gemm_emulated;
     default: break;
   }
 #endif
@@ -1035,6 +1053,8 @@ static gemm_row_fn kernel_gemm_row(int kernel, uint32_t bo, uint32_t bi) {
   if (kernel == K_AVX2) return gemm_row_avx2_16x16;
   if (kernel == K_AVX512) return gemm_row_avx512_16x16;
   if (kernel == K_AVX512VNNI) return gemm_row_vnni_16x16;
+  if (kernel == K_AMX) return vta_amx_rows_native;
+  if (kernel == K_AMX_EMULATED) return vta_amx_rows_emulated;
 #endif
 #ifdef VTA_SSE2_KERNELS
   if (kernel == K_PORTABLE) return gemm_row_sse2_16x16;
@@ -1059,6 +1079,8 @@ static int kernel_unsigned(int kernel, uint32_t bo, uint32_t bi, gemm_row_fn *ro
     *sum4 = gemm_row_avx512_sum4_16x16;
   } else if (bo == 16 && bi == 16 && kernel == K_AVX512VNNI) { /* no int16 sums to save: no sum2 / sum4 kernels */
     *row = gemm_row_vnni_unsigned_16x16;
+  } else if (bo == 16 && bi == 16 && (kernel == K_AMX || kernel == K_AMX_EMULATED)) { /* signed x signed: any input */
+    *row = kernel == K_AMX ? vta_amx_rows_native : vta_amx_rows_emulated;
   } else if (bo == 16 && bi == 16 && kernel == K_PORTABLE && (__builtin_cpu_init(), __builtin_cpu_supports("ssse3"))) {
     *row = gemm_row_ssse3_unsigned_16x16;
     *sum2 = gemm_row_ssse3_sum2_16x16;
@@ -1071,10 +1093,25 @@ static int kernel_unsigned(int kernel, uint32_t bo, uint32_t bi, gemm_row_fn *ro
   return *row != NULL;
 }
 
+void vta_amx_config(uint8_t cfg[64], uint32_t bo, uint32_t bi, uint32_t batch) {
+  /* 16x16 blocks: C 16 micro-ops x 16 int32, A 16 micro-ops x 16 bytes, four B tiles of 4 quad rows x 64 bytes;
+   * other shapes: C and A one micro-op's batch rows, B the quad rows, sixteen outputs at a time (BATCH <= 16 and
+   * BLOCK_IN <= 64 in every config: hw_config's ranges) */
+  const int rows16 = bo == 16 && bi == 16;
+  const uint32_t m = rows16 ? 16 : batch, nb = 4 * (bo < 16 ? bo : 16), k4 = (bi + 3) / 4;
+  const uint32_t shape[VTA_AMX_GROUP + 2][2] = {{m, nb}, {m, 4 * k4}, {k4, nb}, {k4, nb}, {k4, nb}, {k4, nb}};
+  memset(cfg, 0, 64);
+  cfg[0] = 1; /* palette 1: eight tiles of up to 16 rows x 64 bytes */
+  for (int t = 0; t < (rows16 ? VTA_AMX_GROUP + 2 : 3); t++) {
+    cfg[16 + 2 * t] = (uint8_t)shape[t][1]; /* colsb, little-endian 16 bits (<= 64) */
+    cfg[48 + t] = (uint8_t)shape[t][0];     /* rows */
+  }
+}
+
 /* The best kernel this CPU supports. Support is monotone (each path's CPU features include the previous one's). */
 static int best_kernel(void) {
   int best = K_PORTABLE;
-  for (int k = 0; k < NUM_KERNELS; k++)
+  for (int k = 0; k < NUM_NATIVE_KERNELS; k++)
     if (cpu_has(k)) best = k;
   return best;
 }
@@ -1092,7 +1129,7 @@ static int default_kernel(void) {
 
 const char *vta_sim_kernels_supported(void) {
   static const char *const SETS[] = {"portable", "portable avx2", "portable avx2 avx512",
-                                     "portable avx2 avx512 avx512vnni"};
+                                     "portable avx2 avx512 avx512vnni", "portable avx2 avx512 avx512vnni amx"};
   return SETS[best_kernel()];
 }
 
@@ -1104,8 +1141,12 @@ static int select_kernel(char *err, size_t errlen) {
     if (strcmp(want, KERNEL_NAMES[k])) continue;
     if (cpu_has(k)) return k;
 #ifdef VTA_X86_KERNELS
-    fail(err, errlen, VTA_ERR_ARG, "VTA_SIM_KERNEL=%s, but this CPU does not support it (supported here: %s)",
-         want, vta_sim_kernels_supported());
+    if (k == K_AMX && cpu_has(K_AVX512VNNI))
+      fail(err, errlen, VTA_ERR_ARG, "VTA_SIM_KERNEL=amx, but %s (supported here: %s; amx-emulated runs the AMX "
+           "kernels' logic anywhere, slowly)", vta_amx_refusal(), vta_sim_kernels_supported());
+    else
+      fail(err, errlen, VTA_ERR_ARG, "VTA_SIM_KERNEL=%s, but this CPU does not support it (supported here: %s%s)",
+           want, vta_sim_kernels_supported(), k == K_AMX_EMULATED ? "; amx-emulated needs AVX2" : "");
 #else
     fail(err, errlen, VTA_ERR_ARG, "VTA_SIM_KERNEL=%s, but this build has only the portable kernel (built with "
          "VTA_SIM_PORTABLE=1 or for a non-x86 host)", want);
@@ -1113,7 +1154,7 @@ static int select_kernel(char *err, size_t errlen) {
     return -1;
   }
   fail(err, errlen, VTA_ERR_ARG, "VTA_SIM_KERNEL=%s is not a kernel path (allowed: auto, portable, avx2, avx512, "
-       "avx512vnni; supported here: %s)", want, vta_sim_kernels_supported());
+       "avx512vnni, amx, amx-emulated; supported here: %s)", want, vta_sim_kernels_supported());
   return -1;
 }
 
@@ -1224,6 +1265,14 @@ vta_sim_t *vta_sim_create(const vta_params_t *params, char *err, size_t errlen) 
   }
 #ifdef VTA_X86_KERNELS
   if (s->gemm_row_unsigned && kernel == K_AVX512VNNI) s->gemm_tiles = gemm_tiles_vnni;
+  if (kernel == K_AMX || kernel == K_AMX_EMULATED) {
+    const int native = kernel == K_AMX;
+    if (s->gemm_row_unsigned) s->gemm_tiles = native ? vta_amx_tiles_native : vta_amx_tiles_emulated;
+    s->quads_any_sign = s->gemm_row_unsigned != NULL;
+    s->tile_enter = native ? vta_amx_enter_native : vta_amx_enter_emulated;
+    s->tile_leave = native ? vta_amx_leave_native : vta_amx_leave_emulated;
+    vta_amx_config(s->tile_cfg, p->block_out, p->block_in, p->batch);
+  }
 #endif
   if (kernel == K_PORTABLE && s->gemm_row_unsigned && ((uintptr_t)s->acc | (uintptr_t)s->wgt_q) % 16)
     s->gemm_row_unsigned = s->gemm_row_sum2 = s->gemm_row_sum4 = NULL; /* its aligned loads need 16-byte rows */
@@ -2097,7 +2146,7 @@ static void owned_range(int64_t d, int64_t step, uint32_t count, int64_t lo, int
 /* One thread's share of a GEMM: the micro-op iterations whose accumulator index d lies in [lo, hi), in program
  * order. Each accumulator entry thus has one owner that applies all of its updates in the sequential order, so
  * the result is bit-identical to one thread's, whatever the split. One thread: lo = 0, hi = INT64_MAX. */
-static void gemm_part(const vta_sim_t *s, const gemm_job_t *job, int64_t lo, int64_t hi) {
+static void gemm_share(const vta_sim_t *s, const gemm_job_t *job, int64_t lo, int64_t hi) {
   const insn_t *in = job->in;
   const uop_field_t fd = uop_field(s->p.uop[VTA_UOP_DST]);
   const uint32_t lanes = s->p.batch * s->p.block_out, batch = s->p.batch, bo = s->p.block_out, bi = s->p.block_in;
@@ -2164,6 +2213,16 @@ static void gemm_part(const vta_sim_t *s, const gemm_job_t *job, int64_t lo, int
       }
     }
   }
+}
+
+/* gemm_share on the calling thread, in the tile configuration of the amx paths where the GEMM has kernels to run:
+ * tile state is per thread (each worker loads its own) and is released at the end, so nothing of it is left for
+ * another library's AMX code, or for the OS to save at a context switch, between GEMMs. */
+static void gemm_part(const vta_sim_t *s, const gemm_job_t *job, int64_t lo, int64_t hi) {
+  const int tiles = s->tile_enter && !job->in->reset && job->nruns;
+  if (tiles) s->tile_enter(s->tile_cfg);
+  gemm_share(s, job, lo, hi);
+  if (tiles) s->tile_leave();
 }
 
 /* ------------------------------------------------------------------ GEMM threads
@@ -2450,7 +2509,7 @@ static void exec_gemm(vta_sim_t *s, const insn_t *in) {
     const size_t src_end = (size_t)src.max + i1 * in->src_out + j1 * in->src_in;
     const size_t wgt_end = (size_t)wgt.max + i1 * in->wgt_out + j1 * in->wgt_in;
     int kind = SHADOW_OWN;
-    if (s->gemm_row_unsigned && inputs_unsigned(s, (size_t)src.min, src_end)) {
+    if (s->gemm_row_unsigned && (s->quads_any_sign || inputs_unsigned(s, (size_t)src.min, src_end))) {
       job.row = s->gemm_row_unsigned;
       job.row_sum2 = s->gemm_row_sum2;
       job.row_sum4 = s->gemm_row_sum4;

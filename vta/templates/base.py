@@ -469,7 +469,8 @@ def compile_op(name: str, env: Environment | HwConfig | str | None = None, *, co
 
     conv2d / group_conv2d: ``data_shape=(N, CI, H, W)``, ``kernel_shape=(CO, CI // groups, KH, KW)``,
     ``strides``, ``padding``, ``groups``. conv2d_transpose: ``kernel_shape=(CI, CO, KH, KW)`` (IOHW),
-    ``strides``, ``padding``. dense: ``data_shape=(N, K)``, ``kernel_shape=(M, K)``. Element-wise ops
+    ``strides``, ``padding``. dense: ``data_shape=(N, K)``, ``kernel_shape=(M, K)``. batch_matmul:
+    ``data_shape=(B, M, K)``, ``kernel_shape=(B, N, K)`` (out[b] = data[b] @ kernel[b].T). Element-wise ops
     (add, multiply, minimum, maximum, right_shift, relu, clip): ``data_shape``, ``imm`` or ``bounds``.
     ``epilogue`` lists, in order: ("bias",), ("residual",), ("shr", n), ("shl", n), ("clip", lo, hi),
     ("relu",), ("min", v), ("max", v), ("add", v), ("mul", v); the result is cast to int8.

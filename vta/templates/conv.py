@@ -623,9 +623,10 @@ def _estimate(tmpl: ConvTemplate, kv: dict) -> dict[str, np.ndarray]:
     # loads of one chunk, as _chunk_loads gives them
     dense = g.height == g.width == 1 and g.kh == g.kw == 1
     whole_rows = (real_cols == g.width) & (cols == g.width) & (real_rows == rows)
-    inp_transfers = np.where(dense | whole_rows, b1, b1 * ci1)
-    inp_rows = np.where(dense, 1, np.where(whole_rows, ci1, real_rows))
-    inp_row_elems = np.where(dense, ci1 * b1, np.where(whole_rows, real_rows * real_cols, real_cols))
+    # dense: one 2D load of b1 rows (batch rows) of ci1 channel blocks each
+    inp_transfers = np.where(dense, 1, np.where(whole_rows, b1, b1 * ci1))
+    inp_rows = np.where(dense, b1, np.where(whole_rows, ci1, real_rows))
+    inp_row_elems = np.where(dense, ci1, np.where(whole_rows, real_rows * real_cols, real_cols))
     inp_row_bytes = inp_row_elems * c.INP_ELEM_BYTES
     inp_bytes = b1 * ci1 * real_rows * real_cols * c.INP_ELEM_BYTES
     padded = b1 * ci1 * (rows * cols - real_rows * real_cols)
