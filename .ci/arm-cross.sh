@@ -7,29 +7,28 @@
 #
 #   bash .ci/arm-cross.sh
 set -euo pipefail
+source "$(dirname "$0")/apt-install.sh"
 TOOLS=(arm-linux-gnueabihf-gcc qemu-arm aarch64-linux-gnu-gcc qemu-aarch64)
 PACKAGES=(gcc-arm-linux-gnueabihf libc6-dev-armhf-cross gcc-aarch64-linux-gnu libc6-dev-arm64-cross qemu-user)
 versions() {
     echo "$(arm-linux-gnueabihf-gcc -dumpfullversion) armhf and $(aarch64-linux-gnu-gcc -dumpfullversion) arm64" \
          "cross gcc, $(qemu-aarch64 --version | head -1)"
 }
-missing=()
-for tool in "${TOOLS[@]}"; do
-    command -v "$tool" >/dev/null || missing+=("$tool")
-done
+absent() {   # the tools of "$@" not on PATH, one a line
+    local tool
+    for tool in "$@"; do
+        command -v "$tool" >/dev/null || echo "$tool"
+    done
+}
+mapfile -t missing < <(absent "${TOOLS[@]}")
 if [ ${#missing[@]} -eq 0 ]; then
     echo "arm-cross: already installed: $(versions)"
     exit 0
 fi
-SUDO=""
-[ "$(id -u)" -eq 0 ] || SUDO="sudo"
-export DEBIAN_FRONTEND=noninteractive
-log="$(mktemp)"
-trap 'rm -f "$log"' EXIT
-if ! { $SUDO apt-get update -qq && $SUDO apt-get install -y -qq --no-install-recommends "${PACKAGES[@]}"; } \
-        >"$log" 2>&1; then
-    cat "$log" >&2
-    echo "arm-cross: apt-get could not install ${PACKAGES[*]} (missing: ${missing[*]})" >&2
+apt_install arm-cross "${PACKAGES[@]}"
+mapfile -t still < <(absent "${missing[@]}")
+if [ ${#still[@]} -ne 0 ]; then
+    echo "arm-cross: apt-get installed ${PACKAGES[*]}, but ${still[*]} is still not on PATH ($PATH)" >&2
     exit 1
 fi
 echo "arm-cross: installed $(versions)"

@@ -5,18 +5,14 @@
 #
 #   bash .ci/tcl.sh
 set -euo pipefail
+source "$(dirname "$0")/apt-install.sh"
 if command -v tclsh >/dev/null; then
     echo "tcl: already installed: tclsh $(echo 'puts [info patchlevel]' | tclsh)"
     exit 0
 fi
-SUDO=""
-[ "$(id -u)" -eq 0 ] || SUDO="sudo"
-export DEBIAN_FRONTEND=noninteractive
-log="$(mktemp)"
-trap 'rm -f "$log"' EXIT
-if ! { $SUDO apt-get update -qq && $SUDO apt-get install -y -qq --no-install-recommends tcl; } >"$log" 2>&1; then
-    cat "$log" >&2
-    echo "tcl: apt-get could not install tcl" >&2
+apt_install tcl tcl
+if ! command -v tclsh >/dev/null; then
+    echo "tcl: apt-get installed tcl, but tclsh is not on PATH ($PATH)" >&2
     exit 1
 fi
 echo "tcl: installed tclsh $(echo 'puts [info patchlevel]' | tclsh)"

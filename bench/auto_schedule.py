@@ -3,7 +3,7 @@ host runs today and, where one exists, the AutoTVM-style template tuned with the
 
 Per op (ResNet-18, MobileNetV2 and BERT-tiny shapes, batch 1, float32, one thread):
 
-- ``untuned``: what ``graph_pack.build`` runs without a log: graph_pack.jit's fixed kernel (conv2d, dense,
+- ``untuned``: what ``graph_pack.build`` runs without a log: host.jit's fixed kernel (conv2d, dense,
   pooling), else the numpy kernel of graph_pack.kernels (softmax), else the same formula in numpy for ops the graph
   IR has no node for yet (batch_matmul, layer norm, GELU);
 - ``auto default``: the auto-scheduler's own untuned schedule (plain loop nests), measured first by the search;
@@ -35,10 +35,9 @@ sys.path[:] = [p for p in sys.path if os.path.abspath(p or os.curdir) != _HERE] 
 
 import numpy as np
 
-from graph_pack import jit
 from graph_pack import kernels as K
 from graph_pack.opdefs import OPS
-from host import compile_schedule, ops
+from host import compile_schedule, jit, ops
 from host.llvm_backend import cpu_name
 from tuning.auto_schedule import SearchPolicy, auto_schedule
 
@@ -74,13 +73,13 @@ def conv(name, x, w, stride=1, pad=1, groups=1):
     untuned = _jit("nn.conv2d", {"strides": (stride, stride), "padding": pads, "groups": groups}, [x, w])
     template = ("depthwise_conv2d_NCHWc.x86" if groups > 1 else "conv2d_NCHWc.x86",
                 {"data_shape": x, "kernel_shape": w, "strides": (stride, stride), "padding": pads})
-    return name, dag, untuned, "graph_pack.jit", template
+    return name, dag, untuned, "host.jit", template
 
 
 def pool(name, kind, x, k, s, p):
     dag = ops.pool2d(kind, x, (k, k), (s, s), (p,) * 4)
     untuned = _jit(f"nn.{kind}_pool2d", {"pool_size": (k, k), "strides": (s, s), "padding": (p,) * 4}, [x])
-    return name, dag, untuned, "graph_pack.jit", None
+    return name, dag, untuned, "host.jit", None
 
 
 CASES = {
@@ -91,14 +90,14 @@ CASES = {
     "depthwise": lambda: [conv("mobilenetv2 dw 144x56x56 s2", (1, 144, 56, 56), (144, 1, 3, 3), 2, 1, 144),
                           conv("mobilenetv2 dw 384x14x14", (1, 384, 14, 14), (384, 1, 3, 3), 1, 1, 384)],
     "dense": lambda: [("resnet18 dense 512->1000", ops.dense((1, 512), (1000, 512)),
-                       _jit("nn.dense", {"units": 1000}, [(1, 512), (1000, 512)]), "graph_pack.jit",
+                       _jit("nn.dense", {"units": 1000}, [(1, 512), (1000, 512)]), "host.jit",
                        ("dense_pack.x86", {"data_shape": (1, 512), "kernel_shape": (1000, 512)})),
                       ("bert-tiny dense 128x128->512", ops.dense((128, 128), (512, 128)),
-                       _jit("nn.dense", {"units": 512}, [(128, 128), (512, 128)]), "graph_pack.jit",
+                       _jit("nn.dense", {"units": 512}, [(128, 128), (512, 128)]), "host.jit",
                        ("dense_pack.x86", {"data_shape": (128, 128), "kernel_shape": (512, 128)}))],
     "pool": lambda: [pool("resnet18 maxpool 3x3 s2", "max", (1, 64, 112, 112), 3, 2, 1),
                      ("resnet18 global avg pool 512x7x7", ops.global_avg_pool2d((1, 512, 7, 7)),
-                      _jit("nn.global_avg_pool2d", {}, [(1, 512, 7, 7)]), "graph_pack.jit", None)],
+                      _jit("nn.global_avg_pool2d", {}, [(1, 512, 7, 7)]), "host.jit", None)],
     "bert": lambda: [
         ("bert-tiny batch_matmul 2x128x64 @ 64x128", ops.batch_matmul((2, 128, 64), (2, 64, 128)),
          lambda a, b: np.matmul(a, b), "numpy matmul (no graph op yet)", None),

@@ -1,4 +1,4 @@
-"""CPU kernels: the numpy references (graph_pack.kernels) against the llvmlite JIT (graph_pack.jit).
+"""CPU kernels: the numpy references (graph_pack.kernels) against the llvmlite JIT (host.jit).
 
 Times ResNet-18's stem conv, a 3x3 56x56 64->64 conv, max_pool 3x3 s2 on 112x112x64, global avg pool
 7x7x512 and a 512->1000 dense (float32; --int8 adds the int8 x int8 -> int32 conv and dense), checks each
@@ -16,9 +16,9 @@ from collections.abc import Callable
 import numpy as np
 from _host import header, run_main
 
-from graph_pack import jit
 from graph_pack.kernels import KERNELS
 from graph_pack.opdefs import OPS
+from host import jit
 
 
 def best_of(fn: Callable[[], object], repeat: int, budget: float = 0.2) -> float:

@@ -5,10 +5,10 @@ of the same ONNX file, in the same run.
 1. Tunes every float conv2d / dense task of ResNet-18 (224 x 224, batch 1) with the XGBoost tuner (``--n-trial``
    per task; records in ``--log``, resumed when it exists).
 2. Per conv layer, times in alternating rounds (median): the template's default config (AutoTVM's fallback
-   heuristic), the first config of its space (every tile 1: AutoTVM's fallback without a heuristic), graph_pack.jit's
+   heuristic), the first config of its space (every tile 1: AutoTVM's fallback without a heuristic), host.jit's
    fixed kernel (what the host ran before), and the tuned config; geometric means of the speed-ups, weighted by how
    often the network runs each layer.
-3. The whole network: our build with the tuned kernels, our untuned build (graph_pack.jit) and onnxruntime (1 thread,
+3. The whole network: our build with the tuned kernels, our untuned build (host.jit) and onnxruntime (1 thread,
    the same ONNX file our frontend imported), in alternating rounds; outputs checked against numpy and each other.
 
     python bench/host_tuning.py [--n-trial 32] [--repeat 15] [--log host_tuning.jsonl]
@@ -34,16 +34,17 @@ sys.path[:] = [p for p in sys.path if os.path.abspath(p or os.curdir) != _HERE]
 import numpy as np
 
 import tuning
-from graph_pack import build, jit, zoo
+from graph_pack import build, zoo
 from graph_pack.frontend_onnx import from_onnx
-from graph_pack.host_templates import host
 from graph_pack.opdefs import OPS
 from graph_pack.reference import run_reference
+from host import jit
+from host.templates import host
 from tuning.cpu import CpuRunner, close_to
 
 
 def time_layer(task, tuned: dict | None, rng: np.random.Generator, repeat: int) -> list[float]:
-    """Seconds per call of a conv task's default config, its all-ones config, graph_pack.jit's fixed kernel and the
+    """Seconds per call of a conv task's default config, its all-ones config, host.jit's fixed kernel and the
     tuned config (each output checked against the float64 reference first)."""
     t = task.template
     inputs = t.random_inputs(rng)
@@ -94,7 +95,7 @@ def main() -> None:
     best = tuning.load_best(args.log, "cpu")
 
     print(f"tuning: {args.tuner}, {args.n_trial} trials per task, {len(tasks)} tasks, {tune_s:.0f} s (log {args.log})")
-    print("| conv layer (x runs) | template default ms | all-ones config ms | graph_pack.jit ms | tuned ms | "
+    print("| conv layer (x runs) | template default ms | all-ones config ms | host.jit ms | tuned ms | "
           "tuned vs default | vs all-ones | vs jit |")
     print("|---|---|---|---|---|---|---|---|")
     rng = np.random.default_rng(1)
@@ -134,7 +135,7 @@ def main() -> None:
           f"1e-4): {checks}; {tuned_layers} layers tuned")
     print("| ResNet-18 float, 1 x 3 x 224 x 224 | ms | vs onnxruntime |")
     print("|---|---|---|")
-    for name, s in zip(("ours, tuned host kernels", "ours, untuned (graph_pack.jit)", "onnxruntime 1 thread"), times):
+    for name, s in zip(("ours, tuned host kernels", "ours, untuned (host.jit)", "onnxruntime 1 thread"), times):
         print(f"| {name} | {s * 1e3:.2f} | {s / times[2]:.2f}x |")
 
 

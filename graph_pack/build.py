@@ -23,12 +23,14 @@ from typing import Any
 
 import numpy as np
 
-from graph_pack import batched, host_templates, jit
+from graph_pack import batched, host_auto
 from graph_pack.graph import Graph, GraphError
 from graph_pack.kernels import KERNELS, conv2d_transpose_direct
 from graph_pack.opdefs import packed_factors
 from graph_pack.pack import Group
 from graph_pack.reference import check_input, check_inputs
+from host import jit
+from host import templates as host_templates
 from hw_config import HwConfig
 from hw_config.checks import is_whole
 from simulator.stats import RunStats, basis_legend
@@ -501,9 +503,10 @@ def _packed_batch_matmul_on_host(attrs: dict, x: np.ndarray, w: np.ndarray) -> n
 
 class _Builder:
     def __init__(self, graph: Graph, cfg: HwConfig, consts: Constants, schedules: Schedules, cpu: str,
-                 max_insns: int, fallback: str, device: Device | None, host_schedules: Schedules = None):
+                 max_insns: int, fallback: str, device: Device | None, host_schedules: Schedules = None,
+                 auto_schedules: host_auto.AutoSchedules | None = None):
         self.g, self.cfg, self.consts = graph, cfg, consts
-        self.host_schedules = host_schedules
+        self.host_schedules, self.auto_schedules = host_schedules, auto_schedules
         self.schedules, self.cpu, self.max_insns, self.fallback = schedules, cpu, max_insns, fallback
         self.device = device if device is not None else SimDevice(cfg)
         self.owned: list[Buffer] = []                  # what the groups' buffers took on the device (close frees it)
@@ -623,6 +626,22 @@ class _Builder:
         return HostStep(node.name, node.op, lambda attrs, *arrays: kernel(*arrays), node.attrs,
                         [*node.inputs, *extra], "tuned", chain)
 
+    def auto_host_step(self, node, member_of: dict) -> HostStep | None:
+        """A float host op (with the elementwise ops that alone read it) as the auto-scheduler's compiled kernel:
+        under its schedule from ``auto_schedules``, or its default schedule for an op the host would run in numpy
+        (``host_auto.compiled_by_default``); None keeps the other kernels."""
+        if self.cpu == "numpy" or not jit.available():
+            return None
+        outputs = {s.output for s in self.steps}
+        found = host_auto.fused_op(self.g, node, self.users,
+                                   ready=lambda v: v in self.g.inputs or v in self.consts or v in outputs,
+                                   free=lambda n: n not in member_of)
+        schedule = host_auto.schedule_for(found.dag, self.auto_schedules) if found is not None else None
+        if schedule is None:
+            return None
+        return HostStep(node.name, node.op, host_auto.kernel(found.dag, schedule), node.attrs, list(found.inputs),
+                        "auto", list(found.nodes[1:]))
+
     def fused_pool_step(self, node, member_of: dict) -> HostStep | None:
         """max_pool2d -> qnn.quantize (-> layout_transform into the packed layout): ResNet's stem tail as one
         JIT kernel that stores packed int8 (one pass instead of four; the same bits)."""
@@ -658,8 +677,8 @@ class _Builder:
                 continue
             grp = member_of.get(node.name)
             if grp is None:
-                step = (self.tuned_host_step(node, member_of) or self.fused_host_step(node, member_of)
-                        or self.host_step(node))
+                step = (self.auto_host_step(node, member_of) or self.tuned_host_step(node, member_of)
+                        or self.fused_host_step(node, member_of) or self.host_step(node))
                 done.update(step.fused)
                 self.steps.append(step)
             elif node.name == grp.output:  # every operand of the chain is ready here
@@ -677,7 +696,7 @@ class _Builder:
 
 def build(graph: Graph, env, params: dict[str, np.ndarray], schedules: Schedules = None, *,
           cpu: str = "auto", max_insns: int = 1 << 20, fallback: str = "warn", device: Device | None = None,
-          host_schedules: Schedules = None) -> GraphModule:
+          host_schedules: Schedules = None, auto_schedules: host_auto.AutoSchedules | None = None) -> GraphModule:
     """Compile a (packed) graph for ``env``'s accelerator; ``params`` are the quantized graph's params.
 
     ``schedules`` maps ``workload_key(workload)`` to a knob config (``tuning.load_best`` gives one) or is a
@@ -689,7 +708,8 @@ def build(graph: Graph, env, params: dict[str, np.ndarray], schedules: Schedules
     simulator by default, or any device of ``env``'s config (a Pynq board, a remote board); weights are staged
     on it once, at build. ``host_schedules`` does for the host's float conv2d / dense what ``schedules`` does for the
     accelerator's groups, with the host templates' tuned configs (``tuning.load_best(log, "cpu")``); those without
-    one run graph_pack.jit's fixed kernels."""
+    one run host.jit's fixed kernels. ``auto_schedules`` (``graph_pack.host_auto.read_auto_schedules(log, cpu)``)
+    runs the host ops the auto-scheduler tuned (``vta tune --scheduler auto``) under their best logged schedules."""
     cfg = config_of(env)
     if not isinstance(graph, Graph):
         raise TypeError(f"graph: a (packed) Graph from graph_pack, not {type(graph).__name__}")
@@ -722,7 +742,7 @@ def build(graph: Graph, env, params: dict[str, np.ndarray], schedules: Schedules
         return out
 
     consts = timed("check params", lambda: Constants(graph, params))
-    builder = _Builder(graph, cfg, consts, schedules, cpu, max_insns, fallback, device, host_schedules)
+    builder = _Builder(graph, cfg, consts, schedules, cpu, max_insns, fallback, device, host_schedules, auto_schedules)
     # a build that fails leaves nothing on the device
     with cleanup_on_error(lambda: release(builder.device, builder.steps, builder.owned)):
         steps = timed("compile", lambda: builder.run(graph.meta.get("groups", {})))

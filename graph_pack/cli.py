@@ -13,14 +13,14 @@ from pathlib import Path
 
 import numpy as np
 
-from graph_pack import jit, zoo
+from graph_pack import zoo
 from graph_pack.build import CPU_BACKENDS, build
 from graph_pack.calibration import load_calibration, quantization_report
 from graph_pack.explain import explain
 from graph_pack.frontend_onnx import DEFAULT_MAX_MODEL_BYTES, DEFAULT_MAX_TENSOR_BYTES, from_onnx
 from graph_pack.graph import Graph
+from graph_pack.host_auto import read_auto_schedules
 from graph_pack.host_run import run_cpu
-from graph_pack.host_templates import host
 from graph_pack.labels import IMAGENET_CLASSES, imagenet_class_names
 from graph_pack.macs import matrix_share
 from graph_pack.pack import RegionError, format_offload_report, graph_pack
@@ -29,6 +29,8 @@ from graph_pack.reference import run_reference
 from graph_pack.report import write_report
 from graph_pack.schedule_log import read_schedules, refuse_unused
 from graph_pack.svg import check_html_path
+from host import jit
+from host.templates import host
 from hw_config.writing import write_atomic
 from simulator.files import check_output_path
 from vta.cli import SEED, Interrupted, _key_value, _load, arg, command, float_in, int_in, threads_arg
@@ -405,8 +407,10 @@ def _run(args: argparse.Namespace) -> int:
     schedules = read_schedules(args.log, cfg) if args.log else None   # a missing log fails before the work
     # the host's tuned kernels from the same log (a board without llvmlite runs graph_pack's numpy kernels)
     host_schedules = read_schedules(args.log, host()) if args.log and jit.available() else None
+    # --scheduler auto's, for the ops whose kernels keep the run bit-exact against the numpy reference (--check)
+    auto = read_auto_schedules(args.log, host(), exact=True) if args.log and jit.available() else None
     if schedules is not None:   # a log with no record for this config (or this CPU) at all: said before the work
-        refuse_unused(args.model, schedules, host_schedules)
+        refuse_unused(args.model, schedules, host_schedules, auto=auto.logged if auto else None)
     if args.device != "pynq" and (args.board or args.bitstream):
         raise ValueError("--board and --bitstream apply to --device pynq")
     if args.rpc and args.device != "sim":
@@ -439,10 +443,11 @@ def _run(args: argparse.Namespace) -> int:
     times["graph_pack"] = time.perf_counter() - t0
     t0 = time.perf_counter()
     mod = build(packed, env, qparams, schedules, cpu=args.cpu, fallback="error" if args.fallback == "error" else "allow",
-                device=board if board is not None else _simulator(cfg, args.threads), host_schedules=host_schedules)
+                device=board if board is not None else _simulator(cfg, args.threads), host_schedules=host_schedules,
+                auto_schedules=auto)
     times["build"] = time.perf_counter() - t0
     if schedules is not None:   # records for this config, but none for a task of this network
-        refuse_unused(args.model, schedules, host_schedules, built=True)
+        refuse_unused(args.model, schedules, host_schedules, built=True, auto=auto.logged if auto else None)
     t0 = time.perf_counter()
     mod.run(**feeds)
     run_s = time.perf_counter() - t0
@@ -465,6 +470,8 @@ def _run(args: argparse.Namespace) -> int:
         print(schedules.summary())
     if host_schedules is not None and host_schedules.applied:
         print(host_schedules.summary())
+    if auto is not None and auto.applied:
+        print(auto.summary())
     if args.report is True:
         print(format_offload_report(packed))
     if args.explain:

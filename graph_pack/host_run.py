@@ -1,5 +1,6 @@
 """``vta run MODEL --target cpu``: every layer of the float network on this CPU, the float conv2d / dense with
-the host templates' tuned kernels from ``--log`` (graph_pack.jit's fixed kernels for those without a record), timed
+the host templates' tuned kernels from ``--log`` (host.jit's fixed kernels for those without a record), the
+host ops the auto-scheduler tuned (``vta tune --scheduler auto``) under their logged schedules, timed
 like TVM's ``module.benchmark`` (mean and std of repeated runs)."""
 
 from __future__ import annotations
@@ -10,9 +11,10 @@ import time
 import numpy as np
 
 from graph_pack.build import build
-from graph_pack.host_templates import host
+from graph_pack.host_auto import read_auto_schedules
 from graph_pack.reference import run_reference
 from graph_pack.schedule_log import read_schedules, refuse_unused
+from host.templates import host
 
 REPEAT = 10   # timed runs after one warm-up run
 
@@ -31,7 +33,7 @@ def refuse_accelerator_flags(args: argparse.Namespace) -> None:
 
 
 def kernel_report(mod) -> str:
-    """Which kernel runs every step of a CPU build: a tuned host template's (with the ops it fuses), graph_pack.jit's
+    """Which kernel runs every step of a CPU build: a tuned host template's (with the ops it fuses), host.jit's
     fixed one, or the numpy reference."""
     lines = [f"{'node':34} {'op':18} {'kernel':8} fused"]
     for s in mod.steps:
@@ -44,24 +46,29 @@ def run_cpu(args: argparse.Namespace, env, load) -> int:
     refuse_accelerator_flags(args)
     cpu = host()
     schedules = read_schedules(args.log, cpu) if args.log else None   # a missing log fails before the work
+    auto = read_auto_schedules(args.log, cpu) if args.log else None   # the auto-scheduler's records in it
     if schedules is not None:   # no record for this CPU at all: said before the work
-        refuse_unused(args.model, schedules)
+        refuse_unused(args.model, schedules, auto=auto.logged)
     graph, params, x, top5 = load(args)
     data = graph.inputs[0]
     t0 = time.perf_counter()
-    mod = build(graph, env, params, cpu=args.cpu, host_schedules=schedules)
+    mod = build(graph, env, params, cpu=args.cpu, host_schedules=schedules, auto_schedules=auto)
     build_s = time.perf_counter() - t0
     if schedules is not None:   # records for this CPU, but none for a layer of this network
-        refuse_unused(args.model, schedules, built=True)
+        refuse_unused(args.model, schedules, built=True, auto=auto.logged)
     mod.run(**{data: x})
     y = mod.get_output(0)
     bench = mod.benchmark(number=1, repeat=REPEAT, **{data: x})
     tuned = sum(getattr(s, "backend", "") == "tuned" for s in mod.steps)
+    auto_tuned = len(auto.applied) if auto is not None else 0
     print(f"{args.model} on the CPU ({cpu.model}, {cpu.vector_bits}-bit vectors, one thread), input {graph[data].shape}")
-    if schedules is not None:
+    if schedules is not None and (schedules.records or not auto.records):
         print(schedules.summary())
+    if auto is not None and auto.records:
+        print(auto.summary())
     print(top5(y))
-    print(f"build {build_s:.2f} s; {tuned} layer(s) with tuned host kernels")
+    print(f"build {build_s:.2f} s; {tuned} layer(s) with tuned host kernels"
+          + (f", {auto_tuned} host op(s) auto-scheduled" if auto_tuned else ""))
     print(f"inference: mean {bench['mean_ms']:.2f} ms, std {bench['std_ms']:.2f} ms over {REPEAT} runs")
     if args.report is True:
         print(kernel_report(mod))

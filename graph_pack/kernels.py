@@ -2,7 +2,7 @@
 
 Integer ops are exact with 32-bit wrap-around, as the accelerator computes. Float reductions fix their
 summation order (conv2d: over input channel, kernel row, kernel column; dense: over K; pooling: row-major
-over the window) and never fuse multiply-add, so a compiled kernel that keeps the same order (graph_pack.jit)
+over the window) and never fuse multiply-add, so a compiled kernel that keeps the same order (host.jit)
 gives bit-identical results and a quantized graph rounds the same way on every backend.
 """
 

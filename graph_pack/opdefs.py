@@ -11,11 +11,12 @@ the right-hand side of a matmul, transposed by the packing).
 from __future__ import annotations
 
 import math
-import re
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 
 import numpy as np
+
+from host.shapes import packed_factors, pair, pool_out, quad
 
 Shape = tuple[int, ...]
 
@@ -33,36 +34,6 @@ OPS: dict[str, OpSpec] = {}
 
 def _register(name: str, defaults: dict, infer, arity: tuple[int, ...] | None = (1,), normalize=None) -> None:
     OPS[name] = OpSpec(defaults, infer, arity, normalize or (lambda a, t: a))
-
-
-def pair(v, what: str) -> tuple[int, int]:
-    if isinstance(v, (int, np.integer)):
-        return int(v), int(v)
-    v = tuple(int(x) for x in v)
-    if len(v) != 2:
-        raise ValueError(f"{what} needs 1 or 2 values, got {v}")
-    return v  # type: ignore[return-value]
-
-
-def quad(v, what: str) -> tuple[int, int, int, int]:
-    """Padding as (top, left, bottom, right) from 1, 2 (h, w) or 4 values."""
-    if isinstance(v, (int, np.integer)):
-        return (int(v),) * 4  # type: ignore[return-value]
-    v = tuple(int(x) for x in v)
-    if len(v) == 2:
-        return v[0], v[1], v[0], v[1]
-    if len(v) != 4:
-        raise ValueError(f"{what} needs 1, 2 or 4 values, got {v}")
-    return v  # type: ignore[return-value]
-
-
-_PACKED = re.compile(r"^(NCHW|NC|OIHW|OI|BNC|BOI)(\d+)([no])(\d+)([ci])$")
-
-
-def packed_factors(layout: str) -> tuple[int, int] | None:
-    """(outer factor, inner factor) of a packed layout such as NCHW1n16c or OIHW16o16i; None if unpacked."""
-    m = _PACKED.match(layout)
-    return (int(m.group(2)), int(m.group(4))) if m else None
 
 
 def _dtype(attrs: dict, key: str, default: str) -> str:
@@ -256,15 +227,6 @@ _register("qnn.dequantize", {"scale": None}, lambda a, s, d: (s[0], "float32"), 
 
 
 # ---- pooling and shape ops ----------------------------------------------------------------------------------
-
-def pool_out(size: int, k: int, s: int, p0: int, p1: int, ceil_mode: bool) -> int:
-    if not ceil_mode:
-        return (size + p0 + p1 - k) // s + 1
-    out = math.ceil((size + p0 + p1 - k) / s) + 1
-    if (out - 1) * s >= size + p0:  # the last window must start inside the input or its left padding
-        out -= 1
-    return out
-
 
 def _norm_pool(a, t):
     a = {**a, "pool_size": pair(a["pool_size"], "pool_size"), "padding": quad(a["padding"], "padding"),

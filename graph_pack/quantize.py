@@ -25,9 +25,9 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from graph_pack import jit
 from graph_pack.graph import Graph, GraphBuilder
 from graph_pack.reference import evaluate
+from host import jit
 from hw_config.isa_rules import IMM_MAX, IMM_MIN
 
 MODES = ("global_scale", "max", "percentile")
@@ -392,7 +392,7 @@ def calibrate(graph: Graph, params: dict, dataset: Iterable[dict[str, np.ndarray
         m = float(a.max()) if mode == "max" else float(np.percentile(a, percentile))
         stats[name] = max(stats.get(name, 0.0), m)
 
-    def compiled(node):   # graph_pack.jit's kernel where it covers the op: the same bits, several times faster
+    def compiled(node):   # host.jit's kernel where it covers the op: the same bits, several times faster
         return jit.get_kernel(node.op, node.attrs, [graph[i].shape for i in node.inputs],
                               [graph[i].dtype for i in node.inputs]) if jit.available() else None
 

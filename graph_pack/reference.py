@@ -41,7 +41,7 @@ def evaluate(graph: Graph, params: dict[str, np.ndarray], inputs: dict[str, np.n
              kernel_for: Callable[[Node], Callable | None] | None = None) -> dict[str, np.ndarray]:
     """Every node's value is computed in order; ``observe(name, value)`` sees each operator's output.
     Returns the values of the graph's outputs by name. Values are dropped once nothing reads them.
-    ``kernel_for(node)``: a kernel bit-identical to the reference's for the node (graph_pack.jit's), or None for
+    ``kernel_for(node)``: a kernel bit-identical to the reference's for the node (host.jit's), or None for
     the reference's own."""
     values = dict(check_inputs(graph, inputs))
     remaining = {name: len(users) for name, users in graph.consumers().items()}

@@ -20,8 +20,9 @@ from pathlib import Path
 from typing import Any
 
 from graph_pack.build import workload_key
-from graph_pack.host_templates import HOST_TEMPLATE_VERSION, CpuTarget, host_template_of
+from host.templates import HOST_TEMPLATE_VERSION, CpuTarget, host_template_of
 from hw_config import HwConfig, load_config, presets
+from hw_config.checks import is_whole
 from hw_config.reading import bounded_lines, regular_file
 from vta.templates import TEMPLATE_VERSION, template_of
 
@@ -49,10 +50,11 @@ def _number(v: Any) -> bool:
 
 
 def record_rank(result: dict[str, Any]) -> tuple[int, float] | None:
-    """The objective of a record's result for ordering (board latency where the record has one, else cycles),
-    or None for a failed or malformed result."""
+    """The objective of a record's result for ordering, lower first: board latency where the record has one (every
+    runner of this stack writes it), else cycles; None for a failed or malformed result. The one ranking rule:
+    ``build``'s log reader here and tuning's ``Record.rank`` (best records, ``load_best``, ``pick-best``) use it."""
     cycles, latency = result.get("cycles", 0), result.get("latency_s", 0.0)
-    if result.get("error") is not None or not isinstance(cycles, int) or isinstance(cycles, bool) or cycles <= 0:
+    if result.get("error") is not None or not is_whole(cycles) or cycles <= 0:
         return None
     if not _number(latency) or latency < 0:
         return None
@@ -112,7 +114,7 @@ class LoggedSchedules:
             line += (f"; the log's {self.other_kind} record(s) are the host CPU's (vta tune --target cpu), for the "
                      "layers on the CPU (--target cpu runs the whole network there)")
         if missing:
-            kept = "graph_pack.jit's fixed kernel" if isinstance(self.cfg, CpuTarget) else "the template's default"
+            kept = "host.jit's fixed kernel" if isinstance(self.cfg, CpuTarget) else "the template's default"
             shown = ", ".join(missing[:MAX_NAMED]) + (f" and {len(missing) - MAX_NAMED} more" if len(missing) > MAX_NAMED
                                                       else "")
             line += f"; no record for {len(missing)}, which keep {kept}: {shown}"
@@ -133,13 +135,15 @@ def _accepted(workload: dict[str, Any], config: dict, cfg: HwConfig | CpuTarget)
     return {k: list(v) if isinstance(v, tuple) else v for k, v in normal.items()}
 
 
-def read_schedules(path: str | os.PathLike, cfg: HwConfig | CpuTarget) -> LoggedSchedules:
+def read_schedules(path: str | os.PathLike, cfg: HwConfig | CpuTarget, version: str | None = None) -> LoggedSchedules:
     """The best schedules of the log at ``path`` for ``cfg`` (FileNotFoundError naming it when absent, ValueError
     when it is not a regular file: a directory, /dev/zero); for a
     ``CpuTarget``, the host templates' records made on that CPU (``build``'s ``host_schedules``). Records of the other
-    kind (the accelerator's beside the CPU's in one log) are passed over without being counted."""
+    kind (the accelerator's beside the CPU's in one log) are passed over without being counted. ``version``: the
+    records of another generator of schedules (the auto-scheduler's, ``host.knobs.AUTO_VERSION``) instead of the
+    templates'."""
     cpu = isinstance(cfg, CpuTarget)
-    version = HOST_TEMPLATE_VERSION if cpu else TEMPLATE_VERSION
+    version = version or (HOST_TEMPLATE_VERSION if cpu else TEMPLATE_VERSION)
     p = Path(path)
     if not regular_file(p, "--log", missing_ok=True):
         raise FileNotFoundError(f"--log {path}: no such tuning log")
@@ -181,13 +185,13 @@ def read_schedules(path: str | os.PathLike, cfg: HwConfig | CpuTarget) -> Logged
 
 
 def refuse_unused(model: str, logged: LoggedSchedules, host: LoggedSchedules | None = None, *,
-                  built: bool = False) -> None:
+                  built: bool = False, auto: LoggedSchedules | None = None) -> None:
     """A ValueError saying why, when a log gives the network nothing: no record of it is for this config and kind
     (``built=False``, before the work), or (``built=True``) none of those fits a task build asked about. ``logged``
     is the read for the run's target (the accelerator's config, or the CPU for ``vta run --target cpu``); ``host``
     the host CPU's read beside an accelerator's (its layers on the CPU take their kernels from the same log). A log
     that gives some task a record is used, and its summary line says what it did not give."""
-    reads = [r for r in (logged, host) if r is not None]
+    reads = [r for r in (logged, host, auto) if r is not None]   # auto: the auto-scheduler's records of the log
     if any(r.applied for r in reads) or (not built and any(r.records for r in reads)):
         return
     target = logged.cfg.model if not isinstance(logged.cfg, CpuTarget) else f"this CPU, {logged.cfg.model}"

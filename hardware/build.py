@@ -77,9 +77,10 @@ def verilate(cfg: HwConfig, verilog: Path, directory: Path, jobs: int = 2) -> Pa
                 "-O3", "--build", "-j", str(jobs), "-CFLAGS", "-fPIC",
                 # the PyPI package's verilated.mk leaves the precompiled-header include flag empty
                 "-MAKEFLAGS", "CFG_CXXFLAGS_PCH_I=-include",
-                # the model's code at -O2 instead of verilated.mk's -Os: ~20% more cycles per second (CPU time,
-                # ResNet-18 112x112 on pynq, bench/rtl.py's machine), the same build time
-                "-MAKEFLAGS", "OPT_FAST=-O2"],
+                # the model's code at -O3 instead of verilated.mk's -Os: -O2 gave ~20% more cycles per second than
+                # -Os (ResNet-18 112x112 on pynq, bench/rtl.py's machine), -O3 another ~16% less CPU time than -O2
+                # (pynq at COMPUTE_LATENCY 9, ResNet-18 56x56, medians of 5 alternating runs; docs/benchmarks.md)
+                "-MAKEFLAGS", "OPT_FAST=-O3"],
          env, "verilator", directory / "verilator.log")
     return obj
 

@@ -207,6 +207,7 @@ class RtlDevice:
         self.max_cycles = _whole(max_cycles, "max_cycles", 1, 2**64 - 1)
         self.last_stats: RtlRunStats | None = None
         self.wall_seconds = 0.0           # host time spent simulating runs (``run``), in all
+        self.cpu_seconds = 0.0            # the CPU time of the thread that ran them (one core: load-proof-ish)
         self._space = _Space()
         self._lock = threading.RLock()    # serialised: one caller in the model at a time (RLock: run nests)
         self.dram_settings = DramSettings.for_config(self.cfg)
@@ -249,7 +250,7 @@ class RtlDevice:
         ``compute=False`` (the simulator's timing-only run) runs the program in full, with the same cycles."""
         raw = _stream_bytes(insns)
         rows = raw.reshape(-1, INSN_BYTES)
-        t0 = time.perf_counter()
+        t0, c0 = time.perf_counter(), time.thread_time()
         self.write(INSN_REGION, raw)
         try:
             cycles, events = self._launch_traced(INSN_REGION, len(rows), self.max_cycles, trace)
@@ -258,6 +259,7 @@ class RtlDevice:
         stats = RtlRunStats(cycles=cycles, finish_cycle=cycles, clock_mhz=self.cfg.CLOCK_MHZ,
                             host_seconds=time.perf_counter() - t0, **self.counters())
         self.wall_seconds += stats.host_seconds
+        self.cpu_seconds += time.thread_time() - c0
         stats.latency_s = stats.seconds
         insns_n, busy = self._ffi.new("uint64_t[3]"), self._ffi.new("uint64_t[3]")
         self._lib.vta_rtl_module_stats(self._handle, insns_n, busy)

@@ -24,7 +24,7 @@ I64 = ir.IntType(64)
 
 
 class Target(Protocol):
-    """A CPU to compile for, as LLVM names it (graph_pack.host_templates' CpuTarget is one)."""
+    """A CPU to compile for, as LLVM names it (host.templates' CpuTarget is one)."""
 
     triple: str
     cpu: str

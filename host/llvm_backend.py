@@ -1,10 +1,11 @@
-"""llvmlite's back end for the host compiler: one target machine for this CPU, modules optimised at O3 without
-fast-math (so float results are exactly the IR's), and functions kept alive by their MCJIT engine.
+"""llvmlite's back end for the host compiler: modules optimised at O3 without fast-math (so float results are
+exactly the IR's), functions kept alive by their MCJIT engine.
 
-graph_pack.jit compiles its fixed kernels the same way with its own lock; both take LLVM's global context, so a
-process compiling from two threads at once through both modules is not protected (tuning compiles in one thread).
-libm's double ``exp``, ``erf`` and ``tanh`` are bound by address, so the JIT calls the same functions as
-Python's ``math`` module (the tests' oracle).
+It shares ``host.jit``'s target (the CPU's features with ``VTA_HOST_ISA`` applied, so records and kernels agree on
+what they ran on) and its lock: both back ends use LLVM's global context, so one lock serialises every compilation
+and engine disposal in the process, and ``host.jit``'s fork hooks hold it across a fork (a tuning worker forked
+mid-compilation never inherits it held). libm's double ``exp``, ``erf`` and ``tanh`` are bound by address, so the
+JIT calls the same functions as Python's ``math`` module (the tests' oracle).
 """
 
 from __future__ import annotations
@@ -13,40 +14,32 @@ import ctypes
 import ctypes.util
 import functools
 import sys
-import threading
 from collections.abc import Callable, Sequence
 
+from host import jit
+
 LIBM_FUNCTIONS = ("exp", "erf", "tanh")
-_LOCK = threading.RLock()
+_LOCK = jit._LOCK   # the process's one LLVM lock
 
 
 @functools.cache
 def _target():
-    """(llvm binding, target machine factory, pipeline options), made once per process."""
-    try:
-        import llvmlite.binding as llvm
-    except ImportError as e:
-        raise ImportError("the host compiler needs llvmlite (a core dependency): pip install llvmlite") from e
-    llvm.initialize_native_target()
-    llvm.initialize_native_asmprinter()
+    """(llvm binding, target machine factory, pipeline options), from ``host.jit``'s target, with libm bound."""
+    st = jit._jit()   # ImportError with the install hint when llvmlite is missing
+    llvm = st.llvm
     libm = ctypes.CDLL(ctypes.util.find_library("m") or "libm.so.6")
-    for name in LIBM_FUNCTIONS:
-        llvm.add_symbol(name, ctypes.cast(getattr(libm, name), ctypes.c_void_p).value)
-    features = ",".join(f"{'+' if on else '-'}{k}" for k, on in llvm.get_host_cpu_features().items())
-    target = llvm.Target.from_triple(llvm.get_process_triple())
-    cpu = llvm.get_host_cpu_name()
+    with _LOCK:
+        for name in LIBM_FUNCTIONS:
+            llvm.add_symbol(name, ctypes.cast(getattr(libm, name), ctypes.c_void_p).value)
 
     def machine():
-        return target.create_target_machine(cpu=cpu, features=features, opt=3, jit=True)
-    pto = llvm.create_pipeline_tuning_options(speed_level=3)
-    pto.loop_unrolling = False   # unrolling is the schedule's annotation (and LLVM's doubles compile time)
-    return llvm, machine, pto
+        return st.target.create_target_machine(cpu=st.cpu, features=st.features, opt=3, jit=True)
+    return llvm, machine, st.pto   # (unrolling off: it is the schedule's annotation)
 
 
 def cpu_name() -> str:
     """LLVM's name of this CPU (e.g. znver5), which compiled kernels are tuned for."""
-    llvm, _, _ = _target()
-    return llvm.get_host_cpu_name()
+    return jit._jit().cpu
 
 
 class _Owner:

@@ -4,7 +4,7 @@ An anchor op (conv2d, dense, batch_matmul, pooling) takes elementwise ``producer
 and ``consumers`` applied to its output, as stages of the same DAG: the sketch rules inline the producers and
 fuse the consumers into the anchor's tile. An elementwise op is one of
 
-    ("relu",) ("sigmoid",) ("tanh",) ("gelu",) ("clip", lo, hi) ("add_const", c) ("mul_const", c)
+    ("relu",) ("sigmoid",) ("tanh",) ("erf",) ("gelu",) ("clip", lo, hi) ("add_const", c) ("mul_const", c)
     ("add", "channel" | "full") ("mul", "channel" | "full")   # with another input: a bias or a same-shape tensor
 
 Reductions fix their order as graph_pack.kernels does (conv2d: input channel, kernel row, kernel column; dense
@@ -31,10 +31,11 @@ from host.loop_ir import (
     maximum,
     minimum,
 )
+from host.shapes import pool_out
 
 Elementwise = tuple
 _SQRT2 = float(np.float32(math.sqrt(2.0)))
-UNARY = ("relu", "sigmoid", "tanh", "gelu", "clip", "add_const", "mul_const")
+UNARY = ("relu", "sigmoid", "tanh", "erf", "gelu", "clip", "add_const", "mul_const")
 BINARY = ("add", "mul")
 
 
@@ -49,6 +50,8 @@ def apply_elementwise(op: Elementwise, v: Expr, other: Expr | None = None) -> Ex
         return Const(1.0) / (Const(1.0) + call("exp", -v))
     if name == "tanh":
         return call("tanh", v)
+    if name == "erf":
+        return call("erf", v)
     if name == "gelu":
         return Const(0.5) * v * (Const(1.0) + call("erf", v / Const(_SQRT2)))
     if name == "add_const":
@@ -178,14 +181,6 @@ def batch_matmul(a_shape: Sequence[int], b_shape: Sequence[int], transpose_b: bo
                 [st, *post], (bs, m, nn_), attrs)
 
 
-def _pool_out(size: int, k: int, s: int, lo: int, hi: int, ceil_mode: bool) -> int:
-    span = size + lo + hi - k
-    out = (-(-span // s) if ceil_mode else span // s) + 1
-    if ceil_mode and (out - 1) * s >= size + lo:   # the last window must start inside the input or its left pad
-        out -= 1
-    return out
-
-
 def pool2d(kind: str, x_shape: Sequence[int], pool_size=(2, 2), strides=(2, 2), padding=(0, 0, 0, 0),
            ceil_mode: bool = False, count_include_pad: bool = False,
            consumers: Sequence[Elementwise] = ()) -> ComputeDag:
@@ -196,7 +191,7 @@ def pool2d(kind: str, x_shape: Sequence[int], pool_size=(2, 2), strides=(2, 2), 
         raise ValueError(f"pool2d kind {kind!r} is not one of max, avg")
     n, c, h, w = map(int, x_shape)
     (kh, kw), (sh, sw), (pt, pl, pb, pr) = tuple(pool_size), tuple(strides), tuple(padding)
-    oh, ow = _pool_out(h, kh, sh, pt, pb, ceil_mode), _pool_out(w, kw, sw, pl, pr, ceil_mode)
+    oh, ow = pool_out(h, kh, sh, pt, pb, ceil_mode), pool_out(w, kw, sw, pl, pr, ceil_mode)
     if min(oh, ow) < 1:
         raise ValueError(f"{kind}_pool2d: no output for input {tuple(x_shape)}, window {kh}x{kw}")
     hp, wp = (oh - 1) * sh + kh, (ow - 1) * sw + kw

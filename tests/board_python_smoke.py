@@ -43,7 +43,7 @@ def check_environment() -> None:
 def check_imports() -> None:
     for name in ("hw_config", "simulator", "vta", "vta.device_pynq", "vta.board", "vta.board.server",
                  "vta.board.cli", "vta.rpc", "vta.rpc.server", "vta.rpc.client", "vta.rpc.tracker", "vta.cli",
-                 "graph_pack", "graph_pack.jit", "tuning"):
+                 "graph_pack", "host.jit", "tuning"):
         importlib.import_module(name)
     ok("the board path imports (vta.device_pynq, vta.board, vta.rpc, graph_pack, tuning)")
 
@@ -85,7 +85,7 @@ def check_conv2d(work: Path) -> None:
 def check_host_fallback() -> None:
     import vta
     from graph_pack import build, graph_pack, quantize, run_reference, zoo
-    from graph_pack.jit import JitUnavailableWarning, available
+    from host.jit import JitUnavailableWarning, available
 
     env = vta.Environment("pynq")
     graph, params = zoo.get_model("resnet-18", image_shape=(3, 32, 32), num_classes=10)

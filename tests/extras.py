@@ -27,7 +27,7 @@ def _mxnet() -> ModuleType:
 
 
 def _llvmlite() -> ModuleType:
-    from graph_pack import jit
+    from host import jit
     if not jit.available():
         raise ImportError("llvmlite is not installed: it is a core dependency, reinstall the package")
     return importlib.import_module("llvmlite")

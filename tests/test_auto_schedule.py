@@ -126,7 +126,7 @@ def test_the_cost_model_learns_what_makes_a_schedule_fast_and_evolution_follows_
 
 
 def test_schedules_are_records_of_integer_knobs_and_back():
-    from tuning.auto_records import config_schedule, schedule_config
+    from host.knobs import config_schedule, schedule_config
     rng = random.Random(4)
     for dag in (ops.conv2d((1, 4, 6, 6), (8, 4, 3, 3), padding=(1, 1, 1, 1), consumers=[("relu",)]),
                 ops.softmax((1, 128)), ops.layer_norm((4, 16))):
@@ -147,8 +147,8 @@ def test_schedules_are_records_of_integer_knobs_and_back():
 
 
 def test_a_search_logs_its_trials_as_tuning_records_and_resumes_from_them(tmp_path):
-    from graph_pack.host_templates import host
-    from tuning.auto_records import AUTO_VERSION
+    from host.knobs import AUTO_VERSION
+    from host.templates import host
     from tuning.records import load_records
     log = tmp_path / "auto.jsonl"
     dag = ops.dense((2, 16), (8, 16), consumers=[("relu",)])

@@ -121,7 +121,7 @@ def pynq_log(tmp_path_factory) -> Path:
 
 def _cpu_records(pynq_log: Path, hw: str) -> str:
     """The log's records made over into the host CPU's of ``hw`` (workloads no host layer has)."""
-    from graph_pack.host_templates import HOST_TEMPLATE_VERSION
+    from host.templates import HOST_TEMPLATE_VERSION
     lines = [json.loads(line) for line in pynq_log.read_text().splitlines()]
     return "".join(json.dumps({**r, "hw": hw, "template": HOST_TEMPLATE_VERSION}) + "\n" for r in lines)
 
@@ -177,7 +177,7 @@ def test_a_host_cpu_log_that_fits_no_layer_of_an_accelerator_run_says_to_use_tar
     """Records of this CPU (vta tune --target cpu) apply to the layers an accelerator build keeps on the CPU; where
     none of them is such a layer, the run is refused after the build has asked, naming --target cpu."""
     pytest.importorskip("llvmlite")
-    from graph_pack.host_templates import host
+    from host.templates import host
     (tmp_path / "cpu.jsonl").write_text(_cpu_records(pynq_log, host().fingerprint))
     done = _vta(*RUN, "--log", "cpu.jsonl", cwd=tmp_path)
     assert done.returncode == 2 and "Traceback" not in done.stderr, done.stderr[-3000:]

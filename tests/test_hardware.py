@@ -131,7 +131,8 @@ def test_register_offsets_are_the_simulated_boards():
     from hardware import registers as hw
     from vta.board import registers as board
 
-    for name in ("CTRL", "GIE", "IER", "ISR", "AP_START", "AP_DONE", "AP_IDLE", "AP_READY", "AUTO_RESTART",
+    for name in ("CTRL", "GIE", "IER", "ISR", "INT_AP_DONE", "INT_AP_READY", "AP_START", "AP_DONE", "AP_IDLE",
+                 "AP_READY", "AUTO_RESTART",
                  "FETCH_INSN_COUNT", "FETCH_INSN_ADDR",
                  "LOAD_INP_ADDR", "LOAD_WGT_ADDR", "COMPUTE_DONE_WR", "COMPUTE_DONE_RD", "COMPUTE_DONE_VLD",
                  "COMPUTE_UOP_ADDR", "COMPUTE_BIAS_ADDR", "STORE_OUT_ADDR"):

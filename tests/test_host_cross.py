@@ -55,7 +55,7 @@ def test_auto_scheduled_kernels_cross_compiled_for_arm_give_the_references_bits_
             assert np.array_equal(got, compile_schedule(dag, sched)(*xs))
 
 def test_a_cross_kernel_refuses_inputs_of_the_wrong_count_or_shape_and_a_bad_entry_name():
-    from graph_pack.host_templates import AARCH64
+    from host.templates import AARCH64
     make, shapes, _ = CASES["softmax"]
     dag = make()
     kernel = cross_compile(dag, default_schedule(dag), AARCH64)

@@ -13,9 +13,9 @@ import numpy as np
 import pytest
 from extras import need, needs
 
-from graph_pack.host_templates import AARCH64, ARMV7, HOST_TEMPLATES, host_template_of, object_code
-from graph_pack.host_templates.conv2d import conv_reference
-from graph_pack.host_templates.dense import DensePack
+from host.templates import AARCH64, ARMV7, HOST_TEMPLATES, host_template_of, object_code
+from host.templates.conv2d import conv_reference
+from host.templates.dense import DensePack
 from vta.runtime import ScheduleError
 
 pytestmark = needs("llvmlite")
@@ -376,7 +376,7 @@ def test_a_dropped_kernel_frees_its_engine_only_between_compiles():
     import threading
     import weakref
 
-    from graph_pack import jit
+    from host import jit
     t = _template("conv2d_NCHWc.x86", CONV)
     held = [t.build(_valid(t, 1, seed=2)[0])]
     engine = next(c.cell_contents.engine for c in held[0].run.__closure__ if hasattr(c.cell_contents, "engine"))

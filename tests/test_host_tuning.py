@@ -20,8 +20,8 @@ from extras import need, needs
 import tuning
 from graph_pack import build
 from graph_pack.graph import GraphBuilder
-from graph_pack.host_templates import host
 from graph_pack.reference import run_reference
+from host.templates import host
 from tuning.cpu import CpuRunner, CpuTask, MeasureOption, cpu_task, measure_cpu
 from tuning.records import RecordWarning, load_records
 

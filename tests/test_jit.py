@@ -1,4 +1,4 @@
-"""graph_pack.jit: every compiled kernel is bit-identical to its numpy reference in graph_pack.kernels."""
+"""host.jit: every compiled kernel is bit-identical to its numpy reference in graph_pack.kernels."""
 
 from __future__ import annotations
 
@@ -10,9 +10,9 @@ import numpy as np
 import pytest
 from extras import needs
 
-from graph_pack import jit
 from graph_pack.kernels import KERNELS
 from graph_pack.opdefs import OPS
+from host import jit
 
 needs_llvmlite = needs("llvmlite")
 
@@ -157,7 +157,7 @@ def test_non_contiguous_inputs():
 @pytest.fixture
 def jit_for(monkeypatch):
     """Starts the process's JIT afresh for a VTA_HOST_ISA value (the state and caches are put back after)."""
-    from graph_pack.host_templates import target
+    from host.templates import target
 
     def start(isa: str) -> list[str]:
         monkeypatch.setenv("VTA_HOST_ISA", isa)
@@ -186,7 +186,7 @@ def _assembly(irs: list[str]) -> str:
 def test_kernels_for_an_avx2_only_cpu(jit_for):
     """VTA_HOST_ISA=avx2 builds what an AVX2-only CPU gets on any AVX2 machine: other plans (16 registers, at
     most 8 float lanes), no AVX-512 instruction, the same bits."""
-    from graph_pack.host_templates import host
+    from host.templates import host
 
     native, native_host = jit._jit(), host()
     irs = jit_for("avx2")
@@ -312,7 +312,10 @@ def test_conv2d_epilogue_bit_identical(case, epilogue):
     attrs = _attrs("nn.conv2d", [x, w], **kw)
     fn = jit.get_kernel("nn.conv2d", attrs, [x.shape, w.shape], ["float32", "float32"], epilogue)
     assert fn is not None
-    want = KERNELS["nn.conv2d"](attrs, x, w)
+    # the infinities above meet in the reference's sums (inf + -inf: NaN, as in the JIT's), which numpy reports
+    # as an invalid value: expected here, and nowhere else in this file
+    with np.errstate(invalid="ignore"):
+        want = KERNELS["nn.conv2d"](attrs, x, w)
     for op in epilogue:
         want = KERNELS[op]({"axis": 1}, want, b) if op == "nn.bias_add" else KERNELS[op]({}, want)
     assert np.isnan(want).any() and (want < 0).any() == ("nn.relu" not in epilogue)

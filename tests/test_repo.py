@@ -162,3 +162,71 @@ def test_limits_page_states_the_defaults_the_code_uses():
                 "records of a measurements file": MAX_MEASUREMENTS}
     for name, default in expected.items():
         assert value(rows[name]) == default, (name, rows[name], default)
+
+
+# ---------------------------------------------------------------------------------------------------------
+# .ci/apt-install.sh, the one apt-get block of the .ci scripts, driven through stub apt-get and sudo commands
+
+APT_STUB = """#!/bin/sh
+echo "apt-get $* (DEBIAN_FRONTEND=$DEBIAN_FRONTEND)" >> "$APT_CALLS"
+echo "Reading package lists... (apt's chatter)"
+case "$1" in install) exit "${APT_INSTALL_RC:-0}" ;; esac
+"""
+
+
+def _stub_path(tmp_path: Path) -> str:
+    """A PATH holding only stubs of apt-get and sudo and the few tools the scripts use (no tclsh, no cross gcc)."""
+    import shutil
+
+    bin_dir = tmp_path / "bin"
+    bin_dir.mkdir()
+    (bin_dir / "apt-get").write_text(APT_STUB)
+    (bin_dir / "sudo").write_text('#!/bin/sh\nexec "$@"\n')
+    for stub in ("apt-get", "sudo"):
+        (bin_dir / stub).chmod(0o755)
+    for tool in ("bash", "sh", "dirname", "id", "mktemp", "cat", "rm", "env"):
+        (bin_dir / tool).symlink_to(shutil.which(tool))
+    return str(bin_dir)
+
+
+def _bash(script: str, tmp_path: Path, rc: int = 0) -> subprocess.CompletedProcess:
+    env = {"PATH": _stub_path(tmp_path), "APT_CALLS": str(tmp_path / "calls"), "APT_INSTALL_RC": str(rc)}
+    return subprocess.run(["bash", "-c", script], check=False, cwd=ROOT, env=env, capture_output=True, text=True,
+                          timeout=60)
+
+
+def test_the_ci_scripts_install_through_apt_install_only():
+    scripts = {p.name: p.read_text() for p in (ROOT / ".ci").glob("*.sh")}
+    with_apt = sorted(name for name, text in scripts.items() if re.search(r"apt-get (update|install)\b", text))
+    assert with_apt == ["apt-install.sh"], with_apt
+    for name in ("tcl.sh", "arm-cross.sh"):
+        assert 'source "$(dirname "$0")/apt-install.sh"' in scripts[name], name
+
+
+def test_apt_install_is_quiet_when_apt_succeeds(tmp_path: Path):
+    res = _bash("source .ci/apt-install.sh && apt_install demo pkg-a pkg-b", tmp_path)
+    assert (res.returncode, res.stdout, res.stderr) == (0, "", "")
+    assert (tmp_path / "calls").read_text().splitlines() == [
+        "apt-get update -qq (DEBIAN_FRONTEND=noninteractive)",
+        "apt-get install -y -qq --no-install-recommends pkg-a pkg-b (DEBIAN_FRONTEND=noninteractive)"]
+
+
+def test_apt_install_prints_apts_log_and_one_line_when_apt_fails(tmp_path: Path):
+    res = _bash("source .ci/apt-install.sh; apt_install demo pkg-a; echo rc=$?", tmp_path, rc=100)
+    assert res.stdout == "rc=1\n"
+    assert res.stderr.count("(apt's chatter)") == 2                      # update's and install's output
+    assert res.stderr.splitlines()[-1] == "demo: apt-get could not install pkg-a"
+
+
+@pytest.mark.parametrize(("script", "message"), [
+    ("tcl.sh", "tcl: apt-get installed tcl, but tclsh is not on PATH"),
+    ("arm-cross.sh", ("arm-cross: apt-get installed gcc-arm-linux-gnueabihf libc6-dev-armhf-cross gcc-aarch64-linux-gnu "
+                      "libc6-dev-arm64-cross qemu-user, but arm-linux-gnueabihf-gcc qemu-arm aarch64-linux-gnu-gcc "
+                      "qemu-aarch64 is still not on PATH"))])
+def test_a_ci_script_with_its_tool_missing_runs_apt_then_checks_the_tool(tmp_path: Path, script: str, message: str):
+    """The missing-tool path: apt runs (a stub here, which installs nothing), then the script finds the tool still
+    missing and says so in one line (exit 1), rather than printing a version of nothing."""
+    res = _bash(f"bash .ci/{script}", tmp_path)
+    assert res.returncode == 1, res
+    assert res.stderr.startswith(message), res.stderr
+    assert "install -y -qq --no-install-recommends" in (tmp_path / "calls").read_text()

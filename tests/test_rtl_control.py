@@ -258,3 +258,20 @@ def test_hls_interrupt_registers_and_fetchs_clear_on_read_ap_done():
     finally:
         dev.clear_dram()
         dev.reset()
+
+
+@pytest.mark.slow
+def test_the_interrupt_script_the_simulated_board_runs():
+    """The register script of tests/hls_control.py (IER written before and after runs, toggles, GIE moved):
+    the RTL's observations are HLS's, which tests/test_sim_board.py holds the simulated board to as well."""
+    from hls_control import EXPECTED, interrupt_script
+
+    dev = _device("pynq")
+    dev.reset()
+    dev.clear_dram()
+    try:
+        seen = interrupt_script(dev.read_register, dev.write_register, dev.interrupts, lambda: _launch(dev, []))
+        assert seen == EXPECTED
+    finally:
+        dev.clear_dram()
+        dev.reset()

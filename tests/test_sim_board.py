@@ -697,6 +697,45 @@ def test_each_client_waits_for_its_own_run():
     finally:
         vta.close()
 
+def test_interrupt_registers_follow_hls_ap_ctrl_hs():
+    """GIE/IER/ISR were stored, never raised. Now an ap_done sets the ISR bits IER enables at that moment, a write
+    toggles ISR, the interrupt output is GIE and ISR: the script the RTL runs in tests/test_rtl_control.py gives
+    HLS's observations here too. In process, one client (its own registers, as every client's are)."""
+    from hls_control import EXPECTED, interrupt_script
+    from programs import finish_sync
+
+    from simulator.core import Simulator
+    from vta.board import registers as R
+
+    sim = Simulator(CFG, threads=1)
+    vta = R.SimulatedVTA(CFG, sim)
+    vta.reset(f"{CFG.bitstream}.bin")
+    program = assemble(finish_sync([]), CFG)
+    addr = sim.alloc(program.nbytes)
+    sim.write(addr, program)
+    peer = "a"
+
+    def launch() -> None:
+        before = vta.runs_total
+        vta.write("fetch", R.FETCH_INSN_COUNT, len(program), peer)
+        vta.write("fetch", R.FETCH_INSN_ADDR, addr, peer)
+        for block in ("load", "compute", "store"):
+            vta.write(block, R.CTRL, R.AP_START | R.AUTO_RESTART, peer)
+        vta.write("fetch", R.CTRL, R.AP_START, peer)
+        end = time.monotonic() + 10
+        while not (vta.runs_total > before and vta.status(peer)["state"] == "idle"):
+            assert time.monotonic() < end, "the run never ended"
+            time.sleep(0.001)
+
+    try:
+        seen = interrupt_script(lambda b, off: vta.read(b, off, peer), lambda b, off, v: vta.write(b, off, v, peer),
+                                lambda: vta.interrupts(peer), launch)
+        assert seen == EXPECTED
+        assert vta.interrupts("b") == dict.fromkeys(BLOCKS, False)    # another client's registers: untouched
+    finally:
+        vta.close()
+
+
 def test_a_faulted_run_hangs_its_own_client_only(remote, board):
     """Issue 25 item 8: a run that faults (here a deadlock: a GEMM waiting for a token nobody pushes; and the
     issue's LOAD from an unmapped address, refused at launch) used to hang the accelerator for every client until

@@ -321,7 +321,7 @@ def _stress(n: int, work) -> None:
 def test_packed_weights_are_each_threads_own_when_threads_share_a_kernel() -> None:
     """Tuned host kernels are shared per process: threads running one with different weights must each get their
     own packed copy (a race returned another thread's: 1-2 in 40,000 calls, before PackedWeights kept one tuple)."""
-    from graph_pack.host_templates.base import PackedWeights
+    from host.templates.base import PackedWeights
     packed = PackedWeights(lambda w: w + 1)
     arrays = [np.full(64, i, np.int64) for i in range(4)]
 
@@ -499,12 +499,12 @@ def test_one_cpu_runner_shared_by_threads() -> None:
 def test_measuring_workers_forked_while_another_thread_compiles() -> None:
     """A CpuRunner forks its measuring process while another thread JIT-compiles host kernels (a notebook building
     a network while a tuner runs): the fork waits for the compilation under way, and the child compiles and
-    measures. Before, the child got graph_pack.jit's locks held by a thread it does not have and hung at its first
+    measures. Before, the child got host.jit's locks held by a thread it does not have and hung at its first
     compile: every config timed out (8 of 8)."""
     import threading
     import time
 
-    from graph_pack import jit
+    from host import jit
     from tuning.cpu import CpuRunner, cpu_task, host_conv_op
 
     stop = threading.Event()
@@ -533,9 +533,9 @@ def test_measuring_workers_forked_while_another_thread_compiles() -> None:
 
 def test_a_ctrl_c_inside_the_fork_hook_leaves_no_jit_lock_held(monkeypatch) -> None:
     """CPython reports an exception raised in an at-fork hook and forks anyway. A Ctrl-C that lands while
-    graph_pack.jit's hook takes its locks (here: on the third cache's lock) must leave none of them held, in the
+    host.jit's hook takes its locks (here: on the third cache's lock) must leave none of them held, in the
     hook's own process; before, the locks taken so far were never released and every later compile hung."""
-    from graph_pack import jit
+    from host import jit
 
     class Interrupted:
         def acquire(self, *args) -> bool:

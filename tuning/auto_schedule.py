@@ -27,7 +27,7 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
-from host.codegen import compile_schedule
+import host
 from host.features import features
 from host.loop_ir import ComputeDag
 from host.schedule import Schedule, default_schedule
@@ -154,6 +154,39 @@ def evolve(dag: ComputeDag, sketches: list, model: CostModel, seeds: list[Schedu
     return sorted(seen.values(), key=lambda p: -p[0])
 
 
+class Proposer:
+    """The next batch of schedules to measure: the best-predicted ones the evolution found that were not measured,
+    and a share drawn at random (epsilon-greedy; all of them until the cost model has its first fit), every sketch
+    in turn. Its two random streams are seeded apart, so the random picks do not depend on what evolution drew."""
+
+    def __init__(self, dag: ComputeDag, policy: SearchPolicy, seed: int = 0, exact: bool = True):
+        self.dag, self.policy = dag, policy
+        self.rng, self.sample_rng, self.n_sampled = random.Random(seed), random.Random(seed + 1), 0
+        self.sketches = generate_sketches(dag, exact=exact)
+
+    def batch(self, model: CostModel, elites: list[Schedule], measured: set[str], want: int
+              ) -> list[tuple[str, float | None, Schedule]]:
+        """Up to ``want`` (source, predicted score, schedule) never in ``measured`` (which they are added to)."""
+        out: list[tuple[str, float | None, Schedule]] = []
+        n_random = max(0, round(want * self.policy.epsilon)) if model.model is not None else want
+        if n_random < want:
+            for score, s in evolve(self.dag, self.sketches, model, elites, self.policy, self.rng):
+                if len(out) >= want - n_random:
+                    break
+                if s.to_json() not in measured:
+                    measured.add(s.to_json())
+                    out.append(("model", score, s))
+        tries = 0
+        while len(out) < want and tries < 50:
+            tries += 1
+            s = sample(self.dag, self.sketches[self.n_sampled % len(self.sketches)], self.sample_rng)
+            self.n_sampled += 1
+            if s.to_json() not in measured:
+                measured.add(s.to_json())
+                out.append(("random", None, s))
+        return out
+
+
 def auto_schedule(dag: ComputeDag, n_trial: int = 64, *, exact: bool = True, threads: int = 1, seed: int = 0,
                   policy: SearchPolicy | None = None, repeat: int = 3,
                   progress: Callable[[int, int, float], None] | None = None,
@@ -164,10 +197,8 @@ def auto_schedule(dag: ComputeDag, n_trial: int = 64, *, exact: bool = True, thr
     if n_trial < 1:
         raise ValueError(f"n_trial must be >= 1, got {n_trial}")
     policy = policy or SearchPolicy()
-    rng = random.Random(seed)
-    sample_rng, n_sampled = random.Random(seed + 1), 0   # the random picks: their own stream, whatever evolution drew
+    proposer = Proposer(dag, policy, seed, exact)
     inputs = random_inputs(dag, seed)
-    sketches = generate_sketches(dag, exact=exact)
     model = CostModel(seed)
     trials: list[Trial] = []
     measured: set[str] = set()
@@ -178,7 +209,7 @@ def auto_schedule(dag: ComputeDag, n_trial: int = 64, *, exact: bool = True, thr
         measured.add(s.to_json())
         t0 = time.perf_counter()
         try:
-            kernel = compile_schedule(dag, s)
+            kernel = host.compile_schedule(dag, s)
             out = kernel(*inputs, threads=threads)
             if reference is None:
                 reference = out.copy()
@@ -209,31 +240,20 @@ def auto_schedule(dag: ComputeDag, n_trial: int = 64, *, exact: bool = True, thr
         measure(default, "default")
         trials.insert(0, trials.pop())   # the default first, before what the log held
     else:
-        reference = compile_schedule(dag, default)(*inputs, threads=threads)
+        reference = host.compile_schedule(dag, default)(*inputs, threads=threads)
         trials.remove(logged_default)
         trials.insert(0, logged_default)
     if trials[0].seconds is None:
         raise RuntimeError(f"{dag.name}: the default schedule failed: {trials[0].error}")
     model.fit()
     while len(trials) < n_trial:
-        want = min(policy.batch, n_trial - len(trials))
         best = sorted((t for t in trials if t.seconds and t.schedule.sketch != "default"),
                       key=lambda t: t.seconds)[:policy.elites]
-        ranked = evolve(dag, sketches, model, [t.schedule for t in best], policy, rng)
-        n_random = max(0, round(want * policy.epsilon)) if model.model is not None else want
-        picks = [(sc, s) for sc, s in ranked if s.to_json() not in measured][:want - n_random]
-        for sc, s in picks:
-            measure(s, "model", sc)
-        tries = 0
-        while len(trials) < n_trial and (len(picks) < want or n_random) and tries < 50:
-            tries += 1
-            s = sample(dag, sketches[n_sampled % len(sketches)], sample_rng)   # every sketch in turn
-            n_sampled += 1
-            if s.to_json() in measured:
-                continue
-            measure(s, "random")
-            n_random = max(0, n_random - 1)
-            picks.append((0.0, s))
+        batch = proposer.batch(model, [t.schedule for t in best], measured, min(policy.batch, n_trial - len(trials)))
+        if not batch:
+            break   # nothing new to measure: every draw repeated a measured schedule
+        for source, score, s in batch:
+            measure(s, source, score)
         model.fit()
     ok = [t for t in trials if t.seconds is not None]
     best = min(ok, key=lambda t: (t.seconds, t.source != "default"))

@@ -120,6 +120,10 @@ def interrupted_line(log: str | os.PathLike, before: int, after: int) -> str:
     arg("--target", choices=("vta", "cpu"), default="vta",
         help="vta: the accelerator's layers (default); cpu: the float network's conv2d / dense on this CPU (with --rpc: "
              "on the CPU of a `vta rpc server --device cpu`), timed by the measure options below"),
+    arg("--scheduler", choices=("template", "auto"), default="template",
+        help="--target cpu: template (default): the host templates' conv2d / dense with --tuner; auto: every float host "
+             "op (conv2d, dense, pooling, softmax, elementwise chains) by the auto-scheduler (Ansor-style sketches, "
+             "evolution, a learned cost model), through the same task scheduler, runners and log"),
     arg("--number", type=int_in(1, 1 << 20), default=1, help="--target cpu: calls per timing (default 1)"),
     arg("--repeat", type=int_in(1, 1000), default=3, help="--target cpu: timings per config, mean and std kept "
                                                            "(default 3)"),
@@ -136,9 +140,10 @@ def tune_cmd(args: argparse.Namespace) -> int:
         f"{Path(args.model).stem}.{'cpu' if args.target == 'cpu' else cfg.TARGET}.tune.jsonl"
     check_log_path(log, "--log")
     if args.plot is not None:
-        if args.target == "cpu":
-            raise ValueError("--plot draws the accelerator's tuning curves; --target cpu has none yet (leave out --plot)")
         check_html_path(args.plot, "--plot")
+    if args.scheduler == "auto" and args.target != "cpu":
+        raise ValueError("--scheduler auto searches the host CPU's schedules: give --target cpu (the accelerator's "
+                         "layers are tuned with their templates)")
     if args.total_trials is not None and args.strategy != "gradient":
         raise ValueError("--total-trials applies to --strategy gradient; sequential tunes each task --n-trial times")
     if args.ops is not None and not all(args.ops.split(",")):

@@ -1,5 +1,5 @@
 """Tuning the host CPU's operators, as AutoTVM tunes x86 and ARM CPUs: tasks of the host templates
-(graph_pack.host_templates), measured by timing the compiled kernel on this CPU.
+(host.templates), measured by timing the compiled kernel on this CPU.
 
     tasks = tuning.extract_tasks(graph, target="cpu")            # float conv2d / dense of any network
     runner = tuning.CpuRunner(number=4, repeat=3, min_repeat_ms=20, timeout=10)   # AutoTVM's measure_option
@@ -28,17 +28,19 @@ from typing import Any
 import numpy as np
 
 from graph_pack.graph import Graph
-from graph_pack.host_templates import (
+from host.templates import (
     HOST_TEMPLATE_VERSION,
+    HOST_TEMPLATES,
     CpuTarget,
     HostKernel,
     HostTemplate,
     host,
     host_template_of,
 )
-from graph_pack.host_templates.graph import host_workload
+from host.templates.graph import host_workload
 from hw_config.checks import is_whole
 from tuning.measure import CPU, MeasureResult, guarded
+from tuning.targets import TuningTarget, register_target
 from tuning.task import Task, _canonical
 
 __all__ = ["CpuRunner", "CpuTask", "MeasureOption", "cpu_task", "extract_cpu_tasks", "host_conv_op", "measure_cpu"]
@@ -61,6 +63,12 @@ class CpuTask(Task):
     @property
     def default_config(self) -> dict:
         return self.template.default_config()
+
+    MISMATCH = "differs from the float64 numpy reference beyond 1e-5"
+
+    def matches(self, got: np.ndarray, want: np.ndarray) -> bool:
+        """Whether a kernel's output is right (the float64 reference to 1e-5: the templates reassociate sums)."""
+        return close_to(got, want)
 
 
 def cpu_task(op: str, target: CpuTarget | None = None, **workload: Any) -> CpuTask:
@@ -162,8 +170,8 @@ def measure_cpu(task: CpuTask, config: dict, option: MeasureOption, seed: int = 
             _REFERENCES[task.key] = entry
         inputs, want = entry
         out = kernel(**inputs)
-        if option.check and not close_to(out, want):
-            return MeasureResult(config, error="wrong output: differs from the float64 numpy reference beyond 1e-5",
+        if option.check and not task.matches(out, want):
+            return MeasureResult(config, error=f"wrong output: {task.MISMATCH}",
                                  checked=True, wall_s=time.perf_counter() - t0, device=CPU)
         number = option.number
         while True:
@@ -289,5 +297,11 @@ class CpuRunner:
 
 def host_conv_op(target: CpuTarget | None = None) -> str:
     """The conv2d template of ``target``'s family (default this CPU): NCHWc on x86, spatial pack on ARM."""
-    from graph_pack.host_templates import CONV_TEMPLATES
+    from host.templates import CONV_TEMPLATES
     return CONV_TEMPLATES[(target or host()).arch]
+
+
+register_target(TuningTarget(
+    "cpu", lambda graph, env, ops: extract_cpu_tasks(graph, env, ops), lambda w: w.get("op") in HOST_TEMPLATES,
+    lambda w, cfg: CpuTask(w, cfg if isinstance(cfg, CpuTarget) else host()),
+    "the host CPU's float conv2d / dense, any graph"))

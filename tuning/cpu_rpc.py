@@ -17,7 +17,8 @@ from collections.abc import Sequence
 from functools import cached_property
 from typing import Any
 
-from graph_pack.host_templates import CpuTarget, host, host_template_of
+from host.templates import CpuTarget, host, host_template_of
+from tuning.auto_network import AutoScheduleTask
 from tuning.cpu import CpuRunner, CpuTask, MeasureOption
 from tuning.measure import MeasureResult
 from tuning.task import Task, _canonical
@@ -49,10 +50,14 @@ def serve_measure(workload: dict, config: dict, option: dict, seed: int) -> dict
     """A ``--device cpu`` server's ``measure_cpu``: the config compiled for this CPU, checked and timed in a worker
     process (``option.timeout``); ValueError for a workload or option the server refuses."""
     opt = _option(option)
-    host_template_of(str(workload.get("op")))   # names the allowed templates when unknown
-    task = CpuTask(_canonical(workload), host())
+    if "inputs" in workload:   # an auto-scheduler DAG's key (host.knobs.dag_of_workload names what is wrong)
+        task: CpuTask = AutoScheduleTask(workload, host())
+        sizes = [math.prod(t.shape) for t in task.dag.inputs]
+    else:
+        host_template_of(str(workload.get("op")))   # names the allowed templates when unknown
+        task = CpuTask(_canonical(workload), host())
+        sizes = [math.prod(s) for s in (workload.get("data_shape", ()), workload.get("kernel_shape", ()))]
     t = task.template   # parses the workload: a ValueError names what is wrong
-    sizes = [math.prod(s) for s in (workload.get("data_shape", ()), workload.get("kernel_shape", ()))]
     if max(sizes) > MAX_ELEMENTS or t.macs > MAX_MACS:
         raise ValueError(f"measure_cpu: a workload of {max(sizes)} elements and {t.macs} multiply-adds; this server "
                          f"takes at most {MAX_ELEMENTS} and {MAX_MACS}")

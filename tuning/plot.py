@@ -19,9 +19,11 @@ from graph_pack.svg import PALETTE, Axis, Chart, esc, page, write_page
 from hw_config import HwConfig
 from tuning.records import load_records
 from tuning.task import Task
+from vta.templates import TEMPLATE_VERSION
 
 PANEL = (350, 220)   # pixels of one task's picture; three to a row
-TUNER_COLORS = {"xgb": "#4e79a7", "random": "#f28e2b", "gridsearch": "#59a14f", "ga": "#b07aa1", "xgb_rank": "#76b7b2"}
+TUNER_COLORS = {"xgb": "#4e79a7", "random": "#f28e2b", "gridsearch": "#59a14f", "ga": "#b07aa1", "xgb_rank": "#76b7b2",
+                "auto": "#e15759"}
 
 
 def _tuner_colors(names) -> dict[str, str]:
@@ -41,12 +43,14 @@ def tuning_curves(log: str | os.PathLike, cfg: HwConfig, tasks: Sequence[Task] |
     """The figures of the page (JSON-able): per task (``tasks``' order and weights, else the log's order with
     weight 1) its trials' seconds (None for a failed trial) and tuners, and the network's weighted best
     against the log's trial count."""
-    records = load_records(log, cfg=cfg)
+    template = tasks[0].template_version if tasks else TEMPLATE_VERSION   # a host task's records: its own version
+    records = load_records(log, cfg=cfg, template=template)
     order = [t.key for t in tasks] if tasks is not None else list(dict.fromkeys(r.workload for r in records))
     weight = {t.key: t.weight for t in tasks} if tasks is not None else dict.fromkeys(order, 1)
+    names = {t.key: t.name for t in tasks or ()}
     curves: dict[str, dict[str, Any]] = {}
     for key in order:
-        name = workload_name(json.loads(key))
+        name = names.get(key) or workload_name(json.loads(key))
         curves[key] = {"key": key, "name": name, "weight": weight[key], "seconds": [], "tuners": [], "best": []}
     network: list[list[float]] = []
     best: dict[str, float] = {}

@@ -23,7 +23,8 @@ from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import Any
 
-from graph_pack.host_templates import HOST_TEMPLATE_VERSION, CpuTarget, host
+from graph_pack.schedule_log import record_rank
+from host.templates import HOST_TEMPLATE_VERSION, CpuTarget, host
 from hw_config import HwConfig
 from hw_config.checks import is_whole
 from hw_config.reading import bounded_lines, no_json_constant, regular_file
@@ -58,7 +59,8 @@ class Record:
 
     @property
     def ok(self) -> bool:
-        return self.result.get("error") is None and self.result.get("cycles", 0) > 0
+        """A successful measurement (no error, cycles > 0): one ``rank`` orders."""
+        return record_rank(self.result) is not None
 
     @property
     def cycles(self) -> int:
@@ -66,10 +68,11 @@ class Record:
 
     @property
     def rank(self) -> tuple[int, float]:
-        """The objective the tuners minimise, for ordering records of one workload and config: the board
-        latency where the record has one (every runner of this stack writes it), else the cycles."""
-        latency = self.result.get("latency_s") or 0.0
-        return (0, float(latency)) if latency > 0 else (1, float(self.cycles))
+        """The objective the tuners minimise, for ordering records of one workload and config: ``record_rank``
+        (board latency where the record has one, else cycles), the rule ``build`` reads logs by; a failed
+        record ranks after every successful one."""
+        rank = record_rank(self.result)
+        return rank if rank is not None else (2, math.inf)
 
     def to_json(self) -> str:
         return json.dumps(asdict(self), sort_keys=True, separators=(",", ":"))

@@ -14,13 +14,14 @@ from typing import Any
 
 from graph_pack.build import workload_key
 from graph_pack.graph import Graph
-from graph_pack.host_templates import CpuTarget, host
 from graph_pack.pack import group_workload
 from graph_pack.schedule_log import workload_name
 from hw_config import HwConfig
+from tuning.targets import TuningTarget, owner_of, register_target, target_named
 from vta.environment import config_of
 from vta.space import ConfigSpace, KnobError
 from vta.templates import TEMPLATE_VERSION, CompiledOp, Template, compile_template, template_of
+from vta.templates.base import TEMPLATES
 
 __all__ = ["TEMPLATE_VERSION", "Task", "alu_task", "conv_task", "extract_tasks"]   # TEMPLATE_VERSION: vta.templates'
 CONV_WORKLOAD_ARGS = ("data_shape", "kernel_shape", "strides", "padding", "groups")
@@ -103,16 +104,17 @@ class Task:
 
 
 def extract_tasks(packed: Graph, env=None, ops: tuple[str, ...] | None = None, target: str = "vta") -> list[Task]:
-    """The accelerator workloads of a packed graph, deduplicated, each weighted by its occurrences (in
-    order of first use). ``ops`` filters by template name (e.g. ("conv2d", "group_conv2d")).
+    """The tasks of ``target`` in a graph, deduplicated, each weighted by its occurrences (in order of first use).
+    ``ops`` filters by template name (e.g. ("conv2d", "group_conv2d")).
 
-    ``target="cpu"``: the host operators instead (float conv2d and dense of any graph, packed or not), as
-    tasks of the host templates for ``env`` (a ``CpuTarget``; default this machine's CPU): ``tuning.cpu``."""
-    if target not in ("vta", "cpu"):
-        raise ValueError(f"target={target!r}; allowed: 'vta' (the accelerator's tasks), 'cpu' (the host's)")
-    if target == "cpu":
-        from tuning.cpu import extract_cpu_tasks  # tuning.cpu builds on this module
-        return extract_cpu_tasks(packed, env, ops)
+    ``target="vta"``: the accelerator workloads of a packed graph (``env`` its hardware config); ``"cpu"``: the host
+    operators instead (float conv2d and dense of any graph, packed or not), as tasks of the host templates for
+    ``env`` (a ``CpuTarget``; default this machine's CPU): ``tuning.cpu``. Targets are ``tuning.targets``'."""
+    return target_named(target).extract(packed, env, ops)
+
+
+def _extract_accelerator_tasks(packed: Graph, env, ops: tuple[str, ...] | None) -> list[Task]:
+    """The accelerator's tasks: the groups graph_pack planned, one workload each."""
     if not isinstance(getattr(packed, "meta", None), dict):
         raise TypeError(f"extract_tasks takes a graph_pack.Graph (packed by graph_pack), not {type(packed).__name__}")
     if "groups" not in packed.meta:   # an accelerator's tasks are the groups graph_pack plans
@@ -155,15 +157,15 @@ def alu_task(env, op: str, data_shape, tensor_rhs: bool = True) -> Task:
 
 
 def task_of(workload: dict, cfg) -> Task:
-    """The task of a workload: a host template's (``tuning.cpu.CpuTask``) when its op names one, else the
-    accelerator's."""
-    from graph_pack.host_templates import HOST_TEMPLATES
-    if workload.get("op") in HOST_TEMPLATES:
-        from tuning.cpu import CpuTask
-        return CpuTask(workload, cfg if isinstance(cfg, CpuTarget) else host())
-    return Task(workload, cfg)
+    """The task of a workload, by the target that owns its op (``tuning.targets``: a host template's is a
+    ``tuning.cpu.CpuTask``, an accelerator template's a ``Task``)."""
+    return owner_of(workload).task(workload, cfg)
 
 
 def _canonical(workload: dict) -> dict:
     """Tuples as build's group_workload writes them, so keys agree."""
     return {k: tuple(v) if isinstance(v, list) else v for k, v in workload.items()}
+
+
+register_target(TuningTarget("vta", _extract_accelerator_tasks, lambda w: w.get("op") in TEMPLATES,
+                             lambda w, cfg: Task(w, cfg), "the accelerator's layers of a packed graph"))

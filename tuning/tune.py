@@ -29,7 +29,7 @@ from hw_config.checks import is_whole
 from tuning.measure import LocalRunner, MeasureResult
 from tuning.records import check_log_path, load_records, log_lock
 from tuning.task import Task
-from tuning.tuners import TUNERS, Tuner, make_tuner
+from tuning.tuners import Tuner, make_tuner, tuner_names
 
 STRATEGIES = ("sequential", "gradient")
 
@@ -215,8 +215,8 @@ def check_tuning_arguments(*, tuner: str, strategy: str, n_trial, total_trials=N
                            early_stopping=None, log: str | os.PathLike | None = None) -> None:
     """``tune_tasks``' arguments checked (TypeError, ValueError naming them): also called first by the whole-network
     tuners, so a bad count is refused before a model is loaded and packed."""
-    if tuner not in TUNERS:
-        raise ValueError(f"unknown tuner {tuner!r}; allowed: {', '.join(TUNERS)}")
+    if tuner not in tuner_names():
+        raise ValueError(f"unknown tuner {tuner!r}; allowed: {', '.join(tuner_names())}")
     if strategy not in STRATEGIES:
         raise ValueError(f"strategy={strategy!r}; allowed: {', '.join(STRATEGIES)}")
     _check_count("n_trial", n_trial)

@@ -699,15 +699,28 @@ def _normalise(cycles: np.ndarray) -> np.ndarray:
 TUNERS = ("random", "gridsearch", "ga", "xgb", "xgb_rank")
 
 
+_FACTORIES: dict[str, Callable[..., Tuner]] = {
+    "random": RandomTuner, "gridsearch": GridSearchTuner, "ga": GATuner,
+    "xgb": lambda t, seed, **kw: XGBTuner(t, seed, **{"loss_type": "reg", **kw}),
+    "xgb_rank": lambda t, seed, **kw: XGBTuner(t, seed, **{"loss_type": "rank", **kw}),
+}
+
+
+def register_tuner(name: str, factory: Callable[..., Any]) -> None:
+    """Make ``factory(task, seed=..., **kwargs)`` known to ``make_tuner`` as ``name`` (the auto-scheduler registers
+    "auto" this way: a search is added by its module, not by editing this one)."""
+    _FACTORIES[name] = factory
+
+
+def tuner_names() -> tuple[str, ...]:
+    return tuple(_FACTORIES)
+
+
 def make_tuner(name: str, task: Task, seed: int = 0, **kwargs) -> Tuner:
-    """A tuner by AutoTVM's names: random, gridsearch, ga, xgb (regression), xgb_rank (pairwise ranking)."""
-    factories: dict[str, Callable[..., Tuner]] = {
-        "random": RandomTuner, "gridsearch": GridSearchTuner, "ga": GATuner,
-        "xgb": lambda t, seed, **kw: XGBTuner(t, seed, **{"loss_type": "reg", **kw}),
-        "xgb_rank": lambda t, seed, **kw: XGBTuner(t, seed, **{"loss_type": "rank", **kw}),
-    }
-    if name not in factories:
-        raise ValueError(f"unknown tuner {name!r}; allowed: {', '.join(TUNERS)}")
-    tuner = factories[name](task, seed=seed, **kwargs)
+    """A tuner by AutoTVM's names: random, gridsearch, ga, xgb (regression), xgb_rank (pairwise ranking); and those
+    registered by other modules (``auto``: tuning.auto_network)."""
+    if name not in _FACTORIES:
+        raise ValueError(f"unknown tuner {name!r}; allowed: {', '.join(_FACTORIES)}")
+    tuner = _FACTORIES[name](task, seed=seed, **kwargs)
     tuner.name = name
     return tuner

@@ -69,14 +69,18 @@ def unpack_blocks(x: np.ndarray, d0: int, d1: int) -> np.ndarray:
     return np.ascontiguousarray(y[:d0, :d1])
 
 
+def _matrix_blocks(a: np.ndarray, outer: int, inner: int) -> np.ndarray:
+    """(B, D0, D1) zero-padded to whole blocks and viewed as (B, D0/outer, outer, D1/inner, inner)."""
+    n, d0, d1 = a.shape
+    b0, b1 = blocks(d0, outer), blocks(d1, inner)
+    return pad_to(a, (n, b0 * outer, b1 * inner)).reshape(n, b0, outer, b1, inner)
+
+
 def pack_batched_rows(a: np.ndarray, outer: int, inner: int) -> np.ndarray:
     """(B, D0, D1) -> (D0/outer, B, D1/inner, outer, inner), each matrix zero-padded to whole blocks: a batch of
     matrices as a grouped convolution's packed NCHW{b}n{c}c data (rows the batch axis, the B matrices the groups)
     reads it, each matrix's row blocks before the next matrix's."""
-    n, d0, d1 = a.shape
-    b0, b1 = blocks(d0, outer), blocks(d1, inner)
-    a = pad_to(a, (n, b0 * outer, b1 * inner))
-    return np.ascontiguousarray(a.reshape(n, b0, outer, b1, inner).transpose(1, 0, 3, 2, 4))
+    return np.ascontiguousarray(_matrix_blocks(a, outer, inner).transpose(1, 0, 3, 2, 4))
 
 
 def unpack_batched_rows(x: np.ndarray, d0: int, d1: int) -> np.ndarray:
@@ -88,10 +92,7 @@ def unpack_batched_rows(x: np.ndarray, d0: int, d1: int) -> np.ndarray:
 def pack_batched_matrices(a: np.ndarray, outer: int, inner: int) -> np.ndarray:
     """(B, D0, D1) -> (B, D0/outer, D1/inner, outer, inner): each matrix packed as a weight (OI{o}o{i}i), the
     matrices one after another, as a grouped convolution's packed kernel lays its groups out."""
-    n, d0, d1 = a.shape
-    b0, b1 = blocks(d0, outer), blocks(d1, inner)
-    a = pad_to(a, (n, b0 * outer, b1 * inner))
-    return np.ascontiguousarray(a.reshape(n, b0, outer, b1, inner).transpose(0, 1, 3, 2, 4))
+    return np.ascontiguousarray(_matrix_blocks(a, outer, inner).transpose(0, 1, 3, 2, 4))
 
 
 def unpack_batched_matrices(x: np.ndarray, d0: int, d1: int) -> np.ndarray:

@@ -7,9 +7,13 @@
  * Every call must return VTA_OK or an error code with a non-empty NUL-terminated message, outcomes that can
  * be predicted (DRAM mapping, SRAM ranges, argument checks) must match the prediction, and after any error
  * the simulator must still run a known-good program correctly. Exits nonzero on any violated expectation.
+ * Every simulator runs with an output-buffer mode (vta_sim_set_out_buffer: 0 mirror as VTA's fsim, 1 hls, 2 chisel;
+ * the contexts start with all three and switch now and then), and a probe checks each mode's semantics exactly,
+ * strict mode's refusals included (out_buffer_probe).
  * Prints what happened and a digest of what the runs computed: every build (another kernel path, a 32-bit ARM
  * build under qemu: tests/test_armv7.py) must print the same for the same arguments.
  */
+#include <limits.h>
 #include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -33,6 +37,8 @@ typedef char params_are_118_uint32[(sizeof(vta_params_t) == NPARAMS * sizeof(uin
 
 enum { OP_LOAD = 0, OP_STORE = 1, OP_GEMM = 2, OP_FINISH = 3, OP_ALU = 4 };
 enum { MEM_UOP = 0, MEM_WGT = 1, MEM_INP = 2, MEM_ACC = 3, MEM_OUT = 4, MEM_ACC_8BIT = 5 };
+enum { ALU_ADD = 2 };
+enum { OUT_MIRROR = 0, OUT_HLS = 1, OUT_CHISEL = 2, OUT_MODES = 3 }; /* vta_sim_set_out_buffer's modes */
 
 /* ------------------------------------------------------------------ checks */
 
@@ -143,6 +149,7 @@ typedef struct ctx {
   region_t reg[MAX_REGIONS]; /* reg[0] is the known-good region, never unmapped */
   int nreg;
   uint32_t inp_elem, wgt_elem, acc_elem, out_elem;
+  int out_mode; /* the output-buffer mode it runs with (never strict: random programs STORE whatever rows) */
 } ctx_t;
 
 static char g_err[ERRLEN];
@@ -184,7 +191,7 @@ static uint32_t sram_depth(const ctx_t *c, uint32_t mem) {
   }
 }
 
-static uint32_t sram_elem(const ctx_t *c, uint32_t mem) { return mem == MEM_ACC_8BIT || mem == MEM_OUT ? c->acc_elem : dram_elem(c, mem); }
+static uint32_t sram_elem(const ctx_t *c, uint32_t mem) { return mem == MEM_ACC_8BIT ? c->acc_elem : dram_elem(c, mem); }
 
 /* Mirror predictions: is [addr, addr+n) inside one mapped region (the simulator's rule, n == 0 included)? */
 static int mirror_inside(const ctx_t *c, uint64_t addr, uint64_t n) {
@@ -314,7 +321,9 @@ static void encode_mem(const ctx_t *c, uint64_t w[2], uint32_t opcode, uint32_t 
 
 static uint64_t round_up(uint64_t v, uint64_t m) { return (v + m - 1) / m * m; }
 
-/* LOAD ACC (2 elements) -> STORE OUT -> FINISH through the known-good region; checks the stored bytes by hand. */
+/* LOAD ACC (2 elements) -> STORE OUT -> FINISH through the known-good region; checks the stored bytes by hand: the
+ * low byte of each loaded lane in mode mirror, and in modes hls and chisel what the output buffer held before (a LOAD
+ * into acc leaves it as it was), read through SRAM id 4; the accumulator rows hold the loaded lanes in every mode. */
 static void known_good(ctx_t *c, const char *after) {
   const char *saved = g_phase;
   g_phase = "known-good";
@@ -328,6 +337,10 @@ static void known_good(ctx_t *c, const char *after) {
   for (uint32_t l = 0; l < 2 * eo; l++) expect[eo + l] = in[4 * l]; /* low byte of each little-endian lane */
   uint32_t sb = (uint32_t)rnd(c->p.acc_depth - 1);
   if (do_write(c, in_addr, in, 2 * ea) || do_write(c, out_addr - eo, out, 4 * eo)) {
+    g_phase = saved;
+    return;
+  }
+  if (c->out_mode != OUT_MIRROR && do_sram(c, MEM_OUT, sb, 2, expect + eo, 0) != VTA_OK) {
     g_phase = saved;
     return;
   }
@@ -358,7 +371,12 @@ static void known_good(ctx_t *c, const char *after) {
   }
   uint8_t got[4 * 1024];
   if (do_read(c, out_addr - eo, got, 4 * eo) == VTA_OK)
-    EXPECT(memcmp(got, expect, 4 * eo) == 0, "%s: known-good program after %s stored wrong bytes", c->name, after);
+    EXPECT(memcmp(got, expect, 4 * eo) == 0, "%s: known-good program after %s stored wrong bytes (output mode %d)",
+           c->name, after, c->out_mode);
+  uint8_t acc[2 * 4096];
+  if (do_sram(c, MEM_ACC, sb, 2, acc, 0) == VTA_OK)
+    EXPECT(memcmp(acc, in, 2 * ea) == 0, "%s: known-good program after %s: the accumulator rows are not the loaded "
+           "ones", c->name, after);
   g_phase = saved;
   g_pending = 0;
 }
@@ -769,7 +787,9 @@ static void probe(ctx_t *c) {
       put(w, f[VTA_LOOP_ITER_IN], ii);
       if (op == OP_ALU) put(w, f[VTA_ALU_OPCODE], rnd(5));
       emit(prog, w);
-      uint64_t per = (uint64_t)c->p.batch * c->p.block_out * (op == OP_GEMM && !reset ? c->p.block_in : 1);
+      /* a reset GEMM computes its sum in mode hls (the output buffer gets acc + sum: docs/simulator.md) */
+      const int sums = op == OP_GEMM && (!reset || c->out_mode == OUT_HLS);
+      uint64_t per = (uint64_t)c->p.batch * c->p.block_out * (sums ? c->p.block_in : 1);
       uint64_t work = (uint64_t)io * ii * nu * per;
       run_expect_work(c, prog, 2, UINT64_MAX, work - (uint64_t)bad, bad ? VTA_ERR_WORK : VTA_OK, 0, "work budget edge");
       if (!bad)
@@ -1123,7 +1143,9 @@ static void bad_params(const vta_params_t *good) {
 
 static uint32_t pick(const uint32_t *v, size_t n) { return v[rnd(n)]; }
 
-static void ctx_init(ctx_t *c, const char *name, const vta_params_t *p) {
+static void set_out_mode(ctx_t *c, int mode, int strict);
+
+static void ctx_init(ctx_t *c, const char *name, const vta_params_t *p, int out_mode) {
   memset(c, 0, sizeof *c);
   c->name = name;
   c->p = *p;
@@ -1142,6 +1164,8 @@ static void ctx_init(ctx_t *c, const char *name, const vta_params_t *p) {
     exit(2);
   }
   if (do_map(c, GOOD_BASE, GOOD_SIZE) != VTA_OK) exit(2);
+  c->out_mode = out_mode;
+  set_out_mode(c, out_mode, 0);
   known_good(c, "creation");
 }
 
@@ -1297,7 +1321,7 @@ static void hostile_board_program(const vta_params_t *p) {
 static void digest_state(ctx_t *c) {
   const char *saved = g_phase;
   g_phase = "digest";
-  for (uint32_t mem = MEM_UOP; mem <= MEM_ACC; mem++) {
+  for (uint32_t mem = MEM_UOP; mem <= MEM_OUT; mem++) { /* the output buffer as a STORE would read it too */
     const uint32_t depth = sram_depth(c, mem);
     const size_t n = (size_t)depth * sram_elem(c, mem);
     uint8_t *buf = malloc(n);
@@ -1490,6 +1514,9 @@ static void batch_probe(ctx_t *c) {
   rc = vta_sim_run_batch(c->sim, NULL, 0, 1, 1000000, NO_WORK_LIMIT, NULL, &failed, g_err, sizeof g_err);
   EXPECT(rc == VTA_OK && failed == 0, "%s: an empty batch returned %s", c->name, rc_name(rc));
   for (uint32_t i = 0; i < eo; i++) in[ea + i] = 0xcc;
+  uint8_t want[1024]; /* the low byte of each lane (mirror), or output row 0 as it is (hls, chisel: LOAD leaves it) */
+  for (uint32_t l = 0; l < eo; l++) want[l] = in[4 * l];
+  if (c->out_mode != OUT_MIRROR) do_sram(c, MEM_OUT, 0, 1, want, 0);
   const vta_batch_item_t pair[2] = {{out_addr, in + ea, eo, NULL, 0}, good}; /* canary out, then the copy */
   rc = vta_sim_run_batch(c->sim, pair, 2, 1, 1000000, NO_WORK_LIMIT, st, &failed, g_err, sizeof g_err);
   count_api(rc);
@@ -1497,10 +1524,150 @@ static void batch_probe(ctx_t *c) {
   EXPECT(rc == VTA_OK && failed == 2, "%s: a good batch returned %s: %s", c->name, rc_name(rc), g_err);
   uint8_t got[1024];
   if (do_read(c, out_addr, got, eo) == VTA_OK) {
-    int same = 1;
-    for (uint32_t l = 0; l < eo; l++) same &= got[l] == in[4 * l]; /* the low byte of each lane */
-    EXPECT(same, "%s: a good batch stored the wrong bytes", c->name);
+    EXPECT(memcmp(got, want, eo) == 0, "%s: a good batch stored the wrong bytes (output mode %d)", c->name,
+           c->out_mode);
   }
+}
+
+/* Sets `c`'s simulator to output-buffer mode `mode` (strict: refuse a STORE of a detached row); must succeed. */
+static void set_out_mode(ctx_t *c, int mode, int strict) {
+  clear_err();
+  int rc = vta_sim_set_out_buffer(c->sim, mode, strict, g_err, sizeof g_err);
+  count_api(rc);
+  check_message(rc, "vta_sim_set_out_buffer");
+  EXPECT(rc == VTA_OK && vta_sim_out_buffer(c->sim) == mode, "%s: output mode %d (strict %d) returned %s: %s",
+         c->name, mode, strict, rc_name(rc), rc ? g_err : "");
+}
+
+/* A LOAD ACC, ALU or GEMM instruction `first` (pushing to store) -> STORE OUT of accumulator row `row` to DRAM element
+ * `out_index` (popping) -> FINISH; returns the status, checking the error index of a failure. */
+static int store_after(ctx_t *c, const uint64_t first[2], uint32_t row, uint64_t out_index, int expect,
+                       const char *what) {
+  uint8_t prog[3 * 16];
+  uint64_t w[2];
+  emit(prog, first);
+  encode_mem(c, w, OP_STORE, MEM_OUT, row, out_index, 1, 1, 1, 1, 0);
+  emit(prog + 16, w);
+  finish_insn(c, prog + 32);
+  vta_stats_t st;
+  clear_err();
+  int rc = vta_sim_run(c->sim, prog, 3, 1, 1000000, NO_WORK_LIMIT, &st, NULL, g_err, sizeof g_err);
+  count_api(rc);
+  digest_run(rc, &st);
+  check_message(rc, "vta_sim_run");
+  EXPECT(rc == expect, "%s: output mode %d, %s: returned %s, expected %s (%s)", c->name, vta_sim_out_buffer(c->sim),
+         what, rc_name(rc), rc_name(expect), rc ? g_err : "");
+  if (rc == expect && rc != VTA_OK)
+    EXPECT(st.error_index == 1, "%s: %s: refused at instruction %lld, expected the STORE (1)", c->name, what,
+           (long long)st.error_index);
+  return rc;
+}
+
+/* What each output-buffer mode stores (docs/simulator.md, "The output buffer"), worked out here, on one accumulator
+ * row r of the known-good region, in a mode picked at random, strict or not:
+ *   LOAD ACC then STORE: mirror stores the loaded lanes' low bytes; hls and chisel what the row's output copy held
+ *     (the host's SRAM write of the row set it); strict hls/chisel refuse the STORE (the row is detached);
+ *   ALU ADD imm then STORE: every mode stores low(acc + imm);
+ *   GEMM with reset then STORE: mirror stores 0; hls low(acc + sum of inp * wgt), the sum it computed before
+ *     zeroing; chisel the copy as the ALU left it; strict hls/chisel refuse it. The accumulator row is 0 in every mode.
+ * A mode outside 0..2 is refused with a message and changes nothing. The context's own mode is restored after. */
+static void out_buffer_probe(ctx_t *c) {
+  g_phase = "out-buffer";
+  static const int bad_modes[] = {-1, 3, 4, 1000, INT_MAX, INT_MIN};
+  const int bad = bad_modes[rnd(6)];
+  clear_err();
+  int rc = vta_sim_set_out_buffer(c->sim, bad, 0, g_err, sizeof g_err);
+  count_api(rc);
+  check_message(rc, "vta_sim_set_out_buffer");
+  EXPECT(rc == VTA_ERR_ARG && vta_sim_out_buffer(c->sim) == c->out_mode, "%s: output mode %d returned %s (mode now %d)",
+         c->name, bad, rc_name(rc), vta_sim_out_buffer(c->sim));
+
+  const uint32_t ea = c->acc_elem, eo = c->out_elem, lanes = c->p.batch * c->p.block_out;
+  const uint32_t bi = c->p.block_in, bo = c->p.block_out;
+  const uint64_t in_addr = round_up(GOOD_BASE, ea), out_addr = round_up(GOOD_BASE + GOOD_SIZE / 2, eo);
+  const int mode = (int)rnd(OUT_MODES);
+  const int strict = (int)rnd(2);
+  const int refuses = strict && mode != OUT_MIRROR; /* a detached row exists only outside mirror */
+  const uint32_t r = (uint32_t)rnd(c->p.acc_depth), i = (uint32_t)rnd(c->p.inp_depth), k = (uint32_t)rnd(c->p.wgt_depth);
+  const uint32_t imm = (uint32_t)rnd(16);
+  if (lanes > 1024 || c->inp_elem > 4096 || c->wgt_elem > 4096) return;
+  uint32_t old[1024], loaded[1024], sum[1024];
+  int8_t x[4096], wt[4096];
+  for (uint32_t l = 0; l < lanes; l++) old[l] = (uint32_t)next64();
+  for (uint32_t l = 0; l < lanes; l++) loaded[l] = (uint32_t)next64();
+  for (uint32_t j = 0; j < c->inp_elem; j++) x[j] = (int8_t)next64();
+  for (uint32_t j = 0; j < c->wgt_elem; j++) wt[j] = (int8_t)next64();
+  for (uint32_t b = 0; b < c->p.batch; b++)
+    for (uint32_t o = 0; o < bo; o++) {
+      uint32_t t = 0; /* int32 wrap-around without signed overflow */
+      for (uint32_t j = 0; j < bi; j++) t += (uint32_t)((int32_t)x[b * bi + j] * (int32_t)wt[o * bi + j]);
+      sum[b * bo + o] = t;
+    }
+  set_out_mode(c, mode, strict);
+  if (do_sram(c, MEM_ACC, r, 1, (uint8_t *)old, 1) || do_sram(c, MEM_INP, i, 1, (uint8_t *)x, 1) ||
+      do_sram(c, MEM_WGT, k, 1, (uint8_t *)wt, 1) || do_write(c, in_addr, (const uint8_t *)loaded, ea))
+    goto restore;
+
+  uint8_t canary[1024], got[1024], want[1024];
+  uint32_t acc[1024];
+  memset(canary, 0xa5, eo);
+  uint64_t w[2];
+  /* 1: LOAD ACC, STORE */
+  if (do_write(c, out_addr, canary, eo)) goto restore;
+  encode_mem(c, w, OP_LOAD, MEM_ACC, r, in_addr / ea, 1, 1, 1, 0, 1);
+  store_after(c, w, r, out_addr / eo, refuses ? VTA_ERR_INSN : VTA_OK, "LOAD ACC then STORE");
+  for (uint32_t l = 0; l < eo; l++) want[l] = refuses ? 0xa5 : (uint8_t)(mode == OUT_MIRROR ? loaded[l] : old[l]);
+  if (do_read(c, out_addr, got, eo) == VTA_OK)
+    EXPECT(memcmp(got, want, eo) == 0, "%s: output mode %d (strict %d): LOAD ACC then STORE stored the wrong bytes",
+           c->name, mode, strict);
+  if (do_sram(c, MEM_ACC, r, 1, (uint8_t *)acc, 0) == VTA_OK)
+    EXPECT(memcmp(acc, loaded, ea) == 0, "%s: output mode %d: the LOADed accumulator row differs", c->name, mode);
+  /* 2: ALU ADD imm, STORE (micro-op 0: dst r, src r) */
+  uint64_t u[2] = {0, 0};
+  put(u, c->p.uop[VTA_UOP_DST], r);
+  put(u, c->p.uop[VTA_UOP_SRC], r);
+  uint32_t u32 = (uint32_t)u[0];
+  if (do_sram(c, MEM_UOP, 0, 1, (uint8_t *)&u32, 1) || do_write(c, out_addr, canary, eo)) goto restore;
+  w[0] = w[1] = 0;
+  put(w, c->p.alu[VTA_LOOP_OPCODE], OP_ALU);
+  put(w, c->p.alu[VTA_LOOP_PUSH_NEXT], 1);
+  put(w, c->p.alu[VTA_LOOP_UOP_END], 1);
+  put(w, c->p.alu[VTA_LOOP_ITER_OUT], 1);
+  put(w, c->p.alu[VTA_LOOP_ITER_IN], 1);
+  put(w, c->p.alu[VTA_ALU_OPCODE], ALU_ADD);
+  put(w, c->p.alu[VTA_ALU_USE_IMM], 1);
+  put(w, c->p.alu[VTA_ALU_IMM], imm);
+  store_after(c, w, r, out_addr / eo, VTA_OK, "ALU ADD then STORE");
+  for (uint32_t l = 0; l < eo; l++) want[l] = (uint8_t)(loaded[l] + imm);
+  if (do_read(c, out_addr, got, eo) == VTA_OK)
+    EXPECT(memcmp(got, want, eo) == 0, "%s: output mode %d: ALU ADD then STORE stored the wrong bytes", c->name, mode);
+  /* 3: GEMM with reset, STORE (micro-op 0: dst r, src i, wgt k) */
+  put(u, c->p.uop[VTA_UOP_SRC], i);
+  put(u, c->p.uop[VTA_UOP_WGT], k);
+  u32 = (uint32_t)u[0];
+  if (do_sram(c, MEM_UOP, 0, 1, (uint8_t *)&u32, 1) || do_write(c, out_addr, canary, eo)) goto restore;
+  w[0] = w[1] = 0;
+  put(w, c->p.gemm[VTA_LOOP_OPCODE], OP_GEMM);
+  put(w, c->p.gemm[VTA_LOOP_PUSH_NEXT], 1);
+  put(w, c->p.gemm[VTA_LOOP_RESET], 1);
+  put(w, c->p.gemm[VTA_LOOP_UOP_END], 1);
+  put(w, c->p.gemm[VTA_LOOP_ITER_OUT], 1);
+  put(w, c->p.gemm[VTA_LOOP_ITER_IN], 1);
+  store_after(c, w, r, out_addr / eo, refuses ? VTA_ERR_INSN : VTA_OK, "GEMM reset then STORE");
+  for (uint32_t l = 0; l < eo; l++) {
+    const uint32_t before = loaded[l] + imm;
+    want[l] = refuses ? 0xa5 : (uint8_t)(mode == OUT_MIRROR ? 0 : mode == OUT_HLS ? before + sum[l] : before);
+  }
+  if (do_read(c, out_addr, got, eo) == VTA_OK)
+    EXPECT(memcmp(got, want, eo) == 0, "%s: output mode %d (strict %d): GEMM reset then STORE stored the wrong bytes",
+           c->name, mode, strict);
+  if (do_sram(c, MEM_ACC, r, 1, (uint8_t *)acc, 0) == VTA_OK) {
+    int zero = 1;
+    for (uint32_t l = 0; l < lanes; l++) zero &= acc[l] == 0;
+    EXPECT(zero, "%s: output mode %d: a reset GEMM left a nonzero accumulator", c->name, mode);
+  }
+restore:
+  set_out_mode(c, c->out_mode, 0);
 }
 
 int main(int argc, char **argv) {
@@ -1521,7 +1688,8 @@ int main(int argc, char **argv) {
   static ctx_t ctx[NCTX];
   static const char *const names[NCTX] = {"preset", "variant1", "variant2", "variant3"};
   g_phase = "create";
-  ctx_init(&ctx[0], names[0], &base);
+  const int first_mode = (int)rnd(OUT_MODES); /* the contexts' output modes: all three among the first three */
+  ctx_init(&ctx[0], names[0], &base, first_mode);
   for (int i = 1; i < NCTX; i++) {
     vta_params_t p = base;
     shrink(&p);
@@ -1529,7 +1697,7 @@ int main(int argc, char **argv) {
       p.block_out = chance(50) ? 16 : 32;
       p.block_in = 1 + 2 * (uint32_t)rnd(16);
     }
-    ctx_init(&ctx[i], names[i], &p);
+    ctx_init(&ctx[i], names[i], &p, (first_mode + i) % OUT_MODES);
   }
   huge_maps(&ctx[0]);
   for (int i = 0; i < NCTX; i++) weight_cache_probe(&ctx[i]);
@@ -1550,6 +1718,12 @@ int main(int argc, char **argv) {
     settle(c, "a probe");
     if (chance(5)) batch_probe(c);
     settle(c, "a batch");
+    if (chance(5)) out_buffer_probe(c);
+    settle(c, "an output-buffer probe");
+    if (chance(2)) { /* another output mode for this simulator from now on */
+      c->out_mode = (int)rnd(OUT_MODES);
+      set_out_mode(c, c->out_mode, 0);
+    }
     if (g_iter % 256 == 255) known_good(c, "a batch of iterations");
     if (g_iter % DIGEST_EVERY == DIGEST_EVERY - 1) digest_state(c);
   }

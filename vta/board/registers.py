@@ -4,7 +4,12 @@ Each block (fetch, load, compute, store at ``cfg.mmio_address(block)``) has Viva
 
 - ``0x00`` control: bit 0 ``ap_start`` (R/W), bit 1 ``ap_done`` (clear on read), bit 2 ``ap_idle``,
   bit 3 ``ap_ready`` (a pulse, reads 0), bit 7 ``auto_restart`` (R/W); ``0x04`` GIE, ``0x08`` IER,
-  ``0x0c`` ISR (toggle on write). Interrupts are stored, never raised (pynq's remote mode has none). The
+  ``0x0c`` ISR (toggle on write), with ``ap_ctrl_hs``'s semantics as the generated RTL has them
+  (hardware/control.py): a block's ap_done event (the same moments its clear-on-read ap_done latches) sets the ISR
+  bits that IER enables at that moment (bit 0 ap_done, bit 1 ap_ready, which comes with ap_done in every VTA
+  block), a write toggles the ISR bits where its data has a 1, GIE keeps bit 0 and IER bits 0-1, and the block's
+  interrupt output (``SimulatedVTA.interrupts``) is GIE and (ISR bit 0 or 1). pynq's remote mode carries no
+  interrupt line: a client sees the output only through the ISR it reads. The
   performance counters the generated RTL adds at 0x40 and up (hardware/registers.py ``COUNTER_REGISTERS``) are
   not here: VTA's bitstreams have none (the driver reports the simulator's counters).
 - fetch: ``0x10`` instruction count, ``0x18`` instruction address (``0x1c`` its high word);
@@ -65,6 +70,7 @@ from simulator.stats import RunStats
 from vta.program_check import ProgramRejected, check_dma_ranges
 
 CTRL, GIE, IER, ISR = 0x00, 0x04, 0x08, 0x0C
+INT_AP_DONE, INT_AP_READY = 0x1, 0x2   # IER/ISR bits
 AP_START, AP_DONE, AP_IDLE, AP_READY, AUTO_RESTART = 0x01, 0x02, 0x04, 0x08, 0x80
 FETCH_INSN_COUNT, FETCH_INSN_ADDR = 0x10, 0x18
 LOAD_INP_ADDR, LOAD_WGT_ADDR = 0x10, 0x18
@@ -98,6 +104,7 @@ class _Regs:
     words: dict[tuple[str, int], int] = field(default_factory=dict)
     ctrl: dict[str, int] = field(default_factory=lambda: dict.fromkeys(BLOCKS, 0))
     irq: dict[str, list[int]] = field(default_factory=lambda: {b: [0, 0, 0] for b in BLOCKS})   # GIE, IER, ISR
+    irq_mark: float = -np.inf   # ap_done events up to this time are in ISR already (``SimulatedVTA._fold_irq``)
     started: dict[str, bool] = field(default_factory=lambda: dict.fromkeys(MODULES, False))
     single_shot: dict[str, bool] = field(default_factory=lambda: dict.fromkeys(MODULES, False))
 
@@ -263,7 +270,7 @@ class SimulatedVTA:
     def _own_regs(self, peer: str) -> _Regs:
         """``peer``'s registers, to write (the most recently written are kept: ``MAX_FAULTED`` clients; a client
         forgotten loses its queued launches, which could never start again)."""
-        regs = self.regs.pop(peer, None) or _Regs()
+        regs = self.regs.pop(peer, None) or _Regs(irq_mark=self.now())   # IER was 0 until now: no event counts
         self.regs[peer] = regs
         while len(self.regs) > MAX_FAULTED:
             old, _ = self.regs.popitem(last=False)
@@ -357,6 +364,8 @@ class SimulatedVTA:
         """A 32-bit register read (offset word aligned, inside the block), as ``peer`` sees it."""
         self._check(name, offset)
         with self._cond:
+            if offset in (GIE, IER, ISR):
+                self._fold_irq(peer, self.now())
             hang = self.hangs.get(peer) if peer else None
             if hang is not None:
                 return self._hung_value(hang, name, offset, peer)
@@ -399,16 +408,43 @@ class SimulatedVTA:
             if offset == CTRL and name == "fetch" and value & AP_START:
                 self.hangs.pop(peer, None)   # a new launch: its client's view of the old hang ends
             regs = self._own_regs(peer)   # each client's own: another's writes and launches never use them
+            if offset in (GIE, IER, ISR):   # the events before this write meet the IER they happened under
+                self._fold_irq(peer, self.now())
             if offset == CTRL:
                 self._write_ctrl(name, value, peer, regs)
             elif offset == ISR:
-                regs.irq[name][2] ^= value & 0x3
-            elif offset in (GIE, IER):
-                regs.irq[name][(offset - GIE) // 4] = value & 0x3
+                regs.irq[name][2] ^= value & (INT_AP_DONE | INT_AP_READY)
+            elif offset == IER:
+                regs.irq[name][1] = value & (INT_AP_DONE | INT_AP_READY)
+            elif offset == GIE:
+                regs.irq[name][0] = value & 1
             elif offset in DATA_REGS[name]:
                 regs.words[(name, offset)] = value
             # read-only (done_o, its ap_vld) and reserved offsets ignore writes, as the HLS decoder does
             self._cond.notify_all()
+
+    def interrupts(self, peer: str = "") -> dict[str, bool]:
+        """Each register block's interrupt output now, as ``peer``'s registers drive it: GIE and (ISR bit 0 or 1)
+        (as ``hardware.RtlDevice.interrupts``; pynq's remote protocol has no interrupt line to carry it)."""
+        with self._cond:
+            self._fold_irq(peer, self.now())
+            regs = self._regs(peer)
+            return {name: bool(regs.irq[name][0] & 1 and regs.irq[name][2]) for name in BLOCKS}
+
+    def _fold_irq(self, peer: str, t: float) -> None:
+        """Set in ``peer``'s ISR the bits its IER enables for each block's ap_done events in (last fold, ``t``]
+        (lock held). Called before every GIE/IER/ISR access and before ``peer``'s view moves to a new run, so each
+        event meets the IER written before it, as the RTL's ``isr <= toggled | (ier & event)`` does."""
+        regs = self.regs.get(peer)
+        if regs is None:   # never written: IER is 0, no event sets a bit
+            return
+        view = self._view(peer)
+        for name in BLOCKS:
+            enabled = regs.irq[name][1]
+            events = view.events(name)
+            if enabled and np.any((events > regs.irq_mark) & (events <= t)):
+                regs.irq[name][2] |= enabled
+        regs.irq_mark = max(regs.irq_mark, t)
 
     def _check(self, name: str, offset: int) -> None:
         if name not in self.bases:
@@ -488,6 +524,8 @@ class SimulatedVTA:
         run = ready
         self.queue.remove(run)
         run.t0 = t
+        self._fold_irq("", t)   # the previous runs' ap_done events into ISR before their views move on
+        self._fold_irq(run.peer, t)
         self.all.begin(run, t)
         if run.peer:   # the client's own view: its previous run's final values become its steady state
             view = self.views.pop(run.peer, None) or _View()
@@ -596,6 +634,10 @@ class SimulatedVTA:
             # the hang is its client's alone; for everyone else the accelerator is reset and goes on
             self.hangs.pop(run.peer, None)
             self.hangs[run.peer] = _Hang(run.seq, run.fault, out.done_after_fault, out.ran_compute)
+            regs = self.regs.get(run.peer)
+            if regs is not None and out.ran_compute:   # compute's ap_done latched before the fault: so did its ISR
+                self._fold_irq(run.peer, ready)
+                regs.irq["compute"][2] |= regs.irq["compute"][1]
             self.peer_faults.pop(run.peer, None)
             self.peer_faults[run.peer] = f"run {run.seq}: {run.fault}"
             for table in (self.hangs, self.peer_faults):

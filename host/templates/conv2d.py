@@ -9,7 +9,7 @@ The kernel takes the NCHW input and OIHW weights of the graph: it copies the inp
 channel-blocked scratch itself (padding written once), packs the weights once per weight array (a network's
 constant), keeps tile_oh x tile_ow vector accumulators of tile_oc lanes in registers, and accumulates with
 ``llvm.fmuladd`` (one rounding per tap where the CPU fuses it). So its sums are reassociated: results are checked
-with ``np.allclose`` against a float64 reference, not bit for bit like graph_pack.jit's fixed-order kernels.
+with ``np.allclose`` against a float64 reference, not bit for bit like host.jit's fixed-order kernels.
 An epilogue (bias, residual add, relu) is applied as each output is stored, in the graph's order.
 """
 
@@ -22,8 +22,8 @@ from typing import Any, ClassVar
 
 import numpy as np
 
-from graph_pack import jit
-from graph_pack.host_templates.base import (
+from host import jit
+from host.templates.base import (
     HostKernel,
     HostTemplate,
     PackedWeights,
@@ -35,7 +35,7 @@ from graph_pack.host_templates.base import (
     register_host,
     timed_compile,
 )
-from graph_pack.host_templates.target import CpuTarget
+from host.templates.target import CpuTarget
 from vta.numerics import wrap_int32
 from vta.space import Config, ConfigSpace, Knob, divisors
 from vta.templates.base import as_ints, as_pair, only_known

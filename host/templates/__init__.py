@@ -9,8 +9,8 @@ Each template has the accelerator templates' interface (parse, space, check, def
 reference, random_inputs, task_workload), so tuning's tuners, records and cost model take it as they are.
 """
 
-from graph_pack.host_templates import conv2d, dense, depthwise, spatial_pack  # noqa: F401 - importing them registers the templates
-from graph_pack.host_templates.base import (
+from host.templates import conv2d, dense, depthwise, spatial_pack  # noqa: F401 - importing them registers the templates
+from host.templates.base import (
     EPILOGUES,
     HOST_TEMPLATE_VERSION,
     HOST_TEMPLATES,
@@ -18,7 +18,7 @@ from graph_pack.host_templates.base import (
     HostTemplate,
     host_template_of,
 )
-from graph_pack.host_templates.graph import (
+from host.templates.graph import (
     CONV_TEMPLATES,
     DENSE_TEMPLATES,
     DEPTHWISE_TEMPLATES,
@@ -26,7 +26,7 @@ from graph_pack.host_templates.graph import (
     tuned_config,
     tuned_kernel,
 )
-from graph_pack.host_templates.target import AARCH64, ARMV7, CROSS, CpuTarget, host, object_code
+from host.templates.target import AARCH64, ARMV7, CROSS, CpuTarget, host, object_code
 
 __all__ = ["AARCH64", "ARMV7", "CONV_TEMPLATES", "CROSS", "DENSE_TEMPLATES", "DEPTHWISE_TEMPLATES", "EPILOGUES", "HOST_TEMPLATES",
            "HOST_TEMPLATE_VERSION", "CpuTarget", "HostKernel", "HostTemplate", "host", "host_template_of",

@@ -8,13 +8,13 @@ import json
 from collections.abc import Callable
 from typing import Any
 
-from graph_pack import jit
-from graph_pack.host_templates.base import HostKernel, host_template_of
-from graph_pack.host_templates.conv2d import Conv2dNCHWc, Conv2dNCHWcInt8
-from graph_pack.host_templates.dense import DensePack
-from graph_pack.host_templates.depthwise import DepthwiseConv2dNCHWc
-from graph_pack.host_templates.spatial_pack import Conv2dSpatialPack
-from graph_pack.opdefs import OPS, pair, quad
+from host import jit
+from host.shapes import pair, quad
+from host.templates.base import HostKernel, host_template_of
+from host.templates.conv2d import Conv2dNCHWc, Conv2dNCHWcInt8
+from host.templates.dense import DensePack
+from host.templates.depthwise import DepthwiseConv2dNCHWc
+from host.templates.spatial_pack import Conv2dSpatialPack
 
 CONV_TEMPLATES = {"x86": Conv2dNCHWc.ops[0], "arm": Conv2dSpatialPack.ops[0]}   # CPU family -> conv2d template
 DENSE_TEMPLATES = {"x86": DensePack.ops[0], "arm": DensePack.ops[0]}
@@ -30,7 +30,7 @@ def host_workload(node, graph, arch: str = "x86") -> dict[str, Any] | None:
     if node.op not in ("nn.conv2d", "nn.dense") or len(node.inputs) != 2:
         return None
     x, w = graph[node.inputs[0]], graph[node.inputs[1]]
-    a = {**OPS[node.op].defaults, **node.attrs}
+    a = node.attrs   # every attribute: graph_pack's nodes hold their defaults
     dtypes = (x.dtype, w.dtype, graph[node.name].dtype)
     if dtypes not in (("float32",) * 3, ("int8", "int8", "int32")) or (dtypes[0] == "int8" and node.op != "nn.conv2d"):
         return None

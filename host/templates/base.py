@@ -18,7 +18,7 @@ from typing import Any, ClassVar
 
 import numpy as np
 
-from graph_pack.host_templates.target import CpuTarget, host, object_code
+from host.templates.target import CpuTarget, host, object_code
 from vta.runtime import ScheduleError
 from vta.space import Config, ConfigSpace, KnobError
 from vta.templates.base import Template, check_extents

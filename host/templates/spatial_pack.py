@@ -1,5 +1,5 @@
 """conv2d on an ARM CPU: AutoTVM's ``conv2d_nchw_spatial_pack.arm`` knobs on the shared conv2d generator
-(graph_pack.host_templates.conv2d), plus its output-column vectorisation (``vectorize=1``, AutoTVM's ann_spatial on
+(host.templates.conv2d), plus its output-column vectorisation (``vectorize=1``, AutoTVM's ann_spatial on
 vw): the input kept NCHW (no channel blocking), a register tile of ``tile_co`` output channels x ``tile_oh`` rows x
 ``tile_ow`` columns, ``reorder`` choosing whether the input-channel or the kernel-tap loop is outer, ``unroll_kw``
 unrolling the kernel columns.
@@ -12,9 +12,9 @@ from typing import ClassVar
 
 import numpy as np
 
-from graph_pack import jit
-from graph_pack.host_templates.base import largest_divisor, register_host
-from graph_pack.host_templates.conv2d import (
+from host import jit
+from host.templates.base import largest_divisor, register_host
+from host.templates.conv2d import (
     ConvSched,
     ConvShape,
     _Conv2d,

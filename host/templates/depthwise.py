@@ -1,7 +1,7 @@
 """Depthwise conv2d on the CPU (AutoTVM's ``depthwise_conv2d_NCHWc.x86``; its ARM schedule vectorises the same
 way): the channels blocked into the vector lanes, so every kernel tap is one vector load of the staged input times
 one of the packed weights, on the shared conv2d generator's staging, register tile and store
-(graph_pack.host_templates.conv2d).
+(host.templates.conv2d).
 """
 
 from __future__ import annotations
@@ -11,8 +11,8 @@ from typing import ClassVar
 
 import numpy as np
 
-from graph_pack.host_templates.base import largest_divisor, register_host
-from graph_pack.host_templates.conv2d import ConvSched, ConvShape, _Conv2d, _kernel_fn, _split, emit_store
+from host.templates.base import largest_divisor, register_host
+from host.templates.conv2d import ConvSched, ConvShape, _Conv2d, _kernel_fn, _split, emit_store
 from vta.space import Config, ConfigSpace, Knob
 
 

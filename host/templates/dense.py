@@ -10,8 +10,8 @@ from typing import Any, ClassVar
 
 import numpy as np
 
-from graph_pack import jit
-from graph_pack.host_templates.base import (
+from host import jit
+from host.templates.base import (
     HostKernel,
     HostTemplate,
     PackedWeights,
@@ -23,8 +23,8 @@ from graph_pack.host_templates.base import (
     register_host,
     timed_compile,
 )
-from graph_pack.host_templates.conv2d import MAX_ACC_VECTORS, _split, _vector_count, relu
-from graph_pack.host_templates.target import CpuTarget
+from host.templates.conv2d import MAX_ACC_VECTORS, _split, _vector_count, relu
+from host.templates.target import CpuTarget
 from vta.space import Config, ConfigSpace
 from vta.templates.base import as_ints, only_known
 

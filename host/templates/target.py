@@ -1,7 +1,7 @@
 """The CPUs the host templates generate code for: this host (its triple, CPU name and features, as llvmlite
 reports them) and the ARM boards a VTA deployment runs its host layers on (AArch64, ARMv7 with NEON).
 
-The host's kernels are JIT-compiled in this process (graph_pack.jit); any target's are compiled to
+The host's kernels are JIT-compiled in this process (host.jit); any target's are compiled to
 object code (``object_code``), which is how the ARM code generation is checked on an x86 machine and what a
 board's RPC server does for its own CPU.
 """
@@ -61,15 +61,15 @@ class CpuTarget:
 
 
 def _llvm():
-    from graph_pack.jit import _jit  # the one llvmlite import point (its install hint when missing)
+    from host.jit import _jit  # the one llvmlite import point (its install hint when missing)
 
     return _jit().llvm
 
 
 @functools.cache
 def host() -> CpuTarget:
-    """This machine's CPU as LLVM sees it (with the features ``VTA_HOST_ISA`` leaves on: graph_pack.jit)."""
-    from graph_pack.jit import _jit
+    """This machine's CPU as LLVM sees it (with the features ``VTA_HOST_ISA`` leaves on: host.jit)."""
+    from host.jit import _jit
 
     st = _jit()
     llvm, feats = st.llvm, st.feature_map   # as VTA_HOST_ISA limits them
