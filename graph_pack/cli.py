@@ -24,7 +24,7 @@ from graph_pack.host_run import run_cpu
 from graph_pack.labels import IMAGENET_CLASSES, imagenet_class_names
 from graph_pack.macs import matrix_share
 from graph_pack.pack import RegionError, format_offload_report, graph_pack
-from graph_pack.quantize import DEFAULT_MODE, MODES, PER_CHANNEL, quantize
+from graph_pack.quantize import DEFAULT_MODE, MODES, PER_CHANNEL, default_skip_conv, quantize
 from graph_pack.reference import run_reference
 from graph_pack.report import write_report
 from graph_pack.schedule_log import read_schedules, refuse_unused
@@ -280,13 +280,27 @@ def _skip_conv(text: str) -> int | None:
     return index
 
 
-def skip_conv_layers(values: list[int | None] | None) -> list[int]:
-    """The layers --skip-conv keeps on the CPU: [0] when not given, none for 'none'."""
+def skip_conv_layers(values: list[int | None] | None, named_region: bool = True) -> list[int]:
+    """The layers --skip-conv keeps on the CPU: when not given, ``quantize.default_skip_conv`` (the stem with
+    --start/--stop, VTA's convention; none with regions found automatically); none for 'none'."""
     if values is None:
-        return [0]
+        return default_skip_conv(named_region)
     if None in values and len(values) > 1:
         raise ValueError("--skip-conv none cannot be combined with layer indices")
     return [v for v in values if v is not None]
+
+
+def skip_conv_note(values: list[int | None] | None, named_region: bool) -> str:
+    """What --explain says of the convolutions the quantizer kept in float (--skip-conv and its default)."""
+    if values is not None:
+        kept = skip_conv_layers(values)
+        return f"--skip-conv: convolution(s) {', '.join(map(str, kept))} kept in float on the host" if kept else \
+            "--skip-conv none: every convolution quantized, the first (the stem) too"
+    if named_region:
+        return ("--skip-conv default with --start/--stop: the first convolution (the stem) kept in float on the host, "
+                "VTA's convention (--skip-conv none offloads it)")
+    return ("--skip-conv default with regions found automatically: every convolution quantized, the stem too (its "
+            "input channels padded to a block; --skip-conv 0 keeps it in float on the host, VTA's convention)")
 
 
 @command(None, "run", "run a network (zoo name or ONNX file) on the simulated accelerator", args=[
@@ -323,7 +337,8 @@ def skip_conv_layers(values: list[int | None] | None) -> list[int]:
              "similarity, top-1 / top-5 agreement"),
     arg("--explain", action="store_true", help=EXPLAIN_HELP),
     arg("--skip-conv", type=_skip_conv, action="append", default=None, metavar="INDEX|none",
-        help="conv layer kept in float on the CPU (repeatable; default: 0, the stem; 'none' offloads every conv)"),
+        help="conv layer kept in float on the CPU (repeatable; 'none' offloads every conv; default: none with "
+             "regions found automatically, 0 (the stem, VTA's convention) with --start/--stop)"),
     arg("--dense", choices=("on", "off"), default=None, help=DENSE_HELP),
     arg("--fallback", choices=("warn", "error"), default="warn",
         help="a group the templates refuse: run it on the host and say so (warn, default) or stop (error)"),
@@ -416,7 +431,8 @@ def _run(args: argparse.Namespace) -> int:
     t0 = time.perf_counter()
     mode, dataset = calibration(args.calibrate, args.global_scale, graph, feeds)
     qgraph, qparams = quantize(graph, params, global_scale=args.global_scale or 8.0, calibrate_mode=mode,
-                               dataset=dataset, skip_conv_layers=skip_conv_layers(args.skip_conv),
+                               dataset=dataset,
+                               skip_conv_layers=skip_conv_layers(args.skip_conv, named_region=bool(args.start or args.stop)),
                                skip_dense_layer=not quantize_dense(args.dense, args.start, args.stop, graph),
                                per_channel=args.per_channel)
     times["quantize"] = time.perf_counter() - t0
@@ -460,6 +476,7 @@ def _run(args: argparse.Namespace) -> int:
         print(format_offload_report(packed))
     if args.explain:
         print(explain(packed, mod.fallbacks).format())
+        print(skip_conv_note(args.skip_conv, named_region=bool(args.start or args.stop)))
     if args.quant_report:
         print(quantization_report(graph, params, qgraph, qparams, dataset, mode).format())
     for head, reason in mod.fallbacks.items():

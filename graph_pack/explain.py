@@ -31,6 +31,7 @@ class OpPlacement:
     region: int | None = None
     group: str | None = None
     macs: int = 0
+    executed_macs: int = 0   # a group head's: what the GEMM core executes (0 elsewhere)
 
 
 @dataclass
@@ -49,6 +50,12 @@ class Explanation:
     @property
     def accelerator_macs(self) -> int:
         return sum(p.macs for p in self.ops if p.where == "accelerator")
+
+    @property
+    def executed_macs(self) -> int:
+        """Multiply-adds the accelerator's GEMM core executes for its groups: the model's, plus the zeros of
+        channels padded to whole blocks and of narrow groups run block-diagonally."""
+        return sum(p.executed_macs for p in self.ops if p.where == "accelerator")
 
     @property
     def mac_share(self) -> float:
@@ -81,7 +88,19 @@ class Explanation:
                          + " (" + "; ".join(f"{k}: {self.kinds[k]}" for k in sorted(reasons)) + ")")
         lines.append(f"MACs on the accelerator: {self.accelerator_macs:,} of {self.total_macs:,} "
                      f"({100 * self.mac_share:.1f} %)")
+        if self.executed_macs > self.accelerator_macs:
+            lines.append(f"the GEMM core executes {self.executed_macs:,} MACs for them "
+                         f"({self.executed_macs / max(self.accelerator_macs, 1):.2f}x: channels padded to whole "
+                         f"blocks, groups narrower than a block run block-diagonally; the extra products are zeros)")
         return "\n".join(lines)
+
+
+def _padding_why(packed: Graph, head: str) -> str:
+    """Why a group's head executes more MACs than the model's (its packed node's attributes say)."""
+    node = packed[head]
+    return "a narrow-group convolution run as block-wide groups, block-diagonal" \
+        if any(packed[i].attrs.get("groups", 1) > 1 for i in node.inputs if packed[i].op == "layout_transform") \
+        else "channels padded to whole blocks"
 
 
 def explain(packed: Graph, fallbacks: Mapping[str, str] | None = None) -> Explanation:
@@ -105,8 +124,12 @@ def explain(packed: Graph, fallbacks: Mapping[str, str] | None = None) -> Explan
             placements.append(OpPlacement(name, row["op"], "host", f"its group {head} fell back to the host at build: "
                                           f"{fallbacks[head].removeprefix('CPU: ')}", "isa", macs=macs.get(name, 0)))
         elif where in ("accelerator", "fused"):
-            placements.append(OpPlacement(name, row["op"], "accelerator", row["why"], "", region_of.get(head), head,
-                                          macs.get(name, 0)))
+            executed = groups[head].executed_macs if name == head else 0
+            why = row["why"]
+            if executed > macs.get(name, 0) > 0:
+                why += f"; executes {executed / macs[name]:.2f}x its MACs ({_padding_why(packed, name)})"
+            placements.append(OpPlacement(name, row["op"], "accelerator", why, "", region_of.get(head), head,
+                                          macs.get(name, 0), executed))
         elif where == "build":
             placements.append(OpPlacement(name, row["op"], "build", row["why"]))
         else:

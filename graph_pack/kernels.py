@@ -15,6 +15,7 @@ import numpy as np
 
 from graph_pack.opdefs import packed_factors
 from vta.numerics import (
+    block_diagonal,
     conv2d_int,
     pack_batched_matrices,
     pack_batched_rows,
@@ -310,6 +311,8 @@ KERNELS["nn.upsampling"] = lambda a, x: x.repeat(a["scale_h"], axis=2).repeat(a[
 def _layout_transform(a, x):
     f = packed_factors(a["dst_layout"])
     src = a["src_layout"]
+    if f and src == "OIHW" and a["groups"] > 1:   # groups narrower than a block: the block-diagonal kernel
+        return pack_blocks(block_diagonal(x, a["groups"], f[1]), *f)
     if f and src == "BNC":
         return pack_batched_rows(x.reshape(-1, *x.shape[-2:]), *f)
     if f and src == "BKN":   # the right-hand side (..., K, N) as (N, K) weight matrices

@@ -379,6 +379,8 @@ def _infer_layout(a, shapes, dtypes):
     if src in ("OIHW", "IOHW", "OI") and f:  # weights; IOHW (conv2d_transpose) becomes its direct-conv OIHW
         bo, bi = f
         o, i, *rest = shapes[0] if src != "IOHW" else (shapes[0][1], shapes[0][0], *shapes[0][2:])
+        if a["groups"] > 1:   # narrow groups as one block-diagonal block of inputs (kernels.block_diagonal)
+            i = bi
         return (-(-o // bo), -(-i // bi), *rest, bo, bi), dtypes[0]
     if dst in ("NCHW", "NC") and packed_factors(src):
         b, c = packed_factors(src)
@@ -393,8 +395,8 @@ def _infer_layout(a, shapes, dtypes):
                      f"{dst}")
 
 
-_register("layout_transform", {"src_layout": None, "dst_layout": None, "batch": 0, "channels": 0, "lead": ()},
-          _infer_layout, normalize=lambda a, t: {**a, "lead": tuple(int(d) for d in a["lead"])})
+_register("layout_transform", {"src_layout": None, "dst_layout": None, "batch": 0, "channels": 0, "lead": (),
+                               "groups": 1}, _infer_layout, normalize=lambda a, t: {**a, "lead": tuple(int(d) for d in a["lead"])})
 
 
 # ---- ops of today's exported networks (transformers, segmentation, detection): host ops ---------------------

@@ -27,6 +27,7 @@ from vta.environment import config_of
 from vta.runtime import ScheduleError
 from vta.templates import TEMPLATES, Template
 from vta.templates.base import GraphHead
+from vta.templates.conv import block_groups
 from vta.templates.epilogue import ALU_OPCODE, GRAPH_OPS, OPERAND_OPS, clip_bounds, missing_alu
 
 Selector = str | Callable[[Node], bool]
@@ -53,6 +54,7 @@ class Group:
     # template input -> value: after graph_pack a tensor names the packed graph's value, a constant the param
     scalars: dict[str, str] = field(default_factory=dict)   # workload argument -> scalar constant
     task: dict = field(default_factory=dict)    # the tuning task workload (key of schedules and records)
+    executed_macs: int = 0   # multiply-adds the GEMM core executes (channels padded, narrow groups block-diagonal)
 
     @property
     def output(self) -> str:
@@ -208,6 +210,9 @@ def _chain_step(graph: Graph, cur: str, user: Node, group: Group) -> tuple | Non
         return (GRAPH_OPS[op], other)
     if op == "add" and _per_channel(graph, other, user) and can_bias:
         return ("bias", other)
+    if op == "right_shift" and ins[0] == cur and _per_channel(graph, other, user) and "channel_shr" in fusable \
+            and not any(e[0] == "channel_shr" for e in group.epilogue):   # per-channel scales brought to one
+        return ("channel_shr", other)
     if op == "add" and "residual" in fusable and _same_tensor(graph, other, user) \
             and not any(e[0] == "residual" for e in group.epilogue):
         return ("residual", other)
@@ -314,6 +319,7 @@ def _decide(group: Group, cfg: HwConfig) -> str | None:
     except (ValueError, ScheduleError) as e:
         return str(e)
     group.task = parsed.task_workload()
+    group.executed_macs = parsed.macs if group.kind == "conv" else 0
     return None
 
 
@@ -447,6 +453,16 @@ class _Packer:
             group.operands = {k: v if self.g[v].op == "const" else self.packed_name(v) for k, v in group.operands.items()}
         return graph
 
+    def wide_groups(self, node: Node) -> int:
+        """The groups of a packed head: its own, or BLOCK-wide ones where its groups are narrower than a channel
+        block (the template runs those with a block-diagonal kernel; channels padded to whole blocks)."""
+        groups = node.attrs.get("groups", 1)
+        if node.op != "nn.conv2d" or groups == 1:
+            return groups
+        cin_g, cout_g = self.g[node.inputs[1]].shape[1], self.g[node.inputs[1]].shape[0] // groups
+        ci = -(-self.g[node.inputs[0]].shape[1] // self.cfg.BLOCK_IN) * self.cfg.BLOCK_IN
+        return block_groups("nn.conv2d", self.cfg, ci, ci // cin_g * cout_g, ci // cin_g)
+
     def cast_after_pack(self, node: Node) -> bool:
         """Whether a cast is an integer widening that only accelerator groups read (a residual input in int32):
         packing its input and casting the packed data gives the same values (padding stays 0) and packs the
@@ -473,8 +489,12 @@ class _Packer:
             dense = node.op == "nn.dense"
             src = {"nn.conv2d": "OIHW", "nn.conv2d_transpose": "IOHW", "nn.dense": "OI"}[node.op]
             wl = self.wgt2d if dense else self.wgt
-            w = self.emit("layout_transform", [weight], f"{weight}.packed", src_layout=src, dst_layout=wl)
             attrs = {**node.attrs, "data_layout": self.act2d if dense else self.act, "kernel_layout": wl}
+            wide = self.wide_groups(node)
+            extra = {}
+            if wide != node.attrs.get("groups", 1):   # narrow groups: BLOCK-wide groups, block-diagonal kernel
+                attrs["groups"], extra = wide, {"groups": node.attrs["groups"]}
+            w = self.emit("layout_transform", [weight], f"{weight}.packed", src_layout=src, dst_layout=wl, **extra)
             self.emit(node.op, [self.packed_value(data), w], node.name, **attrs)
         elif node.op == "nn.bias_add":
             self.emit("add", [self.packed_value(node.inputs[0]), self.packed_const(node.inputs[1], node, True)],

@@ -83,6 +83,7 @@ class _Quantizer:
         self.val: dict[str, QValue] = {}
         self.memo: dict[tuple, QValue] = {}
         self.conv_index = 0
+        self.folded: dict[str, QValue] = {}   # a bias add folded into a per-channel requantization -> its value
 
     # ---- helpers that emit integer nodes ----
     def const(self, name: str, value) -> str:
@@ -190,6 +191,8 @@ class _Quantizer:
 
     def translate(self, node) -> QValue:
         op, ins = node.op, node.inputs
+        if node.name in self.folded:
+            return self.folded[node.name]
         if node.dtype != "float32" or any(self.g[i].dtype != "float32" for i in ins):
             if node.dtype == "float32":
                 self.side.add(node.name)
@@ -264,8 +267,31 @@ class _Quantizer:
         x = self.to_i8(x_name)
         y = self.op(node.op, [x.node, wq], node.name, **{**node.attrs, "out_dtype": "int32"})
         if per_channel is not None:   # channel c at 2**(x.exp + e_c): to the common 2**(x.exp + ew), rounding half up
-            y = self._align_channels(y, node, ew - per_channel)
+            bias_add, bias = self._sole_bias(node)
+            shifts = ew - per_channel
+            folded = None if bias_add is None else \
+                _int_const(self.params[bias], x.exp + ew, "int32").astype(np.int64).reshape(-1) << shifts
+            if folded is not None and np.abs(folded).max(initial=0) >= 1 << 30:
+                folded = None   # the bias at the finer scales would not fit int32: added after the shift instead
+            y = self._align_channels(y, node, shifts, folded)
+            if folded is not None:
+                self.folded[bias_add] = QValue("i32", y, x.exp + ew)
         return QValue("i32", y, x.exp + ew)
+
+    def _sole_bias(self, node) -> tuple[str | None, str | None]:
+        """(the bias add that alone reads ``node``, its constant) or (None, None)."""
+        users = self.users[node.name]
+        if len(users) != 1:
+            return None, None
+        user = self.g[users[0]]
+        if len(user.inputs) != 2 or user.inputs[0] != node.name or not self.is_const(user.inputs[1]):
+            return None, None
+        channels = node.shape[1]
+        shape = self.g[user.inputs[1]].shape
+        if user.op == "nn.bias_add" and shape == (channels,) or \
+                user.op == "add" and shape in ((channels, 1, 1), (1, channels, 1, 1)):
+            return user.name, user.inputs[1]
+        return None, None
 
     def matmul(self, node) -> QValue:
         """A product of two activations (attention's Q K^T, probabilities x V): both int8 at their own scales, the
@@ -296,11 +322,15 @@ class _Quantizer:
         channel blocks per group, so these run on the host whatever their scales)."""
         return node.op == "nn.conv2d" and node.attrs.get("groups", 1) > 1 and w.shape[1] == 1
 
-    def _align_channels(self, y: str, node, shifts: np.ndarray) -> str:
+    def _align_channels(self, y: str, node, shifts: np.ndarray, bias: np.ndarray | None = None) -> str:
         """``y`` (int32, channel c at a finer exponent by ``shifts[c]``) right-shifted per channel, rounding half up,
-        to one exponent (a per-channel shift: the accelerator's epilogue has none, so the host runs it)."""
+        to one exponent (the accelerator's epilogue runs it: a per-channel add, then a per-channel shift).
+        ``bias`` (the layer's bias at the common exponent, shifted left by ``shifts``) is added with the rounding
+        term: a multiple of 2**shifts[c], so (y + half + bias) >> shifts equals ((y + half) >> shifts) + bias[c]
+        exactly, and the layer keeps one per-channel add."""
         shape = (-1,) + (1,) * (len(node.shape) - 2)
-        half = np.where(shifts > 0, np.left_shift(1, np.maximum(shifts - 1, 0)), 0).astype(np.int32).reshape(shape)
+        half = np.where(shifts > 0, np.left_shift(1, np.maximum(shifts - 1, 0)), 0).astype(np.int64)
+        half = (half + (0 if bias is None else bias)).astype(np.int32).reshape(shape)
         r = self.op("add", [y, self.const(f"{node.name}.channel_round", half)], f"{node.name}.channel_round_add")
         return self.op("right_shift", [r, self.const(f"{node.name}.channel_shift",
                                                      shifts.astype(np.int32).reshape(shape))],
@@ -337,6 +367,17 @@ class _Quantizer:
         ec = power2_exponent(float(np.abs(c).max()))
         cq = self.const(f"{const}.q", _int_const(c, ec, "int8").astype(np.int32))
         return QValue("i32", self.op("multiply", [x.node, cq], node.name), x.exp + ec)
+
+
+def default_skip_conv(named_region: bool) -> list[int]:
+    """The convolutions ``vta run`` / ``vta tune`` keep in float when ``--skip-conv`` is not given. With a region
+    named by --start / --stop, VTA's convention: the first (the stem, whose 3 input channels the accelerator pads to
+    a whole block). With regions found automatically, none: the stem offloads too, because in the exported families
+    it is 20-70 % of the MACs, which the acceptance counts, and their similarity to onnxruntime is the same either
+    way (docs/networks.md). Its padding makes the GEMM core execute BLOCK / C_in times its multiply-adds (16 / 3 =
+    5.3x for an RGB stem on 16-wide blocks; ``vta run --explain`` prints the executed MACs beside the model's), so
+    where the host is fast the stem may be quicker there: ``--skip-conv 0`` keeps it in float."""
+    return [0] if named_region else []
 
 
 def calibrate(graph: Graph, params: dict, dataset: Iterable[dict[str, np.ndarray]], mode: str,

@@ -434,13 +434,15 @@ def test_cpu_reasons():
     d = n.conv(n.x, 32, name="g2", padding=1, groups=2)                # 16 channels per group: offloaded
     e = n.conv(n.x, 16, name="sig", k=1)
     e = n.op("sigmoid", [e], name="sigmoid")
-    y = n.op("concatenate", [a, b_, c, d, e], name="cat")
+    f = n.conv(n.x, 16, name="g16", padding=1, groups=16)              # 2 in, 1 out per group: half a block out
+    y = n.op("concatenate", [a, b_, c, d, e, f], name="cat")
     g, p = n.finish(y)
     _, _, packed, _ = pipeline(g, p, n.inputs())
     rows = report(packed)
-    assert rows["dil"][0] == "CPU" and "dilation (2, 2)" in rows["dil"][1]
+    assert rows["dil"][0] == "accelerator"                             # dilation: the conv template's
     assert rows["asym"][0] == "CPU" and "asymmetric padding (0, 0, 2, 2)" in rows["asym"][1]
-    assert rows["dw"][0] == "CPU" and "groups=32" in rows["dw"][1] and "16-channel blocks" in rows["dw"][1]
+    assert rows["dw"][0] == "accelerator"                              # depthwise: block-diagonal groups
+    assert rows["g16"][0] == "CPU" and "groups=16" in rows["g16"][1] and "divide BLOCK" in rows["g16"][1]
     assert rows["g2"][0] == "accelerator"
     assert rows["sig"][0] == "accelerator"                             # requantized to int8 before the sigmoid
     assert rows["sigmoid"][0] == "CPU" and "float" in rows["sigmoid"][1]
@@ -614,11 +616,11 @@ def test_alu_head_clip_beyond_the_immediate_range():
 
 
 def test_requantization_with_a_large_rounding_constant():
-    """A CPU conv (dilated) with tiny weights: its requantization shifts by more than 16 bits, so the ALU
-    group that does it must add a rounding constant beyond the 16-bit immediate."""
+    """A CPU conv (asymmetric padding) with tiny weights: its requantization shifts by more than 16 bits, so the
+    ALU group that does it must add a rounding constant beyond the 16-bit immediate."""
     n = Net((1, 16, 6, 6), seed=23)
     w = n.r.uniform(2.5e-4, 5e-4, (16, 16, 3, 3)).astype(np.float32)         # e_w = -17: shift by 17 bits
-    y = n.op("nn.conv2d", [n.x, n.b.const("dil.w", w)], name="dil", padding=2, dilation=2)
+    y = n.op("nn.conv2d", [n.x, n.b.const("dil.w", w)], name="dil", padding=(2, 2, 1, 1))
     g, p = n.finish(y)
     x = {"data": np.abs(n.inputs()["data"]) + 0.25}
     qg, qp, packed, mod = pipeline(g, p, x, qkw={"global_scale": 0.5})

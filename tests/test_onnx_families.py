@@ -106,10 +106,12 @@ def test_vta_run_is_bit_exact_with_the_accelerator_running_the_convolutions(name
     assert len([k for k in saved.files if k.startswith("output_")]) == len(model.graph.output)
 
 
-# the CNN families whose convolutions all fit the ISA: with no layer skipped, >= 90 % of their MACs on the accelerator
-# (issue 40's acceptance; bench/families.py measures every family). The others keep dilated convs (DeepLabV3),
-# depthwise / narrow grouped convs (MobileNets, EfficientNet, RegNet) or a conv before a ReLU6 on the host.
-FIT_THE_ISA = ("resnet50", "shufflenet_v2", "squeezenet", "googlenet", "densenet", "unet", "yolo_neck")
+# the CNN families: with no layer skipped (vta run's default with regions found automatically), >= 90 % of their
+# MACs on the accelerator (issue 40's acceptance; bench/families.py measures every family), dilated convolutions
+# (DeepLabV3), depthwise and narrow grouped ones (MobileNets, EfficientNet, RegNet, ShuffleNetV2) and per-channel
+# weight scales (the depthwise layers under per_channel="auto") included.
+FIT_THE_ISA = ("resnet50", "shufflenet_v2", "squeezenet", "googlenet", "densenet", "unet", "yolo_neck", "deeplabv3",
+               "mobilenet_v2", "mobilenet_v3", "efficientnet_b0", "regnet")
 
 
 @pytest.mark.parametrize("name", FIT_THE_ISA)
@@ -144,7 +146,7 @@ def test_a_relu6_after_a_conv_is_fused_into_the_accelerators_epilogue() -> None:
     on_host = [(p.name, p.why) for p in convs if p.where != "accelerator"]
     assert len([n for n in graph.ops() if n.op == "clip"]) >= 5
     assert not [why for _, why in on_host if "clip" in why], on_host
-    assert len(on_host) <= len(convs) // 3, on_host   # the depthwise ones (one channel per group) only
+    assert not on_host, on_host   # the depthwise ones too (block-diagonal groups, per-channel shifts)
 
 
 @pytest.mark.parametrize("name", ["vit_tiny", "vit_tiny_ts17"])

@@ -127,7 +127,7 @@ def test_explain_accounts_for_every_op_and_the_macs(model):
     done = vta("run", path.name, "--input", "x.npy", "--explain", "--no-layers", cwd=path.parent)
     assert done.returncode == 0, done.stderr
     graph, params = graph_pack.from_onnx(path)
-    qgraph, _ = graph_pack.quantize(graph, params, dataset=[{"input": x}])
+    qgraph, _ = graph_pack.quantize(graph, params, dataset=[{"input": x}], skip_conv_layers=())   # vta run's default
     rows = {}
     for line in done.stdout.splitlines():
         parts = line.split()
@@ -139,12 +139,24 @@ def test_explain_accounts_for_every_op_and_the_macs(model):
             kind = re.search(r"host\s+\[([a-z-]+)\]", line)
             assert kind and kind.group(1) in WHY_KINDS, line
     macs = onnx_macs(path)
-    offloaded = sum(macs[f"c{i}"] for i in (1, 2, 3))   # the stem is kept in float by default (--skip-conv 0)
+    # regions found automatically: the stem is quantized and offloaded too (--skip-conv's default without
+    # --start/--stop), its 3 input channels padded to a block, which --explain counts beside the model's MACs
     share = re.search(r"MACs on the accelerator: ([\d,]+) of ([\d,]+)", done.stdout)
-    assert share and int(share.group(1).replace(",", "")) == offloaded
+    assert share and int(share.group(1).replace(",", "")) == sum(macs[f"c{i}"] for i in range(4))   # dense: float
     assert int(share.group(2).replace(",", "")) == sum(macs.values())
-    stem = [line for line in rows.values() if " nn.conv2d " in line and " host " in line]
-    assert len(stem) == 1 and "[float] kept in float by the quantizer" in stem[0], stem
+    assert not [line for line in rows.values() if " nn.conv2d " in line and " host " in line]
+    stem = rows["c0_conv"]
+    assert f"executes {16 / 3:.2f}x its MACs (channels padded to whole blocks)" in stem, stem
+    assert "--skip-conv default with regions found automatically: every convolution quantized" in done.stdout
+    # VTA's convention where the region is named, or with --skip-conv 0
+    for flags in (["--start", "qnn.quantize", "--stop", "gap"], ["--skip-conv", "0"]):
+        kept = vta("run", path.name, "--input", "x.npy", "--explain", "--no-layers", *flags, cwd=path.parent)
+        assert kept.returncode == 0, kept.stderr
+        stem = [line for line in kept.stdout.splitlines() if line.startswith("c0_conv ")]
+        assert len(stem) == 1 and " host " in stem[0], (flags, stem)   # (before a named region's start: [region])
+        assert ("[float] kept in float by the quantizer" in stem[0]) == (flags[0] == "--skip-conv"), stem
+        assert ("--skip-conv default with --start/--stop: the first convolution (the stem) kept in float"
+                in kept.stdout) == (flags[0] == "--start"), kept.stdout
 
 
 def test_a_model_the_default_region_refused_now_runs(tmp_path):
@@ -298,8 +310,9 @@ def test_explain_names_a_capability_the_config_lacks():
 def test_per_channel_scales_on_squeeze_excite_are_all_not_auto():
     """A squeeze-excite block: auto leaves its 1x1 convolutions per-tensor (their output channels share one input, so
     per-channel weight scales gain nothing behind a per-tensor int8 output: the float block's cosine stays within
-    1e-4), "all" gives every convolution per-channel scales, and the main one then runs on the host (its per-channel
-    requantization has no ALU form); every variant runs bit-exact."""
+    1e-4), "all" gives every convolution per-channel scales, and the main one still runs on the accelerator (its
+    per-channel requantization is a per-channel add and the epilogue's per-channel shift); every variant runs
+    bit-exact."""
     rng = np.random.default_rng(5)
     c = 32
     b = GraphBuilder()
@@ -324,7 +337,8 @@ def test_per_channel_scales_on_squeeze_excite_are_all_not_auto():
         got = graph_pack.run_reference(qgraph, qparams, data[1])
         sims[per_channel] = cosine(got, want)
         packed = graph_pack.graph_pack(qgraph, CFG)
-        assert ("main" in packed.meta["groups"]) == (per_channel != "all")
+        assert "main" in packed.meta["groups"]
+        assert (("channel_shr", ) in [e[:1] for e in packed.meta["groups"]["main"].epilogue]) == (per_channel == "all")
         mod = graph_pack.build(packed, CFG, qparams)
         mod.run(**data[1])
         np.testing.assert_array_equal(mod.get_output(0), got)

@@ -118,11 +118,23 @@ def test_mobilenet_group_conv2d_bit_exact(key, preset):
 
 
 @pytest.mark.parametrize("key", list(MOBILENET))
-def test_mobilenet_groups_do_not_fit_block32(key):
-    """Groups of 16 channels are not whole 32-channel blocks: block32 refuses them with a ValueError."""
+def test_mobilenet_groups_of_16_run_block_diagonal_on_block32(key):
+    """Groups of 16 channels are not whole 32-channel blocks: block32 runs them as 32-wide groups with a
+    block-diagonal kernel (two of the operator's groups per block), executing twice the operator's MACs.
+    (tests/test_conv_dilation_groups.py runs such groups bit-exactly against numpy.)"""
     name, wl = workload(key, 1)
-    with pytest.raises(ValueError, match=r"must be multiples of BLOCK=32"):
-        compile_op(name, load_config("block32"), epilogue=EPILOGUE, **wl)
+    t = conv.ConvTemplate.parse(name, load_config("block32"), EPILOGUE, wl)
+    ci = wl["data_shape"][1]
+    assert t.narrow_groups and t.groups == wl["groups"] and t.geometry.groups == ci // 32
+    assert t.macs == 2 * t.model_macs
+
+
+def test_groups_that_neither_fill_nor_divide_a_block_are_refused():
+    """24 channels per group on 16-wide blocks: neither whole blocks nor a divisor of one (a group would straddle
+    two blocks), so no form runs it; the message says both rules."""
+    with pytest.raises(ValueError, match=r"multiples of BLOCK=16 .* or divide BLOCK"):
+        compile_op("group_conv2d", load_config("pynq"), epilogue=EPILOGUE, data_shape=(1, 48, 8, 8),
+                   kernel_shape=(48, 24, 3, 3), padding=1, groups=2)
 
 
 # compile_op(config=None) for CT2/CT3 takes 5-30 s: default_config runs check_config, which builds the micro-ops

@@ -236,8 +236,9 @@ def test_gradient_scheduler_spends_exactly_its_budget_also_after_a_resume(tmp_pa
 def test_vta_tune_takes_start_and_stop_for_a_model_without_the_zoos_pack_points(tmp_path):
     """An ONNX model has no pack points of its own: the default ones (nn.max_pool2d ... ) are not in the README's
     digits_cnn, so `vta tune` could not tune it. Without flags its regions are found automatically (--explain says
-    so); --start / --stop, as vta run takes them, choose VTA's offload region instead: the same two tasks here, so
-    the log is resumed, and the last line's vta run command carries the flags; that run uses the tuned schedules."""
+    so; the stem is quantized and tuned too, as vta run offloads it then); --start / --stop, as vta run takes them,
+    choose VTA's offload region instead (the stem in float, VTA's convention): two of the same tasks, so the log is
+    resumed, and the last line's vta run command carries the flags; that run uses the tuned schedules."""
     import os
     import subprocess
     import sys
@@ -253,7 +254,7 @@ def test_vta_tune_takes_start_and_stop_for_a_model_without_the_zoos_pack_points(
 
     bare = vta("tune", model, "--tuner", "random", "--n-trial", "4", "--log", "x.jsonl", "--explain")
     assert bare.returncode == 0, bare.stderr
-    assert "2 task(s) on" in bare.stdout and "1 accelerator region(s), found automatically" in bare.stdout
+    assert "3 task(s) on" in bare.stdout and "1 accelerator region(s), found automatically" in bare.stdout
     assert f"vta run {model} --log x.jsonl" in bare.stdout
     named = vta("tune", model, "--start", "nn.max_pool2d", "--tuner", "random", "--n-trial", "4", "--log", "y.jsonl")
     assert named.returncode == 2 and "vta: error: --start nn.max_pool2d: no operator matches it" in named.stderr
@@ -262,7 +263,7 @@ def test_vta_tune_takes_start_and_stop_for_a_model_without_the_zoos_pack_points(
     assert proc.returncode == 0, proc.stderr
     assert "2 task(s) on" in proc.stdout and "outputs identical" in proc.stdout
     assert f"vta run {model} --start qnn.quantize --stop nn.batch_flatten --log x.jsonl" in proc.stdout
-    assert len((tmp_path / "x.jsonl").read_text().splitlines()) == 8
+    assert len((tmp_path / "x.jsonl").read_text().splitlines()) == 12   # 3 tasks x 4 trials, none added
     ran = vta("run", model, *region, "--log", "x.jsonl")
     assert ran.returncode == 0, ran.stderr
     assert "schedules: 2 of 2 task(s) from x.jsonl" in ran.stdout + ran.stderr

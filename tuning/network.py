@@ -15,7 +15,7 @@ from graph_pack.build import GraphModule, build
 from graph_pack.cli import load_model, model_inputs, quantize_dense, region_names
 from graph_pack.explain import Explanation, explain
 from graph_pack.pack import graph_pack
-from graph_pack.quantize import quantize
+from graph_pack.quantize import default_skip_conv, quantize
 from simulator.stats import SIMULATED, latency_basis
 from tuning.measure import LocalRunner
 from tuning.records import load_best
@@ -59,7 +59,8 @@ def tune_network(model: str, env, *, tuner: str = "xgb", n_trial: int = 100, tot
     cfg = config_of(env)
     graph, params, defaults = load_model(model, batch or cfg.BATCH, image_size, seed)
     feeds = model_inputs(graph, None, np.random.default_rng(seed))
-    qgraph, qparams = quantize(graph, params, dataset=[feeds], skip_dense_layer=not quantize_dense(dense, start, stop, graph))
+    qgraph, qparams = quantize(graph, params, dataset=[feeds], skip_dense_layer=not quantize_dense(dense, start, stop, graph),
+                               skip_conv_layers=default_skip_conv(start is not None or stop is not None))
     start, stop = region_names(start, stop, defaults)
     packed = graph_pack(qgraph, cfg, start_name=start, stop_name=stop)
     explanation = explain(packed)

@@ -574,10 +574,13 @@ def _epilogue(text: str) -> list[tuple]:
     arg("--strides", type=_shape, default=(1, 1), metavar="SH,SW"),
     arg("--padding", type=_shape, default=(0, 0), metavar="PH,PW"),
     arg("--groups", type=int, default=1),
+    arg("--dilation", type=_shape, default=(1, 1), metavar="DH,DW", help="conv2d / group_conv2d: kernel row kh reads "
+                                                                        "input row oh * stride + kh * DH"),
     arg("--imm", type=int, default=None, help="ALU ops: an immediate operand instead of a tensor"),
     arg("--bounds", type=_shape, default=None, metavar="LO,HI", help="clip bounds"),
     arg("--epilogue", type=_epilogue, default=[], metavar="OPS",
-        help="fused ops in order, e.g. 'bias; shr 8; clip 0 127' (also residual, relu, shl, min, max, add, mul)"),
+        help="fused ops in order, e.g. 'bias; shr 8; clip 0 127' (also residual, channel_shr, relu, shl, min, max, "
+             "add, mul)"),
     arg("--schedule", type=json_object, metavar="JSON",
         help="knob values as JSON, e.g. '{\"tile_h\": [14, 4], ...}' (default: the template's heuristic)"),
     arg("--config", default=None, metavar="NAME|PATH", help="hardware preset or JSON file (default: pynq)"),
@@ -622,6 +625,8 @@ def compile_cmd(args: argparse.Namespace) -> int:
         workload.update(kernel_shape=args.kernel_shape)
         if args.op != "dense":
             workload.update(strides=args.strides, padding=args.padding, groups=args.groups)
+            if tuple(args.dilation) != (1, 1):
+                workload["dilation"] = args.dilation
     op = compile_op(args.op, cfg, config=args.schedule, epilogue=args.epilogue, **workload)
     inputs = random_inputs(op, args.seed)
     out = op.run(**inputs)

@@ -108,6 +108,28 @@ def pack_bias(bias: np.ndarray, n_blocks: int, batch: int, block: int) -> np.nda
     return np.ascontiguousarray(np.broadcast_to(b, (n_blocks, batch, block)))
 
 
+def block_diagonal(w: np.ndarray, groups: int, block: int) -> np.ndarray:
+    """A grouped OIHW kernel of ``groups`` groups narrower than ``block`` channels (``w``: (O, I/groups, KH, KW))
+    as the kernel of ``block``-wide groups: (O, block, KH, KW), output channel o of natural group g reading its
+    ``I/groups`` inputs at offset (g * I/groups) mod ``block`` of its block, zeros elsewhere. A convolution with
+    groups of ``block`` channels and this kernel computes the grouped one exactly (the zeros add nothing); the
+    caller checks that ``block`` is a multiple of the group's input channels."""
+    o, cin_g = w.shape[:2]
+    cout_g = o // groups
+    out = np.zeros((o, block, *w.shape[2:]), w.dtype)
+    offset = (np.arange(o) // cout_g * cin_g) % block
+    for i in range(cin_g):
+        out[np.arange(o), offset + i] = w[:, i]
+    return out
+
+
+def from_block_diagonal(bd: np.ndarray, groups: int, cin_g: int) -> np.ndarray:
+    """The inverse of ``block_diagonal``: the (O, cin_g, KH, KW) grouped kernel from its block-wide form."""
+    o, block = bd.shape[:2]
+    offset = (np.arange(o) // (o // groups) * cin_g) % block
+    return np.ascontiguousarray(np.stack([bd[np.arange(o), offset + i] for i in range(cin_g)], axis=1))
+
+
 def transposed_to_direct(w: np.ndarray) -> np.ndarray:
     """IOHW conv2d_transpose kernel -> the OIHW kernel of the equivalent direct convolution (flipped):
     out = conv(stride-dilated input, flip(W)^T)."""

@@ -25,11 +25,14 @@ from hw_config import HwConfig
 from hw_config.isa_rules import INSN_BYTES, LOOP_MAX, PAD_MAX
 from simulator.timing import dma_cycles
 from vta.numerics import (
+    block_diagonal,
     blocks,
     conv2d_int,
     conv2d_transpose_scatter,
+    from_block_diagonal,
     pack_bias,
     pack_blocks,
+    pad_to,
     padded_shape,
     safe_log2,
     transposed_to_direct,
@@ -50,7 +53,7 @@ from vta.templates.base import (
     present_inputs,
     register,
 )
-from vta.templates.epilogue import Epilogue, alu_immediates, reference_epilogue
+from vta.templates.epilogue import CHANNEL_SHIFT_MAX, Epilogue, alu_immediates, reference_epilogue
 
 
 @dataclass(frozen=True)
@@ -70,18 +73,29 @@ class ConvGeometry:
     ph: int
     pw: int
     transpose: bool = False
+    dh: int = 1      # dilation: kernel row kh reads input row oh * sh + kh * dh
+    dw: int = 1
+
+    @property
+    def span_h(self) -> int:
+        """Input rows one output row's kernel window covers (the dilated kernel's height)."""
+        return (self.kh - 1) * self.dh + 1
+
+    @property
+    def span_w(self) -> int:
+        return (self.kw - 1) * self.dw + 1
 
     @property
     def out_h(self) -> int:
         if self.transpose:
             return (self.height - 1) * self.sh - 2 * self.ph + self.kh
-        return (self.height + 2 * self.ph - self.kh) // self.sh + 1
+        return (self.height + 2 * self.ph - self.span_h) // self.sh + 1
 
     @property
     def out_w(self) -> int:
         if self.transpose:
             return (self.width - 1) * self.sw - 2 * self.pw + self.kw
-        return (self.width + 2 * self.pw - self.kw) // self.sw + 1
+        return (self.width + 2 * self.pw - self.span_w) // self.sw + 1
 
     @property
     def cob_per_group(self) -> int:
@@ -142,7 +156,7 @@ def rows_in(g: ConvGeometry, t: Tiling, along_h: bool) -> int:
     out_tile, stride, k = (t.h1, g.sh, g.kh) if along_h else (t.w1, g.sw, g.kw)
     if g.transpose:  # compact input rows that the dilated window touches, at most
         return (out_tile + k - 2) // stride + 1
-    return (out_tile - 1) * stride + k
+    return (out_tile - 1) * stride + (g.span_h if along_h else g.span_w)
 
 
 def _window(g: ConvGeometry, t: Tiling, o0: int, along_h: bool) -> tuple[int, int, int, int]:
@@ -170,9 +184,9 @@ def _gemm_uops(g: ConvGeometry, t: Tiling, inp_base: int, wgt_base: int, acc_bas
     if not g.transpose:
         columns = np.empty((3, *shape), dtype=np.int64)   # (dst, src, wgt), each written whole
         columns[0] = dst
-        columns[1] = inp_base + b * t.ci1 * rows * cols + (h * g.sh) * cols + w * g.sw + kw
+        columns[1] = inp_base + b * t.ci1 * rows * cols + (h * g.sh) * cols + w * g.sw + kw * g.dw
         columns[2] = wgt_base + co * t.ci1 * g.kh * g.kw + kw
-        loops = ((t.ci1, 0, rows * cols, g.kh * g.kw), (g.kh, 0, cols, g.kw))
+        loops = ((t.ci1, 0, rows * cols, g.kh * g.kw), (g.kh, 0, cols * g.dh, g.kw))
         return columns.reshape(3, -1).T, loops
     kw, b, co, h, w, dst = (np.broadcast_to(a, shape).reshape(-1) for a in (kw, b, co, h, w, dst))
     # transposed: one micro-op per (kh, kw, position) whose dilated input is a real element
@@ -221,7 +235,8 @@ def sram_needs(g: ConvGeometry, t: Tiling, ep: Epilogue) -> dict[str, int]:
     """Elements each buffer needs for one thread."""
     return {"inp": t.b1 * t.ci1 * rows_in(g, t, True) * rows_in(g, t, False),
             "wgt": t.co1 * t.ci1 * g.kh * g.kw,
-            "acc": t.positions + (t.co1 if ep.bias else 0) + (t.positions if ep.residual else 0)}
+            "acc": t.positions + (t.co1 if ep.bias else 0) + (t.positions if ep.residual else 0)
+            + (t.co1 if ep.channel_shift else 0)}
 
 
 def check_config(cfg: HwConfig, g: ConvGeometry, t: Tiling, ep: Epilogue) -> str | None:
@@ -251,7 +266,8 @@ def _check_arithmetic(cfg: HwConfig, g: ConvGeometry, t: Tiling, ep: Epilogue) -
         return f"loop limit: a loop extent exceeds {LOOP_MAX} (14-bit iteration fields)"
     rows, cols = rows_in(g, t, True), rows_in(g, t, False)
     # the GEMM's largest loop factors (_gemm_uops): one input window per channel block, one kernel per block
-    if rows * cols >= 1 << cfg.LOG_INP_BUFF_DEPTH or g.kh * g.kw >= 1 << cfg.LOG_WGT_BUFF_DEPTH:
+    if rows * cols >= 1 << cfg.LOG_INP_BUFF_DEPTH or cols * g.dh >= 1 << cfg.LOG_INP_BUFF_DEPTH \
+            or g.kh * g.kw >= 1 << cfg.LOG_WGT_BUFF_DEPTH:
         return "field width: a GEMM loop factor does not fit its instruction field"
     if not g.transpose and max(g.ph, g.pw) > PAD_MAX:   # a load pads only its own window: check each window
         worst = max(_window_padding(g, t, True), _window_padding(g, t, False))
@@ -288,9 +304,10 @@ class ConvBuffers:
     out: object
     bias: object | None = None
     residual: object | None = None
+    channel_shr: object | None = None
 
 
-def _epilogue_kernels(ep: Epilogue, t: Tiling, acc: int, bias: int, res: int) -> list[UopKernel]:
+def _epilogue_kernels(ep: Epilogue, t: Tiling, acc: int, bias: int, res: int, shift: int) -> list[UopKernel]:
     hw = t.h1 * t.w1
     whole = ((t.b1 * t.co1 * t.h1, t.w1, 0, 0), (t.w1, 1, 0, 0))
     kernels = []
@@ -299,6 +316,9 @@ def _epilogue_kernels(ep: Epilogue, t: Tiling, acc: int, bias: int, res: int) ->
         if name == "bias":  # micro-ops over batch blocks; loops over channel blocks and positions
             uops = [[acc + b * t.co1 * hw, bias, 0] for b in range(t.b1)]
             kernels.append(UopKernel("alu", uops, loops=((t.co1, hw, 1, 0), (hw, 1, 0, 0)), alu_op="ADD"))
+        elif name == "channel_shr":   # as the bias, with the staged shift amounts as SHR's second operand
+            uops = [[acc + b * t.co1 * hw, shift, 0] for b in range(t.b1)]
+            kernels.append(UopKernel("alu", uops, loops=((t.co1, hw, 1, 0), (hw, 1, 0, 0)), alu_op="SHR"))
         elif name == "residual":
             loops = ((t.b1 * t.co1 * t.h1, t.w1, t.w1, 0), (t.w1, 1, 1, 0))
             kernels.append(UopKernel("alu", [[acc, res, 0]], loops=loops, alu_op="ADD"))
@@ -319,9 +339,11 @@ def emit_conv(q: CommandQueue, g: ConvGeometry, t: Tiling, ep: Epilogue, bufs: C
     acc_base = [k * need["acc"] for k in range(t.threads)]
     bias_base = [a + t.positions for a in acc_base]
     res_base = [a + t.positions + (t.co1 if ep.bias else 0) for a in acc_base]
+    shift_base = [r + (t.positions if ep.residual else 0) for r in res_base]
     reset = [UopKernel("gemm", [[acc_base[k], 0, 0]], loops=((t.b1 * t.co1 * t.h1, t.w1, 0, 0), (t.w1, 1, 0, 0)),
                        reset=True) for k in range(t.threads)]
-    epilogue = [_epilogue_kernels(ep, t, acc_base[k], bias_base[k], res_base[k]) for k in range(t.threads)]
+    epilogue = [_epilogue_kernels(ep, t, acc_base[k], bias_base[k], res_base[k], shift_base[k])
+                for k in range(t.threads)]
     out_runs = _output_runs(g, t)
     gemm_cache: dict[tuple, UopKernel] = {}
     # a GEMM's micro-ops from SRAM base 0, per tile offset (transposed) or for all tiles; threads add their bases
@@ -344,7 +366,7 @@ def emit_conv(q: CommandQueue, g: ConvGeometry, t: Tiling, ep: Epilogue, bufs: C
     # A group's key is two small integers: its class by loop axis (``_group_classes``) and the interned queue
     # state; after a replay the state is the recording's end state, so it is not recomputed. The first group
     # (no store to wait for) is never recorded: no other group emits like it.
-    buffers = [bufs.data, bufs.kernel, bufs.bias, bufs.residual, bufs.out]
+    buffers = [bufs.data, bufs.kernel, bufs.bias, bufs.residual, bufs.out, bufs.channel_shr]
     n_co_tiles, n_h_tiles, n_w_tiles = g.cob // t.co1, oh // t.h1, ow // t.w1
     rows_of = {o0: _window(g, t, o0, True) for o0 in range(0, n_h_tiles * t.h1, t.h1)}
     cols_of = {o0: _window(g, t, o0, False) for o0 in range(0, n_w_tiles * t.w1, t.w1)}
@@ -400,7 +422,8 @@ def emit_conv(q: CommandQueue, g: ConvGeometry, t: Tiling, ep: Epilogue, bufs: C
                 q.dep_push(COMPUTE, LOAD)
         for k, tile in enumerate(tiles):
             out = _output_offset(g, t, tile)
-            _load_epilogue_operands(q, t, ep, bufs, tile[2], out_runs, out, bias_base[k], res_base[k])
+            _load_epilogue_operands(q, t, ep, bufs, tile[2], out_runs, out, bias_base[k], res_base[k],
+                                    shift_base[k])
             for kernel in epilogue[k]:
                 q.push_kernel(kernel)
             q.dep_push(COMPUTE, STORE)
@@ -468,7 +491,7 @@ def _anchors(g: ConvGeometry, t: Tiling, tile) -> tuple[int, ...]:
     group = co0 // g.cob_per_group
     data = (((bo * t.b1) * g.cib_total + group * g.cib) * g.height + oh0 * g.sh - g.ph) * g.width + ow0 * g.sw - g.pw
     out = _output_offset(g, t, tile)
-    return data, co0 * g.cib * g.kh * g.kw, co0, out, out
+    return data, co0 * g.cib * g.kh * g.kw, co0, out, out, co0
 
 
 def _chunk_loads(g: ConvGeometry, t: Tiling, bufs: ConvBuffers, tile, inp: int, wgt: int, rows: int, cols: int,
@@ -506,9 +529,11 @@ def _chunk_loads(g: ConvGeometry, t: Tiling, bufs: ConvBuffers, tile, inp: int, 
 
 
 def _load_epilogue_operands(q, t: Tiling, ep: Epilogue, bufs: ConvBuffers, co0: int, out_runs: list[tuple],
-                            out: int, bias: int, res: int) -> None:
+                            out: int, bias: int, res: int, shift: int) -> None:
     if ep.bias:
         q.load_2d(bufs.bias, co0, t.co1, 1, t.co1, bias, "ACC")
+    if ep.channel_shift:
+        q.load_2d(bufs.channel_shr, co0, t.co1, 1, t.co1, shift, "ACC")
     if ep.residual:
         for sram, offset, x, y, stride in out_runs:
             q.load_2d(bufs.residual, out + offset, x, y, stride, res + sram, "ACC")
@@ -619,8 +644,9 @@ def _estimate(tmpl: ConvTemplate, kv: dict) -> dict[str, np.ndarray]:
     store_rows = np.where(whole_image | (w1 == g.out_w), 1, h1)
     store = dma_cycles(c, store_rows * np.where(whole_image, b1, 1),
                  out_bytes / (store_transfers * store_rows * np.where(whole_image, b1, 1)), store_transfers)
-    extra_bytes = ((co1 if ep.bias else 0) + (positions if ep.residual else 0)) * c.ACC_ELEM_BYTES
-    extra_transfers = (1 if ep.bias else 0) + (store_transfers if ep.residual else 0)
+    extra_bytes = ((co1 if ep.bias else 0) + (co1 if ep.channel_shift else 0)
+                   + (positions if ep.residual else 0)) * c.ACC_ELEM_BYTES
+    extra_transfers = (1 if ep.bias else 0) + (1 if ep.channel_shift else 0) + (store_transfers if ep.residual else 0)
     # reset, epilogue ALU ops and the bias / residual loads (accumulator loads run on the compute module)
     tile_compute = ((1 + n_ep) * c.COMPUTE_LATENCY
                     + positions * (1 + n_ep * c.ALU_II)
@@ -682,6 +708,32 @@ def _estimate(tmpl: ConvTemplate, kv: dict) -> dict[str, np.ndarray]:
 
 
 
+def check_channel_shifts(value: np.ndarray) -> None:
+    """Refuse per-channel shift amounts outside 0..CHANNEL_SHIFT_MAX (what every VTA ALU shifts alike)."""
+    v = np.asarray(value)
+    if v.size and (v.min() < 0 or v.max() > CHANNEL_SHIFT_MAX):
+        raise ScheduleError(f"channel_shr: per-channel shift amounts must lie in 0..{CHANNEL_SHIFT_MAX} (VTA's "
+                            f"ALUs read a tensor shift's low bits differently beyond), got {int(v.min())}..{int(v.max())}")
+
+
+def block_groups(op: str, cfg: HwConfig, ci: int, co: int, groups: int) -> int:
+    """The groups the GEMM core runs for ``groups`` operator groups: the same when each group's channels are whole
+    blocks (VTA's group_conv2d); else BLOCK-wide groups, each holding BLOCK / (channels per group) operator groups
+    with a block-diagonal kernel (a depthwise convolution: one channel per group, BLOCK x the useful MACs, all exact
+    since the other products are zeros). Refuses groups that neither form covers."""
+    cin_g, cout_g = ci // groups, co // groups
+    if groups == 1 or not (cin_g % cfg.BLOCK_IN or cout_g % cfg.BLOCK_OUT):
+        return groups
+    per_block_out = cout_g * cfg.BLOCK_IN // cin_g if cfg.BLOCK_IN % cin_g == 0 else 0
+    wide = blocks(ci, cfg.BLOCK_IN)
+    if not per_block_out or per_block_out % cfg.BLOCK_OUT or wide * per_block_out != blocks(co, cfg.BLOCK_OUT) * \
+            cfg.BLOCK_OUT or ci % cin_g:
+        raise ValueError(f"{op}: with groups={groups} each group's channels ({cin_g} in, {cout_g} out) must be "
+                         f"multiples of BLOCK={cfg.BLOCK_IN} (VTA groups whole {cfg.BLOCK_IN}-channel blocks), or "
+                         f"divide BLOCK with the groups of one block giving whole output blocks (block-diagonal)")
+    return wide
+
+
 # ------------------------------------------------------------------------------------------------------------
 # the template
 
@@ -690,39 +742,60 @@ class ConvTemplate(Template):
     """conv2d / group_conv2d / conv2d_transpose / dense with a fused epilogue, on the GEMM core."""
 
     ops = ("conv2d", "group_conv2d", "conv2d_transpose", "dense")
-    inputs = ("data", "kernel", "bias", "residual")
+    inputs = ("data", "kernel", "bias", "residual", "channel_shr")
     Buffers = ConvBuffers
     graph_ops = ("nn.conv2d", "nn.conv2d_transpose", "nn.dense")
     kind = "conv"
-    fusable_operands = ("bias", "residual")
-    input_dtypes: ClassVar[dict[str, str]] = {"data": "int8", "kernel": "int8", "bias": "int32", "residual": "int32"}
+    fusable_operands = ("bias", "residual", "channel_shr")
+    input_dtypes: ClassVar[dict[str, str]] = {"data": "int8", "kernel": "int8", "bias": "int32", "residual": "int32",
+                                              "channel_shr": "int32"}
 
     def __init__(self, op: str, cfg: HwConfig, epilogue: Epilogue, geometry: ConvGeometry,
-                 shapes: dict[str, tuple[int, ...]]):
+                 shapes: dict[str, tuple[int, ...]], groups: int | None = None):
         super().__init__(op, cfg, epilogue)
         self.geometry, self.shapes = geometry, shapes
+        # the operator's groups; the geometry's are BLOCK-wide groups when the operator's are narrower
+        self.groups = geometry.groups if groups is None else groups
+
+    @property
+    def narrow_groups(self) -> bool:
+        """Groups narrower than a channel block, run as BLOCK-wide groups with a block-diagonal kernel."""
+        return self.groups != self.geometry.groups
+
+    @property
+    def model_macs(self) -> int:
+        """The operator's own multiply-adds (no channel padding, no block-diagonal zeros); ``macs`` counts what
+        the GEMM core executes."""
+        s = self.shapes
+        kernel = s["kernel"]
+        if self.op == "dense":
+            return s["out"][0] * s["out"][1] * kernel[1]
+        if self.op == "conv2d_transpose":
+            return int(np.prod(s["data"])) * int(np.prod(kernel[1:]))
+        return int(np.prod(s["out"])) * int(np.prod(kernel[1:]))
 
     # ---- workload ----
     @classmethod
     def parse(cls, op: str, cfg: HwConfig, epilogue: tuple, workload: dict) -> ConvTemplate:
-        only_known(op, workload, {"data_shape", "kernel_shape", "strides", "padding", "groups"},
+        only_known(op, workload, {"data_shape", "kernel_shape", "strides", "padding", "groups", "dilation"},
                    ("data_shape", "kernel_shape"))
         data_shape = as_ints("data_shape", workload["data_shape"])
         kernel_shape = as_ints("kernel_shape", workload["kernel_shape"])
         if op == "dense":
-            extra = {"strides", "padding", "groups"} & set(workload)
+            extra = {"strides", "padding", "groups", "dilation"} & set(workload)
             if extra:
                 raise ValueError(f"dense: {sorted(extra)} do not apply to dense")
             if len(data_shape) != 2 or len(kernel_shape) != 2 or data_shape[1] != kernel_shape[1]:
                 raise ValueError(f"dense: data_shape (N, K) and kernel_shape (M, K) must agree on K, got "
                                  f"{data_shape} and {kernel_shape}")
             data4, kernel4 = (*data_shape, 1, 1), (*kernel_shape, 1, 1)
-            strides, padding, groups = (1, 1), (0, 0), 1
+            strides, padding, groups, dilation = (1, 1), (0, 0), 1, (1, 1)
         else:
             data4, kernel4 = data_shape, kernel_shape
             strides = as_pair("strides", workload.get("strides", 1))
             padding = as_pair("padding", workload.get("padding", 0))
             groups = as_int("groups", workload.get("groups", 1))
+            dilation = as_pair("dilation", workload.get("dilation", 1))
         if len(data4) != 4 or len(kernel4) != 4 or min(*data4, *kernel4) <= 0:
             raise ValueError(f"{op}: data_shape and kernel_shape need 4 positive dims, got {data_shape}, {kernel_shape}")
         n, ci, h, w = data4
@@ -743,20 +816,23 @@ class ConvTemplate(Template):
             raise ValueError(f"{op}: kernel_shape {kernel_shape} does not match {ci} input channels with groups={groups}")
         if groups < 1 or ci % groups or co % groups:
             raise ValueError(f"{op}: groups={groups} must divide both {ci} input and {co} output channels")
-        if groups > 1 and ((ci // groups) % cfg.BLOCK_IN or (co // groups) % cfg.BLOCK_OUT):
-            raise ValueError(f"{op}: with groups={groups} each group's channels ({ci // groups} in, {co // groups} "
-                             f"out) must be multiples of BLOCK={cfg.BLOCK_IN} (VTA groups whole {cfg.BLOCK_IN}-channel blocks)")
+        wide_groups = block_groups(op, cfg, ci, co, groups)
         if min(strides) < 1 or min(padding) < 0:
             raise ValueError(f"{op}: strides must be >= 1 and padding >= 0, got {strides}, {padding}")
+        if min(dilation) < 1:
+            raise ValueError(f"{op}: dilation must be >= 1, got {dilation}")
+        if transpose and dilation != (1, 1):
+            raise ValueError(f"conv2d_transpose: dilation must be 1, got {dilation}")
+        check_extents(op, "dilation", dilation, ("H", "W"))
         geometry = ConvGeometry(
-            nb=blocks(n, cfg.BATCH), cib=blocks(ci // groups, cfg.BLOCK_IN), cob=blocks(co, cfg.BLOCK_OUT),
-            groups=groups, height=h, width=w, kh=kh, kw=kw, sh=strides[0], sw=strides[1], ph=padding[0],
-            pw=padding[1], transpose=transpose)
+            nb=blocks(n, cfg.BATCH), cib=blocks(ci // wide_groups, cfg.BLOCK_IN), cob=blocks(co, cfg.BLOCK_OUT),
+            groups=wide_groups, height=h, width=w, kh=kh, kw=kw, sh=strides[0], sw=strides[1], ph=padding[0],
+            pw=padding[1], transpose=transpose, dh=dilation[0], dw=dilation[1])
         if geometry.out_h <= 0 or geometry.out_w <= 0:
             raise ValueError(f"{op}: the output would be empty ({geometry.out_h} x {geometry.out_w})")
         out_shape = (n, co) if op == "dense" else (n, co, geometry.out_h, geometry.out_w)
         shapes = {"data": data_shape, "kernel": kernel_shape, "out": out_shape}
-        template = cls(op, cfg, Epilogue(epilogue), geometry, shapes)
+        template = cls(op, cfg, Epilogue(epilogue), geometry, shapes, groups)
         check_buffer_sizes(template)
         return template
 
@@ -767,17 +843,23 @@ class ConvTemplate(Template):
               "residual": self.epilogue.residual}
         if self.op != "dense":
             wl.update(strides=(g.sh, g.sw), padding=(g.ph, g.pw))
+        if self.epilogue.channel_shift:   # only when present: the keys of every earlier task stay as they were
+            wl["channel_shr"] = True
         if self.op in ("conv2d", "group_conv2d"):
-            wl["groups"] = g.groups
+            wl["groups"] = self.groups
+            if (g.dh, g.dw) != (1, 1):   # only when dilated: the keys of every earlier task stay as they were
+                wl["dilation"] = (g.dh, g.dw)
         return wl
 
     @classmethod
     def task_program(cls, workload: dict) -> tuple[dict, tuple]:
         ops: list[tuple] = [("bias",)] if workload.get("bias") else []
+        if workload.get("channel_shr"):
+            ops.append(("channel_shr",))
         if workload.get("residual"):
             ops.append(("residual",))
         args = {k: tuple(v) if isinstance(v, list) else v for k, v in workload.items()
-                if k in ("data_shape", "kernel_shape", "strides", "padding", "groups")}
+                if k in ("data_shape", "kernel_shape", "strides", "padding", "groups", "dilation")}
         return args, (*ops, ("shr", 8), ("clip", -127, 127))
 
     @classmethod
@@ -793,12 +875,12 @@ class ConvTemplate(Template):
         else:
             a = head.attrs
             pt, pl, pb, pr = a["padding"]
-            if a["dilation"] != (1, 1):
-                return f"dilation {a['dilation']} (the template supports 1)"
             if (pt, pl) != (pb, pr):
                 return f"asymmetric padding {a['padding']} (the template pads symmetrically)"
             workload = {"data_shape": data.shape, "kernel_shape": weight.shape, "strides": a["strides"],
                         "padding": (pt, pl)}
+            if tuple(a.get("dilation", (1, 1))) != (1, 1):
+                workload["dilation"] = tuple(a["dilation"])
             if head.op == "nn.conv2d_transpose":
                 if a["output_padding"] != (0, 0):
                     return f"output_padding {a['output_padding']} (the template supports (0, 0))"
@@ -811,8 +893,15 @@ class ConvTemplate(Template):
         except (ValueError, ScheduleError) as e:
             return str(e)
         kernel_blocks = (cfg.BLOCK_IN, cfg.BLOCK_OUT) if op == "conv2d_transpose" else (cfg.BLOCK_OUT, cfg.BLOCK_IN)
-        workload.update(data_shape=padded_shape(data.shape, cfg.BATCH, cfg.BLOCK_IN),
-                        kernel_shape=padded_shape(weight.shape, *kernel_blocks))
+        data_shape = padded_shape(data.shape, cfg.BATCH, cfg.BLOCK_IN)
+        kernel_shape = padded_shape(weight.shape, *kernel_blocks)
+        groups = workload.get("groups", 1)
+        if groups > 1 and block_groups(op, cfg, data.shape[1], weight.shape[0], groups) != groups:
+            # narrow groups: the padded channels become groups of their own (zero weights)
+            cin_g, cout_g = weight.shape[1], weight.shape[0] // groups
+            workload["groups"] = data_shape[1] // cin_g
+            kernel_shape = (workload["groups"] * cout_g, *weight.shape[1:])
+        workload.update(data_shape=data_shape, kernel_shape=kernel_shape)
         return GraphHead(op, workload, operands)
 
     # ---- schedule ----
@@ -843,7 +932,8 @@ class ConvTemplate(Template):
         out = g.nb * g.cob * g.out_h * g.out_w * b * bo
         return {"data": g.nb * g.cib_total * g.height * g.width * b * bi, "kernel": g.cob * g.cib * g.kh * g.kw * bo * bi,
                 "out": out, "bias": g.cob * b * bo * 4 if self.epilogue.bias else 0,
-                "residual": out * 4 if self.epilogue.residual else 0}
+                "residual": out * 4 if self.epilogue.residual else 0,
+                "channel_shr": g.cob * b * bo * 4 if self.epilogue.channel_shift else 0}
 
     def emit(self, queue: CommandQueue, config: Config, buffers: ConvBuffers) -> None:
         emit_conv(queue, self.geometry, tiling_of(config), self.epilogue, buffers)
@@ -851,11 +941,15 @@ class ConvTemplate(Template):
     def check_inputs(self, inputs: dict) -> dict:
         s = self.shapes
         present = present_inputs(self, inputs, {"bias": "an epilogue with ('bias',)",
-                                                "residual": "an epilogue with ('residual',)"})
+                                                "residual": "an epilogue with ('residual',)",
+                                                "channel_shr": "an epilogue with ('channel_shr',)"})
         out = {"data": checked_array("data", present["data"], s["data"], ("int8",)),
                "kernel": checked_array("kernel", present["kernel"], s["kernel"], ("int8",))}
         if "bias" in present:
             out["bias"] = checked_array("bias", present["bias"], (s["out"][1],), ("int32",))
+        if "channel_shr" in present:
+            out["channel_shr"] = checked_array("channel_shr", present["channel_shr"], (s["out"][1],), ("int32",))
+            check_channel_shifts(out["channel_shr"])
         if "residual" in present:
             out["residual"] = checked_array("residual", present["residual"], s["out"], ("int8", "int32"))
         return out
@@ -869,18 +963,25 @@ class ConvTemplate(Template):
             return pack_blocks(self._nchw(value), c.BATCH, c.BLOCK_IN)
         if name == "kernel":
             w = self._nchw(value)
+            if self.narrow_groups:   # padded to the workload's output channels, then BLOCK-wide groups
+                w = block_diagonal(pad_to(w, self.shapes["kernel"]), self.groups, c.BLOCK_IN)
             return pack_blocks(transposed_to_direct(w) if self.geometry.transpose else w, c.BLOCK_OUT, c.BLOCK_IN)
-        if name == "bias":
+        if name in ("bias", "channel_shr"):
+            if name == "channel_shr":
+                check_channel_shifts(value)
             return pack_bias(value, self.geometry.cob, c.BATCH, c.BLOCK_OUT)
         return pack_blocks(self._nchw(value).astype(np.int32), c.BATCH, c.BLOCK_OUT)
 
     def unpack(self, name: str, raw: np.ndarray) -> np.ndarray:
         g, c, s = self.geometry, self.cfg, self.shapes
-        if name == "bias":
+        if name in ("bias", "channel_shr"):
             return np.ascontiguousarray(raw.view(np.int32).reshape(g.cob, c.BATCH, c.BLOCK_OUT)[:, 0].reshape(-1)
                                         [:s["out"][1]])
         if name == "kernel":
             packed = raw.view(np.int8).reshape(g.cob, g.cib, g.kh, g.kw, c.BLOCK_OUT, c.BLOCK_IN)
+            if self.narrow_groups:
+                wide = unpack_blocks(packed, s["kernel"][0], c.BLOCK_IN)
+                return from_block_diagonal(wide, self.groups, s["kernel"][1])
             direct = unpack_blocks(packed, *(s["kernel"][1::-1] if g.transpose else s["kernel"][:2]))
             natural = np.ascontiguousarray(direct[:, :, ::-1, ::-1].transpose(1, 0, 2, 3)) if g.transpose else direct
             return natural.reshape(s["kernel"])
@@ -897,16 +998,16 @@ class ConvTemplate(Template):
         out = unpack_blocks(packed, n, co)
         return out.reshape(out.shape[:2]) if self.op == "dense" else out
 
-    def reference(self, data, kernel, bias=None, residual=None) -> np.ndarray:
+    def reference(self, data, kernel, bias=None, residual=None, channel_shr=None) -> np.ndarray:
         g = self.geometry
         x, w = self._nchw(data), self._nchw(kernel)
         if g.transpose:   # int8 products summed in float64 are exact
             acc = conv2d_transpose_scatter(x, w, (g.sh, g.sw), (g.ph, g.pw, g.ph, g.pw), dtype=np.float64)
             acc = acc.astype(np.int64)
         else:
-            acc = conv2d_int(x, w, (g.sh, g.sw), (g.ph, g.pw, g.ph, g.pw), groups=g.groups)
+            acc = conv2d_int(x, w, (g.sh, g.sw), (g.ph, g.pw, g.ph, g.pw), (g.dh, g.dw), groups=self.groups)
         res = None if residual is None else self._nchw(residual)
-        out = reference_epilogue(acc, self.epilogue.ops, bias, res)
+        out = reference_epilogue(acc, self.epilogue.ops, bias, res, channel_shr)
         return out.reshape(out.shape[:2]) if self.op == "dense" else out
 
     def random_inputs(self, rng: np.random.Generator) -> dict:
@@ -918,4 +1019,6 @@ class ConvTemplate(Template):
             out["bias"] = rng.integers(-(1 << 14), 1 << 14, s["out"][1]).astype(np.int32)
         if self.epilogue.residual:
             out["residual"] = rng.integers(-(1 << 14), 1 << 14, s["out"]).astype(np.int32)
+        if self.epilogue.channel_shift:
+            out["channel_shr"] = rng.integers(0, CHANNEL_SHIFT_MAX + 1, s["out"][1]).astype(np.int32)
         return out

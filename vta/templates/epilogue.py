@@ -2,7 +2,8 @@
 instructions, what each means in numpy, and how a chain's constants become immediates.
 
 An epilogue is a tuple of ops applied in order to the int32 accumulator before the int8 store:
-``("bias",)`` ``("residual",)`` (tensor operands in the accumulator SRAM), ``("shr", n)`` ``("shl", n)``
+``("bias",)`` ``("residual",)`` ``("channel_shr",)`` (tensor operands in the accumulator SRAM: a per-channel
+add, a residual add, a per-channel arithmetic right shift), ``("shr", n)`` ``("shl", n)``
 ``("clip", lo, hi)`` ``("relu",)`` ``("min", v)`` ``("max", v)`` ``("add", v)`` ``("mul", v)``.
 The ALU lowering (``alu_immediates``) and the numpy meaning (``reference_epilogue``) are written
 independently on purpose: the templates' tests compare one against the other.
@@ -20,7 +21,12 @@ from hw_config.isa_rules import IMM_MAX, IMM_MIN, SHIFT_MAX
 from vta.numerics import wrap_int32
 from vta.runtime import ScheduleError
 
-OPERAND_OPS = ("bias", "residual")   # read a tensor staged in the accumulator SRAM
+OPERAND_OPS = ("bias", "residual", "channel_shr")   # read a tensor staged in the accumulator SRAM
+# the ALU opcode each operand op runs as (the tensor as the second operand)
+OPERAND_OPCODE = {"bias": "ADD", "residual": "ADD", "channel_shr": "SHR"}
+# per-channel right shifts every VTA implementation computes alike from a tensor operand (HLS reads the amount's
+# low 5 bits as signed, Chisel as unsigned: 0..15 is the same in both)
+CHANNEL_SHIFT_MAX = 15
 # graph op -> the epilogue op it fuses as when its other operand is a scalar constant
 GRAPH_OPS = {"add": "add", "multiply": "mul", "maximum": "max", "minimum": "min", "right_shift": "shr",
              "left_shift": "shl"}
@@ -68,7 +74,8 @@ def alu_immediates(op: tuple) -> list[tuple[str, int]]:
 
 def alu_opcodes(ops) -> set[str]:
     """The ALU opcodes an epilogue's ops run as (an operand op adds its staged tensor)."""
-    return {code for op in ops for code, _ in ([("ADD", None)] if op[0] in OPERAND_OPS else alu_immediates(op))}
+    return {code for op in ops for code, _ in ([(OPERAND_OPCODE[op[0]], None)] if op[0] in OPERAND_OPS
+                                               else alu_immediates(op))}
 
 
 def unsupported_shifts(cfg: HwConfig, instructions) -> str | None:
@@ -116,6 +123,10 @@ class Epilogue:
         return any(op[0] == "residual" for op in self.ops)
 
     @property
+    def channel_shift(self) -> bool:
+        return any(op[0] == "channel_shr" for op in self.ops)
+
+    @property
     def alu_instructions(self) -> int:
         """ALU instructions per output tile (one per operand op, one or two per constant op)."""
         return sum(1 if op[0] in OPERAND_OPS else len(alu_immediates(op)) for op in self.ops)
@@ -156,12 +167,14 @@ _MEANING: dict[str, Callable[..., np.ndarray]] = {
 
 
 def reference_epilogue(acc: np.ndarray, ops: Sequence[tuple], bias: np.ndarray | None,
-                       residual: np.ndarray | None) -> np.ndarray:
+                       residual: np.ndarray | None, channel_shr: np.ndarray | None = None) -> np.ndarray:
     """numpy model of the fused epilogue on an int32 NCHW accumulator, then the int8 store (low 8 bits)."""
     x = np.asarray(acc).astype(np.int64)
     for name, *args in ops:
         if name == "bias":
             x = wrap_int32(x + bias.astype(np.int64)[None, :, None, None]).astype(np.int64)
+        elif name == "channel_shr":
+            x = x >> channel_shr.astype(np.int64)[None, :, None, None]
         elif name == "residual":
             x = wrap_int32(x + residual.astype(np.int64)).astype(np.int64)
         else:
