@@ -119,7 +119,7 @@ class Path:
 
     count: int
     cells: tuple[tuple[str, str, str], ...]     # (cell, type, readable name of the net it drives) launch first
-    end: tuple[str, str]                        # (cell or port, type or "port") the path ends at
+    end: tuple[str, str]                        # (the end cell's output net, or the cell or port; its type)
 
     @property
     def start_text(self) -> str:
@@ -266,7 +266,8 @@ def analyse(netlist: dict, top: str | None = None) -> Levels:
                 continue
             for cell, comb in sinks:
                 if not comb and best[src][0] > top_count:
-                    top_count, top_end, top_from = best[src][0], (cell, cells[cell]["type"]), src
+                    shown = names.get(out_net.get(cell, -1)) or cell       # a flip-flop by the net it drives
+                    top_count, top_end, top_from = best[src][0], (shown, cells[cell]["type"]), src
             if ports and b in port_out and best[src][0] > top_count:
                 top_count, top_end, top_from = best[src][0], (port_out[b], "port"), src
         chain = []
