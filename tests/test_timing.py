@@ -381,3 +381,23 @@ def test_place_and_route_of_the_tiny_config_on_an_lfe5u_85f_writes_a_bitstream()
     assert ("met by" if t.fmax_mhz >= cfg.CLOCK_MHZ else "NOT met") in text
     big = ecp5_timing(load_config("pynq"))
     assert not big.fits and "MULT18X18D 256 of 156" in big.reason and not big.cells
+
+
+def test_the_timing_table_renders_each_measurement_and_the_ecp5_refusal():
+    """hardware/fpga/timing_table.py on a measurement read from a real report (no tool runs): the delay, the
+    verdict against each row's own clock, the fit, and for a preset with more products than the LFE5U-85F has
+    multipliers, the refusal, said without placing anything."""
+    from hardware.fpga.parts import get_part
+    from hardware.fpga.timing_table import TimingRow, render, rows_json
+    tiny = load_config("pynq", **TINY)
+    t = _tiny_timing()
+    rows = [TimingRow("tiny", tiny, get_part("xc7z020"), t, None),
+            TimingRow("fast", tiny.replace(CLOCK_MHZ=200), get_part("xc7z020"), t, None),
+            TimingRow("pynq", load_config("pynq"), get_part("xc7z020"), None, None)]
+    lines = {line.split()[0]: line for line in render(rows).splitlines() if line.split()}
+    assert "7.74" in lines["tiny"] and "met +2.26 ns" in lines["tiny"]
+    assert "MISSED -2.74 ns" in lines["fast"]
+    assert "not measured" in lines["pynq"] and "does not fit (MULT18X18D 256 of 156)" in lines["pynq"]
+    got = rows_json(rows)
+    assert got[0]["xilinx"]["fits"] == "yes" and got[1]["xilinx"]["clock_met"] is False
+    assert "xilinx" not in got[2]

@@ -365,10 +365,10 @@ def _fresh_work(cfg: HwConfig, directory: Path, say: Callable[[str], None], dsp_
 # What each long step took on this project's machine (2 cores shared with other jobs), said before the step starts
 # with the load average now: the honest estimate is the measured one, and how busy the machine is scales it.
 MEASURED = {
-    "xilinx": "2 min for the 1x4x4 test config with the machine idle, 7 min at load 9; 15 min for pynq (1x16x16) at "
-              "load 9",
-    "ecp5-synth": "1 min for the 1x4x4 test config, 13 min for a 1x8x8 core, both at load 9",
-    "ecp5-pnr": "21 min for the 1x4x4 test config at load 9, 52 min for a 1x8x8 core at load 9-10",
+    "xilinx": "2 min for the 1x4x4 test config with the machine idle, 7-12 min at load 9-15; 15 min for pynq "
+              "(1x16x16) at load 9, 21-29 min at load 12-16",
+    "ecp5-synth": "1 min for the 1x4x4 test config, 13-15 min for a 1x8x8 core, at load 9-16",
+    "ecp5-pnr": "21 min for the 1x4x4 test config at load 9, 49-52 min for a 1x8x8 core at load 9-16",
 }
 
 
