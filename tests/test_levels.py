@@ -64,8 +64,9 @@ def test_lut_levels_count_luts_only_and_name_the_path():
 
 def test_dsps_in_series_follow_the_register_parameters():
     """d1 with A, M and P registers off is crossed A->P; d2 (C and P registers off) C->P: two DSPs between
-    flip-flops. d3 has its M register on (AREG/BREG unwritten: the library's default, on) and P off: it launches
-    a path through its own post-adder into d4, whose P register ends it: one DSP on that path."""
+    flip-flops. d3 has its M register on (AREG/BREG unwritten: the library's default, on) and P off: a sequential
+    cell (issue 38's reading), so the path from it through its post-adder into d4, whose P register ends it,
+    crosses no DSP from an input to P; d3 -> d5 (C->P, registers off) -> a flip-flop crosses one."""
     off = {"AREG": "00", "BREG": "00", "MREG": "0", "PREG": "0", "CREG": "0"}
     n = Net()
     _ff(n, "q1", d=2, q=10)
@@ -75,6 +76,13 @@ def test_dsps_in_series_follow_the_register_parameters():
     n.cell("d3", "DSP48E1", {"MREG": "1", "PREG": "0"}, A=13, P=20)
     n.cell("d4", "DSP48E1", {"PREG": "1"}, PCIN=20, P=21)
     _ff(n, "q3", d=21, q=22)
+    only_d3 = Net()
+    only_d3.cell("d3", "DSP48E1", {"MREG": "1", "PREG": "0"}, A=13, P=20)
+    only_d3.cell("d4", "DSP48E1", {"PREG": "1"}, PCIN=20, P=21)
+    assert analyse(only_d3.json()).dsps.count == 0
+    only_d3.cell("d5", "DSP48E1", off, C=20, P=23)
+    _ff(only_d3, "q4", d=23, q=24)
+    assert analyse(only_d3.json()).dsps.count == 1
     lv = analyse(n.json())
     assert lv.dsps.count == 2
     assert [c[0] for c in lv.dsps.cells] == ["q1", "d1", "d2"] and lv.dsps.end == ("q2", "FDRE")

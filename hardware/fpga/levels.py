@@ -14,8 +14,10 @@ What is sequential (a path starts at its output and ends at its input) follows t
 - distributed RAMs (RAM32M, RAM64X1D, ...) and shift registers (SRL16E, SRLC32E) are written on the clock but read
   combinationally: their address inputs reach their data outputs through the cell, their other inputs end a path;
 - a DSP48E1/E2 is combinational from an input to P only where every register on the way is off (the input's own
-  A/B/C/D register, the M register for the multiplier's inputs, and the P register). A DSP whose P register is
-  off counts as a DSP on the path even when the path starts at its M register: its post-adder is crossed.
+  A/B/C/D register, the M register for the multiplier's inputs, and the P register). A DSP with any register on
+  the way to P launches paths (as issue 38's bound reads: a DSP with its M or P register on is a sequential
+  cell); the DSPs counted on a path are those it crosses from an input to P, as ``CriticalPath.dsps_in_series``
+  counts them on ``sta``'s path.
 
 A module port (the core's AXI and register-map pins) starts or ends a path too; paths are reported register to
 register (the acceptance figure) and, separately, from or to a port, since a real design registers its ports
@@ -86,7 +88,7 @@ class CellKind:
     comb_inputs: frozenset[str] | None      # None: every input
     launches: bool
     lut: int                                # LUT levels it adds when crossed
-    dsp: int                                # DSPs it adds when on the path (crossed, or launched from its M reg)
+    dsp: int                                # DSPs it adds when crossed
 
 
 def cell_kind(type_: str, parameters: dict) -> CellKind:
@@ -98,7 +100,7 @@ def cell_kind(type_: str, parameters: dict) -> CellKind:
         return CellKind(frozenset({"*address*"}), True, 1, 0)    # a read crosses a LUT (its contents launch)
     if type_ in DSP_CELLS:
         comb = _dsp_comb_inputs(parameters)
-        return CellKind(frozenset(comb), True, 0, 0 if _param(parameters.get("PREG")) else 1)
+        return CellKind(frozenset(comb), True, 0, 1)
     if type_ in COMBINATIONAL:
         return CellKind(None, False, 0, 0)
     raise NetlistError(f"cell type {type_!r}: not one the path analysis knows (hardware/fpga/levels.py); allowed: "
@@ -251,7 +253,7 @@ def analyse(netlist: dict, top: str | None = None) -> Levels:
             add = getattr(k, metric)
             cands = []
             if k.launches:
-                cands.append((k.dsp if metric == "dsp" else 0, None))
+                cands.append((0, None))
             if ports and n in from_port:
                 cands.append((add, "<port>"))
             for p in preds[n]:
