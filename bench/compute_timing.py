@@ -27,6 +27,7 @@ from amaranth.back import verilog
 from amaranth.lib import memory, wiring
 from amaranth.lib.wiring import In, Out
 
+from hardware.fpga.levels import analyse
 from hardware.loop_engine import LoopEngine
 from hardware.params import RtlParams
 from hw_config import load_config
@@ -87,52 +88,6 @@ def critical_path(sta: str) -> tuple[float, list[str]]:
     return arrival, cells
 
 
-SEQUENTIAL = ("FD", "RAMB", "SRL", "IBUF", "OBUF", "BUFG")
-
-
-def levels(netlist: dict, module: str = "compute") -> tuple[int, int]:
-    """The most LUTs and the most DSP48E1s on one path between sequential cells (flip-flops, block RAMs, DSPs
-    with their M or P register on, the ports), over every path of the synthesised netlist's ``module``."""
-    cells = netlist["modules"][module]["cells"]
-    driver, sinks = {}, {}
-    kind = {}
-    for name, cell in cells.items():
-        t = cell["type"]
-        p = cell.get("parameters", {})
-        registered = t == "DSP48E1" and any(int(str(p.get(k, "0")), 2) for k in ("MREG", "PREG"))
-        kind[name] = "seq" if t.startswith(SEQUENTIAL) or registered else \
-            ("lut" if t.startswith("LUT") else "dsp" if t == "DSP48E1" else "comb")
-        for port, bits in cell["connections"].items():
-            out = cell["port_directions"].get(port) == "output"
-            for b in bits:
-                if isinstance(b, int):
-                    (driver.__setitem__(b, name) if out else sinks.setdefault(b, []).append(name))
-    succ = {n: set() for n in cells}
-    for b, name in driver.items():
-        succ[name].update(sinks.get(b, ()))
-    indeg = {n: 0 for n in cells}
-    for n in cells:
-        if kind[n] != "seq":
-            for m in succ[n]:
-                if kind[m] != "seq":
-                    indeg[m] += 1
-    best = {n: (int(kind[n] == "lut"), int(kind[n] == "dsp")) for n in cells}
-    order = [n for n in cells if kind[n] != "seq" and indeg[n] == 0]
-    most = (0, 0)
-    while order:
-        n = order.pop()
-        most = (max(most[0], best[n][0]), max(most[1], best[n][1]))
-        for m in succ[n]:
-            if kind[m] == "seq":
-                continue
-            add = (int(kind[m] == "lut"), int(kind[m] == "dsp"))
-            best[m] = (max(best[m][0], best[n][0] + add[0]), max(best[m][1], best[n][1] + add[1]))
-            indeg[m] -= 1
-            if indeg[m] == 0:
-                order.append(m)
-    return most
-
-
 def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("--config", default="pynq")
@@ -176,9 +131,10 @@ def main(argv: list[str] | None = None) -> int:
     if (directory / "netlist.json").is_file():
         import json
 
-        luts_max, dsps_max = levels(json.loads((directory / "netlist.json").read_text()))
-        print(f"  over every register-to-register path: at most {luts_max} LUT levels, "
-              f"{dsps_max} DSP48E1 in series (without their M or P register)")
+        lv = analyse(json.loads((directory / "netlist.json").read_text()), "compute")
+        print(f"  over every register-to-register path (hardware/fpga/levels.py): at most {lv.luts.count} LUT "
+              f"levels ({lv.luts.start_text} -> {lv.luts.end_text}), {lv.dsps.count} DSP48E1 on one path "
+              f"({lv.dsps.start_text} -> {lv.dsps.end_text})")
     print(f"  reports in {directory}")
     return 0
 

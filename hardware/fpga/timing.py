@@ -32,15 +32,17 @@ key, with the flow's own parts in the key) in ``timing.json``.
 
 from __future__ import annotations
 
+import gzip
 import hashlib
 import json
 import re
 import shutil
 import sys
 from collections.abc import Callable
-from dataclasses import asdict, dataclass, field
+from dataclasses import asdict, dataclass, field, replace
 from pathlib import Path
 
+from hardware.fpga.levels import BLOCK_RAMS, Levels, analyse, sram_cells
 from hardware.fpga.resources import DSP_CELLS, LUT_CELLS, TOP, Resources
 from hardware.fpga.synth import (
     SYNTH_CACHE_VARIABLE,
@@ -55,8 +57,9 @@ from hardware.toolchain import RTL_CACHE_VARIABLE, cache_dir, locked_dir, requir
 from hw_config import HwConfig
 from hw_config.writing import write_text_atomic
 
-TIMING_FLOW_VERSION = "1"     # bump when a script or a parser below changes what a cached result means
+TIMING_FLOW_VERSION = "2"     # bump when a script or a parser below changes what a cached result means
 RESULT = "timing.json"
+NETLIST = "netlist.json.gz"   # the synthesised netlist, kept for the path analysis (hardware/fpga/levels.py)
 LOGIC_ONLY = "logic delays only, no routing"
 POST_ROUTE = "placed and routed"
 CLOCK = "clk"
@@ -72,6 +75,7 @@ def xilinx_sta_script(family: str, verilog: str = "vta_core.v") -> str:
         f"read_verilog {verilog}",
         f"synth_xilinx -family {family} -top {TOP} -flatten -noiopad -noclkbuf",
         "tee -q -o stat.json stat -json",
+        "write_json netlist.json",
         "delete =$paramod*",
         "read_verilog -lib -specify +/xilinx/cells_sim.v",
         "tee -q -o sta.txt sta",
@@ -220,10 +224,19 @@ class XilinxTiming:
     key: str = ""
     cached: bool = False
     how: str = LOGIC_ONLY
+    levels: Levels | None = None     # the most LUT levels / DSPs on any path (hardware/fpga/levels.py)
+    sram_cells: dict[str, dict[str, int]] = field(default_factory=dict)   # per SRAM, its cells by type
 
     @property
     def delay_ns(self) -> float:
         return self.path.delay_ns
+
+    @property
+    def srams_in_block_ram(self) -> bool | None:
+        """Whether every SRAM was mapped to block RAM only (None: not known, a result cached before the check)."""
+        if not self.sram_cells:
+            return None
+        return all(cells and set(cells) <= BLOCK_RAMS for cells in self.sram_cells.values())
 
     @property
     def resources(self) -> Resources:
@@ -237,12 +250,14 @@ class XilinxTiming:
     def to_json(self) -> dict:
         return {"flow": "yosys-sta", "family": self.family, "how": self.how, "delay_ns": self.delay_ns,
                 "path": self.path.to_json(), "cells": self.cells, "seconds": self.seconds, "yosys": self.yosys,
-                "key": self.key}
+                "key": self.key, "levels": self.levels.to_json() if self.levels else None,
+                "sram_cells": self.sram_cells}
 
     @classmethod
     def from_json(cls, d: dict, cached: bool = False) -> XilinxTiming:
+        levels = Levels.from_json(d["levels"]) if d.get("levels") else None
         return cls(d["family"], CriticalPath.from_json(d["path"]), d["cells"], d.get("seconds", 0.0),
-                   d.get("yosys", ""), d.get("key", ""), cached)
+                   d.get("yosys", ""), d.get("key", ""), cached, levels=levels, sram_cells=d.get("sram_cells", {}))
 
 
 def timing_family(family: str) -> tuple[str, str]:
@@ -277,9 +292,19 @@ def clock_free(cfg: HwConfig) -> HwConfig:
 
 
 def cached_xilinx(cfg: HwConfig, family: str = "xc7", dsp_packing: bool | None = None) -> XilinxTiming | None:
-    """The cached ``xilinx_timing`` of ``cfg``, or None."""
-    return _read_cached(result_dir(clock_free(cfg), family, flow=_xilinx_flow(family), dsp_packing=dsp_packing)
-                        / RESULT, XilinxTiming.from_json)
+    """The cached ``xilinx_timing`` of ``cfg``, or None. A result cached without the path analysis gets it from
+    the netlist kept beside it (``NETLIST``), and is saved with it."""
+    directory = result_dir(clock_free(cfg), family, flow=_xilinx_flow(family), dsp_packing=dsp_packing)
+    found = _read_cached(directory / RESULT, XilinxTiming.from_json)
+    if found is None or found.levels is not None or not (directory / NETLIST).is_file():
+        return found
+    with gzip.open(directory / NETLIST, "rt") as f:
+        netlist = json.load(f)
+    found = replace(found, levels=analyse(netlist, TOP), sram_cells=sram_cells(netlist, TOP))
+    saved = json.loads((directory / RESULT).read_text())
+    write_text_atomic(directory / RESULT, json.dumps({**found.to_json(), "config": saved.get("config")}, indent=1)
+                      + "\n")
+    return found
 
 
 def xilinx_timing(cfg: HwConfig, family: str = "xc7", progress: Callable[[str], None] | None = None,
@@ -308,10 +333,14 @@ def xilinx_timing(cfg: HwConfig, family: str = "xc7", progress: Callable[[str], 
         seconds = run_script(work, xilinx_sta_script(family), progress, what=f"Yosys {family} timing")
         path = parse_sta((work / "sta.txt").read_text(errors="replace"))
         cells = parse_stat(json.loads((work / "stat.json").read_text())).get(TOP, {})
+        netlist = json.loads((work / "netlist.json").read_text())
         from hardware.fpga.synth import synth_key
         result = XilinxTiming(family, path, cells, round(seconds, 1), yosys_version(),
-                              synth_key(cfg, family, flow=flow, dsp_packing=dsp_packing))
+                              synth_key(cfg, family, flow=flow, dsp_packing=dsp_packing),
+                              levels=analyse(netlist, TOP), sram_cells=sram_cells(netlist, TOP))
         shutil.copyfile(work / "sta.txt", directory / "sta.txt")
+        with open(work / "netlist.json", "rb") as src, gzip.open(directory / NETLIST, "wb") as dst:
+            shutil.copyfileobj(src, dst)
         write_text_atomic(directory / RESULT, json.dumps({**result.to_json(), "config": cfg.to_dict()}, indent=1)
                           + "\n")
         shutil.rmtree(work, ignore_errors=True)
@@ -336,10 +365,10 @@ def _fresh_work(cfg: HwConfig, directory: Path, say: Callable[[str], None], dsp_
 # What each long step took on this project's machine (2 cores shared with other jobs), said before the step starts
 # with the load average now: the honest estimate is the measured one, and how busy the machine is scales it.
 MEASURED = {
-    "xilinx": "2 min for the 1x4x4 test config with the machine idle, 7 min at load 9; 15 min for pynq (1x16x16) at "
-              "load 9",
-    "ecp5-synth": "1 min for the 1x4x4 test config, 13 min for a 1x8x8 core, both at load 9",
-    "ecp5-pnr": "21 min for the 1x4x4 test config at load 9, 52 min for a 1x8x8 core at load 9-10",
+    "xilinx": "2 min for the 1x4x4 test config with the machine idle, 7-12 min at load 9-15; 15 min for pynq "
+              "(1x16x16) at load 9, 21-29 min at load 12-16",
+    "ecp5-synth": "1 min for the 1x4x4 test config, 13-15 min for a 1x8x8 core, at load 9-16",
+    "ecp5-pnr": "21 min for the 1x4x4 test config at load 9, 49-52 min for a 1x8x8 core at load 9-16",
 }
 
 
@@ -664,7 +693,25 @@ def xilinx_lines(cfg: HwConfig, t: XilinxTiming, note: str = "") -> list[str]:
             f"  from {p.start}",
             f"  to   {p.end_text}",
             (f"  CLOCK_MHZ {cfg.CLOCK_MHZ:g} ({period:.2f} ns): {verdict}; the logic alone allows at most "
-            f"{t.fmax_mhz:.0f} MHz")] + ([f"  note: {note}"] if note else [])
+            f"{t.fmax_mhz:.0f} MHz")] + _levels_lines(t, dsp) + ([f"  note: {note}"] if note else [])
+
+
+def _levels_lines(t: XilinxTiming, dsp: str) -> list[str]:
+    """The path analysis over every path (hardware/fpga/levels.py), and where the SRAMs went."""
+    lv = t.levels
+    if lv is None:
+        return []
+    lines = [(f"  over every register-to-register path: at most {lv.luts.count} LUT levels "
+             f"({lv.luts.start_text} -> {lv.luts.end_text})"),
+             f"    and at most {lv.dsps.count} {dsp} on one path ({lv.dsps.start_text} -> {lv.dsps.end_text})"]
+    if lv.luts_with_ports.count > lv.luts.count:
+        lines.append(f"    from or to a port of the core: {lv.luts_with_ports.count} LUT levels "
+                     f"({lv.luts_with_ports.start_text} -> {lv.luts_with_ports.end_text})")
+    if t.srams_in_block_ram is not None:
+        where = {s: "+".join(f"{n} {k}" for k, n in sorted(c.items())) or "none" for s, c in t.sram_cells.items()}
+        lines.append(f"  SRAMs {'all in block RAM' if t.srams_in_block_ram else 'NOT all in block RAM'}: "
+                     + ", ".join(f"{s} {w}" for s, w in where.items()))
+    return lines
 
 
 def ecp5_lines(cfg: HwConfig, t: Ecp5Timing) -> list[str]:
@@ -713,6 +760,13 @@ def timing_dict(cfg: HwConfig, x: XilinxTiming | None, e: Ecp5Timing | None, not
                          "dsps_in_series": p.dsps_in_series, "start": p.start, "end": p.end_text,
                          "logic_fmax_mhz": round(x.fmax_mhz, 1), "clock_met": met, "margin_ns": round(margin, 3),
                          "seconds": x.seconds, "cached": x.cached, "note": note}
+        if x.levels is not None:
+            lv = x.levels
+            out["xilinx"].update(max_lut_levels=lv.luts.count, max_dsps_on_a_path=lv.dsps.count,
+                                 max_lut_levels_path=[lv.luts.start_text, lv.luts.end_text],
+                                 max_dsps_path=[lv.dsps.start_text, lv.dsps.end_text],
+                                 max_lut_levels_with_ports=lv.luts_with_ports.count,
+                                 srams_in_block_ram=x.srams_in_block_ram, sram_cells=x.sram_cells)
     if e is not None:
         d = {"how": e.how, "device": e.device, "fits": e.fits}
         if e.fits:
