@@ -12,9 +12,13 @@ loop, ...) with the parameters that size it (element and bus widths, SRAM addres
   one DSP48; on by default for Xilinx boards), and per ALU lane with MUL (only the fsim capability set builds it)
   what its 32 x 32 multiplier takes (3, on both families; coefficients.py has the fitted figures);
 - the rest, LUTs and flip-flops of logic, is linear per class in a few features of its parameters (bits of a data
-  path, bits of a mux times its fan-in, address bits, a constant), with coefficients fitted by least squares to
-  Yosys's per-module figures over a sample of configs (bench/fpga_fit.py, which writes coefficients.py and
-  reports the accuracy on held-out configs).
+  path, bits of a mux times its fan-in, address bits, the compute pipeline's registers by structure, a
+  constant), with coefficients fitted by least squares to Yosys's per-module figures over a sample of configs
+  (bench/fpga_fit.py, which writes coefficients.py and reports the accuracy on held-out configs);
+- DSP packing adds a fitted number of LUTs and FFs per packed multiplier, per compute pipeline depth
+  (``packing_per_pair``);
+- a family fitted to an older RTL (LEGACY: xcup's fit of 2026-11-25) is completed by the current family's
+  figures for what changed since (``DESIGN``).
 
 When a part has fewer DSP slices than the design's multipliers, a vendor flow would have to build the rest from
 LUTs (Vivado's ``-max_dsp``); ``fit_part`` moves GEMM multipliers first (about 200 LUTs each; an ALU lane's
