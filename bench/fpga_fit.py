@@ -205,7 +205,7 @@ def fit_fallback(family: str, dsp: dict, previous: dict | None) -> dict:
 
 def fit_packing(family: str) -> dict:
     """LUTs (and FFs) DSP packing adds per packed multiplier: the gemm_alu module packed minus unpacked, per
-    pair of products, for each packing sample (bench/fpga_samples.py PACKING); per depth, their mean."""
+    pair of products, for each packing sample (bench/fpga_samples.py PACKING); per depth, pooled over them."""
     per_sample = {}
     for name in FAMILIES[family].get("packing", ()):
         cfg = config(name)
@@ -221,8 +221,12 @@ def fit_packing(family: str) -> dict:
     depths = sorted({v["depth"] for v in per_sample.values()})
 
     def by_depth(key: str) -> dict[str, float]:
-        return {str(d): round(float(np.mean([v[key] for v in per_sample.values() if v["depth"] == d])), 2)
-                for d in depths}
+        """Pooled over the samples of a depth (their differences over their pairs: a large core weighs more)."""
+        out = {}
+        for d in depths:
+            same = [v for v in per_sample.values() if v["depth"] == d]
+            out[str(d)] = round(sum(v[key] * v["pairs"] for v in same) / sum(v["pairs"] for v in same), 2)
+        return out
     return {"lut_per_pair": by_depth("lut_per_pair"), "ff_per_pair": by_depth("ff_per_pair"), "samples": per_sample}
 
 

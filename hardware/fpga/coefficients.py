@@ -481,11 +481,11 @@ COEFFICIENTS = {
         "packing": {
             "lut_per_pair": {
                 "4": 70.5,
-                "9": 17.75
+                "9": 16.62
             },
             "ff_per_pair": {
                 "4": 0.0,
-                "9": 17.0
+                "9": 1.0
             },
             "samples": {
                 "tiny": {
@@ -506,6 +506,16 @@ COEFFICIENTS = {
                     "dsp": [
                         8,
                         16
+                    ]
+                },
+                "pynq-d9": {
+                    "depth": 9,
+                    "pairs": 128,
+                    "lut_per_pair": 16.55,
+                    "ff_per_pair": 0.0,
+                    "dsp": [
+                        128,
+                        256
                     ]
                 }
             }
