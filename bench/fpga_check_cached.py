@@ -69,7 +69,7 @@ def main() -> int:
             error = (a - y) / y if y else float(a != y)
             worst[r] = max(worst[r], abs(error))
             cells.append(f"{a:,.1f} / {y:,.1f} ({error:+.1%})")
-        print(f"| {cfg.model}{' (DSP packing)' if packing else ''} | {8 * cfg.BUS_BYTES} | " + " | ".join(cells) + " |")
+        print(f"| {cfg.model} depth {cfg.COMPUTE_LATENCY}{' (DSP packing)' if packing else ''} | {8 * cfg.BUS_BYTES} | " + " | ".join(cells) + " |")
     print("\nworst |model - Yosys| / Yosys: " + ", ".join(f"{r} {worst[r]:.1%} (bound {BOUND[r]:.0%})"
                                                            for r in RESOURCES))
     return 0 if all(worst[r] <= BOUND[r] for r in RESOURCES) else 2

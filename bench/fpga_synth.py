@@ -29,24 +29,27 @@ def main(argv: list[str] | None = None) -> int:
     print(header("fpga_synth.py", f"Yosys {yosys_version()} synth_xilinx of the resource-model samples "
                                  f"(generator sources {source_hash()})"))
     for family in args.family:
-        for split in ("train", "held_out"):
-            for name in FAMILIES[family][split]:
-                if args.only and name not in args.only:
-                    continue
-                cfg = config(name)
-                found = cached(cfg, family, dsp_packing=False)   # the model's samples: without DSP packing
-                if args.list:
-                    print(f"{family:5} {split:8} {name:18} {'cached' if found else '-'}"
-                          f"{f' ({found.seconds:.0f} s)' if found else ''}")
-                    continue
-                t0 = time.perf_counter()
-                result = synthesize(cfg, family, progress=lambda t: print(f"  {t}", file=sys.stderr, flush=True),
-                                    dsp_packing=False)
-                total = result.total()
-                print(f"{family:5} {split:8} {name:18} MACs {cfg.MACS_PER_CYCLE:5}  LUT {total.lut:7.0f}  "
-                      f"FF {total.ff:6.0f}  BRAM36 {total.bram:6.1f}  DSP {total.dsp:5}  Yosys "
-                      f"{result.seconds:6.0f} s{' (cached)' if result.cached else ''}  "
-                      f"[{time.perf_counter() - t0:.0f} s here]", flush=True)
+        # the model's samples without DSP packing; the packing samples both ways (what packing adds)
+        runs = [(split, name, False) for split in ("train", "held_out") for name in FAMILIES[family][split]]
+        runs += [("packing", name, packed) for name in FAMILIES[family].get("packing", ()) for packed in (False, True)]
+        for split, name, packed in runs:
+            if args.only and name not in args.only:
+                continue
+            cfg = config(name)
+            label = f"{name}{' packed' if packed else ''}"
+            found = cached(cfg, family, dsp_packing=packed)
+            if args.list:
+                print(f"{family:5} {split:8} {label:18} {'cached' if found else '-'}"
+                      f"{f' ({found.seconds:.0f} s)' if found else ''}")
+                continue
+            t0 = time.perf_counter()
+            result = synthesize(cfg, family, progress=lambda t: print(f"  {t}", file=sys.stderr, flush=True),
+                                dsp_packing=packed)
+            total = result.total()
+            print(f"{family:5} {split:8} {label:18} MACs {cfg.MACS_PER_CYCLE:5}  LUT {total.lut:7.0f}  "
+                  f"FF {total.ff:6.0f}  BRAM36 {total.bram:6.1f}  DSP {total.dsp:5}  Yosys "
+                  f"{result.seconds:6.0f} s{' (cached)' if result.cached else ''}  "
+                  f"[{time.perf_counter() - t0:.0f} s here]", flush=True)
     return 0
 
 

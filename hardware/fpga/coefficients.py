@@ -6,33 +6,16 @@ they were fitted to and how close the model came on configs it was not fitted to
 """
 
 META = {
-    "generator_sources": "970c6d4ded059e95",
+    "generator_sources": {
+        "xcup": "970c6d4ded059e95",
+        "xc7": "0b6a673fe913706a"
+    },
     "yosys": "0.70.0.0.post1259",
-    "fitted": "2026-11-25",
+    "fitted": {
+        "xcup": "2026-11-25",
+        "xc7": "2026-12-07"
+    },
     "samples": {
-        "xc7": {
-            "train": [
-                "b1k4-bus6",
-                "b1k8-bus7",
-                "b2k8-bus8",
-                "pynq",
-                "b2k16-bus7",
-                "b4k4-bus5",
-                "b4k8-bus9",
-                "b1k32-bus7",
-                "b1k16-bus8-small",
-                "b2k4-bus6",
-                "b1k8-bus6-big"
-            ],
-            "held_out": [
-                "b2k8-bus7",
-                "b2k16-bus6",
-                "b1k4-bus8",
-                "b4k4-bus7",
-                "ultra96",
-                "b1k32-bus8"
-            ]
-        },
         "xcup": {
             "train": [
                 "b1k4-bus6",
@@ -51,25 +34,23 @@ META = {
                 "b4k4-bus7",
                 "b1k32-bus8"
             ]
+        },
+        "xc7": {
+            "train": [
+                "pynq",
+                "pynq-d9",
+                "b1k4-bus6",
+                "b1k4-bus6-d9",
+                "b4k4-bus5",
+                "b4k4-bus5-d9"
+            ],
+            "held_out": [
+                "tiny",
+                "tiny-d9"
+            ]
         }
     },
     "accuracy": {
-        "xc7": {
-            "train": {
-                "lut": 0.0159,
-                "ff": 0.0126,
-                "dsp": 0.0,
-                "bram_exact": True,
-                "configs": 11
-            },
-            "held_out": {
-                "lut": 0.0122,
-                "ff": 0.005,
-                "dsp": 0.0,
-                "bram_exact": True,
-                "configs": 6
-            }
-        },
         "xcup": {
             "train": {
                 "lut": 0.0078,
@@ -85,194 +66,27 @@ META = {
                 "bram_exact": True,
                 "configs": 5
             }
+        },
+        "xc7": {
+            "train": {
+                "lut": 0.0037,
+                "ff": 0.0044,
+                "dsp": 0.0,
+                "bram_exact": True,
+                "configs": 6
+            },
+            "held_out": {
+                "lut": 0.0128,
+                "ff": 0.0049,
+                "dsp": 0.0,
+                "bram_exact": True,
+                "configs": 2
+            }
         }
     }
 }
 
 COEFFICIENTS = {
-    "xc7": {
-        "classes": {
-            "arbiter": {
-                "lut": {
-                    "1": 286.7167,
-                    "bus_x_extra": 0.6905,
-                    "clients": 9.1472
-                },
-                "ff": {
-                    "1": 3.0
-                }
-            },
-            "compute": {
-                "lut": {
-                    "1": 61.48,
-                    "acc_mux": 0.9981
-                },
-                "ff": {
-                    "1": 4.0,
-                    "engines": 1.0
-                }
-            },
-            "fetch": {
-                "lut": {
-                    "1": 202.375,
-                    "log_prefetch": 0.5625
-                },
-                "ff": {
-                    "1": 161.0,
-                    "log_prefetch": 1.0
-                }
-            },
-            "fifo": {
-                "lut": {
-                    "1": 2.5663,
-                    "log_depth": 4.3006
-                },
-                "ff": {
-                    "1": 1.0,
-                    "log_depth": 3.0
-                }
-            },
-            "lanes": {
-                "lut": {
-                    "log_depth": 4.9161
-                },
-                "ff": {
-                    "1": 1.0,
-                    "log_depth": 3.0
-                }
-            },
-            "load2d": {
-                "lut": {
-                    "1": 217.5943,
-                    "addr_bits": 0.8973,
-                    "burst_bits": 11.6146,
-                    "data": 1.0023,
-                    "padded": 88.1367
-                },
-                "ff": {
-                    "1": 255.7879,
-                    "addr_bits": 0.5352,
-                    "burst_bits": 0.9065
-                }
-            },
-            "loop": {
-                "lut": {
-                    "1": 182.9813,
-                    "lanes": 447.0698,
-                    "mul_lanes": 62.5444
-                },
-                "ff": {
-                    "1": 85.3709,
-                    "acc_bits": 0.9983,
-                    "idx_bits": 4.5122
-                }
-            },
-            "reader": {
-                "lut": {
-                    "1": 16.9744,
-                    "mux": 1.0155,
-                    "narrow": 61.7724
-                },
-                "ff": {
-                    "1": 10.2286,
-                    "buffer": 1.0015,
-                    "held": 0.9934,
-                    "narrow": 51.8107
-                }
-            },
-            "sequencer": {
-                "lut": {
-                    "1": 17.6364,
-                    "engines": 7.3636
-                },
-                "ff": {
-                    "1": 3.0,
-                    "engines": 1.0
-                }
-            },
-            "store2d": {
-                "lut": {
-                    "1": 147.203,
-                    "addr_bits": 2.8556,
-                    "burst_bits": 6.1083
-                },
-                "ff": {
-                    "1": 160.5072,
-                    "addr_bits": 2.212,
-                    "burst_bits": 2.091,
-                    "log_outstanding": 1.8524
-                }
-            },
-            "tags": {
-                "lut": {
-                    "log_depth": 3.0432
-                },
-                "ff": {
-                    "1": 1.0,
-                    "log_depth": 3.0
-                }
-            },
-            "token": {
-                "lut": {
-                    "count_bits": 1.8253
-                },
-                "ff": {
-                    "count_bits": 1.0
-                }
-            },
-            "top": {
-                "lut": {
-                    "1": 325.7667,
-                    "bypass": 0.9846
-                },
-                "ff": {
-                    "1": 382.0
-                }
-            },
-            "writer": {
-                "lut": {
-                    "1": 1.465,
-                    "mux": 1.0252
-                },
-                "ff": {
-                    "1": 0.0,
-                    "beats_log": 1.0
-                }
-            }
-        },
-        "dsp": {
-            "per_mac": 1,
-            "per_alu_lane": 3
-        },
-        "alu_lane": {
-            "mul": {
-                "lut": 430,
-                "ff": 0,
-                "dsp": 3
-            },
-            "no_mul": {
-                "lut": 460,
-                "ff": 0,
-                "dsp": 0
-            }
-        },
-        "fallback": {
-            "lut_per_mac": 201.3,
-            "lut_per_alu_lane": 1121.0,
-            "samples": {
-                "b1k4-bus6": {
-                    "products": 16,
-                    "lanes": 4,
-                    "extra_lut": 7704
-                },
-                "b2k8-bus8": {
-                    "products": 128,
-                    "lanes": 16,
-                    "extra_lut": 43696
-                }
-            }
-        }
-    },
     "xcup": {
         "classes": {
             "arbiter": {
@@ -450,6 +264,259 @@ COEFFICIENTS = {
                     "products": 128,
                     "lanes": 16,
                     "extra_lut": 38618
+                }
+            }
+        }
+    },
+    "xc7": {
+        "design": 2,
+        "classes": {
+            "arbiter": {
+                "lut": {
+                    "1": 589.8333,
+                    "bus_x_extra": 0.1406
+                },
+                "ff": {
+                    "1": 3.0
+                }
+            },
+            "axi_lite": {
+                "lut": {
+                    "1": 150.0
+                },
+                "ff": {
+                    "1": 40.0
+                }
+            },
+            "axi_master": {
+                "lut": {
+                    "1": 26.0
+                },
+                "ff": {
+                    "1": 23.0
+                }
+            },
+            "compute": {
+                "lut": {
+                    "1": 57.6667,
+                    "acc_mux": 1.0026
+                },
+                "ff": {
+                    "1": 4.0,
+                    "engines": 1.0
+                }
+            },
+            "counters": {
+                "lut": {
+                    "1": 1388.9615,
+                    "uop_bits": 62.3462
+                },
+                "ff": {
+                    "1": 1017.3462,
+                    "uop_bits": 13.8846
+                }
+            },
+            "fetch": {
+                "lut": {
+                    "1": 204.3333
+                },
+                "ff": {
+                    "1": 161.0,
+                    "log_prefetch": 1.0
+                }
+            },
+            "fifo": {
+                "lut": {
+                    "1": 3.6867,
+                    "log_depth": 4.1537
+                },
+                "ff": {
+                    "1": 1.0,
+                    "log_depth": 3.0
+                }
+            },
+            "lanes": {
+                "lut": {
+                    "log_depth": 4.6667
+                },
+                "ff": {
+                    "log_depth": 3.1667
+                }
+            },
+            "load2d": {
+                "lut": {
+                    "burst_bits": 46.5516,
+                    "data": 0.9905,
+                    "padded": 51.262
+                },
+                "ff": {
+                    "burst_bits": 37.1224
+                }
+            },
+            "loop": {
+                "lut": {
+                    "1": 261.1667,
+                    "fwd_bits": 0.6179,
+                    "lanes": 586.9896,
+                    "mul_lanes": 7.8952,
+                    "tree_regs": 5.769
+                },
+                "ff": {
+                    "1": 62.9343,
+                    "acc_bits": 3.0124,
+                    "idx_bits": 5.7348,
+                    "pipe_bits": 0.5146
+                }
+            },
+            "reader": {
+                "lut": {
+                    "1": 49.3846,
+                    "mux": 1.9567
+                },
+                "ff": {
+                    "1": 14.2095,
+                    "buffer": 1.0043,
+                    "held": 1.8092
+                }
+            },
+            "sequencer": {
+                "lut": {
+                    "1": 17.3333,
+                    "engines": 7.6667
+                },
+                "ff": {
+                    "1": 3.0,
+                    "engines": 1.0
+                }
+            },
+            "skid": {
+                "lut": {
+                    "1": 2.9345,
+                    "width": 1.0053
+                },
+                "ff": {
+                    "width": 2.0094
+                }
+            },
+            "store2d": {
+                "lut": {
+                    "addr_bits": 2.2857,
+                    "burst_bits": 26.6259
+                },
+                "ff": {
+                    "addr_bits": 1.0,
+                    "burst_bits": 21.5714,
+                    "log_outstanding": 6.0
+                }
+            },
+            "token": {
+                "lut": {
+                    "1": 3.0,
+                    "count_bits": 1.0
+                },
+                "ff": {
+                    "count_bits": 1.0
+                }
+            },
+            "top": {
+                "lut": {
+                    "1": 579.6667
+                },
+                "ff": {
+                    "1": 320.0
+                }
+            },
+            "write_arbiter": {
+                "lut": {
+                    "1": 3.0
+                },
+                "ff": {
+                    "1": 4.0
+                }
+            },
+            "writer": {
+                "lut": {
+                    "1": 23.5,
+                    "mux": 1.0469
+                },
+                "ff": {
+                    "1": 4.0,
+                    "beats_log": 1.0
+                }
+            }
+        },
+        "dsp": {
+            "per_mac": 1,
+            "per_alu_lane": 3
+        },
+        "alu_lane": {
+            "mul": {
+                "lut": 430,
+                "ff": 0,
+                "dsp": 3
+            },
+            "no_mul": {
+                "lut": 460,
+                "ff": 0,
+                "dsp": 0
+            }
+        },
+        "fallback": {
+            "lut_per_mac": 201.3,
+            "lut_per_alu_lane": 1121.0,
+            "samples": {
+                "b1k4-bus6": {
+                    "products": 16,
+                    "lanes": 4,
+                    "extra_lut": 7704
+                },
+                "b2k8-bus8": {
+                    "products": 128,
+                    "lanes": 16,
+                    "extra_lut": 43696
+                }
+            },
+            "fitted": "2026-11-25"
+        },
+        "packing": {
+            "lut_per_pair": {
+                "4": 70.5,
+                "9": 16.62
+            },
+            "ff_per_pair": {
+                "4": 0.0,
+                "9": 1.0
+            },
+            "samples": {
+                "tiny": {
+                    "depth": 4,
+                    "pairs": 8,
+                    "lut_per_pair": 70.5,
+                    "ff_per_pair": 0.0,
+                    "dsp": [
+                        8,
+                        16
+                    ]
+                },
+                "tiny-d9": {
+                    "depth": 9,
+                    "pairs": 8,
+                    "lut_per_pair": 17.75,
+                    "ff_per_pair": 17.0,
+                    "dsp": [
+                        8,
+                        16
+                    ]
+                },
+                "pynq-d9": {
+                    "depth": 9,
+                    "pairs": 128,
+                    "lut_per_pair": 16.55,
+                    "ff_per_pair": 0.0,
+                    "dsp": [
+                        128,
+                        256
+                    ]
                 }
             }
         }

@@ -12,9 +12,13 @@ loop, ...) with the parameters that size it (element and bus widths, SRAM addres
   one DSP48; on by default for Xilinx boards), and per ALU lane with MUL (only the fsim capability set builds it)
   what its 32 x 32 multiplier takes (3, on both families; coefficients.py has the fitted figures);
 - the rest, LUTs and flip-flops of logic, is linear per class in a few features of its parameters (bits of a data
-  path, bits of a mux times its fan-in, address bits, a constant), with coefficients fitted by least squares to
-  Yosys's per-module figures over a sample of configs (bench/fpga_fit.py, which writes coefficients.py and
-  reports the accuracy on held-out configs).
+  path, bits of a mux times its fan-in, address bits, the compute pipeline's registers by structure, a
+  constant), with coefficients fitted by least squares to Yosys's per-module figures over a sample of configs
+  (bench/fpga_fit.py, which writes coefficients.py and reports the accuracy on held-out configs);
+- DSP packing adds a fitted number of LUTs and FFs per packed multiplier, per compute pipeline depth
+  (``packing_per_pair``);
+- a family fitted to an older RTL (LEGACY: xcup's fit of 2026-11-25) is completed by the current family's
+  figures for what changed since (``DESIGN``).
 
 When a part has fewer DSP slices than the design's multipliers, a vendor flow would have to build the rest from
 LUTs (Vivado's ``-max_dsp``); ``fit_part`` moves GEMM multipliers first (about 200 LUTs each; an ALU lane's
@@ -28,6 +32,7 @@ synthesised alone) are a cross-check of the per-lane term, not used here.
 
 from __future__ import annotations
 
+import itertools
 import math
 from dataclasses import dataclass, field
 
@@ -71,13 +76,16 @@ def rtl_structure(cfg: HwConfig) -> dict:
             "acc_reads": 1, "acc_transparent": 0, "out_buffer": True,
             "compute_loads": tuple(k for k in ("UOP", "ACC", "ACC_8BIT") if k in caps.compute_loads),
             "padded_loads": frozenset(caps.padded_loads), "uop_load_rows": caps.uop_load_rows,
-            "alu_mul": "MUL" in caps.alu_opcodes}
+            "alu_mul": "MUL" in caps.alu_opcodes, "skids": True}
 
 
-# The memories of the generator before STORE got its output buffer (2026-12-07): the accumulator read by compute
-# (transparent to the write port) and by STORE. tests/data/fpga_yosys_samples.json was synthesised from it, so the
-# held-out test holds the model to those samples with this structure (``estimate(..., structure=...)``).
-BEFORE_OUTPUT_BUFFER = {"acc_reads": 2, "acc_transparent": 1, "out_buffer": False}
+# The generator of a LEGACY family's samples (2026-11-25; see DESIGN): before STORE got its output buffer (the
+# accumulator read by compute, transparent to the write port, and by STORE), before the arbiters' register
+# slices and before the pipelined datapath (``since_fit``: LEGACY_CURRENT_FAMILY's corrections left out).
+# tests/data/fpga_yosys_samples.json keeps that family's samples, so the held-out test holds the model to them
+# with this structure (``estimate(..., structure=...)``).
+BEFORE_OUTPUT_BUFFER = {"acc_reads": 2, "acc_transparent": 1, "out_buffer": False, "skids": False,
+                        "since_fit": False}
 
 
 def instances(cfg: HwConfig, structure: dict | None = None) -> list[Instance]:
@@ -121,19 +129,32 @@ def instances(cfg: HwConfig, structure: dict | None = None) -> list[Instance]:
     out.append(Instance("vta_core", "top", {"acc_bits": s["acc"].width, "transparent": rtl["acc_transparent"],
                                             "acc_addr_bits": s["acc"].addr_bits}, srams))
     # a client whose engine the capability set leaves out is constant: Amaranth's netlist drops its logic
-    # (the fit predates the split into a readers' and a writer's arbiter with register slices: the readers'
-    # carries the clients' term, the slices are counted from their structure, MEASURED_CLASSES)
     clients = ARBITER_CLIENTS - sum(k not in rtl["compute_loads"] for k in ("UOP", "ACC", "ACC_8BIT"))
+    # the arbiters' register slices (hardware/dram.py Skid): two registers of the bits that reach them unconstant
+    # (Amaranth's netlist drops the rest; Yosys merges copies): a reader's command carries no write flag, data or
+    # strobes and a constant size; the store's a constant write flag and size, constant strobes when its elements
+    # fill whole beats, else one copy of an element repeated across the beat; the write side's response slice
+    # carries nothing (a write has no response data)
+    from hardware.params import DRAM_CLIENTS
     cmd_bits = 64 + 1 + bus + bus // 8 + 1 + 8 + 3                  # hardware/dram.py CMD_FIELDS
-    for side, n in (("rd", ARBITER_CLIENTS - 1), ("wr", 1)):
-        # the single arbiter's fitted cost goes to the readers' one; the writer's (one client: no choice to
-        # make, the slices around it) is counted with the slices
+    out_bits = p.batch * p.block_out * p.out_width
+    optional = {"compute.uop": "UOP", "compute.acc": "ACC", "compute.acc8": "ACC_8BIT"}   # a compute load each
+    readers = [c for c in DRAM_CLIENTS if c != "store"]           # hardware/core.py DRAM_READERS, in order
+    live_in = {"rd": [c not in optional or optional[c] in rtl["compute_loads"] for c in readers], "wr": [True]}
+    in_bits = {"rd": cmd_bits - bus - bus // 8 - 1 - 3,
+               "wr": cmd_bits - 1 - 3 - (bus // 8 if out_bits >= bus else bus - out_bits)}
+    for side in ("rd", "wr"):
+        # the readers' arbiter chooses among six clients; the writer's has one (no choice to make)
         out.append(Instance(f"vta_core.arbiter_{side}", "arbiter", {"bus": bus, "clients": clients}) if side == "rd"
-                   else Instance(f"vta_core.arbiter_{side}", "skid", {"width": 0}))
-        for i in range(n):
-            out.append(Instance(f"vta_core.arbiter_{side}.in{i}", "skid", {"width": cmd_bits}))
-        out.append(Instance(f"vta_core.arbiter_{side}.out", "skid", {"width": cmd_bits + 3}))
-        out.append(Instance(f"vta_core.arbiter_{side}.rsp", "skid", {"width": bus + 1 + 3}))
+                   else Instance(f"vta_core.arbiter_{side}", "write_arbiter"))
+        if not rtl["skids"]:
+            continue
+        for i, live in enumerate(live_in[side]):
+            out.append(Instance(f"vta_core.arbiter_{side}.in{i}", "skid",
+                                {"width": in_bits[side] * live, "live": float(live)}))
+        out.append(Instance(f"vta_core.arbiter_{side}.out", "skid", {"width": cmd_bits + 3, "live": 1.0}))
+        out.append(Instance(f"vta_core.arbiter_{side}.rsp", "skid",
+                            {"width": bus + 1 + 3, "live": 1.0} if side == "rd" else {"width": 0, "live": 0.0}))
     # the bus interfaces (hardware/axi.py): the AXI4 master and the four AXI4-Lite register slaves
     out.append(Instance("vta_core.axi", "axi_master", {"bus": bus}))
     out.append(Instance("vta_core.axi_lite", "axi_lite", {"ports": 4}))
@@ -158,7 +179,8 @@ def instances(cfg: HwConfig, structure: dict | None = None) -> list[Instance]:
     out.append(Instance("vta_core.compute.loop", "loop", {
         "lanes": lanes, "macs": lanes * p.block_in, "alu_mul": float(rtl["alu_mul"]),
         "acc_bits": s["acc"].width,
-        "idx_bits": s["acc"].addr_bits + s["inp"].addr_bits + s["wgt"].addr_bits + s["uop"].addr_bits}))
+        "idx_bits": s["acc"].addr_bits + s["inp"].addr_bits + s["wgt"].addr_bits + s["uop"].addr_bits,
+        **_pipeline_params(p)}))
     out.append(Instance("vta_core.store", "sequencer", {"engines": 1}))
     out_bits = lanes * p.out_width
     out.append(Instance("vta_core.store.store", "store2d", {"out_bits": out_bits, "addr_bits": s["acc"].addr_bits,
@@ -170,6 +192,27 @@ def instances(cfg: HwConfig, structure: dict | None = None) -> list[Instance]:
         out.append(Instance(f"vta_core.tokens_{q}", "token", {"depth": cfg.TOKEN_QUEUE_DEPTH,
                                                               "count_bits": _log2(cfg.TOKEN_QUEUE_DEPTH + 1)}))
     return out
+
+
+def _pipeline_params(p) -> dict[str, float]:
+    """What the compute pipeline's registers beyond the shortest one (COMPUTE_LATENCY 4; hardware/params.py
+    ComputePipeline, hardware/loop_engine.py) add to the GEMM/ALU loop, by structure: ``pipe_bits``, the bits of
+    the registers it places (the SRAM outputs, the adder tree's cuts, the extra forwarded results and the
+    accumulator row's registers, the indices that travel one stage further per register; the products' register
+    is a DSP's M register, no flip-flop); ``fwd_bits``, the accumulator bits each extra forwarded result muxes in;
+    ``tree_regs``, the int8 products whose adder tree is cut by a register (Yosys then builds it in the fabric
+    rather than in the DSPs' post-adders)."""
+    pl = p.compute
+    lanes = p.batch * p.block_out
+    acc_bits = lanes * p.acc_width
+    product = p.inp_width + p.wgt_width
+    sram = pl.sram * (p.batch * p.block_in * p.inp_width + p.block_out * p.block_in * p.wgt_width)
+    tree = sum(lanes * (p.block_in >> level) * (product + level) for level in pl.tree_cuts())
+    extra_fwd = pl.forward - 2
+    stages = (pl.sram + pl.product + pl.tree + pl.result) * (2 + 2 * p.srams["acc"].addr_bits)
+    return {"pipe_bits": float(sram + tree + (extra_fwd + 3 * pl.acc_out) * acc_bits + stages),
+            "fwd_bits": float((extra_fwd + pl.acc_out) * acc_bits),
+            "tree_regs": float(lanes * p.block_in * min(1, pl.tree))}
 
 
 def _mux(fan_in: float) -> float:
@@ -218,16 +261,17 @@ def features(inst: Instance) -> tuple[dict[str, float], dict[str, float]]:
             return ({**one, "mux": q["bus"] * _mux(q["beats"]) if wide else 0.0, "lanes_log": _log2(int(q["lanes"]))},
                     {**one, "beats_log": _log2(int(q["beats"]))})
         case "loop":
-            return ({**one, "lanes": q["lanes"], "mul_lanes": q["lanes"] * q["alu_mul"], "macs": q["macs"]},
-                    {**one, "acc_bits": q["acc_bits"], "idx_bits": q["idx_bits"]})
+            return ({**one, "lanes": q["lanes"], "mul_lanes": q["lanes"] * q["alu_mul"], "macs": q["macs"],
+                     "fwd_bits": q["fwd_bits"], "tree_regs": q["tree_regs"]},
+                    {**one, "acc_bits": q["acc_bits"], "idx_bits": q["idx_bits"], "pipe_bits": q["pipe_bits"]})
         case "token":
             return {**one, "count_bits": q["count_bits"]}, {"count_bits": q["count_bits"]}
-        case "axi_master" | "axi_lite":
+        case "axi_master" | "axi_lite" | "write_arbiter":
             return one, one
         case "counters":
             return {**one, "uop_bits": q["uop_bits"]}, {**one, "uop_bits": q["uop_bits"]}
         case "skid":
-            return {**one, "width": q["width"]}, {**one, "width": q["width"]}
+            return {"1": q["live"], "width": q["width"]}, {"1": q["live"], "width": q["width"]}
     raise ValueError(f"no features for class {inst.cls!r} ({inst.module})")
 
 
@@ -245,29 +289,67 @@ def dsp_count(cfg: HwConfig, family: str, coefficients: dict | None = None,
             int(c["per_alu_lane"] * lanes) if mul else 0)
 
 
-# What DSP packing adds to the GEMM/ALU loop's logic per packed multiplier (two products), on top of the fitted
-# terms (coefficients.py was fitted to the RTL without packing): Yosys's figures for the gemm_alu module of the
-# 1x4x4 test config (TINY of tests/test_fpga_estimate.py) packed and not, synth_xilinx -family xc7 with the
-# hierarchy kept, COMPUTE_LATENCY 4: 3,049 LUT and 2,509, 603 FF both, for 8 packed multipliers (2026-12-07;
-# docs/hardware.md, "INT8 packing"). The LUTs are the packed factor's adder (w1 less w2's sign) and the adder
-# tree, which Yosys builds in the fabric once the products are bit fields of a DSP's output (without packing it
-# folds the tree's adders into the DSPs' post-adders and cascade).
-PACKING_LOGIC = {"lut": (3049 - 2509) / 8, "ff": 0.0}
+def packing_per_pair(coef_family: dict, depth: int) -> Resources:
+    """The LUTs and FFs DSP packing adds per packed multiplier (two products) at compute pipeline ``depth``:
+    Yosys's gemm_alu module packed minus unpacked per pair, fitted per depth by bench/fpga_fit.py (``packing``
+    in coefficients.py), linear between the depths measured and the nearest one's outside them. The LUTs are
+    the adder tree, which Yosys folds into the DSPs' post-adders without packing and builds in the fabric with
+    it, less so once the pipeline cuts the tree with registers (docs/hardware.md, "INT8 packing")."""
+    def at(per_depth: dict[str, float]) -> float:
+        points = sorted((int(d), v) for d, v in per_depth.items())
+        if depth <= points[0][0]:
+            return points[0][1]
+        for (d0, v0), (d1, v1) in itertools.pairwise(points):
+            if depth <= d1:
+                return v0 + (v1 - v0) * (depth - d0) / (d1 - d0)
+        return points[-1][1]
+    fitted = coef_family["packing"]
+    return Resources(lut=at(fitted["lut_per_pair"]), ff=at(fitted["ff_per_pair"]))
 
 
-def packing_logic(cfg: HwConfig, dsp_packing: bool | None = None) -> Resources:
-    """The logic DSP packing adds to the GEMM/ALU loop (PACKING_LOGIC per packed multiplier), or nothing."""
+def packing_logic(cfg: HwConfig, dsp_packing: bool | None = None, coefficients: dict | None = None,
+                  family: str = "xc7") -> Resources:
+    """The logic DSP packing adds to the GEMM/ALU loop (``packing_per_pair`` per packed multiplier), or nothing.
+    A LEGACY family (fitted before packing was measured on it) takes the current family's figures."""
     if not packing_logic_on(cfg, dsp_packing):
         return Resources()
+    per_pair = packing_per_pair(_current(coefficients or _coefficients(), family), cfg.COMPUTE_LATENCY)
     pairs = cfg.BATCH * cfg.BLOCK_IN * cfg.BLOCK_OUT // 2
-    return Resources(lut=PACKING_LOGIC["lut"] * pairs, ff=PACKING_LOGIC["ff"] * pairs)
+    return Resources(lut=per_pair.lut * pairs, ff=per_pair.ff * pairs)
 
 
-# Classes newer than the samples coefficients.py was fitted to, with Yosys's figures for the module synthesised
-# on its own (synth_xilinx, hierarchy kept, both families alike): the AXI4 master is the same for a 64- and a
-# 512-bit bus (its data passes through; 8 + 2 flip-flops of write bookkeeping), the AXI4-Lite slaves hold
-# one read-data register and a response flag per port. A fit over samples that have them (bench/fpga_fit.py)
-# takes precedence.
+# The RTL the coefficients of a family must be fitted to: 2 since the output buffer, the performance counters,
+# the arbiters' register slices and the pipelined datapath (2026-12-07; bench/fpga_fit.py writes it). A family
+# fitted to an older design (``design`` absent: the 2026-11-25 samples, before all of these) is LEGACY: the
+# model keeps its fit for what that design had and adds what came since from the figures below and, for what
+# only a current fit knows (the register slices, the pipeline's registers, DSP packing), from the current
+# family's fit (CURRENT_FAMILY), as both families' fabrics build flip-flops and LUT6s alike.
+DESIGN = 2
+CURRENT_FAMILY = "xc7"
+# Classes whose RTL changed since the legacy samples (the GEMM/ALU loop became the pipelined datapath with
+# forwarding; the arbiter was split into a readers' and a writer's): a LEGACY family's figure for one is its own
+# fit plus what the change added on the current family, the current fit less the current family's own legacy
+# fit, term by term (LEGACY_CURRENT_FAMILY: xc7's coefficients of 2026-11-25 for these classes).
+LEGACY_CURRENT_FAMILY = {
+    "loop": {"lut": {"1": 182.9813, "lanes": 447.0698, "mul_lanes": 62.5444},
+             "ff": {"1": 85.3709, "acc_bits": 0.9983, "idx_bits": 4.5122}},
+    "arbiter": {"lut": {"1": 286.7167, "bus_x_extra": 0.6905, "clients": 9.1472}, "ff": {"1": 3.0}},
+}
+
+
+def is_legacy(coef_family: dict) -> bool:
+    return coef_family.get("design", 1) < DESIGN
+
+
+def _current(coefficients: dict, family: str) -> dict:
+    """``family``'s coefficients when they are of the current design, else CURRENT_FAMILY's."""
+    return coefficients[CURRENT_FAMILY] if is_legacy(coefficients[family]) else coefficients[family]
+
+
+# For a LEGACY family: classes newer than its samples, with Yosys's figures for the module synthesised on its own
+# (synth_xilinx, hierarchy kept, both families alike): the AXI4 master is the same for a 64- and a 512-bit bus
+# (its data passes through; 8 + 2 flip-flops of write bookkeeping), the AXI4-Lite slaves hold one read-data
+# register and a response flag per port.
 MEASURED_CLASSES = {
     "axi_master": {"lut": {"1": 24.0}, "ff": {"1": 10.0}},
     "axi_lite": {"lut": {"1": 150.0}, "ff": {"1": 40.0}},
@@ -275,33 +357,31 @@ MEASURED_CLASSES = {
     # DSP); Yosys gave 2,266 LUT / 1,211 FF with 14-bit micro-op counts (pynq, both families) and 1,950 / 1,154
     # with 9-bit ones (tests/test_fpga_estimate.py's tiny config): the last product grows with that width
     "counters": {"lut": {"1": 1381.2, "uop_bits": 63.2}, "ff": {"1": 1051.4, "uop_bits": 11.4}},
-    # the arbiters' register slices (hardware/dram.py Skid) are NOT counted yet: the Yosys samples the model is
-    # fitted to and checked against (tests/test_fpga_estimate.py) predate them. By their structure they add two
-    # registers of each slice's width (after Yosys trims the readers' constant write data and the addresses'
-    # unused high bits: about 1.6 k flip-flops and 0.8 k LUTs on a 128-bit bus, 1.1 k and 0.5 k on 64 bits)
-    # until bench/fpga_fit.py is rerun on fresh samples
-    "skid": {"lut": {"1": 0.0, "width": 0.0}, "ff": {"1": 0.0, "width": 0.0}},
 }
+# ... and classes it takes from the current family's fit: the arbiters' register slices and the writers' arbiter
+BORROWED_CLASSES = ("skid", "write_arbiter")
 
 
-# The burst bookkeeping the element readers and writers gained with the AXI4 master (hardware/dram.py: a burst's
-# length at its first beat, the beats left, a reader's reservation of room), on top of what coefficients.py was
-# fitted to: Yosys's figures for the tiny config of tests/test_fpga_estimate.py against the fitted terms
-# (LUT, FF). A reader of elements at least a beat wide reserves room for its bursts; one of narrower elements
-# does not (its lane FIFO bounds what is in flight).
+# For a LEGACY family: the burst bookkeeping the element readers and writers gained with the AXI4 master
+# (hardware/dram.py: a burst's length at its first beat, the beats left, a reader's reservation of room), on top
+# of what it was fitted to: Yosys's figures for the tiny config of tests/test_fpga_estimate.py against the fitted
+# terms (LUT, FF). A reader of elements at least a beat wide reserves room for its bursts; one of narrower
+# elements does not (its lane FIFO bounds what is in flight).
 BURST_LOGIC = {("reader", False): (40.0, 4.0), ("reader", True): (4.0, 4.0), ("writer", False): (21.0, 4.0),
                ("writer", True): (21.0, 4.0)}
 
 
-# The register file's HLS block control and the counters' read-back (hardware/core.py ``_registers``), on top of
-# what coefficients.py was fitted to: Yosys's top module for the tiny config of tests/test_fpga_estimate.py
-# before and after them (LUT, FF: the read multiplexer grew by 14 counter words and 12 interrupt registers; the
-# modules' control registers now keep the two bits they read back, not 32).
+# For a LEGACY family: the register file's HLS block control and the counters' read-back (hardware/core.py
+# ``_registers``): Yosys's top module for the tiny config before and after them (LUT, FF: the read multiplexer
+# grew by 14 counter words and 12 interrupt registers; the modules' control registers now keep the two bits they
+# read back, not 32).
 REGISTER_LOGIC = (247.0, -62.0)
 
 
-def _logic_since_fit(inst: Instance) -> tuple[float, float]:
-    """(LUT, FF) of logic added to a module since coefficients.py was fitted (BURST_LOGIC, REGISTER_LOGIC)."""
+def _logic_since_fit(inst: Instance, legacy: bool) -> tuple[float, float]:
+    """(LUT, FF) of logic added to a module since a LEGACY family was fitted (BURST_LOGIC, REGISTER_LOGIC)."""
+    if not legacy:
+        return 0.0, 0.0
     if inst.cls == "top":
         return REGISTER_LOGIC
     if inst.cls not in ("reader", "writer"):
@@ -309,8 +389,23 @@ def _logic_since_fit(inst: Instance) -> tuple[float, float]:
     return BURST_LOGIC[(inst.cls, inst.params["elem"] < inst.params["bus"])]
 
 
-def _class(classes: dict, cls: str) -> dict:
-    return classes[cls] if cls in classes else MEASURED_CLASSES[cls]
+def _class(coefficients: dict, family: str, cls: str, since_fit: bool = True) -> dict:
+    """A class's coefficients for ``family``; a LEGACY family's completed as DESIGN says (``since_fit`` False:
+    its own fit of the changed classes alone, the design of its samples)."""
+    own = coefficients[family]
+    if not is_legacy(own):
+        return own["classes"][cls]
+    current = coefficients[CURRENT_FAMILY]["classes"]
+    if cls in BORROWED_CLASSES:
+        return current[cls]
+    if cls in MEASURED_CLASSES:
+        return MEASURED_CLASSES[cls]
+    c = own["classes"][cls]
+    if cls not in LEGACY_CURRENT_FAMILY or not since_fit:
+        return c
+    before = LEGACY_CURRENT_FAMILY[cls]
+    return {what: {k: c[what].get(k, 0.0) + current[cls][what].get(k, 0.0) - before[what].get(k, 0.0)
+                   for k in {*c[what], *current[cls][what], *before[what]}} for what in ("lut", "ff")}
 
 
 def _coefficients() -> dict:
@@ -341,13 +436,14 @@ def estimate(cfg: HwConfig, family: str, coefficients: dict | None = None,
     coef = (coefficients or _coefficients())
     if family not in coef:
         raise ValueError(f"no fitted coefficients for family {family!r}; fitted: {', '.join(sorted(coef))}")
-    classes = coef[family]["classes"]
+    legacy = is_legacy(coef[family])
+    since_fit = (structure or {}).get("since_fit", True)
     rows: dict[str, Resources] = {}
     mappings: list[MemMapping] = []
     for inst in instances(cfg, structure):
         lut_f, ff_f = features(inst)
-        c = _class(classes, inst.cls)
-        extra_lut, extra_ff = _logic_since_fit(inst)
+        c = _class(coef, family, inst.cls, since_fit)
+        extra_lut, extra_ff = _logic_since_fit(inst, legacy)
         lut = sum(c["lut"].get(k, 0.0) * v for k, v in lut_f.items()) + extra_lut
         ff = sum(c["ff"].get(k, 0.0) * v for k, v in ff_f.items()) + extra_ff
         rows[inst.row] = rows.get(inst.row, Resources()) + Resources(lut=lut, ff=ff)
@@ -364,9 +460,9 @@ def estimate(cfg: HwConfig, family: str, coefficients: dict | None = None,
             else:
                 rows[inst.row] = rows[inst.row] + cells + logic
     gemm_dsp, alu_dsp = dsp_count(cfg, family, coef, dsp_packing)
-    packing = packing_logic(cfg, dsp_packing)
+    packing = packing_logic(cfg, dsp_packing, coef, family)
     rows["gemm_alu"] = rows["gemm_alu"] + Resources(dsp=gemm_dsp + alu_dsp) + packing
-    split = _loop_split(cfg, classes["loop"], gemm_dsp, alu_dsp)
+    split = _loop_split(cfg, _class(coef, family, "loop", since_fit), gemm_dsp, alu_dsp)
     split["gemm"] = split["gemm"] + packing
     return Estimate(family, rows, mappings, [], split, 2 if packing_logic_on(cfg, dsp_packing) else 1)
 
