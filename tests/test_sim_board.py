@@ -319,13 +319,13 @@ def test_registers_behave_as_vta_hls_blocks(client, board):
     assert "SIMULATED at 100 MHz" in board.log_path.read_text()        # labelled as simulated
     # ... and the board model's figure for it, worked out by hand (docs/simulator.md, "Timing model"; docs/calibrate.md,
     # the pynq column): each load is one 262144-byte row, 32768 beats in 2048 bursts: 32 + 32768 + 2048 * 2 = 36896
-    # cycles, back to back on the load module from dispatch at 32 + 2; the GEMM (1 x 1 iteration of 1 micro-op, 4 + 1)
-    # waits for the last load, FINISH takes 1. The board adds 1 / 0.7101 - 1 cycles per beat and 44.69 per row to
-    # each load, 19.01 to the GEMM's one loop iteration; then launch, 10 instructions and the cache maintenance of
-    # the stream (160 bytes) and the 262144 bytes the loads read.
-    assert cycles == 34 + 8 * 36896 + 5 + 1
-    board_cycles = 34 + 8 * (36896 + 32768 * (1 / 0.7101 - 1) + 44.69) + 5 + 19.01 + 1
-    by_hand = 41.96e-6 + 10 * 384.2e-9 + (10 * 16 + 1024 * 256) * 0.35e-9 + board_cycles / 100e6
+    # cycles, back to back on the load module from dispatch at 32 + 2; the GEMM (1 x 1 iteration of 1 micro-op,
+    # COMPUTE_LATENCY 9 + 1) waits for the last load, FINISH takes 1. The board adds 1 / 0.7095 - 1 cycles per beat
+    # and 44.85 per row to each load, 18.97 to the GEMM's one loop iteration; then launch, 10 instructions and the
+    # cache maintenance of the stream (160 bytes) and the 262144 bytes the loads read (pynq.json, refitted at depth 9).
+    assert cycles == 34 + 8 * 36896 + 10 + 1
+    board_cycles = 34 + 8 * (36896 + 32768 * (1 / 0.7095 - 1) + 44.85) + 10 + 18.97 + 1
+    by_hand = 41.81e-6 + 10 * 376.1e-9 + (10 * 16 + 1024 * 256) * 0.3438e-9 + board_cycles / 100e6
     assert client.status()["accelerator"]["last_run"]["board_seconds"] == pytest.approx(by_hand, rel=1e-9)
     client.wait_idle()
     for bid in (wgt, insn):

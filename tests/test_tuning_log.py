@@ -13,7 +13,7 @@ import pytest
 
 from graph_pack.cli import load_model
 from graph_pack.pack import graph_pack
-from graph_pack.quantize import quantize
+from graph_pack.quantize import default_skip_conv, quantize
 from graph_pack.schedule_log import read_schedules
 from hw_config import load_config
 from tuning.measure import LocalRunner
@@ -40,9 +40,10 @@ def random_log(tmp_path_factory) -> Path:
 
 
 def _tasks() -> list:
-    graph, params, (start, stop) = load_model("resnet-18", 1, 32, 0)
-    qgraph, _ = quantize(graph, params)
-    return extract_tasks(graph_pack(qgraph, CFG, start_name=start, stop_name=stop), CFG)
+    """The tasks vta tune extracts without --start / --stop: regions found automatically, the stem offloaded."""
+    graph, params, _ = load_model("resnet-18", 1, 32, 0)
+    qgraph, _ = quantize(graph, params, skip_conv_layers=default_skip_conv(named_region=False))
+    return extract_tasks(graph_pack(qgraph, CFG, start_name=None, stop_name=None), CFG)
 
 
 def test_records_name_their_tuner(random_log):
