@@ -10,6 +10,7 @@ of ``shapes``, and the output last. libm's ``exp``, ``erf`` and ``tanh`` are ext
 
 from __future__ import annotations
 
+import functools
 from dataclasses import dataclass
 from typing import Protocol
 
@@ -61,6 +62,18 @@ class CrossKernel:
         return args
 
 
+@functools.cache
+def _target_machine(triple: str, cpu: str, features: str):
+    """One LLVM target machine per CPU, made once per process (as host.templates made its own before)."""
+    from host.llvm_backend import _target
+
+    llvm = _target()[0]
+    llvm.initialize_all_targets()
+    llvm.initialize_all_asmprinters()
+    return llvm.Target.from_triple(triple).create_target_machine(
+        cpu=cpu, features=features, opt=3, reloc="pic", codemodel="default")
+
+
 def object_code(ir_text: str, target: Target) -> bytes:
     """Optimised (O3, no fast-math, so float results are the IR's) ELF object code of an LLVM IR module for
     ``target``, position independent."""
@@ -68,10 +81,7 @@ def object_code(ir_text: str, target: Target) -> bytes:
 
     llvm = _target()[0]
     with _LOCK:
-        llvm.initialize_all_targets()
-        llvm.initialize_all_asmprinters()
-        tm = llvm.Target.from_triple(target.triple).create_target_machine(
-            cpu=target.cpu, features=target.features, opt=3, reloc="pic", codemodel="default")
+        tm = _target_machine(target.triple, target.cpu, target.features)
         mod = llvm.parse_assembly(ir_text)
         mod.triple = target.triple
         mod.data_layout = str(tm.target_data)
