@@ -156,3 +156,55 @@ def test_vtas_golden_programs_leave_vtas_bytes_on_every_output_buffer(caps: str)
         for i, addr in enumerate(expect["seg_addr"]):
             want = expect[f"seg_{i}"]
             np.testing.assert_array_equal(sim.read(int(addr), want.size), want, err_msg=f"{name} on {caps}")
+
+
+def reset_program(cfg: HwConfig, seed: int = 1) -> tuple[ProgramImage, np.ndarray]:
+    """Three reset GEMMs on VTA's HLS, each storing what its micro-ops left in the output buffer (vta.cc: the narrowed
+    acc + dot product each micro-op computes before zeroing its row, micro-op by micro-op):
+
+    - rows 0..3 through a 2x2 loop over two micro-ops (distinct rows: the simulator's GEMM-kernel path);
+    - row 4 named by two micro-ops (the second adds its dot product to the 0 the first left);
+    - rows 5, 6 through a loop whose second step's input and weight indices pass the buffers' depths (reset
+      indices are unchecked and wrap: input 1, weight 2; the first step reads the never-loaded last rows, 0).
+    """
+    rng = np.random.default_rng(seed)
+    inp_depth, wgt_depth = cfg.INP_BUFF_DEPTH, cfg.WGT_BUFF_DEPTH
+    x = rng.integers(-128, 128, (4, cfg.BATCH, cfg.BLOCK_IN)).astype(np.int8)
+    w = rng.integers(-128, 128, (4, cfg.BLOCK_OUT, cfg.BLOCK_IN)).astype(np.int8)
+    a = rng.integers(-2**31, 2**31, (7, cfg.BATCH, cfg.BLOCK_OUT)).astype(np.int32)
+    micro = [Uop(0, 0, 0), Uop(1, 1, 1),                 # a 2x1 loop: rows 0, 1 then 2, 3
+             Uop(4, 2, 3), Uop(4, 3, 2),                 # the same row twice
+             Uop(5, inp_depth - 1, wgt_depth - 1)]       # a 2x1 loop: + (1, 2, 3) wraps to input 1, weight 2
+
+    def dot(s: int, t: int) -> np.ndarray:
+        return x[s].astype(np.int64) @ w[t].astype(np.int64).T
+
+    def low(v: np.ndarray) -> np.ndarray:
+        return (np.asarray(v, dtype=np.int64) & 0xFF).astype(np.uint8)
+
+    expected = [low(a[0] + dot(0, 0)), low(a[1] + dot(1, 1)), low(a[2] + dot(2, 2)), low(a[3] + dot(3, 3)),
+                low(dot(3, 2)), low(a[5]), low(a[6] + dot(1, 2))]
+    program = [load(cfg, "INP", 0, INP, 4), load(cfg, "WGT", 0, WGT, 4, push_next_dep=1),
+               load(cfg, "UOP", 0, UOPS, len(micro), pop_prev_dep=1),
+               load(cfg, "ACC", 0, ACC, 7),
+               gemm((0, 2), iters=(2, 1), dst=(2, 0), src=(2, 0), wgt=(2, 0), reset=True),
+               gemm((2, 4), reset=True),
+               gemm((4, 5), iters=(2, 1), dst=(1, 0), src=(2, 0), wgt=(3, 0), reset=True, push_next_dep=1),
+               store(cfg, 0, OUT, 7, pop_prev_dep=1)]
+    insns = np.frombuffer(assemble(finish_sync(program), cfg), np.uint8).reshape(-1, 16).copy()
+    segments = [(INP, np.resize(x.view(np.uint8).reshape(-1), REGION)),
+                (WGT, np.resize(w.view(np.uint8).reshape(-1), REGION)),
+                (ACC, np.resize(a.view(np.uint8).reshape(-1), REGION)),
+                (UOPS, np.resize(np.frombuffer(uops_to_bytes(micro, cfg), np.uint8), REGION)),
+                (OUT, np.zeros(REGION, dtype=np.uint8))]
+    return ProgramImage(cfg, insns, INSN_ADDR, segments), np.stack(expected).reshape(-1)
+
+
+@pytest.mark.parametrize("sim_class", list(SIMULATORS))
+def test_reset_gemms_leave_vta_hls_sums_in_every_loop_shape(sim_class: str):
+    """Distinct rows (the C simulator computes them with its GEMM kernels), a repeated row and a wrapping index
+    (row by row): the bytes numpy computes from vta.cc's reading, on every simulator."""
+    cfg = load_config("pynq", CAPABILITIES="vta-hls")
+    image, expected = reset_program(cfg)
+    result = replay_into(SIMULATORS[sim_class](cfg), image)
+    np.testing.assert_array_equal(dict(result.segments)[OUT][:7 * cfg.OUT_ELEM_BYTES], expected)
