@@ -2437,28 +2437,59 @@ static void pool_run(gemm_pool_t *pool, const gemm_job_t *job, int64_t dmin, int
   }
 }
 
+/* Rows first, first + step, ... (n of them) follow their accumulators again; contiguous ones in one pass that
+ * vectorises (the count of rows it attaches is the sum of their 0/1 flags). */
+static void attach_rows(vta_sim_t *s, size_t first, uint32_t n, int64_t step) {
+  uint8_t *f = s->out_stale + first;
+  uint64_t attached = 0;
+  if (step == 1 || n == 1) {
+    for (uint32_t k = 0; k < n; k++) attached += f[k];
+    memset(f, 0, n);
+  } else {
+    for (uint32_t k = 0; k < n; k++) {
+      uint8_t *g = f + (ptrdiff_t)((int64_t)k * step);
+      attached += *g;
+      *g = 0;
+    }
+  }
+  s->n_stale -= attached;
+}
+
 /* The accumulator rows a GEMM or ALU instruction writes get their narrowed result as output copy again. */
 static void out_follow(vta_sim_t *s, const insn_t *in) {
   if (!iterations(in) || in->uop_end <= in->uop_bgn) return;
   /* Rows [lo, hi] hold every row the instruction writes (check_indices proved hi inside the SRAM): most
    * instructions find no stale row there (a virtual thread's rows while the other thread's were reset), and the
-   * scan below, as long as the GEMM's own loop, is skipped. */
+   * walk below is skipped. */
   const int e = fields_max(s, in->uop_bgn, in->uop_end);
   const size_t lo = s->fields_max[e].dst_min,
                hi = s->fields_max[e].dst + (size_t)(in->iter_out - 1) * in->dst_out + (size_t)(in->iter_in - 1) * in->dst_in;
   if (!memchr(s->out_stale + lo, 1, hi - lo + 1)) return;
-  const uop_field_t fd = uop_field(s->p.uop[VTA_UOP_DST]);
   /* a loop whose dst factor is 0 writes the same rows at every step: one step covers them */
-  const uint32_t io = in->dst_out ? in->iter_out : (in->iter_out != 0), ii = in->dst_in ? in->iter_in : (in->iter_in != 0);
-  for (uint32_t i = 0; i < io && s->n_stale; i++)
-    for (uint32_t j = 0; j < ii; j++)
-      for (uint32_t k = in->uop_bgn; k < in->uop_end; k++) {
-        const size_t d = (s->uop[k] >> fd.shift & fd.mask) + (size_t)i * in->dst_out + (size_t)j * in->dst_in;
-        if (s->out_stale[d]) {
-          s->out_stale[d] = 0;
-          s->n_stale--;
-        }
+  const uint32_t io = in->dst_out ? in->iter_out : 1, ii = in->dst_in ? in->iter_in : 1;
+  const uop_run_t *runs = NULL;
+  uint32_t nruns = 0;
+  if (in->opcode == OP_GEMM) /* exec_gemm has just found the kernel's runs: their rows, a step apart */
+    for (int k = 0; k < KERNEL_CACHE; k++)
+      if (s->kernels[k].end == in->uop_end && s->kernels[k].bgn == in->uop_bgn) {
+        runs = s->runs + in->uop_bgn;
+        nruns = s->kernels[k].nruns;
       }
+  if (runs) {
+    for (uint32_t i = 0; i < io && s->n_stale; i++)
+      for (uint32_t j = 0; j < ii; j++)
+        for (uint32_t r = 0; r < nruns; r++) {
+          const uop_run_t *u = &runs[r];
+          const size_t base = u->dst + (size_t)i * in->dst_out + (size_t)j * in->dst_in;
+          for (uint32_t row = 0; row < u->rows; row++)
+            attach_rows(s, base + (size_t)((int64_t)row * u->drow), u->count, u->dstep);
+        }
+    return;
+  }
+  const uop_field_t fd = uop_field(s->p.uop[VTA_UOP_DST]);
+  for (uint32_t i = 0; i < io && s->n_stale; i++) /* the inner loop's rows, dst_in apart */
+    for (uint32_t k = in->uop_bgn; k < in->uop_end; k++)
+      attach_rows(s, (s->uop[k] >> fd.shift & fd.mask) + (size_t)i * in->dst_out, ii, in->dst_in);
 }
 
 /* A reset GEMM's output copies: VTA's HLS (out_mode 1) writes the low bytes of acc[dst] + the dot product of the
