@@ -30,18 +30,15 @@ from __future__ import annotations
 import argparse
 import json
 import os
-import shutil
-import signal
 import statistics
 import subprocess
 import sys
-import tempfile
 import time
 from pathlib import Path
 
 from _host import header, quoted, run_main
+from _revisions import checkouts
 
-ROOT = Path(__file__).resolve().parent.parent
 DEFAULT_REFERENCE = "eb89180"
 MODES = ("board model", "no board model")
 PASSES = 3   # timed passes over the sample per worker count (the fastest is kept)
@@ -98,20 +95,6 @@ def measure(layer: str, n_configs: int) -> dict:
     return out
 
 
-def worktree_of(rev: str, path: Path) -> Path:
-    """``rev`` checked out in a git worktree at ``path``, its C simulator built in place."""
-    subprocess.run(["git", "-C", str(ROOT), "worktree", "add", "--detach", str(path), rev], check=True,
-                   capture_output=True)
-    subprocess.run([sys.executable, "setup.py", "build_ext", "--inplace"], cwd=path, check=True,
-                   capture_output=True)
-    return path
-
-
-def _terminated(signum: int, _frame) -> None:
-    """SIGTERM (timeout, CI, kill) as an exit, so that the reference worktrees are removed (``finally``)."""
-    raise SystemExit(128 + signum)
-
-
 def run_side(checkout: Path, layer: str, n_configs: int) -> dict:
     """``measure`` in a subprocess importing the packages of ``checkout`` (its directory first on the path)."""
     env = {**os.environ, "PYTHONPATH": str(checkout)}
@@ -166,38 +149,16 @@ def main() -> None:
         ap.error(f"unknown layer(s) {unknown}; allowed: {', '.join(RESNET18)}")
     if args.configs < 2 or args.rounds < 1:
         ap.error("--configs must be at least 2 and --rounds at least 1")
-    signal.signal(signal.SIGTERM, _terminated)
-    # the registrations of reference worktrees an earlier run could not remove (killed by SIGKILL): their
-    # directories in /tmp are gone
-    subprocess.run(["git", "-C", str(ROOT), "worktree", "prune"], capture_output=True, check=False)
     print(header("trial_cost", f"one timing-only trial, this checkout vs {', '.join(args.reference)}"))
     print(f"# two processes of a CPU-bound loop did {parallel_capacity():.2f}x the work of one (the most 2 workers "
           "can gain now)")
-    with tempfile.TemporaryDirectory() as tmp:
-        checkouts = {}
-        try:
-            for rev in args.reference:
-                checkouts[rev] = Path(tmp) / rev   # before `git worktree add`, so that an exit during it removes it
-                try:
-                    worktree_of(rev, checkouts[rev])
-                except subprocess.CalledProcessError as e:
-                    raise SystemExit(f"cannot check out and build {rev}: {(e.stderr or b'').decode()[-400:]}")
-            checkouts["now"] = ROOT
-            for layer in layers:
-                runs: dict[str, list[dict]] = {side: [] for side in checkouts}
-                for _ in range(args.rounds):
-                    for side, path in checkouts.items():
-                        runs[side].append(run_side(path, layer, args.configs))
-                report(layer, runs)
-        finally:
-            signal.signal(signal.SIGTERM, signal.SIG_IGN)   # a second SIGTERM does not stop the cleanup
-            for rev, path in checkouts.items():
-                if rev != "now":
-                    subprocess.run(["git", "-C", str(ROOT), "worktree", "remove", "--force", str(path)],
-                                   capture_output=True, check=False)
-                    shutil.rmtree(path, ignore_errors=True)   # one `git worktree add` left half made
-            subprocess.run(["git", "-C", str(ROOT), "worktree", "prune"], capture_output=True, check=False)
-            signal.signal(signal.SIGTERM, _terminated)
+    with checkouts(args.reference) as sides:
+        for layer in layers:
+            runs: dict[str, list[dict]] = {side: [] for side in sides}
+            for _ in range(args.rounds):
+                for side, path in sides.items():
+                    runs[side].append(run_side(path, layer, args.configs))
+            report(layer, runs)
     print("\n" + quoted("~17 trials/s on C2 with 2 workers, timing only", "issue 27's starting point"))
 
 
