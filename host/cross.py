@@ -5,7 +5,7 @@ RPC); the object links into the board's program, which calls ``<name>(buffer poi
 The entry function runs the nests in order, each over its whole parallel range, in one thread (a board's runtime
 parallelises by calling the nest functions itself). Its arguments are the DAG's buffers in ``buffers`` order:
 the inputs, the constants (``constants``: pooling counts and the like, values the caller passes), zeroed scratch
-of ``shapes``, and the output last. libm's ``exp``, ``erf`` and ``tanh`` are external symbols: link with ``-lm``.
+of ``shapes``, and the output last. libm's ``erf`` and ``tanh`` are external symbols: link with ``-lm`` (exp is inline code).
 """
 
 from __future__ import annotations
