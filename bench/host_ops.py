@@ -9,6 +9,8 @@ Three parts, float32:
   operations: the definition a compiled run is bit-equal to), the compiled kernel ``build`` runs (host.jit for
   softmax and layer norm, host.ops' DAG under its default schedule for the elementwise ops), and onnxruntime on a
   one-node model; whether compiled == reference bit for bit, and its largest error against float64;
+- dense at three sizes: host.jit's kernel against ``host.ops.dense_packed`` (the weight rewritten once as
+  ``pack_dense_weight``: the layout item 3 of the host kernels asks for) and onnxruntime's Gemm;
 - ``host.numerics.exp`` against exp in float64 and numpy's float32 exp on ``--exp-samples`` inputs spread over
   its whole range (max ulp);
 - the BERT-tiny and MobileNetV2 test exports (tests/data/onnx, weights refilled from the tests' seeded
@@ -139,6 +141,47 @@ def op_rows(repeat: int) -> list[str]:
     return out
 
 
+DENSE_SHAPES = (("MobileNetV2's classifier", 1, 1280, 1000), ("BERT-tiny's FFN", 16, 128, 512),
+                ("BERT-base's projection", 128, 768, 768))
+
+
+def _gemm_model(w: np.ndarray):
+    """onnxruntime's dense: Gemm with the weight as an initializer (transB: w is (units, K))."""
+    import onnx
+    from onnx import TensorProto, helper, numpy_helper
+    units, k = w.shape
+    x = helper.make_tensor_value_info("x", TensorProto.FLOAT, (None, k))
+    y = helper.make_tensor_value_info("y", TensorProto.FLOAT, (None, units))
+    node = helper.make_node("Gemm", ["x", "w"], ["y"], transB=1)
+    model = helper.make_model(helper.make_graph([node], "dense", [x], [y], [numpy_helper.from_array(w, "w")]),
+                              opset_imports=[helper.make_opsetid("", 13)])
+    onnx.checker.check_model(model)
+    return model
+
+
+def dense_rows(repeat: int) -> list[str]:
+    """host.jit's dense (weights transposed in registers per call) against host.ops.dense_packed (weights
+    packed once, host.row_ops.packed_dense_schedule) and onnxruntime's Gemm."""
+    from graph_pack import kernels as K
+    from host import compile_schedule, jit, ops
+    from host.row_ops import packed_dense_schedule
+    rng = np.random.default_rng(3)
+    out = []
+    for label, m, k, units in DENSE_SHAPES:
+        x, w = rng.standard_normal((m, k)).astype(F32), rng.standard_normal((units, k)).astype(F32)
+        fixed = jit.get_kernel("nn.dense", {}, [x.shape, w.shape], ["float32", "float32"])
+        dag = ops.dense_packed(x.shape, units)
+        packed, wp = compile_schedule(dag, packed_dense_schedule(dag)), ops.pack_dense_weight(w)
+        sess = _ort(_gemm_model(w))
+        exact = np.array_equal(packed(x, wp)[:, :units], K.dense(x, w)) and np.array_equal(fixed({}, x, w),
+                                                                                           K.dense(x, w))
+        t_jit, t_packed, t_ort = rounds([functools.partial(fixed, {}, x, w), functools.partial(packed, x, wp),
+                                         functools.partial(sess.run, None, {"x": x})], repeat)
+        out.append(f"| {label} {m}x{k} . {units}x{k} | {t_jit * 1e3:.3f} | {t_packed * 1e3:.3f} | {t_ort * 1e3:.3f} | "
+                   f"{t_jit / t_packed:.2f}x | **{t_packed / t_ort:.2f}x** | {'yes' if exact else 'NO'} |")
+    return out
+
+
 def _ulps(a: np.ndarray, b: np.ndarray) -> np.ndarray:
     ia, ib = (x.view(np.int32).astype(np.int64) for x in (a, b))
     ia, ib = (np.where(i < 0, -(i & 0x7FFFFFFF), i) for i in (ia, ib))
@@ -204,6 +247,9 @@ def main() -> int:
           "compiled vs before | **compiled / onnxruntime** | compiled == reference | max error vs float64 "
           "(of the largest) |\n|---|---|---|---|---|---|---|---|---|")
     print("\n".join(op_rows(args.repeat)), flush=True)
+    print("\n| dense (float32) | host.jit ms | weights packed ms | onnxruntime Gemm ms | packed vs host.jit | "
+          "**packed / onnxruntime** | both == reference |\n|---|---|---|---|---|---|---|")
+    print("\n".join(dense_rows(args.repeat)), flush=True)
     print("\n| exp | inputs | max ulp, normal results | max ulp, subnormal results | inputs off by any |\n"
           "|---|---|---|---|---|")
     print("\n".join(exp_rows(args.exp_samples)), flush=True)

@@ -172,6 +172,31 @@ def dense(x_shape: Sequence[int], w_shape: Sequence[int], producers: Sequence[El
                 (m, units), attrs)
 
 
+def pack_dense_weight(w: np.ndarray) -> np.ndarray:
+    """A dense weight (units, K) rewritten as (ceil(units / LANES), K, LANES) for ``dense_packed``: block b, row k
+    holds w[b * LANES : (b + 1) * LANES, k] (zero rows past ``units``), so a vector over output units is one
+    contiguous load. Done once per constant weight (Ansor's layout rewrite)."""
+    units, k = w.shape
+    blocks = -(-units // LANES)
+    padded = np.zeros((blocks * LANES, k), np.float32)
+    padded[:units] = w
+    return np.ascontiguousarray(padded.reshape(blocks, LANES, k).transpose(0, 2, 1))
+
+
+def dense_packed(x_shape: Sequence[int], units: int) -> ComputeDag:
+    """y[i, j] = sum_k x[i, k] * w[j, k] as ``dense``, the weight given as ``pack_dense_weight(w)``: the same
+    products summed in the same order over k, so the same bits. The output is (M, blocks * LANES): the columns
+    past ``units`` (zero weights) are the caller's to drop."""
+    m, k = map(int, x_shape)
+    blocks = -(-int(units) // LANES)
+    v = Affine.of
+    axes = (Axis("i", m), Axis("jb", blocks), Axis("jl", LANES))
+    body = Load("x", (v("i"), v("k"))) * Load("wp", (v("jb"), v("k"), v("jl")))
+    st = Stage("dense", axes, body, (Axis("k", k),), "sum")
+    return _dag("dense_packed", [Tensor("x", (m, k)), Tensor("wp", (blocks, k, LANES))], [st],
+                (m, blocks * LANES), {"units": int(units)})
+
+
 def batch_matmul(a_shape: Sequence[int], b_shape: Sequence[int], transpose_b: bool = False,
                  consumers: Sequence[Elementwise] = ()) -> ComputeDag:
     """y[b, i, j] = sum_k a[b, i, k] * B[b, k, j] (B = b transposed when ``transpose_b``: b is (batch, N, K))."""

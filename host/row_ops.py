@@ -57,3 +57,14 @@ def row_schedule(dag: ComputeDag) -> Schedule:
     if why:   # a definition changed under this schedule: a bug here, not the caller's
         raise AssertionError(f"row_schedule({dag.name}): {why}")
     return schedule
+
+
+def packed_dense_schedule(dag: ComputeDag) -> Schedule:
+    """A schedule of ``host.ops.dense_packed``: up to 4 rows x 4 blocks of LANES output units accumulate in
+    registers while k runs in order, each weight vector one contiguous load (bench/host_ops.py times it)."""
+    st = dag.stages[0]
+    m, blocks = st.axes[0].extent, st.axes[1].extent
+    rows = next(t for t in (4, 2, 1) if m % t == 0)
+    cols = next(t for t in (4, 2, 1) if blocks % t == 0)
+    tiles = ((m // rows, rows), (blocks // cols, cols), (1, LANES), (st.reduce[0].extent,))
+    return Schedule("packed", (StageSchedule(st.name, "SRS", tiles, (0, 1, 2), vectorize=True),))

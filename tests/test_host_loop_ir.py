@@ -253,3 +253,14 @@ def test_bad_definitions_are_refused_with_what_is_allowed():
     k = compile_schedule(ops.gelu((2, 2)), default_schedule(ops.gelu((2, 2))))
     with pytest.raises(ValueError, match="float32"):
         k(np.zeros((2, 2), np.float64))
+
+
+@pytest.mark.parametrize(("m", "k", "units"), [(1, 37, 21), (4, 64, 48), (3, 5, 16)])
+def test_dense_with_its_weight_packed_is_dense_bit_for_bit(m, k, units):
+    from host.row_ops import packed_dense_schedule
+    x, w = _inputs([(m, k), (units, k)])
+    dag = ops.dense_packed((m, k), units)
+    wp = ops.pack_dense_weight(w)
+    assert wp.shape == (-(-units // LANES), k, LANES) and np.array_equal(wp[0, :, 1], w[1])
+    for sched in (packed_dense_schedule(dag), default_schedule(dag)):
+        assert np.array_equal(compile_schedule(dag, sched)(x, wp)[:, :units], K.dense(x, w)), sched.sketch
