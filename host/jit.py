@@ -1200,6 +1200,34 @@ def _dense_spec(a: dict, shapes: list[tuple], dtypes: list[str]):
     return (integer,), build
 
 
+def get_packed_dense(x_shape: Sequence[int], w: np.ndarray) -> Kernel | None:
+    """A float32 ``nn.dense`` for a constant weight ``w`` (units, K), rewritten once here as
+    ``host.ops.pack_dense_weight`` so every vector of output units is one contiguous load (1.3-2.8x host.jit's
+    dense, docs/benchmarks.md): ``fn(attrs, x, w)`` as ``get_kernel``'s, bit-identical to graph_pack.kernels' dense,
+    computing with the weight as it was when packed (the ``w`` argument is not read). None when not covered."""
+    if len(x_shape) != 2 or w.ndim != 2 or x_shape[1] != w.shape[1] or 0 in (*x_shape, *w.shape) or \
+            w.dtype != np.float32:
+        return None
+    m, k = (int(d) for d in x_shape)
+    units = int(w.shape[0])
+    _jit()  # ImportError with the install hint before any work
+    from host import compile_schedule, ops  # the loop-IR compiler (it imports this module's target)
+    from host.row_ops import packed_dense_schedule
+
+    def build() -> Kernel:
+        dag = ops.dense_packed((m, k), units)
+        return compile_schedule(dag, packed_dense_schedule(dag))
+    kernel = _CACHE.get(("nn.dense.packed", ((m, k), (units, k))), build)
+    packed = ops.pack_dense_weight(w)
+
+    def dense(attrs: dict, x: np.ndarray, _w: np.ndarray) -> np.ndarray:
+        _check("nn.dense", (x,), [(m, k)], ["float32"])
+        y = kernel(x, packed)
+        return y if y.shape[1] == units else np.ascontiguousarray(y[:, :units])
+
+    return dense
+
+
 def get_kernel(op: str, attrs: dict, in_shapes: Sequence[tuple], in_dtypes: Sequence[str],
                epilogue: Sequence[str | tuple[str, dict]] = ()) -> Kernel | None:
     """A compiled kernel for ``op`` (``attrs``: every attribute, as graph_pack's nodes hold them) on exactly these

@@ -78,3 +78,19 @@ def test_bert_tiny_runs_its_erf_compiled_and_matches_the_numpy_reference():
     assert sum(s.backend == "auto" and s.op == "erf" for s in mod.steps) == 2   # GELU's erf in both layers
     mod.run(**feeds)
     assert np.array_equal(mod.get_output(0), run_reference(graph, params, feeds))   # erf and softmax exact
+
+
+@pytest.mark.parametrize(("m", "k", "units"), [(1, 37, 21), (3, 64, 48)])
+def test_dense_of_a_constant_weight_runs_with_the_weight_packed_once_and_bit_exactly(m, k, units):
+    rng = np.random.default_rng(1)
+    b = GraphBuilder()
+    x = b.input("x", (m, k), "float32")
+    w = b.const("w", rng.standard_normal((units, k)).astype(np.float32))
+    y = b.op("nn.dense", [x, w], name="fc")
+    graph, params = b.finish([y])
+    mod = build(graph, "pynq", params)
+    step = next(s for s in mod.steps if s.name == "fc")
+    assert step.backend == "jit" and "get_packed_dense" in step.fn.__qualname__
+    xv = rng.standard_normal((m, k)).astype(np.float32)
+    mod.run(x=xv)
+    assert np.array_equal(mod.get_output(0), run_reference(graph, params, {"x": xv}))   # one output: an array
