@@ -554,8 +554,26 @@ class _Builder:
         return AccelStep(group, op, staged, group.output, self.g[group.output].shape, group.task, t.macs)
 
     def host_step(self, node) -> HostStep:
+        packed = self.packed_dense_step(node)
+        if packed is not None:
+            return packed
         fn, backend = _host_kernel(node, self.g, self.cpu)
         return HostStep(node.name, node.op, fn, node.attrs, list(node.inputs), backend)
+
+    def packed_dense_step(self, node) -> HostStep | None:
+        """A float32 dense of a constant weight as host.jit's packed-weight kernel: the weight rewritten once, here,
+        into the layout its vector loop reads contiguously (the same bits as the other kernels), or None."""
+        if node.op != "nn.dense" or self.cpu == "numpy" or not jit.available() or len(node.inputs) != 2:
+            return None
+        x, w = (self.g[i] for i in node.inputs)
+        a = node.attrs
+        weight = self.consts[node.inputs[1]] if node.inputs[1] in self.consts else None  # noqa: SIM401 (no .get)
+        if not isinstance(weight, np.ndarray) or x.dtype != "float32" or w.dtype != "float32" or \
+                (a.get("out_dtype") or "float32") != "float32" or a.get("data_layout", "NC") != "NC" or \
+                a.get("kernel_layout", "OI") != "OI":
+            return None
+        fn = jit.get_packed_dense(x.shape, weight)
+        return None if fn is None else HostStep(node.name, node.op, fn, node.attrs, list(node.inputs), "jit")
 
     def sole_reader(self, name: str, op: str, member_of: dict):
         """The node that alone reads ``name``, if it is a host op ``op`` reading it as its first input."""

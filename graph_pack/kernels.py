@@ -14,6 +14,7 @@ from collections.abc import Callable
 import numpy as np
 
 from graph_pack.opdefs import packed_factors
+from host import numerics
 from vta.numerics import (
     block_diagonal,
     conv2d_int,
@@ -204,7 +205,8 @@ def _cast(a, x):
 
 
 KERNELS["tanh"] = lambda a, x: np.tanh(x).astype(x.dtype)
-KERNELS["sigmoid"] = lambda a, x: (np.float32(1) / (np.float32(1) + np.exp(-x))).astype(x.dtype)
+# exp as the host compiler's kernels compute it (host.numerics.exp, within 1 ulp), so a compiled sigmoid is bit-equal
+KERNELS["sigmoid"] = lambda a, x: (np.float32(1) / (np.float32(1) + numerics.exp(-x))).astype(x.dtype)
 KERNELS["nn.dropout"] = lambda a, x: x
 
 
@@ -298,8 +300,15 @@ def _reshape(a, x):
 
 @kernel("nn.softmax")
 def _softmax(a, x):
-    e = np.exp(x - x.max(axis=a["axis"], keepdims=True))
-    return (e / e.sum(axis=a["axis"], keepdims=True)).astype(x.dtype)
+    """In float32, in ``host.numerics``' order (the row's max and sum over lane partials, its exp): the
+    definition host.ops' softmax compiles, so a compiled run is bit-equal to this reference."""
+    xs = np.moveaxis(np.asarray(x, np.float32), a["axis"], -1)
+    rows = xs.reshape(-1, xs.shape[-1]) if xs.size else xs.reshape(0, xs.shape[-1])
+    k = rows.shape[1]
+    padded = numerics.lane_chunks(rows, -np.inf).reshape(rows.shape[0], -1)   # exp(-inf - m) = 0 past the row
+    e = numerics.exp(padded - numerics.row_max(rows)[:, None])
+    y = e[:, :k] / numerics.row_sum(e)[:, None]
+    return np.moveaxis(y.reshape(xs.shape), -1, a["axis"]).astype(x.dtype)
 
 
 KERNELS["concatenate"] = lambda a, *xs: np.concatenate(xs, axis=a["axis"])
@@ -377,16 +386,22 @@ def _batch_matmul(a, x, y):
 
 @kernel("nn.layer_norm")
 def _layer_norm(a, x, scale=None, bias=None):
-    axes = tuple(range(a["axis"] % x.ndim, x.ndim))
-    mean = x.mean(axis=axes, keepdims=True, dtype=np.float64)
-    var = ((x - mean) ** 2).mean(axis=axes, keepdims=True)
-    y = (x - mean) / np.sqrt(var + a["epsilon"])
+    """Over the axes from ``axis`` on, in float32, each sum in ``host.numerics``' lane-partial order: mean = sum / K,
+    d = x - mean, var = sum(d * d) / K, y = d * (1 / sqrt(var + eps)) * scale + bias (host.ops' layer norm, which
+    compiles to the same bits)."""
     tail = x.shape[a["axis"] % x.ndim:]
+    k = math.prod(tail)
+    rows = np.asarray(x, np.float32).reshape(-1, k)
+    f32 = np.float32
+    mean = numerics.row_sum(rows) / f32(k)
+    d = rows - mean[:, None]
+    var = numerics.row_sum(d * d) / f32(k)
+    y = d * (f32(1) / np.sqrt(var + f32(a["epsilon"])))[:, None]
     if scale is not None:
-        y = y * scale.reshape(tail)
+        y = y * scale.astype(np.float32).reshape(k)
     if bias is not None:
-        y = y + bias.reshape(tail)
-    return y.astype(x.dtype)
+        y = y + bias.astype(np.float32).reshape(k)
+    return y.reshape(x.shape).astype(x.dtype)
 
 
 def _resize_source(out: int, size: int, scale: float, mode: str) -> np.ndarray:

@@ -22,6 +22,7 @@ from concurrent.futures import ThreadPoolExecutor
 import numpy as np
 from llvmlite import ir
 
+from host import numerics as nm
 from host.llvm_backend import compile_functions
 from host.loop_ir import COMBINERS, Affine, Binary, ComputeDag, Const, Expr, Load, Unary, flat_index
 from host.schedule import Nest, Schedule, lower
@@ -216,6 +217,8 @@ class _NestEmitter:
             if fn is None:
                 fn = ir.Function(self.module, ir.FunctionType(v.type, [v.type]), f"llvm.sqrt.{suffix}")
             return self.b.call(fn, [v])
+        if op == "exp":
+            return self._exp(v)
         fn = self._libm(op)
 
         def one(x: ir.Value) -> ir.Value:
@@ -227,6 +230,34 @@ class _NestEmitter:
             out = self.b.insert_element(out, one(self.b.extract_element(v, ir.Constant(I32, j))),
                                         ir.Constant(I32, j))
         return out
+
+    def _exp(self, x: ir.Value) -> ir.Value:
+        """``host.numerics.exp``, operation by operation, on a float or a vector of floats: clamp, round, reduce,
+        the polynomial, then two power-of-two scales built from the exponent bits (no libm call, so it vectorises)."""
+        b, lanes = self.b, x.type.count if isinstance(x.type, ir.VectorType) else 0
+        ity = ir.VectorType(I32, lanes) if lanes else I32
+
+        def f(c) -> ir.Value:
+            return ir.Constant(x.type, [float(c)] * lanes) if lanes else ir.Constant(F32, float(c))
+
+        def i(c: int) -> ir.Value:
+            return ir.Constant(ity, [c] * lanes) if lanes else ir.Constant(I32, c)
+        c = b.select(b.fcmp_ordered("<=", x, f(nm.EXP_HI)), x, f(nm.EXP_HI))
+        c = b.select(b.fcmp_ordered(">=", c, f(nm.EXP_LO)), c, f(nm.EXP_LO))
+        t = b.fmul(c, f(nm.LOG2E))
+        n = b.fsub(b.fadd(t, f(nm.ROUND_MAGIC)), f(nm.ROUND_MAGIC))
+        r = b.fsub(b.fsub(c, b.fmul(n, f(nm.LN2_HI))), b.fmul(n, f(nm.LN2_LO)))
+        p = b.fmul(f(nm.EXP_POLY[0]), r)
+        for coef in nm.EXP_POLY[1:-1]:
+            p = b.fmul(b.fadd(p, f(coef)), r)
+        p = b.fadd(p, f(nm.EXP_POLY[-1]))
+        y = b.fadd(b.fadd(b.fmul(p, b.fmul(r, r)), r), f(1.0))
+        ni = b.fptosi(n, ity)
+        n1 = b.ashr(ni, i(1))
+        s1 = b.bitcast(b.shl(b.add(n1, i(127)), i(23)), x.type)
+        s2 = b.bitcast(b.shl(b.add(b.sub(ni, n1), i(127)), i(23)), x.type)
+        y = b.fmul(b.fmul(y, s1), s2)
+        return b.select(b.fcmp_unordered("uno", x, x), x, y)
 
     def _binary(self, op: str, a: ir.Value, c: ir.Value) -> ir.Value:
         if op in ("max", "min"):
@@ -390,6 +421,20 @@ def emit_nests(dag: ComputeDag, schedule: Schedule, prefix: str = "nest"
     return tdag, nests, module, names
 
 
+def add_entry(module: ir.Module, name: str, names: list[str], nests: list[Nest], nbuf: int, ranged: bool
+              ) -> ir.Function:
+    """A function ``name`` running the nests in order, each over its whole parallel range (one thread): it takes
+    the buffers, and with ``ranged`` also the nests' two range arguments, ignored (one call signature for all)."""
+    args = [ir.PointerType()] * nbuf + ([I64, I64] if ranged else [])
+    entry = ir.Function(module, ir.FunctionType(ir.VoidType(), args), name)
+    b = ir.IRBuilder(entry.append_basic_block("entry"))
+    for nest_name, nest in zip(names, nests, strict=True):
+        b.call(module.get_global(nest_name), [*entry.args[:nbuf], ir.Constant(I64, 0),
+                                              ir.Constant(I64, nest.parallel_extent)])
+    b.ret_void()
+    return entry
+
+
 def scratch_shapes(tdag: ComputeDag, nests: list[Nest]) -> dict[str, tuple[int, ...]]:
     """The intermediate stages' buffers a kernel passes its nests: whole where a nest writes them, else a single
     float (a stage inlined, or kept in a tile's accumulators)."""
@@ -404,8 +449,9 @@ class CompiledKernel:
     def __init__(self, dag: ComputeDag, schedule: Schedule):
         self.dag, self.schedule = dag, schedule
         self.tdag, self.nests, module, names = emit_nests(dag, schedule)
+        add_entry(module, "run_all", names, self.nests, len(self.tdag.buffers), ranged=True)
         self.ir = str(module)
-        self._fns = compile_functions(self.ir, names, len(self.tdag.buffers))
+        *self._fns, self._run_all = compile_functions(self.ir, [*names, "run_all"], len(self.tdag.buffers))
         self._scratch = {name: np.zeros(shape, np.float32)
                          for name, shape in scratch_shapes(self.tdag, self.nests).items()}
         self._consts = {k: np.ascontiguousarray(v, np.float32) for k, v in self.tdag.constants.items()}
@@ -422,6 +468,9 @@ class CompiledKernel:
         out = np.empty(self.tdag.output.shape, np.float32)
         bufs = [*arrays, *self._consts.values(), *self._scratch.values(), out]
         ptrs = [b.ctypes.data for b in bufs]
+        if threads <= 1:   # one call into the kernel (a call per nest costs microseconds on small rows)
+            self._run_all(*ptrs, 0, 0)
+            return out.reshape(self.dag.output_shape)
         for fn, nest in zip(self._fns, self.nests, strict=True):
             total = nest.parallel_extent
             if threads <= 1 or nest.parallel == 0 or total < 2:

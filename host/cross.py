@@ -5,7 +5,7 @@ RPC); the object links into the board's program, which calls ``<name>(buffer poi
 The entry function runs the nests in order, each over its whole parallel range, in one thread (a board's runtime
 parallelises by calling the nest functions itself). Its arguments are the DAG's buffers in ``buffers`` order:
 the inputs, the constants (``constants``: pooling counts and the like, values the caller passes), zeroed scratch
-of ``shapes``, and the output last. libm's ``exp``, ``erf`` and ``tanh`` are external symbols: link with ``-lm``.
+of ``shapes``, and the output last. libm's ``erf`` and ``tanh`` are external symbols: link with ``-lm`` (exp is inline code).
 """
 
 from __future__ import annotations
@@ -15,13 +15,10 @@ from dataclasses import dataclass
 from typing import Protocol
 
 import numpy as np
-from llvmlite import ir
 
-from host.codegen import emit_nests, scratch_shapes
+from host.codegen import add_entry, emit_nests, scratch_shapes
 from host.loop_ir import ComputeDag
 from host.schedule import Schedule
-
-I64 = ir.IntType(64)
 
 
 class Target(Protocol):
@@ -100,11 +97,7 @@ def cross_compile(dag: ComputeDag, schedule: Schedule, target: Target, name: str
         raise ValueError(f"a kernel's entry name must be a C identifier, got {name!r}")
     tdag, nests, module, names = emit_nests(dag, schedule, prefix=f"{name}_nest")
     nbuf = len(tdag.buffers)
-    entry = ir.Function(module, ir.FunctionType(ir.VoidType(), [ir.PointerType()] * nbuf), name)
-    b = ir.IRBuilder(entry.append_basic_block("entry"))
-    for nest_name, nest in zip(names, nests, strict=True):
-        b.call(module.get_global(nest_name), [*entry.args, ir.Constant(I64, 0), ir.Constant(I64, nest.parallel_extent)])
-    b.ret_void()
+    add_entry(module, name, names, nests, nbuf, ranged=False)
     scratch = scratch_shapes(tdag, nests)
     shapes = {n: scratch.get(n) or tdag.shape_of(n) for n in tdag.buffers}
     return CrossKernel(name, object_code(str(module), target), tdag.buffers, shapes, dict(tdag.constants),

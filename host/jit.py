@@ -1,7 +1,8 @@
 """CPU kernels JIT-compiled through llvmlite, bit-identical to the numpy references in graph_pack.kernels.
 
 The references fix every float reduction's order (conv2d: input channel, kernel row, kernel column; dense:
-over K; pooling: row-major over the window) and round each product before adding it. The kernels here
+over K; pooling: row-major over the window; softmax and layer norm: host.numerics' lane partials, compiled through
+the loop IR by host.row_ops) and round each product before adding it. The kernels here
 generate LLVM IR specialised to one shape, keep that order for every output element and gain their speed
 by putting *different output elements* in the vector lanes (output columns for conv2d and pooling), never
 by reassociating a sum; no fast-math flag and no ``contract`` is ever set, so no fused multiply-add appears.
@@ -40,7 +41,8 @@ from host.shapes import packed_factors, pair, pool_out, quad
 from vta.numerics import transposed_to_direct
 
 Kernel = Callable[..., np.ndarray]
-COVERED = ("nn.conv2d", "nn.conv2d_transpose", "nn.dense", "nn.max_pool2d", "nn.avg_pool2d", "nn.global_avg_pool2d")
+COVERED = ("nn.conv2d", "nn.conv2d_transpose", "nn.dense", "nn.max_pool2d", "nn.avg_pool2d", "nn.global_avg_pool2d",
+           "nn.softmax", "nn.layer_norm")
 EPILOGUE_OPS = ("nn.bias_add", "nn.relu")   # what a float nn.conv2d can apply to its output (get_kernel)
 EPILOGUES = (("nn.bias_add",), ("nn.relu",), ("nn.bias_add", "nn.relu"))
 # what a float nn.max_pool2d can apply to its output: quantize to int8, then pack it (get_kernel)
@@ -1129,6 +1131,41 @@ def _gap_spec(a: dict, shapes: list[tuple], dtypes: list[str]):
     return (), build
 
 
+def _row_spec(op: str, a: dict, shapes: list[tuple], dtypes: list[str]):
+    """softmax over the last axis, layer norm (with scale and bias) over the trailing axes: host.ops' definitions
+    (host.numerics' order, graph_pack.kernels' reference) under host.row_ops' vectorised schedule."""
+    x = shapes[0]
+    if not x or 0 in x or any(d != "float32" for d in dtypes):
+        return None
+    axis = int(a.get("axis", -1)) % len(x)
+    if op == "nn.softmax":
+        if len(shapes) != 1 or axis != len(x) - 1:
+            return None
+    elif len(shapes) != 3 or any(math.prod(s) != math.prod(x[axis:]) for s in shapes[1:]):
+        return None
+    k = math.prod(x[axis:])
+    rows = math.prod(x) // k
+    eps = float(a.get("epsilon", 1e-5))
+
+    def build() -> Kernel:
+        from host import compile_schedule, ops  # the loop-IR compiler (it imports this module's target)
+        from host.row_ops import row_schedule
+        t0 = time.perf_counter()
+        dag = ops.softmax((rows, k)) if op == "nn.softmax" else ops.layer_norm((rows, k), epsilon=eps)
+        kernel = compile_schedule(dag, row_schedule(dag))
+        lock = threading.Lock()
+
+        def row_op(attrs: dict, *arrays: np.ndarray) -> np.ndarray:
+            _check(op, arrays, shapes, dtypes)
+            flat = [arrays[0].reshape(rows, k), *(b.reshape(k) for b in arrays[1:])]
+            with lock:   # the kernel keeps its intermediate rows between calls
+                return kernel(*flat).reshape(x)
+
+        return _finish(row_op, t0, ir_lines=kernel.ir.count("\n"))
+
+    return (eps,), build
+
+
 def _dense_spec(a: dict, shapes: list[tuple], dtypes: list[str]):
     if a.get("data_layout", "NC") != "NC" or a.get("kernel_layout", "OI") != "OI":
         return None
@@ -1161,6 +1198,34 @@ def _dense_spec(a: dict, shapes: list[tuple], dtypes: list[str]):
         return _finish(dense, t0, ir_lines=ir.count("\n"))
 
     return (integer,), build
+
+
+def get_packed_dense(x_shape: Sequence[int], w: np.ndarray) -> Kernel | None:
+    """A float32 ``nn.dense`` for a constant weight ``w`` (units, K), rewritten once here as
+    ``host.ops.pack_dense_weight`` so every vector of output units is one contiguous load (1.3-2.8x host.jit's
+    dense, docs/benchmarks.md): ``fn(attrs, x, w)`` as ``get_kernel``'s, bit-identical to graph_pack.kernels' dense,
+    computing with the weight as it was when packed (the ``w`` argument is not read). None when not covered."""
+    if len(x_shape) != 2 or w.ndim != 2 or x_shape[1] != w.shape[1] or 0 in (*x_shape, *w.shape) or \
+            w.dtype != np.float32:
+        return None
+    m, k = (int(d) for d in x_shape)
+    units = int(w.shape[0])
+    _jit()  # ImportError with the install hint before any work
+    from host import compile_schedule, ops  # the loop-IR compiler (it imports this module's target)
+    from host.row_ops import packed_dense_schedule
+
+    def build() -> Kernel:
+        dag = ops.dense_packed((m, k), units)
+        return compile_schedule(dag, packed_dense_schedule(dag))
+    kernel = _CACHE.get(("nn.dense.packed", ((m, k), (units, k))), build)
+    packed = ops.pack_dense_weight(w)
+
+    def dense(attrs: dict, x: np.ndarray, _w: np.ndarray) -> np.ndarray:
+        _check("nn.dense", (x,), [(m, k)], ["float32"])
+        y = kernel(x, packed)
+        return y if y.shape[1] == units else np.ascontiguousarray(y[:, :units])
+
+    return dense
 
 
 def get_kernel(op: str, attrs: dict, in_shapes: Sequence[tuple], in_dtypes: Sequence[str],
@@ -1196,6 +1261,8 @@ def get_kernel(op: str, attrs: dict, in_shapes: Sequence[tuple], in_dtypes: Sequ
         spec = _dense_spec(a, shapes, dtypes)
     elif op == "nn.global_avg_pool2d":
         spec = _gap_spec(a, shapes, dtypes)
+    elif op in ("nn.softmax", "nn.layer_norm"):
+        spec = _row_spec(op, a, shapes, dtypes)
     else:
         spec = _pool_spec(op, a, shapes, dtypes, steps)
     if spec is None:

@@ -6,8 +6,9 @@ loads of other tensors at affine indices) and, when it has ``reduce`` axes, comb
 subgraph in topological order: the inputs it is called with, constants bound when it is built (pooling counts),
 the intermediate tensors and the output (the last stage's tensor, reshaped to ``output_shape``).
 
-Every float operation is IEEE float32 as written (no reassociation, no fused multiply-add); exp, erf and tanh are
-libm's double functions rounded to float32. A schedule may therefore reorder loops freely but must keep each
+Every float operation is IEEE float32 as written (no reassociation, no fused multiply-add); exp is
+``host.numerics.exp`` (float32 operations that vectorise, within 1 ulp), erf and tanh are libm's double functions
+rounded to float32. A schedule may therefore reorder loops freely but must keep each
 output's reduction order, which ``host.schedule`` checks; only ``rfactor`` (offered when a search allows
 reassociation) changes it.
 """
@@ -91,7 +92,7 @@ def flat_index(index: Iterable[Affine], shape: tuple[int, ...]) -> Affine:
 # ---- expressions ---------------------------------------------------------------------------------------------
 
 BINARY_OPS = ("add", "sub", "mul", "div", "max", "min")
-UNARY_OPS = ("neg", "sqrt", "exp", "erf", "tanh")   # exp/erf/tanh: libm's double function, rounded to float32
+UNARY_OPS = ("neg", "sqrt", "exp", "erf", "tanh")   # exp: host.numerics.exp; erf/tanh: libm's, rounded to float32
 
 
 class Expr:

@@ -4,11 +4,13 @@ An anchor op (conv2d, dense, batch_matmul, pooling) takes elementwise ``producer
 and ``consumers`` applied to its output, as stages of the same DAG: the sketch rules inline the producers and
 fuse the consumers into the anchor's tile. An elementwise op is one of
 
-    ("relu",) ("sigmoid",) ("tanh",) ("erf",) ("gelu",) ("clip", lo, hi) ("add_const", c) ("mul_const", c)
+    ("relu",) ("sigmoid",) ("silu",) ("tanh",) ("erf",) ("gelu",) ("gelu_tanh",) ("clip", lo, hi)
+    ("add_const", c) ("mul_const", c)
     ("add", "channel" | "full") ("mul", "channel" | "full")   # with another input: a bias or a same-shape tensor
 
 Reductions fix their order as graph_pack.kernels does (conv2d: input channel, kernel row, kernel column; dense
-and batch_matmul: over K; pooling: row-major over the window; softmax and layer norm: along the row).
+and batch_matmul: over K; pooling: row-major over the window; softmax and layer norm: ``host.numerics``' lane
+partials along the row). exp is ``host.numerics.exp`` (a polynomial that vectorises), erf and tanh libm's.
 """
 
 from __future__ import annotations
@@ -31,11 +33,14 @@ from host.loop_ir import (
     maximum,
     minimum,
 )
+from host.numerics import LANES
 from host.shapes import pool_out
 
 Elementwise = tuple
 _SQRT2 = float(np.float32(math.sqrt(2.0)))
-UNARY = ("relu", "sigmoid", "tanh", "erf", "gelu", "clip", "add_const", "mul_const")
+_GELU_C = float(np.float32(0.044715))
+_SQRT_2_OVER_PI2 = float(np.float32(2 * math.sqrt(2 / math.pi)))   # 2 * sqrt(2 / pi): the sigmoid's argument is 2u
+UNARY = ("relu", "sigmoid", "silu", "tanh", "erf", "gelu", "gelu_tanh", "clip", "add_const", "mul_const")
 BINARY = ("add", "mul")
 
 
@@ -48,6 +53,11 @@ def apply_elementwise(op: Elementwise, v: Expr, other: Expr | None = None) -> Ex
         return minimum(maximum(v, float(op[1])), float(op[2]))
     if name == "sigmoid":
         return Const(1.0) / (Const(1.0) + call("exp", -v))
+    if name == "silu":
+        return v * (Const(1.0) / (Const(1.0) + call("exp", -v)))
+    if name == "gelu_tanh":   # 0.5 x (1 + tanh(u)) written as x * sigmoid(2u): no cancellation, one exp
+        u = Const(_SQRT_2_OVER_PI2) * (v + Const(_GELU_C) * v * v * v)
+        return v / (Const(1.0) + call("exp", -u))
     if name == "tanh":
         return call("tanh", v)
     if name == "erf":
@@ -162,6 +172,31 @@ def dense(x_shape: Sequence[int], w_shape: Sequence[int], producers: Sequence[El
                 (m, units), attrs)
 
 
+def pack_dense_weight(w: np.ndarray) -> np.ndarray:
+    """A dense weight (units, K) rewritten as (ceil(units / LANES), K, LANES) for ``dense_packed``: block b, row k
+    holds w[b * LANES : (b + 1) * LANES, k] (zero rows past ``units``), so a vector over output units is one
+    contiguous load. Done once per constant weight (Ansor's layout rewrite)."""
+    units, k = w.shape
+    blocks = -(-units // LANES)
+    padded = np.zeros((blocks * LANES, k), np.float32)
+    padded[:units] = w
+    return np.ascontiguousarray(padded.reshape(blocks, LANES, k).transpose(0, 2, 1))
+
+
+def dense_packed(x_shape: Sequence[int], units: int) -> ComputeDag:
+    """y[i, j] = sum_k x[i, k] * w[j, k] as ``dense``, the weight given as ``pack_dense_weight(w)``: the same
+    products summed in the same order over k, so the same bits. The output is (M, blocks * LANES): the columns
+    past ``units`` (zero weights) are the caller's to drop."""
+    m, k = map(int, x_shape)
+    blocks = -(-int(units) // LANES)
+    v = Affine.of
+    axes = (Axis("i", m), Axis("jb", blocks), Axis("jl", LANES))
+    body = Load("x", (v("i"), v("k"))) * Load("wp", (v("jb"), v("k"), v("jl")))
+    st = Stage("dense", axes, body, (Axis("k", k),), "sum")
+    return _dag("dense_packed", [Tensor("x", (m, k)), Tensor("wp", (blocks, k, LANES))], [st],
+                (m, blocks * LANES), {"units": int(units)})
+
+
 def batch_matmul(a_shape: Sequence[int], b_shape: Sequence[int], transpose_b: bool = False,
                  consumers: Sequence[Elementwise] = ()) -> ComputeDag:
     """y[b, i, j] = sum_k a[b, i, k] * B[b, k, j] (B = b transposed when ``transpose_b``: b is (batch, N, K))."""
@@ -241,35 +276,52 @@ def _rows(shape: Sequence[int], axis: int, what: str) -> tuple[int, int]:
     return math.prod(shape[:-1]), shape[-1]
 
 
+def _lane_partials(name: str, rows: Axis, source: str, k: int, body, combiner: str, fill: float
+                   ) -> tuple[Stage, Stage]:
+    """A row reduction in ``host.numerics``' lane-partial order: ``name_lanes[r, j]`` combines ``body(load)`` over
+    the chunks c of the row (the load of ``source[r, c * LANES + j]``, ``fill`` past the row's end), then
+    ``name[r]`` combines the LANES partials in lane order."""
+    v = Affine.of
+    chunks = -(-k // LANES)
+    ld = Load(source, (v("r"), v("c") * LANES + "j"), fill=fill)
+    parts = Stage(f"{name}_lanes", (rows, Axis("j", LANES)), body(ld), (Axis("c", chunks),), combiner)
+    total = Stage(name, (rows,), Load(parts.name, (v("r"), v("j"))), (Axis("j", LANES),), combiner)
+    return parts, total
+
+
 def softmax(shape: Sequence[int], axis: int = -1) -> ComputeDag:
-    """Along the last axis: m = max, e = exp(x - m), s = sum(e) in order, y = e / s."""
+    """Along the last axis, in ``host.numerics``' order (graph_pack.kernels' reference): m = the row's max
+    (lane partials), e = exp(x - m) over the row padded to whole chunks (-inf: exp gives 0 there), s = the sum of
+    e (lane partials), y = e / s; exp is ``host.numerics.exp``."""
     rows, k = _rows(shape, axis, "softmax")
     v = Affine.of
-    r, kk = (Axis("r", rows),), Axis("k", k)
-    x = Load("x", (v("r"), v("k")))
-    m = Stage("rmax", r, x, (kk,), "max")
-    e = Stage("rexp", (*r, kk), call("exp", x - Load("rmax", (v("r"),))))
-    s = Stage("rsum", r, Load("rexp", (v("r"), v("k"))), (kk,), "sum")
-    y = Stage("softmax", (*r, kk), Load("rexp", (v("r"), v("k"))) / Load("rsum", (v("r"),)))
-    return _dag("softmax", [Tensor("x", (rows, k))], [m, e, s, y], tuple(shape), {"shape": list(shape)})
+    r = Axis("r", rows)
+    padded = -(-k // LANES) * LANES
+    mp, m = _lane_partials("rmax", r, "x", k, lambda ld: ld, "max", -math.inf)
+    e = Stage("rexp", (r, Axis("k", padded)),
+              call("exp", Load("x", (v("r"), v("k")), fill=-math.inf) - Load("rmax", (v("r"),))))
+    sp, s = _lane_partials("rsum", r, "rexp", padded, lambda ld: ld, "sum", 0.0)
+    y = Stage("softmax", (r, Axis("k", k)), Load("rexp", (v("r"), v("k"))) / Load("rsum", (v("r"),)))
+    return _dag("softmax", [Tensor("x", (rows, k))], [mp, m, e, sp, s, y], tuple(shape), {"shape": list(shape)})
 
 
 def layer_norm(shape: Sequence[int], axis: int = -1, epsilon: float = 1e-5) -> ComputeDag:
-    """ONNX LayerNormalization along the last axis: mean = sum(x) / K, d = x - mean, var = sum(d * d) / K,
-    y = d * (1 / sqrt(var + eps)) * gamma + beta (each sum in order along the row)."""
+    """ONNX LayerNormalization along the last axis, in ``host.numerics``' order (graph_pack.kernels' reference):
+    mean = sum(x) / K, d = x - mean, var = sum(d * d) / K, y = d * (1 / sqrt(var + eps)) * gamma + beta, each
+    sum over lane partials."""
     rows, k = _rows(shape, axis, "layer_norm")
     v = Affine.of
-    r, kk = (Axis("r", rows),), Axis("k", k)
+    r, kk = Axis("r", rows), Axis("k", k)
     x = Load("x", (v("r"), v("k")))
-    s1 = Stage("lsum", r, x, (kk,), "sum")
-    mean = Stage("lmean", r, Load("lsum", (v("r"),)) / Const(float(k)))
-    d = Stage("ldiff", (*r, kk), x - Load("lmean", (v("r"),)))
+    s1p, s1 = _lane_partials("lsum", r, "x", k, lambda ld: ld, "sum", 0.0)
+    mean = Stage("lmean", (r,), Load("lsum", (v("r"),)) / Const(float(k)))
+    d = Stage("ldiff", (r, kk), x - Load("lmean", (v("r"),)))
+    s2p, s2 = _lane_partials("lsq", r, "ldiff", k, lambda ld: ld * ld, "sum", 0.0)
+    inv = Stage("linv", (r,), Const(1.0) / call("sqrt", Load("lsq", (v("r"),)) / Const(float(k)) + Const(epsilon)))
     dd = Load("ldiff", (v("r"), v("k")))
-    s2 = Stage("lsq", r, dd * dd, (kk,), "sum")
-    inv = Stage("linv", r, Const(1.0) / call("sqrt", Load("lsq", (v("r"),)) / Const(float(k)) + Const(epsilon)))
-    y = Stage("layer_norm", (*r, kk), dd * Load("linv", (v("r"),)) * Load("gamma", (v("k"),)) + Load("beta", (v("k"),)))
+    y = Stage("layer_norm", (r, kk), dd * Load("linv", (v("r"),)) * Load("gamma", (v("k"),)) + Load("beta", (v("k"),)))
     return _dag("layer_norm", [Tensor("x", (rows, k)), Tensor("gamma", (k,)), Tensor("beta", (k,))],
-                [s1, mean, d, s2, inv, y], tuple(shape), {"shape": list(shape), "epsilon": epsilon})
+                [s1p, s1, mean, d, s2p, s2, inv, y], tuple(shape), {"shape": list(shape), "epsilon": epsilon})
 
 
 def elementwise(shape: Sequence[int], ops: Sequence[Elementwise], channel_axis: int = 1) -> ComputeDag:

@@ -1,8 +1,9 @@
 """The host compiler's loop IR and code generation (host/): every op's compute definition, compiled by llvmlite
 under its default schedule and under schedules sampled and mutated from its sketches, gives exactly the numpy
 reference's bits. The references are written here, independently: graph_pack.kernels where it fixes the same
-order (conv2d, dense, pooling), otherwise numpy loops in the definition's order with libm's exp/erf/tanh
-(Python's math module) rounded to float32."""
+order (conv2d, dense, pooling), otherwise numpy loops in the definition's order (softmax and layer norm: the lane
+partials of host.numerics, written out element by element) with libm's erf/tanh (Python's math module) rounded to
+float32 and host.numerics.exp (itself checked against float64 in tests/test_host_numerics.py)."""
 
 from __future__ import annotations
 
@@ -16,7 +17,9 @@ from hypothesis import strategies as st
 
 from graph_pack import kernels as K
 from host import compile_schedule, default_schedule, ops
+from host import numerics as nm
 from host.loop_ir import Affine, Axis, ComputeDag, Load, Stage, Tensor, inline, rfactor
+from host.numerics import LANES
 from host.schedule import Schedule, StageSchedule, check
 from host.sketch import crossover, generate_sketches, mutate, sample
 
@@ -28,25 +31,34 @@ def _libm(name: str, x: np.ndarray) -> np.ndarray:
     return f(x.astype(np.float64)).astype(np.float64).astype(np.float32)
 
 
-def _seq_sum(terms) -> np.ndarray:
-    acc = None
-    for t in terms:
-        acc = t.astype(np.float32) if acc is None else (acc + t).astype(np.float32)
-    return acc
+def _lane_sum(x: np.ndarray) -> np.ndarray:
+    """Each row's sum as host.numerics defines it, one float32 addition at a time: lane j adds elements j, j + 16,
+    ... (the row padded with zeros to whole chunks of 16), then the 16 partials are added in lane order."""
+    f32 = np.float32
+    rows, k = x.shape
+    out = np.empty(rows, f32)
+    for i in range(rows):
+        parts = [f32(0)] * LANES
+        for idx in range(-(-k // LANES) * LANES):
+            parts[idx % LANES] = f32(parts[idx % LANES] + (x[i, idx] if idx < k else f32(0)))
+        total = f32(0)
+        for p in parts:
+            total = f32(total + p)
+        out[i] = total
+    return out
 
 
 def _softmax(x):
-    m = x.max(axis=-1, keepdims=True)
-    e = _libm("exp", x - m)
-    s = _seq_sum(e[:, k] for k in range(x.shape[1]))
-    return e / s[:, None]
+    m = x.max(axis=-1, keepdims=True)   # (a max does not depend on the order for these finite inputs)
+    e = nm.exp(x - m)
+    return e / _lane_sum(e)[:, None]
 
 
 def _layer_norm(x, g, b, eps=1e-5):
     k = x.shape[1]
-    mean = _seq_sum(x[:, j] for j in range(k)) / np.float32(k)
+    mean = _lane_sum(x) / np.float32(k)
     d = x - mean[:, None]
-    var = _seq_sum(d[:, j] * d[:, j] for j in range(k)) / np.float32(k)
+    var = _lane_sum(d * d) / np.float32(k)
     inv = np.float32(1) / np.sqrt(var + np.float32(eps))
     return d * inv[:, None] * g + b
 
@@ -56,7 +68,12 @@ def _gelu(x):
 
 
 def _sigmoid(x):
-    return np.float32(1) / (np.float32(1) + _libm("exp", -x))
+    return np.float32(1) / (np.float32(1) + nm.exp(-x))
+
+
+def _gelu_tanh(x):
+    u = np.float32(2 * math.sqrt(2 / math.pi)) * (x + np.float32(0.044715) * x * x * x)
+    return x / (np.float32(1) + nm.exp(-u))
 
 
 def _bmm(a, b):
@@ -105,6 +122,8 @@ CASES = {
     "softmax": (lambda: ops.softmax((3, 2, 17)), [(6, 17)], lambda x: _softmax(x).reshape(3, 2, 17)),
     "layer_norm": (lambda: ops.layer_norm((5, 16)), [(5, 16), (16,), (16,)], _layer_norm),
     "gelu": (lambda: ops.gelu((2, 3, 10)), [(2, 3, 10)], _gelu),
+    "silu_gelu_tanh": (lambda: ops.elementwise((2, 3, 19), [("silu",), ("mul_const", 8.0), ("gelu_tanh",)]),
+                       [(2, 3, 19)], lambda x: _gelu_tanh(x * _sigmoid(x) * np.float32(8))),
     "elementwise_chain": (
         lambda: ops.elementwise((2, 3, 4, 5), [("add", "channel"), ("sigmoid",), ("mul", "full"), ("tanh",),
                                                ("add_const", 1.5), ("relu",)]),
@@ -170,9 +189,10 @@ def test_inline_and_rfactor_rewrite_the_dag_as_documented():
     assert np.array_equal(compile_schedule(inlined, default_schedule(inlined))(x, w),
                           compile_schedule(dag, default_schedule(dag))(x, w))
     sm = ops.softmax((1, 96))
-    rf = rfactor(sm, "rsum", 8)
-    assert [s.name for s in rf.stages] == ["rmax", "rexp", "rsum_rf", "rsum", "softmax"]
-    assert rf.stage("rsum_rf").shape == (1, 8) and rf.stage("rsum").reduce[0].extent == 8
+    rf = rfactor(sm, "rsum_lanes", 2)   # the lanes' 6 chunks as 3 x 2
+    assert [s.name for s in rf.stages] == ["rmax_lanes", "rmax", "rexp", "rsum_lanes_rf", "rsum_lanes", "rsum",
+                                           "softmax"]
+    assert rf.stage("rsum_lanes_rf").shape == (1, 16, 2) and rf.stage("rsum_lanes").reduce[0].extent == 2
     x = _inputs([(1, 96)])[0]
     got = compile_schedule(rf, default_schedule(rf))(x)
     np.testing.assert_allclose(got, _softmax(x), rtol=1e-6)   # reassociated: close, not bit-equal
@@ -193,10 +213,10 @@ def test_sketch_rules_inline_fuse_and_tile_as_ansor_does():
     assert "pad" in sketches["tiled+inline_pad"].inlined
     pool = ops.pool2d("max", (1, 2, 6, 6), (2, 2), (2, 2))
     assert next(p for p in generate_sketches(pool)[0].plans if p.stage == "pool").structure == "SRS"
-    sm = ops.softmax((1, 128))
+    sm = ops.softmax((1, 4096))   # lane partials over 256 chunks: long reductions over a space of 16
     assert all(not s.rfactors for s in generate_sketches(sm))                 # exact: never reassociates
     rfs = [s for s in generate_sketches(sm, exact=False) if s.rfactors]
-    assert rfs and dict(rfs[0].rfactors) == {"rmax": 16, "rsum": 16}
+    assert rfs and set(dict(rfs[0].rfactors)) == {"rmax_lanes", "rsum_lanes"}
     assert "rexp" not in generate_sketches(sm)[0].inlined                    # exp is not inlined
 
 
@@ -233,3 +253,14 @@ def test_bad_definitions_are_refused_with_what_is_allowed():
     k = compile_schedule(ops.gelu((2, 2)), default_schedule(ops.gelu((2, 2))))
     with pytest.raises(ValueError, match="float32"):
         k(np.zeros((2, 2), np.float64))
+
+
+@pytest.mark.parametrize(("m", "k", "units"), [(1, 37, 21), (4, 64, 48), (3, 5, 16)])
+def test_dense_with_its_weight_packed_is_dense_bit_for_bit(m, k, units):
+    from host.row_ops import packed_dense_schedule
+    x, w = _inputs([(m, k), (units, k)])
+    dag = ops.dense_packed((m, k), units)
+    wp = ops.pack_dense_weight(w)
+    assert wp.shape == (-(-units // LANES), k, LANES) and np.array_equal(wp[0, :, 1], w[1])
+    for sched in (packed_dense_schedule(dag), default_schedule(dag)):
+        assert np.array_equal(compile_schedule(dag, sched)(x, wp)[:, :units], K.dense(x, w)), sched.sketch
