@@ -26,14 +26,15 @@ from dataclasses import dataclass
 import numpy as np
 
 from graph_pack.graph import Graph, GraphBuilder
+from graph_pack.power2 import INT8_MAX, power2_exponent
+from graph_pack.quantize_model import strip_fake_quant, weight_exponents
 from graph_pack.reference import evaluate
 from host import jit
 from hw_config.isa_rules import IMM_MAX, IMM_MIN
 
-MODES = ("global_scale", "max", "percentile")
+MODES = ("global_scale", "max", "percentile", "model")
 DEFAULT_MODE = "percentile"   # with sample batches; VTA's "global_scale" without (quantize's calibrate_mode=None)
 PER_CHANNEL = ("auto", "all", "none")
-INT8_MAX = 127
 CONVS = ("nn.conv2d", "nn.conv2d_transpose")
 SHAPE_OPS = ("nn.max_pool2d", "nn.upsampling", "reshape", "nn.batch_flatten", "transpose")
 
@@ -51,16 +52,6 @@ def _kind_of(dtype: str) -> str:
     return "f" if dtype == "float32" else "raw"
 
 
-def power2_exponent(max_abs: float, levels: int = INT8_MAX) -> int:
-    """The smallest e with max_abs / 2**e <= levels (so rounding never exceeds the int8 range)."""
-    if not np.isfinite(max_abs) or max_abs <= 0:
-        return 0
-    e = math.ceil(math.log2(max_abs / levels))
-    while max_abs / 2.0 ** e > levels:
-        e += 1
-    return e
-
-
 def _int_const(value: np.ndarray, exp: int, dtype: str) -> np.ndarray:
     info = np.iinfo(dtype)
     q = np.floor(np.asarray(value, np.float64) / 2.0 ** exp + 0.5)
@@ -70,8 +61,10 @@ def _int_const(value: np.ndarray, exp: int, dtype: str) -> np.ndarray:
 class _Quantizer:
     def __init__(self, graph: Graph, params: dict, act_exp: dict[str, int], default_exp: int,
                  skip_conv_layers: set[int], skip_dense_layer: bool, per_channel: str = "none",
-                 skip_batch_matmul: bool | None = None):
+                 skip_batch_matmul: bool | None = None, model_weights: bool = False):
         self.g, self.params = graph, params
+        self.model_weights = model_weights   # keep a weight's own integers where its float values are exactly them
+        self.weight_kinds: dict[str, str] = {}   # weight -> "tensor" / "channel" (the model's integers) / "ours"
         self.per_channel = per_channel
         self.act_exp, self.default_exp = act_exp, default_exp
         self.skip_conv, self.skip_dense = skip_conv_layers, skip_dense_layer
@@ -171,7 +164,10 @@ class _Quantizer:
             else:
                 self.val[node.name] = self.translate(node)
         outputs = [self.to_f(o).node for o in self.g.outputs]
-        return self.b.finish(outputs)
+        graph, params = self.b.finish(outputs)
+        if self.model_weights:
+            graph.meta["model_weights"] = dict(self.weight_kinds)
+        return graph, params
 
     def float_op(self, node) -> QValue:
         """``node`` as in the float graph: float (dequantized) inputs, its constants as they are; its result is
@@ -262,6 +258,8 @@ class _Quantizer:
         w = self.params[w_name]
         ew = power2_exponent(float(np.abs(w).max()))
         per_channel = self._per_channel_exponents(node, w, ew)
+        if self.model_weights:
+            per_channel = self._model_integers(node, w_name, ew, per_channel)
         wq = self.const(f"{w_name}.q", _int_const(w, ew if per_channel is None else
                                                   per_channel.reshape((-1,) + (1,) * (w.ndim - 1)), "int8"))
         x = self.to_i8(x_name)
@@ -277,6 +275,18 @@ class _Quantizer:
             if folded is not None:
                 self.folded[bias_add] = QValue("i32", y, x.exp + ew)
         return QValue("i32", y, x.exp + ew)
+
+    def _model_integers(self, node, w_name: str, ew: int, per_channel: np.ndarray | None) -> np.ndarray | None:
+        """The per-channel exponents that keep ``w_name``'s own integers (a QDQ model's weight whose scales are
+        powers of two, per tensor or per channel), else ``per_channel`` as chosen; records which held."""
+        exact = weight_exponents(self.params[w_name])
+        if exact is None or node.op == "nn.conv2d_transpose" and exact[0] == "channel":
+            self.weight_kinds[w_name] = "ours"
+            return per_channel
+        self.weight_kinds[w_name] = exact[0]
+        if exact[0] == "tensor" or (exact[1] == ew).all():
+            return per_channel   # ew keeps the integers; per-channel exponents of exact values stay exact
+        return exact[1]
 
     def _sole_bias(self, node) -> tuple[str | None, str | None]:
         """(the bias add that alone reads ``node``, its constant) or (None, None)."""
@@ -434,7 +444,16 @@ def quantize(graph: Graph, params: dict[str, np.ndarray], *, global_scale: float
         raise ValueError(f"global_scale must be positive, got {global_scale}")
     default_exp = power2_exponent(float(global_scale), INT8_MAX + 1)
     act_exp: dict[str, int] = {}
-    if calibrate_mode != "global_scale":
+    scales = {}
+    if calibrate_mode == "model":
+        graph, params, scales = strip_fake_quant(graph, params)
+        if not scales:
+            raise ValueError("calibrate_mode='model' needs a model that carries its quantization (QuantizeLinear / "
+                             "DequantizeLinear pairs); this one carries none: use percentile, max or global_scale")
+        if dataset is not None:   # the tensors the model leaves unquantized: calibrated as percentile would
+            act_exp = calibrate(graph, params, dataset, DEFAULT_MODE, percentile)
+        act_exp.update({name: s.exp for name, s in scales.items()})
+    elif calibrate_mode != "global_scale":
         if dataset is None:
             raise ValueError(f"calibrate_mode={calibrate_mode!r} needs dataset=[{{input name: array}}, ...]")
         if not 0 < percentile <= 100:
@@ -445,5 +464,8 @@ def quantize(graph: Graph, params: dict[str, np.ndarray], *, global_scale: float
     if bad:
         raise ValueError(f"skip_conv_layers {bad} out of range: the graph has {n_convs} convolution(s)")
     q = _Quantizer(graph, params, act_exp, default_exp, {int(i) for i in skip_conv_layers}, skip_dense_layer,
-                   per_channel, skip_batch_matmul)
-    return q.run()
+                   per_channel, skip_batch_matmul, model_weights=calibrate_mode == "model")
+    qgraph, qparams = q.run()
+    if scales:
+        qgraph.meta["model_scales"] = scales
+    return qgraph, qparams
