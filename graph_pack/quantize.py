@@ -267,8 +267,8 @@ class _Quantizer:
         if per_channel is not None:   # channel c at 2**(x.exp + e_c): to the common 2**(x.exp + ew), rounding half up
             bias_add, bias = self._sole_bias(node)
             shifts = ew - per_channel
-            folded = None if bias_add is None else \
-                _int_const(self.params[bias], x.exp + ew, "int32").astype(np.int64).reshape(-1) << shifts
+            folded = None if bias_add is None else self._channel_bias(self.params[bias], x.exp, ew, per_channel,
+                                                                      self.weight_kinds.get(w_name) == "channel")
             if folded is not None and np.abs(folded).max(initial=0) >= 1 << 30:
                 folded = None   # the bias at the finer scales would not fit int32: added after the shift instead
             y = self._align_channels(y, node, shifts, folded)
@@ -287,6 +287,16 @@ class _Quantizer:
         if exact[0] == "tensor" or (exact[1] == ew).all():
             return per_channel   # ew keeps the integers; per-channel exponents of exact values stay exact
         return exact[1]
+
+    @staticmethod
+    def _channel_bias(bias: np.ndarray, x_exp: int, ew: int, exps: np.ndarray, fine: bool) -> np.ndarray:
+        """The bias added before the per-channel shift, channel c at 2**(x_exp + exps[c]): rounded at the common
+        2**(x_exp + ew) and shifted left (so the sum shifts to ((y + half) >> shifts) + bias, the layer's exact
+        meaning at our scales), or, ``fine``, rounded at each channel's own scale (a QDQ model whose scales are
+        powers of two: its own int32 bias, exactly, added before the rounding shift as onnxruntime adds it)."""
+        if fine:
+            return _int_const(bias.reshape(-1), x_exp + exps, "int32").astype(np.int64)
+        return _int_const(bias, x_exp + ew, "int32").astype(np.int64).reshape(-1) << (ew - exps)
 
     def _sole_bias(self, node) -> tuple[str | None, str | None]:
         """(the bias add that alone reads ``node``, its constant) or (None, None)."""
@@ -335,9 +345,9 @@ class _Quantizer:
     def _align_channels(self, y: str, node, shifts: np.ndarray, bias: np.ndarray | None = None) -> str:
         """``y`` (int32, channel c at a finer exponent by ``shifts[c]``) right-shifted per channel, rounding half up,
         to one exponent (the accelerator's epilogue runs it: a per-channel add, then a per-channel shift).
-        ``bias`` (the layer's bias at the common exponent, shifted left by ``shifts``) is added with the rounding
-        term: a multiple of 2**shifts[c], so (y + half + bias) >> shifts equals ((y + half) >> shifts) + bias[c]
-        exactly, and the layer keeps one per-channel add."""
+        ``bias`` (the layer's bias at each channel's exponent, ``_channel_bias``) is added with the rounding term,
+        so the layer keeps one per-channel add; at our scales it is a multiple of 2**shifts[c], so (y + half + bias)
+        >> shifts equals ((y + half) >> shifts) + bias[c] exactly."""
         shape = (-1,) + (1,) * (len(node.shape) - 2)
         half = np.where(shifts > 0, np.left_shift(1, np.maximum(shifts - 1, 0)), 0).astype(np.int64)
         half = (half + (0 if bias is None else bias)).astype(np.int32).reshape(shape)

@@ -5,9 +5,11 @@ it: ``divide(x, s) -> round -> add(zp) -> clip(qmin, qmax) [-> subtract(zp)] -> 
 model's statement of the tensor's quantization: its scale ``s``, zero point ``zp`` and range
 ``[(qmin - zp) * s, (qmax - zp) * s]``. Here each such chain becomes ``clip(x, lo, hi)`` of that range (the model's
 saturation, and the ReLU that onnxruntime's quantizer removes when a uint8 zero point of 0 already clips at 0), and
-the tensor's int8 exponent is the model's: VTA requantizes by power-of-two shifts, so the scale is rounded to the
-power of two that keeps the model's whole range (``power2_exponent`` of ``max(|lo|, |hi|)``). An unsigned tensor
-(255 levels) has 127 positive levels at our scale, so it keeps the range at one bit less resolution.
+the tensor's int8 exponent is the model's: VTA requantizes by power-of-two shifts, so the scale is rounded up to the
+power of two that keeps the model's range in 128 levels, as VTA's global_scale counts them (``power2_exponent`` of
+``max(|lo|, |hi|)`` with 128 levels: a symmetric int8 tensor whose scale is a power of two keeps that scale exactly, its
+-128 saturating to -127). An unsigned tensor (255 levels) has 127 positive levels at our scale, so it keeps the range
+at one bit less resolution; a scale that is no power of two loses up to one bit more.
 
 Chains this does not recognise stay as they are (float ops on the host, computing what onnxruntime does): a
 per-axis activation scale, a DequantizeLinear whose scale or zero point differs from its QuantizeLinear's.
@@ -31,7 +33,7 @@ class ModelScale:
     zero_point: float
     lo: float           # the model's range in real units: (qmin - zp) * scale
     hi: float           # (qmax - zp) * scale
-    exp: int            # ours: the smallest e with max(|lo|, |hi|) / 2**e <= 127
+    exp: int            # ours: the smallest e with max(|lo|, |hi|) / 2**e <= 128
 
 
 def _scalar(graph: Graph, params: dict, name: str) -> float | None:
@@ -75,7 +77,7 @@ def _match(graph: Graph, params: dict, node: Node) -> ModelScale | None:
         return None
     lo = (float(clip.attrs["a_min"]) - zero) * scale
     hi = (float(clip.attrs["a_max"]) - zero) * scale
-    return ModelScale(source, scale, zero, lo, hi, power2_exponent(max(abs(lo), abs(hi)), INT8_MAX))
+    return ModelScale(source, scale, zero, lo, hi, power2_exponent(max(abs(lo), abs(hi)), INT8_MAX + 1))
 
 
 def model_scales(graph: Graph, params: dict) -> dict[str, ModelScale]:
@@ -132,7 +134,7 @@ def model_scales_note(qgraph: Graph) -> str:
     """One line on what ``quantize(..., calibrate_mode="model")`` took from the model (recorded in its meta)."""
     scales: dict[str, ModelScale] = qgraph.meta.get("model_scales", {})
     kinds = list(qgraph.meta.get("model_weights", {}).values())
-    ratios = [2.0 ** s.exp * INT8_MAX / max(abs(s.lo), abs(s.hi)) for s in scales.values()]
+    ratios = [2.0 ** s.exp * (INT8_MAX + 1) / max(abs(s.lo), abs(s.hi)) for s in scales.values()]
     text = (f"quantization (model): the model's scales for {len(scales)} tensor(s), each rounded up to the power of "
             "two that keeps its range")
     if ratios:
