@@ -15,7 +15,8 @@ from extras import needs
 from graph_pack import run_reference
 from graph_pack.calibration import cosine
 from graph_pack.frontend_onnx import from_onnx
-from graph_pack.quantize import quantize
+from graph_pack.quantize import calibrate, quantize
+from graph_pack.quantize_model import strip_fake_quant
 from graph_pack.reference import evaluate
 
 pytestmark = needs("onnx", "onnxruntime")
@@ -23,10 +24,14 @@ pytestmark = needs("onnx", "onnxruntime")
 RANGES = {np.dtype("uint8"): (0, 255), np.dtype("int8"): (-128, 127)}
 
 
-def _qdq(family: str, tmp_path, **options):
+def _qdq(family: str, tmp_path, calibration_gain: float = 1.0, **options):
+    """(QDQ model, input, its path): ``family`` quantized by onnxruntime, calibrated on the input times
+    ``calibration_gain`` (> 1: the model's ranges wider than the input's own, so its scales are not the ones a
+    calibration on the input finds)."""
     model = onnx_models.load(family)
     feeds = onnx_models.inputs(model)
-    quantized, path = onnx_models.onnxruntime_quantized(model, feeds, tmp_path, **options)
+    wider = {k: (v * np.float32(calibration_gain)).astype(v.dtype) for k, v in feeds.items()}
+    quantized, path = onnx_models.onnxruntime_quantized(model, wider, tmp_path, **options)
     return quantized, feeds, path
 
 
@@ -50,14 +55,19 @@ def _activation_exponents(model) -> dict[str, int]:
 @pytest.mark.parametrize("family", ["resnet50", "mobilenet_v2"])
 def test_the_model_scales_are_the_ones_the_int8_tensors_use(family: str, tmp_path) -> None:
     """Every activation the model quantizes is stored by us as int8 at 2**e, e from the model's scale: its int8
-    values times 2**e are the model's dequantized values up to our coarser rounding (a wrong e by one would be off
-    by a factor of two)."""
-    model, feeds, _ = _qdq(family, tmp_path)
+    values times 2**e are the model's dequantized values up to our coarser rounding, in norm (a wrong e by one would
+    be off by a factor of two). The model was calibrated on inputs 8x wider than the run's, so a calibration on the run's
+    input (what percentile and max do, and what fills in tensors the model leaves unquantized) finds other
+    exponents."""
+    model, feeds, _ = _qdq(family, tmp_path, calibration_gain=8.0)
     expected = _activation_exponents(model)
     graph, params = from_onnx(model)
     qgraph, qparams = quantize(graph, params, calibrate_mode="model", dataset=[feeds], skip_conv_layers=[])
     used = {name: s.exp for name, s in qgraph.meta["model_scales"].items()}
     assert used == expected
+    stripped, stripped_params, _ = strip_fake_quant(graph, params)
+    ours = calibrate(stripped, stripped_params, [feeds], "max")
+    assert sum(ours.get(name) != exp for name, exp in expected.items()) >= len(expected) // 3
     stored = {}
     evaluate(qgraph, qparams, feeds, observe=lambda name, value: stored.__setitem__(name, value)
              if value.dtype == np.int8 else None)
@@ -69,9 +79,10 @@ def test_the_model_scales_are_the_ones_the_int8_tensors_use(family: str, tmp_pat
         int8 = [stored[k] for k in (f"{name}.cast", f"{name}.quantize") if k in stored]
         if not int8:   # read by no integer op (a classifier's float head)
             continue
-        value, step = floats[name], 2.0 ** exp
-        assert np.abs(value).max() / step > 32, name   # a scale twice too fine or too coarse could not pass below
-        np.testing.assert_allclose(int8[0] * step, value, atol=0.1 * np.abs(value).max(), err_msg=name)
+        value = floats[name].astype(np.float64)
+        # a scale twice too fine or too coarse leaves half the norm or more; our 8x coarser rounding, propagated, 0.26
+        error = np.linalg.norm(int8[0] * 2.0 ** exp - value) / np.linalg.norm(value)
+        assert error < 0.35, (name, error)
         checked += 1
     assert checked >= len(expected) // 2
 
