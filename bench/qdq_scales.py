@@ -4,14 +4,15 @@ in float on the host, every tensor re-quantized at our percentile ranges; the de
 and with ``--calibrate model`` (the model's scales, rounded to powers of two; its weights' integers where they
 survive). Per family and mode: the cosine similarity of our output with onnxruntime's int8 output of the QDQ model
 and with onnxruntime's float output of the float model, bit-exactness against the numpy reference of the same
-quantized graph, the share of the MACs on the accelerator and the number of host ops.
+quantized graph, the share of the MACs on the accelerator and the number of host ops. Similarities are printed as
+``1 - cosine`` (lower is closer).
 
 Each family is the default export (``<family>.onnx``) with the tests' seeded weights and input
 (``tests/onnx_models.py``), quantized by ``onnxruntime.quantization.quantize_static`` as the tests do it (per-channel
 int8 weights, uint8 activations, calibrated on that input); the same input is the run's. Everything else is vta
 run's defaults on the pynq preset (regions found automatically, every convolution quantized, ``--dense``'s default).
 
-    python bench/qdq_scales.py [--families resnet50,mobilenet_v2]
+    python bench/qdq_scales.py [--families resnet50,mobilenet_v2] [--write]   # --write: into docs/networks.md
 """
 
 from __future__ import annotations
@@ -23,11 +24,14 @@ from pathlib import Path
 
 import numpy as np
 from _host import header, run_main
+from families import write_between_markers
 
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT / "tests"))   # the test models and their seeded weights live with the tests
 
 MODES = ("percentile", "model")
+DOC = ROOT / "docs" / "networks.md"
+MARKS = ("<!-- qdq table -->", "<!-- /qdq table -->")
 
 
 def run_mode(model, feeds: dict, mode: str, expected_int8: list, expected_float: list) -> str:
@@ -60,8 +64,8 @@ def run_mode(model, feeds: dict, mode: str, expected_int8: list, expected_float:
     vs_float = min(cosine(o, e) for o, e in zip(ours, expected_float, strict=True))
     placement = explain(packed, mod.fallbacks)
     host_ops = sum(1 for p in placement.ops if p.where == "host")
-    return (f"{mode} | {vs_int8:.5f} | {vs_float:.5f} | {'yes' if exact else 'NO'} | {placement.mac_share:.1%} | "
-            f"{host_ops}")
+    return (f"{'model' if mode == 'model' else 'ours'} | {1 - vs_int8:.1e} | {1 - vs_float:.1e} | "
+            f"{'yes' if exact else 'NO'} | {placement.mac_share:.1%} | {host_ops}")
 
 
 def main() -> int:
@@ -69,11 +73,14 @@ def main() -> int:
 
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--families", default=",".join(onnx_models.FAMILIES), help="comma-separated")
+    parser.add_argument("--write", action="store_true", help="write the table into docs/networks.md (between the qdq "
+                        "table markers)")
     args = parser.parse_args()
-    print(header("bench/qdq_scales.py", "QDQ families (onnxruntime quantize_static): our scales vs the model's"))
-    print("| family | ORT int8 vs ORT float | mode | cosine vs ORT int8 | cosine vs ORT float | bit-exact | "
-          "MACs on VTA | host ops |")
-    print("|---|---|---|---|---|---|---|---|")
+    head = header("bench/qdq_scales.py", "QDQ families (onnxruntime quantize_static): our scales vs the model's")
+    print(head)
+    lines = [("| family | ORT int8 vs ORT float | scales | vs ORT int8 | vs ORT float | bit-exact | MACs on VTA | "
+              "host ops |"), "|---|---|---|---|---|---|---|---|"]
+    print("\n".join(lines))
     for family in args.families.split(","):
         model = onnx_models.load(family)
         feeds = onnx_models.inputs(model)
@@ -83,7 +90,8 @@ def main() -> int:
                 qdq, _ = onnx_models.onnxruntime_quantized(model, feeds, Path(tmp))
                 expected_int8 = onnx_models.onnxruntime_outputs(qdq, feeds)
             except Exception as e:   # noqa: BLE001 - onnxruntime's own refusal, reported in the table
-                print(f"| {family} | onnxruntime could not quantize it: {str(e).splitlines()[0][:80]} |")
+                lines.append(f"| {family} | onnxruntime could not quantize it: {str(e).splitlines()[0][:80]} |")
+                print(lines[-1])
                 continue
         from graph_pack.calibration import cosine
         base = min(cosine(a, b) for a, b in zip(expected_int8, expected_float, strict=True))
@@ -91,8 +99,13 @@ def main() -> int:
             try:
                 cells = run_mode(qdq, feeds, mode, expected_int8, expected_float)
             except Exception as e:   # noqa: BLE001 - a refusal is a row of the table, not the end of the bench
-                cells = f"{mode} | no: {type(e).__name__}: {str(e).splitlines()[0][:100]} |"
-            print(f"| {family} | {base:.5f} | {cells} |", flush=True)
+                cells = f"{mode} | no: {type(e).__name__}: {str(e).splitlines()[0][:100]} | | | | |"
+            lines.append(f"| {family} | {1 - base:.1e} | {cells} |")
+            print(lines[-1], flush=True)
+    if args.write:
+        stamped = "\n".join(f"`{line.removeprefix('# ')}`  " for line in head.splitlines())
+        write_between_markers(DOC, f"{stamped}\n\n" + "\n".join(lines), MARKS)
+        print(f"wrote the table into {DOC.relative_to(ROOT)}")
     return 0
 
 

@@ -31,6 +31,7 @@ from graph_pack.quantize_model import strip_fake_quant, weight_exponents
 from graph_pack.reference import evaluate
 from host import jit
 from hw_config.isa_rules import IMM_MAX, IMM_MIN
+from vta.templates.epilogue import CHANNEL_SHIFT_MAX
 
 MODES = ("global_scale", "max", "percentile", "model")
 DEFAULT_MODE = "percentile"   # with sample batches; VTA's "global_scale" without (quantize's calibrate_mode=None)
@@ -278,9 +279,12 @@ class _Quantizer:
 
     def _model_integers(self, node, w_name: str, ew: int, per_channel: np.ndarray | None) -> np.ndarray | None:
         """The per-channel exponents that keep ``w_name``'s own integers (a QDQ model's weight whose scales are
-        powers of two, per tensor or per channel), else ``per_channel`` as chosen; records which held."""
+        powers of two, per tensor or per channel), else ``per_channel`` as chosen; records which held. Not kept:
+        a conv2d_transpose's per-channel integers (its template has no per-channel shift) and a weight with a
+        channel finer than the shifts reach (``within_channel_shifts`` re-rounds it)."""
         exact = weight_exponents(self.params[w_name])
-        if exact is None or node.op == "nn.conv2d_transpose" and exact[0] == "channel":
+        if exact is None or exact[0] == "channel" and (node.op == "nn.conv2d_transpose" or
+                                                       (exact[1] < ew - CHANNEL_SHIFT_MAX).any()):
             self.weight_kinds[w_name] = "ours"
             return per_channel
         self.weight_kinds[w_name] = exact[0]
@@ -334,7 +338,8 @@ class _Quantizer:
         if self.per_channel == "auto" and not self._depthwise(node, w):
             return None
         peaks = np.abs(w).reshape(w.shape[0], -1).max(axis=1)
-        exps = np.array([power2_exponent(float(m)) if m > 0 else ew for m in peaks], np.int64)
+        exps = within_channel_shifts(np.array([power2_exponent(float(m)) if m > 0 else ew for m in peaks], np.int64),
+                                     ew)
         return None if (exps == ew).all() else exps
 
     def _depthwise(self, node, w: np.ndarray) -> bool:
@@ -387,6 +392,15 @@ class _Quantizer:
         ec = power2_exponent(float(np.abs(c).max()))
         cq = self.const(f"{const}.q", _int_const(c, ec, "int8").astype(np.int32))
         return QValue("i32", self.op("multiply", [x.node, cq], node.name), x.exp + ec)
+
+
+def within_channel_shifts(exps: np.ndarray, ew: int) -> np.ndarray:
+    """Per-channel weight exponents no finer than ``CHANNEL_SHIFT_MAX`` below the common one ``ew``, so each channel's
+    alignment shift is one the accelerator's channel_shr epilogue computes alike on every VTA (0..15). A channel whose
+    weights are below 2**-15 of the largest channel's is quantized at 2**(ew - 15) instead (pre-scaled): its rounding
+    error, at most half of that step per weight, stays below one unit of the common output scale for reductions of up
+    to 2**16 / 127 = 516 int8 products, so the layer loses nothing its int8 output can show."""
+    return np.maximum(exps, ew - CHANNEL_SHIFT_MAX)
 
 
 def default_skip_conv(named_region: bool) -> list[int]:
