@@ -448,7 +448,11 @@ def quantize(graph: Graph, params: dict[str, np.ndarray], *, global_scale: float
 
     ``calibrate_mode``: "percentile" or "max" (per-tensor ranges from running ``dataset``, an iterable of input
     dicts: the percentile of |x|, ``percentile``, or its maximum) or "global_scale" (VTA's default: every
-    activation's int8 range is +-``global_scale``, rounded up to a power of two). None (the default): "percentile"
+    activation's int8 range is +-``global_scale``, rounded up to a power of two) or "model" (a QDQ model's own
+    quantization, graph_pack/quantize_model.py: each QuantizeLinear / DequantizeLinear pair's scale rounded up to
+    the power of two that keeps its range, the weights' own integers where their scales are powers of two; tensors
+    the model leaves unquantized calibrated as "percentile" on ``dataset`` when given; the result's
+    ``meta["model_scales"]`` and ``meta["model_weights"]`` say what was taken). None (the default): "percentile"
     when ``dataset`` is given, "global_scale" otherwise. ``per_channel``: where weights get one power-of-two
     scale per output channel: "auto" (depthwise convolutions, where each output channel reads its own input channel,
     so a per-tensor scale set by the largest channel loses the small ones), "all" (every conv2d / dense: their requantization is then
