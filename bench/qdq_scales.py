@@ -12,7 +12,7 @@ Each family is the default export (``<family>.onnx``) with the tests' seeded wei
 int8 weights, uint8 activations, calibrated on that input); the same input is the run's. Everything else is vta
 run's defaults on the pynq preset (regions found automatically, every convolution quantized, ``--dense``'s default).
 
-    python bench/qdq_scales.py [--families resnet50,mobilenet_v2] [--write]   # --write: into docs/networks.md
+    python bench/qdq_scales.py [--families resnet50,mobilenet_v2] [--write]   # --write: into docs/networks.md, docs/benchmarks.md
 """
 
 from __future__ import annotations
@@ -30,7 +30,7 @@ ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT / "tests"))   # the test models and their seeded weights live with the tests
 
 MODES = ("percentile", "model")
-DOC = ROOT / "docs" / "networks.md"
+DOCS = (ROOT / "docs" / "networks.md", ROOT / "docs" / "benchmarks.md")
 MARKS = ("<!-- qdq table -->", "<!-- /qdq table -->")
 
 
@@ -73,8 +73,8 @@ def main() -> int:
 
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--families", default=",".join(onnx_models.FAMILIES), help="comma-separated")
-    parser.add_argument("--write", action="store_true", help="write the table into docs/networks.md (between the qdq "
-                        "table markers)")
+    parser.add_argument("--write", action="store_true", help="write the table into docs/networks.md and "
+                        "docs/benchmarks.md (between the qdq table markers)")
     args = parser.parse_args()
     head = header("bench/qdq_scales.py", "QDQ families (onnxruntime quantize_static): our scales vs the model's")
     print(head)
@@ -104,8 +104,9 @@ def main() -> int:
             print(lines[-1], flush=True)
     if args.write:
         stamped = "\n".join(f"`{line.removeprefix('# ')}`  " for line in head.splitlines())
-        write_between_markers(DOC, f"{stamped}\n\n" + "\n".join(lines), MARKS)
-        print(f"wrote the table into {DOC.relative_to(ROOT)}")
+        for path in DOCS:
+            write_between_markers(path, f"{stamped}\n\n" + "\n".join(lines), MARKS)
+        print(f"wrote the table into {', '.join(str(p.relative_to(ROOT)) for p in DOCS)}")
     return 0
 
 
