@@ -201,3 +201,6 @@ def test_vta_run_defaults_to_the_model_scales_and_refuses_them_for_a_float_model
     assert main(["run", str(float_path), "--calibrate", "model", "--no-layers"]) == 2
     err = capsys.readouterr().err
     assert "--calibrate model: the model carries no scales of its own" in err and "\n" not in err.strip(), err
+    graph, params = from_onnx(str(float_path))
+    with pytest.raises(ValueError, match="calibrate_mode='model' needs a model that carries its quantization"):
+        quantize(graph, params, calibrate_mode="model")
