@@ -135,14 +135,16 @@ def table(rows: list[Row]) -> str:
     return "\n".join(lines)
 
 
-def write_between_markers(path: Path, text: str) -> None:
-    """Replace what lies between the families table's markers in ``path`` (the markers must be there)."""
+def write_between_markers(path: Path, text: str, marks: tuple[str, str] = (MARK_BEGIN, MARK_END)) -> None:
+    """Replace what lies between a table's ``marks`` (the families table's by default) in ``path`` (the markers must
+    be there)."""
+    begin, end = marks
     doc = path.read_text()
-    if MARK_BEGIN not in doc or MARK_END not in doc:
-        raise ValueError(f"{path} has no {MARK_BEGIN} ... {MARK_END} markers to write the table between")
-    before, rest = doc.split(MARK_BEGIN, 1)
-    after = rest.split(MARK_END, 1)[1]
-    path.write_text(f"{before}{MARK_BEGIN}\n{text}\n{MARK_END}{after}")
+    if begin not in doc or end not in doc:
+        raise ValueError(f"{path} has no {begin} ... {end} markers to write the table between")
+    before, rest = doc.split(begin, 1)
+    after = rest.split(end, 1)[1]
+    path.write_text(f"{before}{begin}\n{text}\n{end}{after}")
 
 
 def main() -> int:

@@ -25,6 +25,7 @@ from graph_pack.labels import IMAGENET_CLASSES, imagenet_class_names
 from graph_pack.macs import matrix_share
 from graph_pack.pack import RegionError, format_offload_report, graph_pack
 from graph_pack.quantize import DEFAULT_MODE, MODES, PER_CHANNEL, default_skip_conv, quantize
+from graph_pack.quantize_model import carries_scales, model_scales_note
 from graph_pack.reference import run_reference
 from graph_pack.report import write_report
 from graph_pack.schedule_log import read_schedules, refuse_unused
@@ -134,16 +135,21 @@ def _calibrate_arg(text: str) -> str:
 
 
 def calibration(mode_or_file: str | None, global_scale: float | None, graph: Graph,
-                x: np.ndarray | dict[str, np.ndarray]) -> tuple[str, list[dict[str, np.ndarray]]]:
+                x: np.ndarray | dict[str, np.ndarray], carries_scales: bool = False
+                ) -> tuple[str, list[dict[str, np.ndarray]]]:
     """(quantize's calibrate_mode, the calibration batches) for --calibrate (None: not given) and --global-scale:
     a FILE.npz's batches (percentile ranges), or the run's own inputs (also what --quant-report compares on):
-    ``x``, the first input's array or every input by name."""
+    ``x``, the first input's array or every input by name. Not given: "model" where the model carries its own
+    scales (``carries_scales``: a QDQ model), else percentile."""
     if global_scale is not None:
         if mode_or_file not in (None, "global_scale"):
             raise ValueError(f"--global-scale sets VTA's global_scale quantization; --calibrate {mode_or_file} "
                              "calibrates the ranges instead: give one")
         mode_or_file = "global_scale"
-    mode_or_file = mode_or_file or DEFAULT_MODE
+    if mode_or_file == "model" and not carries_scales:
+        raise ValueError("--calibrate model: the model carries no scales of its own (no QuantizeLinear / "
+                         "DequantizeLinear pairs); allowed here: percentile, max, global_scale or a .npz file")
+    mode_or_file = mode_or_file or ("model" if carries_scales else DEFAULT_MODE)
     if mode_or_file in MODES:
         return mode_or_file, [dict(x) if isinstance(x, dict) else {graph.inputs[0]: x}]
     return DEFAULT_MODE, load_calibration(mode_or_file, graph)
@@ -325,7 +331,10 @@ def skip_conv_note(values: list[int | None] | None, named_region: bool) -> str:
         default=None, help="VTA's global_scale quantization with this activation range (2^-16..2^16; "
                            "--calibrate global_scale alone: 8)"),
     arg("--calibrate", type=_calibrate_arg, default=None, metavar="MODE|FILE.npz",
-        help=f"activation ranges: {DEFAULT_MODE} (default: the 99.99th percentile of |x| on the calibration "
+        help="activation ranges: model (the default for a model that carries its own quantization, a QDQ model: "
+             "each QuantizeLinear's scale rounded to the power of two that keeps the model's range; its weights as "
+             "its own integers where its scales are powers of two, else rounded from its float weights), "
+             f"{DEFAULT_MODE} (the default otherwise: the 99.99th percentile of |x| on the calibration "
              "inputs), max, or global_scale (VTA's: every activation in +-GLOBAL_SCALE); or a .npz of calibration "
              "inputs by input name (one batch, or K batches stacked), percentile ranges; without a file the "
              "calibration input is the run's own"),
@@ -429,7 +438,7 @@ def _run(args: argparse.Namespace) -> int:
     feeds = model_inputs(graph, args.inputs, rng)
     x = feeds[data]
     t0 = time.perf_counter()
-    mode, dataset = calibration(args.calibrate, args.global_scale, graph, feeds)
+    mode, dataset = calibration(args.calibrate, args.global_scale, graph, feeds, carries_scales(graph, params))
     qgraph, qparams = quantize(graph, params, global_scale=args.global_scale or 8.0, calibrate_mode=mode,
                                dataset=dataset,
                                skip_conv_layers=skip_conv_layers(args.skip_conv, named_region=bool(args.start or args.stop)),
@@ -477,6 +486,8 @@ def _run(args: argparse.Namespace) -> int:
     if args.explain:
         print(explain(packed, mod.fallbacks).format())
         print(skip_conv_note(args.skip_conv, named_region=bool(args.start or args.stop)))
+    if mode == "model":
+        print(model_scales_note(qgraph))
     if args.quant_report:
         print(quantization_report(graph, params, qgraph, qparams, dataset, mode).format())
     for head, reason in mod.fallbacks.items():

@@ -26,14 +26,16 @@ from dataclasses import dataclass
 import numpy as np
 
 from graph_pack.graph import Graph, GraphBuilder
+from graph_pack.power2 import INT8_MAX, power2_exponent
+from graph_pack.quantize_model import strip_fake_quant, weight_exponents
 from graph_pack.reference import evaluate
 from host import jit
 from hw_config.isa_rules import IMM_MAX, IMM_MIN
+from vta.templates.epilogue import CHANNEL_SHIFT_MAX
 
-MODES = ("global_scale", "max", "percentile")
+MODES = ("global_scale", "max", "percentile", "model")
 DEFAULT_MODE = "percentile"   # with sample batches; VTA's "global_scale" without (quantize's calibrate_mode=None)
 PER_CHANNEL = ("auto", "all", "none")
-INT8_MAX = 127
 CONVS = ("nn.conv2d", "nn.conv2d_transpose")
 SHAPE_OPS = ("nn.max_pool2d", "nn.upsampling", "reshape", "nn.batch_flatten", "transpose")
 
@@ -51,16 +53,6 @@ def _kind_of(dtype: str) -> str:
     return "f" if dtype == "float32" else "raw"
 
 
-def power2_exponent(max_abs: float, levels: int = INT8_MAX) -> int:
-    """The smallest e with max_abs / 2**e <= levels (so rounding never exceeds the int8 range)."""
-    if not np.isfinite(max_abs) or max_abs <= 0:
-        return 0
-    e = math.ceil(math.log2(max_abs / levels))
-    while max_abs / 2.0 ** e > levels:
-        e += 1
-    return e
-
-
 def _int_const(value: np.ndarray, exp: int, dtype: str) -> np.ndarray:
     info = np.iinfo(dtype)
     q = np.floor(np.asarray(value, np.float64) / 2.0 ** exp + 0.5)
@@ -70,8 +62,10 @@ def _int_const(value: np.ndarray, exp: int, dtype: str) -> np.ndarray:
 class _Quantizer:
     def __init__(self, graph: Graph, params: dict, act_exp: dict[str, int], default_exp: int,
                  skip_conv_layers: set[int], skip_dense_layer: bool, per_channel: str = "none",
-                 skip_batch_matmul: bool | None = None):
+                 skip_batch_matmul: bool | None = None, model_weights: bool = False):
         self.g, self.params = graph, params
+        self.model_weights = model_weights   # keep a weight's own integers where its float values are exactly them
+        self.weight_kinds: dict[str, str] = {}   # weight -> "tensor" / "channel" (the model's integers) / "ours"
         self.per_channel = per_channel
         self.act_exp, self.default_exp = act_exp, default_exp
         self.skip_conv, self.skip_dense = skip_conv_layers, skip_dense_layer
@@ -171,7 +165,10 @@ class _Quantizer:
             else:
                 self.val[node.name] = self.translate(node)
         outputs = [self.to_f(o).node for o in self.g.outputs]
-        return self.b.finish(outputs)
+        graph, params = self.b.finish(outputs)
+        if self.model_weights:
+            graph.meta["model_weights"] = dict(self.weight_kinds)
+        return graph, params
 
     def float_op(self, node) -> QValue:
         """``node`` as in the float graph: float (dequantized) inputs, its constants as they are; its result is
@@ -262,6 +259,8 @@ class _Quantizer:
         w = self.params[w_name]
         ew = power2_exponent(float(np.abs(w).max()))
         per_channel = self._per_channel_exponents(node, w, ew)
+        if self.model_weights:
+            per_channel = self._model_integers(node, w_name, ew, per_channel)
         wq = self.const(f"{w_name}.q", _int_const(w, ew if per_channel is None else
                                                   per_channel.reshape((-1,) + (1,) * (w.ndim - 1)), "int8"))
         x = self.to_i8(x_name)
@@ -269,14 +268,39 @@ class _Quantizer:
         if per_channel is not None:   # channel c at 2**(x.exp + e_c): to the common 2**(x.exp + ew), rounding half up
             bias_add, bias = self._sole_bias(node)
             shifts = ew - per_channel
-            folded = None if bias_add is None else \
-                _int_const(self.params[bias], x.exp + ew, "int32").astype(np.int64).reshape(-1) << shifts
+            folded = None if bias_add is None else self._channel_bias(self.params[bias], x.exp, ew, per_channel,
+                                                                      self.weight_kinds.get(w_name) == "channel")
             if folded is not None and np.abs(folded).max(initial=0) >= 1 << 30:
                 folded = None   # the bias at the finer scales would not fit int32: added after the shift instead
             y = self._align_channels(y, node, shifts, folded)
             if folded is not None:
                 self.folded[bias_add] = QValue("i32", y, x.exp + ew)
         return QValue("i32", y, x.exp + ew)
+
+    def _model_integers(self, node, w_name: str, ew: int, per_channel: np.ndarray | None) -> np.ndarray | None:
+        """The per-channel exponents that keep ``w_name``'s own integers (a QDQ model's weight whose scales are
+        powers of two, per tensor or per channel), else ``per_channel`` as chosen; records which held. Not kept:
+        a conv2d_transpose's per-channel integers (its template has no per-channel shift) and a weight with a
+        channel finer than the shifts reach (``within_channel_shifts`` re-rounds it)."""
+        exact = weight_exponents(self.params[w_name])
+        if exact is None or exact[0] == "channel" and (node.op == "nn.conv2d_transpose" or
+                                                       (exact[1] < ew - CHANNEL_SHIFT_MAX).any()):
+            self.weight_kinds[w_name] = "ours"
+            return per_channel
+        self.weight_kinds[w_name] = exact[0]
+        if exact[0] == "tensor" or (exact[1] == ew).all():
+            return per_channel   # ew keeps the integers; per-channel exponents of exact values stay exact
+        return exact[1]
+
+    @staticmethod
+    def _channel_bias(bias: np.ndarray, x_exp: int, ew: int, exps: np.ndarray, fine: bool) -> np.ndarray:
+        """The bias added before the per-channel shift, channel c at 2**(x_exp + exps[c]): rounded at the common
+        2**(x_exp + ew) and shifted left (so the sum shifts to ((y + half) >> shifts) + bias, the layer's exact
+        meaning at our scales), or, ``fine``, rounded at each channel's own scale (a QDQ model whose scales are
+        powers of two: its own int32 bias, exactly, added before the rounding shift as onnxruntime adds it)."""
+        if fine:
+            return _int_const(bias.reshape(-1), x_exp + exps, "int32").astype(np.int64)
+        return _int_const(bias, x_exp + ew, "int32").astype(np.int64).reshape(-1) << (ew - exps)
 
     def _sole_bias(self, node) -> tuple[str | None, str | None]:
         """(the bias add that alone reads ``node``, its constant) or (None, None)."""
@@ -314,7 +338,8 @@ class _Quantizer:
         if self.per_channel == "auto" and not self._depthwise(node, w):
             return None
         peaks = np.abs(w).reshape(w.shape[0], -1).max(axis=1)
-        exps = np.array([power2_exponent(float(m)) if m > 0 else ew for m in peaks], np.int64)
+        exps = within_channel_shifts(np.array([power2_exponent(float(m)) if m > 0 else ew for m in peaks], np.int64),
+                                     ew)
         return None if (exps == ew).all() else exps
 
     def _depthwise(self, node, w: np.ndarray) -> bool:
@@ -325,9 +350,9 @@ class _Quantizer:
     def _align_channels(self, y: str, node, shifts: np.ndarray, bias: np.ndarray | None = None) -> str:
         """``y`` (int32, channel c at a finer exponent by ``shifts[c]``) right-shifted per channel, rounding half up,
         to one exponent (the accelerator's epilogue runs it: a per-channel add, then a per-channel shift).
-        ``bias`` (the layer's bias at the common exponent, shifted left by ``shifts``) is added with the rounding
-        term: a multiple of 2**shifts[c], so (y + half + bias) >> shifts equals ((y + half) >> shifts) + bias[c]
-        exactly, and the layer keeps one per-channel add."""
+        ``bias`` (the layer's bias at each channel's exponent, ``_channel_bias``) is added with the rounding term,
+        so the layer keeps one per-channel add; at our scales it is a multiple of 2**shifts[c], so (y + half + bias)
+        >> shifts equals ((y + half) >> shifts) + bias[c] exactly."""
         shape = (-1,) + (1,) * (len(node.shape) - 2)
         half = np.where(shifts > 0, np.left_shift(1, np.maximum(shifts - 1, 0)), 0).astype(np.int64)
         half = (half + (0 if bias is None else bias)).astype(np.int32).reshape(shape)
@@ -367,6 +392,15 @@ class _Quantizer:
         ec = power2_exponent(float(np.abs(c).max()))
         cq = self.const(f"{const}.q", _int_const(c, ec, "int8").astype(np.int32))
         return QValue("i32", self.op("multiply", [x.node, cq], node.name), x.exp + ec)
+
+
+def within_channel_shifts(exps: np.ndarray, ew: int) -> np.ndarray:
+    """Per-channel weight exponents no finer than ``CHANNEL_SHIFT_MAX`` below the common one ``ew``, so each channel's
+    alignment shift is one the accelerator's channel_shr epilogue computes alike on every VTA (0..15). A channel whose
+    weights are below 2**-15 of the largest channel's is quantized at 2**(ew - 15) instead (pre-scaled): its rounding
+    error, at most half of that step per weight, stays below one unit of the common output scale for reductions of up
+    to 2**16 / 127 = 516 int8 products, so the layer loses nothing its int8 output can show."""
+    return np.maximum(exps, ew - CHANNEL_SHIFT_MAX)
 
 
 def default_skip_conv(named_region: bool) -> list[int]:
@@ -414,7 +448,11 @@ def quantize(graph: Graph, params: dict[str, np.ndarray], *, global_scale: float
 
     ``calibrate_mode``: "percentile" or "max" (per-tensor ranges from running ``dataset``, an iterable of input
     dicts: the percentile of |x|, ``percentile``, or its maximum) or "global_scale" (VTA's default: every
-    activation's int8 range is +-``global_scale``, rounded up to a power of two). None (the default): "percentile"
+    activation's int8 range is +-``global_scale``, rounded up to a power of two) or "model" (a QDQ model's own
+    quantization, graph_pack/quantize_model.py: each QuantizeLinear / DequantizeLinear pair's scale rounded up to
+    the power of two that keeps its range, the weights' own integers where their scales are powers of two; tensors
+    the model leaves unquantized calibrated as "percentile" on ``dataset`` when given; the result's
+    ``meta["model_scales"]`` and ``meta["model_weights"]`` say what was taken). None (the default): "percentile"
     when ``dataset`` is given, "global_scale" otherwise. ``per_channel``: where weights get one power-of-two
     scale per output channel: "auto" (depthwise convolutions, where each output channel reads its own input channel,
     so a per-tensor scale set by the largest channel loses the small ones), "all" (every conv2d / dense: their requantization is then
@@ -434,7 +472,16 @@ def quantize(graph: Graph, params: dict[str, np.ndarray], *, global_scale: float
         raise ValueError(f"global_scale must be positive, got {global_scale}")
     default_exp = power2_exponent(float(global_scale), INT8_MAX + 1)
     act_exp: dict[str, int] = {}
-    if calibrate_mode != "global_scale":
+    scales = {}
+    if calibrate_mode == "model":
+        graph, params, scales = strip_fake_quant(graph, params)
+        if not scales:
+            raise ValueError("calibrate_mode='model' needs a model that carries its quantization (QuantizeLinear / "
+                             "DequantizeLinear pairs); this one carries none: use percentile, max or global_scale")
+        if dataset is not None:   # the tensors the model leaves unquantized: calibrated as percentile would
+            act_exp = calibrate(graph, params, dataset, DEFAULT_MODE, percentile)
+        act_exp.update({name: s.exp for name, s in scales.items()})
+    elif calibrate_mode != "global_scale":
         if dataset is None:
             raise ValueError(f"calibrate_mode={calibrate_mode!r} needs dataset=[{{input name: array}}, ...]")
         if not 0 < percentile <= 100:
@@ -445,5 +492,8 @@ def quantize(graph: Graph, params: dict[str, np.ndarray], *, global_scale: float
     if bad:
         raise ValueError(f"skip_conv_layers {bad} out of range: the graph has {n_convs} convolution(s)")
     q = _Quantizer(graph, params, act_exp, default_exp, {int(i) for i in skip_conv_layers}, skip_dense_layer,
-                   per_channel, skip_batch_matmul)
-    return q.run()
+                   per_channel, skip_batch_matmul, model_weights=calibrate_mode == "model")
+    qgraph, qparams = q.run()
+    if scales:
+        qgraph.meta["model_scales"] = scales
+    return qgraph, qparams

@@ -63,3 +63,27 @@ def onnxruntime_outputs(model, feeds: dict[str, np.ndarray]) -> list[np.ndarray]
     options.graph_optimization_level = ort.GraphOptimizationLevel.ORT_DISABLE_ALL
     session = ort.InferenceSession(model.SerializeToString(), options, providers=["CPUExecutionProvider"])
     return session.run(None, feeds)
+
+
+def onnxruntime_quantized(model, feeds: dict[str, np.ndarray], directory: Path, quant_format: str = "QDQ",
+                          activation_type: str = "QUInt8", extra_options: dict | None = None):
+    """``model`` quantized by onnxruntime.quantization.quantize_static (per-channel int8 weights, uint8 activations
+    unless ``activation_type`` says otherwise, calibrated on ``feeds``), as a user quantizes a model with
+    onnxruntime's tools: (the quantized ModelProto, the path of its file in ``directory``, beside the float model's
+    ``float.onnx``)."""
+    import onnx
+    from onnxruntime import quantization as q
+
+    class OneInput(q.CalibrationDataReader):
+        def __init__(self) -> None:
+            self.left = [feeds]
+
+        def get_next(self):
+            return self.left.pop() if self.left else None
+
+    src, dst = Path(directory) / "float.onnx", Path(directory) / f"quantized_{quant_format}.onnx"
+    onnx.save(model, str(src))
+    q.quantize_static(str(src), str(dst), OneInput(), quant_format=getattr(q.QuantFormat, quant_format),
+                      activation_type=getattr(q.QuantType, activation_type), weight_type=q.QuantType.QInt8,
+                      per_channel=True, extra_options=extra_options or {})
+    return onnx.load(str(dst)), dst

@@ -205,26 +205,11 @@ def test_bert_builds_and_runs_on_the_host_as_onnxruntime() -> None:
 
 
 def _onnxruntime_quantized(family: str, tmp_path, quant_format: str):
-    """``family`` quantized by onnxruntime.quantization.quantize_static (per-channel int8 weights, uint8
-    activations calibrated on the test input), as a user quantizes a model with onnxruntime's tools."""
-    import onnx
-    from onnxruntime import quantization as q
-
+    """``family`` quantized by onnxruntime's quantize_static (tests/onnx_models.py): (model, feeds, path)."""
     model = onnx_models.load(family)
     feeds = onnx_models.inputs(model)
-
-    class OneInput(q.CalibrationDataReader):
-        def __init__(self) -> None:
-            self.left = [feeds]
-
-        def get_next(self):
-            return self.left.pop() if self.left else None
-
-    src, dst = tmp_path / "float.onnx", tmp_path / "quantized.onnx"
-    onnx.save(model, str(src))
-    q.quantize_static(str(src), str(dst), OneInput(), quant_format=getattr(q.QuantFormat, quant_format),
-                      activation_type=q.QuantType.QUInt8, weight_type=q.QuantType.QInt8, per_channel=True)
-    return onnx.load(str(dst)), feeds, dst
+    quantized, path = onnx_models.onnxruntime_quantized(model, feeds, tmp_path, quant_format)
+    return quantized, feeds, path
 
 
 @pytest.mark.parametrize("family", ["resnet50", "mobilenet_v2"])

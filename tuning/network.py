@@ -12,10 +12,11 @@ from typing import TextIO
 import numpy as np
 
 from graph_pack.build import GraphModule, build
-from graph_pack.cli import load_model, model_inputs, quantize_dense, region_names
+from graph_pack.cli import calibration, load_model, model_inputs, quantize_dense, region_names
 from graph_pack.explain import Explanation, explain
 from graph_pack.pack import graph_pack
 from graph_pack.quantize import default_skip_conv, quantize
+from graph_pack.quantize_model import carries_scales
 from simulator.stats import SIMULATED, latency_basis
 from tuning.measure import LocalRunner
 from tuning.records import load_best
@@ -50,7 +51,8 @@ def tune_network(model: str, env, *, tuner: str = "xgb", n_trial: int = 100, tot
     ``start`` / ``stop`` bound the offload region (graph_pack's start_name / stop_name, vta run's --start /
     --stop); both None: every region the accelerator can run, found automatically; one None: the model's default
     for it (a zoo model's own, else nn.max_pool2d ... nn.global_avg_pool2d). The network is quantized as ``vta run``
-    quantizes it by default (percentile ranges calibrated on the random input the builds are compared on).
+    quantizes it by default (percentile ranges calibrated on the random input the builds are compared on; a QDQ
+    model's own scales).
     ``show_explanation``: write where each op runs and why (``vta tune --explain``) before tuning. ``dense``: "on",
     "off" or None, vta run's --dense (None: its default, ``graph_pack.cli.quantize_dense``)."""
     check_tuning_arguments(tuner=tuner, strategy=strategy, n_trial=n_trial, total_trials=total_trials,
@@ -59,7 +61,8 @@ def tune_network(model: str, env, *, tuner: str = "xgb", n_trial: int = 100, tot
     cfg = config_of(env)
     graph, params, defaults = load_model(model, batch or cfg.BATCH, image_size, seed)
     feeds = model_inputs(graph, None, np.random.default_rng(seed))
-    qgraph, qparams = quantize(graph, params, dataset=[feeds], skip_dense_layer=not quantize_dense(dense, start, stop, graph),
+    mode, dataset = calibration(None, None, graph, feeds, carries_scales(graph, params))   # a QDQ model's: its own
+    qgraph, qparams = quantize(graph, params, calibrate_mode=mode, dataset=dataset, skip_dense_layer=not quantize_dense(dense, start, stop, graph),
                                skip_conv_layers=default_skip_conv(start is not None or stop is not None))
     start, stop = region_names(start, stop, defaults)
     packed = graph_pack(qgraph, cfg, start_name=start, stop_name=stop)
