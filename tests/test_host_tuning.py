@@ -21,9 +21,9 @@ import tuning
 from graph_pack import build
 from graph_pack.graph import GraphBuilder
 from graph_pack.reference import run_reference
+from graph_pack.untuned import UNTUNED
 from host.templates import host
 from tuning.cpu import CpuRunner, CpuTask, MeasureOption, cpu_task, measure_cpu
-from graph_pack.untuned import UNTUNED
 from tuning.records import RecordWarning, load_records
 
 pytestmark = needs("llvmlite")
