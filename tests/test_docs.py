@@ -502,7 +502,8 @@ def log_of(out: str) -> str:
 
 
 def check_tune(cmd: DocCommand, out: str, work: Path) -> None:
-    assert re.search(r"^ +# task +weight +default ms +best ms +speedup +trials$", out, re.MULTILINE), "no task table"
+    assert re.search(r"^ +# task +weight +default ms +(untuned ms +)?best ms +speedup +trials$", out, re.MULTILINE), \
+        "no task table"
     log = option(cmd.argv, "--log")
     if "resume" in cmd.comment:   # what the log holds is said
         assert re.search(rf"^resuming from \d+ records in {re.escape(log)}: ", out, re.MULTILINE), out[:1000]
