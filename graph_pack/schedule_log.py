@@ -190,7 +190,9 @@ def read_schedules(path: str | os.PathLike, cfg: HwConfig | CpuTarget, version: 
                 out.records += 1
                 ranked.setdefault(rec["workload"], []).append((rank, rec["config"]))
     for key, rs in ranked.items():
-        out.untuned.update({key: min(r for r, c in rs if is_untuned(c))} if any(is_untuned(c) for _, c in rs) else {})
+        untuned = [r for r, c in rs if is_untuned(c)]
+        if untuned:
+            out.untuned[key] = min(untuned)
         won = [(r, c) for r, c in rs if not is_untuned(c) and beats_untuned(r, out.untuned.get(key))]
         if won:
             out.candidates[key] = [c for _, c in sorted(won, key=lambda rc: rc[0])]

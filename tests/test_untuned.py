@@ -19,7 +19,7 @@ import tuning
 from graph_pack import build
 from graph_pack.host_auto import fused_op, read_auto_schedules
 from graph_pack.reference import run_reference
-from graph_pack.schedule_log import read_schedules
+from graph_pack.schedule_log import read_schedules, refuse_unused
 from graph_pack.untuned import UNTUNED, dag_graph, untuned_dag_kernel
 from host import compile_schedule, default_schedule
 from host.knobs import schedule_config
@@ -93,6 +93,9 @@ def test_a_template_config_runs_only_where_it_beat_the_untuned_kernel(tmp_path, 
     assert _backend(mod, "fc") == ran
     mod.run(x=x)
     np.testing.assert_allclose(mod.get_output(0), run_reference(graph, params, {"x": x}), rtol=1e-4, atol=1e-5)
+    build(graph, "pynq", params, host_schedules=logged)   # vta run --log: a log whose every config lost is no error
+    assert ("1 task(s) keep the untuned kernel" in logged.summary()) == (ran == "jit")
+    refuse_unused("small_net", logged, built=True)
 
 
 @needs("xgboost")
