@@ -183,3 +183,7 @@ def test_a_config_that_beat_one_slow_timing_of_the_untuned_kernel_meets_it_again
     assert (task.key in tuning.load_best(log, "cpu")) == (ran == "tuned") == (task.key in summary.best_configs())
     mod = build(graph, "pynq", params, host_schedules=tuning.load_best(log, "cpu"))
     assert _backend(mod, "fc") == ran
+    again = tuning.tune_tasks([task], tuner="gridsearch", n_trial=2, runner=CpuRunner(isolate=False), log=log,
+                              out=io.StringIO())   # resumed: nothing is timed again, the rounds included
+    assert len(load_records(log, template=task.template_version)) == len(records)
+    assert again.best_configs() == summary.best_configs()

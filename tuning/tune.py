@@ -17,6 +17,7 @@ its budget, and another tuner's count as known results, not as this tuner's tria
 from __future__ import annotations
 
 import contextlib
+import json
 import os
 import sys
 import time
@@ -333,9 +334,16 @@ def confirm(s: TaskState, runner, log: str | os.PathLike | None) -> None:
     """Where a task's best config beat its untuned kernel, time the two again in alternating rounds (one runner,
     back to back, the same load) and log every timing, the config's as tuner ``confirm``: build keeps each side's
     fastest record, so the untuned kernel has as many chances as the config it is compared with, and a config
-    that won by one lucky timing among its trials meets it again in the same rounds."""
+    that won by one lucky timing among its trials meets it again in the same rounds. A resumed run whose log has
+    them does not time them again."""
     config = s.tuner.best_config
     if config is None or s.untuned_s == float("inf") or not s.best_s < s.untuned_s:
+        return
+    key = json.dumps(config, sort_keys=True)   # (a config's tuples are a record's lists)
+    done = [r for r in load_records(log, task=s.task) if r.tuner == CONFIRM_TUNER and r.ok
+            and json.dumps(r.config, sort_keys=True) == key] if log is not None else []
+    if len(done) >= CONFIRM_ROUNDS:   # a resumed run: these rounds were timed (the untuned ones are in untuned_s)
+        s.confirmed_s = min(_seconds(s.tuner.cost(_result_of(config, r.result)), s.task) for r in done)
         return
     configs = [dict(UNTUNED), dict(config)] * CONFIRM_ROUNDS
     results = runner.measure(s.task, configs)
