@@ -8,7 +8,8 @@ Per op (ResNet-18, MobileNetV2 and BERT-tiny shapes, batch 1, float32, one threa
   IR has no node for yet (batch_matmul, layer norm, GELU);
 - ``auto default``: the auto-scheduler's own untuned schedule (plain loop nests), measured first by the search;
 - ``auto``: the best of ``--n-trial`` measured schedules (the default included, so never slower than it in the
-  search's own measurements);
+  search's own measurements); ``build runs``: that schedule where it also beat the untuned kernel the search timed
+  (``AutoResult.applied``), else the untuned kernel;
 - ``template``: the host template tuned by the XGBoost tuner with the same ``--n-trial`` (conv2d, depthwise, dense),
   and its default config.
 
@@ -16,6 +17,14 @@ All kernels of one op are timed in alternating rounds (median of ``--repeat``), 
 agree (exactly, between untuned jit/numpy-order kernels and auto; to 1e-4 with the templates).
 
     python bench/auto_schedule.py [--n-trial 24] [--repeat 9] [--ops conv,dense,...]
+
+``--network resnet-18``: instead, the whole network (224 x 224, batch 1, float32, imported from the ONNX file
+onnxruntime runs) tuned as ``vta tune --target cpu --scheduler auto`` tunes it (every host op a task, the gradient
+task scheduler, ``--n-trial`` per task, records in ``--log``, resumed), then per task the tuning run's own times (the
+untuned kernel build runs, the default loop nest, the best schedule, which one build applies), and the auto-scheduled
+build, the untuned build and onnxruntime on one thread in alternating rounds.
+
+    python bench/auto_schedule.py --network resnet-18 [--n-trial 8] [--repeat 9] [--log auto_r18.jsonl]
 """
 
 from __future__ import annotations
@@ -29,6 +38,8 @@ import time
 from collections.abc import Callable
 
 from _host import header, rounds, run_main
+from _onnx_export import to_onnx
+from _tuned_network import task_table, versus_onnxruntime
 
 _HERE = os.path.dirname(os.path.abspath(__file__))
 sys.path[:] = [p for p in sys.path if os.path.abspath(p or os.curdir) != _HERE]   # bench/tuning.py vs tuning/
@@ -126,6 +137,14 @@ def tune_template(op: str, workload: dict, n_trial: int):
     return t.build(None), t.build(result.best_config)
 
 
+def _runs(result) -> str:
+    """What build would run for the op after this search: the best schedule where it beat the untuned kernel in the
+    search's own measurements (``AutoResult.applied``), else the untuned kernel."""
+    if result.untuned_seconds is None:
+        return "auto (no graph op)"
+    return "auto" if result.applied else "untuned"
+
+
 def geomean(xs: list[float]) -> float:
     return math.exp(sum(map(math.log, xs)) / len(xs)) if xs else math.nan
 
@@ -135,7 +154,11 @@ def main() -> None:
     ap.add_argument("--n-trial", type=int, default=24, help="measured trials per op, auto and template (default 24)")
     ap.add_argument("--repeat", type=int, default=9, help="timing rounds, median kept (default 9)")
     ap.add_argument("--ops", default=",".join(CASES), help=f"groups to run (default all: {','.join(CASES)})")
+    ap.add_argument("--network", choices=("resnet-18",), help="tune and time a whole network instead of single ops")
+    ap.add_argument("--log", default="auto_schedule.jsonl", help="--network's record log (resumed)")
     args = ap.parse_args()
+    if args.network:
+        return network(args)
     groups = args.ops.split(",")
     for g in groups:
         if g not in CASES:
@@ -151,8 +174,8 @@ def main() -> None:
     print(header("auto_schedule", f"host ops auto-scheduled vs untuned vs tuned templates, {args.n_trial} trials "
                                   f"each, one thread (LLVM CPU {cpu_name()})"), flush=True)
     print("| op | untuned (what) | untuned ms | auto default ms | auto ms | template default ms | template ms | "
-          "auto vs untuned | auto vs template | search s |")
-    print("|---|---|---|---|---|---|---|---|---|---|")
+          "auto vs untuned | auto vs template | build runs | search s |")
+    print("|---|---|---|---|---|---|---|---|---|---|---|")
     vs_untuned: dict[str, list[float]] = {"template ops": [], "other ops": []}
     vs_template = []
     rng = np.random.default_rng(0)
@@ -184,10 +207,48 @@ def main() -> None:
                 vs_template.append(best_template / times[2])
                 vs_t = f"{best_template / times[2]:.2f}x"
             print(f"| {name} | {what} | {ms[0]} | {ms[1]} | {ms[2]} | {ms[3] if template else '-'} | "
-                  f"{ms[4] if template else '-'} | {ratio:.2f}x | {vs_t or '-'} | {search_s:.0f} |", flush=True)
+                  f"{ms[4] if template else '-'} | {ratio:.2f}x | {vs_t or '-'} | {_runs(result)} | {search_s:.0f} |",
+                  flush=True)
     print(f"\ngeometric means (higher: auto faster): vs untuned, ops with a template "
           f"{geomean(vs_untuned['template ops']):.2f}x, ops without {geomean(vs_untuned['other ops']):.2f}x; "
           f"vs the better of the tuned template and its default {geomean(vs_template):.2f}x")
+
+
+def network(args) -> None:
+    """The whole network auto-scheduled (see the module docstring)."""
+    import onnx  # noqa: F401  (checked before any work: run_main names the extra)
+    import onnxruntime  # noqa: F401
+    import xgboost  # noqa: F401
+
+    from graph_pack import build, zoo
+    from graph_pack.frontend_onnx import from_onnx
+    from graph_pack.host_auto import read_auto_schedules
+    from host.templates import host
+    from tuning import tune_tasks
+    from tuning.auto_network import auto_tasks_of
+    from tuning.cpu import CpuRunner
+
+    zoo_graph, zoo_params = zoo.get_model(args.network, batch_size=1)
+    model = to_onnx(zoo_graph, zoo_params)   # the file both onnxruntime and our flow start from
+    graph, params = from_onnx(model)
+    x = np.random.default_rng(0).standard_normal(graph[graph.inputs[0]].shape).astype(np.float32)
+    print(header("auto_schedule", f"{args.network} float auto-scheduled on this CPU (LLVM CPU {cpu_name()}), one "
+                                  "thread: tuned vs untuned in the same run, and vs onnxruntime"), flush=True)
+    tasks = auto_tasks_of(graph)
+    t0 = time.perf_counter()
+    with CpuRunner(number=1, repeat=3, min_repeat_ms=10) as runner:
+        summary = tune_tasks(tasks, tuner="auto", n_trial=args.n_trial, runner=runner, log=args.log,
+                             strategy="gradient", batch_size=4)
+    print(f"tuning: auto-scheduler, {args.n_trial} trials per task (gradient task scheduler), {len(tasks)} tasks, "
+          f"{time.perf_counter() - t0:.0f} s (log {args.log})")
+    print("\nper task, the tuning run's own timings (CpuRunner: mean of 3 x >= 10 ms):")
+    print(task_table(summary, "default nest"))
+    auto = read_auto_schedules(args.log, host())
+    tuned = build(graph, "pynq", params, auto_schedules=auto)
+    untuned = build(graph, "pynq", params)
+    print(f"\n{auto.summary()}")
+    print(versus_onnxruntime(graph, params, model, x, [("ours, auto-scheduled", tuned),
+                                                      ("ours, untuned (host.jit)", untuned)], args.repeat))
 
 
 if __name__ == "__main__":

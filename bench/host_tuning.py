@@ -3,13 +3,15 @@ against their untuned schedules, and the tuned float network on one thread again
 of the same ONNX file, in the same run.
 
 1. Tunes every float conv2d / dense task of ResNet-18 (224 x 224, batch 1) with the XGBoost tuner (``--n-trial``
-   per task; records in ``--log``, resumed when it exists).
+   per task; records in ``--log``, resumed when it exists). The tuning run also times the kernel build runs without
+   a record (host.jit's) with the same runner; the per-task table gives those same-run times and what build applies
+   (a tuned config only where it beat that kernel).
 2. Per conv layer, times in alternating rounds (median): the template's default config (AutoTVM's fallback
    heuristic), the first config of its space (every tile 1: AutoTVM's fallback without a heuristic), host.jit's
-   fixed kernel (what the host ran before), and the tuned config; geometric means of the speed-ups, weighted by how
-   often the network runs each layer.
+   fixed kernel (what the host runs untuned), and what build applies (the tuned config, or host.jit's kernel where
+   that won in the tuning run); geometric means of the speed-ups, weighted by how often the network runs each layer.
 3. The whole network: our build with the tuned kernels, our untuned build (host.jit) and onnxruntime (1 thread,
-   the same ONNX file our frontend imported), in alternating rounds; outputs checked against numpy and each other.
+   the same ONNX file our frontend imported), in alternating rounds; outputs checked against numpy.
 
     python bench/host_tuning.py [--n-trial 32] [--repeat 15] [--log host_tuning.jsonl]
 """
@@ -26,6 +28,7 @@ import time
 # bench/_host.py and _onnx_export.py, imported while this directory is still on the path
 from _host import header, rounds, run_main
 from _onnx_export import to_onnx
+from _tuned_network import task_table, versus_onnxruntime
 
 # bench/tuning.py shares its name with the tuning package: keep this directory off the import path from here on
 _HERE = os.path.dirname(os.path.abspath(__file__))
@@ -37,7 +40,6 @@ import tuning
 from graph_pack import build, zoo
 from graph_pack.frontend_onnx import from_onnx
 from graph_pack.opdefs import OPS
-from graph_pack.reference import run_reference
 from host import jit
 from host.templates import host
 from tuning.cpu import CpuRunner, close_to
@@ -45,7 +47,8 @@ from tuning.cpu import CpuRunner, close_to
 
 def time_layer(task, tuned: dict | None, rng: np.random.Generator, repeat: int) -> list[float]:
     """Seconds per call of a conv task's default config, its all-ones config, host.jit's fixed kernel and the
-    tuned config (each output checked against the float64 reference first)."""
+    kernel build applies (the tuned config; host.jit's where no config beat it), each output checked against the
+    float64 reference first."""
     t = task.template
     inputs = t.random_inputs(rng)
     want = t.reference(**inputs)
@@ -56,7 +59,7 @@ def time_layer(task, tuned: dict | None, rng: np.random.Generator, repeat: int) 
     fixed = jit.get_kernel("nn.conv2d", attrs, [inputs["data"].shape, inputs["kernel"].shape], ["float32"] * 2)
     fns = [functools.partial(t.build(c), **inputs) for c in (None, first)]
     fns.append(functools.partial(fixed, attrs, inputs["data"], inputs["kernel"]))
-    fns.append(functools.partial(t.build(tuned), **inputs))
+    fns.append(functools.partial(t.build(tuned), **inputs) if tuned is not None else fns[-1])
     for fn in fns:
         assert close_to(fn(), want), f"{task.name}: a kernel disagrees with the float64 reference"
     return rounds(fns, repeat)
@@ -75,7 +78,7 @@ def main() -> None:
     args = ap.parse_args()
     # checked before any work (run_main names the pip command of a missing extra)
     import onnx  # noqa: F401
-    import onnxruntime as ort
+    import onnxruntime  # noqa: F401
     if args.tuner == "xgb":
         import xgboost  # noqa: F401
     cpu = host()
@@ -89,13 +92,16 @@ def main() -> None:
     tasks = tuning.extract_tasks(graph, target="cpu")
     t0 = time.perf_counter()
     with CpuRunner(number=1, repeat=3, min_repeat_ms=20) as runner:
-        tuning.tune_tasks(tasks, tuner=args.tuner, n_trial=args.n_trial, runner=runner, log=args.log,
-                          strategy="sequential", batch_size=8)
+        summary = tuning.tune_tasks(tasks, tuner=args.tuner, n_trial=args.n_trial, runner=runner, log=args.log,
+                                    strategy="sequential", batch_size=8)
     tune_s = time.perf_counter() - t0
     best = tuning.load_best(args.log, "cpu")
 
     print(f"tuning: {args.tuner}, {args.n_trial} trials per task, {len(tasks)} tasks, {tune_s:.0f} s (log {args.log})")
-    print("| conv layer (x runs) | template default ms | all-ones config ms | host.jit ms | tuned ms | "
+    print("\nper task, the tuning run's own timings (CpuRunner: mean of 3 x >= 20 ms):")
+    print(task_table(summary, "template default"))
+    print("\nper conv layer, alternating rounds after tuning ('applied': what build runs):")
+    print("| conv layer (x runs) | template default ms | all-ones config ms | host.jit ms | applied ms | "
           "tuned vs default | vs all-ones | vs jit |")
     print("|---|---|---|---|---|---|---|---|")
     rng = np.random.default_rng(1)
@@ -117,26 +123,10 @@ def main() -> None:
 
     tuned_mod = build(graph, "pynq", params, host_schedules=best)
     untuned_mod = build(graph, "pynq", params)
-    options = ort.SessionOptions()
-    options.intra_op_num_threads = options.inter_op_num_threads = 1
-    options.log_severity_level = 3
-    session = ort.InferenceSession(model.SerializeToString(), options, providers=["CPUExecutionProvider"])
-    ref = run_reference(graph, params, {"data": x})
-    tuned_mod.run(data=x)
-    untuned_mod.run(data=x)
-    ort_out = session.run(None, {"data": x})[0]
-    agree = {name: bool(np.allclose(y, ref, rtol=1e-4, atol=1e-6)) for name, y in
-             (("tuned", tuned_mod.get_output(0)), ("untuned", untuned_mod.get_output(0)), ("onnxruntime", ort_out))}
-    times = rounds([lambda: tuned_mod.run(data=x), lambda: untuned_mod.run(data=x),
-                    lambda: session.run(None, {"data": x})], args.repeat, budget=0.0)
     tuned_layers = sum(getattr(s, "backend", "") == "tuned" for s in tuned_mod.steps)
-    checks = ", ".join(f"{k} {'yes' if v else 'NO'}" for k, v in agree.items())
-    print(f"\nwhole network, one thread, median of {args.repeat} alternating rounds; outputs vs numpy (allclose, rtol "
-          f"1e-4): {checks}; {tuned_layers} layers tuned")
-    print("| ResNet-18 float, 1 x 3 x 224 x 224 | ms | vs onnxruntime |")
-    print("|---|---|---|")
-    for name, s in zip(("ours, tuned host kernels", "ours, untuned (host.jit)", "onnxruntime 1 thread"), times):
-        print(f"| {name} | {s * 1e3:.2f} | {s / times[2]:.2f}x |")
+    print(f"\n{tuned_layers} layers run a tuned config")
+    print(versus_onnxruntime(graph, params, model, x, [("ours, tuned host kernels", tuned_mod),
+                                                      ("ours, untuned (host.jit)", untuned_mod)], args.repeat))
 
 
 if __name__ == "__main__":

@@ -712,6 +712,22 @@ class _Builder:
         return self.steps
 
 
+def host_steps(graph: Graph, cpu: str = "auto") -> list:
+    """The steps ``build`` runs for a graph of float host ops when no log gives them a schedule (no accelerator
+    groups, no device): what a tuned schedule of those ops must beat (``graph_pack.untuned``)."""
+    if graph.meta.get("groups"):
+        raise GraphError("host_steps takes a graph of host ops only (this one has accelerator groups)")
+    builder = _Builder(graph, None, Constants(graph, {}), None, cpu, 0, "error", _NO_DEVICE)
+    return builder.run({})
+
+
+class _NoDevice:
+    """The device of a build without accelerator groups: nothing asks it for anything."""
+
+
+_NO_DEVICE = _NoDevice()
+
+
 def build(graph: Graph, env, params: dict[str, np.ndarray], schedules: Schedules = None, *,
           cpu: str = "auto", max_insns: int = 1 << 20, fallback: str = "warn", device: Device | None = None,
           host_schedules: Schedules = None, auto_schedules: host_auto.AutoSchedules | None = None) -> GraphModule:

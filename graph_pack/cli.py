@@ -477,9 +477,9 @@ def _run(args: argparse.Namespace) -> int:
         print(cfg.board_model_note())
     if schedules is not None:
         print(schedules.summary())
-    if host_schedules is not None and host_schedules.applied:
+    if host_schedules is not None and (host_schedules.applied or host_schedules.kept_untuned):
         print(host_schedules.summary())
-    if auto is not None and auto.applied:
+    if auto is not None and (auto.applied or auto.logged.kept_untuned):
         print(auto.summary())
     if args.report is True:
         print(format_offload_report(packed))

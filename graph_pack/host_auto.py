@@ -158,6 +158,8 @@ class AutoSchedules:
         if self.exact and dag.name in NOT_BIT_EXACT:
             return None
         self.asked.setdefault(dag.key, dag.name)
+        if dag.key in self.logged.untuned_won:
+            self.logged.kept_untuned.add(dag.key)
         if dag.key not in self.applied:
             for config in self.logged.candidates.get(dag.key, []):
                 try:
@@ -175,10 +177,18 @@ class AutoSchedules:
         return self.logged.records
 
     def summary(self) -> str:
-        tuned = sum(s.sketch != "default" for s in self.applied.values())   # a default nest keeps the op's kernel
+        tuned = sum(self.applies(key, s) for key, s in self.applied.items())
+        kept = len(self.logged.kept_untuned)
         return (f"auto-scheduled: {tuned} host op(s) from {self.logged.path} (the best of "
-                f"{self.logged.records} auto-scheduler record(s) for {self.logged.cfg.model}); host ops without a record "
-                "keep their default kernels")
+                f"{self.logged.records} auto-scheduler record(s) for {self.logged.cfg.model}); "
+                + (f"{kept} keep the untuned kernel, faster than every schedule in the same tuning run; " if kept
+                   else "") + "host ops without a record keep their default kernels")
+
+    def applies(self, key: str, schedule: Schedule) -> bool:
+        """Whether build runs ``schedule`` for the DAG ``key``: every logged schedule that beat the untuned kernel
+        does; in a log without the untuned kernel's record (tuned before it was measured) the default loop nest
+        does not (it is slower than host.jit's kernels as a rule, docs/benchmarks.md)."""
+        return schedule.sketch != "default" or key in self.logged.untuned
 
 
 def read_auto_schedules(path, cpu, exact: bool = False) -> AutoSchedules:
@@ -232,10 +242,9 @@ def compiled_by_default(dag: ComputeDag) -> bool:
 
 
 def schedule_for(dag: ComputeDag, schedules: AutoSchedules | None) -> Schedule | None:
-    """The logged schedule of ``dag``, else its default schedule for the ops the host would run in numpy, else
-    None (the op keeps its JIT kernel, also when the logged best is the default loop nest)."""
+    """The logged schedule of ``dag`` that beat the untuned kernel in its tuning run (``AutoSchedules.applies``),
+    else its default schedule for the ops the host would run in numpy, else None (the op keeps its JIT kernel)."""
     found = schedules(dag) if schedules is not None else None
     if compiled_by_default(dag):
         return found or default_schedule(dag)
-    # the default loop nest won the search: the op keeps its JIT kernel, which is faster than that nest
-    return None if found is None or found.sketch == "default" else found
+    return found if found is not None and schedules.applies(dag.key, found) else None

@@ -20,6 +20,7 @@ from pathlib import Path
 from typing import Any
 
 from graph_pack.build import workload_key
+from graph_pack.untuned import is_untuned
 from host.templates import HOST_TEMPLATE_VERSION, CpuTarget, host_template_of
 from hw_config import HwConfig, load_config, presets
 from hw_config.checks import is_whole
@@ -79,10 +80,15 @@ class LoggedSchedules:
     configs: Counter[str] = field(default_factory=Counter)   # of ``foreign``: other config (or CPU) -> records
     asked: dict[str, dict] = field(default_factory=dict)      # every workload build asked about
     applied: dict[str, dict] = field(default_factory=dict)    # key -> the config used
+    untuned: dict[str, tuple[int, float]] = field(default_factory=dict)   # key -> the untuned kernel's best rank
+    untuned_won: set[str] = field(default_factory=set)   # keys whose every logged config lost to the untuned kernel
+    kept_untuned: set[str] = field(default_factory=set)  # of those, the ones build asked about (they keep it)
 
     def __call__(self, workload: dict[str, Any]) -> dict | None:
         key = workload_key(workload)
         self.asked.setdefault(key, workload)
+        if key in self.untuned_won:
+            self.kept_untuned.add(key)
         if key not in self.applied:
             for config in self.candidates.get(key, []):
                 normal = _accepted(workload, config, self.cfg)
@@ -96,7 +102,7 @@ class LoggedSchedules:
 
     def missing(self) -> list[str]:
         """The names of the workloads build asked about that the log has no usable record for."""
-        return [workload_name(w) for k, w in self.asked.items() if k not in self.applied]
+        return [workload_name(w) for k, w in self.asked.items() if k not in self.applied and k not in self.kept_untuned]
 
     def summary(self) -> str:
         """One line: how many tasks got a schedule from the log, and which kept their default."""
@@ -113,6 +119,9 @@ class LoggedSchedules:
         if not self.applied and not self.records and self.other_kind and not isinstance(self.cfg, CpuTarget):
             line += (f"; the log's {self.other_kind} record(s) are the host CPU's (vta tune --target cpu), for the "
                      "layers on the CPU (--target cpu runs the whole network there)")
+        if self.kept_untuned:
+            line += (f"; {len(self.kept_untuned)} task(s) keep the untuned kernel, faster than every logged config "
+                     "in the same tuning run")
         if missing:
             kept = "host.jit's fixed kernel" if isinstance(self.cfg, CpuTarget) else "the template's default"
             shown = ", ".join(missing[:MAX_NAMED]) + (f" and {len(missing) - MAX_NAMED} more" if len(missing) > MAX_NAMED
@@ -180,8 +189,22 @@ def read_schedules(path: str | os.PathLike, cfg: HwConfig | CpuTarget, version: 
             if rank is not None:
                 out.records += 1
                 ranked.setdefault(rec["workload"], []).append((rank, rec["config"]))
-    out.candidates = {key: [c for _, c in sorted(rs, key=lambda rc: rc[0])] for key, rs in ranked.items()}
+    for key, rs in ranked.items():
+        untuned = [r for r, c in rs if is_untuned(c)]
+        if untuned:
+            out.untuned[key] = min(untuned)
+        won = [(r, c) for r, c in rs if not is_untuned(c) and beats_untuned(r, out.untuned.get(key))]
+        if won:
+            out.candidates[key] = [c for _, c in sorted(won, key=lambda rc: rc[0])]
+        elif key in out.untuned:
+            out.untuned_won.add(key)
     return out
+
+
+def beats_untuned(rank: tuple[int, float], untuned: tuple[int, float] | None) -> bool:
+    """Whether a record ranked ``rank`` was faster than the untuned build's kernel in the same tuning run (its
+    record's rank; None: the log has none, as logs tuned before it was measured, and the record applies)."""
+    return untuned is None or rank < untuned
 
 
 def refuse_unused(model: str, logged: LoggedSchedules, host: LoggedSchedules | None = None, *,
@@ -192,7 +215,7 @@ def refuse_unused(model: str, logged: LoggedSchedules, host: LoggedSchedules | N
     the host CPU's read beside an accelerator's (its layers on the CPU take their kernels from the same log). A log
     that gives some task a record is used, and its summary line says what it did not give."""
     reads = [r for r in (logged, host, auto) if r is not None]   # auto: the auto-scheduler's records of the log
-    if any(r.applied for r in reads) or (not built and any(r.records for r in reads)):
+    if any(r.applied or r.kept_untuned for r in reads) or (not built and any(r.records for r in reads)):
         return
     target = logged.cfg.model if not isinstance(logged.cfg, CpuTarget) else f"this CPU, {logged.cfg.model}"
     lines = [f"--log {logged.path}: no record in it applies to {model} on {target}; the run would be untuned:"]

@@ -155,10 +155,14 @@ def test_a_search_logs_its_trials_as_tuning_records_and_resumes_from_them(tmp_pa
     dag = ops.dense((2, 16), (8, 16), consumers=[("relu",)])
     first = auto_schedule(dag, n_trial=4, policy=SMALL, log=log)
     records = load_records(log, cfg=host(), template=AUTO_VERSION)
-    assert len(records) == 4 and {r.op for r in records} == {"auto.dense"} and {r.tuner for r in records} == {"auto"}
+    assert len(records) == 5 and {r.op for r in records} == {"auto.dense"}
+    assert [r.tuner for r in records] == ["auto", "untuned", "auto", "auto", "auto"]   # build's kernel timed too
     assert records[0].config == {"sketch": -1} and records[0].result["latency_s"] == first.default_seconds
+    assert records[1].config == {"untuned": 1} and records[1].result["latency_s"] == first.untuned_seconds
+    assert first.applied == (first.best_seconds < first.untuned_seconds)
     again = auto_schedule(dag, n_trial=6, policy=SMALL, log=log)
-    assert len(log.read_text().splitlines()) == 6                       # two new trials, nothing measured twice
+    assert len(log.read_text().splitlines()) == 7                       # two new trials, nothing measured twice
+    assert again.untuned_seconds == first.untuned_seconds
     assert [t.source for t in again.trials[:4]] == ["default", "log", "log", "log"]
     assert again.default_seconds == first.default_seconds                # the default came from the log
     assert len({t.schedule.to_json() for t in again.trials}) == 6

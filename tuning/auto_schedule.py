@@ -10,7 +10,9 @@ generations (mutation of tile sizes, unroll, parallel granularity, vectorisation
 crossover of stage schedules between parents of one sketch), ranked by the cost model (XGBoost regression of
 -log2(seconds) on ``host.features``; random scores until its first fit); the best-predicted unmeasured schedules
 and a few random ones (epsilon-greedy, every sketch in turn) are measured. The untuned default schedule is measured first, in the same
-way, and ``best`` is it whenever nothing measured beat it. Every measured kernel's output is compared with the
+way, and ``best`` is it whenever nothing measured beat it. The kernel build runs without a record (host.jit's,
+numpy's: ``graph_pack.untuned``) is timed the same way and logged: ``AutoResult.applied`` says whether ``best`` beat
+it, which is when build would run ``best``. Every measured kernel's output is compared with the
 default schedule's: bit-equal in exact mode (the default), to float tolerance when rfactor may reassociate.
 
 Measurement runs in this process (a compiled kernel cannot hang: every loop is counted, every load in bounds).
@@ -51,10 +53,17 @@ class AutoResult:
     best_seconds: float
     default_seconds: float
     trials: list[Trial] = field(default_factory=list)
+    untuned_seconds: float | None = None   # the kernel build runs without a record (None: the DAG has no graph op)
 
     @property
     def speedup(self) -> float:
         return self.default_seconds / self.best_seconds
+
+    @property
+    def applied(self) -> bool:
+        """Whether build runs ``best`` (it beat the untuned kernel in this search's measurements) rather than the
+        untuned kernel."""
+        return self.untuned_seconds is None or self.best_seconds < self.untuned_seconds
 
 
 def random_inputs(dag: ComputeDag, seed: int = 0) -> list[np.ndarray]:
@@ -245,6 +254,9 @@ def auto_schedule(dag: ComputeDag, n_trial: int = 64, *, exact: bool = True, thr
         trials.insert(0, logged_default)
     if trials[0].seconds is None:
         raise RuntimeError(f"{dag.name}: the default schedule failed: {trials[0].error}")
+    untuned_seconds = auto_records.load_untuned(log, dag) if log is not None else None
+    if untuned_seconds is None:
+        untuned_seconds = _time_untuned(dag, inputs, reference, repeat, log)
     model.fit()
     while len(trials) < n_trial:
         best = sorted((t for t in trials if t.seconds and t.schedule.sketch != "default"),
@@ -257,4 +269,22 @@ def auto_schedule(dag: ComputeDag, n_trial: int = 64, *, exact: bool = True, thr
         model.fit()
     ok = [t for t in trials if t.seconds is not None]
     best = min(ok, key=lambda t: (t.seconds, t.source != "default"))
-    return AutoResult(dag, best.schedule, best.seconds, trials[0].seconds, trials)
+    return AutoResult(dag, best.schedule, best.seconds, trials[0].seconds, trials, untuned_seconds)
+
+
+def _time_untuned(dag: ComputeDag, inputs: list[np.ndarray], reference: np.ndarray, repeat: int,
+                  log: str | os.PathLike | None) -> float | None:
+    """The time of the kernel build runs for ``dag`` without a record (timed as the trials are, after checking it
+    computes the default schedule's output to float tolerance), logged; None where no graph op computes ``dag``."""
+    from graph_pack.untuned import untuned_dag_kernel
+    t0 = time.perf_counter()
+    try:
+        kernel = untuned_dag_kernel(dag)
+    except ValueError:
+        return None
+    if not np.allclose(kernel(*inputs), reference, rtol=1e-5, atol=1e-6, equal_nan=True):
+        raise RuntimeError(f"{dag.name}: the untuned kernel's output differs from the default schedule's")
+    seconds = time_kernel(lambda: kernel(*inputs), repeat)
+    if log is not None:
+        auto_records.append(log, [auto_records.make_untuned_record(dag, seconds, None, time.perf_counter() - t0)])
+    return seconds

@@ -28,6 +28,7 @@ from typing import Any
 import numpy as np
 
 from graph_pack.graph import Graph
+from graph_pack.untuned import is_untuned, untuned_template_kernel
 from host.templates import (
     HOST_TEMPLATE_VERSION,
     HOST_TEMPLATES,
@@ -58,7 +59,16 @@ class CpuTask(Task):
         return HOST_TEMPLATE_VERSION
 
     def compile(self, config: dict | None = None, **kwargs) -> HostKernel:
+        """The kernel of ``config``; for ``graph_pack.untuned.UNTUNED`` the kernel build runs without a record
+        (host.jit's), the baseline a tuned config must beat to be applied."""
+        if is_untuned(config):
+            return untuned_template_kernel(self.workload)
         return self.template.build(config)
+
+    measures_untuned = True   # tune_tasks times the UNTUNED baseline among its trials
+
+    def check(self, config: dict) -> str | None:
+        return None if is_untuned(config) else super().check(config)
 
     @property
     def default_config(self) -> dict:
@@ -69,6 +79,10 @@ class CpuTask(Task):
     def matches(self, got: np.ndarray, want: np.ndarray) -> bool:
         """Whether a kernel's output is right (the float64 reference to 1e-5: the templates reassociate sums)."""
         return close_to(got, want)
+
+    def matches_untuned(self, got: np.ndarray, want: np.ndarray) -> bool:
+        """Whether the untuned baseline's output is right (as any config's)."""
+        return self.matches(got, want)
 
 
 def cpu_task(op: str, target: CpuTarget | None = None, **workload: Any) -> CpuTask:
@@ -170,7 +184,8 @@ def measure_cpu(task: CpuTask, config: dict, option: MeasureOption, seed: int = 
             _REFERENCES[task.key] = entry
         inputs, want = entry
         out = kernel(**inputs)
-        if option.check and not task.matches(out, want):
+        matches = task.matches_untuned if is_untuned(config) else task.matches
+        if option.check and not matches(out, want):
             return MeasureResult(config, error=f"wrong output: {task.MISMATCH}",
                                  checked=True, wall_s=time.perf_counter() - t0, device=CPU)
         number = option.number

@@ -87,7 +87,8 @@ def tune_cpu_network(model: str, env, *, tuner: str = "xgb", n_trial: int = 32, 
                              strategy=strategy, early_stopping=early_stopping, seed=seed, out=out)
     if scheduler == "auto":
         auto = read_auto_schedules(log, target) if log is not None else AutoSchedules(LoggedSchedules(
-            "(this run)", target, {k: [c] for k, c in summary.best_configs().items()}))
+            "(this run)", target, {k: [c] for k, c in summary.best_configs().items()},
+            untuned={s.task.key: (0, s.untuned_s) for s in summary.states if s.untuned_s < float("inf")}))
         kwargs = {"auto_schedules": auto}
     else:
         kwargs = {"host_schedules": load_best(log, target) if log is not None else summary.best_configs()}

@@ -23,7 +23,8 @@ from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import Any
 
-from graph_pack.schedule_log import record_rank
+from graph_pack.schedule_log import beats_untuned, record_rank
+from graph_pack.untuned import is_untuned
 from host.templates import HOST_TEMPLATE_VERSION, CpuTarget, host
 from hw_config import HwConfig
 from hw_config.checks import is_whole
@@ -347,7 +348,9 @@ def load_best(path: str | os.PathLike, env) -> dict[str, dict]:
     best, refused = {}, []
     for key, records in by_workload.items():
         task = _task_of(key, cfg)
-        for r in sorted(records, key=lambda r: r.rank):
+        untuned = min((r.rank for r in records if is_untuned(r.config)), default=None)
+        for r in sorted((r for r in records if not is_untuned(r.config) and beats_untuned(r.rank, untuned)),
+                        key=lambda r: r.rank):
             reason = task if isinstance(task, str) else task.check(r.config)
             if reason is None:
                 best[key] = r.config

@@ -17,6 +17,7 @@ its budget, and another tuner's count as known results, not as this tuner's tria
 from __future__ import annotations
 
 import contextlib
+import json
 import os
 import sys
 import time
@@ -25,11 +26,12 @@ from collections.abc import Sequence
 from dataclasses import dataclass, field
 from typing import TextIO
 
+from graph_pack.untuned import UNTUNED, UNTUNED_TUNER, is_untuned
 from hw_config.checks import is_whole
 from tuning.measure import LocalRunner, MeasureResult
-from tuning.records import check_log_path, load_records, log_lock
+from tuning.records import RecordLog, check_log_path, load_records, log_lock, make_record
 from tuning.task import Task
-from tuning.tuners import Tuner, make_tuner, tuner_names
+from tuning.tuners import Tuner, _result_of, make_tuner, tuner_names
 
 STRATEGIES = ("sequential", "gradient")
 
@@ -43,12 +45,26 @@ class TaskState:
     default_cycles: int = 0
     default_s: float = float("inf")   # the default config's time on the board (the model's, or measured)
     basis: str = ""                    # what default_s and best_s are (figure_basis)
+    untuned_s: float = float("inf")    # the kernel build runs without a record (a CPU task's; graph_pack.untuned)
+    confirmed_s: float = float("inf")  # the best config's fastest time in the rounds against it (``confirm``)
     history: list[tuple[int, float]] = field(default_factory=list)   # (trials, best latency s)
 
     @property
     def best_s(self) -> float:
-        """The best config's time on the board: what the tuners minimise."""
-        return _seconds(self.tuner.best_cost, self.task)
+        """The best config's time on the board: what the tuners minimise (and its re-timings against the untuned
+        kernel, ``confirm``)."""
+        return min(_seconds(self.tuner.best_cost, self.task), self.confirmed_s)
+
+    @property
+    def baseline_s(self) -> float:
+        """What the task runs at without tuning: the untuned build's kernel where it was measured (a CPU task),
+        else the default config; a tuned config is applied only when faster."""
+        return self.untuned_s if self.untuned_s < float("inf") else self.default_s
+
+    @property
+    def tuned_s(self) -> float:
+        """What the task runs at after tuning: the best config, where it beat the baseline."""
+        return min(self.baseline_s, self.best_s)
 
     @property
     def trials(self) -> int:
@@ -94,8 +110,27 @@ def _seconds(cost: float | None, task: Task) -> float:
 
 
 def resume(tuner: Tuner, log: str | os.PathLike | None) -> int:
-    """Feed the task's finished trials in ``log`` to ``tuner``; returns how many."""
-    return tuner.feed_records(load_records(log, task=tuner.task)) if log is not None else 0
+    """Feed the task's finished trials in ``log`` to ``tuner`` (not the untuned kernel's, no config of its space,
+    nor the re-timings of ``confirm``); returns how many."""
+    if log is None:
+        return 0
+    return tuner.feed_records([r for r in load_records(log, task=tuner.task)
+                               if not is_untuned(r.config) and r.tuner != CONFIRM_TUNER])
+
+
+def measure_untuned(task: Task, runner, log: str | os.PathLike | None) -> MeasureResult | None:
+    """The time of the kernel build runs for ``task`` without a record (``graph_pack.untuned``), measured by
+    ``runner`` as a trial (the same timing as the configs) and logged as tuner ``untuned``, unless the log has it;
+    None for a task without one (the accelerator's)."""
+    if not getattr(task, "measures_untuned", False):
+        return None
+    logged = [r for r in load_records(log, task=task) if is_untuned(r.config) and r.ok] if log is not None else []
+    if logged:
+        return _result_of(dict(UNTUNED), min(logged, key=lambda r: r.rank).result)
+    result = runner.measure(task, [dict(UNTUNED)])[0]
+    if log is not None:
+        RecordLog(log).append([make_record(task, result, UNTUNED_TUNER)])
+    return result
 
 
 def resume_line(tuners: Sequence[Tuner], log: str | os.PathLike, per_task: int | None, total: int) -> str:
@@ -166,25 +201,29 @@ class TuneSummary:
 
     @property
     def latency_before_s(self) -> float:
-        return sum(s.task.weight * s.default_s for s in self.states)
+        return sum(s.task.weight * s.baseline_s for s in self.states)
 
     @property
     def latency_after_s(self) -> float:
-        return sum(s.task.weight * min(s.default_s, s.best_s) for s in self.states)
+        return sum(s.task.weight * s.tuned_s for s in self.states)
 
     def best_configs(self) -> dict[str, dict]:
-        """``{workload_key: config}`` for build's ``schedules`` (a task keeps its default when tuning found
-        nothing faster)."""
+        """``{workload_key: config}`` for build's ``schedules`` (a task keeps its untuned kernel, or its default,
+        when tuning found nothing faster)."""
         return {s.task.key: s.tuner.best_config for s in self.states
-                if s.tuner.best_config is not None and s.best_s < s.default_s}
+                if s.tuner.best_config is not None and s.best_s < s.baseline_s}
 
     def table(self) -> str:
-        lines = [f"{'#':>3} {'task':54} {'weight':>6} {'default ms':>11} {'best ms':>9} {'speedup':>8} {'trials':>7}"]
+        untuned = any(s.untuned_s < float("inf") for s in self.states)
+        lines = [f"{'#':>3} {'task':54} {'weight':>6} {'default ms':>11} " + ("untuned ms " if untuned else "")
+                 + f"{'best ms':>9} {'speedup':>8} {'trials':>7}"]
         for i, s in enumerate(self.states, 1):
-            best = min(s.default_s, s.best_s)
-            cycles = s.tuner.best_cycles if s.best_s < s.default_s else s.default_cycles
+            best = s.tuned_s
+            cycles = s.tuner.best_cycles if s.best_s < s.baseline_s else (
+                s.default_cycles if s.baseline_s == s.default_s else round(s.untuned_s * 1e9))
             lines.append(f"{i:3d} {s.task.name[:54]:54} {s.task.weight:6d} {s.default_s * 1e3:11.3f} "
-                         f"{best * 1e3:9.3f} {s.default_s / best if best else 0:7.2f}x {s.trials:7d}   "
+                         + (f"{s.untuned_s * 1e3:10.3f} " if untuned else "")
+                         + f"{best * 1e3:9.3f} {s.baseline_s / best if best else 0:7.2f}x {s.trials:7d}   "
                          f"{_cycles_text(cycles, s.task)}" + (f"; +{s.earlier} by another tuner, from the log"
                                                              if s.earlier else ""))
         before, after = self.latency_before_s, self.latency_after_s
@@ -192,7 +231,9 @@ class TuneSummary:
         where = " / ".join(bases) or "-"
         lines.append(f"end-to-end (tuned layers, weighted): {before * 1e3:.3f} ms -> {after * 1e3:.3f} ms "
                      f"({before / after if after else 0:.2f}x); default ms and best ms: {where}"
-                     + (" (docs/simulate.md, \"Which time is which\")" if where != "-" else ""))
+                     + (" (docs/simulate.md, \"Which time is which\")" if where != "-" else "")
+                     + ("; untuned ms: the kernel build runs without a record (host.jit's), the baseline; speedup: "
+                        "best over it" if untuned else ""))
         return "\n".join(lines)
 
 
@@ -254,7 +295,7 @@ def _tune_tasks(tasks: Sequence[Task], tuner: str, n_trial: int, total_trials: i
     for t in tuners:
         if transfer and log is not None and hasattr(t, "load_history"):
             others = [r for r in load_records(log, cfg=t.task.cfg, template=t.task.template_version)
-                      if r.workload != t.task.key]
+                      if r.workload != t.task.key and not is_untuned(r.config) and r.tuner != CONFIRM_TUNER]
             if others:
                 t.load_history(others)
         resume(t, log)
@@ -266,17 +307,55 @@ def _tune_tasks(tasks: Sequence[Task], tuner: str, n_trial: int, total_trials: i
         default = t.measure_default(runner, log)
         if default is None or not t.cost(default):
             raise RuntimeError(f"{task.name}: the template's default config failed to run")
+        untuned = measure_untuned(task, runner, log)
+        if untuned is not None and not t.cost(untuned):
+            raise RuntimeError(f"{task.name}: the untuned build's kernel failed to run: {untuned.error}")
         states.append(TaskState(task, t, int(default.cycles), _seconds(t.cost(default), task),
-                                figure_basis(task, [default])))
+                                figure_basis(task, [default]),
+                                untuned_s=_seconds(t.cost(untuned), task) if untuned is not None else float("inf")))
     progress = Progress(len(states), out)
     if strategy == "sequential":
         for i, s in enumerate(states):
             _tune_one(i, s, runner, n_trial, batch_size, early_stopping, log, progress)
     else:
         _schedule(states, runner, total_trials or n_trial * len(states), batch_size, log, progress)
+    for s in states:
+        confirm(s, runner, log)
     summary = TuneSummary(states)
     out.write(summary.table() + "\n")
     return summary
+
+
+CONFIRM_ROUNDS = 3
+CONFIRM_TUNER = "confirm"   # the tuner field of a best config's re-timings against the untuned kernel
+
+
+def confirm(s: TaskState, runner, log: str | os.PathLike | None) -> None:
+    """Where a task's best config beat its untuned kernel, time the two again in alternating rounds (one runner,
+    back to back, the same load) and log every timing, the config's as tuner ``confirm``: build keeps each side's
+    fastest record, so the untuned kernel has as many chances as the config it is compared with, and a config
+    that won by one lucky timing among its trials meets it again in the same rounds. A resumed run whose log has
+    them does not time them again."""
+    config = s.tuner.best_config
+    if config is None or s.untuned_s == float("inf") or not s.best_s < s.untuned_s:
+        return
+    key = json.dumps(config, sort_keys=True)   # (a config's tuples are a record's lists)
+    done = [r for r in load_records(log, task=s.task) if r.tuner == CONFIRM_TUNER and r.ok
+            and json.dumps(r.config, sort_keys=True) == key] if log is not None else []
+    if len(done) >= CONFIRM_ROUNDS:   # a resumed run: these rounds were timed (the untuned ones are in untuned_s)
+        s.confirmed_s = min(_seconds(s.tuner.cost(_result_of(config, r.result)), s.task) for r in done)
+        return
+    configs = [dict(UNTUNED), dict(config)] * CONFIRM_ROUNDS
+    results = runner.measure(s.task, configs)
+    if log is not None:
+        RecordLog(log).append([make_record(s.task, r, UNTUNED_TUNER if is_untuned(c) else CONFIRM_TUNER)
+                               for c, r in zip(configs, results, strict=True)])
+    for c, r in zip(configs, results, strict=True):
+        seconds = _seconds(s.tuner.cost(r), s.task)
+        if is_untuned(c):
+            s.untuned_s = min(s.untuned_s, seconds)
+        else:
+            s.confirmed_s = min(s.confirmed_s, seconds)
 
 
 def _tune_one(index: int, s: TaskState, runner, n_trial: int, batch_size: int, early_stopping: int | None,
@@ -334,11 +413,11 @@ def _schedule(states: list[TaskState], runner, total: int, batch_size: int, log,
 
 
 def _expected_gain(s: TaskState, window: int = 3, alpha: float = 0.05) -> float:
-    best = min(s.best_s, s.default_s)
+    best = s.tuned_s
     if len(s.history) >= 2:
         old_trials, old_best = s.history[max(0, len(s.history) - 1 - window)]
         new_trials, new_best = s.history[-1]
-        backward = max(0.0, min(old_best, s.default_s) - min(new_best, s.default_s)) / max(1, new_trials - old_trials)
+        backward = max(0.0, min(old_best, s.baseline_s) - min(new_best, s.baseline_s)) / max(1, new_trials - old_trials)
     else:
         backward = 0.0
     forward = alpha * best / max(1, s.trials)
