@@ -38,10 +38,10 @@ ANCHORS = ("nn.conv2d", "nn.dense", "nn.max_pool2d", "nn.avg_pool2d", "nn.global
 UNARY = {"nn.relu": lambda a: ("relu",), "sigmoid": lambda a: ("sigmoid",), "tanh": lambda a: ("tanh",),
          "clip": lambda a: ("clip", a["a_min"], a["a_max"]), "erf": lambda a: ("erf",)}
 BINARY = {"add": "add", "multiply": "mul", "nn.bias_add": "add"}
-# DAGs whose kernels are not bit-equal to graph_pack.kernels: softmax's exp is libm's exp rounded to float32 and its
-# sum in row order, numpy's exp is its own float32 SIMD routine and its sum pairwise; layer norm's sums are float32 in
-# row order, graph_pack.kernels' mean and variance float64 (tests/test_host_ops.py states the bounds)
-NOT_BIT_EXACT = ("softmax", "layer_norm")   # DAG names whose untuned host path is numpy: compiled under the default schedule
+# DAG names whose kernels are not bit-equal to graph_pack.kernels' references (a run checked bit for bit skips their
+# logged schedules). None since softmax and layer norm compute host.numerics' exp and lane-partial row sums on
+# both sides (tests/test_host_numerics.py); kept as the one place to name such a DAG again.
+NOT_BIT_EXACT: tuple[str, ...] = ()
 
 
 @dataclass(frozen=True)
@@ -234,10 +234,8 @@ def kernel(dag: ComputeDag, schedule: Schedule) -> _Kernel:
 def compiled_by_default(dag: ComputeDag) -> bool:
     """Whether ``dag`` runs compiled under its default schedule without a record: erf, which numpy lacks
     (graph_pack.kernels calls math.erf per element; compiled, libm's erf on the same doubles: the same bits, 10x
-    faster on BERT-base's GELU activation, bench/host_ops.py). Layer norm (2.7x) and softmax are compiled only under
-    a logged schedule: neither is bit-equal to graph_pack.kernels' (``NOT_BIT_EXACT``), and a quantized network's
-    run must be (vta run --check); softmax's default nest is also slower than numpy at BERT-base sizes (0.4x: libm's
-    exp per element against numpy's SIMD exp). Other elementwise ops keep numpy's single vectorised pass."""
+    faster on BERT-base's GELU activation, bench/host_ops.py). Softmax and layer norm run host.jit's row kernels
+    without a record (host.jit.get_kernel); other elementwise ops keep numpy's single vectorised pass."""
     return dag.name == "elementwise" and any(op[0] == "erf" for op in dag.attrs["ops"])
 
 

@@ -48,7 +48,7 @@ def test_vta_tune_scheduler_auto_logs_plots_resumes_and_vta_run_applies_the_log(
     assert {(r.template, r.hw) for r in records} == {(AUTO_VERSION, host().fingerprint)}
     assert {r.tuner for r in trials(records)} == {"auto"}
     assert untuned_counted(records, 2)   # each task's untuned kernel (the build's), timed too
-    assert sum(r.config == {"sketch": -1} for r in records) == 2   # each task's default schedule, measured first
+    assert sum(r.config == {"sketch": -1} for r in trials(records)) == 2   # each task's default schedule, measured first
     page = (tmp_path / "p.html").read_text()
     assert "auto.dense_1x512_1000x512_1000+add" in page and "auto.softmax_1x1000" in page
 
@@ -70,10 +70,11 @@ def test_vta_tune_scheduler_auto_logs_plots_resumes_and_vta_run_applies_the_log(
     # the accelerator's run keeps its float host ops (the classifier, softmax) on the CPU: the same log applies there
     vta = _vta("run", "resnet-18", "--image-size", "32", "--log", "r18.auto.jsonl", "--no-layers", "--check",
                cwd=tmp_path)
-    assert vta.returncode == 0, vta.stderr[-3000:]   # (softmax's kernel is not bit-exact: it keeps numpy's there)
+    assert vta.returncode == 0, vta.stderr[-3000:]   # softmax's schedules too: its kernels are bit-exact
     assert "check: output matches the numpy reference bit-exactly" in vta.stdout
-    assert f"auto-scheduled: {int(best['auto.dense'])} host op(s)" in vta.stdout   # (else: "1 keep the untuned kernel")
-    assert ("1 keep the untuned kernel" in vta.stdout) != best["auto.dense"]
+    # the same ops take the same decisions as in the CPU run (softmax included: its kernels are bit-exact)
+    lines = [[line for line in run.stdout.splitlines() if line.startswith("auto-scheduled:")] for run in (ran, vta)]
+    assert lines[1] == lines[0] if any(best.values()) else lines[1] in ([], lines[0]), (lines, best)
 
 
 def test_scheduler_auto_flags_that_do_not_apply_are_one_line(tmp_path):
