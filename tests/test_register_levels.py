@@ -18,7 +18,7 @@ from pathlib import Path
 import pytest
 from extras import need
 
-from hardware.fpga.levels import analyse
+from hardware.fpga.levels import analyse, boundary_registers, connect_boundary
 from hardware.params import REG_DATA_BITS
 from hw_config import load_config
 from hw_config.config import MMIO_BLOCKS
@@ -32,7 +32,6 @@ def _register_blocks(cfg):
     read through ``read_mux``; every port of the slaves and every input of the file behind a flip-flop, so every
     path measured starts and ends at one."""
     from amaranth import Cat, Elaboratable, Module, Mux, Signal
-    from amaranth.lib import wiring
 
     from hardware import registers as R
     from hardware.axi import AxiLiteRegs
@@ -44,13 +43,7 @@ def _register_blocks(cfg):
     class Top(Elaboratable):
         def __init__(self) -> None:
             self.lite = AxiLiteRegs(MMIO_BLOCKS, addr_bits, cfg.MMIO_RANGE, reg_addr_bits)
-            self.wires = []          # (top-level port, its register, the inner signal, into the design?)
-            for block in MMIO_BLOCKS:
-                port = getattr(self.lite, block)
-                for path, member, value in port.signature.flatten(port):
-                    name = f"{block}_{'_'.join(str(p) for p in path)}"
-                    self.wires.append((Signal(len(value), name=name), Signal(len(value), name=name + "_q"), value,
-                                       member.flow == wiring.In))
+            self.wires = [w for block in MMIO_BLOCKS for w in boundary_registers(block, getattr(self.lite, block))]
             self.events = Signal(len(MMIO_BLOCKS))
             self.counters = Signal(R.COUNTER_BITS)
             self.ports = [w[0] for w in self.wires] + [self.events, self.counters]
@@ -58,13 +51,7 @@ def _register_blocks(cfg):
         def elaborate(self, platform) -> Module:
             m = Module()
             m.submodules.lite = lite = self.lite
-            for outer, reg, inner, into in self.wires:
-                if into:
-                    m.d.sync += reg.eq(outer)
-                    m.d.comb += inner.eq(reg)
-                else:
-                    m.d.sync += reg.eq(inner)
-                    m.d.comb += outer.eq(reg)
+            connect_boundary(m, self.wires)
             events, counters = Signal.like(self.events), Signal.like(self.counters)
             m.d.sync += [events.eq(self.events), counters.eq(self.counters + counters)]
             reg, reads = lite.reg, {}
