@@ -12,9 +12,10 @@ AXI4-Lite slaves (fetch, load, compute, store) holding VTA's register map.
   AxREADY/WREADY. Error responses are kept in a status register (``AxiMaster``).
 - ``AxiLiteRegs`` serves the four AXI4-Lite slave ports on the register file's port (``interfaces.reg_bus``):
   a write when a port has both its AW and W (the slave waits for both, as AXI allows), its B the next cycle; a
-  read answers the next cycle from one read-data register (one read in flight across the four ports: one host
-  drives them). One access a cycle; writes before reads, fetch's port before load's, compute's and store's.
-  Responses are OKAY; an offset outside the map reads 0 and ignores writes, as VTA's HLS blocks do.
+  read answers two cycles after its AR from one read-data register (one read in flight across the four ports:
+  one host drives them). One access a cycle, chosen in one cycle and applied to the register file from a
+  register the next; writes before reads, fetch's port before load's, compute's and store's. Responses are
+  OKAY; an offset outside the map reads 0 and ignores writes, as VTA's HLS blocks do.
 """
 
 from __future__ import annotations
@@ -134,55 +135,80 @@ class AxiMaster(wiring.Component):
 class AxiLiteRegs(wiring.Component):
     """AXI4-Lite slave ports, one per register block (``blocks``, in MMIO_BLOCKS order), on the register file's
     port ``reg``: block ``i``'s offset ``a`` is the register at ``i * spacing + a`` (``spacing``: MMIO_RANGE).
-    Ports are ``addr_bits`` wide; offsets at or past ``spacing`` are outside the map."""
+    Ports are ``addr_bits`` wide; offsets at or past ``spacing`` are outside the map.
+
+    Two stages, so the choice among the ports and the register file's decode and read mux are never in series
+    (issue 38: they were 14-16 LUT levels together): a cycle chooses one access and registers it (``reg``'s
+    address, data, strobes and enables all come from flip-flops), the next applies it to the register file and
+    registers the read data. AWREADY/WREADY/ARREADY rise in the cycle of the choice, BVALID the cycle after it
+    (the write reaches the register file at that cycle's end, before any later access can reach it), RVALID two
+    cycles after it."""
 
     def __init__(self, blocks: tuple[str, ...], addr_bits: int, spacing: int, reg_addr_bits: int):
         self.blocks, self.addr_bits, self.spacing = blocks, addr_bits, spacing
         super().__init__({**{name: In(axi4_lite(addr_bits)) for name in blocks}, "reg": Out(reg_bus(reg_addr_bits))})
 
+    def _inside(self, offset) -> object:
+        return offset < self.spacing if self.spacing < (1 << self.addr_bits) else Const(1)
+
     def elaborate(self, platform) -> Module:
         m = Module()
         ports = [getattr(self, name) for name in self.blocks]
         reg = self.reg
-        rdata = Signal(REG_DATA_BITS)
         b_pending = [Signal(name=f"b_pending_{name}") for name in self.blocks]
         r_pending = [Signal(name=f"r_pending_{name}") for name in self.blocks]
-        reading = Const(0)
-        for r in r_pending:
-            reading = reading | r
+        # the access register (stage 2): what the register file sees, all flip-flops
+        we, re = Signal(name="access_we"), Signal(name="access_re")
+        addr, wdata = Signal.like(reg.addr, name="access_addr"), Signal(REG_DATA_BITS, name="access_wdata")
+        strb = Signal(REG_DATA_BITS // 8, name="access_strb")
+        read_port = [Signal(name=f"access_read_{name}") for name in self.blocks]   # a read (in the map or not)
+        m.d.comb += [reg.we.eq(we), reg.re.eq(re), reg.addr.eq(addr), reg.wdata.eq(wdata), reg.strb.eq(strb)]
+
+        # stage 1: one access a cycle; writes before reads, fetch's port before load's, compute's and store's;
+        # no read while one is in the access register or its data waits for RREADY (one host, one read). Each
+        # choice is a flat AND of its port's wants and NOR of the earlier ones, and the fields are muxed on the
+        # wants alone (a field of a port not chosen is not used), so nothing is a chain over the eight wants.
+        reading = Cat(*r_pending, *read_port).any()
         wants_w = [p.awvalid & p.wvalid & ~b for p, b in zip(ports, b_pending, strict=True)]
         wants_r = [p.arvalid & ~reading for p in ports]
-        taken = Const(0)
-        picks_w, picks_r = [], []
-        for want in wants_w:
-            picks_w.append(want & ~taken)
-            taken = taken | want
-        for want in wants_r:
-            picks_r.append(want & ~taken)
-            taken = taken | want
+        any_w = Cat(*wants_w).any()
+        picks_w = [want & ~Cat(*wants_w[:i]).any() for i, want in enumerate(wants_w)]
+        picks_r = [want & ~any_w & ~Cat(*wants_r[:i]).any() for i, want in enumerate(wants_r)]
 
-        def inside(offset) -> object:
-            return offset < self.spacing if self.spacing < (1 << self.addr_bits) else Const(1)
+        def first(wanted: list, values: list) -> object:
+            """The value of the first port that wants (the last port's when none does)."""
+            out = values[-1]
+            for want, value in zip(reversed(wanted[:-1]), reversed(values[:-1]), strict=True):
+                out = Mux(want, value, out)
+            return out
 
+        def word(i: int, offset) -> object:
+            return i * self.spacing + Cat(Const(0, 2), offset[2:])
+
+        arvalid = [p.arvalid for p in ports]
+        write_addr = first(wants_w, [word(i, p.awaddr) for i, p in enumerate(ports)])
+        read_addr = first(arvalid, [word(i, p.araddr) for i, p in enumerate(ports)])
+        m.d.sync += [addr.eq(Mux(any_w, write_addr, read_addr)),
+                     wdata.eq(first(wants_w, [p.wdata for p in ports])),
+                     strb.eq(first(wants_w, [p.wstrb for p in ports])),
+                     we.eq(any_w & first(wants_w, [self._inside(p.awaddr) for p in ports])),
+                     re.eq(Cat(*picks_r).any() & first(arvalid, [self._inside(p.araddr) for p in ports]))]
+        m.d.sync += [rp.eq(pick) for rp, pick in zip(read_port, picks_r, strict=True)]
+
+        # stage 2's read data (0 outside the map), answered from one register on every port
+        rdata = Signal(REG_DATA_BITS, name="read_data")
+        with m.If(Cat(*read_port).any()):
+            m.d.sync += rdata.eq(Mux(re, reg.rdata, 0))
         for i, (p, pick_w, pick_r) in enumerate(zip(ports, picks_w, picks_r, strict=True)):
-            base = i * self.spacing
-            word_w = Cat(Const(0, 2), p.awaddr[2:])
-            word_r = Cat(Const(0, 2), p.araddr[2:])
-            with m.If(pick_w):
-                m.d.comb += [reg.addr.eq(base + word_w), reg.wdata.eq(p.wdata), reg.strb.eq(p.wstrb),
-                             reg.we.eq(inside(p.awaddr))]
-            with m.If(pick_r):
-                m.d.comb += [reg.addr.eq(base + word_r), reg.re.eq(inside(p.araddr))]
-                m.d.sync += rdata.eq(Mux(inside(p.araddr), reg.rdata, 0))
             m.d.comb += [p.awready.eq(pick_w), p.wready.eq(pick_w), p.arready.eq(pick_r),
-                         p.bvalid.eq(b_pending[i]), p.bresp.eq(0),
-                         p.rvalid.eq(r_pending[i]), p.rdata.eq(rdata), p.rresp.eq(0)]
+                         p.bvalid.eq(b_pending[i]), p.bresp.eq(OKAY),
+                         p.rvalid.eq(r_pending[i]), p.rdata.eq(rdata), p.rresp.eq(OKAY)]
             with m.If(p.bvalid & p.bready):
                 m.d.sync += b_pending[i].eq(0)
             with m.If(pick_w):
                 m.d.sync += b_pending[i].eq(1)
             with m.If(p.rvalid & p.rready):
                 m.d.sync += r_pending[i].eq(0)
-            with m.If(pick_r):
+            with m.If(read_port[i]):
                 m.d.sync += r_pending[i].eq(1)
         return m

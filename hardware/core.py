@@ -25,7 +25,7 @@ from amaranth.lib.wiring import Out
 
 from hardware import registers as R
 from hardware.axi import AXI_ADDR_BITS, AxiLiteRegs, AxiMaster, axi4, axi4_lite
-from hardware.control import ctrl_value, hls_control
+from hardware.control import ctrl_value, hls_control, read_mux
 from hardware.counters import PerfCounters
 from hardware.fetch import Fetch
 from hardware.modules import ComputeModule, LoadModule, StoreModule
@@ -149,16 +149,14 @@ class VTACore(wiring.Component):
         m.submodules.axi_lite = lite = AxiLiteRegs(MMIO_BLOCKS, lite_addr_bits(p), cfg.MMIO_RANGE, p.reg_addr_bits)
         for block in MMIO_BLOCKS:
             _connect_flat(m, self, f"s_axi_{block}", getattr(lite, block))
-        self._registers(m, lite.reg, fetch, modules, clear)
-        self._axi_status(m, lite.reg, axi)
+        reads = self._registers(m, lite.reg, fetch, modules, clear)
+        reads[R.register_offset(cfg, "fetch", R.AXI_STATUS)] = axi.status     # the AXI4 master's errors, read-only
+        m.d.comb += lite.reg.rdata.eq(read_mux(lite.reg.addr, reads, REG_DATA_BITS))
         return m
 
-    def _axi_status(self, m: Module, reg, axi: AxiMaster) -> None:
-        """The AXI4 master's error status (hardware/registers.py AXI_STATUS), read-only."""
-        with m.If(reg.addr == R.register_offset(self.p.cfg, "fetch", R.AXI_STATUS)):
-            m.d.comb += reg.rdata.eq(axi.status)
-
-    def _registers(self, m: Module, reg, fetch: Fetch, modules: dict, clear: Signal) -> None:
+    def _registers(self, m: Module, reg, fetch: Fetch, modules: dict, clear: Signal) -> dict[int, object]:
+        """The register file's stored registers, control, counters and their effects; returns the read value of
+        every register by its offset."""
         cfg = self.p.cfg
 
         def at(block: str, offset: int) -> int:
@@ -217,7 +215,4 @@ class VTACore(wiring.Component):
             value = getattr(counters, name)
             for word in range(R.COUNTER_BITS // REG_DATA_BITS):
                 reads[at(block, offset + 4 * word)] = value.word_select(word, REG_DATA_BITS)
-        with m.Switch(reg.addr):
-            for offset, value in reads.items():
-                with m.Case(offset):
-                    m.d.comb += reg.rdata.eq(value)
+        return reads

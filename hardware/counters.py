@@ -117,11 +117,18 @@ class PerfCounters(wiring.Component):
             first_b = Mux(loop_op, gemm["iter_in"], mem["y_size"]) if loops else mem["y_size"]
             a, b = Signal(len(first_a), name=f"{mod}_a"), Signal(len(first_b), name=f"{mod}_b")
             m.d.sync += [a.eq(first_a), b.eq(first_b)]
+            # ``issued`` (the module's start decision, deep in its own logic) goes straight into a flip-flop and
+            # meets its instruction's kind only after it: nothing of the counters is in series with the decision
+            issued = Signal(name=f"{mod}_issued_d")
+            with m.If(self.clear):
+                m.d.sync += issued.eq(0)
+            with m.Else():
+                m.d.sync += issued.eq(getattr(self, f"{mod}_issued"))
             hits = {}
-            issued = getattr(self, f"{mod}_issued")
             for name in names:
-                hits[name] = Signal(name=f"{mod}_{name}_hit")
-                m.d.sync += hits[name].eq(issued & which[name] & ~self.clear)
+                kind = Signal(name=f"{mod}_{name}_kind")
+                m.d.sync += kind.eq(which[name])
+                hits[name] = issued & kind       # dropped by a clear on its way (_delayed)
             # then a * b, and for GEMM/ALU (a * b) * (uop_end - uop_bgn)
             count = lut_product(m, a, b, f"{mod}_ab")
             stages = PRODUCT_STAGES

@@ -569,6 +569,124 @@ def test_registers_through_axi4_lite():
     assert not got["fetch_ctrl_again"] & AP_DONE                                 # ... and the read cleared it
 
 
+def _lite_slaves_on_a_register_file(spacing: int, addr_bits: int, offsets: list[int]):
+    """AxiLiteRegs over a plain register file: a 32-bit register at each of ``offsets`` in every block, written
+    with its byte strobes, read through hardware/control.py ``read_mux``."""
+    from amaranth import Cat, Elaboratable, Module, Mux, Signal
+
+    from hardware.axi import AxiLiteRegs
+    from hardware.control import read_mux
+
+    blocks = ("fetch", "load", "compute", "store")
+
+    class Top(Elaboratable):
+        def __init__(self) -> None:
+            self.lite = AxiLiteRegs(blocks, addr_bits, spacing, (len(blocks) * spacing - 1).bit_length())
+
+        def elaborate(self, platform) -> Module:
+            m = Module()
+            m.submodules.lite = lite = self.lite
+            reg, reads = lite.reg, {}
+            for i in range(len(blocks)):
+                for offset in offsets:
+                    at = i * spacing + offset
+                    stored = reads[at] = Signal(32, name=f"r{at:x}")
+                    with m.If(reg.we & (reg.addr == at)):
+                        m.d.sync += stored.eq(Cat(*[Mux(reg.strb[b], reg.wdata[8 * b:8 * b + 8],
+                                                        stored[8 * b:8 * b + 8]) for b in range(4)]))
+            m.d.comb += reg.rdata.eq(read_mux(reg.addr, reads, 32))
+            return m
+
+    return Top(), blocks
+
+
+def test_the_lite_slaves_keep_axi4_lite_rules_with_four_hosts_at_random():
+    """Four hosts, one per port, each writing and reading at random (AW before, with or after W; RREADY and
+    BREADY held back at random; offsets inside and outside the map) on AxiLiteRegs over a plain register file:
+    every rule of the slave's side holds on every cycle (BVALID only after both AW and W were taken, RVALID only
+    after an AR, each held with RDATA unchanged until its ready; a port's AWREADY and WREADY together, never
+    without both valids), and every read returns what a model returns that applies the accesses one at a time
+    in the cycles the slave took them (0 outside the map, byte strobes)."""
+    need("amaranth")
+    spacing, addr_bits, offsets = 0x40, 7, [0x0, 0x4, 0x10, 0x3c]
+    top, blocks = _lite_slaves_on_a_register_file(spacing, addr_bits, offsets)
+    rng = random.Random(11)
+    model: dict[int, int] = {}
+    stats = {"reads": 0, "writes": 0, "outside": 0, "same_cycle": 0}
+
+    async def bench(ctx):
+        hosts = [{"kind": None} for _ in blocks]
+        held = {}                                  # (port, "b"/"r") -> rdata offered and not yet taken
+        for _cycle in range(3000):
+            for i, (name, h) in enumerate(zip(blocks, hosts, strict=True)):
+                p = getattr(top.lite, name)
+                if h["kind"] is None and rng.random() < 0.3:
+                    offset = rng.choice(offsets + [0x20, spacing, spacing + 4, (1 << addr_bits) - 4])
+                    h.update(kind=rng.choice("wr"), offset=offset, data=rng.randrange(1 << 32),
+                             strb=rng.randrange(16), aw_at=rng.randrange(3), w_at=rng.randrange(3), age=0,
+                             aw=False, w=False, ar=False)
+                age = h.get("age", 0)
+                ctx.set(p.awvalid, h["kind"] == "w" and not h["aw"] and age >= h["aw_at"])
+                ctx.set(p.wvalid, h["kind"] == "w" and not h["w"] and age >= h["w_at"])
+                ctx.set(p.arvalid, h["kind"] == "r" and not h["ar"])
+                ctx.set(p.awaddr, h.get("offset", 0) if h["kind"] == "w" else rng.randrange(1 << addr_bits))
+                ctx.set(p.wdata, h.get("data", 0) if h["kind"] == "w" else rng.randrange(1 << 32))
+                ctx.set(p.wstrb, h.get("strb", 0))
+                ctx.set(p.araddr, h.get("offset", 0) if h["kind"] == "r" else rng.randrange(1 << addr_bits))
+                ctx.set(p.bready, rng.random() < 0.6)
+                ctx.set(p.rready, rng.random() < 0.6)
+            taken = []
+            for i, (name, h) in enumerate(zip(blocks, hosts, strict=True)):
+                p = getattr(top.lite, name)
+                awv, wv, arv = ctx.get(p.awvalid), ctx.get(p.wvalid), ctx.get(p.arvalid)
+                awr, wr, arr = ctx.get(p.awready), ctx.get(p.wready), ctx.get(p.arready)
+                bv, rv, rdata = ctx.get(p.bvalid), ctx.get(p.rvalid), ctx.get(p.rdata)
+                assert awr == wr and (not awr or (awv and wv)), f"{name}: AWREADY/WREADY without both valids"
+                assert not arr or arv, f"{name}: ARREADY without ARVALID"
+                assert ctx.get(p.bresp) == 0 and ctx.get(p.rresp) == 0
+                if (i, "b") in held:
+                    assert bv, f"{name}: BVALID dropped before BREADY"
+                if (i, "r") in held:
+                    assert rv and rdata == held[(i, "r")], f"{name}: RVALID dropped or RDATA changed before RREADY"
+                assert not bv or (h["kind"] == "w" and h["aw"] and h["w"]), f"{name}: BVALID before AW and W"
+                assert not rv or (h["kind"] == "r" and h["ar"]), f"{name}: RVALID before an AR"
+                if awv and awr:
+                    h["aw"] = h["w"] = True
+                    taken.append(("w", i, h))
+                if arv and arr:
+                    h["ar"] = True
+                    taken.append(("r", i, h))
+                held.pop((i, "b"), None)
+                held.pop((i, "r"), None)
+                if bv and ctx.get(p.bready):
+                    h["kind"] = None
+                    stats["writes"] += 1
+                elif bv:
+                    held[(i, "b")] = 1
+                if rv and ctx.get(p.rready):
+                    assert rdata == h["want"], f"{name}: read of 0x{h['offset']:x} gave 0x{rdata:x}, not 0x{h['want']:x}"
+                    h["kind"] = None
+                    stats["reads"] += 1
+                elif rv:
+                    held[(i, "r")] = rdata
+                h["age"] = h.get("age", 0) + 1
+            assert len(taken) <= 1, "two accesses taken in one cycle"
+            stats["same_cycle"] += sum(h["kind"] is not None for h in hosts) > 1
+            for kind, i, h in taken:                   # the model applies the access the slave took
+                at = i * spacing + h["offset"]
+                inside = h["offset"] < spacing and h["offset"] in offsets
+                stats["outside"] += h["offset"] >= spacing
+                if kind == "w" and inside:
+                    mask = sum(0xFF << 8 * b for b in range(4) if h["strb"] >> b & 1)
+                    model[at] = (model.get(at, 0) & ~mask) | (h["data"] & mask)
+                elif kind == "r":
+                    h["want"] = model.get(at, 0) if inside else 0
+            await ctx.tick()
+
+    _simulate(top, bench)
+    assert stats["reads"] > 300 and stats["writes"] > 300 and stats["outside"] > 50 and stats["same_cycle"] > 1000
+
+
 # ---------------------------------------------------------------------------------------------------------
 # the Verilator model: its harness's AXI4 slave checks the same rules on every cycle of every run
 

@@ -297,3 +297,31 @@ def sram_cells(netlist: dict, top: str | None = None) -> dict[str, dict[str, int
         if sram is not None:
             out[sram][cell["type"]] = out[sram].get(cell["type"], 0) + 1
     return out
+
+
+def boundary_registers(prefix: str, port) -> list[tuple]:
+    """Put an Amaranth interface ``port`` behind flip-flops for a path analysis of the logic inside it: per
+    member, (the top-level signal ``<prefix>_<member>``, its register, the member, whether it flows in). Pass the
+    top-level signals as the design's ports and wire them with ``connect_boundary``; every path then starts and
+    ends at a flip-flop, as it would behind an interconnect."""
+    from amaranth import Signal
+    from amaranth.lib import wiring
+
+    wires = []
+    for path, member, value in port.signature.flatten(port):
+        name = prefix + "_" + "_".join(str(p) for p in path)
+        wires.append((Signal(len(value), name=name), Signal(len(value), name=name + "_q"), value,
+                      member.flow == wiring.In))
+    return wires
+
+
+def connect_boundary(m, wires: list[tuple]) -> None:
+    """Wire ``boundary_registers``' signals in module ``m``: inputs registered on the way in, outputs on the way
+    out."""
+    for outer, reg, inner, into in wires:
+        if into:
+            m.d.sync += reg.eq(outer)
+            m.d.comb += inner.eq(reg)
+        else:
+            m.d.sync += reg.eq(inner)
+            m.d.comb += outer.eq(reg)
