@@ -101,12 +101,13 @@ def link(cfg: HwConfig, obj: Path, directory: Path, flags: tuple[str, ...] = (),
     return out
 
 
-# The profile-guided build (GCC's -fprofile-generate, a training run, -fprofile-use): the model compiled once
-# instrumented, run on hardware/training.py's fixed program, compiled again with the counts. It took the model
-# thread's CPU time of ResNet-18's accelerator part on pynq (COMPUTE_LATENCY 9) down ~12% (docs/benchmarks.md, "RTL
-# speed"). The program and its data are fixed and the model is single-threaded, so the counts (and the library) are
-# the same at every build of a config. VTA_RTL_PGO=0 builds without it (one compile); so does a compiler that is not
-# GCC (clang's profiles need llvm-profdata).
+# The profile-guided build (VTA_RTL_PGO=1; GCC's -fprofile-generate, a training run, -fprofile-use): the model
+# compiled once instrumented, run on hardware/training.py's fixed program, compiled again with the counts. Off by
+# default: it doubles the compile, and on ResNet-18's accelerator part (pynq, COMPUTE_LATENCY 9) it took 0.89-1.04x
+# the plain build's CPU round by round at 56x56 and 0.99x at 224x224, within this machine's noise (docs/
+# benchmarks.md, "Profile-guided build"; trained on tiles that never overlapped it was 1.17x). The program and its
+# data are fixed and the model is single-threaded, so the counts (and the library) are the same at every build.
+# It needs GCC 10 or newer (clang's profiles need llvm-profdata); the cache key does not say whether a build had it.
 PGO_VARIABLE = "VTA_RTL_PGO"
 PROFILE_GENERATE = ("-fprofile-generate",)
 PROFILE_USE = ("-fprofile-use", "-fprofile-partial-training", "-Wno-missing-profile")
@@ -114,9 +115,9 @@ TRAINING_LIBRARY = "libvta_rtl_training.so"
 
 
 def profile_guided() -> bool:
-    """Whether builds are profile-guided: unless VTA_RTL_PGO=0, when the C++ compiler Verilator's make and the link
+    """Whether builds are profile-guided: with VTA_RTL_PGO=1, when the C++ compiler Verilator's make and the link
     use is GCC 10 or newer (-fprofile-partial-training)."""
-    if os.environ.get(PGO_VARIABLE, "1") == "0":
+    if os.environ.get(PGO_VARIABLE, "0") != "1":
         return False
     cxx = os.environ.get("CXX", "c++")
     try:

@@ -1,4 +1,4 @@
-"""The training run of the profile-guided build (hardware/build.py): a fixed program that exercises every path of the
+"""The training run of the profile-guided build (hardware/build.py, VTA_RTL_PGO=1): a fixed program that exercises every path of the
 RTL's model the way a network does, run on the instrumented library in a process of its own so its counts are
 written when that process exits.
 
@@ -24,7 +24,7 @@ from hw_config import HwConfig, load_config
 from hw_config.layout import ALU_OPCODES, MEM_TYPES, OPCODES
 
 PAGE = 1 << 12
-TILES = 64        # repeats of the tile: ~65,000 cycles on pynq, a second or so of the instrumented model
+TILES = 64        # tiles: ~87,000 cycles on pynq, a second or so of the instrumented model
 ROWS, COLS = 4, 8  # the tile's input: ROWS x COLS elements, padded by one on each side
 
 

@@ -1,6 +1,6 @@
 """The profile-guided build of the RTL model (hardware/build.py): its training program is a valid VTA program that
 runs to FINISH on the RTL and leaves the C simulator's DRAM there (so the profile is of real work, and a build cannot
-hang on it), and the build falls back to one plain compile where GCC's profiles cannot be used."""
+hang on it), and the build is profile-guided only when asked (VTA_RTL_PGO=1) and where GCC's profiles can be used."""
 
 from __future__ import annotations
 
@@ -30,18 +30,22 @@ def test_the_training_program_leaves_the_c_simulators_dram_on_the_rtl():
     assert abs(cycles / model.stats["cycles"] - 1) <= 0.05
 
 
-def test_the_build_is_profile_guided_only_with_gcc_and_unless_switched_off(monkeypatch, tmp_path):
-    monkeypatch.delenv(PGO_VARIABLE, raising=False)
-    monkeypatch.delenv("CXX", raising=False)
+def test_the_build_is_profile_guided_only_when_asked_and_with_gcc(monkeypatch, tmp_path):
+    """Off by default (it doubles the compile for a gain within the noise, docs/benchmarks.md); VTA_RTL_PGO=1 asks
+    for it, which a compiler other than GCC (or none) turns down."""
     import shutil
     import subprocess
 
+    monkeypatch.delenv(PGO_VARIABLE, raising=False)
+    monkeypatch.delenv("CXX", raising=False)
+    assert not profile_guided()
+    monkeypatch.setenv(PGO_VARIABLE, "1")
     gcc = shutil.which("c++") and "Free Software Foundation" in subprocess.run(
         ["c++", "--version"], capture_output=True, text=True, check=False).stdout
     assert profile_guided() == bool(gcc)
     monkeypatch.setenv(PGO_VARIABLE, "0")
     assert not profile_guided()
-    monkeypatch.delenv(PGO_VARIABLE)
+    monkeypatch.setenv(PGO_VARIABLE, "1")
     clang = tmp_path / "clang++"
     clang.write_text("#!/bin/sh\necho 'clang version 17.0.0'\n")
     clang.chmod(0o755)
