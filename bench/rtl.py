@@ -14,6 +14,12 @@ The RTL library is built first if the cache lacks it (about a minute, not timed)
 in this run; nothing is compared with figures from elsewhere.
 
     python bench/rtl.py [--config pynq] [--set KEY=VALUE ...] [--image-size 224] [--skip-golden] [--markdown]
+                        [--baseline LIBRARY [--rounds 3]]
+
+``--baseline LIBRARY`` then runs the accelerator part again, ``--rounds`` times on each, alternating the cached
+build with another build of the same config's RTL (say one without the profile-guided compile:
+``VTA_RTL_PGO=0 VTA_RTL_CACHE=/tmp/plain python -m hardware.build pynq`` prints its path), and prints each round's
+model-thread CPU seconds, the medians and their ratio (outputs and cycles must be the same on both).
 
 ``--set COMPUTE_LATENCY=9`` measures the pipelined compute datapath where the preset still has 4 (the RTL is
 generated with the config's default DSP packing: on for the Xilinx boards' TARGETs, pynq included).
@@ -73,12 +79,45 @@ def golden(dev: RtlDevice, markdown: bool) -> None:
           f"(small programs: the launch and DRAM set-up are a good part of it)")
 
 
-def network(cfg, image_size: int, markdown: bool) -> None:
+def resnet18(cfg, image_size: int):
+    """ResNet-18 quantized and packed for ``cfg`` (its accelerator part between the zoo's pack points), its input
+    and quantized parameters."""
     graph, params = zoo.get_model("resnet-18", batch_size=cfg.BATCH, image_shape=(3, image_size, image_size))
     start, stop = zoo.pack_points("resnet-18")
     x = np.random.default_rng(0).standard_normal(graph["data"].shape).astype(np.float32)
     qgraph, qparams = quantize(graph, params, global_scale=8.0, skip_conv_layers=[0])
-    packed = graph_pack(qgraph, cfg, start_name=start, stop_name=stop)
+    return graph_pack(qgraph, cfg, start_name=start, stop_name=stop), x, qparams
+
+
+def against_baseline(cfg, image_size: int, baseline: Path, rounds: int) -> None:
+    """The accelerator part on the cached build and on ``baseline``, alternating, ``rounds`` each: the model
+    thread's CPU seconds per round, medians and their ratio, with the load average."""
+    import os
+
+    packed, x, qparams = resnet18(cfg, image_size)
+    devices = {"cached build": RtlDevice(cfg, progress=print), "baseline": RtlDevice(cfg, library=baseline)}
+    mods = {name: build(packed, cfg, qparams, device=dev) for name, dev in devices.items()}
+    seconds: dict[str, list[float]] = {name: [] for name in devices}
+    outputs, cycles = {}, {}
+    print(f"\nResNet-18 {image_size}x{image_size}'s accelerator part, alternating {devices['cached build'].library} "
+          f"and {baseline}")
+    for r in range(rounds):
+        for name, dev in devices.items():
+            before = dev.cpu_seconds
+            mods[name].run(data=x)
+            seconds[name].append(dev.cpu_seconds - before)
+            outputs[name], cycles[name] = mods[name].get_output(0), mods[name].cycles
+            print(f"round {r + 1} {name}: {seconds[name][-1]:.2f} s CPU, {cycles[name]:,} cycles, load "
+                  f"{os.getloadavg()[0]:.1f}")
+    same = np.array_equal(outputs["cached build"], outputs["baseline"]) and len(set(cycles.values())) == 1
+    medians = {name: float(np.median(s)) for name, s in seconds.items()}
+    print(f"medians: cached build {medians['cached build']:.2f} s, baseline {medians['baseline']:.2f} s; ratio "
+          f"{medians['cached build'] / medians['baseline']:.3f}; outputs and cycles "
+          f"{'the same' if same else 'DIFFER'}")
+
+
+def network(cfg, image_size: int, markdown: bool) -> None:
+    packed, x, qparams = resnet18(cfg, image_size)
     sim = build(packed, cfg, qparams)
     dev = RtlDevice(cfg, progress=print)
     rtl = build(packed, cfg, qparams, device=dev)
@@ -122,12 +161,21 @@ def main() -> None:
     ap.add_argument("--image-size", type=int, default=224, help="ResNet-18's input height = width (default 224)")
     ap.add_argument("--skip-golden", action="store_true", help="only the network")
     ap.add_argument("--markdown", action="store_true", help="tables as markdown (for docs/benchmarks.md)")
+    ap.add_argument("--baseline", type=Path, metavar="LIBRARY",
+                    help="then alternate the cached build with this build of the same RTL (libvta_rtl.so)")
+    ap.add_argument("--rounds", type=int, default=3, help="rounds on each build with --baseline (default 3)")
     args = ap.parse_args()
+    if args.baseline and not args.baseline.is_file():
+        ap.error(f"--baseline {args.baseline}: no such file (a libvta_rtl.so that hardware.build printed)")
+    if args.rounds < 1:
+        ap.error(f"--rounds {args.rounds}: at least 1")
     cfg = load_config(args.config, **dict(args.sets))
     print(header("rtl", f"the RTL of {cfg.model} (Verilator, one thread) against the C simulator's timing model"))
     if not args.skip_golden:
         golden(RtlDevice(cfg, progress=print), args.markdown)
     network(cfg, args.image_size, args.markdown)
+    if args.baseline:
+        against_baseline(cfg, args.image_size, args.baseline, args.rounds)
 
 
 if __name__ == "__main__":

@@ -68,13 +68,14 @@ def write_verilog(cfg: HwConfig, directory: Path, max_products: int = DEFAULT_MA
     return path, time.perf_counter() - t0
 
 
-def verilate(cfg: HwConfig, verilog: Path, directory: Path, jobs: int = 2) -> Path:
-    """Verilator's C++ model, compiled to static libraries in ``directory/obj``."""
+def verilate(cfg: HwConfig, verilog: Path, directory: Path, jobs: int = 2, cflags: tuple[str, ...] = ()) -> Path:
+    """Verilator's C++ model, compiled to static libraries in ``directory/obj`` (``cflags``: the profile-guided
+    build's, ``profile_guided``)."""
     obj = directory / "obj"
     cmd, env = verilator_command()
     _run(cmd + ["--cc", str(verilog), "--top-module", TOP, "--prefix", "Vvta_core", "--Mdir", str(obj),
                 "-Wno-fatal", "-Wno-lint", "-Wno-style", "--x-assign", "fast", "--x-initial", "0",
-                "-O3", "--build", "-j", str(jobs), "-CFLAGS", "-fPIC",
+                "-O3", "--build", "-j", str(jobs), "-CFLAGS", " ".join(("-fPIC", *cflags)),
                 # the PyPI package's verilated.mk leaves the precompiled-header include flag empty
                 "-MAKEFLAGS", "CFG_CXXFLAGS_PCH_I=-include",
                 # the model's code at -O3 instead of verilated.mk's -Os: -O2 gave ~20% more cycles per second than
@@ -85,18 +86,74 @@ def verilate(cfg: HwConfig, verilog: Path, directory: Path, jobs: int = 2) -> Pa
     return obj
 
 
-def link(cfg: HwConfig, obj: Path, directory: Path) -> Path:
-    """The harness and the model linked into one shared library (written atomically)."""
+def link(cfg: HwConfig, obj: Path, directory: Path, flags: tuple[str, ...] = (), name: str = LIBRARY) -> Path:
+    """The harness and the model linked into one shared library ``directory/name`` (written atomically;
+    ``flags``: the instrumented build's)."""
     root = verilator_root()
-    out = directory / LIBRARY
-    tmp = directory / (LIBRARY + ".tmp")
+    out = directory / name
+    tmp = directory / (name + ".tmp")
     cxx = os.environ.get("CXX", "g++")
-    _run([cxx, "-shared", "-fPIC", "-O2", "-std=c++17", f"-DVTA_BUS_BYTES={cfg.BUS_BYTES}", f"-DVTA_MMIO_RANGE={cfg.MMIO_RANGE}",
-          f"-I{obj}", f"-I{root / 'include'}", f"-I{root / 'include' / 'vltstd'}",
+    _run([cxx, "-shared", "-fPIC", "-O2", "-std=c++17", *flags, f"-DVTA_BUS_BYTES={cfg.BUS_BYTES}",
+          f"-DVTA_MMIO_RANGE={cfg.MMIO_RANGE}", f"-I{obj}", f"-I{root / 'include'}", f"-I{root / 'include' / 'vltstd'}",
           str(HARNESS), str(obj / "Vvta_core__ALL.a"), str(obj / "libverilated.a"), "-o", str(tmp),
-          "-lpthread", "-latomic"], None, "linking the harness", directory / "link.log")
+          "-lpthread", "-latomic"], None, "linking the harness", directory / f"link{'-' + name if flags else ''}.log")
     os.replace(tmp, out)
     return out
+
+
+# The profile-guided build (VTA_RTL_PGO=1; GCC's -fprofile-generate, a training run, -fprofile-use): the model
+# compiled once instrumented, run on hardware/training.py's fixed program, compiled again with the counts. Off by
+# default: it doubles the compile, and on ResNet-18's accelerator part (pynq, COMPUTE_LATENCY 9) it took 0.89-1.04x
+# the plain build's CPU round by round at 56x56 and 0.99x at 224x224, within this machine's noise (docs/
+# benchmarks.md, "Profile-guided build"; trained on tiles that never overlapped it was 1.17x). The program and its
+# data are fixed and the model is single-threaded, so the counts (and the library) are the same at every build.
+# It needs GCC 10 or newer (clang's profiles need llvm-profdata); the cache key does not say whether a build had it.
+PGO_VARIABLE = "VTA_RTL_PGO"
+PROFILE_GENERATE = ("-fprofile-generate",)
+PROFILE_USE = ("-fprofile-use", "-fprofile-partial-training", "-Wno-missing-profile")
+TRAINING_LIBRARY = "libvta_rtl_training.so"
+
+
+def profile_guided() -> bool:
+    """Whether builds are profile-guided: with VTA_RTL_PGO=1, when the C++ compiler Verilator's make and the link
+    use is GCC 10 or newer (-fprofile-partial-training)."""
+    if os.environ.get(PGO_VARIABLE, "0") != "1":
+        return False
+    cxx = os.environ.get("CXX", "c++")
+    try:
+        version = subprocess.run([cxx, "--version"], capture_output=True, text=True, check=False).stdout
+        major = subprocess.run([cxx, "-dumpversion"], capture_output=True, text=True, check=False).stdout
+    except OSError:
+        return False
+    gcc = "Free Software Foundation" in version and "clang" not in version
+    return gcc and major.split(".")[0].strip().isdigit() and int(major.split(".")[0]) >= 10
+
+
+def train(cfg: HwConfig, library: Path, directory: Path) -> None:
+    """Run the training program on the instrumented ``library`` in a process of its own (its counts, .gcda files
+    beside the objects, are written when it exits)."""
+    config = directory / "training-config.json"
+    config.write_text(cfg.to_json())
+    root = str(Path(__file__).resolve().parents[1])
+    env = {**os.environ, "PYTHONPATH": os.pathsep.join(filter(None, (root, os.environ.get("PYTHONPATH"))))}
+    _run([sys.executable, "-m", "hardware.training", str(library), str(config)], env, "the profile's training run",
+         directory / "training.log")
+
+
+def build_model(cfg: HwConfig, verilog: Path, directory: Path, say: Callable[[str], None]) -> Path:
+    """The model compiled and linked with the harness into ``directory/LIBRARY``: profile-guided when
+    ``profile_guided()`` (compiled twice around a training run), else once."""
+    if not profile_guided():
+        return link(cfg, verilate(cfg, verilog, directory), directory)
+    obj = verilate(cfg, verilog, directory, cflags=PROFILE_GENERATE)
+    instrumented = link(cfg, obj, directory, flags=PROFILE_GENERATE, name=TRAINING_LIBRARY)
+    say("  compiled with profile instrumentation; training it (hardware/training.py) ...")
+    train(cfg, instrumented, directory)
+    say("  compiling again with the profile ...")
+    for leftover in [*obj.glob("*.o"), *obj.glob("*.a"), *obj.glob("*.gch"), instrumented,
+                     *directory.glob("*.gcda")]:
+        leftover.unlink()   # the counts (obj/*.gcda) stay for the second compile
+    return link(cfg, verilate(cfg, verilog, directory, cflags=PROFILE_USE), directory)
 
 
 # What the steps took for the pynq preset's 1x16x16 core on two cores (generate 12.8 s, verilate 21.5 s); a larger
@@ -105,9 +162,11 @@ TYPICAL_SECONDS = {"generate": 13.0, "verilate": 22.0}
 
 
 def estimate_seconds(cfg: HwConfig, step: str) -> float:
-    """Roughly how long ``step`` ("generate" or "verilate", with the link) of ``cfg``'s build takes."""
+    """Roughly how long ``step`` ("generate" or "verilate", with the link) of ``cfg``'s build takes (a
+    profile-guided build compiles twice)."""
     products = cfg.BATCH * cfg.BLOCK_IN * cfg.BLOCK_OUT
-    return TYPICAL_SECONDS[step] * max(1.0, products / 256) ** 0.5
+    twice = 2.0 if step == "verilate" and profile_guided() else 1.0
+    return twice * TYPICAL_SECONDS[step] * max(1.0, products / 256) ** 0.5
 
 
 def _about(seconds: float) -> str:
@@ -189,10 +248,9 @@ def ensure_built(cfg: HwConfig, progress=None, max_products: int = DEFAULT_MAX_P
         # source, for done, and the library linked from it fails to load (an undefined symbol) from then on
         shutil.rmtree(directory / "obj", ignore_errors=True)
         with heartbeat(say, "verilating and compiling"):
-            obj = verilate(cfg, verilog, directory)
+            build_model(cfg, verilog, directory, say)
             say(f"verilated in {time.perf_counter() - t1:.1f} s")
-            link(cfg, obj, directory)
-        shutil.rmtree(obj, ignore_errors=True)      # ~140 MB of objects the library no longer needs
+        shutil.rmtree(directory / "obj", ignore_errors=True)   # ~140 MB of objects the library no longer needs
         timings = {"generate_s": round(took, 2), "total_s": round(time.perf_counter() - t0, 2)}
         (directory / "build.json").write_text(json.dumps(timings) + "\n")
         say(f"built {lib} in {time.perf_counter() - t0:.1f} s")

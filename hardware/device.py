@@ -187,14 +187,16 @@ class RtlDevice:
 
     ``dsp_packing``: the generator's option (two int8 products per DSP, hardware/dsp_packing.py); None builds
     the config's default (on for Xilinx boards). ``dram``: the harness DRAM's settings (``DramSettings``; None:
-    the config's, ``DramSettings.for_config``)."""
+    the config's, ``DramSettings.for_config``). ``library``: a build of cfg's RTL to load instead of the cache's
+    (hardware/build.py's training run loads its instrumented build this way)."""
 
     def __init__(self, cfg: HwConfig | str | None = None, progress=None, max_cycles: int = DEFAULT_MAX_CYCLES,
-                 dsp_packing: bool | None = None, dram: DramSettings | None = None):
+                 dsp_packing: bool | None = None, dram: DramSettings | None = None, library: Path | None = None):
         from hardware.build import ensure_built
 
         self.cfg = cfg if isinstance(cfg, HwConfig) else load_config(cfg)
-        self.library = ensure_built(self.cfg, progress, dsp_packing=dsp_packing)
+        self.library = Path(library) if library is not None else ensure_built(self.cfg, progress,
+                                                                               dsp_packing=dsp_packing)
         self._ffi, self._lib = _library(self.library)
         if self._lib.vta_rtl_bus_bytes() != self.cfg.BUS_BYTES:
             raise RtlError(f"{self.library} was built for a {self._lib.vta_rtl_bus_bytes()}-byte bus, the config "

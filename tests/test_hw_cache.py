@@ -23,6 +23,7 @@ def cache(tmp_path, monkeypatch) -> Path:
     """An empty RTL cache, and the generator stood in for by a fixed module."""
     root = tmp_path / "rtl"
     monkeypatch.setenv("VTA_RTL_CACHE", str(root))
+    monkeypatch.setenv(build.PGO_VARIABLE, "0")   # one compile (the profile-guided sequence: test_rtl_build_pgo.py)
     monkeypatch.setattr(build, "generate", lambda cfg, max_products=0, dsp_packing=None: VERILOG)
     monkeypatch.setattr(build, "manifest", lambda cfg, dsp_packing=None: {"top": "vta_core"})
     return root
