@@ -12,19 +12,30 @@ from hw_config.isa_rules import SHIFT_MAX
 from hw_config.layout import ALU_OPCODE_BITS, ALU_OPCODES
 
 
-def alu_lane(op: Value, a: Value, b: Value, width: int, opcodes: Iterable[str] = ALU_OPCODES) -> Value:
-    """One lane of ALU ``op`` on signed ``width``-bit ``a`` (acc[dst]) and ``b`` (acc[src] or the immediate).
-
-    MIN/MAX compare signed; ADD and MUL keep the low ``width`` bits; SHR shifts right arithmetically by
-    min(b, SHIFT_MAX) when b >= 0 and left by min(-b, SHIFT_MAX) when b < 0. Only the ``opcodes`` named
-    (the config's capability set) are built; any other opcode leaves ``a``, as VTA's HLS ALU writes the
-    destination row back unchanged for an opcode it lacks (MUL).
-    """
-    a, b = a.as_signed(), b.as_signed()
+def shift_amounts(b: Value) -> tuple[Value, Value, Value]:
+    """SHR's controls from its signed operand ``b``: whether it shifts left (b < 0), the right amount
+    min(b, SHIFT_MAX) and the left amount min(-b, SHIFT_MAX). A pipeline registers them with the operand, so the
+    clamp's comparisons and the negation are not in series with the shifter (hardware/loop_engine.py)."""
+    b = b.as_signed()
     amount_bits = SHIFT_MAX.bit_length()
     right = Mux(b > SHIFT_MAX, SHIFT_MAX, b[:amount_bits])
     left = Mux(b < -SHIFT_MAX, SHIFT_MAX, (-b)[:amount_bits])
-    shifted = Mux(b < 0, (a << left)[:width], (a >> right)[:width])
+    return b < 0, right, left
+
+
+def alu_lane(op: Value, a: Value, b: Value, width: int, opcodes: Iterable[str] = ALU_OPCODES,
+             shift: tuple[Value, Value, Value] | None = None) -> Value:
+    """One lane of ALU ``op`` on signed ``width``-bit ``a`` (acc[dst]) and ``b`` (acc[src] or the immediate).
+
+    MIN/MAX compare signed; ADD and MUL keep the low ``width`` bits; SHR shifts right arithmetically by
+    min(b, SHIFT_MAX) when b >= 0 and left by min(-b, SHIFT_MAX) when b < 0 (``shift``: those controls as
+    ``shift_amounts(b)`` gives them, computed a stage earlier; None: from ``b`` here). Only the ``opcodes``
+    named (the config's capability set) are built; any other opcode leaves ``a``, as VTA's HLS ALU writes the
+    destination row back unchanged for an opcode it lacks (MUL).
+    """
+    a, b = a.as_signed(), b.as_signed()
+    negative, right, left = shift_amounts(b) if shift is None else shift
+    shifted = Mux(negative, (a << left)[:width], (a >> right)[:width])
     result = a[:width]
     values = {"MIN": lambda: Mux(a < b, a, b), "MAX": lambda: Mux(a > b, a, b), "ADD": lambda: (a + b)[:width],
               "SHR": lambda: shifted, "MUL": lambda: (a * b)[:width]}

@@ -16,7 +16,7 @@ from __future__ import annotations
 
 from collections.abc import Callable
 
-from amaranth import Const, Module, Mux, Signal, Value
+from amaranth import Const, Module, Mux, Signal, Value, signed
 from amaranth.lib import stream, wiring
 from amaranth.lib.wiring import In, Out
 
@@ -24,6 +24,7 @@ from hardware.decode import field_values
 from hardware.dram import ElemReader, ElemWriter, block_beats
 from hardware.interfaces import dram_port, sram_read, sram_write
 from hardware.params import DRAM_ADDR_BITS, Burst, Sram, log2
+from hardware.shallow import sign_counter
 from hw_config.layout import INSN_BITS, Format
 
 
@@ -34,7 +35,14 @@ class Load2D(wiring.Component):
     Two walkers go over the padded tile in order. The address walker spends a cycle on each padding entry and
     sends each data element's DRAM address to an ``ElemReader`` (one cycle per beat, in bursts); the fill
     walker writes each entry, a zero for padding and the element read (after ``widen``) for data, one entry per
-    cycle when its data is there.
+    cycle when its data is there. An instruction with ``x_size`` 0 never reaches the engine (hardware/modules.py
+    completes it without one).
+
+    For timing (issue 38: at most 8 LUT levels between registers), nothing the walkers or the reader decide in a
+    cycle runs through the instruction's adders: the tile's bounds are registered in the cycle after the
+    instruction is taken (``_TileBounds``; the walkers start a cycle later, as before, so no cycle is added), the
+    walkers' flags are counters' sign bits, and the element's DRAM byte address and the elements of its row left
+    are registers stepped by one element or one stride.
     """
 
     def __init__(self, fmt: Format, elem_bits: int, sram: Sram, bus_bits: int, burst: Burst, outstanding: int,
@@ -67,70 +75,99 @@ class Load2D(wiring.Component):
         w = {name: f.field(name).width for name in f.names}
         insn = Signal(INSN_BITS)
         v = self.fields(insn)
-        size_bits = max(w["y_size"], w["x_size"]) + 2       # a size plus two pads
-        y_end, x_end = v["y_pad_0"] + v["y_size"], v["x_pad_0"] + v["x_size"]
-        y_total, x_total = y_end + v["y_pad_1"], x_end + v["x_pad_1"]
-
-        def in_data(y: Value, x: Value) -> Value:
-            return (y >= v["y_pad_0"]) & (y < y_end) & (x >= v["x_pad_0"]) & (x < x_end)
 
         issuing, filling, started = Signal(), Signal(), Signal()
         m.d.comb += self.cmd.ready.eq(~issuing & ~filling & ~started)
         m.d.sync += started.eq(0)
         with m.If(self.cmd.valid & self.cmd.ready):
             m.d.sync += [insn.eq(self.cmd.payload), started.eq(1)]
+        tile = _TileBounds(m, v, started)
 
-        # address walker over the padded tile
-        ay, ax = Signal(size_bits), Signal(size_bits)
-        dx = Signal(w["x_size"])
-        row = Signal(DRAM_ADDR_BITS)
-        data_here = in_data(ay, ax)
+        # address walker over the padded tile: the next data element's DRAM byte address and the elements of its
+        # row left (for the burst's length) are registers, stepped by one element or one row's stride
+        here, last, step = tile.walker(m, "a")
+        m.d.comb += step.eq(issuing & (~here | reader.addr.ready))
         elem_shift = log2(self.elem_bits // 8)
-        m.d.comb += [reader.addr.valid.eq(issuing & data_here),
-                     reader.addr.payload.eq((row + dx) << elem_shift)]
-        m.d.comb += reader.restart.eq(started)
+        row, addr = Signal(DRAM_ADDR_BITS), Signal(DRAM_ADDR_BITS)
+        left = Signal(w["x_size"])                                # elements of the row left, including addr's
+        left_2 = sign_counter("left_2", w["x_size"] + 1)       # left - 2: negative on the row's last element
+        m.d.comb += [reader.addr.valid.eq(issuing & here), reader.addr.payload.eq(addr),
+                     reader.elems_left.eq(left), reader.restart.eq(started)]
         with m.If(started):
-            m.d.sync += [issuing.eq((x_total != 0) & (y_total != 0)), ay.eq(0), ax.eq(0), dx.eq(0),
-                         row.eq(v["dram_base"])]
-        accepted = reader.addr.valid & reader.addr.ready
-        with m.If(issuing & (~data_here | reader.addr.ready)):
-            with m.If(ax == x_total - 1):
-                m.d.sync += [ax.eq(0), ay.eq(ay + 1)]
-                with m.If(ay == y_total - 1):
-                    m.d.sync += issuing.eq(0)
+            m.d.sync += [issuing.eq(~tile.empty), row.eq(v["dram_base"]), addr.eq(v["dram_base"] << elem_shift),
+                         left.eq(v["x_size"]), left_2.eq(v["x_size"] - 2)]
+        with m.If(step & last):
+            m.d.sync += issuing.eq(0)
+        with m.If(reader.addr.valid & reader.addr.ready):
+            with m.If(left_2[-1]):         # the row's last element: the next row starts a stride further on
+                next_row = (row + v["x_stride"])[:DRAM_ADDR_BITS]
+                m.d.sync += [row.eq(next_row), addr.eq(next_row << elem_shift), left.eq(v["x_size"]),
+                             left_2.eq(v["x_size"] - 2)]
             with m.Else():
-                m.d.sync += ax.eq(ax + 1)
-        row_done = dx == v["x_size"] - 1
-        with m.If(accepted):
-            with m.If(row_done):
-                m.d.sync += [dx.eq(0), row.eq(row + v["x_stride"])]
-            with m.Else():
-                m.d.sync += dx.eq(dx + 1)
-        # AXI bursts end at each row's end
-        m.d.comb += reader.elems_left.eq(v["x_size"] - dx)
+                m.d.sync += [addr.eq(addr + (1 << elem_shift)), left.eq(left - 1), left_2.eq(left_2 - 1)]
 
         # fill walker over the whole padded tile
-        fy, fx = Signal(size_bits), Signal(size_bits)
-        addr = Signal(self.sram.addr_bits)
+        is_data, fill_last, write = tile.walker(m, "f")
+        sram_addr = Signal(self.sram.addr_bits)
         with m.If(started):
-            m.d.sync += [filling.eq((x_total != 0) & (y_total != 0)), fy.eq(0), fx.eq(0), addr.eq(v["sram_base"])]
-        is_data, write = Signal(), Signal()
-        m.d.comb += [is_data.eq(in_data(fy, fx)), write.eq(filling & (~is_data | reader.data.valid))]
+            m.d.sync += [filling.eq(~tile.empty), sram_addr.eq(v["sram_base"])]
+        m.d.comb += write.eq(filling & (~is_data | reader.data.valid))
         m.d.comb += [reader.data.ready.eq(filling & is_data),
-                     self.wr.en.eq(write), self.wr.addr.eq(addr),
+                     self.wr.en.eq(write), self.wr.addr.eq(sram_addr),
                      self.wr.data.eq(Mux(is_data, self.widen(reader.data.payload), 0))]
-        last = (fx == x_total - 1) & (fy == y_total - 1)
         with m.If(write):
-            m.d.sync += addr.eq(addr + 1)
-            with m.If(fx == x_total - 1):
-                m.d.sync += [fx.eq(0), fy.eq(fy + 1)]
-            with m.Else():
-                m.d.sync += fx.eq(fx + 1)
-            with m.If(last):
+            m.d.sync += sram_addr.eq(sram_addr + 1)
+            with m.If(fill_last):
                 m.d.sync += filling.eq(0)
         # done: the last entry is written (or, for an empty tile, right after the start)
-        m.d.comb += self.done.eq((write & last) | (started & ((x_total == 0) | (y_total == 0))))
+        m.d.comb += self.done.eq((write & fill_last) | (started & tile.empty))
         return m
+
+
+class _TileBounds:
+    """A LOAD's padded tile as its walkers need it. Each walker keeps, per dimension, three signed counters whose
+    sign bits are its flags (hardware/shallow.py): ``rest`` (total - 2 - pos: negative at the last position),
+    ``before`` (pad_0 - 1 - pos: negative once past the leading pad) and ``after`` (pos - pad_0 - size: negative
+    while before the trailing pad), so "data here" and "last entry" are two LUTs over flip-flops. The values they
+    restart from at each row are registered in the cycle after the instruction is taken (``start``; the walkers
+    start a cycle later), so no step runs through the instruction's adders."""
+
+    def __init__(self, m: Module, v: dict[str, Value], start: Value):
+        self.start = start
+        self.width = max(len(v["y_size"]), len(v["x_size"])) + 3      # a size plus two pads, and a sign
+        self.reload: dict[str, dict[str, Signal]] = {}
+        self.at_start: dict[str, dict[str, Value]] = {}
+        for d in ("x", "y"):
+            pad0, size, pad1 = v[f"{d}_pad_0"], v[f"{d}_size"], v[f"{d}_pad_1"]
+            comb = {"rest": pad0 + size + pad1 - 2, "before": pad0 - 1, "after": -(pad0 + size)}
+            regs = {k: Signal(signed(self.width), name=f"tile_{d}_{k}") for k in comb}
+            with m.If(start):
+                m.d.sync += [regs[k].eq(comb[k]) for k in regs]
+            self.reload[d], self.at_start[d] = regs, comb
+        # no entries: no rows (a LOAD with x_size 0 never reaches the engine, hardware/modules.py)
+        self.empty = (v["y_pad_0"] == 0) & (v["y_size"] == 0) & (v["y_pad_1"] == 0)
+
+    def walker(self, m: Module, name: str) -> tuple[Signal, Value, Signal]:
+        """A walk over the tile: whether its entry is data, whether it is the tile's last, and the signal the
+        caller drives to step to the next entry."""
+        step = Signal(name=f"{name}_step")
+        c = {d: {k: sign_counter(f"{name}{d}_{k}", self.width) for k in ("rest", "before", "after")}
+             for d in ("x", "y")}
+
+        def advance(d: str) -> list:
+            return [c[d]["rest"].eq(c[d]["rest"] - 1), c[d]["before"].eq(c[d]["before"] - 1),
+                    c[d]["after"].eq(c[d]["after"] + 1)]
+
+        with m.If(self.start):
+            m.d.sync += [c[d][k].eq(self.at_start[d][k]) for d in c for k in c[d]]
+        with m.Elif(step):
+            with m.If(c["x"]["rest"][-1]):          # the row's last entry: the next row
+                m.d.sync += [c["x"][k].eq(self.reload["x"][k]) for k in c["x"]] + advance("y")
+            with m.Else():
+                m.d.sync += advance("x")
+        here = Signal(name=f"{name}_here")
+        m.d.comb += here.eq(c["x"]["before"][-1] & c["x"]["after"][-1] & c["y"]["before"][-1] & c["y"]["after"][-1])
+        return here, c["x"]["rest"][-1] & c["y"]["rest"][-1], step
 
 
 class Store2D(wiring.Component):
@@ -154,18 +191,21 @@ class Store2D(wiring.Component):
         w = {name: f.field(name).width for name in f.names}
         insn = Signal(INSN_BITS)
         v = field_values(f, insn)
-        iy, ix = Signal(w["y_size"]), Signal(w["x_size"])
-        row = Signal(DRAM_ADDR_BITS)
+        # the element's DRAM byte address, the elements of its row left and the rows left are registers, stepped
+        # by one element or one row's stride, so nothing on the way to the writer adds instruction fields
+        elem_shift = log2(self.out_bits // 8)
+        row, dram_addr = Signal(DRAM_ADDR_BITS), Signal(DRAM_ADDR_BITS)
+        left = Signal(w["x_size"])                                   # elements of the row left
+        left_2 = sign_counter("left_2", w["x_size"] + 1)          # left - 2 and rows left - 2: negative on
+        rows_2 = sign_counter("rows_2", w["y_size"] + 1)          # the row's last element, on the last row
+        row_done, last_row = left_2[-1], rows_2[-1]
         addr = Signal(self.out.addr_bits)
-        m.d.comb += [writer.req.payload.addr.eq((row + ix) << log2(self.out_bits // 8)),
-                     writer.req.payload.data.eq(self.rd.data)]
+        m.d.comb += [writer.req.payload.addr.eq(dram_addr), writer.req.payload.data.eq(self.rd.data)]
 
         wrote = self.mem.cmd_valid & self.mem.cmd_ready
         pending = Signal(range(self.outstanding + 1))          # write bursts not yet acknowledged
         m.d.sync += pending.eq(pending + (wrote & self.mem.cmd_first) - self.mem.wack)
-        m.d.comb += writer.elems_left.eq(v["x_size"] - ix)
-        row_done = ix == v["x_size"] - 1
-        last_row = iy == v["y_size"] - 1
+        m.d.comb += writer.elems_left.eq(left)
         with m.FSM():
             with m.State("IDLE"):
                 m.d.comb += self.cmd.ready.eq(1)
@@ -173,7 +213,9 @@ class Store2D(wiring.Component):
                     m.d.sync += insn.eq(self.cmd.payload)
                     m.next = "START"
             with m.State("START"):
-                m.d.sync += [iy.eq(0), ix.eq(0), row.eq(v["dram_base"]), addr.eq(v["sram_base"])]
+                m.d.sync += [row.eq(v["dram_base"]), dram_addr.eq(v["dram_base"] << elem_shift),
+                             left.eq(v["x_size"]), left_2.eq(v["x_size"] - 2), rows_2.eq(v["y_size"] - 2),
+                             addr.eq(v["sram_base"])]
                 with m.If((v["x_size"] == 0) | (v["y_size"] == 0)):
                     m.d.comb += self.done.eq(1)
                     m.next = "IDLE"
@@ -188,11 +230,14 @@ class Store2D(wiring.Component):
                     m.d.comb += [self.rd.addr.eq(addr + 1), self.rd.en.eq(1)]
                     m.d.sync += addr.eq(addr + 1)
                     with m.If(row_done):
-                        m.d.sync += [ix.eq(0), iy.eq(iy + 1), row.eq(row + v["x_stride"])]
+                        next_row = (row + v["x_stride"])[:DRAM_ADDR_BITS]
+                        m.d.sync += [row.eq(next_row), dram_addr.eq(next_row << elem_shift), left.eq(v["x_size"]),
+                                     left_2.eq(v["x_size"] - 2), rows_2.eq(rows_2 - 1)]
                         with m.If(last_row):
                             m.next = "DRAIN"
                     with m.Else():
-                        m.d.sync += ix.eq(ix + 1)
+                        m.d.sync += [dram_addr.eq(dram_addr + (1 << elem_shift)), left.eq(left - 1),
+                                     left_2.eq(left_2 - 1)]
             with m.State("DRAIN"), m.If((pending == 0) | ((pending == 1) & self.mem.wack)):
                 m.d.comb += self.done.eq(1)
                 m.next = "IDLE"

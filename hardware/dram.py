@@ -20,6 +20,7 @@ from amaranth.lib.wiring import In, Out
 
 from hardware.interfaces import dram_port
 from hardware.params import DRAM_ADDR_BITS, log2
+from hardware.shallow import equal_by_carry
 
 MAX_BURST = 256          # AXI4: beats per INCR burst, at most
 PAGE_BYTES = 4096        # AXI4: no burst crosses a 4 KiB boundary
@@ -34,13 +35,15 @@ def block_beats(unit_bytes: int, *caps: int) -> int:
 
 
 def burst_beats(m: Module, addr: Value, lane: Value, elems_left: Value, elem_bytes: int, unit_bytes: int,
-                block: int) -> Value:
+                block: int) -> tuple[Value, list[Value]]:
     """Beats of ``unit_bytes`` (1 .. ``block``) of a burst whose first beat is at byte address ``addr``
     (aligned to the unit), starting with an element in lane ``lane`` of that beat (0 when elements span whole
     beats), with ``elems_left`` elements of the run left from it on: up to the run's end or the next boundary
-    of ``block`` beats, whichever is first."""
+    of ``block`` beats, whichever is first. Also the candidates the count is the least of, so a caller asking
+    whether the burst fits in ``free`` beats compares each with ``free`` side by side (``fits``) instead of
+    comparing the count, which is one comparison and one multiplexer deeper."""
     if block == 1:
-        return Const(1, 1)
+        return Const(1, 1), [Const(1, 1)]
     unit_log, block_log = log2(unit_bytes), log2(block)
     n = Signal(block_log + 1)
     to_boundary = Signal(block_log + 1)
@@ -48,12 +51,24 @@ def burst_beats(m: Module, addr: Value, lane: Value, elems_left: Value, elem_byt
     if elem_bytes >= unit_bytes:
         beats_per_elem = elem_bytes // unit_bytes
         if block <= beats_per_elem:
-            return Const(block, block_log + 1)           # inside one element: a whole aligned block
+            whole = Const(block, block_log + 1)           # inside one element: a whole aligned block
+            return whole, [whole]
         to_end = elems_left << log2(beats_per_elem)
     else:
         to_end = ((lane + elems_left - 1) >> log2(unit_bytes // elem_bytes)) + 1
     m.d.comb += n.eq(Mux(to_end < to_boundary, to_end, to_boundary))
-    return n
+    return n, [to_end, to_boundary]
+
+
+def fits(candidates: list[Value], free: Value) -> Value:
+    """Whether the least of ``candidates`` (``burst_beats``'s) is at most ``free``: any one of them is. A candidate
+    wider than ``free`` is compared on ``free``'s width, its higher bits tested apart (a narrow carry chain beside
+    a small OR, not a comparison as wide as a row's length)."""
+    out = Const(0)
+    width = len(free)
+    for c in candidates:
+        out = out | ((c[:width] <= free) & ~c[width:].any() if len(c) > width else c <= free)
+    return out
 
 
 class ElemReader(wiring.Component):
@@ -93,7 +108,10 @@ class ElemReader(wiring.Component):
         beat_addr = Signal(DRAM_ADDR_BITS)
         narrow = self.elem_bits < self.bus_bits
         lane = self.addr.payload[log2(self.elem_bits // 8):lb] if narrow else Const(0, 1)
-        n = burst_beats(m, beat_addr, lane, self.elems_left, self.elem_bits // 8, bus_bytes, self.block)
+        # a burst starts on an element's first beat (bursts end at element boundaries), so its size is taken from
+        # the element's address as the engine gives it, not from the beat's (one adder less before ``issued``)
+        n, candidates = burst_beats(m, self.addr.payload, lane, self.elems_left, self.elem_bits // 8, bus_bytes,
+                                    self.block)
         m.d.comb += [mem.cmd_addr.eq(beat_addr), mem.cmd_first.eq(first), mem.cmd_len.eq(n - 1),
                      mem.cmd_size.eq(lb), self.burst_start.eq(first)]
         with m.If(issued):
@@ -103,9 +121,11 @@ class ElemReader(wiring.Component):
         if self.elem_bits >= self.bus_bits:
             beats = self.elem_bits // self.bus_bits
             beat = Signal(range(beats))
-            outstanding = Signal(range(self.outstanding + 1))        # beats reserved, not yet received
-            m.d.sync += outstanding.eq(outstanding + Mux(issued & first, n, 0) - received)
-            room = ~first | (outstanding + n <= self.outstanding)
+            # room for the responses: ``free`` counts the beats not reserved (the outstanding ones' complement,
+            # so the test is one comparison per candidate, not an adder and a comparison after the count)
+            free = Signal(range(self.outstanding + 1), init=self.outstanding)
+            m.d.sync += free.eq(free - Mux(issued & first, n, 0) + received)
+            room = ~first | fits(candidates, free)
             m.d.comb += [offer.eq(self.addr.valid & room),
                          beat_addr.eq(self.addr.payload + (beat << lb)),
                          self.addr.ready.eq(issued & (beat == beats - 1))]
@@ -136,7 +156,7 @@ class ElemReader(wiring.Component):
             m.submodules.lanes = lane_fifo = fifo.SyncFIFOBuffered(width=lane_bits + 1, depth=self.outstanding)
             m.d.comb += beat_addr.eq(self.addr.payload & ~Const(bus_bytes - 1, DRAM_ADDR_BITS))
             last_beat, have_last = Signal(DRAM_ADDR_BITS), Signal()
-            same = have_last & (beat_addr == last_beat)
+            same = have_last & equal_by_carry(beat_addr[lb:], last_beat[lb:])
             m.d.comb += [offer.eq(self.addr.valid & lane_fifo.w_rdy & ~same),
                          self.addr.ready.eq(lane_fifo.w_rdy & (same | ~first | mem.cmd_ready)),
                          lane_fifo.w_en.eq(self.addr.valid & self.addr.ready),
@@ -180,8 +200,8 @@ class ElemWriter(wiring.Component):
         unit_log = lb if self.elem_bits >= self.bus_bits else log2(self.elem_bits // 8)
         left = Signal(range(self.block))
         first = left == 0
-        n = burst_beats(m, mem.cmd_addr, Const(0, 1), self.elems_left, self.elem_bits // 8, 1 << unit_log,
-                        self.block)
+        n, _ = burst_beats(m, mem.cmd_addr, Const(0, 1), self.elems_left, self.elem_bits // 8, 1 << unit_log,
+                           self.block)
         m.d.comb += [mem.cmd_first.eq(first), mem.cmd_len.eq(n - 1), mem.cmd_size.eq(unit_log)]
         with m.If(issued):
             m.d.sync += left.eq(Mux(first, n - 1, left - 1))

@@ -24,11 +24,12 @@ from amaranth import Cat, Const, Module, Mux, Signal, Value, signed
 from amaranth.lib import stream, wiring
 from amaranth.lib.wiring import In, Out
 
-from hardware.alu import alu_lane
+from hardware.alu import alu_lane, shift_amounts
 from hardware.decode import field_values
 from hardware.dsp_packing import packed_factor, packed_products
 from hardware.interfaces import sram_read, sram_write
 from hardware.params import RtlParams
+from hardware.shallow import sign_counter
 from hw_config.layout import INSN_BITS, LOOP_ITER_BITS, OPCODES
 
 
@@ -86,16 +87,29 @@ class LoopEngine(wiring.Component):
 
         # stage A: loop counters and micro-op read; an ALU micro-op issues every other cycle (``phase``)
         k = Signal(uop_end.shape().width)
-        i, j = Signal(LOOP_ITER_BITS), Signal(LOOP_ITER_BITS)
         base = {r: Signal(idx_bits[r], name=f"{r}_base") for r in idx_bits}
         cur = {r: Signal(idx_bits[r], name=f"{r}_cur") for r in idx_bits}
-        factor_out = {"dst": gemm["dst_factor_out"], "src": src_out, "wgt": gemm["wgt_factor_out"]}
-        factor_in = {"dst": gemm["dst_factor_in"], "src": src_in, "wgt": gemm["wgt_factor_in"]}
+        # each loop's count as a sign counter (hardware/shallow.py: negative on the loop's last pass), and what the
+        # inner two restart from and the index factors (GEMM's or ALU's), registered at the start (the loops run
+        # from the cycle after), so no step of a loop runs through an equality test, a subtraction or the
+        # format's multiplexer
+        factors = {"dst": (gemm["dst_factor_out"], gemm["dst_factor_in"]), "src": (src_out, src_in),
+                   "wgt": (gemm["wgt_factor_out"], gemm["wgt_factor_in"])}
+        factor_out = {r: Signal(idx_bits[r], name=f"{r}_factor_out") for r in idx_bits}
+        factor_in = {r: Signal(idx_bits[r], name=f"{r}_factor_in") for r in idx_bits}
+        k_rest, j_rest, i_rest = sign_counter("k_rest", len(k) + 1), sign_counter("j_rest", LOOP_ITER_BITS + 1), \
+            sign_counter("i_rest", LOOP_ITER_BITS + 1)
+        k_reload, j_reload = Signal.like(k_rest, name="k_reload"), Signal.like(j_rest, name="j_reload")
         empty = (iter_out == 0) | (iter_in == 0) | (uop_end <= uop_bgn)
         phase = Signal()
         with m.If(started):
-            m.d.sync += [running.eq(~empty), k.eq(uop_bgn), i.eq(0), j.eq(0), phase.eq(1)]
+            m.d.sync += [running.eq(~empty), k.eq(uop_bgn), phase.eq(1)]
             m.d.sync += [base[r].eq(0) for r in idx_bits] + [cur[r].eq(0) for r in idx_bits]
+            k_count, j_count = uop_end - uop_bgn - 2, iter_in - 2
+            m.d.sync += [k_rest.eq(k_count), k_reload.eq(k_count), j_rest.eq(j_count), j_reload.eq(j_count),
+                         i_rest.eq(iter_out - 2)]
+            m.d.sync += [factor_out[r].eq(factors[r][0]) for r in idx_bits]
+            m.d.sync += [factor_in[r].eq(factors[r][1]) for r in idx_bits]
         issue = running & (~is_alu | phase)
         with m.If(running & is_alu):
             m.d.sync += phase.eq(~phase)
@@ -104,20 +118,20 @@ class LoopEngine(wiring.Component):
         m.d.sync += [b_valid.eq(issue), b_last.eq(0)]
         with m.If(issue):
             m.d.sync += [b_off[r].eq(cur[r]) for r in idx_bits]
-            with m.If(k == uop_end - 1):
-                m.d.sync += k.eq(uop_bgn)
-                with m.If(j == iter_in - 1):
-                    m.d.sync += j.eq(0)
-                    with m.If(i == iter_out - 1):
+            with m.If(k_rest[-1]):
+                m.d.sync += [k.eq(uop_bgn), k_rest.eq(k_reload)]
+                with m.If(j_rest[-1]):
+                    m.d.sync += j_rest.eq(j_reload)
+                    with m.If(i_rest[-1]):
                         m.d.sync += [running.eq(0), b_last.eq(1)]
-                    m.d.sync += i.eq(i + 1)
+                    m.d.sync += i_rest.eq(i_rest - 1)
                     for r in idx_bits:
                         m.d.sync += [base[r].eq(base[r] + factor_out[r]), cur[r].eq(base[r] + factor_out[r])]
                 with m.Else():
-                    m.d.sync += j.eq(j + 1)
+                    m.d.sync += j_rest.eq(j_rest - 1)
                     m.d.sync += [cur[r].eq(cur[r] + factor_in[r]) for r in idx_bits]
             with m.Else():
-                m.d.sync += k.eq(k + 1)
+                m.d.sync += [k.eq(k + 1), k_rest.eq(k_rest - 1)]
 
         # stage 1: indices (the micro-op's plus the loop offsets) and the input/weight reads; then the indices
         # travel down the pipeline with the micro-op (``valid``, ``last``, dst, acc src), one register a stage
@@ -220,14 +234,22 @@ class LoopEngine(wiring.Component):
             a_row = Mux(near, hist[1][2], acc_val)
             s_pre = pre(next_src, raw, pl.forward - 1)
             operand_q = Signal(s["acc"].width)
-            m.d.sync += operand_q.eq(Cat(*[Mux(alu["use_imm"], imm, s_pre.word_select(lane, acc_w).as_signed())
-                                           [:acc_w] for lane in range(p.acc_lanes)]))
+            amount_bits = len(shift_amounts(imm)[1])
+            shifts = []                   # SHR's controls, registered with the operand (alu.shift_amounts)
+            for lane in range(p.acc_lanes):
+                operand = Mux(alu["use_imm"], imm, s_pre.word_select(lane, acc_w).as_signed())[:acc_w]
+                m.d.sync += operand_q.word_select(lane, acc_w).eq(operand)
+                regs = (Signal(name=f"shl_{lane}"), Signal(amount_bits, name=f"shr_amount_{lane}"),
+                        Signal(amount_bits, name=f"shl_amount_{lane}"))
+                m.d.sync += [q.eq(c) for q, c in zip(regs, shift_amounts(operand), strict=True)]
+                shifts.append(regs)
             operands = [operand_q.word_select(lane, acc_w) for lane in range(p.acc_lanes)]
         else:
             a_row = forwarded(next_dst, acc_val, pl.forward - 1, "dst")     # read one stage after acc[src]
             s_row = forwarded(next_src, src_val, pl.forward, "src")
             operands = [Mux(alu["use_imm"], imm, s_row.word_select(lane, acc_w).as_signed())
                         for lane in range(p.acc_lanes)]
+            shifts = [None] * p.acc_lanes
 
         # the lanes
         alu_ops = p.cfg.capabilities.alu_opcodes
@@ -237,7 +259,7 @@ class LoopEngine(wiring.Component):
             a = a_row.word_select(lane, acc_w)
             gemm_sum = (a.as_signed() + dots[lane])[:acc_w]
             operand = operands[lane]
-            alu_value = alu_lane(alu["alu_opcode"], a, operand, acc_w, alu_ops)
+            alu_value = alu_lane(alu["alu_opcode"], a, operand, acc_w, alu_ops, shifts[lane])
             if hls_out:       # both used twice (the output buffer's pre-reset copy): one signal each, not two trees
                 gemm_sum, alu_value = _signal(m, gemm_sum, f"gemm_sum_{lane}"), _signal(m, alu_value, f"alu_{lane}")
                 unreset.append(Mux(is_alu, alu_value, gemm_sum)[:p.out_width])   # narrowed lane by lane
