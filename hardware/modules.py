@@ -4,12 +4,13 @@ an instruction executes, pushes after), and the engines that execute the instruc
 from __future__ import annotations
 
 from amaranth import Cat, Const, Module, Signal, Value
-from amaranth.lib import fifo, stream, wiring
+from amaranth.lib import stream, wiring
 from amaranth.lib.wiring import In, Out
 
 from hardware.decode import field_values
 from hardware.deps import Tokens, token_members
 from hardware.dma import Load2D, Store2D
+from hardware.fifo import HeadRegisterFIFO
 from hardware.interfaces import dram_port, sram_read, sram_write
 from hardware.loop_engine import LoopEngine, narrow_lanes
 from hardware.params import RtlParams
@@ -17,9 +18,10 @@ from hw_config.isa_rules import DEP_FLAGS
 from hw_config.layout import INSN_BITS, MEM_TYPES, OPCODES
 
 
-def _queue(m: Module, p: RtlParams, insn_port) -> fifo.SyncFIFOBuffered:
-    """The module's command queue (INSN_QUEUE_DEPTH instructions), fed by fetch."""
-    m.submodules.queue = q = fifo.SyncFIFOBuffered(width=INSN_BITS, depth=p.cfg.INSN_QUEUE_DEPTH)
+def _queue(m: Module, p: RtlParams, insn_port) -> HeadRegisterFIFO:
+    """The module's command queue (INSN_QUEUE_DEPTH instructions), fed by fetch; its head is a register, so the
+    decision to start an instruction reads flip-flops, not the queue's block RAM (hardware/fifo.py)."""
+    m.submodules.queue = q = HeadRegisterFIFO(INSN_BITS, p.cfg.INSN_QUEUE_DEPTH)
     m.d.comb += [q.w_data.eq(insn_port.payload), q.w_en.eq(insn_port.valid), insn_port.ready.eq(q.w_rdy)]
     return q
 
@@ -29,7 +31,7 @@ def _queue(m: Module, p: RtlParams, insn_port) -> fifo.SyncFIFOBuffered:
 EVENT_MEMBERS = {"issued": Out(1), "retired": Out(1), "issued_insn": Out(INSN_BITS)}
 
 
-def _sequence(m: Module, component, module: str, q: fifo.SyncFIFOBuffered,
+def _sequence(m: Module, component, module: str, q: HeadRegisterFIFO,
               engines: list[tuple[Value, object]], on_issue=None) -> None:
     """The per-instruction sequence, VTA's: take the queue's head when its tokens can be popped and its engine
     is free, pop them and start the engine (or none: a NOP, whose pushes happen in the same cycle), wait for
