@@ -61,19 +61,24 @@ class Fetch(wiring.Component):
         running = Signal()
         m.d.comb += self.busy.eq(running)
         m.d.comb += reader.restart.eq(self.launch)
+        # remaining != 0 and remaining >= 2^LEFT_BITS, kept as registers beside it (no 32-bit compare in front of
+        # the read request)
+        more, many = Signal(), Signal()
         with m.If(self.launch):
             m.d.sync += [running.eq(1), count.eq(self.insn_count), addr.eq(self.insn_addr),
-                         remaining.eq(self.insn_count), undispatched.eq(self.insn_count), self.dispatched.eq(0)]
+                         remaining.eq(self.insn_count), undispatched.eq(self.insn_count), self.dispatched.eq(0),
+                         more.eq(self.insn_count != 0), many.eq(self.insn_count[LEFT_BITS:] != 0)]
         # issue: one element read per instruction, with room in the buffer for everything in flight and, for one
         # that starts a burst, for all the burst may hold. ``held`` counts both in one register (a read moves
         # from in flight to the buffer when its data arrives, so only issuing and dispatching change it): the
         # decision compares a register with constants, no adder in front
         room = Mux(reader.burst_start, held <= self.prefetch - per_burst, held < self.prefetch)
-        m.d.comb += [reader.addr.valid.eq(running & (remaining != 0) & room), reader.addr.payload.eq(addr),
-                     reader.elems_left.eq(Mux(remaining[LEFT_BITS:] != 0, (1 << LEFT_BITS) - 1, remaining))]
+        m.d.comb += [reader.addr.valid.eq(running & more & room), reader.addr.payload.eq(addr),
+                     reader.elems_left.eq(Mux(many, (1 << LEFT_BITS) - 1, remaining[:LEFT_BITS]))]
         sent = reader.addr.valid & reader.addr.ready
         with m.If(sent):
-            m.d.sync += [remaining.eq(remaining - 1), addr.eq(addr + INSN_BYTES)]
+            m.d.sync += [remaining.eq(remaining - 1), addr.eq(addr + INSN_BYTES),
+                         more.eq(remaining != 1), many.eq(remaining > (1 << LEFT_BITS))]
         m.d.comb += [buf.w_data.eq(reader.data.payload), buf.w_en.eq(reader.data.valid),
                      reader.data.ready.eq(buf.w_rdy)]
 
