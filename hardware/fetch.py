@@ -3,15 +3,18 @@ the module that runs it (hw_config.isa_rules.module_of: LOAD INP/WGT to load, ST
 compute). Instructions are prefetched into a buffer (``prefetch`` deep: RtlParams.outstanding, enough to cover
 the DRAM latency), in bursts of up to ``prefetch // 4`` instructions; a read that starts a burst is issued only
 when the buffer has room for all of the burst, the others when it has room for one, so fetch never holds the
-DRAM response stream while it waits for a full command queue."""
+DRAM response stream while it waits for a full command queue. The buffer's head is a register
+(hardware/fifo.py), so the choice of the module an instruction goes to starts at flip-flops, not at the buffer's
+block RAM output (issue 38: on ECP5 that output alone took 5.61 ns)."""
 
 from __future__ import annotations
 
 from amaranth import Const, Module, Mux, Signal
-from amaranth.lib import fifo, stream, wiring
+from amaranth.lib import stream, wiring
 from amaranth.lib.wiring import In, Out
 
 from hardware.dram import LEFT_BITS, ElemReader, block_beats
+from hardware.fifo import HeadRegisterFIFO
 from hardware.interfaces import dram_port
 from hardware.params import DRAM_ADDR_BITS
 from hw_config.isa_rules import INSN_BYTES, MODULES, module_of
@@ -49,27 +52,33 @@ class Fetch(wiring.Component):
         per_burst = max(1, block * bus_bytes // INSN_BYTES)      # instructions a burst holds, at most
         m.submodules.reader = reader = ElemReader(INSN_BITS, self.bus_bits, self.prefetch, block)
         wiring.connect(m, wiring.flipped(self.mem), reader.mem)
-        m.submodules.buffer = buf = fifo.SyncFIFOBuffered(width=INSN_BITS, depth=self.prefetch)
+        m.submodules.buffer = buf = HeadRegisterFIFO(INSN_BITS, self.prefetch)
 
-        count, remaining, inflight = Signal(COUNT_BITS), Signal(COUNT_BITS), Signal(range(self.prefetch + 1))
+        count, remaining = Signal(COUNT_BITS), Signal(COUNT_BITS)
+        undispatched = Signal(COUNT_BITS)             # count - dispatched: the run ends when it reaches 0
+        held = Signal(range(self.prefetch + 1))       # reads in flight + instructions in the buffer
         addr = Signal(DRAM_ADDR_BITS)
         running = Signal()
         m.d.comb += self.busy.eq(running)
         m.d.comb += reader.restart.eq(self.launch)
+        # remaining != 0 and remaining >= 2^LEFT_BITS, kept as registers beside it (no 32-bit compare in front of
+        # the read request)
+        more, many = Signal(), Signal()
         with m.If(self.launch):
             m.d.sync += [running.eq(1), count.eq(self.insn_count), addr.eq(self.insn_addr),
-                         remaining.eq(self.insn_count), self.dispatched.eq(0)]
+                         remaining.eq(self.insn_count), undispatched.eq(self.insn_count), self.dispatched.eq(0),
+                         more.eq(self.insn_count != 0), many.eq(self.insn_count[LEFT_BITS:] != 0)]
         # issue: one element read per instruction, with room in the buffer for everything in flight and, for one
-        # that starts a burst, for all the burst may hold
-        held = inflight + buf.level
-        room = Mux(reader.burst_start, held + per_burst <= self.prefetch, held < self.prefetch)
-        m.d.comb += [reader.addr.valid.eq(running & (remaining != 0) & room), reader.addr.payload.eq(addr),
-                     reader.elems_left.eq(Mux(remaining[LEFT_BITS:] != 0, (1 << LEFT_BITS) - 1, remaining))]
+        # that starts a burst, for all the burst may hold. ``held`` counts both in one register (a read moves
+        # from in flight to the buffer when its data arrives, so only issuing and dispatching change it): the
+        # decision compares a register with constants, no adder in front
+        room = Mux(reader.burst_start, held <= self.prefetch - per_burst, held < self.prefetch)
+        m.d.comb += [reader.addr.valid.eq(running & more & room), reader.addr.payload.eq(addr),
+                     reader.elems_left.eq(Mux(many, (1 << LEFT_BITS) - 1, remaining[:LEFT_BITS]))]
         sent = reader.addr.valid & reader.addr.ready
-        arrived = reader.data.valid & reader.data.ready
         with m.If(sent):
-            m.d.sync += [remaining.eq(remaining - 1), addr.eq(addr + INSN_BYTES)]
-        m.d.sync += inflight.eq(inflight + sent - arrived)
+            m.d.sync += [remaining.eq(remaining - 1), addr.eq(addr + INSN_BYTES),
+                         more.eq(remaining != 1), many.eq(remaining > (1 << LEFT_BITS))]
         m.d.comb += [buf.w_data.eq(reader.data.payload), buf.w_en.eq(reader.data.valid),
                      reader.data.ready.eq(buf.w_rdy)]
 
@@ -86,9 +95,10 @@ class Fetch(wiring.Component):
             m.d.comb += [port.payload.eq(head), port.valid.eq(buf.r_rdy & mine)]
             go = go | (port.valid & port.ready)
         m.d.comb += buf.r_en.eq(go)
+        m.d.sync += held.eq(held + sent - go)
         with m.If(go):
-            m.d.sync += self.dispatched.eq(self.dispatched + 1)
-            with m.If(self.dispatched + 1 == count):
+            m.d.sync += [self.dispatched.eq(self.dispatched + 1), undispatched.eq(undispatched - 1)]
+            with m.If(undispatched == 1):
                 m.d.sync += running.eq(0)
         with m.If(running & (count == 0)):
             m.d.sync += running.eq(0)

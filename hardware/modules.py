@@ -3,13 +3,17 @@ an instruction executes, pushes after), and the engines that execute the instruc
 
 from __future__ import annotations
 
+from collections.abc import Callable
+from dataclasses import dataclass
+
 from amaranth import Cat, Const, Module, Signal, Value
-from amaranth.lib import fifo, stream, wiring
+from amaranth.lib import stream, wiring
 from amaranth.lib.wiring import In, Out
 
 from hardware.decode import field_values
 from hardware.deps import Tokens, token_members
 from hardware.dma import Load2D, Store2D
+from hardware.fifo import HeadRegisterFIFO
 from hardware.interfaces import dram_port, sram_read, sram_write
 from hardware.loop_engine import LoopEngine, narrow_lanes
 from hardware.params import RtlParams
@@ -17,11 +21,37 @@ from hw_config.isa_rules import DEP_FLAGS
 from hw_config.layout import INSN_BITS, MEM_TYPES, OPCODES
 
 
-def _queue(m: Module, p: RtlParams, insn_port) -> fifo.SyncFIFOBuffered:
-    """The module's command queue (INSN_QUEUE_DEPTH instructions), fed by fetch."""
-    m.submodules.queue = q = fifo.SyncFIFOBuffered(width=INSN_BITS, depth=p.cfg.INSN_QUEUE_DEPTH)
-    m.d.comb += [q.w_data.eq(insn_port.payload), q.w_en.eq(insn_port.valid), insn_port.ready.eq(q.w_rdy)]
-    return q
+@dataclass
+class Queue:
+    """A module's command queue and what its head register holds: the instruction, which engine runs it (one
+    bit per engine, in priority order; none: a NOP) and the module's extra decoded bits (``extra``)."""
+
+    fifo: HeadRegisterFIFO
+    head: Value
+    selected: list[Value]
+    nop: Value
+    extra: list[Value]
+
+
+def _queue(m: Module, p: RtlParams, insn_port, conditions: Callable[[Value], list[Value]],
+           extra: Callable[[Value], list[Value]] = lambda insn: []) -> Queue:
+    """The module's command queue (INSN_QUEUE_DEPTH instructions), fed by fetch. Its head is a register
+    (hardware/fifo.py) and each instruction is decoded as it is written (``conditions(insn)``: which engine runs
+    it, in priority order, the first true one; ``extra(insn)``: more bits the module wants decoded), the decoded
+    bits stored beside it: the decision to start the head reads flip-flops, with no decoding in front of it."""
+    insn = insn_port.payload
+    conds = conditions(insn)
+    selected, taken = [], Const(0)
+    for cond in conds:
+        selected.append(cond & ~taken)
+        taken = taken | cond
+    more = extra(insn)
+    decoded = [*selected, ~taken, *more]
+    m.submodules.queue = q = HeadRegisterFIFO(INSN_BITS + len(decoded), p.cfg.INSN_QUEUE_DEPTH)
+    m.d.comb += [q.w_data.eq(Cat(insn, *decoded)), q.w_en.eq(insn_port.valid), insn_port.ready.eq(q.w_rdy)]
+    bits = [q.r_data[INSN_BITS + i] for i in range(len(decoded))]
+    n = len(conds)
+    return Queue(q, q.r_data[:INSN_BITS], bits[:n], bits[n], bits[n + 1:])
 
 
 # Trace pulses every module drives (the top level gathers them into its ``events`` port), and the instruction
@@ -29,17 +59,18 @@ def _queue(m: Module, p: RtlParams, insn_port) -> fifo.SyncFIFOBuffered:
 EVENT_MEMBERS = {"issued": Out(1), "retired": Out(1), "issued_insn": Out(INSN_BITS)}
 
 
-def _sequence(m: Module, component, module: str, q: fifo.SyncFIFOBuffered,
-              engines: list[tuple[Value, object]], on_issue=None) -> None:
+def _sequence(m: Module, component, module: str, q: Queue, engines: list, on_issue=None) -> None:
     """The per-instruction sequence, VTA's: take the queue's head when its tokens can be popped and its engine
     is free, pop them and start the engine (or none: a NOP, whose pushes happen in the same cycle), wait for
     the engine's ``done``, push the instruction's tokens. An instruction leaves the queue when it starts (the
     engine holds a copy), so the next one waits only for its own tokens and the engine: one cycle between two
     instructions of a module.
 
-    ``engines``: (condition, engine with ``cmd`` stream and ``done``) in priority order; ``on_issue(enable)``
-    adds what the module does when an instruction starts."""
-    head = q.r_data
+    ``engines``: the engines (each with a ``cmd`` stream and ``done``) in the order of the queue's ``selected``
+    bits; ``on_issue(enable)`` adds what the module does when an instruction starts. Everything the start
+    decision reads is a register: the queue's head and its decoded bits, the token counters, the engines'
+    readiness."""
+    head = q.head
     flags = field_values(component.p.fmt("finish"), head)
     dep = {flag: flags[flag] for flag in DEP_FLAGS}
     held = Signal(len(DEP_FLAGS))                 # the running instruction's flags, for its pushes
@@ -47,30 +78,26 @@ def _sequence(m: Module, component, module: str, q: fifo.SyncFIFOBuffered,
     nop_pushes = Tokens(component, module, dep, "push")
     pushes = Tokens(component, module, {flag: held[i] for i, flag in enumerate(DEP_FLAGS)}, "push")
 
-    selected, taken = [], Const(0)
-    for cond, _ in engines:
-        selected.append(cond & ~taken)
-        taken = taken | cond
-    nop = ~taken
+    selected, nop = q.selected, q.nop
     engine_free = nop
-    for sel, (_, engine) in zip(selected, engines, strict=True):
+    for sel, engine in zip(selected, engines, strict=True):
         engine_free = engine_free | (sel & engine.cmd.ready)
         m.d.comb += engine.cmd.payload.eq(head)
     waiting = Signal(len(engines) or 1)
     finished = Const(0)
-    for n, (_, engine) in enumerate(engines):
+    for n, engine in enumerate(engines):
         finished = finished | (waiting[n] & engine.done)
 
     m.d.comb += component.issued_insn.eq(head)     # wires: what starts when ``issued`` pulses
     with m.FSM(name=f"{module}_fsm"):
         with m.State("ISSUE"):
-            go = q.r_rdy & pops.ready & engine_free & (~nop | nop_pushes.ready)
+            go = q.fifo.r_rdy & pops.ready & engine_free & (~nop | nop_pushes.ready)
             pops.fire(m, go)
             nop_pushes.fire(m, go & nop)
-            m.d.comb += [q.r_en.eq(go), component.issued.eq(go), component.retired.eq(go & nop)]
+            m.d.comb += [q.fifo.r_en.eq(go), component.issued.eq(go), component.retired.eq(go & nop)]
             if on_issue is not None:
                 on_issue(go)
-            for sel, (_, engine) in zip(selected, engines, strict=True):
+            for sel, engine in zip(selected, engines, strict=True):
                 m.d.comb += engine.cmd.valid.eq(go & sel)
             with m.If(go & ~nop):
                 m.d.sync += [waiting.eq(Cat(*selected)), held.eq(Cat(*dep.values()))]
@@ -105,7 +132,6 @@ class LoadModule(wiring.Component):
     def elaborate(self, platform) -> Module:
         m = Module()
         p = self.p
-        q = _queue(m, p, self.insn)
         fmt = p.fmt("mem")
         padded = p.cfg.capabilities.padded_loads
         m.submodules.inp = inp = Load2D(fmt, p.dram_elem_bits("INP"), p.srams["inp"], p.bus_bits, p.burst,
@@ -116,11 +142,12 @@ class LoadModule(wiring.Component):
         wiring.connect(m, wiring.flipped(self.mem_wgt), wgt.mem)
         wiring.connect(m, wiring.flipped(self.inp_wr), inp.wr)
         wiring.connect(m, wiring.flipped(self.wgt_wr), wgt.wr)
-        v = field_values(fmt, q.r_data)
-        moves = v["x_size"] != 0
-        engines = [(moves & (v["memory_type"] == MEM_TYPES["INP"]), inp),
-                   (moves & (v["memory_type"] == MEM_TYPES["WGT"]), wgt)]
-        _sequence(m, self, "load", q, engines)
+        def conditions(insn: Value) -> list[Value]:
+            v = field_values(fmt, insn)
+            moves = v["x_size"] != 0
+            return [moves & (v["memory_type"] == MEM_TYPES["INP"]), moves & (v["memory_type"] == MEM_TYPES["WGT"])]
+
+        _sequence(m, self, "load", _queue(m, p, self.insn, conditions), [inp, wgt])
         return m
 
 
@@ -156,7 +183,6 @@ class ComputeModule(wiring.Component):
         m = Module()
         p = self.p
         s = p.srams
-        q = _queue(m, p, self.insn)
         fmt = p.fmt("mem")
         caps = p.cfg.capabilities
         # the compute module's loads, as the capability set has them (a load it lacks is a NOP: tokens only)
@@ -197,16 +223,20 @@ class ComputeModule(wiring.Component):
         else:
             wiring.connect(m, wiring.flipped(self.out_wr), loop.out_wr)
 
-        v = field_values(fmt, q.r_data)
-        opcode = v["opcode"]
-        load = (opcode == OPCODES["LOAD"]) & (v["x_size"] != 0)
-        engines = [(load & (v["memory_type"] == MEM_TYPES[kind]), eng) for kind, eng in loaders.items()]
-        engines.append(((opcode == OPCODES["GEMM"]) | (opcode == OPCODES["ALU"]), loop))
+        def conditions(insn: Value) -> list[Value]:
+            v = field_values(fmt, insn)
+            opcode = v["opcode"]
+            load = (opcode == OPCODES["LOAD"]) & (v["x_size"] != 0)
+            return [*[load & (v["memory_type"] == MEM_TYPES[kind]) for kind in loaders],
+                    (opcode == OPCODES["GEMM"]) | (opcode == OPCODES["ALU"])]
+
+        q = _queue(m, p, self.insn, conditions, lambda insn: [field_values(fmt, insn)["opcode"] == OPCODES["FINISH"]])
+        finish = q.extra[0]
 
         def on_issue(go: Value) -> None:
-            m.d.comb += self.finished.eq(go & (opcode == OPCODES["FINISH"]))
+            m.d.comb += self.finished.eq(go & finish)
 
-        _sequence(m, self, "compute", q, engines, on_issue)
+        _sequence(m, self, "compute", q, [*loaders.values(), loop], on_issue)
         return m
 
 
@@ -225,12 +255,13 @@ class StoreModule(wiring.Component):
     def elaborate(self, platform) -> Module:
         m = Module()
         p = self.p
-        q = _queue(m, p, self.insn)
         fmt = p.fmt("mem")
         m.submodules.store = store = Store2D(fmt, p.srams["out"], p.bus_bits, p.burst, p.outstanding)
         wiring.connect(m, wiring.flipped(self.mem), store.mem)
         wiring.connect(m, wiring.flipped(self.out_rd), store.rd)
-        v = field_values(fmt, q.r_data)
-        engines = [((v["opcode"] == OPCODES["STORE"]) & (v["x_size"] != 0), store)]
-        _sequence(m, self, "store", q, engines)
+        def conditions(insn: Value) -> list[Value]:
+            v = field_values(fmt, insn)
+            return [(v["opcode"] == OPCODES["STORE"]) & (v["x_size"] != 0)]
+
+        _sequence(m, self, "store", _queue(m, p, self.insn, conditions), [store])
         return m
