@@ -8,6 +8,8 @@ CI); a run killed harder leaves a registration the next run prunes (``git worktr
 from __future__ import annotations
 
 import contextlib
+import json
+import os
 import shutil
 import signal
 import subprocess
@@ -59,3 +61,20 @@ def checkouts(revs: list[str]) -> Iterator[dict[str, Path]]:
                 shutil.rmtree(path, ignore_errors=True)   # one `git worktree add` left half made
             _git("worktree", "prune")
             signal.signal(signal.SIGTERM, previous)
+
+
+def run_in(checkout: Path, module: str, call: str, env: dict[str, str] | None = None) -> dict:
+    """``module.call`` (a bench script of this checkout, e.g. ``"measure(7)"``) in a subprocess importing the
+    packages of ``checkout`` (its directory first on the path): its JSON answer, which must carry ``vta``'s path
+    (checked to be ``checkout``'s, so a side never measures another's code)."""
+    here = str(Path(__file__).parent)   # on the path only while the script is imported: bench/tuning.py would
+    code = (f"import sys, json; sys.path.insert(0, {here!r}); import {module}; sys.path.remove({here!r}); "
+            f"print(json.dumps({module}.{call}))")   # shadow the tuning package
+    done = subprocess.run([sys.executable, "-c", code], cwd=checkout, capture_output=True, text=True, check=False,
+                          env={**os.environ, **(env or {}), "PYTHONPATH": str(checkout)})
+    if done.returncode:
+        raise SystemExit(f"measuring {checkout} failed:\n{done.stderr[-2000:]}")
+    result = json.loads(done.stdout.strip().splitlines()[-1])
+    if not Path(result["vta"]).resolve().is_relative_to(checkout.resolve()):
+        raise SystemExit(f"measuring {checkout} imported vta from {result['vta']}")
+    return result

@@ -16,17 +16,12 @@ buffer's reset path") and its fix, measured side by side.
 from __future__ import annotations
 
 import argparse
-import json
-import os
 import statistics
-import subprocess
-import sys
 from pathlib import Path
 
 from _host import header, run_main
-from _revisions import checkouts
-
-HERE = Path(__file__).resolve().parent
+from _onnx_export import to_onnx
+from _revisions import checkouts, run_in
 
 
 def measure(repeat: int) -> dict:
@@ -35,7 +30,6 @@ def measure(repeat: int) -> dict:
     import time
 
     import numpy as np
-    from _onnx_export import to_onnx
 
     import vta
     from graph_pack import zoo
@@ -64,17 +58,7 @@ def measure(repeat: int) -> dict:
 
 
 def run_side(checkout: Path, repeat: int) -> dict:
-    env = {**os.environ, "PYTHONPATH": str(checkout), "VTA_SIM_THREADS": "1"}
-    code = (f"import sys, json; sys.path.insert(0, {str(HERE)!r}); import sim_revisions; "
-            f"print(json.dumps(sim_revisions.measure({repeat})))")
-    done = subprocess.run([sys.executable, "-c", code], cwd=checkout, env=env, capture_output=True, text=True,
-                          check=False)
-    if done.returncode:
-        raise SystemExit(f"measuring {checkout} failed:\n{done.stderr[-2000:]}")
-    result = json.loads(done.stdout.strip().splitlines()[-1])
-    if not Path(result["vta"]).resolve().is_relative_to(checkout.resolve()):
-        raise SystemExit(f"measuring {checkout} imported vta from {result['vta']}")
-    return result
+    return run_in(checkout, "sim_revisions", f"measure({repeat})", {"VTA_SIM_THREADS": "1"})
 
 
 def main() -> None:

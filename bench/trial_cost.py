@@ -29,15 +29,12 @@ from __future__ import annotations
 
 import argparse
 import json
-import os
 import statistics
-import subprocess
-import sys
 import time
 from pathlib import Path
 
 from _host import header, quoted, run_main
-from _revisions import checkouts
+from _revisions import checkouts, run_in
 
 DEFAULT_REFERENCE = "eb89180"
 MODES = ("board model", "no board model")
@@ -96,19 +93,8 @@ def measure(layer: str, n_configs: int) -> dict:
 
 
 def run_side(checkout: Path, layer: str, n_configs: int) -> dict:
-    """``measure`` in a subprocess importing the packages of ``checkout`` (its directory first on the path)."""
-    env = {**os.environ, "PYTHONPATH": str(checkout)}
-    here = str(Path(__file__).parent)   # on the path only while this script is imported: bench/tuning.py would
-    code = (f"import sys, json; sys.path.insert(0, {here!r}); import trial_cost; sys.path.remove({here!r}); "
-            f"print(json.dumps(trial_cost.measure({layer!r}, {n_configs})))")   # shadow the tuning package
-    done = subprocess.run([sys.executable, "-c", code], cwd=checkout, env=env, capture_output=True, text=True,
-                          check=False)
-    if done.returncode:
-        raise SystemExit(f"measuring {checkout} failed:\n{done.stderr[-2000:]}")
-    result = json.loads(done.stdout.strip().splitlines()[-1])
-    if not Path(result["vta"]).resolve().is_relative_to(checkout.resolve()):
-        raise SystemExit(f"measuring {checkout} imported vta from {result['vta']}")
-    return result
+    """``measure`` in a subprocess importing the packages of ``checkout``."""
+    return run_in(checkout, "trial_cost", f"measure({layer!r}, {n_configs})")
 
 
 def _spin(_: int) -> float:
