@@ -30,6 +30,18 @@ DSP_PACKING_ARG = arg("--dsp-packing", action=argparse.BooleanOptionalAction, de
 RTL_SLACK_CYCLES = 100_000   # beyond twice the C simulator's cycles, a replay on the RTL is stopped as hung
 
 
+def _copy_rtl(cfg, verilog: Path, dest: Path, dsp_packing: bool | None) -> None:
+    """The cached Verilog, and the manifest of ``cfg`` itself, into ``dest``: configs that differ only in what the
+    hardware does not see (the clock, the board model) share one cached entry, whose manifest.json is the first
+    one's (its fingerprint, its clock)."""
+    from hardware.generator import manifest
+
+    data = verilog.read_bytes()
+    write_atomic(dest / verilog.name, lambda f: f.write(data))
+    text = json.dumps(manifest(cfg, dsp_packing), indent=2) + "\n"
+    write_atomic(dest / "manifest.json", lambda f: f.write(text.encode()))
+
+
 def _say(text: str) -> None:
     print(text, file=sys.stderr, flush=True)
 
@@ -59,9 +71,7 @@ def hw_generate(args: argparse.Namespace) -> int:
          f"{directory}")
     verilog, took = generate_announced(cfg, directory, _say, args.max_products, args.dsp_packing)
     out.mkdir(parents=True, exist_ok=True)
-    for name in (verilog.name, "manifest.json"):
-        data = (directory / name).read_bytes()
-        write_atomic(out / name, lambda f, data=data: f.write(data))
+    _copy_rtl(cfg, verilog, out, args.dsp_packing)
     how = f"generated in {took:.1f} s" if took else "from the cache"
     print(f"wrote {out / verilog.name} and {out / 'manifest.json'} ({how})")
     return 0
@@ -227,9 +237,7 @@ def hw_vivado(args: argparse.Namespace) -> int:
     cache_dir(directory, RTL_CACHE_VARIABLE)
     verilog, _took = generate_announced(cfg, directory, _say, args.max_products, args.dsp_packing)
     (out / "rtl").mkdir(parents=True, exist_ok=True)
-    for name in (verilog.name, "manifest.json"):
-        data = (directory / name).read_bytes()
-        write_atomic(out / "rtl" / name, lambda f, data=data: f.write(data))
+    _copy_rtl(cfg, verilog, out / "rtl", args.dsp_packing)
     names = write_scripts(cfg, manifest(cfg, args.dsp_packing), out, board, part)
     print(f"wrote {len(names)} files to {out} for {cfg.name} on {board.name} ({part}); "
           f"build with: cd {out} && vivado -mode batch -source build.tcl")

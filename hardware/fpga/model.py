@@ -99,10 +99,13 @@ def instances(cfg: HwConfig, structure: dict | None = None) -> list[Instance]:
     burst = {"burst_bits": _log2(cfg.DMA_BURST_BEATS + 1) + _log2(cfg.DMA_BURST_GAP + 1)}
     out: list[Instance] = []
 
-    def fifo(module: str, width: int, depth: int, cls: str = "fifo", buffered: bool = True) -> None:
+    def fifo(module: str, width: int, depth: int, cls: str = "fifo", buffered: bool = True,
+             head: bool = False) -> None:
         """amaranth.lib.fifo: SyncFIFOBuffered keeps depth - 1 entries in a memory read synchronously (plus an
-        output register); SyncFIFO keeps depth entries read asynchronously."""
-        entries = depth - 1 if buffered else depth
+        output register); SyncFIFO keeps depth entries read asynchronously; hardware/fifo.py's HeadRegisterFIFO
+        (``head``: the command queues, fetch's buffer) keeps depth entries in a memory read synchronously, its
+        head a register beside it."""
+        entries = depth - 1 if buffered and not head else depth
         mems = (MemShape(module, entries, width, sync=buffered),) if entries >= 1 and depth >= 2 else ()
         out.append(Instance(module, cls, {"width": width, "depth": depth, "log_depth": _log2(depth),
                                           "reg_bits": width if depth == 1 else 0}, mems))
@@ -160,10 +163,13 @@ def instances(cfg: HwConfig, structure: dict | None = None) -> list[Instance]:
     out.append(Instance("vta_core.axi_lite", "axi_lite", {"ports": 4}))
     out.append(Instance("vta_core.counters", "counters", {"uop_bits": s["uop"].addr_bits + 1}))
     out.append(Instance("vta_core.fetch", "fetch", {"bus": bus, "log_prefetch": _log2(outstanding + 1)}))
-    fifo("vta_core.fetch.buffer", INSN_BITS, outstanding)
+    fifo("vta_core.fetch.buffer", INSN_BITS, outstanding, head=True)
     reader("vta_core.fetch.reader", INSN_BITS)
+    # each queued instruction carries its decoded engine choice (hardware/modules.py `_queue`): one bit per engine,
+    # one for a NOP, and compute's FINISH
+    decoded = {"load": 3, "compute": len(rtl["compute_loads"]) + 3, "store": 2}
     for module in ("load", "compute", "store"):
-        fifo(f"vta_core.{module}.queue", INSN_BITS, cfg.INSN_QUEUE_DEPTH)
+        fifo(f"vta_core.{module}.queue", INSN_BITS + decoded[module], cfg.INSN_QUEUE_DEPTH, head=True)
     out.append(Instance("vta_core.load", "sequencer", {"engines": 2}))
     load2d("vta_core.load.inp", "INP", "inp")
     load2d("vta_core.load.wgt", "WGT", "wgt")
