@@ -2523,7 +2523,7 @@ static void reset_out(vta_sim_t *s, const insn_t *in) {
       }
 }
 
-static void exec_gemm(vta_sim_t *s, const insn_t *in);
+static void exec_gemm(vta_sim_t *s, const insn_t *in, int may_split);
 
 /* reset_out for VTA's HLS through the GEMM kernels: where the reset's micro-ops name distinct accumulator rows and
  * input and weight rows inside the SRAMs (no wrap), "micro-op by micro-op, zeroing as it goes" is the same as
@@ -2552,7 +2552,7 @@ static int reset_out_fast(vta_sim_t *s, const insn_t *in) {
   if (distinct) {
     insn_t sum = *in;
     sum.reset = 0;
-    exec_gemm(s, &sum);
+    exec_gemm(s, &sum, 0); /* on this thread: a reset's sums are one micro-op per row, too little to share */
   }
   const size_t lanes = s->out_elem;
   for (uint32_t i = 0; i < in->iter_out; i++) /* clear the scratch; where distinct, keep each row's bytes */
@@ -2581,7 +2581,7 @@ static int splits(const vta_sim_t *s, const insn_t *in) {
  * "Threads"); smaller ones, and resets, run on the calling thread. The threads start at the first split GEMM, so
  * a simulator that never splits one never starts a thread. */
 
-static void exec_gemm(vta_sim_t *s, const insn_t *in) {
+static void exec_gemm(vta_sim_t *s, const insn_t *in, int may_split) {
   gemm_job_t job = {in,     s->runs + in->uop_bgn, 0,    s->gemm_row, NULL, NULL, s->gemm, s->wgt_t,
                     s->wgt_t_stride, 0, NULL, 1};
   field_span_t dst = {0, 0};
@@ -2624,7 +2624,7 @@ static void exec_gemm(vta_sim_t *s, const insn_t *in) {
     }
     if (s->profile) s->prof_ns[PROF_LAYOUT] += now_ns() - t0;
   }
-  if (!job.nruns || !splits(s, in)) {
+  if (!job.nruns || !may_split || !splits(s, in)) {
     gemm_part(s, &job, 0, INT64_MAX);
     return;
   }
@@ -2785,7 +2785,7 @@ static int execute(vta_sim_t *s, const insn_t *in, uint32_t idx, int compute, vt
       if (in->opcode == OP_GEMM) {
         if (!in->reset) st->gemm_counter += iterations(in);
         if (compute && in->reset && s->out_mode && !(s->out_mode == 1 && reset_out_fast(s, in))) reset_out(s, in);
-        if (compute) exec_gemm(s, in);
+        if (compute) exec_gemm(s, in, 1);
       } else {
         st->alu_counter += iterations(in);
         if (compute) exec_alu(s, in);
