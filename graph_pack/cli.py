@@ -416,8 +416,8 @@ def _run(args: argparse.Namespace) -> int:
     schedules = read_schedules(args.log, cfg) if args.log else None   # a missing log fails before the work
     # the host's tuned kernels from the same log (a board without llvmlite runs graph_pack's numpy kernels)
     host_schedules = read_schedules(args.log, host()) if args.log and jit.available() else None
-    # --scheduler auto's, for the ops whose kernels keep the run bit-exact against the numpy reference (--check)
-    auto = read_auto_schedules(args.log, host(), exact=True) if args.log and jit.available() else None
+    # --scheduler auto's (their kernels keep the run bit-exact against the numpy reference: --check)
+    auto = read_auto_schedules(args.log, host()) if args.log and jit.available() else None
     if schedules is not None:   # a log with no record for this config (or this CPU) at all: said before the work
         refuse_unused(args.model, schedules, host_schedules, auto=auto.logged if auto else None)
     if args.device != "pynq" and (args.board or args.bitstream):

@@ -38,12 +38,6 @@ ANCHORS = ("nn.conv2d", "nn.dense", "nn.max_pool2d", "nn.avg_pool2d", "nn.global
 UNARY = {"nn.relu": lambda a: ("relu",), "sigmoid": lambda a: ("sigmoid",), "tanh": lambda a: ("tanh",),
          "clip": lambda a: ("clip", a["a_min"], a["a_max"]), "erf": lambda a: ("erf",)}
 BINARY = {"add": "add", "multiply": "mul", "nn.bias_add": "add"}
-# DAG names whose kernels are not bit-equal to graph_pack.kernels' references (a run checked bit for bit skips their
-# logged schedules). None since softmax and layer norm compute host.numerics' exp and lane-partial row sums on
-# both sides (tests/test_host_numerics.py); kept as the one place to name such a DAG again.
-NOT_BIT_EXACT: tuple[str, ...] = ()
-
-
 @dataclass(frozen=True)
 class FusedOp:
     dag: ComputeDag
@@ -150,13 +144,10 @@ class AutoSchedules:
     DAGs build asked for and which it found a schedule for."""
 
     logged: LoggedSchedules
-    exact: bool = False   # only the DAGs whose kernels are bit-equal to graph_pack.kernels' (not NOT_BIT_EXACT)
     asked: dict[str, str] = field(default_factory=dict)      # dag key -> short name
     applied: dict[str, Schedule] = field(default_factory=dict)
 
     def __call__(self, dag: ComputeDag) -> Schedule | None:
-        if self.exact and dag.name in NOT_BIT_EXACT:
-            return None
         self.asked.setdefault(dag.key, dag.name)
         if dag.key in self.logged.untuned_won:
             self.logged.kept_untuned.add(dag.key)
@@ -191,13 +182,14 @@ class AutoSchedules:
         return schedule.sketch != "default" or key in self.logged.untuned
 
 
-def read_auto_schedules(path, cpu, exact: bool = False) -> AutoSchedules:
-    """The auto-scheduler's records of the log at ``path`` made on ``cpu`` (a ``CpuTarget``) with these rules;
-    ``exact``: only for the ops whose kernels are bit-equal to the numpy reference's (a run checked bit for bit)."""
+def read_auto_schedules(path, cpu) -> AutoSchedules:
+    """The auto-scheduler's records of the log at ``path`` made on ``cpu`` (a ``CpuTarget``) with these rules. Every
+    host kernel is bit-equal to graph_pack.kernels' reference (softmax and layer norm through host.numerics), so a
+    run checked bit for bit (vta run --check) applies them all."""
     from graph_pack.schedule_log import (
         read_schedules,  # it reads build's workload keys: build imports this module
     )
-    return AutoSchedules(read_schedules(path, cpu, version=AUTO_VERSION), exact)
+    return AutoSchedules(read_schedules(path, cpu, version=AUTO_VERSION))
 
 
 class _Kernel:

@@ -17,7 +17,7 @@ import numpy as np
 
 from graph_pack.build import GraphModule, build
 from graph_pack.cli import load_model
-from graph_pack.host_auto import NOT_BIT_EXACT, AutoSchedules, read_auto_schedules
+from graph_pack.host_auto import AutoSchedules, read_auto_schedules
 from graph_pack.schedule_log import LoggedSchedules
 from host.templates import host
 from tuning.auto_network import auto_tasks_of
@@ -102,7 +102,7 @@ def tune_cpu_network(model: str, env, *, tuner: str = "xgb", n_trial: int = 32, 
     tuned = build(graph, env, params, **kwargs)
     untuned.run(**{data: x})
     tuned.run(**{data: x})
-    exact = scheduler == "auto" and not any(t.dag.name in NOT_BIT_EXACT for t in tasks)
+    exact = scheduler == "auto"   # the auto-scheduler's kernels are bit-equal to the untuned ones; templates reassociate
     if exact and not np.array_equal(tuned.get_output(0), untuned.get_output(0)):
         raise RuntimeError("the auto-scheduled build's output differs from the untuned one: a host compiler bug")
     if not close_to(tuned.get_output(0), untuned.get_output(0).astype(np.float64), tol=1e-4):
