@@ -51,6 +51,14 @@ def _run(cmd: list[str], env: dict[str, str] | None, what: str, log: Path) -> No
         raise BuildError(f"{what} failed (exit {proc.returncode}); full log in {log}:\n{tail}")
 
 
+def write_manifest(cfg: HwConfig, directory: Path, dsp_packing: bool | None = None) -> Path:
+    """``directory/manifest.json``: what the generated design is for ``cfg`` (hardware.generator.manifest), written
+    whole by rename."""
+    path = directory / "manifest.json"
+    write_text_atomic(path, json.dumps(manifest(cfg, dsp_packing), indent=2) + "\n")
+    return path
+
+
 def write_verilog(cfg: HwConfig, directory: Path, max_products: int = DEFAULT_MAX_PRODUCTS,
                   dsp_packing: bool | None = None) -> tuple[Path, float]:
     """The generated Verilog and manifest in ``directory`` (``build_dir(cfg, dsp_packing)``); returns the Verilog's
@@ -63,7 +71,7 @@ def write_verilog(cfg: HwConfig, directory: Path, max_products: int = DEFAULT_MA
     text = generate(cfg, max_products, dsp_packing)   # refuses a core past max_products first
     # each file whole, by rename, the Verilog (the mark of a finished entry) last: `vta hw generate`, `vta hw
     # estimate --synth` and a build may write one entry at the same time
-    write_text_atomic(directory / "manifest.json", json.dumps(manifest(cfg, dsp_packing), indent=2) + "\n")
+    write_manifest(cfg, directory, dsp_packing)
     write_text_atomic(path, text)
     return path, time.perf_counter() - t0
 

@@ -34,12 +34,11 @@ def _copy_rtl(cfg, verilog: Path, dest: Path, dsp_packing: bool | None) -> None:
     """The cached Verilog, and the manifest of ``cfg`` itself, into ``dest``: configs that differ only in what the
     hardware does not see (the clock, the board model) share one cached entry, whose manifest.json is the first
     one's (its fingerprint, its clock)."""
-    from hardware.generator import manifest
+    from hardware.build import write_manifest
 
     data = verilog.read_bytes()
     write_atomic(dest / verilog.name, lambda f: f.write(data))
-    text = json.dumps(manifest(cfg, dsp_packing), indent=2) + "\n"
-    write_atomic(dest / "manifest.json", lambda f: f.write(text.encode()))
+    write_manifest(cfg, dest, dsp_packing)
 
 
 def _say(text: str) -> None:
