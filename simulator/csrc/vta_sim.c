@@ -1404,13 +1404,19 @@ static void low_bytes(uint8_t *restrict dst, const int32_t *restrict src, size_t
   for (size_t i = 0; i < n; i++) dst[i] = (uint8_t)((uint32_t)src[i] & 0xffu);
 }
 
-/* Row `r`'s output copy stops following its accumulator (LOAD ACC, a reset GEMM): keep the bytes it holds now. */
-static void out_detach(vta_sim_t *s, size_t r) {
-  if (s->out_stale[r]) return;
+/* Row `r`'s output copy takes the low bytes its accumulator holds now and stops following it. */
+static void out_keep(vta_sim_t *s, size_t r) {
   const size_t lanes = s->out_elem;
   low_bytes(s->out + r * lanes, s->acc + r * lanes, lanes);
-  s->out_stale[r] = 1;
-  s->n_stale++;
+  if (!s->out_stale[r]) {
+    s->out_stale[r] = 1;
+    s->n_stale++;
+  }
+}
+
+/* Row `r`'s output copy stops following its accumulator (LOAD ACC, a reset GEMM): keep the bytes it holds now. */
+static void out_detach(vta_sim_t *s, size_t r) {
+  if (!s->out_stale[r]) out_keep(s, r);
 }
 
 
@@ -2554,19 +2560,13 @@ static int reset_out_fast(vta_sim_t *s, const insn_t *in) {
     sum.reset = 0;
     exec_gemm(s, &sum, 0); /* on this thread: a reset's sums are one micro-op per row, too little to share */
   }
-  const size_t lanes = s->out_elem;
   for (uint32_t i = 0; i < in->iter_out; i++) /* clear the scratch; where distinct, keep each row's bytes */
     for (uint32_t j = 0; j < in->iter_in; j++)
       for (uint32_t k = in->uop_bgn; k < in->uop_end; k++) {
         const size_t d = (s->uop[k] >> fd.shift & fd.mask) + (size_t)i * in->dst_out + (size_t)j * in->dst_in;
         if (!s->reset_seen[d]) continue;
         s->reset_seen[d] = 0;
-        if (!distinct) continue;
-        low_bytes(s->out + d * lanes, s->acc + d * lanes, lanes);
-        if (!s->out_stale[d]) {
-          s->out_stale[d] = 1;
-          s->n_stale++;
-        }
+        if (distinct) out_keep(s, d);
       }
   return distinct;
 }
